@@ -1,0 +1,137 @@
+//! Acknowledging: `pgmq.delete`, `pgmq.archive` and `pgmq.set_vt`, single and batch.
+
+use chrono::{DateTime, Utc};
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::message::{raw_from_row, Message};
+use crate::queue_name::QueueName;
+use crate::read::secs;
+use crate::statements::Stmt;
+use crate::Pgmq;
+
+/// A new visibility timeout: seconds from now, or a point in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VisibleAt {
+    /// Visible again this long from now (whole seconds; zero means now).
+    After(std::time::Duration),
+    /// Visible again at this time (database clock).
+    At(DateTime<Utc>),
+}
+
+impl From<std::time::Duration> for VisibleAt {
+    fn from(d: std::time::Duration) -> Self {
+        VisibleAt::After(d)
+    }
+}
+
+impl From<DateTime<Utc>> for VisibleAt {
+    fn from(t: DateTime<Utc>) -> Self {
+        VisibleAt::At(t)
+    }
+}
+
+impl<E: Executor> Pgmq<E> {
+    /// Deletes a message; false when there was no such message.
+    #[tracing::instrument(name = "pgmq.delete", skip_all, fields(queue = %queue))]
+    pub async fn delete(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {
+        let q = queue.as_str();
+        let rows = self.run(Stmt::Delete, Some(q), &[&q, &msg_id]).await?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get::<_, Option<bool>>(0))
+            .unwrap_or(false))
+    }
+
+    /// Deletes messages; returns the ids that existed and were deleted.
+    #[tracing::instrument(name = "pgmq.delete_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
+    pub async fn delete_batch(
+        &self,
+        queue: &QueueName,
+        msg_ids: &[i64],
+    ) -> Result<Vec<i64>, Error> {
+        if msg_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = queue.as_str();
+        let rows = self
+            .run(Stmt::DeleteBatch, Some(q), &[&q, &msg_ids])
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Moves a message to the queue's archive table; false when there was no such message.
+    #[tracing::instrument(name = "pgmq.archive", skip_all, fields(queue = %queue))]
+    pub async fn archive(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {
+        let q = queue.as_str();
+        let rows = self.run(Stmt::Archive, Some(q), &[&q, &msg_id]).await?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get::<_, Option<bool>>(0))
+            .unwrap_or(false))
+    }
+
+    /// Archives messages; returns the ids archived.
+    #[tracing::instrument(name = "pgmq.archive_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
+    pub async fn archive_batch(
+        &self,
+        queue: &QueueName,
+        msg_ids: &[i64],
+    ) -> Result<Vec<i64>, Error> {
+        if msg_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = queue.as_str();
+        let rows = self
+            .run(Stmt::ArchiveBatch, Some(q), &[&q, &msg_ids])
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Sets a message's visibility timeout; returns the updated message, or
+    /// None when there was no such message.
+    #[tracing::instrument(name = "pgmq.set_vt", skip_all, fields(queue = %queue))]
+    pub async fn set_vt(
+        &self,
+        queue: &QueueName,
+        msg_id: i64,
+        vt: impl Into<VisibleAt>,
+    ) -> Result<Option<Message<serde_json::Value>>, Error> {
+        let q = queue.as_str();
+        let rows = match vt.into() {
+            VisibleAt::After(d) => {
+                let s = secs(d, "visibility timeout")?;
+                self.run(Stmt::SetVt, Some(q), &[&q, &msg_id, &s]).await?
+            }
+            VisibleAt::At(t) => self.run(Stmt::SetVtAt, Some(q), &[&q, &msg_id, &t]).await?,
+        };
+        rows.first().map(|r| raw_from_row(r)?.decode()).transpose()
+    }
+
+    /// Sets the visibility timeout of many messages; returns the ids updated.
+    #[tracing::instrument(name = "pgmq.set_vt_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
+    pub async fn set_vt_batch(
+        &self,
+        queue: &QueueName,
+        msg_ids: &[i64],
+        vt: impl Into<VisibleAt>,
+    ) -> Result<Vec<i64>, Error> {
+        if msg_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = queue.as_str();
+        let rows = match vt.into() {
+            VisibleAt::After(d) => {
+                let s = secs(d, "visibility timeout")?;
+                self.run(Stmt::SetVtBatch, Some(q), &[&q, &msg_ids, &s])
+                    .await?
+            }
+            VisibleAt::At(t) => {
+                self.run(Stmt::SetVtBatchAt, Some(q), &[&q, &msg_ids, &t])
+                    .await?
+            }
+        };
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}

@@ -1,0 +1,346 @@
+//! The pool-backed handle: connect, configure, and enter a caller's transaction.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::connection::{ConnectionManager, DEFAULT_CONNECT_TIMEOUT};
+use crate::error::Error;
+use crate::executor::{Executor, Params};
+use crate::statements::Stmt;
+use crate::version::{self, PgmqInstall};
+
+/// PGMQ calls over an [`Executor`].
+///
+/// Every call is written once and works on any executor: [`Client`] (the
+/// pool), a pooled [`Connection`], a [`Transaction`](crate::Transaction), or a
+/// caller's own `tokio_postgres` client or transaction, through [`Pgmq::on`].
+///
+/// The calls are grouped by file the way PGMQ's docs group them: queues
+/// (`queue.rs`), sending (`send.rs`), reading (`read.rs`), acknowledging
+/// (`ack.rs`), FIFO groups (`fifo.rs`), notifications (`notify.rs`) and topics
+/// (`topics.rs`).
+#[derive(Clone, Debug)]
+pub struct Pgmq<E = Pool> {
+    ex: E,
+}
+
+/// The pool-backed client: `Pgmq` over a bb8 pool of [`Connection`]s.
+///
+/// Cloning is cheap; clones share the pool.
+pub type Client = Pgmq<Pool>;
+
+impl<E: Executor> Pgmq<E> {
+    /// Runs PGMQ calls on `ex`: a connection, a transaction, a pool.
+    ///
+    /// ```no_run
+    /// # async fn f(pg: &mut tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use pgmq_client::{Pgmq, QueueName};
+    /// let q = QueueName::new("emails")?;
+    /// let tx = pg.transaction().await?;
+    /// tx.execute("UPDATE users SET invited = true WHERE id = 1", &[]).await?;
+    /// Pgmq::on(&tx).send(&q, &serde_json::json!({"to": 1})).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on(ex: E) -> Self {
+        Pgmq { ex }
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &E {
+        &self.ex
+    }
+
+    /// Gives the executor back.
+    pub fn into_inner(self) -> E {
+        self.ex
+    }
+
+    /// Runs `stmt` on the executor, mapping a missing queue table to
+    /// [`Error::QueueNotFound`].
+    pub(crate) async fn run(
+        &self,
+        stmt: Stmt,
+        queue: Option<&str>,
+        params: Params<'_>,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        let res = self.ex.query(stmt, params).await;
+        match (res, queue) {
+            (Err(e), Some(q)) => Err(e.in_queue(q)),
+            (res, _) => res,
+        }
+    }
+}
+
+/// A bb8 pool of [`Connection`]s, with what was found about PGMQ at connect.
+#[derive(Clone)]
+pub struct Pool {
+    inner: bb8::Pool<ConnectionManager>,
+    install: Option<Arc<PgmqInstall>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("state", &self.inner.state())
+            .field("install", &self.install)
+            .finish()
+    }
+}
+
+impl Executor for Pool {
+    async fn query(
+        &self,
+        stmt: Stmt,
+        params: Params<'_>,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        let conn = self.inner.get().await?;
+        conn.query(stmt, params).await
+    }
+}
+
+impl Client {
+    /// Connects to `dsn` with the default settings (see [`ClientBuilder`]),
+    /// checking that PGMQ is installed and supported.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), pgmq_client::Error> {
+    /// let client = pgmq_client::Client::connect("postgres://app@localhost/app").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(dsn: &str) -> Result<Client, Error> {
+        ClientBuilder::new(dsn).connect().await
+    }
+
+    /// A builder for custom pool, timeout and TLS settings.
+    pub fn builder(dsn: &str) -> ClientBuilder {
+        ClientBuilder::new(dsn)
+    }
+
+    /// Uses a bb8 pool you configured yourself, checking PGMQ on one of its connections.
+    ///
+    /// ```no_run
+    /// # async fn f(config: tokio_postgres::Config, tls: tokio_postgres_rustls::MakeRustlsConnect) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{Client, ConnectionManager};
+    /// let pool = bb8::Pool::builder()
+    ///     .max_size(4)
+    ///     .build_unchecked(ConnectionManager::new(config, tls));
+    /// let client = Client::from_pool(pool).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_pool(pool: bb8::Pool<ConnectionManager>) -> Result<Client, Error> {
+        let install = {
+            let conn = pool.get().await?;
+            version::detect(conn.client()).await?
+        };
+        Ok(Pgmq::on(Pool {
+            inner: pool,
+            install: Some(Arc::new(install)),
+        }))
+    }
+
+    /// Checks out a pooled connection, e.g. to open a
+    /// [`transaction`](Connection::transaction).
+    pub async fn connection(&self) -> Result<bb8::PooledConnection<'_, ConnectionManager>, Error> {
+        Ok(self.executor().inner.get().await?)
+    }
+
+    /// Checks out a pooled connection that does not borrow the client.
+    pub async fn connection_owned(
+        &self,
+    ) -> Result<bb8::PooledConnection<'static, ConnectionManager>, Error> {
+        Ok(self.executor().inner.get_owned().await?)
+    }
+
+    /// The bb8 pool.
+    pub fn pool(&self) -> &bb8::Pool<ConnectionManager> {
+        &self.executor().inner
+    }
+
+    /// What was found about PGMQ at connect (None when the check was skipped).
+    pub fn install(&self) -> Option<&PgmqInstall> {
+        self.executor().install.as_deref()
+    }
+}
+
+/// Settings of a [`Client`], with documented defaults.
+///
+/// | setting | default | why |
+/// | --- | --- | --- |
+/// | `max_size` | 10 | room for a worker's claimer, completer and heartbeat plus producers |
+/// | `min_idle` | none | connections open on demand |
+/// | `pool_timeout` | 10 s | how long a call waits for a free connection |
+/// | `connect_timeout` | 10 s | TCP connect + authentication bound; no hang on a dead host |
+/// | `test_on_check_out` | false | a `SELECT` per checkout costs a round trip per call; broken connections are detected by `is_closed` and callers retry transient errors |
+/// | `application_name` | `pgmq-client` | shows in `pg_stat_activity` |
+/// | TLS | rustls with the webpki roots, used when the DSN's `sslmode` asks for it | |
+/// | `check_pgmq` | true | refuse to start without a supported PGMQ |
+///
+/// ```no_run
+/// # async fn f() -> Result<(), pgmq_client::Error> {
+/// use std::time::Duration;
+/// let client = pgmq_client::Client::builder("postgres://app@db/app?sslmode=require")
+///     .max_size(16)
+///     .pool_timeout(Duration::from_secs(2))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use]
+pub struct ClientBuilder {
+    dsn: String,
+    max_size: u32,
+    min_idle: Option<u32>,
+    pool_timeout: Duration,
+    connect_timeout: Duration,
+    test_on_check_out: bool,
+    application_name: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    check_pgmq: bool,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("dsn", &crate::dsn::redact(&self.dsn))
+            .field("max_size", &self.max_size)
+            .field("pool_timeout", &self.pool_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    /// Defaults for `dsn` (a `postgres://` URL or `key=value` string).
+    pub fn new(dsn: &str) -> Self {
+        ClientBuilder {
+            dsn: dsn.to_owned(),
+            max_size: 10,
+            min_idle: None,
+            pool_timeout: Duration::from_secs(10),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            test_on_check_out: false,
+            application_name: "pgmq-client".to_owned(),
+            tls: None,
+            check_pgmq: true,
+        }
+    }
+
+    /// Largest number of open connections.
+    pub fn max_size(mut self, n: u32) -> Self {
+        self.max_size = n.max(1);
+        self
+    }
+
+    /// Connections kept open while idle.
+    pub fn min_idle(mut self, n: Option<u32>) -> Self {
+        self.min_idle = n;
+        self
+    }
+
+    /// How long a call waits for a free pooled connection.
+    pub fn pool_timeout(mut self, d: Duration) -> Self {
+        self.pool_timeout = d;
+        self
+    }
+
+    /// Bound on opening one connection (TCP and authentication).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Whether bb8 runs a query on every checkout to test the connection.
+    pub fn test_on_check_out(mut self, yes: bool) -> Self {
+        self.test_on_check_out = yes;
+        self
+    }
+
+    /// The `application_name` the server shows.
+    pub fn application_name(mut self, name: &str) -> Self {
+        self.application_name = name.to_owned();
+        self
+    }
+
+    /// Uses this rustls configuration for TLS (client certificates, private CAs).
+    pub fn tls(mut self, config: rustls::ClientConfig) -> Self {
+        self.tls = Some(Arc::new(config));
+        self
+    }
+
+    /// Whether to check PGMQ's presence and version at connect (default true).
+    pub fn check_pgmq(mut self, yes: bool) -> Self {
+        self.check_pgmq = yes;
+        self
+    }
+
+    /// The parsed `tokio_postgres::Config` with this builder's timeouts applied.
+    pub fn pg_config(&self) -> Result<tokio_postgres::Config, Error> {
+        let mut config = tokio_postgres::Config::from_str(&self.dsn)
+            .map_err(|_| Error::Config("the DSN could not be parsed".to_owned()))?;
+        config.connect_timeout(self.connect_timeout);
+        if config.get_application_name().is_none() {
+            config.application_name(&self.application_name);
+        }
+        Ok(config)
+    }
+
+    /// The TLS connector: the configured one, or rustls with the webpki roots.
+    pub fn make_tls(&self) -> MakeRustlsConnect {
+        let config = match &self.tls {
+            Some(c) => (**c).clone(),
+            None => default_tls_config(),
+        };
+        MakeRustlsConnect::new(config)
+    }
+
+    /// Opens the pool (one connection, to check PGMQ) and returns the client.
+    pub async fn connect(self) -> Result<Client, Error> {
+        let manager = ConnectionManager::new(self.pg_config()?, self.make_tls());
+        // Open the first connection directly, so that a wrong password or an
+        // unreachable host surfaces as its own error rather than a pool timeout.
+        let first = bb8::ManageConnection::connect(&manager)
+            .await
+            .map_err(Error::Connect)?;
+        let install = if self.check_pgmq {
+            Some(Arc::new(version::detect(first.client()).await?))
+        } else {
+            None
+        };
+        let pool = bb8::Pool::builder()
+            .max_size(self.max_size)
+            .min_idle(self.min_idle)
+            .connection_timeout(self.pool_timeout)
+            .test_on_check_out(self.test_on_check_out)
+            .retry_connection(false)
+            .build_unchecked(manager);
+        pool.add(first)
+            .map_err(|_| Error::Config("the pool refused its first connection".into()))?;
+        Ok(Pgmq::on(Pool {
+            inner: pool,
+            install,
+        }))
+    }
+
+    /// Opens one dedicated connection outside the pool (for LISTEN, say), and
+    /// returns it with the stream of its asynchronous messages (notifications).
+    pub async fn connect_dedicated(
+        &self,
+    ) -> Result<(tokio_postgres::Client, crate::notify::NotificationStream), Error> {
+        crate::notify::connect_listener(&self.pg_config()?, self.make_tls()).await
+    }
+}
+
+fn default_tls_config() -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}

@@ -1,0 +1,191 @@
+//! A database connection with its prepared-statement cache, the bb8 manager that
+//! makes them, and transactions that keep using the cache.
+
+use std::ops::Deref;
+use std::time::Duration;
+
+use bb8_postgres::PostgresConnectionManager;
+use tokio_postgres::Row;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::error::Error;
+use crate::executor::Params;
+use crate::statements::{StatementCache, Stmt};
+
+/// A `tokio_postgres::Client` with a cache of PGMQ's prepared statements.
+///
+/// It dereferences to the client, so a caller can run its own SQL on it.
+pub struct Connection {
+    client: tokio_postgres::Client,
+    cache: StatementCache,
+}
+
+impl Connection {
+    /// Wraps an open client (its connection task must already be spawned).
+    pub fn new(client: tokio_postgres::Client) -> Self {
+        Connection {
+            client,
+            cache: StatementCache::new(),
+        }
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+
+    pub(crate) fn cache(&self) -> &StatementCache {
+        &self.cache
+    }
+
+    /// Forgets the prepared statements, e.g. after PGMQ was dropped and
+    /// re-installed in the database (its functions then have new oids).
+    pub fn clear_statement_cache(&mut self) {
+        self.cache.clear();
+    }
+
+    /// Starts a transaction in which PGMQ calls still use this connection's
+    /// prepared statements. Dereferences to `tokio_postgres::Transaction` for
+    /// the caller's own SQL; commit or roll back as usual.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), Box<dyn std::error::Error>> {
+    /// use pgmq_client::Pgmq;
+    /// let mut conn = client.connection().await?;
+    /// let tx = conn.transaction().await?;
+    /// tx.execute("INSERT INTO orders (id) VALUES (42)", &[]).await?;
+    /// Pgmq::on(&tx).send(&q, &serde_json::json!({"order": 42})).await?;
+    /// tx.commit().await?; // the row and the message, or neither
+    /// # Ok(()) }
+    /// ```
+    pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
+        let tx = self.client.transaction().await.map_err(Error::from_pg)?;
+        Ok(Transaction {
+            tx,
+            cache: &self.cache,
+        })
+    }
+}
+
+impl Deref for Connection {
+    type Target = tokio_postgres::Client;
+    fn deref(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("closed", &self.client.is_closed())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A transaction on a [`Connection`] that keeps using its statement cache.
+pub struct Transaction<'a> {
+    tx: tokio_postgres::Transaction<'a>,
+    cache: &'a StatementCache,
+}
+
+impl<'a> Transaction<'a> {
+    /// Commits.
+    pub async fn commit(self) -> Result<(), Error> {
+        self.tx.commit().await.map_err(Error::from_pg)
+    }
+
+    /// Rolls back (dropping the transaction does too).
+    pub async fn rollback(self) -> Result<(), Error> {
+        self.tx.rollback().await.map_err(Error::from_pg)
+    }
+
+    pub(crate) fn client(&self) -> &tokio_postgres::Transaction<'a> {
+        &self.tx
+    }
+
+    pub(crate) fn cache(&self) -> &StatementCache {
+        self.cache
+    }
+}
+
+impl<'a> Deref for Transaction<'a> {
+    type Target = tokio_postgres::Transaction<'a>;
+    fn deref(&self) -> &tokio_postgres::Transaction<'a> {
+        &self.tx
+    }
+}
+
+/// Runs `stmt` with the connection's cached prepared statement: one round trip.
+pub(crate) async fn run_cached<C: tokio_postgres::GenericClient + Sync>(
+    client: &C,
+    cache: &StatementCache,
+    stmt: Stmt,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Error> {
+    let prepared = cache
+        .get(client.client(), stmt)
+        .await
+        // The call's own request was not sent yet.
+        .map_err(|e| Error::from_pg(e).not_sent())?;
+    let closed_before = client.client().is_closed();
+    client.query(&prepared, params).await.map_err(|e| {
+        let err = Error::from_pg(e);
+        if closed_before {
+            err.not_sent()
+        } else {
+            err
+        }
+    })
+}
+
+/// The bb8 connection manager: bb8-postgres underneath, each connection wrapped
+/// in a [`Connection`] with its statement cache.
+///
+/// Build one to configure a bb8 pool yourself and hand it to
+/// [`Client::from_pool`](crate::Client::from_pool).
+pub struct ConnectionManager {
+    inner: PostgresConnectionManager<MakeRustlsConnect>,
+}
+
+impl ConnectionManager {
+    /// A manager for `config`, negotiating TLS with `tls` when the config's
+    /// `sslmode` asks for it.
+    pub fn new(config: tokio_postgres::Config, tls: MakeRustlsConnect) -> Self {
+        ConnectionManager {
+            inner: PostgresConnectionManager::new(config, tls),
+        }
+    }
+
+    /// Wraps an existing bb8-postgres manager.
+    pub fn from_postgres_manager(inner: PostgresConnectionManager<MakeRustlsConnect>) -> Self {
+        ConnectionManager { inner }
+    }
+}
+
+impl bb8::ManageConnection for ConnectionManager {
+    type Connection = Connection;
+    type Error = tokio_postgres::Error;
+
+    async fn connect(&self) -> Result<Connection, tokio_postgres::Error> {
+        let client = self.inner.connect().await?;
+        Ok(Connection::new(client))
+    }
+
+    async fn is_valid(&self, conn: &mut Connection) -> Result<(), tokio_postgres::Error> {
+        conn.client.simple_query("").await.map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Connection) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+impl std::fmt::Debug for ConnectionManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The inner config holds the password: never print it.
+        f.write_str("ConnectionManager { .. }")
+    }
+}
+
+/// How long a caller waits for TCP connect + authentication by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

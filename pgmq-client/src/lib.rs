@@ -1,0 +1,96 @@
+//! A typed, fast async client for [PGMQ](https://github.com/pgmq/pgmq), the
+//! Postgres Message Queue, on tokio-postgres and bb8.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use pgmq_client::{Client, QueueName};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Email { to: String }
+//!
+//! # async fn run() -> Result<(), pgmq_client::Error> {
+//! let client = Client::connect("postgres://pgmq:pgmq@127.0.0.1:55432/pgmq").await?;
+//! let q = QueueName::new("emails")?;
+//! client.create(&q).await?;
+//! client.send(&q, &Email { to: "ada@example.com".into() }).await?;
+//! for m in client.read::<Email>(&q, Duration::from_secs(30), 10).await? {
+//!     println!("send to {}", m.body.to);
+//!     client.delete(&q, m.msg_id).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Behaviour
+//!
+//! - **One path for every call.** Each PGMQ function is written once, on
+//!   [`Pgmq<E>`] over an [`Executor`]. [`Client`] is `Pgmq` over a pool; wrap a
+//!   pooled [`Connection`], a [`Transaction`], or your own
+//!   `tokio_postgres::Transaction` with [`Pgmq::on`] to run the same call in
+//!   your transaction (the outbox pattern: your row and the message commit
+//!   together or not at all).
+//! - **Prepared once.** Every call's SQL is prepared on first use on each
+//!   pooled connection and reused; a call is one round trip.
+//! - **Names are checked, never spliced.** [`QueueName`] refuses anything PGMQ
+//!   would not accept, before any SQL runs, and names travel as bound
+//!   parameters.
+//! - **Typed errors.** [`Error`] tells a missing queue, a missing or too-old
+//!   PGMQ, a bad payload, a pool timeout, a lost connection (with whether the
+//!   call may have been applied: [`Error::outcome`]) and a server error with its
+//!   SQLSTATE apart.
+//! - **PGMQ detection.** [`Client::connect`] finds PGMQ installed as an
+//!   extension or as plain SQL (managed servers) and refuses versions older than
+//!   [`MIN_SUPPORTED`].
+//! - **Quiet about secrets.** Tracing spans name the call, the queue and batch
+//!   sizes; payloads and passwords are never logged ([`redact_dsn`]).
+//! - **Pool checkout.** `test_on_check_out` is off by default: testing each
+//!   checkout would cost a round trip per call. A closed connection is dropped by
+//!   the pool; a call that hits a connection lost mid-flight returns
+//!   [`Error::ConnectionLost`], which [`Error::is_transient`] reports as retryable.
+//!
+//! # Files
+//!
+//! `client.rs` (connect, the pool), `executor.rs` (the one call path),
+//! `connection.rs` (connections, their statement cache, transactions),
+//! `statements.rs` (all SQL), `queue_name.rs`, `message.rs`, then the calls as
+//! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs`, `ack.rs`, `fifo.rs`,
+//! `notify.rs`, `topics.rs`; `version.rs` (detection) and `error.rs`.
+
+mod ack;
+mod client;
+mod connection;
+mod dsn;
+mod error;
+mod executor;
+mod fifo;
+mod message;
+mod notify;
+mod queue;
+mod queue_name;
+mod read;
+mod send;
+mod statements;
+mod topics;
+mod version;
+
+pub use ack::VisibleAt;
+pub use client::{Client, ClientBuilder, Pgmq, Pool};
+pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
+pub use dsn::redact as redact_dsn;
+pub use error::{Error, Outcome, Result};
+pub use executor::{Executor, Params};
+pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
+pub use message::{Delay, Message, RawJson, SendOptions};
+pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
+pub use queue::{QueueInfo, QueueMetrics};
+pub use queue_name::{QueueName, MAX_QUEUE_NAME_LEN};
+pub use statements::Stmt;
+pub use topics::{RouteMatch, TopicBinding};
+pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};
+
+/// Re-exports of the crates in this crate's public API.
+pub mod reexports {
+    pub use bb8;
+    pub use rustls;
+    pub use tokio_postgres;
+    pub use tokio_postgres_rustls;
+}

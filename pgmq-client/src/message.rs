@@ -1,0 +1,297 @@
+//! `Message<T>`, raw JSON bodies, headers, delays and send options.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use bytes::{BufMut, BytesMut};
+use chrono::{DateTime, Utc};
+use postgres_types::{FromSql, IsNull, ToSql, Type};
+use serde::de::DeserializeOwned;
+use tokio_postgres::Row;
+
+use crate::error::Error;
+
+/// A message read from a queue.
+///
+/// `T` is the body type; `serde_json::Value` reads anything, and
+/// [`RawJson`] keeps the body undecoded (what the worker runtime reads, so
+/// that one malformed body does not fail a whole batch).
+///
+/// ```
+/// # use pgmq_client::{Message, RawJson};
+/// # fn f(m: Message<RawJson>) -> Result<(), pgmq_client::Error> {
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u64 }
+/// let typed: Message<Order> = m.decode()?;
+/// println!("order {} (read {} times)", typed.body.id, typed.read_ct);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Message<T = serde_json::Value> {
+    /// The message id, unique within its queue.
+    pub msg_id: i64,
+    /// How many times the message was read (1 on first delivery).
+    pub read_ct: i32,
+    /// When it was sent, on the database clock.
+    pub enqueued_at: DateTime<Utc>,
+    /// When it was last read, on the database clock (None if never read, e.g. from `pop`).
+    pub last_read_at: Option<DateTime<Utc>>,
+    /// When it becomes visible again.
+    pub vt: DateTime<Utc>,
+    /// The body.
+    pub body: T,
+    /// The headers sent with it (a JSON object), if any.
+    pub headers: Option<serde_json::Value>,
+}
+
+impl Message<RawJson> {
+    /// Decodes the body into `T`.
+    pub fn decode<T: DeserializeOwned>(self) -> Result<Message<T>, Error> {
+        let body = self.body.decode().map_err(|source| Error::Deserialize {
+            msg_id: self.msg_id,
+            source,
+        })?;
+        Ok(self.with_body(body))
+    }
+}
+
+impl<T> Message<T> {
+    /// The same message with another body.
+    pub fn with_body<U>(self, body: U) -> Message<U> {
+        Message {
+            msg_id: self.msg_id,
+            read_ct: self.read_ct,
+            enqueued_at: self.enqueued_at,
+            last_read_at: self.last_read_at,
+            vt: self.vt,
+            body,
+            headers: self.headers,
+        }
+    }
+
+    /// A header value by key, if the headers are an object holding it.
+    pub fn header(&self, key: &str) -> Option<&serde_json::Value> {
+        self.headers.as_ref()?.get(key)
+    }
+}
+
+/// Decodes a row of `pgmq.message_record` with the body kept raw.
+pub(crate) fn raw_from_row(row: &Row) -> Result<Message<RawJson>, Error> {
+    let get = |e: tokio_postgres::Error| Error::from_pg(e);
+    Ok(Message {
+        msg_id: row.try_get(0).map_err(get)?,
+        read_ct: row.try_get(1).map_err(get)?,
+        enqueued_at: row.try_get(2).map_err(get)?,
+        last_read_at: row.try_get(3).map_err(get)?,
+        vt: row.try_get(4).map_err(get)?,
+        body: row
+            .try_get::<_, Option<RawJson>>(5)
+            .map_err(get)?
+            .unwrap_or_else(RawJson::null),
+        headers: row
+            .try_get::<_, Option<postgres_types::Json<serde_json::Value>>>(6)
+            .map_err(get)?
+            .map(|j| j.0),
+    })
+}
+
+/// Decodes rows of `pgmq.message_record` into typed messages.
+pub(crate) fn decode_rows<T: DeserializeOwned>(rows: &[Row]) -> Result<Vec<Message<T>>, Error> {
+    rows.iter().map(|r| raw_from_row(r)?.decode()).collect()
+}
+
+/// A JSON body kept as text, not yet decoded.
+///
+/// Reading into `RawJson` costs one copy of the bytes; decode later with
+/// [`RawJson::decode`] (or [`Message::decode`]).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RawJson(Box<str>);
+
+impl RawJson {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+
+    /// Decodes the text into `T`.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+
+    /// Wraps JSON text; returns an error when it is not valid JSON.
+    pub fn from_text(text: impl Into<String>) -> Result<Self, serde_json::Error> {
+        let s = text.into();
+        serde_json::from_str::<serde::de::IgnoredAny>(&s)?;
+        Ok(RawJson(s.into_boxed_str()))
+    }
+
+    fn null() -> Self {
+        RawJson("null".into())
+    }
+
+    pub(crate) fn from_raw(raw: Box<serde_json::value::RawValue>) -> Self {
+        RawJson(raw.into())
+    }
+}
+
+impl ToSql for RawJson {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn StdError + Sync + Send>> {
+        if *ty == Type::JSONB {
+            out.put_u8(1);
+        }
+        out.put_slice(self.0.as_bytes());
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB || *ty == Type::JSON
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
+impl fmt::Debug for RawJson {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RawJson({} bytes)", self.0.len())
+    }
+}
+
+impl<'a> FromSql<'a> for RawJson {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn StdError + Sync + Send>> {
+        let text = if *ty == Type::JSONB {
+            match raw.split_first() {
+                Some((1, rest)) => rest,
+                _ => return Err("unsupported JSONB encoding version".into()),
+            }
+        } else {
+            raw
+        };
+        Ok(RawJson(std::str::from_utf8(text)?.into()))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB || *ty == Type::JSON
+    }
+}
+
+/// When a sent message becomes visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Delay {
+    /// At once (the default).
+    #[default]
+    None,
+    /// After this many seconds.
+    Seconds(u32),
+    /// At this time (database clock).
+    At(DateTime<Utc>),
+}
+
+impl From<std::time::Duration> for Delay {
+    fn from(d: std::time::Duration) -> Self {
+        let secs = d.as_secs().min(u64::from(u32::MAX)) as u32;
+        if secs == 0 {
+            Delay::None
+        } else {
+            Delay::Seconds(secs)
+        }
+    }
+}
+
+impl From<DateTime<Utc>> for Delay {
+    fn from(t: DateTime<Utc>) -> Self {
+        Delay::At(t)
+    }
+}
+
+/// Options of a send: delay and headers. The default sends at once, no headers.
+///
+/// ```
+/// use pgmq_client::SendOptions;
+/// use std::time::Duration;
+///
+/// let opts = SendOptions::new()
+///     .delay(Duration::from_secs(30))
+///     .headers(serde_json::json!({"trace_id": "abc"}));
+/// # let _ = opts;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SendOptions {
+    /// When the message becomes visible.
+    pub delay: Delay,
+    /// Headers, a JSON object stored beside the body.
+    pub headers: Option<serde_json::Value>,
+}
+
+impl SendOptions {
+    /// Sends at once, without headers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the delay (a `Duration`, a `DateTime<Utc>` or a [`Delay`]).
+    pub fn delay(mut self, delay: impl Into<Delay>) -> Self {
+        self.delay = delay.into();
+        self
+    }
+
+    /// Sets the headers.
+    pub fn headers(mut self, headers: serde_json::Value) -> Self {
+        self.headers = Some(headers);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_json_reads_jsonb_and_json() {
+        let mut jsonb = vec![1u8];
+        jsonb.extend_from_slice(br#"{"a":1}"#);
+        let r = RawJson::from_sql(&Type::JSONB, &jsonb).unwrap();
+        assert_eq!(r.get(), r#"{"a":1}"#);
+        let v: serde_json::Value = r.decode().unwrap();
+        assert_eq!(v["a"], 1);
+        let r = RawJson::from_sql(&Type::JSON, br#"[1,2]"#).unwrap();
+        assert_eq!(r.get(), "[1,2]");
+        assert!(RawJson::from_sql(&Type::JSONB, &[2, b'1']).is_err());
+        assert!(RawJson::from_text("{nope").is_err());
+    }
+
+    #[test]
+    fn delay_from_duration() {
+        assert_eq!(Delay::from(std::time::Duration::ZERO), Delay::None);
+        assert_eq!(
+            Delay::from(std::time::Duration::from_millis(2500)),
+            Delay::Seconds(2)
+        );
+    }
+
+    #[test]
+    fn decode_failure_is_typed() {
+        let m = Message {
+            msg_id: 7,
+            read_ct: 1,
+            enqueued_at: Utc::now(),
+            last_read_at: None,
+            vt: Utc::now(),
+            body: RawJson::from_text("null").unwrap(),
+            headers: None,
+        };
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct S {
+            a: u32,
+        }
+        let e = m.decode::<S>().unwrap_err();
+        assert!(matches!(e, Error::Deserialize { msg_id: 7, .. }));
+    }
+}

@@ -1,0 +1,201 @@
+//! Notifications: PGMQ's insert trigger (`enable_notify_insert` and friends),
+//! and a dedicated LISTEN connection to receive them.
+//!
+//! Pooled connections are unsuitable for LISTEN: a notification arrives on the
+//! connection that listens, and a pooled connection is handed to other callers
+//! between uses. [`Listener`] owns one connection of its own.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::queue_name::QueueName;
+use crate::read::millis;
+use crate::statements::Stmt;
+use crate::Pgmq;
+
+/// A row of `pgmq.list_notify_insert_throttles()`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct NotifyThrottle {
+    /// The queue.
+    pub queue_name: String,
+    /// Minimum time between two notifications, milliseconds (0: every insert).
+    pub throttle_interval_ms: i32,
+    /// When the last notification was sent.
+    pub last_notified_at: DateTime<Utc>,
+}
+
+impl<E: Executor> Pgmq<E> {
+    /// Makes PGMQ notify `queue.insert_channel()` on insert, at most once per
+    /// `throttle` (zero: on every insert).
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use std::time::Duration;
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// client.enable_notify_insert(&q, Duration::from_millis(100)).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.enable_notify_insert", skip_all, fields(queue = %queue))]
+    pub async fn enable_notify_insert(
+        &self,
+        queue: &QueueName,
+        throttle: Duration,
+    ) -> Result<(), Error> {
+        let q = queue.as_str();
+        let ms = millis(throttle, "throttle")?;
+        self.run(Stmt::EnableNotifyInsert, Some(q), &[&q, &ms])
+            .await
+            .map(drop)
+    }
+
+    /// Removes the insert trigger.
+    #[tracing::instrument(name = "pgmq.disable_notify_insert", skip_all, fields(queue = %queue))]
+    pub async fn disable_notify_insert(&self, queue: &QueueName) -> Result<(), Error> {
+        let q = queue.as_str();
+        self.run(Stmt::DisableNotifyInsert, Some(q), &[&q])
+            .await
+            .map(drop)
+    }
+
+    /// Changes the throttle of an enabled insert trigger.
+    #[tracing::instrument(name = "pgmq.update_notify_insert", skip_all, fields(queue = %queue))]
+    pub async fn update_notify_insert(
+        &self,
+        queue: &QueueName,
+        throttle: Duration,
+    ) -> Result<(), Error> {
+        let q = queue.as_str();
+        let ms = millis(throttle, "throttle")?;
+        self.run(Stmt::UpdateNotifyInsert, Some(q), &[&q, &ms])
+            .await
+            .map(drop)
+    }
+
+    /// Queues with an insert trigger, and their throttles.
+    pub async fn list_notify_insert_throttles(&self) -> Result<Vec<NotifyThrottle>, Error> {
+        let rows = self.run(Stmt::ListNotifyInsertThrottles, None, &[]).await?;
+        Ok(rows
+            .iter()
+            .map(|r| NotifyThrottle {
+                queue_name: r.get(0),
+                throttle_interval_ms: r.get(1),
+                last_notified_at: r.get(2),
+            })
+            .collect())
+    }
+}
+
+/// A notification received on a [`Listener`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Notification {
+    /// The channel, e.g. `pgmq.q_orders.INSERT`.
+    pub channel: String,
+    /// The payload (empty for PGMQ's insert notifications).
+    pub payload: String,
+}
+
+/// Notifications of one dedicated connection; ends when the connection closes.
+#[derive(Debug)]
+pub struct NotificationStream {
+    rx: mpsc::UnboundedReceiver<Notification>,
+}
+
+impl NotificationStream {
+    /// The next notification; None once the connection has closed.
+    pub async fn recv(&mut self) -> Option<Notification> {
+        self.rx.recv().await
+    }
+}
+
+/// Opens a connection whose notifications feed a [`NotificationStream`].
+pub(crate) async fn connect_listener(
+    config: &tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+) -> Result<(tokio_postgres::Client, NotificationStream), Error> {
+    let (client, mut connection) = config.connect(tls).await.map_err(Error::Connect)?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(msg) = messages.next().await {
+            match msg {
+                Ok(AsyncMessage::Notification(n)) => {
+                    let _ = tx.send(Notification {
+                        channel: n.channel().to_owned(),
+                        payload: n.payload().to_owned(),
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "listener connection ended");
+                    break;
+                }
+            }
+        }
+    });
+    Ok((client, NotificationStream { rx }))
+}
+
+/// One dedicated connection that LISTENs on queues' insert channels.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), pgmq_client::Error> {
+/// use pgmq_client::{ClientBuilder, Listener, QueueName};
+/// let q = QueueName::new("orders")?;
+/// let mut listener = Listener::connect(&ClientBuilder::new("postgres://app@db/app")).await?;
+/// listener.listen(&q).await?;
+/// while let Some(n) = listener.recv().await {
+///     println!("something arrived on {}", n.channel);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Listener {
+    client: tokio_postgres::Client,
+    stream: NotificationStream,
+}
+
+impl Listener {
+    /// Opens the dedicated connection with `builder`'s DSN, timeouts and TLS.
+    pub async fn connect(builder: &crate::ClientBuilder) -> Result<Listener, Error> {
+        let (client, stream) = builder.connect_dedicated().await?;
+        Ok(Listener { client, stream })
+    }
+
+    /// LISTENs on `queue`'s insert channel. The channel name comes from a
+    /// validated [`QueueName`], so quoting it as an identifier is safe.
+    pub async fn listen(&self, queue: &QueueName) -> Result<(), Error> {
+        let sql = format!("LISTEN \"{}\"", queue.insert_channel());
+        self.client
+            .batch_execute(&sql)
+            .await
+            .map_err(Error::from_pg)
+    }
+
+    /// Stops listening on `queue`'s insert channel.
+    pub async fn unlisten(&self, queue: &QueueName) -> Result<(), Error> {
+        let sql = format!("UNLISTEN \"{}\"", queue.insert_channel());
+        self.client
+            .batch_execute(&sql)
+            .await
+            .map_err(Error::from_pg)
+    }
+
+    /// The next notification; None once the connection is lost (reconnect then).
+    pub async fn recv(&mut self) -> Option<Notification> {
+        self.stream.recv().await
+    }
+
+    /// Whether the connection has closed.
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Control a running throwaway cluster without removing it; used by the fault tests.
+#   db-ctl.sh kill      stop the server at once (pg_ctl stop -m immediate: a crash)
+#   db-ctl.sh start     start it again (crash recovery runs)
+#   db-ctl.sh restart   kill, then start
+#   db-ctl.sh status    exit 0 when running
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/db-common.sh"
+bindir="$(find_pg_bin)"
+case "${1:-}" in
+  kill) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" stop -m immediate -w >/dev/null ;;
+  start) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" -l "$PG_LOG" -w -t 60 start >/dev/null ;;
+  restart) "$0" kill; "$0" start ;;
+  status) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" status >/dev/null ;;
+  *) echo "usage: $0 kill|start|restart|status" >&2; exit 2 ;;
+esac

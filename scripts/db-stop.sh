@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Stop the throwaway cluster started by db-start.sh and remove its folder.
+# Idempotent: nothing to stop is not an error.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/db-common.sh"
+bindir="$(find_pg_bin || true)"
+if [ -n "$bindir" ] && [ -f "$PGDATA_DIR/postmaster.pid" ]; then
+  as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" stop -m fast -w -t 60 >/dev/null 2>&1 \
+    || as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" stop -m immediate >/dev/null 2>&1 || true
+fi
+rm -rf "$PGMQ_DB_DIR"
+db_log "stopped and removed $PGMQ_DB_DIR"
