@@ -80,14 +80,15 @@ if [ "$fresh" = 1 ] || [ ! -f "$PGDATA_DIR/.pgmq-ready" ]; then
     psql_su -d postgres -c "CREATE DATABASE $db OWNER pgmq" >/dev/null
   done
   psql_su -d pgmq -c "CREATE EXTENSION pgmq" >/dev/null
-  # pg_partman, when its package is installed, for partitioned queues.
-  if [ -f "$("$PG_CONFIG" --sharedir)/extension/pg_partman.control" ]; then
-    psql_su -d pgmq -c "CREATE SCHEMA IF NOT EXISTS partman; CREATE EXTENSION IF NOT EXISTS pg_partman SCHEMA partman" >/dev/null
-  fi
   as_pg "$bindir/psql" -h "$PGMQ_DB_DIR" -p "$PGMQ_DB_PORT" -U pgmq -d pgmq_sqlonly -v ON_ERROR_STOP=1 -qAt \
     -f "$sqldir/pgmq--$version.sql" >/dev/null 2>&1
   as_pg touch "$PGDATA_DIR/.pgmq-ready"
   db_log "cluster ready: PostgreSQL $(psql_su -d pgmq -c 'show server_version'), PGMQ $version"
+fi
+
+# pg_partman, when its package is installed (it may arrive after the cluster did).
+if [ -f "$("$PG_CONFIG" --sharedir)/extension/pg_partman.control" ]; then
+  psql_su -d pgmq -c "CREATE SCHEMA IF NOT EXISTS partman; CREATE EXTENSION IF NOT EXISTS pg_partman SCHEMA partman" >/dev/null
 fi
 
 echo "$DSN"

@@ -1,0 +1,38 @@
+//! Quickstart: create a queue, send, read, delete.
+//!
+//! `cargo run -p pgmq-examples --example quickstart` (DATABASE_URL or the
+//! throwaway cluster's DSN).
+
+use std::time::Duration;
+
+use pgmq_client::{Client, QueueName};
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Greeting {
+    text: String,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let dsn = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
+    let client = Client::connect(&dsn).await?;
+    let queue = QueueName::new("quickstart")?;
+    client.create(&queue).await?;
+
+    let id = client
+        .send(&queue, &Greeting { text: "hello".into() })
+        .await?;
+    println!("sent message {id}");
+
+    for msg in client
+        .read::<Greeting>(&queue, Duration::from_secs(30), 10)
+        .await?
+    {
+        println!("read message {}: {:?} (read {} time)", msg.msg_id, msg.body, msg.read_ct);
+        client.delete(&queue, msg.msg_id).await?;
+        println!("deleted message {}", msg.msg_id);
+    }
+    client.drop_queue(&queue).await?;
+    Ok(())
+}

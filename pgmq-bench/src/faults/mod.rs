@@ -1,0 +1,1 @@
+//! The fault and bad-input suite (work in progress).

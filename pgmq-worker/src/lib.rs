@@ -1,0 +1,1 @@
+//! The PGMQ worker runtime (work in progress).

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite on a throwaway local database. Works on a fresh Debian
+# machine as root: installs PostgreSQL (and pg_partman, best effort) when
+# missing, installs PGMQ from the pinned crate, starts the cluster, runs every
+# test and doc test, and stops the cluster again if this script started it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+started=0
+if ! bash scripts/db-ctl.sh status >/dev/null 2>&1; then
+  started=1
+fi
+if [ "$started" = 1 ]; then
+  trap 'bash scripts/db-stop.sh >/dev/null 2>&1 || true' EXIT
+fi
+bash scripts/install-partman.sh || true
+PGMQ_TEST_DSN="$(bash scripts/db-start.sh)"
+export PGMQ_TEST_DSN
+
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --all-features --no-fail-fast
+else
+  cargo test --workspace --all-features --no-fail-fast
+fi
+cargo test --workspace --all-features --doc
