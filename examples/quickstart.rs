@@ -21,7 +21,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     client.create(&queue).await?;
 
     let id = client
-        .send(&queue, &Greeting { text: "hello".into() })
+        .send(
+            &queue,
+            &Greeting {
+                text: "hello".into(),
+            },
+        )
         .await?;
     println!("sent message {id}");
 
@@ -29,7 +34,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .read::<Greeting>(&queue, Duration::from_secs(30), 10)
         .await?
     {
-        println!("read message {}: {:?} (read {} time)", msg.msg_id, msg.body, msg.read_ct);
+        println!(
+            "read message {}: {:?} (read {} time)",
+            msg.msg_id, msg.body, msg.read_ct
+        );
         client.delete(&queue, msg.msg_id).await?;
         println!("deleted message {}", msg.msg_id);
     }
