@@ -80,6 +80,9 @@ impl<E: Executor> Pgmq<E> {
 pub struct Pool {
     inner: bb8::Pool<ConnectionManager>,
     install: Option<Arc<PgmqInstall>>,
+    /// The connection settings, for dedicated connections outside the pool
+    /// (LISTEN); None for a pool handed to [`Client::from_pool`].
+    dedicated: Option<Arc<(tokio_postgres::Config, MakeRustlsConnect)>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -97,9 +100,43 @@ impl Executor for Pool {
         stmt: Stmt,
         params: Params<'_>,
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let conn = self.inner.get().await?;
+        let conn = checkout(self.inner.state().connections, || self.inner.get()).await?;
         conn.query(stmt, params).await
     }
+
+    fn autocommit(&self) -> bool {
+        true
+    }
+}
+
+/// Checks a connection out of the pool, passing over connections already
+/// known to be closed (the server restarted, or ended them while idle): that
+/// costs no round trip, and spares a call a connection that cannot work. After
+/// `open` closed ones (the connections open at the start) the next is returned
+/// as is, and a call on it fails with [`Error::ConnectionLost`] and
+/// [`Outcome::NotSent`](crate::Outcome::NotSent).
+async fn checkout<'a, F, Fut>(
+    open: u32,
+    get: F,
+) -> Result<bb8::PooledConnection<'a, ConnectionManager>, Error>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<
+        Output = Result<
+            bb8::PooledConnection<'a, ConnectionManager>,
+            bb8::RunError<tokio_postgres::Error>,
+        >,
+    >,
+{
+    for _ in 0..open {
+        let conn = get().await?;
+        if !conn.client().is_closed() {
+            return Ok(conn);
+        }
+        // Dropped: bb8 sees `has_broken` and discards it.
+        tracing::debug!("passing over a closed pooled connection");
+    }
+    Ok(get().await?)
 }
 
 impl Client {
@@ -139,20 +176,48 @@ impl Client {
         Ok(Pgmq::on(Pool {
             inner: pool,
             install: Some(Arc::new(install)),
+            dedicated: None,
         }))
     }
 
     /// Checks out a pooled connection, e.g. to open a
     /// [`transaction`](Connection::transaction).
     pub async fn connection(&self) -> Result<bb8::PooledConnection<'_, ConnectionManager>, Error> {
-        Ok(self.executor().inner.get().await?)
+        let pool = &self.executor().inner;
+        checkout(pool.state().connections, || pool.get()).await
     }
 
     /// Checks out a pooled connection that does not borrow the client.
     pub async fn connection_owned(
         &self,
     ) -> Result<bb8::PooledConnection<'static, ConnectionManager>, Error> {
-        Ok(self.executor().inner.get_owned().await?)
+        let pool = &self.executor().inner;
+        checkout(pool.state().connections, || pool.get_owned()).await
+    }
+
+    /// Opens a [`Listener`](crate::Listener): one dedicated connection (outside
+    /// the pool) with this client's settings, for LISTEN.
+    ///
+    /// Fails with [`Error::Config`] for a client made by
+    /// [`Client::from_pool`] (the pool does not tell its settings); use
+    /// [`Listener::connect`](crate::Listener::connect) then.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// let mut listener = client.listener().await?;
+    /// listener.listen(&q).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn listener(&self) -> Result<crate::Listener, Error> {
+        let Some(settings) = self.executor().dedicated.as_deref() else {
+            return Err(Error::Config(
+                "this client was made from a caller's pool (Client::from_pool); \
+                 open the listener with Listener::connect"
+                    .into(),
+            ));
+        };
+        crate::Listener::from_config(&settings.0, settings.1.clone()).await
     }
 
     /// The bb8 pool.
@@ -300,7 +365,10 @@ impl ClientBuilder {
 
     /// Opens the pool (one connection, to check PGMQ) and returns the client.
     pub async fn connect(self) -> Result<Client, Error> {
-        let manager = ConnectionManager::new(self.pg_config()?, self.make_tls());
+        let config = self.pg_config()?;
+        let tls = self.make_tls();
+        let dedicated = Some(Arc::new((config.clone(), tls.clone())));
+        let manager = ConnectionManager::new(config, tls);
         // Open the first connection directly, so that a wrong password or an
         // unreachable host surfaces as its own error rather than a pool timeout.
         let first = bb8::ManageConnection::connect(&manager)
@@ -323,6 +391,7 @@ impl ClientBuilder {
         Ok(Pgmq::on(Pool {
             inner: pool,
             install,
+            dedicated,
         }))
     }
 

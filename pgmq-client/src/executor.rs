@@ -34,6 +34,14 @@ pub trait Executor: Send + Sync {
         stmt: Stmt,
         params: Params<'_>,
     ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send;
+
+    /// Whether each call runs in a transaction of its own, so that a failed
+    /// call can be repeated without touching a caller's transaction. True for
+    /// [`Pool`](crate::Pool); false (the default) for connections and
+    /// transactions, where an error aborts the caller's transaction.
+    fn autocommit(&self) -> bool {
+        false
+    }
 }
 
 impl<E: Executor + ?Sized> Executor for &E {
@@ -43,6 +51,10 @@ impl<E: Executor + ?Sized> Executor for &E {
         params: Params<'_>,
     ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send {
         (**self).query(stmt, params)
+    }
+
+    fn autocommit(&self) -> bool {
+        (**self).autocommit()
     }
 }
 

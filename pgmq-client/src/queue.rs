@@ -1,6 +1,7 @@
 //! Queues: create (plain, unlogged, partitioned), drop, purge, list, metrics.
 
 use chrono::{DateTime, Utc};
+use tokio_postgres::error::SqlState;
 
 use crate::error::Error;
 use crate::executor::Executor;
@@ -168,8 +169,27 @@ impl<E: Executor> Pgmq<E> {
     }
 
     /// Metrics of every queue.
+    ///
+    /// PGMQ's `metrics_all` fails with SQLSTATE 42P01 when a queue is dropped
+    /// while it runs. On the pool the call is then repeated (up to three
+    /// times); inside a transaction the error is returned (and aborts the
+    /// transaction, as any error does).
+    #[tracing::instrument(name = "pgmq.metrics_all", skip_all)]
     pub async fn metrics_all(&self) -> Result<Vec<QueueMetrics>, Error> {
-        let rows = self.run(Stmt::MetricsAll, None, &[]).await?;
+        let mut attempt = 0;
+        let rows = loop {
+            attempt += 1;
+            match self.run(Stmt::MetricsAll, None, &[]).await {
+                Err(e)
+                    if attempt < 4
+                        && self.executor().autocommit()
+                        && e.sqlstate() == Some(&SqlState::UNDEFINED_TABLE) =>
+                {
+                    tracing::debug!(attempt, "a queue was dropped during metrics_all; again");
+                }
+                res => break res?,
+            }
+        };
         rows.iter().map(metrics_from_row).collect()
     }
 }

@@ -1,8 +1,10 @@
-//! Shared helpers of the integration tests: the throwaway database's DSN and
-//! unique queue names.
+//! Shared helpers of the integration tests: the throwaway database's DSN,
+//! unique queue names, a guard that drops a test's queues even when it panics,
+//! and a plain `tokio_postgres` connection for looking at tables directly.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 use pgmq_client::{Client, QueueName};
 
@@ -16,7 +18,14 @@ pub fn dsn() -> String {
 pub fn dsn_for(db: &str) -> String {
     let d = dsn();
     match d.rfind('/') {
-        Some(i) => format!("{}/{}", &d[..i], db),
+        Some(i) => {
+            let (base, rest) = d.split_at(i);
+            // Keep any query string (`?sslmode=...`).
+            match rest.find('?') {
+                Some(q) => format!("{base}/{db}{}", &rest[q..]),
+                None => format!("{base}/{db}"),
+            }
+        }
         None => d,
     }
 }
@@ -25,6 +34,22 @@ pub async fn client() -> Client {
     Client::connect(&dsn())
         .await
         .expect("the test database is up: run scripts/db-start.sh")
+}
+
+/// A plain tokio-postgres connection (no statement cache, no TLS) to `dsn`.
+pub async fn raw_to(dsn: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .expect("the test database is up: run scripts/db-start.sh");
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+/// A plain tokio-postgres connection to the test database.
+pub async fn raw() -> tokio_postgres::Client {
+    raw_to(&dsn()).await
 }
 
 /// A queue name no other test (or run) uses.
@@ -44,4 +69,136 @@ pub async fn fresh_queue(client: &Client, prefix: &str) -> QueueName {
     let q = unique(prefix);
     client.create(&q).await.unwrap();
     q
+}
+
+/// Drops every queue it handed out when it goes out of scope, also when the
+/// test panicked (on a thread of its own, so it works from any runtime).
+pub struct Queues {
+    dsn: String,
+    names: Mutex<Vec<QueueName>>,
+}
+
+impl Queues {
+    /// A guard for queues on the test database.
+    pub fn new() -> Self {
+        Self::on(&dsn())
+    }
+
+    /// A guard for queues on another database or server.
+    pub fn on(dsn: &str) -> Self {
+        Queues {
+            dsn: dsn.to_owned(),
+            names: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A unique name, dropped at the end (whether or not it gets created).
+    pub fn name(&self, prefix: &str) -> QueueName {
+        let q = unique(prefix);
+        self.names.lock().unwrap().push(q.clone());
+        q
+    }
+
+    /// A unique queue, created now, dropped at the end.
+    pub async fn fresh<E: pgmq_client::Executor>(
+        &self,
+        pgmq: &pgmq_client::Pgmq<E>,
+        prefix: &str,
+    ) -> QueueName {
+        let q = self.name(prefix);
+        pgmq.create(&q).await.unwrap();
+        q
+    }
+}
+
+impl Default for Queues {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut *self.names.lock().unwrap());
+        if names.is_empty() {
+            return;
+        }
+        let dsn = self.dsn.clone();
+        let cleanup = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let Ok((pg, conn)) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await
+                else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                for q in names {
+                    let name = q.as_str();
+                    let _ = pg
+                        .execute(
+                            "SELECT pgmq.drop_queue(queue_name) FROM pgmq.meta WHERE queue_name = $1",
+                            &[&name],
+                        )
+                        .await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// Rows of a queue's table: `(msg_id, read_ct, body)` in id order.
+pub async fn queue_rows(
+    pg: &tokio_postgres::Client,
+    q: &QueueName,
+) -> Vec<(i64, i32, serde_json::Value)> {
+    table_rows(pg, &q.table()).await
+}
+
+/// Rows of a queue's archive table: `(msg_id, read_ct, body)` in id order.
+pub async fn archive_rows(
+    pg: &tokio_postgres::Client,
+    q: &QueueName,
+) -> Vec<(i64, i32, serde_json::Value)> {
+    table_rows(pg, &q.archive_table()).await
+}
+
+async fn table_rows(
+    pg: &tokio_postgres::Client,
+    table: &str,
+) -> Vec<(i64, i32, serde_json::Value)> {
+    // `table` comes from a validated QueueName.
+    let sql = format!("SELECT msg_id, read_ct, message FROM {table} ORDER BY msg_id");
+    fetch(pg, &sql, &[], |r| (r.get(0), r.get(1), r.get(2))).await
+}
+
+/// The names of `pgmq.meta`, sorted.
+pub async fn meta_names(pg: &tokio_postgres::Client) -> Vec<String> {
+    fetch(
+        pg,
+        "SELECT queue_name FROM pgmq.meta ORDER BY 1",
+        &[],
+        |r| r.get(0),
+    )
+    .await
+}
+
+/// Runs `sql` and maps each row with `f`.
+pub async fn fetch<T>(
+    pg: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    f: impl Fn(&tokio_postgres::Row) -> T,
+) -> Vec<T> {
+    pg.query(sql, params).await.unwrap().iter().map(f).collect()
+}
+
+/// Ids of messages.
+pub fn ids<T>(msgs: &[pgmq_client::Message<T>]) -> Vec<i64> {
+    msgs.iter().map(|m| m.msg_id).collect()
 }
