@@ -48,9 +48,9 @@ pub struct Message<T = serde_json::Value> {
 impl Message<RawJson> {
     /// Decodes the body into `T`.
     pub fn decode<T: DeserializeOwned>(self) -> Result<Message<T>, Error> {
-        let body = self.body.decode().map_err(|source| Error::Deserialize {
+        let body = self.body.decode().map_err(|e| Error::Deserialize {
             msg_id: self.msg_id,
-            source,
+            source: crate::error::payload_free(&e),
         })?;
         Ok(self.with_body(body))
     }
