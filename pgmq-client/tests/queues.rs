@@ -8,19 +8,17 @@ use std::time::Duration;
 use pgmq_client::{Client, ClientBuilder, ConnectionManager, Error, Message, QueueName};
 use serde_json::{json, Value};
 
-use common::Queues;
+use common::{scalar, Queues};
 
 const VT: Duration = Duration::from_secs(30);
 
 async fn relpersistence(pg: &tokio_postgres::Client, q: &QueueName) -> String {
-    let c: i8 = pg
-        .query_one(
-            "SELECT relpersistence FROM pg_class WHERE oid = to_regclass($1)",
-            &[&q.table()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let c: i8 = scalar(
+        &pg,
+        "SELECT relpersistence FROM pg_class WHERE oid = to_regclass($1)",
+        &[&q.table()],
+    )
+    .await;
     (c as u8 as char).to_string()
 }
 
@@ -42,11 +40,8 @@ async fn create_is_idempotent_and_listed() {
     assert!(!info.is_partitioned && !info.is_unlogged);
     assert_eq!(relpersistence(&pg, &q).await, "p");
     // The archive table exists too.
-    let a: Option<String> = pg
-        .query_one("SELECT to_regclass($1)::text", &[&q.archive_table()])
-        .await
-        .unwrap()
-        .get(0);
+    let a: Option<String> =
+        scalar(&pg, "SELECT to_regclass($1)::text", &[&q.archive_table()]).await;
     assert!(a.is_some());
 }
 
@@ -106,14 +101,12 @@ async fn create_partitioned_when_pg_partman_is_installed() {
         .find(|i| i.queue_name == q.as_str())
         .expect("listed");
     assert!(info.is_partitioned);
-    let parts: i64 = pg
-        .query_one(
-            "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass($1)",
-            &[&q.table()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let parts: i64 = scalar(
+        &pg,
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass($1)",
+        &[&q.table()],
+    )
+    .await;
     assert!(parts >= 1, "pg_partman made partitions");
     let ids = client
         .send_batch(&q, &[json!(1), json!(2), json!(3)])
@@ -126,14 +119,12 @@ async fn create_partitioned_when_pg_partman_is_installed() {
     let m = client.metrics(&q).await.unwrap();
     assert_eq!((m.queue_length, m.total_messages), (0, 3));
     assert!(client.drop_queue(&q).await.unwrap());
-    let config: i64 = pg
-        .query_one(
-            "SELECT count(*) FROM partman.part_config WHERE parent_table = $1",
-            &[&q.table()],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let config: i64 = scalar(
+        &pg,
+        "SELECT count(*) FROM partman.part_config WHERE parent_table = $1",
+        &[&q.table()],
+    )
+    .await;
     assert_eq!(config, 0, "drop_queue removed the pg_partman config");
 }
 
@@ -146,11 +137,7 @@ async fn drop_queue_removes_tables_and_a_missing_queue_is_false() {
     client.send(&q, &1).await.unwrap();
     assert!(client.drop_queue(&q).await.unwrap());
     assert!(!client.queue_exists(&q).await.unwrap());
-    let t: Option<String> = pg
-        .query_one("SELECT to_regclass($1)::text", &[&q.table()])
-        .await
-        .unwrap()
-        .get(0);
+    let t: Option<String> = scalar(&pg, "SELECT to_regclass($1)::text", &[&q.table()]).await;
     assert_eq!(t, None);
     assert!(!client.drop_queue(&q).await.unwrap(), "already gone");
     assert!(!client.drop_queue(&qs.name("never")).await.unwrap());

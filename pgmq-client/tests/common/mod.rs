@@ -198,6 +198,15 @@ pub async fn fetch<T>(
     pg.query(sql, params).await.unwrap().iter().map(f).collect()
 }
 
+/// The first column of the one row `sql` returns.
+pub async fn scalar<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+    pg: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> T {
+    pg.query_one(sql, params).await.unwrap().get(0)
+}
+
 /// Ids of messages.
 pub fn ids<T>(msgs: &[pgmq_client::Message<T>]) -> Vec<i64> {
     msgs.iter().map(|m| m.msg_id).collect()
