@@ -24,16 +24,28 @@ pub const FIFO_GROUP_HEADER: &str = "x-pgmq-group";
 #[non_exhaustive]
 pub enum GroupStrategy {
     /// `read_grouped`: fill the batch from the group with the oldest message
-    /// first, like SQS FIFO.
+    /// first, like SQS FIFO. The batch comes back in `msg_id` order.
     #[default]
     Fill,
     /// `read_grouped_rr`: interleave groups round-robin, oldest first in each.
+    /// The batch comes back in that interleaved order.
     RoundRobin,
-    /// `read_grouped_head`: at most the head message of each group.
+    /// `read_grouped_head`: at most the head message of each group, in
+    /// `msg_id` order.
     Head,
 }
 
 impl GroupStrategy {
+    /// PGMQ returns `UPDATE ... RETURNING` rows, whose order SQL does not
+    /// promise; for Fill and Head, `msg_id` order is the order to handle them
+    /// in (it keeps each group's order). Round robin's order is its own.
+    fn arrange<T>(self, mut batch: Vec<Message<T>>) -> Vec<Message<T>> {
+        if self != GroupStrategy::RoundRobin {
+            batch.sort_by_key(|m| m.msg_id);
+        }
+        batch
+    }
+
     fn stmts(self) -> (Stmt, Stmt) {
         match self {
             GroupStrategy::Fill => (Stmt::ReadGrouped, Stmt::ReadGroupedWithPoll),
@@ -72,7 +84,7 @@ impl<E: Executor> Pgmq<E> {
         let rows = self
             .run(strategy.stmts().0, Some(q), &[&q, &vt, &n])
             .await?;
-        decode_rows(&rows)
+        decode_rows(&rows).map(|b| strategy.arrange(b))
     }
 
     /// [`read_grouped`](Self::read_grouped), polling on the server for up to
@@ -99,7 +111,7 @@ impl<E: Executor> Pgmq<E> {
                 &[&q, &vt, &n, &max_poll, &interval],
             )
             .await?;
-        decode_rows(&rows)
+        decode_rows(&rows).map(|b| strategy.arrange(b))
     }
 
     /// Adds PGMQ's GIN index on headers, which speeds up grouped reads.
