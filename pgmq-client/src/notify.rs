@@ -170,6 +170,15 @@ impl Listener {
         Ok(Listener { client, stream })
     }
 
+    /// Opens the dedicated connection with these settings.
+    pub(crate) async fn from_config(
+        config: &tokio_postgres::Config,
+        tls: MakeRustlsConnect,
+    ) -> Result<Listener, Error> {
+        let (client, stream) = connect_listener(config, tls).await?;
+        Ok(Listener { client, stream })
+    }
+
     /// LISTENs on `queue`'s insert channel. The channel name comes from a
     /// validated [`QueueName`], so quoting it as an identifier is safe.
     pub async fn listen(&self, queue: &QueueName) -> Result<(), Error> {

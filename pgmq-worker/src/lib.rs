@@ -1,1 +1,124 @@
-//! The PGMQ worker runtime (work in progress).
+//! A worker runtime for [PGMQ](https://github.com/pgmq/pgmq): bounded claims,
+//! batched acknowledgements, wake-ups and a graceful drain, on
+//! [`pgmq_client`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use pgmq_client::{Client, Message, QueueName};
+//! use pgmq_worker::{Outcome, Worker};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Email { to: String }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let client = Client::connect("postgres://pgmq:pgmq@127.0.0.1:55432/pgmq").await?;
+//!     let queue = QueueName::new("emails")?;
+//!     client.create(&queue).await?;
+//!
+//!     let worker: Worker<Email> = Worker::builder(client, queue)
+//!         .concurrency(8)
+//!         .visibility_timeout(Duration::from_secs(30))
+//!         .handler(|msg: Message<Email>| async move {
+//!             println!("sending to {}", msg.body.to);
+//!             Ok::<_, std::io::Error>(Outcome::Delete)
+//!         })
+//!         .build()?;
+//!
+//!     // Runs until SIGINT/SIGTERM, then drains gracefully.
+//!     let report = worker.run_until_signal().await?;
+//!     println!("handled {}, released {}", report.handled, report.released);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Behaviour
+//!
+//! - **At least once.** A message is deleted (or archived, retried,
+//!   dead-lettered) only after its handler returned. Anything that goes wrong
+//!   in between (a crash, a lost connection, an acknowledgement that cannot be
+//!   written) leaves the message in the queue, and it comes back after its
+//!   visibility timeout. Handlers must therefore be idempotent.
+//! - **Bounded claims.** Claim loops (`claimers`, 2 by default, each with one
+//!   `pgmq.read` in flight) never read more than the free room of the claim
+//!   queue (`claim_capacity`): memory does not grow with the backlog. After a
+//!   full batch they read again at once; after a short or empty one they
+//!   sleep `poll_interval` (only one of them times its polls: an idle worker
+//!   makes about 4 reads a second at 250 ms) or until woken.
+//! - **Handlers.** `concurrency` long-lived handler loops take messages from
+//!   the claim queue. A body that does not decode into `T` is dead-lettered
+//!   at once, without calling the handler. A handler returns an [`Outcome`]:
+//!   [`Delete`](Outcome::Delete), [`Archive`](Outcome::Archive),
+//!   [`Retry`](Outcome::Retry) after a delay, or
+//!   [`DeadLetter`](Outcome::DeadLetter). An error or a panic (caught; the
+//!   worker keeps running) means retry after [`Backoff`] for the attempt
+//!   number (PGMQ's `read_ct`); past `max_attempts` the message is
+//!   dead-lettered. A message delivered more than `max_attempts` times (say,
+//!   after repeated crashes) is dead-lettered without running it.
+//!   [`blocking_handler`](WorkerBuilder::blocking_handler) runs CPU-bound
+//!   handlers on dedicated threads.
+//! - **Dead letters** move to the dead-letter queue and leave the source in
+//!   one transaction, with headers `reason`, `attempts`, `source_queue`,
+//!   `original_msg_id` and `original_headers`. Without a dead-letter queue
+//!   they are archived (PGMQ's archive table keeps them, without a reason).
+//! - **Batched acknowledgements.** A completer writes outcomes with one
+//!   `pgmq.delete`/`archive`/`set_vt` per batch (flushed when full or after
+//!   5 ms), retries transient failures, and makes handlers wait when it falls
+//!   behind (bounded channel).
+//! - **Heartbeat.** A handler still running past half the visibility timeout
+//!   gets it extended (one batched `pgmq.set_vt` for all of them), so a live
+//!   long job is not delivered twice. A claimed message that waited locally
+//!   for 3/4 of its visibility timeout is not started (it is about to be
+//!   visible again anyway).
+//! - **Wake-ups.** With [`WakeUp::Notify`] a dedicated connection LISTENs on
+//!   PGMQ's insert channel and wakes idle claimers at once; polling stays on,
+//!   since PGMQ does not notify when delayed messages or expired visibility
+//!   timeouts make messages visible.
+//! - **Faults.** A failed read or acknowledgement is logged and retried with
+//!   backoff; the pool opens new connections; the worker never panics and
+//!   resumes when the database is back.
+//! - **Shutdown** (a future resolving, a signal, or [`WorkerHandle::shutdown`]):
+//!   stop claiming; release claimed-but-unstarted messages at once
+//!   (`pgmq.set_vt(ids, 0)`); let in-flight handlers finish within
+//!   `shutdown_grace` (later ones are abandoned and reported); drain the
+//!   acknowledgements; return a [`ShutdownReport`]. See [`shutdown`'s
+//!   steps](ShutdownReport).
+//! - **Observability.** `tracing` spans per read and acknowledgement batch
+//!   (from `pgmq_client`) and per message (`pgmq_worker.handle`, debug
+//!   level); no per-message events above debug. [`WorkerHandle::stats`] is a
+//!   cheap [`StatsSnapshot`] of counters and three latency histograms.
+//!
+//! # Files
+//!
+//! `config.rs` (builder and defaults), `handler.rs` (handler traits,
+//! outcomes), `claimer.rs` (reads into the claim queue), `executor.rs`
+//! (handler loops, panics, blocking handlers), `completer.rs` (batched
+//! acknowledgements, dead letters), `heartbeat.rs`, `notifier.rs`
+//! (LISTEN), `shutdown.rs` (the stop sequence and report), `stats.rs`,
+//! `worker.rs` (assembly) and `error.rs`.
+
+mod claimer;
+mod completer;
+mod config;
+mod error;
+mod executor;
+mod handler;
+mod heartbeat;
+mod notifier;
+mod shutdown;
+mod stats;
+mod worker;
+
+pub use config::{Backoff, WakeUp, WorkerBuilder};
+pub use error::Error;
+pub use handler::{BlockingHandler, Handler, HandlerError, Outcome};
+pub use shutdown::ShutdownReport;
+pub use stats::StatsSnapshot;
+pub use worker::{Worker, WorkerHandle};
+
+/// Re-exports used in this crate's public API.
+pub mod reexports {
+    pub use hdrhistogram;
+    pub use pgmq_client;
+    pub use tokio_util;
+}

@@ -1,0 +1,254 @@
+//! Writes acknowledgements in batches.
+//!
+//! Handlers send one [`Ack`] per message into a bounded channel
+//! (`ack_capacity`; a full channel makes handlers wait: backpressure). The
+//! completer takes up to `ack_batch_size` at a time, waiting at most
+//! `ack_flush_interval` for a batch to fill, and writes each batch with one
+//! call per kind: `pgmq.delete(ids)`, `pgmq.archive(ids)`, `pgmq.set_vt(ids)`
+//! per delay, and one transaction for the dead letters. Up to `ack_flushers`
+//! batches are written at once. A write that fails transiently is retried
+//! with backoff for up to `ack_retry_timeout`; after that (or on a permanent
+//! error) the batch is given up and counted in `acks_failed`: those messages
+//! become visible again when their visibility timeout ends, which is the
+//! at-least-once contract. When every handler is done the channel closes and
+//! the completer writes what is left, then ends.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgmq_client::{Delay, Pgmq, VisibleAt};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::claimer::ErrorBackoff;
+use crate::stats::{bump, drop_by};
+use crate::worker::Shared;
+
+/// One message's acknowledgement.
+#[derive(Debug)]
+pub(crate) struct Ack {
+    pub msg_id: i64,
+    /// Its delivery count when handled.
+    pub attempts: u32,
+    pub kind: AckKind,
+}
+
+/// What to write for a message.
+#[derive(Debug)]
+pub(crate) enum AckKind {
+    Delete,
+    Archive,
+    Retry(Duration),
+    DeadLetter { reason: String },
+}
+
+/// Runs until the channel is closed (every sender dropped, or `closing`
+/// cancelled) and every batch is written.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<Ack>,
+    closing: CancellationToken,
+) {
+    let cfg = &shared.config;
+    let batch = cfg.ack_batch_size;
+    let mut flushes = JoinSet::new();
+    let mut closed = false;
+    loop {
+        let mut buf = Vec::with_capacity(batch);
+        let n = tokio::select! {
+            n = rx.recv_many(&mut buf, batch) => n,
+            _ = closing.cancelled(), if !closed => {
+                // Abandoned blocking handlers may still hold senders: stop
+                // accepting, write what is buffered, end.
+                rx.close();
+                closed = true;
+                continue;
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        if buf.len() < batch {
+            let deadline = tokio::time::Instant::now() + cfg.ack_flush_interval;
+            loop {
+                let room = batch - buf.len();
+                tokio::select! {
+                    n = rx.recv_many(&mut buf, room) => {
+                        if n == 0 || buf.len() >= batch {
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep_until(deadline) => break,
+                }
+            }
+        }
+        while flushes.try_join_next().is_some() {}
+        while flushes.len() >= cfg.ack_flushers {
+            flushes.join_next().await;
+        }
+        flushes.spawn(flush(Arc::clone(&shared), buf));
+    }
+    while flushes.join_next().await.is_some() {}
+}
+
+/// Writes one batch: deletes, archives, retries, dead letters.
+async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
+    let n = acks.len() as u64;
+    let mut deletes = Vec::new();
+    let mut archives = Vec::new();
+    let mut retries: Vec<(u64, i64)> = Vec::new();
+    let mut dead = Vec::new();
+    for ack in acks {
+        match ack.kind {
+            AckKind::Delete => deletes.push(ack.msg_id),
+            AckKind::Archive => archives.push(ack.msg_id),
+            AckKind::Retry(d) => retries.push((ceil_secs(d), ack.msg_id)),
+            AckKind::DeadLetter { reason } => dead.push((ack.msg_id, ack.attempts, reason)),
+        }
+    }
+    let q = &shared.config.queue;
+    let c = &shared.stats.c;
+    if !deletes.is_empty() {
+        write(&shared, "delete", deletes.len(), &c.deleted, || {
+            shared.client.delete_batch(q, &deletes)
+        })
+        .await;
+    }
+    if !archives.is_empty() {
+        write(&shared, "archive", archives.len(), &c.archived, || {
+            shared.client.archive_batch(q, &archives)
+        })
+        .await;
+    }
+    if !retries.is_empty() {
+        retries.sort_unstable();
+        for group in retries.chunk_by(|a, b| a.0 == b.0) {
+            let secs = group[0].0;
+            let ids: Vec<i64> = group.iter().map(|r| r.1).collect();
+            write(&shared, "retry", ids.len(), &c.retried, || {
+                shared
+                    .client
+                    .set_vt_batch(q, &ids, VisibleAt::After(Duration::from_secs(secs)))
+            })
+            .await;
+        }
+    }
+    if !dead.is_empty() {
+        write(&shared, "dead-letter", dead.len(), &c.dead_lettered, || {
+            dead_letter(&shared, &dead)
+        })
+        .await;
+    }
+    drop_by(&c.acks_pending, n);
+}
+
+/// Whole seconds, rounded up (PGMQ's visibility delays are whole seconds).
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Runs `call` until it succeeds, fails permanently, or the retry time runs
+/// out; counts what was written into `done`, what was given up into `acks_failed`.
+async fn write<F, Fut>(
+    shared: &Shared,
+    what: &'static str,
+    count: usize,
+    done: &std::sync::atomic::AtomicU64,
+    mut call: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<i64>, pgmq_client::Error>>,
+{
+    let give_up = Instant::now() + shared.config.ack_retry_timeout;
+    let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    loop {
+        match call().await {
+            Ok(written) => {
+                bump(done, written.len() as u64);
+                return;
+            }
+            Err(e) => {
+                let delay = backoff.next_delay();
+                let deadline = shared.ack_deadline().map_or(give_up, |d| d.min(give_up));
+                if !e.is_transient() || Instant::now() + delay >= deadline {
+                    bump(&shared.stats.c.acks_failed, count as u64);
+                    tracing::error!(
+                        error = %e, messages = count, action = what,
+                        "acknowledgement given up; the messages come back after their visibility timeout"
+                    );
+                    return;
+                }
+                bump(&shared.stats.c.ack_retries, 1);
+                tracing::warn!(error = %e, messages = count, action = what, retry_in = ?delay, "acknowledgement failed; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// Moves messages to the dead-letter queue in one transaction: each message's
+/// body and headers are taken (row-locked) from the source queue, the rows are
+/// deleted, and what was deleted is sent to the dead-letter queue with headers
+/// `{reason, attempts, source_queue, original_msg_id, original_headers}`.
+/// Messages already gone (acknowledged by someone else) are skipped. Without a
+/// dead-letter queue the messages are archived.
+async fn dead_letter(
+    shared: &Shared,
+    dead: &[(i64, u32, String)],
+) -> Result<Vec<i64>, pgmq_client::Error> {
+    let cfg = &shared.config;
+    let ids: Vec<i64> = dead.iter().map(|d| d.0).collect();
+    for (id, attempts, reason) in dead {
+        tracing::warn!(msg_id = id, attempts, %reason, queue = %cfg.queue, "dead-lettering");
+    }
+    let Some(dlq) = &cfg.dead_letter_queue else {
+        return shared.client.archive_batch(&cfg.queue, &ids).await;
+    };
+    let mut conn = shared.client.connection().await?;
+    let tx = conn.transaction().await?;
+    let pg = Pgmq::on(&tx);
+    // `set_vt` returns the whole message (and row-locks it until commit); the
+    // requests are pipelined on the one connection.
+    let found = futures::future::try_join_all(
+        ids.iter()
+            .map(|&id| pg.set_vt(&cfg.queue, id, VisibleAt::After(Duration::ZERO))),
+    )
+    .await?;
+    let deleted = pg.delete_batch(&cfg.queue, &ids).await?;
+    let mut bodies = Vec::with_capacity(deleted.len());
+    let mut headers = Vec::with_capacity(deleted.len());
+    for ((id, attempts, reason), msg) in dead.iter().zip(found) {
+        let Some(msg) = msg else { continue };
+        if !deleted.contains(id) {
+            continue;
+        }
+        headers.push(serde_json::json!({
+            "reason": reason,
+            "attempts": attempts,
+            "source_queue": cfg.queue.as_str(),
+            "original_msg_id": id,
+            "original_headers": msg.headers,
+        }));
+        bodies.push(msg.body);
+    }
+    if !bodies.is_empty() {
+        pg.send_batch_with(dlq, &bodies, Some(&headers), Delay::None)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_round_up_to_whole_seconds() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
+        assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
+    }
+}

@@ -1,0 +1,410 @@
+//! The builder, every setting and its default.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgmq_client::{Client, QueueName};
+use serde::de::DeserializeOwned;
+
+use crate::error::Error;
+use crate::executor::{AsyncSpawner, BlockingSpawner, Spawner};
+use crate::handler::{BlockingHandler, Handler};
+use crate::worker::Worker;
+
+/// How idle claimers learn that messages arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WakeUp {
+    /// Poll every `poll_interval` while the queue is empty (the default).
+    #[default]
+    Poll,
+    /// LISTEN on PGMQ's insert channel on one dedicated connection and read
+    /// as soon as a notification arrives; polling stays on at
+    /// `poll_interval`, because PGMQ does not notify when a delayed message or
+    /// an expired visibility timeout makes a message visible.
+    ///
+    /// At start the worker runs `pgmq.enable_notify_insert(queue,
+    /// notify_throttle)` unless the queue's insert trigger is already enabled
+    /// (an existing throttle is left alone).
+    Notify,
+}
+
+/// The delay before a failed message is tried again, by attempt number.
+///
+/// ```
+/// use std::time::Duration;
+/// use pgmq_worker::Backoff;
+///
+/// let b = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
+/// assert_eq!(b.delay(1), Duration::from_secs(1));
+/// assert_eq!(b.delay(3), Duration::from_secs(4));
+/// assert_eq!(b.delay(30), Duration::from_secs(60));
+/// assert_eq!(Backoff::constant(Duration::from_secs(5)).delay(9), Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backoff {
+    /// The same delay every time.
+    Constant(Duration),
+    /// `base * 2^(attempt - 1)`, at most `max`.
+    Exponential {
+        /// The delay after the first attempt.
+        base: Duration,
+        /// The largest delay.
+        max: Duration,
+    },
+}
+
+impl Backoff {
+    /// The same delay after every attempt.
+    pub fn constant(delay: Duration) -> Self {
+        Backoff::Constant(delay)
+    }
+
+    /// Doubling from `base` after the first attempt, capped at `max`.
+    pub fn exponential(base: Duration, max: Duration) -> Self {
+        Backoff::Exponential { base, max }
+    }
+
+    /// The delay after attempt `attempt` (1 = the first delivery) failed.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        match *self {
+            Backoff::Constant(d) => d,
+            Backoff::Exponential { base, max } => {
+                let shift = attempt.saturating_sub(1).min(31);
+                base.checked_mul(1u32 << shift).unwrap_or(max).min(max)
+            }
+        }
+    }
+}
+
+impl Default for Backoff {
+    /// Exponential from 1 s to 5 min.
+    fn default() -> Self {
+        Backoff::exponential(Duration::from_secs(1), Duration::from_secs(300))
+    }
+}
+
+/// The settings of a worker, as the builder leaves them.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub queue: QueueName,
+    pub concurrency: usize,
+    pub batch_size: usize,
+    pub claim_capacity: usize,
+    pub claimers: usize,
+    pub visibility_timeout: Duration,
+    pub poll_interval: Duration,
+    pub wake_up: WakeUp,
+    pub notify_throttle: Duration,
+    pub max_attempts: u32,
+    pub retry_backoff: Backoff,
+    pub dead_letter_queue: Option<QueueName>,
+    pub shutdown_grace: Duration,
+    pub heartbeat: bool,
+    pub ack_batch_size: usize,
+    pub ack_flush_interval: Duration,
+    pub ack_capacity: usize,
+    pub ack_flushers: usize,
+    pub ack_retry_timeout: Duration,
+    pub ack_drain_timeout: Duration,
+    pub check_queue: bool,
+}
+
+/// Builds a [`Worker`]. Every setting has a default; only the handler is required.
+///
+/// | setting | default | why |
+/// | --- | --- | --- |
+/// | `concurrency` | 8 | handler tasks; async handlers mostly wait on I/O, and 8 covers a 2-4 core host without queueing much work locally |
+/// | `batch_size` | 100 | the most one `pgmq.read` takes: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little |
+/// | `claim_capacity` | `3 * batch_size` | claimed-but-unstarted messages held locally: room for two reads in flight (one per claimer) plus a batch being handled, so a claim never waits on the acknowledgement of the last; bounded, so memory does not grow with the backlog |
+/// | `claimers` | 2 | concurrent claim loops, each with one read in flight: on two database cores two claim connections drain about 1.3x faster than one, more only add lock contention |
+/// | `visibility_timeout` | 30 s | how long a claimed message stays invisible; the heartbeat extends it for long handlers |
+/// | `poll_interval` | 250 ms | the sleep after an empty or short read: about 4 reads a second per idle worker |
+/// | `wake_up` | [`WakeUp::Poll`] | no trigger is installed unless asked for |
+/// | `notify_throttle` | 0 | for [`WakeUp::Notify`]: PGMQ's per-queue throttle when the worker enables the trigger; 0 notifies on every insert (lowest wake-up latency; each insert then updates PGMQ's throttle row, raise it for busy producers) |
+/// | `max_attempts` | 5 | deliveries (PGMQ's `read_ct`) before a failing message is dead-lettered |
+/// | `retry_backoff` | exponential 1 s .. 5 min | the visibility delay after a failed attempt |
+/// | `dead_letter_queue` | none | without one, messages past `max_attempts` (and undecodable ones) are archived instead |
+/// | `shutdown_grace` | 30 s | how long in-flight handlers may run after shutdown begins |
+/// | `heartbeat` | true | a handler running past half the visibility timeout gets it extended, so a live long job is not delivered twice |
+/// | `ack_batch_size` | `batch_size` | the most ids in one `pgmq.delete`/`archive`/`set_vt` |
+/// | `ack_flush_interval` | 5 ms | the longest an acknowledgement waits for its batch to fill |
+/// | `ack_capacity` | `4 * batch_size` | acknowledgements queued before handlers wait (backpressure) |
+/// | `ack_flushers` | 2 | batches written concurrently, so one slow flush does not stall the next |
+/// | `ack_retry_timeout` | `visibility_timeout` | how long a failing acknowledgement is retried; after that the message is visible again anyway, and is counted in `acks_failed` |
+/// | `ack_drain_timeout` | 10 s | at shutdown, how long queued acknowledgements may take to be written after the handlers stopped |
+/// | `check_queue` | true | at start, fail with an error when the queue (or the dead-letter queue) does not exist |
+///
+/// The client's pool needs room for `claimers` + `ack_flushers` + 1
+/// connections (10 by default is plenty); the LISTEN connection of
+/// [`WakeUp::Notify`] is opened outside the pool.
+///
+/// ```no_run
+/// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
+/// use std::time::Duration;
+/// use pgmq_client::{Message, QueueName};
+/// use pgmq_worker::{Backoff, Outcome, WakeUp, Worker};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u64 }
+///
+/// let worker: Worker<Order> = Worker::builder(client, QueueName::new("orders")?)
+///     .concurrency(4)
+///     .wake_up(WakeUp::Notify)
+///     .max_attempts(3)
+///     .retry_backoff(Backoff::exponential(Duration::from_secs(2), Duration::from_secs(60)))
+///     .dead_letter_queue(QueueName::new("orders_dlq")?)
+///     .handler(|msg: Message<Order>| async move {
+///         println!("order {}", msg.body.id);
+///         Ok::<_, std::io::Error>(Outcome::Delete)
+///     })
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct WorkerBuilder<T> {
+    client: Client,
+    config: Config,
+    claim_capacity: Option<usize>,
+    ack_batch_size: Option<usize>,
+    ack_capacity: Option<usize>,
+    ack_retry_timeout: Option<Duration>,
+    spawner: Option<Box<dyn Spawner<T>>>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> std::fmt::Debug for WorkerBuilder<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("config", &self.config)
+            .field("has_handler", &self.spawner.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
+    pub(crate) fn new(client: Client, queue: QueueName) -> Self {
+        WorkerBuilder {
+            client,
+            config: Config {
+                queue,
+                concurrency: 8,
+                batch_size: 100,
+                claim_capacity: 300,
+                claimers: 2,
+                visibility_timeout: Duration::from_secs(30),
+                poll_interval: Duration::from_millis(250),
+                wake_up: WakeUp::Poll,
+                notify_throttle: Duration::ZERO,
+                max_attempts: 5,
+                retry_backoff: Backoff::default(),
+                dead_letter_queue: None,
+                shutdown_grace: Duration::from_secs(30),
+                heartbeat: true,
+                ack_batch_size: 100,
+                ack_flush_interval: Duration::from_millis(5),
+                ack_capacity: 400,
+                ack_flushers: 2,
+                ack_retry_timeout: Duration::from_secs(30),
+                ack_drain_timeout: Duration::from_secs(10),
+                check_queue: true,
+            },
+            claim_capacity: None,
+            ack_batch_size: None,
+            ack_capacity: None,
+            ack_retry_timeout: None,
+            spawner: None,
+            _t: PhantomData,
+        }
+    }
+
+    /// Number of handlers running at once.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// The most messages one `pgmq.read` claims.
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.config.batch_size = n;
+        self
+    }
+
+    /// The most claimed-but-unstarted messages held locally (default `3 * batch_size`).
+    pub fn claim_capacity(mut self, n: usize) -> Self {
+        self.claim_capacity = Some(n);
+        self
+    }
+
+    /// Number of concurrent claim loops (default 2).
+    pub fn claimers(mut self, n: usize) -> Self {
+        self.config.claimers = n;
+        self
+    }
+
+    /// How long a claimed message stays invisible (whole seconds, at least 1).
+    pub fn visibility_timeout(mut self, d: Duration) -> Self {
+        self.config.visibility_timeout = d;
+        self
+    }
+
+    /// The pause after an empty or short read.
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.config.poll_interval = d;
+        self
+    }
+
+    /// Polling only, or LISTEN/NOTIFY with polling as the fallback.
+    pub fn wake_up(mut self, mode: WakeUp) -> Self {
+        self.config.wake_up = mode;
+        self
+    }
+
+    /// The throttle used when [`WakeUp::Notify`] enables PGMQ's insert trigger.
+    pub fn notify_throttle(mut self, d: Duration) -> Self {
+        self.config.notify_throttle = d;
+        self
+    }
+
+    /// Deliveries before a failing message is dead-lettered (at least 1).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.config.max_attempts = n;
+        self
+    }
+
+    /// The delay before a failed message is tried again.
+    pub fn retry_backoff(mut self, b: Backoff) -> Self {
+        self.config.retry_backoff = b;
+        self
+    }
+
+    /// Where messages go after `max_attempts`, on [`Outcome::DeadLetter`](crate::Outcome::DeadLetter)
+    /// and when their body does not decode. Without one they are archived.
+    pub fn dead_letter_queue(mut self, queue: QueueName) -> Self {
+        self.config.dead_letter_queue = Some(queue);
+        self
+    }
+
+    /// How long in-flight handlers may run after shutdown begins.
+    pub fn shutdown_grace(mut self, d: Duration) -> Self {
+        self.config.shutdown_grace = d;
+        self
+    }
+
+    /// Whether long handlers get their visibility timeout extended.
+    pub fn heartbeat(mut self, on: bool) -> Self {
+        self.config.heartbeat = on;
+        self
+    }
+
+    /// The most ids in one acknowledgement call (default `batch_size`).
+    pub fn ack_batch_size(mut self, n: usize) -> Self {
+        self.ack_batch_size = Some(n);
+        self
+    }
+
+    /// The longest an acknowledgement waits for its batch to fill.
+    pub fn ack_flush_interval(mut self, d: Duration) -> Self {
+        self.config.ack_flush_interval = d;
+        self
+    }
+
+    /// Acknowledgements queued before handlers wait (default `4 * batch_size`).
+    pub fn ack_capacity(mut self, n: usize) -> Self {
+        self.ack_capacity = Some(n);
+        self
+    }
+
+    /// Acknowledgement batches written concurrently.
+    pub fn ack_flushers(mut self, n: usize) -> Self {
+        self.config.ack_flushers = n;
+        self
+    }
+
+    /// How long a failing acknowledgement is retried (default: the visibility timeout).
+    pub fn ack_retry_timeout(mut self, d: Duration) -> Self {
+        self.ack_retry_timeout = Some(d);
+        self
+    }
+
+    /// At shutdown, how long queued acknowledgements may take to be written.
+    pub fn ack_drain_timeout(mut self, d: Duration) -> Self {
+        self.config.ack_drain_timeout = d;
+        self
+    }
+
+    /// Whether to check at start that the queue and dead-letter queue exist.
+    pub fn check_queue(mut self, on: bool) -> Self {
+        self.config.check_queue = on;
+        self
+    }
+
+    /// The async handler: an `async fn` or closure over `Message<T>`, or any
+    /// [`Handler`].
+    pub fn handler<H: Handler<T>>(mut self, handler: H) -> Self {
+        self.spawner = Some(Box::new(AsyncSpawner::new(handler)));
+        self
+    }
+
+    /// A blocking handler, for CPU-bound work: each of the `concurrency`
+    /// handlers runs on its own dedicated thread, off the async runtime.
+    ///
+    /// ```no_run
+    /// # fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
+    /// use pgmq_client::{Message, QueueName};
+    /// use pgmq_worker::{Outcome, Worker};
+    /// let worker: Worker<Vec<u64>> = Worker::builder(client, QueueName::new("sums")?)
+    ///     .concurrency(2)
+    ///     .blocking_handler(|msg: Message<Vec<u64>>| {
+    ///         let total: u64 = msg.body.iter().sum();
+    ///         println!("{total}");
+    ///         Ok::<_, std::io::Error>(Outcome::Delete)
+    ///     })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn blocking_handler<H: BlockingHandler<T>>(mut self, handler: H) -> Self {
+        self.spawner = Some(Box::new(BlockingSpawner::new(handler)));
+        self
+    }
+
+    /// Checks the settings and returns the worker (nothing runs yet).
+    pub fn build(self) -> Result<Worker<T>, Error> {
+        let mut c = self.config;
+        let bad = |m: &str| Err(Error::Config(m.to_owned()));
+        if c.concurrency == 0 {
+            return bad("concurrency must be at least 1");
+        }
+        if c.batch_size == 0 {
+            return bad("batch_size must be at least 1");
+        }
+        if c.claimers == 0 {
+            return bad("claimers must be at least 1");
+        }
+        if c.max_attempts == 0 {
+            return bad("max_attempts must be at least 1");
+        }
+        if c.visibility_timeout < Duration::from_secs(1) {
+            return bad("visibility_timeout must be at least 1 s (PGMQ counts whole seconds)");
+        }
+        if c.ack_flushers == 0 {
+            return bad("ack_flushers must be at least 1");
+        }
+        if c.poll_interval.is_zero() {
+            return bad("poll_interval must be above zero");
+        }
+        c.claim_capacity = self.claim_capacity.unwrap_or(3 * c.batch_size);
+        if c.claim_capacity == 0 {
+            return bad("claim_capacity must be at least 1");
+        }
+        c.ack_batch_size = self.ack_batch_size.unwrap_or(c.batch_size).max(1);
+        c.ack_capacity = self.ack_capacity.unwrap_or(4 * c.batch_size).max(1);
+        c.ack_retry_timeout = self.ack_retry_timeout.unwrap_or(c.visibility_timeout);
+        let Some(spawner) = self.spawner else {
+            return bad("no handler: call .handler(..) or .blocking_handler(..)");
+        };
+        Ok(Worker::from_parts(self.client, Arc::new(c), spawner))
+    }
+}

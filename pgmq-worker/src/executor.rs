@@ -1,0 +1,261 @@
+//! Runs the handlers.
+//!
+//! `concurrency` long-lived handler loops pull messages from the claim queue:
+//! no task is spawned per message. Each loop decodes the body into `T`, runs
+//! the handler with panics caught, turns the result into an acknowledgement
+//! and hands it to the completer. An async handler's loop is a tokio task;
+//! a blocking handler's loop runs on a thread of its own (tokio's blocking
+//! pool, held for the worker's life), so CPU-bound work never stalls the
+//! runtime.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use pgmq_client::Message;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::claimer::Claimed;
+use crate::completer::{Ack, AckKind};
+use crate::handler::{panic_text, BlockingHandler, Handler, HandlerError, Outcome};
+use crate::stats::{bump, micros, record, LocalHistograms};
+use crate::worker::Shared;
+
+/// What a handler loop needs.
+pub(crate) struct ExecContext {
+    pub shared: Arc<Shared>,
+    pub rx: async_channel::Receiver<Claimed>,
+    pub acks: mpsc::Sender<Ack>,
+    pub stop: CancellationToken,
+}
+
+/// The result of one handler run: its return value, or the panic's text.
+type RunResult = Result<Result<Outcome, HandlerError>, String>;
+
+/// One way of running a handler (async on the runtime, or blocking in place).
+pub(crate) trait Run<T>: Send + Sync + 'static {
+    fn run(&self, msg: Message<T>) -> impl Future<Output = RunResult> + Send;
+}
+
+struct AsyncRun<H>(H);
+
+impl<T: Send + 'static, H: Handler<T>> Run<T> for AsyncRun<H> {
+    async fn run(&self, msg: Message<T>) -> RunResult {
+        AssertUnwindSafe(self.0.handle(msg))
+            .catch_unwind()
+            .await
+            .map_err(|p| panic_text(&*p))
+    }
+}
+
+struct BlockingRun<H>(H);
+
+impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
+    async fn run(&self, msg: Message<T>) -> RunResult {
+        // Runs on the loop's own thread (see `BlockingSpawner`).
+        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.handle(msg)))
+            .map_err(|p| panic_text(&*p))
+    }
+}
+
+/// Starts the handler loops of one worker; type-erased over the handler.
+pub(crate) trait Spawner<T>: Send {
+    fn spawn(self: Box<Self>, ctx: Arc<ExecContext>) -> Vec<JoinHandle<()>>;
+}
+
+pub(crate) struct AsyncSpawner<T, H> {
+    run: Arc<AsyncRun<H>>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T, H> AsyncSpawner<T, H> {
+    pub(crate) fn new(handler: H) -> Self {
+        AsyncSpawner {
+            run: Arc::new(AsyncRun(handler)),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static, H: Handler<T>> Spawner<T> for AsyncSpawner<T, H> {
+    fn spawn(self: Box<Self>, ctx: Arc<ExecContext>) -> Vec<JoinHandle<()>> {
+        (0..ctx.shared.config.concurrency)
+            .map(|i| {
+                let ctx = Arc::clone(&ctx);
+                let run = Arc::clone(&self.run);
+                tokio::spawn(handler_loop::<T, _>(ctx, i, run))
+            })
+            .collect()
+    }
+}
+
+pub(crate) struct BlockingSpawner<T, H> {
+    run: Arc<BlockingRun<H>>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T, H> BlockingSpawner<T, H> {
+    pub(crate) fn new(handler: H) -> Self {
+        BlockingSpawner {
+            run: Arc::new(BlockingRun(handler)),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static, H: BlockingHandler<T>> Spawner<T>
+    for BlockingSpawner<T, H>
+{
+    fn spawn(self: Box<Self>, ctx: Arc<ExecContext>) -> Vec<JoinHandle<()>> {
+        (0..ctx.shared.config.concurrency)
+            .map(|i| {
+                let ctx = Arc::clone(&ctx);
+                let run = Arc::clone(&self.run);
+                let rt = tokio::runtime::Handle::current();
+                // The whole loop runs on this blocking-pool thread: waiting for
+                // a message or for room in the completer parks the thread, and
+                // the handler runs right here, off the runtime's workers.
+                tokio::task::spawn_blocking(move || rt.block_on(handler_loop::<T, _>(ctx, i, run)))
+            })
+            .collect()
+    }
+}
+
+/// One handler loop: take a message, run it, acknowledge, until `stop`.
+async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
+    ctx: Arc<ExecContext>,
+    index: usize,
+    run: Arc<R>,
+) {
+    let shared = &ctx.shared;
+    let cfg = &shared.config;
+    let stats = &shared.stats;
+    let slot = &shared.slots[index];
+    let vt_us = micros(cfg.visibility_timeout);
+    // A message that waited locally for 3/4 of its visibility timeout is not
+    // started: it is about to become visible again (and may be claimed by
+    // another worker); running it would likely deliver it twice.
+    let stale_after = cfg.visibility_timeout * 3 / 4;
+    let max_attempts = cfg.max_attempts;
+    let mut local = LocalHistograms::new();
+    loop {
+        if ctx.stop.is_cancelled() {
+            break;
+        }
+        let item = match ctx.rx.try_recv() {
+            Ok(item) => item,
+            Err(_) => {
+                // Going idle: publish this loop's histograms first.
+                local.merge(stats, Instant::now());
+                tokio::select! {
+                    biased;
+                    _ = ctx.stop.cancelled() => break,
+                    r = ctx.rx.recv() => match r {
+                        Ok(item) => item,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        shared.room.add_permits(1);
+        let Claimed { msg, claimed_at } = item;
+        let started = Instant::now();
+        let waited = started.duration_since(claimed_at);
+        if waited >= stale_after {
+            bump(&stats.c.expired_unstarted, 1);
+            continue;
+        }
+        record(&mut local.h.queue_wait_local, micros(waited));
+        let msg_id = msg.msg_id;
+        let attempts = u32::try_from(msg.read_ct).unwrap_or(0);
+        let kind = if attempts > max_attempts {
+            // Delivered again after its last allowed attempt (a crash or an
+            // abandoned handler): do not run it again.
+            AckKind::DeadLetter {
+                reason: format!(
+                    "delivered {attempts} times, more than max_attempts ({max_attempts})"
+                ),
+            }
+        } else {
+            match msg.decode::<T>() {
+                Err(e) => {
+                    bump(&stats.c.decode_failures, 1);
+                    AckKind::DeadLetter {
+                        reason: format!("body does not decode: {e}"),
+                    }
+                }
+                Ok(typed) => {
+                    slot.start(msg_id, shared.us_since_epoch(claimed_at) + vt_us);
+                    let span = tracing::debug_span!("pgmq_worker.handle", msg_id, attempts);
+                    let result = run.run(typed).instrument(span).await;
+                    slot.finish();
+                    let ended = Instant::now();
+                    record(&mut local.h.handler_latency, micros(ended - started));
+                    bump(&stats.c.handled, 1);
+                    let kind = outcome_to_ack(shared, result, attempts);
+                    local.maybe_merge(stats, ended);
+                    kind
+                }
+            }
+        };
+        bump(&stats.c.acks_pending, 1);
+        if ctx
+            .acks
+            .send(Ack {
+                msg_id,
+                attempts,
+                kind,
+            })
+            .await
+            .is_err()
+        {
+            // The completer is gone only when the worker is torn down.
+            break;
+        }
+    }
+    local.merge(stats, Instant::now());
+}
+
+/// Maps what the handler returned to what the completer writes.
+fn outcome_to_ack(shared: &Shared, result: RunResult, attempts: u32) -> AckKind {
+    let cfg = &shared.config;
+    let stats = &shared.stats;
+    let failure = |reason: String| {
+        bump(&stats.c.failed, 1);
+        if attempts >= cfg.max_attempts {
+            tracing::warn!(attempts, %reason, "handler failed on its last attempt; dead-lettering");
+            AckKind::DeadLetter {
+                reason: format!("failed {attempts} times, last error: {reason}"),
+            }
+        } else {
+            tracing::debug!(attempts, %reason, "handler failed; retrying with backoff");
+            AckKind::Retry(cfg.retry_backoff.delay(attempts))
+        }
+    };
+    match result {
+        Ok(Ok(outcome)) => {
+            bump(&stats.c.succeeded, 1);
+            match outcome {
+                Outcome::Delete => AckKind::Delete,
+                Outcome::Archive => AckKind::Archive,
+                Outcome::Retry(d) if attempts < cfg.max_attempts => AckKind::Retry(d),
+                Outcome::Retry(_) => AckKind::DeadLetter {
+                    reason: format!("retried {attempts} times (max_attempts)"),
+                },
+                Outcome::DeadLetter(reason) => AckKind::DeadLetter { reason },
+            }
+        }
+        Ok(Err(e)) => failure(e.to_string()),
+        Err(panic) => {
+            bump(&stats.c.panicked, 1);
+            failure(panic)
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Keeps long handlers' messages invisible.
+//!
+//! Each handler task owns one [`Slot`]: the id of the message it runs and the
+//! local deadline of that message's visibility timeout. The heartbeat task
+//! wakes every quarter of the visibility timeout, collects the messages that
+//! are past half their timeout and extends them all with one batched
+//! `pgmq.set_vt`. The handler's own path only stores two atomics per message.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgmq_client::VisibleAt;
+use tokio_util::sync::CancellationToken;
+
+use crate::stats::{bump, micros};
+use crate::worker::Shared;
+
+/// What one handler task is running.
+#[derive(Default)]
+pub(crate) struct Slot {
+    /// The running message, 0 when idle (PGMQ ids start at 1).
+    msg_id: AtomicI64,
+    /// When its visibility timeout ends, microseconds since the worker's epoch.
+    deadline_us: AtomicU64,
+}
+
+impl Slot {
+    pub(crate) fn start(&self, msg_id: i64, deadline_us: u64) {
+        self.deadline_us.store(deadline_us, Relaxed);
+        self.msg_id.store(msg_id, Relaxed);
+    }
+
+    pub(crate) fn finish(&self) {
+        self.msg_id.store(0, Relaxed);
+    }
+
+    pub(crate) fn running(&self) -> Option<i64> {
+        match self.msg_id.load(Relaxed) {
+            0 => None,
+            id => Some(id),
+        }
+    }
+}
+
+/// How often the heartbeat looks: a quarter of the visibility timeout.
+pub(crate) fn tick(vt: Duration) -> Duration {
+    (vt / 4).max(Duration::from_millis(50))
+}
+
+/// Runs until `stop`: extends the visibility timeout of every message whose
+/// handler is still running past half of it.
+pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let cfg = &shared.config;
+    let vt = cfg.visibility_timeout;
+    let half_us = micros(vt / 2);
+    let mut ids = Vec::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(tick(vt)) => {}
+        }
+        let now_us = shared.now_us();
+        ids.clear();
+        for slot in shared.slots.iter() {
+            if let Some(id) = slot.running() {
+                if slot.deadline_us.load(Relaxed) <= now_us + half_us {
+                    ids.push(id);
+                }
+            }
+        }
+        if ids.is_empty() {
+            continue;
+        }
+        let sent = Instant::now();
+        let res = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            r = shared.client.set_vt_batch(&cfg.queue, &ids, VisibleAt::After(vt)) => r,
+        };
+        match res {
+            Ok(updated) => {
+                // The server set vt = its now + vt, its now being after `sent`:
+                // `sent + vt` is a safe (early) local estimate.
+                let deadline = shared.us_since_epoch(sent) + micros(vt);
+                for slot in shared.slots.iter() {
+                    if let Some(id) = slot.running() {
+                        if updated.contains(&id) {
+                            slot.deadline_us.store(deadline, Relaxed);
+                        }
+                    }
+                }
+                bump(&shared.stats.c.heartbeats, updated.len() as u64);
+                tracing::debug!(extended = updated.len(), "heartbeat");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, messages = ids.len(), "heartbeat failed; retrying at the next tick");
+            }
+        }
+    }
+}

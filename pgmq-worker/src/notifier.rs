@@ -1,0 +1,81 @@
+//! Wakes idle claimers when PGMQ notifies an insert.
+//!
+//! One dedicated connection (outside the pool) LISTENs on the queue's insert
+//! channel. A notification wakes every parked claimer at once; notifications
+//! that arrived meanwhile are folded into that one wake-up, and the next
+//! wake-up comes at most once per [`DEBOUNCE`], so a burst of inserts costs a
+//! few reads, not one per insert. When the connection drops, the notifier
+//! reconnects with backoff (100 ms doubling to 10 s) and wakes the claimers
+//! once after reconnecting, since notifications sent meanwhile were lost.
+//! Polling stays on throughout: PGMQ does not notify when a delayed message or
+//! an expired visibility timeout makes a message visible.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::claimer::ErrorBackoff;
+use crate::stats::bump;
+use crate::worker::Shared;
+
+/// The shortest time between two wake-ups by notification.
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(1);
+
+/// Runs until `stop`.
+pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let queue = &shared.config.queue;
+    let mut backoff = ErrorBackoff::new(Duration::from_millis(100), Duration::from_secs(10));
+    let mut first = true;
+    loop {
+        let connect = async {
+            let listener = shared.client.listener().await?;
+            listener.listen(queue).await?;
+            Ok::<_, pgmq_client::Error>(listener)
+        };
+        let res = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            r = connect => r,
+        };
+        let mut listener = match res {
+            Ok(l) => l,
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?delay, "LISTEN connection failed; polling meanwhile");
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => continue,
+                }
+            }
+        };
+        backoff.reset();
+        if !first {
+            tracing::info!(queue = %queue, "LISTEN connection restored");
+            shared.wake_claimers();
+        }
+        first = false;
+        loop {
+            let n = tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                n = listener.recv() => n,
+            };
+            if n.is_none() {
+                tracing::warn!(queue = %queue, "LISTEN connection lost; reconnecting");
+                break;
+            }
+            // Fold whatever else already arrived into this wake-up.
+            while let Some(Some(_)) = listener.recv().now_or_never() {}
+            bump(&shared.stats.c.wakeups_notify, 1);
+            shared.wake_claimers();
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(DEBOUNCE) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The stop sequence and its report.
+//!
+//! A running worker is a set of tasks tied together by two cancellation
+//! tokens and two channels:
+//!
+//! ```text
+//!  claimers ──claim queue──▶ handler loops ──ack channel──▶ completer
+//!     ▲  stop                    ▲  stop                   (ends when the
+//!  notifier                  heartbeat  hb_stop             channel closes)
+//! ```
+//!
+//! [`Running::shutdown`] stops them in this order:
+//!
+//! 1. **Stop claiming and taking.** `stop` is cancelled: claimers stop
+//!    reading (a read already in flight finishes and queues its messages),
+//!    the notifier closes its connection, and handler loops take no new
+//!    message (one that is running goes on).
+//! 2. **Release at once.** Every claimed-but-unstarted message still in the
+//!    claim queue is made visible again (`pgmq.set_vt(ids, 0)`, batched), so
+//!    another worker can take it now rather than after the visibility timeout.
+//!    Claimers are awaited and anything their last read brought is released
+//!    the same way.
+//! 3. **Let in-flight handlers finish**, until `shutdown_grace` after the
+//!    start of the shutdown. Their acknowledgements go to the completer as
+//!    usual, and the heartbeat keeps their messages invisible meanwhile.
+//!    Handlers still running at the deadline are abandoned (async ones are
+//!    cancelled; blocking ones cannot be and are left to end on their own,
+//!    their results discarded) and counted: their messages come back after
+//!    the visibility timeout.
+//! 4. **Stop the heartbeat.**
+//! 5. **Drain the completer.** The ack channel is closed; the completer
+//!    writes what is queued (retrying transient
+//!    failures) and ends, within `ack_drain_timeout`. Whatever could not be
+//!    written is counted in `acks_failed`.
+//! 6. **Report.**
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgmq_client::VisibleAt;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::claimer::{Claimed, ErrorBackoff};
+use crate::stats::{bump, read, StatsSnapshot};
+use crate::worker::Shared;
+
+/// What a shutdown did, with the final statistics.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Handler runs that ended, over the worker's life.
+    pub handled: u64,
+    /// Acknowledgements written (deleted + archived + retried + dead-lettered).
+    pub acked: u64,
+    /// Claimed-but-unstarted messages made visible again by the shutdown.
+    pub released: u64,
+    /// Handlers still running when the grace period ended (abandoned; their
+    /// messages come back after the visibility timeout).
+    pub still_running_at_deadline: u64,
+    /// Acknowledgements that could not be written (the messages come back).
+    pub acks_failed: u64,
+    /// Claimed messages neither released nor handled because the release
+    /// itself failed (they come back after the visibility timeout).
+    pub release_failed: u64,
+    /// How long the shutdown took.
+    pub elapsed: Duration,
+    /// Everything counted over the worker's life.
+    pub stats: StatsSnapshot,
+}
+
+/// The tasks of a running worker.
+pub(crate) struct Running {
+    pub shared: Arc<Shared>,
+    /// Stops claimers, notifier and handler loops taking new messages.
+    pub stop: CancellationToken,
+    /// Stops the heartbeat.
+    pub hb_stop: CancellationToken,
+    pub claim_rx: async_channel::Receiver<Claimed>,
+    pub claimers: Vec<JoinHandle<()>>,
+    pub handlers: Vec<JoinHandle<()>>,
+    pub heartbeat: Option<JoinHandle<()>>,
+    pub notifier: Option<JoinHandle<()>>,
+    pub completer: JoinHandle<()>,
+    /// Tells the completer to close its channel and drain.
+    pub completer_close: CancellationToken,
+}
+
+impl Running {
+    /// The stop sequence (see the module docs).
+    pub(crate) async fn shutdown(self) -> ShutdownReport {
+        let started = Instant::now();
+        let shared = self.shared;
+        let cfg = &shared.config;
+        let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
+        tracing::info!(queue = %cfg.queue, grace = ?cfg.shutdown_grace, "worker stopping");
+
+        // 1. Stop claiming and taking.
+        self.stop.cancel();
+
+        // 2. Release what is claimed but not started, at once; then again for
+        //    whatever reads still in flight bring.
+        let mut release_failed = release(&shared, &self.claim_rx, deadline).await;
+        for claimer in self.claimers {
+            let abort = claimer.abort_handle();
+            if tokio::time::timeout_at(deadline, claimer).await.is_err() {
+                abort.abort();
+            }
+        }
+        release_failed += release(&shared, &self.claim_rx, deadline).await;
+
+        // 3. Let in-flight handlers finish within the grace period.
+        let mut abandoned = 0;
+        for handler in self.handlers {
+            let abort = handler.abort_handle();
+            if tokio::time::timeout_at(deadline, handler).await.is_err() {
+                abort.abort();
+            }
+        }
+        for slot in shared.slots.iter() {
+            if let Some(id) = slot.running() {
+                abandoned += 1;
+                tracing::warn!(
+                    msg_id = id,
+                    "handler still running at the shutdown deadline; abandoned"
+                );
+            }
+        }
+        bump(&shared.stats.c.still_running_at_deadline, abandoned);
+        // Nothing takes from the claim queue any more; drop it so that a
+        // claimer's pending send (none expected) fails rather than waits.
+        self.claim_rx.close();
+
+        // 4. Stop the heartbeat and the notifier.
+        self.hb_stop.cancel();
+        if let Some(hb) = self.heartbeat {
+            let _ = hb.await;
+        }
+        if let Some(n) = self.notifier {
+            let _ = n.await;
+        }
+
+        // 5. Drain the completer.
+        let drain_deadline = Instant::now() + cfg.ack_drain_timeout;
+        shared.set_ack_deadline(drain_deadline);
+        self.completer_close.cancel();
+        let completer = self.completer;
+        let abort = completer.abort_handle();
+        if tokio::time::timeout_at(drain_deadline.into(), completer)
+            .await
+            .is_err()
+        {
+            abort.abort();
+            let pending = read(&shared.stats.c.acks_pending);
+            bump(&shared.stats.c.acks_failed, pending);
+            tracing::error!(
+                pending,
+                "acknowledgements not written within ack_drain_timeout"
+            );
+        }
+
+        // 6. Report.
+        let stats = shared.stats.snapshot();
+        let report = ShutdownReport {
+            handled: stats.handled,
+            acked: stats.deleted + stats.archived + stats.retried + stats.dead_lettered,
+            released: stats.released,
+            still_running_at_deadline: abandoned,
+            acks_failed: stats.acks_failed,
+            release_failed,
+            elapsed: started.elapsed(),
+            stats,
+        };
+        tracing::info!(
+            queue = %cfg.queue,
+            handled = report.handled,
+            acked = report.acked,
+            released = report.released,
+            still_running = report.still_running_at_deadline,
+            "worker stopped"
+        );
+        report
+    }
+}
+
+/// Makes every message left in the claim queue visible now, in batches;
+/// returns how many could not be released before `deadline`.
+async fn release(
+    shared: &Shared,
+    rx: &async_channel::Receiver<Claimed>,
+    deadline: tokio::time::Instant,
+) -> u64 {
+    let mut ids = Vec::new();
+    while let Ok(c) = rx.try_recv() {
+        ids.push(c.msg.msg_id);
+    }
+    shared.room.add_permits(ids.len());
+    let mut failed = 0;
+    for chunk in ids.chunks(shared.config.batch_size.max(1)) {
+        let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            match shared
+                .client
+                .set_vt_batch(
+                    &shared.config.queue,
+                    chunk,
+                    VisibleAt::After(Duration::ZERO),
+                )
+                .await
+            {
+                Ok(done) => {
+                    bump(&shared.stats.c.released, done.len() as u64);
+                    break;
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    if !e.is_transient() || tokio::time::Instant::now() + delay >= deadline {
+                        tracing::warn!(error = %e, messages = chunk.len(), "could not release claimed messages; they come back after their visibility timeout");
+                        failed += chunk.len() as u64;
+                        break;
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+    failed
+}

@@ -1,0 +1,250 @@
+//! Counters and histograms, and their cheap snapshot.
+//!
+//! Counters are relaxed atomics bumped once per message or per batch. The
+//! histograms are recorded into per-task local copies and merged into the
+//! shared ones under a mutex at most every [`MERGE_EVERY`] (and whenever a
+//! task goes idle), so the per-message path takes no lock.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// How often a task's local histograms are merged into the shared ones.
+pub(crate) const MERGE_EVERY: Duration = Duration::from_millis(100);
+
+/// Largest value recorded: one day in microseconds (larger values saturate).
+const HIST_MAX_US: u64 = 86_400_000_000;
+
+/// A fresh histogram: microseconds, two significant digits (1% resolution,
+/// about 30 KiB each).
+pub(crate) fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 2).expect("static histogram bounds are valid")
+}
+
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// The live counters of one worker.
+        #[derive(Default)]
+        pub(crate) struct Counters { $(pub $name: AtomicU64,)* }
+
+        /// What a worker did since it started: counters and latency histograms.
+        ///
+        /// Taking a snapshot reads the atomic counters and copies the three
+        /// histograms under a short lock; it does not stop the worker.
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        pub struct StatsSnapshot {
+            $($(#[$doc])* pub $name: u64,)*
+            /// Handler run time, microseconds (handler start to end).
+            pub handler_latency: Histogram<u64>,
+            /// Time in the queue by the database clock, microseconds
+            /// (`enqueued_at` to `last_read_at`, recorded at claim).
+            pub queue_wait_db: Histogram<u64>,
+            /// Time between claim and handler start in this process, microseconds.
+            pub queue_wait_local: Histogram<u64>,
+        }
+
+        impl Counters {
+            fn snapshot(&self, h: &Histograms) -> StatsSnapshot {
+                StatsSnapshot {
+                    $($name: self.$name.load(Relaxed),)*
+                    handler_latency: h.handler_latency.clone(),
+                    queue_wait_db: h.queue_wait_db.clone(),
+                    queue_wait_local: h.queue_wait_local.clone(),
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Messages read from the queue.
+    claimed,
+    /// Handler runs that ended (with any outcome, an error or a panic).
+    handled,
+    /// Handler runs that returned `Ok`.
+    succeeded,
+    /// Handler runs that returned `Err` or panicked.
+    failed,
+    /// Messages made visible again after a delay (written).
+    retried,
+    /// Messages moved to the dead-letter queue, or archived for want of one (written).
+    dead_lettered,
+    /// Messages archived on `Outcome::Archive` (written).
+    archived,
+    /// Messages deleted (written).
+    deleted,
+    /// Claimed-but-unstarted messages made visible again at shutdown (written).
+    released,
+    /// Acknowledgements queued or being written right now.
+    acks_pending,
+    /// Acknowledgements given up on (non-transient error, or retried past
+    /// `ack_retry_timeout`): those messages come back after their visibility timeout.
+    acks_failed,
+    /// Acknowledgement writes that failed and were retried.
+    ack_retries,
+    /// Handler runs that panicked (also counted in `failed`).
+    panicked,
+    /// Messages whose body did not decode into the handler's type (dead-lettered unhandled).
+    decode_failures,
+    /// Claimed messages not started because their visibility timeout had
+    /// nearly run out while they waited locally (they come back by themselves).
+    expired_unstarted,
+    /// `pgmq.read` calls that succeeded.
+    reads,
+    /// Reads that returned nothing.
+    empty_reads,
+    /// Reads that failed (the claimer backed off and retried).
+    read_errors,
+    /// Wake-ups of idle claimers by a notification.
+    wakeups_notify,
+    /// Wake-ups of idle claimers by the poll timer.
+    wakeups_poll,
+    /// Visibility timeouts extended by the heartbeat.
+    heartbeats,
+    /// Handler runs still going when the shutdown grace period ended (abandoned).
+    still_running_at_deadline,
+}
+
+pub(crate) struct Histograms {
+    pub handler_latency: Histogram<u64>,
+    pub queue_wait_db: Histogram<u64>,
+    pub queue_wait_local: Histogram<u64>,
+}
+
+impl Histograms {
+    pub(crate) fn new() -> Self {
+        Histograms {
+            handler_latency: new_histogram(),
+            queue_wait_db: new_histogram(),
+            queue_wait_local: new_histogram(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.handler_latency.is_empty()
+            && self.queue_wait_db.is_empty()
+            && self.queue_wait_local.is_empty()
+    }
+
+    fn merge_into(&mut self, shared: &mut Histograms) {
+        // Same bounds everywhere: adding cannot fail.
+        let _ = shared.handler_latency.add(&self.handler_latency);
+        let _ = shared.queue_wait_db.add(&self.queue_wait_db);
+        let _ = shared.queue_wait_local.add(&self.queue_wait_local);
+        self.handler_latency.reset();
+        self.queue_wait_db.reset();
+        self.queue_wait_local.reset();
+    }
+}
+
+/// Counters and histograms shared by every task of one worker.
+pub(crate) struct Stats {
+    pub c: Counters,
+    hist: Mutex<Histograms>,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats")
+            .field("handled", &read(&self.c.handled))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stats {
+    pub(crate) fn new() -> Self {
+        Stats {
+            c: Counters::default(),
+            hist: Mutex::new(Histograms::new()),
+        }
+    }
+
+    /// A copy of everything, now.
+    pub(crate) fn snapshot(&self) -> StatsSnapshot {
+        let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
+        self.c.snapshot(&h)
+    }
+
+    fn merge(&self, local: &mut Histograms) {
+        if local.is_empty() {
+            return;
+        }
+        let mut h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
+        local.merge_into(&mut h);
+    }
+}
+
+/// A task's own histograms, merged into the shared ones now and then.
+pub(crate) struct LocalHistograms {
+    pub h: Histograms,
+    last_merge: Instant,
+}
+
+impl LocalHistograms {
+    pub(crate) fn new() -> Self {
+        LocalHistograms {
+            h: Histograms::new(),
+            last_merge: Instant::now(),
+        }
+    }
+
+    /// Merges when the last merge is older than [`MERGE_EVERY`].
+    pub(crate) fn maybe_merge(&mut self, stats: &Stats, now: Instant) {
+        if now.duration_since(self.last_merge) >= MERGE_EVERY {
+            self.merge(stats, now);
+        }
+    }
+
+    /// Merges now.
+    pub(crate) fn merge(&mut self, stats: &Stats, now: Instant) {
+        stats.merge(&mut self.h);
+        self.last_merge = now;
+    }
+}
+
+/// Adds `n` to a counter.
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Relaxed);
+}
+
+/// Takes `n` off a gauge-like counter (`acks_pending`).
+pub(crate) fn drop_by(counter: &AtomicU64, n: u64) {
+    counter.fetch_sub(n, Relaxed);
+}
+
+/// Reads a counter.
+pub(crate) fn read(counter: &AtomicU64) -> u64 {
+    counter.load(Relaxed)
+}
+
+pub(crate) fn record(h: &mut Histogram<u64>, us: u64) {
+    h.saturating_record(us.clamp(1, HIST_MAX_US));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_histograms_merge_into_snapshot() {
+        let stats = Stats::new();
+        let mut local = LocalHistograms::new();
+        record(&mut local.h.handler_latency, 250);
+        record(&mut local.h.queue_wait_local, 0);
+        assert!(stats.snapshot().handler_latency.is_empty());
+        local.merge(&stats, Instant::now());
+        let snap = stats.snapshot();
+        assert_eq!(snap.handler_latency.len(), 1);
+        assert_eq!(snap.queue_wait_local.len(), 1);
+        assert!(local.h.is_empty());
+        bump(&stats.c.deleted, 3);
+        assert_eq!(stats.snapshot().deleted, 3);
+    }
+}

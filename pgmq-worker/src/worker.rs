@@ -1,0 +1,340 @@
+//! Assembles the parts: start, run, stop.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use pgmq_client::{Client, QueueName};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::claimer::{self, ClaimQueue};
+use crate::completer;
+use crate::config::{Config, WakeUp, WorkerBuilder};
+use crate::error::Error;
+use crate::executor::{ExecContext, Spawner};
+use crate::heartbeat::{self, Slot};
+use crate::notifier;
+use crate::shutdown::{Running, ShutdownReport};
+use crate::stats::{micros, Stats, StatsSnapshot};
+
+/// What every task of one worker shares.
+pub(crate) struct Shared {
+    pub client: Client,
+    pub config: Arc<Config>,
+    pub stats: Arc<Stats>,
+    /// Free room in the claim queue, in messages.
+    pub room: Arc<Semaphore>,
+    /// Bumped to wake parked claimers.
+    pub wake: watch::Sender<u64>,
+    /// One per handler loop: what it runs, for the heartbeat and the report.
+    pub slots: Box<[Slot]>,
+    /// Local time origin of the slots' deadlines.
+    epoch: Instant,
+    /// At shutdown, when acknowledgement retries must stop (µs since epoch, 0 = not set).
+    ack_deadline_us: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn us_since_epoch(&self, t: Instant) -> u64 {
+        micros(t.saturating_duration_since(self.epoch))
+    }
+
+    pub(crate) fn now_us(&self) -> u64 {
+        self.us_since_epoch(Instant::now())
+    }
+
+    /// Wakes every parked claimer (and makes a claimer with a read in flight
+    /// read again instead of parking).
+    pub(crate) fn wake_claimers(&self) {
+        self.wake.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    pub(crate) fn set_ack_deadline(&self, t: Instant) {
+        self.ack_deadline_us
+            .store(self.us_since_epoch(t).max(1), Relaxed);
+    }
+
+    pub(crate) fn ack_deadline(&self) -> Option<Instant> {
+        match self.ack_deadline_us.load(Relaxed) {
+            0 => None,
+            us => Some(self.epoch + std::time::Duration::from_micros(us)),
+        }
+    }
+}
+
+/// A worker for one queue, with its handler, ready to run.
+///
+/// Build it with [`Worker::builder`], then [`run_until`](Worker::run_until)
+/// a shutdown signal, [`run_until_signal`](Worker::run_until_signal), or
+/// [`spawn`](Worker::spawn) it in the background. See the crate docs for
+/// what it does.
+pub struct Worker<T> {
+    client: Client,
+    config: Arc<Config>,
+    spawner: Box<dyn Spawner<T>>,
+    stats: Arc<Stats>,
+}
+
+impl<T> std::fmt::Debug for Worker<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: DeserializeOwned + Send + 'static> Worker<T> {
+    /// A builder for a worker on `queue`; see [`WorkerBuilder`] for the settings.
+    pub fn builder(client: Client, queue: QueueName) -> WorkerBuilder<T> {
+        WorkerBuilder::new(client, queue)
+    }
+
+    pub(crate) fn from_parts(
+        client: Client,
+        config: Arc<Config>,
+        spawner: Box<dyn Spawner<T>>,
+    ) -> Self {
+        Worker {
+            client,
+            config,
+            spawner,
+            stats: Arc::new(Stats::new()),
+        }
+    }
+
+    /// The queue this worker consumes.
+    pub fn queue(&self) -> &QueueName {
+        &self.config.queue
+    }
+
+    /// Runs until `signal` completes (its output is ignored), then shuts down
+    /// gracefully and returns the report.
+    ///
+    /// Fails only at start: when the queue or the dead-letter queue does not
+    /// exist (with `check_queue`, the default). Database faults while running
+    /// are retried, never returned.
+    ///
+    /// ```no_run
+    /// # async fn f(worker: pgmq_worker::Worker<serde_json::Value>) -> Result<(), pgmq_worker::Error> {
+    /// let token = tokio_util::sync::CancellationToken::new();
+    /// let report = worker.run_until(token.clone().cancelled_owned()).await?;
+    /// println!("handled {}, released {}", report.handled, report.released);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_until<F: Future>(self, signal: F) -> Result<ShutdownReport, Error> {
+        let running = self.start().await?;
+        // If this future is dropped (its runtime shuts down), stop the loops
+        // that do not belong to the runtime (blocking handler threads).
+        let guard = running.stop.clone().drop_guard();
+        signal.await;
+        let report = running.shutdown().await;
+        guard.disarm();
+        Ok(report)
+    }
+
+    /// Runs until SIGINT or SIGTERM (Ctrl-C on other platforms), then shuts
+    /// down gracefully.
+    pub async fn run_until_signal(self) -> Result<ShutdownReport, Error> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Runs in the background; the handle gives statistics and shuts down.
+    ///
+    /// ```no_run
+    /// # async fn f(worker: pgmq_worker::Worker<serde_json::Value>) -> Result<(), pgmq_worker::Error> {
+    /// let handle = worker.spawn();
+    /// tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    /// println!("{} handled so far", handle.stats().handled);
+    /// let report = handle.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn spawn(self) -> WorkerHandle {
+        let token = CancellationToken::new();
+        let stats = Arc::clone(&self.stats);
+        let signal = token.clone().cancelled_owned();
+        let join = tokio::spawn(self.run_until(signal));
+        WorkerHandle { token, join, stats }
+    }
+
+    /// Checks the queues, then starts every task.
+    async fn start(self) -> Result<Running, Error> {
+        let cfg = Arc::clone(&self.config);
+        if cfg.check_queue {
+            check_queue(&self.client, &cfg.queue).await?;
+            if let Some(dlq) = &cfg.dead_letter_queue {
+                check_queue(&self.client, dlq).await?;
+            }
+        }
+        if cfg.wake_up == WakeUp::Notify {
+            ensure_notify_trigger(&self.client, &cfg).await?;
+        }
+        let (wake, _) = watch::channel(0u64);
+        let shared = Arc::new(Shared {
+            client: self.client,
+            config: Arc::clone(&cfg),
+            stats: self.stats,
+            room: Arc::new(Semaphore::new(cfg.claim_capacity)),
+            wake,
+            slots: (0..cfg.concurrency).map(|_| Slot::default()).collect(),
+            epoch: Instant::now(),
+            ack_deadline_us: AtomicU64::new(0),
+        });
+        let stop = CancellationToken::new();
+        let hb_stop = CancellationToken::new();
+        let completer_close = CancellationToken::new();
+
+        let (ack_tx, ack_rx) = mpsc::channel(cfg.ack_capacity);
+        let completer = tokio::spawn(completer::run(
+            Arc::clone(&shared),
+            ack_rx,
+            completer_close.clone(),
+        ));
+
+        let (claim_tx, claim_rx) = async_channel::bounded(cfg.claim_capacity);
+        let exec = Arc::new(ExecContext {
+            shared: Arc::clone(&shared),
+            rx: claim_rx.clone(),
+            acks: ack_tx,
+            stop: stop.clone(),
+        });
+        let handlers = self.spawner.spawn(exec);
+
+        let queue = Arc::new(ClaimQueue::new(claim_tx));
+        let claimers = (0..cfg.claimers)
+            .map(|i| {
+                tokio::spawn(claimer::run(
+                    Arc::clone(&shared),
+                    Arc::clone(&queue),
+                    i,
+                    stop.clone(),
+                ))
+            })
+            .collect();
+
+        let heartbeat = cfg
+            .heartbeat
+            .then(|| tokio::spawn(heartbeat::run(Arc::clone(&shared), hb_stop.clone())));
+        let notifier = (cfg.wake_up == WakeUp::Notify)
+            .then(|| tokio::spawn(notifier::run(Arc::clone(&shared), stop.clone())));
+        tracing::info!(
+            queue = %cfg.queue,
+            concurrency = cfg.concurrency,
+            batch_size = cfg.batch_size,
+            claimers = cfg.claimers,
+            wake_up = ?cfg.wake_up,
+            "worker started"
+        );
+        Ok(Running {
+            shared,
+            stop,
+            hb_stop,
+            claim_rx,
+            claimers,
+            handlers,
+            heartbeat,
+            notifier,
+            completer,
+            completer_close,
+        })
+    }
+}
+
+/// Fails when `queue` does not exist; a transient error only warns (the
+/// worker retries once running).
+async fn check_queue(client: &Client, queue: &QueueName) -> Result<(), Error> {
+    match client.queue_exists(queue).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::Client(pgmq_client::Error::QueueNotFound {
+            queue: queue.as_str().to_owned(),
+        })),
+        Err(e) if e.is_transient() => {
+            tracing::warn!(error = %e, queue = %queue, "could not check the queue; starting anyway");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Enables PGMQ's insert trigger on the queue unless it already is.
+async fn ensure_notify_trigger(client: &Client, cfg: &Config) -> Result<(), Error> {
+    let enabled = match client.list_notify_insert_throttles().await {
+        Ok(list) => list.iter().any(|t| t.queue_name == cfg.queue.as_str()),
+        Err(e) if e.is_transient() => {
+            tracing::warn!(error = %e, "could not check the insert trigger; relying on polling");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !enabled {
+        client
+            .enable_notify_insert(&cfg.queue, cfg.notify_throttle)
+            .await?;
+        tracing::info!(queue = %cfg.queue, throttle = ?cfg.notify_throttle, "enabled PGMQ's insert notifications");
+    }
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM (Ctrl-C only, off Unix).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A worker running in the background (from [`Worker::spawn`]).
+#[derive(Debug)]
+pub struct WorkerHandle {
+    token: CancellationToken,
+    join: JoinHandle<Result<ShutdownReport, Error>>,
+    stats: Arc<Stats>,
+}
+
+impl WorkerHandle {
+    /// What the worker did so far (cheap: atomics and a short lock).
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Messages acknowledged so far (deleted, archived, retried or
+    /// dead-lettered): a lock-free read for tight progress loops.
+    pub fn acked(&self) -> u64 {
+        let c = &self.stats.c;
+        [&c.deleted, &c.archived, &c.retried, &c.dead_lettered]
+            .iter()
+            .map(|a| a.load(Relaxed))
+            .sum()
+    }
+
+    /// Whether the worker has stopped (after a shutdown, or a failed start).
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+
+    /// Stops the worker gracefully (see the crate docs) and returns its report.
+    pub async fn shutdown(self) -> Result<ShutdownReport, Error> {
+        self.token.cancel();
+        self.join
+            .await
+            .map_err(|e| Error::Task(format!("worker task ended abnormally: {e}")))?
+    }
+}
