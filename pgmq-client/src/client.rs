@@ -100,8 +100,19 @@ impl Executor for Pool {
         stmt: Stmt,
         params: Params<'_>,
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let conn = checkout(self.inner.state().connections, || self.inner.get()).await?;
-        conn.query(stmt, params).await
+        // A call that certainly did not reach the server (its connection was
+        // found closed on the way) is safe to repeat once on another one.
+        let mut retried = false;
+        loop {
+            let conn = checkout(self.inner.state().connections, || self.inner.get()).await?;
+            match conn.query(stmt, params).await {
+                Err(e) if !retried && e.outcome() == crate::Outcome::NotSent && e.is_lost() => {
+                    tracing::debug!("connection lost before the call was sent; once more");
+                    retried = true;
+                }
+                res => return res,
+            }
+        }
     }
 
     fn autocommit(&self) -> bool {
@@ -130,7 +141,7 @@ where
 {
     for _ in 0..open {
         let conn = get().await?;
-        if !conn.client().is_closed() {
+        if !conn.is_broken() {
             return Ok(conn);
         }
         // Dropped: bb8 sees `has_broken` and discards it.
@@ -239,7 +250,7 @@ impl Client {
 /// | `min_idle` | none | connections open on demand |
 /// | `pool_timeout` | 10 s | how long a call waits for a free connection |
 /// | `connect_timeout` | 10 s | TCP connect + authentication bound; no hang on a dead host |
-/// | `test_on_check_out` | false | a `SELECT` per checkout costs a round trip per call; broken connections are detected by `is_closed` and callers retry transient errors |
+/// | `test_on_check_out` | false | a `SELECT` per checkout costs a round trip per call; connections known closed, or lost by a call, are passed over and discarded without a round trip; callers retry transient errors |
 /// | `application_name` | `pgmq-client` | shows in `pg_stat_activity` |
 /// | TLS | rustls with the webpki roots, used when the DSN's `sslmode` asks for it | |
 /// | `check_pgmq` | true | refuse to start without a supported PGMQ |

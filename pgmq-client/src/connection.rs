@@ -2,6 +2,7 @@
 //! makes them, and transactions that keep using the cache.
 
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bb8_postgres::PostgresConnectionManager;
@@ -18,6 +19,9 @@ use crate::statements::{StatementCache, Stmt};
 pub struct Connection {
     client: tokio_postgres::Client,
     cache: StatementCache,
+    /// Set when a call on it lost the connection: the pool then discards it
+    /// even if the client has not noticed the socket closing yet.
+    lost: AtomicBool,
 }
 
 impl Connection {
@@ -26,7 +30,17 @@ impl Connection {
         Connection {
             client,
             cache: StatementCache::new(),
+            lost: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the connection is closed, or a call on it lost it.
+    pub fn is_broken(&self) -> bool {
+        self.lost.load(Ordering::Relaxed) || self.client.is_closed()
+    }
+
+    pub(crate) fn lost_flag(&self) -> &AtomicBool {
+        &self.lost
     }
 
     /// The underlying client.
@@ -59,10 +73,15 @@ impl Connection {
     /// # Ok(()) }
     /// ```
     pub async fn transaction(&mut self) -> Result<Transaction<'_>, Error> {
-        let tx = self.client.transaction().await.map_err(Error::from_pg)?;
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(|e| mark_lost(&self.lost, Error::from_pg(e)))?;
         Ok(Transaction {
             tx,
             cache: &self.cache,
+            lost: &self.lost,
         })
     }
 }
@@ -86,17 +105,26 @@ impl std::fmt::Debug for Connection {
 pub struct Transaction<'a> {
     tx: tokio_postgres::Transaction<'a>,
     cache: &'a StatementCache,
+    lost: &'a AtomicBool,
 }
 
 impl<'a> Transaction<'a> {
     /// Commits.
     pub async fn commit(self) -> Result<(), Error> {
-        self.tx.commit().await.map_err(Error::from_pg)
+        let lost = self.lost;
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| mark_lost(lost, Error::from_pg(e)))
     }
 
     /// Rolls back (dropping the transaction does too).
     pub async fn rollback(self) -> Result<(), Error> {
-        self.tx.rollback().await.map_err(Error::from_pg)
+        let lost = self.lost;
+        self.tx
+            .rollback()
+            .await
+            .map_err(|e| mark_lost(lost, Error::from_pg(e)))
     }
 
     pub(crate) fn client(&self) -> &tokio_postgres::Transaction<'a> {
@@ -105,6 +133,10 @@ impl<'a> Transaction<'a> {
 
     pub(crate) fn cache(&self) -> &StatementCache {
         self.cache
+    }
+
+    pub(crate) fn lost_flag(&self) -> &AtomicBool {
+        self.lost
     }
 }
 
@@ -115,8 +147,28 @@ impl<'a> Deref for Transaction<'a> {
     }
 }
 
+/// Records on `lost` that the connection is gone when `err` says so.
+fn mark_lost(lost: &AtomicBool, err: Error) -> Error {
+    if err.is_lost() {
+        lost.store(true, Ordering::Relaxed);
+    }
+    err
+}
+
 /// Runs `stmt` with the connection's cached prepared statement: one round trip.
 pub(crate) async fn run_cached<C: tokio_postgres::GenericClient + Sync>(
+    client: &C,
+    cache: &StatementCache,
+    lost: &AtomicBool,
+    stmt: Stmt,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Error> {
+    run_prepared(client, cache, stmt, params)
+        .await
+        .map_err(|e| mark_lost(lost, e))
+}
+
+async fn run_prepared<C: tokio_postgres::GenericClient + Sync>(
     client: &C,
     cache: &StatementCache,
     stmt: Stmt,
@@ -176,7 +228,7 @@ impl bb8::ManageConnection for ConnectionManager {
     }
 
     fn has_broken(&self, conn: &mut Connection) -> bool {
-        conn.client.is_closed()
+        conn.is_broken()
     }
 }
 

@@ -191,6 +191,11 @@ impl Error {
         }
     }
 
+    /// Whether this is [`Error::ConnectionLost`].
+    pub(crate) fn is_lost(&self) -> bool {
+        matches!(self, Error::ConnectionLost { .. })
+    }
+
     /// Classifies a `tokio_postgres` error.
     pub(crate) fn from_pg(e: tokio_postgres::Error) -> Error {
         if let Some(db) = e.as_db_error() {
@@ -399,11 +404,7 @@ mod tests {
                 "4111",
                 "expected u64",
             ),
-            (
-                r#"{"id": 1, "kind": "Zsecret"}"#,
-                "Zsecret",
-                "expected `A`",
-            ),
+            (r#"{"id": 1, "kind": "Zsecret"}"#, "Zsecret", "expected `A`"),
             (r#"{"id": -77123, "kind": "A"}"#, "77123", "expected u64"),
             (r#"{"id": 1.5e300, "kind": "A"}"#, "1.5", "expected u64"),
             (r#"{"kind": "A"}"#, "\u{0}", "missing field `id`"),

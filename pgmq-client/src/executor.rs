@@ -60,7 +60,7 @@ impl<E: Executor + ?Sized> Executor for &E {
 
 impl Executor for Connection {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_cached(self.client(), self.cache(), stmt, params).await
+        run_cached(self.client(), self.cache(), self.lost_flag(), stmt, params).await
     }
 }
 
@@ -73,7 +73,7 @@ impl Executor for bb8::PooledConnection<'_, ConnectionManager> {
 
 impl Executor for Transaction<'_> {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_cached(self.client(), self.cache(), stmt, params).await
+        run_cached(self.client(), self.cache(), self.lost_flag(), stmt, params).await
     }
 }
 

@@ -43,9 +43,13 @@
 //! - **Quiet about secrets.** Tracing spans name the call, the queue and batch
 //!   sizes; payloads and passwords are never logged ([`redact_dsn`]).
 //! - **Pool checkout.** `test_on_check_out` is off by default: testing each
-//!   checkout would cost a round trip per call. A closed connection is dropped by
-//!   the pool; a call that hits a connection lost mid-flight returns
-//!   [`Error::ConnectionLost`], which [`Error::is_transient`] reports as retryable.
+//!   checkout would cost a round trip per call. Instead the pool passes over
+//!   connections already known closed (a server restart, an idle connection
+//!   ended by the server) and discards a connection once a call on it lost it.
+//!   A pool call that failed before its request was sent is repeated once on
+//!   another connection; a call that hits a connection lost mid-flight returns
+//!   [`Error::ConnectionLost`] with [`Outcome::Unknown`], which
+//!   [`Error::is_transient`] reports as retryable.
 //!
 //! # Files
 //!
