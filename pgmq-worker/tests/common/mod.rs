@@ -1,0 +1,101 @@
+//! Shared helpers of the worker's integration tests: the DSN, unique queues
+//! dropped even when a test panics, and waiting for a condition.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use pgmq_client::{Client, QueueName};
+
+/// The DSN of the throwaway cluster (scripts/db-start.sh), or PGMQ_TEST_DSN.
+pub fn dsn() -> String {
+    std::env::var("PGMQ_TEST_DSN")
+        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned())
+}
+
+pub async fn client() -> Client {
+    Client::connect(&dsn())
+        .await
+        .expect("the test database is up: run scripts/db-start.sh")
+}
+
+/// A queue name no other test (or run) uses.
+pub fn unique(prefix: &str) -> QueueName {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    QueueName::new(&format!("w{prefix}_{}_{nanos:x}_{n}", std::process::id())).unwrap()
+}
+
+/// Queues created for one test, dropped when the guard goes (even on panic).
+pub struct Queues {
+    names: Vec<QueueName>,
+}
+
+impl Queues {
+    pub async fn new(client: &Client, names: &[&QueueName]) -> Queues {
+        for q in names {
+            client.create(q).await.unwrap();
+        }
+        Queues {
+            names: names.iter().map(|q| (*q).clone()).collect(),
+        }
+    }
+}
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut self.names);
+        // Drop on a fresh thread with its own runtime: Drop cannot await.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                // The test's pool belongs to the test's runtime; use a new one.
+                if let Ok(c) = Client::connect(&dsn()).await {
+                    for q in names {
+                        let _ = c.drop_queue(&q).await;
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Waits until `check` returns true, polling every 10 ms, for at most `max`.
+pub async fn wait_for<F, Fut>(max: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < max,
+            "timed out after {max:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Number of messages in a queue table, visible or not.
+pub async fn queue_len(client: &Client, q: &QueueName) -> i64 {
+    client.metrics(q).await.unwrap().queue_length
+}
+
+/// Rows of the archive table.
+pub async fn archive_len(client: &Client, q: &QueueName) -> i64 {
+    let conn = client.connection().await.unwrap();
+    let row = conn
+        .query_one(&format!("SELECT count(*) FROM {}", q.archive_table()), &[])
+        .await
+        .unwrap();
+    row.get(0)
+}

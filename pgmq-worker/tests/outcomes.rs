@@ -1,0 +1,469 @@
+//! Every outcome a handler can produce, on the real database: delete, archive,
+//! retry (explicit and by error, with backoff), dead-letter (explicit, after
+//! max attempts, undecodable body), panics, blocking handlers, bounded claims.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{archive_len, client, queue_len, unique, wait_for, Queues};
+use pgmq_client::{Delay, Message, QueueName};
+use pgmq_worker::{Backoff, Outcome, Worker};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Deserialize)]
+struct Job {
+    n: u64,
+}
+
+fn jobs(count: u64) -> Vec<Value> {
+    (0..count).map(|n| json!({ "n": n })).collect()
+}
+
+/// Reads every message of `q` (a dead-letter queue) without deleting it.
+async fn read_all(client: &pgmq_client::Client, q: &QueueName) -> Vec<Message<Value>> {
+    client.read(q, Duration::from_secs(60), 1000).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_acks_every_message_once() {
+    let client = client().await;
+    let q = unique("del");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(250)).await.unwrap();
+
+    let seen = Arc::new(Mutex::new(HashMap::<u64, u32>::new()));
+    let s = Arc::clone(&seen);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .concurrency(4)
+        .batch_size(50)
+        .poll_interval(Duration::from_millis(50))
+        .handler(move |m: Message<Job>| {
+            let s = Arc::clone(&s);
+            async move {
+                *s.lock().unwrap().entry(m.body.n).or_default() += 1;
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "250 deletes", || async { handle.acked() == 250 }).await;
+    let report = handle.shutdown().await.unwrap();
+
+    assert_eq!(queue_len(&client, &q).await, 0);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 250);
+    assert!(seen.values().all(|&c| c == 1), "a message ran twice");
+    assert_eq!(report.handled, 250);
+    assert_eq!(report.acked, 250);
+    assert_eq!(report.stats.deleted, 250);
+    assert_eq!(report.stats.claimed, 250);
+    assert_eq!(report.stats.succeeded, 250);
+    assert_eq!(report.stats.failed, 0);
+    assert_eq!(report.stats.acks_pending, 0);
+    assert_eq!(report.released, 0);
+    assert_eq!(report.stats.handler_latency.len(), 250);
+    assert_eq!(report.stats.queue_wait_local.len(), 250);
+    assert_eq!(report.stats.queue_wait_db.len(), 250);
+}
+
+#[tokio::test]
+async fn archive_moves_messages_to_the_archive() {
+    let client = client().await;
+    let q = unique("arc");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(10)).await.unwrap();
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Archive) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "10 archived", || async {
+        handle.stats().archived == 10
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(queue_len(&client, &q).await, 0);
+    assert_eq!(archive_len(&client, &q).await, 10);
+    assert_eq!(report.stats.deleted, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_waits_the_backoff_then_succeeds() {
+    let client = client().await;
+    let q = unique("retry");
+    let _g = Queues::new(&client, &[&q]).await;
+    // n = 0 fails by error the first time; n = 1 asks for an explicit retry.
+    client.send_batch(&q, &jobs(2)).await.unwrap();
+
+    let attempts = Arc::new(Mutex::new(Vec::<(u64, i32, Instant)>::new()));
+    let a = Arc::clone(&attempts);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .retry_backoff(Backoff::constant(Duration::from_secs(1)))
+        .handler(move |m: Message<Job>| {
+            let a = Arc::clone(&a);
+            async move {
+                a.lock()
+                    .unwrap()
+                    .push((m.body.n, m.read_ct, Instant::now()));
+                match (m.body.n, m.read_ct) {
+                    (0, 1) => Err("not yet".into()),
+                    (1, 1) => Ok(Outcome::Retry(Duration::from_secs(1))),
+                    _ => Ok::<_, pgmq_worker::HandlerError>(Outcome::Delete),
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "both deleted", || async {
+        handle.stats().deleted == 2
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+
+    let attempts = attempts.lock().unwrap();
+    assert_eq!(attempts.len(), 4, "{attempts:?}");
+    for n in 0..2 {
+        let runs: Vec<_> = attempts.iter().filter(|a| a.0 == n).collect();
+        assert_eq!(runs.len(), 2);
+        assert_eq!((runs[0].1, runs[1].1), (1, 2), "read_ct counts attempts");
+        let gap = runs[1].2 - runs[0].2;
+        assert!(
+            gap >= Duration::from_millis(900),
+            "retried after {gap:?}, before the backoff"
+        );
+    }
+    assert_eq!(report.stats.retried, 2);
+    assert_eq!(report.stats.failed, 1);
+    assert_eq!(report.stats.succeeded, 3);
+    assert_eq!(queue_len(&client, &q).await, 0);
+}
+
+#[tokio::test]
+async fn dead_letter_outcome_moves_the_message_with_its_reason() {
+    let client = client().await;
+    let q = unique("dl");
+    let dlq = unique("dlq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    let opts = pgmq_client::SendOptions::new().headers(json!({"trace": "t-1"}));
+    let id = client.send_with(&q, &json!({"n": 7}), &opts).await.unwrap();
+
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .dead_letter_queue(dlq.clone())
+        .handler(|_m: Message<Job>| async {
+            Ok::<_, std::io::Error>(Outcome::DeadLetter("customer unknown".into()))
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "dead letter", || async {
+        handle.stats().dead_lettered == 1
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+
+    assert_eq!(queue_len(&client, &q).await, 0);
+    let dead = read_all(&client, &dlq).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].body, json!({"n": 7}));
+    let h = dead[0].headers.as_ref().unwrap();
+    assert_eq!(h["reason"], "customer unknown");
+    assert_eq!(h["attempts"], 1);
+    assert_eq!(h["source_queue"], q.as_str());
+    assert_eq!(h["original_msg_id"], id);
+    assert_eq!(h["original_headers"], json!({"trace": "t-1"}));
+}
+
+#[tokio::test]
+async fn undecodable_body_is_dead_lettered_without_running_the_handler() {
+    let client = client().await;
+    let q = unique("dec");
+    let dlq = unique("decq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    client.send(&q, &json!({"n": 1})).await.unwrap();
+    client.send(&q, &json!({"nope": true})).await.unwrap();
+
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .dead_letter_queue(dlq.clone())
+        .handler(move |_m: Message<Job>| {
+            c.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "both resolved", || async {
+        let s = handle.stats();
+        s.deleted == 1 && s.dead_lettered == 1
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        1,
+        "the handler ran on the bad body"
+    );
+    assert_eq!(report.stats.decode_failures, 1);
+    assert_eq!(report.stats.handled, 1);
+    let dead = read_all(&client, &dlq).await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].body, json!({"nope": true}));
+    let reason = dead[0].headers.as_ref().unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        reason.contains("does not decode") && reason.contains("missing field `n`"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_message_is_dead_lettered_after_max_attempts() {
+    let client = client().await;
+    let q = unique("poison");
+    let dlq = unique("poisonq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    client.send(&q, &json!({"n": 13})).await.unwrap();
+
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let c = Arc::clone(&calls);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .max_attempts(3)
+        .retry_backoff(Backoff::constant(Duration::ZERO))
+        .dead_letter_queue(dlq.clone())
+        .handler(move |m: Message<Job>| {
+            c.lock().unwrap().push(m.read_ct);
+            async { Err::<Outcome, _>(std::io::Error::other("boom")) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "dead letter", || async {
+        handle.stats().dead_lettered == 1
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+
+    assert_eq!(*calls.lock().unwrap(), vec![1, 2, 3]);
+    assert_eq!(report.stats.failed, 3);
+    assert_eq!(report.stats.retried, 2);
+    assert_eq!(queue_len(&client, &q).await, 0);
+    let dead = read_all(&client, &dlq).await;
+    assert_eq!(dead.len(), 1);
+    let h = dead[0].headers.as_ref().unwrap();
+    assert_eq!(h["attempts"], 3);
+    let reason = h["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("boom") && reason.contains("3 times"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_read_more_than_max_attempts_is_not_run_again() {
+    let client = client().await;
+    let q = unique("over");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send(&q, &json!({"n": 1})).await.unwrap();
+    // Two earlier deliveries that never finished (a crashed worker, say).
+    for _ in 0..2 {
+        let m = client.read::<Value>(&q, Duration::ZERO, 1).await.unwrap();
+        assert_eq!(m.len(), 1);
+    }
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .max_attempts(2)
+        .handler(move |_m: Message<Job>| {
+            c.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    // No dead-letter queue: archived.
+    wait_for(WAIT, "archived", || async {
+        handle.stats().dead_lettered == 1
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    assert_eq!(queue_len(&client, &q).await, 0);
+    assert_eq!(archive_len(&client, &q).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_a_failure_and_the_others_keep_going() {
+    let client = client().await;
+    let q = unique("panic");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(40)).await.unwrap();
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .concurrency(3)
+        .poll_interval(Duration::from_millis(20))
+        .retry_backoff(Backoff::constant(Duration::ZERO))
+        .handler(|m: Message<Job>| async move {
+            if m.body.n % 5 == 0 && m.read_ct == 1 {
+                panic!("job {} exploded", m.body.n);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok::<_, std::io::Error>(Outcome::Delete)
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "40 deleted", || async {
+        handle.stats().deleted == 40
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.stats.panicked, 8);
+    assert_eq!(report.stats.failed, 8);
+    assert_eq!(report.stats.retried, 8);
+    assert_eq!(report.handled, 48);
+    assert_eq!(queue_len(&client, &q).await, 0);
+}
+
+#[tokio::test]
+async fn blocking_handlers_run_off_the_runtime() {
+    // A current-thread runtime: a blocking handler on it would serialize
+    // everything, and the heartbeat of the timing below would not hold.
+    let client = client().await;
+    let q = unique("blk");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(8)).await.unwrap();
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(20))
+        .blocking_handler(|m: Message<Job>| {
+            std::thread::sleep(Duration::from_millis(200));
+            if m.body.n == 3 && m.read_ct == 1 {
+                panic!("blocking handler panicked");
+            }
+            Ok::<_, std::io::Error>(Outcome::Delete)
+        })
+        .retry_backoff(Backoff::constant(Duration::ZERO))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let handle = worker.spawn();
+    wait_for(WAIT, "8 deleted", || async { handle.stats().deleted == 8 }).await;
+    let took = start.elapsed();
+    let report = handle.shutdown().await.unwrap();
+    // 9 runs of 200 ms on 4 threads: 3 rounds, far below 9 in a row.
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    assert_eq!(report.stats.panicked, 1);
+    assert_eq!(report.handled, 9);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_never_exceed_the_claim_capacity() {
+    let client = client().await;
+    let q = unique("bound");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(300)).await.unwrap();
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .concurrency(2)
+        .batch_size(20)
+        .claim_capacity(30)
+        .poll_interval(Duration::from_millis(20))
+        .handler(|_m: Message<Job>| async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok::<_, std::io::Error>(Outcome::Delete)
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    let mut max_held = 0;
+    let mut samples = 0;
+    loop {
+        let s = handle.stats();
+        // Claimed but not yet taken by a handler: at most the capacity, plus
+        // the handlers' own messages.
+        let held = s.claimed - s.handled;
+        max_held = max_held.max(held);
+        samples += 1;
+        if s.deleted == 300 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let report = handle.shutdown().await.unwrap();
+    assert!(samples > 10);
+    assert!(
+        max_held <= 30 + 2,
+        "held {max_held} messages with capacity 30"
+    );
+    assert!(max_held >= 10, "never filled the claim queue ({max_held})");
+    // Reads were at least half a batch unless the queue ran short.
+    assert!(
+        report.stats.reads <= 300 / 10 + 5,
+        "{} reads",
+        report.stats.reads
+    );
+}
+
+#[tokio::test]
+async fn delayed_messages_are_found_by_polling() {
+    let client = client().await;
+    let q = unique("delay");
+    let _g = Queues::new(&client, &[&q]).await;
+    client
+        .send_batch_with(&q, &jobs(3), None, Delay::Seconds(1))
+        .await
+        .unwrap();
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(100))
+        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "3 deleted", || async { handle.stats().deleted == 3 }).await;
+    let report = handle.shutdown().await.unwrap();
+    assert!(report.stats.empty_reads >= 2);
+    assert!(report.stats.wakeups_poll >= 2);
+}
+
+#[tokio::test]
+async fn a_missing_queue_fails_at_start() {
+    let client = client().await;
+    let q = unique("missing");
+    let worker: Worker<Job> = Worker::builder(client.clone(), q)
+        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let err = worker
+        .run_until(std::future::pending::<()>())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            pgmq_worker::Error::Client(pgmq_client::Error::QueueNotFound { .. })
+        ),
+        "{err}"
+    );
+    let bad = Worker::<Job>::builder(client, unique("x"))
+        .concurrency(0)
+        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build();
+    assert!(matches!(bad, Err(pgmq_worker::Error::Config(_))));
+}

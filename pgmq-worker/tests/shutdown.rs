@@ -1,0 +1,210 @@
+//! The stop sequence: release of unstarted claims at once, in-flight handlers
+//! finishing within the grace period, abandoned ones reported, queued
+//! acknowledgements drained, and the report's numbers.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{client, queue_len, unique, wait_for, Queues};
+use pgmq_client::Message;
+use pgmq_worker::{Outcome, Worker};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn bodies(count: u64) -> Vec<Value> {
+    (0..count).map(|n| json!({ "n": n })).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_unstarted_claims_before_in_flight_handlers_finish() {
+    let client = client().await;
+    let q = unique("stop");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &bodies(50)).await.unwrap();
+
+    let started = Arc::new(Notify::new());
+    let finished_at = Arc::new(Mutex::new(None::<Instant>));
+    let (s, f) = (Arc::clone(&started), Arc::clone(&finished_at));
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(1)
+        .batch_size(50)
+        .claim_capacity(100)
+        .poll_interval(Duration::from_millis(50))
+        .shutdown_grace(Duration::from_secs(10))
+        .handler(move |_m: Message<Value>| {
+            let (s, f) = (Arc::clone(&s), Arc::clone(&f));
+            async move {
+                s.notify_one();
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                *f.lock().unwrap() = Some(Instant::now());
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    started.notified().await;
+    wait_for(WAIT, "all 50 claimed", || async {
+        handle.stats().claimed == 50
+    })
+    .await;
+    // Nothing is visible: one message runs, 49 wait in the claim queue.
+    let none = client
+        .read::<Value>(&q, Duration::from_secs(60), 100)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+
+    let shutdown_began = Instant::now();
+    let stopping = tokio::spawn(handle.shutdown());
+    // The 49 unstarted messages come back at once, while the handler still runs.
+    let mut released = Vec::new();
+    let seen_at = loop {
+        released.extend(
+            client
+                .read::<Value>(&q, Duration::from_secs(60), 100)
+                .await
+                .unwrap(),
+        );
+        if released.len() >= 49 {
+            break Instant::now();
+        }
+        assert!(
+            shutdown_began.elapsed() < Duration::from_secs(1),
+            "not released at once"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(released.len(), 49);
+    let report = stopping.await.unwrap().unwrap();
+    let finished_at = finished_at
+        .lock()
+        .unwrap()
+        .expect("the in-flight handler finished");
+    assert!(
+        seen_at < finished_at,
+        "released only after the in-flight handler finished"
+    );
+
+    assert_eq!(report.handled, 1);
+    assert_eq!(report.acked, 1);
+    assert_eq!(report.stats.deleted, 1);
+    assert_eq!(report.released, 49);
+    assert_eq!(report.still_running_at_deadline, 0);
+    assert_eq!(report.acks_failed, 0);
+    assert_eq!(report.release_failed, 0);
+    // The in-flight message was deleted; the 49 released ones are the test's now.
+    assert_eq!(queue_len(&client, &q).await, 49);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_past_the_grace_period_are_abandoned_and_reported() {
+    let client = client().await;
+    let q = unique("grace");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &bodies(2)).await.unwrap();
+
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(2)
+        .visibility_timeout(Duration::from_secs(30))
+        .poll_interval(Duration::from_millis(50))
+        .shutdown_grace(Duration::from_millis(300))
+        .handler(|m: Message<Value>| async move {
+            if m.body["n"] == 0 {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            Ok::<_, std::io::Error>(Outcome::Delete)
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "one deleted", || async {
+        handle.stats().deleted == 1
+    })
+    .await;
+    let t = Instant::now();
+    let report = handle.shutdown().await.unwrap();
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(3), "shutdown took {took:?}");
+    assert!(took >= Duration::from_millis(250), "shutdown took {took:?}");
+    assert_eq!(report.still_running_at_deadline, 1);
+    assert_eq!(report.stats.still_running_at_deadline, 1);
+    assert_eq!(report.handled, 1);
+    // The abandoned message stays invisible until its visibility timeout ends.
+    let m = client.metrics(&q).await.unwrap();
+    assert_eq!((m.queue_length, m.queue_visible_length), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_acknowledgements_are_written_before_shutdown_returns() {
+    let client = client().await;
+    let q = unique("drain");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &bodies(120)).await.unwrap();
+
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    // Acknowledgements wait up to 30 s for a batch of 1000: only the drain
+    // at shutdown writes them.
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(50))
+        .ack_batch_size(1000)
+        .ack_capacity(1000)
+        .ack_flush_interval(Duration::from_secs(30))
+        .handler(move |_m: Message<Value>| {
+            c.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "120 handled", || async {
+        handle.stats().handled == 120
+    })
+    .await;
+    let s = handle.stats();
+    assert_eq!(s.deleted, 0);
+    assert_eq!(s.acks_pending, 120);
+    assert_eq!(queue_len(&client, &q).await, 120);
+
+    let t = Instant::now();
+    let report = handle.shutdown().await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert_eq!(report.acked, 120);
+    assert_eq!(report.stats.acks_pending, 0);
+    assert_eq!(report.released, 0);
+    assert_eq!(queue_len(&client, &q).await, 0);
+    assert_eq!(calls.load(Ordering::Relaxed), 120);
+}
+
+#[tokio::test]
+async fn run_until_stops_when_the_future_resolves() {
+    let client = client().await;
+    let q = unique("until");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &bodies(5)).await.unwrap();
+    let token = tokio_util::sync::CancellationToken::new();
+    let t2 = token.clone();
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .handler(move |_m: Message<Value>| {
+            let t2 = t2.clone();
+            async move {
+                t2.cancel();
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap();
+    let report = worker.run_until(token.cancelled_owned()).await.unwrap();
+    // Every claimed message was either handled (and acknowledged) or released.
+    assert_eq!(report.handled + report.released, 5);
+    assert_eq!(report.acked, report.handled);
+    assert_eq!(queue_len(&client, &q).await as u64, report.released);
+}
