@@ -252,7 +252,7 @@ impl Client {
 /// | `connect_timeout` | 10 s | TCP connect + authentication bound; no hang on a dead host |
 /// | `test_on_check_out` | false | a `SELECT` per checkout costs a round trip per call; connections known closed, or lost by a call, are passed over and discarded without a round trip; callers retry transient errors |
 /// | `application_name` | `pgmq-client` | shows in `pg_stat_activity` |
-/// | TLS | rustls with the webpki roots, used when the DSN's `sslmode` asks for it | |
+/// | TLS | rustls, as the DSN's `sslmode` says: `disable`; `prefer` (default) and `require` encrypt without checking the certificate, like libpq; `verify-ca` and `verify-full` check it against the webpki roots | `verify-full` (with [`tls`](Self::tls) for a private CA) authenticates the server |
 /// | `check_pgmq` | true | refuse to start without a supported PGMQ |
 ///
 /// ```no_run
@@ -342,7 +342,29 @@ impl ClientBuilder {
         self
     }
 
-    /// Uses this rustls configuration for TLS (client certificates, private CAs).
+    /// Uses this rustls configuration for TLS (client certificates, private
+    /// CAs) whenever the DSN's `sslmode` is not `disable`; it then decides
+    /// how the server's certificate is checked.
+    ///
+    /// ```no_run
+    /// # async fn f(ca_pem: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
+    /// use pgmq_client::reexports::rustls;
+    /// let mut roots = rustls::RootCertStore::empty();
+    /// for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca_pem) {
+    ///     roots.add(cert?)?;
+    /// }
+    /// let tls = rustls::ClientConfig::builder_with_provider(
+    ///     rustls::crypto::ring::default_provider().into(),
+    /// )
+    /// .with_safe_default_protocol_versions()?
+    /// .with_root_certificates(roots)
+    /// .with_no_client_auth();
+    /// let client = pgmq_client::Client::builder("postgres://app@db.internal/app?sslmode=verify-full")
+    ///     .tls(tls)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn tls(mut self, config: rustls::ClientConfig) -> Self {
         self.tls = Some(Arc::new(config));
         self
@@ -356,7 +378,8 @@ impl ClientBuilder {
 
     /// The parsed `tokio_postgres::Config` with this builder's timeouts applied.
     pub fn pg_config(&self) -> Result<tokio_postgres::Config, Error> {
-        let mut config = tokio_postgres::Config::from_str(&self.dsn)
+        let (dsn, _) = crate::tls::split_dsn(&self.dsn)?;
+        let mut config = tokio_postgres::Config::from_str(&dsn)
             .map_err(|_| Error::Config("the DSN could not be parsed".to_owned()))?;
         config.connect_timeout(self.connect_timeout);
         if config.get_application_name().is_none() {
@@ -365,11 +388,19 @@ impl ClientBuilder {
         Ok(config)
     }
 
-    /// The TLS connector: the configured one, or rustls with the webpki roots.
+    /// The TLS connector: the configuration given with [`tls`](Self::tls),
+    /// or one that checks the server's certificate as the DSN's `sslmode`
+    /// says (see the table above).
     pub fn make_tls(&self) -> MakeRustlsConnect {
         let config = match &self.tls {
             Some(c) => (**c).clone(),
-            None => default_tls_config(),
+            None => {
+                // An unparsable DSN fails in `pg_config` before TLS is used.
+                let mode = crate::tls::split_dsn(&self.dsn)
+                    .map(|(_, m)| m)
+                    .unwrap_or(crate::tls::TlsMode::VerifyFull);
+                crate::tls::default_config(mode)
+            }
         };
         MakeRustlsConnect::new(config)
     }
@@ -413,14 +444,4 @@ impl ClientBuilder {
     ) -> Result<(tokio_postgres::Client, crate::notify::NotificationStream), Error> {
         crate::notify::connect_listener(&self.pg_config()?, self.make_tls()).await
     }
-}
-
-fn default_tls_config() -> rustls::ClientConfig {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth()
 }

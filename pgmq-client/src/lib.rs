@@ -73,6 +73,7 @@ mod queue_name;
 mod read;
 mod send;
 mod statements;
+mod tls;
 mod topics;
 mod version;
 
