@@ -131,7 +131,7 @@ async fn retry_waits_the_backoff_then_succeeds() {
     .await;
     let report = handle.shutdown().await.unwrap();
 
-    let attempts = attempts.lock().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
     assert_eq!(attempts.len(), 4, "{attempts:?}");
     for n in 0..2 {
         let runs: Vec<_> = attempts.iter().filter(|a| a.0 == n).collect();
