@@ -87,30 +87,32 @@ pub(crate) fn default_config(mode: TlsMode) -> rustls::ClientConfig {
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions");
-    let verifier: Arc<dyn ServerCertVerifier> = match mode {
-        TlsMode::VerifyFull => {
-            return builder
-                .with_root_certificates(webpki_roots())
-                .with_no_client_auth()
-        }
-        TlsMode::VerifyCa => Arc::new(ChainOnly(
-            WebPkiServerVerifier::builder_with_provider(Arc::new(webpki_roots()), provider)
-                .build()
-                .expect("the webpki roots are usable"),
-        )),
-        TlsMode::Unverified => Arc::new(Unverified(provider)),
-    };
+    let roots = webpki_roots();
+    if mode == TlsMode::VerifyFull {
+        return builder.with_root_certificates(roots).with_no_client_auth();
+    }
+    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .expect("the webpki roots are usable");
     builder
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
+        .with_custom_certificate_verifier(Arc::new(Lenient {
+            webpki,
+            check_chain: mode == TlsMode::VerifyCa,
+        }))
         .with_no_client_auth()
 }
 
-/// `verify-ca`: the chain must lead to a trusted root; the name is not checked.
+/// The checks of `verify-ca` (chain only, any host name) and of `prefer` and
+/// `require` (none, as libpq). Handshake signatures are always checked, so
+/// the session belongs to whoever holds the presented certificate's key.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    webpki: Arc<WebPkiServerVerifier>,
+    check_chain: bool,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -119,8 +121,11 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if !self.check_chain {
+            return Ok(ServerCertVerified::assertion());
+        }
         match self
-            .0
+            .webpki
             .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
         {
             Err(rustls::Error::InvalidCertificate(
@@ -136,7 +141,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        self.webpki.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -145,62 +150,11 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        self.webpki.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require`: encryption without authenticating the server, as
-/// libpq does. Handshake signatures are still checked, so the session keys
-/// belong to whoever holds the presented certificate's key.
-#[derive(Debug)]
-struct Unverified(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.webpki.supported_verify_schemes()
     }
 }
 
