@@ -1,3 +1,5 @@
+//! The shortest path: send, read, delete, and a rolled-back send.
+
 mod common;
 
 use std::time::Duration;
