@@ -101,7 +101,12 @@ async fn spans_name_calls_and_queues_but_never_payloads_or_passwords() {
     client.bind_topic(&format!("{k}.*"), &q).await.unwrap();
     client.send_topic(&format!("{k}.x"), &body).await.unwrap();
     client
-        .send_batch_topic(&format!("{k}.x"), std::slice::from_ref(&body), None, Delay::None)
+        .send_batch_topic(
+            &format!("{k}.x"),
+            std::slice::from_ref(&body),
+            None,
+            Delay::None,
+        )
         .await
         .unwrap();
     let _: Vec<Message> = client.pop(&q, 10).await.unwrap();
