@@ -135,6 +135,9 @@ async fn drop_queue_removes_tables_and_a_missing_queue_is_false() {
     let pg = common::raw().await;
     let q = qs.fresh(&client, "drop").await;
     client.send(&q, &1).await.unwrap();
+    // Deprecated by PGMQ and a no-op there: the call works and changes nothing.
+    client.detach_archive(&q).await.unwrap();
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 1);
     assert!(client.drop_queue(&q).await.unwrap());
     assert!(!client.queue_exists(&q).await.unwrap());
     let t: Option<String> = scalar(&pg, "SELECT to_regclass($1)::text", &[&q.table()]).await;
