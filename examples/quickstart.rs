@@ -19,6 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::connect(&dsn).await?;
     let queue = QueueName::new("quickstart")?;
     client.create(&queue).await?;
+    println!("created queue {queue}");
 
     let id = client
         .send(
@@ -42,5 +43,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("deleted message {}", msg.msg_id);
     }
     client.drop_queue(&queue).await?;
+    println!("dropped queue {queue}");
     Ok(())
 }
