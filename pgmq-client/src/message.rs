@@ -155,6 +155,23 @@ impl ToSql for RawJson {
     postgres_types::to_sql_checked!();
 }
 
+/// Serializes as the JSON text itself, unchanged: forwarding a raw body
+/// (`send(&q, &message.body)`) keeps it exactly, numbers of any precision
+/// included.
+///
+/// ```
+/// let raw = pgmq_client::RawJson::from_text(r#"{"amount": 12345678901234567890.123456789}"#)?;
+/// assert_eq!(serde_json::to_string(&raw)?, r#"{"amount": 12345678901234567890.123456789}"#);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+impl serde::Serialize for RawJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(&self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
+    }
+}
+
 impl fmt::Debug for RawJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RawJson({} bytes)", self.0.len())

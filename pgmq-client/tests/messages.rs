@@ -603,3 +603,21 @@ async fn out_of_range_arguments_are_refused_before_sql() {
         assert_eq!(err.outcome(), pgmq_client::Outcome::NotSent);
     }
 }
+
+#[tokio::test]
+async fn raw_bodies_are_forwarded_unchanged() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let a = qs.fresh(&client, "raw_a").await;
+    let b = qs.fresh(&client, "raw_b").await;
+    let text = r#"{"amount": 12345678901234567890.123456789, "tiny": 1e-400, "s": "x"}"#;
+    client
+        .send(&a, &RawJson::from_text(text).unwrap())
+        .await
+        .unwrap();
+    let first: Vec<Message<RawJson>> = client.read_raw(&a, VT, 1).await.unwrap();
+    assert!(first[0].body.get().contains("12345678901234567890.123456789"));
+    client.send(&b, &first[0].body).await.unwrap();
+    let second: Vec<Message<RawJson>> = client.read_raw(&b, VT, 1).await.unwrap();
+    assert_eq!(second[0].body.get(), first[0].body.get());
+}
