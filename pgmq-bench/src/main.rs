@@ -1,6 +1,39 @@
-//! `pgmq-bench`: thin binary over the `pgmq_bench` library.
+//! `pgmq-bench`: parse, dispatch, exit. Everything else is in the library.
+
+use clap::Parser;
+use pgmq_bench::cli::{Cli, Command};
+use pgmq_bench::{commands, run};
 
 fn main() {
-    eprintln!("pgmq-bench: not implemented yet");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    pgmq_bench::init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pgmq-bench: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            None => run::run(cli.run).await,
+            Some(Command::Run(args)) => run::run(args).await,
+            Some(Command::Compare(args)) => commands::compare(args).await,
+            Some(Command::Report(args)) => commands::report(args).await,
+            Some(Command::Check(args)) => commands::check(args).await,
+            Some(Command::CheckMemory(args)) => commands::check_memory(args).await,
+        }
+    });
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("pgmq-bench: {e}");
+            e.exit_code()
+        }
+    };
+    drop(runtime);
+    std::process::exit(code);
 }

@@ -1,0 +1,55 @@
+//! Records what the benchmark document's metadata needs from build time: the
+//! git commit of the source tree (and whether it had uncommitted changes) and
+//! the rustc version. Each is optional: a build outside a git checkout, or
+//! without git installed, simply records nothing.
+
+use std::path::Path;
+use std::process::Command;
+
+fn run(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(cmd).args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let s = String::from_utf8(out.stdout).ok()?;
+    Some(s.trim().to_owned())
+}
+
+fn main() {
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let git_dir = run("git", &["-C", &manifest, "rev-parse", "--absolute-git-dir"]);
+    if let Some(dir) = &git_dir {
+        // Rebuild the metadata when HEAD moves or the index changes.
+        for f in ["HEAD", "index", "packed-refs", "refs/heads"] {
+            let p = Path::new(dir).join(f);
+            if p.exists() {
+                println!("cargo:rerun-if-changed={}", p.display());
+            }
+        }
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+    if let Some(commit) = run("git", &["-C", &manifest, "rev-parse", "HEAD"]) {
+        println!("cargo:rustc-env=PGMQ_BENCH_GIT_COMMIT={commit}");
+        // Tracked files changed since that commit (untracked files do not count).
+        if let Some(status) = run(
+            "git",
+            &[
+                "-C",
+                &manifest,
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+            ],
+        ) {
+            let dirty = if status.is_empty() { "false" } else { "true" };
+            println!("cargo:rustc-env=PGMQ_BENCH_GIT_DIRTY={dirty}");
+        }
+    }
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    if let Some(v) = run(&rustc, &["-V"]) {
+        println!("cargo:rustc-env=PGMQ_BENCH_RUSTC={v}");
+    }
+    if let Ok(target) = std::env::var("TARGET") {
+        println!("cargo:rustc-env=PGMQ_BENCH_TARGET={target}");
+    }
+}

@@ -1,0 +1,328 @@
+//! Command-line arguments of every subcommand (clap derive types).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::local_db;
+
+/// `pgmq-bench`: benchmark, report and compare pgmq-client and pgmq-worker.
+///
+/// Without a subcommand it runs the benchmark (the same as `pgmq-bench run`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "pgmq-bench",
+    version,
+    about = "Benchmark pgmq-client and pgmq-worker on a real PostgreSQL/PGMQ database",
+    args_conflicts_with_subcommands = true
+)]
+#[non_exhaustive]
+pub struct Cli {
+    /// A subcommand; none runs the benchmark.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// Benchmark options (when no subcommand is given).
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the benchmark and write a benchmark.v1 JSON document.
+    Run(RunArgs),
+    /// Compare two documents: a Markdown table and a verdict per figure;
+    /// exit 1 on a regression beyond the threshold.
+    Compare(CompareArgs),
+    /// Print a Markdown summary of a document, and optionally an SVG chart.
+    Report(ReportArgs),
+    /// Evaluate the worker's performance targets on a document; exit 1 when one is missed.
+    Check(CheckArgs),
+    /// Check the memory target from two documents (e.g. 100,000 and 1,000,000 messages).
+    CheckMemory(CheckMemoryArgs),
+}
+
+/// A benchmark section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum Section {
+    /// Sequential one-message SDK sends.
+    SendSingle,
+    /// Sequential SDK batch sends.
+    SendBatch,
+    /// The worker draining a preloaded queue at each handler count.
+    ConsumeScaling,
+    /// The worker with no work: CPU, empty reads, wake-ups.
+    IdleWorker,
+    /// Send-to-handler latency, polling only and LISTEN/NOTIFY.
+    WakeupLatency,
+    /// The same loops on plain prepared statements, one connection, no SDK.
+    Baseline,
+    /// Producers and the worker together for `--duration`.
+    Sustained,
+}
+
+impl Section {
+    /// Every section, in the order a round runs them.
+    pub const ALL: [Section; 7] = [
+        Section::SendSingle,
+        Section::SendBatch,
+        Section::ConsumeScaling,
+        Section::Baseline,
+        Section::IdleWorker,
+        Section::WakeupLatency,
+        Section::Sustained,
+    ];
+
+    /// The name used on the command line and in the document.
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::SendSingle => "send_single",
+            Section::SendBatch => "send_batch",
+            Section::ConsumeScaling => "consume_scaling",
+            Section::IdleWorker => "idle_worker",
+            Section::WakeupLatency => "wakeup_latency",
+            Section::Baseline => "baseline",
+            Section::Sustained => "sustained",
+        }
+    }
+}
+
+impl std::fmt::Display for Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parses `30`, `30s`, `500ms`, `5m`, `1h` into a duration.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 1h)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?} (ms, s, m, h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Options of a benchmark run.
+///
+/// Defaults are sized so that no timed run lasts under one second on a
+/// 2-core machine; see docs/benchmarks.md.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct RunArgs {
+    /// PostgreSQL DSN of a database with PGMQ that the benchmark may use
+    /// (never a shared, staging or production database). Required unless --local.
+    #[arg(long, env = "PGMQ_BENCH_DSN", hide_env_values = true)]
+    pub dsn: Option<String>,
+
+    /// Start a throwaway local cluster (scripts/db-start.sh on --local-port),
+    /// run against it, and remove it afterwards.
+    #[arg(long)]
+    pub local: bool,
+
+    /// Port of the --local cluster (never 55432, the shared development cluster).
+    #[arg(long, default_value_t = local_db::DEFAULT_PORT)]
+    pub local_port: u16,
+
+    /// Where to write the benchmark.v1 JSON document.
+    #[arg(long, short = 'o', default_value = "benchmark.json")]
+    pub output: PathBuf,
+
+    /// Sections to run (comma-separated; default all).
+    #[arg(long, value_delimiter = ',', default_values_t = Section::ALL.to_vec())]
+    pub sections: Vec<Section>,
+
+    /// Messages per batch-send, consume and baseline run.
+    #[arg(long, default_value_t = 100_000)]
+    pub messages: u64,
+
+    /// Messages per single-send run (one round trip each, so fewer).
+    #[arg(long, default_value_t = 10_000)]
+    pub single_messages: u64,
+
+    /// Messages per batch send and per claim (pgmq.read qty).
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: u32,
+
+    /// Visibility timeout, seconds.
+    #[arg(long = "vt", default_value_t = 30)]
+    pub visibility_timeout: u32,
+
+    /// Approximate JSON body size, bytes.
+    #[arg(long, default_value_t = 100)]
+    pub payload_bytes: u32,
+
+    /// Handler counts of consume_scaling (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 2, 4, 8])]
+    pub workers: Vec<u32>,
+
+    /// Simulated asynchronous I/O per handler call (a tokio sleep), milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub handler_work_ms: u64,
+
+    /// Measured rounds (every section once per round).
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+
+    /// Warm-up rounds run first and discarded.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u32,
+
+    /// SDK client connection pool size.
+    #[arg(long, default_value_t = 10)]
+    pub pool_size: u32,
+
+    /// idle_worker window.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub idle: Duration,
+
+    /// idle_worker poll interval, milliseconds.
+    #[arg(long, default_value_t = 250)]
+    pub idle_poll_ms: u64,
+
+    /// wakeup_latency samples per mode (at least 20).
+    #[arg(long, default_value_t = 20)]
+    pub wakeup_samples: u32,
+
+    /// wakeup_latency poll interval, and the NOTIFY mode's polling fallback, milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub wakeup_poll_ms: u64,
+
+    /// sustained: how long producers run (30s, 5m, 30m).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub duration: Duration,
+
+    /// sustained: seconds at the start left out of the backlog-slope fit.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub sustained_warmup: Duration,
+
+    /// sustained: total producer rate, messages/s (0: unpaced, as fast as they can).
+    #[arg(long, default_value_t = 5_000.0)]
+    pub rate: f64,
+
+    /// sustained: producer tasks.
+    #[arg(long, default_value_t = 2)]
+    pub producers: u32,
+
+    /// sustained: handler concurrency.
+    #[arg(long, default_value_t = 4)]
+    pub sustained_workers: u32,
+
+    /// Create the queues unlogged (faster, emptied by a crash): the result is
+    /// marked non-durable and never compared with durable ones.
+    #[arg(long)]
+    pub unlogged: bool,
+
+    /// Drop leftover pgmq_bench_* queues before starting instead of refusing.
+    #[arg(long)]
+    pub clean: bool,
+
+    /// Give up on a section that makes no progress for this long.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub stall_timeout: Duration,
+}
+
+/// Options of `compare`.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct CompareArgs {
+    /// The reference document.
+    pub old: PathBuf,
+    /// The document under test.
+    pub new: PathBuf,
+    /// Percent change beyond which a non-overlapping change counts.
+    #[arg(long, default_value_t = 10.0)]
+    pub threshold: f64,
+}
+
+/// Options of `report`.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct ReportArgs {
+    /// The document.
+    pub run: PathBuf,
+    /// Also write an SVG chart of worker scaling and latency percentiles.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+/// Options of `check`.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct CheckArgs {
+    /// The document.
+    pub run: PathBuf,
+    /// Fail also when a listed target was not measured (comma-separated ids).
+    #[arg(long, value_delimiter = ',')]
+    pub require: Vec<String>,
+}
+
+/// Options of `check-memory`.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct CheckMemoryArgs {
+    /// The document with the smaller backlog (e.g. 100,000 messages).
+    pub small: PathBuf,
+    /// The document with the larger backlog (e.g. 1,000,000 messages).
+    pub large: PathBuf,
+    /// Largest allowed consume_scaling peak RSS of the larger run, MiB.
+    #[arg(long, default_value_t = 64.0)]
+    pub max_mib: f64,
+    /// Largest allowed growth from the smaller run to the larger, percent.
+    #[arg(long, default_value_t = 10.0)]
+    pub tolerance_pct: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn defaults_parse() {
+        let cli = Cli::try_parse_from(["pgmq-bench"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.sections.len(), 7);
+        assert_eq!(cli.run.workers, vec![1, 2, 4, 8]);
+        let cli = Cli::try_parse_from([
+            "pgmq-bench",
+            "--sections",
+            "send_single,consume_scaling",
+            "--workers",
+            "1,8",
+        ])
+        .unwrap();
+        assert_eq!(
+            cli.run.sections,
+            vec![Section::SendSingle, Section::ConsumeScaling]
+        );
+        assert_eq!(cli.run.workers, vec![1, 8]);
+        let cli = Cli::try_parse_from(["pgmq-bench", "compare", "a.json", "b.json"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Compare(_))));
+    }
+}

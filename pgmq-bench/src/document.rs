@@ -1,0 +1,746 @@
+//! The `pgmq-bench.benchmark.v1` document: the types the binary writes and
+//! `report`/`compare`/`check` read. `docs/benchmark.v1.schema.json` describes
+//! the same shape; a test validates real output against it.
+//!
+//! Layout: [`Document::figures`] is a flat list of every reported number
+//! (median, min, max, the raw value of each measured run, its unit, which
+//! direction is better and its definition); [`Document::sections`] keeps each
+//! run's full record (warm-up runs included, flagged); everything that states
+//! the conditions is in [`Document::metadata`], [`Document::durability`] and
+//! [`Document::protocol`].
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The value of [`Document::schema`].
+pub const SCHEMA: &str = "pgmq-bench.benchmark.v1";
+
+/// One benchmark invocation's result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Document {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// Whether the run passed its correctness checks, and why not.
+    pub outcome: RunOutcome,
+    /// Durability settings and whether this result may be compared with durable ones.
+    pub durability: Durability,
+    /// Versions, machine, database, workload, command line.
+    pub metadata: Metadata,
+    /// Warm-up, repetitions, statistic, memory and vacuum method.
+    pub protocol: Protocol,
+    /// Every reported number, with its runs, unit and definition.
+    pub figures: Vec<Figure>,
+    /// Each run's full record, per section.
+    pub sections: Sections,
+    /// Peak resident memory per section and overall.
+    pub memory: MemorySummary,
+    /// The performance targets of the worker runtime, evaluated on this run.
+    pub targets: Vec<TargetCheck>,
+}
+
+impl Document {
+    /// Parses a document, refusing other schemas.
+    pub fn from_json(text: &str, what: &str) -> Result<Document> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| Error::json(what, e))?;
+        match v.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => {
+                return Err(Error::Refused(format!(
+                    "{what} has schema {other:?}, expected {SCHEMA:?}"
+                )))
+            }
+            None => return Err(Error::Refused(format!("{what} has no \"schema\" field"))),
+        }
+        serde_json::from_value(v).map_err(|e| Error::json(what, e))
+    }
+
+    /// Reads and parses a document file.
+    pub async fn read(path: &std::path::Path) -> Result<Document> {
+        let what = path.display().to_string();
+        let text = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|e| Error::io(format!("reading {what}"), e))?;
+        Document::from_json(&text, &what)
+    }
+
+    /// The figure with this id.
+    pub fn figure(&self, id: &str) -> Option<&Figure> {
+        self.figures.iter().find(|f| f.id == id)
+    }
+}
+
+/// Pass or fail of the run's own checks.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RunOutcome {
+    /// No failures.
+    pub ok: bool,
+    /// What failed: missing messages, a failed sustained verdict, an undrained queue.
+    pub failures: Vec<String>,
+    /// What weakens the numbers without failing the run (a timed run under one second, a debug build).
+    pub warnings: Vec<String>,
+}
+
+/// Durable or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityClass {
+    /// fsync, synchronous_commit, full_page_writes and autovacuum on; logged queues.
+    Durable,
+    /// Any of them off, or unlogged queues: not comparable with durable results.
+    NonDurable,
+}
+
+/// The durability settings read from the server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Durability {
+    /// The class.
+    pub class: DurabilityClass,
+    /// True only for durable results; `compare` refuses to mix the two classes.
+    pub comparable: bool,
+    /// fsync, synchronous_commit, full_page_writes, autovacuum as the server reported them.
+    pub settings: BTreeMap<String, String>,
+    /// Whether the queues were created unlogged (`--unlogged`).
+    pub unlogged_queues: bool,
+    /// Why the result is non-durable (empty when durable).
+    pub reasons: Vec<String>,
+}
+
+/// Versions and conditions.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Metadata {
+    /// When the run started.
+    pub started_at: DateTime<Utc>,
+    /// When it finished.
+    pub finished_at: DateTime<Utc>,
+    /// The SDK build.
+    pub sdk: Sdk,
+    /// The compiler and profile.
+    pub build: Build,
+    /// The machine the benchmark ran on.
+    pub host: Host,
+    /// The server.
+    pub database: Database,
+    /// What was sent and consumed.
+    pub workload: Workload,
+    /// The command line, with any password removed.
+    pub command: Vec<String>,
+}
+
+/// The SDK build.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Sdk {
+    /// Version of pgmq-client / pgmq-worker / pgmq-bench (one workspace version).
+    pub version: String,
+    /// `git rev-parse HEAD` at build time, if the source was a git checkout.
+    pub git_commit: Option<String>,
+    /// Whether tracked files differed from that commit at build time.
+    pub git_dirty: Option<bool>,
+}
+
+/// Compiler and profile.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Build {
+    /// `debug` or `release` (debug assertions off).
+    pub profile: String,
+    /// `rustc -V` at build time.
+    pub rustc: Option<String>,
+    /// Target triple.
+    pub target: Option<String>,
+}
+
+/// The machine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Host {
+    /// `std::env::consts::OS`.
+    pub os: String,
+    /// `PRETTY_NAME` of /etc/os-release.
+    pub os_release: Option<String>,
+    /// Kernel release.
+    pub kernel: Option<String>,
+    /// `std::env::consts::ARCH`.
+    pub arch: String,
+    /// First `model name` of /proc/cpuinfo.
+    pub cpu_model: Option<String>,
+    /// CPUs this process may use (`available_parallelism`).
+    pub cpu_count: u32,
+    /// MemTotal of /proc/meminfo, bytes.
+    pub memory_bytes: Option<u64>,
+    /// cgroup v2 `cpu.max` of this process, if readable ("max 100000" is no limit).
+    pub cgroup_cpu_max: Option<String>,
+    /// cgroup v2 `memory.max`, if readable.
+    pub cgroup_memory_max: Option<String>,
+    /// 1-minute load average when the run started.
+    pub load_average_start: Option<f64>,
+    /// 1-minute load average when it finished.
+    pub load_average_end: Option<f64>,
+}
+
+/// The server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Database {
+    /// The DSN with the password removed.
+    pub dsn: String,
+    /// Whether `--local` started a throwaway cluster for this run.
+    pub local_cluster: bool,
+    /// `SELECT version()`.
+    pub server_version: String,
+    /// `server_version_num`.
+    pub server_version_num: i32,
+    /// The PGMQ version found.
+    pub pgmq_version: String,
+    /// `extension` or `sql_only`.
+    pub pgmq_install: String,
+    /// Every `pg_settings` row whose source is not `default` (secrets excluded).
+    pub settings: Vec<Setting>,
+}
+
+/// One row of `pg_settings`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Setting {
+    /// Name.
+    pub name: String,
+    /// Value, in `unit`.
+    pub setting: String,
+    /// Unit, if any.
+    pub unit: Option<String>,
+    /// Where it was set (configuration file, client, ...).
+    pub source: String,
+}
+
+/// What was measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Workload {
+    /// Sections run, in order.
+    pub sections: Vec<String>,
+    /// Messages per batch-send, consume and baseline run.
+    pub messages: u64,
+    /// Messages per single-send run (its own and the baseline's).
+    pub single_messages: u64,
+    /// Send and claim batch size.
+    pub batch_size: u32,
+    /// Visibility timeout, seconds.
+    pub visibility_timeout_s: u32,
+    /// JSON body size, bytes (approximate: `{"id": n, "pad": "..."}`).
+    pub payload_bytes: u32,
+    /// Handler counts of consume_scaling.
+    pub workers: Vec<u32>,
+    /// Simulated asynchronous work per handler call, milliseconds.
+    pub handler_work_ms: u64,
+    /// Whether queues were unlogged.
+    pub unlogged: bool,
+    /// Connection pool size of the SDK client.
+    pub pool_size: u32,
+    /// idle_worker window, seconds.
+    pub idle_seconds: f64,
+    /// idle_worker poll interval, milliseconds.
+    pub idle_poll_ms: u64,
+    /// wakeup_latency samples per mode.
+    pub wakeup_samples: u32,
+    /// wakeup_latency poll interval (and NOTIFY fallback), milliseconds.
+    pub wakeup_poll_ms: u64,
+    /// sustained duration, seconds.
+    pub sustained_duration_s: f64,
+    /// sustained: seconds at the start excluded from the slope fit.
+    pub sustained_warmup_s: f64,
+    /// sustained producer target rate, messages/s in total (None: unpaced).
+    pub sustained_rate: Option<f64>,
+    /// sustained producer tasks.
+    pub sustained_producers: u32,
+    /// sustained handler count.
+    pub sustained_workers: u32,
+}
+
+/// How the numbers were taken.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Protocol {
+    /// Rounds run first and discarded.
+    pub warmup: u32,
+    /// Measured rounds.
+    pub repeat: u32,
+    /// How sections and repetitions interleave.
+    pub order: String,
+    /// The central figure.
+    pub statistic: String,
+    /// The spread reported beside it.
+    pub spread: String,
+    /// How peak RSS was measured.
+    pub memory_method: String,
+    /// The queue state at the start of each consuming run.
+    pub queue_state: String,
+    /// Runs shorter than this are flagged in warnings.
+    pub min_timed_seconds: f64,
+}
+
+/// Which direction of change is an improvement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    /// Larger is better (throughput).
+    Higher,
+    /// Smaller is better (latency, memory, CPU).
+    Lower,
+    /// Informational.
+    None,
+}
+
+/// One reported number over the measured runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Figure {
+    /// Stable key, e.g. `consume_scaling.w4.throughput`.
+    pub id: String,
+    /// The section it belongs to.
+    pub section: String,
+    /// Short human label.
+    pub label: String,
+    /// Unit: `msg/s`, `ms`, `%`, `x`, `MiB`, `1/s`, `msg`.
+    pub unit: String,
+    /// Which direction is an improvement.
+    pub better: Better,
+    /// What the number means, attached to it.
+    pub definition: String,
+    /// Median over the measured runs.
+    pub median: f64,
+    /// Smallest measured run.
+    pub min: f64,
+    /// Largest measured run.
+    pub max: f64,
+    /// Each measured run's value (rates carry the count and seconds they came from).
+    pub runs: Vec<Sample>,
+}
+
+impl Figure {
+    /// A figure from its runs; `None` when there are no runs.
+    pub fn from_runs(
+        id: impl Into<String>,
+        section: impl Into<String>,
+        label: impl Into<String>,
+        unit: impl Into<String>,
+        better: Better,
+        definition: impl Into<String>,
+        runs: Vec<Sample>,
+    ) -> Option<Figure> {
+        let values: Vec<f64> = runs.iter().map(|s| s.value).collect();
+        let (median, min, max) = crate::stats::median_min_max(&values)?;
+        Some(Figure {
+            id: id.into(),
+            section: section.into(),
+            label: label.into(),
+            unit: unit.into(),
+            better,
+            definition: definition.into(),
+            median,
+            min,
+            max,
+            runs,
+        })
+    }
+}
+
+/// One measured run's value of a figure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Sample {
+    /// Measured round (0-based, warm-up rounds excluded).
+    pub round: u32,
+    /// The value.
+    pub value: f64,
+    /// For rates: the count the rate divides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// For rates: the seconds it divides by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elapsed_s: Option<f64>,
+}
+
+impl Sample {
+    /// A plain value.
+    pub fn value(round: u32, value: f64) -> Sample {
+        Sample {
+            round,
+            value,
+            count: None,
+            elapsed_s: None,
+        }
+    }
+
+    /// A rate, recomputable from its count and seconds.
+    pub fn rate(round: u32, rate: &Rate) -> Sample {
+        Sample {
+            round,
+            value: rate.rate_per_s,
+            count: Some(rate.count),
+            elapsed_s: Some(rate.elapsed_s),
+        }
+    }
+}
+
+/// A count over seconds; `rate_per_s` is always `count / elapsed_s`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Rate {
+    /// How many.
+    pub count: u64,
+    /// Over how many seconds.
+    pub elapsed_s: f64,
+    /// `count / elapsed_s` (0 when `elapsed_s` is 0).
+    pub rate_per_s: f64,
+}
+
+impl Rate {
+    /// `count` over `elapsed_s`.
+    ///
+    /// ```
+    /// let r = pgmq_bench::document::Rate::new(500, 2.0);
+    /// assert_eq!(r.rate_per_s, 250.0);
+    /// ```
+    pub fn new(count: u64, elapsed_s: f64) -> Rate {
+        let rate_per_s = if elapsed_s > 0.0 {
+            count as f64 / elapsed_s
+        } else {
+            0.0
+        };
+        Rate {
+            count,
+            elapsed_s,
+            rate_per_s,
+        }
+    }
+}
+
+/// A latency distribution, milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Percentiles {
+    /// How many values.
+    pub samples: u64,
+    /// Smallest.
+    pub min: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Every run's record, per section.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Sections {
+    /// Sequential one-message SDK sends.
+    pub send_single: Vec<SendRun>,
+    /// Sequential SDK batch sends.
+    pub send_batch: Vec<SendRun>,
+    /// The worker runtime draining a preloaded queue, per handler count.
+    pub consume_scaling: Vec<ConsumeRun>,
+    /// The worker with nothing to do.
+    pub idle_worker: Vec<IdleRun>,
+    /// Send-to-handler latency per wake-up mode.
+    pub wakeup_latency: Vec<WakeupRun>,
+    /// The same loops with plain prepared statements on one connection.
+    pub baseline: Vec<BaselineRun>,
+    /// Producers and the worker together.
+    pub sustained: Vec<SustainedRun>,
+}
+
+/// A send run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SendRun {
+    /// Round (warm-up rounds first, then measured rounds, each from 0).
+    pub round: u32,
+    /// Whether this run was a discarded warm-up.
+    pub warmup: bool,
+    /// Messages sent over the timed interval.
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Messages per call (1 for send_single).
+    pub batch_size: u32,
+    /// `pgmq.metrics` queue length after the run: must equal the count.
+    pub in_queue_after: i64,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// A consume run at one handler count.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ConsumeRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// Handler concurrency.
+    pub workers: u32,
+    /// Messages handled from worker start to the last handler completion.
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Simulated work per handler call, milliseconds.
+    pub handler_work_ms: u64,
+    /// Handler duration (start to end of the handler future), from the worker's histogram.
+    pub handler_ms: Percentiles,
+    /// Database segment of queue wait: enqueued_at to last_read_at, both on the database clock.
+    pub queue_wait_db_ms: Percentiles,
+    /// Local segment of queue wait: claim registered to handler start, monotonic clock.
+    pub queue_wait_local_ms: Percentiles,
+    /// Seconds from the last handler completion to the end of the worker's shutdown (acks drained).
+    pub ack_drain_s: f64,
+    /// Messages still in the queue after shutdown (0 when the drain is verified).
+    pub remaining_after: i64,
+    /// Which messages were handled.
+    pub ledger: LedgerReport,
+    /// The worker's own counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Seconds to preload the queue (not timed).
+    pub preload_s: f64,
+    /// Seconds of `VACUUM (ANALYZE)` after the preload (not timed).
+    pub vacuum_s: f64,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// Handled-message accounting of one run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LedgerReport {
+    /// Ids that had to be handled (0..expected).
+    pub expected: u64,
+    /// Handler calls seen.
+    pub handled: u64,
+    /// Distinct ids handled.
+    pub distinct: u64,
+    /// Expected ids never handled: a missing message fails the run.
+    pub missing: u64,
+    /// Handler calls for an id already handled (redeliveries).
+    pub duplicates: u64,
+    /// Ids outside 0..expected.
+    pub unexpected: u64,
+    /// Up to 20 missing ids.
+    pub missing_ids: Vec<u64>,
+    /// Up to 20 duplicated ids.
+    pub duplicate_ids: Vec<u64>,
+}
+
+/// Counters of the worker runtime at shutdown.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WorkerCounters {
+    /// Messages claimed.
+    pub claimed: u64,
+    /// Handler calls finished.
+    pub handled: u64,
+    /// Handler calls that returned an outcome.
+    pub succeeded: u64,
+    /// Handler calls that returned an error or panicked.
+    pub failed: u64,
+    /// Messages deleted.
+    pub deleted: u64,
+    /// Claims released unstarted at shutdown.
+    pub released: u64,
+    /// Bodies that did not decode.
+    pub decode_failures: u64,
+    /// `pgmq.read` calls.
+    pub reads: u64,
+    /// `pgmq.read` calls that returned nothing.
+    pub empty_reads: u64,
+    /// Claim-loop wake-ups by the poll timer.
+    pub wakeups_poll: u64,
+    /// Claim-loop wake-ups by NOTIFY.
+    pub wakeups_notify: u64,
+}
+
+/// An idle-worker run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct IdleRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// Poll interval, milliseconds (notifications off).
+    pub poll_interval_ms: u64,
+    /// Wall-clock seconds of the window.
+    pub elapsed_s: f64,
+    /// Process CPU seconds (user + system, all threads) over the window.
+    pub cpu_s: f64,
+    /// `cpu_s / elapsed_s * 100`: percent of one core.
+    pub cpu_percent: f64,
+    /// `pgmq.read` calls over the window.
+    pub reads: Rate,
+    /// Reads that returned nothing.
+    pub empty_reads: Rate,
+    /// Claim-loop wake-ups (poll timer plus NOTIFY).
+    pub wakeups: Rate,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// A wake-up latency run of one mode.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WakeupRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// `poll` (polling only) or `notify` (LISTEN/NOTIFY with polling fallback).
+    pub mode: String,
+    /// Poll interval (the fallback for `notify`), milliseconds.
+    pub poll_interval_ms: u64,
+    /// Each sample: send call start to handler start, milliseconds.
+    pub samples_ms: Vec<f64>,
+    /// Their distribution.
+    pub latency_ms: Percentiles,
+    /// Worker counters over the run.
+    pub worker: WorkerCounters,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// A baseline loop run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BaselineRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// `send_single`, `send_batch` or `consume`.
+    pub kind: String,
+    /// Messages over the timed interval.
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Messages per call.
+    pub batch_size: u32,
+    /// For `consume`: which messages were handled.
+    pub ledger: Option<LedgerReport>,
+    /// For sends: queue length after the run; for `consume`: messages left (must be 0).
+    pub in_queue_after: i64,
+    /// For `consume`: preload seconds (not timed).
+    pub preload_s: f64,
+    /// For `consume`: VACUUM seconds (not timed).
+    pub vacuum_s: f64,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// A sustained run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SustainedRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// Producer window, seconds.
+    pub duration_s: f64,
+    /// Seconds at the start excluded from the slope fit.
+    pub warmup_s: f64,
+    /// Producer target, messages/s in total (None: unpaced).
+    pub target_rate_per_s: Option<f64>,
+    /// Producer tasks.
+    pub producers: u32,
+    /// Handler concurrency.
+    pub workers: u32,
+    /// Messages per send call.
+    pub batch_size: u32,
+    /// Messages produced over the producer window.
+    pub produced: Rate,
+    /// Messages handled over the same window.
+    pub handled: Rate,
+    /// One record per sampling interval.
+    pub intervals: Vec<Interval>,
+    /// Least-squares slope of the database backlog over the fit window, messages/s.
+    pub backlog_slope_per_s: Option<f64>,
+    /// Largest backlog sampled.
+    pub backlog_max: i64,
+    /// Seconds to drain what was left after the producers stopped.
+    pub drain_s: f64,
+    /// Which messages were handled (after the drain).
+    pub ledger: LedgerReport,
+    /// Pass when the slope is at most the limit and produced equals handled.
+    pub verdict: Verdict,
+    /// Worker counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+/// One sampling interval of a sustained run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Interval {
+    /// Seconds since the producers started, at the end of the interval.
+    pub t_s: f64,
+    /// Produced within the interval.
+    pub produced: Rate,
+    /// Handled within the interval.
+    pub handled: Rate,
+    /// `pgmq.metrics` queue length at the end (visible plus in flight).
+    pub backlog: i64,
+}
+
+/// A pass/fail with reasons.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Verdict {
+    /// Passed.
+    pub pass: bool,
+    /// The slope limit used, messages/s.
+    pub slope_limit_per_s: f64,
+    /// Why it failed (empty on pass).
+    pub reasons: Vec<String>,
+}
+
+/// Peak resident memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MemorySummary {
+    /// `vmhwm_reset` (VmHWM after `echo 5 > /proc/self/clear_refs` per run) or
+    /// `rss_sampled_100ms` (largest VmRSS sampled every 100 ms).
+    pub method: String,
+    /// Largest of every run's peak and the start-up peak, bytes.
+    pub overall_peak_rss_bytes: u64,
+    /// Largest run peak per section (warm-up runs included), bytes.
+    pub per_section: BTreeMap<String, u64>,
+}
+
+/// One performance target, evaluated.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TargetCheck {
+    /// Stable key.
+    pub id: String,
+    /// The target in words.
+    pub description: String,
+    /// The observed value (a median), if the run measured it.
+    pub observed: Option<f64>,
+    /// The limit.
+    pub limit: f64,
+    /// Unit of both.
+    pub unit: String,
+    /// Met, missed, or `None` when this run does not measure it.
+    pub pass: Option<bool>,
+    /// How it was evaluated.
+    pub note: String,
+}

@@ -1,0 +1,591 @@
+//! Turns the measured runs of every section into the document's flat list of
+//! figures, each with its definition, and evaluates the worker's targets.
+
+use std::collections::BTreeMap;
+
+use crate::document::{Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Collects figures; runs with no measured values add nothing.
+struct Figures(Vec<Figure>);
+
+impl Figures {
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        id: String,
+        section: &str,
+        label: String,
+        unit: &str,
+        better: Better,
+        definition: &str,
+        runs: Vec<Sample>,
+    ) {
+        if let Some(f) = Figure::from_runs(id, section, label, unit, better, definition, runs) {
+            self.0.push(f);
+        }
+    }
+
+    fn rate<'a>(
+        &mut self,
+        id: &str,
+        section: &str,
+        label: &str,
+        definition: &str,
+        runs: impl Iterator<Item = (u32, &'a Rate)>,
+    ) {
+        let samples = runs.map(|(r, rate)| Sample::rate(r, rate)).collect();
+        self.add(
+            id.to_owned(),
+            section,
+            label.to_owned(),
+            "msg/s",
+            Better::Higher,
+            definition,
+            samples,
+        );
+    }
+
+    fn percentiles<'a>(
+        &mut self,
+        prefix: &str,
+        section: &str,
+        label: &str,
+        definition: &str,
+        runs: impl Iterator<Item = (u32, &'a Percentiles)>,
+    ) {
+        let runs: Vec<(u32, &Percentiles)> = runs.collect();
+        type Pick = fn(&Percentiles) -> f64;
+        let picks: [(&str, Pick); 4] = [
+            ("p50", |p| p.p50),
+            ("p95", |p| p.p95),
+            ("p99", |p| p.p99),
+            ("max", |p| p.max),
+        ];
+        for (name, pick) in picks {
+            let samples = runs
+                .iter()
+                .map(|(r, p)| Sample::value(*r, pick(p)))
+                .collect();
+            self.add(
+                format!("{prefix}.{name}_ms"),
+                section,
+                format!("{label} {name}"),
+                "ms",
+                Better::Lower,
+                definition,
+                samples,
+            );
+        }
+    }
+}
+
+const DEF_SEND_SINGLE: &str =
+    "SDK Client::send, one message per call, each call awaited before the next: \
+    messages divided by the seconds from the first call to the last reply.";
+const DEF_SEND_BATCH: &str =
+    "SDK Client::send_batch of --batch-size messages per call, each awaited before the \
+    next: messages divided by the seconds from the first call to the last reply.";
+const DEF_THROUGHPUT: &str = "Worker runtime draining a preloaded, vacuumed queue with N handlers: distinct \
+    messages handled divided by the seconds from spawning the worker to the end of the handler that completed \
+    the last one. The final acknowledgement drain is verified afterwards and not included.";
+const DEF_HANDLER: &str =
+    "Handler duration from the worker's histogram: handler start to handler end, \
+    acknowledgement excluded (microsecond histogram, two significant digits).";
+const DEF_WAIT_DB: &str =
+    "Queue wait, database segment: enqueued_at to last_read_at of each claimed message, \
+    both stamped by the database clock (no host/database clock skew).";
+const DEF_WAIT_LOCAL: &str =
+    "Queue wait, local segment: claim registered in the worker to handler start, \
+    on the monotonic clock. The reply's transit between the two segments is in neither.";
+const DEF_RATIO: &str =
+    "SDK figure divided by the baseline loop's figure of the same round (plain prepared \
+    statements on one connection, no SDK): above 1 the SDK is faster than the hand-written loop.";
+const DEF_BASE_SINGLE: &str =
+    "No SDK: SELECT * FROM pgmq.send($1, $2) prepared once, one connection, one \
+    call at a time: messages divided by the seconds from the first call to the last reply.";
+const DEF_BASE_BATCH: &str =
+    "No SDK: SELECT * FROM pgmq.send_batch($1, $2::jsonb[]) prepared once, one \
+    connection, one call at a time.";
+const DEF_BASE_CONSUME: &str = "No SDK: pgmq.read($1, $2, $3) then pgmq.delete($1, $2::bigint[]) per batch, \
+    prepared once, one connection, on a preloaded, vacuumed queue of the same size: messages divided by the \
+    seconds from the first read to the last delete's reply.";
+const DEF_IDLE_CPU: &str =
+    "Process CPU time (getrusage: user + system, all threads) over the idle window \
+    divided by its wall time, in percent of one core; several busy threads could exceed 100.";
+const DEF_IDLE_EMPTY: &str =
+    "pgmq.read calls that returned nothing, per second of the idle window (worker counter).";
+const DEF_IDLE_WAKE: &str =
+    "Claim-loop wake-ups (poll timer plus NOTIFY) per second of the idle window.";
+const DEF_WAKEUP: &str =
+    "Send call start to handler start for one message sent to an idle worker, monotonic \
+    clock; the figure is the percentile over one run's samples, median over runs.";
+const DEF_SUS_PROD: &str =
+    "Messages the producers sent over the producer window, divided by its seconds.";
+const DEF_SUS_HAND: &str =
+    "Distinct messages handled over the producer window, divided by its seconds \
+    (messages left at the end are drained afterwards, outside the window).";
+const DEF_SUS_SLOPE: &str =
+    "Least-squares slope of the sampled backlog (pgmq.metrics queue length, in flight \
+    included) after the sustained warm-up: at most 10 msg/s passes.";
+const DEF_SUS_MAX: &str = "Largest backlog sampled once a second.";
+const DEF_MEM: &str =
+    "Peak resident set size of the bench process during the section's runs (largest run of \
+    the round); see protocol.memory_method.";
+
+fn measured<T>(runs: &[T], warmup: impl Fn(&T) -> bool) -> impl Iterator<Item = &T> {
+    runs.iter().filter(move |r| !warmup(r))
+}
+
+/// Every figure of the measured runs.
+pub fn build(s: &Sections) -> Vec<Figure> {
+    let mut f = Figures(Vec::new());
+    f.rate(
+        "send_single.rate",
+        "send_single",
+        "Single send",
+        DEF_SEND_SINGLE,
+        measured(&s.send_single, |r| r.warmup).map(|r| (r.round, &r.rate)),
+    );
+    f.rate(
+        "send_batch.rate",
+        "send_batch",
+        "Batch send",
+        DEF_SEND_BATCH,
+        measured(&s.send_batch, |r| r.warmup).map(|r| (r.round, &r.rate)),
+    );
+
+    let mut worker_counts: Vec<u32> = s.consume_scaling.iter().map(|r| r.workers).collect();
+    worker_counts.sort_unstable();
+    worker_counts.dedup();
+    for w in &worker_counts {
+        let runs = || measured(&s.consume_scaling, |r| r.warmup).filter(move |r| r.workers == *w);
+        let p = format!("consume_scaling.w{w}");
+        f.rate(
+            &format!("{p}.throughput"),
+            "consume_scaling",
+            &format!("Worker throughput, {w} handlers"),
+            DEF_THROUGHPUT,
+            runs().map(|r| (r.round, &r.rate)),
+        );
+        f.percentiles(
+            &format!("{p}.handler"),
+            "consume_scaling",
+            &format!("Handler duration, {w} handlers,"),
+            DEF_HANDLER,
+            runs().map(|r| (r.round, &r.handler_ms)),
+        );
+        f.percentiles(
+            &format!("{p}.queue_wait_db"),
+            "consume_scaling",
+            &format!("Queue wait (database), {w} handlers,"),
+            DEF_WAIT_DB,
+            runs().map(|r| (r.round, &r.queue_wait_db_ms)),
+        );
+        f.percentiles(
+            &format!("{p}.queue_wait_local"),
+            "consume_scaling",
+            &format!("Queue wait (local), {w} handlers,"),
+            DEF_WAIT_LOCAL,
+            runs().map(|r| (r.round, &r.queue_wait_local_ms)),
+        );
+    }
+
+    let base =
+        |kind: &'static str| measured(&s.baseline, |r| r.warmup).filter(move |r| r.kind == kind);
+    for (kind, label, def) in [
+        ("send_single", "Baseline single send", DEF_BASE_SINGLE),
+        ("send_batch", "Baseline batch send", DEF_BASE_BATCH),
+        ("consume", "Baseline read + delete", DEF_BASE_CONSUME),
+    ] {
+        f.rate(
+            &format!("baseline.{kind}.rate"),
+            "baseline",
+            label,
+            def,
+            base(kind).map(|r| (r.round, &r.rate)),
+        );
+    }
+    let base_rate = |kind: &'static str, round: u32| {
+        base(kind)
+            .find(|r| r.round == round)
+            .map(|r| r.rate.rate_per_s)
+            .filter(|v| *v > 0.0)
+    };
+    let ratio = |sdk: Vec<(u32, f64)>, kind: &'static str| -> Vec<Sample> {
+        sdk.into_iter()
+            .filter_map(|(round, v)| base_rate(kind, round).map(|b| Sample::value(round, v / b)))
+            .collect()
+    };
+    let sdk_single = measured(&s.send_single, |r| r.warmup)
+        .map(|r| (r.round, r.rate.rate_per_s))
+        .collect();
+    f.add(
+        "send_single.vs_baseline".into(),
+        "send_single",
+        "Single send vs baseline".into(),
+        "x",
+        Better::Higher,
+        DEF_RATIO,
+        ratio(sdk_single, "send_single"),
+    );
+    let sdk_batch = measured(&s.send_batch, |r| r.warmup)
+        .map(|r| (r.round, r.rate.rate_per_s))
+        .collect();
+    f.add(
+        "send_batch.vs_baseline".into(),
+        "send_batch",
+        "Batch send vs baseline".into(),
+        "x",
+        Better::Higher,
+        DEF_RATIO,
+        ratio(sdk_batch, "send_batch"),
+    );
+    for w in &worker_counts {
+        let sdk = measured(&s.consume_scaling, |r| r.warmup)
+            .filter(|r| r.workers == *w)
+            .map(|r| (r.round, r.rate.rate_per_s))
+            .collect();
+        f.add(
+            format!("consume_scaling.w{w}.vs_baseline"),
+            "consume_scaling",
+            format!("Worker, {w} handlers, vs baseline read + delete"),
+            "x",
+            Better::Higher,
+            DEF_RATIO,
+            ratio(sdk, "consume"),
+        );
+    }
+
+    let idle = || measured(&s.idle_worker, |r| r.warmup);
+    f.add(
+        "idle_worker.cpu_percent".into(),
+        "idle_worker",
+        "Idle process CPU".into(),
+        "%",
+        Better::Lower,
+        DEF_IDLE_CPU,
+        idle()
+            .map(|r| Sample::value(r.round, r.cpu_percent))
+            .collect(),
+    );
+    f.add(
+        "idle_worker.empty_reads_per_s".into(),
+        "idle_worker",
+        "Idle empty reads".into(),
+        "1/s",
+        Better::None,
+        DEF_IDLE_EMPTY,
+        idle()
+            .map(|r| Sample::rate(r.round, &r.empty_reads))
+            .collect(),
+    );
+    f.add(
+        "idle_worker.wakeups_per_s".into(),
+        "idle_worker",
+        "Idle wake-ups".into(),
+        "1/s",
+        Better::None,
+        DEF_IDLE_WAKE,
+        idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
+    );
+
+    for mode in ["poll", "notify"] {
+        let label = if mode == "poll" {
+            "Wake-up, polling only,"
+        } else {
+            "Wake-up, LISTEN/NOTIFY,"
+        };
+        f.percentiles(
+            &format!("wakeup_latency.{mode}"),
+            "wakeup_latency",
+            label,
+            DEF_WAKEUP,
+            measured(&s.wakeup_latency, |r| r.warmup)
+                .filter(|r| r.mode == mode)
+                .map(|r| (r.round, &r.latency_ms)),
+        );
+    }
+
+    let sus = || measured(&s.sustained, |r| r.warmup);
+    f.rate(
+        "sustained.produced_rate",
+        "sustained",
+        "Sustained produced",
+        DEF_SUS_PROD,
+        sus().map(|r| (r.round, &r.produced)),
+    );
+    f.rate(
+        "sustained.handled_rate",
+        "sustained",
+        "Sustained handled",
+        DEF_SUS_HAND,
+        sus().map(|r| (r.round, &r.handled)),
+    );
+    f.add(
+        "sustained.backlog_slope".into(),
+        "sustained",
+        "Sustained backlog slope".into(),
+        "msg/s",
+        Better::None,
+        DEF_SUS_SLOPE,
+        sus()
+            .filter_map(|r| r.backlog_slope_per_s.map(|v| Sample::value(r.round, v)))
+            .collect(),
+    );
+    f.add(
+        "sustained.backlog_max".into(),
+        "sustained",
+        "Sustained largest backlog".into(),
+        "msg",
+        Better::Lower,
+        DEF_SUS_MAX,
+        sus()
+            .map(|r| Sample::value(r.round, r.backlog_max as f64))
+            .collect(),
+    );
+
+    for (section, peaks) in peaks_by_round(s) {
+        f.add(
+            format!("memory.{section}.peak_rss_mib"),
+            &section,
+            format!("Peak RSS, {section}"),
+            "MiB",
+            Better::Lower,
+            DEF_MEM,
+            peaks
+                .into_iter()
+                .map(|(round, b)| Sample::value(round, b as f64 / MIB))
+                .collect(),
+        );
+    }
+    f.0
+}
+
+/// Per section, per measured round: the largest run peak.
+fn peaks_by_round(s: &Sections) -> BTreeMap<String, Vec<(u32, u64)>> {
+    let mut out: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
+    let mut put = |section: &str, round: u32, warmup: bool, peak: u64| {
+        if !warmup {
+            let e = out
+                .entry(section.to_owned())
+                .or_default()
+                .entry(round)
+                .or_default();
+            *e = (*e).max(peak);
+        }
+    };
+    for r in &s.send_single {
+        put("send_single", r.round, r.warmup, r.peak_rss_bytes);
+    }
+    for r in &s.send_batch {
+        put("send_batch", r.round, r.warmup, r.peak_rss_bytes);
+    }
+    for r in &s.consume_scaling {
+        put("consume_scaling", r.round, r.warmup, r.peak_rss_bytes);
+    }
+    for r in &s.baseline {
+        put("baseline", r.round, r.warmup, r.peak_rss_bytes);
+    }
+    for r in &s.idle_worker {
+        put("idle_worker", r.round, r.warmup, r.peak_rss_bytes);
+    }
+    for r in &s.wakeup_latency {
+        put("wakeup_latency", r.round, r.warmup, r.peak_rss_bytes);
+    }
+    for r in &s.sustained {
+        put("sustained", r.round, r.warmup, r.peak_rss_bytes);
+    }
+    out.into_iter()
+        .map(|(k, v)| (k, v.into_iter().collect()))
+        .collect()
+}
+
+/// Largest run peak per section, warm-up runs included.
+pub fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let mut put = |section: &str, peak: u64| {
+        let e = out.entry(section.to_owned()).or_insert(0u64);
+        *e = (*e).max(peak);
+    };
+    s.send_single
+        .iter()
+        .for_each(|r| put("send_single", r.peak_rss_bytes));
+    s.send_batch
+        .iter()
+        .for_each(|r| put("send_batch", r.peak_rss_bytes));
+    s.consume_scaling
+        .iter()
+        .for_each(|r| put("consume_scaling", r.peak_rss_bytes));
+    s.baseline
+        .iter()
+        .for_each(|r| put("baseline", r.peak_rss_bytes));
+    s.idle_worker
+        .iter()
+        .for_each(|r| put("idle_worker", r.peak_rss_bytes));
+    s.wakeup_latency
+        .iter()
+        .for_each(|r| put("wakeup_latency", r.peak_rss_bytes));
+    s.sustained
+        .iter()
+        .for_each(|r| put("sustained", r.peak_rss_bytes));
+    out
+}
+
+/// The inputs of the target checks that are not figures.
+#[derive(Debug, Clone, Copy)]
+pub struct TargetContext {
+    /// `--handler-work-ms`.
+    pub handler_work_ms: u64,
+    /// `--idle-poll-ms`.
+    pub idle_poll_ms: u64,
+    /// `--messages`.
+    pub messages: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(
+    id: &str,
+    description: &str,
+    observed: Option<f64>,
+    limit: f64,
+    unit: &str,
+    pass: impl Fn(f64) -> bool,
+    applies: Result<(), String>,
+    note: &str,
+) -> TargetCheck {
+    let (observed, pass, note) = match (applies, observed) {
+        (Err(why), _) => (None, None, why),
+        (Ok(()), None) => (None, None, "not measured in this run".to_owned()),
+        (Ok(()), Some(v)) => (Some(v), Some(pass(v)), note.to_owned()),
+    };
+    TargetCheck {
+        id: id.to_owned(),
+        description: description.to_owned(),
+        observed,
+        limit,
+        unit: unit.to_owned(),
+        pass,
+        note,
+    }
+}
+
+/// The pgmq-worker performance targets (issue 3), evaluated on the medians of
+/// one document. The memory target needs two documents: `check-memory`.
+#[allow(clippy::too_many_lines)]
+pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
+    let med = |id: &str| figures.iter().find(|f| f.id == id).map(|f| f.median);
+    let counts: Vec<u32> = {
+        let mut v: Vec<u32> = figures
+            .iter()
+            .filter_map(|f| {
+                f.id.strip_prefix("consume_scaling.w")?
+                    .strip_suffix(".vs_baseline")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let empty_handler = if ctx.handler_work_ms == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "needs an empty handler (this run used --handler-work-ms {})",
+            ctx.handler_work_ms
+        ))
+    };
+    let min_ratio = counts
+        .iter()
+        .filter_map(|w| med(&format!("consume_scaling.w{w}.vs_baseline")))
+        .reduce(f64::min);
+    let t1 = med("consume_scaling.w1.throughput");
+    let t8 = med("consume_scaling.w8.throughput");
+    let w8_over_w1 = t1.zip(t8).filter(|(a, _)| *a > 0.0).map(|(a, b)| b / a);
+    let poll_250 = if ctx.idle_poll_ms == 250 {
+        Ok(())
+    } else {
+        Err(format!(
+            "needs --idle-poll-ms 250 (this run used {})",
+            ctx.idle_poll_ms
+        ))
+    };
+    vec![
+        check(
+            "worker_vs_baseline",
+            "Worker with default settings reaches at least 1.4x the one-connection read + delete loop at every handler count",
+            min_ratio,
+            1.4,
+            "x",
+            |v| v >= 1.4,
+            empty_handler.clone(),
+            "smallest median ratio over the handler counts run",
+        ),
+        check(
+            "w8_not_below_w1",
+            "8 handlers never fall below the 1-handler throughput",
+            w8_over_w1,
+            1.0,
+            "x",
+            |v| v >= 1.0,
+            empty_handler.clone(),
+            "median throughput at 8 handlers divided by the median at 1",
+        ),
+        check(
+            "handler_1ms_w8_7x",
+            "With a handler that awaits 1 ms, 8 handlers reach at least 7x the 1-handler rate",
+            w8_over_w1,
+            7.0,
+            "x",
+            |v| v >= 7.0,
+            if ctx.handler_work_ms == 1 {
+                Ok(())
+            } else {
+                Err("needs --handler-work-ms 1".to_owned())
+            },
+            "median throughput at 8 handlers divided by the median at 1",
+        ),
+        check(
+            "idle_cpu",
+            "Idle with 250 ms polling: at most 1% of one core",
+            med("idle_worker.cpu_percent"),
+            1.0,
+            "%",
+            |v| v <= 1.0,
+            poll_250.clone(),
+            "median over runs",
+        ),
+        check(
+            "idle_empty_reads",
+            "Idle with 250 ms polling: about 4 empty reads a second (3 to 5 accepted)",
+            med("idle_worker.empty_reads_per_s"),
+            4.0,
+            "1/s",
+            |v| (3.0..=5.0).contains(&v),
+            poll_250,
+            "median over runs",
+        ),
+        check(
+            "notify_wakeup_p50",
+            "A NOTIFY wake-up reaches the handler within 5 ms at the median",
+            med("wakeup_latency.notify.p50_ms"),
+            5.0,
+            "ms",
+            |v| v <= 5.0,
+            Ok(()),
+            "median over runs of each run's p50",
+        ),
+        check(
+            "consume_peak_rss",
+            "Peak RSS while draining the backlog at most 64 MiB (the target names 1,000,000 messages; check-memory compares two sizes)",
+            med("memory.consume_scaling.peak_rss_mib"),
+            64.0,
+            "MiB",
+            |v| v <= 64.0,
+            Ok(()),
+            &format!("median over runs, backlog of {} messages", ctx.messages),
+        ),
+    ]
+}

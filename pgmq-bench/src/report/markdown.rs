@@ -1,0 +1,401 @@
+//! `pgmq-bench report`: a Markdown summary of one document, each table
+//! followed by the definitions of its numbers.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use crate::document::{Document, DurabilityClass, Figure};
+use crate::report::{fmt_figure, fmt_value, thousands};
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn fig<'a>(d: &'a Document, id: &str) -> Option<&'a Figure> {
+    d.figure(id)
+}
+
+fn cell(d: &Document, id: &str) -> String {
+    fig(d, id).map(fmt_figure).unwrap_or_else(|| "–".to_owned())
+}
+
+/// Writes the definitions of the given figures once each.
+fn definitions(out: &mut String, d: &Document, ids: &[String]) {
+    let mut seen = BTreeSet::new();
+    for id in ids {
+        if let Some(f) = fig(d, id) {
+            if seen.insert(f.definition.clone()) {
+                let _ = writeln!(
+                    out,
+                    "- *{}*: {}",
+                    f.label.trim_end_matches(','),
+                    f.definition
+                );
+            }
+        }
+    }
+    out.push('\n');
+}
+
+fn conditions(out: &mut String, d: &Document) {
+    let m = &d.metadata;
+    let h = &m.host;
+    let w = &m.workload;
+    let db = &m.database;
+    let _ = writeln!(out, "## Conditions\n\n| | |\n| --- | --- |");
+    let commit = match (&m.sdk.git_commit, m.sdk.git_dirty) {
+        (Some(c), Some(true)) => format!("{} (uncommitted changes)", &c[..c.len().min(12)]),
+        (Some(c), _) => c[..c.len().min(12)].to_owned(),
+        (None, _) => "unknown".to_owned(),
+    };
+    let rows: Vec<(&str, String)> = vec![
+        ("SDK", format!("{}, commit {commit}", m.sdk.version)),
+        (
+            "Build",
+            format!(
+                "{}, {}",
+                m.build.profile,
+                m.build.rustc.as_deref().unwrap_or("rustc unknown")
+            ),
+        ),
+        (
+            "Host",
+            format!(
+                "{}, kernel {}, {} × {}, {:.1} GiB{}",
+                h.os_release.as_deref().unwrap_or(&h.os),
+                h.kernel.as_deref().unwrap_or("?"),
+                h.cpu_count,
+                h.cpu_model.as_deref().unwrap_or("unknown CPU"),
+                h.memory_bytes.unwrap_or(0) as f64 / GIB,
+                match (&h.cgroup_cpu_max, &h.cgroup_memory_max) {
+                    (Some(c), Some(mm)) => format!(", cgroup cpu.max {c}, memory.max {mm}"),
+                    _ => String::new(),
+                }
+            ),
+        ),
+        (
+            "Load average (1 min)",
+            format!(
+                "{} at start, {} at end",
+                h.load_average_start
+                    .map_or("?".into(), |v| format!("{v:.2}")),
+                h.load_average_end.map_or("?".into(), |v| format!("{v:.2}"))
+            ),
+        ),
+        (
+            "PostgreSQL",
+            format!("{} (server_version_num {})", db.server_version, db.server_version_num),
+        ),
+        ("PGMQ", format!("{} ({})", db.pgmq_version, db.pgmq_install)),
+        (
+            "Database",
+            format!(
+                "`{}`{}",
+                db.dsn,
+                if db.local_cluster {
+                    ", throwaway local cluster (--local)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        (
+            "Durability",
+            format!(
+                "{} ({}){}",
+                match d.durability.class {
+                    DurabilityClass::Durable => "durable",
+                    DurabilityClass::NonDurable => "NON-DURABLE, not comparable with durable results",
+                },
+                d.durability
+                    .settings
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if d.durability.unlogged_queues {
+                    ", unlogged queues"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        (
+            "Workload",
+            format!(
+                "{} messages per batch/consume run, {} per single-send run, batch {}, vt {} s, ~{} B JSON bodies, \
+                 handlers {:?}, handler work {} ms, pool {}",
+                thousands(w.messages as f64),
+                thousands(w.single_messages as f64),
+                w.batch_size,
+                w.visibility_timeout_s,
+                w.payload_bytes,
+                w.workers,
+                w.handler_work_ms,
+                w.pool_size
+            ),
+        ),
+        (
+            "Protocol",
+            format!(
+                "{} warm-up + {} measured rounds; {}; {}",
+                d.protocol.warmup, d.protocol.repeat, d.protocol.statistic, d.protocol.queue_state
+            ),
+        ),
+        (
+            "Settings changed from defaults",
+            d.metadata
+                .database
+                .settings
+                .iter()
+                .filter(|s| s.source != "client" && s.source != "session")
+                .map(|s| format!("{}={}{}", s.name, s.setting, s.unit.as_deref().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("Period", format!("{} to {}", m.started_at.to_rfc3339(), m.finished_at.to_rfc3339())),
+    ];
+    for (k, v) in rows {
+        let _ = writeln!(out, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+    out.push('\n');
+}
+
+/// The Markdown summary.
+pub fn render(d: &Document) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# pgmq-bench result\n");
+    let _ = writeln!(
+        out,
+        "**Outcome: {}.** Figures are `median (min–max)` over {} measured round(s) after {} warm-up round(s).\n",
+        if d.outcome.ok { "ok" } else { "FAILED" },
+        d.protocol.repeat,
+        d.protocol.warmup
+    );
+    for f in &d.outcome.failures {
+        let _ = writeln!(out, "- FAILED: {f}");
+    }
+    for w in &d.outcome.warnings {
+        let _ = writeln!(out, "- warning: {w}");
+    }
+    if !d.outcome.failures.is_empty() || !d.outcome.warnings.is_empty() {
+        out.push('\n');
+    }
+    conditions(&mut out, d);
+
+    // Sends.
+    let send_ids: Vec<String> = [
+        "send_single.rate",
+        "send_single.vs_baseline",
+        "baseline.send_single.rate",
+        "send_batch.rate",
+        "send_batch.vs_baseline",
+        "baseline.send_batch.rate",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if send_ids.iter().any(|id| fig(d, id).is_some()) {
+        let _ = writeln!(
+            out,
+            "## Sends\n\n| | SDK (msg/s) | baseline, no SDK (msg/s) | SDK / baseline |\n| --- | --- | --- | --- |"
+        );
+        for (label, kind) in [("Single send", "send_single"), ("Batch send", "send_batch")] {
+            if fig(d, &format!("{kind}.rate")).is_some()
+                || fig(d, &format!("baseline.{kind}.rate")).is_some()
+            {
+                let _ = writeln!(
+                    out,
+                    "| {label} | {} | {} | {} |",
+                    cell(d, &format!("{kind}.rate")),
+                    cell(d, &format!("baseline.{kind}.rate")),
+                    cell(d, &format!("{kind}.vs_baseline"))
+                );
+            }
+        }
+        out.push('\n');
+        definitions(&mut out, d, &send_ids);
+    }
+
+    // Worker scaling.
+    let counts = worker_counts(d);
+    if !counts.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Worker scaling (consume_scaling)\n\n\
+             | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
+             Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
+             | --- | --- | --- | --- | --- | --- |"
+        );
+        let mut ids = Vec::new();
+        for w in &counts {
+            let p = format!("consume_scaling.w{w}");
+            let pct = |what: &str| {
+                ["p50", "p95", "p99", "max"]
+                    .iter()
+                    .map(|q| {
+                        fig(d, &format!("{p}.{what}.{q}_ms"))
+                            .map(|f| fmt_value(f.median, "ms"))
+                            .unwrap_or_else(|| "–".into())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let _ = writeln!(
+                out,
+                "| {w} | {} | {} | {} | {} | {} |",
+                cell(d, &format!("{p}.throughput")),
+                cell(d, &format!("{p}.vs_baseline")),
+                pct("handler"),
+                pct("queue_wait_db"),
+                pct("queue_wait_local")
+            );
+            ids.extend([
+                format!("{p}.throughput"),
+                format!("{p}.vs_baseline"),
+                format!("{p}.handler.p50_ms"),
+                format!("{p}.queue_wait_db.p50_ms"),
+                format!("{p}.queue_wait_local.p50_ms"),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
+            cell(d, "baseline.consume.rate")
+        );
+        ids.push("baseline.consume.rate".into());
+        definitions(&mut out, d, &ids);
+    }
+
+    // Idle.
+    if fig(d, "idle_worker.cpu_percent").is_some() {
+        let w = &d.metadata.workload;
+        let _ = writeln!(
+            out,
+            "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
+             | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
+            w.idle_seconds,
+            w.idle_poll_ms,
+            cell(d, "idle_worker.cpu_percent"),
+            cell(d, "idle_worker.empty_reads_per_s"),
+            cell(d, "idle_worker.wakeups_per_s")
+        );
+        definitions(
+            &mut out,
+            d,
+            &[
+                "idle_worker.cpu_percent".into(),
+                "idle_worker.empty_reads_per_s".into(),
+                "idle_worker.wakeups_per_s".into(),
+            ],
+        );
+    }
+
+    // Wake-up.
+    if fig(d, "wakeup_latency.poll.p50_ms").is_some()
+        || fig(d, "wakeup_latency.notify.p50_ms").is_some()
+    {
+        let w = &d.metadata.workload;
+        let _ = writeln!(
+            out,
+            "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
+             | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
+            w.wakeup_samples, w.wakeup_poll_ms
+        );
+        for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} | {} |",
+                cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.max_ms"))
+            );
+        }
+        out.push('\n');
+        definitions(&mut out, d, &["wakeup_latency.poll.p50_ms".into()]);
+    }
+
+    // Sustained.
+    if !d.sections.sustained.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope (msg/s) | \
+             Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for r in &d.sections.sustained {
+            let _ = writeln!(
+                out,
+                "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                r.round,
+                if r.warmup { " (warm-up)" } else { "" },
+                r.duration_s,
+                r.target_rate_per_s
+                    .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
+                thousands(r.produced.rate_per_s),
+                thousands(r.handled.rate_per_s),
+                r.backlog_slope_per_s
+                    .map_or("n/a".to_owned(), |v| format!("{v:+.2}")),
+                thousands(r.backlog_max as f64),
+                if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
+                    format!("yes ({})", thousands(r.produced.count as f64))
+                } else {
+                    format!(
+                        "NO ({} produced, {} handled)",
+                        r.produced.count, r.ledger.distinct
+                    )
+                },
+                if r.verdict.pass { "pass" } else { "FAIL" }
+            );
+        }
+        out.push('\n');
+        definitions(
+            &mut out,
+            d,
+            &[
+                "sustained.produced_rate".into(),
+                "sustained.handled_rate".into(),
+                "sustained.backlog_slope".into(),
+            ],
+        );
+    }
+
+    // Memory.
+    let _ = writeln!(
+        out,
+        "## Memory\n\nMethod: `{}`. Overall peak RSS: {:.1} MiB.\n\n| Section | Peak RSS, median over rounds (MiB) | Largest run (MiB) |\n| --- | --- | --- |",
+        d.memory.method,
+        d.memory.overall_peak_rss_bytes as f64 / MIB
+    );
+    for (section, peak) in &d.memory.per_section {
+        let _ = writeln!(
+            out,
+            "| {section} | {} | {:.1} |",
+            cell(d, &format!("memory.{section}.peak_rss_mib")),
+            *peak as f64 / MIB
+        );
+    }
+    out.push('\n');
+
+    // Targets.
+    if !d.targets.is_empty() {
+        out.push_str(&super::check::targets_table(&d.targets));
+    }
+    out
+}
+
+/// Handler counts present in the document, ascending.
+pub fn worker_counts(d: &Document) -> Vec<u32> {
+    let mut v: Vec<u32> = d
+        .figures
+        .iter()
+        .filter_map(|f| {
+            f.id.strip_prefix("consume_scaling.w")?
+                .strip_suffix(".throughput")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}

@@ -1,0 +1,370 @@
+//! A hand-written SVG chart of one document: worker throughput by handler
+//! count (median bar, min–max whisker, the baseline loop as a dashed line)
+//! and latency percentiles on a log scale (handler duration per handler
+//! count, wake-up latency per mode).
+
+use std::fmt::Write as _;
+
+use crate::document::Document;
+use crate::report::markdown::worker_counts;
+use crate::report::thousands;
+
+const W: f64 = 980.0;
+const H: f64 = 440.0;
+const PANEL_W: f64 = 440.0;
+const TOP: f64 = 60.0;
+const PLOT_H: f64 = 300.0;
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A "nice" axis maximum: 1, 2 or 5 times a power of ten, at least `v`.
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if m * p >= v {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+fn text(out: &mut String, x: f64, y: f64, anchor: &str, size: u32, s: &str) {
+    let _ = writeln!(
+        out,
+        r#"<text x="{x:.1}" y="{y:.1}" text-anchor="{anchor}" font-size="{size}">{}</text>"#,
+        esc(s)
+    );
+}
+
+fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
+    let left = x0 + 70.0;
+    let plot_w = PANEL_W - 80.0;
+    text(
+        out,
+        x0 + PANEL_W / 2.0,
+        30.0,
+        "middle",
+        15,
+        "Worker throughput by handler count (msg/s)",
+    );
+    let counts = worker_counts(d);
+    if counts.is_empty() {
+        text(
+            out,
+            x0 + PANEL_W / 2.0,
+            TOP + PLOT_H / 2.0,
+            "middle",
+            13,
+            "no consume_scaling data",
+        );
+        return;
+    }
+    let fig = |w: u32| d.figure(&format!("consume_scaling.w{w}.throughput"));
+    let baseline = d.figure("baseline.consume.rate").map(|f| f.median);
+    let top = counts
+        .iter()
+        .filter_map(|w| fig(*w).map(|f| f.max))
+        .chain(baseline)
+        .fold(0.0, f64::max);
+    let ymax = nice_max(top * 1.1);
+    let y = |v: f64| TOP + PLOT_H - v / ymax * PLOT_H;
+    // Axes and grid.
+    for i in 0..=5 {
+        let v = ymax * f64::from(i) / 5.0;
+        let yy = y(v);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{left:.1}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/>"##,
+            left + plot_w
+        );
+        text(out, left - 6.0, yy + 4.0, "end", 11, &thousands(v));
+    }
+    let slot = plot_w / counts.len() as f64;
+    for (i, w) in counts.iter().enumerate() {
+        let Some(f) = fig(*w) else { continue };
+        let cx = left + slot * (i as f64 + 0.5);
+        let bw = slot * 0.5;
+        let _ = writeln!(
+            out,
+            r##"<rect x="{:.1}" y="{:.1}" width="{bw:.1}" height="{:.1}" fill="#1f77b4"><title>{} handlers: median {} msg/s (min {}, max {})</title></rect>"##,
+            cx - bw / 2.0,
+            y(f.median),
+            (TOP + PLOT_H - y(f.median)).max(0.0),
+            w,
+            thousands(f.median),
+            thousands(f.min),
+            thousands(f.max)
+        );
+        let _ = writeln!(
+            out,
+            r##"<line x1="{cx:.1}" y1="{:.1}" x2="{cx:.1}" y2="{:.1}" stroke="#000" stroke-width="1.5"/>"##,
+            y(f.min),
+            y(f.max)
+        );
+        for v in [f.min, f.max] {
+            let _ = writeln!(
+                out,
+                r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000" stroke-width="1.5"/>"##,
+                cx - 6.0,
+                y(v),
+                cx + 6.0,
+                y(v)
+            );
+        }
+        text(
+            out,
+            cx,
+            y(f.median) - 6.0,
+            "middle",
+            11,
+            &thousands(f.median),
+        );
+        text(out, cx, TOP + PLOT_H + 18.0, "middle", 12, &w.to_string());
+    }
+    if let Some(b) = baseline {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{left:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/>"##,
+            y(b),
+            left + plot_w,
+            y(b)
+        );
+        text(
+            out,
+            left + plot_w,
+            y(b) - 5.0,
+            "end",
+            11,
+            &format!("baseline read + delete, 1 connection: {}", thousands(b)),
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<line x1="{left:.1}" y1="{TOP:.1}" x2="{left:.1}" y2="{:.1}" stroke="#000"/><line x1="{left:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000"/>"##,
+        TOP + PLOT_H,
+        TOP + PLOT_H,
+        left + plot_w,
+        TOP + PLOT_H
+    );
+    text(
+        out,
+        left + plot_w / 2.0,
+        TOP + PLOT_H + 40.0,
+        "middle",
+        12,
+        "handlers (bar: median, whisker: min–max over rounds)",
+    );
+}
+
+fn latency_panel(out: &mut String, d: &Document, x0: f64) {
+    let left = x0 + 70.0;
+    let plot_w = PANEL_W - 90.0;
+    text(
+        out,
+        x0 + PANEL_W / 2.0,
+        30.0,
+        "middle",
+        15,
+        "Latency percentiles (ms, log scale)",
+    );
+    let quantiles = ["p50", "p95", "p99", "max"];
+    let mut series: Vec<(String, Vec<f64>, bool)> = Vec::new();
+    for w in worker_counts(d) {
+        let vals: Option<Vec<f64>> = quantiles
+            .iter()
+            .map(|q| {
+                d.figure(&format!("consume_scaling.w{w}.handler.{q}_ms"))
+                    .map(|f| f.median)
+            })
+            .collect();
+        if let Some(v) = vals {
+            series.push((format!("handler, {w} handlers"), v, false));
+        }
+    }
+    for (mode, label) in [("poll", "wake-up, polling"), ("notify", "wake-up, NOTIFY")] {
+        let vals: Option<Vec<f64>> = quantiles
+            .iter()
+            .map(|q| {
+                d.figure(&format!("wakeup_latency.{mode}.{q}_ms"))
+                    .map(|f| f.median)
+            })
+            .collect();
+        if let Some(v) = vals {
+            series.push((label.to_owned(), v, true));
+        }
+    }
+    let positive: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.1.iter().copied())
+        .filter(|v| *v > 0.0)
+        .collect();
+    if positive.is_empty() {
+        text(
+            out,
+            x0 + PANEL_W / 2.0,
+            TOP + PLOT_H / 2.0,
+            "middle",
+            13,
+            "no latency data",
+        );
+        return;
+    }
+    let lo = positive
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min)
+        .log10()
+        .floor();
+    let hi = positive
+        .iter()
+        .copied()
+        .fold(0.0, f64::max)
+        .log10()
+        .ceil()
+        .max(lo + 1.0);
+    let y = |v: f64| {
+        let l = v.max(10f64.powf(lo)).log10();
+        TOP + PLOT_H - (l - lo) / (hi - lo) * PLOT_H
+    };
+    let mut e = lo;
+    while e <= hi {
+        let v = 10f64.powf(e);
+        let yy = y(v);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{left:.1}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/>"##,
+            left + plot_w
+        );
+        let label = if v >= 1.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v}")
+        };
+        text(out, left - 6.0, yy + 4.0, "end", 11, &label);
+        e += 1.0;
+    }
+    let x = |i: usize| left + plot_w * (i as f64 + 0.5) / quantiles.len() as f64;
+    for (i, q) in quantiles.iter().enumerate() {
+        text(out, x(i), TOP + PLOT_H + 18.0, "middle", 12, q);
+    }
+    for (k, (label, vals, dashed)) in series.iter().enumerate() {
+        let color = if *dashed {
+            if label.contains("NOTIFY") {
+                "#000"
+            } else {
+                "#777"
+            }
+        } else {
+            COLORS[k % COLORS.len()]
+        };
+        let points: Vec<String> = vals
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v)))
+            .collect();
+        let _ = writeln!(
+            out,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{}/>"#,
+            points.join(" "),
+            if *dashed {
+                r#" stroke-dasharray="6 4""#
+            } else {
+                ""
+            }
+        );
+        for (i, v) in vals.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{}: {} {v} ms</title></circle>"#,
+                x(i),
+                y(*v),
+                esc(label),
+                quantiles[i]
+            );
+        }
+        let ly = TOP + 4.0 + 15.0 * k as f64;
+        let lx = left + plot_w + 4.0;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"{}/>"#,
+            lx + 14.0,
+            if *dashed {
+                r#" stroke-dasharray="4 2""#
+            } else {
+                ""
+            }
+        );
+        text(out, lx + 17.0, ly + 4.0, "start", 10, label);
+    }
+    let _ = writeln!(
+        out,
+        r##"<line x1="{left:.1}" y1="{TOP:.1}" x2="{left:.1}" y2="{:.1}" stroke="#000"/>"##,
+        TOP + PLOT_H
+    );
+    text(
+        out,
+        left + plot_w / 2.0,
+        TOP + PLOT_H + 40.0,
+        "middle",
+        12,
+        "percentile (medians over rounds)",
+    );
+}
+
+/// The SVG document.
+pub fn render(d: &Document) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif">"#
+    );
+    let _ = writeln!(out, r##"<rect width="100%" height="100%" fill="#fff"/>"##);
+    throughput_panel(&mut out, d, 0.0);
+    latency_panel(&mut out, d, PANEL_W + 40.0);
+    let m = &d.metadata;
+    text(
+        &mut out,
+        10.0,
+        H - 10.0,
+        "start",
+        10,
+        &format!(
+            "pgmq-bench {} {} · PostgreSQL {} · PGMQ {} · {} × {} · {} warm-up + {} rounds · {}",
+            m.sdk.version,
+            m.build.profile,
+            m.database.server_version_num,
+            m.database.pgmq_version,
+            m.host.cpu_count,
+            m.host.cpu_model.as_deref().unwrap_or("?"),
+            d.protocol.warmup,
+            d.protocol.repeat,
+            m.started_at.format("%Y-%m-%d %H:%M UTC")
+        ),
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_maxima() {
+        assert_eq!(nice_max(0.0), 1.0);
+        assert_eq!(nice_max(3.2), 5.0);
+        assert_eq!(nice_max(45_000.0), 50_000.0);
+        assert_eq!(nice_max(100.0), 100.0);
+        assert_eq!(esc("a<b&c"), "a&lt;b&amp;c");
+    }
+}

@@ -1,0 +1,427 @@
+//! A benchmark run from start to document: refuse without an explicit
+//! database, start `--local` if asked, connect, guard the queues, run the
+//! rounds, evaluate, write the JSON, stop `--local`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::Utc;
+use pgmq_client::{redact_dsn, Client, ClientBuilder};
+
+use crate::cli::{RunArgs, Section};
+use crate::config::Config;
+use crate::document::{Document, MemorySummary, Protocol, RunOutcome, Sections, Workload, SCHEMA};
+use crate::error::{Error, Result};
+use crate::figures::{self, TargetContext};
+use crate::guard::Guard;
+use crate::local_db::LocalDb;
+use crate::metadata;
+use crate::process::MemoryMeter;
+use crate::progress::Progress;
+use crate::scenarios::baseline::Loop;
+use crate::scenarios::wakeup::Mode;
+use crate::scenarios::{self, baseline, consume, idle, send, sustained, wakeup, Ctx};
+
+/// Runs the benchmark; returns the exit status (0: every check passed,
+/// 1: the document records a failure).
+pub async fn run(args: RunArgs) -> Result<i32> {
+    let cfg = Config::from_args(&args)?;
+    if !args.local && args.dsn.is_none() {
+        return Err(Error::Refused(
+            "no database given: pass --dsn (or set PGMQ_BENCH_DSN) for a database the benchmark may \
+             use, or --local for a throwaway cluster. It creates and drops pgmq_bench_* queues; never \
+             point it at a shared, staging or production database"
+                .into(),
+        ));
+    }
+    let progress = Progress::new();
+    let local = if args.local {
+        progress.say(format!(
+            "starting a throwaway cluster on port {}",
+            args.local_port
+        ));
+        Some(LocalDb::start(args.local_port).await?)
+    } else {
+        None
+    };
+    let dsn = match (&local, &args.dsn) {
+        (Some(l), _) => l.dsn().to_owned(),
+        (None, Some(d)) => d.clone(),
+        (None, None) => unreachable!("checked above"),
+    };
+    let result = bench(cfg, dsn, local.is_some(), progress.clone()).await;
+    if let Some(l) = local {
+        progress.say("removing the throwaway cluster");
+        if let Err(e) = l.stop().await {
+            eprintln!("pgmq-bench: {e}");
+        }
+    }
+    result
+}
+
+/// The command line with any DSN's password removed.
+fn command_line() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after_dsn = false;
+    for a in std::env::args() {
+        if after_dsn {
+            out.push(redact_dsn(&a));
+            after_dsn = false;
+        } else if a == "--dsn" {
+            out.push(a);
+            after_dsn = true;
+        } else if let Some(v) = a.strip_prefix("--dsn=") {
+            out.push(format!("--dsn={}", redact_dsn(v)));
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Result<i32> {
+    let started_at = Utc::now();
+    let client = Client::builder(&dsn)
+        .max_size(cfg.pool_size)
+        .application_name("pgmq-bench")
+        .connect()
+        .await?;
+    let (admin, _notifications) = ClientBuilder::new(&dsn)
+        .application_name("pgmq-bench-admin")
+        .connect_dedicated()
+        .await?;
+    let (guard, cleaned) = Guard::acquire(client.clone(), cfg.clean, cfg.unlogged).await?;
+    if !cleaned.is_empty() {
+        eprintln!(
+            "pgmq-bench: dropped leftover queues: {}",
+            cleaned.join(", ")
+        );
+    }
+    let host = metadata::host().await;
+    let database = metadata::database(&admin, redact_dsn(&dsn), local, client.install()).await?;
+    let durability = metadata::durability(&admin, cfg.unlogged).await?;
+    progress.say(format!(
+        "PostgreSQL {}, PGMQ {}, {} build; sections: {}",
+        database.server_version_num,
+        database.pgmq_version,
+        metadata::build().profile,
+        cfg.sections
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    let meter = MemoryMeter::start();
+    let memory_method = meter.method().as_str().to_owned();
+    let ctx = Arc::new(Ctx {
+        pad: scenarios::padding(cfg.payload_bytes),
+        cfg,
+        dsn,
+        client,
+        admin,
+        guard: guard.clone(),
+        meter,
+        progress: progress.clone(),
+    });
+    let body_ctx = ctx.clone();
+    let sections = guard.run(async move { rounds(&body_ctx).await }).await?;
+    let cfg = &ctx.cfg;
+
+    let figures = figures::build(&sections);
+    let targets = figures::targets(
+        &figures,
+        TargetContext {
+            handler_work_ms: cfg.handler_work.as_millis() as u64,
+            idle_poll_ms: cfg.idle_poll.as_millis() as u64,
+            messages: cfg.messages,
+        },
+    );
+    let outcome = evaluate(&sections, &metadata::build().profile);
+    let mut host = host;
+    host.load_average_end = metadata::load_average().await;
+    let doc = Document {
+        schema: SCHEMA.to_owned(),
+        outcome,
+        durability,
+        metadata: crate::document::Metadata {
+            started_at,
+            finished_at: Utc::now(),
+            sdk: metadata::sdk(),
+            build: metadata::build(),
+            host,
+            database,
+            workload: workload(cfg),
+            command: command_line(),
+        },
+        protocol: Protocol {
+            warmup: cfg.warmup,
+            repeat: cfg.repeat,
+            order: "round_robin: each round runs every selected section once; the first `warmup` rounds \
+                    are discarded"
+                .into(),
+            statistic: "median over measured rounds".into(),
+            spread: "min and max over measured rounds, each round's value kept in figures[].runs".into(),
+            memory_method,
+            queue_state: "a fresh queue per run; consuming runs preload it on the server and run \
+                          VACUUM (ANALYZE) on its table before the timed interval"
+                .into(),
+            min_timed_seconds: 1.0,
+        },
+        memory: MemorySummary {
+            method: ctx.meter.method().as_str().to_owned(),
+            overall_peak_rss_bytes: ctx.meter.overall(),
+            per_section: figures::section_peaks(&sections),
+        },
+        figures,
+        sections,
+        targets,
+    };
+    write_document(&doc, &cfg.output).await?;
+    for f in &doc.outcome.failures {
+        eprintln!("pgmq-bench: FAILED: {f}");
+    }
+    progress.say(format!(
+        "wrote {} ({})",
+        cfg.output.display(),
+        if doc.outcome.ok { "ok" } else { "FAILED" }
+    ));
+    Ok(if doc.outcome.ok { 0 } else { 1 })
+}
+
+fn workload(cfg: &Config) -> Workload {
+    Workload {
+        sections: cfg.sections.iter().map(|s| s.name().to_owned()).collect(),
+        messages: cfg.messages,
+        single_messages: cfg.single_messages,
+        batch_size: cfg.batch_size,
+        visibility_timeout_s: cfg.vt.as_secs() as u32,
+        payload_bytes: cfg.payload_bytes,
+        workers: cfg.workers.clone(),
+        handler_work_ms: cfg.handler_work.as_millis() as u64,
+        unlogged: cfg.unlogged,
+        pool_size: cfg.pool_size,
+        idle_seconds: cfg.idle.as_secs_f64(),
+        idle_poll_ms: cfg.idle_poll.as_millis() as u64,
+        wakeup_samples: cfg.wakeup_samples,
+        wakeup_poll_ms: cfg.wakeup_poll.as_millis() as u64,
+        sustained_duration_s: cfg.duration.as_secs_f64(),
+        sustained_warmup_s: cfg.sustained_warmup.as_secs_f64(),
+        sustained_rate: cfg.rate,
+        sustained_producers: cfg.producers,
+        sustained_workers: cfg.sustained_workers,
+    }
+}
+
+/// The baseline loops matching the selected SDK sections (all three when
+/// only `baseline` is selected).
+fn baseline_loops(cfg: &Config) -> Vec<Loop> {
+    let mut loops = Vec::new();
+    if cfg.has(Section::SendSingle) {
+        loops.push(Loop::SendSingle);
+    }
+    if cfg.has(Section::SendBatch) {
+        loops.push(Loop::SendBatch);
+    }
+    if cfg.has(Section::ConsumeScaling) {
+        loops.push(Loop::Consume);
+    }
+    if loops.is_empty() {
+        loops = vec![Loop::SendSingle, Loop::SendBatch, Loop::Consume];
+    }
+    loops
+}
+
+async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
+    let cfg = &ctx.cfg;
+    let mut s = Sections::default();
+    let p = &ctx.progress;
+    for i in 0..cfg.warmup + cfg.repeat {
+        let warm = i < cfg.warmup;
+        let round = if warm { i } else { i - cfg.warmup };
+        let tag = if warm {
+            format!("warm-up {}/{}", round + 1, cfg.warmup)
+        } else {
+            format!("round {}/{}", round + 1, cfg.repeat)
+        };
+        for section in &cfg.sections {
+            match section {
+                Section::SendSingle => {
+                    let r = send::single(ctx, round, warm).await?;
+                    p.say(format!("{tag} send_single: {:.0} msg/s", r.rate.rate_per_s));
+                    s.send_single.push(r);
+                }
+                Section::SendBatch => {
+                    let r = send::batch(ctx, round, warm).await?;
+                    p.say(format!("{tag} send_batch: {:.0} msg/s", r.rate.rate_per_s));
+                    s.send_batch.push(r);
+                }
+                Section::ConsumeScaling => {
+                    for w in &cfg.workers {
+                        let r = consume::run(ctx, *w, round, warm).await?;
+                        p.say(format!(
+                            "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
+                            r.rate.rate_per_s, r.handler_ms.p99
+                        ));
+                        s.consume_scaling.push(r);
+                    }
+                }
+                Section::Baseline => {
+                    for l in baseline_loops(cfg) {
+                        let r = baseline::run(ctx, l, round, warm).await?;
+                        p.say(format!(
+                            "{tag} baseline {}: {:.0} msg/s",
+                            r.kind, r.rate.rate_per_s
+                        ));
+                        s.baseline.push(r);
+                    }
+                }
+                Section::IdleWorker => {
+                    let r = idle::run(ctx, round, warm).await?;
+                    p.say(format!(
+                        "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
+                        r.cpu_percent, r.empty_reads.rate_per_s
+                    ));
+                    s.idle_worker.push(r);
+                }
+                Section::WakeupLatency => {
+                    for mode in [Mode::Poll, Mode::Notify] {
+                        let r = wakeup::run(ctx, mode, round, warm).await?;
+                        p.say(format!(
+                            "{tag} wakeup_latency {}: p50 {:.2} ms",
+                            r.mode, r.latency_ms.p50
+                        ));
+                        s.wakeup_latency.push(r);
+                    }
+                }
+                Section::Sustained => {
+                    let r = sustained::run(ctx, round, warm).await?;
+                    p.say(format!(
+                        "{tag} sustained: {:.0} produced/s, {:.0} handled/s, slope {:.1}, {}",
+                        r.produced.rate_per_s,
+                        r.handled.rate_per_s,
+                        r.backlog_slope_per_s.unwrap_or(f64::NAN),
+                        if r.verdict.pass { "pass" } else { "FAIL" }
+                    ));
+                    s.sustained.push(r);
+                }
+            }
+        }
+    }
+    Ok(s)
+}
+
+fn run_tag(round: u32, warmup: bool) -> String {
+    if warmup {
+        format!("warm-up round {round}")
+    } else {
+        format!("round {round}")
+    }
+}
+
+/// The run's own checks: every message accounted for, every drain verified,
+/// sustained verdicts; and warnings about weak numbers.
+pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
+    let mut failures = Vec::new();
+    let mut warnings = Vec::new();
+    let short = |warnings: &mut Vec<String>, what: String, elapsed: f64| {
+        if elapsed < 1.0 {
+            warnings.push(format!(
+                "{what} lasted {elapsed:.3} s, under 1 s: the rate measures start-up as much as steady state"
+            ));
+        }
+    };
+    for (name, runs) in [
+        ("send_single", &s.send_single),
+        ("send_batch", &s.send_batch),
+    ] {
+        for r in runs {
+            let tag = run_tag(r.round, r.warmup);
+            short(&mut warnings, format!("{name} {tag}"), r.rate.elapsed_s);
+            if r.in_queue_after != r.rate.count as i64 {
+                failures.push(format!(
+                    "{name} {tag}: sent {} but the queue holds {}",
+                    r.rate.count, r.in_queue_after
+                ));
+            }
+        }
+    }
+    for r in &s.consume_scaling {
+        let tag = format!(
+            "consume_scaling w={} {}",
+            r.workers,
+            run_tag(r.round, r.warmup)
+        );
+        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
+        if r.ledger.missing > 0 {
+            failures.push(format!(
+                "{tag}: {} of {} messages never handled (first: {:?})",
+                r.ledger.missing, r.ledger.expected, r.ledger.missing_ids
+            ));
+        }
+        if r.remaining_after != 0 {
+            failures.push(format!(
+                "{tag}: {} messages still in the queue after the worker's shutdown (acks not drained)",
+                r.remaining_after
+            ));
+        }
+        if r.ledger.duplicates > 0 {
+            warnings.push(format!(
+                "{tag}: {} duplicate deliveries (redeliveries after a visibility timeout)",
+                r.ledger.duplicates
+            ));
+        }
+    }
+    for r in &s.baseline {
+        let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
+        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
+        if let Some(l) = &r.ledger {
+            if l.missing > 0 {
+                failures.push(format!("{tag}: {} messages never handled", l.missing));
+            }
+            if r.in_queue_after != 0 {
+                failures.push(format!(
+                    "{tag}: {} messages left in the queue",
+                    r.in_queue_after
+                ));
+            }
+        } else if r.in_queue_after != r.rate.count as i64 {
+            failures.push(format!(
+                "{tag}: sent {} but the queue holds {}",
+                r.rate.count, r.in_queue_after
+            ));
+        }
+    }
+    for r in &s.sustained {
+        let tag = format!("sustained {}", run_tag(r.round, r.warmup));
+        if !r.verdict.pass {
+            failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
+        }
+        if r.ledger.duplicates > 0 {
+            warnings.push(format!(
+                "{tag}: {} duplicate deliveries",
+                r.ledger.duplicates
+            ));
+        }
+    }
+    if profile != "release" {
+        warnings
+            .push("debug build: numbers show correctness, not representative throughput".into());
+    }
+    RunOutcome {
+        ok: failures.is_empty(),
+        failures,
+        warnings,
+    }
+}
+
+/// Writes the document next to `path` and renames it into place.
+pub async fn write_document(doc: &Document, path: &Path) -> Result<()> {
+    let text = serde_json::to_string_pretty(doc).map_err(|e| Error::json("the document", e))?;
+    let tmp = path.with_extension("json.tmp");
+    tokio::fs::write(&tmp, text + "\n")
+        .await
+        .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+    tokio::fs::rename(&tmp, path)
+        .await
+        .map_err(|e| Error::io(format!("renaming {} into place", tmp.display()), e))
+}

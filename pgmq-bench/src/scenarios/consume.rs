@@ -1,0 +1,160 @@
+//! consume_scaling: the worker runtime draining a preloaded queue, once per
+//! handler count.
+//!
+//! Per run: a fresh queue is loaded with ids `0..--messages` on the server and
+//! vacuumed (`VACUUM (ANALYZE)`), so dead tuples from an earlier run never slow
+//! `pgmq.read`. Then a worker with the given concurrency (every other setting
+//! at its default, batch size and visibility timeout from the command line)
+//! drains it; each handler records the body's id in the ledger and, with
+//! `--handler-work-ms`, awaits a tokio sleep (simulated I/O).
+//!
+//! Elapsed runs from just before the worker is spawned to the end of the
+//! handler that completed the last new id. The shutdown that follows drains
+//! the batched deletes; it is timed separately (`ack_drain_s`) and verified
+//! (`remaining_after` must be 0), but it is not inside the throughput interval.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use pgmq_client::Message;
+use pgmq_worker::{Outcome, Worker};
+use tokio::sync::Notify;
+
+use crate::document::{ConsumeRun, Rate};
+use crate::error::Result;
+use crate::ledger::Ledger;
+use crate::scenarios::{counters, Ctx, InBody};
+use crate::stats::percentiles_us_to_ms;
+
+/// What every handler call shares.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    pub(crate) ledger: Ledger,
+    /// Distinct ids handled.
+    pub(crate) distinct: AtomicU64,
+    /// Distinct ids after which the run is complete (u64::MAX: open-ended).
+    pub(crate) target: AtomicU64,
+    /// When the handler completing the target finished.
+    pub(crate) completed_at: OnceLock<Instant>,
+    pub(crate) done: Notify,
+    pub(crate) work: Duration,
+}
+
+impl Tally {
+    pub(crate) fn new(target: u64, work: Duration) -> Arc<Tally> {
+        Arc::new(Tally {
+            ledger: Ledger::new(),
+            distinct: AtomicU64::new(0),
+            target: AtomicU64::new(target),
+            completed_at: OnceLock::new(),
+            done: Notify::new(),
+            work,
+        })
+    }
+
+    /// The handler body: simulated work, then the ledger.
+    pub(crate) async fn handle(&self, id: u64) {
+        if !self.work.is_zero() {
+            tokio::time::sleep(self.work).await;
+        }
+        if self.ledger.mark(id) {
+            let d = self.distinct.fetch_add(1, Ordering::AcqRel) + 1;
+            self.check(d);
+        }
+    }
+
+    /// Marks completion once `distinct` reaches the target.
+    pub(crate) fn check(&self, distinct: u64) {
+        if distinct >= self.target.load(Ordering::Acquire)
+            && self.completed_at.set(Instant::now()).is_ok()
+        {
+            self.done.notify_one();
+        }
+    }
+
+    pub(crate) fn distinct(&self) -> u64 {
+        self.distinct.load(Ordering::Acquire)
+    }
+
+    /// Waits until the target is reached, or no new id arrives for `stall`.
+    /// Returns false on a stall.
+    pub(crate) async fn wait(&self, stall: Duration) -> bool {
+        let mut last = self.distinct();
+        let mut last_change = Instant::now();
+        loop {
+            if self.completed_at.get().is_some() {
+                return true;
+            }
+            tokio::select! {
+                () = self.done.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+            let now = self.distinct();
+            if now != last {
+                last = now;
+                last_change = Instant::now();
+            } else if last_change.elapsed() >= stall {
+                return self.completed_at.get().is_some();
+            }
+        }
+    }
+}
+
+/// A worker whose handlers feed `tally`.
+pub(crate) fn worker(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    concurrency: u32,
+    tally: &Arc<Tally>,
+) -> pgmq_worker::WorkerBuilder<InBody> {
+    let t = tally.clone();
+    Worker::<InBody>::builder(ctx.client.clone(), q.clone())
+        .concurrency(concurrency as usize)
+        .batch_size(ctx.cfg.batch_size as usize)
+        .visibility_timeout(ctx.cfg.vt)
+        .handler(move |msg: Message<InBody>| {
+            let t = t.clone();
+            async move {
+                t.handle(msg.body.id).await;
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+}
+
+/// One run at `workers` handlers.
+pub async fn run(ctx: &Ctx, workers: u32, round: u32, warmup: bool) -> Result<ConsumeRun> {
+    let n = ctx.cfg.messages;
+    let (q, preload_s, vacuum_s) = ctx.fresh_loaded("consume", n).await?;
+    let tally = Tally::new(n, ctx.cfg.handler_work);
+    let w = worker(ctx, &q, workers, &tally).build()?;
+    ctx.meter.begin();
+    let start = Instant::now();
+    let handle = w.spawn();
+    tally.wait(ctx.cfg.stall_timeout).await;
+    let completed = tally.completed_at.get().copied();
+    let report = handle.shutdown().await?;
+    let shut = Instant::now();
+    let peak = ctx.meter.end();
+    let end = completed.unwrap_or(shut);
+    let elapsed = end.duration_since(start).as_secs_f64();
+    let stats = &report.stats;
+    let remaining_after = ctx.finish_queue(&q).await?;
+    Ok(ConsumeRun {
+        round,
+        warmup,
+        workers,
+        rate: Rate::new(tally.distinct(), elapsed),
+        handler_work_ms: ctx.cfg.handler_work.as_millis() as u64,
+        handler_ms: percentiles_us_to_ms(&stats.handler_latency),
+        queue_wait_db_ms: percentiles_us_to_ms(&stats.queue_wait_db),
+        queue_wait_local_ms: percentiles_us_to_ms(&stats.queue_wait_local),
+        ack_drain_s: shut.duration_since(end).as_secs_f64(),
+        remaining_after,
+        ledger: tally.ledger.report(n),
+        worker: counters(stats),
+        preload_s,
+        vacuum_s,
+        peak_rss_bytes: peak,
+    })
+}

@@ -1,0 +1,178 @@
+//! The sections, one file each, and what they share: the run context, the
+//! message bodies, preloading and vacuuming a queue.
+//!
+//! Every message body is `{"id": n, "pad": "xxx…"}`: `id` is assigned by the
+//! bench from 0 so that handlers can record it in a [`Ledger`](crate::ledger::Ledger),
+//! and `pad` brings the body to `--payload-bytes`.
+
+pub mod baseline;
+pub mod consume;
+pub mod idle;
+pub mod send;
+pub mod sustained;
+pub mod wakeup;
+
+use std::time::{Duration, Instant};
+
+use pgmq_client::{Client, QueueName};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::document::WorkerCounters;
+use crate::error::Result;
+use crate::guard::Guard;
+use crate::process::MemoryMeter;
+use crate::progress::Progress;
+
+/// Everything a section needs.
+#[derive(Debug)]
+pub struct Ctx {
+    /// The settings.
+    pub cfg: Config,
+    /// The DSN (with password; never printed).
+    pub dsn: String,
+    /// The SDK client (pool).
+    pub client: Client,
+    /// A dedicated plain connection for preloads, VACUUM and metadata.
+    pub admin: tokio_postgres::Client,
+    /// The owned-queue registry.
+    pub guard: Guard,
+    /// Per-run peak RSS.
+    pub meter: MemoryMeter,
+    /// Progress lines.
+    pub progress: Progress,
+    /// The padding string of every body.
+    pub pad: String,
+}
+
+/// A message body as sent.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct OutBody<'a> {
+    /// The bench's id of the message.
+    pub id: u64,
+    /// Padding to the payload size.
+    pub pad: &'a str,
+}
+
+/// A message body as handlers read it (the padding is skipped).
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct InBody {
+    /// The bench's id of the message.
+    pub id: u64,
+}
+
+/// The id ranges `0..n` in batches of `size`.
+///
+/// ```
+/// let v: Vec<_> = pgmq_bench::scenarios::id_batches(5, 2).collect();
+/// assert_eq!(v, vec![0..2, 2..4, 4..5]);
+/// ```
+pub fn id_batches(n: u64, size: u64) -> impl Iterator<Item = std::ops::Range<u64>> {
+    let size = size.max(1);
+    (0..n.div_ceil(size)).map(move |b| b * size..((b + 1) * size).min(n))
+}
+
+/// Bytes of `{"id": 123456, "pad": ""}` as PostgreSQL prints jsonb.
+const BODY_OVERHEAD: u32 = 25;
+
+/// The padding that brings a body to about `payload_bytes`.
+pub fn padding(payload_bytes: u32) -> String {
+    "x".repeat(payload_bytes.saturating_sub(BODY_OVERHEAD) as usize)
+}
+
+/// Server-side preload: one `pgmq.send_batch` per chunk, bodies built by
+/// `generate_series`, so the client does no work and holds no memory.
+const PRELOAD_SQL: &str = "SELECT count(*) FROM pgmq.send_batch($1::text, ARRAY(\
+    SELECT jsonb_build_object('id', g, 'pad', $4::text) \
+    FROM generate_series($2::bigint, $3::bigint) AS g))";
+
+const PRELOAD_CHUNK: u64 = 10_000;
+
+impl Ctx {
+    /// A body.
+    pub fn body(&self, id: u64) -> OutBody<'_> {
+        OutBody { id, pad: &self.pad }
+    }
+
+    /// Loads ids `0..n` into `q` on the server; returns the seconds taken.
+    pub async fn preload(&self, q: &QueueName, n: u64) -> Result<f64> {
+        let t = Instant::now();
+        for ids in id_batches(n, PRELOAD_CHUNK) {
+            let (first, last) = (ids.start as i64, ids.end as i64 - 1);
+            self.admin
+                .query_one(PRELOAD_SQL, &[&q.as_str(), &first, &last, &self.pad])
+                .await?;
+        }
+        Ok(t.elapsed().as_secs_f64())
+    }
+
+    /// `VACUUM (ANALYZE)` of the queue table; returns the seconds taken.
+    pub async fn vacuum(&self, q: &QueueName) -> Result<f64> {
+        let t = Instant::now();
+        // `QueueName` admits only [a-z0-9_], so the table name is a plain identifier.
+        self.admin
+            .batch_execute(&format!("VACUUM (ANALYZE) {}", q.table()))
+            .await?;
+        Ok(t.elapsed().as_secs_f64())
+    }
+
+    /// A fresh queue holding ids `0..n`, vacuumed: (queue, preload s, vacuum s).
+    pub async fn fresh_loaded(&self, suffix: &str, n: u64) -> Result<(QueueName, f64, f64)> {
+        let q = self.guard.fresh(suffix).await?;
+        let preload_s = self.preload(&q, n).await?;
+        let vacuum_s = self.vacuum(&q).await?;
+        Ok((q, preload_s, vacuum_s))
+    }
+
+    /// Messages left in `q`, then drops it (the run is over).
+    pub async fn finish_queue(&self, q: &QueueName) -> Result<i64> {
+        let left = self.queue_length(q).await?;
+        self.guard.release(q).await?;
+        Ok(left)
+    }
+
+    /// Messages in `q` (visible or not).
+    pub async fn queue_length(&self, q: &QueueName) -> Result<i64> {
+        Ok(self.client.metrics(q).await?.queue_length)
+    }
+}
+
+/// The worker's counters, as the document records them.
+pub fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
+    WorkerCounters {
+        claimed: s.claimed,
+        handled: s.handled,
+        succeeded: s.succeeded,
+        failed: s.failed,
+        deleted: s.deleted,
+        released: s.released,
+        decode_failures: s.decode_failures,
+        reads: s.reads,
+        empty_reads: s.empty_reads,
+        wakeups_poll: s.wakeups_poll,
+        wakeups_notify: s.wakeups_notify,
+    }
+}
+
+/// Seconds of a duration as f64.
+pub fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_size_is_close_to_the_target() {
+        let pad = padding(100);
+        let text = serde_json::to_string(&OutBody {
+            id: 123_456,
+            pad: &pad,
+        })
+        .unwrap();
+        // serde_json prints without spaces, PostgreSQL with: within a few bytes.
+        assert!((95..=100).contains(&text.len()), "{}", text.len());
+        assert_eq!(padding(10), "");
+    }
+}

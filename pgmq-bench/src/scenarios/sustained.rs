@@ -1,0 +1,177 @@
+//! sustained: producers and the worker together for `--duration`.
+//!
+//! `--producers` tasks send batches of `--batch-size` through the SDK, paced
+//! to `--rate` messages/s in total (open loop: a producer that falls behind
+//! sends its missed batches at once) or, with `--rate 0`, as fast as they can.
+//! A worker with `--sustained-workers` handlers consumes meanwhile. Every
+//! second the bench samples the produced and handled counts and the queue's
+//! backlog (`pgmq.metrics` queue length: visible plus in flight).
+//!
+//! Verdict, as in the streams report this section follows: pass when the
+//! least-squares slope of the backlog over the window after
+//! `--sustained-warmup` is at most 10 messages/s, and, once the producers
+//! stop and the worker drains what is left, the distinct ids handled equal
+//! the ids produced (none missing). Duplicates (redeliveries) are reported,
+//! not failed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::document::{Interval, Rate, SustainedRun, Verdict};
+use crate::error::{Error, Result};
+use crate::scenarios::consume::{worker, Tally};
+use crate::scenarios::{counters, Ctx};
+use crate::stats::least_squares_slope;
+
+/// The largest backlog slope that passes, messages/s.
+pub const SLOPE_LIMIT: f64 = 10.0;
+
+/// How often the backlog is sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+async fn produce(
+    ctx: Arc<Ctx>,
+    q: pgmq_client::QueueName,
+    next_id: Arc<AtomicU64>,
+    produced: Arc<AtomicU64>,
+    per_producer_rate: Option<f64>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let size = u64::from(ctx.cfg.batch_size);
+    let period = per_producer_rate.map(|r| Duration::from_secs_f64(size as f64 / r));
+    let mut next = tokio::time::Instant::now();
+    let mut bodies = Vec::with_capacity(size as usize);
+    while !stop.is_cancelled() {
+        if let Some(p) = period {
+            next += p;
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                () = stop.cancelled() => break,
+            }
+        }
+        let first = next_id.fetch_add(size, Ordering::AcqRel);
+        bodies.clear();
+        bodies.extend((first..first + size).map(|i| ctx.body(i)));
+        ctx.client.send_batch(&q, &bodies).await?;
+        produced.fetch_add(size, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+/// One sustained run.
+pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRun> {
+    let cfg = &ctx.cfg;
+    let q = ctx.guard.fresh("sustained").await?;
+    let tally = Tally::new(u64::MAX, cfg.handler_work);
+    let w = worker(ctx, &q, cfg.sustained_workers, &tally).build()?;
+    let next_id = Arc::new(AtomicU64::new(0));
+    let produced = Arc::new(AtomicU64::new(0));
+    let stop = CancellationToken::new();
+    ctx.meter.begin();
+    let handle = w.spawn();
+    let start = Instant::now();
+    let per_producer = cfg.rate.map(|r| r / f64::from(cfg.producers));
+    let producers: Vec<_> = (0..cfg.producers)
+        .map(|_| {
+            tokio::spawn(produce(
+                ctx.clone(),
+                q.clone(),
+                next_id.clone(),
+                produced.clone(),
+                per_producer,
+                stop.clone(),
+            ))
+        })
+        .collect();
+
+    let mut intervals = Vec::new();
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + SAMPLE_EVERY, SAMPLE_EVERY);
+    let (mut last_p, mut last_h, mut last_t) = (0u64, 0u64, 0.0f64);
+    loop {
+        tick.tick().await;
+        let t = start.elapsed().as_secs_f64();
+        let p = produced.load(Ordering::Acquire);
+        let h = tally.distinct();
+        let backlog = ctx.queue_length(&q).await?;
+        intervals.push(Interval {
+            t_s: t,
+            produced: Rate::new(p - last_p, t - last_t),
+            handled: Rate::new(h.saturating_sub(last_h), t - last_t),
+            backlog,
+        });
+        (last_p, last_h, last_t) = (p, h, t);
+        // A producer that ends before the stop ended with an error (joined below).
+        if start.elapsed() >= cfg.duration || producers.iter().any(|p| p.is_finished()) {
+            break;
+        }
+    }
+    stop.cancel();
+    for p in producers {
+        match p.await {
+            Ok(r) => r?,
+            Err(e) => return Err(Error::Panicked(format!("producer: {e}"))),
+        }
+    }
+    let window = start.elapsed();
+    let produced_total = produced.load(Ordering::Acquire);
+    let handled_in_window = tally.distinct();
+    // Drain: the run is complete once every produced id was handled.
+    let drain_start = Instant::now();
+    tally.target.store(produced_total, Ordering::Release);
+    tally.check(tally.distinct());
+    tally.wait(cfg.stall_timeout).await;
+    let drain_s = drain_start.elapsed().as_secs_f64();
+    let report = handle.shutdown().await?;
+    let peak = ctx.meter.end();
+    ctx.guard.release(&q).await?;
+
+    let fit: Vec<(f64, f64)> = intervals
+        .iter()
+        .filter(|i| i.t_s > cfg.sustained_warmup.as_secs_f64())
+        .map(|i| (i.t_s, i.backlog as f64))
+        .collect();
+    let slope = least_squares_slope(&fit);
+    let ledger = tally.ledger.report(produced_total);
+    let mut reasons = Vec::new();
+    match slope {
+        Some(s) if s > SLOPE_LIMIT => reasons.push(format!(
+            "backlog slope {s:.1} msg/s exceeds {SLOPE_LIMIT} msg/s: the worker did not keep up"
+        )),
+        None => reasons.push("too few backlog samples after the warm-up to fit a slope".into()),
+        _ => {}
+    }
+    if ledger.distinct != produced_total || ledger.missing > 0 {
+        reasons.push(format!(
+            "produced {produced_total} but handled {} distinct ({} missing)",
+            ledger.distinct, ledger.missing
+        ));
+    }
+    Ok(SustainedRun {
+        round,
+        warmup,
+        duration_s: window.as_secs_f64(),
+        warmup_s: cfg.sustained_warmup.as_secs_f64(),
+        target_rate_per_s: cfg.rate,
+        producers: cfg.producers,
+        workers: cfg.sustained_workers,
+        batch_size: cfg.batch_size,
+        produced: Rate::new(produced_total, window.as_secs_f64()),
+        handled: Rate::new(handled_in_window, window.as_secs_f64()),
+        backlog_max: intervals.iter().map(|i| i.backlog).max().unwrap_or(0),
+        intervals,
+        backlog_slope_per_s: slope,
+        drain_s,
+        verdict: Verdict {
+            pass: reasons.is_empty(),
+            slope_limit_per_s: SLOPE_LIMIT,
+            reasons,
+        },
+        ledger,
+        worker: counters(&report.stats),
+        peak_rss_bytes: peak,
+    })
+}

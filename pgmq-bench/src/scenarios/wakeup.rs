@@ -1,0 +1,145 @@
+//! wakeup_latency: how long one message sent to an idle worker takes to reach
+//! its handler, polling only and with LISTEN/NOTIFY (polling as fallback),
+//! both at `--wakeup-poll-ms` (500 ms by default), `--wakeup-samples` each
+//! (at least 20).
+//!
+//! One sample: wait a pseudo-random delay (so that sends fall at every phase
+//! of the poll timer), take the time, send one message with the SDK, and take
+//! the time again when the handler starts on it (the first thing the handler
+//! does). The sample is the difference, on the monotonic clock: it includes
+//! the send's round trip and commit, the notification or the poll, the read,
+//! and the hand-over to the handler. An unmeasured message first lets the
+//! worker finish starting (its LISTEN, its first read).
+
+use std::time::{Duration, Instant};
+
+use pgmq_client::Message;
+use pgmq_worker::{Outcome, WakeUp, Worker};
+use tokio::sync::mpsc;
+
+use crate::document::WakeupRun;
+use crate::error::{Error, Result};
+use crate::scenarios::{counters, Ctx, InBody};
+use crate::stats::percentiles_of;
+
+/// Polling only, or LISTEN/NOTIFY.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `WakeUp::Poll`.
+    Poll,
+    /// `WakeUp::Notify`.
+    Notify,
+}
+
+impl Mode {
+    /// The name in the document.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Poll => "poll",
+            Mode::Notify => "notify",
+        }
+    }
+}
+
+/// A small xorshift generator: reproducible sample phases without a dependency.
+struct Phases(u64);
+
+impl Phases {
+    fn next_fraction(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Waits for the handler to start on `id`; `None` after `limit`.
+async fn wait_for(
+    rx: &mut mpsc::UnboundedReceiver<(u64, Instant)>,
+    id: u64,
+    limit: Duration,
+) -> Option<Instant> {
+    let fut = async {
+        while let Some((got, at)) = rx.recv().await {
+            if got == id {
+                return Some(at);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(limit, fut).await.ok().flatten()
+}
+
+/// The id of the unmeasured first message.
+const SETTLE_ID: u64 = u64::MAX >> 1;
+
+/// One run of one mode.
+pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<WakeupRun> {
+    let q = ctx.guard.fresh(&format!("wakeup_{}", mode.name())).await?;
+    let poll = ctx.cfg.wakeup_poll;
+    let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
+    let w = Worker::<InBody>::builder(ctx.client.clone(), q.clone())
+        .concurrency(1)
+        .batch_size(ctx.cfg.batch_size as usize)
+        .visibility_timeout(ctx.cfg.vt)
+        .poll_interval(poll)
+        .wake_up(match mode {
+            Mode::Poll => WakeUp::Poll,
+            Mode::Notify => WakeUp::Notify,
+        })
+        .handler(move |msg: Message<InBody>| {
+            let started = Instant::now();
+            let _ = tx.send((msg.body.id, started));
+            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+        })
+        .build()?;
+    ctx.meter.begin();
+    let handle = w.spawn();
+    let limit = poll * 4 + Duration::from_secs(10);
+    ctx.client.send(&q, &ctx.body(SETTLE_ID)).await?;
+    let settled = wait_for(&mut rx, SETTLE_ID, limit).await;
+    if settled.is_none() {
+        handle.shutdown().await?;
+        ctx.guard.release(&q).await?;
+        return Err(Error::Timeout(format!(
+            "wakeup_latency ({}): the first message did not reach the handler within {limit:?}",
+            mode.name()
+        )));
+    }
+    let mut phases =
+        Phases(0x9E37_79B9_7F4A_7C15 ^ (u64::from(round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let mut samples = Vec::with_capacity(ctx.cfg.wakeup_samples as usize);
+    for id in 0..u64::from(ctx.cfg.wakeup_samples) {
+        // 100 ms apart at least (past any notify throttle), then a random phase of the poll timer.
+        let gap = Duration::from_millis(100) + poll.mul_f64(phases.next_fraction());
+        tokio::time::sleep(gap).await;
+        let sent = Instant::now();
+        ctx.client.send(&q, &ctx.body(id)).await?;
+        match wait_for(&mut rx, id, limit).await {
+            Some(at) => samples.push(at.duration_since(sent).as_secs_f64() * 1000.0),
+            None => {
+                handle.shutdown().await?;
+                ctx.guard.release(&q).await?;
+                return Err(Error::Timeout(format!(
+                    "wakeup_latency ({}): sample {id} did not reach the handler within {limit:?}",
+                    mode.name()
+                )));
+            }
+        }
+    }
+    let report = handle.shutdown().await?;
+    let peak = ctx.meter.end();
+    ctx.guard.release(&q).await?;
+    Ok(WakeupRun {
+        round,
+        warmup,
+        mode: mode.name().to_owned(),
+        poll_interval_ms: poll.as_millis() as u64,
+        latency_ms: percentiles_of(&samples).unwrap_or_default(),
+        samples_ms: samples,
+        worker: counters(&report.stats),
+        peak_rss_bytes: peak,
+    })
+}
