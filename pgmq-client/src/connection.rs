@@ -197,20 +197,47 @@ async fn run_prepared<C: tokio_postgres::GenericClient + Sync>(
 /// [`Client::from_pool`](crate::Client::from_pool).
 pub struct ConnectionManager {
     inner: PostgresConnectionManager<MakeRustlsConnect>,
+    /// Bound on the whole connection setup (the config's `connect_timeout`).
+    setup_timeout: Option<Duration>,
 }
 
 impl ConnectionManager {
     /// A manager for `config`, negotiating TLS with `tls` when the config's
-    /// `sslmode` asks for it.
+    /// `sslmode` asks for it. The config's `connect_timeout` bounds the whole
+    /// setup of each connection (TCP, TLS, authentication), not only the TCP
+    /// connect as in tokio-postgres: a server that accepts the connection and
+    /// never answers fails it in time too.
     pub fn new(config: tokio_postgres::Config, tls: MakeRustlsConnect) -> Self {
+        let setup_timeout = config.get_connect_timeout().copied();
         ConnectionManager {
             inner: PostgresConnectionManager::new(config, tls),
+            setup_timeout,
         }
     }
 
-    /// Wraps an existing bb8-postgres manager.
+    /// Wraps an existing bb8-postgres manager (its connection setup is
+    /// bounded only as its config says).
     pub fn from_postgres_manager(inner: PostgresConnectionManager<MakeRustlsConnect>) -> Self {
-        ConnectionManager { inner }
+        ConnectionManager {
+            inner,
+            setup_timeout: None,
+        }
+    }
+}
+
+/// Runs a connection setup within `limit` (when set); past it, fails with
+/// tokio-postgres' own timeout error ("timeout waiting for server").
+pub(crate) async fn bounded_setup<T>(
+    limit: Option<Duration>,
+    setup: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, tokio_postgres::Error> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, setup)
+            .await
+            // tokio-postgres bounds only the TCP connect; its timeout error is
+            // the one it would give there, so callers see one kind of error.
+            .unwrap_or_else(|_| Err(tokio_postgres::Error::__private_api_timeout())),
+        None => setup.await,
     }
 }
 
@@ -219,7 +246,7 @@ impl bb8::ManageConnection for ConnectionManager {
     type Error = tokio_postgres::Error;
 
     async fn connect(&self) -> Result<Connection, tokio_postgres::Error> {
-        let client = self.inner.connect().await?;
+        let client = bounded_setup(self.setup_timeout, self.inner.connect()).await?;
         Ok(Connection::new(client))
     }
 

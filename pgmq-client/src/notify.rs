@@ -121,7 +121,10 @@ pub(crate) async fn connect_listener(
     config: &tokio_postgres::Config,
     tls: MakeRustlsConnect,
 ) -> Result<(tokio_postgres::Client, NotificationStream), Error> {
-    let (client, mut connection) = config.connect(tls).await.map_err(Error::Connect)?;
+    let limit = config.get_connect_timeout().copied();
+    let (client, mut connection) = crate::connection::bounded_setup(limit, config.connect(tls))
+        .await
+        .map_err(Error::Connect)?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

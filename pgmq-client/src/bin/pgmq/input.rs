@@ -1,0 +1,163 @@
+//! `pgmq send`: JSON lines in, batches of `send_batch_with` out.
+
+use chrono::{DateTime, Utc};
+use pgmq_client::{Client, Delay, QueueName};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+
+use crate::{fail, Failure, Out};
+
+pub(crate) struct SendOpts {
+    pub envelope: bool,
+    pub delay: Option<u32>,
+    pub batch: usize,
+}
+
+/// One line with `--envelope`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope {
+    body: Box<RawValue>,
+    #[serde(default)]
+    headers: Option<Value>,
+    #[serde(default)]
+    delay: Option<DelaySpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DelaySpec {
+    Seconds(u32),
+    At(DateTime<Utc>),
+}
+
+/// Messages sharing a delay and the presence of headers: one statement.
+struct Batch {
+    delay: Delay,
+    bodies: Vec<Box<RawValue>>,
+    headers: Option<Vec<Value>>,
+}
+
+/// Describes a JSON error by kind and position only: the line's content is
+/// the payload and is never echoed.
+fn describe(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let kind = match e.classify() {
+        Category::Syntax => "not valid JSON",
+        Category::Eof => "JSON cut short",
+        Category::Data => "unexpected JSON shape",
+        Category::Io => "unreadable",
+    };
+    format!("{kind} (column {})", e.column())
+}
+
+fn parse(
+    line: &str,
+    n: usize,
+    opts: &SendOpts,
+) -> Result<(Delay, Box<RawValue>, Option<Value>), Failure> {
+    let default_delay = opts.delay.map(Delay::Seconds).unwrap_or(Delay::None);
+    if !opts.envelope {
+        let body: Box<RawValue> = serde_json::from_str(line)
+            .map_err(|e| Failure(format!("line {n}: {}", describe(&e))))?;
+        return Ok((default_delay, body, None));
+    }
+    let env: Envelope = serde_json::from_str(line).map_err(|e| {
+        Failure(format!(
+            "line {n}: {}; with --envelope each line is {{\"body\": ..., \"headers\": {{...}}, \"delay\": seconds or RFC 3339 time}}",
+            describe(&e)
+        ))
+    })?;
+    if let Some(h) = &env.headers {
+        if !h.is_object() && !h.is_null() {
+            return fail(format!("line {n}: \"headers\" must be a JSON object"));
+        }
+    }
+    let delay = match env.delay {
+        None => default_delay,
+        Some(DelaySpec::Seconds(0)) => Delay::None,
+        Some(DelaySpec::Seconds(s)) => Delay::Seconds(s),
+        Some(DelaySpec::At(t)) => Delay::At(t),
+    };
+    Ok((delay, env.body, env.headers.filter(|h| !h.is_null())))
+}
+
+async fn flush(
+    client: &Client,
+    q: &QueueName,
+    batch: &mut Option<Batch>,
+    sent: &mut usize,
+    out: &mut Out,
+) -> Result<(), Failure> {
+    let Some(b) = batch.take() else {
+        return Ok(());
+    };
+    let ids = client
+        .send_batch_with(q, &b.bodies, b.headers.as_deref(), b.delay)
+        .await
+        .map_err(|e| Failure(format!("{e} ({sent} message(s) sent before this batch)")))?;
+    *sent += ids.len();
+    for id in ids {
+        out.line(&id).await?;
+    }
+    out.flush().await
+}
+
+/// Sends every non-empty line of `input` to `q`; prints the new ids.
+pub(crate) async fn send_lines(
+    client: &Client,
+    q: &QueueName,
+    input: impl AsyncRead + Unpin,
+    opts: &SendOpts,
+    out: &mut Out,
+) -> Result<(), Failure> {
+    let mut lines = BufReader::new(input).lines();
+    let mut batch: Option<Batch> = None;
+    let mut sent = 0usize;
+    let mut n = 0usize;
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) => {
+                flush(client, q, &mut batch, &mut sent, out).await?;
+                return fail(format!(
+                    "reading line {}: {e} ({sent} message(s) sent)",
+                    n + 1
+                ));
+            }
+        };
+        n += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (delay, body, headers) = match parse(&line, n, opts) {
+            Ok(parsed) => parsed,
+            Err(Failure(msg)) => {
+                flush(client, q, &mut batch, &mut sent, out).await?;
+                return fail(format!("{msg} ({sent} message(s) before it were sent)"));
+            }
+        };
+        let fits = batch.as_ref().is_some_and(|b| {
+            b.delay == delay
+                && b.headers.is_some() == headers.is_some()
+                && b.bodies.len() < opts.batch
+        });
+        if !fits {
+            flush(client, q, &mut batch, &mut sent, out).await?;
+            batch = Some(Batch {
+                delay,
+                bodies: Vec::with_capacity(opts.batch),
+                headers: headers.as_ref().map(|_| Vec::with_capacity(opts.batch)),
+            });
+        }
+        let b = batch.as_mut().expect("a batch was just opened");
+        b.bodies.push(body);
+        if let (Some(hs), Some(h)) = (&mut b.headers, headers) {
+            hs.push(h);
+        }
+    }
+    flush(client, q, &mut batch, &mut sent, out).await
+}

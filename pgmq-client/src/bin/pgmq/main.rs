@@ -1,0 +1,552 @@
+//! `pgmq`: a command-line tool for operating PGMQ queues.
+//!
+//! Built with `cargo build -p pgmq-client --features cli --bin pgmq`. The
+//! database comes from `--dsn` or `DATABASE_URL`. Output is JSON lines
+//! (one JSON value per line, ready for `jq`); errors go to stderr as
+//! `pgmq: error: ...` with exit status 1 (2 for a bad command line).
+//!
+//! ```text
+//! pgmq list [--table]                          queues with their metrics
+//! pgmq create <queue> [--unlogged | --partitioned [--partition-interval N] [--retention-interval N]]
+//! pgmq drop <queue> [--if-exists]
+//! pgmq purge <queue>
+//! pgmq send <queue> [--file F] [--envelope] [--delay S] [--batch N]   JSON lines in, ids out
+//! pgmq read <queue> [-n N] [--vt S] [--poll S] [--filter JSON]       messages out
+//! pgmq pop <queue> [-n N]
+//! pgmq delete <queue> <msg_id>...  |  pgmq archive <queue> <msg_id>...
+//! pgmq redrive <dead_letter_queue> [--to Q] [--batch N] [--limit N] [--dry-run]
+//! pgmq notify enable <queue> [--throttle-ms MS] | notify disable <queue> | notify list
+//! ```
+
+mod input;
+mod redrive;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand};
+use pgmq_client::{Client, Message, QueueName};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::io::{AsyncWriteExt, BufWriter, Stdout};
+
+/// Operate PGMQ queues: list, create, drop, purge, send, read, pop, delete,
+/// archive, redrive dead letters, and switch insert notifications.
+///
+/// Output is JSON lines (pipe it into jq). The database is `--dsn` or
+/// `DATABASE_URL`; `sslmode` in the DSN works as in libpq.
+#[derive(Parser)]
+#[command(name = "pgmq", version)]
+struct Cli {
+    /// PostgreSQL DSN, e.g. postgres://user:password@host:5432/db?sslmode=verify-full
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    dsn: Option<String>,
+
+    /// PEM file of CA certificates to trust for TLS (a private CA, e.g. a
+    /// cloud provider's bundle); combine with sslmode=verify-full.
+    #[arg(long, global = true, value_name = "PEM")]
+    ca_file: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List queues with their metrics, one JSON object per queue.
+    List {
+        /// An aligned table for people instead of JSON lines.
+        #[arg(long)]
+        table: bool,
+    },
+    /// Create a queue (a no-op when it exists).
+    Create {
+        /// Queue name: lowercase letters, digits and '_', at most 47.
+        queue: String,
+        /// Unlogged tables: faster, emptied by a server crash.
+        #[arg(long, conflicts_with = "partitioned")]
+        unlogged: bool,
+        /// Partitioned by pg_partman (the extension must be installed).
+        #[arg(long)]
+        partitioned: bool,
+        /// Partition size: a message count ("10000") or an interval ("1 day").
+        #[arg(long, default_value = "10000", requires = "partitioned")]
+        partition_interval: String,
+        /// Retention: a message count or an interval.
+        #[arg(long, default_value = "100000", requires = "partitioned")]
+        retention_interval: String,
+    },
+    /// Drop a queue, its archive and its bindings.
+    Drop {
+        queue: String,
+        /// Succeed when the queue does not exist.
+        #[arg(long)]
+        if_exists: bool,
+    },
+    /// Delete every message of a queue; prints {"purged": N}.
+    Purge { queue: String },
+    /// Send messages read as JSON lines from stdin or --file; prints each new
+    /// msg_id on a line.
+    ///
+    /// Each non-empty line is one message body. With --envelope each line is
+    /// {"body": ..., "headers": {...}, "delay": 30 | "2030-01-01T00:00:00Z"}
+    /// (headers and delay optional). Messages are sent in batches of --batch,
+    /// each batch in one statement; on a bad line, the lines before it are
+    /// sent and the error names the line.
+    Send {
+        queue: String,
+        /// Read this file instead of stdin ("-" is stdin).
+        #[arg(long, short)]
+        file: Option<PathBuf>,
+        /// Lines are {"body", "headers", "delay"} objects.
+        #[arg(long)]
+        envelope: bool,
+        /// Delay in seconds for lines without their own.
+        #[arg(long, value_name = "SECONDS")]
+        delay: Option<u32>,
+        /// Messages per statement.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        batch: u32,
+    },
+    /// Read messages and print them as JSON lines. Read messages stay in the
+    /// queue, hidden for --vt seconds, and their read_ct goes up.
+    Read {
+        queue: String,
+        /// How many messages at most.
+        #[arg(long, short = 'n', default_value_t = 1)]
+        qty: usize,
+        /// Seconds the messages stay hidden (0: visible again at once).
+        #[arg(long, default_value_t = 30)]
+        vt: u64,
+        /// Wait up to this many seconds for a message when none is visible.
+        #[arg(long, value_name = "SECONDS")]
+        poll: Option<u64>,
+        /// Only messages whose body contains this JSON (jsonb @>).
+        #[arg(long, value_name = "JSON")]
+        filter: Option<String>,
+    },
+    /// Read and delete messages at once, printing them as JSON lines.
+    Pop {
+        queue: String,
+        #[arg(long, short = 'n', default_value_t = 1)]
+        qty: usize,
+    },
+    /// Delete messages by id; prints the ids deleted.
+    Delete {
+        queue: String,
+        #[arg(required = true)]
+        msg_ids: Vec<i64>,
+    },
+    /// Move messages by id to the queue's archive table; prints the ids archived.
+    Archive {
+        queue: String,
+        #[arg(required = true)]
+        msg_ids: Vec<i64>,
+    },
+    /// Move a dead-letter queue's messages back to their source queue.
+    ///
+    /// The target is --to, or else the message's `source_queue` header (set by
+    /// pgmq-worker when it dead-letters). The worker's headers are replaced by
+    /// the message's original headers. Each batch moves in one transaction:
+    /// sent to the target and deleted from the dead-letter queue, or neither.
+    /// Prints {"msg_id", "queue", "new_msg_id"} per message moved. Messages
+    /// without a target stay in the dead-letter queue.
+    Redrive {
+        /// The dead-letter queue.
+        dead_letter_queue: String,
+        /// Send every message to this queue instead of its `source_queue`.
+        #[arg(long)]
+        to: Option<String>,
+        /// Messages per transaction.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        batch: u32,
+        /// Stop after this many messages.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Show what would move, and move nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Insert notifications (LISTEN channel pgmq.q_<queue>.INSERT).
+    Notify {
+        #[command(subcommand)]
+        action: NotifyAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum NotifyAction {
+    /// Notify on insert, at most once per --throttle-ms (0: every insert).
+    Enable {
+        queue: String,
+        #[arg(long, default_value_t = 250)]
+        throttle_ms: u64,
+    },
+    /// Stop notifying.
+    Disable { queue: String },
+    /// Queues that notify, with their throttles.
+    List,
+}
+
+/// A failure to report: the message printed after `pgmq: error: `.
+#[derive(Debug)]
+pub(crate) struct Failure(String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T, Failure> {
+    Err(Failure(msg.into()))
+}
+
+/// Buffered JSON-lines output on stdout.
+pub(crate) struct Out(BufWriter<Stdout>);
+
+impl Out {
+    pub(crate) async fn line(&mut self, v: &impl serde::Serialize) -> Result<(), Failure> {
+        let mut text = serde_json::to_vec(v)?;
+        text.push(b'\n');
+        self.0
+            .write_all(&text)
+            .await
+            .map_err(|e| Failure(format!("writing output: {e}")))
+    }
+
+    pub(crate) async fn flush(&mut self) -> Result<(), Failure> {
+        self.0
+            .flush()
+            .await
+            .map_err(|e| Failure(format!("writing output: {e}")))
+    }
+}
+
+pub(crate) fn queue(name: &str) -> Result<QueueName, Failure> {
+    Ok(QueueName::new(name)?)
+}
+
+/// A message as `read` and `pop` print it.
+#[derive(serde::Serialize)]
+struct MessageOut<'a> {
+    msg_id: i64,
+    read_ct: i32,
+    enqueued_at: DateTime<Utc>,
+    last_read_at: Option<DateTime<Utc>>,
+    vt: DateTime<Utc>,
+    body: &'a RawValue,
+    headers: &'a Option<Value>,
+}
+
+impl<'a> From<&'a Message<Box<RawValue>>> for MessageOut<'a> {
+    fn from(m: &'a Message<Box<RawValue>>) -> Self {
+        MessageOut {
+            msg_id: m.msg_id,
+            read_ct: m.read_ct,
+            enqueued_at: m.enqueued_at,
+            last_read_at: m.last_read_at,
+            vt: m.vt,
+            body: &m.body,
+            headers: &m.headers,
+        }
+    }
+}
+
+/// A queue as `list` prints it.
+#[derive(serde::Serialize)]
+struct QueueOut {
+    queue_name: String,
+    queue_length: Option<i64>,
+    queue_visible_length: Option<i64>,
+    oldest_msg_age_sec: Option<i32>,
+    newest_msg_age_sec: Option<i32>,
+    total_messages: Option<i64>,
+    is_partitioned: bool,
+    is_unlogged: bool,
+    created_at: DateTime<Utc>,
+}
+
+async fn connect(cli: &Cli) -> Result<Client, Failure> {
+    let Some(dsn) = cli.dsn.as_deref() else {
+        return fail("no database: pass --dsn or set DATABASE_URL");
+    };
+    let mut builder = Client::builder(dsn).max_size(2);
+    if let Some(path) = &cli.ca_file {
+        builder = builder.tls(tls_trusting(path).await?);
+    }
+    Ok(builder.connect().await?)
+}
+
+async fn tls_trusting(
+    path: &PathBuf,
+) -> Result<pgmq_client::reexports::rustls::ClientConfig, Failure> {
+    use pgmq_client::reexports::rustls;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let pem = tokio::fs::read(path)
+        .await
+        .map_err(|e| Failure(format!("reading {}: {e}", path.display())))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+        roots
+            .add(cert)
+            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+    }
+    if roots.is_empty() {
+        return fail(format!("{}: no PEM certificates found", path.display()));
+    }
+    Ok(
+        rustls::ClientConfig::builder_with_provider(
+            rustls::crypto::ring::default_provider().into(),
+        )
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let mut out = Out(BufWriter::new(tokio::io::stdout()));
+    let client = connect(&cli).await?;
+    match cli.command {
+        Command::List { table } => list(&client, table, &mut out).await?,
+        Command::Create {
+            queue: name,
+            unlogged,
+            partitioned,
+            partition_interval,
+            retention_interval,
+        } => {
+            let q = queue(&name)?;
+            if partitioned {
+                client
+                    .create_partitioned(&q, &partition_interval, &retention_interval)
+                    .await?;
+            } else if unlogged {
+                client.create_unlogged(&q).await?;
+            } else {
+                client.create(&q).await?;
+            }
+        }
+        Command::Drop {
+            queue: name,
+            if_exists,
+        } => {
+            let q = queue(&name)?;
+            if !client.drop_queue(&q).await? && !if_exists {
+                return fail(format!("queue {q} does not exist"));
+            }
+        }
+        Command::Purge { queue: name } => {
+            let n = client.purge_queue(&queue(&name)?).await?;
+            out.line(&json!({ "purged": n })).await?;
+        }
+        Command::Send {
+            queue: name,
+            file,
+            envelope,
+            delay,
+            batch,
+        } => {
+            let q = queue(&name)?;
+            let opts = input::SendOpts {
+                envelope,
+                delay,
+                batch: batch as usize,
+            };
+            match file.filter(|f| f.as_os_str() != "-") {
+                Some(path) => {
+                    let f = tokio::fs::File::open(&path)
+                        .await
+                        .map_err(|e| Failure(format!("opening {}: {e}", path.display())))?;
+                    input::send_lines(&client, &q, f, &opts, &mut out).await?
+                }
+                None => input::send_lines(&client, &q, tokio::io::stdin(), &opts, &mut out).await?,
+            }
+        }
+        Command::Read {
+            queue: name,
+            qty,
+            vt,
+            poll,
+            filter,
+        } => {
+            let q = queue(&name)?;
+            let vt = Duration::from_secs(vt);
+            let filter: Option<Value> = match filter {
+                Some(f) => Some(
+                    serde_json::from_str(&f)
+                        .map_err(|e| Failure(format!("--filter is not JSON: {e}")))?,
+                ),
+                None => None,
+            };
+            let msgs = match (poll, &filter) {
+                (Some(secs), f) => {
+                    client
+                        .read_with_poll(
+                            &q,
+                            vt,
+                            qty,
+                            Duration::from_secs(secs),
+                            Duration::from_millis(100),
+                            f.as_ref(),
+                        )
+                        .await?
+                }
+                (None, Some(f)) => client.read_where(&q, vt, qty, f).await?,
+                (None, None) => client.read(&q, vt, qty).await?,
+            };
+            for m in &msgs {
+                out.line(&MessageOut::from(m)).await?;
+            }
+        }
+        Command::Pop { queue: name, qty } => {
+            for m in &client.pop(&queue(&name)?, qty).await? {
+                out.line(&MessageOut::from(m)).await?;
+            }
+        }
+        Command::Delete {
+            queue: name,
+            msg_ids,
+        } => {
+            for id in client.delete_batch(&queue(&name)?, &msg_ids).await? {
+                out.line(&id).await?;
+            }
+        }
+        Command::Archive {
+            queue: name,
+            msg_ids,
+        } => {
+            for id in client.archive_batch(&queue(&name)?, &msg_ids).await? {
+                out.line(&id).await?;
+            }
+        }
+        Command::Redrive {
+            dead_letter_queue,
+            to,
+            batch,
+            limit,
+            dry_run,
+        } => {
+            let opts = redrive::Opts {
+                dlq: queue(&dead_letter_queue)?,
+                to: to.as_deref().map(queue).transpose()?,
+                batch: batch as usize,
+                limit,
+                dry_run,
+            };
+            redrive::run(&client, &opts, &mut out).await?;
+        }
+        Command::Notify { action } => match action {
+            NotifyAction::Enable {
+                queue: name,
+                throttle_ms,
+            } => {
+                client
+                    .enable_notify_insert(&queue(&name)?, Duration::from_millis(throttle_ms))
+                    .await?
+            }
+            NotifyAction::Disable { queue: name } => {
+                client.disable_notify_insert(&queue(&name)?).await?
+            }
+            NotifyAction::List => {
+                for t in client.list_notify_insert_throttles().await? {
+                    out.line(&t).await?;
+                }
+            }
+        },
+    }
+    out.flush().await
+}
+
+async fn list(client: &Client, table: bool, out: &mut Out) -> Result<(), Failure> {
+    let queues = client.list_queues().await?;
+    let metrics = client.metrics_all().await?;
+    let rows: Vec<QueueOut> = queues
+        .into_iter()
+        .map(|info| {
+            // A queue created after metrics_all ran has no metrics: nulls.
+            let m = metrics.iter().find(|m| m.queue_name == info.queue_name);
+            QueueOut {
+                queue_length: m.map(|m| m.queue_length),
+                queue_visible_length: m.map(|m| m.queue_visible_length),
+                oldest_msg_age_sec: m.and_then(|m| m.oldest_msg_age_sec),
+                newest_msg_age_sec: m.and_then(|m| m.newest_msg_age_sec),
+                total_messages: m.map(|m| m.total_messages),
+                queue_name: info.queue_name,
+                is_partitioned: info.is_partitioned,
+                is_unlogged: info.is_unlogged,
+                created_at: info.created_at,
+            }
+        })
+        .collect();
+    if !table {
+        for r in &rows {
+            out.line(r).await?;
+        }
+        return Ok(());
+    }
+    let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+    let mut cells = vec![[
+        "QUEUE", "LENGTH", "VISIBLE", "OLDEST_S", "NEWEST_S", "TOTAL", "KIND",
+    ]
+    .map(str::to_owned)];
+    for r in &rows {
+        let kind = match (r.is_partitioned, r.is_unlogged) {
+            (true, _) => "partitioned",
+            (_, true) => "unlogged",
+            _ => "logged",
+        };
+        cells.push([
+            r.queue_name.clone(),
+            opt(r.queue_length),
+            opt(r.queue_visible_length),
+            opt(r.oldest_msg_age_sec.map(i64::from)),
+            opt(r.newest_msg_age_sec.map(i64::from)),
+            opt(r.total_messages),
+            kind.to_owned(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| cells.iter().map(|row| row[i].len()).max().unwrap_or(0))
+        .collect();
+    let mut text = String::new();
+    for row in &cells {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        text.push_str(line.join("  ").trim_end());
+        text.push('\n');
+    }
+    out.0
+        .write_all(text.as_bytes())
+        .await
+        .map_err(|e| Failure(format!("writing output: {e}")))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pgmq: error: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure(msg)) => {
+            eprintln!("pgmq: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

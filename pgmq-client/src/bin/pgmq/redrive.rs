@@ -1,0 +1,180 @@
+//! `pgmq redrive`: dead letters back to their source queue, one
+//! transaction per batch (sent to the target and deleted from the
+//! dead-letter queue, or neither).
+
+use std::time::Duration;
+
+use pgmq_client::{Client, Delay, Executor, Message, Pgmq, QueueName};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use crate::{Failure, Out};
+
+pub(crate) struct Opts {
+    pub dlq: QueueName,
+    pub to: Option<QueueName>,
+    pub batch: usize,
+    pub limit: Option<usize>,
+    pub dry_run: bool,
+}
+
+/// How long messages being moved stay hidden from other readers; a batch
+/// commits well within it.
+const HOLD: Duration = Duration::from_secs(60);
+
+/// Where a dead letter goes, or why it stays.
+fn target(m: &Message<Box<RawValue>>, opts: &Opts) -> Result<QueueName, String> {
+    if let Some(to) = &opts.to {
+        return Ok(to.clone());
+    }
+    let Some(source) = m.header("source_queue").and_then(Value::as_str) else {
+        return Err("no source_queue header (use --to)".to_owned());
+    };
+    let q = QueueName::new(source).map_err(|e| e.to_string())?;
+    if q == opts.dlq {
+        return Err("source_queue is the dead-letter queue itself".to_owned());
+    }
+    Ok(q)
+}
+
+/// The headers to send with: the original ones when the worker kept them
+/// under `original_headers`, else the message's own.
+fn restored_headers(m: &Message<Box<RawValue>>) -> Option<Value> {
+    let h = m.headers.as_ref()?;
+    let h = match h.get("original_headers") {
+        Some(original) if h.get("source_queue").is_some() => original,
+        _ => h,
+    };
+    (!h.is_null()).then(|| h.clone())
+}
+
+type Group = Vec<(i64, Box<RawValue>, Option<Value>)>;
+
+/// Moves one batch on `pg` (inside the caller's transaction); returns the
+/// lines to print, or None when the dead-letter queue had nothing left.
+async fn one_batch<E: Executor>(
+    pg: &Pgmq<E>,
+    opts: &Opts,
+    want: usize,
+    skipped: &mut Vec<i64>,
+) -> Result<Option<Vec<Value>>, Failure> {
+    let mut msgs: Vec<Message<Box<RawValue>>> = pg.read(&opts.dlq, HOLD, want).await?;
+    if msgs.is_empty() {
+        return Ok(None);
+    }
+    msgs.sort_by_key(|m| m.msg_id);
+    // Runs of consecutive messages with the same target and the same
+    // presence of headers: one send each, in msg_id order, so each target
+    // gets its messages back in their order.
+    let mut runs: Vec<((QueueName, bool), Group)> = Vec::new();
+    for m in msgs {
+        match target(&m, opts) {
+            Ok(q) => {
+                let headers = restored_headers(&m);
+                let key = (q, headers.is_some());
+                match runs.last_mut() {
+                    Some((k, run)) if *k == key => run.push((m.msg_id, m.body, headers)),
+                    _ => runs.push((key, vec![(m.msg_id, m.body, headers)])),
+                }
+            }
+            Err(why) => {
+                eprintln!("pgmq: redrive: message {} stays: {why}", m.msg_id);
+                skipped.push(m.msg_id);
+            }
+        }
+    }
+    let mut lines = Vec::new();
+    let mut moved_ids = Vec::new();
+    for ((q, with_headers), group) in runs {
+        let bodies: Vec<&RawValue> = group.iter().map(|(_, b, _)| &**b).collect();
+        let headers: Option<Vec<Value>> =
+            with_headers.then(|| group.iter().filter_map(|(_, _, h)| h.clone()).collect());
+        let new_ids = pg
+            .send_batch_with(&q, &bodies, headers.as_deref(), Delay::None)
+            .await
+            .map_err(|e| Failure(format!("sending to {q}: {e}")))?;
+        for ((old, _, _), new) in group.iter().zip(new_ids) {
+            moved_ids.push(*old);
+            lines.push(if opts.dry_run {
+                json!({"msg_id": old, "queue": q.as_str()})
+            } else {
+                json!({"msg_id": old, "queue": q.as_str(), "new_msg_id": new})
+            });
+        }
+    }
+    pg.delete_batch(&opts.dlq, &moved_ids).await?;
+    Ok(Some(lines))
+}
+
+pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(), Failure> {
+    let mut moved = 0usize;
+    let mut skipped: Vec<i64> = Vec::new();
+    // A dry run reads every batch in one transaction (each read hides what
+    // it read from the next) and rolls it back.
+    let mut dry_conn = if opts.dry_run {
+        Some(client.connection().await?)
+    } else {
+        None
+    };
+    let dry_tx = match dry_conn.as_mut() {
+        Some(c) => Some(c.transaction().await?),
+        None => None,
+    };
+    let result = loop {
+        let done = moved + skipped.len();
+        let want = match opts.limit {
+            Some(limit) if done >= limit => break Ok(()),
+            Some(limit) => opts.batch.min(limit - done),
+            None => opts.batch,
+        };
+        let lines = match &dry_tx {
+            Some(tx) => one_batch(&Pgmq::on(tx), opts, want, &mut skipped).await,
+            None => {
+                let mut conn = client.connection().await?;
+                let tx = conn.transaction().await?;
+                match one_batch(&Pgmq::on(&tx), opts, want, &mut skipped).await {
+                    Ok(lines) => tx.commit().await.map(|()| lines).map_err(Failure::from),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match lines {
+            Ok(Some(lines)) => {
+                moved += lines.len();
+                for l in &lines {
+                    out.line(l).await?;
+                }
+                out.flush().await?;
+            }
+            Ok(None) => break Ok(()),
+            Err(Failure(e)) => {
+                break Err(Failure(format!(
+                    "{e}; nothing of this batch was moved ({moved} moved before)"
+                )))
+            }
+        }
+    };
+    match dry_tx {
+        Some(tx) => tx.rollback().await?,
+        None => {
+            if !skipped.is_empty() {
+                // The reads hid them: make them visible again.
+                client
+                    .set_vt_batch(&opts.dlq, &skipped, Duration::ZERO)
+                    .await?;
+            }
+        }
+    }
+    result?;
+    let verb = if opts.dry_run { "would move" } else { "moved" };
+    let left = if skipped.is_empty() {
+        String::new()
+    } else {
+        format!("; {} left in place", skipped.len())
+    };
+    eprintln!(
+        "pgmq: redrive: {verb} {moved} message(s) from {}{left}",
+        opts.dlq
+    );
+    Ok(())
+}

@@ -1,0 +1,594 @@
+//! The `pgmq` command-line tool, run as a process against the test database.
+#![cfg(feature = "cli")]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use pgmq_client::{Delay, Message, RawJson, SendOptions};
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+use common::Queues;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// stdout as JSON values, one per line.
+    fn lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .collect()
+    }
+
+    fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "stderr: {}", self.stderr);
+        self
+    }
+
+    fn failed(self, needle: &str) -> Self {
+        assert_eq!(
+            self.code, 1,
+            "stdout: {} stderr: {}",
+            self.stdout, self.stderr
+        );
+        assert!(
+            self.stderr.starts_with("pgmq: error: ") && self.stderr.contains(needle),
+            "{:?} not in {:?}",
+            needle,
+            self.stderr
+        );
+        assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
+        self
+    }
+}
+
+/// Runs `pgmq args` with DATABASE_URL (unless `env` overrides) and `stdin`.
+async fn pgmq_with(args: &[&str], stdin: &str, env: &[(&str, Option<&str>)]) -> Run {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_pgmq"));
+    cmd.args(args)
+        .env("DATABASE_URL", common::dsn())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).await.unwrap();
+    drop(input);
+    let out = child.wait_with_output().await.unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+async fn pgmq(args: &[&str], stdin: &str) -> Run {
+    pgmq_with(args, stdin, &[]).await
+}
+
+#[tokio::test]
+async fn create_list_purge_drop() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let (plain, unlogged) = (qs.name("cli_plain"), qs.name("cli_unl"));
+    pgmq(&["create", plain.as_str()], "").await.ok();
+    pgmq(&["create", unlogged.as_str(), "--unlogged"], "")
+        .await
+        .ok();
+    client
+        .send_batch(&plain, &[json!(1), json!(2), json!(3)])
+        .await
+        .unwrap();
+
+    let listed = pgmq(&["list"], "").await.ok().lines();
+    let row = listed
+        .iter()
+        .find(|r| r["queue_name"] == plain.as_str())
+        .expect("listed");
+    assert_eq!(row["queue_length"], 3);
+    assert_eq!(row["queue_visible_length"], 3);
+    assert_eq!(row["total_messages"], 3);
+    assert_eq!(row["is_unlogged"], false);
+    let row = listed
+        .iter()
+        .find(|r| r["queue_name"] == unlogged.as_str())
+        .expect("listed");
+    assert_eq!(row["is_unlogged"], true);
+    let table = pgmq(&["list", "--table"], "").await.ok().stdout;
+    assert!(table.starts_with("QUEUE"), "{table}");
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&format!("{} ", plain.as_str())))
+        .expect("a row for the queue");
+    assert!(line.ends_with("logged"), "{line}");
+
+    let purged = pgmq(&["purge", plain.as_str()], "").await.ok().lines();
+    assert_eq!(purged, [json!({"purged": 3})]);
+    pgmq(&["drop", plain.as_str()], "").await.ok();
+    pgmq(&["drop", plain.as_str()], "")
+        .await
+        .failed("does not exist");
+    pgmq(&["drop", plain.as_str(), "--if-exists"], "")
+        .await
+        .ok();
+    assert!(!client.queue_exists(&plain).await.unwrap());
+}
+
+#[tokio::test]
+async fn create_partitioned_when_pg_partman_is_installed() {
+    let pg = common::raw().await;
+    let has: i64 = common::scalar(
+        &pg,
+        "SELECT count(*) FROM pg_extension WHERE extname = 'pg_partman'",
+        &[],
+    )
+    .await;
+    let qs = Queues::new();
+    let q = qs.name("cli_part");
+    let run = pgmq(&["create", q.as_str(), "--partitioned"], "").await;
+    if has == 0 {
+        eprintln!("SKIPPED the partitioned case: pg_partman is not installed");
+        run.failed("pg_partman");
+        return;
+    }
+    run.ok();
+    let listed = pgmq(&["list"], "").await.ok().lines();
+    let row = listed
+        .iter()
+        .find(|r| r["queue_name"] == q.as_str())
+        .unwrap();
+    assert_eq!(row["is_partitioned"], true);
+    pgmq(&["drop", q.as_str()], "").await.ok();
+}
+
+#[tokio::test]
+async fn send_lines_and_envelopes_then_read_and_pop() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_send").await;
+    let big = "12345678901234567890.123456789";
+    let input = format!("{{\"n\": 1}}\n\n  \"two\"  \n{{\"amount\": {big}}}\n[4]\n");
+    let ids: Vec<i64> = pgmq(&["send", q.as_str(), "--batch", "2"], &input)
+        .await
+        .ok()
+        .lines()
+        .iter()
+        .map(|v| v.as_i64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 4);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+
+    // read prints JSON lines with the body exactly as stored.
+    let read = pgmq(&["read", q.as_str(), "-n", "10", "--vt", "0"], "")
+        .await
+        .ok();
+    assert!(read.stdout.contains(big), "{}", read.stdout);
+    let msgs = read.lines();
+    let got: Vec<i64> = msgs.iter().map(|m| m["msg_id"].as_i64().unwrap()).collect();
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, ids);
+    let first = msgs.iter().find(|m| m["msg_id"] == ids[0]).unwrap();
+    assert_eq!(first["body"], json!({"n": 1}));
+    assert_eq!(first["read_ct"], 1);
+    assert!(first["enqueued_at"].is_string() && first["vt"].is_string());
+    assert_eq!(first["headers"], Value::Null);
+
+    // --filter.
+    let filtered = pgmq(
+        &["read", q.as_str(), "-n", "10", "--filter", r#"{"n": 1}"#],
+        "",
+    )
+    .await
+    .ok()
+    .lines();
+    assert_eq!(filtered.len(), 1);
+    assert_eq!(filtered[0]["msg_id"], ids[0]);
+
+    // pop removes.
+    let popped = pgmq(&["pop", q.as_str(), "-n", "2"], "").await.ok().lines();
+    assert_eq!(popped.len(), 2);
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 2);
+
+    // Envelopes from a file: headers and delays (seconds or a time).
+    let dir = std::env::temp_dir().join(format!("pgmq-cli-{}", q.as_str()));
+    tokio::fs::create_dir_all(&dir).await.unwrap();
+    let file = dir.join("in.jsonl");
+    let later = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    tokio::fs::write(
+        &file,
+        format!(
+            "{{\"body\": {{\"e\": 1}}, \"headers\": {{\"trace\": \"t1\"}}}}\n\
+             {{\"body\": {{\"e\": 2}}, \"delay\": 3600}}\n\
+             {{\"body\": {{\"e\": 3}}, \"delay\": \"{later}\"}}\n\
+             {{\"body\": {{\"e\": 4}}}}\n"
+        ),
+    )
+    .await
+    .unwrap();
+    let q2 = qs.fresh(&client, "cli_env").await;
+    let ids = pgmq(
+        &[
+            "send",
+            q2.as_str(),
+            "--envelope",
+            "--file",
+            file.to_str().unwrap(),
+        ],
+        "",
+    )
+    .await
+    .ok()
+    .lines();
+    assert_eq!(ids.len(), 4);
+    tokio::fs::remove_dir_all(&dir).await.unwrap();
+    let visible: Vec<Message> = client.read(&q2, Duration::from_secs(30), 10).await.unwrap();
+    let mut bodies: Vec<i64> = visible
+        .iter()
+        .map(|m| m.body["e"].as_i64().unwrap())
+        .collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, [1, 4], "2 and 3 are delayed");
+    let with_headers = visible.iter().find(|m| m.body["e"] == 1).unwrap();
+    assert_eq!(with_headers.header("trace"), Some(&json!("t1")));
+    assert_eq!(client.metrics(&q2).await.unwrap().queue_length, 4);
+
+    // A global --delay.
+    let q3 = qs.fresh(&client, "cli_delay").await;
+    pgmq(&["send", q3.as_str(), "--delay", "3600"], "1\n2\n")
+        .await
+        .ok();
+    let m = client.metrics(&q3).await.unwrap();
+    assert_eq!((m.queue_length, m.queue_visible_length), (2, 0));
+}
+
+#[tokio::test]
+async fn read_poll_returns_when_a_message_arrives() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_poll").await;
+    let sender = client.clone();
+    let q2 = q.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        sender.send(&q2, &json!({"late": 1})).await.unwrap();
+    });
+    let start = Instant::now();
+    let got = pgmq(&["read", q.as_str(), "--poll", "10"], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["body"], json!({"late": 1}));
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn delete_and_archive_by_id() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_ack").await;
+    let ids = client
+        .send_batch(&q, &[json!(1), json!(2), json!(3)])
+        .await
+        .unwrap();
+    let (a, b, c) = (ids[0].to_string(), ids[1].to_string(), ids[2].to_string());
+    let deleted = pgmq(&["delete", q.as_str(), &a, "999999"], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(deleted, [json!(ids[0])]);
+    let archived = pgmq(&["archive", q.as_str(), &b, &c], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(archived.len(), 2);
+    let pg = common::raw().await;
+    assert_eq!(common::archive_rows(&pg, &q).await.len(), 2);
+    assert!(common::queue_rows(&pg, &q).await.is_empty());
+}
+
+#[tokio::test]
+async fn bad_lines_are_reported_without_their_content() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_bad").await;
+    let secret = "CARD-4111-SECRET";
+    let run = pgmq(
+        &["send", q.as_str()],
+        &format!("1\n2\n{{\"card\": \"{secret}\"\n4\n"),
+    )
+    .await
+    .failed("line 3");
+    assert!(!run.stderr.contains(secret), "{}", run.stderr);
+    assert!(run.stderr.contains("2 message(s)"), "{}", run.stderr);
+    assert_eq!(run.lines().len(), 2, "the ids of the two sent");
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 2);
+
+    // Envelope mistakes: unknown keys, headers that are not an object.
+    pgmq(
+        &["send", q.as_str(), "--envelope"],
+        &format!("{{\"body\": 1, \"header\": {{\"x\": \"{secret}\"}}}}\n"),
+    )
+    .await
+    .failed("line 1");
+    pgmq(
+        &["send", q.as_str(), "--envelope"],
+        "{\"body\": 1, \"headers\": [1]}\n",
+    )
+    .await
+    .failed("must be a JSON object");
+    pgmq(&["read", q.as_str(), "--filter", "{nope"], "")
+        .await
+        .failed("--filter is not JSON");
+    pgmq(&["send", q.as_str(), "--file", "/nonexistent/x.jsonl"], "")
+        .await
+        .failed("opening /nonexistent/x.jsonl");
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 2);
+}
+
+#[tokio::test]
+async fn every_error_is_a_message_and_a_non_zero_exit() {
+    let qs = Queues::new();
+    let missing = qs.name("cli_missing");
+    let secret = "Sup3rS3cret-pw";
+    let wrong = format!("postgres://pgmq:{secret}@127.0.0.1:55432/pgmq");
+    let wrong = match std::env::var("PGMQ_TEST_DSN") {
+        Ok(d) => d.replacen(":pgmq@", &format!(":{secret}@"), 1),
+        Err(_) => wrong,
+    };
+
+    pgmq_with(&["list"], "", &[("DATABASE_URL", None)])
+        .await
+        .failed("pass --dsn or set DATABASE_URL");
+    for run in [
+        pgmq_with(&["list"], "", &[("DATABASE_URL", Some(&wrong))]).await,
+        pgmq(&["--dsn", &wrong, "list"], "").await,
+    ] {
+        let run = run.failed("password authentication failed");
+        assert!(!run.stderr.contains(secret) && !run.stdout.contains(secret));
+    }
+    // --help shows where the DSN comes from, never its value.
+    let help = pgmq_with(&["--help"], "", &[("DATABASE_URL", Some(&wrong))]).await;
+    assert_eq!(help.code, 0);
+    assert!(help.stdout.contains("DATABASE_URL") && !help.stdout.contains(secret));
+
+    pgmq(&["read", missing.as_str()], "")
+        .await
+        .failed("does not exist");
+    pgmq(&["send", missing.as_str()], "1\n")
+        .await
+        .failed("does not exist");
+    pgmq(&["purge", missing.as_str()], "")
+        .await
+        .failed("does not exist");
+    pgmq(&["create", "Bad-Name"], "")
+        .await
+        .failed("invalid queue name");
+    pgmq(&["create", "x'; drop table pgmq.meta; --"], "")
+        .await
+        .failed("invalid queue name");
+    pgmq(&["--dsn", &common::dsn_for("pgmq_none"), "list"], "")
+        .await
+        .failed("CREATE EXTENSION pgmq");
+    let dead = format!(
+        "postgres://pgmq:pgmq@127.0.0.1:{}/pgmq",
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    );
+    pgmq(&["--dsn", &dead, "list"], "")
+        .await
+        .failed("could not connect");
+    pgmq(&["--ca-file", "/nonexistent.pem", "list"], "")
+        .await
+        .failed("reading /nonexistent.pem");
+    // Usage errors are clap's: exit status 2.
+    let usage = pgmq(&["frobnicate"], "").await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+    let usage = pgmq(&["create", "q", "--unlogged", "--partitioned"], "").await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+}
+
+/// What pgmq-worker puts in a dead-letter queue: the original body, and
+/// headers naming the source queue and keeping the original headers.
+fn dead_letter_headers(source: &str, original_id: i64, original: Value) -> Value {
+    json!({
+        "reason": "failed 5 times",
+        "attempts": 5,
+        "source_queue": source,
+        "original_msg_id": original_id,
+        "original_headers": original,
+    })
+}
+
+#[tokio::test]
+async fn redrive_moves_dead_letters_back_in_transactions() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let src = qs.fresh(&client, "cli_src").await;
+    let other = qs.fresh(&client, "cli_other").await;
+    let dlq = qs.fresh(&client, "cli_dlq").await;
+    let bodies = [
+        json!({"order": 1}),
+        json!({"order": 2, "amount": 1}),
+        json!({"order": 3}),
+        json!({"orphan": true}),
+    ];
+    let headers = [
+        dead_letter_headers(src.as_str(), 11, json!({"x-pgmq-group": "g1"})),
+        dead_letter_headers(src.as_str(), 12, Value::Null),
+        dead_letter_headers(src.as_str(), 13, json!({"trace": "t3"})),
+        json!({"note": "no source queue"}),
+    ];
+    let dead_ids = client
+        .send_batch_with(&dlq, &bodies, Some(&headers), Delay::None)
+        .await
+        .unwrap();
+
+    // Dry run: prints the plan, moves nothing, hides nothing.
+    let plan = pgmq(&["redrive", dlq.as_str(), "--dry-run"], "").await.ok();
+    let lines = plan.lines();
+    assert_eq!(lines.len(), 3, "{}", plan.stdout);
+    assert!(lines
+        .iter()
+        .all(|l| l["queue"] == src.as_str() && l.get("new_msg_id").is_none()));
+    assert!(plan.stderr.contains("would move 3"), "{}", plan.stderr);
+    assert!(plan
+        .stderr
+        .contains(&format!("message {} stays", dead_ids[3])));
+    let m = client.metrics(&dlq).await.unwrap();
+    assert_eq!((m.queue_length, m.queue_visible_length), (4, 4));
+    assert_eq!(client.metrics(&src).await.unwrap().queue_length, 0);
+
+    // For real, two per transaction.
+    let run = pgmq(&["redrive", dlq.as_str(), "--batch", "2"], "")
+        .await
+        .ok();
+    let moved = run.lines();
+    assert_eq!(moved.len(), 3, "{}", run.stdout);
+    assert!(run.stderr.contains("moved 3") && run.stderr.contains("1 left in place"));
+    let back: Vec<Message<RawJson>> = client
+        .read_raw(&src, Duration::from_secs(30), 10)
+        .await
+        .unwrap();
+    let mut back: Vec<(i64, Value, Option<Value>)> = back
+        .into_iter()
+        .map(|m| (m.msg_id, m.body.decode().unwrap(), m.headers))
+        .collect();
+    back.sort_by_key(|b| b.0);
+    assert_eq!(
+        back.iter().map(|b| b.1.clone()).collect::<Vec<_>>(),
+        bodies[..3],
+        "same bodies, same order"
+    );
+    assert_eq!(
+        back[0].2,
+        Some(json!({"x-pgmq-group": "g1"})),
+        "original headers restored"
+    );
+    assert_eq!(back[1].2, None);
+    assert_eq!(back[2].2, Some(json!({"trace": "t3"})));
+    for (line, (new_id, ..)) in moved.iter().zip(&back) {
+        assert_eq!(line["new_msg_id"], *new_id);
+    }
+    // The orphan stays, visible again.
+    let m = client.metrics(&dlq).await.unwrap();
+    assert_eq!((m.queue_length, m.queue_visible_length), (1, 1));
+
+    // --to sends anything, orphans included; its own headers are kept.
+    let run = pgmq(&["redrive", dlq.as_str(), "--to", other.as_str()], "")
+        .await
+        .ok();
+    assert_eq!(run.lines().len(), 1);
+    let got: Vec<Message> = client
+        .read(&other, Duration::from_secs(30), 10)
+        .await
+        .unwrap();
+    assert_eq!(got[0].body, json!({"orphan": true}));
+    assert_eq!(got[0].headers, Some(json!({"note": "no source queue"})));
+    assert_eq!(client.metrics(&dlq).await.unwrap().queue_length, 0);
+
+    // --limit.
+    let ids = client
+        .send_batch_with(
+            &dlq,
+            &[json!(1), json!(2), json!(3)],
+            Some(&[
+                dead_letter_headers(src.as_str(), 1, Value::Null),
+                dead_letter_headers(src.as_str(), 2, Value::Null),
+                dead_letter_headers(src.as_str(), 3, Value::Null),
+            ]),
+            Delay::None,
+        )
+        .await
+        .unwrap();
+    let run = pgmq(&["redrive", dlq.as_str(), "--limit", "2"], "")
+        .await
+        .ok();
+    let moved: Vec<Value> = run.lines().iter().map(|l| l["msg_id"].clone()).collect();
+    assert_eq!(moved, [json!(ids[0]), json!(ids[1])]);
+    assert_eq!(client.metrics(&dlq).await.unwrap().queue_length, 1);
+}
+
+#[tokio::test]
+async fn redrive_to_a_missing_queue_moves_nothing() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let src = qs.fresh(&client, "cli_src2").await;
+    let dlq = qs.fresh(&client, "cli_dlq2").await;
+    let gone = qs.name("cli_gone");
+    client
+        .send_with(
+            &dlq,
+            &json!({"a": 1}),
+            &SendOptions::new().headers(dead_letter_headers(src.as_str(), 1, Value::Null)),
+        )
+        .await
+        .unwrap();
+    client
+        .send_with(
+            &dlq,
+            &json!({"a": 2}),
+            &SendOptions::new().headers(dead_letter_headers(gone.as_str(), 2, Value::Null)),
+        )
+        .await
+        .unwrap();
+    // Both in one batch: the batch fails as a whole.
+    let run = pgmq(&["redrive", dlq.as_str()], "")
+        .await
+        .failed("does not exist");
+    assert!(
+        run.stderr.contains("nothing of this batch was moved"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(client.metrics(&src).await.unwrap().queue_length, 0);
+    let m = client.metrics(&dlq).await.unwrap();
+    assert_eq!(
+        (m.queue_length, m.queue_visible_length),
+        (2, 2),
+        "rolled back, visible"
+    );
+}
+
+#[tokio::test]
+async fn notify_enable_list_disable() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_notify").await;
+    pgmq(&["notify", "enable", q.as_str(), "--throttle-ms", "40"], "")
+        .await
+        .ok();
+    let listed = pgmq(&["notify", "list"], "").await.ok().lines();
+    let row = listed
+        .iter()
+        .find(|r| r["queue_name"] == q.as_str())
+        .expect("listed");
+    assert_eq!(row["throttle_interval_ms"], 40);
+    pgmq(&["notify", "disable", q.as_str()], "").await.ok();
+    let listed = pgmq(&["notify", "list"], "").await.ok().lines();
+    assert!(!listed.iter().any(|r| r["queue_name"] == q.as_str()));
+    pgmq(&["notify", "enable", qs.name("cli_nq").as_str()], "")
+        .await
+        .failed("does not exist");
+}
