@@ -103,11 +103,11 @@ pub enum Error {
     PoolTimeout,
 
     /// A connection could not be opened (unreachable host, wrong password, TLS).
-    #[error("could not connect to the database: {0}")]
+    #[error("could not connect to the database: {}", pg_text(.0))]
     Connect(#[source] tokio_postgres::Error),
 
     /// The connection was lost while the call was in flight, or before it.
-    #[error("database connection lost ({outcome:?}): {source}")]
+    #[error("database connection lost ({outcome}): {}", pg_text(.source))]
     ConnectionLost {
         /// Whether the call may have taken effect.
         outcome: Outcome,
@@ -117,7 +117,7 @@ pub enum Error {
     },
 
     /// The server answered with an error.
-    #[error("database error{}: {source}", fmt_code(.source))]
+    #[error("database error{}: {}", fmt_code(.source), pg_text(.source))]
     Database {
         /// The underlying error; its SQLSTATE is [`Error::sqlstate`].
         #[source]
@@ -127,6 +127,23 @@ pub enum Error {
     /// A configuration value (DSN, TLS, pool) was not usable.
     #[error("invalid configuration: {0}")]
     Config(String),
+}
+
+/// What went wrong, in words: the server's message for a server error (not
+/// its DETAIL, which can quote row values), else tokio-postgres' text and
+/// its causes (`error connecting to server: Connection refused`).
+fn pg_text(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    let mut text = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        src = s.source();
+    }
+    text
 }
 
 fn fmt_code(e: &tokio_postgres::Error) -> String {
