@@ -1,1 +1,133 @@
-//! The fault and bad-input suite (work in progress).
+//! The fault and bad-input suite behind `pgmq-bench faults`.
+//!
+//! It proves that nothing is lost and nothing crashes by really breaking
+//! things: the suite starts its own throwaway cluster (port 55433 by default,
+//! never the development cluster on 55432), runs the worker as a separate OS
+//! process (this same binary, re-executed with the hidden `fault-worker`
+//! subcommand) so that it can be SIGKILLed or SIGTERMed, puts a TCP proxy it
+//! controls between clients and server to cut connections, and kills and
+//! restarts the server with `pg_ctl stop -m immediate`.
+//!
+//! Every produced message carries a unique key (in its body and in a
+//! `fault_key` header). Each produce is recorded as committed, rejected or
+//! unknown from [`pgmq_client::Error::outcome`]; each handling is recorded by
+//! the worker's handler as one row of the ledger table `pgmq_fault_ledger`
+//! (no unique constraint, so duplicates are counted). Lost, duplicated,
+//! unexpected and dead-lettered messages are then counted exactly, per key.
+//!
+//! Files: `cluster.rs` (the suite's own cluster), `proxy.rs` (the TCP proxy),
+//! `ledger.rs` (ledger tables and the per-key accounting), `child.rs` (the
+//! worker process, seen from the suite), `worker.rs` (the worker process
+//! itself), `report.rs` (the table), `scenarios/` (scenarios 1 to 12).
+//!
+//! ```text
+//! pgmq-bench faults --root . --quick --scenarios 2,9,10
+//! ```
+
+mod child;
+mod cluster;
+mod ctx;
+mod job;
+mod ledger;
+mod proxy;
+mod report;
+mod scenarios;
+mod worker;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+pub use worker::{worker_main, WorkerArgs};
+
+/// The error type of the suite's entry points: any failure of the harness
+/// itself (a scenario's verdict is reported in the table, not as an error).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Options of `pgmq-bench faults`.
+#[derive(Debug, Clone, clap::Args)]
+#[non_exhaustive]
+pub struct FaultsArgs {
+    /// Workspace root: the folder holding scripts/db-start.sh (defaults to the
+    /// current folder, then to the workspace this binary was built from).
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+
+    /// Port of the suite's own throwaway cluster (55433-55435; never 55432).
+    #[arg(long, default_value_t = 55433)]
+    pub port: u16,
+
+    /// Port of the suite's TCP proxy.
+    #[arg(long, default_value_t = 55434)]
+    pub proxy_port: u16,
+
+    /// Messages per scenario (default 10,000; 1,000 with --quick).
+    #[arg(long)]
+    pub messages: Option<usize>,
+
+    /// Fewer messages and repetitions, for a quick check (not for the record).
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Scenarios to run, e.g. `1,2,11` (default: all, 1 to 12).
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Vec<u8>,
+
+    /// Also write the table as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Leave the suite's cluster running at the end (default: stop and remove it).
+    #[arg(long)]
+    pub keep_cluster: bool,
+
+    /// Folder for the worker processes' logs (default: a new folder in the
+    /// system temp folder, printed at the start).
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Runs the suite and prints the table (Markdown on stdout).
+///
+/// Returns the process exit code: 0 when every scenario's verdict passed, 1
+/// otherwise; an `Err` means the harness itself could not run (no cluster,
+/// say).
+///
+/// ```no_run
+/// # async fn f(args: pgmq_bench::faults::FaultsArgs) -> Result<(), pgmq_bench::faults::BoxError> {
+/// let code = pgmq_bench::faults::run(args).await?;
+/// # let _ = code; Ok(()) }
+/// ```
+pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
+    let started = Instant::now();
+    let selected = scenarios::selection(&args.scenarios)?;
+    let ctx = ctx::Ctx::setup(&args).await?;
+    eprintln!(
+        "faults: run {} on {} ({} messages per scenario), logs in {}",
+        ctx.run_id,
+        pgmq_client::redact_dsn(&ctx.cluster.dsn()),
+        ctx.n,
+        ctx.log_dir.display()
+    );
+    let mut rows = Vec::new();
+    for s in selected {
+        let t = Instant::now();
+        eprintln!("faults: scenario {s} ...");
+        match scenarios::run_one(&ctx, s).await {
+            Ok(mut r) => rows.append(&mut r),
+            Err(e) => rows.push(report::Row::harness_failure(s, &e.to_string())),
+        }
+        eprintln!(
+            "faults: scenario {s} done in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let all_pass = rows.iter().all(|r| r.pass);
+    let doc = report::Document::new(&ctx, rows, started.elapsed());
+    print!("{}", doc.markdown());
+    if let Some(path) = &args.json {
+        tokio::fs::write(path, serde_json::to_vec_pretty(&doc)?).await?;
+        eprintln!("faults: wrote {}", path.display());
+    }
+    ctx.teardown(args.keep_cluster).await;
+    Ok(if all_pass { 0 } else { 1 })
+}

@@ -1,0 +1,133 @@
+//! The suite's own throwaway cluster, driven through the workspace scripts
+//! (`scripts/db-start.sh`, `db-ctl.sh`, `db-stop.sh`) with `PGMQ_DB_PORT` set.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::Command;
+
+use super::BoxError;
+
+/// The port of the development cluster other tools use: never touched here.
+const SHARED_PORT: u16 = 55432;
+
+/// A cluster on its own port.
+#[derive(Debug, Clone)]
+pub(crate) struct Cluster {
+    root: PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    /// Refuses the shared development cluster's port.
+    pub(crate) fn new(root: &Path, port: u16) -> Result<Self, BoxError> {
+        if port == SHARED_PORT {
+            return Err(format!(
+                "port {SHARED_PORT} is the shared development cluster; the fault suite kills \
+                 its server, so it needs its own port (--port 55433)"
+            )
+            .into());
+        }
+        Ok(Cluster {
+            root: root.to_owned(),
+            port,
+        })
+    }
+
+    /// The DSN of database `pgmq` (PGMQ installed).
+    pub(crate) fn dsn(&self) -> String {
+        self.dsn_for("pgmq")
+    }
+
+    /// The DSN of another database of the cluster (`pgmq_none`: no PGMQ).
+    pub(crate) fn dsn_for(&self, db: &str) -> String {
+        format!("postgres://pgmq:pgmq@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// The port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Starts (or recovers) the cluster; idempotent.
+    pub(crate) async fn start(&self) -> Result<(), BoxError> {
+        self.script("db-start.sh", &[]).await
+    }
+
+    /// `pg_ctl stop -m immediate`: a crash.
+    pub(crate) async fn kill(&self) -> Result<(), BoxError> {
+        self.script("db-ctl.sh", &["kill"]).await
+    }
+
+    /// Starts a killed server again (crash recovery runs).
+    pub(crate) async fn restart_after_kill(&self) -> Result<(), BoxError> {
+        self.script("db-ctl.sh", &["start"]).await
+    }
+
+    /// Stops the cluster and removes its folder.
+    pub(crate) async fn remove(&self) -> Result<(), BoxError> {
+        self.script("db-stop.sh", &[]).await
+    }
+
+    async fn script(&self, name: &str, args: &[&str]) -> Result<(), BoxError> {
+        let path = self.root.join("scripts").join(name);
+        let started = Instant::now();
+        let out = Command::new("bash")
+            .arg(&path)
+            .args(args)
+            .env("PGMQ_DB_PORT", self.port.to_string())
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(300), out)
+            .await
+            .map_err(|_| {
+                format!(
+                    "{} {} did not finish within 300 s",
+                    path.display(),
+                    args.join(" ")
+                )
+            })??;
+        if !out.status.success() {
+            return Err(format!(
+                "{} {} failed ({}): {}",
+                path.display(),
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )
+            .into());
+        }
+        tracing::debug!(
+            script = name,
+            ms = started.elapsed().as_millis() as u64,
+            "cluster script done"
+        );
+        Ok(())
+    }
+}
+
+/// Finds the workspace root: the given folder, else the current folder, else
+/// the workspace this binary was built from.
+pub(crate) async fn find_root(given: Option<&Path>) -> Result<PathBuf, BoxError> {
+    async fn has_scripts(p: &Path) -> bool {
+        let script = p.join("scripts").join("db-start.sh");
+        tokio::fs::try_exists(&script).await.unwrap_or(false)
+    }
+    if let Some(p) = given {
+        if has_scripts(p).await {
+            return Ok(p.to_owned());
+        }
+        return Err(format!("{} holds no scripts/db-start.sh (--root)", p.display()).into());
+    }
+    let cwd = std::env::current_dir()?;
+    if has_scripts(&cwd).await {
+        return Ok(cwd);
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    if has_scripts(&built).await {
+        return Ok(built);
+    }
+    Err("scripts/db-start.sh not found: run from the workspace root or pass --root".into())
+}

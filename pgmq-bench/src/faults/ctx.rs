@@ -1,0 +1,283 @@
+//! What every scenario shares: the cluster, a client, the run id, and the
+//! steps scenarios are made of (make queues, produce, start workers, wait for
+//! the queue to drain, count).
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use pgmq_client::{Client, QueueName};
+
+use super::child::WorkerProc;
+use super::cluster::{find_root, Cluster};
+use super::job::{key_headers, Job};
+use super::ledger::{self, Produced, Tally};
+use super::worker::WorkerArgs;
+use super::{BoxError, FaultsArgs};
+
+/// Shared state of one run of the suite.
+pub(crate) struct Ctx {
+    pub cluster: Cluster,
+    pub client: Client,
+    pub run_id: String,
+    pub log_dir: PathBuf,
+    /// Messages per scenario.
+    pub n: usize,
+    pub quick: bool,
+    pub proxy_port: u16,
+    pub started_at: DateTime<Utc>,
+    pub machine: String,
+    tag: String,
+    workers: AtomicU32,
+}
+
+/// A scenario's queue and its dead-letter queue.
+pub(crate) struct Queues {
+    pub q: QueueName,
+    pub dlq: QueueName,
+}
+
+impl Ctx {
+    /// Starts the suite's cluster, creates the ledger tables, picks a run id.
+    pub(crate) async fn setup(args: &FaultsArgs) -> Result<Ctx, BoxError> {
+        let root = find_root(args.root.as_deref()).await?;
+        let cluster = Cluster::new(&root, args.port)?;
+        if args.proxy_port == 55432 || args.proxy_port == args.port {
+            return Err("--proxy-port must differ from 55432 and from --port".into());
+        }
+        cluster.start().await?;
+        let client = Client::builder(&cluster.dsn())
+            .max_size(8)
+            .connect_timeout(Duration::from_secs(5))
+            .application_name("pgmq-faults")
+            .connect()
+            .await?;
+        client
+            .connection()
+            .await?
+            .batch_execute(ledger::SCHEMA)
+            .await?;
+        let started_at = Utc::now();
+        let tag = format!("{}", started_at.timestamp() % 1_000_000_000);
+        let run_id = format!(
+            "{}-{}",
+            started_at.format("%Y%m%dT%H%M%SZ"),
+            std::process::id()
+        );
+        let log_dir = match &args.log_dir {
+            Some(d) => d.clone(),
+            None => std::env::temp_dir().join(format!("pgmq-faults-{run_id}")),
+        };
+        tokio::fs::create_dir_all(&log_dir).await?;
+        let n = args
+            .messages
+            .unwrap_or(if args.quick { 1_000 } else { 10_000 })
+            .max(100);
+        Ok(Ctx {
+            cluster,
+            client,
+            run_id,
+            log_dir,
+            n,
+            quick: args.quick,
+            proxy_port: args.proxy_port,
+            started_at,
+            machine: machine().await,
+            tag,
+            workers: AtomicU32::new(0),
+        })
+    }
+
+    /// Stops the cluster unless asked to keep it.
+    pub(crate) async fn teardown(&self, keep: bool) {
+        if keep {
+            eprintln!(
+                "faults: cluster kept at {}",
+                pgmq_client::redact_dsn(&self.cluster.dsn())
+            );
+            return;
+        }
+        if let Err(e) = self.cluster.remove().await {
+            eprintln!("faults: could not remove the cluster: {e}");
+        }
+    }
+
+    /// Creates a fresh queue and dead-letter queue for a scenario.
+    pub(crate) async fn queues(&self, label: &str) -> Result<Queues, BoxError> {
+        let q = QueueName::new(&format!("fault_{label}_{}", self.tag))?;
+        let dlq = QueueName::new(&format!("fault_{label}_{}_dlq", self.tag))?;
+        for name in [&q, &dlq] {
+            self.client.drop_queue(name).await.ok();
+            self.client.create(name).await?;
+        }
+        Ok(Queues { q, dlq })
+    }
+
+    /// Drops a scenario's queues (the ledger keeps the evidence).
+    pub(crate) async fn drop_queues(&self, qs: &Queues) {
+        for name in [&qs.q, &qs.dlq] {
+            if let Err(e) = self.client.drop_queue(name).await {
+                eprintln!("faults: could not drop {name}: {e}");
+            }
+        }
+    }
+
+    /// Produces `jobs` in batches of 500 on the suite's own (unfaulted) client.
+    pub(crate) async fn produce(&self, q: &QueueName, jobs: &[Job]) -> Produced {
+        let mut produced = Produced::default();
+        for chunk in jobs.chunks(500) {
+            let keys: Vec<i64> = chunk.iter().map(|j| j.key).collect();
+            let headers: Vec<serde_json::Value> = keys.iter().map(|k| key_headers(*k)).collect();
+            let res = self
+                .client
+                .send_batch_with(q, chunk, Some(&headers), pgmq_client::Delay::None)
+                .await;
+            produced.record(&keys, &res);
+        }
+        produced
+    }
+
+    /// Plain jobs with keys `0..n`.
+    pub(crate) fn plain_jobs(&self, n: usize) -> Vec<Job> {
+        (0..n as i64).map(Job::plain).collect()
+    }
+
+    /// Worker settings for a scenario's queues.
+    pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> WorkerArgs {
+        WorkerArgs::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario)
+    }
+
+    /// Starts a worker process connected straight to the cluster.
+    pub(crate) async fn spawn_worker(&self, args: &WorkerArgs) -> Result<WorkerProc, BoxError> {
+        self.spawn_worker_via(args, &self.cluster.dsn(), None).await
+    }
+
+    /// Starts a worker process with its own DSNs (through the proxy, say).
+    pub(crate) async fn spawn_worker_via(
+        &self,
+        args: &WorkerArgs,
+        dsn: &str,
+        ledger_dsn: Option<&str>,
+    ) -> Result<WorkerProc, BoxError> {
+        let i = self.workers.fetch_add(1, Ordering::Relaxed);
+        let name = format!("s{}-w{i}", args.scenario);
+        WorkerProc::spawn(&self.log_dir, &name, dsn, ledger_dsn, args).await
+    }
+
+    /// Ledger rows of a scenario so far; None while the server is unreachable.
+    pub(crate) async fn progress(&self, scenario: &str) -> Option<i64> {
+        ledger::handled_count(&self.client, &self.run_id, scenario)
+            .await
+            .ok()
+    }
+
+    /// Waits until the ledger has at least `rows` rows for the scenario.
+    pub(crate) async fn wait_progress(
+        &self,
+        scenario: &str,
+        rows: i64,
+        limit: Duration,
+    ) -> Result<(), BoxError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.progress(scenario).await.unwrap_or(0) >= rows {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "scenario {scenario}: fewer than {rows} handlings after {} s",
+                    limit.as_secs()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the queue holds no message at all (visible or not).
+    /// Returns whether it drained within `limit`.
+    pub(crate) async fn wait_drained(&self, q: &QueueName, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(m) = self.client.metrics(q).await {
+                if m.queue_length == 0 {
+                    return true;
+                }
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits for the server to accept queries again (after a restart).
+    pub(crate) async fn wait_server(&self, limit: Duration) -> Result<(), BoxError> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.client.list_queues().await.is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err("the server did not come back".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Counts everything for a scenario (after its workers stopped).
+    pub(crate) async fn account(
+        &self,
+        scenario: &str,
+        qs: &Queues,
+        produced: &Produced,
+    ) -> Result<Accounted, BoxError> {
+        produced
+            .persist(&self.client, &self.run_id, scenario)
+            .await?;
+        let handlings = ledger::handlings(&self.client, &self.run_id, scenario).await?;
+        let (dead, dead_unkeyed) = ledger::keys_in_queue(&self.client, &qs.dlq).await?;
+        let (left, left_unkeyed) = ledger::keys_in_queue(&self.client, &qs.q).await?;
+        let tally = ledger::tally(
+            produced,
+            &handlings,
+            &dead,
+            dead_unkeyed,
+            left.len() as u64 + left_unkeyed,
+        );
+        Ok(Accounted {
+            tally,
+            handlings,
+            dead: dead.into_iter().collect(),
+        })
+    }
+}
+
+/// The counts of a scenario, with the rows they came from.
+pub(crate) struct Accounted {
+    pub tally: Tally,
+    pub handlings: Vec<ledger::Handling>,
+    /// Keys found in the dead-letter queue.
+    pub dead: HashSet<i64>,
+}
+
+/// A one-line description of the machine (cores, memory, PostgreSQL).
+async fn machine() -> String {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = tokio::fs::read_to_string("/proc/meminfo")
+        .await
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| format!("{} GiB", (kb + 524_288) / 1_048_576))
+        .unwrap_or_else(|| "? GiB".into());
+    format!("{cores} cores, {mem}, {}", std::env::consts::OS)
+}

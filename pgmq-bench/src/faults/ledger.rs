@@ -1,0 +1,466 @@
+//! The ledger: what was produced (with each produce's outcome) and every
+//! handling, one row each, so that lost, duplicated and unexpected messages
+//! are counted per key.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use pgmq_client::{Client, Outcome, QueueName};
+use serde::Serialize;
+
+use super::job::key_of;
+use super::BoxError;
+
+/// The ledger tables. No unique constraint on purpose: a second handling of
+/// the same key is a second row, and is counted as a duplicate.
+pub(crate) const SCHEMA: &str = "
+create table if not exists pgmq_fault_ledger (
+    run_id text not null,
+    scenario text not null,
+    key bigint not null,
+    msg_id bigint not null,
+    worker_pid integer not null,
+    read_ct integer not null,
+    read_at timestamptz,
+    vt timestamptz not null,
+    started_at timestamptz not null,
+    handled_at timestamptz not null default clock_timestamp()
+);
+create index if not exists pgmq_fault_ledger_run on pgmq_fault_ledger (run_id, scenario, key);
+create table if not exists pgmq_fault_produced (
+    run_id text not null,
+    scenario text not null,
+    key bigint not null,
+    msg_id bigint,
+    outcome text not null,
+    recovered boolean,
+    recorded_at timestamptz not null default clock_timestamp()
+);
+create index if not exists pgmq_fault_produced_run on pgmq_fault_produced (run_id, scenario);
+";
+
+/// One handling, written by the handler before it returns success.
+pub(crate) const INSERT_HANDLING: &str = "insert into pgmq_fault_ledger \
+    (run_id, scenario, key, msg_id, worker_pid, read_ct, read_at, vt, started_at) \
+    values ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// What became of one produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ProduceOutcome {
+    /// The call returned the message id.
+    Committed,
+    /// The call failed before its request left the process.
+    NotSent,
+    /// The server refused the call.
+    Rejected,
+    /// The connection died with the request in flight.
+    Unknown,
+}
+
+impl ProduceOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            ProduceOutcome::Committed => "committed",
+            ProduceOutcome::NotSent => "not_sent",
+            ProduceOutcome::Rejected => "rejected",
+            ProduceOutcome::Unknown => "unknown",
+        }
+    }
+
+    /// From a failed produce call.
+    pub(crate) fn of_error(e: &pgmq_client::Error) -> ProduceOutcome {
+        match e.outcome() {
+            Outcome::NotSent => ProduceOutcome::NotSent,
+            Outcome::Rejected => ProduceOutcome::Rejected,
+            _ => ProduceOutcome::Unknown,
+        }
+    }
+}
+
+/// One produced message.
+#[derive(Debug, Clone)]
+pub(crate) struct ProduceRecord {
+    pub key: i64,
+    pub outcome: ProduceOutcome,
+    pub msg_id: Option<i64>,
+    /// For unknown outcomes: whether the key was found in the queue afterwards.
+    pub recovered: Option<bool>,
+    /// Which produce call it was part of (batches share one).
+    pub call: u64,
+}
+
+/// Every produce of a scenario.
+#[derive(Debug, Default)]
+pub(crate) struct Produced {
+    pub records: Vec<ProduceRecord>,
+    calls: u64,
+}
+
+impl Produced {
+    /// Records one call's result for `keys` (ids in order on success).
+    pub(crate) fn record(&mut self, keys: &[i64], result: &Result<Vec<i64>, pgmq_client::Error>) {
+        self.calls += 1;
+        let call = self.calls;
+        match result {
+            Ok(ids) => {
+                for (i, key) in keys.iter().enumerate() {
+                    self.records.push(ProduceRecord {
+                        key: *key,
+                        outcome: ProduceOutcome::Committed,
+                        msg_id: ids.get(i).copied(),
+                        recovered: None,
+                        call,
+                    });
+                }
+            }
+            Err(e) => {
+                let outcome = ProduceOutcome::of_error(e);
+                for key in keys {
+                    self.records.push(ProduceRecord {
+                        key: *key,
+                        outcome,
+                        msg_id: None,
+                        recovered: None,
+                        call,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Appends another producer's records.
+    pub(crate) fn merge(&mut self, other: Produced) {
+        let base = self.calls;
+        for mut r in other.records {
+            r.call += base;
+            self.records.push(r);
+        }
+        self.calls += other.calls;
+    }
+
+    pub(crate) fn count(&self, o: ProduceOutcome) -> u64 {
+        self.records.iter().filter(|r| r.outcome == o).count() as u64
+    }
+
+    /// Marks each unknown produce recovered when its key is in `present`.
+    pub(crate) fn classify_unknown(&mut self, present: &HashSet<i64>) {
+        for r in &mut self.records {
+            if r.outcome == ProduceOutcome::Unknown {
+                r.recovered = Some(present.contains(&r.key));
+            }
+        }
+    }
+
+    /// The keys that must be handled or dead-lettered: committed ones and
+    /// unknown ones that turned out to be in the queue.
+    pub(crate) fn expected(&self) -> HashSet<i64> {
+        self.records
+            .iter()
+            .filter(|r| r.outcome == ProduceOutcome::Committed || r.recovered == Some(true))
+            .map(|r| r.key)
+            .collect()
+    }
+
+    /// Writes the records to `pgmq_fault_produced`.
+    pub(crate) async fn persist(
+        &self,
+        client: &Client,
+        run_id: &str,
+        scenario: &str,
+    ) -> Result<(), BoxError> {
+        let conn = client.connection().await?;
+        for chunk in self.records.chunks(5_000) {
+            let keys: Vec<i64> = chunk.iter().map(|r| r.key).collect();
+            let ids: Vec<Option<i64>> = chunk.iter().map(|r| r.msg_id).collect();
+            let outcomes: Vec<&str> = chunk.iter().map(|r| r.outcome.as_str()).collect();
+            let recovered: Vec<Option<bool>> = chunk.iter().map(|r| r.recovered).collect();
+            conn.execute(
+                "insert into pgmq_fault_produced (run_id, scenario, key, msg_id, outcome, recovered) \
+                 select $1, $2, k, i, o, r \
+                 from unnest($3::bigint[], $4::bigint[], $5::text[], $6::bool[]) as t(k, i, o, r)",
+                &[&run_id, &scenario, &keys, &ids, &outcomes, &recovered],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// One row of the ledger.
+#[derive(Debug, Clone)]
+pub(crate) struct Handling {
+    pub key: i64,
+    pub worker_pid: i32,
+    pub read_ct: i32,
+    pub read_at: Option<DateTime<Utc>>,
+    pub vt: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
+    pub handled_at: DateTime<Utc>,
+}
+
+/// Every handling of a scenario.
+pub(crate) async fn handlings(
+    client: &Client,
+    run_id: &str,
+    scenario: &str,
+) -> Result<Vec<Handling>, BoxError> {
+    let conn = client.connection().await?;
+    let rows = conn
+        .query(
+            "select key, worker_pid, read_ct, read_at, vt, started_at, handled_at \
+             from pgmq_fault_ledger where run_id = $1 and scenario = $2 order by handled_at",
+            &[&run_id, &scenario],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Handling {
+            key: r.get(0),
+            worker_pid: r.get(1),
+            read_ct: r.get(2),
+            read_at: r.get(3),
+            vt: r.get(4),
+            started_at: r.get(5),
+            handled_at: r.get(6),
+        })
+        .collect())
+}
+
+/// Handlings of a scenario so far (progress while it runs).
+pub(crate) async fn handled_count(
+    client: &Client,
+    run_id: &str,
+    scenario: &str,
+) -> Result<i64, BoxError> {
+    let conn = client.connection().await?;
+    let row = conn
+        .query_one(
+            "select count(*) from pgmq_fault_ledger where run_id = $1 and scenario = $2",
+            &[&run_id, &scenario],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// The keys of the messages in a queue's table right now (visible or not),
+/// without reading them (no `read_ct` change). Messages without a key are
+/// counted separately.
+pub(crate) async fn keys_in_queue(
+    client: &Client,
+    queue: &QueueName,
+) -> Result<(Vec<i64>, u64), BoxError> {
+    let conn = client.connection().await?;
+    // The name is a validated QueueName: only [a-z0-9_], so the identifier is safe.
+    let sql = format!("select message::text, headers from {}", queue.table());
+    let rows = conn.query(sql.as_str(), &[]).await?;
+    let mut keys = Vec::with_capacity(rows.len());
+    let mut unkeyed = 0;
+    for r in &rows {
+        let body: Option<String> = r.get(0);
+        let headers: Option<serde_json::Value> = r.get(1);
+        match key_of(headers.as_ref(), body.as_deref().unwrap_or("null")) {
+            Some(k) => keys.push(k),
+            None => unkeyed += 1,
+        }
+    }
+    Ok((keys, unkeyed))
+}
+
+/// The per-key accounting of one scenario.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Tally {
+    pub committed: u64,
+    pub not_sent: u64,
+    pub rejected: u64,
+    pub unknown: u64,
+    pub unknown_recovered: u64,
+    /// Distinct keys handled.
+    pub handled: u64,
+    /// Ledger rows (handlings), duplicates included.
+    pub handlings: u64,
+    /// Expected keys neither handled nor dead-lettered.
+    pub lost: u64,
+    /// Handlings beyond the first per key.
+    pub duplicated: u64,
+    /// Keys handled or dead-lettered that no successful (or recovered) produce sent.
+    pub unexpected: u64,
+    /// Keys found in the dead-letter queue.
+    pub dead_lettered: u64,
+    /// Messages still in the queue at the end (part of `lost`).
+    pub left_in_queue: u64,
+    /// Dead-lettered messages without any key.
+    pub dead_lettered_unkeyed: u64,
+    /// A few lost keys, to start an investigation with.
+    pub lost_sample: Vec<i64>,
+    /// A few unexpected keys.
+    pub unexpected_sample: Vec<i64>,
+}
+
+/// Counts everything per key.
+pub(crate) fn tally(
+    produced: &Produced,
+    handlings: &[Handling],
+    dead: &[i64],
+    dead_unkeyed: u64,
+    left_in_queue: u64,
+) -> Tally {
+    let expected = produced.expected();
+    let mut per_key: HashMap<i64, u64> = HashMap::new();
+    for h in handlings {
+        *per_key.entry(h.key).or_default() += 1;
+    }
+    let dead: HashSet<i64> = dead.iter().copied().collect();
+    let mut lost: Vec<i64> = expected
+        .iter()
+        .filter(|k| !per_key.contains_key(k) && !dead.contains(k))
+        .copied()
+        .collect();
+    lost.sort_unstable();
+    let mut unexpected: Vec<i64> = per_key
+        .keys()
+        .chain(dead.iter())
+        .filter(|k| !expected.contains(k))
+        .copied()
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    unexpected.sort_unstable();
+    Tally {
+        committed: produced.count(ProduceOutcome::Committed),
+        not_sent: produced.count(ProduceOutcome::NotSent),
+        rejected: produced.count(ProduceOutcome::Rejected),
+        unknown: produced.count(ProduceOutcome::Unknown),
+        unknown_recovered: produced
+            .records
+            .iter()
+            .filter(|r| r.recovered == Some(true))
+            .count() as u64,
+        handled: per_key.len() as u64,
+        handlings: handlings.len() as u64,
+        lost: lost.len() as u64,
+        duplicated: per_key.values().map(|n| n - 1).sum(),
+        unexpected: unexpected.len() as u64,
+        dead_lettered: dead.len() as u64,
+        left_in_queue,
+        dead_lettered_unkeyed: dead_unkeyed,
+        lost_sample: lost.into_iter().take(10).collect(),
+        unexpected_sample: unexpected.into_iter().take(10).collect(),
+    }
+}
+
+/// Handlings of one key by two different processes, counted two ways.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct CrossProcess {
+    /// The later claim was read before the earlier claim's visibility timeout
+    /// ended: two processes held the message at once (a violation).
+    pub read_inside_vt: u64,
+    /// The two handling windows overlapped in time (only legitimate after a
+    /// visibility timeout ran out under a handler).
+    pub windows_overlap: u64,
+}
+
+/// Compares every pair of handlings of the same key by different processes.
+pub(crate) fn cross_process(handlings: &[Handling]) -> CrossProcess {
+    let mut by_key: HashMap<i64, Vec<&Handling>> = HashMap::new();
+    for h in handlings {
+        by_key.entry(h.key).or_default().push(h);
+    }
+    let mut out = CrossProcess::default();
+    for hs in by_key.values() {
+        for (i, a) in hs.iter().enumerate() {
+            for b in &hs[i + 1..] {
+                if a.worker_pid == b.worker_pid {
+                    continue;
+                }
+                let (first, second) = if a.read_at <= b.read_at {
+                    (a, b)
+                } else {
+                    (b, a)
+                };
+                if second.read_at.is_some_and(|r| r < first.vt) {
+                    out.read_inside_vt += 1;
+                }
+                if a.started_at < b.handled_at && b.started_at < a.handled_at {
+                    out.windows_overlap += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(key: i64, pid: i32, read_s: i64, vt_s: i64, start_s: i64, end_s: i64) -> Handling {
+        let t = |s: i64| DateTime::<Utc>::from_timestamp(1_700_000_000 + s, 0).unwrap();
+        Handling {
+            key,
+            worker_pid: pid,
+            read_ct: 1,
+            read_at: Some(t(read_s)),
+            vt: t(vt_s),
+            started_at: t(start_s),
+            handled_at: t(end_s),
+        }
+    }
+
+    #[test]
+    fn counts_lost_duplicated_unexpected() {
+        let mut p = Produced::default();
+        p.record(&[1, 2, 3], &Ok(vec![10, 11, 12]));
+        p.record(&[4], &Err(pgmq_client::Error::PoolTimeout));
+        let hs = vec![
+            h(1, 1, 0, 5, 0, 1),
+            h(1, 1, 6, 11, 6, 7),
+            h(4, 1, 0, 5, 0, 1),
+            h(9, 1, 0, 5, 0, 1),
+        ];
+        let t = tally(&p, &hs, &[2], 0, 0);
+        assert_eq!(t.committed, 3);
+        assert_eq!(t.not_sent, 1);
+        assert_eq!(t.handled, 3);
+        assert_eq!(t.duplicated, 1);
+        assert_eq!(t.lost, 1, "key 3 was neither handled nor dead-lettered");
+        assert_eq!(t.lost_sample, vec![3]);
+        assert_eq!(t.unexpected, 2, "4 was not sent, 9 never produced");
+        assert_eq!(t.dead_lettered, 1);
+    }
+
+    #[test]
+    fn recovered_unknowns_are_expected() {
+        let mut p = Produced::default();
+        p.record(&[7, 8], &Ok(vec![1, 2]));
+        let mut unknown = Produced::default();
+        unknown.record(
+            &[5, 6],
+            &Err(pgmq_client::Error::InvalidArgument("x".into())),
+        );
+        for r in &mut unknown.records {
+            r.outcome = ProduceOutcome::Unknown;
+        }
+        p.merge(unknown);
+        p.classify_unknown(&[5].into_iter().collect());
+        assert_eq!(p.expected(), [5, 7, 8].into_iter().collect());
+        let t = tally(&p, &[], &[], 0, 0);
+        assert_eq!((t.unknown, t.unknown_recovered, t.lost), (2, 1, 3));
+    }
+
+    #[test]
+    fn cross_process_claims() {
+        // Same key, two processes, second read before the first's vt ended.
+        let c = cross_process(&[h(1, 1, 0, 10, 0, 1), h(1, 2, 5, 15, 5, 6)]);
+        assert_eq!((c.read_inside_vt, c.windows_overlap), (1, 0));
+        // Read after the vt ended while the first handler still ran.
+        let c = cross_process(&[h(1, 1, 0, 10, 0, 12), h(1, 2, 11, 20, 11, 13)]);
+        assert_eq!((c.read_inside_vt, c.windows_overlap), (0, 1));
+        // Apart in time: fine.
+        let c = cross_process(&[h(1, 1, 0, 10, 0, 1), h(1, 2, 11, 20, 11, 12)]);
+        assert_eq!(c, CrossProcess::default());
+        // Same process: not a cross-process pair.
+        let c = cross_process(&[h(1, 1, 0, 10, 0, 1), h(1, 1, 5, 15, 5, 6)]);
+        assert_eq!(c, CrossProcess::default());
+    }
+}

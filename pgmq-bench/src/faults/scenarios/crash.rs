@@ -1,0 +1,200 @@
+//! Crashes around a consuming worker: the server killed (1), the worker
+//! SIGKILLed (2), its connections cut (3); and two workers sharing a queue (8).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::super::ledger::cross_process;
+use super::super::proxy::Proxy;
+use super::super::report::{Check, Row};
+use super::super::worker::WorkerArgs;
+use super::{BoxError, Ctx, Run};
+
+/// Settings for a worker that must ride out an outage: handlers fail while
+/// the server is unreachable, and that must not exhaust the attempts.
+fn outage_tolerant(mut args: WorkerArgs) -> WorkerArgs {
+    args.max_attempts = 1000;
+    args.backoff_ms = 200;
+    args.backoff_max_ms = 1000;
+    args.sleep_ms = 1;
+    args
+}
+
+/// 1: `pg_ctl stop -m immediate` three times during a consume, restarting each time.
+pub(crate) async fn server_killed(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "1").await?;
+    run.produce_plain(ctx.n).await;
+    let mut w = run.spawn(&outage_tolerant(run.worker_args())).await?;
+    let mut kills = Vec::new();
+    for i in 1..=3 {
+        let at = run.wait_quarter(i).await?;
+        let t = Instant::now();
+        ctx.cluster.kill().await?;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        ctx.cluster.restart_after_kill().await?;
+        ctx.wait_server(Duration::from_secs(60)).await?;
+        kills.push(format!(
+            "kill {i} after {at} handlings, back in {} ms",
+            t.elapsed().as_millis()
+        ));
+    }
+    run.check("killed 3 times mid-consume", true, kills.join("; "));
+    run.check_alive(&mut w, "the outages");
+    Ok(run.finish("server killed 3x", vec![w], true).await?.row)
+}
+
+/// 2: the worker SIGKILLed twice mid-batch and restarted; its claims come
+/// back after the visibility timeout.
+pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "2").await?;
+    run.produce_plain(ctx.n).await;
+    let mut args = run.worker_args();
+    args.vt_secs = 3;
+    args.sleep_ms = 2;
+    let mut w = run.spawn(&args).await?;
+    let mut notes = Vec::new();
+    for i in 1..=2 {
+        let at = run.wait_handled(ctx.n as i64 * i / 3).await?;
+        let killed_at = Utc::now();
+        let exit = w.sigkill().await?;
+        notes.push(format!(
+            "SIGKILL {i} after {at} handlings ({})",
+            exit.status
+        ));
+        w = run.spawn(&args).await?;
+        // Its claims reappear only when their vt ends: the first redelivery
+        // (read_ct > 1) handled after the kill shows when.
+        let limit = Duration::from_secs(args.vt_secs + 10);
+        notes.push(
+            match first_redelivery(ctx, run.label, killed_at, limit).await {
+                Some(after) => format!(
+                    "first redelivery handled {:.1} s after the kill (vt {} s)",
+                    after.as_secs_f64(),
+                    args.vt_secs
+                ),
+                None => "no redelivery seen".into(),
+            },
+        );
+    }
+    run.check("killed twice mid-batch", true, notes.join("; "));
+    let f = run.finish("worker SIGKILLed 2x", vec![w], true).await?;
+    let redelivered = f.handlings.iter().filter(|h| h.read_ct > 1).count();
+    let mut row = f.row;
+    row.push_check(Check::new(
+        "killed worker's claims came back",
+        redelivered > 0,
+        format!("{redelivered} handlings of redelivered messages (read_ct > 1)"),
+    ));
+    Ok(row)
+}
+
+/// How long after `since` the ledger first shows a redelivered message handled.
+async fn first_redelivery(
+    ctx: &Ctx,
+    label: &str,
+    since: DateTime<Utc>,
+    limit: Duration,
+) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if let Ok(conn) = ctx.client.connection().await {
+            let row = conn
+                .query_one(
+                    "select min(handled_at) from pgmq_fault_ledger \
+                     where run_id = $1 and scenario = $2 and read_ct > 1 and handled_at > $3",
+                    &[&ctx.run_id, &label, &since],
+                )
+                .await;
+            if let Ok(Some(at)) = row.map(|r| r.get::<_, Option<DateTime<Utc>>>(0)) {
+                return (at - since).to_std().ok();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// 3: every connection of the worker cut by the proxy three times, with new
+/// connections refused for a second each time.
+pub(crate) async fn connections_cut(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "3").await?;
+    run.produce_plain(ctx.n).await;
+    let proxy = start_proxy(ctx).await?;
+    let args = outage_tolerant(run.worker_args());
+    let mut w = ctx
+        .spawn_worker_via(&args, &proxied_dsn(&proxy), None)
+        .await?;
+    let mut notes = Vec::new();
+    for i in 1..=3 {
+        run.wait_quarter(i).await?;
+        proxy.set_accepting(false);
+        let cut = proxy.cut_all();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        proxy.set_accepting(true);
+        notes.push(format!("cut {i}: {cut} connections"));
+    }
+    let (cut_total, refused) = proxy.totals();
+    run.check(
+        "connections cut 3 times mid-consume",
+        cut_total > 0,
+        format!(
+            "{}; {refused} connection attempts refused meanwhile",
+            notes.join(", ")
+        ),
+    );
+    run.check_alive(&mut w, "the cuts");
+    let row = run
+        .finish("connections cut 3x (proxy)", vec![w], true)
+        .await?
+        .row;
+    drop(proxy);
+    Ok(row)
+}
+
+/// 8: two worker processes on one queue: no message held by both at once.
+pub(crate) async fn two_workers(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "8").await?;
+    run.produce_plain(ctx.n).await;
+    let mut args = run.worker_args();
+    args.sleep_ms = 1;
+    let a = run.spawn(&args).await?;
+    let b = run.spawn(&args).await?;
+    let pids = [a.pid() as i32, b.pid() as i32];
+    let f = run
+        .finish("two workers, one queue", vec![a, b], false)
+        .await?;
+    let per = pids.map(|p| f.handlings.iter().filter(|h| h.worker_pid == p).count());
+    let x = cross_process(&f.handlings);
+    let mut row = f.row;
+    row.push_check(Check::new(
+        "both workers consumed",
+        per[0] > 0 && per[1] > 0,
+        format!("{} and {} handlings", per[0], per[1]),
+    ));
+    row.push_check(Check::new(
+        "no message held by both within its vt",
+        x.read_inside_vt == 0 && x.windows_overlap == 0,
+        format!(
+            "{} reads inside another process's vt, {} overlapping handling windows",
+            x.read_inside_vt, x.windows_overlap
+        ),
+    ));
+    Ok(row)
+}
+
+/// Starts the suite's proxy in front of the cluster.
+pub(crate) async fn start_proxy(ctx: &Ctx) -> Result<Proxy, BoxError> {
+    let listen: SocketAddr = ([127, 0, 0, 1], ctx.proxy_port).into();
+    let upstream: SocketAddr = ([127, 0, 0, 1], ctx.cluster.port()).into();
+    Ok(Proxy::start(listen, upstream).await?)
+}
+
+/// The cluster's DSN through the proxy.
+pub(crate) fn proxied_dsn(proxy: &Proxy) -> String {
+    format!(
+        "postgres://pgmq:pgmq@127.0.0.1:{}/pgmq",
+        proxy.addr().port()
+    )
+}

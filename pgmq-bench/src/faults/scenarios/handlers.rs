@@ -1,0 +1,277 @@
+//! Bad messages and bad handlers: poison payloads (4), panics and failing
+//! handlers (5), handlers that outlive their visibility timeout (6).
+
+use std::collections::{HashMap, HashSet};
+
+use super::super::job::{key_headers, Act, Job};
+use super::super::ledger::Handling;
+use super::super::report::{Check, Row};
+use super::{BoxError, Ctx, Run};
+
+/// A poison payload: its name, and its JSON text (built from the key).
+struct Poison {
+    kind: &'static str,
+    /// Whether the handler's type decodes it (it must then be handled).
+    decodes: bool,
+    body: fn(i64) -> String,
+}
+
+fn nested(depth: usize) -> String {
+    let mut s = String::with_capacity(depth * 2);
+    s.extend(std::iter::repeat_n('[', depth));
+    s.extend(std::iter::repeat_n(']', depth));
+    s
+}
+
+const POISONS: [Poison; 6] = [
+    Poison {
+        kind: "key of the wrong type",
+        decodes: false,
+        body: |k| format!(r#"{{"key": "k{k}"}}"#),
+    },
+    Poison {
+        kind: "no key field",
+        decodes: false,
+        body: |k| format!(r#"{{"id": {k}, "note": "not a job"}}"#),
+    },
+    Poison {
+        kind: "JSON null",
+        decodes: false,
+        body: |_| "null".to_owned(),
+    },
+    Poison {
+        kind: "10,000-deep nested array",
+        decodes: false,
+        body: |_| nested(10_000),
+    },
+    Poison {
+        kind: "10,000-deep nested array in a field",
+        decodes: false,
+        body: |k| format!(r#"{{"key": {k}, "data": {}}}"#, nested(10_000)),
+    },
+    Poison {
+        kind: "1 MiB body",
+        decodes: true,
+        body: |k| format!(r#"{{"key": {k}, "data": "{}"}}"#, "x".repeat(1 << 20)),
+    },
+];
+
+/// Sends raw JSON text, as a producer in another language might.
+async fn send_raw(run: &mut Run<'_>, key: i64, body: &str) -> Result<(), BoxError> {
+    let conn = run.ctx.client.connection().await?;
+    let row = conn
+        .query_one(
+            "select pgmq.send($1, $2::text::jsonb, $3::jsonb, 0)",
+            &[&run.qs.q.as_str(), &body, &key_headers(key)],
+        )
+        .await
+        .map_err(|e| format!("sending poison {key}: {e}"))?;
+    run.produced.record(&[key], &Ok(vec![row.get::<_, i64>(0)]));
+    Ok(())
+}
+
+/// Messages that succeed or fail in a planned way: `act(key)` for each key.
+fn jobs_with(n: usize, act: impl Fn(i64) -> Option<Act>) -> Vec<Job> {
+    (0..n as i64)
+        .map(|k| match act(k) {
+            Some(a) => Job::with(k, a),
+            None => Job::plain(k),
+        })
+        .collect()
+}
+
+/// 4: poison payloads mixed into good messages.
+pub(crate) async fn poison(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "4").await?;
+    let per_kind: i64 = if ctx.quick { 3 } else { 10 };
+    let goods = ctx.plain_jobs(ctx.n);
+    let (first, second) = goods.split_at(ctx.n / 2);
+    run.produce(first).await;
+    let mut kinds: HashMap<i64, usize> = HashMap::new();
+    let mut key = ctx.n as i64;
+    for round in 0..per_kind {
+        for (i, p) in POISONS.iter().enumerate() {
+            send_raw(&mut run, key, &(p.body)(key)).await?;
+            kinds.insert(key, i);
+            key += 1;
+        }
+        if round == per_kind / 2 {
+            run.produce(second).await;
+        }
+    }
+    let mut args = run.worker_args();
+    args.max_attempts = 3;
+    args.backoff_ms = 100;
+    args.backoff_max_ms = 200;
+    let mut w = run.spawn(&args).await?;
+    run.wait_drained().await;
+    run.check_alive(&mut w, "the poison");
+    let f = run.finish("poison payloads", vec![w], false).await?;
+    let handled: HashSet<i64> = f.handlings.iter().map(|h| h.key).collect();
+    let mut row = f.row.clone();
+    for (i, p) in POISONS.iter().enumerate() {
+        let keys: Vec<i64> = kinds
+            .iter()
+            .filter(|(_, k)| **k == i)
+            .map(|(k, _)| *k)
+            .collect();
+        let h = keys.iter().filter(|k| handled.contains(k)).count();
+        let d = keys.iter().filter(|k| f.dead.contains(k)).count();
+        let (ok, detail) = if p.decodes {
+            (h == keys.len(), format!("{h} of {} handled", keys.len()))
+        } else {
+            (
+                h == 0 && d == keys.len(),
+                format!("{d} of {} dead-lettered, {h} handled", keys.len()),
+            )
+        };
+        row.push_check(Check::new(p.kind, ok, detail));
+    }
+    if let Some(r) = f.report() {
+        row.push_check(Check::new(
+            "worker counted decode failures",
+            r["decode_failures"].as_u64().unwrap_or(0) > 0,
+            format!("shutdown report: {r}"),
+        ));
+    }
+    Ok(row)
+}
+
+/// 5: handlers that panic on 1% of messages (every attempt: dead-lettered
+/// after max_attempts), and handlers that fail until their third attempt
+/// (handled on the third).
+pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "5").await?;
+    let panics = |k: i64| k % 100 == 0;
+    let fails = |k: i64| k % 20 == 7;
+    let jobs = jobs_with(ctx.n, |k| {
+        if panics(k) {
+            Some(Act {
+                panic_before: i32::MAX,
+                ..Act::default()
+            })
+        } else if fails(k) {
+            Some(Act {
+                fail_before: 3,
+                ..Act::default()
+            })
+        } else {
+            None
+        }
+    });
+    run.produce(&jobs).await;
+    let mut args = run.worker_args();
+    args.max_attempts = 5;
+    args.backoff_ms = 100;
+    args.backoff_max_ms = 400;
+    let mut w = run.spawn(&args).await?;
+    run.wait_drained().await;
+    run.check_alive(&mut w, "the panics");
+    let f = run
+        .finish("handlers panic (1%) / fail until 3rd try", vec![w], false)
+        .await?;
+    let panicking: HashSet<i64> = (0..ctx.n as i64).filter(|k| panics(*k)).collect();
+    let failing = (0..ctx.n as i64).filter(|k| fails(*k)).count();
+    let panicked_handled = f.handlings.iter().filter(|h| panics(h.key)).count();
+    let failing_rows: Vec<&Handling> = f.handlings.iter().filter(|h| fails(h.key)).collect();
+    let on_third = failing_rows.iter().filter(|h| h.read_ct == 3).count();
+    let mut row = f.row.clone();
+    row.push_check(Check::new(
+        "1% panicking messages dead-lettered",
+        f.dead == panicking && panicked_handled == 0,
+        format!(
+            "{} dead-lettered of {} that always panic",
+            f.dead.len(),
+            panicking.len()
+        ),
+    ));
+    row.push_check(Check::new(
+        "fail-until-3rd handled on attempt 3",
+        on_third == failing && failing_rows.len() == failing,
+        format!(
+            "{on_third} of {failing} handled with read_ct 3 ({} handlings)",
+            failing_rows.len()
+        ),
+    ));
+    if let Some(r) = f.report() {
+        row.push_check(Check::new(
+            "panics caught and counted",
+            r["panicked"].as_u64().unwrap_or(0) >= panicking.len() as u64,
+            format!("shutdown report: {r}"),
+        ));
+    }
+    Ok(row)
+}
+
+/// 6: a handler outliving its visibility timeout, heartbeat off (redelivery
+/// allowed and counted) or on (no redelivery).
+pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, if heartbeat { "6b" } else { "6a" }).await?;
+    let vt = 2u64;
+    let slow_ms = 4_500;
+    let slow_every = (ctx.n as i64 / 6).max(1);
+    let slow = |k: i64| k % slow_every == 0;
+    let jobs = jobs_with(ctx.n, |k| {
+        slow(k).then_some(Act {
+            sleep_ms: slow_ms,
+            ..Act::default()
+        })
+    });
+    run.produce(&jobs).await;
+    let mut args = run.worker_args();
+    args.vt_secs = vt;
+    args.heartbeat = heartbeat;
+    args.max_attempts = 10;
+    args.grace_ms = 15_000;
+    let w = run.spawn(&args).await?;
+    let title = if heartbeat {
+        "handler outlives vt, heartbeat on"
+    } else {
+        "handler outlives vt, heartbeat off"
+    };
+    let f = run.finish(title, vec![w], !heartbeat).await?;
+    let slow_keys = (0..ctx.n as i64).filter(|k| slow(*k)).count();
+    let slow_rows = f.handlings.iter().filter(|h| slow(h.key)).count();
+    let redelivered = f.handlings.iter().filter(|h| h.read_ct > 1).count();
+    let detail = format!(
+        "{slow_keys} slow messages ({slow_ms} ms each, vt {vt} s): {slow_rows} handlings, \
+         {redelivered} handlings of redelivered messages"
+    );
+    let mut row = f.row;
+    if heartbeat {
+        row.push_check(Check::new(
+            "no redelivery with the heartbeat",
+            redelivered == 0 && slow_rows == slow_keys,
+            detail,
+        ));
+    } else {
+        row.push_check(Check::new(
+            "redelivery without the heartbeat counted",
+            true,
+            detail,
+        ));
+    }
+    Ok(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poison_bodies_are_what_they_say() {
+        let null = (POISONS[2].body)(1);
+        assert_eq!(null, "null");
+        let deep = (POISONS[3].body)(1);
+        assert_eq!(deep.len(), 20_000);
+        // serde_json refuses this depth: a typed error, not a stack overflow.
+        assert!(serde_json::from_str::<serde_json::Value>(&deep).is_err());
+        let in_field = (POISONS[4].body)(7);
+        assert!(serde_json::from_str::<Job>(&in_field).is_err());
+        let big = (POISONS[5].body)(7);
+        assert!(big.len() > 1 << 20);
+        assert_eq!(serde_json::from_str::<Job>(&big).unwrap().key, 7);
+        assert!(serde_json::from_str::<Job>(&(POISONS[0].body)(7)).is_err());
+        assert!(serde_json::from_str::<Job>(&(POISONS[1].body)(7)).is_err());
+    }
+}

@@ -1,0 +1,177 @@
+//! 11: producers whose connections are cut while `send` and `send_batch` are
+//! in flight. Every produce is classified by [`pgmq_client::Error::outcome`];
+//! the queue then shows whether the classification was right.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgmq_client::{Client, QueueName};
+
+use super::super::job::{key_headers, Job};
+use super::super::ledger::{self, ProduceOutcome, Produced};
+use super::super::report::{Check, Row};
+use super::crash::{proxied_dsn, start_proxy};
+use super::{BoxError, Ctx, Run};
+
+/// One producer: sends its keys one by one (`batch` 1) or in batches.
+async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) -> Produced {
+    let mut produced = Produced::default();
+    for chunk in keys.chunks(batch) {
+        let res = if batch == 1 {
+            let k = chunk[0];
+            let opts = pgmq_client::SendOptions::new().headers(key_headers(k));
+            client
+                .send_with(&q, &Job::plain(k), &opts)
+                .await
+                .map(|id| vec![id])
+        } else {
+            let jobs: Vec<Job> = chunk.iter().map(|k| Job::plain(*k)).collect();
+            let headers: Vec<serde_json::Value> = chunk.iter().map(|k| key_headers(*k)).collect();
+            client
+                .send_batch_with(&q, &jobs, Some(&headers), pgmq_client::Delay::None)
+                .await
+        };
+        let failed = res.is_err();
+        produced.record(chunk, &res);
+        if failed {
+            // A producer backs off briefly before its next message.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    produced
+}
+
+/// 11: four producers (two single, two batches of 50) through the proxy,
+/// which cuts every connection every 150 ms and refuses new ones for 100 ms
+/// every other time.
+pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "11").await?;
+    let proxy = start_proxy(ctx).await?;
+    let client = Client::builder(&proxied_dsn(&proxy))
+        .max_size(4)
+        .connect_timeout(Duration::from_secs(2))
+        .pool_timeout(Duration::from_secs(2))
+        .application_name("pgmq-faults-producer")
+        .connect()
+        .await?;
+    let n = ctx.n as i64;
+    // Singles are slow (one round trip each): give them a fifth of the keys.
+    let singles = n / 5;
+    let plan: Vec<(Vec<i64>, usize)> = vec![
+        ((0..singles).step_by(2).collect(), 1),
+        ((1..singles).step_by(2).collect(), 1),
+        ((singles..n).filter(|k| k % 2 == 0).collect(), 50),
+        ((singles..n).filter(|k| k % 2 == 1).collect(), 50),
+    ];
+    let done = Arc::new(AtomicBool::new(false));
+    let faults = {
+        let done = done.clone();
+        async move {
+            let mut cuts = 0u32;
+            while !done.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                cuts += 1;
+                let refuse = cuts % 2 == 0;
+                if refuse {
+                    proxy.set_accepting(false);
+                }
+                proxy.cut_all();
+                if refuse {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    proxy.set_accepting(true);
+                }
+            }
+            (cuts, proxy)
+        }
+    };
+    let producers = futures::future::join_all(plan.into_iter().map(|(keys, batch)| {
+        tokio::spawn(producer(client.clone(), run.qs.q.clone(), keys, batch))
+    }));
+    let producers = async {
+        let r = producers.await;
+        done.store(true, Ordering::SeqCst);
+        r
+    };
+    let (results, (cuts, proxy)) = tokio::join!(producers, faults);
+    for r in results {
+        run.produced.merge(r?);
+    }
+    let (cut_conns, refused) = proxy.totals();
+    drop(proxy);
+    drop(client);
+
+    // Before anything consumes: which keys made it into the queue?
+    let (present, unkeyed) = ledger::keys_in_queue(&ctx.client, &run.qs.q).await?;
+    let present: HashSet<i64> = present.into_iter().collect();
+    run.produced.classify_unknown(&present);
+    let produced = &run.produced;
+    let committed_missing = produced
+        .records
+        .iter()
+        .filter(|r| r.outcome == ProduceOutcome::Committed && !present.contains(&r.key))
+        .count();
+    let failed_present = produced
+        .records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.outcome,
+                ProduceOutcome::NotSent | ProduceOutcome::Rejected
+            ) && present.contains(&r.key)
+        })
+        .count();
+    // A batch is one statement: all of it or none of it.
+    let mut per_call: HashMap<u64, (usize, usize)> = HashMap::new();
+    for r in produced
+        .records
+        .iter()
+        .filter(|r| r.outcome == ProduceOutcome::Unknown)
+    {
+        let e = per_call.entry(r.call).or_default();
+        e.0 += 1;
+        e.1 += usize::from(present.contains(&r.key));
+    }
+    let torn = per_call.values().filter(|(n, p)| *p != 0 && p != n).count();
+    let unknown = produced.count(ProduceOutcome::Unknown);
+    let recovered = produced
+        .records
+        .iter()
+        .filter(|r| r.recovered == Some(true))
+        .count();
+    let failed_without_effect =
+        produced.count(ProduceOutcome::NotSent) + produced.count(ProduceOutcome::Rejected);
+    let checks = [
+        Check::new(
+            "connections cut while produces were in flight",
+            cuts > 0 && cut_conns > 0 && unknown > 0,
+            format!(
+                "{cuts} cuts resetting {cut_conns} connections, {refused} connects refused; \
+                 {unknown} produces in flight at a cut, {recovered} of them committed"
+            ),
+        ),
+        Check::new(
+            "every committed produce is in the queue",
+            committed_missing == 0 && unkeyed == 0,
+            format!("{committed_missing} committed but missing"),
+        ),
+        Check::new(
+            "no \"not sent\" or rejected produce is in the queue",
+            failed_present == 0,
+            format!("{failed_present} of {failed_without_effect} failed-without-effect produces found in the queue"),
+        ),
+        Check::new(
+            "batches all-or-nothing",
+            torn == 0,
+            format!("{} unknown calls, {torn} partly present", per_call.len()),
+        ),
+    ];
+    run.checks.extend(checks);
+    // Then consume everything (unfaulted) and count per key.
+    let w = run.spawn(&run.worker_args()).await?;
+    Ok(run
+        .finish("producers under connection cuts", vec![w], false)
+        .await?
+        .row)
+}

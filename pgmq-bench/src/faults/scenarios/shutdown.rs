@@ -1,0 +1,214 @@
+//! Stopping workers: graceful shutdown under load 20 times (7), SIGTERM to a
+//! busy worker and a second SIGTERM while a handler hangs (12).
+
+use std::time::{Duration, Instant};
+
+use pgmq_client::QueueName;
+
+use super::super::job::{Act, Job};
+use super::super::report::{Check, Row};
+use super::{BoxError, Ctx, Run};
+
+/// Messages of `q` that are invisible right now (claimed and not released).
+async fn hidden(ctx: &Ctx, q: &QueueName) -> Result<i64, BoxError> {
+    let conn = ctx.client.connection().await?;
+    // A validated QueueName: [a-z0-9_] only.
+    let sql = format!(
+        "select count(*) from {} where vt > clock_timestamp()",
+        q.table()
+    );
+    Ok(conn.query_one(sql.as_str(), &[]).await?.get(0))
+}
+
+/// Polls until no message of `q` is invisible; returns how long it took.
+async fn until_all_visible(ctx: &Ctx, q: &QueueName, limit: Duration) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if hidden(ctx, q).await.ok() == Some(0) {
+            return Some(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// 7: a worker under load stopped with SIGTERM, 20 times in a row; after each
+/// stop every message it claimed but did not start is visible at once to the
+/// next worker (the vt is 30 s, so an unreleased claim would show).
+pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "7").await?;
+    let rounds = if ctx.quick { 5 } else { 20 };
+    run.produce_plain(ctx.n).await;
+    let mut args = run.worker_args();
+    args.vt_secs = 30;
+    args.sleep_ms = 10;
+    let mut clean = 0;
+    let mut released = 0u64;
+    let mut worst_visible = Duration::ZERO;
+    let mut worst_stop = Duration::ZERO;
+    let mut problems = Vec::new();
+    for round in 1..=rounds {
+        let w = run.spawn(&args).await?;
+        // A quarter of a second each keeps a backlog for all rounds.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let exit = w.stop(Duration::from_secs(30)).await?;
+        worst_stop = worst_stop.max(exit.took);
+        if exit.clean() {
+            clean += 1;
+        } else {
+            problems.push(format!("round {round}: {}", exit.describe()));
+        }
+        released += exit
+            .said
+            .report
+            .as_ref()
+            .and_then(|r| r["released"].as_u64())
+            .unwrap_or(0);
+        match until_all_visible(ctx, &run.qs.q, Duration::from_secs(5)).await {
+            Some(d) => worst_visible = worst_visible.max(d),
+            None => problems.push(format!(
+                "round {round}: claims still hidden 5 s after the exit"
+            )),
+        }
+    }
+    let before_drain = ctx.progress(run.label).await.unwrap_or(0);
+    run.check(
+        "every shutdown clean, claims visible at once",
+        clean == rounds && problems.is_empty() && worst_visible < Duration::from_millis(500),
+        format!(
+            "{clean} of {rounds} exited 0 with a report, slowest SIGTERM-to-exit {} ms; \
+             {released} unstarted claims released, all visible again at most {} ms after the exit (vt 30 s); \
+             {before_drain} handled before a last worker drained the rest{}",
+            worst_stop.as_millis(),
+            worst_visible.as_millis(),
+            if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
+        ),
+    );
+    let drainer = run.spawn(&args).await?;
+    let title = format!("graceful shutdown under load {rounds}x");
+    Ok(run.finish(&title, vec![drainer], false).await?.row)
+}
+
+/// 12a: SIGTERM to a busy worker: it drains and exits 0; nothing is handled twice.
+pub(crate) async fn sigterm_busy(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "12a").await?;
+    run.produce_plain(ctx.n).await;
+    let mut args = run.worker_args();
+    args.sleep_ms = 2;
+    args.vt_secs = 30;
+    let w = run.spawn(&args).await?;
+    run.wait_handled(ctx.n as i64 / 3).await?;
+    let exit = w.stop(Duration::from_secs(30)).await?;
+    let visible = until_all_visible(ctx, &run.qs.q, Duration::from_secs(5)).await;
+    run.check(
+        "SIGTERM: drained and exited 0",
+        exit.clean(),
+        format!(
+            "{}; report {}",
+            exit.describe(),
+            exit.said.report.clone().unwrap_or_default()
+        ),
+    );
+    run.check(
+        "unstarted claims released",
+        visible.is_some(),
+        match visible {
+            Some(d) => format!("all visible {} ms after the exit (vt 30 s)", d.as_millis()),
+            None => "claims still hidden 5 s after the exit".into(),
+        },
+    );
+    let drainer = run.spawn(&args).await?;
+    Ok(run
+        .finish("SIGTERM to a busy worker", vec![drainer], false)
+        .await?
+        .row)
+}
+
+/// 12b: a second SIGTERM while a handler hangs forces the exit; the hung
+/// message comes back after its vt and is handled by the next worker.
+pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "12b").await?;
+    let plain = (ctx.n / 10).max(100);
+    let hang_key = plain as i64;
+    let mut jobs = ctx.plain_jobs(plain);
+    jobs.push(Job::with(
+        hang_key,
+        Act {
+            hang_before: 2,
+            ..Act::default()
+        },
+    ));
+    run.produce(&jobs).await;
+    let mut args = run.worker_args();
+    args.vt_secs = 3;
+    // Longer than the test: only the second SIGTERM can end this shutdown.
+    args.grace_ms = 120_000;
+    let mut w = run.spawn(&args).await?;
+    run.wait_handled(plain as i64).await?;
+    w.sigterm().await?;
+    let draining = w.wait_draining(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let still_waiting = w.running();
+    let t = Instant::now();
+    w.sigterm().await?;
+    let exit = w.wait(Duration::from_secs(10)).await?;
+    let forced_in = t.elapsed();
+    let back = wait_visible(ctx, &run.qs.q, Duration::from_secs(args.vt_secs + 10)).await;
+    run.check(
+        "first SIGTERM waits for the hung handler",
+        draining && still_waiting,
+        format!("draining: {draining}; still running 1.5 s later: {still_waiting}"),
+    );
+    run.check(
+        "second SIGTERM forces the exit",
+        exit.forced() && forced_in < Duration::from_secs(2),
+        format!(
+            "{} ({} ms after the second SIGTERM)",
+            exit.status,
+            forced_in.as_millis()
+        ),
+    );
+    run.check(
+        "hung message back after its vt",
+        back.is_some(),
+        match back {
+            Some(d) => format!(
+                "visible again {:.1} s after the forced exit (vt {} s)",
+                d.as_secs_f64(),
+                args.vt_secs
+            ),
+            None => "not visible again".into(),
+        },
+    );
+    let drainer = run.spawn(&args).await?;
+    let f = run
+        .finish("second SIGTERM while a handler hangs", vec![drainer], false)
+        .await?;
+    let hung: Vec<i32> = f
+        .handlings
+        .iter()
+        .filter(|h| h.key == hang_key)
+        .map(|h| h.read_ct)
+        .collect();
+    let mut row = f.row;
+    row.push_check(Check::new(
+        "hung message handled once, on a later attempt",
+        hung.len() == 1 && hung[0] >= 2,
+        format!("{} handling(s), read_ct {hung:?}", hung.len()),
+    ));
+    Ok(row)
+}
+
+/// Polls until some message of `q` is visible.
+async fn wait_visible(ctx: &Ctx, q: &QueueName, limit: Duration) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if let Ok(m) = ctx.client.metrics(q).await {
+            if m.queue_visible_length > 0 {
+                return Some(t.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}

@@ -1,0 +1,332 @@
+//! The worker process (`pgmq-bench fault-worker`, hidden): a pgmq-worker
+//! whose handler obeys each message's [`Act`] and records every successful
+//! handling in the ledger before returning.
+//!
+//! Protocol with the suite, on stdout: `ready <pid>` once the worker runs,
+//! `draining` after the first SIGTERM, `forced` when a second SIGTERM forces
+//! the exit (exit code 3), `report <json>` after a graceful shutdown (exit
+//! code 0). Logs go to stderr.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use pgmq_client::{Client, Message, QueueName};
+use pgmq_worker::{Backoff, HandlerError, Outcome, WakeUp, Worker};
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::job::Job;
+use super::ledger::INSERT_HANDLING;
+use super::BoxError;
+
+/// Exit code of a worker whose shutdown a second SIGTERM forced.
+pub(crate) const FORCED_EXIT: u8 = 3;
+
+/// Options of the hidden `fault-worker` subcommand (set by the suite).
+#[derive(Debug, Clone, clap::Args)]
+#[non_exhaustive]
+pub struct WorkerArgs {
+    /// The DSN (from the environment, so that it stays out of `ps`).
+    #[arg(long, env = "PGMQ_FAULT_DSN", hide_env_values = true)]
+    pub dsn: String,
+    /// The DSN of the ledger (defaults to --dsn).
+    #[arg(long, env = "PGMQ_FAULT_LEDGER_DSN", hide_env_values = true)]
+    pub ledger_dsn: Option<String>,
+    /// Queue to consume.
+    #[arg(long)]
+    pub queue: String,
+    /// Dead-letter queue.
+    #[arg(long)]
+    pub dlq: String,
+    /// Run id written to the ledger.
+    #[arg(long)]
+    pub run_id: String,
+    /// Scenario label written to the ledger.
+    #[arg(long)]
+    pub scenario: String,
+    /// Visibility timeout, seconds.
+    #[arg(long, default_value_t = 5)]
+    pub vt_secs: u64,
+    /// Concurrent handlers.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Messages per read.
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: usize,
+    /// Bounded claim queue.
+    #[arg(long, default_value_t = 200)]
+    pub claim_capacity: usize,
+    /// Attempts before dead-lettering.
+    #[arg(long, default_value_t = 5)]
+    pub max_attempts: u32,
+    /// First retry delay, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub backoff_ms: u64,
+    /// Largest retry delay, milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub backoff_max_ms: u64,
+    /// Extend the visibility timeout of long handlers.
+    #[arg(long)]
+    pub heartbeat: bool,
+    /// How long a graceful shutdown waits for running handlers, milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub grace_ms: u64,
+    /// Poll interval, milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub poll_ms: u64,
+    /// Extra sleep in every handler, milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub sleep_ms: u64,
+}
+
+impl WorkerArgs {
+    /// Defaults for a queue of a scenario (the DSN is passed by environment).
+    pub(crate) fn for_queue(
+        queue: &QueueName,
+        dlq: &QueueName,
+        run_id: &str,
+        scenario: &str,
+    ) -> Self {
+        WorkerArgs {
+            dsn: String::new(),
+            ledger_dsn: None,
+            queue: queue.as_str().to_owned(),
+            dlq: dlq.as_str().to_owned(),
+            run_id: run_id.to_owned(),
+            scenario: scenario.to_owned(),
+            vt_secs: 5,
+            concurrency: 8,
+            batch_size: 100,
+            claim_capacity: 200,
+            max_attempts: 5,
+            backoff_ms: 1000,
+            backoff_max_ms: 2000,
+            heartbeat: false,
+            grace_ms: 10_000,
+            poll_ms: 100,
+            sleep_ms: 0,
+        }
+    }
+
+    /// The command line (after the subcommand), without the DSNs.
+    pub(crate) fn to_argv(&self) -> Vec<String> {
+        let mut v = vec![
+            "--queue".into(),
+            self.queue.clone(),
+            "--dlq".into(),
+            self.dlq.clone(),
+            "--run-id".into(),
+            self.run_id.clone(),
+            "--scenario".into(),
+            self.scenario.clone(),
+        ];
+        for (flag, value) in [
+            ("--vt-secs", self.vt_secs),
+            ("--concurrency", self.concurrency as u64),
+            ("--batch-size", self.batch_size as u64),
+            ("--claim-capacity", self.claim_capacity as u64),
+            ("--max-attempts", u64::from(self.max_attempts)),
+            ("--backoff-ms", self.backoff_ms),
+            ("--backoff-max-ms", self.backoff_max_ms),
+            ("--grace-ms", self.grace_ms),
+            ("--poll-ms", self.poll_ms),
+            ("--sleep-ms", self.sleep_ms),
+        ] {
+            v.push(flag.into());
+            v.push(value.to_string());
+        }
+        if self.heartbeat {
+            v.push("--heartbeat".into());
+        }
+        v
+    }
+}
+
+/// What every handler needs.
+struct HandlerCtx {
+    ledger: Client,
+    run_id: String,
+    scenario: String,
+    pid: i32,
+    sleep: Duration,
+}
+
+/// Runs the worker process until SIGTERM (graceful: returns exit code 0) or
+/// a second SIGTERM during the shutdown (forced: the process exits with
+/// code 3 at once).
+///
+/// ```no_run
+/// # async fn f(args: pgmq_bench::faults::WorkerArgs) -> Result<(), pgmq_bench::faults::BoxError> {
+/// let code = pgmq_bench::faults::worker_main(args).await?;
+/// # let _ = code; Ok(()) }
+/// ```
+pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+    // Registered first, so that a SIGTERM arriving during start-up is not lost.
+    let mut term = signal(SignalKind::terminate())?;
+    let queue = QueueName::new(&args.queue)?;
+    let dlq = QueueName::new(&args.dlq)?;
+    let client = connect_retrying(&args.dsn, 4, true).await?;
+    let ledger_dsn = args.ledger_dsn.as_deref().unwrap_or(&args.dsn);
+    let ledger = connect_retrying(ledger_dsn, args.concurrency as u32 + 1, false).await?;
+    let hctx = Arc::new(HandlerCtx {
+        ledger,
+        run_id: args.run_id.clone(),
+        scenario: args.scenario.clone(),
+        pid: std::process::id() as i32,
+        sleep: Duration::from_millis(args.sleep_ms),
+    });
+    let worker: Worker<Job> = Worker::builder(client, queue)
+        .concurrency(args.concurrency)
+        .batch_size(args.batch_size)
+        .claim_capacity(args.claim_capacity)
+        .visibility_timeout(Duration::from_secs(args.vt_secs))
+        .poll_interval(Duration::from_millis(args.poll_ms))
+        .wake_up(WakeUp::Poll)
+        .max_attempts(args.max_attempts)
+        .retry_backoff(Backoff::exponential(
+            Duration::from_millis(args.backoff_ms),
+            Duration::from_millis(args.backoff_max_ms),
+        ))
+        .dead_letter_queue(dlq)
+        .shutdown_grace(Duration::from_millis(args.grace_ms))
+        .heartbeat(args.heartbeat)
+        .handler(move |msg: Message<Job>| handle(hctx.clone(), msg))
+        .build()?;
+    let handle = worker.spawn();
+    say(&format!("ready {}", std::process::id()));
+
+    term.recv().await;
+    say("draining");
+    tokio::spawn(async move {
+        term.recv().await;
+        say("forced");
+        std::process::exit(i32::from(FORCED_EXIT));
+    });
+    let report = handle.shutdown().await?;
+    let st = &report.stats;
+    let json = serde_json::json!({
+        "handled": report.handled,
+        "acked": report.acked,
+        "released": report.released,
+        "still_running_at_deadline": report.still_running_at_deadline,
+        "acks_failed": report.acks_failed,
+        "release_failed": report.release_failed,
+        "shutdown_ms": report.elapsed.as_millis() as u64,
+        "claimed": st.claimed,
+        "panicked": st.panicked,
+        "decode_failures": st.decode_failures,
+        "dead_lettered": st.dead_lettered,
+        "failed": st.failed,
+        "retried": st.retried,
+        "read_errors": st.read_errors,
+        "ack_retries": st.ack_retries,
+        "expired_unstarted": st.expired_unstarted,
+        "heartbeats": st.heartbeats,
+    });
+    say(&format!("report {json}"));
+    Ok(0)
+}
+
+/// One line to the suite.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Connects, retrying for up to 30 s (the server may be restarting).
+async fn connect_retrying(dsn: &str, max_size: u32, check_pgmq: bool) -> Result<Client, BoxError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let res = Client::builder(dsn)
+            .max_size(max_size)
+            .connect_timeout(Duration::from_secs(5))
+            .pool_timeout(Duration::from_secs(5))
+            .application_name("pgmq-fault-worker")
+            .check_pgmq(check_pgmq)
+            .connect()
+            .await;
+        match res {
+            Ok(c) => return Ok(c),
+            Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "connect failed; retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The handler: obey the message's act, then record the handling.
+async fn handle(h: Arc<HandlerCtx>, msg: Message<Job>) -> Result<Outcome, HandlerError> {
+    let started_at = Utc::now();
+    let attempt = msg.read_ct;
+    let act = msg.body.act.unwrap_or_default();
+    if attempt < act.hang_before {
+        tracing::info!(key = msg.body.key, "planned hang");
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    if attempt < act.panic_before {
+        panic!("planned panic on key {} attempt {attempt}", msg.body.key);
+    }
+    if attempt < act.fail_before {
+        return Err(format!("planned failure on key {} attempt {attempt}", msg.body.key).into());
+    }
+    let sleep = h.sleep + Duration::from_millis(act.sleep_ms);
+    if !sleep.is_zero() {
+        tokio::time::sleep(sleep).await;
+    }
+    let conn = h.ledger.connection().await?;
+    conn.execute(
+        INSERT_HANDLING,
+        &[
+            &h.run_id,
+            &h.scenario,
+            &msg.body.key,
+            &msg.msg_id,
+            &h.pid,
+            &msg.read_ct,
+            &msg.last_read_at,
+            &msg.vt,
+            &started_at,
+        ],
+    )
+    .await?;
+    Ok(Outcome::Delete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        w: WorkerArgs,
+    }
+
+    #[test]
+    fn argv_round_trips() {
+        let q = QueueName::new("q").unwrap();
+        let d = QueueName::new("q_dlq").unwrap();
+        let mut a = WorkerArgs::for_queue(&q, &d, "run", "7");
+        a.heartbeat = true;
+        a.vt_secs = 3;
+        let mut argv = vec!["x".to_owned(), "--dsn".into(), "postgres://u@h/db".into()];
+        argv.extend(a.to_argv());
+        let parsed = Cli::try_parse_from(argv).unwrap().w;
+        assert!(parsed.heartbeat);
+        assert_eq!(parsed.vt_secs, 3);
+        assert_eq!(parsed.scenario, "7");
+        assert_eq!(parsed.to_argv(), a.to_argv());
+    }
+}
