@@ -15,7 +15,7 @@ use crate::version::{self, PgmqInstall};
 /// PGMQ calls over an [`Executor`].
 ///
 /// Every call is written once and works on any executor: [`Client`] (the
-/// pool), a pooled [`Connection`], a [`Transaction`](crate::Transaction), or a
+/// pool), a pooled [`Connection`](crate::Connection), a [`Transaction`](crate::Transaction), or a
 /// caller's own `tokio_postgres` client or transaction, through [`Pgmq::on`].
 ///
 /// The calls are grouped by file the way PGMQ's docs group them: queues
@@ -27,7 +27,7 @@ pub struct Pgmq<E = Pool> {
     ex: E,
 }
 
-/// The pool-backed client: `Pgmq` over a bb8 pool of [`Connection`]s.
+/// The pool-backed client: `Pgmq` over a bb8 pool of [`Connection`](crate::Connection)s.
 ///
 /// Cloning is cheap; clones share the pool.
 pub type Client = Pgmq<Pool>;
@@ -75,7 +75,7 @@ impl<E: Executor> Pgmq<E> {
     }
 }
 
-/// A bb8 pool of [`Connection`]s, with what was found about PGMQ at connect.
+/// A bb8 pool of [`Connection`](crate::Connection)s, with what was found about PGMQ at connect.
 #[derive(Clone)]
 pub struct Pool {
     inner: bb8::Pool<ConnectionManager>,
@@ -192,7 +192,7 @@ impl Client {
     }
 
     /// Checks out a pooled connection, e.g. to open a
-    /// [`transaction`](Connection::transaction).
+    /// [`transaction`](crate::Connection::transaction).
     pub async fn connection(&self) -> Result<bb8::PooledConnection<'_, ConnectionManager>, Error> {
         let pool = &self.executor().inner;
         checkout(pool.state().connections, || pool.get()).await

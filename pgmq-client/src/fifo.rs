@@ -28,7 +28,10 @@ pub enum GroupStrategy {
     #[default]
     Fill,
     /// `read_grouped_rr`: interleave groups round-robin, oldest first in each.
-    /// The batch comes back in that interleaved order.
+    /// The batch comes back in that interleaved order. PGMQ takes an advisory
+    /// lock per group *name* (database-wide) and passes over a group that
+    /// another transaction is reading at that moment, on any queue: make
+    /// group names unique across queues.
     RoundRobin,
     /// `read_grouped_head`: at most the head message of each group, in
     /// `msg_id` order.

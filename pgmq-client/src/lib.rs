@@ -50,6 +50,27 @@
 //!   another connection; a call that hits a connection lost mid-flight returns
 //!   [`Error::ConnectionLost`] with [`Outcome::Unknown`], which
 //!   [`Error::is_transient`] reports as retryable.
+//! - **TLS as libpq.** The DSN's `sslmode` decides: `disable`; `prefer` (the
+//!   default) and `require` encrypt without checking the certificate;
+//!   `verify-ca` and `verify-full` check it (webpki roots, or your rustls
+//!   configuration via [`ClientBuilder::tls`] for a private CA).
+//!
+//! # Command-line tool
+//!
+//! With the `cli` feature the crate builds `pgmq`, a tool for operators: list
+//! queues with metrics, create, drop, purge, send JSON lines from stdin or a
+//! file, read or pop as JSON lines, delete or archive by id, move dead letters
+//! back to their source queue (`redrive`), and switch insert notifications.
+//! `pgmq --help` describes each command.
+//!
+//! ```text
+//! cargo install --path pgmq-client --features cli
+//! export DATABASE_URL=postgres://app:secret@db/app
+//! pgmq list --table
+//! jq -c '.[]' orders.json | pgmq send orders
+//! pgmq read orders -n 10 | jq .body
+//! pgmq redrive orders_dlq --dry-run
+//! ```
 //!
 //! # Files
 //!
@@ -57,7 +78,8 @@
 //! `connection.rs` (connections, their statement cache, transactions),
 //! `statements.rs` (all SQL), `queue_name.rs`, `message.rs`, then the calls as
 //! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs`, `ack.rs`, `fifo.rs`,
-//! `notify.rs`, `topics.rs`; `version.rs` (detection) and `error.rs`.
+//! `notify.rs`, `topics.rs`; `version.rs` (detection), `tls.rs` (sslmode),
+//! `dsn.rs` and `error.rs`; `bin/pgmq/` is the command-line tool.
 
 mod ack;
 mod client;

@@ -19,11 +19,19 @@ const ALL: [GroupStrategy; 3] = [
 ];
 
 /// Sends one message per `(group, n)`, in order; returns the ids.
+///
+/// Group names are qualified with the queue's: PGMQ's round-robin read
+/// takes an advisory lock per group *name*, database-wide, and passes over
+/// a group another transaction (on any queue) is reading at that moment.
 async fn send_grouped(client: &Client, q: &QueueName, msgs: &[(&str, i32)]) -> Vec<i64> {
-    let bodies: Vec<Value> = msgs.iter().map(|(g, n)| json!({"g": g, "n": n})).collect();
+    let group = |g: &str| format!("{q}-{g}");
+    let bodies: Vec<Value> = msgs
+        .iter()
+        .map(|(g, n)| json!({"g": group(g), "n": n}))
+        .collect();
     let headers: Vec<Value> = msgs
         .iter()
-        .map(|(g, _)| json!({ FIFO_GROUP_HEADER: g }))
+        .map(|(g, _)| json!({ FIFO_GROUP_HEADER: group(g) }))
         .collect();
     client
         .send_batch_with(q, &bodies, Some(&headers), Delay::None)

@@ -616,7 +616,10 @@ async fn raw_bodies_are_forwarded_unchanged() {
         .await
         .unwrap();
     let first: Vec<Message<RawJson>> = client.read_raw(&a, VT, 1).await.unwrap();
-    assert!(first[0].body.get().contains("12345678901234567890.123456789"));
+    assert!(first[0]
+        .body
+        .get()
+        .contains("12345678901234567890.123456789"));
     client.send(&b, &first[0].body).await.unwrap();
     let second: Vec<Message<RawJson>> = client.read_raw(&b, VT, 1).await.unwrap();
     assert_eq!(second[0].body.get(), first[0].body.get());

@@ -169,7 +169,7 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Insert notifications (LISTEN channel pgmq.q_<queue>.INSERT).
+    /// Insert notifications (LISTEN channel pgmq.q_QUEUE.INSERT).
     Notify {
         #[command(subcommand)]
         action: NotifyAction,
