@@ -41,6 +41,11 @@ pub enum Command {
     Check(CheckArgs),
     /// Check the memory target from two documents (e.g. 100,000 and 1,000,000 messages).
     CheckMemory(CheckMemoryArgs),
+    /// Run the fault and bad-input suite (on its own throwaway cluster).
+    Faults(crate::faults::FaultsArgs),
+    /// The worker process of the fault suite (started by `faults`, not by hand).
+    #[command(hide = true)]
+    FaultWorker(crate::faults::WorkerArgs),
 }
 
 /// A benchmark section.

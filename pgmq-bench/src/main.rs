@@ -2,11 +2,14 @@
 
 use clap::Parser;
 use pgmq_bench::cli::{Cli, Command};
-use pgmq_bench::{commands, run};
+use pgmq_bench::{commands, faults, run};
 
 fn main() {
     let cli = Cli::parse();
-    pgmq_bench::init_tracing();
+    // The fault worker sets up its own logging.
+    if !matches!(cli.command, Some(Command::FaultWorker(_))) {
+        pgmq_bench::init_tracing();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -17,23 +20,32 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let result = runtime.block_on(async move {
-        match cli.command {
+    let code = runtime.block_on(async move {
+        let result = match cli.command {
             None => run::run(cli.run).await,
             Some(Command::Run(args)) => run::run(args).await,
             Some(Command::Compare(args)) => commands::compare(args).await,
             Some(Command::Report(args)) => commands::report(args).await,
             Some(Command::Check(args)) => commands::check(args).await,
             Some(Command::CheckMemory(args)) => commands::check_memory(args).await,
-        }
-    });
-    let code = match result {
-        Ok(code) => code,
-        Err(e) => {
+            Some(Command::Faults(args)) => {
+                return faults::run(args).await.unwrap_or_else(|e| {
+                    eprintln!("pgmq-bench faults: {e}");
+                    1
+                })
+            }
+            Some(Command::FaultWorker(args)) => {
+                return faults::worker_main(args).await.unwrap_or_else(|e| {
+                    eprintln!("pgmq-bench fault-worker: {e}");
+                    1
+                })
+            }
+        };
+        result.unwrap_or_else(|e| {
             eprintln!("pgmq-bench: {e}");
             e.exit_code()
-        }
-    };
+        })
+    });
     drop(runtime);
     std::process::exit(code);
 }

@@ -9,9 +9,9 @@ use crate::document::Document;
 use crate::report::markdown::worker_counts;
 use crate::report::thousands;
 
-const W: f64 = 980.0;
-const H: f64 = 440.0;
-const PANEL_W: f64 = 440.0;
+const W: f64 = 1000.0;
+const H: f64 = 500.0;
+const PANEL_W: f64 = 470.0;
 const TOP: f64 = 60.0;
 const PLOT_H: f64 = 300.0;
 const COLORS: [&str; 6] = [
@@ -30,7 +30,7 @@ fn nice_max(v: f64) -> f64 {
         return 1.0;
     }
     let p = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 5.0, 10.0] {
+    for m in [1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if m * p >= v {
             return m * p;
         }
@@ -139,13 +139,19 @@ fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
             left + plot_w,
             y(b)
         );
+        let ly = TOP - 14.0;
+        let _ = writeln!(
+            out,
+            r##"<line x1="{left:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="#d62728" stroke-dasharray="6 4" stroke-width="1.5"/>"##,
+            left + 24.0
+        );
         text(
             out,
-            left + plot_w,
-            y(b) - 5.0,
-            "end",
+            left + 30.0,
+            ly + 4.0,
+            "start",
             11,
-            &format!("baseline read + delete, 1 connection: {}", thousands(b)),
+            &format!("baseline: read + delete on 1 connection, no SDK ({} msg/s)", thousands(b)),
         );
     }
     let _ = writeln!(
@@ -168,7 +174,7 @@ fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
 
 fn latency_panel(out: &mut String, d: &Document, x0: f64) {
     let left = x0 + 70.0;
-    let plot_w = PANEL_W - 90.0;
+    let plot_w = PANEL_W - 80.0;
     text(
         out,
         x0 + PANEL_W / 2.0,
@@ -292,8 +298,8 @@ fn latency_panel(out: &mut String, d: &Document, x0: f64) {
                 quantiles[i]
             );
         }
-        let ly = TOP + 4.0 + 15.0 * k as f64;
-        let lx = left + plot_w + 4.0;
+        let ly = TOP + PLOT_H + 62.0 + 15.0 * (k / 2) as f64;
+        let lx = left + (plot_w / 2.0) * (k % 2) as f64;
         let _ = writeln!(
             out,
             r#"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"{}/>"#,
@@ -362,7 +368,8 @@ mod tests {
     #[test]
     fn nice_maxima() {
         assert_eq!(nice_max(0.0), 1.0);
-        assert_eq!(nice_max(3.2), 5.0);
+        assert_eq!(nice_max(3.2), 4.0);
+        assert_eq!(nice_max(28_000.0), 30_000.0);
         assert_eq!(nice_max(45_000.0), 50_000.0);
         assert_eq!(nice_max(100.0), 100.0);
         assert_eq!(esc("a<b&c"), "a&lt;b&amp;c");

@@ -1,0 +1,173 @@
+//! Shared by the integration tests: a throwaway database per test on the
+//! development cluster (so that tests never see each other's pgmq_bench_*
+//! queues), and running the real binary.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The cluster tests use (PGMQ_TEST_DSN, else the development cluster).
+pub fn test_dsn() -> String {
+    std::env::var("PGMQ_TEST_DSN")
+        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned())
+}
+
+/// `dsn` with its database name replaced.
+fn with_database(dsn: &str, db: &str) -> String {
+    let (base, query) = match dsn.find('?') {
+        Some(i) => (&dsn[..i], &dsn[i..]),
+        None => (dsn, ""),
+    };
+    let slash = base.rfind('/').expect("a URL DSN with a database name");
+    format!("{}/{db}{query}", &base[..slash])
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn connect(dsn: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
+    tokio::spawn(conn);
+    client
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A database with PGMQ created for one test and dropped when it ends.
+pub struct TempDb {
+    name: String,
+    pub dsn: String,
+}
+
+impl TempDb {
+    pub fn new(tag: &str) -> TempDb {
+        let name = format!(
+            "pgmq_bench_t_{tag}_{}_{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let dsn = with_database(&test_dsn(), &name);
+        let admin = test_dsn();
+        let (n, d) = (name.clone(), dsn.clone());
+        runtime().block_on(async move {
+            let c = connect(&admin).await;
+            c.batch_execute(&format!("CREATE DATABASE {n}"))
+                .await
+                .unwrap();
+            let c = connect(&d).await;
+            c.batch_execute("CREATE EXTENSION pgmq").await.unwrap();
+        });
+        TempDb { name, dsn }
+    }
+
+    /// Runs SQL in this database and returns the first column of each row as text.
+    pub fn query(&self, sql: &str) -> Vec<String> {
+        let dsn = self.dsn.clone();
+        let sql = sql.to_owned();
+        runtime().block_on(async move {
+            let c = connect(&dsn).await;
+            c.simple_query(&sql)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        Some(r.get(0).unwrap_or("").to_owned())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    }
+
+    /// Names of the queues that start with pgmq_bench_.
+    pub fn bench_queues(&self) -> Vec<String> {
+        self.query(
+            "SELECT queue_name FROM pgmq.meta WHERE queue_name LIKE 'pgmq\\_bench\\_%' ORDER BY 1",
+        )
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        let admin = test_dsn();
+        let name = self.name.clone();
+        runtime().block_on(async move {
+            let c = connect(&admin).await;
+            let _ = c
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await;
+        });
+    }
+}
+
+/// The benchmark binary built for these tests.
+pub fn bench() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"));
+    c.env_remove("PGMQ_BENCH_DSN");
+    c
+}
+
+/// Runs it and returns the output.
+pub fn run(args: &[&str]) -> Output {
+    bench()
+        .args(args)
+        .output()
+        .expect("the pgmq-bench binary runs")
+}
+
+/// A fresh temporary file path.
+pub fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "pgmq-bench-test-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The workspace's docs folder.
+pub fn docs_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs")
+}
+
+/// The arguments of a short run of every section.
+pub fn short_run_args<'a>(dsn: &'a str, output: &'a str) -> Vec<&'a str> {
+    vec![
+        "--dsn",
+        dsn,
+        "--output",
+        output,
+        "--messages",
+        "2000",
+        "--single-messages",
+        "200",
+        "--workers",
+        "1,2",
+        "--repeat",
+        "2",
+        "--warmup",
+        "1",
+        "--idle",
+        "1s",
+        "--wakeup-poll-ms",
+        "50",
+        "--duration",
+        "3s",
+        "--sustained-warmup",
+        "1s",
+        "--rate",
+        "1000",
+        "--sustained-workers",
+        "2",
+    ]
+}

@@ -1,0 +1,268 @@
+//! A real short run of every section on a throwaway database, then its
+//! document checked: the JSON Schema in docs/, every rate recomputable from
+//! its count and seconds, figure summaries consistent with their runs, no
+//! password, no queue left behind; and report/compare/check on it.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::{docs_dir, run, short_run_args, temp_path, TempDb};
+use serde_json::Value;
+
+struct ShortRun {
+    text: String,
+    path: std::path::PathBuf,
+    leftover_queues: Vec<String>,
+}
+
+/// One short run shared by the tests of this file.
+fn short_run() -> &'static ShortRun {
+    static RUN: OnceLock<ShortRun> = OnceLock::new();
+    RUN.get_or_init(|| {
+        let db = TempDb::new("doc");
+        let path = temp_path("benchmark.json");
+        let out = run(&short_run_args(&db.dsn, path.to_str().unwrap()));
+        assert!(
+            out.status.success(),
+            "the short run failed ({:?}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Quiet when stderr is not a terminal.
+        assert!(
+            out.stderr.is_empty(),
+            "unexpected stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ShortRun {
+            text: std::fs::read_to_string(&path).unwrap(),
+            path,
+            leftover_queues: db.bench_queues(),
+        }
+    })
+}
+
+fn doc() -> Value {
+    serde_json::from_str(&short_run().text).unwrap()
+}
+
+#[test]
+fn output_validates_against_the_json_schema() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(docs_dir().join("benchmark.v1.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let doc = doc();
+    let errors: Vec<String> = validator
+        .iter_errors(&doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "schema violations:\n{}",
+        errors.join("\n")
+    );
+    // The schema is not vacuous: a broken document fails.
+    let mut broken = doc.clone();
+    broken["figures"][0]["runs"][0]["value"] = Value::String("fast".into());
+    assert!(!validator.is_valid(&broken));
+    let mut broken = doc;
+    broken["schema"] = Value::String("pgmq-bench.benchmark.v0".into());
+    assert!(!validator.is_valid(&broken));
+}
+
+/// Every object with count, elapsed_s and rate_per_s.
+fn rates<'a>(v: &'a Value, path: String, out: &mut Vec<(String, &'a Value)>) {
+    match v {
+        Value::Object(m) => {
+            if m.contains_key("count")
+                && m.contains_key("elapsed_s")
+                && m.contains_key("rate_per_s")
+            {
+                out.push((path.clone(), v));
+            }
+            for (k, c) in m {
+                rates(c, format!("{path}.{k}"), out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, c) in a.iter().enumerate() {
+                rates(c, format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn every_rate_is_recomputable_from_count_and_seconds() {
+    let doc = doc();
+    let mut found = Vec::new();
+    rates(&doc, "$".into(), &mut found);
+    // Sends, consume runs, baselines, idle counters, sustained totals and intervals.
+    assert!(found.len() > 50, "only {} rate objects", found.len());
+    for (path, r) in &found {
+        let count = r["count"].as_u64().unwrap() as f64;
+        let secs = r["elapsed_s"].as_f64().unwrap();
+        let rate = r["rate_per_s"].as_f64().unwrap();
+        assert!(secs > 0.0, "{path}: no elapsed time");
+        assert!(
+            close(rate, count / secs),
+            "{path}: {rate} != {count} / {secs}"
+        );
+    }
+    let mut rate_samples = 0;
+    for f in doc["figures"].as_array().unwrap() {
+        let id = f["id"].as_str().unwrap();
+        let runs = f["runs"].as_array().unwrap();
+        let values: Vec<f64> = runs.iter().map(|r| r["value"].as_f64().unwrap()).collect();
+        for r in runs {
+            if let (Some(c), Some(s)) = (r.get("count"), r.get("elapsed_s")) {
+                rate_samples += 1;
+                let v = r["value"].as_f64().unwrap();
+                assert!(
+                    close(v, c.as_f64().unwrap() / s.as_f64().unwrap()),
+                    "{id}: {r}"
+                );
+            }
+        }
+        if f["unit"] == "msg/s" && !id.ends_with("backlog_slope") {
+            assert!(
+                runs.iter().all(|r| r.get("count").is_some()),
+                "{id}: a rate without its count"
+            );
+        }
+        // median/min/max summarise the runs.
+        let (min, max) = values
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
+        assert!(close(f["min"].as_f64().unwrap(), min), "{id} min");
+        assert!(close(f["max"].as_f64().unwrap(), max), "{id} max");
+        let med = f["median"].as_f64().unwrap();
+        assert!(med >= min && med <= max, "{id} median outside its range");
+        assert_eq!(
+            runs.len(),
+            2,
+            "{id}: one value per measured round (--repeat 2)"
+        );
+    }
+    assert!(
+        rate_samples >= 20,
+        "only {rate_samples} rate samples in figures"
+    );
+}
+
+#[test]
+fn run_is_complete_accounted_for_and_clean() {
+    let doc = doc();
+    assert_eq!(doc["schema"], "pgmq-bench.benchmark.v1");
+    assert_eq!(doc["outcome"]["ok"], true, "{}", doc["outcome"]);
+    let s = &doc["sections"];
+    // 1 warm-up + 2 measured rounds of each.
+    assert_eq!(s["send_single"].as_array().unwrap().len(), 3);
+    assert_eq!(s["consume_scaling"].as_array().unwrap().len(), 6);
+    assert_eq!(s["baseline"].as_array().unwrap().len(), 9);
+    assert_eq!(s["wakeup_latency"].as_array().unwrap().len(), 6);
+    assert_eq!(s["sustained"].as_array().unwrap().len(), 3);
+    for r in s["consume_scaling"].as_array().unwrap() {
+        assert_eq!(r["ledger"]["missing"], 0);
+        assert_eq!(r["ledger"]["distinct"], 2000);
+        assert_eq!(r["remaining_after"], 0);
+        assert!(r["handler_ms"]["samples"].as_u64().unwrap() >= 2000);
+        assert!(r["queue_wait_db_ms"]["samples"].as_u64().unwrap() >= 2000);
+    }
+    for r in s["wakeup_latency"].as_array().unwrap() {
+        assert!(r["samples_ms"].as_array().unwrap().len() >= 20);
+    }
+    for r in s["sustained"].as_array().unwrap() {
+        assert_eq!(r["ledger"]["missing"], 0);
+        assert_eq!(r["ledger"]["distinct"], r["produced"]["count"]);
+    }
+    assert_eq!(doc["durability"]["class"], "durable");
+    assert!(doc["durability"]["settings"]["fsync"].is_string());
+    assert!(
+        doc["metadata"]["database"]["server_version_num"]
+            .as_i64()
+            .unwrap()
+            >= 150000
+    );
+    assert!(doc["memory"]["overall_peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
+    // No password anywhere, no queue left behind.
+    assert!(
+        !short_run().text.contains("pgmq:pgmq@"),
+        "the password leaked into the document"
+    );
+    assert!(short_run().text.contains("pgmq:***@"));
+    assert!(
+        short_run().leftover_queues.is_empty(),
+        "{:?}",
+        short_run().leftover_queues
+    );
+}
+
+#[test]
+fn report_compare_and_check_read_the_document() {
+    let path = short_run().path.to_str().unwrap().to_owned();
+    let svg = temp_path("chart.svg");
+    let out = run(&["report", &path, "--svg", svg.to_str().unwrap()]);
+    assert!(out.status.success());
+    let md = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "## Worker scaling",
+        "## Wake-up latency",
+        "## Sustained",
+        "## Targets",
+        "durable",
+    ] {
+        assert!(md.contains(needle), "report lacks {needle}");
+    }
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+
+    // A document compared with itself: nothing regresses.
+    let out = run(&["compare", &path, &path]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no regression"));
+
+    // Halve every throughput in a copy: compare flags regressions and exits 1.
+    let mut slow: Value = doc();
+    for f in slow["figures"].as_array_mut().unwrap() {
+        if f["unit"] == "msg/s" && f["better"] == "higher" {
+            for k in ["median", "min", "max"] {
+                f[k] = Value::from(f[k].as_f64().unwrap() / 2.0);
+            }
+        }
+    }
+    let slow_path = temp_path("slow.json");
+    std::fs::write(&slow_path, serde_json::to_string(&slow).unwrap()).unwrap();
+    let out = run(&["compare", &path, slow_path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("REGRESSION"));
+
+    // Durable against non-durable: refused.
+    let mut nd: Value = doc();
+    nd["durability"]["class"] = Value::from("non_durable");
+    nd["durability"]["comparable"] = Value::from(false);
+    nd["durability"]["reasons"] = serde_json::json!(["fsync is off"]);
+    let nd_path = temp_path("nondurable.json");
+    std::fs::write(&nd_path, serde_json::to_string(&nd).unwrap()).unwrap();
+    let out = run(&["compare", &path, nd_path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("non-durable"));
+
+    // check evaluates the targets it can; exit status reflects them.
+    let out = run(&["check", &path]);
+    assert!(matches!(out.status.code(), Some(0 | 1)));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| Target |"));
+}
