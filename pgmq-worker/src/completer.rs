@@ -93,6 +93,7 @@ pub(crate) async fn run(
 }
 
 /// Writes one batch: deletes, archives, retries, dead letters.
+#[tracing::instrument(name = "pgmq_worker.flush", level = "debug", skip_all, fields(acks = acks.len()))]
 async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
     let n = acks.len() as u64;
     let mut deletes = Vec::new();

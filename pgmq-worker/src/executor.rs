@@ -230,7 +230,7 @@ fn outcome_to_ack(shared: &Shared, result: RunResult, attempts: u32) -> AckKind 
     let failure = |reason: String| {
         bump(&stats.c.failed, 1);
         if attempts >= cfg.max_attempts {
-            tracing::warn!(attempts, %reason, "handler failed on its last attempt; dead-lettering");
+            tracing::debug!(attempts, %reason, "handler failed on its last attempt; dead-lettering");
             AckKind::DeadLetter {
                 reason: format!("failed {attempts} times, last error: {reason}"),
             }

@@ -72,6 +72,8 @@ pub struct ShutdownReport {
 /// The tasks of a running worker.
 pub(crate) struct Running {
     pub shared: Arc<Shared>,
+    /// Parent of the tokens below: cancelled when a running worker is dropped.
+    pub root: CancellationToken,
     /// Stops claimers, notifier and handler loops taking new messages.
     pub stop: CancellationToken,
     /// Stops the heartbeat.

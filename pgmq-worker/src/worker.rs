@@ -127,9 +127,10 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// ```
     pub async fn run_until<F: Future>(self, signal: F) -> Result<ShutdownReport, Error> {
         let running = self.start().await?;
-        // If this future is dropped (its runtime shuts down), stop the loops
-        // that do not belong to the runtime (blocking handler threads).
-        let guard = running.stop.clone().drop_guard();
+        // If this future is dropped (say, its runtime shuts down) every task
+        // stops: claimed messages then come back after their visibility
+        // timeout instead of being released.
+        let guard = running.root.clone().drop_guard();
         signal.await;
         let report = running.shutdown().await;
         guard.disarm();
@@ -183,9 +184,11 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             epoch: Instant::now(),
             ack_deadline_us: AtomicU64::new(0),
         });
-        let stop = CancellationToken::new();
-        let hb_stop = CancellationToken::new();
-        let completer_close = CancellationToken::new();
+        // One root, so that dropping a running worker stops every task.
+        let root = CancellationToken::new();
+        let stop = root.child_token();
+        let hb_stop = root.child_token();
+        let completer_close = root.child_token();
 
         let (ack_tx, ack_rx) = mpsc::channel(cfg.ack_capacity);
         let completer = tokio::spawn(completer::run(
@@ -230,6 +233,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         );
         Ok(Running {
             shared,
+            root,
             stop,
             hb_stop,
             claim_rx,
@@ -302,6 +306,9 @@ async fn shutdown_signal() {
 }
 
 /// A worker running in the background (from [`Worker::spawn`]).
+///
+/// Dropping the handle does not stop the worker (like dropping a tokio
+/// `JoinHandle`): call [`shutdown`](WorkerHandle::shutdown).
 #[derive(Debug)]
 pub struct WorkerHandle {
     token: CancellationToken,

@@ -1,0 +1,194 @@
+//! Drains a preloaded queue with the worker (default settings) and with a
+//! plain one-connection `read(100)` + `delete(ids)` loop, and prints both
+//! rates. An informal check while developing; the benchmark binary
+//! (pgmq-bench) is the real measurement.
+//!
+//! ```text
+//! cargo run --release -p pgmq-worker --example drain -- [messages] [handler counts] [handler sleep ms]
+//! cargo run --release -p pgmq-worker --example drain -- 100000 1,2,4,8 0
+//! cargo run --release -p pgmq-worker --example drain -- 0     # idle: reads/s and CPU
+//! ```
+//! The DSN comes from PGMQ_TEST_DSN (default: the throwaway cluster on 55432).
+
+use std::time::{Duration, Instant};
+
+use pgmq_client::{Client, Message, Pgmq, QueueName};
+use pgmq_worker::{Outcome, Worker};
+use serde::de::IgnoredAny;
+
+async fn preload(
+    client: &Client,
+    q: &QueueName,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let _ = client.drop_queue(q).await;
+    client.create(q).await?;
+    let pad = "x".repeat(80);
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(1000);
+        let bodies: Vec<_> = (i..i + k)
+            .map(|id| serde_json::json!({ "id": id, "pad": pad }))
+            .collect();
+        client.send_batch(q, &bodies).await?;
+        i += k;
+    }
+    let conn = client.connection().await?;
+    conn.batch_execute(&format!("VACUUM ANALYZE {}", q.table()))
+        .await?;
+    Ok(())
+}
+
+async fn baseline(
+    client: &Client,
+    q: &QueueName,
+    n: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let conn = client.connection().await?;
+    let pg = Pgmq::on(&*conn);
+    let start = Instant::now();
+    let cpu0 = cpu_time().await;
+    let mut done = 0;
+    loop {
+        let msgs = pg.read_raw(q, Duration::from_secs(30), 100).await?;
+        if msgs.is_empty() {
+            break;
+        }
+        let ids: Vec<i64> = msgs.iter().map(|m| m.msg_id).collect();
+        done += pg.delete_batch(q, &ids).await?.len();
+    }
+    assert_eq!(done, n);
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let cpu = cpu_time().await - cpu0;
+    eprintln!(
+        "    client CPU {:.2} us/msg",
+        cpu.as_secs_f64() * 1e6 / n as f64
+    );
+    Ok(rate)
+}
+
+async fn worker(
+    client: &Client,
+    q: &QueueName,
+    n: usize,
+    handlers: usize,
+    sleep: Duration,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    let mut b = Worker::builder(client.clone(), q.clone()).concurrency(handlers);
+    // Knobs for experiments; unset means the defaults.
+    if let Some(v) = env("DRAIN_CLAIMERS") {
+        b = b.claimers(v);
+    }
+    if let Some(v) = env("DRAIN_FLUSHERS") {
+        b = b.ack_flushers(v);
+    }
+    if let Some(v) = env("DRAIN_CAPACITY") {
+        b = b.claim_capacity(v);
+    }
+    let w: Worker<IgnoredAny> = b
+        .handler(move |_m: Message<IgnoredAny>| async move {
+            if !sleep.is_zero() {
+                tokio::time::sleep(sleep).await;
+            }
+            Ok::<_, std::io::Error>(Outcome::Delete)
+        })
+        .build()?;
+    let start = Instant::now();
+    let cpu0 = cpu_time().await;
+    let handle = w.spawn();
+    while handle.acked() < n as u64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let cpu = cpu_time().await - cpu0;
+    eprintln!(
+        "    client CPU {:.2} us/msg",
+        cpu.as_secs_f64() * 1e6 / n as f64
+    );
+    let report = handle.shutdown().await?;
+    eprintln!(
+        "    reads {} (empty {}), handler p50 {} us, claim->start p50 {} us",
+        report.stats.reads,
+        report.stats.empty_reads,
+        report.stats.handler_latency.value_at_quantile(0.5),
+        report.stats.queue_wait_local.value_at_quantile(0.5)
+    );
+    Ok(rate)
+}
+
+/// CPU time of this process so far (user + system), from /proc.
+async fn cpu_time() -> Duration {
+    let stat = tokio::fs::read_to_string("/proc/self/stat")
+        .await
+        .unwrap_or_default();
+    // Fields after the command name (which is in parentheses).
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// An idle worker (default settings) on an empty queue for 10 s: reads a
+/// second and CPU used.
+async fn idle(client: &Client, q: &QueueName) -> Result<(), Box<dyn std::error::Error>> {
+    preload(client, q, 0).await?;
+    let w: Worker<IgnoredAny> = Worker::builder(client.clone(), q.clone())
+        .handler(|_m: Message<IgnoredAny>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()?;
+    let handle = w.spawn();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (cpu0, reads0, t0) = (cpu_time().await, handle.stats().reads, Instant::now());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (cpu1, reads1, t1) = (cpu_time().await, handle.stats().reads, Instant::now());
+    handle.shutdown().await?;
+    let secs = (t1 - t0).as_secs_f64();
+    println!(
+        "idle: {:.1} reads/s, {:.2}% of one core",
+        (reads1 - reads0) as f64 / secs,
+        (cpu1 - cpu0).as_secs_f64() / secs * 100.0
+    );
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args
+        .get(1)
+        .map(|s| s.parse())
+        .transpose()?
+        .unwrap_or(100_000);
+    let counts: Vec<usize> = args
+        .get(2)
+        .map(|s| s.split(',').map(|c| c.parse()).collect::<Result<_, _>>())
+        .transpose()?
+        .unwrap_or_else(|| vec![1, 8]);
+    let sleep = Duration::from_millis(args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(0));
+    let dsn = std::env::var("PGMQ_TEST_DSN")
+        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
+    let client = Client::connect(&dsn).await?;
+    let q = QueueName::new(&format!("drain_{}", std::process::id()))?;
+    if n == 0 {
+        idle(&client, &q).await?;
+        client.drop_queue(&q).await?;
+        return Ok(());
+    }
+
+    // Each worker run is paired with a baseline run just before it: the
+    // machine is shared, so only ratios measured side by side mean much.
+    for &h in &counts {
+        preload(&client, &q, n).await?;
+        let base = baseline(&client, &q, n).await?;
+        println!("baseline read(100)+delete loop: {base:.0} msg/s");
+        preload(&client, &q, n).await?;
+        let rate = worker(&client, &q, n, h, sleep).await?;
+        println!(
+            "worker, {h} handler(s), sleep {sleep:?}: {rate:.0} msg/s ({:.2}x baseline)",
+            rate / base
+        );
+    }
+    client.drop_queue(&q).await?;
+    Ok(())
+}
