@@ -173,7 +173,10 @@ impl<E: Executor> Pgmq<E> {
     /// PGMQ's `metrics_all` fails with SQLSTATE 42P01 when a queue is dropped
     /// while it runs. On the pool the call is then repeated (up to three
     /// times); inside a transaction the error is returned (and aborts the
-    /// transaction, as any error does).
+    /// transaction, as any error does). Inside a transaction it also holds a
+    /// share lock on every queue table until the transaction ends, which
+    /// blocks purges and drops meanwhile: call it outside, or under a
+    /// savepoint that is rolled back.
     #[tracing::instrument(name = "pgmq.metrics_all", skip_all)]
     pub async fn metrics_all(&self) -> Result<Vec<QueueMetrics>, Error> {
         let mut attempt = 0;

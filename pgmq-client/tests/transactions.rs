@@ -349,32 +349,35 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
     assert!(r.is_empty(), "both groups have a message in flight");
 }
 
-/// `metrics_all` inside a transaction, under a savepoint: PGMQ's
-/// `metrics_all` fails (42P01) when another session drops a queue while it
-/// runs, and other tests drop queues all the time.
+/// `metrics_all` inside a transaction, under a savepoint that is rolled back
+/// afterwards: it only reads, and rolling back to the savepoint releases the
+/// share lock it took on every queue table of the database (held to the end
+/// of the transaction otherwise, blocking other sessions' purges and drops).
+/// PGMQ's `metrics_all` fails (42P01) when another session drops a queue
+/// while it runs; then it is repeated.
 async fn metrics_all_in_tx<E: Executor>(
     pg: &Pgmq<E>,
     sp: &tokio_postgres::Transaction<'_>,
 ) -> Vec<pgmq_client::QueueMetrics> {
     for _ in 0..10 {
         sp.batch_execute("SAVEPOINT metrics_all").await.unwrap();
-        match pg.metrics_all().await {
-            Ok(m) => {
-                sp.batch_execute("RELEASE SAVEPOINT metrics_all")
-                    .await
-                    .unwrap();
-                return m;
-            }
-            Err(e) if e.sqlstate().map(|c| c.code()) == Some("42P01") => {
-                sp.batch_execute("ROLLBACK TO SAVEPOINT metrics_all")
-                    .await
-                    .unwrap();
-            }
+        let res = pg.metrics_all().await;
+        sp.batch_execute("ROLLBACK TO SAVEPOINT metrics_all")
+            .await
+            .unwrap();
+        match res {
+            Ok(m) => return m,
+            Err(e) if e.sqlstate().map(|c| c.code()) == Some("42P01") => {}
             Err(e) => panic!("metrics_all: {e:?}"),
         }
     }
     panic!("metrics_all kept failing");
 }
+
+/// The exercises take turns: each one's transaction purges and drops
+/// queues (exclusive locks) and runs `metrics_all` (a share lock on every
+/// queue table); two at once could deadlock, as they would in production.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What a committed `exercise` leaves behind.
 async fn check_committed(pg: &tokio_postgres::Client, client: &Client, fx: &Fixture) {
@@ -437,6 +440,7 @@ async fn check_committed(pg: &tokio_postgres::Client, client: &Client, fx: &Fixt
 async fn cached_transaction_rolls_back_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
+    let _turn = ONE_AT_A_TIME.lock().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
     let before = snapshot(&pg, &fx).await;
@@ -456,6 +460,7 @@ async fn cached_transaction_rolls_back_every_call() {
 async fn cached_transaction_commits_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
+    let _turn = ONE_AT_A_TIME.lock().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
 
@@ -472,6 +477,7 @@ async fn cached_transaction_commits_every_call() {
 async fn callers_transaction_rolls_back_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
+    let _turn = ONE_AT_A_TIME.lock().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
     let before = snapshot(&pg, &fx).await;
@@ -489,6 +495,7 @@ async fn callers_transaction_rolls_back_every_call() {
 async fn callers_transaction_commits_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
+    let _turn = ONE_AT_A_TIME.lock().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
 
