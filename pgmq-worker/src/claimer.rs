@@ -3,27 +3,43 @@
 //! `claimers` loops (2 by default) run at once, each with one `pgmq.read` in
 //! flight, so the next claim never waits for the previous one, nor for any
 //! acknowledgement. They share the free room of the claim queue through a
-//! semaphore of `claim_capacity` permits: a loop takes up to `batch_size`
+//! semaphore of `claim_capacity` permits ([`Room`]): a loop takes up to `batch_size`
 //! permits (waiting for at least half a batch, so a nearly full queue is not
 //! refilled one message at a time), reads that many, and gives back what the
 //! read did not fill. A handler returns a permit when it takes a message. The
 //! claim queue therefore never holds more than `claim_capacity` messages, and
 //! memory does not grow with the backlog.
 //!
+//! **Claims the handlers can start in time.** A claimed message's visibility
+//! timeout runs while it waits locally. With slow handlers a full claim queue
+//! would take longer to work through than the timeout allows (300 messages at
+//! 8 handlers of 1 s each: 37 s), and its tail would become visible again, be
+//! claimed a second time and have its `read_ct` raised without running. So
+//! the room actually offered is limited to what the handlers start within a
+//! quarter of the visibility timeout, by Little's law: `concurrency * (vt /
+//! 4) / average handler time` (a moving average), kept between `concurrency`
+//! and `claim_capacity`. Until the first handler finishes the average is
+//! unknown and only `concurrency` messages are claimed. For handlers faster
+//! than a few milliseconds the limit is simply `claim_capacity`.
+//!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks: loop 0 until the poll interval passes or a wake-up arrives, the
 //! others until a wake-up only, so an idle worker polls once per interval
 //! whatever the number of loops. A wake-up is a notification from the
-//! notifier, or another loop reading a full batch (the backlog is back).
+//! notifier, or any loop reading a full batch (the backlog is back). Wake-ups
+//! are a counter in a watch channel, marked seen just before each read: one
+//! that arrives during a read makes the loop read again instead of parking,
+//! so none is lost.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Message, RawJson};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::stats::{bump, record, LocalHistograms};
+use crate::stats::{bump, micros, record, LocalHistograms};
 use crate::worker::Shared;
 
 /// A message in the claim queue.
@@ -60,27 +76,72 @@ impl ErrorBackoff {
     }
 }
 
-/// State shared by the claim loops.
-pub(crate) struct ClaimQueue {
-    pub tx: async_channel::Sender<Claimed>,
-    /// Loops parked after a short read, to skip waking when nobody waits.
-    parked: AtomicUsize,
+/// The free room of the claim queue, in messages.
+///
+/// A semaphore of `claim_capacity` permits, of which `withheld` are kept
+/// back (acquired and forgotten) to lower the room to the current claim
+/// limit; they are handed back when the limit rises.
+pub(crate) struct Room {
+    sem: Arc<Semaphore>,
+    capacity: usize,
+    withheld: Mutex<usize>,
 }
 
-impl ClaimQueue {
-    pub(crate) fn new(tx: async_channel::Sender<Claimed>) -> Self {
-        ClaimQueue {
-            tx,
-            parked: AtomicUsize::new(0),
+impl Room {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Room {
+            sem: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            withheld: Mutex::new(0),
         }
     }
+
+    /// Messages left the claim queue (a handler took one, or they were released).
+    pub(crate) fn free(&self, n: usize) {
+        self.sem.add_permits(n);
+    }
+
+    /// Moves the room towards `limit` messages in all (queued + free).
+    fn limit_to(&self, limit: usize) {
+        let target = self.capacity - limit.clamp(1, self.capacity);
+        let mut withheld = self.withheld.lock().unwrap_or_else(|p| p.into_inner());
+        if *withheld > target {
+            self.sem.add_permits(*withheld - target);
+            *withheld = target;
+        } else if *withheld < target {
+            // Only what is free now; the rest on later calls, as handlers
+            // take messages.
+            let take = (target - *withheld).min(self.sem.available_permits());
+            if take > 0 {
+                if let Ok(p) = self.sem.try_acquire_many(take as u32) {
+                    p.forget();
+                    *withheld += take;
+                }
+            }
+        }
+    }
+}
+
+/// How many messages may wait in the claim queue now (see the module docs).
+pub(crate) fn claim_limit(shared: &Shared) -> usize {
+    let cfg = &shared.config;
+    let floor = cfg.concurrency.clamp(1, cfg.claim_capacity);
+    let avg_us = shared.handler_avg_us.load(Relaxed);
+    if avg_us == 0 {
+        return floor;
+    }
+    let budget_us = micros(cfg.visibility_timeout) / 4;
+    let limit = (cfg.concurrency as u64).saturating_mul(budget_us) / avg_us;
+    usize::try_from(limit)
+        .unwrap_or(usize::MAX)
+        .clamp(floor, cfg.claim_capacity)
 }
 
 /// One claim loop; runs until `stop`. A read in flight when `stop` fires is
 /// finished and its messages queued, for the shutdown to release.
 pub(crate) async fn run(
     shared: Arc<Shared>,
-    queue: Arc<ClaimQueue>,
+    tx: async_channel::Sender<Claimed>,
     index: usize,
     stop: CancellationToken,
 ) {
@@ -90,19 +151,24 @@ pub(crate) async fn run(
     let mut wake = shared.wake.subscribe();
     let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5));
     let mut local = LocalHistograms::new();
+    let room = &shared.room;
     loop {
-        // Room in the claim queue: at least half a batch, topped up to a batch.
+        // Room in the claim queue: at least half a batch (or the whole claim
+        // limit when smaller), topped up to a batch.
+        let limit = claim_limit(&shared);
+        room.limit_to(limit);
+        let first = at_least.min(limit);
         let mut permits = tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            p = shared.room.clone().acquire_many_owned(at_least as u32) => match p {
+            p = room.sem.clone().acquire_many_owned(first as u32) => match p {
                 Ok(p) => p,
                 Err(_) => break,
             },
         };
-        let extra = shared.room.available_permits().min(batch - at_least);
+        let extra = room.sem.available_permits().min(batch - first);
         if extra > 0 {
-            if let Ok(more) = shared.room.clone().try_acquire_many_owned(extra as u32) {
+            if let Ok(more) = room.sem.clone().try_acquire_many_owned(extra as u32) {
                 permits.merge(more);
             }
         }
@@ -149,8 +215,7 @@ pub(crate) async fn run(
             }
             // The channel holds `claim_capacity` and every message in it holds
             // a permit: this never waits.
-            if queue
-                .tx
+            if tx
                 .send(Claimed {
                     msg,
                     claimed_at: now,
@@ -164,9 +229,8 @@ pub(crate) async fn run(
         }
         local.maybe_merge(&shared.stats, now);
         if n == qty {
-            if queue.parked.load(Relaxed) > 0 {
-                shared.wake_claimers();
-            }
+            // The backlog is there: wake the other loops if parked.
+            shared.wake_claimers();
             continue;
         }
         if n == 0 {
@@ -174,7 +238,6 @@ pub(crate) async fn run(
         }
         local.merge(&shared.stats, now);
         // Short read: the queue is drained for now. Park.
-        queue.parked.fetch_add(1, Relaxed);
         let timer = async {
             if index == 0 {
                 tokio::time::sleep(cfg.poll_interval).await;
@@ -191,7 +254,6 @@ pub(crate) async fn run(
                 false
             }
         };
-        queue.parked.fetch_sub(1, Relaxed);
         if stopped {
             break;
         }

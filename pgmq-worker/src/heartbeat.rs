@@ -2,8 +2,9 @@
 //!
 //! Each handler task owns one [`Slot`]: the id of the message it runs and the
 //! local deadline of that message's visibility timeout. The heartbeat task
-//! wakes every quarter of the visibility timeout, collects the messages that
-//! are past half their timeout and extends them all with one batched
+//! wakes every quarter of the visibility timeout (or at once when a handler
+//! starts a message already past half its timeout), collects the messages
+//! that are past half their timeout and extends them all with one batched
 //! `pgmq.set_vt`. The handler's own path only stores two atomics per message.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -59,6 +60,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
+            _ = shared.heartbeat_nudge.notified() => {}
             _ = tokio::time::sleep(tick(vt)) => {}
         }
         let now_us = shared.now_us();

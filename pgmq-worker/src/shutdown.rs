@@ -196,7 +196,7 @@ async fn release(
     while let Ok(c) = rx.try_recv() {
         ids.push(c.msg.msg_id);
     }
-    shared.room.add_permits(ids.len());
+    shared.room.free(ids.len());
     let mut failed = 0;
     for chunk in ids.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));

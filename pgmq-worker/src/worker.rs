@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use pgmq_client::{Client, QueueName};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::claimer::{self, ClaimQueue};
+use crate::claimer::{self, Room};
 use crate::completer;
 use crate::config::{Config, WakeUp, WorkerBuilder};
 use crate::error::Error;
@@ -27,7 +27,11 @@ pub(crate) struct Shared {
     pub config: Arc<Config>,
     pub stats: Arc<Stats>,
     /// Free room in the claim queue, in messages.
-    pub room: Arc<Semaphore>,
+    pub room: Room,
+    /// Moving average of handler run time, µs (0 until the first one ends).
+    pub handler_avg_us: AtomicU64,
+    /// Asks the heartbeat to look now (a handler started late in its timeout).
+    pub heartbeat_nudge: Notify,
     /// Bumped to wake parked claimers.
     pub wake: watch::Sender<u64>,
     /// One per handler loop: what it runs, for the heartbeat and the report.
@@ -51,6 +55,16 @@ impl Shared {
     /// read again instead of parking).
     pub(crate) fn wake_claimers(&self) {
         self.wake.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Folds one handler run time into the moving average (weight 1/8).
+    pub(crate) fn record_handler_time(&self, us: u64) {
+        let us = us.max(1);
+        let old = self.handler_avg_us.load(Relaxed);
+        let new = if old == 0 { us } else { (old * 7 + us) / 8 };
+        if new != old {
+            self.handler_avg_us.store(new.max(1), Relaxed);
+        }
     }
 
     pub(crate) fn set_ack_deadline(&self, t: Instant) {
@@ -178,7 +192,9 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             client: self.client,
             config: Arc::clone(&cfg),
             stats: self.stats,
-            room: Arc::new(Semaphore::new(cfg.claim_capacity)),
+            room: Room::new(cfg.claim_capacity),
+            handler_avg_us: AtomicU64::new(0),
+            heartbeat_nudge: Notify::new(),
             wake,
             slots: (0..cfg.concurrency).map(|_| Slot::default()).collect(),
             epoch: Instant::now(),
@@ -206,12 +222,11 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         });
         let handlers = self.spawner.spawn(exec);
 
-        let queue = Arc::new(ClaimQueue::new(claim_tx));
         let claimers = (0..cfg.claimers)
             .map(|i| {
                 tokio::spawn(claimer::run(
                     Arc::clone(&shared),
-                    Arc::clone(&queue),
+                    claim_tx.clone(),
                     i,
                     stop.clone(),
                 ))

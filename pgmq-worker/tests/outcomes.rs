@@ -467,3 +467,43 @@ async fn a_missing_queue_fails_at_start() {
         .build();
     assert!(matches!(bad, Err(pgmq_worker::Error::Config(_))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_handlers_claim_only_what_they_can_start_in_time() {
+    // 2 handlers of 100 ms on a 1 s visibility timeout: claiming all 40
+    // messages at once would leave the tail waiting 2 s, past its timeout.
+    let client = client().await;
+    let q = unique("slow");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(40)).await.unwrap();
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let r = Arc::clone(&reads);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .concurrency(2)
+        .visibility_timeout(Duration::from_secs(1))
+        .heartbeat(false)
+        .poll_interval(Duration::from_millis(20))
+        .handler(move |m: Message<Job>| {
+            r.lock().unwrap().push((m.body.n, m.read_ct));
+            async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    let mut max_held = 0;
+    while handle.stats().deleted < 40 {
+        let s = handle.stats();
+        max_held = max_held.max(s.claimed - s.handled);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let report = handle.shutdown().await.unwrap();
+    let reads = reads.lock().unwrap().clone();
+    assert_eq!(reads.len(), 40, "a message ran twice: {reads:?}");
+    assert!(reads.iter().all(|r| r.1 == 1), "{reads:?}");
+    assert_eq!(report.stats.expired_unstarted, 0);
+    // 2 handlers * 250 ms / 100 ms = 5 waiting, plus the 2 running.
+    assert!(max_held <= 8, "held {max_held}");
+}

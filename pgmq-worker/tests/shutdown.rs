@@ -25,7 +25,9 @@ async fn shutdown_releases_unstarted_claims_before_in_flight_handlers_finish() {
     let client = client().await;
     let q = unique("stop");
     let _g = Queues::new(&client, &[&q]).await;
-    client.send_batch(&q, &bodies(50)).await.unwrap();
+    // A quick warm-up message first: until a handler has finished, the worker
+    // claims only as many messages as it has handlers (claimer.rs).
+    client.send(&q, &json!({"warm_up": true})).await.unwrap();
 
     let started = Arc::new(Notify::new());
     let finished_at = Arc::new(Mutex::new(None::<Instant>));
@@ -36,21 +38,28 @@ async fn shutdown_releases_unstarted_claims_before_in_flight_handlers_finish() {
         .claim_capacity(100)
         .poll_interval(Duration::from_millis(50))
         .shutdown_grace(Duration::from_secs(10))
-        .handler(move |_m: Message<Value>| {
+        .handler(move |m: Message<Value>| {
             let (s, f) = (Arc::clone(&s), Arc::clone(&f));
             async move {
-                s.notify_one();
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-                *f.lock().unwrap() = Some(Instant::now());
+                if m.body.get("warm_up").is_none() {
+                    s.notify_one();
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    *f.lock().unwrap() = Some(Instant::now());
+                }
                 Ok::<_, std::io::Error>(Outcome::Delete)
             }
         })
         .build()
         .unwrap();
     let handle = worker.spawn();
+    wait_for(WAIT, "the warm-up", || async {
+        handle.stats().deleted == 1
+    })
+    .await;
+    client.send_batch(&q, &bodies(50)).await.unwrap();
     started.notified().await;
     wait_for(WAIT, "all 50 claimed", || async {
-        handle.stats().claimed == 50
+        handle.stats().claimed == 51
     })
     .await;
     // Nothing is visible: one message runs, 49 wait in the claim queue.
@@ -91,9 +100,9 @@ async fn shutdown_releases_unstarted_claims_before_in_flight_handlers_finish() {
         "released only after the in-flight handler finished"
     );
 
-    assert_eq!(report.handled, 1);
-    assert_eq!(report.acked, 1);
-    assert_eq!(report.stats.deleted, 1);
+    assert_eq!(report.handled, 2);
+    assert_eq!(report.acked, 2);
+    assert_eq!(report.stats.deleted, 2);
     assert_eq!(report.released, 49);
     assert_eq!(report.still_running_at_deadline, 0);
     assert_eq!(report.acks_failed, 0);
