@@ -118,7 +118,7 @@ pub(crate) struct Config {
 /// | --- | --- | --- |
 /// | `concurrency` | 8 | handler tasks; async handlers mostly wait on I/O, and 8 covers a 2-4 core host without queueing much work locally |
 /// | `batch_size` | 100 | the most one `pgmq.read` takes: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little |
-/// | `claim_capacity` | `3 * batch_size` | claimed-but-unstarted messages held locally: room for two reads in flight (one per claimer) plus a batch being handled, so a claim never waits on the acknowledgement of the last; bounded, so memory does not grow with the backlog |
+/// | `claim_capacity` | `3 * batch_size` | claimed-but-unstarted messages held locally: room for two reads in flight (one per claimer) plus a batch being handled, so a claim never waits on the acknowledgement of the last; bounded, so memory does not grow with the backlog. Slow handlers get less: only what they start within a quarter of the visibility timeout (see the crate docs) |
 /// | `claimers` | 2 | concurrent claim loops, each with one read in flight: on two database cores two claim connections drain about 1.3x faster than one, more only add lock contention |
 /// | `visibility_timeout` | 30 s | how long a claimed message stays invisible; the heartbeat extends it for long handlers |
 /// | `poll_interval` | 250 ms | the sleep after an empty or short read: about 4 reads a second per idle worker |

@@ -41,8 +41,11 @@
 //!   visibility timeout. Handlers must therefore be idempotent.
 //! - **Bounded claims.** Claim loops (`claimers`, 2 by default, each with one
 //!   `pgmq.read` in flight) never read more than the free room of the claim
-//!   queue (`claim_capacity`): memory does not grow with the backlog. After a
-//!   full batch they read again at once; after a short or empty one they
+//!   queue (`claim_capacity`): memory does not grow with the backlog. With
+//!   slow handlers they claim less: only what the handlers will start within
+//!   a quarter of the visibility timeout (from a moving average of handler
+//!   time), so claimed messages do not time out while waiting locally. After
+//!   a full batch they read again at once; after a short or empty one they
 //!   sleep `poll_interval` (only one of them times its polls: an idle worker
 //!   makes about 4 reads a second at 250 ms) or until woken.
 //! - **Handlers.** `concurrency` long-lived handler loops take messages from
