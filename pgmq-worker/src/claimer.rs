@@ -153,11 +153,11 @@ pub(crate) async fn run(
     let mut local = LocalHistograms::new();
     let room = &shared.room;
     loop {
-        // Room in the claim queue: at least half a batch (or the whole claim
+        // Room in the claim queue: at least half a batch (or half the claim
         // limit when smaller), topped up to a batch.
         let limit = claim_limit(&shared);
         room.limit_to(limit);
-        let first = at_least.min(limit);
+        let first = at_least.min((limit / 2).max(1));
         let mut permits = tokio::select! {
             biased;
             _ = stop.cancelled() => break,

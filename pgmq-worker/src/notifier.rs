@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use pgmq_client::Listener;
 use tokio_util::sync::CancellationToken;
 
 use crate::claimer::ErrorBackoff;
@@ -23,21 +24,33 @@ use crate::worker::Shared;
 /// The shortest time between two wake-ups by notification.
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(1);
 
-/// Runs until `stop`.
-pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+/// Opens the LISTEN connection and listens on the queue's insert channel.
+pub(crate) async fn listen(
+    client: &pgmq_client::Client,
+    queue: &pgmq_client::QueueName,
+) -> Result<Listener, pgmq_client::Error> {
+    let listener = client.listener().await?;
+    listener.listen(queue).await?;
+    Ok(listener)
+}
+
+/// Runs until `stop`, starting with `opened` when the start already
+/// connected (otherwise it connects, retrying with backoff).
+pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: CancellationToken) {
     let queue = &shared.config.queue;
     let mut backoff = ErrorBackoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut first = true;
+    let mut opened = opened;
     loop {
-        let connect = async {
-            let listener = shared.client.listener().await?;
-            listener.listen(queue).await?;
-            Ok::<_, pgmq_client::Error>(listener)
-        };
-        let res = tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            r = connect => r,
+        let res = match opened.take() {
+            Some(l) => Ok(l),
+            None => {
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    r = listen(&shared.client, queue) => r,
+                }
+            }
         };
         let mut listener = match res {
             Ok(l) => l,

@@ -184,8 +184,18 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
                 check_queue(&self.client, dlq).await?;
             }
         }
+        let mut listener = None;
         if cfg.wake_up == WakeUp::Notify {
             ensure_notify_trigger(&self.client, &cfg).await?;
+            // A setup that can never listen fails now; a database that is
+            // away only delays the LISTEN connection (polling meanwhile).
+            match notifier::listen(&self.client, &cfg.queue).await {
+                Ok(l) => listener = Some(l),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(error = %e, "LISTEN connection failed; polling until it opens");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         let (wake, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
@@ -237,7 +247,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             .heartbeat
             .then(|| tokio::spawn(heartbeat::run(Arc::clone(&shared), hb_stop.clone())));
         let notifier = (cfg.wake_up == WakeUp::Notify)
-            .then(|| tokio::spawn(notifier::run(Arc::clone(&shared), stop.clone())));
+            .then(|| tokio::spawn(notifier::run(Arc::clone(&shared), listener, stop.clone())));
         tracing::info!(
             queue = %cfg.queue,
             concurrency = cfg.concurrency,
