@@ -6,7 +6,8 @@
 //! ```text
 //! cargo run --release -p pgmq-worker --example drain -- [messages] [handler counts] [handler sleep ms]
 //! cargo run --release -p pgmq-worker --example drain -- 100000 1,2,4,8 0
-//! cargo run --release -p pgmq-worker --example drain -- 0     # idle: reads/s and CPU
+//! cargo run --release -p pgmq-worker --example drain -- 0       # idle: reads/s and CPU
+//! cargo run --release -p pgmq-worker --example drain -- notify  # NOTIFY wake-up latency
 //! ```
 //! The DSN comes from PGMQ_TEST_DSN (default: the throwaway cluster on 55432).
 
@@ -152,9 +153,54 @@ async fn idle(client: &Client, q: &QueueName) -> Result<(), Box<dyn std::error::
     Ok(())
 }
 
+/// Send-to-handler latency of single messages to an idle worker woken by
+/// NOTIFY (polling at 500 ms as the fallback): median and max of 50.
+async fn notify_latency(client: &Client, q: &QueueName) -> Result<(), Box<dyn std::error::Error>> {
+    preload(client, q, 0).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let w: Worker<IgnoredAny> = Worker::builder(client.clone(), q.clone())
+        .wake_up(pgmq_worker::WakeUp::Notify)
+        .poll_interval(Duration::from_millis(500))
+        .handler(move |_m: Message<IgnoredAny>| {
+            let _ = tx.send(Instant::now());
+            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+        })
+        .build()?;
+    let handle = w.spawn();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut samples = Vec::new();
+    for i in 0..51 {
+        tokio::time::sleep(Duration::from_millis(20 + (i * 7) % 50)).await;
+        let sent = Instant::now();
+        client.send(q, &serde_json::json!({ "i": i })).await?;
+        let got = rx.recv().await.ok_or("worker stopped")?;
+        if i > 0 {
+            samples.push(got - sent);
+        }
+    }
+    handle.shutdown().await?;
+    samples.sort();
+    println!(
+        "notify wake-up: median {:?}, p90 {:?}, max {:?}",
+        samples[samples.len() / 2],
+        samples[samples.len() * 9 / 10],
+        samples[samples.len() - 1]
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("notify") {
+        let dsn = std::env::var("PGMQ_TEST_DSN")
+            .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
+        let client = Client::connect(&dsn).await?;
+        let q = QueueName::new(&format!("drain_{}", std::process::id()))?;
+        notify_latency(&client, &q).await?;
+        client.drop_queue(&q).await?;
+        return Ok(());
+    }
     let n: usize = args
         .get(1)
         .map(|s| s.parse())
