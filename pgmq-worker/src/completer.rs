@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::claimer::ErrorBackoff;
-use crate::stats::{bump, drop_by};
+use crate::stats::bump;
 use crate::worker::Shared;
 
 /// One message's acknowledgement.
@@ -141,7 +141,7 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
         })
         .await;
     }
-    drop_by(&c.acks_pending, n);
+    bump(&shared.stats.acks_resolved, n);
 }
 
 /// Whole seconds, rounded up (PGMQ's visibility delays are whole seconds).

@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
 use crate::handler::{panic_text, BlockingHandler, Handler, HandlerError, Outcome};
-use crate::stats::{bump, micros, record, LocalHistograms};
+use crate::stats::{bump, micros, record, HandlerCounters, LocalHistograms};
 use crate::worker::Shared;
 
 /// What a handler loop needs.
@@ -137,6 +137,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let shared = &ctx.shared;
     let cfg = &shared.config;
     let stats = &shared.stats;
+    let counts = &stats.per_handler[index];
     let slot = &shared.slots[index];
     let vt_us = micros(cfg.visibility_timeout);
     // A message that waited locally for 3/4 of its visibility timeout is not
@@ -171,7 +172,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         let started = Instant::now();
         let waited = started.duration_since(claimed_at);
         if waited >= stale_after {
-            bump(&stats.c.expired_unstarted, 1);
+            bump(&counts.expired_unstarted, 1);
             continue;
         }
         record(&mut local.h.queue_wait_local, micros(waited));
@@ -188,7 +189,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         } else {
             match msg.decode::<T>() {
                 Err(e) => {
-                    bump(&stats.c.decode_failures, 1);
+                    bump(&counts.decode_failures, 1);
                     AckKind::DeadLetter {
                         reason: format!("body does not decode: {e}"),
                     }
@@ -214,14 +215,14 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                     if runs == 1 || took_us >= 500 || runs % 16 == 0 {
                         shared.record_handler_time(took_us);
                     }
-                    bump(&stats.c.handled, 1);
-                    let kind = outcome_to_ack(shared, result, attempts);
+                    bump(&counts.handled, 1);
+                    let kind = outcome_to_ack(shared, counts, result, attempts);
                     local.maybe_merge(stats, ended);
                     kind
                 }
             }
         };
-        bump(&stats.c.acks_pending, 1);
+        bump(&counts.acks_sent, 1);
         if ctx
             .acks
             .send(Ack {
@@ -240,11 +241,15 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
 }
 
 /// Maps what the handler returned to what the completer writes.
-fn outcome_to_ack(shared: &Shared, result: RunResult, attempts: u32) -> AckKind {
+fn outcome_to_ack(
+    shared: &Shared,
+    counts: &HandlerCounters,
+    result: RunResult,
+    attempts: u32,
+) -> AckKind {
     let cfg = &shared.config;
-    let stats = &shared.stats;
     let failure = |reason: String| {
-        bump(&stats.c.failed, 1);
+        bump(&counts.failed, 1);
         if attempts >= cfg.max_attempts {
             tracing::debug!(attempts, %reason, "handler failed on its last attempt; dead-lettering");
             AckKind::DeadLetter {
@@ -257,7 +262,7 @@ fn outcome_to_ack(shared: &Shared, result: RunResult, attempts: u32) -> AckKind 
     };
     match result {
         Ok(Ok(outcome)) => {
-            bump(&stats.c.succeeded, 1);
+            bump(&counts.succeeded, 1);
             match outcome {
                 Outcome::Delete => AckKind::Delete,
                 Outcome::Archive => AckKind::Archive,
@@ -270,7 +275,7 @@ fn outcome_to_ack(shared: &Shared, result: RunResult, attempts: u32) -> AckKind 
         }
         Ok(Err(e)) => failure(e.to_string()),
         Err(panic) => {
-            bump(&stats.c.panicked, 1);
+            bump(&counts.panicked, 1);
             failure(panic)
         }
     }

@@ -17,8 +17,10 @@ use tokio_util::sync::CancellationToken;
 use crate::stats::{bump, micros};
 use crate::worker::Shared;
 
-/// What one handler task is running.
+/// What one handler task is running (on a cache line of its own: each
+/// handler writes its slot twice per message).
 #[derive(Default)]
+#[repr(align(128))]
 pub(crate) struct Slot {
     /// The running message, 0 when idle (PGMQ ids start at 1).
     msg_id: AtomicI64,

@@ -42,7 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::claimer::{Claimed, ErrorBackoff};
-use crate::stats::{bump, read, StatsSnapshot};
+use crate::stats::{bump, StatsSnapshot};
 use crate::worker::Shared;
 
 /// What a shutdown did, with the final statistics.
@@ -153,7 +153,7 @@ impl Running {
             .is_err()
         {
             abort.abort();
-            let pending = read(&shared.stats.c.acks_pending);
+            let pending = shared.stats.acks_pending();
             bump(&shared.stats.c.acks_failed, pending);
             tracing::error!(
                 pending,

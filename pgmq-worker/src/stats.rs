@@ -144,32 +144,75 @@ impl Histograms {
     }
 }
 
+/// The per-message counters of one handler loop, on a cache line of their
+/// own: each loop bumps only its own, so the per-message path never contends
+/// with other threads for a counter. Snapshots add them up.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct HandlerCounters {
+    pub handled: AtomicU64,
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+    pub panicked: AtomicU64,
+    pub decode_failures: AtomicU64,
+    pub expired_unstarted: AtomicU64,
+    /// Acknowledgements handed to the completer.
+    pub acks_sent: AtomicU64,
+}
+
 /// Counters and histograms shared by every task of one worker.
 pub(crate) struct Stats {
     pub c: Counters,
+    /// One per handler loop.
+    pub per_handler: Box<[HandlerCounters]>,
+    /// Acknowledgements the completer finished with (written or given up);
+    /// `acks_pending` is the handlers' `acks_sent` minus this.
+    pub acks_resolved: AtomicU64,
     hist: Mutex<Histograms>,
 }
 
 impl std::fmt::Debug for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stats")
-            .field("handled", &read(&self.c.handled))
+            .field("deleted", &read(&self.c.deleted))
             .finish_non_exhaustive()
     }
 }
 
 impl Stats {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(handlers: usize) -> Self {
         Stats {
             c: Counters::default(),
+            per_handler: (0..handlers).map(|_| HandlerCounters::default()).collect(),
+            acks_resolved: AtomicU64::new(0),
             hist: Mutex::new(Histograms::new()),
         }
     }
 
     /// A copy of everything, now.
     pub(crate) fn snapshot(&self) -> StatsSnapshot {
-        let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
-        self.c.snapshot(&h)
+        let mut snap = {
+            let h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
+            self.c.snapshot(&h)
+        };
+        let mut acks_sent = 0;
+        for p in self.per_handler.iter() {
+            snap.handled += read(&p.handled);
+            snap.succeeded += read(&p.succeeded);
+            snap.failed += read(&p.failed);
+            snap.panicked += read(&p.panicked);
+            snap.decode_failures += read(&p.decode_failures);
+            snap.expired_unstarted += read(&p.expired_unstarted);
+            acks_sent += read(&p.acks_sent);
+        }
+        snap.acks_pending = acks_sent.saturating_sub(read(&self.acks_resolved));
+        snap
+    }
+
+    /// Acknowledgements queued or being written right now.
+    pub(crate) fn acks_pending(&self) -> u64 {
+        let sent: u64 = self.per_handler.iter().map(|p| read(&p.acks_sent)).sum();
+        sent.saturating_sub(read(&self.acks_resolved))
     }
 
     fn merge(&self, local: &mut Histograms) {
@@ -214,11 +257,6 @@ pub(crate) fn bump(counter: &AtomicU64, n: u64) {
     counter.fetch_add(n, Relaxed);
 }
 
-/// Takes `n` off a gauge-like counter (`acks_pending`).
-pub(crate) fn drop_by(counter: &AtomicU64, n: u64) {
-    counter.fetch_sub(n, Relaxed);
-}
-
 /// Reads a counter.
 pub(crate) fn read(counter: &AtomicU64) -> u64 {
     counter.load(Relaxed)
@@ -234,7 +272,7 @@ mod tests {
 
     #[test]
     fn local_histograms_merge_into_snapshot() {
-        let stats = Stats::new();
+        let stats = Stats::new(2);
         let mut local = LocalHistograms::new();
         record(&mut local.h.handler_latency, 250);
         record(&mut local.h.queue_wait_local, 0);
@@ -245,6 +283,12 @@ mod tests {
         assert_eq!(snap.queue_wait_local.len(), 1);
         assert!(local.h.is_empty());
         bump(&stats.c.deleted, 3);
-        assert_eq!(stats.snapshot().deleted, 3);
+        bump(&stats.per_handler[0].handled, 2);
+        bump(&stats.per_handler[1].handled, 1);
+        bump(&stats.per_handler[1].acks_sent, 3);
+        bump(&stats.acks_resolved, 1);
+        let snap = stats.snapshot();
+        assert_eq!((snap.deleted, snap.handled, snap.acks_pending), (3, 3, 2));
+        assert_eq!(stats.acks_pending(), 2);
     }
 }

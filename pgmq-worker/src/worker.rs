@@ -112,11 +112,12 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         config: Arc<Config>,
         spawner: Box<dyn Spawner<T>>,
     ) -> Self {
+        let stats = Arc::new(Stats::new(config.concurrency));
         Worker {
             client,
             config,
             spawner,
-            stats: Arc::new(Stats::new()),
+            stats,
         }
     }
 
