@@ -171,28 +171,43 @@ impl<E: Executor> Pgmq<E> {
     /// Metrics of every queue.
     ///
     /// PGMQ's `metrics_all` fails with SQLSTATE 42P01 when a queue is dropped
-    /// while it runs. On the pool the call is then repeated (up to three
-    /// times); inside a transaction the error is returned (and aborts the
-    /// transaction, as any error does). Inside a transaction it also holds a
-    /// share lock on every queue table until the transaction ends, which
-    /// blocks purges and drops meanwhile: call it outside, or under a
-    /// savepoint that is rolled back.
+    /// while it runs (and can be chosen as a deadlock victim, 40P01, when a
+    /// transaction holds locks on queue tables). On the pool the call is then
+    /// repeated, and if it fails again, the queues are listed and measured one
+    /// by one, passing over those dropped meanwhile. Inside a transaction the
+    /// error is returned (and aborts the transaction, as any error does);
+    /// there it also holds a share lock on every queue table until the
+    /// transaction ends, which blocks purges and drops meanwhile: call it
+    /// outside, or under a savepoint that is rolled back.
     #[tracing::instrument(name = "pgmq.metrics_all", skip_all)]
     pub async fn metrics_all(&self) -> Result<Vec<QueueMetrics>, Error> {
-        let mut attempt = 0;
-        let rows = loop {
-            attempt += 1;
-            match self.run(Stmt::MetricsAll, None, &[]).await {
-                Err(e)
-                    if attempt < 4
-                        && self.executor().autocommit()
-                        && e.sqlstate() == Some(&SqlState::UNDEFINED_TABLE) =>
-                {
-                    tracing::debug!(attempt, "a queue was dropped during metrics_all; again");
-                }
-                res => break res?,
-            }
+        let retryable = |e: &Error| {
+            self.executor().autocommit()
+                && matches!(
+                    e.sqlstate(),
+                    Some(c) if *c == SqlState::UNDEFINED_TABLE
+                        || *c == SqlState::T_R_DEADLOCK_DETECTED
+                )
         };
-        rows.iter().map(metrics_from_row).collect()
+        for attempt in 1..=2 {
+            match self.run(Stmt::MetricsAll, None, &[]).await {
+                Ok(rows) => return rows.iter().map(metrics_from_row).collect(),
+                Err(e) if retryable(&e) => {
+                    tracing::debug!(attempt, error = %e, "metrics_all failed; again");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Queues come and go faster than one metrics_all runs: one by one.
+        let mut all = Vec::new();
+        for q in self.list_queues().await? {
+            let name = q.queue_name.as_str();
+            match self.run(Stmt::Metrics, Some(name), &[&name]).await {
+                Ok(rows) => all.extend(rows.iter().map(metrics_from_row)),
+                Err(Error::QueueNotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        all.into_iter().collect()
     }
 }

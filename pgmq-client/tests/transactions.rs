@@ -374,10 +374,13 @@ async fn metrics_all_in_tx<E: Executor>(
     panic!("metrics_all kept failing");
 }
 
-/// The exercises take turns: each one's transaction purges and drops
-/// queues (exclusive locks) and runs `metrics_all` (a share lock on every
-/// queue table); two at once could deadlock, as they would in production.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The exercises take turns, also across processes (nextest runs each test
+/// in its own): each one's transaction purges and drops queues (exclusive
+/// locks) and runs `metrics_all` (a share lock on every queue table); two at
+/// once could deadlock, as they would in production.
+async fn my_turn() -> tokio_postgres::Client {
+    common::advisory_lock("pgmq-client tests: transactions.rs exercise").await
+}
 
 /// What a committed `exercise` leaves behind.
 async fn check_committed(pg: &tokio_postgres::Client, client: &Client, fx: &Fixture) {
@@ -440,7 +443,7 @@ async fn check_committed(pg: &tokio_postgres::Client, client: &Client, fx: &Fixt
 async fn cached_transaction_rolls_back_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = my_turn().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
     let before = snapshot(&pg, &fx).await;
@@ -460,7 +463,7 @@ async fn cached_transaction_rolls_back_every_call() {
 async fn cached_transaction_commits_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = my_turn().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
 
@@ -477,7 +480,7 @@ async fn cached_transaction_commits_every_call() {
 async fn callers_transaction_rolls_back_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = my_turn().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
     let before = snapshot(&pg, &fx).await;
@@ -495,7 +498,7 @@ async fn callers_transaction_rolls_back_every_call() {
 async fn callers_transaction_commits_every_call() {
     let client = common::client().await;
     let qs = Queues::new();
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = my_turn().await;
     let fx = fixture(&client, &qs).await;
     let pg = common::raw().await;
 

@@ -52,6 +52,17 @@ pub async fn raw() -> tokio_postgres::Client {
     raw_to(&dsn()).await
 }
 
+/// Waits for the session advisory lock named `name` on a connection of its
+/// own; the lock is held until the returned client is dropped (also when
+/// the test panics), across test processes.
+pub async fn advisory_lock(name: &str) -> tokio_postgres::Client {
+    let pg = raw().await;
+    pg.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&name])
+        .await
+        .unwrap();
+    pg
+}
+
 /// A queue name no other test (or run) uses.
 pub fn unique(prefix: &str) -> QueueName {
     static N: AtomicU32 = AtomicU32::new(0);
