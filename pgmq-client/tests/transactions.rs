@@ -568,3 +568,41 @@ async fn error_in_transaction_is_typed_and_rolls_back() {
     tx.rollback().await.unwrap();
     assert_eq!(client.metrics(&q).await.unwrap().queue_length, 0);
 }
+
+/// A batch of 1,000 inside a transaction: seen by the transaction itself,
+/// gone after a rollback, all there after a commit.
+#[tokio::test]
+async fn a_thousand_in_a_transaction() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "tx_1000").await;
+    let bodies: Vec<Value> = (0..1000).map(|i| json!({ "i": i })).collect();
+    let mut conn = client.connection().await.unwrap();
+    for commit in [false, true] {
+        let tx = conn.transaction().await.unwrap();
+        let pg = Pgmq::on(&tx);
+        let ids = pg.send_batch(&q, &bodies).await.unwrap();
+        assert_eq!(ids.len(), 1000);
+        assert_eq!(pg.metrics(&q).await.unwrap().queue_length, 1000);
+        let read: Vec<Message> = pg.read(&q, Duration::from_secs(30), 1000).await.unwrap();
+        assert_eq!(read.len(), 1000);
+        assert_eq!(
+            pg.set_vt_batch(&q, &ids, Duration::ZERO)
+                .await
+                .unwrap()
+                .len(),
+            1000
+        );
+        if commit {
+            tx.commit().await.unwrap();
+        } else {
+            tx.rollback().await.unwrap();
+        }
+        let m = client.metrics(&q).await.unwrap();
+        let expected = if commit { 1000 } else { 0 };
+        assert_eq!(
+            (m.queue_length, m.queue_visible_length),
+            (expected, expected)
+        );
+    }
+}
