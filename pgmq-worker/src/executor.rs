@@ -233,7 +233,11 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             .await
             .is_err()
         {
-            // The completer is gone only when the worker is torn down.
+            // The completer stopped taking acknowledgements: the shutdown
+            // gave up on this (abandoned) handler. The message comes back
+            // after its visibility timeout.
+            bump(&stats.acks_resolved, 1);
+            bump(&stats.c.acks_failed, 1);
             break;
         }
     }

@@ -217,3 +217,40 @@ async fn run_until_stops_when_the_future_resolves() {
     assert_eq!(report.acked, report.handled);
     assert_eq!(queue_len(&client, &q).await as u64, report.released);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_blocking_handler_does_not_hold_up_the_shutdown() {
+    let client = client().await;
+    let q = unique("blkgrace");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &bodies(3)).await.unwrap();
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(2)
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_grace(Duration::from_millis(200))
+        .blocking_handler(|m: Message<Value>| {
+            if m.body["n"] == 0 {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            Ok::<_, std::io::Error>(Outcome::Delete)
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "two deleted", || async {
+        handle.stats().deleted == 2
+    })
+    .await;
+    let t = Instant::now();
+    let report = handle.shutdown().await.unwrap();
+    // Neither the 3 s handler nor the 10 s ack drain timeout is waited for.
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(report.still_running_at_deadline, 1);
+    assert_eq!(report.acked, 2);
+    let m = client.metrics(&q).await.unwrap();
+    assert_eq!((m.queue_length, m.queue_visible_length), (1, 0));
+}
