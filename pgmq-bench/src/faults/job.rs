@@ -69,35 +69,3 @@ fn is_zero_u64(v: &u64) -> bool {
 pub(crate) fn key_headers(key: i64) -> serde_json::Value {
     serde_json::json!({ KEY_HEADER: key })
 }
-
-/// The key of a message from its headers, else from its body's `key`.
-pub(crate) fn key_of(headers: Option<&serde_json::Value>, body_text: &str) -> Option<i64> {
-    if let Some(k) = headers
-        .and_then(|h| h.get(KEY_HEADER))
-        .and_then(|v| v.as_i64())
-    {
-        return Some(k);
-    }
-    #[derive(Deserialize)]
-    struct KeyOnly {
-        key: i64,
-    }
-    serde_json::from_str::<KeyOnly>(body_text)
-        .ok()
-        .map(|k| k.key)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_from_headers_dead_letters_and_bodies() {
-        let h = key_headers(5);
-        assert_eq!(key_of(Some(&h), "null"), Some(5));
-        let dead = serde_json::json!({"reason": "x", "original_headers": {"fault_key": 6}});
-        assert_eq!(key_of(Some(&dead), "[[[]]]"), Some(6));
-        assert_eq!(key_of(None, r#"{"key": 7}"#), Some(7));
-        assert_eq!(key_of(None, "null"), None);
-    }
-}

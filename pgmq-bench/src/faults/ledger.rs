@@ -2,13 +2,13 @@
 //! handling, one row each, so that lost, duplicated and unexpected messages
 //! are counted per key.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use pgmq_client::{Client, Outcome, QueueName};
 use serde::Serialize;
 
-use super::job::key_of;
+use super::job::KEY_HEADER;
 use super::BoxError;
 
 /// The ledger tables. No unique constraint on purpose: a second handling of
@@ -94,7 +94,24 @@ pub(crate) struct ProduceRecord {
 #[derive(Debug, Default)]
 pub(crate) struct Produced {
     pub records: Vec<ProduceRecord>,
+    /// Failed calls by error kind (`ConnectionLost(outcome unknown)`, `PoolTimeout`, ...).
+    pub errors: BTreeMap<String, u64>,
     calls: u64,
+}
+
+/// A short name for an error: its variant, with the outcome of a lost connection.
+fn error_kind(e: &pgmq_client::Error) -> String {
+    use pgmq_client::Error as E;
+    match e {
+        E::ConnectionLost { outcome, .. } => format!("ConnectionLost({outcome})"),
+        E::PoolTimeout => "PoolTimeout".into(),
+        E::Connect(_) => "Connect".into(),
+        E::Database { .. } => "Database".into(),
+        other => format!("{other:?}")
+            .chars()
+            .take_while(|c| c.is_alphanumeric())
+            .collect(),
+    }
 }
 
 impl Produced {
@@ -115,6 +132,7 @@ impl Produced {
                 }
             }
             Err(e) => {
+                *self.errors.entry(error_kind(e)).or_default() += 1;
                 let outcome = ProduceOutcome::of_error(e);
                 for key in keys {
                     self.records.push(ProduceRecord {
@@ -132,6 +150,9 @@ impl Produced {
     /// Appends another producer's records.
     pub(crate) fn merge(&mut self, other: Produced) {
         let base = self.calls;
+        for (k, n) in other.errors {
+            *self.errors.entry(k).or_default() += n;
+        }
         for mut r in other.records {
             r.call += base;
             self.records.push(r);
@@ -244,22 +265,33 @@ pub(crate) async fn handled_count(
 }
 
 /// The keys of the messages in a queue's table right now (visible or not),
-/// without reading them (no `read_ct` change). Messages without a key are
-/// counted separately.
+/// without reading them (no `read_ct` change). The key is the `fault_key`
+/// header, or for a dead letter the one pgmq-worker keeps in
+/// `original_headers`, else the body's numeric `key`; it is extracted in SQL,
+/// so that bodies and headers of any size and depth are fine. Messages
+/// without a key are counted separately.
 pub(crate) async fn keys_in_queue(
     client: &Client,
     queue: &QueueName,
 ) -> Result<(Vec<i64>, u64), BoxError> {
     let conn = client.connection().await?;
     // The name is a validated QueueName: only [a-z0-9_], so the identifier is safe.
-    let sql = format!("select message::text, headers from {}", queue.table());
+    let sql = format!(
+        "select coalesce(
+             case when jsonb_typeof(headers->'{h}') = 'number' then (headers->>'{h}')::bigint end,
+             case when jsonb_typeof(headers->'original_headers'->'{h}') = 'number'
+                  then (headers->'original_headers'->>'{h}')::bigint end,
+             case when jsonb_typeof(message) = 'object' and jsonb_typeof(message->'key') = 'number'
+                  then (message->>'key')::bigint end)
+         from {}",
+        queue.table(),
+        h = KEY_HEADER,
+    );
     let rows = conn.query(sql.as_str(), &[]).await?;
     let mut keys = Vec::with_capacity(rows.len());
     let mut unkeyed = 0;
     for r in &rows {
-        let body: Option<String> = r.get(0);
-        let headers: Option<serde_json::Value> = r.get(1);
-        match key_of(headers.as_ref(), body.as_deref().unwrap_or("null")) {
+        match r.get::<_, Option<i64>>(0) {
             Some(k) => keys.push(k),
             None => unkeyed += 1,
         }

@@ -8,12 +8,23 @@ use super::super::ledger::Handling;
 use super::super::report::{Check, Row};
 use super::{BoxError, Ctx, Run};
 
-/// A poison payload: its name, and its JSON text (built from the key).
+/// What must become of a poison payload.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// The handler's type decodes it: handled once.
+    Handled,
+    /// It cannot be decoded: dead-lettered, never handled.
+    DeadLettered,
+    /// Either, once; what matters is that it does not wedge the queue.
+    Either,
+}
+
+/// A poison payload: its name, its body and headers as JSON text (built from the key).
 struct Poison {
     kind: &'static str,
-    /// Whether the handler's type decodes it (it must then be handled).
-    decodes: bool,
+    expect: Expect,
     body: fn(i64) -> String,
+    headers: fn(i64) -> String,
 }
 
 fn nested(depth: usize) -> String {
@@ -23,46 +34,62 @@ fn nested(depth: usize) -> String {
     s
 }
 
-const POISONS: [Poison; 6] = [
+fn plain_headers(k: i64) -> String {
+    key_headers(k).to_string()
+}
+
+const POISONS: [Poison; 7] = [
     Poison {
         kind: "key of the wrong type",
-        decodes: false,
+        expect: Expect::DeadLettered,
         body: |k| format!(r#"{{"key": "k{k}"}}"#),
+        headers: plain_headers,
     },
     Poison {
         kind: "no key field",
-        decodes: false,
+        expect: Expect::DeadLettered,
         body: |k| format!(r#"{{"id": {k}, "note": "not a job"}}"#),
+        headers: plain_headers,
     },
     Poison {
         kind: "JSON null",
-        decodes: false,
+        expect: Expect::DeadLettered,
         body: |_| "null".to_owned(),
+        headers: plain_headers,
     },
     Poison {
         kind: "10,000-deep nested array",
-        decodes: false,
+        expect: Expect::DeadLettered,
         body: |_| nested(10_000),
+        headers: plain_headers,
     },
     Poison {
         kind: "10,000-deep nested array in a field",
-        decodes: false,
+        expect: Expect::DeadLettered,
         body: |k| format!(r#"{{"key": {k}, "data": {}}}"#, nested(10_000)),
+        headers: plain_headers,
     },
     Poison {
         kind: "1 MiB body",
-        decodes: true,
+        expect: Expect::Handled,
         body: |k| format!(r#"{{"key": {k}, "data": "{}"}}"#, "x".repeat(1 << 20)),
+        headers: plain_headers,
+    },
+    Poison {
+        kind: "10,000-deep nested array in the headers",
+        expect: Expect::Either,
+        body: |k| format!(r#"{{"key": {k}}}"#),
+        headers: |k| format!(r#"{{"fault_key": {k}, "trace": {}}}"#, nested(10_000)),
     },
 ];
 
 /// Sends raw JSON text, as a producer in another language might.
-async fn send_raw(run: &mut Run<'_>, key: i64, body: &str) -> Result<(), BoxError> {
+async fn send_raw(run: &mut Run<'_>, key: i64, body: &str, headers: &str) -> Result<(), BoxError> {
     let conn = run.ctx.client.connection().await?;
     let row = conn
         .query_one(
-            "select pgmq.send($1, $2::text::jsonb, $3::jsonb, 0)",
-            &[&run.qs.q.as_str(), &body, &key_headers(key)],
+            "select pgmq.send($1, $2::text::jsonb, $3::text::jsonb, 0)",
+            &[&run.qs.q.as_str(), &body, &headers],
         )
         .await
         .map_err(|e| format!("sending poison {key}: {e}"))?;
@@ -83,6 +110,7 @@ fn jobs_with(n: usize, act: impl Fn(i64) -> Option<Act>) -> Vec<Job> {
 /// 4: poison payloads mixed into good messages.
 pub(crate) async fn poison(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "4").await?;
+    run.dead_letters_expected = true;
     let per_kind: i64 = if ctx.quick { 3 } else { 10 };
     let goods = ctx.plain_jobs(ctx.n);
     let (first, second) = goods.split_at(ctx.n / 2);
@@ -91,7 +119,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut key = ctx.n as i64;
     for round in 0..per_kind {
         for (i, p) in POISONS.iter().enumerate() {
-            send_raw(&mut run, key, &(p.body)(key)).await?;
+            send_raw(&mut run, key, &(p.body)(key), &(p.headers)(key)).await?;
             kinds.insert(key, i);
             key += 1;
         }
@@ -117,14 +145,12 @@ pub(crate) async fn poison(ctx: &Ctx) -> Result<Row, BoxError> {
             .collect();
         let h = keys.iter().filter(|k| handled.contains(k)).count();
         let d = keys.iter().filter(|k| f.dead.contains(k)).count();
-        let (ok, detail) = if p.decodes {
-            (h == keys.len(), format!("{h} of {} handled", keys.len()))
-        } else {
-            (
-                h == 0 && d == keys.len(),
-                format!("{d} of {} dead-lettered, {h} handled", keys.len()),
-            )
+        let ok = match p.expect {
+            Expect::Handled => h == keys.len() && d == 0,
+            Expect::DeadLettered => h == 0 && d == keys.len(),
+            Expect::Either => h + d == keys.len(),
         };
+        let detail = format!("{h} of {} handled, {d} dead-lettered", keys.len());
         row.push_check(Check::new(p.kind, ok, detail));
     }
     if let Some(r) = f.report() {
@@ -142,6 +168,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> Result<Row, BoxError> {
 /// (handled on the third).
 pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "5").await?;
+    run.dead_letters_expected = true;
     let panics = |k: i64| k % 100 == 0;
     let fails = |k: i64| k % 20 == 7;
     let jobs = jobs_with(ctx.n, |k| {
@@ -260,6 +287,10 @@ mod tests {
 
     #[test]
     fn poison_bodies_are_what_they_say() {
+        for p in &POISONS {
+            let h: serde_json::Value = serde_json::from_str(&(p.headers)(3)).unwrap_or_default();
+            assert!(h.is_null() || h["fault_key"] == 3 || p.expect == Expect::Either);
+        }
         let null = (POISONS[2].body)(1);
         assert_eq!(null, "null");
         let deep = (POISONS[3].body)(1);

@@ -82,6 +82,9 @@ pub(crate) struct Run<'a> {
     pub qs: Queues,
     pub produced: Produced,
     pub checks: Vec<Check>,
+    /// Whether messages may end in the dead-letter queue here (poison,
+    /// panics); elsewhere a dead letter is a message that was never handled.
+    pub dead_letters_expected: bool,
     started: Instant,
 }
 
@@ -94,6 +97,7 @@ impl<'a> Run<'a> {
             qs: ctx.queues(&format!("s{label}")).await?,
             produced: Produced::default(),
             checks: Vec::new(),
+            dead_letters_expected: false,
             started: Instant::now(),
         })
     }
@@ -195,6 +199,14 @@ impl<'a> Run<'a> {
         );
         let acc = ctx.account(self.label, &self.qs, &self.produced).await?;
         ctx.drop_queues(&self.qs).await;
+        if !self.dead_letters_expected {
+            let n = acc.dead.len();
+            self.check(
+                "nothing dead-lettered",
+                n == 0,
+                format!("{n} messages in the dead-letter queue, none of which ever failed"),
+            );
+        }
         let row = Row::new(
             self.label,
             title,

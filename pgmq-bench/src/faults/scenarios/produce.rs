@@ -44,15 +44,15 @@ async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) ->
 }
 
 /// 11: four producers (two single, two batches of 50) through the proxy,
-/// which cuts every connection every 150 ms and refuses new ones for 100 ms
-/// every other time.
+/// which cuts every connection every 100 ms and refuses new ones for 100 ms
+/// every fifth time.
 pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "11").await?;
     let proxy = start_proxy(ctx).await?;
     let client = Client::builder(&proxied_dsn(&proxy))
         .max_size(4)
-        .connect_timeout(Duration::from_secs(2))
-        .pool_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(1))
+        .pool_timeout(Duration::from_secs(1))
         .application_name("pgmq-faults-producer")
         .connect()
         .await?;
@@ -71,9 +71,9 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
         async move {
             let mut cuts = 0u32;
             while !done.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(150)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 cuts += 1;
-                let refuse = cuts % 2 == 0;
+                let refuse = cuts % 5 == 0;
                 if refuse {
                     proxy.set_accepting(false);
                 }
@@ -148,7 +148,9 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
             cuts > 0 && cut_conns > 0 && unknown > 0,
             format!(
                 "{cuts} cuts resetting {cut_conns} connections, {refused} connects refused; \
-                 {unknown} produces in flight at a cut, {recovered} of them committed"
+                 {unknown} produces in flight at a cut, {recovered} of them committed; \
+                 failed calls: {:?}",
+                produced.errors
             ),
         ),
         Check::new(

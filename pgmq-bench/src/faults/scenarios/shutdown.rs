@@ -41,7 +41,8 @@ pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
     args.vt_secs = 30;
-    args.sleep_ms = 10;
+    // Slow enough that the backlog lasts all rounds.
+    args.sleep_ms = if ctx.quick { 40 } else { 10 };
     let mut clean = 0;
     let mut released = 0u64;
     let mut worst_visible = Duration::ZERO;
@@ -49,8 +50,7 @@ pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut problems = Vec::new();
     for round in 1..=rounds {
         let w = run.spawn(&args).await?;
-        // A quarter of a second each keeps a backlog for all rounds.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
         let exit = w.stop(Duration::from_secs(30)).await?;
         worst_stop = worst_stop.max(exit.took);
         if exit.clean() {
