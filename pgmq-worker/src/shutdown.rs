@@ -15,11 +15,13 @@
 //!    reading (a read already in flight finishes and queues its messages),
 //!    the notifier closes its connection, and handler loops take no new
 //!    message (one that is running goes on).
-//! 2. **Release at once.** Every claimed-but-unstarted message still in the
-//!    claim queue is made visible again (`pgmq.set_vt(ids, 0)`, batched), so
-//!    another worker can take it now rather than after the visibility timeout.
-//!    Claimers are awaited and anything their last read brought is released
-//!    the same way.
+//! 2. **Release at once.** Claimers are awaited (a read in flight is one
+//!    round trip; one stuck longer than 2 s is aborted), then every
+//!    claimed-but-unstarted message in the claim queue, including what those
+//!    last reads brought, is made visible again (`pgmq.set_vt(ids, 0)`,
+//!    batched), so another worker can take it now rather than after the
+//!    visibility timeout. Releasing only after the claimers stopped means no
+//!    read of this worker re-claims a released message.
 //! 3. **Let in-flight handlers finish**, until `shutdown_grace` after the
 //!    start of the shutdown. Their acknowledgements go to the completer as
 //!    usual, and the heartbeat keeps their messages invisible meanwhile.
@@ -44,6 +46,9 @@ use tokio_util::sync::CancellationToken;
 use crate::claimer::{Claimed, ErrorBackoff};
 use crate::stats::{bump, StatsSnapshot};
 use crate::worker::Shared;
+
+/// How long the shutdown waits for a claimer's read in flight.
+const CLAIMER_STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// What a shutdown did, with the final statistics.
 #[derive(Debug, Clone)]
@@ -100,16 +105,22 @@ impl Running {
         // 1. Stop claiming and taking.
         self.stop.cancel();
 
-        // 2. Release what is claimed but not started, at once; then again for
-        //    whatever reads still in flight bring.
-        let mut release_failed = release(&shared, &self.claim_rx, deadline).await;
+        // 2. Release what is claimed but not started, at once. Claimers end
+        //    first (a read in flight is one round trip), so that no read
+        //    re-claims what the release makes visible; one stuck on a dead
+        //    connection is aborted after CLAIMER_STOP_WAIT (what it read, if
+        //    anything, comes back after the visibility timeout).
+        let claimers_done = tokio::time::Instant::now() + CLAIMER_STOP_WAIT;
         for claimer in self.claimers {
             let abort = claimer.abort_handle();
-            if tokio::time::timeout_at(deadline, claimer).await.is_err() {
+            if tokio::time::timeout_at(claimers_done.min(deadline), claimer)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }
-        release_failed += release(&shared, &self.claim_rx, deadline).await;
+        let release_failed = release(&shared, &self.claim_rx, deadline).await;
 
         // 3. Let in-flight handlers finish within the grace period.
         let mut abandoned = 0;
