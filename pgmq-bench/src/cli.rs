@@ -69,6 +69,16 @@ pub enum Section {
 }
 
 impl Section {
+    /// Whether warm-up rounds run it. Only the throughput sections warm up:
+    /// idle_worker and wakeup_latency measure an idle worker, and sustained
+    /// has its own warm-up (`--sustained-warmup`, left out of the slope fit).
+    pub fn in_warmup(self) -> bool {
+        matches!(
+            self,
+            Section::SendSingle | Section::SendBatch | Section::ConsumeScaling | Section::Baseline
+        )
+    }
+
     /// Every section, in the order a round runs them.
     pub const ALL: [Section; 7] = [
         Section::SendSingle,
@@ -152,11 +162,15 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', default_values_t = Section::ALL.to_vec())]
     pub sections: Vec<Section>,
 
-    /// Messages per batch-send, consume and baseline run.
-    #[arg(long, default_value_t = 100_000)]
+    /// Messages per consume run (consume_scaling and the baseline read + delete loop).
+    #[arg(long, default_value_t = 150_000)]
     pub messages: u64,
 
-    /// Messages per single-send run (one round trip each, so fewer).
+    /// Messages per batch-send run (send_batch and its baseline loop).
+    #[arg(long, default_value_t = 250_000)]
+    pub batch_messages: u64,
+
+    /// Messages per single-send run (send_single and its baseline loop).
     #[arg(long, default_value_t = 10_000)]
     pub single_messages: u64,
 
@@ -209,7 +223,7 @@ pub struct RunArgs {
     pub wakeup_poll_ms: u64,
 
     /// sustained: how long producers run (30s, 5m, 30m).
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub duration: Duration,
 
     /// sustained: seconds at the start left out of the backlog-slope fit.

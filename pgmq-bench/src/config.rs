@@ -15,8 +15,10 @@ pub const MIN_WAKEUP_SAMPLES: u32 = 20;
 pub struct Config {
     /// Sections, in round order, without repeats.
     pub sections: Vec<Section>,
-    /// Messages per batch-send, consume and baseline run.
+    /// Messages per consume run.
     pub messages: u64,
+    /// Messages per batch-send run.
+    pub batch_messages: u64,
     /// Messages per single-send run.
     pub single_messages: u64,
     /// Batch size of sends and claims.
@@ -73,8 +75,10 @@ impl Config {
         if a.repeat == 0 {
             return Err(bad("--repeat must be at least 1"));
         }
-        if a.messages == 0 || a.single_messages == 0 {
-            return Err(bad("--messages and --single-messages must be at least 1"));
+        if a.messages == 0 || a.batch_messages == 0 || a.single_messages == 0 {
+            return Err(bad(
+                "--messages, --batch-messages and --single-messages must be at least 1",
+            ));
         }
         if !(1..=10_000).contains(&a.batch_size) {
             return Err(bad("--batch-size must be between 1 and 10000"));
@@ -123,6 +127,7 @@ impl Config {
         Ok(Config {
             sections,
             messages: a.messages,
+            batch_messages: a.batch_messages,
             single_messages: a.single_messages,
             batch_size: a.batch_size,
             vt: Duration::from_secs(u64::from(a.visibility_timeout)),

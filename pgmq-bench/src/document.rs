@@ -226,8 +226,10 @@ pub struct Setting {
 pub struct Workload {
     /// Sections run, in order.
     pub sections: Vec<String>,
-    /// Messages per batch-send, consume and baseline run.
+    /// Messages per consume run (consume_scaling, baseline read + delete).
     pub messages: u64,
+    /// Messages per batch-send run (send_batch, its baseline).
+    pub batch_messages: u64,
     /// Messages per single-send run (its own and the baseline's).
     pub single_messages: u64,
     /// Send and claim batch size.

@@ -157,6 +157,7 @@ async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Res
             warmup: cfg.warmup,
             repeat: cfg.repeat,
             order: "round_robin: each round runs every selected section once; the first `warmup` rounds \
+                    run only the throughput sections (send_single, send_batch, consume_scaling, baseline) and \
                     are discarded"
                 .into(),
             statistic: "median over measured rounds".into(),
@@ -192,6 +193,7 @@ fn workload(cfg: &Config) -> Workload {
     Workload {
         sections: cfg.sections.iter().map(|s| s.name().to_owned()).collect(),
         messages: cfg.messages,
+        batch_messages: cfg.batch_messages,
         single_messages: cfg.single_messages,
         batch_size: cfg.batch_size,
         visibility_timeout_s: cfg.vt.as_secs() as u32,
@@ -244,6 +246,9 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             format!("round {}/{}", round + 1, cfg.repeat)
         };
         for section in &cfg.sections {
+            if warm && !section.in_warmup() {
+                continue;
+            }
             match section {
                 Section::SendSingle => {
                     let r = send::single(ctx, round, warm).await?;

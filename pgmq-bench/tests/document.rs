@@ -164,12 +164,20 @@ fn run_is_complete_accounted_for_and_clean() {
     assert_eq!(doc["schema"], "pgmq-bench.benchmark.v1");
     assert_eq!(doc["outcome"]["ok"], true, "{}", doc["outcome"]);
     let s = &doc["sections"];
-    // 1 warm-up + 2 measured rounds of each.
+    // 1 warm-up + 2 measured rounds of the throughput sections, 2 measured
+    // rounds of the others (they do not warm up).
     assert_eq!(s["send_single"].as_array().unwrap().len(), 3);
+    assert_eq!(s["send_batch"][0]["count"], 3000);
     assert_eq!(s["consume_scaling"].as_array().unwrap().len(), 6);
     assert_eq!(s["baseline"].as_array().unwrap().len(), 9);
-    assert_eq!(s["wakeup_latency"].as_array().unwrap().len(), 6);
-    assert_eq!(s["sustained"].as_array().unwrap().len(), 3);
+    assert_eq!(s["idle_worker"].as_array().unwrap().len(), 2);
+    assert_eq!(s["wakeup_latency"].as_array().unwrap().len(), 4);
+    assert_eq!(s["sustained"].as_array().unwrap().len(), 2);
+    assert!(s["sustained"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["warmup"] == false));
     for r in s["consume_scaling"].as_array().unwrap() {
         assert_eq!(r["ledger"]["missing"], 0);
         assert_eq!(r["ledger"]["distinct"], 2000);

@@ -130,6 +130,11 @@ fn differences(old: &Document, new: &Document) -> Vec<(String, String, String)> 
         nw.single_messages.to_string(),
     );
     diff(
+        "batch messages",
+        ow.batch_messages.to_string(),
+        nw.batch_messages.to_string(),
+    );
+    diff(
         "batch size",
         ow.batch_size.to_string(),
         nw.batch_size.to_string(),

@@ -122,9 +122,10 @@ fn conditions(out: &mut String, d: &Document) {
         (
             "Workload",
             format!(
-                "{} messages per batch/consume run, {} per single-send run, batch {}, vt {} s, ~{} B JSON bodies, \
-                 handlers {:?}, handler work {} ms, pool {}",
+                "{} messages per consume run, {} per batch-send run, {} per single-send run, batch {}, vt {} s, \
+                 ~{} B JSON bodies, handlers {:?}, handler work {} ms, pool {}",
                 thousands(w.messages as f64),
+                thousands(w.batch_messages as f64),
                 thousands(w.single_messages as f64),
                 w.batch_size,
                 w.visibility_timeout_s,

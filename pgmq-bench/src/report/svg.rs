@@ -151,7 +151,10 @@ fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
             ly + 4.0,
             "start",
             11,
-            &format!("baseline: read + delete on 1 connection, no SDK ({} msg/s)", thousands(b)),
+            &format!(
+                "baseline: read + delete on 1 connection, no SDK ({} msg/s)",
+                thousands(b)
+            ),
         );
     }
     let _ = writeln!(

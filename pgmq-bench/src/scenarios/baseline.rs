@@ -80,7 +80,7 @@ pub async fn run(ctx: &Ctx, which: Loop, round: u32, warmup: bool) -> Result<Bas
             let stmt = pg
                 .prepare("SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[])")
                 .await?;
-            let n = ctx.cfg.messages;
+            let n = ctx.cfg.batch_messages;
             let size = u64::from(batch);
             let mut bodies = Vec::with_capacity(size as usize);
             ctx.meter.begin();

@@ -53,7 +53,7 @@ async fn finish(
 /// One send_batch run: `--messages` in calls of `Client::send_batch` of `--batch-size`.
 pub async fn batch(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
     let q = ctx.guard.fresh("send_batch").await?;
-    let n = ctx.cfg.messages;
+    let n = ctx.cfg.batch_messages;
     let size = u64::from(ctx.cfg.batch_size);
     let mut bodies = Vec::with_capacity(size as usize);
     ctx.meter.begin();

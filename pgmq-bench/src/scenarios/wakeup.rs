@@ -112,8 +112,13 @@ pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<Wake
         Phases(0x9E37_79B9_7F4A_7C15 ^ (u64::from(round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
     let mut samples = Vec::with_capacity(ctx.cfg.wakeup_samples as usize);
     for id in 0..u64::from(ctx.cfg.wakeup_samples) {
-        // 100 ms apart at least (past any notify throttle), then a random phase of the poll timer.
-        let gap = Duration::from_millis(100) + poll.mul_f64(phases.next_fraction());
+        // 100 ms apart at least (past any notify throttle), then a random phase:
+        // of the poll timer when polling; NOTIFY does not wait for the timer.
+        let spread = match mode {
+            Mode::Poll => poll,
+            Mode::Notify => poll.min(Duration::from_millis(100)),
+        };
+        let gap = Duration::from_millis(100) + spread.mul_f64(phases.next_fraction());
         tokio::time::sleep(gap).await;
         let sent = Instant::now();
         ctx.client.send(&q, &ctx.body(id)).await?;

@@ -149,6 +149,8 @@ pub fn short_run_args<'a>(dsn: &'a str, output: &'a str) -> Vec<&'a str> {
         output,
         "--messages",
         "2000",
+        "--batch-messages",
+        "3000",
         "--single-messages",
         "200",
         "--workers",
