@@ -29,6 +29,8 @@ pub(crate) struct Ctx {
     pub proxy_port: u16,
     pub started_at: DateTime<Utc>,
     pub machine: String,
+    /// PostgreSQL and PGMQ versions of the suite's cluster.
+    pub server: String,
     tag: String,
     workers: AtomicU32,
 }
@@ -54,11 +56,21 @@ impl Ctx {
             .application_name("pgmq-faults")
             .connect()
             .await?;
-        client
-            .connection()
-            .await?
-            .batch_execute(ledger::SCHEMA)
+        let conn = client.connection().await?;
+        conn.batch_execute(ledger::SCHEMA).await?;
+        let row = conn
+            .query_one(
+                "select current_setting('server_version'), \
+                 (select extversion from pg_extension where extname = 'pgmq')",
+                &[],
+            )
             .await?;
+        let server = format!(
+            "PostgreSQL {}, PGMQ {}",
+            row.get::<_, String>(0),
+            row.get::<_, Option<String>>(1).unwrap_or_else(|| "?".into())
+        );
+        drop(conn);
         let started_at = Utc::now();
         let tag = format!("{}", started_at.timestamp() % 1_000_000_000);
         let run_id = format!(
@@ -85,6 +97,7 @@ impl Ctx {
             proxy_port: args.proxy_port,
             started_at,
             machine: machine().await,
+            server,
             tag,
             workers: AtomicU32::new(0),
         })

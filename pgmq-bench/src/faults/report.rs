@@ -95,6 +95,7 @@ pub(crate) struct Document {
     pub seconds: f64,
     pub pass: bool,
     pub machine: String,
+    pub server: String,
     pub rows: Vec<Row>,
 }
 
@@ -108,6 +109,7 @@ impl Document {
             seconds: took.as_secs_f64(),
             pass: rows.iter().all(|r| r.pass),
             machine: ctx.machine.clone(),
+            server: ctx.server.clone(),
             rows,
         }
     }

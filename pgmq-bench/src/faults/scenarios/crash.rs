@@ -26,7 +26,7 @@ fn outage_tolerant(mut args: WorkerArgs) -> WorkerArgs {
 pub(crate) async fn server_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "1").await?;
     run.produce_plain(ctx.n).await;
-    let mut w = run.spawn(&outage_tolerant(run.worker_args())).await?;
+    let w = run.spawn(&outage_tolerant(run.worker_args())).await?;
     let mut kills = Vec::new();
     for i in 1..=3 {
         let at = run.wait_quarter(i).await?;
@@ -41,7 +41,6 @@ pub(crate) async fn server_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         ));
     }
     run.check("killed 3 times mid-consume", true, kills.join("; "));
-    run.check_alive(&mut w, "the outages");
     Ok(run.finish("server killed 3x", vec![w], true).await?.row)
 }
 
@@ -123,7 +122,7 @@ pub(crate) async fn connections_cut(ctx: &Ctx) -> Result<Row, BoxError> {
     run.produce_plain(ctx.n).await;
     let proxy = start_proxy(ctx).await?;
     let args = outage_tolerant(run.worker_args());
-    let mut w = ctx
+    let w = ctx
         .spawn_worker_via(&args, &proxied_dsn(&proxy), None)
         .await?;
     let mut notes = Vec::new();
@@ -144,7 +143,6 @@ pub(crate) async fn connections_cut(ctx: &Ctx) -> Result<Row, BoxError> {
             notes.join(", ")
         ),
     );
-    run.check_alive(&mut w, "the cuts");
     let row = run
         .finish("connections cut 3x (proxy)", vec![w], true)
         .await?

@@ -131,9 +131,7 @@ pub(crate) async fn poison(ctx: &Ctx) -> Result<Row, BoxError> {
     args.max_attempts = 3;
     args.backoff_ms = 100;
     args.backoff_max_ms = 200;
-    let mut w = run.spawn(&args).await?;
-    run.wait_drained().await;
-    run.check_alive(&mut w, "the poison");
+    let w = run.spawn(&args).await?;
     let f = run.finish("poison payloads", vec![w], false).await?;
     let handled: HashSet<i64> = f.handlings.iter().map(|h| h.key).collect();
     let mut row = f.row.clone();
@@ -191,9 +189,7 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     args.max_attempts = 5;
     args.backoff_ms = 100;
     args.backoff_max_ms = 400;
-    let mut w = run.spawn(&args).await?;
-    run.wait_drained().await;
-    run.check_alive(&mut w, "the panics");
+    let w = run.spawn(&args).await?;
     let f = run
         .finish("handlers panic (1%) / fail until 3rd try", vec![w], false)
         .await?;

@@ -72,7 +72,7 @@ pub(crate) async fn run_one(ctx: &Ctx, s: u8) -> Result<Vec<Row>, BoxError> {
 
 /// How long a queue may take to drain once the faults are over.
 pub(crate) fn drain_limit(ctx: &Ctx) -> Duration {
-    Duration::from_secs(60 + (ctx.n as u64 / 200))
+    Duration::from_secs(30 + (ctx.n as u64 / 500))
 }
 
 /// One consuming scenario under way: its queues, what it produced, its checks.
@@ -129,20 +129,6 @@ impl<'a> Run<'a> {
         self.checks.push(Check::new(name, pass, detail));
     }
 
-    /// Checks that `w` is still running after `what`.
-    pub(crate) fn check_alive(&mut self, w: &mut WorkerProc, what: &str) {
-        let alive = w.running();
-        self.check(
-            &format!("worker survived {what}"),
-            alive,
-            if alive {
-                "still running"
-            } else {
-                "the worker process exited"
-            },
-        );
-    }
-
     /// Waits until `i` quarters of the messages were handled; returns the
     /// handlings counted then.
     pub(crate) async fn wait_quarter(&self, i: i64) -> Result<i64, BoxError> {
@@ -169,7 +155,7 @@ impl<'a> Run<'a> {
     pub(crate) async fn finish(
         mut self,
         title: &str,
-        workers: Vec<WorkerProc>,
+        mut workers: Vec<WorkerProc>,
         duplicates_allowed: bool,
     ) -> Result<Finished, BoxError> {
         let ctx = self.ctx;
@@ -183,6 +169,15 @@ impl<'a> Run<'a> {
             format!("not empty after {} s", drain_limit(ctx).as_secs())
         };
         self.check("queue drained", drained, detail);
+        let alive = workers.iter_mut().map(|w| w.running()).filter(|r| *r).count();
+        self.check(
+            "workers ran to the end",
+            alive == workers.len(),
+            format!(
+                "{alive} of {} worker processes still running (none crashed)",
+                workers.len()
+            ),
+        );
         let exits = stop_all(workers).await;
         let clean = exits
             .iter()
