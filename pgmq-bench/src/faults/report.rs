@@ -191,7 +191,7 @@ impl Document {
         }
         let _ = writeln!(
             s,
-            "\n{} scenarios, {}; {:.0} s, {} messages per scenario, run {}.",
+            "\n{} rows, {}; {:.0} s, {} messages per scenario; {}; {}; run {}.",
             self.rows.len(),
             if self.pass {
                 "all passed"
@@ -200,6 +200,8 @@ impl Document {
             },
             self.seconds,
             self.messages_per_scenario,
+            self.machine,
+            self.server,
             self.run_id
         );
         s
