@@ -64,12 +64,12 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         ));
         w = run.spawn(&args).await?;
         // Its claims reappear only when their vt ends: the first redelivery
-        // (read_ct > 1) handled after the kill shows when.
+        // (read_ct > 1) read after the kill shows when.
         let limit = Duration::from_secs(args.vt_secs + 10);
         notes.push(
             match first_redelivery(ctx, run.label, killed_at, limit).await {
                 Some(after) => format!(
-                    "first redelivery handled {:.1} s after the kill (vt {} s)",
+                    "first redelivery read {:.1} s after the kill (vt {} s)",
                     after.as_secs_f64(),
                     args.vt_secs
                 ),
@@ -89,7 +89,8 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     Ok(row)
 }
 
-/// How long after `since` the ledger first shows a redelivered message handled.
+/// How long after `since` a redelivered message (read_ct > 1) was first
+/// read again, as the ledger shows once it is handled.
 async fn first_redelivery(
     ctx: &Ctx,
     label: &str,
@@ -101,8 +102,8 @@ async fn first_redelivery(
         if let Ok(conn) = ctx.client.connection().await {
             let row = conn
                 .query_one(
-                    "select min(handled_at) from pgmq_fault_ledger \
-                     where run_id = $1 and scenario = $2 and read_ct > 1 and handled_at > $3",
+                    "select min(read_at) from pgmq_fault_ledger \
+                     where run_id = $1 and scenario = $2 and read_ct > 1 and read_at > $3",
                     &[&ctx.run_id, &label, &since],
                 )
                 .await;
