@@ -49,6 +49,7 @@ async fn baseline(
     let pg = Pgmq::on(&*conn);
     let start = Instant::now();
     let cpu0 = cpu_time().await;
+    let srv0 = server_cpu_time(client).await;
     let mut done = 0;
     loop {
         let msgs = pg.read_raw(q, Duration::from_secs(30), 100).await?;
@@ -59,12 +60,16 @@ async fn baseline(
         done += pg.delete_batch(q, &ids).await?.len();
     }
     assert_eq!(done, n);
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let elapsed = start.elapsed();
+    let rate = n as f64 / elapsed.as_secs_f64();
     let cpu = cpu_time().await - cpu0;
+    let srv = server_cpu_time(client).await.saturating_sub(srv0);
     eprintln!(
-        "    client CPU {:.2} us/msg",
-        cpu.as_secs_f64() * 1e6 / n as f64
+        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg",
+        cpu.as_secs_f64() * 1e6 / n as f64,
+        srv.as_secs_f64() * 1e6 / n as f64
     );
+    eprintln!("    {}", table_work(client, q, n).await);
     Ok(rate)
 }
 
@@ -87,6 +92,12 @@ async fn worker(
     if let Some(v) = env("DRAIN_CAPACITY") {
         b = b.claim_capacity(v);
     }
+    if let Some(v) = env("DRAIN_ACK_BATCH") {
+        b = b.ack_batch_size(v);
+    }
+    if let Some(v) = env("DRAIN_FLUSH_US") {
+        b = b.ack_flush_interval(Duration::from_micros(v as u64));
+    }
     let w: Worker<IgnoredAny> = b
         .handler(move |_m: Message<IgnoredAny>| async move {
             if !sleep.is_zero() {
@@ -97,17 +108,21 @@ async fn worker(
         .build()?;
     let start = Instant::now();
     let cpu0 = cpu_time().await;
+    let srv0 = server_cpu_time(client).await;
     let handle = w.spawn();
     while handle.acked() < n as u64 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let cpu = cpu_time().await - cpu0;
+    let srv = server_cpu_time(client).await.saturating_sub(srv0);
     eprintln!(
-        "    client CPU {:.2} us/msg",
-        cpu.as_secs_f64() * 1e6 / n as f64
+        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg",
+        cpu.as_secs_f64() * 1e6 / n as f64,
+        srv.as_secs_f64() * 1e6 / n as f64
     );
     let report = handle.shutdown().await?;
+    eprintln!("    {}", table_work(client, q, n).await);
     eprintln!(
         "    reads {} (empty {}), handler p50 {} us, claim->start p50 {} us",
         report.stats.reads,
@@ -129,6 +144,74 @@ async fn cpu_time() -> Duration {
     let ticks: u64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0)
         + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
     Duration::from_millis(ticks * 10)
+}
+
+/// CPU time of this run's own server backends (the connections whose
+/// application_name is this process's), from /proc: the database's work for
+/// these calls, without other clients of the shared cluster.
+async fn server_cpu_time(client: &Client) -> Duration {
+    let Ok(conn) = client.connection().await else {
+        return Duration::ZERO;
+    };
+    let Ok(rows) = conn
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&app_name()],
+        )
+        .await
+    else {
+        return Duration::ZERO;
+    };
+    let mut total = 0u64;
+    for row in rows {
+        let pid: i32 = row.get(0);
+        let Ok(stat) = tokio::fs::read_to_string(format!("/proc/{pid}/stat")).await else {
+            continue;
+        };
+        let rest = stat.rsplit(')').next().unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        total += f.get(11).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Duration::from_millis(total * 10)
+}
+
+/// Work the server did on the queue table, per message: index entries
+/// read and buffer hits (heap + index), from the statistics views. Unlike
+/// timings these do not depend on what else runs on the machine.
+async fn table_work(client: &Client, q: &QueueName, n: usize) -> String {
+    // Backends publish their table statistics within about a second.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let Ok(conn) = client.connection().await else {
+        return String::new();
+    };
+    let table = q.table();
+    let rel = table.trim_start_matches("pgmq.");
+    let _ = conn.batch_execute("SELECT pg_stat_clear_snapshot()").await;
+    let row = conn
+        .query_one(
+            "SELECT (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes \
+                     WHERE schemaname = 'pgmq' AND relname = $1)::float8, \
+                    (SELECT coalesce(heap_blks_hit, 0) + coalesce(idx_blks_hit, 0) \
+                     FROM pg_statio_user_tables WHERE schemaname = 'pgmq' AND relname = $1)::float8",
+            &[&rel],
+        )
+        .await;
+    match row {
+        Ok(r) => {
+            let (tup, hits): (f64, f64) = (r.get(0), r.get(1));
+            format!(
+                "index entries read {:.1}/msg, buffer hits {:.1}/msg",
+                tup / n as f64,
+                hits / n as f64
+            )
+        }
+        Err(e) => format!("no table statistics: {e}"),
+    }
+}
+
+fn app_name() -> String {
+    format!("pgmq-drain-{}", std::process::id())
 }
 
 /// An idle worker (default settings) on an empty queue for 10 s: reads a
@@ -214,7 +297,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sleep = Duration::from_millis(args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(0));
     let dsn = std::env::var("PGMQ_TEST_DSN")
         .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
-    let client = Client::connect(&dsn).await?;
+    let client = Client::builder(&dsn)
+        .application_name(&app_name())
+        .connect()
+        .await?;
     let q = QueueName::new(&format!("drain_{}", std::process::id()))?;
     if n == 0 {
         idle(&client, &q).await?;
