@@ -19,15 +19,27 @@ fn main() {
     let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
     let git_dir = run("git", &["-C", &manifest, "rev-parse", "--absolute-git-dir"]);
     if let Some(dir) = &git_dir {
-        // Rebuild the metadata when HEAD moves or the index changes.
-        for f in ["HEAD", "index", "packed-refs", "refs/heads"] {
+        // Rerun when a commit moves HEAD (not on every `git add`: the index
+        // is left out on purpose, so staging elsewhere does not rebuild).
+        for f in ["HEAD", "packed-refs", "refs/heads"] {
             let p = Path::new(dir).join(f);
             if p.exists() {
                 println!("cargo:rerun-if-changed={}", p.display());
             }
         }
     }
-    println!("cargo:rerun-if-changed=build.rs");
+    // And when the SDK's sources change, so that `git_dirty` follows edits.
+    for src in [
+        "src",
+        "../pgmq-client/src",
+        "../pgmq-worker/src",
+        "build.rs",
+    ] {
+        let p = Path::new(&manifest).join(src);
+        if p.exists() {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
     if let Some(commit) = run("git", &["-C", &manifest, "rev-parse", "HEAD"]) {
         println!("cargo:rustc-env=PGMQ_BENCH_GIT_COMMIT={commit}");
         // Tracked files changed since that commit (untracked files do not count).
