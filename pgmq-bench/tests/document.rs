@@ -31,7 +31,10 @@ fn short_run() -> &'static ShortRun {
         );
         // No progress lines when stderr is not a terminal.
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!err.contains("round 1/"), "progress printed to a pipe: {err}");
+        assert!(
+            !err.contains("round 1/"),
+            "progress printed to a pipe: {err}"
+        );
         ShortRun {
             text: std::fs::read_to_string(&path).unwrap(),
             path,
