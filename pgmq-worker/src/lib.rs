@@ -84,11 +84,12 @@
 //!   stop claiming; release claimed-but-unstarted messages at once
 //!   (`pgmq.set_vt(ids, 0)`); let in-flight handlers finish within
 //!   `shutdown_grace` (later ones are abandoned and reported); drain the
-//!   acknowledgements; return a [`ShutdownReport`]. See [`shutdown`'s
-//!   steps](ShutdownReport).
+//!   acknowledgements; return a [`ShutdownReport`] (whose docs list the
+//!   steps).
 //! - **Observability.** `tracing` spans per read and acknowledgement batch
 //!   (from `pgmq_client`) and per message (`pgmq_worker.handle`, debug
-//!   level); no per-message events above debug. [`WorkerHandle::stats`] is a
+//!   level); no per-message events above debug, except a warning per
+//!   dead-lettered message. [`WorkerHandle::stats`] is a
 //!   cheap [`StatsSnapshot`] of counters and three latency histograms.
 //!
 //! # Files

@@ -51,6 +51,19 @@ use crate::worker::Shared;
 const CLAIMER_STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// What a shutdown did, with the final statistics.
+///
+/// The shutdown runs these steps, in order:
+///
+/// 1. stop claiming (a read in flight finishes) and stop starting handlers;
+/// 2. release the claimed-but-unstarted messages at once (`pgmq.set_vt(ids,
+///    0)`, batched): `released`;
+/// 3. let running handlers finish until `shutdown_grace` has passed since the
+///    start of the shutdown; those still running then are abandoned (their
+///    messages come back after the visibility timeout):
+///    `still_running_at_deadline`;
+/// 4. stop the heartbeat and the LISTEN connection;
+/// 5. write the queued acknowledgements (within `ack_drain_timeout`):
+///    `acked`, and `acks_failed` for what could not be written.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ShutdownReport {
