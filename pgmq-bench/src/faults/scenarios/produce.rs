@@ -43,7 +43,7 @@ async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) ->
     produced
 }
 
-/// 11: four producers (two single, two batches of 50) through the proxy,
+/// 11: four producers (two single, two batches of 10) through the proxy,
 /// which cuts every connection every 100 ms and refuses new ones for 100 ms
 /// every fifth time.
 pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
@@ -57,13 +57,14 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
         .connect()
         .await?;
     let n = ctx.n as i64;
-    // Singles are slow (one round trip each): give them a fifth of the keys.
-    let singles = n / 5;
+    // Singles cost a round trip each: two fifths of the keys keep the
+    // producers busy for several seconds, across a few dozen cuts.
+    let singles = n * 2 / 5;
     let plan: Vec<(Vec<i64>, usize)> = vec![
         ((0..singles).step_by(2).collect(), 1),
         ((1..singles).step_by(2).collect(), 1),
-        ((singles..n).filter(|k| k % 2 == 0).collect(), 50),
-        ((singles..n).filter(|k| k % 2 == 1).collect(), 50),
+        ((singles..n).filter(|k| k % 2 == 0).collect(), 10),
+        ((singles..n).filter(|k| k % 2 == 1).collect(), 10),
     ];
     let done = Arc::new(AtomicBool::new(false));
     let faults = {
