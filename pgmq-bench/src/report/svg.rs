@@ -124,7 +124,7 @@ fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
         text(
             out,
             cx,
-            y(f.median) - 6.0,
+            y(f.max) - 6.0,
             "middle",
             11,
             &thousands(f.median),
