@@ -121,14 +121,7 @@ fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
                 y(v)
             );
         }
-        text(
-            out,
-            cx,
-            y(f.max) - 6.0,
-            "middle",
-            11,
-            &thousands(f.median),
-        );
+        text(out, cx, y(f.max) - 6.0, "middle", 11, &thousands(f.median));
         text(out, cx, TOP + PLOT_H + 18.0, "middle", 12, &w.to_string());
     }
     if let Some(b) = baseline {
