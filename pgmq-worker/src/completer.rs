@@ -124,6 +124,8 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
     let q = &shared.config.queue;
     let c = &shared.stats.c;
     if !deletes.is_empty() {
+        // Ascending ids: the deletes walk the primary key in order.
+        deletes.sort_unstable();
         write(&shared, "delete", deletes.len(), &c.deleted, || {
             shared.client.delete_batch(q, &deletes)
         })
