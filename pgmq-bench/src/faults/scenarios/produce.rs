@@ -56,7 +56,8 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
         .application_name("pgmq-faults-producer")
         .connect()
         .await?;
-    let n = ctx.n as i64;
+    // At least 10,000 even with --quick: fewer are produced before the first cut.
+    let n = ctx.n.max(10_000) as i64;
     // Singles cost a round trip each: two fifths of the keys keep the
     // producers busy for several seconds, across a few dozen cuts.
     let singles = n * 2 / 5;
