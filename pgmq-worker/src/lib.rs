@@ -120,6 +120,11 @@ pub use shutdown::ShutdownReport;
 pub use stats::StatsSnapshot;
 pub use worker::{Worker, WorkerHandle};
 
+/// The README's examples, compiled as doc tests (`cargo test --doc`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 /// Re-exports used in this crate's public API.
 pub mod reexports {
     pub use hdrhistogram;
