@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::message::{raw_from_row, Message};
+use crate::message::{raw_from_row, Message, RawJson};
 use crate::queue_name::QueueName;
 use crate::read::secs;
 use crate::statements::Stmt;
@@ -91,13 +91,38 @@ impl<E: Executor> Pgmq<E> {
 
     /// Sets a message's visibility timeout; returns the updated message, or
     /// None when there was no such message.
-    #[tracing::instrument(name = "pgmq.set_vt", skip_all, fields(queue = %queue))]
     pub async fn set_vt(
         &self,
         queue: &QueueName,
         msg_id: i64,
         vt: impl Into<VisibleAt>,
     ) -> Result<Option<Message<serde_json::Value>>, Error> {
+        self.set_vt_raw(queue, msg_id, vt)
+            .await?
+            .map(Message::decode)
+            .transpose()
+    }
+
+    /// Like [`set_vt`](Self::set_vt), the body left undecoded: for code that
+    /// only forwards messages (moving them to a dead-letter queue, say), so
+    /// that any body the server holds, however deep, comes back intact.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::VisibleAt;
+    /// use std::time::Duration;
+    /// if let Some(m) = client.set_vt_raw(&q, 42, VisibleAt::After(Duration::ZERO)).await? {
+    ///     println!("{} bytes of JSON", m.body.get().len());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.set_vt", skip_all, fields(queue = %queue))]
+    pub async fn set_vt_raw(
+        &self,
+        queue: &QueueName,
+        msg_id: i64,
+        vt: impl Into<VisibleAt>,
+    ) -> Result<Option<Message<RawJson>>, Error> {
         let q = queue.as_str();
         let rows = match vt.into() {
             VisibleAt::After(d) => {
@@ -106,7 +131,7 @@ impl<E: Executor> Pgmq<E> {
             }
             VisibleAt::At(t) => self.run(Stmt::SetVtAt, Some(q), &[&q, &msg_id, &t]).await?,
         };
-        rows.first().map(|r| raw_from_row(r)?.decode()).transpose()
+        rows.first().map(raw_from_row).transpose()
     }
 
     /// Sets the visibility timeout of many messages; returns the ids updated.

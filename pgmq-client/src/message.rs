@@ -42,6 +42,11 @@ pub struct Message<T = serde_json::Value> {
     /// The body.
     pub body: T,
     /// The headers sent with it (a JSON object), if any.
+    ///
+    /// Headers nested deeper than serde_json's recursion limit (128 levels)
+    /// cannot be a `serde_json::Value`; rather than failing the whole read
+    /// (and every message after it in the queue), they are given as a JSON
+    /// string holding their text.
     pub headers: Option<serde_json::Value>,
 }
 
@@ -90,10 +95,23 @@ pub(crate) fn raw_from_row(row: &Row) -> Result<Message<RawJson>, Error> {
             .map_err(get)?
             .unwrap_or_else(RawJson::null),
         headers: row
-            .try_get::<_, Option<postgres_types::Json<serde_json::Value>>>(6)
+            .try_get::<_, Option<RawJson>>(6)
             .map_err(get)?
-            .map(|j| j.0),
+            .map(headers_value),
     })
+}
+
+/// Headers as a JSON value; text serde_json cannot represent (nested past its
+/// recursion limit) becomes a JSON string holding the text, so that one
+/// message cannot fail a whole batch.
+fn headers_value(raw: RawJson) -> serde_json::Value {
+    match serde_json::from_str(raw.get()) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "message headers kept as text: they do not decode into a JSON value");
+            serde_json::Value::String(raw.0.into())
+        }
+    }
 }
 
 /// Decodes rows of `pgmq.message_record` into typed messages.
