@@ -282,6 +282,27 @@ fn is_io(e: &tokio_postgres::Error) -> bool {
     text.contains("connection closed") || text.contains("unexpected EOF")
 }
 
+/// Classifies an error of the caller's own SQL, run on a pooled
+/// [`Connection`](crate::Connection) or a [`Transaction`](crate::Transaction)
+/// next to PGMQ calls, the way this crate classifies its own: a connection
+/// lost mid-call (or a server shutting down) is [`Error::ConnectionLost`]
+/// (transient, outcome unknown), an answer from the server is
+/// [`Error::Database`] with its SQLSTATE. So `?` works in such code.
+///
+/// ```no_run
+/// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+/// let mut conn = client.connection().await?;
+/// let tx = conn.transaction().await?;
+/// tx.execute("UPDATE orders SET sent = true WHERE id = $1", &[&42_i64]).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+impl From<tokio_postgres::Error> for Error {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Error::from_pg(e)
+    }
+}
+
 impl From<bb8::RunError<tokio_postgres::Error>> for Error {
     fn from(e: bb8::RunError<tokio_postgres::Error>) -> Self {
         match e {

@@ -569,6 +569,37 @@ async fn error_in_transaction_is_typed_and_rolls_back() {
     assert_eq!(client.metrics(&q).await.unwrap().queue_length, 0);
 }
 
+/// The caller's own SQL next to PGMQ calls: `?` turns its errors into this
+/// crate's, classified the same way (a server error keeps its SQLSTATE and is
+/// not transient; a lost connection is transient).
+#[tokio::test]
+async fn own_sql_errors_convert_with_their_classification() {
+    let client = common::client().await;
+    let mut conn = client.connection().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    let own = async { tx.execute("SELECT no_such_column", &[]).await };
+    let err: pgmq_client::Error = own.await.unwrap_err().into();
+    assert!(
+        matches!(err, pgmq_client::Error::Database { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.sqlstate().map(|s| s.code()), Some("42703"), "{err:?}");
+    assert!(!err.is_transient());
+    tx.rollback().await.unwrap();
+
+    // The server ends this session: the connection is lost.
+    let err: pgmq_client::Error = conn
+        .execute("SELECT pg_terminate_backend(pg_backend_pid())", &[])
+        .await
+        .unwrap_err()
+        .into();
+    assert!(
+        matches!(err, pgmq_client::Error::ConnectionLost { .. }),
+        "{err:?}"
+    );
+    assert!(err.is_transient());
+}
+
 /// A batch of 1,000 inside a transaction: seen by the transaction itself,
 /// gone after a rollback, all there after a commit.
 #[tokio::test]

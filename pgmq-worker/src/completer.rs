@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Delay, Pgmq, VisibleAt};
+use pgmq_client::{Pgmq, VisibleAt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -203,55 +203,76 @@ async fn write<F, Fut>(
     }
 }
 
-/// Moves messages to the dead-letter queue in one transaction: each message's
-/// body and headers are taken (row-locked) from the source queue, the rows are
-/// deleted, and what was deleted is sent to the dead-letter queue with headers
-/// `{reason, attempts, source_queue, original_msg_id, original_headers}`.
-/// Messages already gone (acknowledged by someone else) are skipped. Without a
-/// dead-letter queue the messages are archived.
+/// Copies messages to the dead-letter queue, server-side: the rows are
+/// row-locked through `pgmq.set_vt` (skipping those already gone), and their
+/// `message` and `headers` go to `pgmq.send_batch` as they are, never through
+/// the client, so the copy is exact (numbers of any precision, any nesting).
+/// Returns the source ids copied, in the order given.
+const DEAD_LETTER_SQL: &str = "\
+WITH dead AS (
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::integer[])
+        WITH ORDINALITY AS d(id, reason, attempts, ord)
+), locked AS (
+    SELECT m.msg_id, m.message, m.headers FROM pgmq.set_vt($1::text, $2::bigint[], 0) AS m
+), moved AS (
+    SELECT array_agg(l.msg_id ORDER BY d.ord) AS ids,
+           array_agg(l.message ORDER BY d.ord) AS bodies,
+           array_agg(jsonb_build_object(
+               'reason', d.reason, 'attempts', d.attempts, 'source_queue', $1::text,
+               'original_msg_id', l.msg_id, 'original_headers', l.headers) ORDER BY d.ord) AS headers
+    FROM locked l JOIN dead d ON d.id = l.msg_id
+    HAVING count(*) > 0
+)
+SELECT moved.ids, ARRAY(SELECT pgmq.send_batch($5::text, moved.bodies, moved.headers, 0))
+FROM moved";
+
+/// Moves messages to the dead-letter queue in one transaction: the rows still
+/// in the source queue are copied to the dead-letter queue with headers
+/// `{reason, attempts, source_queue, original_msg_id, original_headers}`
+/// ([`DEAD_LETTER_SQL`]; body and original headers byte-for-byte as stored),
+/// then deleted. Messages already gone (acknowledged by someone else) are
+/// skipped. Without a dead-letter queue the messages are archived.
 async fn dead_letter(
     shared: &Shared,
     dead: &[(i64, u32, String)],
 ) -> Result<Vec<i64>, pgmq_client::Error> {
     let cfg = &shared.config;
-    let ids: Vec<i64> = dead.iter().map(|d| d.0).collect();
     for (id, attempts, reason) in dead {
         tracing::warn!(msg_id = id, attempts, %reason, queue = %cfg.queue, "dead-lettering");
     }
     let Some(dlq) = &cfg.dead_letter_queue else {
+        let ids: Vec<i64> = dead.iter().map(|d| d.0).collect();
         return shared.client.archive_batch(&cfg.queue, &ids).await;
     };
+    // One copy per id, whatever the batch holds.
+    let mut seen = std::collections::HashSet::with_capacity(dead.len());
+    let mut ids = Vec::with_capacity(dead.len());
+    let mut reasons = Vec::with_capacity(dead.len());
+    let mut attempts = Vec::with_capacity(dead.len());
+    for (id, n, reason) in dead {
+        if seen.insert(*id) {
+            ids.push(*id);
+            reasons.push(reason.as_str());
+            attempts.push(i32::try_from(*n).unwrap_or(i32::MAX));
+        }
+    }
     let mut conn = shared.client.connection().await?;
     let tx = conn.transaction().await?;
-    let pg = Pgmq::on(&tx);
-    // `set_vt` returns the whole message (and row-locks it until commit); the
-    // requests are pipelined on the one connection.
-    let found = futures::future::try_join_all(
-        ids.iter()
-            .map(|&id| pg.set_vt(&cfg.queue, id, VisibleAt::After(Duration::ZERO))),
-    )
-    .await?;
-    let deleted = pg.delete_batch(&cfg.queue, &ids).await?;
-    let mut bodies = Vec::with_capacity(deleted.len());
-    let mut headers = Vec::with_capacity(deleted.len());
-    for ((id, attempts, reason), msg) in dead.iter().zip(found) {
-        let Some(msg) = msg else { continue };
-        if !deleted.contains(id) {
-            continue;
-        }
-        headers.push(serde_json::json!({
-            "reason": reason,
-            "attempts": attempts,
-            "source_queue": cfg.queue.as_str(),
-            "original_msg_id": id,
-            "original_headers": msg.headers,
-        }));
-        bodies.push(msg.body);
-    }
-    if !bodies.is_empty() {
-        pg.send_batch_with(dlq, &bodies, Some(&headers), Delay::None)
-            .await?;
-    }
+    let rows = tx
+        .query(
+            DEAD_LETTER_SQL,
+            &[
+                &cfg.queue.as_str(),
+                &ids,
+                &reasons,
+                &attempts,
+                &dlq.as_str(),
+            ],
+        )
+        .await?;
+    let moved: Vec<i64> = rows.first().map(|r| r.get(0)).unwrap_or_default();
+    // The copied rows are locked by this transaction: all of them delete.
+    let deleted = Pgmq::on(&tx).delete_batch(&cfg.queue, &moved).await?;
     tx.commit().await?;
     Ok(deleted)
 }

@@ -62,7 +62,8 @@
 //!   handlers on dedicated threads.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
 //!   one transaction, with headers `reason`, `attempts`, `source_queue`,
-//!   `original_msg_id` and `original_headers`. Without a dead-letter queue
+//!   `original_msg_id` and `original_headers`. The copy is made in SQL, so
+//!   body and original headers arrive exactly as stored. Without a dead-letter queue
 //!   they are archived (PGMQ's archive table keeps them, without a reason).
 //! - **Batched acknowledgements.** A completer writes outcomes with one
 //!   `pgmq.delete`/`archive`/`set_vt` per batch (flushed when full or after

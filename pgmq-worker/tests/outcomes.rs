@@ -185,6 +185,114 @@ async fn dead_letter_outcome_moves_the_message_with_its_reason() {
     assert_eq!(h["original_headers"], json!({"trace": "t-1"}));
 }
 
+/// The dead-letter copy is exact: a body and headers with numbers no f64 or
+/// i64 holds arrive in the dead-letter queue text-identical (as PostgreSQL
+/// prints them): one dead-lettered by its handler, one whose body does not
+/// even decode (1e400 is out of serde_json's range).
+#[tokio::test]
+async fn dead_letter_copies_body_and_headers_exactly() {
+    let client = client().await;
+    let q = unique("dlx");
+    let dlq = unique("dlxq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    let bodies = [
+        r#"{"n": 1, "big": 123456789012345678901234567890, "precise": 0.1000000000000000055511151231257827021181583404541015625, "deep": [[[{"x": -98765432109876543210.000000000000000000001}]]]}"#,
+        r#"[18446744073709551616, 1e400, -0.0, 3.14159265358979323846264338327950288]"#,
+    ];
+    let headers = r#"{"tenant": "acme", "seq": 340282366920938463463374607431768211456}"#;
+    let mut ids = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let body = pgmq_client::RawJson::from_text(*body).unwrap();
+        let opts = if i == 0 {
+            pgmq_client::SendOptions::new().headers(serde_json::from_str::<Value>("{}").unwrap())
+        } else {
+            pgmq_client::SendOptions::new()
+        };
+        ids.push(client.send_with(&q, &body, &opts).await.unwrap());
+    }
+    // Headers with a huge number, set in SQL (a serde_json::Value cannot hold it).
+    let conn = client.connection().await.unwrap();
+    conn.execute(
+        &format!(
+            "UPDATE {} SET headers = $1::text::jsonb WHERE msg_id = $2",
+            q.table()
+        ),
+        &[&headers, &ids[0]],
+    )
+    .await
+    .unwrap();
+    let stored = |table: String| {
+        let conn = &conn;
+        async move {
+            conn.query(
+                &format!("SELECT message::text, headers::text FROM {table} ORDER BY msg_id"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, Option<String>>(1)))
+            .collect::<Vec<_>>()
+        }
+    };
+    let before = stored(q.table()).await;
+    assert_eq!(before.len(), 2);
+    assert!(
+        before[0].0.contains("123456789012345678901234567890"),
+        "{before:?}"
+    );
+
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .dead_letter_queue(dlq.clone())
+        .handler(|m: Message<Value>| async move {
+            Ok::<_, std::io::Error>(Outcome::DeadLetter(format!("reason {}", m.msg_id)))
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "two dead letters", || async {
+        handle.stats().dead_lettered == 2
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert_eq!(queue_len(&client, &q).await, 0);
+
+    let rows = conn
+        .query(
+            &format!(
+                "SELECT message::text, (headers->'original_headers')::text, \
+                 (headers->>'original_msg_id')::bigint, headers->>'reason' \
+                 FROM {} ORDER BY (headers->>'original_msg_id')::bigint",
+                dlq.table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.get::<_, i64>(2), ids[i]);
+        assert_eq!(row.get::<_, String>(0), before[i].0, "body of message {i}");
+        // A missing header is JSON null in `original_headers`.
+        let original: Option<String> = row.get(1);
+        let expected = before[i].1.clone().unwrap_or_else(|| "null".into());
+        assert_eq!(
+            original.as_deref(),
+            Some(expected.as_str()),
+            "headers of message {i}"
+        );
+        let reason: String = row.get(3);
+        if i == 0 {
+            assert_eq!(reason, format!("reason {}", ids[0]));
+        } else {
+            // 1e400 does not fit serde_json's f64: undecodable, dead-lettered
+            // unhandled, and still copied exactly.
+            assert!(reason.starts_with("body does not decode"), "{reason}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn undecodable_body_is_dead_lettered_without_running_the_handler() {
     let client = client().await;
