@@ -33,7 +33,7 @@ done
 case "$profile" in
   default) flags=() ;;
   long) flags=(--repeat 5 --warmup 1 --messages 300000 --batch-messages 500000 --single-messages 20000 --duration 5m --sustained-warmup 30s) ;;
-  quick) flags=(--repeat 1 --warmup 0 --messages 20000 --single-messages 2000 --duration 6s --sustained-warmup 2s) ;;
+  quick) flags=(--repeat 1 --warmup 0 --messages 20000 --batch-messages 20000 --single-messages 2000 --duration 20s --sustained-warmup 3s) ;;
 esac
 
 cargo build --release --quiet -p pgmq-bench

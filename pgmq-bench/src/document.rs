@@ -670,10 +670,15 @@ pub struct SustainedRun {
     pub produced: Rate,
     /// Messages handled over the same window.
     pub handled: Rate,
-    /// One record per sampling interval.
+    /// One record per second.
     pub intervals: Vec<Interval>,
+    /// Every backlog sample (one per 50 ms): the points of the slope fit.
+    pub backlog_samples: Vec<BacklogSample>,
     /// Least-squares slope of the database backlog over the fit window, messages/s.
     pub backlog_slope_per_s: Option<f64>,
+    /// Its standard error (residuals taken as independent), messages/s: the
+    /// resolution of this window.
+    pub backlog_slope_stderr_per_s: Option<f64>,
     /// Largest backlog sampled.
     pub backlog_max: i64,
     /// Seconds to drain what was left after the producers stopped.
@@ -688,7 +693,7 @@ pub struct SustainedRun {
     pub peak_rss_bytes: u64,
 }
 
-/// One sampling interval of a sustained run.
+/// One second of a sustained run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Interval {
@@ -696,9 +701,21 @@ pub struct Interval {
     pub t_s: f64,
     /// Produced within the interval.
     pub produced: Rate,
-    /// Handled within the interval.
+    /// Handled (distinct) within the interval.
     pub handled: Rate,
-    /// `pgmq.metrics` queue length at the end (visible plus in flight).
+    /// Mean of the interval's backlog samples.
+    pub backlog_mean: f64,
+    /// Largest backlog sample of the interval.
+    pub backlog_max: i64,
+}
+
+/// One backlog sample: `pgmq.metrics` queue length (visible plus in flight).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BacklogSample {
+    /// Seconds since the producers started.
+    pub t_s: f64,
+    /// Messages in the queue.
     pub backlog: i64,
 }
 

@@ -129,7 +129,7 @@ const DEF_SUS_HAND: &str =
 const DEF_SUS_SLOPE: &str =
     "Least-squares slope of the sampled backlog (pgmq.metrics queue length, in flight \
     included) after the sustained warm-up: at most 10 msg/s passes.";
-const DEF_SUS_MAX: &str = "Largest backlog sampled (every 200 ms).";
+const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
 const DEF_MEM: &str =
     "Peak resident set size of the bench process during the section's runs (largest run of \
     the round); see protocol.memory_method.";

@@ -398,6 +398,15 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
     }
     for r in &s.sustained {
         let tag = format!("sustained {}", run_tag(r.round, r.warmup));
+        if let Some(se) = r.backlog_slope_stderr_per_s {
+            if se > r.verdict.slope_limit_per_s / 2.0 {
+                warnings.push(format!(
+                    "{tag}: the backlog slope's standard error is {se:.1} msg/s, too coarse to judge the \
+                     {} msg/s limit; use a longer --duration",
+                    r.verdict.slope_limit_per_s
+                ));
+            }
+        }
         if !r.verdict.pass {
             failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
         }

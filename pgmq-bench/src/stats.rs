@@ -75,6 +75,33 @@ pub fn percentiles_us_to_ms(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
+/// Ordinary least-squares slope of `y` over `x` and its standard error
+/// (from the residuals, as if they were independent); `None` with fewer than
+/// three points or fewer than two distinct `x`.
+///
+/// ```
+/// let (s, se) = pgmq_bench::stats::least_squares_fit(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]).unwrap();
+/// assert!((s - 2.0).abs() < 1e-12 && se.abs() < 1e-12);
+/// ```
+pub fn least_squares_fit(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    if points.len() < 3 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let slope = least_squares_slope(points)?;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    let rss: f64 = points
+        .iter()
+        .map(|p| {
+            let r = p.1 - (my + slope * (p.0 - mx));
+            r * r
+        })
+        .sum();
+    Some((slope, (rss / (n - 2.0) / sxx).sqrt()))
+}
+
 /// Ordinary least-squares slope of `y` over `x`; `None` with fewer than two
 /// distinct `x`.
 ///

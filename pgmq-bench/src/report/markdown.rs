@@ -320,7 +320,7 @@ pub fn render(d: &Document) -> String {
     if !d.sections.sustained.is_empty() {
         let _ = writeln!(
             out,
-            "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope (msg/s) | \
+            "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
              Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         );
         for r in &d.sections.sustained {
@@ -334,8 +334,11 @@ pub fn render(d: &Document) -> String {
                     .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
                 thousands(r.produced.rate_per_s),
                 thousands(r.handled.rate_per_s),
-                r.backlog_slope_per_s
-                    .map_or("n/a".to_owned(), |v| format!("{v:+.2}")),
+                match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
+                    (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
+                    (Some(v), None) => format!("{v:+.2}"),
+                    _ => "n/a".to_owned(),
+                },
                 thousands(r.backlog_max as f64),
                 if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
                     format!("yes ({})", thousands(r.produced.count as f64))

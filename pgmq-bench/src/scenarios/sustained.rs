@@ -4,8 +4,9 @@
 //! to `--rate` messages/s in total (open loop: a producer that falls behind
 //! sends its missed batches at once) or, with `--rate 0`, as fast as they can.
 //! A worker with `--sustained-workers` handlers consumes meanwhile. Every
-//! 200 ms the bench samples the produced and handled counts and the queue's
-//! backlog (`pgmq.metrics` queue length: visible plus in flight).
+//! 50 ms the bench samples the queue's backlog (`pgmq.metrics` queue length:
+//! visible plus in flight); every second it records the produced and handled
+//! counts with the backlog's mean and maximum.
 //!
 //! Verdict, as in the streams report this section follows: pass when the
 //! least-squares slope of the backlog over the window after
@@ -20,18 +21,22 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::document::{Interval, Rate, SustainedRun, Verdict};
+use crate::document::{BacklogSample, Interval, Rate, SustainedRun, Verdict};
 use crate::error::{Error, Result};
 use crate::scenarios::consume::{worker, Tally};
 use crate::scenarios::{counters, Ctx};
-use crate::stats::least_squares_slope;
+use crate::stats::least_squares_fit;
 
 /// The largest backlog slope that passes, messages/s.
 pub const SLOPE_LIMIT: f64 = 10.0;
 
-/// How often the backlog is sampled: often enough that the fitted slope of a
-/// 30-second run is not dominated by the backlog's batch-to-batch swing.
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// How often the backlog is sampled: often enough that the backlog's swing
+/// (batches arriving, a polling worker draining it in bursts) averages out of
+/// the fitted slope instead of aliasing into it.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+
+/// Length of one per-interval record.
+pub const INTERVAL: Duration = Duration::from_secs(1);
 
 async fn produce(
     ctx: Arc<Ctx>,
@@ -89,24 +94,34 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
         .collect();
 
     let mut intervals = Vec::new();
+    let mut samples = Vec::new();
     let mut tick =
         tokio::time::interval_at(tokio::time::Instant::now() + SAMPLE_EVERY, SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut last_p, mut last_h, mut last_t) = (0u64, 0u64, 0.0f64);
+    let (mut sum, mut n, mut max) = (0i64, 0u32, 0i64);
     loop {
         tick.tick().await;
-        let t = start.elapsed().as_secs_f64();
-        let p = produced.load(Ordering::Acquire);
-        let h = tally.distinct();
         let backlog = ctx.queue_length(&q).await?;
-        intervals.push(Interval {
-            t_s: t,
-            produced: Rate::new(p - last_p, t - last_t),
-            handled: Rate::new(h.saturating_sub(last_h), t - last_t),
-            backlog,
-        });
-        (last_p, last_h, last_t) = (p, h, t);
+        let t = start.elapsed().as_secs_f64();
+        samples.push(BacklogSample { t_s: t, backlog });
+        (sum, n, max) = (sum + backlog, n + 1, max.max(backlog));
         // A producer that ends before the stop ended with an error (joined below).
-        if start.elapsed() >= cfg.duration || producers.iter().any(|p| p.is_finished()) {
+        let end = start.elapsed() >= cfg.duration || producers.iter().any(|p| p.is_finished());
+        if t - last_t >= INTERVAL.as_secs_f64() || end {
+            let p = produced.load(Ordering::Acquire);
+            let h = tally.distinct();
+            intervals.push(Interval {
+                t_s: t,
+                produced: Rate::new(p - last_p, t - last_t),
+                handled: Rate::new(h.saturating_sub(last_h), t - last_t),
+                backlog_mean: sum as f64 / f64::from(n),
+                backlog_max: max,
+            });
+            (last_p, last_h, last_t) = (p, h, t);
+            (sum, n, max) = (0, 0, 0);
+        }
+        if end {
             break;
         }
     }
@@ -130,17 +145,21 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
     let peak = ctx.meter.end();
     ctx.guard.release(&q).await?;
 
-    let fit: Vec<(f64, f64)> = intervals
+    let fit: Vec<(f64, f64)> = samples
         .iter()
-        .filter(|i| i.t_s > cfg.sustained_warmup.as_secs_f64())
-        .map(|i| (i.t_s, i.backlog as f64))
+        .filter(|s| s.t_s > cfg.sustained_warmup.as_secs_f64())
+        .map(|s| (s.t_s, s.backlog as f64))
         .collect();
-    let slope = least_squares_slope(&fit);
+    let (slope, stderr) = match least_squares_fit(&fit) {
+        Some((s, e)) => (Some(s), Some(e)),
+        None => (None, None),
+    };
     let ledger = tally.ledger.report(produced_total);
     let mut reasons = Vec::new();
     match slope {
         Some(s) if s > SLOPE_LIMIT => reasons.push(format!(
-            "backlog slope {s:.1} msg/s exceeds {SLOPE_LIMIT} msg/s: the worker did not keep up"
+            "backlog slope {s:.1} ± {:.1} msg/s exceeds the {SLOPE_LIMIT} msg/s limit",
+            stderr.unwrap_or(f64::NAN)
         )),
         None => reasons.push("too few backlog samples after the warm-up to fit a slope".into()),
         _ => {}
@@ -162,9 +181,11 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
         batch_size: cfg.batch_size,
         produced: Rate::new(produced_total, window.as_secs_f64()),
         handled: Rate::new(handled_in_window, window.as_secs_f64()),
-        backlog_max: intervals.iter().map(|i| i.backlog).max().unwrap_or(0),
+        backlog_max: samples.iter().map(|s| s.backlog).max().unwrap_or(0),
         intervals,
+        backlog_samples: samples,
         backlog_slope_per_s: slope,
+        backlog_slope_stderr_per_s: stderr,
         drain_s,
         verdict: Verdict {
             pass: reasons.is_empty(),
