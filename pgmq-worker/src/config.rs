@@ -25,8 +25,17 @@ pub enum WakeUp {
     /// an expired visibility timeout makes a message visible.
     ///
     /// At start the worker runs `pgmq.enable_notify_insert(queue,
-    /// notify_throttle)` unless the queue's insert trigger is already enabled
-    /// (an existing throttle is left alone).
+    /// notify_throttle)` unless the queue's insert trigger is already enabled.
+    /// An existing trigger keeps its throttle, unless
+    /// [`notify_throttle`](WorkerBuilder::notify_throttle) was called: then
+    /// the worker sets that one (`pgmq.update_notify_insert`).
+    ///
+    /// PGMQ sends at most one notification per throttle window; an insert
+    /// inside the window sends none. So that such a message does not wait
+    /// for the poll timer, the worker reads once more one throttle interval
+    /// after each notification (when the throttle is shorter than
+    /// `poll_interval`): a message committed inside a window is found within
+    /// about one throttle interval.
     Notify,
 }
 
@@ -86,6 +95,9 @@ impl Default for Backoff {
     }
 }
 
+/// PGMQ's own default throttle for `enable_notify_insert`.
+const DEFAULT_NOTIFY_THROTTLE: Duration = Duration::from_millis(250);
+
 /// The settings of a worker, as the builder leaves them.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -98,6 +110,9 @@ pub(crate) struct Config {
     pub poll_interval: Duration,
     pub wake_up: WakeUp,
     pub notify_throttle: Duration,
+    /// Whether `notify_throttle` was set by the caller (then it overrides
+    /// the throttle of an existing trigger).
+    pub notify_throttle_set: bool,
     pub max_attempts: u32,
     pub retry_backoff: Backoff,
     pub dead_letter_queue: Option<QueueName>,
@@ -123,7 +138,7 @@ pub(crate) struct Config {
 /// | `visibility_timeout` | 30 s | how long a claimed message stays invisible; the heartbeat extends it for long handlers |
 /// | `poll_interval` | 250 ms | the sleep after an empty or short read: about 4 reads a second per idle worker |
 /// | `wake_up` | [`WakeUp::Poll`] | no trigger is installed unless asked for |
-/// | `notify_throttle` | 0 | for [`WakeUp::Notify`]: PGMQ's per-queue throttle when the worker enables the trigger; 0 notifies on every insert (lowest wake-up latency; each insert then updates PGMQ's throttle row, raise it for busy producers) |
+/// | `notify_throttle` | 250 ms | for [`WakeUp::Notify`]: PGMQ's per-queue throttle (PGMQ's own default) when the worker enables the trigger; an existing trigger keeps its throttle unless this is set explicitly. PGMQ's trigger updates one shared row per notification and holds its lock until the producer commits, so concurrent producers on the queue wait for each other at most once per window (with 0, on every insert). Messages inside a window are found by a re-read one throttle after the notification: up to about 250 ms later than with 0 |
 /// | `max_attempts` | 5 | deliveries (PGMQ's `read_ct`) before a failing message is dead-lettered |
 /// | `retry_backoff` | exponential 1 s .. 5 min | the visibility delay after a failed attempt |
 /// | `dead_letter_queue` | none | without one, messages past `max_attempts` (and undecodable ones) are archived instead |
@@ -197,7 +212,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 visibility_timeout: Duration::from_secs(30),
                 poll_interval: Duration::from_millis(250),
                 wake_up: WakeUp::Poll,
-                notify_throttle: Duration::ZERO,
+                notify_throttle: DEFAULT_NOTIFY_THROTTLE,
+                notify_throttle_set: false,
                 max_attempts: 5,
                 retry_backoff: Backoff::default(),
                 dead_letter_queue: None,
@@ -262,9 +278,20 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// The throttle used when [`WakeUp::Notify`] enables PGMQ's insert trigger.
+    /// PGMQ's insert-trigger throttle for [`WakeUp::Notify`] (default 250 ms,
+    /// PGMQ's own): at most one notification per window. Set explicitly, it
+    /// also replaces the throttle of a trigger that is already enabled;
+    /// left alone, an existing trigger keeps its throttle.
+    ///
+    /// Zero notifies on every insert (lowest latency), but then every insert
+    /// updates PGMQ's shared throttle row, and concurrent producer
+    /// transactions on the queue wait for each other's commit. With a
+    /// throttle only one insert per window does; messages sent inside a
+    /// window are found by the re-read one throttle after the notification
+    /// (see [`WakeUp::Notify`]).
     pub fn notify_throttle(mut self, d: Duration) -> Self {
         self.config.notify_throttle = d;
+        self.config.notify_throttle_set = true;
         self
     }
 

@@ -75,9 +75,11 @@
 //!   for 3/4 of its visibility timeout is not started (it is about to be
 //!   visible again anyway).
 //! - **Wake-ups.** With [`WakeUp::Notify`] a dedicated connection LISTENs on
-//!   PGMQ's insert channel and wakes idle claimers at once; polling stays on,
-//!   since PGMQ does not notify when delayed messages or expired visibility
-//!   timeouts make messages visible.
+//!   PGMQ's insert channel and wakes idle claimers at once, and once more one
+//!   throttle interval later (PGMQ notifies at most once per throttle
+//!   window, 250 ms by default); polling stays on, since PGMQ does not notify
+//!   when delayed messages or expired visibility timeouts make messages
+//!   visible.
 //! - **Faults.** A failed read or acknowledgement is logged and retried with
 //!   backoff; the pool opens new connections; the worker never panics and
 //!   resumes when the database is back.

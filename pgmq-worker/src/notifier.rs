@@ -9,9 +9,21 @@
 //! once after reconnecting, since notifications sent meanwhile were lost.
 //! Polling stays on throughout: PGMQ does not notify when a delayed message or
 //! an expired visibility timeout makes a message visible.
+//!
+//! PGMQ's trigger notifies at most once per throttle window: a message sent
+//! within the window after a notification gets none. So, when the queue's
+//! throttle is shorter than the poll interval, the notifier wakes the
+//! claimers once more one throttle interval after the last notification,
+//! when the window that kept those inserts silent has closed: a message
+//! committed inside a window is found within about one throttle interval
+//! rather than one poll interval. (One committed after its window closed, by
+//! a transaction that inserted before, waits for the next notification or
+//! the poll.)
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::FutureExt;
 use pgmq_client::Listener;
@@ -41,6 +53,10 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
     let mut backoff = ErrorBackoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut first = true;
     let mut opened = opened;
+    // The re-read after a throttle window (see the module docs).
+    let throttle = shared.notify_throttle;
+    let follow_up = !throttle.is_zero() && throttle < shared.config.poll_interval;
+    let mut window_end: Option<Instant> = None;
     loop {
         let res = match opened.take() {
             Some(l) => Ok(l),
@@ -71,10 +87,22 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
         }
         first = false;
         loop {
+            let window = async {
+                match window_end {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             let n = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
                 n = listener.recv() => n,
+                _ = window => {
+                    window_end = None;
+                    bump(&shared.stats.c.wakeups_after_throttle, 1);
+                    shared.wake_claimers();
+                    continue;
+                }
             };
             if n.is_none() {
                 tracing::warn!(queue = %queue, "LISTEN connection lost; reconnecting");
@@ -84,6 +112,9 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
             while let Some(Some(_)) = listener.recv().now_or_never() {}
             bump(&shared.stats.c.wakeups_notify, 1);
             shared.wake_claimers();
+            if follow_up {
+                window_end = Some(Instant::now() + throttle);
+            }
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,

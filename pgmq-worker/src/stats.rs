@@ -106,6 +106,10 @@ counters! {
     wakeups_notify,
     /// Wake-ups of idle claimers by the poll timer.
     wakeups_poll,
+    /// Wake-ups of idle claimers one throttle interval after a notification
+    /// ([`WakeUp::Notify`](crate::WakeUp::Notify)), for messages sent inside
+    /// PGMQ's throttle window (which get no notification of their own).
+    wakeups_after_throttle,
     /// Visibility timeouts extended by the heartbeat.
     heartbeats,
     /// Handler runs still going when the shutdown grace period ended (abandoned).

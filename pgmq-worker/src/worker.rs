@@ -36,6 +36,10 @@ pub(crate) struct Shared {
     pub wake: watch::Sender<u64>,
     /// One per handler loop: what it runs, for the heartbeat and the report.
     pub slots: Box<[Slot]>,
+    /// The throttle of the queue's insert trigger, with [`WakeUp::Notify`]
+    /// (zero otherwise): the notifier reads once more this long after each
+    /// notification.
+    pub notify_throttle: std::time::Duration,
     /// Local time origin of the slots' deadlines.
     epoch: Instant,
     /// At shutdown, when acknowledgement retries must stop (µs since epoch, 0 = not set).
@@ -186,8 +190,9 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             }
         }
         let mut listener = None;
+        let mut notify_throttle = std::time::Duration::ZERO;
         if cfg.wake_up == WakeUp::Notify {
-            ensure_notify_trigger(&self.client, &cfg).await?;
+            notify_throttle = ensure_notify_trigger(&self.client, &cfg).await?;
             // A setup that can never listen fails now; a database that is
             // away only delays the LISTEN connection (polling meanwhile).
             match notifier::listen(&self.client, &cfg.queue).await {
@@ -208,6 +213,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             heartbeat_nudge: Notify::new(),
             wake,
             slots: (0..cfg.concurrency).map(|_| Slot::default()).collect(),
+            notify_throttle,
             epoch: Instant::now(),
             ack_deadline_us: AtomicU64::new(0),
         });
@@ -289,23 +295,41 @@ async fn check_queue(client: &Client, queue: &QueueName) -> Result<(), Error> {
     }
 }
 
-/// Enables PGMQ's insert trigger on the queue unless it already is.
-async fn ensure_notify_trigger(client: &Client, cfg: &Config) -> Result<(), Error> {
-    let enabled = match client.list_notify_insert_throttles().await {
-        Ok(list) => list.iter().any(|t| t.queue_name == cfg.queue.as_str()),
+/// Enables PGMQ's insert trigger on the queue unless it already is; sets
+/// the throttle of an existing trigger only when the builder was given one.
+/// Returns the trigger's throttle (the configured one when it cannot be
+/// looked up).
+async fn ensure_notify_trigger(
+    client: &Client,
+    cfg: &Config,
+) -> Result<std::time::Duration, Error> {
+    let wanted = cfg.notify_throttle;
+    let existing = match client.list_notify_insert_throttles().await {
+        Ok(list) => list
+            .into_iter()
+            .find(|t| t.queue_name == cfg.queue.as_str())
+            .map(|t| {
+                std::time::Duration::from_millis(u64::try_from(t.throttle_interval_ms).unwrap_or(0))
+            }),
         Err(e) if e.is_transient() => {
             tracing::warn!(error = %e, "could not check the insert trigger; relying on polling");
-            return Ok(());
+            return Ok(wanted);
         }
         Err(e) => return Err(e.into()),
     };
-    if !enabled {
-        client
-            .enable_notify_insert(&cfg.queue, cfg.notify_throttle)
-            .await?;
-        tracing::info!(queue = %cfg.queue, throttle = ?cfg.notify_throttle, "enabled PGMQ's insert notifications");
+    match existing {
+        None => {
+            client.enable_notify_insert(&cfg.queue, wanted).await?;
+            tracing::info!(queue = %cfg.queue, throttle = ?wanted, "enabled PGMQ's insert notifications");
+            Ok(wanted)
+        }
+        Some(current) if cfg.notify_throttle_set && current != wanted => {
+            client.update_notify_insert(&cfg.queue, wanted).await?;
+            tracing::info!(queue = %cfg.queue, from = ?current, to = ?wanted, "changed the insert trigger's throttle");
+            Ok(wanted)
+        }
+        Some(current) => Ok(current),
     }
-    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM (Ctrl-C only, off Unix).
