@@ -68,7 +68,8 @@ impl Ctx {
         let server = format!(
             "PostgreSQL {}, PGMQ {}",
             row.get::<_, String>(0),
-            row.get::<_, Option<String>>(1).unwrap_or_else(|| "?".into())
+            row.get::<_, Option<String>>(1)
+                .unwrap_or_else(|| "?".into())
         );
         drop(conn);
         let started_at = Utc::now();

@@ -169,7 +169,11 @@ impl<'a> Run<'a> {
             format!("not empty after {} s", drain_limit(ctx).as_secs())
         };
         self.check("queue drained", drained, detail);
-        let alive = workers.iter_mut().map(|w| w.running()).filter(|r| *r).count();
+        let alive = workers
+            .iter_mut()
+            .map(|w| w.running())
+            .filter(|r| *r)
+            .count();
         self.check(
             "workers ran to the end",
             alive == workers.len(),
