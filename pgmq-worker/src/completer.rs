@@ -138,6 +138,9 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
         .await;
     }
     if !retries.is_empty() {
+        // After any heartbeat extension in flight for these messages, which
+        // would otherwise overwrite their delay.
+        shared.after_heartbeat().await;
         retries.sort_unstable();
         for group in retries.chunk_by(|a, b| a.0 == b.0) {
             let secs = group[0].0;

@@ -6,6 +6,16 @@
 //! starts a message already past half its timeout), collects the messages
 //! that are past half their timeout and extends them all with one batched
 //! `pgmq.set_vt`. The handler's own path only stores two atomics per message.
+//!
+//! **Order with retries.** A handler may finish while the heartbeat's write
+//! for its message is on the way; if its `Outcome::Retry(delay)` landed
+//! first, the extension would then overwrite the delay with one visibility
+//! timeout. So the heartbeat holds `Shared::heartbeat_write` from collecting
+//! the ids until its write returned (a write is never abandoned half-way,
+//! not even by the shutdown's stop), and the completer waits for it
+//! ([`Shared::after_heartbeat`](crate::worker::Shared::after_heartbeat))
+//! before writing retries, as the shutdown does before releasing. A
+//! heartbeat that collects after that no longer sees the finished handlers.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -65,6 +75,8 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             _ = shared.heartbeat_nudge.notified() => {}
             _ = tokio::time::sleep(tick(vt)) => {}
         }
+        // Held until the write returned (see the module docs).
+        let _writing = shared.heartbeat_write.lock().await;
         let now_us = shared.now_us();
         ids.clear();
         for slot in shared.slots.iter() {
@@ -78,11 +90,13 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             continue;
         }
         let sent = Instant::now();
-        let res = tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            r = shared.client.set_vt_batch(&cfg.queue, &ids, VisibleAt::After(vt)) => r,
-        };
+        // Not raced against `stop`: a write dropped here could still reach
+        // the server after a retry written meanwhile. The shutdown bounds
+        // how long it waits for this task.
+        let res = shared
+            .client
+            .set_vt_batch(&cfg.queue, &ids, VisibleAt::After(vt))
+            .await;
         match res {
             Ok(updated) => {
                 // The server set vt = its now + vt, its now being after `sent`:

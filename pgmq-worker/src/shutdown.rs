@@ -29,11 +29,13 @@
 //!    cancelled; blocking ones cannot be and are left to end on their own,
 //!    their results discarded) and counted: their messages come back after
 //!    the visibility timeout.
-//! 4. **Stop the heartbeat.**
+//! 4. **Stop the heartbeat.** An extension it is writing is finished first
+//!    (retries wait for it; see heartbeat.rs), within `ack_drain_timeout`.
 //! 5. **Drain the completer.** The ack channel is closed; the completer
 //!    writes what is queued (retrying transient
-//!    failures) and ends, within `ack_drain_timeout`. Whatever could not be
-//!    written is counted in `acks_failed`.
+//!    failures) and ends, within `ack_drain_timeout` of the end of step 3
+//!    (shared with step 4). Whatever could not be written is counted in
+//!    `acks_failed`.
 //! 6. **Report.**
 
 use std::sync::Arc;
@@ -157,17 +159,26 @@ impl Running {
         // claimer's pending send (none expected) fails rather than waits.
         self.claim_rx.close();
 
-        // 4. Stop the heartbeat and the notifier.
+        // 4. Stop the heartbeat and the notifier. A heartbeat write in
+        //    flight is finished first (retries wait for it), within the
+        //    drain time.
+        let drain_deadline = Instant::now() + cfg.ack_drain_timeout;
         self.hb_stop.cancel();
         if let Some(hb) = self.heartbeat {
-            let _ = hb.await;
+            let abort = hb.abort_handle();
+            if tokio::time::timeout_at(drain_deadline.into(), hb)
+                .await
+                .is_err()
+            {
+                abort.abort();
+                tracing::warn!("heartbeat write unanswered within ack_drain_timeout; abandoned");
+            }
         }
         if let Some(n) = self.notifier {
             let _ = n.await;
         }
 
         // 5. Drain the completer.
-        let drain_deadline = Instant::now() + cfg.ack_drain_timeout;
         shared.set_ack_deadline(drain_deadline);
         self.completer_close.cancel();
         let completer = self.completer;
@@ -221,6 +232,11 @@ async fn release(
         ids.push(c.msg.msg_id);
     }
     shared.room.free(ids.len());
+    if !ids.is_empty() {
+        // Unstarted messages are in no heartbeat batch, unless one was
+        // claimed again while a copy still runs: keep the order anyway.
+        shared.after_heartbeat().await;
+    }
     let mut failed = 0;
     for chunk in ids.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));

@@ -32,6 +32,9 @@ pub(crate) struct Shared {
     pub handler_avg_us: AtomicU64,
     /// Asks the heartbeat to look now (a handler started late in its timeout).
     pub heartbeat_nudge: Notify,
+    /// Held by the heartbeat from collecting the running messages until its
+    /// `set_vt` returned; see [`Shared::after_heartbeat`].
+    pub heartbeat_write: tokio::sync::Mutex<()>,
     /// Bumped to wake parked claimers.
     pub wake: watch::Sender<u64>,
     /// One per handler loop: what it runs, for the heartbeat and the report.
@@ -69,6 +72,18 @@ impl Shared {
         if new != old {
             self.handler_avg_us.store(new.max(1), Relaxed);
         }
+    }
+
+    /// Waits for a heartbeat write in flight, if any.
+    ///
+    /// A write that sets the visibility of messages whose handlers finished
+    /// (a retry's delay, a release) calls this first, so that it lands after
+    /// any heartbeat extension that may include them: the heartbeat collects
+    /// the running messages under `heartbeat_write`, and a handler clears its
+    /// slot before its acknowledgement is sent, so a heartbeat that starts
+    /// after this returns no longer sees them.
+    pub(crate) async fn after_heartbeat(&self) {
+        drop(self.heartbeat_write.lock().await);
     }
 
     pub(crate) fn set_ack_deadline(&self, t: Instant) {
@@ -211,6 +226,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             room: Room::new(cfg.claim_capacity),
             handler_avg_us: AtomicU64::new(0),
             heartbeat_nudge: Notify::new(),
+            heartbeat_write: tokio::sync::Mutex::new(()),
             wake,
             slots: (0..cfg.concurrency).map(|_| Slot::default()).collect(),
             notify_throttle,
