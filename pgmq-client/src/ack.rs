@@ -9,6 +9,7 @@ use crate::queue_name::QueueName;
 use crate::read::secs;
 use crate::statements::Stmt;
 use crate::Pgmq;
+use tokio_postgres::types::Type;
 
 /// A new visibility timeout: seconds from now, or a point in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +158,65 @@ impl<E: Executor> Pgmq<E> {
                     .await?
             }
         };
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Gives claimed messages back unhandled: undoes their read.
+    ///
+    /// **Not a PGMQ function**: an `UPDATE` on the queue table (PGMQ has no
+    /// call that lowers `read_ct`). For each `(msg_id, read_ct)` pair, with
+    /// `read_ct` as the read returned it, a message that still has that
+    /// `read_ct` becomes visible now (`vt = clock_timestamp()`) and gets its
+    /// `read_ct` lowered by one (never below 0), in one statement. So a
+    /// message read and given back without running does not use up an
+    /// attempt: a consumer that counts attempts by `read_ct` (retry limits,
+    /// dead-lettering) sees it as never delivered. `last_read_at` keeps the
+    /// time of that read.
+    ///
+    /// A message whose `read_ct` differs was read again since (its
+    /// visibility timeout ended and another consumer took it: it is theirs
+    /// now) and is left alone, as is one already deleted. Returns the ids
+    /// released.
+    ///
+    /// The SQL names the table `pgmq."q_<name>"`, built only from the
+    /// validated [`QueueName`]. It runs on every executor of this crate
+    /// ([`Executor::query_text`]).
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use std::time::Duration;
+    /// let claimed = client.read::<serde_json::Value>(&q, Duration::from_secs(30), 10).await?;
+    /// // Stopping before handling them: give them back, attempts unused.
+    /// let reads: Vec<(i64, i32)> = claimed.iter().map(|m| (m.msg_id, m.read_ct)).collect();
+    /// let released = client.release_batch(&q, &reads).await?;
+    /// println!("{} released", released.len());
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.release_batch", skip_all, fields(queue = %queue, batch = reads.len()))]
+    pub async fn release_batch(
+        &self,
+        queue: &QueueName,
+        reads: &[(i64, i32)],
+    ) -> Result<Vec<i64>, Error> {
+        if reads.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, read_cts): (Vec<i64>, Vec<i32>) = reads.iter().copied().unzip();
+        let sql = format!(
+            "UPDATE {} AS m \
+             SET vt = clock_timestamp(), read_ct = GREATEST(m.read_ct - 1, 0) \
+             FROM unnest($1::bigint[], $2::integer[]) AS r(msg_id, read_ct) \
+             WHERE m.msg_id = r.msg_id AND m.read_ct = r.read_ct \
+             RETURNING m.msg_id",
+            queue.quoted_table()
+        );
+        let rows = self
+            .run_text(
+                &sql,
+                queue.as_str(),
+                &[(&ids, Type::INT8_ARRAY), (&read_cts, Type::INT4_ARRAY)],
+            )
+            .await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 }

@@ -8,7 +8,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::connection::{ConnectionManager, DEFAULT_CONNECT_TIMEOUT};
 use crate::error::Error;
-use crate::executor::{Executor, Params};
+use crate::executor::{Executor, Params, TypedParams};
 use crate::statements::Stmt;
 use crate::version::{self, PgmqInstall};
 
@@ -73,6 +73,20 @@ impl<E: Executor> Pgmq<E> {
             (res, _) => res,
         }
     }
+
+    /// Runs SQL text on the executor ([`Executor::query_text`]), mapping a
+    /// missing queue table to [`Error::QueueNotFound`].
+    pub(crate) async fn run_text(
+        &self,
+        sql: &str,
+        queue: &str,
+        params: TypedParams<'_>,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        self.ex
+            .query_text(sql, params)
+            .await
+            .map_err(|e| e.in_queue(queue))
+    }
 }
 
 /// A bb8 pool of [`Connection`](crate::Connection)s, with what was found about PGMQ at connect.
@@ -94,18 +108,26 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-impl Executor for Pool {
-    async fn query(
-        &self,
-        stmt: Stmt,
-        params: Params<'_>,
-    ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        // A call that certainly did not reach the server (its connection was
-        // found closed on the way) is safe to repeat once on another one.
+/// One call on a pooled connection: a prepared statement or SQL text.
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Stmt(Stmt, Params<'a>),
+    Text(&'a str, TypedParams<'a>),
+}
+
+impl Pool {
+    /// Runs `call` on a connection checked out for it. A call that certainly
+    /// did not reach the server (its connection was found closed on the way)
+    /// is safe to repeat once on another one.
+    async fn run_call(&self, call: Call<'_>) -> Result<Vec<tokio_postgres::Row>, Error> {
         let mut retried = false;
         loop {
             let conn = checkout(self.inner.state().connections, || self.inner.get()).await?;
-            match conn.query(stmt, params).await {
+            let res = match call {
+                Call::Stmt(stmt, params) => conn.query(stmt, params).await,
+                Call::Text(sql, params) => conn.query_text(sql, params).await,
+            };
+            match res {
                 Err(e) if !retried && e.outcome() == crate::Outcome::NotSent && e.is_lost() => {
                     tracing::debug!("connection lost before the call was sent; once more");
                     retried = true;
@@ -114,9 +136,27 @@ impl Executor for Pool {
             }
         }
     }
+}
+
+impl Executor for Pool {
+    async fn query(
+        &self,
+        stmt: Stmt,
+        params: Params<'_>,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        self.run_call(Call::Stmt(stmt, params)).await
+    }
 
     fn autocommit(&self) -> bool {
         true
+    }
+
+    async fn query_text(
+        &self,
+        sql: &str,
+        params: TypedParams<'_>,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        self.run_call(Call::Text(sql, params)).await
     }
 }
 

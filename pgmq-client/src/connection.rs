@@ -190,6 +190,25 @@ async fn run_prepared<C: tokio_postgres::GenericClient + Sync>(
     })
 }
 
+/// Runs SQL text unprepared, in one round trip (`query_typed`); records a
+/// lost connection on `lost` when there is one to record it on.
+pub(crate) async fn run_text<C: tokio_postgres::GenericClient + Sync>(
+    client: &C,
+    lost: Option<&AtomicBool>,
+    sql: &str,
+    params: crate::executor::TypedParams<'_>,
+) -> Result<Vec<Row>, Error> {
+    let closed_before = client.client().is_closed();
+    client.query_typed(sql, params).await.map_err(|e| {
+        let err = Error::from_pg(e);
+        let err = if closed_before { err.not_sent() } else { err };
+        match lost {
+            Some(lost) => mark_lost(lost, err),
+            None => err,
+        }
+    })
+}
+
 /// The bb8 connection manager: bb8-postgres underneath, each connection wrapped
 /// in a [`Connection`] with its statement cache.
 ///

@@ -11,15 +11,19 @@
 
 use std::future::Future;
 
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use crate::connection::{run_cached, Connection, ConnectionManager, Transaction};
+use crate::connection::{run_cached, run_text, Connection, ConnectionManager, Transaction};
 use crate::error::Error;
 use crate::statements::Stmt;
 
 /// Parameters of one call.
 pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// Parameters of a call run as SQL text ([`Executor::query_text`]), each
+/// with its type.
+pub type TypedParams<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
 /// Something PGMQ calls can run on.
 ///
@@ -42,6 +46,28 @@ pub trait Executor: Send + Sync {
     fn autocommit(&self) -> bool {
         false
     }
+
+    /// Runs SQL text that is not one of the [`Stmt`]s, unprepared, in one
+    /// round trip (`query_typed`: each parameter comes with its type).
+    ///
+    /// For the few calls that are not PGMQ functions and therefore name a
+    /// queue's table in their text, built only from a validated
+    /// [`QueueName`](crate::QueueName) (today
+    /// [`Pgmq::release_batch`](crate::Pgmq::release_batch)). Every executor
+    /// of this crate implements it; the default, for executors of your own,
+    /// fails with [`Error::InvalidArgument`] without running anything.
+    fn query_text(
+        &self,
+        sql: &str,
+        params: TypedParams<'_>,
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send {
+        let _ = (sql, params);
+        async {
+            Err(Error::InvalidArgument(
+                "this executor does not run SQL text (Executor::query_text)".to_owned(),
+            ))
+        }
+    }
 }
 
 impl<E: Executor + ?Sized> Executor for &E {
@@ -53,6 +79,14 @@ impl<E: Executor + ?Sized> Executor for &E {
         (**self).query(stmt, params)
     }
 
+    fn query_text(
+        &self,
+        sql: &str,
+        params: TypedParams<'_>,
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send {
+        (**self).query_text(sql, params)
+    }
+
     fn autocommit(&self) -> bool {
         (**self).autocommit()
     }
@@ -62,6 +96,10 @@ impl Executor for Connection {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
         run_cached(self.client(), self.cache(), self.lost_flag(), stmt, params).await
     }
+
+    async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
+        run_text(self.client(), Some(self.lost_flag()), sql, params).await
+    }
 }
 
 impl Executor for bb8::PooledConnection<'_, ConnectionManager> {
@@ -69,11 +107,20 @@ impl Executor for bb8::PooledConnection<'_, ConnectionManager> {
         let conn: &Connection = self;
         conn.query(stmt, params).await
     }
+
+    async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
+        let conn: &Connection = self;
+        conn.query_text(sql, params).await
+    }
 }
 
 impl Executor for Transaction<'_> {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
         run_cached(self.client(), self.cache(), self.lost_flag(), stmt, params).await
+    }
+
+    async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
+        run_text(self.client(), Some(self.lost_flag()), sql, params).await
     }
 }
 
@@ -81,11 +128,19 @@ impl Executor for tokio_postgres::Client {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
         run_uncached(self, stmt, params).await
     }
+
+    async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
+        run_text(self, None, sql, params).await
+    }
 }
 
 impl Executor for tokio_postgres::Transaction<'_> {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
         run_uncached(self, stmt, params).await
+    }
+
+    async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
+        run_text(self, None, sql, params).await
     }
 }
 

@@ -30,9 +30,11 @@
 //!   together or not at all).
 //! - **Prepared once.** Every call's SQL is prepared on first use on each
 //!   pooled connection and reused; a call is one round trip.
-//! - **Names are checked, never spliced.** [`QueueName`] refuses anything PGMQ
-//!   would not accept, before any SQL runs, and names travel as bound
-//!   parameters.
+//! - **Names are checked, never spliced unchecked.** [`QueueName`] refuses
+//!   anything PGMQ would not accept, before any SQL runs, and names travel as
+//!   bound parameters. The one call that is not a PGMQ function,
+//!   [`Pgmq::release_batch`], names the queue's table in its SQL, built only
+//!   from a validated name (`[a-z0-9_]`, quoted).
 //! - **Typed errors.** [`Error`] tells a missing queue, a missing or too-old
 //!   PGMQ, a bad payload, a pool timeout, a lost connection (with whether the
 //!   call may have been applied: [`Error::outcome`]) and a server error with its
@@ -104,7 +106,7 @@ pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::redact as redact_dsn;
 pub use error::{Error, Outcome, Result};
-pub use executor::{Executor, Params};
+pub use executor::{Executor, Params, TypedParams};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
 pub use message::{Delay, Message, RawJson, SendOptions};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};

@@ -15,8 +15,11 @@ pub const MAX_QUEUE_NAME_LEN: usize = 47;
 /// Rules: 1 to 47 characters, each an ASCII lowercase letter, digit or `_`.
 /// PGMQ lowercases table names, so `Orders` and `orders` would share tables;
 /// uppercase is therefore refused rather than silently folded. Quotes, `;`,
-/// `--`, `$`, spaces and non-ASCII characters are refused too. Names are always
-/// sent to the server as bound parameters, never spliced into SQL text.
+/// `--`, `$`, spaces and non-ASCII characters are refused too. Names are sent
+/// to the server as bound parameters; the one exception,
+/// [`Pgmq::release_batch`](crate::Pgmq::release_batch) (an `UPDATE` on the
+/// queue table, not a PGMQ function), quotes the table name built from a
+/// validated name, which cannot close the quotes.
 ///
 /// Cloning is cheap (the name is shared).
 ///
@@ -47,6 +50,14 @@ impl QueueName {
     /// The PGMQ queue table, `pgmq.q_<name>`.
     pub fn table(&self) -> String {
         format!("pgmq.q_{}", self.0)
+    }
+
+    /// The queue table as a quoted identifier for SQL text, `pgmq."q_<name>"`.
+    ///
+    /// Safe to splice into SQL by construction: a validated name holds only
+    /// `[a-z0-9_]`, so it can neither close the quotes nor change case.
+    pub(crate) fn quoted_table(&self) -> String {
+        format!("pgmq.\"q_{}\"", self.0)
     }
 
     /// The PGMQ archive table, `pgmq.a_<name>`.
@@ -196,6 +207,7 @@ mod tests {
         let q = QueueName::new("jobs").unwrap();
         assert_eq!(q.table(), "pgmq.q_jobs");
         assert_eq!(q.archive_table(), "pgmq.a_jobs");
+        assert_eq!(q.quoted_table(), "pgmq.\"q_jobs\"");
         assert_eq!(q.insert_channel(), "pgmq.q_jobs.INSERT");
         assert_eq!("jobs".parse::<QueueName>().unwrap(), q);
         let json = serde_json::to_string(&q).unwrap();
