@@ -291,3 +291,26 @@ fn report_compare_and_check_read_the_document() {
     assert!(matches!(out.status.code(), Some(0 | 1)));
     assert!(String::from_utf8_lossy(&out.stdout).contains("| Target |"));
 }
+
+#[test]
+fn committed_results_validate_and_parse() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(docs_dir().join("benchmark.v1.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(docs_dir().join("results")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        pgmq_bench::document::Document::from_json(&text, "committed result").unwrap();
+        seen += 1;
+    }
+    assert!(seen >= 1, "no committed result in docs/results");
+}
