@@ -609,6 +609,9 @@ pub struct WakeupRun {
     pub mode: String,
     /// Poll interval (the fallback for `notify`), milliseconds.
     pub poll_interval_ms: u64,
+    /// For `notify`: the queue's PGMQ notify throttle, milliseconds; samples
+    /// are spaced further apart than this.
+    pub notify_throttle_ms: Option<i64>,
     /// Each sample: send call start to handler start, milliseconds.
     pub samples_ms: Vec<f64>,
     /// Their distribution.

@@ -4,7 +4,8 @@
 //! (at least 20).
 //!
 //! One sample: wait a pseudo-random delay (so that sends fall at every phase
-//! of the poll timer), take the time, send one message with the SDK, and take
+//! of the poll timer; with NOTIFY, always longer than the queue's notify
+//! throttle, so that every sample gets a notification of its own), take the time, send one message with the SDK, and take
 //! the time again when the handler starts on it (the first thing the handler
 //! does). The sample is the difference, on the monotonic clock: it includes
 //! the send's round trip and commit, the notification or the poll, the read,
@@ -108,17 +109,32 @@ pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<Wake
             mode.name()
         )));
     }
+    // PGMQ sends at most one notification per throttle window: samples are
+    // spaced past it, so that each one measures a notification of its own.
+    let throttle_ms = match mode {
+        Mode::Poll => None,
+        Mode::Notify => ctx
+            .client
+            .list_notify_insert_throttles()
+            .await?
+            .into_iter()
+            .find(|t| t.queue_name == q.as_str())
+            .map(|t| i64::from(t.throttle_interval_ms)),
+    };
+    let min_gap = Duration::from_millis(100).max(Duration::from_millis(
+        throttle_ms.unwrap_or(0).max(0) as u64 + 50,
+    ));
     let mut phases =
         Phases(0x9E37_79B9_7F4A_7C15 ^ (u64::from(round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
     let mut samples = Vec::with_capacity(ctx.cfg.wakeup_samples as usize);
     for id in 0..u64::from(ctx.cfg.wakeup_samples) {
-        // 100 ms apart at least (past any notify throttle), then a random phase:
-        // of the poll timer when polling; NOTIFY does not wait for the timer.
+        // Then a random phase: of the poll timer when polling; NOTIFY does
+        // not wait for the timer.
         let spread = match mode {
             Mode::Poll => poll,
             Mode::Notify => poll.min(Duration::from_millis(100)),
         };
-        let gap = Duration::from_millis(100) + spread.mul_f64(phases.next_fraction());
+        let gap = min_gap + spread.mul_f64(phases.next_fraction());
         tokio::time::sleep(gap).await;
         let sent = Instant::now();
         ctx.client.send(&q, &ctx.body(id)).await?;
@@ -142,6 +158,7 @@ pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<Wake
         warmup,
         mode: mode.name().to_owned(),
         poll_interval_ms: poll.as_millis() as u64,
+        notify_throttle_ms: throttle_ms,
         latency_ms: percentiles_of(&samples).unwrap_or_default(),
         samples_ms: samples,
         worker: counters(&report.stats),
