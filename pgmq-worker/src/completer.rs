@@ -6,7 +6,9 @@
 //! `ack_flush_interval` for a batch to fill (looking every millisecond, so
 //! that it is not woken once per acknowledgement), and writes each batch with one
 //! call per kind: `pgmq.delete(ids)`, `pgmq.archive(ids)`, `pgmq.set_vt(ids)`
-//! per delay, and one transaction for the dead letters. Up to `ack_flushers`
+//! per delay, one transaction for the dead letters, and
+//! `Pgmq::release_batch` for claims that expired unstarted (given back with
+//! their read undone). Up to `ack_flushers`
 //! batches are written at once. A write that fails transiently is retried
 //! with backoff for up to `ack_retry_timeout`; after that (or on a permanent
 //! error) the batch is given up and counted in `acks_failed`: those messages
@@ -44,7 +46,13 @@ pub(crate) enum AckKind {
     Delete,
     Archive,
     Retry(Duration),
-    DeadLetter { reason: String },
+    DeadLetter {
+        reason: String,
+    },
+    /// Give it back unstarted, undoing the read that returned this `read_ct`.
+    Release {
+        read_ct: i32,
+    },
 }
 
 /// Runs until the channel is closed (every sender dropped, or `closing`
@@ -113,12 +121,14 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
     let mut archives = Vec::new();
     let mut retries: Vec<(u64, i64)> = Vec::new();
     let mut dead = Vec::new();
+    let mut releases = Vec::new();
     for ack in acks {
         match ack.kind {
             AckKind::Delete => deletes.push(ack.msg_id),
             AckKind::Archive => archives.push(ack.msg_id),
             AckKind::Retry(d) => retries.push((ceil_secs(d), ack.msg_id)),
             AckKind::DeadLetter { reason } => dead.push((ack.msg_id, ack.attempts, reason)),
+            AckKind::Release { read_ct } => releases.push((ack.msg_id, read_ct)),
         }
     }
     let q = &shared.config.queue;
@@ -137,10 +147,22 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
         })
         .await;
     }
-    if !retries.is_empty() {
+    if !retries.is_empty() || !releases.is_empty() {
         // After any heartbeat extension in flight for these messages, which
         // would otherwise overwrite their delay.
         shared.after_heartbeat().await;
+    }
+    if !releases.is_empty() {
+        write(
+            &shared,
+            "release",
+            releases.len(),
+            &c.expired_released,
+            || shared.client.release_batch(q, &releases),
+        )
+        .await;
+    }
+    if !retries.is_empty() {
         retries.sort_unstable();
         for group in retries.chunk_by(|a, b| a.0 == b.0) {
             let secs = group[0].0;

@@ -142,7 +142,8 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let vt_us = micros(cfg.visibility_timeout);
     // A message that waited locally for 3/4 of its visibility timeout is not
     // started: it is about to become visible again (and may be claimed by
-    // another worker); running it would likely deliver it twice.
+    // another worker); running it would likely deliver it twice. It is
+    // given back at once instead, its read undone.
     let stale_after = cfg.visibility_timeout * 3 / 4;
     let half_vt = cfg.visibility_timeout / 2;
     let mut runs: u64 = 0;
@@ -171,14 +172,19 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         let Claimed { msg, claimed_at } = item;
         let started = Instant::now();
         let waited = started.duration_since(claimed_at);
-        if waited >= stale_after {
-            bump(&counts.expired_unstarted, 1);
-            continue;
-        }
-        record(&mut local.h.queue_wait_local, micros(waited));
         let msg_id = msg.msg_id;
         let attempts = u32::try_from(msg.read_ct).unwrap_or(0);
-        let kind = if attempts > max_attempts {
+        if waited < stale_after {
+            record(&mut local.h.queue_wait_local, micros(waited));
+        }
+        let kind = if waited >= stale_after {
+            // Given back with its read undone, so that waiting here uses up
+            // no attempt (the completer writes it with the acknowledgements).
+            bump(&counts.expired_unstarted, 1);
+            AckKind::Release {
+                read_ct: msg.read_ct,
+            }
+        } else if attempts > max_attempts {
             // Delivered again after its last allowed attempt (a crash or an
             // abandoned handler): do not run it again.
             AckKind::DeadLetter {

@@ -57,7 +57,11 @@
 //!   worker keeps running) means retry after [`Backoff`] for the attempt
 //!   number (PGMQ's `read_ct`); past `max_attempts` the message is
 //!   dead-lettered. A message delivered more than `max_attempts` times (say,
-//!   after repeated crashes) is dead-lettered without running it.
+//!   after repeated crashes) is dead-lettered without running it. A message
+//!   the worker gives back unstarted (at shutdown, or after waiting too long
+//!   locally) has its read undone
+//!   ([`Pgmq::release_batch`](pgmq_client::Pgmq::release_batch)), so such
+//!   give-backs never use up attempts.
 //!   [`blocking_handler`](WorkerBuilder::blocking_handler) runs CPU-bound
 //!   handlers on dedicated threads.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
@@ -73,7 +77,7 @@
 //!   gets it extended (one batched `pgmq.set_vt` for all of them), so a live
 //!   long job is not delivered twice. A claimed message that waited locally
 //!   for 3/4 of its visibility timeout is not started (it is about to be
-//!   visible again anyway).
+//!   visible again anyway): it is given back at once, its read undone.
 //! - **Wake-ups.** With [`WakeUp::Notify`] a dedicated connection LISTENs on
 //!   PGMQ's insert channel and wakes idle claimers at once, and once more one
 //!   throttle interval later (PGMQ notifies at most once per throttle
@@ -84,8 +88,8 @@
 //!   backoff; the pool opens new connections; the worker never panics and
 //!   resumes when the database is back.
 //! - **Shutdown** (a future resolving, a signal, or [`WorkerHandle::shutdown`]):
-//!   stop claiming; release claimed-but-unstarted messages at once
-//!   (`pgmq.set_vt(ids, 0)`); let in-flight handlers finish within
+//!   stop claiming; release claimed-but-unstarted messages at once, their
+//!   read undone (visible now, `read_ct` one lower); let in-flight handlers finish within
 //!   `shutdown_grace` (later ones are abandoned and reported); drain the
 //!   acknowledgements; return a [`ShutdownReport`] (whose docs list the
 //!   steps).

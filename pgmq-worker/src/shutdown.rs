@@ -18,10 +18,12 @@
 //! 2. **Release at once.** Claimers are awaited (a read in flight is one
 //!    round trip; one stuck longer than 2 s is aborted), then every
 //!    claimed-but-unstarted message in the claim queue, including what those
-//!    last reads brought, is made visible again (`pgmq.set_vt(ids, 0)`,
-//!    batched), so another worker can take it now rather than after the
-//!    visibility timeout. Releasing only after the claimers stopped means no
-//!    read of this worker re-claims a released message.
+//!    last reads brought, is given back with its read undone
+//!    (`Pgmq::release_batch`, batched: visible now, `read_ct` one lower), so
+//!    another worker can take it now rather than after the visibility
+//!    timeout, and a message released by shutdown after shutdown never runs
+//!    out of attempts without having run. Releasing only after the claimers
+//!    stopped means no read of this worker re-claims a released message.
 //! 3. **Let in-flight handlers finish**, until `shutdown_grace` after the
 //!    start of the shutdown. Their acknowledgements go to the completer as
 //!    usual, and the heartbeat keeps their messages invisible meanwhile.
@@ -41,7 +43,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmq_client::VisibleAt;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -57,8 +58,9 @@ const CLAIMER_STOP_WAIT: Duration = Duration::from_secs(2);
 /// The shutdown runs these steps, in order:
 ///
 /// 1. stop claiming (a read in flight finishes) and stop starting handlers;
-/// 2. release the claimed-but-unstarted messages at once (`pgmq.set_vt(ids,
-///    0)`, batched): `released`;
+/// 2. release the claimed-but-unstarted messages at once, their read undone
+///    (`Pgmq::release_batch`: visible now, `read_ct` one lower, so the
+///    release uses up no attempt): `released`;
 /// 3. let running handlers finish until `shutdown_grace` has passed since the
 ///    start of the shutdown; those still running then are abandoned (their
 ///    messages come back after the visibility timeout):
@@ -73,7 +75,8 @@ pub struct ShutdownReport {
     pub handled: u64,
     /// Acknowledgements written (deleted + archived + retried + dead-lettered).
     pub acked: u64,
-    /// Claimed-but-unstarted messages made visible again by the shutdown.
+    /// Claimed-but-unstarted messages given back by the shutdown (visible
+    /// again at once, their read undone).
     pub released: u64,
     /// Handlers still running when the grace period ended (abandoned; their
     /// messages come back after the visibility timeout).
@@ -220,34 +223,33 @@ impl Running {
     }
 }
 
-/// Makes every message left in the claim queue visible now, in batches;
-/// returns how many could not be released before `deadline`.
+/// Gives back every message left in the claim queue, in batches, with its
+/// read undone (`Pgmq::release_batch`: visible now, `read_ct` one lower, so
+/// the release uses up no attempt); returns how many could not be released
+/// before `deadline`. A message read again by someone else since (its
+/// timeout ended) is theirs and left alone.
 async fn release(
     shared: &Shared,
     rx: &async_channel::Receiver<Claimed>,
     deadline: tokio::time::Instant,
 ) -> u64 {
-    let mut ids = Vec::new();
+    let mut reads = Vec::new();
     while let Ok(c) = rx.try_recv() {
-        ids.push(c.msg.msg_id);
+        reads.push((c.msg.msg_id, c.msg.read_ct));
     }
-    shared.room.free(ids.len());
-    if !ids.is_empty() {
+    shared.room.free(reads.len());
+    if !reads.is_empty() {
         // Unstarted messages are in no heartbeat batch, unless one was
         // claimed again while a copy still runs: keep the order anyway.
         shared.after_heartbeat().await;
     }
     let mut failed = 0;
-    for chunk in ids.chunks(shared.config.batch_size.max(1)) {
+    for chunk in reads.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             match shared
                 .client
-                .set_vt_batch(
-                    &shared.config.queue,
-                    chunk,
-                    VisibleAt::After(Duration::ZERO),
-                )
+                .release_batch(&shared.config.queue, chunk)
                 .await
             {
                 Ok(done) => {

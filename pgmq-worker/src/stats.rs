@@ -80,7 +80,8 @@ counters! {
     archived,
     /// Messages deleted (written).
     deleted,
-    /// Claimed-but-unstarted messages made visible again at shutdown (written).
+    /// Claimed-but-unstarted messages given back at shutdown (written): visible
+    /// again at once, their read undone (`read_ct` one lower).
     released,
     /// Acknowledgements queued or being written right now.
     acks_pending,
@@ -94,8 +95,12 @@ counters! {
     /// Messages whose body did not decode into the handler's type (dead-lettered unhandled).
     decode_failures,
     /// Claimed messages not started because their visibility timeout had
-    /// nearly run out while they waited locally (they come back by themselves).
+    /// nearly run out while they waited locally; they are given back at once
+    /// with their read undone (see `expired_released`).
     expired_unstarted,
+    /// Of `expired_unstarted`, those given back (written): visible again
+    /// at once, their `read_ct` one lower, so that the wait used up no attempt.
+    expired_released,
     /// `pgmq.read` calls that succeeded.
     reads,
     /// Reads that returned nothing.

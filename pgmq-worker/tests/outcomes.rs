@@ -615,3 +615,52 @@ async fn slow_handlers_claim_only_what_they_can_start_in_time() {
     // 2 handlers * 250 ms / 100 ms = 5 waiting, plus the 2 running.
     assert!(max_held <= 8, "held {max_held}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_that_expired_unstarted_are_given_back_with_their_read_undone() {
+    // One handler; a 3.3 s job holds up 5 claimed messages past 3/4 of
+    // their 4 s visibility timeout (3 s), but not past it.
+    let client = client().await;
+    let q = unique("expired");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send(&q, &json!({"n": 100})).await.unwrap();
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let r = Arc::clone(&reads);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .concurrency(1)
+        .max_attempts(1)
+        .visibility_timeout(Duration::from_secs(4))
+        .poll_interval(Duration::from_millis(20))
+        .handler(move |m: Message<Job>| {
+            r.lock().unwrap().push((m.body.n, m.read_ct));
+            async move {
+                if m.body.n == 0 {
+                    tokio::time::sleep(Duration::from_millis(3300)).await;
+                }
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    // A quick first message, so that the claim limit opens up (claimer.rs).
+    wait_for(WAIT, "the warm-up", || async {
+        handle.stats().deleted == 1
+    })
+    .await;
+    client.send_batch(&q, &jobs(6)).await.unwrap();
+    wait_for(WAIT, "all handled", || async {
+        handle.stats().deleted == 7
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.stats.expired_unstarted, 5);
+    assert_eq!(report.stats.expired_released, 5);
+    // Each ran once, on its first counted attempt: the wait used up none
+    // (with max_attempts 1, a second would have been dead-lettered).
+    let mut reads = reads.lock().unwrap().clone();
+    reads.sort_unstable();
+    let want: Vec<(u64, i32)> = (0..6).map(|n| (n, 1)).chain([(100, 1)]).collect();
+    assert_eq!(reads, want);
+    assert_eq!(report.stats.dead_lettered, 0);
+}

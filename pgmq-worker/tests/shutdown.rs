@@ -254,3 +254,65 @@ async fn an_abandoned_blocking_handler_does_not_hold_up_the_shutdown() {
     let m = client.metrics(&q).await.unwrap();
     assert_eq!((m.queue_length, m.queue_visible_length), (1, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_at_shutdown_use_up_no_attempt() {
+    let client = client().await;
+    let q = unique("relattempts");
+    let dlq = unique("relattempts_dlq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    const N: u64 = 80;
+    client.send_batch(&q, &bodies(N)).await.unwrap();
+    // Handler runs per message, over every worker below.
+    let runs = Arc::new(Mutex::new(vec![0u32; N as usize]));
+    let build = |max_attempts: u32, sleep: Duration| {
+        let runs = Arc::clone(&runs);
+        Worker::<Value>::builder(client.clone(), q.clone())
+            .concurrency(2)
+            .max_attempts(max_attempts)
+            .dead_letter_queue(dlq.clone())
+            .poll_interval(Duration::from_millis(20))
+            .handler(move |m: Message<Value>| {
+                let runs = Arc::clone(&runs);
+                async move {
+                    runs.lock().unwrap()[m.body["n"].as_u64().unwrap() as usize] += 1;
+                    tokio::time::sleep(sleep).await;
+                    Ok::<_, std::io::Error>(Outcome::Delete)
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    // Five graceful shutdowns while most claims wait unstarted behind slow
+    // handlers: each releases them.
+    for round in 0..5 {
+        let handle = build(2, Duration::from_millis(300)).spawn();
+        wait_for(WAIT, "claims waiting behind the handlers", || async {
+            let s = handle.stats();
+            s.handled >= 1 && s.claimed >= s.handled + 10
+        })
+        .await;
+        let report = handle.shutdown().await.unwrap();
+        assert!(report.released >= 8, "round {round}: {report:?}");
+        assert_eq!(report.release_failed, 0);
+        assert_eq!(report.stats.dead_lettered, 0, "round {round}");
+        // What is left was never run, or given back with its read undone.
+        let conn = client.connection().await.unwrap();
+        let max_read_ct: Option<i32> = conn
+            .query_one(&format!("SELECT max(read_ct) FROM {}", q.table()), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(max_read_ct, Some(0), "round {round}");
+    }
+    // A last worker drains the rest: nothing is dead-lettered unrun.
+    let handle = build(2, Duration::ZERO).spawn();
+    wait_for(WAIT, "the queue drained", || async {
+        queue_len(&client, &q).await == 0
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.stats.dead_lettered, 0);
+    assert_eq!(queue_len(&client, &dlq).await, 0);
+    assert!(runs.lock().unwrap().iter().all(|&n| n == 1), "{runs:?}");
+}
