@@ -25,7 +25,8 @@
 //!         })
 //!         .build()?;
 //!
-//!     // Runs until SIGINT/SIGTERM, then drains gracefully.
+//!     // Runs until SIGINT/SIGTERM, then drains gracefully (a second
+//!     // signal stops at once).
 //!     let report = worker.run_until_signal().await?;
 //!     println!("handled {}, released {}", report.handled, report.released);
 //!     Ok(())
@@ -87,12 +88,18 @@
 //! - **Faults.** A failed read or acknowledgement is logged and retried with
 //!   backoff; the pool opens new connections; the worker never panics and
 //!   resumes when the database is back.
-//! - **Shutdown** (a future resolving, a signal, or [`WorkerHandle::shutdown`]):
+//! - **Shutdown** (a future resolving, a signal, [`WorkerHandle::shutdown`]
+//!   or [`ShutdownHandle::graceful`]):
 //!   stop claiming; release claimed-but-unstarted messages at once, their
 //!   read undone (visible now, `read_ct` one lower); let in-flight handlers finish within
 //!   `shutdown_grace` (later ones are abandoned and reported); drain the
 //!   acknowledgements; return a [`ShutdownReport`] (whose docs list the
-//!   steps).
+//!   steps). A second SIGINT/SIGTERM, [`ShutdownHandle::immediate`] or
+//!   [`WorkerHandle::shutdown_now`] escalates: running handlers are
+//!   abandoned at once (listed in [`ShutdownReport::abandoned`]; their
+//!   messages come back after the visibility timeout), while unstarted
+//!   claims are still released and finished acknowledgements still written,
+//!   within about a second.
 //! - **Observability.** `tracing` spans per read and acknowledgement batch
 //!   (from `pgmq_client`) and per message (`pgmq_worker.handle`, debug
 //!   level); no per-message events above debug, except a warning per
@@ -106,7 +113,7 @@
 //! (handler loops, panics, blocking handlers), `completer.rs` (batched
 //! acknowledgements, dead letters), `heartbeat.rs`, `notifier.rs`
 //! (LISTEN), `shutdown.rs` (the stop sequence and report), `stats.rs`,
-//! `worker.rs` (assembly) and `error.rs`.
+//! `worker.rs` (assembly, signals) and `error.rs`.
 
 mod claimer;
 mod completer;
@@ -123,7 +130,7 @@ mod worker;
 pub use config::{Backoff, WakeUp, WorkerBuilder};
 pub use error::Error;
 pub use handler::{BlockingHandler, Handler, HandlerError, Outcome};
-pub use shutdown::ShutdownReport;
+pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
 pub use worker::{Worker, WorkerHandle};
 

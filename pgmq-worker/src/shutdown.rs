@@ -1,4 +1,4 @@
-//! The stop sequence and its report.
+//! The stop sequence, its escalation, and its report.
 //!
 //! A running worker is a set of tasks tied together by two cancellation
 //! tokens and two channels:
@@ -39,8 +39,24 @@
 //!    (shared with step 4). Whatever could not be written is counted in
 //!    `acks_failed`.
 //! 6. **Report.**
+//!
+//! **Escalation.** A [`ShutdownHandle`] starts this sequence
+//! ([`graceful`](ShutdownHandle::graceful)) or cuts it short
+//! ([`immediate`](ShutdownHandle::immediate)); `Worker::run_until_signal`
+//! calls the first on SIGINT/SIGTERM and the second on another one. Once
+//! `immediate` is called (before or during the sequence), step 3 stops
+//! waiting at once and abandons every running handler, and each step still
+//! to come, or under way, gets at most [`IMMEDIATE_BOUND`] from the moment
+//! the shutdown noticed the escalation: reads in flight, the release (step
+//! 2 still runs: unstarted claims are still given back), the heartbeat's
+//! write and the acknowledgement drain (acknowledgements of handlers that
+//! already finished are still written). What those bounds cut off is
+//! counted as usual (`release_failed`, `acks_failed`) and comes back after
+//! its visibility timeout. With a healthy database the whole sequence then
+//! takes milliseconds.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
@@ -53,6 +69,129 @@ use crate::worker::Shared;
 /// How long the shutdown waits for a claimer's read in flight.
 const CLAIMER_STOP_WAIT: Duration = Duration::from_secs(2);
 
+/// After [`ShutdownHandle::immediate`], the most time each step of the
+/// shutdown still under way or to come may take, counted from when the
+/// shutdown noticed the call (see the module docs).
+pub(crate) const IMMEDIATE_BOUND: Duration = Duration::from_secs(1);
+
+/// Starts a worker's shutdown, gracefully or at once, from anywhere.
+///
+/// Get one from [`Worker::shutdown_handle`](crate::Worker::shutdown_handle)
+/// (before running it) or
+/// [`WorkerHandle::shutdown_handle`](crate::WorkerHandle::shutdown_handle);
+/// clones are cheap and all act on the same worker. Calls are idempotent,
+/// and do nothing once the worker has stopped.
+///
+/// - [`graceful`](Self::graceful) starts the graceful shutdown (the steps
+///   listed on [`ShutdownReport`]), as the `run_until` future resolving,
+///   the first SIGINT/SIGTERM of `run_until_signal`, or
+///   [`WorkerHandle::shutdown`](crate::WorkerHandle::shutdown) do.
+/// - [`immediate`](Self::immediate) escalates, as a second signal does: the
+///   shutdown (started now if it was not) stops waiting for running
+///   handlers and abandons them at once (their messages come back after
+///   their visibility timeout, as [`ShutdownReport::abandoned`] lists); it
+///   still gives back the unstarted claims and writes the acknowledgements
+///   of handlers that finished, all of it within about a second of the
+///   escalation, and returns the report.
+///
+/// ```no_run
+/// # async fn f(worker: pgmq_worker::Worker<serde_json::Value>) -> Result<(), pgmq_worker::Error> {
+/// use std::time::Duration;
+/// let handle = worker.spawn();
+/// let stop = handle.shutdown_handle();
+/// // ... later: stop gracefully, but give handlers 5 s at most, whatever
+/// // `shutdown_grace` says.
+/// let escalate = tokio::spawn(async move {
+///     tokio::time::sleep(Duration::from_secs(5)).await;
+///     stop.immediate();
+/// });
+/// let report = handle.shutdown().await?;
+/// escalate.abort();
+/// println!("abandoned: {:?}", report.abandoned);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ShutdownHandle {
+    graceful: CancellationToken,
+    immediate: CancellationToken,
+}
+
+impl ShutdownHandle {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts the graceful shutdown.
+    pub fn graceful(&self) {
+        self.graceful.cancel();
+    }
+
+    /// Stops at once: starts the shutdown if it has not started, and stops
+    /// waiting for running handlers (see the type's docs).
+    pub fn immediate(&self) {
+        // First, so that a shutdown woken by `graceful` already sees it.
+        self.immediate.cancel();
+        self.graceful.cancel();
+    }
+
+    /// Whether a shutdown was asked for (either kind).
+    pub fn is_requested(&self) -> bool {
+        self.graceful.is_cancelled()
+    }
+
+    /// Whether an immediate shutdown was asked for.
+    pub fn is_immediate(&self) -> bool {
+        self.immediate.is_cancelled()
+    }
+
+    /// Resolves when a shutdown is asked for.
+    pub(crate) async fn requested(&self) {
+        self.graceful.cancelled().await;
+    }
+}
+
+/// The time limits of one shutdown, tightened once it is escalated.
+struct Bounds {
+    immediate: CancellationToken,
+    /// Set when the shutdown first notices the escalation: the latest end
+    /// of every step from then on.
+    hard: OnceLock<tokio::time::Instant>,
+}
+
+impl Bounds {
+    fn hard(&self) -> tokio::time::Instant {
+        *self
+            .hard
+            .get_or_init(|| tokio::time::Instant::now() + IMMEDIATE_BOUND)
+    }
+
+    /// `deadline`, or the escalated one if that is earlier.
+    fn deadline(&self, deadline: tokio::time::Instant) -> tokio::time::Instant {
+        if self.immediate.is_cancelled() {
+            deadline.min(self.hard())
+        } else {
+            deadline
+        }
+    }
+
+    /// Runs `fut` until `deadline`, or until [`IMMEDIATE_BOUND`] after an
+    /// escalation, whichever comes first; None when cut off.
+    async fn within<F: Future>(&self, deadline: tokio::time::Instant, fut: F) -> Option<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        if !self.immediate.is_cancelled() {
+            tokio::select! {
+                biased;
+                r = &mut fut => return Some(r),
+                _ = tokio::time::sleep_until(deadline) => return None,
+                _ = self.immediate.cancelled() => {}
+            }
+        }
+        tokio::time::timeout_at(self.deadline(deadline), fut)
+            .await
+            .ok()
+    }
+}
+
 /// What a shutdown did, with the final statistics.
 ///
 /// The shutdown runs these steps, in order:
@@ -62,12 +201,16 @@ const CLAIMER_STOP_WAIT: Duration = Duration::from_secs(2);
 ///    (`Pgmq::release_batch`: visible now, `read_ct` one lower, so the
 ///    release uses up no attempt): `released`;
 /// 3. let running handlers finish until `shutdown_grace` has passed since the
-///    start of the shutdown; those still running then are abandoned (their
+///    start of the shutdown, or until [`ShutdownHandle::immediate`] (a
+///    second signal); those still running then are abandoned (their
 ///    messages come back after the visibility timeout):
-///    `still_running_at_deadline`;
+///    `still_running_at_deadline` and `abandoned`;
 /// 4. stop the heartbeat and the LISTEN connection;
 /// 5. write the queued acknowledgements (within `ack_drain_timeout`):
 ///    `acked`, and `acks_failed` for what could not be written.
+///
+/// After an escalation (`immediate`) every step left takes at most about a
+/// second (see [`ShutdownHandle`]).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ShutdownReport {
@@ -78,9 +221,15 @@ pub struct ShutdownReport {
     /// Claimed-but-unstarted messages given back by the shutdown (visible
     /// again at once, their read undone).
     pub released: u64,
-    /// Handlers still running when the grace period ended (abandoned; their
-    /// messages come back after the visibility timeout).
+    /// Handlers still running when the grace period ended, or when an
+    /// immediate shutdown cut it short (abandoned; their messages come back
+    /// after the visibility timeout).
     pub still_running_at_deadline: u64,
+    /// The ids of the messages of those abandoned handlers.
+    pub abandoned: Vec<i64>,
+    /// Whether the shutdown was escalated ([`ShutdownHandle::immediate`], or
+    /// a second signal).
+    pub immediate: bool,
     /// Acknowledgements that could not be written (the messages come back).
     pub acks_failed: u64,
     /// Claimed messages neither released nor handled because the release
@@ -112,13 +261,17 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    /// The stop sequence (see the module docs).
-    pub(crate) async fn shutdown(self) -> ShutdownReport {
+    /// The stop sequence (see the module docs); `stop` may escalate it.
+    pub(crate) async fn shutdown(self, stop: &ShutdownHandle) -> ShutdownReport {
         let started = Instant::now();
         let shared = self.shared;
         let cfg = &shared.config;
         let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
-        tracing::info!(queue = %cfg.queue, grace = ?cfg.shutdown_grace, "worker stopping");
+        let bounds = Bounds {
+            immediate: stop.immediate.clone(),
+            hard: OnceLock::new(),
+        };
+        tracing::info!(queue = %cfg.queue, grace = ?cfg.shutdown_grace, immediate = stop.is_immediate(), "worker stopping");
 
         // 1. Stop claiming and taking.
         self.stop.cancel();
@@ -131,33 +284,45 @@ impl Running {
         let claimers_done = tokio::time::Instant::now() + CLAIMER_STOP_WAIT;
         for claimer in self.claimers {
             let abort = claimer.abort_handle();
-            if tokio::time::timeout_at(claimers_done.min(deadline), claimer)
+            if bounds
+                .within(claimers_done.min(deadline), claimer)
                 .await
-                .is_err()
+                .is_none()
             {
                 abort.abort();
             }
         }
-        let release_failed = release(&shared, &self.claim_rx, deadline).await;
+        let release_failed = release(&shared, &self.claim_rx, deadline, &bounds).await;
 
-        // 3. Let in-flight handlers finish within the grace period.
-        let mut abandoned = 0;
-        for handler in self.handlers {
-            let abort = handler.abort_handle();
-            if tokio::time::timeout_at(deadline, handler).await.is_err() {
-                abort.abort();
+        // 3. Let in-flight handlers finish within the grace period, or until
+        //    an escalation.
+        let mut handlers = self.handlers;
+        if !bounds.immediate.is_cancelled() {
+            tokio::select! {
+                biased;
+                _ = futures::future::join_all(handlers.iter_mut()) => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = bounds.immediate.cancelled() => {}
             }
         }
-        for slot in shared.slots.iter() {
-            if let Some(id) = slot.running() {
-                abandoned += 1;
-                tracing::warn!(
-                    msg_id = id,
-                    "handler still running at the shutdown deadline; abandoned"
-                );
-            }
+        for handler in &handlers {
+            // Nothing for those that ended; a blocking one that runs
+            // cannot be stopped and is left to end on its own.
+            handler.abort();
         }
-        bump(&shared.stats.c.still_running_at_deadline, abandoned);
+        let why = if bounds.immediate.is_cancelled() {
+            "immediate shutdown"
+        } else {
+            "shutdown grace period over"
+        };
+        let abandoned: Vec<i64> = shared.slots.iter().filter_map(|s| s.running()).collect();
+        for id in &abandoned {
+            tracing::warn!(msg_id = id, "{why}: handler still running, abandoned (the message comes back after its visibility timeout)");
+        }
+        bump(
+            &shared.stats.c.still_running_at_deadline,
+            abandoned.len() as u64,
+        );
         // Nothing takes from the claim queue any more; drop it so that a
         // claimer's pending send (none expected) fails rather than waits.
         self.claim_rx.close();
@@ -165,16 +330,13 @@ impl Running {
         // 4. Stop the heartbeat and the notifier. A heartbeat write in
         //    flight is finished first (retries wait for it), within the
         //    drain time.
-        let drain_deadline = Instant::now() + cfg.ack_drain_timeout;
+        let drain_deadline = tokio::time::Instant::now() + cfg.ack_drain_timeout;
         self.hb_stop.cancel();
         if let Some(hb) = self.heartbeat {
             let abort = hb.abort_handle();
-            if tokio::time::timeout_at(drain_deadline.into(), hb)
-                .await
-                .is_err()
-            {
+            if bounds.within(drain_deadline, hb).await.is_none() {
                 abort.abort();
-                tracing::warn!("heartbeat write unanswered within ack_drain_timeout; abandoned");
+                tracing::warn!("heartbeat write unanswered within the drain time; abandoned");
             }
         }
         if let Some(n) = self.notifier {
@@ -182,20 +344,17 @@ impl Running {
         }
 
         // 5. Drain the completer.
-        shared.set_ack_deadline(drain_deadline);
+        shared.set_ack_deadline(bounds.deadline(drain_deadline).into_std());
         self.completer_close.cancel();
         let completer = self.completer;
         let abort = completer.abort_handle();
-        if tokio::time::timeout_at(drain_deadline.into(), completer)
-            .await
-            .is_err()
-        {
+        if bounds.within(drain_deadline, completer).await.is_none() {
             abort.abort();
             let pending = shared.stats.acks_pending();
             bump(&shared.stats.c.acks_failed, pending);
             tracing::error!(
                 pending,
-                "acknowledgements not written within ack_drain_timeout"
+                "acknowledgements not written within the drain time"
             );
         }
 
@@ -205,7 +364,9 @@ impl Running {
             handled: stats.handled,
             acked: stats.deleted + stats.archived + stats.retried + stats.dead_lettered,
             released: stats.released,
-            still_running_at_deadline: abandoned,
+            still_running_at_deadline: abandoned.len() as u64,
+            abandoned,
+            immediate: bounds.immediate.is_cancelled(),
             acks_failed: stats.acks_failed,
             release_failed,
             elapsed: started.elapsed(),
@@ -217,6 +378,7 @@ impl Running {
             acked = report.acked,
             released = report.released,
             still_running = report.still_running_at_deadline,
+            immediate = report.immediate,
             "worker stopped"
         );
         report
@@ -226,46 +388,54 @@ impl Running {
 /// Gives back every message left in the claim queue, in batches, with its
 /// read undone (`Pgmq::release_batch`: visible now, `read_ct` one lower, so
 /// the release uses up no attempt); returns how many could not be released
-/// before `deadline`. A message read again by someone else since (its
-/// timeout ended) is theirs and left alone.
+/// before `deadline` (or the escalated one). A message read again by someone
+/// else since (its timeout ended) is theirs and left alone.
 async fn release(
     shared: &Shared,
     rx: &async_channel::Receiver<Claimed>,
     deadline: tokio::time::Instant,
+    bounds: &Bounds,
 ) -> u64 {
     let mut reads = Vec::new();
     while let Ok(c) = rx.try_recv() {
         reads.push((c.msg.msg_id, c.msg.read_ct));
     }
     shared.room.free(reads.len());
-    if !reads.is_empty() {
-        // Unstarted messages are in no heartbeat batch, unless one was
-        // claimed again while a copy still runs: keep the order anyway.
-        shared.after_heartbeat().await;
+    if reads.is_empty() {
+        return 0;
     }
+    // Unstarted messages are in no heartbeat batch, unless one was claimed
+    // again while a copy still runs: keep the order anyway (releasing even
+    // when the heartbeat's write does not return in time).
+    let _ = bounds.within(deadline, shared.after_heartbeat()).await;
     let mut failed = 0;
     for chunk in reads.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
-            match shared
-                .client
-                .release_batch(&shared.config.queue, chunk)
-                .await
-            {
-                Ok(done) => {
+            let call = shared.client.release_batch(&shared.config.queue, chunk);
+            let err = match bounds.within(deadline, call).await {
+                Some(Ok(done)) => {
                     bump(&shared.stats.c.released, done.len() as u64);
                     break;
                 }
-                Err(e) => {
-                    let delay = backoff.next_delay();
-                    if !e.is_transient() || tokio::time::Instant::now() + delay >= deadline {
-                        tracing::warn!(error = %e, messages = chunk.len(), "could not release claimed messages; they come back after their visibility timeout");
-                        failed += chunk.len() as u64;
-                        break;
-                    }
-                    tokio::time::sleep(delay).await;
+                Some(Err(e)) => Some(e),
+                None => None,
+            };
+            let delay = backoff.next_delay();
+            let give_up = match &err {
+                Some(e) => {
+                    !e.is_transient()
+                        || tokio::time::Instant::now() + delay >= bounds.deadline(deadline)
                 }
+                None => true,
+            };
+            if give_up {
+                let error = err.map_or_else(|| "no answer in time".to_owned(), |e| e.to_string());
+                tracing::warn!(%error, messages = chunk.len(), "could not release claimed messages; they come back after their visibility timeout");
+                failed += chunk.len() as u64;
+                break;
             }
+            tokio::time::sleep(delay).await;
         }
     }
     failed

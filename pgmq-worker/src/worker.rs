@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
 use crate::heartbeat::{self, Slot};
 use crate::notifier;
-use crate::shutdown::{Running, ShutdownReport};
+use crate::shutdown::{Running, ShutdownHandle, ShutdownReport};
 use crate::stats::{micros, Stats, StatsSnapshot};
 
 /// What every task of one worker shares.
@@ -110,6 +110,7 @@ pub struct Worker<T> {
     config: Arc<Config>,
     spawner: Box<dyn Spawner<T>>,
     stats: Arc<Stats>,
+    stop: ShutdownHandle,
 }
 
 impl<T> std::fmt::Debug for Worker<T> {
@@ -137,7 +138,29 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             config,
             spawner,
             stats,
+            stop: ShutdownHandle::new(),
         }
+    }
+
+    /// A handle that shuts this worker down, gracefully or at once, once it
+    /// runs (or as soon as it starts, if called before): for code that
+    /// cannot pass a future to [`run_until`](Worker::run_until), and to
+    /// escalate a graceful shutdown. See [`ShutdownHandle`].
+    ///
+    /// ```no_run
+    /// # async fn f(worker: pgmq_worker::Worker<serde_json::Value>) -> Result<(), pgmq_worker::Error> {
+    /// let stop = worker.shutdown_handle();
+    /// let token = tokio_util::sync::CancellationToken::new();
+    /// let watchdog = stop.clone();
+    /// tokio::spawn(async move {
+    ///     // ... when something decides the process must stop now:
+    ///     watchdog.immediate();
+    /// });
+    /// let report = worker.run_until(token.cancelled_owned()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.stop.clone()
     }
 
     /// The queue this worker consumes.
@@ -146,7 +169,9 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     }
 
     /// Runs until `signal` completes (its output is ignored), then shuts down
-    /// gracefully and returns the report.
+    /// gracefully and returns the report. A [`ShutdownHandle`] from
+    /// [`shutdown_handle`](Worker::shutdown_handle) starts the shutdown too,
+    /// and can escalate it ([`ShutdownHandle::immediate`]).
     ///
     /// Fails only at start: when the queue or the dead-letter queue does not
     /// exist (with `check_queue`, the default). Database faults while running
@@ -160,21 +185,48 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// # Ok(()) }
     /// ```
     pub async fn run_until<F: Future>(self, signal: F) -> Result<ShutdownReport, Error> {
+        let stop = self.stop.clone();
         let running = self.start().await?;
         // If this future is dropped (say, its runtime shuts down) every task
         // stops: claimed messages then come back after their visibility
         // timeout instead of being released.
         let guard = running.root.clone().drop_guard();
-        signal.await;
-        let report = running.shutdown().await;
+        tokio::select! {
+            _ = signal => {}
+            _ = stop.requested() => {}
+        }
+        let report = running.shutdown(&stop).await;
         guard.disarm();
         Ok(report)
     }
 
     /// Runs until SIGINT or SIGTERM (Ctrl-C on other platforms), then shuts
-    /// down gracefully.
+    /// down gracefully; a second SIGINT or SIGTERM during that shutdown
+    /// escalates it ([`ShutdownHandle::immediate`]): running handlers are
+    /// abandoned at once, unstarted claims are still given back and finished
+    /// handlers' acknowledgements still written, all within about a second,
+    /// and the report returns.
+    ///
+    /// The signal handlers are installed when this is called and stay
+    /// installed for the life of the process (tokio's way): SIGINT and
+    /// SIGTERM no longer end the process by themselves.
     pub async fn run_until_signal(self) -> Result<ShutdownReport, Error> {
-        self.run_until(shutdown_signal()).await
+        let stop = self.stop.clone();
+        let mut signals = Signals::install();
+        let escalation = async {
+            signals.recv().await;
+            tracing::info!("signal received: stopping gracefully (a second one stops at once)");
+            stop.graceful();
+            signals.recv().await;
+            tracing::warn!("second signal: stopping at once, abandoning running handlers");
+            stop.immediate();
+        };
+        let run = self.run_until(std::future::pending::<()>());
+        tokio::pin!(run);
+        tokio::select! {
+            res = &mut run => res,
+            () = escalation => run.await,
+        }
     }
 
     /// Runs in the background; the handle gives statistics and shuts down.
@@ -188,11 +240,10 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// # Ok(()) }
     /// ```
     pub fn spawn(self) -> WorkerHandle {
-        let token = CancellationToken::new();
+        let stop = self.stop.clone();
         let stats = Arc::clone(&self.stats);
-        let signal = token.clone().cancelled_owned();
-        let join = tokio::spawn(self.run_until(signal));
-        WorkerHandle { token, join, stats }
+        let join = tokio::spawn(self.run_until(std::future::pending::<()>()));
+        WorkerHandle { stop, join, stats }
     }
 
     /// Checks the queues, then starts every task.
@@ -348,26 +399,61 @@ async fn ensure_notify_trigger(
     }
 }
 
-/// Resolves on SIGINT or SIGTERM (Ctrl-C only, off Unix).
-async fn shutdown_signal() {
+/// SIGINT and SIGTERM (Ctrl-C only, off Unix), installed once and received
+/// as often as they come.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let install = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::error!(error = %e, "could not install a {name} handler; it will not stop the worker");
+                    None
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            Signals {
+                int: install(SignalKind::interrupt(), "SIGINT"),
+                term: install(SignalKind::terminate(), "SIGTERM"),
             }
         }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves on the next signal.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                if let Some(s) = s {
+                    if s.recv().await.is_some() {
+                        return;
+                    }
+                }
+                std::future::pending().await
+            }
+            tokio::select! {
+                () = next(&mut self.int) => {}
+                () = next(&mut self.term) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 }
 
@@ -377,7 +463,7 @@ async fn shutdown_signal() {
 /// `JoinHandle`): call [`shutdown`](WorkerHandle::shutdown).
 #[derive(Debug)]
 pub struct WorkerHandle {
-    token: CancellationToken,
+    stop: ShutdownHandle,
     join: JoinHandle<Result<ShutdownReport, Error>>,
     stats: Arc<Stats>,
 }
@@ -403,9 +489,32 @@ impl WorkerHandle {
         self.join.is_finished()
     }
 
-    /// Stops the worker gracefully (see the crate docs) and returns its report.
+    /// A handle that starts or escalates the shutdown from elsewhere, say
+    /// while [`shutdown`](WorkerHandle::shutdown) is awaited: see
+    /// [`ShutdownHandle`].
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.stop.clone()
+    }
+
+    /// Stops the worker gracefully (see the crate docs) and returns its
+    /// report. A [`ShutdownHandle::immediate`] meanwhile cuts it short.
     pub async fn shutdown(self) -> Result<ShutdownReport, Error> {
-        self.token.cancel();
+        self.stop.graceful();
+        self.join().await
+    }
+
+    /// Stops the worker at once ([`ShutdownHandle::immediate`]): running
+    /// handlers are abandoned (their messages come back after their
+    /// visibility timeout; [`ShutdownReport::abandoned`] lists them),
+    /// unstarted claims are given back and finished handlers'
+    /// acknowledgements written, all within about a second; returns the
+    /// report.
+    pub async fn shutdown_now(self) -> Result<ShutdownReport, Error> {
+        self.stop.immediate();
+        self.join().await
+    }
+
+    async fn join(self) -> Result<ShutdownReport, Error> {
         self.join
             .await
             .map_err(|e| Error::Task(format!("worker task ended abnormally: {e}")))?

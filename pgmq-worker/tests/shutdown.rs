@@ -316,3 +316,207 @@ async fn releases_at_shutdown_use_up_no_attempt() {
     assert_eq!(queue_len(&client, &dlq).await, 0);
     assert!(runs.lock().unwrap().iter().all(|&n| n == 1), "{runs:?}");
 }
+
+/// A worker whose handler never returns on `{"hang": true}` (and tells
+/// `started`), and deletes anything else.
+fn hanging_worker(
+    client: &pgmq_client::Client,
+    q: &pgmq_client::QueueName,
+    concurrency: usize,
+    started: &Arc<Notify>,
+) -> pgmq_worker::WorkerBuilder<Value> {
+    let started = Arc::clone(started);
+    Worker::builder(client.clone(), q.clone())
+        .concurrency(concurrency)
+        .visibility_timeout(Duration::from_secs(4))
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_grace(Duration::from_secs(30))
+        .handler(move |m: Message<Value>| {
+            let started = Arc::clone(&started);
+            async move {
+                if m.body.get("hang").is_some() {
+                    started.notify_one();
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_shutdown_cuts_a_graceful_one_short() {
+    let client = client().await;
+    let q = unique("escalate");
+    let _g = Queues::new(&client, &[&q]).await;
+    let hang = client.send(&q, &json!({"hang": true})).await.unwrap();
+    client.send_batch(&q, &bodies(10)).await.unwrap();
+    let started = Arc::new(Notify::new());
+    // Acknowledgements wait for a batch of 1000 or 30 s: only the drain at
+    // shutdown writes them.
+    let worker = hanging_worker(&client, &q, 2, &started)
+        .ack_batch_size(1000)
+        .ack_flush_interval(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    started.notified().await;
+    wait_for(WAIT, "10 handled", || async {
+        handle.stats().handled == 10
+    })
+    .await;
+    assert_eq!(handle.stats().acks_pending, 10);
+
+    // A graceful shutdown waits for the hanging handler (grace 30 s) ...
+    let stop = handle.shutdown_handle();
+    let stopping = tokio::spawn(handle.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!stopping.is_finished());
+    assert!(stop.is_requested() && !stop.is_immediate());
+    // ... until it is escalated.
+    let escalated = Instant::now();
+    stop.immediate();
+    let report = stopping.await.unwrap().unwrap();
+    let took = escalated.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "returned {took:?} after the escalation"
+    );
+    assert!(report.immediate);
+    assert_eq!(report.abandoned, [hang]);
+    assert_eq!(report.still_running_at_deadline, 1);
+    // Finished handlers' acknowledgements were still written.
+    assert_eq!(report.acked, 10);
+    assert_eq!(report.acks_failed, 0);
+    assert_eq!(report.stats.acks_pending, 0);
+
+    // The abandoned message is still invisible, and comes back after its
+    // visibility timeout (4 s, extended by the heartbeat while it ran).
+    let m = client.metrics(&q).await.unwrap();
+    assert_eq!((m.queue_length, m.queue_visible_length), (1, 0));
+    let shut = Instant::now();
+    let back = loop {
+        let got = client
+            .read::<Value>(&q, Duration::from_secs(60), 1)
+            .await
+            .unwrap();
+        if let Some(m) = got.into_iter().next() {
+            break m;
+        }
+        assert!(
+            shut.elapsed() < Duration::from_secs(10),
+            "the abandoned message never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!((back.msg_id, back.read_ct), (hang, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_now_still_gives_back_unstarted_claims() {
+    let client = client().await;
+    let q = unique("now");
+    let _g = Queues::new(&client, &[&q]).await;
+    // A quick warm-up message first: until a handler has finished, the
+    // worker claims only as many messages as it has handlers (claimer.rs).
+    client.send(&q, &json!({"warm_up": true})).await.unwrap();
+    let started = Arc::new(Notify::new());
+    let handle = hanging_worker(&client, &q, 1, &started)
+        .build()
+        .unwrap()
+        .spawn();
+    wait_for(WAIT, "the warm-up", || async {
+        handle.stats().deleted == 1
+    })
+    .await;
+    let hang = client.send(&q, &json!({"hang": true})).await.unwrap();
+    client.send_batch(&q, &bodies(5)).await.unwrap();
+    started.notified().await;
+    wait_for(WAIT, "all claimed", || async {
+        handle.stats().claimed == 7
+    })
+    .await;
+
+    let t = Instant::now();
+    let report = handle.shutdown_now().await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(report.immediate);
+    assert_eq!(report.abandoned, [hang]);
+    assert_eq!(report.released, 5);
+    assert_eq!(report.release_failed, 0);
+    // The five are visible again, their read undone; the abandoned one is not.
+    let conn = client.connection().await.unwrap();
+    let rows = conn
+        .query(
+            &format!(
+                "SELECT msg_id, read_ct, vt <= clock_timestamp() FROM {} ORDER BY msg_id",
+                q.table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let rows: Vec<(i64, i32, bool)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(rows.len(), 6);
+    assert_eq!(rows[0], (hang, 1, false));
+    assert!(
+        rows[1..].iter().all(|r| (r.1, r.2) == (0, true)),
+        "{rows:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_shutdown_bounds_a_stuck_acknowledgement_drain() {
+    let client = client().await;
+    let q = unique("nowstuck");
+    let _g = Queues::new(&client, &[&q]).await;
+    let id = client.send(&q, &json!({"n": 0})).await.unwrap();
+    let (started, go) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (s, g) = (Arc::clone(&started), Arc::clone(&go));
+    let handle = Worker::<Value>::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .handler(move |_m: Message<Value>| {
+            let (s, g) = (Arc::clone(&s), Arc::clone(&g));
+            async move {
+                s.notify_one();
+                g.notified().await;
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    started.notified().await;
+    // Another transaction locks the row: the delete waits for it.
+    let mut conn = client.connection().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    tx.execute(
+        &format!("SELECT 1 FROM {} WHERE msg_id = $1 FOR UPDATE", q.table()),
+        &[&id],
+    )
+    .await
+    .unwrap();
+    go.notify_one();
+    wait_for(WAIT, "the delete under way", || async {
+        let s = handle.stats();
+        s.handled == 1 && s.acks_pending == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // ack_drain_timeout is 10 s; an immediate shutdown gives it about 1 s.
+    let t = Instant::now();
+    let report = handle.shutdown_now().await.unwrap();
+    let took = t.elapsed();
+    tx.rollback().await.unwrap();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert!(report.immediate);
+    assert!(report.abandoned.is_empty());
+    assert_eq!(report.acked, 0);
+    assert_eq!(report.acks_failed, 1);
+}
