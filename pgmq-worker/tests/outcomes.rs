@@ -521,11 +521,18 @@ async fn claims_never_exceed_the_claim_capacity() {
         "held {max_held} messages with capacity 30"
     );
     assert!(max_held >= 10, "never filled the claim queue ({max_held})");
-    // Reads were at least half a batch unless the queue ran short.
+    // Once the first handler has finished, every read asks for at least half
+    // a batch (10): 30 of them empty the queue. Before that the worker claims
+    // only `concurrency` (2) at a time (a few reads), and the end of the
+    // queue leaves at most a short read per claimer. Reading whatever room a
+    // finished handler frees would take well over 100 reads. Empty polls
+    // after the queue ran dry depend on timing and are not counted.
+    let found = report.stats.reads - report.stats.empty_reads;
     assert!(
-        report.stats.reads <= 300 / 10 + 5,
-        "{} reads",
-        report.stats.reads
+        found <= 300 / 10 + 8,
+        "{found} reads found messages ({} reads, {} empty)",
+        report.stats.reads,
+        report.stats.empty_reads
     );
 }
 
