@@ -50,6 +50,11 @@ async fn baseline(
     let start = Instant::now();
     let cpu0 = cpu_time().await;
     let srv0 = server_cpu_time(client).await;
+    let sys0 = sys_busy();
+    COMMITS0.store(
+        commits(client).await as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let mut done = 0;
     loop {
         let msgs = pg.read_raw(q, Duration::from_secs(30), 100).await?;
@@ -64,10 +69,12 @@ async fn baseline(
     let rate = n as f64 / elapsed.as_secs_f64();
     let cpu = cpu_time().await - cpu0;
     let srv = server_cpu_time(client).await.saturating_sub(srv0);
+    let sys1 = sys_busy();
     eprintln!(
-        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg",
+        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg, machine busy {:.0}%",
         cpu.as_secs_f64() * 1e6 / n as f64,
-        srv.as_secs_f64() * 1e6 / n as f64
+        srv.as_secs_f64() * 1e6 / n as f64,
+        100.0 * (sys1.0 - sys0.0) as f64 / ((sys1.1 - sys0.1).max(1)) as f64
     );
     eprintln!("    {}", table_work(client, q, n).await);
     Ok(rate)
@@ -109,6 +116,11 @@ async fn worker(
     let start = Instant::now();
     let cpu0 = cpu_time().await;
     let srv0 = server_cpu_time(client).await;
+    let sys0 = sys_busy();
+    COMMITS0.store(
+        commits(client).await as u64,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let handle = w.spawn();
     while handle.acked() < n as u64 {
         tokio::time::sleep(Duration::from_millis(1)).await;
@@ -116,10 +128,12 @@ async fn worker(
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let cpu = cpu_time().await - cpu0;
     let srv = server_cpu_time(client).await.saturating_sub(srv0);
+    let sys1 = sys_busy();
     eprintln!(
-        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg",
+        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg, machine busy {:.0}%",
         cpu.as_secs_f64() * 1e6 / n as f64,
-        srv.as_secs_f64() * 1e6 / n as f64
+        srv.as_secs_f64() * 1e6 / n as f64,
+        100.0 * (sys1.0 - sys0.0) as f64 / ((sys1.1 - sys0.1).max(1)) as f64
     );
     let report = handle.shutdown().await?;
     eprintln!("    {}", table_work(client, q, n).await);
@@ -179,6 +193,39 @@ async fn server_cpu_time(client: &Client) -> Duration {
 /// Work the server did on the queue table, per message: index entries
 /// read and buffer hits (heap + index), from the statistics views. Unlike
 /// timings these do not depend on what else runs on the machine.
+/// Busy and total jiffies of the whole machine, from /proc/stat.
+fn sys_busy() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> = s
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = f.iter().take(8).sum();
+    let idle = f.get(3).copied().unwrap_or(0) + f.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+static COMMITS0: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Transactions committed in this database so far.
+async fn commits(client: &Client) -> f64 {
+    let Ok(conn) = client.connection().await else {
+        return 0.0;
+    };
+    let _ = conn.batch_execute("SELECT pg_stat_clear_snapshot()").await;
+    conn.query_one(
+        "SELECT xact_commit::float8 FROM pg_stat_database WHERE datname = current_database()",
+        &[],
+    )
+    .await
+    .map(|r| r.get(0))
+    .unwrap_or(0.0)
+}
+
 async fn table_work(client: &Client, q: &QueueName, n: usize) -> String {
     // Backends publish their table statistics within about a second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -200,10 +247,13 @@ async fn table_work(client: &Client, q: &QueueName, n: usize) -> String {
     match row {
         Ok(r) => {
             let (tup, hits): (f64, f64) = (r.get(0), r.get(1));
+            let c0 = COMMITS0.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            let commits = commits(client).await - c0;
             format!(
-                "index entries read {:.1}/msg, buffer hits {:.1}/msg",
+                "index entries read {:.1}/msg, buffer hits {:.1}/msg, commits per 100 msg {:.2}",
                 tup / n as f64,
-                hits / n as f64
+                hits / n as f64,
+                commits * 100.0 / n as f64
             )
         }
         Err(e) => format!("no table statistics: {e}"),

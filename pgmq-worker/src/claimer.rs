@@ -22,6 +22,15 @@
 //! unknown and only `concurrency` messages are claimed. For handlers faster
 //! than a few milliseconds the limit is simply `claim_capacity`.
 //!
+//! **One connection per loop while the backlog lasts.** A loop keeps the
+//! pooled connection of its last read for the next one, as long as it reads
+//! back to back: a pool checkout per read is client work and a hand-off
+//! between tasks that a busy claim path pays on every batch. The connection
+//! goes back to the pool before the loop waits for anything else (room in
+//! the claim queue, the poll timer, a wake-up) and after any failed read, so
+//! an idle or blocked worker holds no connection and a small pool cannot
+//! deadlock the acknowledgements behind the claims.
+//!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks: loop 0 until the poll interval passes or a wake-up arrives, the
 //! others until a wake-up only, so an idle worker polls once per interval
@@ -35,7 +44,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Message, RawJson};
+use pgmq_client::{ConnectionManager, Message, Pgmq, RawJson};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -137,6 +146,29 @@ pub(crate) fn claim_limit(shared: &Shared) -> usize {
         .clamp(floor, cfg.claim_capacity)
 }
 
+/// A pooled connection a claim loop keeps between reads.
+type Held = pgmq_client::reexports::bb8::PooledConnection<'static, ConnectionManager>;
+
+/// One `pgmq.read` of up to `qty` messages, on the kept connection (checked
+/// out first when there is none, or when the last one broke).
+async fn read(
+    shared: &Shared,
+    conn: &mut Option<Held>,
+    qty: usize,
+) -> Result<Vec<Message<RawJson>>, pgmq_client::Error> {
+    let cfg = &shared.config;
+    if conn.as_ref().is_some_and(|c| c.is_broken()) {
+        *conn = None;
+    }
+    let c = match conn {
+        Some(c) => c,
+        None => conn.insert(shared.client.connection_owned().await?),
+    };
+    Pgmq::on(&**c)
+        .read_raw(&cfg.queue, cfg.visibility_timeout, qty)
+        .await
+}
+
 /// One claim loop; runs until `stop`. A read in flight when `stop` fires is
 /// finished and its messages queued, for the shutdown to release.
 pub(crate) async fn run(
@@ -152,19 +184,28 @@ pub(crate) async fn run(
     let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5));
     let mut local = LocalHistograms::new();
     let room = &shared.room;
+    // The connection kept between back-to-back reads (see the module docs).
+    let mut conn: Option<Held> = None;
     loop {
         // Room in the claim queue: at least half a batch (or half the claim
         // limit when smaller), topped up to a batch.
         let limit = claim_limit(&shared);
         room.limit_to(limit);
         let first = at_least.min((limit / 2).max(1));
-        let mut permits = tokio::select! {
-            biased;
-            _ = stop.cancelled() => break,
-            p = room.sem.clone().acquire_many_owned(first as u32) => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
+        let mut permits = match room.sem.clone().try_acquire_many_owned(first as u32) {
+            Ok(p) => p,
+            Err(_) => {
+                // No room yet: wait without holding a connection.
+                conn = None;
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break,
+                    p = room.sem.clone().acquire_many_owned(first as u32) => match p {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                }
+            }
         };
         let extra = room.sem.available_permits().min(batch - first);
         if extra > 0 {
@@ -175,13 +216,11 @@ pub(crate) async fn run(
         let qty = permits.num_permits();
         // Anything announced from here on is not missed: it marks `wake` changed.
         wake.borrow_and_update();
-        let res = shared
-            .client
-            .read_raw(&cfg.queue, cfg.visibility_timeout, qty)
-            .await;
+        let res = read(&shared, &mut conn, qty).await;
         let msgs = match res {
             Ok(msgs) => msgs,
             Err(e) => {
+                conn = None;
                 drop(permits);
                 bump(&shared.stats.c.read_errors, 1);
                 let delay = backoff.next_delay();
@@ -237,7 +276,8 @@ pub(crate) async fn run(
             bump(&shared.stats.c.empty_reads, 1);
         }
         local.merge(&shared.stats, now);
-        // Short read: the queue is drained for now. Park.
+        // Short read: the queue is drained for now. Park, without a connection.
+        conn = None;
         let timer = async {
             if index == 0 {
                 tokio::time::sleep(cfg.poll_interval).await;

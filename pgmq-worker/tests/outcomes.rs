@@ -671,3 +671,35 @@ async fn claims_that_expired_unstarted_are_given_back_with_their_read_undone() {
     assert_eq!(reads, want);
     assert_eq!(report.stats.dead_lettered, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_one_connection_still_drains_the_queue() {
+    // The claim loops keep their connection between back-to-back reads; they
+    // must give it back before waiting, or with a single pooled connection the
+    // acknowledgements (and so the handlers, and so the claims) would wait
+    // for ever.
+    let setup = client().await;
+    let q = unique("pool1");
+    let _g = Queues::new(&setup, &[&q]).await;
+    setup.send_batch(&q, &jobs(1000)).await.unwrap();
+    let client = pgmq_client::ClientBuilder::new(&common::dsn())
+        .max_size(1)
+        .connect()
+        .await
+        .unwrap();
+    let worker: Worker<Job> = Worker::builder(client, q.clone())
+        .concurrency(4)
+        .batch_size(50)
+        .ack_capacity(50)
+        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "1000 deleted", || async {
+        handle.stats().deleted == 1000
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.stats.deleted, 1000);
+    assert_eq!(queue_len(&setup, &q).await, 0);
+}
