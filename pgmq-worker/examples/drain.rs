@@ -8,7 +8,15 @@
 //! cargo run --release -p pgmq-worker --example drain -- 100000 1,2,4,8 0
 //! cargo run --release -p pgmq-worker --example drain -- 0       # idle: reads/s and CPU
 //! cargo run --release -p pgmq-worker --example drain -- notify  # NOTIFY wake-up latency
+//! cargo run --release -p pgmq-worker --example drain -- split 150000 3  # ceiling, see below
 //! ```
+//!
+//! `split` measures what the connections alone allow, with no SDK at all:
+//! the one-connection loop against a plain tokio-postgres program with two
+//! claim connections (each reading back to back) feeding two delete
+//! connections, then the worker (8 handlers), each on a fresh preloaded
+//! queue, for a number of rounds. The worker cannot beat the second figure;
+//! how close it gets is its overhead.
 //! The DSN comes from PGMQ_TEST_DSN (default: the throwaway cluster on 55432).
 
 use std::time::{Duration, Instant};
@@ -334,6 +342,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         client.drop_queue(&q).await?;
         return Ok(());
     }
+    if args.get(1).map(String::as_str) == Some("split") {
+        let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(150_000);
+        let rounds: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(3);
+        return split(n, rounds).await;
+    }
     let n: usize = args
         .get(1)
         .map(|s| s.parse())
@@ -373,4 +386,99 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     client.drop_queue(&q).await?;
     Ok(())
+}
+
+/// `split` mode (see the crate docs): no-SDK loops beside the worker.
+async fn split(n: usize, rounds: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let dsn = std::env::var("PGMQ_TEST_DSN")
+        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
+    let client = Client::builder(&dsn)
+        .application_name(&app_name())
+        .connect()
+        .await?;
+    let q = QueueName::new(&format!("drain_{}", std::process::id()))?;
+    for round in 1..=rounds {
+        preload(&client, &q, n).await?;
+        let one = plain_loops(&dsn, &q, 1, 0).await?;
+        preload(&client, &q, n).await?;
+        let two = plain_loops(&dsn, &q, 2, 2).await?;
+        preload(&client, &q, n).await?;
+        let w = worker(&client, &q, n, 8, Duration::ZERO).await?;
+        println!(
+            "round {round}: one connection {one:.0} msg/s; 2 claim + 2 delete connections {two:.0} msg/s ({:.2}x); worker, 8 handlers {w:.0} msg/s ({:.2}x)",
+            two / one,
+            w / one
+        );
+    }
+    client.drop_queue(&q).await?;
+    Ok(())
+}
+
+/// Drains the queue with plain tokio-postgres prepared statements, no SDK:
+/// with `deleters` 0, one connection reading and deleting in turn; otherwise
+/// `claimers` connections reading back to back, their batches of ids handed
+/// to `deleters` connections that delete them. Returns messages per second.
+async fn plain_loops(
+    dsn: &str,
+    q: &QueueName,
+    claimers: usize,
+    deleters: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    use pgmq_client::reexports::tokio_postgres::{self, NoTls};
+    const READ: &str = "SELECT * FROM pgmq.read($1::text, 30, 100)";
+    const DELETE: &str = "SELECT * FROM pgmq.delete($1::text, $2::bigint[])";
+    async fn connect(dsn: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+        let (c, conn) = tokio_postgres::connect(dsn, NoTls).await?;
+        tokio::spawn(conn);
+        Ok(c)
+    }
+    let name = q.as_str().to_owned();
+    if deleters == 0 {
+        let c = connect(dsn).await?;
+        let (r, d) = (c.prepare(READ).await?, c.prepare(DELETE).await?);
+        let start = Instant::now();
+        let mut done = 0;
+        loop {
+            let rows = c.query(&r, &[&name]).await?;
+            if rows.is_empty() {
+                break;
+            }
+            let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+            done += c.query(&d, &[&name, &ids]).await?.len();
+        }
+        return Ok(done as f64 / start.elapsed().as_secs_f64());
+    }
+    let (tx, rx) = async_channel::bounded::<Vec<i64>>(8);
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..claimers {
+        let (c, tx, name) = (connect(dsn).await?, tx.clone(), name.clone());
+        tasks.spawn(async move {
+            let r = c.prepare(READ).await?;
+            loop {
+                let rows = c.query(&r, &[&name]).await?;
+                if rows.is_empty() {
+                    return Ok::<usize, tokio_postgres::Error>(0);
+                }
+                let _ = tx.send(rows.iter().map(|r| r.get(0)).collect()).await;
+            }
+        });
+    }
+    drop(tx);
+    for _ in 0..deleters {
+        let (c, rx, name) = (connect(dsn).await?, rx.clone(), name.clone());
+        tasks.spawn(async move {
+            let d = c.prepare(DELETE).await?;
+            let mut done = 0;
+            while let Ok(ids) = rx.recv().await {
+                done += c.query(&d, &[&name, &ids]).await?.len();
+            }
+            Ok(done)
+        });
+    }
+    let mut done = 0;
+    while let Some(r) = tasks.join_next().await {
+        done += r??;
+    }
+    Ok(done as f64 / start.elapsed().as_secs_f64())
 }
