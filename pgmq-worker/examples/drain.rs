@@ -343,7 +343,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     if args.get(1).map(String::as_str) == Some("split") {
-        let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(150_000);
+        let n: usize = args
+            .get(2)
+            .map(|s| s.parse())
+            .transpose()?
+            .unwrap_or(150_000);
         let rounds: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(3);
         return split(n, rounds).await;
     }

@@ -15,11 +15,20 @@
 //! become visible again when their visibility timeout ends, which is the
 //! at-least-once contract. When every handler is done the channel closes and
 //! the completer writes what is left, then ends.
+//!
+//! **Connections kept while acknowledgements keep coming.** The writes run on
+//! [`Kept`]: up to `ack_flushers` pooled connections that stay checked out
+//! from one write to the next as long as the completer has more to write (a
+//! checkout per write is client work on the hot path, and keeps the deletes
+//! on the same server backends). When the ack channel runs empty they all go
+//! back to the pool before the completer waits, so an idle worker holds
+//! none, and a small pool cannot deadlock the claims behind the acknowledgements.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Pgmq, VisibleAt};
+use pgmq_client::reexports::tokio_postgres::Row;
+use pgmq_client::{Client, ConnectionManager, Params, Pgmq, Stmt, TypedParams, VisibleAt};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -64,10 +73,15 @@ pub(crate) async fn run(
 ) {
     let cfg = &shared.config;
     let batch = cfg.ack_batch_size;
+    let kept = Arc::new(Kept::new(shared.client.clone(), cfg.ack_flushers));
     let mut flushes = JoinSet::new();
     let mut closed = false;
     loop {
         let mut buf = Vec::with_capacity(batch);
+        if rx.is_empty() {
+            // Nothing to write: give the kept connections back before waiting.
+            kept.idle();
+        }
         let n = tokio::select! {
             n = rx.recv_many(&mut buf, batch) => n,
             _ = closing.cancelled(), if !closed => {
@@ -81,6 +95,7 @@ pub(crate) async fn run(
         if n == 0 {
             break;
         }
+        kept.busy();
         if buf.len() < batch {
             // Gather the rest of the batch by looking every GATHER_TICK,
             // rather than being woken by every acknowledgement as it arrives
@@ -108,14 +123,113 @@ pub(crate) async fn run(
         while flushes.len() >= cfg.ack_flushers {
             flushes.join_next().await;
         }
-        flushes.spawn(flush(Arc::clone(&shared), buf));
+        flushes.spawn(flush(Arc::clone(&shared), Arc::clone(&kept), buf));
     }
     while flushes.join_next().await.is_some() {}
+    kept.idle();
+}
+
+/// A pooled connection kept between writes.
+type Held = pgmq_client::reexports::bb8::PooledConnection<'static, ConnectionManager>;
+
+/// The completer's connections, kept between back-to-back writes (see the
+/// module docs); a [`pgmq_client::Executor`] over the client's pool.
+pub(crate) struct Kept {
+    client: Client,
+    max: usize,
+    state: std::sync::Mutex<KeptState>,
+}
+
+struct KeptState {
+    conns: Vec<Held>,
+    /// The completer is waiting for acknowledgements: keep nothing.
+    idle: bool,
+}
+
+impl Kept {
+    fn new(client: Client, max: usize) -> Self {
+        Kept {
+            client,
+            max,
+            state: std::sync::Mutex::new(KeptState {
+                conns: Vec::with_capacity(max),
+                idle: false,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KeptState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives every kept connection back; later returns are not kept.
+    fn idle(&self) {
+        let mut st = self.lock();
+        st.idle = true;
+        st.conns.clear();
+    }
+
+    /// More acknowledgements arrived: keep connections again.
+    fn busy(&self) {
+        self.lock().idle = false;
+    }
+
+    async fn take(&self) -> Result<Held, pgmq_client::Error> {
+        loop {
+            let Some(conn) = self.lock().conns.pop() else {
+                break;
+            };
+            if !conn.is_broken() {
+                return Ok(conn);
+            }
+        }
+        self.client.connection_owned().await
+    }
+
+    /// A connection whose call succeeded: kept unless the completer is idle
+    /// (checked under the same lock as [`idle`](Self::idle), so none slips
+    /// past it).
+    fn give_back(&self, conn: Held) {
+        let mut st = self.lock();
+        if !st.idle && st.conns.len() < self.max && !conn.is_broken() {
+            st.conns.push(conn);
+        }
+    }
+}
+
+// Not imported: `Executor::query` would shadow `Transaction::query` below.
+impl pgmq_client::Executor for Kept {
+    async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, pgmq_client::Error> {
+        let conn = self.take().await?;
+        let res = pgmq_client::Executor::query(&conn, stmt, params).await;
+        if res.is_ok() {
+            self.give_back(conn);
+        }
+        res
+    }
+
+    async fn query_text(
+        &self,
+        sql: &str,
+        params: TypedParams<'_>,
+    ) -> Result<Vec<Row>, pgmq_client::Error> {
+        let conn = self.take().await?;
+        let res = pgmq_client::Executor::query_text(&conn, sql, params).await;
+        if res.is_ok() {
+            self.give_back(conn);
+        }
+        res
+    }
+
+    fn autocommit(&self) -> bool {
+        true
+    }
 }
 
 /// Writes one batch: deletes, archives, retries, dead letters.
 #[tracing::instrument(name = "pgmq_worker.flush", level = "debug", skip_all, fields(acks = acks.len()))]
-async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
+async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
+    let pg = Pgmq::on(&*kept);
     let n = acks.len() as u64;
     let mut deletes = Vec::new();
     let mut archives = Vec::new();
@@ -137,13 +251,13 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
         // Ascending ids: the deletes walk the primary key in order.
         deletes.sort_unstable();
         write(&shared, "delete", deletes.len(), &c.deleted, || {
-            shared.client.delete_batch(q, &deletes)
+            pg.delete_batch(q, &deletes)
         })
         .await;
     }
     if !archives.is_empty() {
         write(&shared, "archive", archives.len(), &c.archived, || {
-            shared.client.archive_batch(q, &archives)
+            pg.archive_batch(q, &archives)
         })
         .await;
     }
@@ -158,7 +272,7 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
             "release",
             releases.len(),
             &c.expired_released,
-            || shared.client.release_batch(q, &releases),
+            || pg.release_batch(q, &releases),
         )
         .await;
     }
@@ -168,9 +282,7 @@ async fn flush(shared: Arc<Shared>, acks: Vec<Ack>) {
             let secs = group[0].0;
             let ids: Vec<i64> = group.iter().map(|r| r.1).collect();
             write(&shared, "retry", ids.len(), &c.retried, || {
-                shared
-                    .client
-                    .set_vt_batch(q, &ids, VisibleAt::After(Duration::from_secs(secs)))
+                pg.set_vt_batch(q, &ids, VisibleAt::After(Duration::from_secs(secs)))
             })
             .await;
         }
