@@ -154,7 +154,10 @@ pub(crate) struct Config {
 ///
 /// The client's pool needs room for `claimers` + `ack_flushers` + 1
 /// connections (10 by default is plenty); the LISTEN connection of
-/// [`WakeUp::Notify`] is opened outside the pool.
+/// [`WakeUp::Notify`] is opened outside the pool. While busy, the claim loops
+/// and the completer keep their connections from one call to the next; they
+/// give them back before waiting, so an idle worker holds none and a smaller
+/// pool slows the worker without deadlocking it.
 ///
 /// ```no_run
 /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
