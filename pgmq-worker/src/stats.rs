@@ -2,8 +2,13 @@
 //!
 //! Counters are relaxed atomics bumped once per message or per batch. The
 //! histograms are recorded into per-task local copies and merged into the
-//! shared ones under a mutex at most every [`MERGE_EVERY`] (and whenever a
-//! task goes idle), so the per-message path takes no lock.
+//! shared ones under a mutex at most every [`MERGE_EVERY`], so the
+//! per-message path takes no lock. A handler loop that goes idle with values
+//! left merges them once its wait outlasts [`MERGE_EVERY`] (a merge walks and
+//! clears three histograms of about 4,000 buckets, 3.7 µs: once per claimed
+//! batch in each of 8 loops, it was a tenth of the client's CPU per message);
+//! a claim loop merges when it parks. A snapshot of a worker idle for
+//! [`MERGE_EVERY`] is therefore complete, and the shutdown report always is.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -251,6 +256,16 @@ impl LocalHistograms {
     pub(crate) fn maybe_merge(&mut self, stats: &Stats, now: Instant) {
         if now.duration_since(self.last_merge) >= MERGE_EVERY {
             self.merge(stats, now);
+        }
+    }
+
+    /// When unmerged values should be merged at the latest: `None` when there
+    /// are none; the next [`MERGE_EVERY`] boundary (possibly already past).
+    pub(crate) fn merge_due(&self) -> Option<Instant> {
+        if self.h.is_empty() {
+            None
+        } else {
+            Some(self.last_merge + MERGE_EVERY)
         }
     }
 

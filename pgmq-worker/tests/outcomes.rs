@@ -703,3 +703,31 @@ async fn a_pool_of_one_connection_still_drains_the_queue() {
     assert_eq!(report.stats.deleted, 1000);
     assert_eq!(queue_len(&setup, &q).await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_workers_snapshot_holds_every_handled_message() {
+    // Handler loops merge their histograms into the shared ones at most every
+    // 100 ms; one that goes idle with values left merges them when its wait
+    // outlasts that, so a live snapshot of an idle worker is complete.
+    let client = client().await;
+    let q = unique("snap");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(300)).await.unwrap();
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .concurrency(8)
+        .poll_interval(Duration::from_secs(5))
+        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "300 deleted", || async {
+        handle.stats().deleted == 300
+    })
+    .await;
+    wait_for(Duration::from_secs(2), "histograms complete", || async {
+        let s = handle.stats();
+        s.handler_latency.len() == 300 && s.queue_wait_local.len() == 300
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+}
