@@ -334,10 +334,7 @@ async fn notify_latency(client: &Client, q: &QueueName) -> Result<(), Box<dyn st
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("notify") {
-        let dsn = std::env::var("PGMQ_TEST_DSN")
-            .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
-        let client = Client::connect(&dsn).await?;
-        let q = QueueName::new(&format!("drain_{}", std::process::id()))?;
+        let (_, client, q) = setup().await?;
         notify_latency(&client, &q).await?;
         client.drop_queue(&q).await?;
         return Ok(());
@@ -362,13 +359,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or_else(|| vec![1, 8]);
     let sleep = Duration::from_millis(args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(0));
-    let dsn = std::env::var("PGMQ_TEST_DSN")
-        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
-    let client = Client::builder(&dsn)
-        .application_name(&app_name())
-        .connect()
-        .await?;
-    let q = QueueName::new(&format!("drain_{}", std::process::id()))?;
+    let (_, client, q) = setup().await?;
     if n == 0 {
         idle(&client, &q).await?;
         client.drop_queue(&q).await?;
@@ -392,8 +383,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// `split` mode (see the crate docs): no-SDK loops beside the worker.
-async fn split(n: usize, rounds: usize) -> Result<(), Box<dyn std::error::Error>> {
+/// The DSN (PGMQ_TEST_DSN, or the throwaway cluster on 55432), a client
+/// whose connections carry this process's application name, and this
+/// process's queue name.
+async fn setup() -> Result<(String, Client, QueueName), Box<dyn std::error::Error>> {
     let dsn = std::env::var("PGMQ_TEST_DSN")
         .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
     let client = Client::builder(&dsn)
@@ -401,6 +394,12 @@ async fn split(n: usize, rounds: usize) -> Result<(), Box<dyn std::error::Error>
         .connect()
         .await?;
     let q = QueueName::new(&format!("drain_{}", std::process::id()))?;
+    Ok((dsn, client, q))
+}
+
+/// `split` mode (see the crate docs): no-SDK loops beside the worker.
+async fn split(n: usize, rounds: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let (dsn, client, q) = setup().await?;
     for round in 1..=rounds {
         preload(&client, &q, n).await?;
         let one = plain_loops(&dsn, &q, 1, 0).await?;
