@@ -48,6 +48,7 @@ use pgmq_client::{ConnectionManager, Message, Pgmq, RawJson};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim_queue::ClaimQueue;
 use crate::stats::{bump, micros, record, LocalHistograms};
 use crate::worker::Shared;
 
@@ -173,7 +174,7 @@ async fn read(
 /// finished and its messages queued, for the shutdown to release.
 pub(crate) async fn run(
     shared: Arc<Shared>,
-    tx: async_channel::Sender<Claimed>,
+    queue: Arc<ClaimQueue<Claimed>>,
     index: usize,
     stop: CancellationToken,
 ) {
@@ -247,24 +248,21 @@ pub(crate) async fn run(
             taken.forget();
         }
         drop(permits);
-        for msg in msgs {
+        for msg in &msgs {
             if let Some(read_at) = msg.last_read_at {
                 let waited = (read_at - msg.enqueued_at).num_microseconds().unwrap_or(0);
                 record(&mut local.h.queue_wait_db, waited.max(0) as u64);
             }
-            // The channel holds `claim_capacity` and every message in it holds
-            // a permit: this never waits.
-            if tx
-                .send(Claimed {
-                    msg,
-                    claimed_at: now,
-                })
-                .await
-                .is_err()
-            {
-                // Closed only when the worker is being torn down.
-                return;
-            }
+        }
+        // The whole batch at once; every message in the queue holds a permit
+        // of the room, so it never holds more than `claim_capacity`.
+        let batch = msgs.into_iter().map(|msg| Claimed {
+            msg,
+            claimed_at: now,
+        });
+        if !queue.push_batch(batch) {
+            // Closed only when the worker is being torn down.
+            return;
         }
         local.maybe_merge(&shared.stats, now);
         if n == qty {

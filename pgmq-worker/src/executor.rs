@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::claim_queue::ClaimQueue;
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
 use crate::handler::{panic_text, BlockingHandler, Handler, HandlerError, Outcome};
@@ -31,7 +32,7 @@ use crate::worker::Shared;
 /// What a handler loop needs.
 pub(crate) struct ExecContext {
     pub shared: Arc<Shared>,
-    pub rx: async_channel::Receiver<Claimed>,
+    pub queue: Arc<ClaimQueue<Claimed>>,
     pub acks: mpsc::Sender<Ack>,
     pub stop: CancellationToken,
 }
@@ -153,9 +154,9 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         if ctx.stop.is_cancelled() {
             break;
         }
-        let item = match ctx.rx.try_recv() {
-            Ok(item) => item,
-            Err(_) => {
+        let item = match ctx.queue.try_pop() {
+            Some(item) => item,
+            None => {
                 // Going idle. This loop's histograms reach the shared ones at
                 // most every MERGE_EVERY (a merge walks and clears three
                 // histograms: done on every idle moment of 8 loops, once per
@@ -167,7 +168,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                     tokio::select! {
                         biased;
                         _ = ctx.stop.cancelled() => break None,
-                        r = ctx.rx.recv() => break r.ok(),
+                        r = ctx.queue.pop() => break r,
                         _ = tokio::time::sleep_until(merge_at.unwrap_or_else(Instant::now).into()), if merge_at.is_some() => {
                             local.merge(stats, Instant::now());
                             merge_at = None;

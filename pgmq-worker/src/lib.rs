@@ -115,6 +115,7 @@
 //! (LISTEN), `shutdown.rs` (the stop sequence and report), `stats.rs`,
 //! `worker.rs` (assembly, signals) and `error.rs`.
 
+mod claim_queue;
 mod claimer;
 mod completer;
 mod config;

@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim_queue::ClaimQueue;
 use crate::claimer::{Claimed, ErrorBackoff};
 use crate::stats::{bump, StatsSnapshot};
 use crate::worker::Shared;
@@ -250,7 +251,7 @@ pub(crate) struct Running {
     pub stop: CancellationToken,
     /// Stops the heartbeat.
     pub hb_stop: CancellationToken,
-    pub claim_rx: async_channel::Receiver<Claimed>,
+    pub claim_queue: Arc<ClaimQueue<Claimed>>,
     pub claimers: Vec<JoinHandle<()>>,
     pub handlers: Vec<JoinHandle<()>>,
     pub heartbeat: Option<JoinHandle<()>>,
@@ -292,7 +293,7 @@ impl Running {
                 abort.abort();
             }
         }
-        let release_failed = release(&shared, &self.claim_rx, deadline, &bounds).await;
+        let release_failed = release(&shared, &self.claim_queue, deadline, &bounds).await;
 
         // 3. Let in-flight handlers finish within the grace period, or until
         //    an escalation.
@@ -323,9 +324,9 @@ impl Running {
             &shared.stats.c.still_running_at_deadline,
             abandoned.len() as u64,
         );
-        // Nothing takes from the claim queue any more; drop it so that a
-        // claimer's pending send (none expected) fails rather than waits.
-        self.claim_rx.close();
+        // Nothing takes from the claim queue any more: a claimer's late push
+        // (none expected) is refused.
+        self.claim_queue.close();
 
         // 4. Stop the heartbeat and the notifier. A heartbeat write in
         //    flight is finished first (retries wait for it), within the
@@ -392,14 +393,15 @@ impl Running {
 /// else since (its timeout ended) is theirs and left alone.
 async fn release(
     shared: &Shared,
-    rx: &async_channel::Receiver<Claimed>,
+    queue: &ClaimQueue<Claimed>,
     deadline: tokio::time::Instant,
     bounds: &Bounds,
 ) -> u64 {
-    let mut reads = Vec::new();
-    while let Ok(c) = rx.try_recv() {
-        reads.push((c.msg.msg_id, c.msg.read_ct));
-    }
+    let reads: Vec<(i64, i32)> = queue
+        .drain()
+        .into_iter()
+        .map(|c| (c.msg.msg_id, c.msg.read_ct))
+        .collect();
     shared.room.free(reads.len());
     if reads.is_empty() {
         return 0;

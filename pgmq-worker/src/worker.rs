@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim_queue::ClaimQueue;
 use crate::claimer::{self, Room};
 use crate::completer;
 use crate::config::{Config, WakeUp, WorkerBuilder};
@@ -297,10 +298,10 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             completer_close.clone(),
         ));
 
-        let (claim_tx, claim_rx) = async_channel::bounded(cfg.claim_capacity);
+        let claim_queue = Arc::new(ClaimQueue::new(cfg.claim_capacity, cfg.concurrency));
         let exec = Arc::new(ExecContext {
             shared: Arc::clone(&shared),
-            rx: claim_rx.clone(),
+            queue: Arc::clone(&claim_queue),
             acks: ack_tx,
             stop: stop.clone(),
         });
@@ -310,7 +311,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             .map(|i| {
                 tokio::spawn(claimer::run(
                     Arc::clone(&shared),
-                    claim_tx.clone(),
+                    Arc::clone(&claim_queue),
                     i,
                     stop.clone(),
                 ))
@@ -335,7 +336,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             root,
             stop,
             hb_stop,
-            claim_rx,
+            claim_queue,
             claimers,
             handlers,
             heartbeat,

@@ -1,0 +1,230 @@
+//! The claim queue: claimed messages waiting for a handler.
+//!
+//! A claimer pushes a whole batch at once, under one lock, and wakes at
+//! most as many waiting handler loops as it brought messages. A handler loop takes one message at a time; it waits only when
+//! the queue is empty. So a batch of 100 costs one lock and a few wake-ups,
+//! not a notification per message: on a two-core host the client's CPU is
+//! taken from the database, and a channel's per-message signalling was the
+//! largest single item of the worker's own work.
+//!
+//! The queue itself is not bounded: the claimers' room ([`crate::claimer`])
+//! is. Every message in it holds a permit of that room, so it never holds
+//! more than `claim_capacity`.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+/// Generic over the item so that its tests need no database; the worker
+/// queues [`crate::claimer::Claimed`].
+pub(crate) struct ClaimQueue<T> {
+    state: Mutex<State<T>>,
+    /// Handler loops waiting for a message.
+    ready: Notify,
+    /// The number of handler loops: the most one push needs to wake.
+    handlers: usize,
+}
+
+struct State<T> {
+    items: VecDeque<T>,
+    closed: bool,
+}
+
+impl<T> ClaimQueue<T> {
+    pub(crate) fn new(capacity: usize, handlers: usize) -> Self {
+        ClaimQueue {
+            state: Mutex::new(State {
+                items: VecDeque::with_capacity(capacity),
+                closed: false,
+            }),
+            ready: Notify::new(),
+            handlers: handlers.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a claimed batch; false (and nothing queued) once closed.
+    pub(crate) fn push_batch(&self, batch: impl IntoIterator<Item = T>) -> bool {
+        let added = {
+            let mut st = self.lock();
+            if st.closed {
+                return false;
+            }
+            let before = st.items.len();
+            st.items.extend(batch);
+            st.items.len() - before
+        };
+        // Each wakes one waiting loop; with none waiting, the first leaves a
+        // single permit (one spare look later) and the rest cost an atomic.
+        for _ in 0..added.min(self.handlers) {
+            self.ready.notify_one();
+        }
+        true
+    }
+
+    /// The next message, if one is queued now.
+    pub(crate) fn try_pop(&self) -> Option<T> {
+        self.lock().items.pop_front()
+    }
+
+    /// The next message, waiting for one; `None` once the queue is closed
+    /// and empty. Cancel-safe: a wake-up received by a loop that stops
+    /// waiting is passed on to another waiting loop (tokio's `Notify` does
+    /// this for `notify_one`).
+    pub(crate) async fn pop(&self) -> Option<T> {
+        loop {
+            let notified = self.ready.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a push after the look wakes it.
+            notified.as_mut().enable();
+            {
+                let mut st = self.lock();
+                if let Some(item) = st.items.pop_front() {
+                    return Some(item);
+                }
+                if st.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Takes everything queued (at shutdown, to release it).
+    pub(crate) fn drain(&self) -> Vec<T> {
+        self.lock().items.drain(..).collect()
+    }
+
+    /// Refuses further pushes and wakes every waiting loop; what is queued
+    /// can still be taken.
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::ClaimQueue;
+
+    /// Handler-like loops whose waits are often cut short (as the
+    /// executor's merge timer does) still take every pushed item, and once
+    /// the cuts stop, loops that only wait are woken by every push: no
+    /// wake-up is lost, whether a batch is smaller or larger than the
+    /// number of loops.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancelled_waits_lose_no_item() {
+        const LOOPS: usize = 8;
+        let q = Arc::new(ClaimQueue::<u32>::new(300, LOOPS));
+        let taken = Arc::new(AtomicUsize::new(0));
+        let cutting = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut tasks = Vec::new();
+        for i in 0..LOOPS {
+            let (q, taken, cutting) = (Arc::clone(&q), Arc::clone(&taken), Arc::clone(&cutting));
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                loop {
+                    n += 1;
+                    let item = if cutting.load(Ordering::Relaxed) {
+                        let cut = Duration::from_micros(50 + (n * 37 + i as u64 * 11) % 400);
+                        tokio::select! {
+                            biased;
+                            item = q.pop() => item,
+                            _ = tokio::time::sleep(cut) => continue,
+                        }
+                    } else {
+                        q.pop().await
+                    };
+                    match item {
+                        Some(_) => {
+                            taken.fetch_add(1, Ordering::Relaxed);
+                        }
+                        None => break,
+                    }
+                }
+            }));
+        }
+        let push = |round: u32, pushed: &mut usize| {
+            let n = [1usize, 3, 8, 100][round as usize % 4];
+            assert!(q.push_batch((0..n as u32).map(|k| round * 1000 + k)));
+            *pushed += n;
+        };
+        let wait_all = |pushed: usize| {
+            let taken = Arc::clone(&taken);
+            async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                while taken.load(Ordering::Relaxed) < pushed
+                    && tokio::time::Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                taken.load(Ordering::Relaxed)
+            }
+        };
+        // Phase 1: waits cut short all the time.
+        let mut pushed = 0;
+        for round in 0..400u32 {
+            push(round, &mut pushed);
+            if round % 7 == 0 {
+                tokio::time::sleep(Duration::from_micros(300)).await;
+            }
+        }
+        assert_eq!(wait_all(pushed).await, pushed);
+        // Phase 2: the loops only wait; only pushes can wake them.
+        cutting.store(false, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for round in 0..200u32 {
+            push(round, &mut pushed);
+            if round % 3 == 0 {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+        }
+        assert_eq!(wait_all(pushed).await, pushed);
+        q.close();
+        for t in tasks {
+            tokio::time::timeout(Duration::from_secs(5), t)
+                .await
+                .expect("a loop did not see the close")
+                .unwrap();
+        }
+    }
+
+    /// A loop that waits and is never cut short is woken by a push.
+    #[tokio::test]
+    async fn a_push_wakes_a_waiting_loop() {
+        let q = Arc::new(ClaimQueue::<u32>::new(10, 2));
+        let waiter = tokio::spawn({
+            let q = Arc::clone(&q);
+            async move { q.pop().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(q.push_batch([7]));
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiting loop was not woken")
+            .unwrap();
+        assert_eq!(got, Some(7));
+    }
+
+    /// Closing refuses pushes and ends waits; what was queued can still be
+    /// drained (the shutdown releases it).
+    #[tokio::test]
+    async fn close_refuses_pushes_and_keeps_what_is_queued() {
+        let q = Arc::new(ClaimQueue::<u32>::new(10, 2));
+        assert!(q.push_batch([1, 2, 3]));
+        assert_eq!(q.try_pop(), Some(1));
+        q.close();
+        assert!(!q.push_batch([4]));
+        assert_eq!(q.drain(), vec![2, 3]);
+        assert_eq!(q.pop().await, None);
+        assert_eq!(q.try_pop(), None);
+    }
+}
