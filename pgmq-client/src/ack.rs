@@ -62,6 +62,57 @@ impl<E: Executor> Pgmq<E> {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
+    /// Deletes messages; returns how many existed and were deleted.
+    ///
+    /// The same `pgmq.delete` as [`delete_batch`](Self::delete_batch), but
+    /// the reply is one row instead of one per id: for callers that only
+    /// count (the worker's acknowledgements), it spares the server the rows'
+    /// output and the client their parsing.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// let deleted = client.delete_batch_count(&q, &[1, 2, 3]).await?;
+    /// assert!(deleted <= 3);
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.delete_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
+    pub async fn delete_batch_count(
+        &self,
+        queue: &QueueName,
+        msg_ids: &[i64],
+    ) -> Result<u64, Error> {
+        self.batch_count(Stmt::DeleteBatchCount, queue, msg_ids)
+            .await
+    }
+
+    /// Archives messages; returns how many were archived (one reply row:
+    /// see [`delete_batch_count`](Self::delete_batch_count)).
+    #[tracing::instrument(name = "pgmq.archive_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
+    pub async fn archive_batch_count(
+        &self,
+        queue: &QueueName,
+        msg_ids: &[i64],
+    ) -> Result<u64, Error> {
+        self.batch_count(Stmt::ArchiveBatchCount, queue, msg_ids)
+            .await
+    }
+
+    async fn batch_count(
+        &self,
+        stmt: Stmt,
+        queue: &QueueName,
+        msg_ids: &[i64],
+    ) -> Result<u64, Error> {
+        if msg_ids.is_empty() {
+            return Ok(0);
+        }
+        let q = queue.as_str();
+        let rows = self.run(stmt, Some(q), &[&q, &msg_ids]).await?;
+        let n: i64 = rows.first().map_or(0, |r| r.get(0));
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// Moves a message to the queue's archive table; false when there was no such message.
     #[tracing::instrument(name = "pgmq.archive", skip_all, fields(queue = %queue))]
     pub async fn archive(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {

@@ -250,14 +250,15 @@ async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
     if !deletes.is_empty() {
         // Ascending ids: the deletes walk the primary key in order.
         deletes.sort_unstable();
+        // Counted, not listed: one reply row instead of one per id.
         write(&shared, "delete", deletes.len(), &c.deleted, || {
-            pg.delete_batch(q, &deletes)
+            pg.delete_batch_count(q, &deletes)
         })
         .await;
     }
     if !archives.is_empty() {
         write(&shared, "archive", archives.len(), &c.archived, || {
-            pg.archive_batch(q, &archives)
+            pg.archive_batch_count(q, &archives)
         })
         .await;
     }
@@ -272,7 +273,7 @@ async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
             "release",
             releases.len(),
             &c.expired_released,
-            || pg.release_batch(q, &releases),
+            || count(pg.release_batch(q, &releases)),
         )
         .await;
     }
@@ -282,18 +283,25 @@ async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
             let secs = group[0].0;
             let ids: Vec<i64> = group.iter().map(|r| r.1).collect();
             write(&shared, "retry", ids.len(), &c.retried, || {
-                pg.set_vt_batch(q, &ids, VisibleAt::After(Duration::from_secs(secs)))
+                count(pg.set_vt_batch(q, &ids, VisibleAt::After(Duration::from_secs(secs))))
             })
             .await;
         }
     }
     if !dead.is_empty() {
         write(&shared, "dead-letter", dead.len(), &c.dead_lettered, || {
-            dead_letter(&shared, &dead)
+            count(dead_letter(&shared, &dead))
         })
         .await;
     }
     bump(&shared.stats.acks_resolved, n);
+}
+
+/// How many a listing call wrote.
+async fn count<T>(
+    call: impl std::future::Future<Output = Result<Vec<T>, pgmq_client::Error>>,
+) -> Result<u64, pgmq_client::Error> {
+    call.await.map(|v| v.len() as u64)
 }
 
 /// Whole seconds, rounded up (PGMQ's visibility delays are whole seconds).
@@ -311,14 +319,14 @@ async fn write<F, Fut>(
     mut call: F,
 ) where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<i64>, pgmq_client::Error>>,
+    Fut: std::future::Future<Output = Result<u64, pgmq_client::Error>>,
 {
     let give_up = Instant::now() + shared.config.ack_retry_timeout;
     let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         match call().await {
             Ok(written) => {
-                bump(done, written.len() as u64);
+                bump(done, written);
                 return;
             }
             Err(e) => {
