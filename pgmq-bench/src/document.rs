@@ -647,6 +647,11 @@ pub struct BaselineRun {
     pub vacuum_s: f64,
     /// Peak RSS during the run, bytes.
     pub peak_rss_bytes: u64,
+    /// For `consume` run beside `consume_scaling`: the handler count of the
+    /// worker run that follows it, whose ratio it is the reference of.
+    /// Absent for a section's own run (and in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_workers: Option<u32>,
 }
 
 /// A sustained run.

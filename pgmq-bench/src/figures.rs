@@ -100,8 +100,10 @@ const DEF_WAIT_LOCAL: &str =
     "Queue wait, local segment: claim registered in the worker to handler start, \
     on the monotonic clock. The reply's transit between the two segments is in neither.";
 const DEF_RATIO: &str =
-    "SDK figure divided by the baseline loop's figure of the same round (plain prepared \
-    statements on one connection, no SDK): above 1 the SDK is faster than the hand-written loop.";
+    "SDK figure divided by the baseline loop's figure (plain prepared statements on one \
+    connection, no SDK) of the same round; for the worker, of the baseline run made just \
+    before that worker run when both sections run: above 1 the SDK is faster than the \
+    hand-written loop.";
 const DEF_BASE_SINGLE: &str =
     "No SDK: SELECT * FROM pgmq.send($1, $2) prepared once, one connection, one \
     call at a time: messages divided by the seconds from the first call to the last reply.";
@@ -110,7 +112,8 @@ const DEF_BASE_BATCH: &str =
     connection, one call at a time.";
 const DEF_BASE_CONSUME: &str = "No SDK: pgmq.read($1, $2, $3) then pgmq.delete($1, $2::bigint[]) per batch, \
     prepared once, one connection, on a preloaded, vacuumed queue of the same size: messages divided by the \
-    seconds from the first read to the last delete's reply.";
+    seconds from the first read to the last delete's reply. Run beside consume_scaling, once before each \
+    worker run; a round's figure is then all its runs' messages over all their seconds.";
 const DEF_IDLE_CPU: &str =
     "Process CPU time (getrusage: user + system, all threads) over the idle window \
     divided by its wall time, in percent of one core; several busy threads could exceed 100.";
@@ -194,28 +197,48 @@ pub fn build(s: &Sections) -> Vec<Figure> {
 
     let base =
         |kind: &'static str| measured(&s.baseline, |r| r.warmup).filter(move |r| r.kind == kind);
+    // One value per round: a round with several runs of a loop (the
+    // consume loop beside each worker run) counts their messages over their
+    // seconds together.
     for (kind, label, def) in [
         ("send_single", "Baseline single send", DEF_BASE_SINGLE),
         ("send_batch", "Baseline batch send", DEF_BASE_BATCH),
         ("consume", "Baseline read + delete", DEF_BASE_CONSUME),
     ] {
+        let mut per_round: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
+        for r in base(kind) {
+            let e = per_round.entry(r.round).or_default();
+            e.0 += r.rate.count;
+            e.1 += r.rate.elapsed_s;
+        }
+        let rates: Vec<(u32, Rate)> = per_round
+            .into_iter()
+            .map(|(round, (count, secs))| (round, Rate::new(count, secs)))
+            .collect();
         f.rate(
             &format!("baseline.{kind}.rate"),
             "baseline",
             label,
             def,
-            base(kind).map(|r| (r.round, &r.rate)),
+            rates.iter().map(|(round, rate)| (*round, rate)),
         );
     }
-    let base_rate = |kind: &'static str, round: u32| {
-        base(kind)
-            .find(|r| r.round == round)
+    // The reference of a ratio: the baseline run paired with that worker
+    // run (consume, run just before it), else the round's own run.
+    let base_rate = |kind: &'static str, round: u32, workers: Option<u32>| {
+        let of_round = || base(kind).filter(move |r| r.round == round);
+        workers
+            .and_then(|w| of_round().find(|r| r.paired_workers == Some(w)))
+            .or_else(|| of_round().find(|r| r.paired_workers.is_none()))
+            .or_else(|| of_round().next())
             .map(|r| r.rate.rate_per_s)
             .filter(|v| *v > 0.0)
     };
-    let ratio = |sdk: Vec<(u32, f64)>, kind: &'static str| -> Vec<Sample> {
+    let ratio = |sdk: Vec<(u32, f64)>, kind: &'static str, workers: Option<u32>| -> Vec<Sample> {
         sdk.into_iter()
-            .filter_map(|(round, v)| base_rate(kind, round).map(|b| Sample::value(round, v / b)))
+            .filter_map(|(round, v)| {
+                base_rate(kind, round, workers).map(|b| Sample::value(round, v / b))
+            })
             .collect()
     };
     let sdk_single = measured(&s.send_single, |r| r.warmup)
@@ -228,7 +251,7 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         "x",
         Better::Higher,
         DEF_RATIO,
-        ratio(sdk_single, "send_single"),
+        ratio(sdk_single, "send_single", None),
     );
     let sdk_batch = measured(&s.send_batch, |r| r.warmup)
         .map(|r| (r.round, r.rate.rate_per_s))
@@ -240,7 +263,7 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         "x",
         Better::Higher,
         DEF_RATIO,
-        ratio(sdk_batch, "send_batch"),
+        ratio(sdk_batch, "send_batch", None),
     );
     for w in &worker_counts {
         let sdk = measured(&s.consume_scaling, |r| r.warmup)
@@ -254,7 +277,7 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             "x",
             Better::Higher,
             DEF_RATIO,
-            ratio(sdk, "consume"),
+            ratio(sdk, "consume", Some(*w)),
         );
     }
 

@@ -224,10 +224,10 @@ fn baseline_loops(cfg: &Config) -> Vec<Loop> {
     if cfg.has(Section::SendBatch) {
         loops.push(Loop::SendBatch);
     }
-    if cfg.has(Section::ConsumeScaling) {
-        loops.push(Loop::Consume);
-    }
-    if loops.is_empty() {
+    // With consume_scaling, the consume loop runs beside each worker run
+    // instead (see `rounds`).
+    let paired = cfg.has(Section::ConsumeScaling);
+    if loops.is_empty() && !paired {
         loops = vec![Loop::SendSingle, Loop::SendBatch, Loop::Consume];
     }
     loops
@@ -262,6 +262,19 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                 }
                 Section::ConsumeScaling => {
                     for w in &cfg.workers {
+                        if cfg.has(Section::Baseline) {
+                            // The reference of this handler count's ratio,
+                            // measured just before it: on a shared host the
+                            // load moves within seconds, and a loop run a
+                            // minute apart would add that to the ratio.
+                            let mut b = baseline::run(ctx, Loop::Consume, round, warm).await?;
+                            b.paired_workers = Some(*w);
+                            p.say(format!(
+                                "{tag} baseline consume (before w={w}): {:.0} msg/s",
+                                b.rate.rate_per_s
+                            ));
+                            s.baseline.push(b);
+                        }
                         let r = consume::run(ctx, *w, round, warm).await?;
                         p.say(format!(
                             "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",

@@ -186,7 +186,18 @@ fn run_is_complete_accounted_for_and_clean() {
     assert_eq!(s["send_single"].as_array().unwrap().len(), 3);
     assert_eq!(s["send_batch"][0]["count"], 3000);
     assert_eq!(s["consume_scaling"].as_array().unwrap().len(), 6);
-    assert_eq!(s["baseline"].as_array().unwrap().len(), 9);
+    // Per round: the two send loops, and the consume loop once before each
+    // of the two worker runs (paired with it).
+    assert_eq!(s["baseline"].as_array().unwrap().len(), 12);
+    for r in s["consume_scaling"].as_array().unwrap() {
+        let paired = s["baseline"].as_array().unwrap().iter().filter(|b| {
+            b["kind"] == "consume"
+                && b["round"] == r["round"]
+                && b["warmup"] == r["warmup"]
+                && b["paired_workers"] == r["workers"]
+        });
+        assert_eq!(paired.count(), 1, "no paired baseline for {r}");
+    }
     assert_eq!(s["idle_worker"].as_array().unwrap().len(), 2);
     assert_eq!(s["wakeup_latency"].as_array().unwrap().len(), 4);
     assert_eq!(s["sustained"].as_array().unwrap().len(), 2);

@@ -143,5 +143,6 @@ pub async fn run(ctx: &Ctx, which: Loop, round: u32, warmup: bool) -> Result<Bas
         preload_s,
         vacuum_s,
         peak_rss_bytes: peak,
+        paired_workers: None,
     })
 }
