@@ -214,23 +214,43 @@ fn workload(cfg: &Config) -> Workload {
     }
 }
 
-/// The baseline loops matching the selected SDK sections (all three when
-/// only `baseline` is selected).
+/// The baseline loops the `baseline` slot of a round runs: all three when
+/// only `baseline` is selected. Beside an SDK section, its loop runs next to
+/// it instead (see `rounds`).
 fn baseline_loops(cfg: &Config) -> Vec<Loop> {
-    let mut loops = Vec::new();
-    if cfg.has(Section::SendSingle) {
-        loops.push(Loop::SendSingle);
+    let sdk = [
+        Section::SendSingle,
+        Section::SendBatch,
+        Section::ConsumeScaling,
+    ];
+    if sdk.iter().any(|s| cfg.has(*s)) {
+        Vec::new()
+    } else {
+        vec![Loop::SendSingle, Loop::SendBatch, Loop::Consume]
     }
-    if cfg.has(Section::SendBatch) {
-        loops.push(Loop::SendBatch);
+}
+
+/// The baseline run that is the reference of the SDK run about to start,
+/// made just before it: on a shared host the load moves within seconds, and
+/// a loop run a minute apart would put that movement into the ratio.
+async fn neighbour(
+    ctx: &Ctx,
+    which: Loop,
+    round: u32,
+    warm: bool,
+    tag: &str,
+    s: &mut Sections,
+) -> Result<Option<usize>> {
+    if !ctx.cfg.has(Section::Baseline) {
+        return Ok(None);
     }
-    // With consume_scaling, the consume loop runs beside each worker run
-    // instead (see `rounds`).
-    let paired = cfg.has(Section::ConsumeScaling);
-    if loops.is_empty() && !paired {
-        loops = vec![Loop::SendSingle, Loop::SendBatch, Loop::Consume];
-    }
-    loops
+    let r = baseline::run(ctx, which, round, warm).await?;
+    ctx.progress.say(format!(
+        "{tag} baseline {}: {:.0} msg/s",
+        r.kind, r.rate.rate_per_s
+    ));
+    s.baseline.push(r);
+    Ok(Some(s.baseline.len() - 1))
 }
 
 async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
@@ -251,29 +271,24 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             }
             match section {
                 Section::SendSingle => {
+                    neighbour(ctx, Loop::SendSingle, round, warm, &tag, &mut s).await?;
                     let r = send::single(ctx, round, warm).await?;
                     p.say(format!("{tag} send_single: {:.0} msg/s", r.rate.rate_per_s));
                     s.send_single.push(r);
                 }
                 Section::SendBatch => {
+                    neighbour(ctx, Loop::SendBatch, round, warm, &tag, &mut s).await?;
                     let r = send::batch(ctx, round, warm).await?;
                     p.say(format!("{tag} send_batch: {:.0} msg/s", r.rate.rate_per_s));
                     s.send_batch.push(r);
                 }
                 Section::ConsumeScaling => {
                     for w in &cfg.workers {
-                        if cfg.has(Section::Baseline) {
-                            // The reference of this handler count's ratio,
-                            // measured just before it: on a shared host the
-                            // load moves within seconds, and a loop run a
-                            // minute apart would add that to the ratio.
-                            let mut b = baseline::run(ctx, Loop::Consume, round, warm).await?;
-                            b.paired_workers = Some(*w);
-                            p.say(format!(
-                                "{tag} baseline consume (before w={w}): {:.0} msg/s",
-                                b.rate.rate_per_s
-                            ));
-                            s.baseline.push(b);
+                        // The reference of this handler count's ratio.
+                        if let Some(i) =
+                            neighbour(ctx, Loop::Consume, round, warm, &tag, &mut s).await?
+                        {
+                            s.baseline[i].paired_workers = Some(*w);
                         }
                         let r = consume::run(ctx, *w, round, warm).await?;
                         p.say(format!(
