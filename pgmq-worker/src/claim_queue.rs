@@ -1,11 +1,19 @@
 //! The claim queue: claimed messages waiting for a handler.
 //!
-//! A claimer pushes a whole batch at once, under one lock, and wakes at
-//! most as many waiting handler loops as it brought messages. A handler loop takes one message at a time; it waits only when
-//! the queue is empty. So a batch of 100 costs one lock and a few wake-ups,
-//! not a notification per message: on a two-core host the client's CPU is
-//! taken from the database, and a channel's per-message signalling was the
-//! largest single item of the worker's own work.
+//! A claimer pushes a whole batch at once, under one lock, and wakes as
+//! many waiting handler loops as the batch needs ([`loops_for`]): enough
+//! to work through it within [`WAKE_BUDGET`] at the current average
+//! handler time, at most one per message and at most every loop. A handler
+//! loop takes one message at a time and waits only when the queue is
+//! empty; one that takes a message that has already waited longer than the
+//! budget wakes one more loop, so a batch whose handlers turn out slower
+//! than the average said still gets every loop within a few wake-ups. So a
+//! batch of 100 costs one lock and a few wake-ups, not a notification per
+//! message; and fast handlers (an empty one takes a microsecond) do not
+//! wake eight loops for work that one finishes in 100 µs. On a two-core host
+//! the client's CPU is taken from the database: a channel's per-message
+//! signalling was the largest single item of the worker's own work, and
+//! every loop woken is a thread woken on the other core.
 //!
 //! The queue itself is not bounded: the claimers' room ([`crate::claimer`])
 //! is. Every message in it holds a permit of that room, so it never holds
@@ -14,7 +22,28 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use std::time::Duration;
+
 use tokio::sync::Notify;
+
+/// How long a woken loop may take to work through its share of a batch
+/// before another loop is woken for it.
+pub(crate) const WAKE_BUDGET: Duration = Duration::from_micros(100);
+
+/// How many loops to wake for `n` new messages when handlers take
+/// `avg_us` on average (0: not known yet, wake as many as can start).
+pub(crate) fn loops_for(n: usize, avg_us: u64, loops: usize) -> usize {
+    let most = n.min(loops);
+    if avg_us == 0 {
+        return most;
+    }
+    let work_us = (n as u64).saturating_mul(avg_us);
+    let budget_us = WAKE_BUDGET.as_micros() as u64;
+    let want = work_us.div_ceil(budget_us);
+    usize::try_from(want)
+        .unwrap_or(usize::MAX)
+        .clamp(1, most.max(1))
+}
 
 /// Generic over the item so that its tests need no database; the worker
 /// queues [`crate::claimer::Claimed`].
@@ -47,8 +76,10 @@ impl<T> ClaimQueue<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues a claimed batch; false (and nothing queued) once closed.
-    pub(crate) fn push_batch(&self, batch: impl IntoIterator<Item = T>) -> bool {
+    /// Queues a claimed batch and wakes up to `wake` waiting loops (at
+    /// least one, at most one per message); false (and nothing queued) once
+    /// closed.
+    pub(crate) fn push_batch(&self, batch: impl IntoIterator<Item = T>, wake: usize) -> bool {
         let added = {
             let mut st = self.lock();
             if st.closed {
@@ -60,22 +91,30 @@ impl<T> ClaimQueue<T> {
         };
         // Each wakes one waiting loop; with none waiting, the first leaves a
         // single permit (one spare look later) and the rest cost an atomic.
-        for _ in 0..added.min(self.handlers) {
+        for _ in 0..wake.clamp(1, self.handlers).min(added) {
             self.ready.notify_one();
         }
         true
     }
 
-    /// The next message, if one is queued now.
-    pub(crate) fn try_pop(&self) -> Option<T> {
-        self.lock().items.pop_front()
+    /// Wakes one more waiting loop (a taken message had waited too long).
+    pub(crate) fn wake_one(&self) {
+        self.ready.notify_one();
+    }
+
+    /// The next message, if one is queued now, and how many are left.
+    pub(crate) fn try_pop(&self) -> Option<(T, usize)> {
+        let mut st = self.lock();
+        let item = st.items.pop_front()?;
+        let left = st.items.len();
+        Some((item, left))
     }
 
     /// The next message, waiting for one; `None` once the queue is closed
     /// and empty. Cancel-safe: a wake-up received by a loop that stops
     /// waiting is passed on to another waiting loop (tokio's `Notify` does
     /// this for `notify_one`).
-    pub(crate) async fn pop(&self) -> Option<T> {
+    pub(crate) async fn pop(&self) -> Option<(T, usize)> {
         loop {
             let notified = self.ready.notified();
             tokio::pin!(notified);
@@ -84,7 +123,8 @@ impl<T> ClaimQueue<T> {
             {
                 let mut st = self.lock();
                 if let Some(item) = st.items.pop_front() {
-                    return Some(item);
+                    let left = st.items.len();
+                    return Some((item, left));
                 }
                 if st.closed {
                     return None;
@@ -113,7 +153,21 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::ClaimQueue;
+    use super::{loops_for, ClaimQueue};
+
+    /// A batch wakes the loops that finish it within the budget: one for
+    /// an empty handler, all of them for slow handlers or when the handler
+    /// time is not known yet; never more than one per message.
+    #[test]
+    fn a_batch_wakes_the_loops_it_needs() {
+        assert_eq!(loops_for(100, 1, 8), 1);
+        assert_eq!(loops_for(100, 2, 8), 2);
+        assert_eq!(loops_for(100, 0, 8), 8);
+        assert_eq!(loops_for(100, 1_000, 8), 8);
+        assert_eq!(loops_for(3, 1_000, 8), 3);
+        assert_eq!(loops_for(3, 0, 8), 3);
+        assert_eq!(loops_for(100, 5, 1), 1);
+    }
 
     /// Handler-like loops whose waits are often cut short (as the
     /// executor's merge timer does) still take every pushed item, and once
@@ -137,11 +191,11 @@ mod tests {
                         let cut = Duration::from_micros(50 + (n * 37 + i as u64 * 11) % 400);
                         tokio::select! {
                             biased;
-                            item = q.pop() => item,
+                            item = q.pop() => item.map(|(i, _)| i),
                             _ = tokio::time::sleep(cut) => continue,
                         }
                     } else {
-                        q.pop().await
+                        q.pop().await.map(|(i, _)| i)
                     };
                     match item {
                         Some(_) => {
@@ -154,7 +208,10 @@ mod tests {
         }
         let push = |round: u32, pushed: &mut usize| {
             let n = [1usize, 3, 8, 100][round as usize % 4];
-            assert!(q.push_batch((0..n as u32).map(|k| round * 1000 + k)));
+            // Waking every loop, or one (fast handlers): either way the
+            // batch is taken.
+            let wake = if round % 3 == 0 { 1 } else { n };
+            assert!(q.push_batch((0..n as u32).map(|k| round * 1000 + k), wake));
             *pushed += n;
         };
         let wait_all = |pushed: usize| {
@@ -203,10 +260,10 @@ mod tests {
         let q = Arc::new(ClaimQueue::<u32>::new(10, 2));
         let waiter = tokio::spawn({
             let q = Arc::clone(&q);
-            async move { q.pop().await }
+            async move { q.pop().await.map(|(i, _)| i) }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(q.push_batch([7]));
+        assert!(q.push_batch([7], 1));
         let got = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("the waiting loop was not woken")
@@ -219,10 +276,10 @@ mod tests {
     #[tokio::test]
     async fn close_refuses_pushes_and_keeps_what_is_queued() {
         let q = Arc::new(ClaimQueue::<u32>::new(10, 2));
-        assert!(q.push_batch([1, 2, 3]));
-        assert_eq!(q.try_pop(), Some(1));
+        assert!(q.push_batch([1, 2, 3], 3));
+        assert_eq!(q.try_pop(), Some((1, 2)));
         q.close();
-        assert!(!q.push_batch([4]));
+        assert!(!q.push_batch([4], 1));
         assert_eq!(q.drain(), vec![2, 3]);
         assert_eq!(q.pop().await, None);
         assert_eq!(q.try_pop(), None);

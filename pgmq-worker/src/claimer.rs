@@ -260,7 +260,9 @@ pub(crate) async fn run(
             msg,
             claimed_at: now,
         });
-        if !queue.push_batch(batch) {
+        let loops =
+            crate::claim_queue::loops_for(n, shared.handler_avg_us.load(Relaxed), cfg.concurrency);
+        if !queue.push_batch(batch, loops) {
             // Closed only when the worker is being torn down.
             return;
         }

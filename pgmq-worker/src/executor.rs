@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::claim_queue::ClaimQueue;
+use crate::claim_queue::{ClaimQueue, WAKE_BUDGET};
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
 use crate::handler::{panic_text, BlockingHandler, Handler, HandlerError, Outcome};
@@ -154,7 +154,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         if ctx.stop.is_cancelled() {
             break;
         }
-        let item = match ctx.queue.try_pop() {
+        let (item, left) = match ctx.queue.try_pop() {
             Some(item) => item,
             None => {
                 // Going idle. This loop's histograms reach the shared ones at
@@ -185,6 +185,11 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         let Claimed { msg, claimed_at } = item;
         let started = Instant::now();
         let waited = started.duration_since(claimed_at);
+        if left > 0 && waited > WAKE_BUDGET {
+            // The loops awake are not keeping up with this batch (handlers
+            // slower than their average said): one more joins.
+            ctx.queue.wake_one();
+        }
         let msg_id = msg.msg_id;
         let attempts = u32::try_from(msg.read_ct).unwrap_or(0);
         if waited < stale_after {
