@@ -109,7 +109,8 @@
 //! # Files
 //!
 //! `config.rs` (builder and defaults), `handler.rs` (handler traits,
-//! outcomes), `claimer.rs` (reads into the claim queue), `executor.rs`
+//! outcomes), `claimer.rs` (reads into the claim queue),
+//! `claim_queue.rs` (claimed messages waiting for a handler), `executor.rs`
 //! (handler loops, panics, blocking handlers), `completer.rs` (batched
 //! acknowledgements, dead letters), `heartbeat.rs`, `notifier.rs`
 //! (LISTEN), `shutdown.rs` (the stop sequence and report), `stats.rs`,
