@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # A one-shot run gains nothing from incremental data, and line tables keep
-# file:line in backtraces: the debug build then takes about 1.5 GB of disk
+# file:line in backtraces: the debug build then takes about 2 GB of disk
 # instead of 7.3 GB. Set either variable to override.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
