@@ -2,14 +2,28 @@
 //!
 //! Handlers send one [`Ack`] per message into a bounded channel
 //! (`ack_capacity`; a full channel makes handlers wait: backpressure). The
-//! completer takes up to `ack_batch_size` at a time, waiting at most
-//! `ack_flush_interval` for a batch to fill (looking every millisecond, so
-//! that it is not woken once per acknowledgement), and writes each batch with one
-//! call per kind: `pgmq.delete(ids)`, `pgmq.archive(ids)`, `pgmq.set_vt(ids)`
+//! completer takes up to `ack_batch_size` at a time and writes each batch
+//! with one call per kind: `pgmq.delete(ids)`, `pgmq.archive(ids)`, `pgmq.set_vt(ids)`
 //! per delay, one transaction for the dead letters, and
 //! `Pgmq::release_batch` for claims that expired unstarted (given back with
 //! their read undone). Up to `ack_flushers`
-//! batches are written at once. A write that fails transiently is retried
+//! batches are written at once.
+//!
+//! **When a batch goes out.** When every writer is busy, acknowledgements
+//! wait in the channel; as soon as a writer is free it takes what has
+//! arrived (up to `ack_batch_size`) and writes it at once. Under load the
+//! batch size so follows the rate times the time of one write, and a message
+//! stays claimed-but-undeleted for about two writes. That matters beyond
+//! latency: every `pgmq.read` walks past the rows still waiting for their
+//! delete, so fewer of them is less work for the claims (measured with the
+//! `drain` example, 150,000 messages, its preload included: 37.9 buffer
+//! accesses and 6.1 tuple fetches per message, against 40.1 and 7.8 when
+//! each batch first waited to fill). Only when a writer was free all along
+//! (a low rate) does a partial batch wait, at most `ack_flush_interval`, for
+//! more to arrive, looking every millisecond rather than being woken once
+//! per acknowledgement.
+//!
+//! A write that fails transiently is retried
 //! with backoff for up to `ack_retry_timeout`; after that (or on a permanent
 //! error) the batch is given up and counted in `acks_failed`: those messages
 //! become visible again when their visibility timeout ends, which is the
@@ -77,6 +91,14 @@ pub(crate) async fn run(
     let mut flushes = JoinSet::new();
     let mut closed = false;
     loop {
+        // A free writer first: acknowledgements that arrive while every
+        // writer is busy wait in the channel, and the next batch takes them.
+        while flushes.try_join_next().is_some() {}
+        let mut waited = false;
+        while flushes.len() >= cfg.ack_flushers {
+            flushes.join_next().await;
+            waited = true;
+        }
         let mut buf = Vec::with_capacity(batch);
         if rx.is_empty() {
             // Nothing to write: give the kept connections back before waiting.
@@ -96,7 +118,7 @@ pub(crate) async fn run(
             break;
         }
         kept.busy();
-        if buf.len() < batch {
+        if buf.len() < batch && !waited {
             // Gather the rest of the batch by looking every GATHER_TICK,
             // rather than being woken by every acknowledgement as it arrives
             // (a task wake-up per message is client CPU the database needs).
@@ -118,10 +140,6 @@ pub(crate) async fn run(
                     break;
                 }
             }
-        }
-        while flushes.try_join_next().is_some() {}
-        while flushes.len() >= cfg.ack_flushers {
-            flushes.join_next().await;
         }
         flushes.spawn(flush(Arc::clone(&shared), Arc::clone(&kept), buf));
     }

@@ -145,7 +145,7 @@ pub(crate) struct Config {
 /// | `shutdown_grace` | 30 s | how long in-flight handlers may run after shutdown begins |
 /// | `heartbeat` | true | a handler running past half the visibility timeout gets it extended, so a live long job is not delivered twice |
 /// | `ack_batch_size` | `2 * batch_size` | the most ids in one `pgmq.delete`/`archive`/`set_vt`: each call is a PL/pgSQL function that plans its statement anew, plus a commit; twice the claim batch halves that work per message, and one writer keeps up with two claimers |
-/// | `ack_flush_interval` | 5 ms | the longest an acknowledgement waits for its batch to fill |
+/// | `ack_flush_interval` | 5 ms | at low rates, the longest an acknowledgement waits for its batch to fill; acknowledgements that arrived while the writer was busy go out as soon as it is free |
 /// | `ack_capacity` | `4 * batch_size` | acknowledgements queued before handlers wait (backpressure) |
 /// | `ack_flushers` | 1 | batches written concurrently. One writer of large batches, as River's completer does, leaves the database's CPU to the claims: on a two-core host it drained 5-10% faster than two writers of 100 (the claimers' reads are what the CPU is short of); raise it when a single write is often slow (a remote or overloaded database), so that one slow flush does not stall the next |
 /// | `ack_retry_timeout` | `visibility_timeout` | how long a failing acknowledgement is retried; after that the message is visible again anyway, and is counted in `acks_failed` |
@@ -335,7 +335,10 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// The longest an acknowledgement waits for its batch to fill.
+    /// The longest an acknowledgement waits for its batch to fill (default
+    /// 5 ms). Only partial batches gathered while the writer is free wait;
+    /// acknowledgements that arrived while it was busy go out as soon as it
+    /// is free.
     pub fn ack_flush_interval(mut self, d: Duration) -> Self {
         self.config.ack_flush_interval = d;
         self

@@ -71,8 +71,8 @@
 //!   body and original headers arrive exactly as stored. Without a dead-letter queue
 //!   they are archived (PGMQ's archive table keeps them, without a reason).
 //! - **Batched acknowledgements.** A completer writes outcomes with one
-//!   `pgmq.delete`/`archive`/`set_vt` per batch (flushed when full or after
-//!   5 ms), retries transient failures, and makes handlers wait when it falls
+//!   `pgmq.delete`/`archive`/`set_vt` per batch (flushed as soon as the writer
+//!   is free, when full, or after 5 ms at low rates), retries transient failures, and makes handlers wait when it falls
 //!   behind (bounded channel).
 //! - **Heartbeat.** A handler still running past half the visibility timeout
 //!   gets it extended (one batched `pgmq.set_vt` for all of them), so a live

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, queue_len, unique, wait_for, Queues};
+use common::{client, queue_len, unique, wait_for, Queues, RowLock};
 use pgmq_client::Message;
 use pgmq_worker::{Outcome, Worker};
 use serde_json::{json, Value};
@@ -490,14 +490,7 @@ async fn an_immediate_shutdown_bounds_a_stuck_acknowledgement_drain() {
         .spawn();
     started.notified().await;
     // Another transaction locks the row: the delete waits for it.
-    let mut conn = client.connection().await.unwrap();
-    let tx = conn.transaction().await.unwrap();
-    tx.execute(
-        &format!("SELECT 1 FROM {} WHERE msg_id = $1 FOR UPDATE", q.table()),
-        &[&id],
-    )
-    .await
-    .unwrap();
+    let lock = RowLock::take(&client, &q, id).await;
     go.notify_one();
     wait_for(WAIT, "the delete under way", || async {
         let s = handle.stats();
@@ -510,7 +503,7 @@ async fn an_immediate_shutdown_bounds_a_stuck_acknowledgement_drain() {
     let t = Instant::now();
     let report = handle.shutdown_now().await.unwrap();
     let took = t.elapsed();
-    tx.rollback().await.unwrap();
+    lock.release().await;
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(2),
         "{took:?}"

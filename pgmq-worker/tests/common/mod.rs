@@ -99,3 +99,28 @@ pub async fn archive_len(client: &Client, q: &QueueName) -> i64 {
         .unwrap();
     row.get(0)
 }
+
+/// A row of a queue table locked by another transaction (`SELECT ... FOR
+/// UPDATE`), so that a delete of it waits, until [`release`](Self::release).
+pub struct RowLock {
+    conn: pgmq_client::reexports::bb8::PooledConnection<'static, pgmq_client::ConnectionManager>,
+}
+
+impl RowLock {
+    pub async fn take(client: &Client, q: &QueueName, msg_id: i64) -> RowLock {
+        let conn = client.connection_owned().await.unwrap();
+        conn.batch_execute("BEGIN").await.unwrap();
+        conn.execute(
+            &format!("SELECT 1 FROM {} WHERE msg_id = $1 FOR UPDATE", q.table()),
+            &[&msg_id],
+        )
+        .await
+        .unwrap();
+        RowLock { conn }
+    }
+
+    /// Ends the locking transaction (a rollback: it wrote nothing).
+    pub async fn release(self) {
+        self.conn.batch_execute("ROLLBACK").await.unwrap();
+    }
+}
