@@ -652,6 +652,12 @@ pub struct BaselineRun {
     /// Absent for a section's own run (and in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paired_workers: Option<u32>,
+    /// For `consume` run beside `consume_scaling`: the handler count of the
+    /// worker run just before it. With `paired_workers` of the run before
+    /// that worker run, it brackets it: the ratio's reference is the mean of
+    /// the two. Absent for a section's own run (and in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follows_workers: Option<u32>,
 }
 
 /// A sustained run.

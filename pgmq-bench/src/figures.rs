@@ -101,9 +101,9 @@ const DEF_WAIT_LOCAL: &str =
     on the monotonic clock. The reply's transit between the two segments is in neither.";
 const DEF_RATIO: &str =
     "SDK figure divided by the baseline loop's figure (plain prepared statements on one \
-    connection, no SDK) of the same round; for the worker, of the baseline run made just \
-    before that worker run when both sections run: above 1 the SDK is faster than the \
-    hand-written loop.";
+    connection, no SDK) of the same round; for the worker, the mean of the baseline runs made just \
+    before and just after that worker run when both sections run: above 1 the SDK is \
+    faster than the hand-written loop.";
 const DEF_BASE_SINGLE: &str =
     "No SDK: SELECT * FROM pgmq.send($1, $2) prepared once, one connection, one \
     call at a time: messages divided by the seconds from the first call to the last reply.";
@@ -223,16 +223,25 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             rates.iter().map(|(round, rate)| (*round, rate)),
         );
     }
-    // The reference of a ratio: the baseline run paired with that worker
-    // run (consume, run just before it), else the round's own run.
+    // The reference of a ratio: for a worker run, the mean of the consume
+    // loops run just before and just after it (either alone when the other
+    // is missing, as in older documents); else the round's own run.
     let base_rate = |kind: &'static str, round: u32, workers: Option<u32>| {
         let of_round = || base(kind).filter(move |r| r.round == round);
-        workers
-            .and_then(|w| of_round().find(|r| r.paired_workers == Some(w)))
-            .or_else(|| of_round().find(|r| r.paired_workers.is_none()))
-            .or_else(|| of_round().next())
-            .map(|r| r.rate.rate_per_s)
-            .filter(|v| *v > 0.0)
+        let own = || {
+            of_round()
+                .find(|r| r.paired_workers.is_none() && r.follows_workers.is_none())
+                .or_else(|| of_round().next())
+                .map(|r| r.rate.rate_per_s)
+        };
+        let bracket = workers.and_then(|w| {
+            let around: Vec<f64> = of_round()
+                .filter(|r| r.paired_workers == Some(w) || r.follows_workers == Some(w))
+                .map(|r| r.rate.rate_per_s)
+                .collect();
+            (!around.is_empty()).then(|| around.iter().sum::<f64>() / around.len() as f64)
+        });
+        bracket.or_else(own).filter(|v| *v > 0.0)
     };
     let ratio = |sdk: Vec<(u32, f64)>, kind: &'static str, workers: Option<u32>| -> Vec<Sample> {
         sdk.into_iter()

@@ -230,9 +230,10 @@ fn baseline_loops(cfg: &Config) -> Vec<Loop> {
     }
 }
 
-/// The baseline run that is the reference of the SDK run about to start,
-/// made just before it: on a shared host the load moves within seconds, and
-/// a loop run a minute apart would put that movement into the ratio.
+/// A baseline run that is the reference of the SDK run about to start, made
+/// just before it (and, for the worker, another just after it): on a shared
+/// host the load moves within seconds, and a loop run a minute apart would
+/// put that movement into the ratio.
 async fn neighbour(
     ctx: &Ctx,
     which: Loop,
@@ -283,19 +284,31 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                     s.send_batch.push(r);
                 }
                 Section::ConsumeScaling => {
+                    // A consume loop before each worker run and one after
+                    // the last: every worker run sits between two loops, and
+                    // its ratio's reference is their mean.
+                    let mut before: Option<u32> = None;
                     for w in &cfg.workers {
-                        // The reference of this handler count's ratio.
                         if let Some(i) =
                             neighbour(ctx, Loop::Consume, round, warm, &tag, &mut s).await?
                         {
                             s.baseline[i].paired_workers = Some(*w);
+                            s.baseline[i].follows_workers = before;
                         }
+                        before = Some(*w);
                         let r = consume::run(ctx, *w, round, warm).await?;
                         p.say(format!(
                             "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
                             r.rate.rate_per_s, r.handler_ms.p99
                         ));
                         s.consume_scaling.push(r);
+                    }
+                    if let Some(w) = before {
+                        if let Some(i) =
+                            neighbour(ctx, Loop::Consume, round, warm, &tag, &mut s).await?
+                        {
+                            s.baseline[i].follows_workers = Some(w);
+                        }
                     }
                 }
                 Section::Baseline => {

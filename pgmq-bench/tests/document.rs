@@ -175,6 +175,53 @@ fn every_rate_is_recomputable_from_count_and_seconds() {
     );
 }
 
+/// A worker ratio is the worker's rate over the mean of the consume loops
+/// run just before and just after it, in the same round.
+#[test]
+fn worker_ratios_use_the_loops_around_each_run() {
+    let doc = doc();
+    let s = &doc["sections"];
+    let base = s["baseline"].as_array().unwrap();
+    let mut checked = 0;
+    for r in s["consume_scaling"].as_array().unwrap() {
+        if r["warmup"] == true {
+            continue;
+        }
+        let rate_of = |field: &str| {
+            let b = base
+                .iter()
+                .find(|b| {
+                    b["kind"] == "consume"
+                        && b["warmup"] == false
+                        && b["round"] == r["round"]
+                        && b[field] == r["workers"]
+                })
+                .unwrap();
+            b["rate_per_s"].as_f64().unwrap()
+        };
+        let reference = (rate_of("paired_workers") + rate_of("follows_workers")) / 2.0;
+        let want = r["rate_per_s"].as_f64().unwrap() / reference;
+        let id = format!("consume_scaling.w{}.vs_baseline", r["workers"]);
+        let fig = doc["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id.as_str())
+            .unwrap();
+        let got = fig["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["round"] == r["round"])
+            .unwrap()["value"]
+            .as_f64()
+            .unwrap();
+        assert!((got - want).abs() < 1e-9 * want, "{id}: {got} != {want}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
+
 #[test]
 fn run_is_complete_accounted_for_and_clean() {
     let doc = doc();
@@ -187,16 +234,19 @@ fn run_is_complete_accounted_for_and_clean() {
     assert_eq!(s["send_batch"][0]["count"], 3000);
     assert_eq!(s["consume_scaling"].as_array().unwrap().len(), 6);
     // Per round: the two send loops, and the consume loop once before each
-    // of the two worker runs (paired with it).
-    assert_eq!(s["baseline"].as_array().unwrap().len(), 12);
+    // of the two worker runs and once after the last: each worker run sits
+    // between two loops.
+    assert_eq!(s["baseline"].as_array().unwrap().len(), 15);
     for r in s["consume_scaling"].as_array().unwrap() {
-        let paired = s["baseline"].as_array().unwrap().iter().filter(|b| {
-            b["kind"] == "consume"
-                && b["round"] == r["round"]
-                && b["warmup"] == r["warmup"]
-                && b["paired_workers"] == r["workers"]
-        });
-        assert_eq!(paired.count(), 1, "no paired baseline for {r}");
+        for field in ["paired_workers", "follows_workers"] {
+            let around = s["baseline"].as_array().unwrap().iter().filter(|b| {
+                b["kind"] == "consume"
+                    && b["round"] == r["round"]
+                    && b["warmup"] == r["warmup"]
+                    && b[field] == r["workers"]
+            });
+            assert_eq!(around.count(), 1, "no baseline with {field} for {r}");
+        }
     }
     assert_eq!(s["idle_worker"].as_array().unwrap().len(), 2);
     assert_eq!(s["wakeup_latency"].as_array().unwrap().len(), 4);

@@ -144,5 +144,6 @@ pub async fn run(ctx: &Ctx, which: Loop, round: u32, warmup: bool) -> Result<Bas
         vacuum_s,
         peak_rss_bytes: peak,
         paired_workers: None,
+        follows_workers: None,
     })
 }
