@@ -101,9 +101,9 @@ const DEF_WAIT_LOCAL: &str =
     on the monotonic clock. The reply's transit between the two segments is in neither.";
 const DEF_RATIO: &str =
     "SDK figure divided by the baseline loop's figure (plain prepared statements on one \
-    connection, no SDK) of the same round; for the worker, the mean of the baseline runs made just \
-    before and just after that worker run when both sections run: above 1 the SDK is \
-    faster than the hand-written loop.";
+    connection, no SDK) of the same round: the mean of the loop runs made just before and just after \
+    the SDK run when both sections run (for the worker, those around that worker run): \
+    above 1 the SDK is faster than the hand-written loop.";
 const DEF_BASE_SINGLE: &str =
     "No SDK: SELECT * FROM pgmq.send($1, $2) prepared once, one connection, one \
     call at a time: messages divided by the seconds from the first call to the last reply.";
@@ -225,14 +225,20 @@ pub fn build(s: &Sections) -> Vec<Figure> {
     }
     // The reference of a ratio: for a worker run, the mean of the consume
     // loops run just before and just after it (either alone when the other
-    // is missing, as in older documents); else the round's own run.
+    // is missing, as in older documents); for a send run, the mean of the
+    // round's runs of its loop (one before and one after it).
     let base_rate = |kind: &'static str, round: u32, workers: Option<u32>| {
         let of_round = || base(kind).filter(move |r| r.round == round);
         let own = || {
-            of_round()
-                .find(|r| r.paired_workers.is_none() && r.follows_workers.is_none())
-                .or_else(|| of_round().next())
+            let runs: Vec<f64> = of_round()
+                .filter(|r| r.paired_workers.is_none() && r.follows_workers.is_none())
                 .map(|r| r.rate.rate_per_s)
+                .collect();
+            if runs.is_empty() {
+                of_round().next().map(|r| r.rate.rate_per_s)
+            } else {
+                Some(runs.iter().sum::<f64>() / runs.len() as f64)
+            }
         };
         let bracket = workers.and_then(|w| {
             let around: Vec<f64> = of_round()

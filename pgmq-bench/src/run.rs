@@ -272,16 +272,19 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             }
             match section {
                 Section::SendSingle => {
+                    // Between two loop runs: the ratio's reference is their mean.
                     neighbour(ctx, Loop::SendSingle, round, warm, &tag, &mut s).await?;
                     let r = send::single(ctx, round, warm).await?;
                     p.say(format!("{tag} send_single: {:.0} msg/s", r.rate.rate_per_s));
                     s.send_single.push(r);
+                    neighbour(ctx, Loop::SendSingle, round, warm, &tag, &mut s).await?;
                 }
                 Section::SendBatch => {
                     neighbour(ctx, Loop::SendBatch, round, warm, &tag, &mut s).await?;
                     let r = send::batch(ctx, round, warm).await?;
                     p.say(format!("{tag} send_batch: {:.0} msg/s", r.rate.rate_per_s));
                     s.send_batch.push(r);
+                    neighbour(ctx, Loop::SendBatch, round, warm, &tag, &mut s).await?;
                 }
                 Section::ConsumeScaling => {
                     // A consume loop before each worker run and one after

@@ -175,10 +175,10 @@ fn every_rate_is_recomputable_from_count_and_seconds() {
     );
 }
 
-/// A worker ratio is the worker's rate over the mean of the consume loops
-/// run just before and just after it, in the same round.
+/// A ratio is the SDK run's rate over the mean of the loop runs made just
+/// before and just after it, in the same round.
 #[test]
-fn worker_ratios_use_the_loops_around_each_run() {
+fn ratios_use_the_loops_around_each_run() {
     let doc = doc();
     let s = &doc["sections"];
     let base = s["baseline"].as_array().unwrap();
@@ -202,24 +202,47 @@ fn worker_ratios_use_the_loops_around_each_run() {
         let reference = (rate_of("paired_workers") + rate_of("follows_workers")) / 2.0;
         let want = r["rate_per_s"].as_f64().unwrap() / reference;
         let id = format!("consume_scaling.w{}.vs_baseline", r["workers"]);
-        let fig = doc["figures"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == id.as_str())
-            .unwrap();
-        let got = fig["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["round"] == r["round"])
-            .unwrap()["value"]
-            .as_f64()
-            .unwrap();
+        let got = round_value(&doc, &id, &r["round"]);
         assert!((got - want).abs() < 1e-9 * want, "{id}: {got} != {want}");
         checked += 1;
     }
     assert_eq!(checked, 4);
+    // A send ratio: over the mean of the round's two runs of its loop.
+    for kind in ["send_single", "send_batch"] {
+        for r in s[kind].as_array().unwrap() {
+            if r["warmup"] == true {
+                continue;
+            }
+            let around: Vec<f64> = base
+                .iter()
+                .filter(|b| b["kind"] == kind && b["warmup"] == false && b["round"] == r["round"])
+                .map(|b| b["rate_per_s"].as_f64().unwrap())
+                .collect();
+            assert_eq!(around.len(), 2, "{kind}");
+            let want = r["rate_per_s"].as_f64().unwrap() / (around[0] + around[1]) * 2.0;
+            let id = format!("{kind}.vs_baseline");
+            let got = round_value(&doc, &id, &r["round"]);
+            assert!((got - want).abs() < 1e-9 * want, "{id}: {got} != {want}");
+        }
+    }
+}
+
+/// The value of figure `id` in `round`.
+fn round_value(doc: &Value, id: &str, round: &Value) -> f64 {
+    let fig = doc["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap();
+    fig["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| &x["round"] == round)
+        .unwrap()["value"]
+        .as_f64()
+        .unwrap()
 }
 
 #[test]
@@ -233,10 +256,14 @@ fn run_is_complete_accounted_for_and_clean() {
     assert_eq!(s["send_single"].as_array().unwrap().len(), 3);
     assert_eq!(s["send_batch"][0]["count"], 3000);
     assert_eq!(s["consume_scaling"].as_array().unwrap().len(), 6);
-    // Per round: the two send loops, and the consume loop once before each
-    // of the two worker runs and once after the last: each worker run sits
-    // between two loops.
-    assert_eq!(s["baseline"].as_array().unwrap().len(), 15);
+    // Per round: each send loop before and after its SDK run, and the
+    // consume loop once before each of the two worker runs and once after
+    // the last: every SDK run sits between two loop runs.
+    assert_eq!(s["baseline"].as_array().unwrap().len(), 21);
+    for kind in ["send_single", "send_batch"] {
+        let runs = s["baseline"].as_array().unwrap().iter();
+        assert_eq!(runs.filter(|b| b["kind"] == kind).count(), 6, "{kind}");
+    }
     for r in s["consume_scaling"].as_array().unwrap() {
         for field in ["paired_workers", "follows_workers"] {
             let around = s["baseline"].as_array().unwrap().iter().filter(|b| {
