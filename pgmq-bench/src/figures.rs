@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::document::{Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck};
+use crate::document::{
+    BaselineRun, Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck,
+};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -229,25 +231,19 @@ pub fn build(s: &Sections) -> Vec<Figure> {
     // round's runs of its loop (one before and one after it).
     let base_rate = |kind: &'static str, round: u32, workers: Option<u32>| {
         let of_round = || base(kind).filter(move |r| r.round == round);
-        let own = || {
-            let runs: Vec<f64> = of_round()
-                .filter(|r| r.paired_workers.is_none() && r.follows_workers.is_none())
-                .map(|r| r.rate.rate_per_s)
-                .collect();
-            if runs.is_empty() {
-                of_round().next().map(|r| r.rate.rate_per_s)
-            } else {
-                Some(runs.iter().sum::<f64>() / runs.len() as f64)
-            }
+        let mean_rate = |keep: &dyn Fn(&BaselineRun) -> bool| {
+            let (n, sum) = of_round()
+                .filter(|r| keep(r))
+                .fold((0u32, 0.0), |(n, sum), r| (n + 1, sum + r.rate.rate_per_s));
+            (n > 0).then(|| sum / f64::from(n))
         };
         let bracket = workers.and_then(|w| {
-            let around: Vec<f64> = of_round()
-                .filter(|r| r.paired_workers == Some(w) || r.follows_workers == Some(w))
-                .map(|r| r.rate.rate_per_s)
-                .collect();
-            (!around.is_empty()).then(|| around.iter().sum::<f64>() / around.len() as f64)
+            mean_rate(&|r| r.paired_workers == Some(w) || r.follows_workers == Some(w))
         });
-        bracket.or_else(own).filter(|v| *v > 0.0)
+        bracket
+            .or_else(|| mean_rate(&|r| r.paired_workers.is_none() && r.follows_workers.is_none()))
+            .or_else(|| of_round().next().map(|r| r.rate.rate_per_s))
+            .filter(|v| *v > 0.0)
     };
     let ratio = |sdk: Vec<(u32, f64)>, kind: &'static str, workers: Option<u32>| -> Vec<Sample> {
         sdk.into_iter()

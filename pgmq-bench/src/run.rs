@@ -230,8 +230,8 @@ fn baseline_loops(cfg: &Config) -> Vec<Loop> {
     }
 }
 
-/// A baseline run that is the reference of the SDK run about to start, made
-/// just before it (and, for the worker, another just after it): on a shared
+/// A baseline run made next to the SDK run it is a reference of (one just
+/// before it and one just after, the ratio taking their mean): on a shared
 /// host the load moves within seconds, and a loop run a minute apart would
 /// put that movement into the ratio.
 async fn neighbour(
