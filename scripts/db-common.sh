@@ -23,10 +23,13 @@ find_pg_bin() {
   [ -n "$bindir" ] && [ -x "$bindir/initdb" ] && echo "$bindir"
 }
 
-# Runs a command as the cluster's OS user: postgres when we are root.
+# Runs a command as the cluster's OS user: postgres when we are root. From
+# /, with absolute paths: the checkout may sit in a directory postgres cannot
+# enter (mktemp -d makes it 0700), and initdb and pg_ctl fail in a working
+# directory they cannot open.
 as_pg() {
   if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi

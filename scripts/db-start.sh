@@ -81,7 +81,7 @@ if [ "$fresh" = 1 ] || [ ! -f "$PGDATA_DIR/.pgmq-ready" ]; then
   done
   psql_su -d pgmq -c "CREATE EXTENSION pgmq" >/dev/null
   as_pg "$bindir/psql" -h "$PGMQ_DB_DIR" -p "$PGMQ_DB_PORT" -U pgmq -d pgmq_sqlonly -v ON_ERROR_STOP=1 -qAt \
-    -f "$sqldir/pgmq--$version.sql" >/dev/null 2>&1
+    -f - <"$sqldir/pgmq--$version.sql" >/dev/null 2>&1
   as_pg touch "$PGDATA_DIR/.pgmq-ready"
   db_log "cluster ready: PostgreSQL $(psql_su -d pgmq -c 'show server_version'), PGMQ $version"
 fi
