@@ -54,15 +54,18 @@
 //!   at once, without calling the handler. A handler returns an [`Outcome`]:
 //!   [`Delete`](Outcome::Delete), [`Archive`](Outcome::Archive),
 //!   [`Retry`](Outcome::Retry) after a delay, or
-//!   [`DeadLetter`](Outcome::DeadLetter). An error or a panic (caught; the
-//!   worker keeps running) means retry after [`Backoff`] for the attempt
-//!   number (PGMQ's `read_ct`); past `max_attempts` the message is
-//!   dead-lettered. A message delivered more than `max_attempts` times (say,
-//!   after repeated crashes) is dead-lettered without running it. A message
-//!   the worker gives back unstarted (at shutdown, or after waiting too long
-//!   locally) has its read undone
-//!   ([`Pgmq::release_batch`](pgmq_client::Pgmq::release_batch)), so such
-//!   give-backs never use up attempts.
+//!   [`DeadLetter`](Outcome::DeadLetter), or [`Snooze`](Outcome::Snooze)
+//!   (later, no attempt used). An error, a panic (caught; the worker keeps
+//!   running) or a run past `handler_timeout` (60 s by default; cancelled)
+//!   means retry after [`Backoff`] with jitter; past `max_attempts` the
+//!   message is dead-lettered. Attempts are handler runs, recorded in the
+//!   message's [`ATTEMPTS_HEADER`] with each retry, not PGMQ's `read_ct`: a
+//!   claim lost in a crash before its handler ran uses none, and
+//!   `max_deliveries` guards against a message that crashes the process
+//!   every time. A message the worker gives back unstarted (at shutdown, or
+//!   after waiting too long locally) has its read undone. A
+//!   [`HandlerWithContext`] also gets a [`Context`]: cancellation (claim
+//!   lost, timeout, immediate shutdown), deadline, attempt, queue.
 //!   [`blocking_handler`](WorkerBuilder::blocking_handler) runs CPU-bound
 //!   handlers on dedicated threads.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
@@ -70,13 +73,20 @@
 //!   `original_msg_id` and `original_headers`. The copy is made in SQL, so
 //!   body and original headers arrive exactly as stored. Without a dead-letter queue
 //!   they are archived (PGMQ's archive table keeps them, without a reason).
+//! - **Fenced writes.** Every write (delete, archive, retry, snooze,
+//!   dead-letter move, heartbeat, release) matches the message *and the
+//!   delivery that claimed it* (`msg_id` and the `last_read_at` its read
+//!   set), so a worker whose claim expired can never change another
+//!   worker's claim; a write that matches nothing is a lost claim, counted
+//!   in `claims_lost`.
 //! - **Batched acknowledgements.** A completer writes outcomes with one
-//!   `pgmq.delete`/`archive`/`set_vt` per batch (flushed as soon as the writer
+//!   fenced delete/archive/requeue per batch (flushed as soon as the writer
 //!   is free, when full, or after 5 ms at low rates), retries transient failures, and makes handlers wait when it falls
 //!   behind (bounded channel).
-//! - **Heartbeat.** A handler still running past half the visibility timeout
-//!   gets it extended (one batched `pgmq.set_vt` for all of them), so a live
-//!   long job is not delivered twice. A claimed message that waited locally
+//! - **Heartbeat.** A delivery still held past half the visibility timeout
+//!   (its handler runs, or its acknowledgement waits to be written) gets it
+//!   extended (one fenced statement for all of them), so a live long job is
+//!   not delivered twice. A claimed message that waited locally
 //!   for 3/4 of its visibility timeout is not started (it is about to be
 //!   visible again anyway): it is given back at once, its read undone.
 //! - **Wake-ups.** With [`WakeUp::Notify`] a dedicated connection LISTENs on
@@ -85,9 +95,12 @@
 //!   window, 250 ms by default); polling stays on, since PGMQ does not notify
 //!   when delayed messages or expired visibility timeouts make messages
 //!   visible.
-//! - **Faults.** A failed read or acknowledgement is logged and retried with
-//!   backoff; the pool opens new connections; the worker never panics and
-//!   resumes when the database is back.
+//! - **Faults.** Every database call is bounded by `db_timeout` (10 s): a
+//!   half-open connection is discarded, not waited on. A failed read or
+//!   acknowledgement is logged and retried with backoff; the pool opens new
+//!   connections; internal tasks that panic are restarted; the worker
+//!   resumes when the database is back. [`Worker::monitor`] gives
+//!   [`Health`] for probes.
 //! - **Shutdown** (a future resolving, a signal, [`WorkerHandle::shutdown`]
 //!   or [`ShutdownHandle::graceful`]):
 //!   stop claiming; release claimed-but-unstarted messages at once, their
@@ -109,7 +122,8 @@
 //! # Files
 //!
 //! `config.rs` (builder and defaults), `handler.rs` (handler traits,
-//! outcomes), `claimer.rs` (reads into the claim queue),
+//! outcomes), `context.rs`, `lease.rs` (deliveries held), `db.rs` (bounded
+//! calls), `backoff.rs`, `health.rs`, `claimer.rs` (reads into the claim queue),
 //! `claim_queue.rs` (claimed messages waiting for a handler), `executor.rs`
 //! (handler loops, panics, blocking handlers), `completer.rs` (batched
 //! acknowledgements, dead letters), `heartbeat.rs`, `notifier.rs`
