@@ -14,6 +14,7 @@
 //! client.create(&q).await?;
 //! client.send(&q, &Email { to: "ada@example.com".into() }).await?;
 //! for m in client.read::<Email>(&q, Duration::from_secs(30), 10).await? {
+//!     let m = m?; // a body that is not an Email: Error::Deserialize
 //!     println!("send to {}", m.body.to);
 //!     client.delete(&q, m.msg_id).await?;
 //! }
@@ -108,10 +109,11 @@ pub use dsn::redact as redact_dsn;
 pub use error::{Error, Outcome, Result};
 pub use executor::{Executor, Params, TypedParams};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
-pub use message::{Delay, Message, RawJson, SendOptions};
+pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{QueueName, MAX_QUEUE_NAME_LEN};
+pub use read::{MAX_BATCH, MAX_SECONDS};
 pub use statements::Stmt;
 pub use topics::{RouteMatch, TopicBinding};
 pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};

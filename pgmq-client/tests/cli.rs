@@ -235,7 +235,8 @@ async fn send_lines_and_envelopes_then_read_and_pop() {
     .lines();
     assert_eq!(ids.len(), 4);
     tokio::fs::remove_dir_all(&dir).await.unwrap();
-    let visible: Vec<Message> = client.read(&q2, Duration::from_secs(30), 10).await.unwrap();
+    let visible: Vec<Message> =
+        common::ok(client.read(&q2, Duration::from_secs(30), 10).await.unwrap());
     let mut bodies: Vec<i64> = visible
         .iter()
         .map(|m| m.body["e"].as_i64().unwrap())
@@ -500,10 +501,12 @@ async fn redrive_moves_dead_letters_back_in_transactions() {
         .await
         .ok();
     assert_eq!(run.lines().len(), 1);
-    let got: Vec<Message> = client
-        .read(&other, Duration::from_secs(30), 10)
-        .await
-        .unwrap();
+    let got: Vec<Message> = common::ok(
+        client
+            .read(&other, Duration::from_secs(30), 10)
+            .await
+            .unwrap(),
+    );
     assert_eq!(got[0].body, json!({"orphan": true}));
     assert_eq!(got[0].headers, Some(json!({"note": "no source queue"})));
     assert_eq!(client.metrics(&dlq).await.unwrap().queue_length, 0);

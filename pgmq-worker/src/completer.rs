@@ -322,9 +322,12 @@ async fn count<T>(
     call.await.map(|v| v.len() as u64)
 }
 
-/// Whole seconds, rounded up (PGMQ's visibility delays are whole seconds).
+/// Whole seconds, rounded up (PGMQ's visibility delays are whole seconds),
+/// clamped to the longest delay PGMQ takes ([`pgmq_client::MAX_SECONDS`]),
+/// so `Outcome::Retry(Duration::MAX)` neither overflows nor is refused.
 fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    let up = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    up.min(pgmq_client::MAX_SECONDS.as_secs())
 }
 
 /// Runs `call` until it succeeds, fails permanently, or the retry time runs
@@ -433,7 +436,10 @@ async fn dead_letter(
             ],
         )
         .await?;
-    let moved: Vec<i64> = rows.first().map(|r| r.get(0)).unwrap_or_default();
+    let moved: Vec<i64> = match rows.first() {
+        Some(r) => r.try_get(0)?,
+        None => Vec::new(),
+    };
     // The copied rows are locked by this transaction: all of them delete.
     let deleted = Pgmq::on(&tx).delete_batch(&cfg.queue, &moved).await?;
     tx.commit().await?;
@@ -450,5 +456,7 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
         assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
         assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
+        assert_eq!(ceil_secs(Duration::MAX), i32::MAX as u64);
+        assert_eq!(ceil_secs(pgmq_client::MAX_SECONDS * 2), i32::MAX as u64);
     }
 }

@@ -17,7 +17,10 @@ pub enum Outcome {
     /// Move it to the queue's archive table.
     Archive,
     /// Make it visible again after this delay (whole seconds, rounded up).
-    /// It still counts as an attempt: past `max_attempts` it is dead-lettered.
+    /// A delay longer than [`pgmq_client::MAX_SECONDS`] (about 68 years,
+    /// the most PGMQ's integer seconds hold), `Duration::MAX` included, is
+    /// clamped to it. It still counts as an attempt: past `max_attempts` it
+    /// is dead-lettered.
     Retry(Duration),
     /// Move it to the dead-letter queue (or archive it when none is
     /// configured), with this reason in its headers.

@@ -27,8 +27,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
-use pgmq_client::{Client, Message, QueueName};
-use serde_json::value::RawValue;
+use pgmq_client::{Client, Message, QueueName, RawJson};
 use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufWriter, Stdout};
 
@@ -237,12 +236,12 @@ struct MessageOut<'a> {
     enqueued_at: DateTime<Utc>,
     last_read_at: Option<DateTime<Utc>>,
     vt: DateTime<Utc>,
-    body: &'a RawValue,
+    body: &'a RawJson,
     headers: &'a Option<Value>,
 }
 
-impl<'a> From<&'a Message<Box<RawValue>>> for MessageOut<'a> {
-    fn from(m: &'a Message<Box<RawValue>>) -> Self {
+impl<'a> From<&'a Message<RawJson>> for MessageOut<'a> {
+    fn from(m: &'a Message<RawJson>) -> Self {
         MessageOut {
             msg_id: m.msg_id,
             read_ct: m.read_ct,
@@ -387,7 +386,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let msgs = match (poll, &filter) {
                 (Some(secs), f) => {
                     client
-                        .read_with_poll(
+                        .read_with_poll_raw(
                             &q,
                             vt,
                             qty,
@@ -397,15 +396,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         )
                         .await?
                 }
-                (None, Some(f)) => client.read_where(&q, vt, qty, f).await?,
-                (None, None) => client.read(&q, vt, qty).await?,
+                (None, Some(f)) => client.read_where_raw(&q, vt, qty, f).await?,
+                (None, None) => client.read_raw(&q, vt, qty).await?,
             };
             for m in &msgs {
                 out.line(&MessageOut::from(m)).await?;
             }
         }
         Command::Pop { queue: name, qty } => {
-            for m in &client.pop(&queue(&name)?, qty).await? {
+            for m in &client.pop_raw(&queue(&name)?, qty).await? {
                 out.line(&MessageOut::from(m)).await?;
             }
         }

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use pgmq_client::{Client, Delay, Executor, Message, Pgmq, QueueName};
-use serde_json::value::RawValue;
+use pgmq_client::{Client, Delay, Executor, Message, Pgmq, QueueName, RawJson};
 use serde_json::{json, Value};
 
 use crate::{Failure, Out};
@@ -23,7 +22,7 @@ pub(crate) struct Opts {
 const HOLD: Duration = Duration::from_secs(60);
 
 /// Where a dead letter goes, or why it stays.
-fn target(m: &Message<Box<RawValue>>, opts: &Opts) -> Result<QueueName, String> {
+fn target(m: &Message<RawJson>, opts: &Opts) -> Result<QueueName, String> {
     if let Some(to) = &opts.to {
         return Ok(to.clone());
     }
@@ -39,7 +38,7 @@ fn target(m: &Message<Box<RawValue>>, opts: &Opts) -> Result<QueueName, String> 
 
 /// The headers to send with: the original ones when the worker kept them
 /// under `original_headers`, else the message's own.
-fn restored_headers(m: &Message<Box<RawValue>>) -> Option<Value> {
+fn restored_headers(m: &Message<RawJson>) -> Option<Value> {
     let h = m.headers.as_ref()?;
     let h = match h.get("original_headers") {
         Some(original) if h.get("source_queue").is_some() => original,
@@ -48,7 +47,7 @@ fn restored_headers(m: &Message<Box<RawValue>>) -> Option<Value> {
     (!h.is_null()).then(|| h.clone())
 }
 
-type Group = Vec<(i64, Box<RawValue>, Option<Value>)>;
+type Group = Vec<(i64, RawJson, Option<Value>)>;
 
 /// Moves one batch on `pg` (inside the caller's transaction); returns the
 /// lines to print, or None when the dead-letter queue had nothing left.
@@ -58,7 +57,7 @@ async fn one_batch<E: Executor>(
     want: usize,
     skipped: &mut Vec<i64>,
 ) -> Result<Option<Vec<Value>>, Failure> {
-    let mut msgs: Vec<Message<Box<RawValue>>> = pg.read(&opts.dlq, HOLD, want).await?;
+    let mut msgs: Vec<Message<RawJson>> = pg.read_raw(&opts.dlq, HOLD, want).await?;
     if msgs.is_empty() {
         return Ok(None);
     }
@@ -86,7 +85,7 @@ async fn one_batch<E: Executor>(
     let mut lines = Vec::new();
     let mut moved_ids = Vec::new();
     for ((q, with_headers), group) in runs {
-        let bodies: Vec<&RawValue> = group.iter().map(|(_, b, _)| &**b).collect();
+        let bodies: Vec<&RawJson> = group.iter().map(|(_, b, _)| b).collect();
         let headers: Option<Vec<Value>> =
             with_headers.then(|| group.iter().filter_map(|(_, _, h)| h.clone()).collect());
         let new_ids = pg
