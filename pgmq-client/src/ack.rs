@@ -255,8 +255,9 @@ impl<E: Executor> Pgmq<E> {
         let (ids, read_cts): (Vec<i64>, Vec<i32>) = reads.iter().copied().unzip();
         let sql = format!(
             "UPDATE {} AS m \
-             SET vt = clock_timestamp(), read_ct = GREATEST(m.read_ct - 1, 0) \
-             FROM unnest($1::bigint[], $2::integer[]) AS r(msg_id, read_ct) \
+             SET vt = pg_catalog.clock_timestamp(), read_ct = GREATEST(m.read_ct - 1, 0) \
+             FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::integer[])) \
+                 AS r(msg_id, read_ct) \
              WHERE m.msg_id = r.msg_id AND m.read_ct = r.read_ct \
              RETURNING m.msg_id",
             queue.quoted_table()

@@ -36,6 +36,10 @@
 //!   bound parameters. The one call that is not a PGMQ function,
 //!   [`Pgmq::release_batch`], names the queue's table in its SQL, built only
 //!   from a validated name (`[a-z0-9_]`, quoted).
+//! - **Catalog functions qualified.** The SQL this crate writes itself calls
+//!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
+//!   and so on, so a function of the same name in a schema earlier on the
+//!   `search_path` is never called in their place.
 //! - **Typed errors.** [`Error`] tells a missing queue, a missing or too-old
 //!   PGMQ, a bad payload, a pool timeout, a lost connection (with whether the
 //!   call may have been applied: [`Error::outcome`]) and a server error with its

@@ -4,6 +4,9 @@
 //! prepares it on first use and keeps the prepared statement for the life of
 //! the connection. Parameters carry explicit casts so that PostgreSQL picks the
 //! intended overload of PGMQ's functions. Queue names are always parameters.
+//! Catalog functions are written `pg_catalog.f(...)`, so that a function of
+//! the same name planted in a schema earlier on the `search_path` is never
+//! called in their place.
 
 use tokio::sync::OnceCell;
 use tokio_postgres::Statement;
@@ -59,8 +62,8 @@ statements! {
     DeleteBatch = "SELECT * FROM pgmq.delete($1::text, $2::bigint[])";
     Archive = "SELECT pgmq.archive($1::text, $2::bigint)";
     ArchiveBatch = "SELECT * FROM pgmq.archive($1::text, $2::bigint[])";
-    DeleteBatchCount = "SELECT count(*) FROM pgmq.delete($1::text, $2::bigint[])";
-    ArchiveBatchCount = "SELECT count(*) FROM pgmq.archive($1::text, $2::bigint[])";
+    DeleteBatchCount = "SELECT pg_catalog.count(*) FROM pgmq.delete($1::text, $2::bigint[])";
+    ArchiveBatchCount = "SELECT pg_catalog.count(*) FROM pgmq.archive($1::text, $2::bigint[])";
     SetVt = concat!("SELECT ", msg_cols!(), " FROM pgmq.set_vt($1::text, $2::bigint, $3::integer)");
     SetVtAt = concat!("SELECT ", msg_cols!(), " FROM pgmq.set_vt($1::text, $2::bigint, $3::timestamptz)");
     SetVtBatch = "SELECT msg_id, vt FROM pgmq.set_vt($1::text, $2::bigint[], $3::integer)";
@@ -139,6 +142,33 @@ mod tests {
             assert!(!sql.contains('\''), "{s:?} has a literal");
         }
         assert_eq!(COUNT, Stmt::ALL.len());
+    }
+
+    #[test]
+    fn catalog_functions_are_qualified() {
+        let texts: Vec<&str> = Stmt::ALL
+            .iter()
+            .map(|s| s.sql())
+            .chain([crate::version::DETECT_SQL])
+            .collect();
+        for sql in texts {
+            for f in [
+                "count(",
+                "clock_timestamp(",
+                "now(",
+                "unnest(",
+                "array_agg(",
+                "jsonb_build_object(",
+                "to_regclass(",
+                "to_regprocedure(",
+                "current_database(",
+            ] {
+                for (i, _) in sql.match_indices(f) {
+                    let before = &sql[..i];
+                    assert!(before.ends_with("pg_catalog."), "unqualified {f} in {sql}");
+                }
+            }
+        }
         assert_eq!(Stmt::ALL[Stmt::Read as usize], Stmt::Read);
     }
 }

@@ -76,13 +76,13 @@ pub struct PgmqInstall {
 }
 
 /// The detection query: extension version, then markers of SQL-only installs.
-const DETECT_SQL: &str = "SELECT \
-    (SELECT extversion FROM pg_extension WHERE extname = 'pgmq'), \
-    to_regclass('pgmq.meta') IS NOT NULL, \
-    to_regprocedure('pgmq.send_topic(text,jsonb,jsonb,integer)') IS NOT NULL, \
-    to_regprocedure('pgmq.read_grouped_head_with_poll(text,integer,integer,integer,integer)') IS NOT NULL, \
-    to_regprocedure('pgmq.create_partitioned(text,text,text,integer)') IS NOT NULL, \
-    current_database()";
+pub(crate) const DETECT_SQL: &str = "SELECT \
+    (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'), \
+    pg_catalog.to_regclass('pgmq.meta') IS NOT NULL, \
+    pg_catalog.to_regprocedure('pgmq.send_topic(text,jsonb,jsonb,integer)') IS NOT NULL, \
+    pg_catalog.to_regprocedure('pgmq.read_grouped_head_with_poll(text,integer,integer,integer,integer)') IS NOT NULL, \
+    pg_catalog.to_regprocedure('pgmq.create_partitioned(text,text,text,integer)') IS NOT NULL, \
+    pg_catalog.current_database()";
 
 /// Detects PGMQ on `client` and checks it against [`MIN_SUPPORTED`].
 ///

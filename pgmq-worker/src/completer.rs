@@ -376,18 +376,19 @@ async fn write<F, Fut>(
 /// Returns the source ids copied, in the order given.
 const DEAD_LETTER_SQL: &str = "\
 WITH dead AS (
-    SELECT * FROM unnest($2::bigint[], $3::text[], $4::integer[])
+    SELECT * FROM ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::text[]),
+                            pg_catalog.unnest($4::integer[]))
         WITH ORDINALITY AS d(id, reason, attempts, ord)
 ), locked AS (
     SELECT m.msg_id, m.message, m.headers FROM pgmq.set_vt($1::text, $2::bigint[], 0) AS m
 ), moved AS (
-    SELECT array_agg(l.msg_id ORDER BY d.ord) AS ids,
-           array_agg(l.message ORDER BY d.ord) AS bodies,
-           array_agg(jsonb_build_object(
+    SELECT pg_catalog.array_agg(l.msg_id ORDER BY d.ord) AS ids,
+           pg_catalog.array_agg(l.message ORDER BY d.ord) AS bodies,
+           pg_catalog.array_agg(pg_catalog.jsonb_build_object(
                'reason', d.reason, 'attempts', d.attempts, 'source_queue', $1::text,
                'original_msg_id', l.msg_id, 'original_headers', l.headers) ORDER BY d.ord) AS headers
     FROM locked l JOIN dead d ON d.id = l.msg_id
-    HAVING count(*) > 0
+    HAVING pg_catalog.count(*) > 0
 )
 SELECT moved.ids, ARRAY(SELECT pgmq.send_batch($5::text, moved.bodies, moved.headers, 0))
 FROM moved";
