@@ -85,7 +85,7 @@
 //! `connection.rs` (connections, their statement cache, transactions),
 //! `statements.rs` (all SQL), `queue_name.rs`, `message.rs`, then the calls as
 //! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs`, `ack.rs`, `fifo.rs`,
-//! `notify.rs`, `topics.rs`; `version.rs` (detection), `tls.rs` (sslmode),
+//! `notify.rs`, `topics.rs`, `functions.rs` (the rest of PGMQ 1.13); `version.rs` (detection), `tls.rs` (sslmode),
 //! `dsn.rs` and `error.rs`; `bin/pgmq/` is the command-line tool.
 
 mod ack;
@@ -95,6 +95,7 @@ mod dsn;
 mod error;
 mod executor;
 mod fifo;
+mod functions;
 mod message;
 mod notify;
 mod queue;

@@ -93,6 +93,15 @@ statements! {
     ListTopicBindings = "SELECT pattern, queue_name, bound_at, compiled_regex FROM pgmq.list_topic_bindings()";
     ListTopicBindingsFor = "SELECT pattern, queue_name, bound_at, compiled_regex FROM pgmq.list_topic_bindings($1::text)";
     TestRouting = "SELECT pattern, queue_name, compiled_regex FROM pgmq.test_routing($1::text)";
+    // The remaining public functions of PGMQ 1.13 (functions.rs).
+    CreateNonPartitioned = "SELECT pgmq.create_non_partitioned($1::text)";
+    ConvertArchivePartitioned = "SELECT pgmq.convert_archive_partitioned($1::text, $2::text, $3::text, $4::integer)";
+    CreateFifoIndexesAll = "SELECT pgmq.create_fifo_indexes_all()";
+    ValidateQueueName = "SELECT pgmq.validate_queue_name($1::text)";
+    FormatTableName = "SELECT pgmq.format_table_name($1::text, $2::text)";
+    ValidateRoutingKey = "SELECT pgmq.validate_routing_key($1::text)";
+    ValidateTopicPattern = "SELECT pgmq.validate_topic_pattern($1::text)";
+    AcquireQueueLock = "SELECT pgmq.acquire_queue_lock($1::text)";
 }
 
 /// Number of statements; the size of each connection's cache.
