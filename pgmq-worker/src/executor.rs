@@ -269,6 +269,26 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
 }
 
 /// Maps what the handler returned to what the completer writes.
+/// The most bytes of handler-supplied text (an error's text, a panic
+/// message, an `Outcome::DeadLetter` reason) that the worker logs or writes
+/// into a dead-letter `reason` header: 512. Such text can quote the data
+/// being handled; longer text is cut at a character boundary and ends in
+/// `…`.
+pub const MAX_REASON_LEN: usize = 512;
+
+/// `reason` cut to [`MAX_REASON_LEN`] bytes.
+pub(crate) fn truncate_reason(mut reason: String) -> String {
+    if reason.len() > MAX_REASON_LEN {
+        let mut end = MAX_REASON_LEN;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+        reason.push('…');
+    }
+    reason
+}
+
 fn outcome_to_ack(
     shared: &Shared,
     counts: &HandlerCounters,
@@ -277,6 +297,7 @@ fn outcome_to_ack(
 ) -> AckKind {
     let cfg = &shared.config;
     let failure = |reason: String| {
+        let reason = truncate_reason(reason);
         bump(&counts.failed, 1);
         if attempts >= cfg.max_attempts {
             tracing::debug!(attempts, %reason, "handler failed on its last attempt; dead-lettering");
@@ -298,7 +319,9 @@ fn outcome_to_ack(
                 Outcome::Retry(_) => AckKind::DeadLetter {
                     reason: format!("retried {attempts} times (max_attempts)"),
                 },
-                Outcome::DeadLetter(reason) => AckKind::DeadLetter { reason },
+                Outcome::DeadLetter(reason) => AckKind::DeadLetter {
+                    reason: truncate_reason(reason),
+                },
             }
         }
         Ok(Err(e)) => failure(e.to_string()),
@@ -306,5 +329,21 @@ fn outcome_to_ack(
             bump(&counts.panicked, 1);
             failure(panic)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_cut_to_the_limit() {
+        assert_eq!(truncate_reason("short".into()), "short");
+        let long = truncate_reason("x".repeat(10_000));
+        assert_eq!(long.len(), MAX_REASON_LEN + '…'.len_utf8());
+        // Never in the middle of a character.
+        let wide = truncate_reason("é".repeat(MAX_REASON_LEN));
+        assert!(wide.ends_with('…'));
+        assert!(wide.len() <= MAX_REASON_LEN + '…'.len_utf8());
     }
 }

@@ -131,6 +131,7 @@ mod worker;
 
 pub use config::{Backoff, WakeUp, WorkerBuilder};
 pub use error::Error;
+pub use executor::MAX_REASON_LEN;
 pub use handler::{BlockingHandler, Handler, HandlerError, Outcome};
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
