@@ -534,7 +534,7 @@ async fn redrive_moves_dead_letters_back_in_transactions() {
 }
 
 #[tokio::test]
-async fn redrive_to_a_missing_queue_moves_nothing() {
+async fn redrive_leaves_messages_naming_a_missing_queue() {
     let client = common::client().await;
     let qs = Queues::new();
     let src = qs.fresh(&client, "cli_src2").await;
@@ -548,7 +548,7 @@ async fn redrive_to_a_missing_queue_moves_nothing() {
         )
         .await
         .unwrap();
-    client
+    let stays = client
         .send_with(
             &dlq,
             &json!({"a": 2}),
@@ -556,22 +556,50 @@ async fn redrive_to_a_missing_queue_moves_nothing() {
         )
         .await
         .unwrap();
-    // Both in one batch: the batch fails as a whole.
-    let run = pgmq(&["redrive", dlq.as_str()], "")
-        .await
-        .failed("does not exist");
+    // The message naming a queue that does not exist stays, with the reason.
+    let run = pgmq(&["redrive", dlq.as_str()], "").await.ok();
+    assert_eq!(run.lines().len(), 1, "{}", run.stdout);
     assert!(
-        run.stderr.contains("nothing of this batch was moved"),
+        run.stderr.contains(&format!(
+            "message {stays} stays: source_queue {gone} does not exist"
+        )),
         "{}",
         run.stderr
     );
-    assert_eq!(client.metrics(&src).await.unwrap().queue_length, 0);
+    assert_eq!(client.metrics(&src).await.unwrap().queue_length, 1);
     let m = client.metrics(&dlq).await.unwrap();
-    assert_eq!(
-        (m.queue_length, m.queue_visible_length),
-        (2, 2),
-        "rolled back, visible"
-    );
+    assert_eq!((m.queue_length, m.queue_visible_length), (1, 1));
+}
+
+#[tokio::test]
+async fn redrive_to_several_queues_needs_yes() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let a = qs.fresh(&client, "cli_a").await;
+    let b = qs.fresh(&client, "cli_b").await;
+    let dlq = qs.fresh(&client, "cli_dlq3").await;
+    for (q, n) in [(&a, 1), (&b, 2)] {
+        client
+            .send_with(
+                &dlq,
+                &json!({"n": n}),
+                &SendOptions::new().headers(dead_letter_headers(q.as_str(), n, Value::Null)),
+            )
+            .await
+            .unwrap();
+    }
+    let run = pgmq(&["redrive", dlq.as_str()], "").await.failed("--yes");
+    assert!(run.stderr.contains(a.as_str()) && run.stderr.contains(b.as_str()));
+    assert_eq!(client.metrics(&dlq).await.unwrap().queue_visible_length, 2);
+    // --limit 1 names one queue only.
+    let run = pgmq(&["redrive", dlq.as_str(), "--limit", "1"], "")
+        .await
+        .ok();
+    assert_eq!(run.lines().len(), 1);
+    let run = pgmq(&["redrive", dlq.as_str(), "--yes"], "").await.ok();
+    assert_eq!(run.lines().len(), 1);
+    assert_eq!(client.metrics(&a).await.unwrap().queue_length, 1);
+    assert_eq!(client.metrics(&b).await.unwrap().queue_length, 1);
 }
 
 #[tokio::test]

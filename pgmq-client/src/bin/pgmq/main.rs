@@ -151,7 +151,9 @@ enum Command {
     /// the message's original headers. Each batch moves in one transaction:
     /// sent to the target and deleted from the dead-letter queue, or neither.
     /// Prints {"msg_id", "queue", "new_msg_id"} per message moved. Messages
-    /// without a target stay in the dead-letter queue.
+    /// without a target, or whose `source_queue` names no existing queue,
+    /// stay in the dead-letter queue. Without --to, messages naming more
+    /// than one queue are moved only with --yes.
     Redrive {
         /// The dead-letter queue.
         dead_letter_queue: String,
@@ -167,6 +169,10 @@ enum Command {
         /// Show what would move, and move nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Move messages back to each of several source queues (without
+        /// --to, redrive refuses when the messages name more than one).
+        #[arg(long)]
+        yes: bool,
     },
     /// Insert notifications (LISTEN channel pgmq.q_QUEUE.INSERT).
     Notify {
@@ -430,6 +436,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             batch,
             limit,
             dry_run,
+            yes,
         } => {
             let opts = redrive::Opts {
                 dlq: queue(&dead_letter_queue)?,
@@ -437,6 +444,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 batch: batch as usize,
                 limit,
                 dry_run,
+                yes,
             };
             redrive::run(&client, &opts, &mut out).await?;
         }
