@@ -195,6 +195,90 @@ fn map_key_values(dsn: &str, f: &mut ParamFn<'_>) -> String {
     out
 }
 
+/// The password libpq would use for `config` when its DSN has none:
+/// `PGPASSWORD`, else the first matching line of the password file.
+pub(crate) fn libpq_password(config: &tokio_postgres::Config) -> Option<String> {
+    if let Ok(pw) = std::env::var("PGPASSWORD") {
+        if !pw.is_empty() {
+            return Some(pw);
+        }
+    }
+    let path = match std::env::var_os("PGPASSFILE") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::path::PathBuf::from(std::env::var_os("HOME")?).join(".pgpass"),
+    };
+    #[cfg(unix)]
+    {
+        // libpq ignores a password file others can read or write.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).ok()?.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), "password file ignored: its mode allows group or other access (chmod 0600)");
+            return None;
+        }
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(tokio_postgres::config::Host::Unix(_)) | None => "localhost".to_owned(),
+        #[cfg(not(unix))]
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user()?.to_owned();
+    let db = config.get_dbname().unwrap_or(&user).to_owned();
+    pgpass_lookup(&text, &host, port, &db, &user)
+}
+
+/// Finds the password for `host:port:database:user` in the text of a libpq
+/// password file (`~/.pgpass`): one `hostname:port:database:username:password`
+/// per line, `*` matching anything in the first four fields, `\:` and `\\`
+/// escaping a colon and a backslash, `#` starting a comment line. The first
+/// matching line wins.
+///
+/// ```
+/// let file = "# comment\ndb:5432:app:app:s3cr\\:et\n*:*:*:admin:other\n";
+/// assert_eq!(pgmq_client::pgpass_lookup(file, "db", 5432, "app", "app").as_deref(), Some("s3cr:et"));
+/// assert_eq!(pgmq_client::pgpass_lookup(file, "x", 1, "y", "admin").as_deref(), Some("other"));
+/// assert_eq!(pgmq_client::pgpass_lookup(file, "db", 5433, "app", "app"), None);
+/// ```
+pub fn pgpass_lookup(text: &str, host: &str, port: u16, db: &str, user: &str) -> Option<String> {
+    let port = port.to_string();
+    for line in text.lines() {
+        if line.trim_start().starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = Vec::with_capacity(5);
+        let mut cur = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        cur.push(n);
+                    }
+                }
+                ':' if fields.len() < 4 => fields.push(std::mem::take(&mut cur)),
+                c => cur.push(c),
+            }
+        }
+        fields.push(cur);
+        if fields.len() != 5 {
+            continue;
+        }
+        let ok = |pat: &str, v: &str| pat == "*" || pat == v;
+        if ok(&fields[0], host)
+            && ok(&fields[1], &port)
+            && ok(&fields[2], db)
+            && ok(&fields[3], user)
+        {
+            return Some(fields.swap_remove(4));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::{map_params, redact};

@@ -72,7 +72,7 @@
 //!
 //! ```text
 //! cargo install --path pgmq-client --features cli
-//! export DATABASE_URL=postgres://app:secret@db/app
+//! export DATABASE_URL=postgres://app@db/app   # password from PGPASSWORD or ~/.pgpass
 //! pgmq list --table
 //! jq -c '.[]' orders.json | pgmq send orders
 //! pgmq read orders -n 10 | jq .body
@@ -110,7 +110,7 @@ mod version;
 pub use ack::VisibleAt;
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
-pub use dsn::redact as redact_dsn;
+pub use dsn::{pgpass_lookup, redact as redact_dsn};
 pub use error::{Error, Outcome, Result};
 pub use executor::{Executor, Params, TypedParams};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};

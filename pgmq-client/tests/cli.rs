@@ -623,3 +623,76 @@ async fn notify_enable_list_disable() {
         .await
         .failed("does not exist");
 }
+
+#[tokio::test]
+async fn the_password_stays_off_the_command_line() {
+    let cfg: tokio_postgres::Config = common::dsn().parse().unwrap();
+    let user = cfg.get_user().unwrap().to_owned();
+    let password = String::from_utf8(cfg.get_password().unwrap().to_vec()).unwrap();
+    let host = match &cfg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        other => panic!("a TCP test DSN, not {other:?}"),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let db = cfg.get_dbname().unwrap().to_owned();
+    let bare = format!("postgres://{user}@{host}:{port}/{db}");
+    let dir = std::env::temp_dir().join(format!("pgmq-cli-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nowhere = dir.join("missing");
+    let nowhere = nowhere.to_str().unwrap();
+
+    // No password anywhere: the server refuses, so the cases below prove something.
+    pgmq_with(
+        &["list"],
+        "",
+        &[
+            ("DATABASE_URL", Some(&bare)),
+            ("PGPASSWORD", None),
+            ("PGPASSFILE", Some(nowhere)),
+        ],
+    )
+    .await
+    .failed("");
+    // PGPASSWORD.
+    pgmq_with(
+        &["list"],
+        "",
+        &[
+            ("DATABASE_URL", Some(&bare)),
+            ("PGPASSWORD", Some(&password)),
+        ],
+    )
+    .await
+    .ok();
+    // A password file, wildcards and all; ignored while others may read it.
+    let passfile = dir.join("pgpass");
+    std::fs::write(
+        &passfile,
+        format!("# test\nother:*:*:*:wrong\n{host}:{port}:*:{user}:{password}\n"),
+    )
+    .unwrap();
+    let env = [
+        ("DATABASE_URL", Some(bare.as_str())),
+        ("PGPASSWORD", None),
+        ("PGPASSFILE", passfile.to_str()),
+    ];
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o644)).unwrap();
+        pgmq_with(&["list"], "", &env).await.failed("");
+        std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    pgmq_with(&["list"], "", &env).await.ok();
+    // The whole DSN in a file.
+    let dsn_file = dir.join("dsn");
+    std::fs::write(&dsn_file, format!("{}\n", common::dsn())).unwrap();
+    pgmq_with(
+        &["list", "--dsn-file", dsn_file.to_str().unwrap()],
+        "",
+        &[("DATABASE_URL", None), ("PGPASSFILE", Some(nowhere))],
+    )
+    .await
+    .ok();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,7 +1,8 @@
 //! `pgmq`: a command-line tool for operating PGMQ queues.
 //!
 //! Built with `cargo build -p pgmq-client --features cli --bin pgmq`. The
-//! database comes from `--dsn` or `DATABASE_URL`. Output is JSON lines
+//! database comes from `DATABASE_URL`, `--dsn-file` or `--dsn`, the password
+//! from the DSN, `PGPASSWORD` or `~/.pgpass`. Output is JSON lines
 //! (one JSON value per line, ready for `jq`); errors go to stderr as
 //! `pgmq: error: ...` with exit status 1 (2 for a bad command line).
 //!
@@ -39,9 +40,17 @@ use tokio::io::{AsyncWriteExt, BufWriter, Stdout};
 #[derive(Parser)]
 #[command(name = "pgmq", version)]
 struct Cli {
-    /// PostgreSQL DSN, e.g. postgres://user:password@host:5432/db?sslmode=verify-full
+    /// PostgreSQL DSN without the password, e.g.
+    /// postgres://user@host:5432/db?sslmode=verify-full. The password comes
+    /// from PGPASSWORD or ~/.pgpass (libpq's format), or put the whole DSN in
+    /// DATABASE_URL or a file (--dsn-file): anything on the command line is
+    /// visible to other local users.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     dsn: Option<String>,
+
+    /// Read the DSN from this file (its first line), e.g. one of mode 0600.
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "dsn")]
+    dsn_file: Option<PathBuf>,
 
     /// PEM file of CA certificates to trust for TLS (a private CA, e.g. a
     /// cloud provider's bundle); combine with sslmode=verify-full.
@@ -275,10 +284,23 @@ struct QueueOut {
 }
 
 async fn connect(cli: &Cli) -> Result<Client, Failure> {
-    let Some(dsn) = cli.dsn.as_deref() else {
-        return fail("no database: pass --dsn or set DATABASE_URL");
+    let from_file = match &cli.dsn_file {
+        Some(path) => Some(
+            tokio::fs::read_to_string(path)
+                .await
+                .map_err(|e| Failure(format!("--dsn-file {}: {e}", path.display())))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned(),
+        ),
+        None => None,
     };
-    let mut builder = Client::builder(dsn).max_size(2);
+    let Some(dsn) = from_file.as_deref().or(cli.dsn.as_deref()) else {
+        return fail("no database: set DATABASE_URL, or pass --dsn-file or --dsn");
+    };
+    let mut builder = Client::builder(dsn).max_size(2).libpq_password(true);
     if let Some(path) = &cli.ca_file {
         builder = builder.tls(tls_trusting(path).await?);
     }
