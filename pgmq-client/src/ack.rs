@@ -235,7 +235,7 @@ impl<E: Executor> Pgmq<E> {
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
     /// use std::time::Duration;
-    /// let claimed = client.read::<serde_json::Value>(&q, Duration::from_secs(30), 10).await?;
+    /// let claimed = client.read_raw(&q, Duration::from_secs(30), 10).await?;
     /// // Stopping before handling them: give them back, attempts unused.
     /// let reads: Vec<(i64, i32)> = claimed.iter().map(|m| (m.msg_id, m.read_ct)).collect();
     /// let released = client.release_batch(&q, &reads).await?;

@@ -358,7 +358,7 @@ async fn every_error_is_a_message_and_a_non_zero_exit() {
 
     pgmq_with(&["list"], "", &[("DATABASE_URL", None)])
         .await
-        .failed("pass --dsn or set DATABASE_URL");
+        .failed("set DATABASE_URL, or pass --dsn-file or --dsn");
     for run in [
         pgmq_with(&["list"], "", &[("DATABASE_URL", Some(&wrong))]).await,
         pgmq(&["--dsn", &wrong, "list"], "").await,
