@@ -96,7 +96,9 @@ async fn run(
         .get(0);
     let messages = client
         .read::<OrderPlaced>(queue, Duration::from_secs(30), 10)
-        .await?;
+        .await?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     println!(
         "result:   {rows} row(s) in {table}, {} message(s) in {queue}",
         messages.len()

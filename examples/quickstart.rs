@@ -35,6 +35,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .read::<Greeting>(&queue, Duration::from_secs(30), 10)
         .await?
     {
+        // A body that is not a Greeting would come back as Err(Undecoded).
+        let msg = msg?;
         println!(
             "read message {}: {:?} (read {} time)",
             msg.msg_id, msg.body, msg.read_ct

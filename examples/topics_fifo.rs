@@ -97,7 +97,11 @@ async fn topics(
     println!("who received what:");
     let mut total = 0;
     for q in [eu, created, audit] {
-        let got = client.read::<Value>(q, VT, 10).await?;
+        let got = client
+            .read::<Value>(q, VT, 10)
+            .await?
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
         total += got.len();
         let bodies: Vec<String> = got.iter().map(|m| m.body.to_string()).collect();
         println!(
@@ -138,12 +142,16 @@ async fn fifo(client: &Client, ledger: &QueueName) -> Result<(), Box<dyn std::er
     // Fill: take as much as possible from the group with the oldest message.
     let batch = client
         .read_grouped::<Value>(ledger, GroupStrategy::Fill, VT, 3)
-        .await?;
+        .await?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     println!("read_grouped(Fill, 3)       -> {}", describe(&batch));
     // While those are in flight, their group is blocked; the other group is not.
     let next = client
         .read_grouped::<Value>(ledger, GroupStrategy::Fill, VT, 3)
-        .await?;
+        .await?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     println!("read_grouped(Fill, 3) again -> {}", describe(&next));
     check_in_order(&batch)?;
     check_in_order(&next)?;
@@ -170,7 +178,9 @@ async fn fifo(client: &Client, ledger: &QueueName) -> Result<(), Box<dyn std::er
     }
     let rr = client
         .read_grouped::<Value>(ledger, GroupStrategy::RoundRobin, VT, 10)
-        .await?;
+        .await?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     println!("read_grouped(RoundRobin)    -> {}", describe(&rr));
     check_in_order(&rr)?;
     let ids: Vec<i64> = rr.iter().map(|m| m.msg_id).collect();

@@ -179,7 +179,9 @@ async fn run(
     // What ended up in the dead-letter queue, and why.
     let dead = client
         .read::<serde_json::Value>(dlq, Duration::from_secs(30), 100)
-        .await?;
+        .await?
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
     println!("{} dead letter(s) in {dlq}:", dead.len());
     for m in &dead {
         println!("  {}", m.body);

@@ -2,11 +2,11 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::error::Error;
+use crate::error::{col0s, first_col, Error};
 use crate::executor::Executor;
 use crate::message::{raw_from_row, Message, RawJson};
 use crate::queue_name::QueueName;
-use crate::read::secs;
+use crate::read::{check_batch, secs};
 use crate::statements::Stmt;
 use crate::Pgmq;
 use tokio_postgres::types::Type;
@@ -15,7 +15,8 @@ use tokio_postgres::types::Type;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum VisibleAt {
-    /// Visible again this long from now (whole seconds; zero means now).
+    /// Visible again this long from now: rounded up to whole seconds (500 ms
+    /// is 1 s; zero means now), at most [`MAX_SECONDS`](crate::MAX_SECONDS).
     After(std::time::Duration),
     /// Visible again at this time (database clock).
     At(DateTime<Utc>),
@@ -39,10 +40,7 @@ impl<E: Executor> Pgmq<E> {
     pub async fn delete(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {
         let q = queue.as_str();
         let rows = self.run(Stmt::Delete, Some(q), &[&q, &msg_id]).await?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.get::<_, Option<bool>>(0))
-            .unwrap_or(false))
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
     }
 
     /// Deletes messages; returns the ids that existed and were deleted.
@@ -55,11 +53,12 @@ impl<E: Executor> Pgmq<E> {
         if msg_ids.is_empty() {
             return Ok(Vec::new());
         }
+        check_batch(msg_ids.len(), "batch of")?;
         let q = queue.as_str();
         let rows = self
             .run(Stmt::DeleteBatch, Some(q), &[&q, &msg_ids])
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        col0s(&rows)
     }
 
     /// Deletes messages; returns how many existed and were deleted.
@@ -107,9 +106,10 @@ impl<E: Executor> Pgmq<E> {
         if msg_ids.is_empty() {
             return Ok(0);
         }
+        check_batch(msg_ids.len(), "batch of")?;
         let q = queue.as_str();
         let rows = self.run(stmt, Some(q), &[&q, &msg_ids]).await?;
-        let n: i64 = rows.first().map_or(0, |r| r.get(0));
+        let n: i64 = first_col(&rows, 0, 0)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -118,10 +118,7 @@ impl<E: Executor> Pgmq<E> {
     pub async fn archive(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {
         let q = queue.as_str();
         let rows = self.run(Stmt::Archive, Some(q), &[&q, &msg_id]).await?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.get::<_, Option<bool>>(0))
-            .unwrap_or(false))
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
     }
 
     /// Archives messages; returns the ids archived.
@@ -134,11 +131,12 @@ impl<E: Executor> Pgmq<E> {
         if msg_ids.is_empty() {
             return Ok(Vec::new());
         }
+        check_batch(msg_ids.len(), "batch of")?;
         let q = queue.as_str();
         let rows = self
             .run(Stmt::ArchiveBatch, Some(q), &[&q, &msg_ids])
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        col0s(&rows)
     }
 
     /// Sets a message's visibility timeout; returns the updated message, or
@@ -197,6 +195,7 @@ impl<E: Executor> Pgmq<E> {
         if msg_ids.is_empty() {
             return Ok(Vec::new());
         }
+        check_batch(msg_ids.len(), "batch of")?;
         let q = queue.as_str();
         let rows = match vt.into() {
             VisibleAt::After(d) => {
@@ -209,7 +208,7 @@ impl<E: Executor> Pgmq<E> {
                     .await?
             }
         };
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        col0s(&rows)
     }
 
     /// Gives claimed messages back unhandled: undoes their read.
@@ -236,7 +235,7 @@ impl<E: Executor> Pgmq<E> {
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
     /// use std::time::Duration;
-    /// let claimed = client.read::<serde_json::Value>(&q, Duration::from_secs(30), 10).await?;
+    /// let claimed = client.read_raw(&q, Duration::from_secs(30), 10).await?;
     /// // Stopping before handling them: give them back, attempts unused.
     /// let reads: Vec<(i64, i32)> = claimed.iter().map(|m| (m.msg_id, m.read_ct)).collect();
     /// let released = client.release_batch(&q, &reads).await?;
@@ -252,11 +251,13 @@ impl<E: Executor> Pgmq<E> {
         if reads.is_empty() {
             return Ok(Vec::new());
         }
+        check_batch(reads.len(), "batch of")?;
         let (ids, read_cts): (Vec<i64>, Vec<i32>) = reads.iter().copied().unzip();
         let sql = format!(
             "UPDATE {} AS m \
-             SET vt = clock_timestamp(), read_ct = GREATEST(m.read_ct - 1, 0) \
-             FROM unnest($1::bigint[], $2::integer[]) AS r(msg_id, read_ct) \
+             SET vt = pg_catalog.clock_timestamp(), read_ct = GREATEST(m.read_ct - 1, 0) \
+             FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::integer[])) \
+                 AS r(msg_id, read_ct) \
              WHERE m.msg_id = r.msg_id AND m.read_ct = r.read_ct \
              RETURNING m.msg_id",
             queue.quoted_table()
@@ -268,6 +269,6 @@ impl<E: Executor> Pgmq<E> {
                 &[(&ids, Type::INT8_ARRAY), (&read_cts, Type::INT4_ARRAY)],
             )
             .await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        col0s(&rows)
     }
 }

@@ -319,6 +319,7 @@ pub struct ClientBuilder {
     application_name: String,
     tls: Option<Arc<rustls::ClientConfig>>,
     check_pgmq: bool,
+    libpq_password: bool,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -345,7 +346,28 @@ impl ClientBuilder {
             application_name: "pgmq-client".to_owned(),
             tls: None,
             check_pgmq: true,
+            libpq_password: false,
         }
+    }
+
+    /// When the DSN holds no password, take it where libpq does: the
+    /// `PGPASSWORD` environment variable, else the password file
+    /// (`PGPASSFILE`, or `~/.pgpass`; see [`pgpass_lookup`](crate::pgpass_lookup)).
+    /// Off by default; command-line tools turn it on so that no password has
+    /// to appear on their command line.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), pgmq_client::Error> {
+    /// // PGPASSWORD=... or a ~/.pgpass line for db:5432:app:app
+    /// let client = pgmq_client::Client::builder("postgres://app@db:5432/app")
+    ///     .libpq_password(true)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn libpq_password(mut self, yes: bool) -> Self {
+        self.libpq_password = yes;
+        self
     }
 
     /// Largest number of open connections.
@@ -433,6 +455,11 @@ impl ClientBuilder {
         }
         if config.get_tcp_user_timeout().is_none() {
             config.tcp_user_timeout(Duration::from_secs(30));
+        }
+        if self.libpq_password && config.get_password().is_none() {
+            if let Some(pw) = crate::dsn::libpq_password(&config) {
+                config.password(pw);
+            }
         }
         if config.get_application_name().is_none() {
             config.application_name(&self.application_name);

@@ -5,10 +5,21 @@
 /// (`postgres://user:secret@host/db`, `?password=secret`) and the key=value
 /// form (`host=db password=secret`).
 ///
+/// The DSN is parsed, not pattern-matched: in a URL the user information is
+/// everything before the **last** `@` (so a password holding `/`, `?`, `:`
+/// or `@`, percent-encoded or not, is hidden whole; an `@` later in the URL
+/// only makes more of it hidden), and query keys are percent-decoded
+/// (`pass%77ord=` is a password too). In the key=value form, values quoted
+/// with `'...'` and backslash escapes (quoted or not: `password=a\ b`) are
+/// read as libpq reads them. A key=value DSN that cannot be parsed (an
+/// unterminated quote) is hidden from that point on.
+///
 /// ```
 /// use pgmq_client::redact_dsn;
 /// assert_eq!(redact_dsn("postgres://app:hunter2@db:5432/app"), "postgres://app:***@db:5432/app");
-/// assert_eq!(redact_dsn("host=db user=app password=hunter2"), "host=db user=app password=***");
+/// assert_eq!(redact_dsn("postgres://app:a/b?c@db/app"), "postgres://app:***@db/app");
+/// assert_eq!(redact_dsn(r"host=db user=app password='it\'s me'"), "host=db user=app password=***");
+/// assert_eq!(redact_dsn(r"host=db password=it\ is user=app"), "host=db password=*** user=app");
 /// ```
 pub fn redact(dsn: &str) -> String {
     map_params(dsn, true, |key, _| {
@@ -20,43 +31,70 @@ pub fn redact(dsn: &str) -> String {
 /// Rewrites the parameters of `dsn` (URL query or key=value pairs): `f(key,
 /// value)` returns `None` to keep a parameter, `Some(None)` to remove it,
 /// `Some(Some(v))` to replace its value. With `userinfo`, the password of a
-/// URL's `user:password@` part is rewritten as key `password` too.
+/// URL's `user:password@` part is rewritten as key `password` too, and the
+/// user information runs to the last `@` of the URL (see [`redact`]).
 pub(crate) fn map_params(
     dsn: &str,
     userinfo: bool,
     mut f: impl FnMut(&str, &str) -> Option<Option<String>>,
 ) -> String {
     let dsn = dsn.trim();
-    let url = ["postgres://", "postgresql://"]
-        .iter()
-        .find_map(|scheme| dsn.strip_prefix(scheme).map(|rest| (*scheme, rest)));
+    let url = ["postgres://", "postgresql://"].iter().find_map(|scheme| {
+        let head = dsn.get(..scheme.len())?;
+        head.eq_ignore_ascii_case(scheme)
+            .then(|| (head, &dsn[scheme.len()..]))
+    });
     match url {
         Some((scheme, rest)) => map_url(scheme, rest, userinfo, &mut f),
         None => map_key_values(dsn, &mut f),
     }
 }
 
+/// Percent-decodes `s` (invalid escapes are kept as they are).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 type ParamFn<'a> = dyn FnMut(&str, &str) -> Option<Option<String>> + 'a;
 
 fn map_url(scheme: &str, rest: &str, userinfo: bool, f: &mut ParamFn<'_>) -> String {
-    let (authority_end, tail) = match rest.find(['/', '?']) {
-        Some(i) => (i, &rest[i..]),
-        None => (rest.len(), ""),
+    // With `userinfo`, the user information runs to the last '@': whatever
+    // a password holds, it lies before that '@'. Without, the authority ends
+    // at the first '/' or '?'.
+    let (info, after) = match rest.rfind('@') {
+        Some(at) if userinfo => (Some(&rest[..at]), &rest[at..]),
+        _ => (None, rest),
     };
-    let authority = &rest[..authority_end];
-    let authority = match authority.rfind('@') {
-        Some(at) if userinfo => {
-            let (info, host) = authority.split_at(at);
-            match info.split_once(':') {
-                Some((user, password)) => match f("password", password) {
-                    Some(Some(v)) => format!("{user}:{v}{host}"),
-                    Some(None) => format!("{user}{host}"),
-                    None => authority.to_owned(),
-                },
-                None => authority.to_owned(),
-            }
-        }
-        _ => authority.to_owned(),
+    let (host_end, tail) = match after.find(['/', '?']) {
+        Some(i) => (i, &after[i..]),
+        None => (after.len(), ""),
+    };
+    let host = &after[..host_end];
+    let authority = match info {
+        Some(info) => match info.split_once(':') {
+            Some((user, password)) => match f("password", &percent_decode(password)) {
+                Some(Some(v)) => format!("{user}:{v}{host}"),
+                Some(None) => format!("{user}{host}"),
+                None => format!("{info}{host}"),
+            },
+            None => format!("{info}{host}"),
+        },
+        None => host.to_owned(),
     };
     let Some(q) = tail.find('?') else {
         return format!("{scheme}{authority}{tail}");
@@ -66,7 +104,7 @@ fn map_url(scheme: &str, rest: &str, userinfo: bool, f: &mut ParamFn<'_>) -> Str
         .split('&')
         .filter_map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            match f(k, v) {
+            match f(&percent_decode(k), &percent_decode(v)) {
                 None => Some(kv.to_owned()),
                 Some(None) => None,
                 Some(Some(v)) => Some(format!("{k}={v}")),
@@ -120,7 +158,17 @@ fn map_key_values(dsn: &str, f: &mut ParamFn<'_>) -> String {
             let value_len = (end + 2).min(rest.len());
             (&rest[..value_len], &rest[value_len..])
         } else {
-            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            // Unquoted: up to the first whitespace not escaped by a backslash.
+            let mut end = rest.len();
+            let mut chars = rest.char_indices();
+            while let Some((i, c)) = chars.next() {
+                if c == '\\' {
+                    chars.next();
+                } else if c.is_whitespace() {
+                    end = i;
+                    break;
+                }
+            }
             (&rest[..end], &rest[end..])
         };
         let bare = value
@@ -145,6 +193,90 @@ fn map_key_values(dsn: &str, f: &mut ParamFn<'_>) -> String {
         rest = after;
     }
     out
+}
+
+/// The password libpq would use for `config` when its DSN has none:
+/// `PGPASSWORD`, else the first matching line of the password file.
+pub(crate) fn libpq_password(config: &tokio_postgres::Config) -> Option<String> {
+    if let Ok(pw) = std::env::var("PGPASSWORD") {
+        if !pw.is_empty() {
+            return Some(pw);
+        }
+    }
+    let path = match std::env::var_os("PGPASSFILE") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::path::PathBuf::from(std::env::var_os("HOME")?).join(".pgpass"),
+    };
+    #[cfg(unix)]
+    {
+        // libpq ignores a password file others can read or write.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).ok()?.permissions().mode();
+        if mode & 0o077 != 0 {
+            tracing::warn!(path = %path.display(), "password file ignored: its mode allows group or other access (chmod 0600)");
+            return None;
+        }
+    }
+    let text = std::fs::read_to_string(&path).ok()?;
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(tokio_postgres::config::Host::Unix(_)) | None => "localhost".to_owned(),
+        #[cfg(not(unix))]
+        None => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user()?.to_owned();
+    let db = config.get_dbname().unwrap_or(&user).to_owned();
+    pgpass_lookup(&text, &host, port, &db, &user)
+}
+
+/// Finds the password for `host:port:database:user` in the text of a libpq
+/// password file (`~/.pgpass`): one `hostname:port:database:username:password`
+/// per line, `*` matching anything in the first four fields, `\:` and `\\`
+/// escaping a colon and a backslash, `#` starting a comment line. The first
+/// matching line wins.
+///
+/// ```
+/// let file = "# comment\ndb:5432:app:app:s3cr\\:et\n*:*:*:admin:other\n";
+/// assert_eq!(pgmq_client::pgpass_lookup(file, "db", 5432, "app", "app").as_deref(), Some("s3cr:et"));
+/// assert_eq!(pgmq_client::pgpass_lookup(file, "x", 1, "y", "admin").as_deref(), Some("other"));
+/// assert_eq!(pgmq_client::pgpass_lookup(file, "db", 5433, "app", "app"), None);
+/// ```
+pub fn pgpass_lookup(text: &str, host: &str, port: u16, db: &str, user: &str) -> Option<String> {
+    let port = port.to_string();
+    for line in text.lines() {
+        if line.trim_start().starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let mut fields = Vec::with_capacity(5);
+        let mut cur = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        cur.push(n);
+                    }
+                }
+                ':' if fields.len() < 4 => fields.push(std::mem::take(&mut cur)),
+                c => cur.push(c),
+            }
+        }
+        fields.push(cur);
+        if fields.len() != 5 {
+            continue;
+        }
+        let ok = |pat: &str, v: &str| pat == "*" || pat == v;
+        if ok(&fields[0], host)
+            && ok(&fields[1], &port)
+            && ok(&fields[2], db)
+            && ok(&fields[3], user)
+        {
+            return Some(fields.swap_remove(4));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -174,6 +306,27 @@ mod tests {
             "host=h password=*** user=u"
         );
         assert!(!redact("password = s3cr3t host=h").contains("s3cr3t"));
+        assert_eq!(
+            redact(r"host=h password=a\ b\ c user=u"),
+            "host=h password=*** user=u"
+        );
+        assert_eq!(
+            redact("host=h password='never closed"),
+            "host=h password=***"
+        );
+    }
+
+    #[test]
+    fn urls_parsed_not_matched() {
+        assert_eq!(redact("postgres://u:a/b?c@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("postgres://u:a@b@h/db"), "postgres://u:***@h/db");
+        assert_eq!(
+            redact("postgres://h/db?pass%77ord=s3cr3t&sslmode=require"),
+            "postgres://h/db?pass%77ord=***&sslmode=require"
+        );
+        assert_eq!(redact("POSTGRES://u:p@h/db"), "POSTGRES://u:***@h/db");
+        // An '@' in the query hides more, never less.
+        assert!(!redact("postgres://u:s3cr3t@h/db?application_name=a@b").contains("s3cr3t"));
     }
 
     #[test]

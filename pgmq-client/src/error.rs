@@ -26,6 +26,9 @@ pub enum Outcome {
 /// Errors returned by every call of this crate.
 ///
 /// Branch on the variants; none of them ever carries a password or a payload.
+/// Neither `Display` nor `Debug` prints the server's DETAIL or CONTEXT
+/// fields, which can quote row values (a unique violation's key, say); ask
+/// for them with [`Error::detail`].
 ///
 /// ```
 /// use pgmq_client::{Error, QueueName};
@@ -33,7 +36,7 @@ pub enum Outcome {
 /// let err = QueueName::new("orders; drop table x").unwrap_err();
 /// assert!(matches!(err, Error::InvalidQueueName { .. }));
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The queue name is not one PGMQ accepts; no SQL was run.
@@ -127,6 +130,21 @@ pub enum Error {
     /// A configuration value (DSN, TLS, pool) was not usable.
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// A row the server returned did not have the shape this crate expects
+    /// (a column of another type, an unexpected NULL, a missing column).
+    ///
+    /// The statement ran: its effect, if any, stands ([`Outcome::Unknown`]).
+    /// Never transient: the same call would get the same row again. It
+    /// points at a server whose PGMQ differs from the one this crate was
+    /// written for, or at a caller's own SQL (through `?` on a
+    /// `Row::try_get` error).
+    #[error("unexpected row from the server: {}", pg_text(.source))]
+    UnexpectedRow {
+        /// The decoding error (its text names the column, never its value).
+        #[source]
+        source: tokio_postgres::Error,
+    },
 }
 
 /// What went wrong, in words: the server's message for a server error (not
@@ -163,6 +181,35 @@ impl Error {
         }
     }
 
+    /// The server's DETAIL field of a database error, when it sent one.
+    ///
+    /// Kept out of `Display` and `Debug` because it can quote row values
+    /// (`Key (email)=(ada@example.com) already exists.`): print it only
+    /// where those may be shown.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) {
+    /// if let Err(e) = client.create(&q).await {
+    ///     eprintln!("{e}"); // no DETAIL
+    ///     if let Some(detail) = e.detail() {
+    ///         eprintln!("detail: {detail}"); // only where row values may appear
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn detail(&self) -> Option<&str> {
+        self.db_error()?.detail()
+    }
+
+    fn db_error(&self) -> Option<&tokio_postgres::error::DbError> {
+        match self {
+            Error::Database { source }
+            | Error::ConnectionLost { source, .. }
+            | Error::Connect(source) => source.as_db_error(),
+            _ => None,
+        }
+    }
+
     /// Whether the failed call may have been applied on the server.
     ///
     /// Errors raised before any SQL ran (invalid input, pool timeout, failed
@@ -175,7 +222,7 @@ impl Error {
             | Error::QueueNotFound { .. }
             | Error::PgmqMissing { .. }
             | Error::PgmqTooOld { .. } => Outcome::Rejected,
-            Error::Deserialize { .. } => Outcome::Unknown,
+            Error::Deserialize { .. } | Error::UnexpectedRow { .. } => Outcome::Unknown,
             _ => Outcome::NotSent,
         }
     }
@@ -202,7 +249,10 @@ impl Error {
                         || *c == SqlState::TOO_MANY_CONNECTIONS
                         || c.code().starts_with("08")
                 }
-                None => true,
+                // No SQLSTATE and not a lost connection: a failure on this
+                // side (encoding a parameter, parsing a reply), which a
+                // retry would meet again.
+                None => false,
             },
             _ => false,
         }
@@ -242,6 +292,9 @@ impl Error {
                 source: e,
             };
         }
+        if is_row_error(&e) {
+            return Error::UnexpectedRow { source: e };
+        }
         Error::Database { source: e }
     }
 
@@ -277,6 +330,113 @@ impl Error {
             }
         }
         self
+    }
+}
+
+/// Whether `e` is a failure to read a returned row: `Row::try_get` on a column
+/// of another type, a NULL, a missing column, or a `query_one` that got no
+/// row. tokio-postgres does not expose its error kinds, only their text.
+fn is_row_error(e: &tokio_postgres::Error) -> bool {
+    let text = e.to_string();
+    text.starts_with("error deserializing column")
+        || text.starts_with("invalid column")
+        || text.starts_with("query returned an unexpected number of")
+}
+
+/// Reads column `idx` of `row`, a type or NULL mismatch becoming
+/// [`Error::UnexpectedRow`] rather than a panic.
+pub(crate) fn col<'a, T: postgres_types::FromSql<'a>>(
+    row: &'a tokio_postgres::Row,
+    idx: usize,
+) -> Result<T, Error> {
+    row.try_get(idx)
+        .map_err(|source| Error::UnexpectedRow { source })
+}
+
+/// Column `idx` of the first row, or `default` when there is no row.
+pub(crate) fn first_col<'a, T: postgres_types::FromSql<'a>>(
+    rows: &'a [tokio_postgres::Row],
+    idx: usize,
+    default: T,
+) -> Result<T, Error> {
+    match rows.first() {
+        Some(r) => col(r, idx),
+        None => Ok(default),
+    }
+}
+
+/// Column 0 of every row.
+pub(crate) fn col0s<'a, T: postgres_types::FromSql<'a>>(
+    rows: &'a [tokio_postgres::Row],
+) -> Result<Vec<T>, Error> {
+    rows.iter().map(|r| col(r, 0)).collect()
+}
+
+/// Debug without the server's DETAIL and CONTEXT (see [`Error::detail`]).
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidQueueName { name, reason } => f
+                .debug_struct("InvalidQueueName")
+                .field("name", name)
+                .field("reason", reason)
+                .finish(),
+            Error::InvalidArgument(s) => f.debug_tuple("InvalidArgument").field(s).finish(),
+            Error::QueueNotFound { queue } => f
+                .debug_struct("QueueNotFound")
+                .field("queue", queue)
+                .finish(),
+            Error::PgmqMissing { database } => f
+                .debug_struct("PgmqMissing")
+                .field("database", database)
+                .finish(),
+            Error::PgmqTooOld { found, minimum } => f
+                .debug_struct("PgmqTooOld")
+                .field("found", found)
+                .field("minimum", minimum)
+                .finish(),
+            Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
+            Error::Deserialize { msg_id, source } => f
+                .debug_struct("Deserialize")
+                .field("msg_id", msg_id)
+                .field("source", source)
+                .finish(),
+            Error::PoolTimeout => f.write_str("PoolTimeout"),
+            Error::Connect(e) => f.debug_tuple("Connect").field(&PgDebug(e)).finish(),
+            Error::ConnectionLost { outcome, source } => f
+                .debug_struct("ConnectionLost")
+                .field("outcome", outcome)
+                .field("source", &PgDebug(source))
+                .finish(),
+            Error::Database { source } => f
+                .debug_struct("Database")
+                .field("source", &PgDebug(source))
+                .finish(),
+            Error::Config(s) => f.debug_tuple("Config").field(s).finish(),
+            Error::UnexpectedRow { source } => f
+                .debug_struct("UnexpectedRow")
+                .field("source", &PgDebug(source))
+                .finish(),
+        }
+    }
+}
+
+/// A tokio-postgres error in Debug form: SQLSTATE, severity and message of
+/// a server error (its DETAIL and CONTEXT left out), else the error's text.
+struct PgDebug<'a>(&'a tokio_postgres::Error);
+
+impl fmt::Debug for PgDebug<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => f
+                .debug_struct("DbError")
+                .field("code", &db.code().code())
+                .field("severity", &db.severity())
+                .field("message", &db.message())
+                .field("has_detail", &db.detail().is_some())
+                .finish_non_exhaustive(),
+            None => f.write_str(&pg_text(self.0)),
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::message::{decode_rows, Message};
+use crate::message::{decode_rows, raw_from_row, Decoded, Message, RawJson};
 use crate::queue_name::QueueName;
 use crate::read::{millis, qty, secs};
 use crate::statements::Stmt;
@@ -42,9 +42,9 @@ impl GroupStrategy {
     /// PGMQ returns `UPDATE ... RETURNING` rows, whose order SQL does not
     /// promise; for Fill and Head, `msg_id` order is the order to handle them
     /// in (it keeps each group's order). Round robin's order is its own.
-    fn arrange<T>(self, mut batch: Vec<Message<T>>) -> Vec<Message<T>> {
+    fn arrange<T>(self, mut batch: Vec<T>, id: impl Fn(&T) -> i64) -> Vec<T> {
         if self != GroupStrategy::RoundRobin {
-            batch.sort_by_key(|m| m.msg_id);
+            batch.sort_by_key(|m| id(m));
         }
         batch
     }
@@ -58,8 +58,19 @@ impl GroupStrategy {
     }
 }
 
+fn decoded_id<T>(m: &Decoded<T>) -> i64 {
+    match m {
+        Ok(m) => m.msg_id,
+        Err(u) => u.message.msg_id,
+    }
+}
+
 impl<E: Executor> Pgmq<E> {
-    /// Reads up to `qty` messages in FIFO-group order.
+    /// Reads up to `qty` messages in FIFO-group order, decoded per message
+    /// ([`Decoded`]): a body that does not decode into `T` comes back raw in
+    /// its place, so it neither fails the batch nor blocks its group (archive
+    /// or delete it to let the group advance). `vt` is rounded up to whole
+    /// seconds; `n` is at most [`MAX_BATCH`](crate::MAX_BATCH).
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
@@ -73,26 +84,46 @@ impl<E: Executor> Pgmq<E> {
     ///     .await?;
     /// # Ok(()) }
     /// ```
-    #[tracing::instrument(name = "pgmq.read_grouped", skip_all, fields(queue = %queue, qty = n))]
     pub async fn read_grouped<T: DeserializeOwned>(
         &self,
         queue: &QueueName,
         strategy: GroupStrategy,
         vt: Duration,
         n: usize,
-    ) -> Result<Vec<Message<T>>, Error> {
+    ) -> Result<Vec<Decoded<T>>, Error> {
+        let rows = self.grouped_rows(queue, strategy, vt, n).await?;
+        Ok(strategy.arrange(decode_rows(&rows)?, decoded_id))
+    }
+
+    /// Like [`read_grouped`](Self::read_grouped), bodies left undecoded.
+    pub async fn read_grouped_raw(
+        &self,
+        queue: &QueueName,
+        strategy: GroupStrategy,
+        vt: Duration,
+        n: usize,
+    ) -> Result<Vec<Message<RawJson>>, Error> {
+        let rows = self.grouped_rows(queue, strategy, vt, n).await?;
+        let batch = rows.iter().map(raw_from_row).collect::<Result<_, _>>()?;
+        Ok(strategy.arrange(batch, |m: &Message<RawJson>| m.msg_id))
+    }
+
+    #[tracing::instrument(name = "pgmq.read_grouped", skip_all, fields(queue = %queue, qty = n))]
+    async fn grouped_rows(
+        &self,
+        queue: &QueueName,
+        strategy: GroupStrategy,
+        vt: Duration,
+        n: usize,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
         let q = queue.as_str();
         let vt = secs(vt, "visibility timeout")?;
         let n = qty(n)?;
-        let rows = self
-            .run(strategy.stmts().0, Some(q), &[&q, &vt, &n])
-            .await?;
-        decode_rows(&rows).map(|b| strategy.arrange(b))
+        self.run(strategy.stmts().0, Some(q), &[&q, &vt, &n]).await
     }
 
     /// [`read_grouped`](Self::read_grouped), polling on the server for up to
     /// `max_poll` while nothing is visible.
-    #[tracing::instrument(name = "pgmq.read_grouped_with_poll", skip_all, fields(queue = %queue, qty = n))]
     pub async fn read_grouped_with_poll<T: DeserializeOwned>(
         &self,
         queue: &QueueName,
@@ -101,20 +132,52 @@ impl<E: Executor> Pgmq<E> {
         n: usize,
         max_poll: Duration,
         poll_interval: Duration,
-    ) -> Result<Vec<Message<T>>, Error> {
+    ) -> Result<Vec<Decoded<T>>, Error> {
+        let rows = self
+            .grouped_poll_rows(queue, strategy, vt, n, max_poll, poll_interval)
+            .await?;
+        Ok(strategy.arrange(decode_rows(&rows)?, decoded_id))
+    }
+
+    /// Like [`read_grouped_with_poll`](Self::read_grouped_with_poll), bodies
+    /// left undecoded.
+    pub async fn read_grouped_with_poll_raw(
+        &self,
+        queue: &QueueName,
+        strategy: GroupStrategy,
+        vt: Duration,
+        n: usize,
+        max_poll: Duration,
+        poll_interval: Duration,
+    ) -> Result<Vec<Message<RawJson>>, Error> {
+        let rows = self
+            .grouped_poll_rows(queue, strategy, vt, n, max_poll, poll_interval)
+            .await?;
+        let batch = rows.iter().map(raw_from_row).collect::<Result<_, _>>()?;
+        Ok(strategy.arrange(batch, |m: &Message<RawJson>| m.msg_id))
+    }
+
+    #[tracing::instrument(name = "pgmq.read_grouped_with_poll", skip_all, fields(queue = %queue, qty = n))]
+    async fn grouped_poll_rows(
+        &self,
+        queue: &QueueName,
+        strategy: GroupStrategy,
+        vt: Duration,
+        n: usize,
+        max_poll: Duration,
+        poll_interval: Duration,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
         let q = queue.as_str();
         let vt = secs(vt, "visibility timeout")?;
         let n = qty(n)?;
         let max_poll = secs(max_poll, "max_poll")?;
         let interval = millis(poll_interval, "poll_interval")?;
-        let rows = self
-            .run(
-                strategy.stmts().1,
-                Some(q),
-                &[&q, &vt, &n, &max_poll, &interval],
-            )
-            .await?;
-        decode_rows(&rows).map(|b| strategy.arrange(b))
+        self.run(
+            strategy.stmts().1,
+            Some(q),
+            &[&q, &vt, &n, &max_poll, &interval],
+        )
+        .await
     }
 
     /// Adds PGMQ's GIN index on headers, which speeds up grouped reads.

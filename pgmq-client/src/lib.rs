@@ -14,6 +14,7 @@
 //! client.create(&q).await?;
 //! client.send(&q, &Email { to: "ada@example.com".into() }).await?;
 //! for m in client.read::<Email>(&q, Duration::from_secs(30), 10).await? {
+//!     let m = m?; // a body that is not an Email: Error::Deserialize
 //!     println!("send to {}", m.body.to);
 //!     client.delete(&q, m.msg_id).await?;
 //! }
@@ -35,6 +36,10 @@
 //!   bound parameters. The one call that is not a PGMQ function,
 //!   [`Pgmq::release_batch`], names the queue's table in its SQL, built only
 //!   from a validated name (`[a-z0-9_]`, quoted).
+//! - **Catalog functions qualified.** The SQL this crate writes itself calls
+//!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
+//!   and so on, so a function of the same name in a schema earlier on the
+//!   `search_path` is never called in their place.
 //! - **Typed errors.** [`Error`] tells a missing queue, a missing or too-old
 //!   PGMQ, a bad payload, a pool timeout, a lost connection (with whether the
 //!   call may have been applied: [`Error::outcome`]) and a server error with its
@@ -67,7 +72,7 @@
 //!
 //! ```text
 //! cargo install --path pgmq-client --features cli
-//! export DATABASE_URL=postgres://app:secret@db/app
+//! export DATABASE_URL=postgres://app@db/app   # password from PGPASSWORD or ~/.pgpass
 //! pgmq list --table
 //! jq -c '.[]' orders.json | pgmq send orders
 //! pgmq read orders -n 10 | jq .body
@@ -80,7 +85,7 @@
 //! `connection.rs` (connections, their statement cache, transactions),
 //! `statements.rs` (all SQL), `queue_name.rs`, `message.rs`, then the calls as
 //! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs`, `ack.rs`, `fifo.rs`,
-//! `notify.rs`, `topics.rs`; `version.rs` (detection), `tls.rs` (sslmode),
+//! `notify.rs`, `topics.rs`, `functions.rs` (the rest of PGMQ 1.13); `version.rs` (detection), `tls.rs` (sslmode),
 //! `dsn.rs` and `error.rs`; `bin/pgmq/` is the command-line tool.
 
 mod ack;
@@ -91,6 +96,7 @@ mod error;
 mod executor;
 mod fenced;
 mod fifo;
+mod functions;
 mod message;
 mod notify;
 mod queue;
@@ -105,15 +111,16 @@ mod version;
 pub use ack::VisibleAt;
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
-pub use dsn::redact as redact_dsn;
+pub use dsn::{pgpass_lookup, redact as redact_dsn};
 pub use error::{Error, Outcome, Result};
 pub use executor::{Executor, Params, TypedParams};
 pub use fenced::{Receipt, Requeue, MAX_DELAY};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
-pub use message::{Delay, Message, RawJson, SendOptions};
+pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{QueueName, MAX_QUEUE_NAME_LEN};
+pub use read::{MAX_BATCH, MAX_SECONDS};
 pub use statements::Stmt;
 pub use topics::{RouteMatch, TopicBinding};
 pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};

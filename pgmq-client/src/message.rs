@@ -9,7 +9,7 @@ use postgres_types::{FromSql, IsNull, ToSql, Type};
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 
-use crate::error::Error;
+use crate::error::{col, Error};
 
 /// A message read from a queue.
 ///
@@ -51,13 +51,31 @@ pub struct Message<T = serde_json::Value> {
 }
 
 impl Message<RawJson> {
-    /// Decodes the body into `T`.
+    /// Decodes the body into `T`; the message is consumed either way (see
+    /// [`try_decode`](Self::try_decode) to keep it on failure).
     pub fn decode<T: DeserializeOwned>(self) -> Result<Message<T>, Error> {
-        let body = self.body.decode().map_err(|e| Error::Deserialize {
-            msg_id: self.msg_id,
-            source: crate::error::payload_free(&e),
-        })?;
-        Ok(self.with_body(body))
+        self.try_decode().map_err(Error::from)
+    }
+
+    /// Decodes the body into `T`, or gives the message back untouched.
+    ///
+    /// ```
+    /// # use pgmq_client::{Message, RawJson};
+    /// # fn f(m: Message<RawJson>) {
+    /// match m.try_decode::<u64>() {
+    ///     Ok(m) => println!("{}", m.body),
+    ///     Err(bad) => println!("{bad}; {} bytes kept", bad.message.body.get().len()),
+    /// }
+    /// # }
+    /// ```
+    pub fn try_decode<T: DeserializeOwned>(self) -> Result<Message<T>, Undecoded> {
+        match self.body.decode() {
+            Ok(body) => Ok(self.with_body(body)),
+            Err(e) => Err(Undecoded {
+                message: self,
+                error: std::sync::Arc::new(crate::error::payload_free(&e)),
+            }),
+        }
     }
 }
 
@@ -81,23 +99,17 @@ impl<T> Message<T> {
     }
 }
 
-/// Decodes a row of `pgmq.message_record` with the body kept raw.
+/// Decodes a row of `pgmq.message_record` with the body kept raw; a column of
+/// an unexpected type or NULL is [`Error::UnexpectedRow`].
 pub(crate) fn raw_from_row(row: &Row) -> Result<Message<RawJson>, Error> {
-    let get = |e: tokio_postgres::Error| Error::from_pg(e);
     Ok(Message {
-        msg_id: row.try_get(0).map_err(get)?,
-        read_ct: row.try_get(1).map_err(get)?,
-        enqueued_at: row.try_get(2).map_err(get)?,
-        last_read_at: row.try_get(3).map_err(get)?,
-        vt: row.try_get(4).map_err(get)?,
-        body: row
-            .try_get::<_, Option<RawJson>>(5)
-            .map_err(get)?
-            .unwrap_or_else(RawJson::null),
-        headers: row
-            .try_get::<_, Option<RawJson>>(6)
-            .map_err(get)?
-            .map(headers_value),
+        msg_id: col(row, 0)?,
+        read_ct: col(row, 1)?,
+        enqueued_at: col(row, 2)?,
+        last_read_at: col(row, 3)?,
+        vt: col(row, 4)?,
+        body: col::<Option<RawJson>>(row, 5)?.unwrap_or_else(RawJson::null),
+        headers: col::<Option<RawJson>>(row, 6)?.map(headers_value),
     })
 }
 
@@ -114,9 +126,77 @@ fn headers_value(raw: RawJson) -> serde_json::Value {
     }
 }
 
-/// Decodes rows of `pgmq.message_record` into typed messages.
-pub(crate) fn decode_rows<T: DeserializeOwned>(rows: &[Row]) -> Result<Vec<Message<T>>, Error> {
-    rows.iter().map(|r| raw_from_row(r)?.decode()).collect()
+/// Decodes rows of `pgmq.message_record` into typed messages, one result
+/// per message: a body that does not decode into `T` is given back raw.
+pub(crate) fn decode_rows<T: DeserializeOwned>(rows: &[Row]) -> Result<Vec<Decoded<T>>, Error> {
+    rows.iter()
+        .map(|r| Ok(raw_from_row(r)?.try_decode()))
+        .collect()
+}
+
+/// One message of a typed read or pop: decoded, or given back raw.
+///
+/// Typed reads ([`read`](crate::Pgmq::read), [`pop`](crate::Pgmq::pop), the
+/// grouped reads) decode each message on its own, so one body that does not
+/// decode into `T` never fails the others. `?` turns an [`Undecoded`] into
+/// [`Error::Deserialize`].
+///
+/// ```no_run
+/// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+/// use std::time::Duration;
+/// #[derive(serde::Deserialize)]
+/// struct Order { id: u64 }
+/// for m in client.read::<Order>(&q, Duration::from_secs(30), 10).await? {
+///     match m {
+///         Ok(m) => println!("order {}", m.body.id),
+///         // Still in the queue; park it where a person can look at it.
+///         Err(bad) => { client.archive(&q, bad.message.msg_id).await?; }
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub type Decoded<T> = Result<Message<T>, Undecoded>;
+
+/// A message whose body did not decode into the requested type, given back
+/// whole with its body undecoded, so nothing is lost (after a
+/// [`pop`](crate::Pgmq::pop) this is the only copy left).
+///
+/// Its `Display` gives the message id and serde's reason without any value
+/// from the body, so it can be logged.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Undecoded {
+    /// The message, body kept as JSON text.
+    pub message: Message<RawJson>,
+    /// Why it did not decode (serde's reason and position; the body's values
+    /// are blanked out).
+    pub error: std::sync::Arc<serde_json::Error>,
+}
+
+impl fmt::Display for Undecoded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "message {} does not deserialize into the requested type: {}",
+            self.message.msg_id, self.error
+        )
+    }
+}
+
+impl StdError for Undecoded {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.error)
+    }
+}
+
+/// The message is dropped; only its id and the reason are kept.
+impl From<Undecoded> for Error {
+    fn from(u: Undecoded) -> Self {
+        Error::Deserialize {
+            msg_id: u.message.msg_id,
+            source: crate::error::payload_free(&u.error),
+        }
+    }
 }
 
 /// A JSON body kept as text, not yet decoded.
@@ -227,9 +307,13 @@ pub enum Delay {
     At(DateTime<Utc>),
 }
 
+/// Whole seconds, rounded up (a 500 ms delay waits 1 s rather than none),
+/// saturating at `u32::MAX`; sends refuse more than
+/// [`MAX_SECONDS`](crate::MAX_SECONDS).
 impl From<std::time::Duration> for Delay {
     fn from(d: std::time::Duration) -> Self {
-        let secs = d.as_secs().min(u64::from(u32::MAX)) as u32;
+        let up = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+        let secs = up.min(u64::from(u32::MAX)) as u32;
         if secs == 0 {
             Delay::None
         } else {
@@ -306,7 +390,11 @@ mod tests {
         assert_eq!(Delay::from(std::time::Duration::ZERO), Delay::None);
         assert_eq!(
             Delay::from(std::time::Duration::from_millis(2500)),
-            Delay::Seconds(2)
+            Delay::Seconds(3)
+        );
+        assert_eq!(
+            Delay::from(std::time::Duration::from_millis(1)),
+            Delay::Seconds(1)
         );
     }
 

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::error::Error;
+use crate::error::{col, Error};
 use crate::executor::Executor;
 use crate::queue_name::QueueName;
 use crate::read::millis;
@@ -82,14 +82,15 @@ impl<E: Executor> Pgmq<E> {
     /// Queues with an insert trigger, and their throttles.
     pub async fn list_notify_insert_throttles(&self) -> Result<Vec<NotifyThrottle>, Error> {
         let rows = self.run(Stmt::ListNotifyInsertThrottles, None, &[]).await?;
-        Ok(rows
-            .iter()
-            .map(|r| NotifyThrottle {
-                queue_name: r.get(0),
-                throttle_interval_ms: r.get(1),
-                last_notified_at: r.get(2),
+        rows.iter()
+            .map(|r| {
+                Ok(NotifyThrottle {
+                    queue_name: col(r, 0)?,
+                    throttle_interval_ms: col(r, 1)?,
+                    last_notified_at: col(r, 2)?,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use tokio_postgres::error::SqlState;
 
-use crate::error::Error;
+use crate::error::{col, first_col, Error};
 use crate::executor::Executor;
 use crate::queue_name::QueueName;
 use crate::statements::Stmt;
@@ -110,10 +110,7 @@ impl<E: Executor> Pgmq<E> {
         }
         let q = queue.as_str();
         let rows = self.run(Stmt::DropQueue, Some(q), &[&q]).await?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.get::<_, Option<bool>>(0))
-            .unwrap_or(false))
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
     }
 
     /// Deletes every message of a queue (TRUNCATE); returns how many there were.
@@ -121,10 +118,7 @@ impl<E: Executor> Pgmq<E> {
     pub async fn purge_queue(&self, queue: &QueueName) -> Result<i64, Error> {
         let q = queue.as_str();
         let rows = self.run(Stmt::PurgeQueue, Some(q), &[&q]).await?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.get::<_, Option<i64>>(0))
-            .unwrap_or(0))
+        Ok(first_col::<Option<i64>>(&rows, 0, None)?.unwrap_or(0))
     }
 
     /// Deprecated by PGMQ (a no-op since 1.10; archives are kept on drop): kept
@@ -140,21 +134,22 @@ impl<E: Executor> Pgmq<E> {
     pub async fn queue_exists(&self, queue: &QueueName) -> Result<bool, Error> {
         let q = queue.as_str();
         let rows = self.run(Stmt::QueueExists, None, &[&q]).await?;
-        Ok(rows.first().map(|r| r.get(0)).unwrap_or(false))
+        first_col(&rows, 0, false)
     }
 
     /// Every queue.
     pub async fn list_queues(&self) -> Result<Vec<QueueInfo>, Error> {
         let rows = self.run(Stmt::ListQueues, None, &[]).await?;
-        Ok(rows
-            .iter()
-            .map(|r| QueueInfo {
-                queue_name: r.get(0),
-                is_partitioned: r.get(1),
-                is_unlogged: r.get(2),
-                created_at: r.get(3),
+        rows.iter()
+            .map(|r| {
+                Ok(QueueInfo {
+                    queue_name: col(r, 0)?,
+                    is_partitioned: col(r, 1)?,
+                    is_unlogged: col(r, 2)?,
+                    created_at: col(r, 3)?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Length, visible length, ages and total count of one queue.

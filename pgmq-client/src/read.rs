@@ -1,4 +1,8 @@
 //! Reading: `pgmq.read` (optionally filtered), `pgmq.read_with_poll` and `pgmq.pop`.
+//!
+//! Typed reads decode each message on its own ([`Decoded`]): one body that
+//! does not decode never fails the batch, and a popped message is never lost.
+//! Each read has a `_raw` twin that leaves bodies undecoded.
 
 use std::time::Duration;
 
@@ -6,39 +10,92 @@ use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::executor::Executor;
-use crate::message::{decode_rows, raw_from_row, Message, RawJson};
+use crate::message::{decode_rows, raw_from_row, Decoded, Message, RawJson};
 use crate::queue_name::QueueName;
 use crate::statements::Stmt;
 use crate::Pgmq;
 
-/// Whole seconds of `d` as PGMQ's integer arguments take them.
+/// The most messages one call reads, pops or sends, and the most ids one
+/// batch acknowledgement takes: 10 000.
+///
+/// A larger `qty` or batch is refused with [`Error::InvalidArgument`] before
+/// any SQL runs. One statement's rows are held in memory whole, and PGMQ
+/// locks a read batch in one transaction; split bigger work into calls of
+/// this size or less.
+///
+/// ```
+/// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) {
+/// use std::time::Duration;
+/// let err = client
+///     .read::<serde_json::Value>(&q, Duration::from_secs(30), pgmq_client::MAX_BATCH + 1)
+///     .await
+///     .unwrap_err();
+/// assert!(matches!(err, pgmq_client::Error::InvalidArgument(_)));
+/// # }
+/// ```
+pub const MAX_BATCH: usize = 10_000;
+
+/// The longest duration PGMQ's integer seconds hold: `i32::MAX` seconds
+/// (about 68 years). Visibility timeouts, delays and poll times longer than
+/// this are refused with [`Error::InvalidArgument`].
+pub const MAX_SECONDS: Duration = Duration::from_secs(i32::MAX as u64);
+
+/// `d` in whole seconds as PGMQ's integer arguments take them, **rounded
+/// up**: a visibility timeout of 500 ms hides the message for 1 s rather than
+/// not at all (zero stays zero). Longer than [`MAX_SECONDS`] is refused.
 pub(crate) fn secs(d: Duration, what: &str) -> Result<i32, Error> {
-    i32::try_from(d.as_secs())
-        .map_err(|_| Error::InvalidArgument(format!("{what} of {d:?} is too long")))
+    let s = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    i32::try_from(s).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "{what} of {d:?} is longer than the {}s PGMQ takes",
+            i32::MAX
+        ))
+    })
 }
 
-/// Milliseconds of `d` as an integer argument.
+/// Milliseconds of `d` as an integer argument, rounded up.
 pub(crate) fn millis(d: Duration, what: &str) -> Result<i32, Error> {
-    i32::try_from(d.as_millis())
-        .map_err(|_| Error::InvalidArgument(format!("{what} of {d:?} is too long")))
+    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 > 0);
+    i32::try_from(ms).map_err(|_| Error::InvalidArgument(format!("{what} of {d:?} is too long")))
 }
 
+/// A read's or pop's `qty`, at most [`MAX_BATCH`].
 pub(crate) fn qty(n: usize) -> Result<i32, Error> {
-    i32::try_from(n).map_err(|_| Error::InvalidArgument(format!("quantity {n} is too large")))
+    check_batch(n, "quantity")?;
+    Ok(n as i32)
+}
+
+/// Refuses a batch of more than [`MAX_BATCH`] items.
+pub(crate) fn check_batch(n: usize, what: &str) -> Result<(), Error> {
+    if n > MAX_BATCH {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {n} is more than the {MAX_BATCH} one call takes (MAX_BATCH)"
+        )));
+    }
+    Ok(())
+}
+
+fn raw_rows(rows: Vec<tokio_postgres::Row>) -> Result<Vec<Message<RawJson>>, Error> {
+    rows.iter().map(raw_from_row).collect()
 }
 
 impl<E: Executor> Pgmq<E> {
-    /// Reads up to `qty` visible messages and hides them for `vt` (whole seconds).
+    /// Reads up to `qty` visible messages and hides them for `vt`.
     ///
-    /// A body that does not decode into `T` fails the call with
-    /// [`Error::Deserialize`]; the messages stay in the queue and reappear when
-    /// `vt` ends. Use [`read_raw`](Self::read_raw) to decode one by one.
+    /// Each message comes decoded into `T` or, when its body does not decode,
+    /// as an [`Undecoded`](crate::Undecoded) holding it raw ([`Decoded`]): one
+    /// bad body never fails the batch. Either way the message stays in the
+    /// queue until deleted or archived, and reappears when `vt` ends.
+    ///
+    /// `vt` is rounded up to whole seconds (500 ms hides for 1 s); `qty` is
+    /// at most [`MAX_BATCH`].
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
     /// use std::time::Duration;
     /// let q = pgmq_client::QueueName::new("orders")?;
     /// for m in client.read::<serde_json::Value>(&q, Duration::from_secs(30), 10).await? {
+    ///     let m = m?; // or handle the undecodable message
     ///     println!("{}: {}", m.msg_id, m.body);
     ///     client.delete(&q, m.msg_id).await?;
     /// }
@@ -49,7 +106,7 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         vt: Duration,
         qty: usize,
-    ) -> Result<Vec<Message<T>>, Error> {
+    ) -> Result<Vec<Decoded<T>>, Error> {
         let rows = self.read_rows(queue, vt, qty, None).await?;
         decode_rows(&rows)
     }
@@ -61,11 +118,11 @@ impl<E: Executor> Pgmq<E> {
         vt: Duration,
         qty: usize,
     ) -> Result<Vec<Message<RawJson>>, Error> {
-        let rows = self.read_rows(queue, vt, qty, None).await?;
-        rows.iter().map(raw_from_row).collect()
+        raw_rows(self.read_rows(queue, vt, qty, None).await?)
     }
 
-    /// Reads only messages whose body contains `filter` (JSONB `@>`).
+    /// Reads only messages whose body contains `filter` (JSONB `@>`), decoded
+    /// per message as [`read`](Self::read) does.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
@@ -82,9 +139,20 @@ impl<E: Executor> Pgmq<E> {
         vt: Duration,
         qty: usize,
         filter: &serde_json::Value,
-    ) -> Result<Vec<Message<T>>, Error> {
+    ) -> Result<Vec<Decoded<T>>, Error> {
         let rows = self.read_rows(queue, vt, qty, Some(filter)).await?;
         decode_rows(&rows)
+    }
+
+    /// Like [`read_where`](Self::read_where), bodies left undecoded.
+    pub async fn read_where_raw(
+        &self,
+        queue: &QueueName,
+        vt: Duration,
+        qty: usize,
+        filter: &serde_json::Value,
+    ) -> Result<Vec<Message<RawJson>>, Error> {
+        raw_rows(self.read_rows(queue, vt, qty, Some(filter)).await?)
     }
 
     #[tracing::instrument(name = "pgmq.read", skip_all, fields(queue = %queue, qty = qty))]
@@ -109,8 +177,19 @@ impl<E: Executor> Pgmq<E> {
 
     /// Reads like [`read`](Self::read), but when nothing is visible the server
     /// polls every `poll_interval` for up to `max_poll` before returning empty.
-    /// The connection is held for the whole wait.
-    #[tracing::instrument(name = "pgmq.read_with_poll", skip_all, fields(queue = %queue, qty = qty))]
+    /// The connection is held for the whole wait. `max_poll` is rounded up to
+    /// whole seconds, `poll_interval` to whole milliseconds.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use std::time::Duration;
+    /// let batch = client
+    ///     .read_with_poll::<serde_json::Value>(
+    ///         &q, Duration::from_secs(30), 10, Duration::from_secs(5), Duration::from_millis(100), None,
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn read_with_poll<T: DeserializeOwned>(
         &self,
         queue: &QueueName,
@@ -119,7 +198,39 @@ impl<E: Executor> Pgmq<E> {
         max_poll: Duration,
         poll_interval: Duration,
         filter: Option<&serde_json::Value>,
-    ) -> Result<Vec<Message<T>>, Error> {
+    ) -> Result<Vec<Decoded<T>>, Error> {
+        let rows = self
+            .poll_rows(queue, vt, qty, max_poll, poll_interval, filter)
+            .await?;
+        decode_rows(&rows)
+    }
+
+    /// Like [`read_with_poll`](Self::read_with_poll), bodies left undecoded.
+    pub async fn read_with_poll_raw(
+        &self,
+        queue: &QueueName,
+        vt: Duration,
+        qty: usize,
+        max_poll: Duration,
+        poll_interval: Duration,
+        filter: Option<&serde_json::Value>,
+    ) -> Result<Vec<Message<RawJson>>, Error> {
+        raw_rows(
+            self.poll_rows(queue, vt, qty, max_poll, poll_interval, filter)
+                .await?,
+        )
+    }
+
+    #[tracing::instrument(name = "pgmq.read_with_poll", skip_all, fields(queue = %queue, qty = qty))]
+    async fn poll_rows(
+        &self,
+        queue: &QueueName,
+        vt: Duration,
+        qty: usize,
+        max_poll: Duration,
+        poll_interval: Duration,
+        filter: Option<&serde_json::Value>,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
         let q = queue.as_str();
         let vt = secs(vt, "visibility timeout")?;
         let n = self::qty(qty)?;
@@ -127,26 +238,91 @@ impl<E: Executor> Pgmq<E> {
         let interval = millis(poll_interval, "poll_interval")?;
         let empty = serde_json::json!({});
         let f = postgres_types::Json(filter.unwrap_or(&empty));
-        let rows = self
-            .run(
-                Stmt::ReadWithPoll,
-                Some(q),
-                &[&q, &vt, &n, &max_poll, &interval, &f],
-            )
-            .await?;
-        decode_rows(&rows)
+        self.run(
+            Stmt::ReadWithPoll,
+            Some(q),
+            &[&q, &vt, &n, &max_poll, &interval, &f],
+        )
+        .await
     }
 
     /// Reads and deletes up to `qty` messages at once (at-most-once delivery).
-    #[tracing::instrument(name = "pgmq.pop", skip_all, fields(queue = %queue, qty = qty))]
+    ///
+    /// The messages are gone from the queue when this returns, so none is
+    /// dropped here: a body that does not decode into `T` comes back as an
+    /// [`Undecoded`](crate::Undecoded) holding the message raw, next to the
+    /// decoded ones. `qty` is at most [`MAX_BATCH`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName, dlq: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// for m in client.pop::<serde_json::Value>(&q, 10).await? {
+    ///     match m {
+    ///         Ok(m) => println!("{}", m.body),
+    ///         // The only copy left: keep it somewhere.
+    ///         Err(bad) => { client.send(&dlq, &bad.message.body).await?; }
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn pop<T: DeserializeOwned>(
         &self,
         queue: &QueueName,
         qty: usize,
-    ) -> Result<Vec<Message<T>>, Error> {
+    ) -> Result<Vec<Decoded<T>>, Error> {
+        let rows = self.pop_rows(queue, qty).await?;
+        decode_rows(&rows)
+    }
+
+    /// Like [`pop`](Self::pop), bodies left undecoded.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// for m in client.pop_raw(&q, 10).await? {
+    ///     println!("{}: {}", m.msg_id, m.body.get());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn pop_raw(
+        &self,
+        queue: &QueueName,
+        qty: usize,
+    ) -> Result<Vec<Message<RawJson>>, Error> {
+        raw_rows(self.pop_rows(queue, qty).await?)
+    }
+
+    #[tracing::instrument(name = "pgmq.pop", skip_all, fields(queue = %queue, qty = qty))]
+    async fn pop_rows(
+        &self,
+        queue: &QueueName,
+        qty: usize,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
         let q = queue.as_str();
         let n = self::qty(qty)?;
-        let rows = self.run(Stmt::Pop, Some(q), &[&q, &n]).await?;
-        decode_rows(&rows)
+        self.run(Stmt::Pop, Some(q), &[&q, &n]).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(secs(Duration::ZERO, "vt").unwrap(), 0);
+        assert_eq!(secs(Duration::from_millis(1), "vt").unwrap(), 1);
+        assert_eq!(secs(Duration::from_millis(500), "vt").unwrap(), 1);
+        assert_eq!(secs(Duration::from_millis(2001), "vt").unwrap(), 3);
+        assert_eq!(secs(MAX_SECONDS, "vt").unwrap(), i32::MAX);
+        assert!(secs(MAX_SECONDS + Duration::from_nanos(1), "vt").is_err());
+        assert!(secs(Duration::MAX, "vt").is_err());
+        assert_eq!(millis(Duration::from_micros(1), "p").unwrap(), 1);
+        assert_eq!(millis(Duration::from_millis(250), "p").unwrap(), 250);
+    }
+
+    #[test]
+    fn batches_are_bounded() {
+        assert_eq!(qty(MAX_BATCH).unwrap(), MAX_BATCH as i32);
+        assert!(matches!(qty(MAX_BATCH + 1), Err(Error::InvalidArgument(_))));
+        assert!(matches!(qty(usize::MAX), Err(Error::InvalidArgument(_))));
     }
 }

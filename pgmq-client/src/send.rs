@@ -2,10 +2,11 @@
 
 use serde::Serialize;
 
-use crate::error::Error;
+use crate::error::{col, col0s, Error};
 use crate::executor::Executor;
 use crate::message::{Delay, RawJson, SendOptions};
 use crate::queue_name::QueueName;
+use crate::read::check_batch;
 use crate::statements::Stmt;
 use crate::Pgmq;
 
@@ -75,9 +76,10 @@ impl<E: Executor> Pgmq<E> {
                     .await?
             }
         };
-        rows.first()
-            .map(|r| r.get::<_, i64>(0))
-            .ok_or_else(|| Error::InvalidArgument("pgmq.send returned no id".into()))
+        match rows.first() {
+            Some(r) => col::<i64>(r, 0),
+            None => Err(Error::InvalidArgument("pgmq.send returned no id".into())),
+        }
     }
 
     /// Sends many messages in one statement; returns their ids in order.
@@ -103,6 +105,7 @@ impl<E: Executor> Pgmq<E> {
         if bodies.is_empty() {
             return Ok(Vec::new());
         }
+        check_batch(bodies.len(), "batch of")?;
         if let Some(h) = headers {
             if h.len() != bodies.len() {
                 return Err(Error::InvalidArgument(format!(
@@ -132,6 +135,6 @@ impl<E: Executor> Pgmq<E> {
                     .await?
             }
         };
-        Ok(rows.iter().map(|r| r.get::<_, i64>(0)).collect())
+        col0s::<i64>(&rows)
     }
 }

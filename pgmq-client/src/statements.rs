@@ -4,6 +4,9 @@
 //! prepares it on first use and keeps the prepared statement for the life of
 //! the connection. Parameters carry explicit casts so that PostgreSQL picks the
 //! intended overload of PGMQ's functions. Queue names are always parameters.
+//! Catalog functions are written `pg_catalog.f(...)`, so that a function of
+//! the same name planted in a schema earlier on the `search_path` is never
+//! called in their place.
 
 use tokio::sync::OnceCell;
 use tokio_postgres::Statement;
@@ -59,8 +62,8 @@ statements! {
     DeleteBatch = "SELECT * FROM pgmq.delete($1::text, $2::bigint[])";
     Archive = "SELECT pgmq.archive($1::text, $2::bigint)";
     ArchiveBatch = "SELECT * FROM pgmq.archive($1::text, $2::bigint[])";
-    DeleteBatchCount = "SELECT count(*) FROM pgmq.delete($1::text, $2::bigint[])";
-    ArchiveBatchCount = "SELECT count(*) FROM pgmq.archive($1::text, $2::bigint[])";
+    DeleteBatchCount = "SELECT pg_catalog.count(*) FROM pgmq.delete($1::text, $2::bigint[])";
+    ArchiveBatchCount = "SELECT pg_catalog.count(*) FROM pgmq.archive($1::text, $2::bigint[])";
     SetVt = concat!("SELECT ", msg_cols!(), " FROM pgmq.set_vt($1::text, $2::bigint, $3::integer)");
     SetVtAt = concat!("SELECT ", msg_cols!(), " FROM pgmq.set_vt($1::text, $2::bigint, $3::timestamptz)");
     SetVtBatch = "SELECT msg_id, vt FROM pgmq.set_vt($1::text, $2::bigint[], $3::integer)";
@@ -90,6 +93,15 @@ statements! {
     ListTopicBindings = "SELECT pattern, queue_name, bound_at, compiled_regex FROM pgmq.list_topic_bindings()";
     ListTopicBindingsFor = "SELECT pattern, queue_name, bound_at, compiled_regex FROM pgmq.list_topic_bindings($1::text)";
     TestRouting = "SELECT pattern, queue_name, compiled_regex FROM pgmq.test_routing($1::text)";
+    // The remaining public functions of PGMQ 1.13 (functions.rs).
+    CreateNonPartitioned = "SELECT pgmq.create_non_partitioned($1::text)";
+    ConvertArchivePartitioned = "SELECT pgmq.convert_archive_partitioned($1::text, $2::text, $3::text, $4::integer)";
+    CreateFifoIndexesAll = "SELECT pgmq.create_fifo_indexes_all()";
+    ValidateQueueName = "SELECT pgmq.validate_queue_name($1::text)";
+    FormatTableName = "SELECT pgmq.format_table_name($1::text, $2::text)";
+    ValidateRoutingKey = "SELECT pgmq.validate_routing_key($1::text)";
+    ValidateTopicPattern = "SELECT pgmq.validate_topic_pattern($1::text)";
+    AcquireQueueLock = "SELECT pgmq.acquire_queue_lock($1::text)";
 }
 
 /// Number of statements; the size of each connection's cache.
@@ -174,6 +186,33 @@ mod tests {
             assert!(!sql.contains('\''), "{s:?} has a literal");
         }
         assert_eq!(COUNT, Stmt::ALL.len());
+    }
+
+    #[test]
+    fn catalog_functions_are_qualified() {
+        let texts: Vec<&str> = Stmt::ALL
+            .iter()
+            .map(|s| s.sql())
+            .chain([crate::version::DETECT_SQL])
+            .collect();
+        for sql in texts {
+            for f in [
+                "count(",
+                "clock_timestamp(",
+                "now(",
+                "unnest(",
+                "array_agg(",
+                "jsonb_build_object(",
+                "to_regclass(",
+                "to_regprocedure(",
+                "current_database(",
+            ] {
+                for (i, _) in sql.match_indices(f) {
+                    let before = &sql[..i];
+                    assert!(before.ends_with("pg_catalog."), "unqualified {f} in {sql}");
+                }
+            }
+        }
         assert_eq!(Stmt::ALL[Stmt::Read as usize], Stmt::Read);
     }
 }

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::error::Error;
+use crate::error::{col, first_col, Error};
 use crate::executor::Executor;
 use crate::message::{Delay, SendOptions};
 use crate::queue_name::QueueName;
@@ -77,10 +77,7 @@ impl<E: Executor> Pgmq<E> {
         let rows = self
             .run(Stmt::UnbindTopic, Some(q), &[&pattern, &q])
             .await?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.get::<_, Option<bool>>(0))
-            .unwrap_or(false))
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
     }
 
     /// Sends one message to every queue bound to a matching pattern; returns
@@ -115,10 +112,7 @@ impl<E: Executor> Pgmq<E> {
                 &[&routing_key, &body, &headers, &delay],
             )
             .await?;
-        Ok(rows
-            .first()
-            .and_then(|r| r.get::<_, Option<i32>>(0))
-            .unwrap_or(0))
+        Ok(first_col::<Option<i32>>(&rows, 0, None)?.unwrap_or(0))
     }
 
     /// Sends a batch to every queue bound to a matching pattern; returns
@@ -134,6 +128,7 @@ impl<E: Executor> Pgmq<E> {
         if bodies.is_empty() {
             return Ok(Vec::new());
         }
+        crate::read::check_batch(bodies.len(), "batch of")?;
         if let Some(h) = headers {
             if h.len() != bodies.len() {
                 return Err(Error::InvalidArgument(format!(
@@ -166,7 +161,7 @@ impl<E: Executor> Pgmq<E> {
                 .await?
             }
         };
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        rows.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
     }
 
     /// Bindings, of all queues or of one.
@@ -181,27 +176,29 @@ impl<E: Executor> Pgmq<E> {
                 self.run(Stmt::ListTopicBindingsFor, None, &[&q]).await?
             }
         };
-        Ok(rows
-            .iter()
-            .map(|r| TopicBinding {
-                pattern: r.get(0),
-                queue_name: r.get(1),
-                bound_at: r.get(2),
-                compiled_regex: r.get(3),
+        rows.iter()
+            .map(|r| {
+                Ok(TopicBinding {
+                    pattern: col(r, 0)?,
+                    queue_name: col(r, 1)?,
+                    bound_at: col(r, 2)?,
+                    compiled_regex: col(r, 3)?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Which bindings `routing_key` would match, without sending anything.
     pub async fn test_routing(&self, routing_key: &str) -> Result<Vec<RouteMatch>, Error> {
         let rows = self.run(Stmt::TestRouting, None, &[&routing_key]).await?;
-        Ok(rows
-            .iter()
-            .map(|r| RouteMatch {
-                pattern: r.get(0),
-                queue_name: r.get(1),
-                compiled_regex: r.get(2),
+        rows.iter()
+            .map(|r| {
+                Ok(RouteMatch {
+                    pattern: col(r, 0)?,
+                    queue_name: col(r, 1)?,
+                    compiled_regex: col(r, 2)?,
+                })
             })
-            .collect())
+            .collect()
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error::Error;
+use crate::error::{col, Error};
 
 /// The oldest PGMQ this crate supports: 1.11.0 brought topics, the notify
 /// throttle calls and the current `read`/`set_vt` signatures.
@@ -76,13 +76,13 @@ pub struct PgmqInstall {
 }
 
 /// The detection query: extension version, then markers of SQL-only installs.
-const DETECT_SQL: &str = "SELECT \
-    (SELECT extversion FROM pg_extension WHERE extname = 'pgmq'), \
-    to_regclass('pgmq.meta') IS NOT NULL, \
-    to_regprocedure('pgmq.send_topic(text,jsonb,jsonb,integer)') IS NOT NULL, \
-    to_regprocedure('pgmq.read_grouped_head_with_poll(text,integer,integer,integer,integer)') IS NOT NULL, \
-    to_regprocedure('pgmq.create_partitioned(text,text,text,integer)') IS NOT NULL, \
-    current_database()";
+pub(crate) const DETECT_SQL: &str = "SELECT \
+    (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgmq'), \
+    pg_catalog.to_regclass('pgmq.meta') IS NOT NULL, \
+    pg_catalog.to_regprocedure('pgmq.send_topic(text,jsonb,jsonb,integer)') IS NOT NULL, \
+    pg_catalog.to_regprocedure('pgmq.read_grouped_head_with_poll(text,integer,integer,integer,integer)') IS NOT NULL, \
+    pg_catalog.to_regprocedure('pgmq.create_partitioned(text,text,text,integer)') IS NOT NULL, \
+    pg_catalog.current_database()";
 
 /// Detects PGMQ on `client` and checks it against [`MIN_SUPPORTED`].
 ///
@@ -93,10 +93,10 @@ pub async fn detect(client: &tokio_postgres::Client) -> Result<PgmqInstall, Erro
         .query_one(DETECT_SQL, &[])
         .await
         .map_err(Error::from_pg)?;
-    let ext: Option<String> = row.get(0);
-    let has_meta: bool = row.get(1);
-    let markers = [row.get::<_, bool>(2), row.get(3), row.get(4)];
-    let database: String = row.get(5);
+    let ext: Option<String> = col(&row, 0)?;
+    let has_meta: bool = col(&row, 1)?;
+    let markers = [col(&row, 2)?, col(&row, 3)?, col(&row, 4)?];
+    let database: String = col(&row, 5)?;
     let install =
         classify(ext.as_deref(), has_meta, markers).ok_or(Error::PgmqMissing { database })?;
     if install.version < MIN_SUPPORTED {

@@ -235,7 +235,8 @@ async fn send_lines_and_envelopes_then_read_and_pop() {
     .lines();
     assert_eq!(ids.len(), 4);
     tokio::fs::remove_dir_all(&dir).await.unwrap();
-    let visible: Vec<Message> = client.read(&q2, Duration::from_secs(30), 10).await.unwrap();
+    let visible: Vec<Message> =
+        common::ok(client.read(&q2, Duration::from_secs(30), 10).await.unwrap());
     let mut bodies: Vec<i64> = visible
         .iter()
         .map(|m| m.body["e"].as_i64().unwrap())
@@ -357,7 +358,7 @@ async fn every_error_is_a_message_and_a_non_zero_exit() {
 
     pgmq_with(&["list"], "", &[("DATABASE_URL", None)])
         .await
-        .failed("pass --dsn or set DATABASE_URL");
+        .failed("set DATABASE_URL, or pass --dsn-file or --dsn");
     for run in [
         pgmq_with(&["list"], "", &[("DATABASE_URL", Some(&wrong))]).await,
         pgmq(&["--dsn", &wrong, "list"], "").await,
@@ -500,10 +501,12 @@ async fn redrive_moves_dead_letters_back_in_transactions() {
         .await
         .ok();
     assert_eq!(run.lines().len(), 1);
-    let got: Vec<Message> = client
-        .read(&other, Duration::from_secs(30), 10)
-        .await
-        .unwrap();
+    let got: Vec<Message> = common::ok(
+        client
+            .read(&other, Duration::from_secs(30), 10)
+            .await
+            .unwrap(),
+    );
     assert_eq!(got[0].body, json!({"orphan": true}));
     assert_eq!(got[0].headers, Some(json!({"note": "no source queue"})));
     assert_eq!(client.metrics(&dlq).await.unwrap().queue_length, 0);
@@ -531,7 +534,7 @@ async fn redrive_moves_dead_letters_back_in_transactions() {
 }
 
 #[tokio::test]
-async fn redrive_to_a_missing_queue_moves_nothing() {
+async fn redrive_leaves_messages_naming_a_missing_queue() {
     let client = common::client().await;
     let qs = Queues::new();
     let src = qs.fresh(&client, "cli_src2").await;
@@ -545,7 +548,7 @@ async fn redrive_to_a_missing_queue_moves_nothing() {
         )
         .await
         .unwrap();
-    client
+    let stays = client
         .send_with(
             &dlq,
             &json!({"a": 2}),
@@ -553,22 +556,50 @@ async fn redrive_to_a_missing_queue_moves_nothing() {
         )
         .await
         .unwrap();
-    // Both in one batch: the batch fails as a whole.
-    let run = pgmq(&["redrive", dlq.as_str()], "")
-        .await
-        .failed("does not exist");
+    // The message naming a queue that does not exist stays, with the reason.
+    let run = pgmq(&["redrive", dlq.as_str()], "").await.ok();
+    assert_eq!(run.lines().len(), 1, "{}", run.stdout);
     assert!(
-        run.stderr.contains("nothing of this batch was moved"),
+        run.stderr.contains(&format!(
+            "message {stays} stays: source_queue {gone} does not exist"
+        )),
         "{}",
         run.stderr
     );
-    assert_eq!(client.metrics(&src).await.unwrap().queue_length, 0);
+    assert_eq!(client.metrics(&src).await.unwrap().queue_length, 1);
     let m = client.metrics(&dlq).await.unwrap();
-    assert_eq!(
-        (m.queue_length, m.queue_visible_length),
-        (2, 2),
-        "rolled back, visible"
-    );
+    assert_eq!((m.queue_length, m.queue_visible_length), (1, 1));
+}
+
+#[tokio::test]
+async fn redrive_to_several_queues_needs_yes() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let a = qs.fresh(&client, "cli_a").await;
+    let b = qs.fresh(&client, "cli_b").await;
+    let dlq = qs.fresh(&client, "cli_dlq3").await;
+    for (q, n) in [(&a, 1), (&b, 2)] {
+        client
+            .send_with(
+                &dlq,
+                &json!({"n": n}),
+                &SendOptions::new().headers(dead_letter_headers(q.as_str(), n, Value::Null)),
+            )
+            .await
+            .unwrap();
+    }
+    let run = pgmq(&["redrive", dlq.as_str()], "").await.failed("--yes");
+    assert!(run.stderr.contains(a.as_str()) && run.stderr.contains(b.as_str()));
+    assert_eq!(client.metrics(&dlq).await.unwrap().queue_visible_length, 2);
+    // --limit 1 names one queue only.
+    let run = pgmq(&["redrive", dlq.as_str(), "--limit", "1"], "")
+        .await
+        .ok();
+    assert_eq!(run.lines().len(), 1);
+    let run = pgmq(&["redrive", dlq.as_str(), "--yes"], "").await.ok();
+    assert_eq!(run.lines().len(), 1);
+    assert_eq!(client.metrics(&a).await.unwrap().queue_length, 1);
+    assert_eq!(client.metrics(&b).await.unwrap().queue_length, 1);
 }
 
 #[tokio::test]
@@ -591,4 +622,77 @@ async fn notify_enable_list_disable() {
     pgmq(&["notify", "enable", qs.name("cli_nq").as_str()], "")
         .await
         .failed("does not exist");
+}
+
+#[tokio::test]
+async fn the_password_stays_off_the_command_line() {
+    let cfg: tokio_postgres::Config = common::dsn().parse().unwrap();
+    let user = cfg.get_user().unwrap().to_owned();
+    let password = String::from_utf8(cfg.get_password().unwrap().to_vec()).unwrap();
+    let host = match &cfg.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        other => panic!("a TCP test DSN, not {other:?}"),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let db = cfg.get_dbname().unwrap().to_owned();
+    let bare = format!("postgres://{user}@{host}:{port}/{db}");
+    let dir = std::env::temp_dir().join(format!("pgmq-cli-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nowhere = dir.join("missing");
+    let nowhere = nowhere.to_str().unwrap();
+
+    // No password anywhere: the server refuses, so the cases below prove something.
+    pgmq_with(
+        &["list"],
+        "",
+        &[
+            ("DATABASE_URL", Some(&bare)),
+            ("PGPASSWORD", None),
+            ("PGPASSFILE", Some(nowhere)),
+        ],
+    )
+    .await
+    .failed("");
+    // PGPASSWORD.
+    pgmq_with(
+        &["list"],
+        "",
+        &[
+            ("DATABASE_URL", Some(&bare)),
+            ("PGPASSWORD", Some(&password)),
+        ],
+    )
+    .await
+    .ok();
+    // A password file, wildcards and all; ignored while others may read it.
+    let passfile = dir.join("pgpass");
+    std::fs::write(
+        &passfile,
+        format!("# test\nother:*:*:*:wrong\n{host}:{port}:*:{user}:{password}\n"),
+    )
+    .unwrap();
+    let env = [
+        ("DATABASE_URL", Some(bare.as_str())),
+        ("PGPASSWORD", None),
+        ("PGPASSFILE", passfile.to_str()),
+    ];
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o644)).unwrap();
+        pgmq_with(&["list"], "", &env).await.failed("");
+        std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    pgmq_with(&["list"], "", &env).await.ok();
+    // The whole DSN in a file.
+    let dsn_file = dir.join("dsn");
+    std::fs::write(&dsn_file, format!("{}\n", common::dsn())).unwrap();
+    pgmq_with(
+        &["list", "--dsn-file", dsn_file.to_str().unwrap()],
+        "",
+        &[("DATABASE_URL", None), ("PGPASSFILE", Some(nowhere))],
+    )
+    .await
+    .ok();
+    std::fs::remove_dir_all(&dir).unwrap();
 }

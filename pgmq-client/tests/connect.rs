@@ -134,7 +134,7 @@ async fn sql_only_install_is_detected_and_works() {
         .send_batch(&q, &[json!({"a": 1}), json!({"a": 2})])
         .await
         .unwrap();
-    let got: Vec<Message> = client.read(&q, VT, 10).await.unwrap();
+    let got: Vec<Message> = common::ok(client.read(&q, VT, 10).await.unwrap());
     assert_eq!(got.len(), 2);
     assert!(client.delete(&q, ids[0]).await.unwrap());
     assert!(client.archive(&q, ids[1]).await.unwrap());
@@ -152,10 +152,12 @@ async fn sql_only_install_is_detected_and_works() {
             .unwrap(),
         1
     );
-    let g: Vec<Message> = client
-        .read_grouped(&q, pgmq_client::GroupStrategy::RoundRobin, VT, 10)
-        .await
-        .unwrap();
+    let g: Vec<Message> = common::ok(
+        client
+            .read_grouped(&q, pgmq_client::GroupStrategy::RoundRobin, VT, 10)
+            .await
+            .unwrap(),
+    );
     assert_eq!(g.len(), 1);
     // A transaction works the same.
     let mut conn = client.connection().await.unwrap();

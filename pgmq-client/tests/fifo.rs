@@ -40,7 +40,7 @@ async fn send_grouped(client: &Client, q: &QueueName, msgs: &[(&str, i32)]) -> V
 }
 
 async fn grouped(client: &Client, q: &QueueName, s: GroupStrategy, n: usize) -> Vec<i64> {
-    let got: Vec<Message> = client.read_grouped(q, s, VT, n).await.unwrap();
+    let got: Vec<Message> = common::ok(client.read_grouped(q, s, VT, n).await.unwrap());
     for m in &got {
         assert_eq!(
             m.header(FIFO_GROUP_HEADER).and_then(Value::as_str),
@@ -72,7 +72,7 @@ async fn a_group_waits_for_its_earlier_message_in_every_strategy() {
         assert!(grouped(&client, &q, s, 10).await.is_empty(), "{s:?}");
         // a1's visibility timeout ends without a delete: a1 again, not a2.
         client.set_vt(&q, a1, Duration::ZERO).await.unwrap();
-        let again: Vec<Message> = client.read_grouped(&q, s, VT, 1).await.unwrap();
+        let again: Vec<Message> = common::ok(client.read_grouped(&q, s, VT, 1).await.unwrap());
         assert_eq!(common::ids(&again), [a1], "{s:?}: redelivery keeps order");
         assert_eq!(again[0].read_ct, 2);
         assert!(client.archive(&q, a1).await.unwrap());
@@ -141,17 +141,19 @@ async fn grouped_poll_returns_when_the_head_is_deleted() {
             deleter.delete(&q2, head).await.unwrap()
         });
         let start = Instant::now();
-        let got: Vec<Message> = client
-            .read_grouped_with_poll(
-                &q,
-                s,
-                VT,
-                1,
-                Duration::from_secs(5),
-                Duration::from_millis(50),
-            )
-            .await
-            .unwrap();
+        let got: Vec<Message> = common::ok(
+            client
+                .read_grouped_with_poll(
+                    &q,
+                    s,
+                    VT,
+                    1,
+                    Duration::from_secs(5),
+                    Duration::from_millis(50),
+                )
+                .await
+                .unwrap(),
+        );
         let waited = start.elapsed();
         assert!(del.await.unwrap());
         assert_eq!(common::ids(&got), [ids[1]], "{s:?}");

@@ -31,7 +31,7 @@ async fn read_within(
     let start = Instant::now();
     let mut got: Vec<Message> = Vec::new();
     while got.len() < want && start.elapsed() < within {
-        got.extend(client.read::<Value>(q, VT, 10).await.unwrap());
+        got.extend(common::ok(client.read::<Value>(q, VT, 10).await.unwrap()));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     got
@@ -89,7 +89,7 @@ async fn batches_of_one_and_a_thousand() {
         );
         assert_eq!(client.metrics(&q).await.unwrap().queue_length, n as i64);
 
-        let got: Vec<Message<Order>> = client.read(&q, VT, n).await.unwrap();
+        let got: Vec<Message<Order>> = common::ok(client.read(&q, VT, n).await.unwrap());
         assert_eq!(got.len(), n);
         let mut by_id: HashMap<i64, Order> = got.into_iter().map(|m| (m.msg_id, m.body)).collect();
         for (id, body) in ids.iter().zip(&bodies) {
@@ -146,7 +146,7 @@ async fn delay_in_seconds() {
         .send_batch_with(&q, &[json!(1), json!(2)], None, Delay::Seconds(2))
         .await
         .unwrap();
-    let early: Vec<Message> = client.read(&q, VT, 10).await.unwrap();
+    let early: Vec<Message> = common::ok(client.read(&q, VT, 10).await.unwrap());
     assert!(early.is_empty(), "invisible before the delay: {early:?}");
     assert_eq!(client.metrics(&q).await.unwrap().queue_visible_length, 0);
     let got = read_within(&client, &q, 3, Duration::from_secs(5)).await;
@@ -170,7 +170,7 @@ async fn delay_until_a_timestamp() {
         .send_batch_with(&q, &[json!(1)], None, Delay::At(at))
         .await
         .unwrap();
-    let early: Vec<Message> = client.read(&q, VT, 10).await.unwrap();
+    let early: Vec<Message> = common::ok(client.read(&q, VT, 10).await.unwrap());
     assert!(early.is_empty());
     let got = read_within(&client, &q, 2, Duration::from_secs(5)).await;
     assert!(Utc::now() >= at);
@@ -206,6 +206,7 @@ async fn headers_round_trip() {
         .await
         .unwrap()
         .into_iter()
+        .map(|m| m.unwrap())
         .map(|m| (m.msg_id, m))
         .collect();
     assert_eq!(got[&with].headers.as_ref(), Some(&h));
@@ -238,7 +239,12 @@ async fn message_fields() {
         )
         .await
         .unwrap();
-    let m = client.read::<Order>(&q, VT, 1).await.unwrap().remove(0);
+    let m = client
+        .read::<Order>(&q, VT, 1)
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
     assert_eq!(m.msg_id, id);
     assert_eq!(m.read_ct, 1);
     assert_eq!(m.body.item, "tea");
@@ -251,7 +257,12 @@ async fn message_fields() {
         "vt is 30 s after the read: {vt_secs}"
     );
     client.set_vt(&q, id, Duration::ZERO).await.unwrap();
-    let m = client.read::<Order>(&q, VT, 1).await.unwrap().remove(0);
+    let m = client
+        .read::<Order>(&q, VT, 1)
+        .await
+        .unwrap()
+        .remove(0)
+        .unwrap();
     assert_eq!(m.read_ct, 2);
 }
 
@@ -271,45 +282,55 @@ async fn read_where_filters_on_the_body() {
         )
         .await
         .unwrap();
-    let eu: Vec<Message> = client
-        .read_where(&q, VT, 10, &json!({"region": "eu"}))
-        .await
-        .unwrap();
+    let eu: Vec<Message> = common::ok(
+        client
+            .read_where(&q, VT, 10, &json!({"region": "eu"}))
+            .await
+            .unwrap(),
+    );
     let mut got = common::ids(&eu);
     got.sort_unstable();
     assert_eq!(got, [ids[0], ids[2]]);
-    let nested: Vec<Message> = client
-        .read_where(&q, VT, 10, &json!({"extra": {"a": 1}}))
-        .await
-        .unwrap();
+    let nested: Vec<Message> = common::ok(
+        client
+            .read_where(&q, VT, 10, &json!({"extra": {"a": 1}}))
+            .await
+            .unwrap(),
+    );
     assert!(nested.is_empty(), "already invisible");
-    let none: Vec<Message> = client
-        .read_where(&q, VT, 10, &json!({"region": "mars"}))
-        .await
-        .unwrap();
+    let none: Vec<Message> = common::ok(
+        client
+            .read_where(&q, VT, 10, &json!({"region": "mars"}))
+            .await
+            .unwrap(),
+    );
     assert!(none.is_empty());
     // The filter is a bound parameter: quotes in it are data, not SQL.
-    let odd: Vec<Message> = client
-        .read_where(
-            &q,
-            VT,
-            10,
-            &json!({"region": "x'); drop table pgmq.meta; --"}),
-        )
-        .await
-        .unwrap();
+    let odd: Vec<Message> = common::ok(
+        client
+            .read_where(
+                &q,
+                VT,
+                10,
+                &json!({"region": "x')); drop table pgmq.meta; --"}),
+            )
+            .await
+            .unwrap(),
+    );
     assert!(odd.is_empty());
-    let us: Vec<Message> = client
-        .read_with_poll(
-            &q,
-            VT,
-            10,
-            Duration::from_secs(1),
-            Duration::from_millis(50),
-            Some(&json!({"region": "us"})),
-        )
-        .await
-        .unwrap();
+    let us: Vec<Message> = common::ok(
+        client
+            .read_with_poll(
+                &q,
+                VT,
+                10,
+                Duration::from_secs(1),
+                Duration::from_millis(50),
+                Some(&json!({"region": "us"})),
+            )
+            .await
+            .unwrap(),
+    );
     assert_eq!(common::ids(&us), [ids[1]]);
 }
 
@@ -321,17 +342,19 @@ async fn read_with_poll_returns_when_a_message_arrives() {
 
     // Nothing arrives: returns empty after about max_poll.
     let start = Instant::now();
-    let none: Vec<Message> = client
-        .read_with_poll(
-            &q,
-            VT,
-            1,
-            Duration::from_secs(1),
-            Duration::from_millis(50),
-            None,
-        )
-        .await
-        .unwrap();
+    let none: Vec<Message> = common::ok(
+        client
+            .read_with_poll(
+                &q,
+                VT,
+                1,
+                Duration::from_secs(1),
+                Duration::from_millis(50),
+                None,
+            )
+            .await
+            .unwrap(),
+    );
     assert!(none.is_empty());
     let waited = start.elapsed();
     assert!(
@@ -347,17 +370,19 @@ async fn read_with_poll_returns_when_a_message_arrives() {
         sender.send(&q2, &json!({"late": true})).await.unwrap()
     });
     let start = Instant::now();
-    let got: Vec<Message> = client
-        .read_with_poll(
-            &q,
-            VT,
-            1,
-            Duration::from_secs(5),
-            Duration::from_millis(50),
-            None,
-        )
-        .await
-        .unwrap();
+    let got: Vec<Message> = common::ok(
+        client
+            .read_with_poll(
+                &q,
+                VT,
+                1,
+                Duration::from_secs(5),
+                Duration::from_millis(50),
+                None,
+            )
+            .await
+            .unwrap(),
+    );
     let waited = start.elapsed();
     let id = send.await.unwrap();
     assert_eq!(common::ids(&got), [id]);
@@ -377,7 +402,7 @@ async fn pop_reads_and_deletes() {
         .send_batch(&q, &[json!(1), json!(2), json!(3)])
         .await
         .unwrap();
-    let popped: Vec<Message> = client.pop(&q, 2).await.unwrap();
+    let popped: Vec<Message> = common::ok(client.pop(&q, 2).await.unwrap());
     let mut got = common::ids(&popped);
     got.sort_unstable();
     assert_eq!(got, ids[..2]);
@@ -387,7 +412,7 @@ async fn pop_reads_and_deletes() {
         .map(|r| r.0)
         .collect();
     assert_eq!(left, ids[2..]);
-    let one: Vec<Message> = client.pop(&q, 1).await.unwrap();
+    let one: Vec<Message> = common::ok(client.pop(&q, 1).await.unwrap());
     assert_eq!(one[0].body, json!(3));
     assert!(client.pop::<Value>(&q, 1).await.unwrap().is_empty());
 }
@@ -402,7 +427,7 @@ async fn archive_moves_rows_to_the_archive_table() {
         .send_batch(&q, &[json!({"a": 1}), json!({"a": 2}), json!({"a": 3})])
         .await
         .unwrap();
-    let _: Vec<Message> = client.read(&q, VT, 1).await.unwrap();
+    let _: Vec<Message> = common::ok(client.read(&q, VT, 1).await.unwrap());
     assert!(client.archive(&q, ids[0]).await.unwrap());
     assert!(
         !client.archive(&q, ids[0]).await.unwrap(),
@@ -464,7 +489,7 @@ async fn set_vt_single_and_batch() {
         .send_batch(&q, &[json!(1), json!(2), json!(3)])
         .await
         .unwrap();
-    let read: Vec<Message> = client.read(&q, VT, 3).await.unwrap();
+    let read: Vec<Message> = common::ok(client.read(&q, VT, 3).await.unwrap());
     assert_eq!(read.len(), 3);
 
     // Back to visible now: readable again.
@@ -476,7 +501,7 @@ async fn set_vt_single_and_batch() {
     assert_eq!(m.msg_id, ids[0]);
     assert_eq!(m.body, json!(1));
     assert!(m.vt <= Utc::now() + chrono::Duration::seconds(1));
-    let again: Vec<Message> = client.read(&q, VT, 3).await.unwrap();
+    let again: Vec<Message> = common::ok(client.read(&q, VT, 3).await.unwrap());
     assert_eq!(common::ids(&again), [ids[0]]);
     assert_eq!(again[0].read_ct, 2);
 
@@ -538,7 +563,11 @@ async fn a_body_that_does_not_decode_stays_in_the_queue() {
         .send(&q, &json!({"id": "not a number"}))
         .await
         .unwrap();
-    let err = client.read::<Order>(&q, VT, 10).await.unwrap_err();
+    let mut batch = client.read::<Order>(&q, VT, 10).await.unwrap();
+    assert_eq!(batch.len(), 1);
+    let undecoded = batch.remove(0).unwrap_err();
+    assert_eq!(undecoded.message.msg_id, bad);
+    let err = Error::from(undecoded);
     match &err {
         Error::Deserialize { msg_id, .. } => assert_eq!(*msg_id, bad),
         other => panic!("expected Deserialize, got {other:?}"),

@@ -62,7 +62,7 @@ async fn create_unlogged() {
     assert!(info.is_unlogged && !info.is_partitioned);
     assert_eq!(relpersistence(&pg, &q).await, "u");
     let id = client.send(&q, &json!({"u": 1})).await.unwrap();
-    let got: Vec<Message> = client.read(&q, VT, 1).await.unwrap();
+    let got: Vec<Message> = common::ok(client.read(&q, VT, 1).await.unwrap());
     assert_eq!(common::ids(&got), [id]);
     assert!(client.drop_queue(&q).await.unwrap());
 }
@@ -112,7 +112,7 @@ async fn create_partitioned_when_pg_partman_is_installed() {
         .send_batch(&q, &[json!(1), json!(2), json!(3)])
         .await
         .unwrap();
-    let got: Vec<Message> = client.read(&q, VT, 3).await.unwrap();
+    let got: Vec<Message> = common::ok(client.read(&q, VT, 3).await.unwrap());
     assert_eq!(got.len(), 3);
     assert!(client.archive(&q, ids[0]).await.unwrap());
     assert_eq!(client.delete_batch(&q, &ids[1..]).await.unwrap().len(), 2);
@@ -183,9 +183,9 @@ async fn metrics_and_metrics_all() {
         .send_batch(&q, &[json!(1), json!(2), json!(3)])
         .await
         .unwrap();
-    let _: Vec<Message> = client.read(&q, VT, 1).await.unwrap();
+    let _: Vec<Message> = common::ok(client.read(&q, VT, 1).await.unwrap());
     let ids: Vec<i64> = client
-        .pop::<Value>(&q, 1)
+        .pop_raw(&q, 1)
         .await
         .unwrap()
         .iter()

@@ -42,12 +42,12 @@ async fn a_release_makes_messages_visible_and_undoes_their_read() {
         .unwrap();
 
     // Read all three twice (the first read's timeout ended at once).
-    let first = client.read::<Value>(&q, Duration::ZERO, 10).await.unwrap();
+    let first = common::ok(client.read::<Value>(&q, Duration::ZERO, 10).await.unwrap());
     assert!(first.iter().all(|m| m.read_ct == 1));
-    let second = client.read::<Value>(&q, VT, 10).await.unwrap();
+    let second = common::ok(client.read::<Value>(&q, VT, 10).await.unwrap());
     assert_eq!(second.len(), 3);
     assert!(second.iter().all(|m| m.read_ct == 2));
-    assert!(client.read::<Value>(&q, VT, 10).await.unwrap().is_empty());
+    assert!(common::ok(client.read::<Value>(&q, VT, 10).await.unwrap()).is_empty());
 
     // Release two of them, as read.
     let reads: Vec<(i64, i32)> = second[..2].iter().map(|m| (m.msg_id, m.read_ct)).collect();
@@ -60,7 +60,7 @@ async fn a_release_makes_messages_visible_and_undoes_their_read() {
     );
 
     // Read again: the released ones come back with read_ct 2, not 3.
-    let again = client.read::<Value>(&q, VT, 10).await.unwrap();
+    let again = common::ok(client.read::<Value>(&q, VT, 10).await.unwrap());
     let seen: Vec<(i64, i32)> = again.iter().map(|m| (m.msg_id, m.read_ct)).collect();
     assert_eq!(seen, vec![(ids[0], 2), (ids[1], 2)]);
 
@@ -80,13 +80,13 @@ async fn a_message_read_again_since_or_deleted_is_left_alone() {
         .unwrap();
     // This consumer reads both; the timeout of the first ends and another
     // consumer reads it (read_ct 2); the second is deleted meanwhile.
-    let mine = client.read::<Value>(&q, VT, 10).await.unwrap();
+    let mine = common::ok(client.read::<Value>(&q, VT, 10).await.unwrap());
     assert_eq!(mine.len(), 2);
     client
         .set_vt_batch(&q, &ids[..1], Duration::ZERO)
         .await
         .unwrap();
-    let theirs = client.read::<Value>(&q, VT, 10).await.unwrap();
+    let theirs = common::ok(client.read::<Value>(&q, VT, 10).await.unwrap());
     assert_eq!((theirs[0].msg_id, theirs[0].read_ct), (ids[0], 2));
     assert!(client.delete(&q, ids[1]).await.unwrap());
 
@@ -115,7 +115,7 @@ async fn release_in_a_transaction_and_on_a_callers_client() {
     let q = qs.fresh(&client, "reltx").await;
     let pg = common::raw().await;
     let id = client.send(&q, &json!({})).await.unwrap();
-    let m = client.read::<Value>(&q, VT, 1).await.unwrap().remove(0);
+    let m = common::ok(client.read::<Value>(&q, VT, 1).await.unwrap()).remove(0);
 
     // Rolled back: nothing changes.
     let mut conn = client.connection().await.unwrap();

@@ -14,7 +14,8 @@ async fn send_read_delete_roundtrip() {
         .send(&q, &serde_json::json!({"hello": "world"}))
         .await
         .unwrap();
-    let msgs: Vec<Message> = client.read(&q, Duration::from_secs(30), 10).await.unwrap();
+    let msgs: Vec<Message> =
+        common::ok(client.read(&q, Duration::from_secs(30), 10).await.unwrap());
     assert_eq!(msgs.len(), 1);
     assert_eq!(msgs[0].msg_id, id);
     assert_eq!(msgs[0].body["hello"], "world");

@@ -100,11 +100,14 @@ async fn routing_fans_out_to_matching_queues() {
     let bodies = |msgs: Vec<Message>| -> Vec<Value> {
         msgs.into_iter().map(|m| m.body["e"].clone()).collect()
     };
-    let mut got = bodies(client.read(&all, VT, 10).await.unwrap());
+    let mut got = bodies(common::ok(client.read(&all, VT, 10).await.unwrap()));
     got.sort_by_key(|v| v.as_i64());
     assert_eq!(got, [json!(1), json!(2)], "e4 is delayed");
-    assert_eq!(bodies(client.read(&eu, VT, 10).await.unwrap()), [json!(1)]);
-    let mut got = bodies(client.read(&created, VT, 10).await.unwrap());
+    assert_eq!(
+        bodies(common::ok(client.read(&eu, VT, 10).await.unwrap())),
+        [json!(1)]
+    );
+    let mut got = bodies(common::ok(client.read(&created, VT, 10).await.unwrap()));
     got.sort_by_key(|v| v.as_i64());
     assert_eq!(got, [json!(1), json!(2)]);
     // The delayed one is there, hidden, with its headers.
@@ -137,7 +140,7 @@ async fn routing_fans_out_to_matching_queues() {
     }
     assert_eq!(per_queue.len(), 3);
     assert!(per_queue.values().all(|ids| ids.len() == 2));
-    let in_eu: Vec<Message> = client.read(&eu, VT, 10).await.unwrap();
+    let in_eu: Vec<Message> = common::ok(client.read(&eu, VT, 10).await.unwrap());
     let mut ids = common::ids(&in_eu);
     ids.sort_unstable();
     let mut expected = per_queue[eu.as_str()].clone();

@@ -84,17 +84,21 @@ async fn spans_name_calls_and_queues_but_never_payloads_or_passwords() {
         )
         .await
         .unwrap();
-    let got: Vec<Message> = client
-        .read_where(&q, Duration::from_secs(30), 10, &json!({"card": secret}))
-        .await
-        .unwrap();
+    let got: Vec<Message> = common::ok(
+        client
+            .read_where(&q, Duration::from_secs(30), 10, &json!({"card": secret}))
+            .await
+            .unwrap(),
+    );
     assert_eq!(got.len(), 3);
     let ids = common::ids(&got);
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
-    let _: Vec<Message> = client
-        .read_grouped(&q, GroupStrategy::Fill, Duration::from_secs(30), 10)
-        .await
-        .unwrap();
+    let _: Vec<Message> = common::ok(
+        client
+            .read_grouped(&q, GroupStrategy::Fill, Duration::from_secs(30), 10)
+            .await
+            .unwrap(),
+    );
     client.archive(&q, ids[0]).await.unwrap();
     client.delete_batch(&q, &ids[1..]).await.unwrap();
     let k = format!("k{}", q.as_str());
@@ -109,7 +113,7 @@ async fn spans_name_calls_and_queues_but_never_payloads_or_passwords() {
         )
         .await
         .unwrap();
-    let _: Vec<Message> = client.pop(&q, 10).await.unwrap();
+    let _: Vec<Message> = common::ok(client.pop(&q, 10).await.unwrap());
     // A failing call's error is not recorded with its payload either.
     let missing = qs.name("trace_missing");
     let _ = client.send(&missing, &body).await;

@@ -236,15 +236,16 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
     assert_eq!(delayed.len(), 2);
 
     // Reading.
-    let r: Vec<Message> = pg.read(&fx.main, vt, 1).await.unwrap();
+    let r: Vec<Message> = common::ok(pg.read(&fx.main, vt, 1).await.unwrap());
     assert_eq!(common::ids(&r), [m[0]]);
-    let r: Vec<Message> = pg
-        .read_where(&fx.main, vt, 5, &json!({"kind": "x"}))
-        .await
-        .unwrap();
+    let r: Vec<Message> = common::ok(
+        pg.read_where(&fx.main, vt, 5, &json!({"kind": "x"}))
+            .await
+            .unwrap(),
+    );
     assert_eq!(common::ids(&r), [m[1]]);
-    let r: Vec<Message> = pg
-        .read_with_poll(
+    let r: Vec<Message> = common::ok(
+        pg.read_with_poll(
             &fx.main,
             vt,
             1,
@@ -253,9 +254,10 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
             None,
         )
         .await
-        .unwrap();
+        .unwrap(),
+    );
     assert_eq!(common::ids(&r), [m[2]]);
-    let r: Vec<Message> = pg.pop(&fx.main, 1).await.unwrap();
+    let r: Vec<Message> = common::ok(pg.pop(&fx.main, 1).await.unwrap());
     assert_eq!(common::ids(&r), [m[3]]);
     let r: Vec<Message<RawJson>> = pg.read_raw(&fx.main, vt, 1).await.unwrap();
     assert_eq!(common::ids(&r), [m[4]]);
@@ -330,13 +332,14 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
 
     // FIFO.
     pg.create_fifo_index(&fx.fifo).await.unwrap();
-    let r: Vec<Message> = pg
-        .read_grouped(&fx.fifo, GroupStrategy::Head, vt, 10)
-        .await
-        .unwrap();
+    let r: Vec<Message> = common::ok(
+        pg.read_grouped(&fx.fifo, GroupStrategy::Head, vt, 10)
+            .await
+            .unwrap(),
+    );
     assert_eq!(r.len(), 2, "heads of groups a and b");
-    let r: Vec<Message> = pg
-        .read_grouped_with_poll(
+    let r: Vec<Message> = common::ok(
+        pg.read_grouped_with_poll(
             &fx.fifo,
             GroupStrategy::RoundRobin,
             vt,
@@ -345,7 +348,8 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
             Duration::from_millis(50),
         )
         .await
-        .unwrap();
+        .unwrap(),
+    );
     assert!(r.is_empty(), "both groups have a message in flight");
 }
 
@@ -401,10 +405,12 @@ async fn check_committed(pg: &tokio_postgres::Client, client: &Client, fx: &Fixt
         .collect();
     assert_eq!(archived, [m[0], m[7]]);
     // m1's visibility was reset to now, m2's moved an hour ahead, m4 was read.
-    let visible: Vec<Message> = client
-        .read_where(&fx.main, Duration::from_secs(30), 10, &json!({"n": 1}))
-        .await
-        .unwrap();
+    let visible: Vec<Message> = common::ok(
+        client
+            .read_where(&fx.main, Duration::from_secs(30), 10, &json!({"n": 1}))
+            .await
+            .unwrap(),
+    );
     assert_eq!(common::ids(&visible), [m[1]]);
     assert_eq!(rows.iter().find(|r| r.0 == m[4]).unwrap().1, 1);
 
@@ -615,7 +621,8 @@ async fn a_thousand_in_a_transaction() {
         let ids = pg.send_batch(&q, &bodies).await.unwrap();
         assert_eq!(ids.len(), 1000);
         assert_eq!(pg.metrics(&q).await.unwrap().queue_length, 1000);
-        let read: Vec<Message> = pg.read(&q, Duration::from_secs(30), 1000).await.unwrap();
+        let read: Vec<Message> =
+            common::ok(pg.read(&q, Duration::from_secs(30), 1000).await.unwrap());
         assert_eq!(read.len(), 1000);
         assert_eq!(
             pg.set_vt_batch(&q, &ids, Duration::ZERO)

@@ -136,7 +136,7 @@ pub(crate) struct Config {
 /// | setting | default | why |
 /// | --- | --- | --- |
 /// | `concurrency` | 8 | handler tasks; async handlers mostly wait on I/O, and 8 covers a 2-4 core host without queueing much work locally |
-/// | `batch_size` | 100 | the most one `pgmq.read` takes: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little |
+/// | `batch_size` | 100 | the most one `pgmq.read` takes: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little. At most [`pgmq_client::MAX_BATCH`] |
 /// | `claim_capacity` | `3 * batch_size` | claimed-but-unstarted messages held locally: room for two reads in flight (one per claimer) plus a batch being handled, so a claim never waits on the acknowledgement of the last; bounded, so memory does not grow with the backlog. Slow handlers get less: only what they start within a quarter of the visibility timeout (see the crate docs) |
 /// | `claimers` | 2 | concurrent claim loops, each with one read in flight: on two database cores two claim connections drain about 1.3x faster than one, more only add lock contention |
 /// | `visibility_timeout` | 30 s | how long a claimed message stays invisible; the heartbeat extends it for long handlers |
@@ -152,7 +152,7 @@ pub(crate) struct Config {
 /// | `dead_letter_queue` | none | without one, messages past `max_attempts` (and undecodable ones) are archived instead |
 /// | `shutdown_grace` | 30 s | how long in-flight handlers may run after shutdown begins |
 /// | `heartbeat` | true | a handler running past half the visibility timeout gets it extended, so a live long job is not delivered twice |
-/// | `ack_batch_size` | `2 * batch_size` | the most ids in one `pgmq.delete`/`archive`/`set_vt`: each call is a PL/pgSQL function that plans its statement anew, plus a commit; twice the claim batch halves that work per message, and one writer keeps up with two claimers |
+/// | `ack_batch_size` | `2 * batch_size` | the most ids in one `pgmq.delete`/`archive`/`set_vt`: each call is a PL/pgSQL function that plans its statement anew, plus a commit; twice the claim batch halves that work per message, and one writer keeps up with two claimers. Capped at [`pgmq_client::MAX_BATCH`] |
 /// | `ack_flush_interval` | 5 ms | at low rates, the longest an acknowledgement waits for its batch to fill; acknowledgements that arrived while the writer was busy go out as soon as it is free |
 /// | `ack_capacity` | `4 * batch_size` | acknowledgements queued before handlers wait (backpressure) |
 /// | `ack_flushers` | 1 | batches written concurrently. One writer of large batches, as River's completer does, leaves the database's CPU to the claims: on a two-core host it drained 5-10% faster than two writers of 100 (the claimers' reads are what the CPU is short of); raise it when a single write is often slow (a remote or overloaded database), so that one slow flush does not stall the next |
@@ -480,6 +480,9 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         if c.batch_size == 0 {
             return bad("batch_size must be at least 1");
         }
+        if c.batch_size > pgmq_client::MAX_BATCH {
+            return bad("batch_size must be at most pgmq_client::MAX_BATCH (10 000)");
+        }
         if c.claimers == 0 {
             return bad("claimers must be at least 1");
         }
@@ -499,7 +502,10 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         if c.claim_capacity == 0 {
             return bad("claim_capacity must be at least 1");
         }
-        c.ack_batch_size = self.ack_batch_size.unwrap_or(2 * c.batch_size).max(1);
+        c.ack_batch_size = self
+            .ack_batch_size
+            .unwrap_or(2 * c.batch_size)
+            .clamp(1, pgmq_client::MAX_BATCH);
         c.ack_capacity = self.ack_capacity.unwrap_or(4 * c.batch_size).max(1);
         c.ack_retry_timeout = self.ack_retry_timeout.unwrap_or(c.visibility_timeout);
         c.max_deliveries = self

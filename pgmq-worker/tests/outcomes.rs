@@ -28,7 +28,7 @@ fn jobs(count: u64) -> Vec<Value> {
 
 /// Reads every message of `q` (a dead-letter queue) without deleting it.
 async fn read_all(client: &pgmq_client::Client, q: &QueueName) -> Vec<Message<Value>> {
-    client.read(q, Duration::from_secs(60), 1000).await.unwrap()
+    common::ok(client.read(q, Duration::from_secs(60), 1000).await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -396,7 +396,7 @@ async fn an_immediate_shutdown_cuts_a_graceful_one_short() {
     let shut = Instant::now();
     let back = loop {
         let got = client
-            .read::<Value>(&q, Duration::from_secs(60), 1)
+            .read_raw(&q, Duration::from_secs(60), 1)
             .await
             .unwrap();
         if let Some(m) = got.into_iter().next() {

@@ -64,7 +64,7 @@ async fn a_hung_handler_times_out_is_retried_then_dead_lettered_and_the_others_f
         .await
         .unwrap();
     assert_eq!(dead.len(), 1);
-    let h = dead[0].headers.as_ref().unwrap();
+    let h = dead[0].as_ref().unwrap().headers.clone().unwrap();
     let reason = h["reason"].as_str().unwrap();
     assert!(reason.contains("timed out"), "{reason}");
     assert_eq!(h["attempts"], 2);

@@ -222,3 +222,11 @@ pub async fn scalar<T: for<'a> tokio_postgres::types::FromSql<'a>>(
 pub fn ids<T>(msgs: &[pgmq_client::Message<T>]) -> Vec<i64> {
     msgs.iter().map(|m| m.msg_id).collect()
 }
+
+/// The messages of a typed read or pop, every one of which must decode.
+pub fn ok<T>(batch: Vec<pgmq_client::Decoded<T>>) -> Vec<pgmq_client::Message<T>> {
+    batch
+        .into_iter()
+        .map(|m| m.unwrap_or_else(|u| panic!("{u}")))
+        .collect()
+}

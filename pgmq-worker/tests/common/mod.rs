@@ -124,3 +124,11 @@ impl RowLock {
         self.conn.batch_execute("ROLLBACK").await.unwrap();
     }
 }
+
+/// The messages of a typed read or pop, every one of which must decode.
+pub fn ok<T>(batch: Vec<pgmq_client::Decoded<T>>) -> Vec<pgmq_client::Message<T>> {
+    batch
+        .into_iter()
+        .map(|m| m.unwrap_or_else(|u| panic!("{u}")))
+        .collect()
+}

@@ -1,7 +1,8 @@
 //! `pgmq`: a command-line tool for operating PGMQ queues.
 //!
 //! Built with `cargo build -p pgmq-client --features cli --bin pgmq`. The
-//! database comes from `--dsn` or `DATABASE_URL`. Output is JSON lines
+//! database comes from `DATABASE_URL`, `--dsn-file` or `--dsn`, the password
+//! from the DSN, `PGPASSWORD` or `~/.pgpass`. Output is JSON lines
 //! (one JSON value per line, ready for `jq`); errors go to stderr as
 //! `pgmq: error: ...` with exit status 1 (2 for a bad command line).
 //!
@@ -27,8 +28,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand};
-use pgmq_client::{Client, Message, QueueName};
-use serde_json::value::RawValue;
+use pgmq_client::{Client, Message, QueueName, RawJson};
 use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufWriter, Stdout};
 
@@ -40,9 +40,17 @@ use tokio::io::{AsyncWriteExt, BufWriter, Stdout};
 #[derive(Parser)]
 #[command(name = "pgmq", version)]
 struct Cli {
-    /// PostgreSQL DSN, e.g. postgres://user:password@host:5432/db?sslmode=verify-full
+    /// PostgreSQL DSN without the password, e.g.
+    /// postgres://user@host:5432/db?sslmode=verify-full. The password comes
+    /// from PGPASSWORD or ~/.pgpass (libpq's format), or put the whole DSN in
+    /// DATABASE_URL or a file (--dsn-file): anything on the command line is
+    /// visible to other local users.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     dsn: Option<String>,
+
+    /// Read the DSN from this file (its first line), e.g. one of mode 0600.
+    #[arg(long, global = true, value_name = "PATH", conflicts_with = "dsn")]
+    dsn_file: Option<PathBuf>,
 
     /// PEM file of CA certificates to trust for TLS (a private CA, e.g. a
     /// cloud provider's bundle); combine with sslmode=verify-full.
@@ -152,7 +160,9 @@ enum Command {
     /// the message's original headers. Each batch moves in one transaction:
     /// sent to the target and deleted from the dead-letter queue, or neither.
     /// Prints {"msg_id", "queue", "new_msg_id"} per message moved. Messages
-    /// without a target stay in the dead-letter queue.
+    /// without a target, or whose `source_queue` names no existing queue,
+    /// stay in the dead-letter queue. Without --to, messages naming more
+    /// than one queue are moved only with --yes.
     Redrive {
         /// The dead-letter queue.
         dead_letter_queue: String,
@@ -168,6 +178,10 @@ enum Command {
         /// Show what would move, and move nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Move messages back to each of several source queues (without
+        /// --to, redrive refuses when the messages name more than one).
+        #[arg(long)]
+        yes: bool,
     },
     /// Insert notifications (LISTEN channel pgmq.q_QUEUE.INSERT).
     Notify {
@@ -237,12 +251,12 @@ struct MessageOut<'a> {
     enqueued_at: DateTime<Utc>,
     last_read_at: Option<DateTime<Utc>>,
     vt: DateTime<Utc>,
-    body: &'a RawValue,
+    body: &'a RawJson,
     headers: &'a Option<Value>,
 }
 
-impl<'a> From<&'a Message<Box<RawValue>>> for MessageOut<'a> {
-    fn from(m: &'a Message<Box<RawValue>>) -> Self {
+impl<'a> From<&'a Message<RawJson>> for MessageOut<'a> {
+    fn from(m: &'a Message<RawJson>) -> Self {
         MessageOut {
             msg_id: m.msg_id,
             read_ct: m.read_ct,
@@ -270,10 +284,23 @@ struct QueueOut {
 }
 
 async fn connect(cli: &Cli) -> Result<Client, Failure> {
-    let Some(dsn) = cli.dsn.as_deref() else {
-        return fail("no database: pass --dsn or set DATABASE_URL");
+    let from_file = match &cli.dsn_file {
+        Some(path) => Some(
+            tokio::fs::read_to_string(path)
+                .await
+                .map_err(|e| Failure(format!("--dsn-file {}: {e}", path.display())))?
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned(),
+        ),
+        None => None,
     };
-    let mut builder = Client::builder(dsn).max_size(2);
+    let Some(dsn) = from_file.as_deref().or(cli.dsn.as_deref()) else {
+        return fail("no database: set DATABASE_URL, or pass --dsn-file or --dsn");
+    };
+    let mut builder = Client::builder(dsn).max_size(2).libpq_password(true);
     if let Some(path) = &cli.ca_file {
         builder = builder.tls(tls_trusting(path).await?);
     }
@@ -387,7 +414,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let msgs = match (poll, &filter) {
                 (Some(secs), f) => {
                     client
-                        .read_with_poll(
+                        .read_with_poll_raw(
                             &q,
                             vt,
                             qty,
@@ -397,15 +424,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         )
                         .await?
                 }
-                (None, Some(f)) => client.read_where(&q, vt, qty, f).await?,
-                (None, None) => client.read(&q, vt, qty).await?,
+                (None, Some(f)) => client.read_where_raw(&q, vt, qty, f).await?,
+                (None, None) => client.read_raw(&q, vt, qty).await?,
             };
             for m in &msgs {
                 out.line(&MessageOut::from(m)).await?;
             }
         }
         Command::Pop { queue: name, qty } => {
-            for m in &client.pop(&queue(&name)?, qty).await? {
+            for m in &client.pop_raw(&queue(&name)?, qty).await? {
                 out.line(&MessageOut::from(m)).await?;
             }
         }
@@ -431,6 +458,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             batch,
             limit,
             dry_run,
+            yes,
         } => {
             let opts = redrive::Opts {
                 dlq: queue(&dead_letter_queue)?,
@@ -438,6 +466,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 batch: batch as usize,
                 limit,
                 dry_run,
+                yes,
             };
             redrive::run(&client, &opts, &mut out).await?;
         }

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use pgmq_client::{Client, Delay, Executor, Message, Pgmq, QueueName};
-use serde_json::value::RawValue;
+use pgmq_client::{Client, Delay, Executor, Message, Pgmq, QueueName, RawJson};
 use serde_json::{json, Value};
 
 use crate::{Failure, Out};
@@ -16,14 +15,19 @@ pub(crate) struct Opts {
     pub batch: usize,
     pub limit: Option<usize>,
     pub dry_run: bool,
+    /// Move to several source queues without asking.
+    pub yes: bool,
 }
+
+/// The queues that exist, by name: a `source_queue` header must name one.
+type Existing = std::collections::HashSet<String>;
 
 /// How long messages being moved stay hidden from other readers; a batch
 /// commits well within it.
 const HOLD: Duration = Duration::from_secs(60);
 
 /// Where a dead letter goes, or why it stays.
-fn target(m: &Message<Box<RawValue>>, opts: &Opts) -> Result<QueueName, String> {
+fn target(m: &Message<RawJson>, opts: &Opts, existing: &Existing) -> Result<QueueName, String> {
     if let Some(to) = &opts.to {
         return Ok(to.clone());
     }
@@ -34,12 +38,15 @@ fn target(m: &Message<Box<RawValue>>, opts: &Opts) -> Result<QueueName, String> 
     if q == opts.dlq {
         return Err("source_queue is the dead-letter queue itself".to_owned());
     }
+    if !existing.contains(q.as_str()) {
+        return Err(format!("source_queue {q} does not exist (use --to)"));
+    }
     Ok(q)
 }
 
 /// The headers to send with: the original ones when the worker kept them
 /// under `original_headers`, else the message's own.
-fn restored_headers(m: &Message<Box<RawValue>>) -> Option<Value> {
+fn restored_headers(m: &Message<RawJson>) -> Option<Value> {
     let h = m.headers.as_ref()?;
     let h = match h.get("original_headers") {
         Some(original) if h.get("source_queue").is_some() => original,
@@ -48,7 +55,7 @@ fn restored_headers(m: &Message<Box<RawValue>>) -> Option<Value> {
     (!h.is_null()).then(|| h.clone())
 }
 
-type Group = Vec<(i64, Box<RawValue>, Option<Value>)>;
+type Group = Vec<(i64, RawJson, Option<Value>)>;
 
 /// Moves one batch on `pg` (inside the caller's transaction); returns the
 /// lines to print, or None when the dead-letter queue had nothing left.
@@ -57,8 +64,9 @@ async fn one_batch<E: Executor>(
     opts: &Opts,
     want: usize,
     skipped: &mut Vec<i64>,
+    existing: &Existing,
 ) -> Result<Option<Vec<Value>>, Failure> {
-    let mut msgs: Vec<Message<Box<RawValue>>> = pg.read(&opts.dlq, HOLD, want).await?;
+    let mut msgs: Vec<Message<RawJson>> = pg.read_raw(&opts.dlq, HOLD, want).await?;
     if msgs.is_empty() {
         return Ok(None);
     }
@@ -68,7 +76,7 @@ async fn one_batch<E: Executor>(
     // gets its messages back in their order.
     let mut runs: Vec<((QueueName, bool), Group)> = Vec::new();
     for m in msgs {
-        match target(&m, opts) {
+        match target(&m, opts, existing) {
             Ok(q) => {
                 let headers = restored_headers(&m);
                 let key = (q, headers.is_some());
@@ -86,7 +94,7 @@ async fn one_batch<E: Executor>(
     let mut lines = Vec::new();
     let mut moved_ids = Vec::new();
     for ((q, with_headers), group) in runs {
-        let bodies: Vec<&RawValue> = group.iter().map(|(_, b, _)| &**b).collect();
+        let bodies: Vec<&RawJson> = group.iter().map(|(_, b, _)| b).collect();
         let headers: Option<Vec<Value>> =
             with_headers.then(|| group.iter().filter_map(|(_, _, h)| h.clone()).collect());
         let new_ids = pg
@@ -106,7 +114,54 @@ async fn one_batch<E: Executor>(
     Ok(Some(lines))
 }
 
+/// The existing queues the messages to move name in `source_queue` (the
+/// first `--limit` of them by id), read from the table without hiding any.
+async fn named_queues(
+    client: &Client,
+    opts: &Opts,
+    existing: &Existing,
+) -> Result<Vec<String>, Failure> {
+    // The table name comes from a validated QueueName: [a-z0-9_] only.
+    let sql = format!(
+        "SELECT DISTINCT s FROM (SELECT headers->>'source_queue' AS s FROM pgmq.\"q_{}\" \
+         ORDER BY msg_id LIMIT $1) AS t WHERE s IS NOT NULL ORDER BY s",
+        opts.dlq.as_str()
+    );
+    let limit = opts.limit.map_or(i64::MAX, |l| l as i64);
+    let conn = client.connection().await?;
+    let pg: &tokio_postgres::Client = &conn;
+    let rows = pg
+        .query(&sql, &[&limit])
+        .await
+        .map_err(pgmq_client::Error::from)?;
+    let mut names = Vec::new();
+    for r in rows {
+        let s: String = r.try_get(0).map_err(pgmq_client::Error::from)?;
+        if existing.contains(&s) && s != opts.dlq.as_str() {
+            names.push(s);
+        }
+    }
+    Ok(names)
+}
+
 pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(), Failure> {
+    let existing: Existing = client
+        .list_queues()
+        .await?
+        .into_iter()
+        .map(|q| q.queue_name)
+        .collect();
+    if opts.to.is_none() && !opts.yes {
+        let names = named_queues(client, opts, &existing).await?;
+        if names.len() > 1 {
+            return Err(Failure(format!(
+                "the messages name {} source queues ({}): pass --yes to move each back to its own, \
+                 or --to QUEUE to send them all to one",
+                names.len(),
+                names.join(", ")
+            )));
+        }
+    }
     let mut moved = 0usize;
     let mut skipped: Vec<i64> = Vec::new();
     // A dry run reads every batch in one transaction (each read hides what
@@ -128,11 +183,11 @@ pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(
             None => opts.batch,
         };
         let lines = match &dry_tx {
-            Some(tx) => one_batch(&Pgmq::on(tx), opts, want, &mut skipped).await,
+            Some(tx) => one_batch(&Pgmq::on(tx), opts, want, &mut skipped, &existing).await,
             None => {
                 let mut conn = client.connection().await?;
                 let tx = conn.transaction().await?;
-                match one_batch(&Pgmq::on(&tx), opts, want, &mut skipped).await {
+                match one_batch(&Pgmq::on(&tx), opts, want, &mut skipped, &existing).await {
                     Ok(lines) => tx.commit().await.map(|()| lines).map_err(Failure::from),
                     Err(e) => Err(e),
                 }
