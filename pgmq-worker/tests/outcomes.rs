@@ -109,6 +109,7 @@ async fn retry_waits_the_backoff_then_succeeds() {
     let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
         .poll_interval(Duration::from_millis(50))
         .retry_backoff(Backoff::constant(Duration::from_secs(1)))
+        .retry_jitter(false)
         .handler(move |m: Message<Job>| {
             let a = Arc::clone(&a);
             async move {
