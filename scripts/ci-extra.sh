@@ -34,7 +34,12 @@ DATABASE_URL="$(bash scripts/db-start.sh)"
 export DATABASE_URL
 unset PGMQ_EXAMPLES_DEMO
 bindir="$(find_pg_bin)" || fail "PostgreSQL binaries not found"
-queues() { "$bindir/psql" "$DATABASE_URL" -qAtX -c "SELECT queue_name FROM pgmq.meta ORDER BY 1"; }
+# Over the cluster's socket as its superuser (peer authentication): no
+# password on psql's command line.
+queues() {
+  as_pg "$bindir/psql" -h "$PG_RUN_DIR" -p "$PGMQ_DB_PORT" -U "$PG_SUPERUSER" -d pgmq -qAtX \
+    -c "SELECT queue_name FROM pgmq.meta ORDER BY 1"
+}
 
 examples="$(awk '/^\[\[example\]\]/{e=1; next} e && /^name *=/{gsub(/[" ]/,""); sub(/^name=/,""); print; e=0}' examples/Cargo.toml)"
 [ -n "$examples" ] || fail "no [[example]] in examples/Cargo.toml"

@@ -7,6 +7,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/db-common.sh"
+check_db_dir
 bindir="$(find_pg_bin)"
 case "${1:-}" in
   kill) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" stop -m immediate -w >/dev/null ;;

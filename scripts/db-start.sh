@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a throwaway native PostgreSQL cluster with PGMQ installed, and print its DSN
-# on stdout. Idempotent: a running cluster is reused; a stale one (killed server,
-# half-made folder) is recovered. Installs the PostgreSQL server with apt-get when
+# on stdout (unless stdout is a terminal; the DSN, with the generated password,
+# is also in $PGMQ_DB_DIR/dsn, mode 0600). Idempotent: a running cluster is
+# reused; a stale one (killed server, half-made folder) is recovered. Installs the PostgreSQL server with apt-get when
 # its binaries are missing (root only). See db-common.sh for the settings.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,33 +26,41 @@ export PG_CONFIG="$bindir/pg_config"
 # PGMQ's SQL into share/extension (fetched from the pinned crate; no-op when present).
 "$here/install-pgmq.sh"
 
-mkdir -p "$PGMQ_DB_DIR"
 if [ "$(id -u)" = 0 ]; then
   id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
-  chown postgres: "$PGMQ_DB_DIR"
 fi
+make_db_dir
 
 running() { as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1; }
 
-if [ -d "$PGDATA_DIR" ] && [ ! -f "$PGDATA_DIR/PG_VERSION" -o ! -f "$PGDATA_DIR/.pgmq-ready" ]; then
+# In data/ (the postgres user's), test and read files as that user.
+pg_file() { as_pg test -f "$PGDATA_DIR/$1"; }
+
+# Half-made: initdb ran but setup did not finish, or initdb did not finish.
+if { pg_file PG_VERSION && ! pg_file .pgmq-ready; } \
+  || { ! pg_file PG_VERSION && [ -n "$(as_pg ls -A "$PGDATA_DIR")" ]; }; then
   if running; then as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" stop -m immediate >&2 || true; fi
   db_log "removing a half-made cluster at $PGDATA_DIR"
-  rm -rf "$PGDATA_DIR"
+  as_pg find "$PGDATA_DIR" -mindepth 1 -delete
 fi
 
-if [ ! -d "$PGDATA_DIR" ]; then
+if ! pg_file PG_VERSION; then
   db_log "initdb into $PGDATA_DIR"
-  as_pg "$bindir/initdb" -D "$PGDATA_DIR" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+  # Local (socket) connections: peer, so only the OS user of the same name
+  # gets in (the socket's folder is 0700 besides). TCP: SCRAM passwords.
+  as_pg "$bindir/initdb" -D "$PGDATA_DIR" -U "$PG_SUPERUSER" --auth-local=peer --auth-host=scram-sha-256 \
     --encoding=UTF8 --locale=C.UTF-8 >/dev/null
-  cat >>"$PGDATA_DIR/postgresql.conf" <<CONF
+  as_pg tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null <<CONF
 # throwaway cluster for pgmq-rs development, tests and benchmarks
 listen_addresses = '127.0.0.1'
 port = $PGMQ_DB_PORT
-unix_socket_directories = '$PGMQ_DB_DIR'
+unix_socket_directories = '$PG_RUN_DIR'
+unix_socket_permissions = 0700
 max_connections = 200
 shared_buffers = 256MB
 logging_collector = off
 CONF
+  rm -f -- "$DSN_FILE"
   fresh=1
 else
   fresh=0
@@ -60,28 +69,43 @@ fi
 if ! running; then
   # A server killed with SIGKILL leaves postmaster.pid behind; pg_ctl copes unless
   # the pid now belongs to another process.
-  if [ -f "$PGDATA_DIR/postmaster.pid" ]; then
-    pid="$(head -n1 "$PGDATA_DIR/postmaster.pid")"
-    if ! kill -0 "$pid" 2>/dev/null || ! grep -q postgres "/proc/$pid/comm" 2>/dev/null; then
-      db_log "removing stale postmaster.pid (pid $pid)"
-      rm -f "$PGDATA_DIR/postmaster.pid"
+  if pg_file postmaster.pid; then
+    pid="$(as_pg head -n1 "$PGDATA_DIR/postmaster.pid" | tr -cd 0-9)"
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null || ! grep -q postgres "/proc/$pid/comm" 2>/dev/null; then
+      db_log "removing stale postmaster.pid (pid ${pid:-?})"
+      as_pg rm -f "$PGDATA_DIR/postmaster.pid"
     fi
   fi
   as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" -l "$PG_LOG" -w -t 60 start >/dev/null
 fi
 
-psql_su() { as_pg "$bindir/psql" -h "$PGMQ_DB_DIR" -p "$PGMQ_DB_PORT" -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+psql_su() { as_pg "$bindir/psql" -h "$PG_RUN_DIR" -p "$PGMQ_DB_PORT" -U "$PG_SUPERUSER" -v ON_ERROR_STOP=1 -qAt "$@"; }
 
-if [ "$fresh" = 1 ] || [ ! -f "$PGDATA_DIR/.pgmq-ready" ]; then
+# The pgmq role's password: generated, never on a command line (SQL goes in
+# on stdin), kept only in the 0600 DSN file.
+if [ "$fresh" = 1 ] || ! pg_file .pgmq-ready || [ ! -f "$DSN_FILE" ]; then
+  password="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')"
+  [ "${#password}" = 32 ] || { db_log "could not read /dev/urandom"; exit 1; }
+  (umask 077; rm -f -- "$DSN_FILE"; printf 'postgres://pgmq:%s@127.0.0.1:%s/pgmq\n' "$password" "$PGMQ_DB_PORT" >"$DSN_FILE")
+  if psql_su -d postgres -c "SELECT 1 FROM pg_roles WHERE rolname = 'pgmq'" | grep -q 1; then
+    verb=ALTER
+  else
+    verb=CREATE
+  fi
+  printf "%s ROLE pgmq LOGIN SUPERUSER PASSWORD '%s';\n" "$verb" "$password" | psql_su -d postgres >/dev/null
+  unset password
+fi
+
+if [ "$fresh" = 1 ] || ! pg_file .pgmq-ready; then
   sqldir="$("$here/install-pgmq.sh" --print-sql-dir)"
   version="$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$sqldir/pgmq.control")"
-  psql_su -d postgres -c "CREATE ROLE pgmq LOGIN SUPERUSER PASSWORD 'pgmq'" >/dev/null
   for db in pgmq pgmq_sqlonly pgmq_none; do
     psql_su -d postgres -c "CREATE DATABASE $db OWNER pgmq" >/dev/null
   done
   psql_su -d pgmq -c "CREATE EXTENSION pgmq" >/dev/null
-  as_pg "$bindir/psql" -h "$PGMQ_DB_DIR" -p "$PGMQ_DB_PORT" -U pgmq -d pgmq_sqlonly -v ON_ERROR_STOP=1 -qAt \
-    -f - <"$sqldir/pgmq--$version.sql" >/dev/null 2>&1
+  # As role pgmq (the owner), over the socket as the superuser would make
+  # postgres own the objects; SET ROLE keeps peer authentication.
+  { echo "SET ROLE pgmq;"; cat "$sqldir/pgmq--$version.sql"; } | psql_su -d pgmq_sqlonly -f - >/dev/null 2>&1
   as_pg touch "$PGDATA_DIR/.pgmq-ready"
   db_log "cluster ready: PostgreSQL $(psql_su -d pgmq -c 'show server_version'), PGMQ $version"
 fi
@@ -91,4 +115,10 @@ if [ -f "$("$PG_CONFIG" --sharedir)/extension/pg_partman.control" ]; then
   psql_su -d pgmq -c "CREATE SCHEMA IF NOT EXISTS partman; CREATE EXTENSION IF NOT EXISTS pg_partman SCHEMA partman" >/dev/null
 fi
 
-echo "$DSN"
+# The DSN (with the password) on stdout for scripts that capture it
+# (DATABASE_URL="$(bash scripts/db-start.sh)"); never onto a terminal.
+if [ -t 1 ]; then
+  db_log "DSN (with its password) in $DSN_FILE: export DATABASE_URL=\"\$(cat $DSN_FILE)\""
+else
+  cat -- "$DSN_FILE"
+fi

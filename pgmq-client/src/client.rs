@@ -294,7 +294,7 @@ impl Client {
 /// | `tcp_user_timeout` | 30 s (unless the DSN sets it) | a connection whose sent data stays unacknowledged that long (a blackholed network) is closed by the kernel; callers with their own bound (the worker's `db_timeout`) notice sooner |
 /// | `test_on_check_out` | false | a `SELECT` per checkout costs a round trip per call; connections known closed, or lost by a call, are passed over and discarded without a round trip; callers retry transient errors |
 /// | `application_name` | `pgmq-client` | shows in `pg_stat_activity` |
-/// | TLS | rustls, as the DSN's `sslmode` says: `disable`; `prefer` (default) and `require` encrypt without checking the certificate, like libpq; `verify-ca` and `verify-full` check it against the webpki roots | `verify-full` (with [`tls`](Self::tls) for a private CA) authenticates the server |
+/// | TLS | rustls, as the DSN's `sslmode` and `sslrootcert` say, following libpq: `disable`; `allow`, `prefer` (default) and `require` encrypt and check the chain only when a root certificate is configured; `verify-ca` checks the chain and `verify-full` chain and host name against `sslrootcert` (a file, or `system`) or `~/.postgresql/root.crt`, never a built-in list | `verify-full` authenticates the server; `channel_binding=require` keeps the password from a man in the middle; see the [`tls`](crate::tls) module |
 /// | `check_pgmq` | true | refuse to start without a supported PGMQ |
 ///
 /// ```no_run
@@ -408,7 +408,9 @@ impl ClientBuilder {
 
     /// Uses this rustls configuration for TLS (client certificates, private
     /// CAs) whenever the DSN's `sslmode` is not `disable`; it then decides
-    /// how the server's certificate is checked.
+    /// how the server's certificate is checked, in place of `sslmode`'s
+    /// checks and `sslrootcert` (a configuration built with root
+    /// certificates checks chain and host name, as `verify-full` does).
     ///
     /// ```no_run
     /// # async fn f(ca_pem: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
@@ -442,9 +444,10 @@ impl ClientBuilder {
 
     /// The parsed `tokio_postgres::Config` with this builder's timeouts applied.
     pub fn pg_config(&self) -> Result<tokio_postgres::Config, Error> {
-        let (dsn, _) = crate::tls::split_dsn(&self.dsn)?;
+        let (dsn, tls) = crate::tls::split_dsn(&self.dsn)?;
         let mut config = tokio_postgres::Config::from_str(&dsn)
             .map_err(|_| Error::Config("the DSN could not be parsed".to_owned()))?;
+        config.ssl_mode(tls.wire_mode());
         config.connect_timeout(self.connect_timeout);
         // A dead peer is noticed by TCP within about half a minute instead of
         // the kernel's two hours, unless the DSN says otherwise.
@@ -469,25 +472,22 @@ impl ClientBuilder {
 
     /// The TLS connector: the configuration given with [`tls`](Self::tls),
     /// or one that checks the server's certificate as the DSN's `sslmode`
-    /// says (see the table above).
-    pub fn make_tls(&self) -> MakeRustlsConnect {
+    /// and `sslrootcert` say (see the table above). Fails when the DSN
+    /// cannot be read, when `sslrootcert` names a file that holds no
+    /// readable certificate, or when `verify-ca`/`verify-full` has no root
+    /// certificate to check against.
+    pub fn make_tls(&self) -> Result<MakeRustlsConnect, Error> {
         let config = match &self.tls {
             Some(c) => (**c).clone(),
-            None => {
-                // An unparsable DSN fails in `pg_config` before TLS is used.
-                let mode = crate::tls::split_dsn(&self.dsn)
-                    .map(|(_, m)| m)
-                    .unwrap_or(crate::tls::TlsMode::VerifyFull);
-                crate::tls::default_config(mode)
-            }
+            None => crate::tls::split_dsn(&self.dsn)?.1.client_config()?,
         };
-        MakeRustlsConnect::new(config)
+        Ok(MakeRustlsConnect::new(config))
     }
 
     /// Opens the pool (one connection, to check PGMQ) and returns the client.
     pub async fn connect(self) -> Result<Client, Error> {
         let config = self.pg_config()?;
-        let tls = self.make_tls();
+        let tls = self.make_tls()?;
         let dedicated = Some(Arc::new((config.clone(), tls.clone())));
         let manager = ConnectionManager::new(config, tls);
         // Open the first connection directly, so that a wrong password or an
@@ -521,6 +521,6 @@ impl ClientBuilder {
     pub async fn connect_dedicated(
         &self,
     ) -> Result<(tokio_postgres::Client, crate::notify::NotificationStream), Error> {
-        crate::notify::connect_listener(&self.pg_config()?, self.make_tls()).await
+        crate::notify::connect_listener(&self.pg_config()?, self.make_tls()?).await
     }
 }

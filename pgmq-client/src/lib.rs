@@ -57,10 +57,14 @@
 //!   another connection; a call that hits a connection lost mid-flight returns
 //!   [`Error::ConnectionLost`] with [`Outcome::Unknown`], which
 //!   [`Error::is_transient`] reports as retryable.
-//! - **TLS as libpq.** The DSN's `sslmode` decides: `disable`; `prefer` (the
-//!   default) and `require` encrypt without checking the certificate;
-//!   `verify-ca` and `verify-full` check it (webpki roots, or your rustls
-//!   configuration via [`ClientBuilder::tls`] for a private CA).
+//! - **TLS as libpq.** The DSN's `sslmode` and `sslrootcert` decide, as in
+//!   libpq's table: `disable`; `allow`, `prefer` (the default) and `require`
+//!   encrypt and check the chain only when a root certificate is configured;
+//!   `verify-ca` checks the chain, `verify-full` chain and host name, against
+//!   `sslrootcert` (a PEM file, or `system` for the system's store) or
+//!   `~/.postgresql/root.crt`, never a built-in list; or your rustls
+//!   configuration via [`ClientBuilder::tls`]. `channel_binding=require`
+//!   keeps the password from a man in the middle. See the [`tls`] module.
 //!
 //! # Command-line tool
 //!
@@ -104,7 +108,7 @@ mod queue_name;
 mod read;
 mod send;
 mod statements;
-mod tls;
+pub mod tls;
 mod topics;
 mod version;
 

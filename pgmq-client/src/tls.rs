@@ -1,115 +1,346 @@
 //! TLS as libpq does it, with rustls: the DSN's `sslmode` decides whether
-//! TLS is used and how far the server's certificate is checked.
+//! TLS is used, and `sslrootcert` which root certificates the server's
+//! certificate is checked against.
 //!
-//! | `sslmode` | TLS | certificate check without [`ClientBuilder::tls`](crate::ClientBuilder::tls) |
-//! | --- | --- | --- |
-//! | `disable` | never | — |
-//! | `prefer` (the default) | when the server offers it | none (as libpq) |
-//! | `require` | always | none (as libpq) |
-//! | `verify-ca` | always | chain to the webpki roots; any host name |
-//! | `verify-full` | always | chain to the webpki roots and the host name |
+//! | `sslmode` | TLS | server certificate check (no [`ClientBuilder::tls`](crate::ClientBuilder::tls)) | protects against |
+//! | --- | --- | --- | --- |
+//! | `disable` | never | — | nothing |
+//! | `allow` | when the server offers it (tried first; see below) | chain, when a root certificate is configured; else none | a passive eavesdropper, when TLS is used |
+//! | `prefer` (the default) | when the server offers it | chain, when a root certificate is configured; else none | a passive eavesdropper, when TLS is used; **not** an active attacker, who can refuse TLS |
+//! | `require` | always | chain, when a root certificate is configured (as libpq); else none | a passive eavesdropper; an active attacker only with a root certificate |
+//! | `verify-ca` | always | chain to the configured root; any host name | an attacker without a certificate from that root |
+//! | `verify-full` | always | chain to the configured root and the host name | an attacker without a certificate for this host from that root |
 //!
-//! A configuration given with `ClientBuilder::tls` is used as it is in every
-//! mode but `disable` (rustls then checks chain and host name, as
-//! `verify-full` does). `prefer` and `require` encrypt but, like libpq, do not
-//! authenticate the server; SCRAM channel binding (used by default when the
-//! server offers it) still keeps a man in the middle from logging in with the
-//! password. Use `verify-full` (with `ClientBuilder::tls` for a private CA)
-//! where the server must be authenticated.
+//! The root certificates, as libpq looks for them:
+//!
+//! - `sslrootcert=<file>`: the PEM certificates in that file. A file that
+//!   cannot be read, or holds no certificate, fails the connection in every
+//!   mode but `disable` (libpq silently skips a missing file in `require`).
+//! - `sslrootcert=system`: the operating system's store (rustls-native-certs:
+//!   `SSL_CERT_FILE`/`SSL_CERT_DIR`, else the platform's store). As in libpq
+//!   16 this makes `verify-full` the default and refuses any weaker `sslmode`:
+//!   a public root vouches for a name, so checking the chain alone would
+//!   accept any public certificate for any host.
+//! - neither: `~/.postgresql/root.crt` when that file exists (libpq's default;
+//!   `PGSSLROOTCERT` is not read, as no `PG*` variable is).
+//!
+//! `verify-ca` and `verify-full` without any root certificate are refused
+//! before connecting: a verifying mode never falls back to a built-in list
+//! of public roots.
+//!
+//! Differences from libpq, all on the stricter side: `allow` tries TLS first
+//! (tokio-postgres cannot try plain first), and `allow`/`prefer` do not retry
+//! without TLS once a TLS handshake failed. `sslcert`/`sslkey` (client
+//! certificates) are not read from the DSN: pass a configuration with
+//! [`ClientBuilder::tls`](crate::ClientBuilder::tls).
+//!
+//! `channel_binding` is passed to tokio-postgres as it is: `prefer` (the
+//! default) uses SCRAM channel binding when the server offers
+//! `SCRAM-SHA-256-PLUS`; `require` refuses to authenticate in any other way.
+//! Only `require` keeps the password from an active attacker in the
+//! unverified modes: with `prefer` a man in the middle can ask for the
+//! password in clear text, and the client sends it.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use crate::error::Error;
 
-/// How a connection uses TLS, from the DSN's `sslmode`.
+/// The DSN's `sslmode`, as libpq reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TlsMode {
-    /// `disable`, `allow`, `prefer` or `require`: no certificate check.
-    Unverified,
-    /// `verify-ca`: chain only.
+pub(crate) enum SslMode {
+    Disable,
+    Allow,
+    Prefer,
+    Require,
     VerifyCa,
-    /// `verify-full`: chain and host name.
     VerifyFull,
 }
 
-/// Reads `sslmode` (and refuses `sslrootcert`, which would need a file read)
-/// and returns the DSN tokio-postgres can parse: `verify-ca` and
-/// `verify-full` become `require` there, the check is done by the rustls
-/// configuration.
-pub(crate) fn split_dsn(dsn: &str) -> Result<(String, TlsMode), Error> {
-    let mut mode = TlsMode::Unverified;
-    let mut refused = None;
-    let out = crate::dsn::map_params(dsn, false, |key, value| match (key, value) {
-        ("sslmode", "verify-ca") => {
-            mode = TlsMode::VerifyCa;
-            Some(Some("require".to_owned()))
+impl SslMode {
+    fn parse(value: &str) -> Option<SslMode> {
+        Some(match value {
+            "disable" => SslMode::Disable,
+            "allow" => SslMode::Allow,
+            "prefer" => SslMode::Prefer,
+            "require" => SslMode::Require,
+            "verify-ca" => SslMode::VerifyCa,
+            "verify-full" => SslMode::VerifyFull,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
         }
-        ("sslmode", "verify-full") => {
-            mode = TlsMode::VerifyFull;
-            Some(Some("require".to_owned()))
+    }
+}
+
+/// Where the root certificates come from (`sslrootcert`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RootCert {
+    /// Not given: `~/.postgresql/root.crt` when it exists.
+    Default,
+    /// A PEM file.
+    File(PathBuf),
+    /// `sslrootcert=system`: the operating system's store.
+    System,
+}
+
+/// The TLS settings read from a DSN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TlsSettings {
+    pub(crate) mode: SslMode,
+    pub(crate) root: RootCert,
+}
+
+impl TlsSettings {
+    /// The mode tokio-postgres negotiates with: it knows `disable`, `prefer`
+    /// and `require`; the checks of `verify-*` are in the rustls configuration.
+    pub(crate) fn wire_mode(&self) -> tokio_postgres::config::SslMode {
+        use tokio_postgres::config::SslMode as Wire;
+        match self.mode {
+            SslMode::Disable => Wire::Disable,
+            SslMode::Allow | SslMode::Prefer => Wire::Prefer,
+            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => Wire::Require,
         }
-        // tokio-postgres has no `allow` (plain first, then TLS); `prefer` is nearest.
-        ("sslmode", "allow") => Some(Some("prefer".to_owned())),
-        ("sslrootcert" | "sslcert" | "sslkey", _) => {
-            refused = Some(key.to_owned());
-            None
+    }
+
+    /// The rustls configuration for these settings when the caller gave none.
+    pub(crate) fn client_config(&self) -> Result<rustls::ClientConfig, Error> {
+        if self.mode == SslMode::Disable {
+            return Ok(config_with(Checks::None));
         }
-        _ => None,
+        let roots = match &self.root {
+            RootCert::File(path) => Some(roots_from_file(path)?),
+            RootCert::System => Some(system_roots()?),
+            RootCert::Default => match default_root_file() {
+                Some(path) => Some(roots_from_file(&path)?),
+                None => None,
+            },
+        };
+        let checks = match (self.mode, roots) {
+            (SslMode::VerifyFull, Some(roots)) => Checks::Full(roots),
+            (_, Some(roots)) => Checks::Chain(roots),
+            (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
+                return Err(Error::Config(format!(
+                    "sslmode={} needs a root certificate: set sslrootcert=<PEM file> (or \
+                     sslrootcert=system for the system's store, with verify-full), put it in \
+                     ~/.postgresql/root.crt, or pass a rustls configuration with \
+                     ClientBuilder::tls",
+                    self.mode.name()
+                )))
+            }
+            (_, None) => Checks::None,
+        };
+        Ok(config_with(checks))
+    }
+}
+
+/// Reads `sslmode` and `sslrootcert` (refusing `sslcert` and `sslkey`,
+/// which are not supported from the DSN) and returns the DSN tokio-postgres
+/// can parse: without `sslmode` and `sslrootcert`, whose effect is in
+/// [`TlsSettings`].
+pub(crate) fn split_dsn(dsn: &str) -> Result<(String, TlsSettings), Error> {
+    let url = is_url(dsn);
+    let mut mode = None;
+    let mut root = RootCert::Default;
+    let mut refused: Option<String> = None;
+    let out = crate::dsn::map_params(dsn, false, |key, value| {
+        let value = if url {
+            percent_decode(value)
+        } else {
+            unescape(value)
+        };
+        match key {
+            "sslmode" => {
+                match SslMode::parse(&value) {
+                    Some(m) => mode = Some(m),
+                    None => {
+                        refused.get_or_insert_with(|| {
+                            "`sslmode` must be one of disable, allow, prefer, require, \
+                             verify-ca, verify-full"
+                                .to_owned()
+                        });
+                    }
+                }
+                Some(None)
+            }
+            "sslrootcert" => {
+                root = if value == "system" {
+                    RootCert::System
+                } else {
+                    RootCert::File(PathBuf::from(value))
+                };
+                Some(None)
+            }
+            "sslcert" | "sslkey" => {
+                refused.get_or_insert_with(|| {
+                    format!(
+                        "`{key}` in the DSN is not read: load the client certificate into a \
+                         rustls::ClientConfig and pass it with ClientBuilder::tls"
+                    )
+                });
+                None
+            }
+            _ => None,
+        }
     });
-    if let Some(key) = refused {
+    if let Some(why) = refused {
+        return Err(Error::Config(why));
+    }
+    let mode = match (mode, &root) {
+        (None, RootCert::System) => SslMode::VerifyFull,
+        (None, _) => SslMode::Prefer,
+        (Some(m), RootCert::System) if m != SslMode::VerifyFull => {
+            return Err(Error::Config(format!(
+                "weak sslmode={} may not be used with sslrootcert=system (use verify-full)",
+                m.name()
+            )))
+        }
+        (Some(m), _) => m,
+    };
+    Ok((out, TlsSettings { mode, root }))
+}
+
+fn is_url(dsn: &str) -> bool {
+    let dsn = dsn.trim_start();
+    dsn.starts_with("postgres://") || dsn.starts_with("postgresql://")
+}
+
+fn percent_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&value[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn unescape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            if let Some(next) = chars.next() {
+                out.push(next);
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// libpq's default root certificate file, when it exists.
+fn default_root_file() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    let path = Path::new(&home).join(".postgresql").join("root.crt");
+    path.is_file().then_some(path)
+}
+
+fn roots_from_file(path: &Path) -> Result<RootCertStore, Error> {
+    use rustls::pki_types::pem::PemObject;
+    let shown = path.display();
+    let pem = std::fs::read(path)
+        .map_err(|e| Error::Config(format!("sslrootcert {shown} could not be read: {e}")))?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| Error::Config(format!("sslrootcert {shown}: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| Error::Config(format!("sslrootcert {shown}: {e}")))?;
+    }
+    if roots.is_empty() {
         return Err(Error::Config(format!(
-            "`{key}` in the DSN is not read: load the certificates into a rustls::ClientConfig \
-             and pass it with ClientBuilder::tls"
+            "sslrootcert {shown} holds no PEM certificate"
         )));
     }
-    Ok((out, mode))
+    Ok(roots)
+}
+
+fn system_roots() -> Result<RootCertStore, Error> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = RootCertStore::empty();
+    let (_added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if roots.is_empty() {
+        let why = found
+            .errors
+            .first()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default();
+        return Err(Error::Config(format!(
+            "sslrootcert=system: no certificate found in the system's store{why}"
+        )));
+    }
+    Ok(roots)
 }
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn webpki_roots() -> rustls::RootCertStore {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    roots
+/// What the server's certificate is checked for.
+enum Checks {
+    /// Nothing (handshake signatures only): `allow`, `prefer`, `require`
+    /// without a root certificate.
+    None,
+    /// The chain to these roots, any host name.
+    Chain(RootCertStore),
+    /// The chain to these roots and the host name.
+    Full(RootCertStore),
 }
 
-/// The rustls configuration for `mode` when the caller gave none.
-pub(crate) fn default_config(mode: TlsMode) -> rustls::ClientConfig {
+fn config_with(checks: Checks) -> rustls::ClientConfig {
     let provider = provider();
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions");
-    let roots = webpki_roots();
-    if mode == TlsMode::VerifyFull {
-        return builder.with_root_certificates(roots).with_no_client_auth();
-    }
-    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .expect("the webpki roots are usable");
+    let chain = match checks {
+        Checks::Full(roots) => return builder.with_root_certificates(roots).with_no_client_auth(),
+        Checks::Chain(roots) => Some(
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .expect("a non-empty root store builds a verifier"),
+        ),
+        Checks::None => None,
+    };
     builder
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Lenient {
-            webpki,
-            check_chain: mode == TlsMode::VerifyCa,
-        }))
+        .with_custom_certificate_verifier(Arc::new(Lenient { chain, provider }))
         .with_no_client_auth()
 }
 
-/// The checks of `verify-ca` (chain only, any host name) and of `prefer` and
-/// `require` (none, as libpq). Handshake signatures are always checked, so
-/// the session belongs to whoever holds the presented certificate's key.
+/// The checks of `verify-ca` and of the unverified modes given a root
+/// certificate (chain only, any host name), and of the unverified modes
+/// without one (none, as libpq). Handshake signatures are always checked, so
+/// the session belongs to whoever holds the presented certificate's key
+/// (which is what channel binding relies on).
 #[derive(Debug)]
 struct Lenient {
-    webpki: Arc<WebPkiServerVerifier>,
-    check_chain: bool,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
 }
 
 impl ServerCertVerifier for Lenient {
@@ -121,13 +352,12 @@ impl ServerCertVerifier for Lenient {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if !self.check_chain {
+        let Some(chain) = &self.chain else {
             return Ok(ServerCertVerified::assertion());
-        }
-        match self
-            .webpki
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        };
+        // webpki checks the chain before the name: a name error means the
+        // chain was good.
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -141,7 +371,12 @@ impl ServerCertVerifier for Lenient {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -150,11 +385,18 @@ impl ServerCertVerifier for Lenient {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
@@ -162,32 +404,120 @@ impl ServerCertVerifier for Lenient {
 mod tests {
     use super::*;
 
+    fn settings(dsn: &str) -> TlsSettings {
+        split_dsn(dsn).unwrap().1
+    }
+
     #[test]
-    fn sslmodes() {
-        let (dsn, mode) = split_dsn("postgres://u:p@h/db?sslmode=verify-full").unwrap();
-        assert_eq!(dsn, "postgres://u:p@h/db?sslmode=require");
-        assert_eq!(mode, TlsMode::VerifyFull);
-        let (dsn, mode) = split_dsn("host=h sslmode=verify-ca user=u").unwrap();
-        assert_eq!(dsn, "host=h sslmode=require user=u");
-        assert_eq!(mode, TlsMode::VerifyCa);
-        for plain in [
-            "postgres://h/db",
-            "postgres://h/db?sslmode=require",
-            "host=h sslmode=disable",
+    fn every_libpq_sslmode_is_read() {
+        for (name, mode) in [
+            ("disable", SslMode::Disable),
+            ("allow", SslMode::Allow),
+            ("prefer", SslMode::Prefer),
+            ("require", SslMode::Require),
+            ("verify-ca", SslMode::VerifyCa),
+            ("verify-full", SslMode::VerifyFull),
         ] {
-            assert_eq!(
-                split_dsn(plain).unwrap(),
-                (plain.to_owned(), TlsMode::Unverified)
-            );
+            let (dsn, s) = split_dsn(&format!("postgres://u:p@h/db?sslmode={name}&x=1")).unwrap();
+            assert_eq!(dsn, "postgres://u:p@h/db?x=1");
+            assert_eq!(s.mode, mode);
+            assert_eq!(s.root, RootCert::Default);
+            let (dsn, s) = split_dsn(&format!("host=h sslmode={name} user=u")).unwrap();
+            assert_eq!(dsn, "host=h user=u");
+            assert_eq!(s.mode, mode);
         }
-        let (dsn, _) = split_dsn("postgres://h/db?sslmode=allow").unwrap();
-        assert_eq!(dsn, "postgres://h/db?sslmode=prefer");
-        let err = split_dsn("postgres://u:secret@h/db?sslrootcert=/x/ca.pem").unwrap_err();
+        assert_eq!(settings("postgres://h/db").mode, SslMode::Prefer);
+        assert_eq!(settings("host=h").mode, SslMode::Prefer);
+        let err = split_dsn("postgres://h/db?sslmode=verify_full").unwrap_err();
+        assert!(err.to_string().contains("verify-full"), "{err}");
+    }
+
+    #[test]
+    fn sslrootcert_file_and_system() {
+        let s = settings("postgres://h/db?sslmode=verify-ca&sslrootcert=%2Fetc%2Fca%20x.pem");
+        assert_eq!(s.root, RootCert::File("/etc/ca x.pem".into()));
+        let s = settings("host=h sslrootcert='/etc/it\\'s.pem' sslmode=require");
+        assert_eq!(s.root, RootCert::File("/etc/it's.pem".into()));
+        assert_eq!(s.mode, SslMode::Require);
+        // system: verify-full by default, weaker modes refused (libpq 16).
+        let s = settings("postgres://h/db?sslrootcert=system");
+        assert_eq!((s.mode, s.root), (SslMode::VerifyFull, RootCert::System));
+        for weak in ["disable", "allow", "prefer", "require", "verify-ca"] {
+            let err = split_dsn(&format!(
+                "postgres://h/db?sslrootcert=system&sslmode={weak}"
+            ))
+            .unwrap_err();
+            assert!(err.to_string().contains("verify-full"), "{weak}: {err}");
+        }
+    }
+
+    #[test]
+    fn client_certificates_are_refused_without_the_password() {
+        let err = split_dsn("postgres://u:secret@h/db?sslcert=/x/c.pem").unwrap_err();
         assert!(err.to_string().contains("ClientBuilder::tls"), "{err}");
         assert!(!err.to_string().contains("secret"));
-        // Every mode builds a configuration.
-        for mode in [TlsMode::Unverified, TlsMode::VerifyCa, TlsMode::VerifyFull] {
-            let _ = default_config(mode);
+    }
+
+    #[test]
+    fn verifying_modes_never_fall_back_to_public_roots() {
+        // HOME without ~/.postgresql/root.crt in a test process is not
+        // guaranteed; give a file that does not exist instead of relying on it.
+        for mode in [SslMode::VerifyCa, SslMode::VerifyFull] {
+            let err = TlsSettings {
+                mode,
+                root: RootCert::File("/nonexistent/pgmq-test/root.crt".into()),
+            }
+            .client_config()
+            .unwrap_err();
+            assert!(err.to_string().contains("could not be read"), "{err}");
+        }
+        if default_root_file().is_none() {
+            for mode in [SslMode::VerifyCa, SslMode::VerifyFull] {
+                let err = TlsSettings {
+                    mode,
+                    root: RootCert::Default,
+                }
+                .client_config()
+                .unwrap_err();
+                assert!(
+                    err.to_string().contains("needs a root certificate"),
+                    "{err}"
+                );
+            }
+            for mode in [SslMode::Allow, SslMode::Prefer, SslMode::Require] {
+                TlsSettings {
+                    mode,
+                    root: RootCert::Default,
+                }
+                .client_config()
+                .unwrap();
+            }
+        }
+        // An explicit file that cannot be read fails require too.
+        let err = TlsSettings {
+            mode: SslMode::Require,
+            root: RootCert::File("/nonexistent/pgmq-test/root.crt".into()),
+        }
+        .client_config()
+        .unwrap_err();
+        assert!(err.to_string().contains("could not be read"), "{err}");
+    }
+
+    #[test]
+    fn wire_modes() {
+        use tokio_postgres::config::SslMode as Wire;
+        let wire = |mode| {
+            TlsSettings {
+                mode,
+                root: RootCert::Default,
+            }
+            .wire_mode()
+        };
+        assert_eq!(wire(SslMode::Disable), Wire::Disable);
+        assert_eq!(wire(SslMode::Allow), Wire::Prefer);
+        assert_eq!(wire(SslMode::Prefer), Wire::Prefer);
+        for m in [SslMode::Require, SslMode::VerifyCa, SslMode::VerifyFull] {
+            assert_eq!(wire(m), Wire::Require);
         }
     }
 }

@@ -29,7 +29,7 @@ async fn listener_from_a_client_receives_inserts() {
 #[tokio::test]
 async fn a_client_from_a_callers_pool_cannot_open_a_listener() {
     let builder = pgmq_client::ClientBuilder::new(&common::dsn());
-    let manager = ConnectionManager::new(builder.pg_config().unwrap(), builder.make_tls());
+    let manager = ConnectionManager::new(builder.pg_config().unwrap(), builder.make_tls().unwrap());
     let pool = bb8::Pool::builder().max_size(1).build_unchecked(manager);
     let client = pgmq_client::Client::from_pool(pool).await.unwrap();
     let err = client.listener().await.unwrap_err();

@@ -391,7 +391,7 @@ async fn from_a_callers_pool() {
         .max_size(2)
         .build_unchecked(ConnectionManager::new(
             builder.pg_config().unwrap(),
-            builder.make_tls(),
+            builder.make_tls().unwrap(),
         ));
     let client = Client::from_pool(pool).await.unwrap();
     assert!(client.install().is_some());
@@ -406,7 +406,7 @@ async fn from_a_callers_pool() {
                 ClientBuilder::new(&common::dsn_for("pgmq_none"))
                     .pg_config()
                     .unwrap(),
-                builder.make_tls(),
+                builder.make_tls().unwrap(),
             )),
     )
     .await

@@ -2,6 +2,10 @@
 //! (scripts/db-tls.sh: port PGMQ_TLS_PORT, default 55438) with a private CA.
 //! The test starts that cluster when it is not running and stops it again
 //! afterwards; without openssl or PostgreSQL it is skipped with a reason.
+//! Each `sslmode` of libpq's table is tried: the right CA connects, another
+//! CA or a host name outside the certificate is refused in the verifying
+//! modes, `require` without a root certificate accepts the self-signed
+//! server, `disable` is refused by its `hostssl`-only pg_hba.conf.
 
 mod common;
 
@@ -11,8 +15,6 @@ use std::time::Duration;
 use pgmq_client::reexports::rustls;
 use pgmq_client::{Client, ClientBuilder, Error, Listener, Message};
 use serde_json::json;
-
-use common::Queues;
 
 fn port() -> u16 {
     std::env::var("PGMQ_TLS_PORT")
@@ -42,9 +44,38 @@ impl Drop for Cluster {
     }
 }
 
+/// The TLS cluster: its port, the `user:password` of the DSN db-tls.sh
+/// printed, and the folder of its certificates.
+struct Tls {
+    port: u16,
+    userinfo: String,
+    dir: PathBuf,
+}
+
+impl Tls {
+    /// A URL DSN for `host` with these query parameters.
+    fn dsn(&self, host: &str, params: &str) -> String {
+        let q = if params.is_empty() {
+            String::new()
+        } else {
+            format!("?{params}")
+        };
+        format!("postgres://{}@{host}:{}/pgmq{q}", self.userinfo, self.port)
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    /// A CA that did not sign the server's certificate.
+    fn other_ca(&self) -> PathBuf {
+        self.dir.join("other-ca.crt")
+    }
+}
+
 /// Starts (or reuses) the TLS cluster; None (with the reason printed) when
 /// it cannot be had here.
-async fn tls_cluster() -> Option<(Cluster, PathBuf)> {
+async fn tls_cluster() -> Option<(Cluster, Tls)> {
     let port = port();
     let running = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -58,8 +89,8 @@ async fn tls_cluster() -> Option<(Cluster, PathBuf)> {
         port,
         started_here: !running,
     };
-    match out {
-        Ok(o) if o.status.success() => {}
+    let printed = match out {
+        Ok(o) if o.status.success() => String::from_utf8(o.stdout).unwrap(),
         Ok(o) => {
             eprintln!(
                 "SKIPPED tls: scripts/db-tls.sh failed: {}",
@@ -71,9 +102,23 @@ async fn tls_cluster() -> Option<(Cluster, PathBuf)> {
             eprintln!("SKIPPED tls: could not run scripts/db-tls.sh: {e}");
             return None;
         }
-    }
-    let ca = PathBuf::from(format!("/tmp/pgmq-sdk-db-{port}/tls/ca.crt"));
-    Some((cluster, ca))
+    };
+    // postgres://user:password@localhost:port/pgmq?sslmode=require
+    let dsn = printed.trim();
+    let userinfo = dsn
+        .strip_prefix("postgres://")
+        .and_then(|rest| rest.rsplit_once('@'))
+        .map(|(info, _)| info.to_owned())
+        .expect("db-tls.sh prints a postgres:// DSN with user and password");
+    let dir = PathBuf::from(format!("/tmp/pgmq-sdk-db-{port}/tls"));
+    Some((
+        cluster,
+        Tls {
+            port,
+            userinfo,
+            dir,
+        },
+    ))
 }
 
 /// A rustls configuration that trusts only the test CA.
@@ -104,78 +149,184 @@ async fn encrypted(client: &Client) -> bool {
         .get(0)
 }
 
+/// Connects with `dsn`, panicking with the error when refused.
+async fn connects(dsn: &str, what: &str) -> Client {
+    let c = Client::connect(dsn)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: refused: {e} ({:?})", std::error::Error::source(&e)));
+    assert!(encrypted(&c).await, "{what}: not encrypted");
+    c
+}
+
+/// The text of an error and its sources.
+fn chain(err: &Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        text.push_str(" / ");
+        text.push_str(&s.to_string());
+        text.push_str(&format!(" {s:?}"));
+        source = s.source();
+    }
+    text
+}
+
+/// Connecting with `dsn` fails on the server's certificate.
+async fn refused_certificate(dsn: &str, what: &str, expect: &str) {
+    let err = match Client::connect(dsn).await {
+        Ok(_) => panic!("{what}: connected"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, Error::Connect(_)), "{what}: {err:?}");
+    let text = chain(&err);
+    assert!(text.contains(expect), "{what}: expected {expect}: {text}");
+}
+
 #[tokio::test]
 async fn tls_modes_against_a_server_with_ssl() {
-    let Some((cluster, ca)) = tls_cluster().await else {
+    let Some((cluster, tls)) = tls_cluster().await else {
         return;
     };
-    let base = |host: &str, mode: &str| {
-        let q = if mode.is_empty() {
-            String::new()
-        } else {
-            format!("?sslmode={mode}")
-        };
-        format!("postgres://pgmq:pgmq@{host}:{}/pgmq{q}", cluster.port)
-    };
+    let ca = tls.ca().display().to_string();
+    let other = tls.other_ca().display().to_string();
+    let no_default_root = std::env::var_os("HOME")
+        .map(|h| !PathBuf::from(h).join(".postgresql/root.crt").exists())
+        .unwrap_or(true);
 
-    // require + a configuration that trusts the private CA: encrypted, works.
-    let dsn = base("localhost", "require");
-    let client = Client::builder(&dsn)
-        .tls(trusting(&ca))
+    // verify-full with the right CA (sslrootcert): chain and host name
+    // checked; localhost and 127.0.0.1 are both in the certificate.
+    for host in ["localhost", "127.0.0.1"] {
+        connects(
+            &tls.dsn(host, &format!("sslmode=verify-full&sslrootcert={ca}")),
+            &format!("verify-full {host}"),
+        )
+        .await;
+    }
+    // The key=value form too.
+    let kv = format!(
+        "host=localhost port={} dbname=pgmq user={} password={} sslmode=verify-full sslrootcert='{ca}'",
+        tls.port,
+        tls.userinfo.split_once(':').unwrap().0,
+        tls.userinfo.split_once(':').unwrap().1,
+    );
+    connects(&kv, "verify-full key=value").await;
+
+    // A name the certificate does not hold (the address is right):
+    // verify-full refuses, verify-ca (chain only) accepts.
+    let wrong_name = |mode: &str, root: &str| {
+        tls.dsn(
+            "db.wrong.invalid",
+            &format!("hostaddr=127.0.0.1&sslmode={mode}&sslrootcert={root}"),
+        )
+    };
+    refused_certificate(
+        &wrong_name("verify-full", &ca),
+        "verify-full, wrong host name",
+        "NotValidForName",
+    )
+    .await;
+    connects(&wrong_name("verify-ca", &ca), "verify-ca, wrong host name").await;
+    connects(
+        &tls.dsn("localhost", &format!("sslmode=verify-ca&sslrootcert={ca}")),
+        "verify-ca",
+    )
+    .await;
+
+    // A CA that did not sign the server's certificate: every mode given that
+    // root refuses (require with a root certificate checks the chain, as
+    // libpq does).
+    for mode in ["verify-full", "verify-ca", "require", "prefer"] {
+        refused_certificate(
+            &tls.dsn("localhost", &format!("sslmode={mode}&sslrootcert={other}")),
+            &format!("{mode} with another CA"),
+            "certificate",
+        )
+        .await;
+    }
+
+    // Verifying modes without any root certificate are refused before
+    // connecting: no fallback to public roots.
+    if no_default_root {
+        for mode in ["verify-full", "verify-ca"] {
+            let err = Client::connect(&tls.dsn("localhost", &format!("sslmode={mode}")))
+                .await
+                .unwrap_err();
+            assert!(matches!(err, Error::Config(_)), "{mode}: {err:?}");
+            assert!(err.to_string().contains("root certificate"), "{err}");
+        }
+    }
+    // sslrootcert=system: the system's store does not hold the private CA.
+    match Client::connect(&tls.dsn("localhost", "sslrootcert=system")).await {
+        Ok(_) => panic!("sslrootcert=system accepted a private CA"),
+        Err(Error::Config(text)) => assert!(text.contains("system"), "{text}"),
+        Err(e) => assert!(chain(&e).contains("UnknownIssuer"), "{}", chain(&e)),
+    }
+    let err = Client::connect(&tls.dsn("localhost", "sslrootcert=system&sslmode=verify-ca"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+
+    // require, prefer (the default) and allow without a root certificate
+    // encrypt without checking, as libpq does: the self-signed server is
+    // accepted.
+    if no_default_root {
+        for mode in ["require", "prefer", "allow", ""] {
+            let params = if mode.is_empty() {
+                String::new()
+            } else {
+                format!("sslmode={mode}")
+            };
+            connects(&tls.dsn("localhost", &params), &format!("sslmode={mode}")).await;
+        }
+    }
+
+    // disable against a server that takes TCP only over TLS (hostssl):
+    // refused by the server.
+    let err = Client::connect(&tls.dsn("127.0.0.1", "sslmode=disable"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Connect(_)), "{err:?}");
+    assert!(chain(&err).contains("pg_hba.conf"), "{}", chain(&err));
+
+    // channel_binding=require: SCRAM-SHA-256-PLUS over TLS works.
+    connects(
+        &tls.dsn(
+            "localhost",
+            &format!("sslmode=verify-full&sslrootcert={ca}&channel_binding=require"),
+        ),
+        "channel_binding=require",
+    )
+    .await;
+    if no_default_root {
+        connects(
+            &tls.dsn("localhost", "sslmode=require&channel_binding=require"),
+            "require + channel_binding=require",
+        )
+        .await;
+    }
+
+    // A configuration given with ClientBuilder::tls decides the checks.
+    let client = Client::builder(&tls.dsn("localhost", "sslmode=require"))
+        .tls(trusting(&tls.ca()))
         .connect()
         .await
         .unwrap();
     assert!(encrypted(&client).await);
-    let qs = Queues::on(&base("127.0.0.1", "disable"));
-    let q = qs.fresh(&client, "tls").await;
+    let q = common::unique("tls");
+    client.create(&q).await.unwrap();
     let id = client.send(&q, &json!({"over": "tls"})).await.unwrap();
     let got: Vec<Message> = common::ok(client.read(&q, Duration::from_secs(30), 1).await.unwrap());
     assert_eq!(common::ids(&got), [id]);
-
-    // verify-full with the CA: host name and chain checked (localhost and
-    // 127.0.0.1 are both in the certificate).
-    for host in ["localhost", "127.0.0.1"] {
-        let c = Client::builder(&base(host, "verify-full"))
-            .tls(trusting(&ca))
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("{host}: {e}"));
-        assert!(encrypted(&c).await);
-    }
-
-    // Without the CA, verify-full and verify-ca refuse the unknown issuer.
-    for mode in ["verify-full", "verify-ca"] {
-        let err = Client::connect(&base("localhost", mode)).await.unwrap_err();
-        assert!(matches!(err, Error::Connect(_)), "{mode}: {err:?}");
-        let text = format!("{err} {:?}", std::error::Error::source(&err));
-        assert!(
-            text.to_lowercase().contains("certificate") || text.contains("UnknownIssuer"),
-            "{mode}: {text}"
-        );
-    }
-
-    // require and prefer (the default) encrypt without checking, as libpq
-    // does: a DSN that works with psql works here.
-    for mode in ["require", "prefer", ""] {
-        let c = Client::connect(&base("localhost", mode))
-            .await
-            .unwrap_or_else(|e| panic!("sslmode={mode}: {e}"));
-        assert!(encrypted(&c).await, "sslmode={mode}");
-    }
-    // disable: plain.
-    let plain = Client::connect(&base("127.0.0.1", "disable"))
-        .await
-        .unwrap();
-    assert!(!encrypted(&plain).await);
 
     // A LISTEN connection over TLS receives notifications.
     client
         .enable_notify_insert(&q, Duration::ZERO)
         .await
         .unwrap();
-    let mut l = Listener::connect(
-        &ClientBuilder::new(&base("localhost", "verify-full")).tls(trusting(&ca)),
-    )
+    let mut l = Listener::connect(&ClientBuilder::new(&tls.dsn(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    )))
     .await
     .unwrap();
     l.listen(&q).await.unwrap();
@@ -185,7 +336,7 @@ async fn tls_modes_against_a_server_with_ssl() {
         .unwrap()
         .unwrap();
     assert_eq!(n.channel, q.insert_channel());
-    drop(qs);
+    client.drop_queue(&q).await.unwrap();
     drop(cluster);
 }
 
@@ -209,4 +360,13 @@ async fn require_against_a_server_without_ssl_is_a_connect_error() {
     // prefer (the default) falls back to plain there.
     let c = Client::connect(&common::dsn()).await.unwrap();
     assert!(!encrypted(&c).await);
+    // channel_binding=require refuses a password sent without channel
+    // binding (plain connection, no SCRAM-SHA-256-PLUS).
+    let dsn = common::dsn();
+    let sep = if dsn.contains('?') { '&' } else { '?' };
+    let err = Client::connect(&format!("{dsn}{sep}channel_binding=require"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Connect(_)), "{err:?}");
+    assert!(chain(&err).contains("channel binding"), "{}", chain(&err));
 }

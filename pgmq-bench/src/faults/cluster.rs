@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::process::Command;
@@ -17,6 +18,9 @@ const SHARED_PORT: u16 = 55432;
 pub(crate) struct Cluster {
     root: PathBuf,
     port: u16,
+    /// `user:password` of the DSN db-start.sh printed (the password is
+    /// generated with the cluster).
+    userinfo: Arc<OnceLock<String>>,
 }
 
 impl Cluster {
@@ -32,6 +36,7 @@ impl Cluster {
         Ok(Cluster {
             root: root.to_owned(),
             port,
+            userinfo: Arc::default(),
         })
     }
 
@@ -42,7 +47,14 @@ impl Cluster {
 
     /// The DSN of another database of the cluster (`pgmq_none`: no PGMQ).
     pub(crate) fn dsn_for(&self, db: &str) -> String {
-        format!("postgres://pgmq:pgmq@127.0.0.1:{}/{db}", self.port)
+        self.dsn_at(self.port, db)
+    }
+
+    /// The DSN of database `db` on `port` of 127.0.0.1 (the cluster's own,
+    /// or a proxy's in front of it), with the cluster's user and password.
+    pub(crate) fn dsn_at(&self, port: u16, db: &str) -> String {
+        let userinfo = self.userinfo.get().map(String::as_str).unwrap_or("pgmq");
+        format!("postgres://{userinfo}@127.0.0.1:{port}/{db}")
     }
 
     /// The port.
@@ -52,25 +64,37 @@ impl Cluster {
 
     /// Starts (or recovers) the cluster; idempotent.
     pub(crate) async fn start(&self) -> Result<(), BoxError> {
-        self.script("db-start.sh", &[]).await
+        let printed = self.script("db-start.sh", &[]).await?;
+        // postgres://user:password@127.0.0.1:port/pgmq
+        let userinfo = printed
+            .lines()
+            .last()
+            .and_then(|dsn| dsn.trim().strip_prefix("postgres://"))
+            .and_then(|rest| rest.rsplit_once('@'))
+            .map(|(info, _)| info.to_owned())
+            .ok_or("db-start.sh printed no DSN")?;
+        let _ = self.userinfo.set(userinfo);
+        Ok(())
     }
 
     /// `pg_ctl stop -m immediate`: a crash.
     pub(crate) async fn kill(&self) -> Result<(), BoxError> {
-        self.script("db-ctl.sh", &["kill"]).await
+        self.script("db-ctl.sh", &["kill"]).await.map(drop)
     }
 
     /// Starts a killed server again (crash recovery runs).
     pub(crate) async fn restart_after_kill(&self) -> Result<(), BoxError> {
-        self.script("db-ctl.sh", &["start"]).await
+        self.script("db-ctl.sh", &["start"]).await.map(drop)
     }
 
     /// Stops the cluster and removes its folder.
     pub(crate) async fn remove(&self) -> Result<(), BoxError> {
-        self.script("db-stop.sh", &[]).await
+        self.script("db-stop.sh", &[]).await.map(drop)
     }
 
-    async fn script(&self, name: &str, args: &[&str]) -> Result<(), BoxError> {
+    /// Runs a script; returns its stdout (db-start.sh prints the DSN, with
+    /// the password: never logged).
+    async fn script(&self, name: &str, args: &[&str]) -> Result<String, BoxError> {
         let path = self.root.join("scripts").join(name);
         let started = Instant::now();
         let out = Command::new("bash")
@@ -104,7 +128,7 @@ impl Cluster {
             ms = started.elapsed().as_millis() as u64,
             "cluster script done"
         );
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 

@@ -80,10 +80,12 @@ impl Ctx {
             std::process::id()
         );
         let log_dir = match &args.log_dir {
-            Some(d) => d.clone(),
-            None => std::env::temp_dir().join(format!("pgmq-faults-{run_id}")),
+            Some(d) => {
+                tokio::fs::create_dir_all(d).await?;
+                d.clone()
+            }
+            None => private_temp_dir(&format!("pgmq-faults-{run_id}"))?,
         };
-        tokio::fs::create_dir_all(&log_dir).await?;
         let n = args
             .messages
             .unwrap_or(if args.quick { 1_000 } else { 10_000 })
@@ -294,4 +296,45 @@ async fn machine() -> String {
         .map(|kb| format!("{} GiB", (kb + 524_288) / 1_048_576))
         .unwrap_or_else(|| "? GiB".into());
     format!("{cores} cores, {mem}, {}", std::env::consts::OS)
+}
+
+/// Makes a new folder in the temporary directory, as mkdtemp(3) does: a
+/// name with an unpredictable suffix, created with mode 0700 by a call that
+/// fails when anything (a folder or a symlink another user planted) is
+/// already there, so nothing is followed and nobody else can write in it.
+pub(crate) fn private_temp_dir(prefix: &str) -> std::io::Result<PathBuf> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    let mut last = None;
+    for attempt in 0u32..100 {
+        // RandomState is seeded from the OS's random source.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(attempt);
+        let path = base.join(format!("{prefix}.{:016x}", h.finish()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary folder name")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn private_temp_dirs_are_fresh_and_0700() {
+        let a = super::private_temp_dir("pgmq-faults-test").unwrap();
+        let b = super::private_temp_dir("pgmq-faults-test").unwrap();
+        assert_ne!(a, b);
+        for d in [&a, &b] {
+            let meta = std::fs::symlink_metadata(d).unwrap();
+            assert!(meta.is_dir());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+            std::fs::remove_dir(d).unwrap();
+        }
+    }
 }

@@ -124,7 +124,7 @@ pub(crate) async fn connections_cut(ctx: &Ctx) -> Result<Row, BoxError> {
     let proxy = start_proxy(ctx).await?;
     let args = outage_tolerant(run.worker_args());
     let w = ctx
-        .spawn_worker_via(&args, &proxied_dsn(&proxy), None)
+        .spawn_worker_via(&args, &proxied_dsn(ctx, &proxy), None)
         .await?;
     let mut notes = Vec::new();
     for i in 1..=3 {
@@ -191,9 +191,6 @@ pub(crate) async fn start_proxy(ctx: &Ctx) -> Result<Proxy, BoxError> {
 }
 
 /// The cluster's DSN through the proxy.
-pub(crate) fn proxied_dsn(proxy: &Proxy) -> String {
-    format!(
-        "postgres://pgmq:pgmq@127.0.0.1:{}/pgmq",
-        proxy.addr().port()
-    )
+pub(crate) fn proxied_dsn(ctx: &Ctx, proxy: &Proxy) -> String {
+    ctx.cluster.dsn_at(proxy.addr().port(), "pgmq")
 }

@@ -49,7 +49,7 @@ async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) ->
 pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "11").await?;
     let proxy = start_proxy(ctx).await?;
-    let client = Client::builder(&proxied_dsn(&proxy))
+    let client = Client::builder(&proxied_dsn(ctx, &proxy))
         .max_size(4)
         .connect_timeout(Duration::from_secs(1))
         .pool_timeout(Duration::from_secs(1))
