@@ -43,6 +43,14 @@ impl Connection {
         &self.lost
     }
 
+    /// Marks the connection as broken, so that the pool discards it instead
+    /// of handing it out again: for a caller that gave up waiting on a call
+    /// (a timeout), after which the connection's state is unknown (a reply
+    /// may still come, or the network may be gone).
+    pub fn mark_broken(&self) {
+        self.lost.store(true, Ordering::Relaxed);
+    }
+
     /// The underlying client.
     pub fn client(&self) -> &tokio_postgres::Client {
         &self.client
@@ -190,21 +198,45 @@ async fn run_prepared<C: tokio_postgres::GenericClient + Sync>(
     })
 }
 
-/// Runs SQL text unprepared, in one round trip (`query_typed`); records a
-/// lost connection on `lost` when there is one to record it on.
+/// Runs SQL text on a connection of this crate: prepared once per
+/// connection (cached by its text), then one round trip per call.
+pub(crate) async fn run_text_cached<C: tokio_postgres::GenericClient + Sync>(
+    client: &C,
+    cache: &StatementCache,
+    lost: &AtomicBool,
+    sql: &str,
+    params: crate::executor::TypedParams<'_>,
+) -> Result<Vec<Row>, Error> {
+    let types: Vec<tokio_postgres::types::Type> = params.iter().map(|(_, t)| t.clone()).collect();
+    let prepared = cache
+        .get_text(client.client(), sql, &types)
+        .await
+        // The call's own request was not sent yet.
+        .map_err(|e| mark_lost(lost, Error::from_pg(e).not_sent()))?;
+    let values: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        params.iter().map(|(v, _)| *v).collect();
+    let closed_before = client.client().is_closed();
+    client.query(&prepared, &values).await.map_err(|e| {
+        let err = Error::from_pg(e);
+        let err = if closed_before { err.not_sent() } else { err };
+        mark_lost(lost, err)
+    })
+}
+
+/// Runs SQL text unprepared, in one round trip (`query_typed`), on a
+/// caller's own client (no statement cache to keep it in).
 pub(crate) async fn run_text<C: tokio_postgres::GenericClient + Sync>(
     client: &C,
-    lost: Option<&AtomicBool>,
     sql: &str,
     params: crate::executor::TypedParams<'_>,
 ) -> Result<Vec<Row>, Error> {
     let closed_before = client.client().is_closed();
     client.query_typed(sql, params).await.map_err(|e| {
         let err = Error::from_pg(e);
-        let err = if closed_before { err.not_sent() } else { err };
-        match lost {
-            Some(lost) => mark_lost(lost, err),
-            None => err,
+        if closed_before {
+            err.not_sent()
+        } else {
+            err
         }
     })
 }

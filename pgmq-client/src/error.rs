@@ -208,6 +208,17 @@ impl Error {
         }
     }
 
+    /// The error for a call its caller stopped waiting for (a timeout of
+    /// the caller's own): a lost connection whose outcome is unknown, so
+    /// transient. Discard the connection it ran on
+    /// ([`Connection::mark_broken`](crate::Connection::mark_broken)).
+    pub fn timed_out() -> Error {
+        Error::ConnectionLost {
+            outcome: Outcome::Unknown,
+            source: tokio_postgres::Error::__private_api_timeout(),
+        }
+    }
+
     /// Whether this is [`Error::ConnectionLost`].
     pub(crate) fn is_lost(&self) -> bool {
         matches!(self, Error::ConnectionLost { .. })

@@ -14,7 +14,9 @@ use std::future::Future;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use crate::connection::{run_cached, run_text, Connection, ConnectionManager, Transaction};
+use crate::connection::{
+    run_cached, run_text, run_text_cached, Connection, ConnectionManager, Transaction,
+};
 use crate::error::Error;
 use crate::statements::Stmt;
 
@@ -47,13 +49,16 @@ pub trait Executor: Send + Sync {
         false
     }
 
-    /// Runs SQL text that is not one of the [`Stmt`]s, unprepared, in one
-    /// round trip (`query_typed`: each parameter comes with its type).
+    /// Runs SQL text that is not one of the [`Stmt`]s (each parameter comes
+    /// with its type). On this crate's connections and transactions the text
+    /// is prepared once per connection and cached by its text, like the
+    /// [`Stmt`]s; on a caller's own `tokio_postgres` client it runs
+    /// unprepared in one round trip (`query_typed`).
     ///
     /// For the few calls that are not PGMQ functions and therefore name a
     /// queue's table in their text, built only from a validated
-    /// [`QueueName`](crate::QueueName) (today
-    /// [`Pgmq::release_batch`](crate::Pgmq::release_batch)). Every executor
+    /// [`QueueName`](crate::QueueName): [`Pgmq::release_batch`](crate::Pgmq::release_batch)
+    /// and the fenced writes ([`Receipt`](crate::Receipt)). Every executor
     /// of this crate implements it; the default, for executors of your own,
     /// fails with [`Error::InvalidArgument`] without running anything.
     fn query_text(
@@ -98,7 +103,7 @@ impl Executor for Connection {
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text(self.client(), Some(self.lost_flag()), sql, params).await
+        run_text_cached(self.client(), self.cache(), self.lost_flag(), sql, params).await
     }
 }
 
@@ -120,7 +125,7 @@ impl Executor for Transaction<'_> {
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text(self.client(), Some(self.lost_flag()), sql, params).await
+        run_text_cached(self.client(), self.cache(), self.lost_flag(), sql, params).await
     }
 }
 
@@ -130,7 +135,7 @@ impl Executor for tokio_postgres::Client {
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text(self, None, sql, params).await
+        run_text(self, sql, params).await
     }
 }
 
@@ -140,7 +145,7 @@ impl Executor for tokio_postgres::Transaction<'_> {
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text(self, None, sql, params).await
+        run_text(self, sql, params).await
     }
 }
 

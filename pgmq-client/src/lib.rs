@@ -89,6 +89,7 @@ mod connection;
 mod dsn;
 mod error;
 mod executor;
+mod fenced;
 mod fifo;
 mod message;
 mod notify;
@@ -107,6 +108,7 @@ pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT
 pub use dsn::redact as redact_dsn;
 pub use error::{Error, Outcome, Result};
 pub use executor::{Executor, Params, TypedParams};
+pub use fenced::{Receipt, Requeue, MAX_DELAY};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
 pub use message::{Delay, Message, RawJson, SendOptions};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};

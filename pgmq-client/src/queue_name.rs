@@ -56,8 +56,14 @@ impl QueueName {
     ///
     /// Safe to splice into SQL by construction: a validated name holds only
     /// `[a-z0-9_]`, so it can neither close the quotes nor change case.
-    pub(crate) fn quoted_table(&self) -> String {
+    pub fn quoted_table(&self) -> String {
         format!("pgmq.\"q_{}\"", self.0)
+    }
+
+    /// The archive table as a quoted identifier for SQL text,
+    /// `pgmq."a_<name>"` (safe to splice, as [`quoted_table`](Self::quoted_table)).
+    pub fn quoted_archive_table(&self) -> String {
+        format!("pgmq.\"a_{}\"", self.0)
     }
 
     /// The PGMQ archive table, `pgmq.a_<name>`.

@@ -95,16 +95,50 @@ statements! {
 /// Number of statements; the size of each connection's cache.
 pub(crate) const COUNT: usize = Stmt::ALL.len();
 
-/// A connection's prepared statements, one slot per [`Stmt`].
+/// The most SQL texts (statements on queue tables, by queue) one connection
+/// keeps prepared; past it the texts are forgotten and prepared again.
+const MAX_TEXTS: usize = 256;
+
+/// A connection's prepared statements: one slot per [`Stmt`], and the SQL
+/// texts that name a queue's table (see
+/// [`Executor::query_text`](crate::Executor::query_text)), by text.
 pub(crate) struct StatementCache {
     slots: Box<[OnceCell<Statement>]>,
+    texts: std::sync::Mutex<std::collections::HashMap<Box<str>, Statement>>,
 }
 
 impl StatementCache {
     pub(crate) fn new() -> Self {
         StatementCache {
             slots: (0..COUNT).map(|_| OnceCell::new()).collect(),
+            texts: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    /// The prepared statement for SQL text `sql`, preparing it with the
+    /// given parameter types on first use.
+    pub(crate) async fn get_text(
+        &self,
+        client: &tokio_postgres::Client,
+        sql: &str,
+        types: &[tokio_postgres::types::Type],
+    ) -> Result<Statement, tokio_postgres::Error> {
+        if let Some(s) = self.lock_texts().get(sql) {
+            return Ok(s.clone());
+        }
+        let prepared = client.prepare_typed(sql, types).await?;
+        let mut texts = self.lock_texts();
+        if texts.len() >= MAX_TEXTS {
+            texts.clear();
+        }
+        texts.insert(sql.into(), prepared.clone());
+        Ok(prepared)
+    }
+
+    fn lock_texts(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<Box<str>, Statement>> {
+        self.texts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The prepared statement for `stmt`, preparing it on first use.
@@ -124,6 +158,7 @@ impl StatementCache {
         for s in self.slots.iter_mut() {
             s.take();
         }
+        self.lock_texts().clear();
     }
 }
 

@@ -31,10 +31,18 @@
 //! an idle or blocked worker holds no connection and a small pool cannot
 //! deadlock the acknowledgements behind the claims.
 //!
+//! **Bounded reads.** Each read (and the checkout before it) runs within
+//! `db_timeout`; one that does not answer marks its connection broken, so
+//! the pool discards it, and the loop backs off and reads on a new one. A
+//! half-open connection therefore stalls one read, never the worker.
+//!
 //! After a full read a loop reads again at once. After a short or empty read
-//! it parks: loop 0 until the poll interval passes or a wake-up arrives, the
-//! others until a wake-up only, so an idle worker polls once per interval
-//! whatever the number of loops. A wake-up is a notification from the
+//! it parks until a wake-up arrives or its own poll timer fires. Every loop
+//! keeps its own timer, so that no single loop (stuck on a connection, say)
+//! can stop the polling; a loop whose timer fires skips the read when
+//! another loop started one less than a poll interval ago, so an idle worker
+//! still polls about once per interval whatever the number of loops. Once
+//! shutdown begins no loop starts a new read. A wake-up is a notification from the
 //! notifier, or any loop reading a full batch (the backlog is back). Wake-ups
 //! are a counter in a watch channel, marked seen just before each read: one
 //! that arrives during a read makes the loop read again instead of parking,
@@ -44,46 +52,23 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pgmq_client::{ConnectionManager, Message, Pgmq, RawJson};
+use pgmq_client::{Message, Pgmq, RawJson, Receipt};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::ErrorBackoff;
 use crate::claim_queue::ClaimQueue;
+use crate::db::{self, Held};
 use crate::stats::{bump, micros, record, LocalHistograms};
 use crate::worker::Shared;
 
 /// A message in the claim queue.
 pub(crate) struct Claimed {
     pub msg: Message<RawJson>,
+    /// The delivery: every write about this message is fenced on it.
+    pub receipt: Receipt,
     /// When the read that claimed it returned.
     pub claimed_at: Instant,
-}
-
-/// Backoff after failed reads: 50 ms doubling to 5 s.
-pub(crate) struct ErrorBackoff {
-    next: Duration,
-    min: Duration,
-    max: Duration,
-}
-
-impl ErrorBackoff {
-    pub(crate) fn new(min: Duration, max: Duration) -> Self {
-        ErrorBackoff {
-            next: min,
-            min,
-            max,
-        }
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.next = self.min;
-    }
-
-    pub(crate) fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d
-    }
 }
 
 /// The free room of the claim queue, in messages.
@@ -147,11 +132,9 @@ pub(crate) fn claim_limit(shared: &Shared) -> usize {
         .clamp(floor, cfg.claim_capacity)
 }
 
-/// A pooled connection a claim loop keeps between reads.
-type Held = pgmq_client::reexports::bb8::PooledConnection<'static, ConnectionManager>;
-
 /// One `pgmq.read` of up to `qty` messages, on the kept connection (checked
-/// out first when there is none, or when the last one broke).
+/// out first when there is none, or when the last one broke), all within
+/// `db_timeout`.
 async fn read(
     shared: &Shared,
     conn: &mut Option<Held>,
@@ -163,11 +146,14 @@ async fn read(
     }
     let c = match conn {
         Some(c) => c,
-        None => conn.insert(shared.client.connection_owned().await?),
+        None => conn.insert(db::checkout(&shared.client, cfg.db_timeout).await?),
     };
-    Pgmq::on(&**c)
-        .read_raw(&cfg.queue, cfg.visibility_timeout, qty)
-        .await
+    db::bounded(
+        cfg.db_timeout,
+        c,
+        Pgmq::on(&**c).read_raw(&cfg.queue, cfg.visibility_timeout, qty),
+    )
+    .await
 }
 
 /// One claim loop; runs until `stop`. A read in flight when `stop` fires is
@@ -215,8 +201,13 @@ pub(crate) async fn run(
             }
         }
         let qty = permits.num_permits();
+        if stop.is_cancelled() {
+            // Shutdown began: no new read.
+            break;
+        }
         // Anything announced from here on is not missed: it marks `wake` changed.
         wake.borrow_and_update();
+        shared.last_read_start_us.store(shared.now_us(), Relaxed);
         let res = read(&shared, &mut conn, qty).await;
         let msgs = match res {
             Ok(msgs) => msgs,
@@ -224,6 +215,7 @@ pub(crate) async fn run(
                 conn = None;
                 drop(permits);
                 bump(&shared.stats.c.read_errors, 1);
+                shared.health.read_failed();
                 let delay = backoff.next_delay();
                 if e.is_transient() {
                     tracing::warn!(error = %e, retry_in = ?delay, claimer = index, "read failed");
@@ -238,6 +230,7 @@ pub(crate) async fn run(
             }
         };
         backoff.reset();
+        shared.health.read_ok();
         let now = Instant::now();
         let n = msgs.len();
         bump(&shared.stats.c.reads, 1);
@@ -257,6 +250,12 @@ pub(crate) async fn run(
         // The whole batch at once; every message in the queue holds a permit
         // of the room, so it never holds more than `claim_capacity`.
         let batch = msgs.into_iter().map(|msg| Claimed {
+            // A read always sets last_read_at; enqueued_at only stands in
+            // for a row that has none (it then matches no fenced write).
+            receipt: msg.receipt().unwrap_or(Receipt {
+                msg_id: msg.msg_id,
+                read_at: msg.enqueued_at,
+            }),
             msg,
             claimed_at: now,
         });
@@ -278,25 +277,38 @@ pub(crate) async fn run(
         local.merge(&shared.stats, now);
         // Short read: the queue is drained for now. Park, without a connection.
         conn = None;
-        let timer = async {
-            if index == 0 {
-                tokio::time::sleep(cfg.poll_interval).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
-        let stopped = tokio::select! {
-            biased;
-            _ = stop.cancelled() => true,
-            _ = wake.changed() => false,
-            _ = timer => {
-                bump(&shared.stats.c.wakeups_poll, 1);
-                false
-            }
-        };
-        if stopped {
+        if park(&shared, &mut wake, &stop).await {
             break;
         }
     }
     local.merge(&shared.stats, Instant::now());
+}
+
+/// Parks an idle loop until a wake-up or its poll timer (see the module
+/// docs); true when `stop` fired instead.
+async fn park(
+    shared: &Shared,
+    wake: &mut tokio::sync::watch::Receiver<u64>,
+    stop: &CancellationToken,
+) -> bool {
+    let interval = shared.config.poll_interval;
+    let interval_us = micros(interval);
+    let mut sleep_for = interval;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return true,
+            _ = wake.changed() => return false,
+            _ = tokio::time::sleep(sleep_for) => {}
+        }
+        // Another loop read recently: its read covered this interval.
+        let since = shared
+            .now_us()
+            .saturating_sub(shared.last_read_start_us.load(Relaxed));
+        if since >= interval_us.saturating_sub(interval_us / 20) {
+            bump(&shared.stats.c.wakeups_poll, 1);
+            return false;
+        }
+        sleep_for = Duration::from_micros(interval_us - since);
+    }
 }

@@ -3,11 +3,19 @@
 //! Handlers send one [`Ack`] per message into a bounded channel
 //! (`ack_capacity`; a full channel makes handlers wait: backpressure). The
 //! completer takes up to `ack_batch_size` at a time and writes each batch
-//! with one call per kind: `pgmq.delete(ids)`, `pgmq.archive(ids)`, `pgmq.set_vt(ids)`
-//! per delay, one transaction for the dead letters, and
-//! `Pgmq::release_batch` for claims that expired unstarted (given back with
-//! their read undone). Up to `ack_flushers`
-//! batches are written at once.
+//! with one call per kind, every one of them fenced on the delivery
+//! ([`pgmq_client::Receipt`]): a delete, an archive, one requeue for the
+//! retries, snoozes and releases (each with its own delay), and one
+//! transaction for the dead letters. Up to `ack_flushers` batches are written
+//! at once.
+//!
+//! **Fenced.** A write matches a message only as the read that claimed it
+//! left it (`msg_id` and `last_read_at`). One that matches nothing means the
+//! claim expired and another delivery holds the message: nothing is written
+//! for it here, and it is counted in `claims_lost` (logged once, at WARN).
+//! When an earlier try of the same write failed with an unknown outcome (the
+//! connection broke after sending it), a message it no longer matches may
+//! have been written by that try: such messages are not counted as lost.
 //!
 //! **When a batch goes out.** When every writer is busy, acknowledgements
 //! wait in the channel; as soon as a writer is free it takes what has
@@ -23,11 +31,14 @@
 //! more to arrive, looking every millisecond rather than being woken once
 //! per acknowledgement.
 //!
-//! A write that fails transiently is retried
-//! with backoff for up to `ack_retry_timeout`; after that (or on a permanent
-//! error) the batch is given up and counted in `acks_failed`: those messages
-//! become visible again when their visibility timeout ends, which is the
-//! at-least-once contract. When every handler is done the channel closes and
+//! A write that fails transiently (including one that outlives `db_timeout`)
+//! is retried with backoff for up to `ack_retry_timeout`; after that (or on
+//! a permanent error) the batch is given up and counted in `acks_failed`:
+//! those messages become visible again when their visibility timeout ends,
+//! which is the at-least-once contract. Until then the heartbeat keeps
+//! extending the deliveries whose delete, archive or dead-letter move waits,
+//! so a slow database does not let their claims expire; being fenced, a
+//! retried write can never touch a later delivery. When every handler is done the channel closes and
 //! the completer writes what is left, then ends.
 //!
 //! **Connections kept while acknowledgements keep coming.** The writes run on
@@ -38,16 +49,20 @@
 //! back to the pool before the completer waits, so an idle worker holds
 //! none, and a small pool cannot deadlock the claims behind the acknowledgements.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgmq_client::reexports::tokio_postgres::Row;
-use pgmq_client::{Client, ConnectionManager, Params, Pgmq, Stmt, TypedParams, VisibleAt};
+use pgmq_client::{Client, Params, Pgmq, QueueName, Receipt, Requeue, Stmt, TypedParams};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::claimer::ErrorBackoff;
+use crate::backoff::ErrorBackoff;
+use crate::db::{self, Held};
+use crate::executor::ATTEMPTS_HEADER;
+use crate::lease::State;
 use crate::stats::bump;
 use crate::worker::Shared;
 
@@ -57,9 +72,12 @@ const GATHER_TICK: Duration = Duration::from_millis(1);
 /// One message's acknowledgement.
 #[derive(Debug)]
 pub(crate) struct Ack {
-    pub msg_id: i64,
-    /// Its delivery count when handled.
-    pub attempts: u32,
+    /// The delivery it acknowledges.
+    pub receipt: Receipt,
+    /// The attempt that ran (1-based).
+    pub attempt: u32,
+    /// Its delivery count (`read_ct`) when handled.
+    pub deliveries: u32,
     pub kind: AckKind,
 }
 
@@ -68,14 +86,15 @@ pub(crate) struct Ack {
 pub(crate) enum AckKind {
     Delete,
     Archive,
+    /// Visible again after the delay, the attempt recorded in its headers.
     Retry(Duration),
+    /// Visible again after the delay, the read undone, no attempt used.
+    Snooze(Duration),
     DeadLetter {
         reason: String,
     },
-    /// Give it back unstarted, undoing the read that returned this `read_ct`.
-    Release {
-        read_ct: i32,
-    },
+    /// Give it back unstarted, the read undone.
+    Release,
 }
 
 /// Runs until the channel is closed (every sender dropped, or `closing`
@@ -87,7 +106,11 @@ pub(crate) async fn run(
 ) {
     let cfg = &shared.config;
     let batch = cfg.ack_batch_size;
-    let kept = Arc::new(Kept::new(shared.client.clone(), cfg.ack_flushers));
+    let kept = Arc::new(Kept::new(
+        shared.client.clone(),
+        cfg.ack_flushers,
+        cfg.db_timeout,
+    ));
     let mut flushes = JoinSet::new();
     let mut closed = false;
     loop {
@@ -147,14 +170,13 @@ pub(crate) async fn run(
     kept.idle();
 }
 
-/// A pooled connection kept between writes.
-type Held = pgmq_client::reexports::bb8::PooledConnection<'static, ConnectionManager>;
-
 /// The completer's connections, kept between back-to-back writes (see the
 /// module docs); a [`pgmq_client::Executor`] over the client's pool.
 pub(crate) struct Kept {
     client: Client,
     max: usize,
+    /// The bound on each call (`db_timeout`).
+    limit: Duration,
     state: std::sync::Mutex<KeptState>,
 }
 
@@ -165,10 +187,11 @@ struct KeptState {
 }
 
 impl Kept {
-    fn new(client: Client, max: usize) -> Self {
+    fn new(client: Client, max: usize, limit: Duration) -> Self {
         Kept {
             client,
             max,
+            limit,
             state: std::sync::Mutex::new(KeptState {
                 conns: Vec::with_capacity(max),
                 idle: false,
@@ -201,7 +224,7 @@ impl Kept {
                 return Ok(conn);
             }
         }
-        self.client.connection_owned().await
+        db::checkout(&self.client, self.limit).await
     }
 
     /// A connection whose call succeeded: kept unless the completer is idle
@@ -219,7 +242,12 @@ impl Kept {
 impl pgmq_client::Executor for Kept {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, pgmq_client::Error> {
         let conn = self.take().await?;
-        let res = pgmq_client::Executor::query(&conn, stmt, params).await;
+        let res = db::bounded(
+            self.limit,
+            &conn,
+            pgmq_client::Executor::query(&conn, stmt, params),
+        )
+        .await;
         if res.is_ok() {
             self.give_back(conn);
         }
@@ -232,7 +260,12 @@ impl pgmq_client::Executor for Kept {
         params: TypedParams<'_>,
     ) -> Result<Vec<Row>, pgmq_client::Error> {
         let conn = self.take().await?;
-        let res = pgmq_client::Executor::query_text(&conn, sql, params).await;
+        let res = db::bounded(
+            self.limit,
+            &conn,
+            pgmq_client::Executor::query_text(&conn, sql, params),
+        )
+        .await;
         if res.is_ok() {
             self.give_back(conn);
         }
@@ -244,110 +277,157 @@ impl pgmq_client::Executor for Kept {
     }
 }
 
-/// Writes one batch: deletes, archives, retries, dead letters.
+/// What one fenced write did: the ids it wrote, and whether an earlier try
+/// of it may have written some others (its outcome was unknown).
+struct Written {
+    ids: Vec<i64>,
+    ambiguous: bool,
+}
+
+/// Writes one batch: deletes, archives, requeues, dead letters; then drops
+/// the batch's leases and counts the claims found lost.
 #[tracing::instrument(name = "pgmq_worker.flush", level = "debug", skip_all, fields(acks = acks.len()))]
 async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
     let pg = Pgmq::on(&*kept);
     let n = acks.len() as u64;
     let mut deletes = Vec::new();
     let mut archives = Vec::new();
-    let mut retries: Vec<(u64, i64)> = Vec::new();
+    let mut requeues: Vec<(Requeue, &AtomicU64)> = Vec::new();
     let mut dead = Vec::new();
-    let mut releases = Vec::new();
-    for ack in acks {
-        match ack.kind {
-            AckKind::Delete => deletes.push(ack.msg_id),
-            AckKind::Archive => archives.push(ack.msg_id),
-            AckKind::Retry(d) => retries.push((ceil_secs(d), ack.msg_id)),
-            AckKind::DeadLetter { reason } => dead.push((ack.msg_id, ack.attempts, reason)),
-            AckKind::Release { read_ct } => releases.push((ack.msg_id, read_ct)),
-        }
-    }
     let q = &shared.config.queue;
     let c = &shared.stats.c;
-    if !deletes.is_empty() {
-        // Ascending ids: the deletes walk the primary key in order.
-        deletes.sort_unstable();
-        // Counted, not listed: one reply row instead of one per id.
-        write(&shared, "delete", deletes.len(), &c.deleted, || {
-            pg.delete_batch_count(q, &deletes)
-        })
-        .await;
+    let all: Vec<Receipt> = acks.iter().map(|a| a.receipt).collect();
+    for ack in acks {
+        let r = ack.receipt;
+        match ack.kind {
+            AckKind::Delete => deletes.push(r),
+            AckKind::Archive => archives.push(r),
+            AckKind::Retry(d) => requeues.push((
+                Requeue::new(r, d)
+                    .merge_headers(serde_json::json!({ ATTEMPTS_HEADER: ack.attempt })),
+                &c.retried,
+            )),
+            AckKind::Snooze(d) => requeues.push((Requeue::new(r, d).undo_read(), &c.snoozed)),
+            AckKind::Release => requeues.push((
+                Requeue::new(r, Duration::ZERO).undo_read(),
+                &c.expired_released,
+            )),
+            AckKind::DeadLetter { reason } => dead.push(Dead {
+                receipt: r,
+                attempts: ack.attempt,
+                deliveries: ack.deliveries,
+                reason,
+            }),
+        }
     }
-    if !archives.is_empty() {
-        write(&shared, "archive", archives.len(), &c.archived, || {
-            pg.archive_batch_count(q, &archives)
-        })
-        .await;
-    }
-    if !retries.is_empty() || !releases.is_empty() {
-        // After any heartbeat extension in flight for these messages, which
-        // would otherwise overwrite their delay.
+    // The ids a write did not match (but not those of a write whose earlier
+    // try had an unknown outcome: that try may have written them).
+    let mut lost: Vec<i64> = Vec::new();
+    let note = |lost: &mut Vec<i64>, asked: &[Receipt], w: Option<Written>, done: &AtomicU64| {
+        if let Some(w) = w {
+            bump(done, w.ids.len() as u64);
+            if !w.ambiguous && w.ids.len() < asked.len() {
+                let wrote: std::collections::HashSet<i64> = w.ids.into_iter().collect();
+                lost.extend(
+                    asked
+                        .iter()
+                        .map(|r| r.msg_id)
+                        .filter(|id| !wrote.contains(id)),
+                );
+            }
+        }
+    };
+    if !requeues.is_empty() {
+        // These set the visibility themselves: the heartbeat stops extending
+        // them, and any extension already on its way lands first.
+        shared
+            .leases
+            .set_state(requeues.iter().map(|(r, _)| r.receipt), State::Settling);
         shared.after_heartbeat().await;
     }
-    if !releases.is_empty() {
-        write(
-            &shared,
-            "release",
-            releases.len(),
-            &c.expired_released,
-            || count(pg.release_batch(q, &releases)),
-        )
+    if !deletes.is_empty() {
+        // Ascending ids: the deletes walk the primary key in order.
+        deletes.sort_unstable_by_key(|r| r.msg_id);
+        let w = write(&shared, "delete", deletes.len(), || {
+            pg.delete_fenced(q, &deletes)
+        })
         .await;
+        note(&mut lost, &deletes, w, &c.deleted);
     }
-    if !retries.is_empty() {
-        retries.sort_unstable();
-        for group in retries.chunk_by(|a, b| a.0 == b.0) {
-            let secs = group[0].0;
-            let ids: Vec<i64> = group.iter().map(|r| r.1).collect();
-            write(&shared, "retry", ids.len(), &c.retried, || {
-                count(pg.set_vt_batch(q, &ids, VisibleAt::After(Duration::from_secs(secs))))
-            })
-            .await;
+    if !archives.is_empty() {
+        let w = write(&shared, "archive", archives.len(), || {
+            pg.archive_fenced(q, &archives)
+        })
+        .await;
+        note(&mut lost, &archives, w, &c.archived);
+    }
+    if !requeues.is_empty() {
+        let items: Vec<Requeue> = requeues.iter().map(|(r, _)| r.clone()).collect();
+        let asked: Vec<Receipt> = items.iter().map(|r| r.receipt).collect();
+        if let Some(w) = write(&shared, "requeue", items.len(), || {
+            pg.requeue_fenced(q, &items)
+        })
+        .await
+        {
+            let wrote: std::collections::HashSet<i64> = w.ids.iter().copied().collect();
+            for (r, counter) in &requeues {
+                if wrote.contains(&r.receipt.msg_id) {
+                    bump(counter, 1);
+                }
+            }
+            if !w.ambiguous {
+                lost.extend(
+                    asked
+                        .iter()
+                        .map(|r| r.msg_id)
+                        .filter(|id| !wrote.contains(id)),
+                );
+            }
         }
     }
     if !dead.is_empty() {
-        write(&shared, "dead-letter", dead.len(), &c.dead_lettered, || {
-            count(dead_letter(&shared, &dead))
+        let asked: Vec<Receipt> = dead.iter().map(|d| d.receipt).collect();
+        let w = write(&shared, "dead-letter", dead.len(), || {
+            dead_letter(&shared, &kept, &dead)
         })
         .await;
+        note(&mut lost, &asked, w, &c.dead_lettered);
+    }
+    let already = shared.leases.finish(all);
+    lost.retain(|id| !already.contains(id));
+    if !lost.is_empty() {
+        bump(&c.claims_lost, lost.len() as u64);
+        for id in &lost {
+            tracing::warn!(queue = %q, msg_id = id, "claim lost: the message was delivered again since this worker claimed it; its outcome was not written here");
+        }
     }
     bump(&shared.stats.acks_resolved, n);
 }
 
-/// How many a listing call wrote.
-async fn count<T>(
-    call: impl std::future::Future<Output = Result<Vec<T>, pgmq_client::Error>>,
-) -> Result<u64, pgmq_client::Error> {
-    call.await.map(|v| v.len() as u64)
-}
-
-/// Whole seconds, rounded up (PGMQ's visibility delays are whole seconds).
-fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
 /// Runs `call` until it succeeds, fails permanently, or the retry time runs
-/// out; counts what was written into `done`, what was given up into `acks_failed`.
+/// out; returns what it wrote (None when given up, counted in `acks_failed`).
 async fn write<F, Fut>(
     shared: &Shared,
     what: &'static str,
     count: usize,
-    done: &std::sync::atomic::AtomicU64,
     mut call: F,
-) where
+) -> Option<Written>
+where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<u64, pgmq_client::Error>>,
+    Fut: std::future::Future<Output = Result<Vec<i64>, pgmq_client::Error>>,
 {
     let give_up = Instant::now() + shared.config.ack_retry_timeout;
     let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    let mut ambiguous = false;
     loop {
         match call().await {
-            Ok(written) => {
-                bump(done, written);
-                return;
+            Ok(ids) => {
+                shared.health.ack_ok();
+                return Some(Written { ids, ambiguous });
             }
             Err(e) => {
+                shared.health.ack_failed();
+                ambiguous |= e.outcome() == pgmq_client::Outcome::Unknown;
                 let delay = backoff.next_delay();
                 let deadline = shared.ack_deadline().map_or(give_up, |d| d.min(give_up));
                 if !e.is_transient() || Instant::now() + delay >= deadline {
@@ -356,7 +436,7 @@ async fn write<F, Fut>(
                         error = %e, messages = count, action = what,
                         "acknowledgement given up; the messages come back after their visibility timeout"
                     );
-                    return;
+                    return None;
                 }
                 bump(&shared.stats.c.ack_retries, 1);
                 tracing::warn!(error = %e, messages = count, action = what, retry_in = ?delay, "acknowledgement failed; retrying");
@@ -366,78 +446,152 @@ async fn write<F, Fut>(
     }
 }
 
-/// Copies messages to the dead-letter queue, server-side: the rows are
-/// row-locked through `pgmq.set_vt` (skipping those already gone), and their
-/// `message` and `headers` go to `pgmq.send_batch` as they are, never through
-/// the client, so the copy is exact (numbers of any precision, any nesting).
-/// Returns the source ids copied, in the order given.
+/// One message to dead-letter.
+struct Dead {
+    receipt: Receipt,
+    attempts: u32,
+    deliveries: u32,
+    reason: String,
+}
+
+/// Moves the messages still held by these deliveries to the dead-letter
+/// queue in one statement (so in one transaction): the rows are locked,
+/// their `message` and `headers` go to `pgmq.send_batch` as stored, never
+/// through the client, so the copy is exact (numbers of any precision, any
+/// nesting), and they are deleted from the source. Returns the source ids
+/// moved. `{t}` is the quoted queue table.
 const DEAD_LETTER_SQL: &str = "\
 WITH dead AS (
-    SELECT * FROM unnest($2::bigint[], $3::text[], $4::integer[])
-        WITH ORDINALITY AS d(id, reason, attempts, ord)
+    SELECT * FROM ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::timestamptz[]),
+        pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::integer[]), pg_catalog.unnest($6::integer[]))
+        WITH ORDINALITY AS d(id, read_at, reason, attempts, deliveries, ord)
 ), locked AS (
-    SELECT m.msg_id, m.message, m.headers FROM pgmq.set_vt($1::text, $2::bigint[], 0) AS m
+    SELECT m.msg_id, m.message, m.headers, d.reason, d.attempts, d.deliveries, d.ord
+    FROM {t} AS m JOIN dead d ON m.msg_id = d.id AND m.last_read_at = d.read_at
+    WHERE m.msg_id = ANY($2::bigint[])
+    FOR UPDATE OF m
 ), moved AS (
-    SELECT array_agg(l.msg_id ORDER BY d.ord) AS ids,
-           array_agg(l.message ORDER BY d.ord) AS bodies,
-           array_agg(jsonb_build_object(
-               'reason', d.reason, 'attempts', d.attempts, 'source_queue', $1::text,
-               'original_msg_id', l.msg_id, 'original_headers', l.headers) ORDER BY d.ord) AS headers
-    FROM locked l JOIN dead d ON d.id = l.msg_id
-    HAVING count(*) > 0
+    SELECT pg_catalog.array_agg(l.message ORDER BY l.ord) AS bodies,
+           pg_catalog.array_agg(pg_catalog.jsonb_build_object(
+               'reason', l.reason, 'attempts', l.attempts, 'deliveries', l.deliveries,
+               'source_queue', $1::text, 'original_msg_id', l.msg_id,
+               'original_headers', l.headers) ORDER BY l.ord) AS headers
+    FROM locked l
+    HAVING pg_catalog.count(*) > 0
+), sent AS (
+    SELECT pgmq.send_batch($7::text, moved.bodies, moved.headers, 0) AS id FROM moved
+), removed AS (
+    DELETE FROM {t} AS m USING locked l WHERE m.msg_id = l.msg_id RETURNING m.msg_id
 )
-SELECT moved.ids, ARRAY(SELECT pgmq.send_batch($5::text, moved.bodies, moved.headers, 0))
-FROM moved";
+SELECT (SELECT pg_catalog.array_agg(msg_id) FROM removed), (SELECT pg_catalog.count(*) FROM sent)";
 
-/// Moves messages to the dead-letter queue in one transaction: the rows still
-/// in the source queue are copied to the dead-letter queue with headers
-/// `{reason, attempts, source_queue, original_msg_id, original_headers}`
-/// ([`DEAD_LETTER_SQL`]; body and original headers byte-for-byte as stored),
-/// then deleted. Messages already gone (acknowledged by someone else) are
-/// skipped. Without a dead-letter queue the messages are archived.
+/// Moves messages to the dead-letter queue ([`DEAD_LETTER_SQL`]), with
+/// headers `{reason, attempts, deliveries, source_queue, original_msg_id,
+/// original_headers}`. Without a dead-letter queue, or when it no longer
+/// exists (dropped while the worker runs), they are archived instead, with
+/// `{"dead_letter_reason": reason, "attempts": n}` merged into their
+/// headers, so that a missing queue never sends them round again.
 async fn dead_letter(
     shared: &Shared,
-    dead: &[(i64, u32, String)],
+    kept: &Kept,
+    dead: &[Dead],
 ) -> Result<Vec<i64>, pgmq_client::Error> {
+    use pgmq_client::reexports::tokio_postgres::types::Type;
+    use pgmq_client::Executor;
     let cfg = &shared.config;
-    for (id, attempts, reason) in dead {
-        tracing::warn!(msg_id = id, attempts, %reason, queue = %cfg.queue, "dead-lettering");
+    for d in dead {
+        tracing::warn!(msg_id = d.receipt.msg_id, attempts = d.attempts, reason = %d.reason, queue = %cfg.queue, "dead-lettering");
     }
     let Some(dlq) = &cfg.dead_letter_queue else {
-        let ids: Vec<i64> = dead.iter().map(|d| d.0).collect();
-        return shared.client.archive_batch(&cfg.queue, &ids).await;
+        return archive_dead(kept, &cfg.queue, dead).await;
     };
     // One copy per id, whatever the batch holds.
     let mut seen = std::collections::HashSet::with_capacity(dead.len());
-    let mut ids = Vec::with_capacity(dead.len());
-    let mut reasons = Vec::with_capacity(dead.len());
-    let mut attempts = Vec::with_capacity(dead.len());
-    for (id, n, reason) in dead {
-        if seen.insert(*id) {
-            ids.push(*id);
-            reasons.push(reason.as_str());
-            attempts.push(i32::try_from(*n).unwrap_or(i32::MAX));
-        }
-    }
-    let mut conn = shared.client.connection().await?;
-    let tx = conn.transaction().await?;
-    let rows = tx
-        .query(
-            DEAD_LETTER_SQL,
+    let dead: Vec<&Dead> = dead
+        .iter()
+        .filter(|d| seen.insert(d.receipt.msg_id))
+        .collect();
+    let ids: Vec<i64> = dead.iter().map(|d| d.receipt.msg_id).collect();
+    let reads: Vec<chrono::DateTime<chrono::Utc>> =
+        dead.iter().map(|d| d.receipt.read_at).collect();
+    let reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
+    let attempts: Vec<i32> = dead.iter().map(|d| to_i32(d.attempts)).collect();
+    let deliveries: Vec<i32> = dead.iter().map(|d| to_i32(d.deliveries)).collect();
+    let sql = DEAD_LETTER_SQL.replace("{t}", &cfg.queue.quoted_table());
+    let q = cfg.queue.as_str();
+    let res = kept
+        .query_text(
+            &sql,
             &[
-                &cfg.queue.as_str(),
-                &ids,
-                &reasons,
-                &attempts,
-                &dlq.as_str(),
+                (&q, Type::TEXT),
+                (&ids, Type::INT8_ARRAY),
+                (&reads, Type::TIMESTAMPTZ_ARRAY),
+                (&reasons, Type::TEXT_ARRAY),
+                (&attempts, Type::INT4_ARRAY),
+                (&deliveries, Type::INT4_ARRAY),
+                (&dlq.as_str(), Type::TEXT),
             ],
         )
-        .await?;
-    let moved: Vec<i64> = rows.first().map(|r| r.get(0)).unwrap_or_default();
-    // The copied rows are locked by this transaction: all of them delete.
-    let deleted = Pgmq::on(&tx).delete_batch(&cfg.queue, &moved).await?;
-    tx.commit().await?;
-    Ok(deleted)
+        .await;
+    match res {
+        Ok(rows) => Ok(rows
+            .first()
+            .and_then(|r| r.try_get::<_, Option<Vec<i64>>>(0).ok().flatten())
+            .unwrap_or_default()),
+        Err(e) if names_missing_table(&e, dlq) => {
+            tracing::error!(queue = %cfg.queue, dead_letter_queue = %dlq, "the dead-letter queue does not exist (dropped?): archiving dead letters with their reason instead");
+            let owned: Vec<Dead> = dead
+                .iter()
+                .map(|d| Dead {
+                    receipt: d.receipt,
+                    attempts: d.attempts,
+                    deliveries: d.deliveries,
+                    reason: d.reason.clone(),
+                })
+                .collect();
+            archive_dead(kept, &cfg.queue, &owned).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn to_i32(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Whether `e` says that `queue`'s table does not exist.
+fn names_missing_table(e: &pgmq_client::Error, queue: &QueueName) -> bool {
+    use pgmq_client::reexports::tokio_postgres::error::SqlState;
+    match e {
+        pgmq_client::Error::QueueNotFound { queue: q } => q == queue.as_str(),
+        _ => {
+            let text = e.to_string();
+            (e.sqlstate() == Some(&SqlState::UNDEFINED_TABLE)
+                || e.sqlstate() == Some(&SqlState::RAISE_EXCEPTION))
+                && (text.contains(&format!("q_{}", queue.as_str()))
+                    || text.contains(&format!("\"{}\"", queue.as_str())))
+        }
+    }
+}
+
+/// Archives dead letters (fenced), their reason merged into their headers.
+async fn archive_dead(
+    kept: &Kept,
+    queue: &QueueName,
+    dead: &[Dead],
+) -> Result<Vec<i64>, pgmq_client::Error> {
+    let items: Vec<(Receipt, Option<serde_json::Value>)> = dead
+        .iter()
+        .map(|d| {
+            (
+                d.receipt,
+                Some(serde_json::json!({ "dead_letter_reason": d.reason, "attempts": d.attempts })),
+            )
+        })
+        .collect();
+    Pgmq::on(kept)
+        .archive_fenced_with_headers(queue, &items)
+        .await
 }
 
 #[cfg(test)]
@@ -445,10 +599,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn delays_round_up_to_whole_seconds() {
-        assert_eq!(ceil_secs(Duration::ZERO), 0);
-        assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
-        assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
-        assert_eq!(ceil_secs(Duration::from_millis(2001)), 3);
+    fn the_dead_letter_sql_names_the_table_once_filled_in() {
+        let q = QueueName::new("jobs").unwrap();
+        let sql = DEAD_LETTER_SQL.replace("{t}", &q.quoted_table());
+        assert!(sql.contains("FROM pgmq.\"q_jobs\" AS m"));
+        assert!(sql.contains("m.last_read_at = d.read_at"));
     }
 }

@@ -8,8 +8,8 @@ use pgmq_client::{Client, QueueName};
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::executor::{AsyncSpawner, BlockingSpawner, Spawner};
-use crate::handler::{BlockingHandler, Handler};
+use crate::executor::{async_spawner, blocking_spawner, context_spawner, Spawner};
+use crate::handler::{BlockingHandler, Handler, HandlerWithContext};
 use crate::worker::Worker;
 
 /// How idle claimers learn that messages arrived.
@@ -125,6 +125,10 @@ pub(crate) struct Config {
     pub ack_retry_timeout: Duration,
     pub ack_drain_timeout: Duration,
     pub check_queue: bool,
+    pub handler_timeout: Option<Duration>,
+    pub max_deliveries: u32,
+    pub retry_jitter: bool,
+    pub db_timeout: Duration,
 }
 
 /// Builds a [`Worker`]. Every setting has a default; only the handler is required.
@@ -139,8 +143,12 @@ pub(crate) struct Config {
 /// | `poll_interval` | 250 ms | the sleep after an empty or short read: about 4 reads a second per idle worker |
 /// | `wake_up` | [`WakeUp::Poll`] | no trigger is installed unless asked for |
 /// | `notify_throttle` | 250 ms | for [`WakeUp::Notify`]: PGMQ's per-queue throttle (PGMQ's own default) when the worker enables the trigger; an existing trigger keeps its throttle unless this is set explicitly. PGMQ's trigger updates one shared row per notification and holds its lock until the producer commits, so concurrent producers on the queue wait for each other at most once per window (with 0, on every insert). Messages inside a window are found by a re-read one throttle after the notification: up to about 250 ms later than with 0 |
-/// | `max_attempts` | 5 | deliveries (PGMQ's `read_ct`) before a failing message is dead-lettered |
+/// | `max_attempts` | 5 | handler runs that fail (an error, a panic, a timeout, or [`Outcome::Retry`](crate::Outcome::Retry)) before the message is dead-lettered. Attempts are counted in the message's `x-pgmq-worker-attempts` header, written with each retry, not by PGMQ's `read_ct`: claims given back unstarted, snoozes, and claims lost in a crash before their handler ran use none |
+/// | `max_deliveries` | `max(20, 2 * max_attempts)` | deliveries (PGMQ's `read_ct`, less releases and snoozes) after which a message is dead-lettered without running: the guard for a message whose handler crashes the process every time, so that no attempt is ever recorded |
 /// | `retry_backoff` | exponential 1 s .. 5 min | the visibility delay after a failed attempt |
+/// | `retry_jitter` | true | each retry delay is multiplied by a random factor in [0.8, 1.2], so that messages that failed together do not all return at once |
+/// | `handler_timeout` | 60 s | a handler still running after this is cancelled (its [`Context`](crate::Context) fires, an async handler's future is dropped), counted in `timed_out`, and its message retried with backoff, an attempt used; `None` turns it off (then only the heartbeat's extensions bound a run) |
+/// | `db_timeout` | 10 s | the longest any database call of the worker (read, acknowledgement, heartbeat, release, pool checkout) may take; past it the connection is discarded and the call retried, so a half-open connection or a blackholed network is noticed within this time |
 /// | `dead_letter_queue` | none | without one, messages past `max_attempts` (and undecodable ones) are archived instead |
 /// | `shutdown_grace` | 30 s | how long in-flight handlers may run after shutdown begins |
 /// | `heartbeat` | true | a handler running past half the visibility timeout gets it extended, so a live long job is not delivered twice |
@@ -189,6 +197,7 @@ pub struct WorkerBuilder<T> {
     ack_batch_size: Option<usize>,
     ack_capacity: Option<usize>,
     ack_retry_timeout: Option<Duration>,
+    max_deliveries: Option<u32>,
     spawner: Option<Box<dyn Spawner<T>>>,
     _t: PhantomData<fn() -> T>,
 }
@@ -229,7 +238,12 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 ack_retry_timeout: Duration::from_secs(30),
                 ack_drain_timeout: Duration::from_secs(10),
                 check_queue: true,
+                handler_timeout: Some(Duration::from_secs(60)),
+                max_deliveries: 0,
+                retry_jitter: true,
+                db_timeout: Duration::from_secs(10),
             },
+            max_deliveries: None,
             claim_capacity: None,
             ack_batch_size: None,
             ack_capacity: None,
@@ -368,6 +382,32 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
+    /// How long a handler may run before it is cancelled and its message
+    /// retried (default 60 s; `None`: no limit). See the table above.
+    pub fn handler_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
+        self.config.handler_timeout = d.into();
+        self
+    }
+
+    /// Deliveries after which a message is dead-lettered without running
+    /// (default `max(20, 2 * max_attempts)`; at least `max_attempts`).
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = Some(n);
+        self
+    }
+
+    /// Whether retry delays get a random spread of ±20% (default true).
+    pub fn retry_jitter(mut self, on: bool) -> Self {
+        self.config.retry_jitter = on;
+        self
+    }
+
+    /// The bound on every database call of the worker (default 10 s).
+    pub fn db_timeout(mut self, d: Duration) -> Self {
+        self.config.db_timeout = d;
+        self
+    }
+
     /// Whether to check at start that the queue and dead-letter queue exist.
     pub fn check_queue(mut self, on: bool) -> Self {
         self.config.check_queue = on;
@@ -377,12 +417,39 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// The async handler: an `async fn` or closure over `Message<T>`, or any
     /// [`Handler`].
     pub fn handler<H: Handler<T>>(mut self, handler: H) -> Self {
-        self.spawner = Some(Box::new(AsyncSpawner::new(handler)));
+        self.spawner = Some(async_spawner(handler));
+        self
+    }
+
+    /// An async handler that also takes the run's [`Context`](crate::Context)
+    /// (cancellation, deadline, attempt): see [`HandlerWithContext`].
+    ///
+    /// ```no_run
+    /// # fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
+    /// use pgmq_client::{Message, QueueName};
+    /// use pgmq_worker::{Context, Outcome, Worker};
+    /// let worker: Worker<serde_json::Value> = Worker::builder(client, QueueName::new("jobs")?)
+    ///     .handler_with_context(|msg: Message<serde_json::Value>, ctx: Context| async move {
+    ///         if ctx.attempt() > 1 {
+    ///             println!("message {} again, attempt {}", msg.msg_id, ctx.attempt());
+    ///         }
+    ///         Ok::<_, std::io::Error>(Outcome::Delete)
+    ///     })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn handler_with_context<H: HandlerWithContext<T>>(mut self, handler: H) -> Self {
+        self.spawner = Some(context_spawner(handler));
         self
     }
 
     /// A blocking handler, for CPU-bound work: each of the `concurrency`
-    /// handlers runs on its own dedicated thread, off the async runtime.
+    /// handler loops hands its messages to a dedicated thread of its own
+    /// (a plain thread, not tokio's blocking pool), off the async runtime.
+    /// A run past `handler_timeout` is abandoned: its thread is left to
+    /// finish on its own (its result is ignored) and the loop starts a new
+    /// one; at process exit such a thread is simply ended, so a hung
+    /// blocking handler never keeps the process alive.
     ///
     /// ```no_run
     /// # fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
@@ -399,7 +466,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// # Ok(()) }
     /// ```
     pub fn blocking_handler<H: BlockingHandler<T>>(mut self, handler: H) -> Self {
-        self.spawner = Some(Box::new(BlockingSpawner::new(handler)));
+        self.spawner = Some(blocking_spawner(handler));
         self
     }
 
@@ -435,6 +502,21 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         c.ack_batch_size = self.ack_batch_size.unwrap_or(2 * c.batch_size).max(1);
         c.ack_capacity = self.ack_capacity.unwrap_or(4 * c.batch_size).max(1);
         c.ack_retry_timeout = self.ack_retry_timeout.unwrap_or(c.visibility_timeout);
+        c.max_deliveries = self
+            .max_deliveries
+            .unwrap_or_else(|| c.max_attempts.saturating_mul(2).max(20));
+        if c.max_deliveries < c.max_attempts {
+            return bad("max_deliveries must be at least max_attempts");
+        }
+        if c.handler_timeout.is_some_and(|d| d.is_zero()) {
+            return bad("handler_timeout must be above zero (None turns it off)");
+        }
+        if c.db_timeout < Duration::from_millis(100) {
+            return bad("db_timeout must be at least 100 ms");
+        }
+        if c.dead_letter_queue.as_ref() == Some(&c.queue) {
+            return bad("the dead-letter queue must not be the queue itself (messages would loop)");
+        }
         let Some(spawner) = self.spawner else {
             return bad("no handler: call .handler(..) or .blocking_handler(..)");
         };

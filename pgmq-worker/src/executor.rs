@@ -1,33 +1,59 @@
 //! Runs the handlers.
 //!
 //! `concurrency` long-lived handler loops pull messages from the claim queue:
-//! no task is spawned per message. Each loop decodes the body into `T`, runs
-//! the handler with panics caught, turns the result into an acknowledgement
-//! and hands it to the completer. An async handler's loop is a tokio task;
-//! a blocking handler's loop runs on a thread of its own (tokio's blocking
-//! pool, held for the worker's life), so CPU-bound work never stalls the
-//! runtime.
+//! no task is spawned per message. Each loop decides whether the message may
+//! run at all (not waited too long locally, not delivered too often, a body
+//! that decodes into `T`), runs the handler with panics caught and within
+//! `handler_timeout`, turns the result into an acknowledgement and hands it
+//! to the completer. While the handler runs and until its acknowledgement is
+//! written, the delivery is a [lease](crate::lease) the heartbeat extends.
+//!
+//! **Attempts are handler runs.** The attempt number is one more than the
+//! `x-pgmq-worker-attempts` header, which each retry writes (fenced) with the
+//! message's visibility; PGMQ's `read_ct` counts deliveries instead, which
+//! include claims lost in a crash before their handler ran. So a message is
+//! dead-lettered after `max_attempts` runs that failed, and, as a guard
+//! against a message that crashes the process every time (no attempt is
+//! ever written), after `max_deliveries` deliveries without running.
+//!
+//! An async handler's loop is a tokio task. A blocking handler's loop is a
+//! tokio task too, which hands each message to a dedicated plain thread of
+//! its own and waits for the result, so that CPU-bound work never stalls
+//! the runtime, a hung run can be abandoned at `handler_timeout` (its thread
+//! is left to end on its own, the loop starts a new one), and a hung thread
+//! never keeps the process alive at exit.
 
 use std::future::Future;
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use pgmq_client::Message;
+use pgmq_client::{Message, QueueName};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::backoff::jittered;
 use crate::claim_queue::{ClaimQueue, WAKE_BUDGET};
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
-use crate::handler::{panic_text, BlockingHandler, Handler, HandlerError, Outcome};
+use crate::context::Context;
+use crate::handler::{
+    panic_text, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
+};
+use crate::lease::State;
 use crate::stats::{bump, micros, record, HandlerCounters, LocalHistograms};
 use crate::worker::Shared;
+
+/// The header in which retries record the attempts used so far.
+pub const ATTEMPTS_HEADER: &str = "x-pgmq-worker-attempts";
+
+/// The longest handler error text written to a dead-letter reason or a log.
+pub const MAX_REASON_LEN: usize = 1024;
 
 /// What a handler loop needs.
 pub(crate) struct ExecContext {
@@ -35,20 +61,33 @@ pub(crate) struct ExecContext {
     pub queue: Arc<ClaimQueue<Claimed>>,
     pub acks: mpsc::Sender<Ack>,
     pub stop: CancellationToken,
+    pub queue_name: Arc<QueueName>,
 }
 
 /// The result of one handler run: its return value, or the panic's text.
 type RunResult = Result<Result<Outcome, HandlerError>, String>;
 
-/// One way of running a handler (async on the runtime, or blocking in place).
+/// One way of running a handler (async on the runtime, or blocking on a
+/// thread of the loop's own).
 pub(crate) trait Run<T>: Send + Sync + 'static {
-    fn run(&self, msg: Message<T>) -> impl Future<Output = RunResult> + Send;
+    /// Per loop: what a run needs beyond the handler (the blocking loop's
+    /// thread).
+    type Local: Send + Default;
+
+    fn run(
+        &self,
+        local: &mut Self::Local,
+        msg: Message<T>,
+        ctx: Context,
+    ) -> impl Future<Output = RunResult> + Send;
 }
 
 struct AsyncRun<H>(H);
 
 impl<T: Send + 'static, H: Handler<T>> Run<T> for AsyncRun<H> {
-    async fn run(&self, msg: Message<T>) -> RunResult {
+    type Local = ();
+
+    async fn run(&self, _: &mut (), msg: Message<T>, _ctx: Context) -> RunResult {
         AssertUnwindSafe(self.0.handle(msg))
             .catch_unwind()
             .await
@@ -56,13 +95,97 @@ impl<T: Send + 'static, H: Handler<T>> Run<T> for AsyncRun<H> {
     }
 }
 
-struct BlockingRun<H>(H);
+struct ContextRun<H>(H);
+
+impl<T: Send + 'static, H: HandlerWithContext<T>> Run<T> for ContextRun<H> {
+    type Local = ();
+
+    async fn run(&self, _: &mut (), msg: Message<T>, ctx: Context) -> RunResult {
+        AssertUnwindSafe(self.0.handle(msg, ctx))
+            .catch_unwind()
+            .await
+            .map_err(|p| panic_text(&*p))
+    }
+}
+
+/// A blocking handler's thread: takes jobs, sends each result back.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A blocking loop's current thread (None until the first message, and
+/// after a run was abandoned).
+#[derive(Default)]
+pub(crate) struct BlockingThread {
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+}
+
+impl BlockingThread {
+    fn submit(&mut self, job: Job) {
+        let job = match &self.jobs {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return,
+                Err(e) => e.0,
+            },
+            None => job,
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("pgmq-worker-blocking".into())
+            .spawn(move || {
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                // A new thread always takes its first job.
+                let _ = tx.send(job);
+                self.jobs = Some(tx);
+            }
+            Err(e) => tracing::error!(error = %e, "could not start a blocking handler thread"),
+        }
+    }
+
+    /// The thread is stuck in an abandoned run: the next job gets a new one.
+    fn abandon(&mut self) {
+        self.jobs = None;
+    }
+}
+
+struct BlockingRun<H>(Arc<H>);
 
 impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
-    async fn run(&self, msg: Message<T>) -> RunResult {
-        // Runs on the loop's own thread (see `BlockingSpawner`).
-        std::panic::catch_unwind(AssertUnwindSafe(|| self.0.handle(msg)))
-            .map_err(|p| panic_text(&*p))
+    type Local = BlockingThread;
+
+    async fn run(&self, thread: &mut BlockingThread, msg: Message<T>, ctx: Context) -> RunResult {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let handler = Arc::clone(&self.0);
+        thread.submit(Box::new(move || {
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| handler.handle(msg)))
+                .map_err(|p| panic_text(&*p));
+            let _ = tx.send(r);
+        }));
+        // Abandoned unless the result arrives: a timeout or a shutdown that
+        // drops this future leaves the thread to finish on its own.
+        let mut guard = AbandonOnDrop(Some(thread));
+        let r = tokio::select! {
+            r = rx => r.unwrap_or_else(|_| Err("blocking handler thread ended".to_owned())),
+            // An abandoned run still counts as cancelled for the caller.
+            _ = ctx.cancelled() => Err("blocking handler cancelled".to_owned()),
+        };
+        if r.is_ok() {
+            guard.0 = None;
+        }
+        r
+    }
+}
+
+struct AbandonOnDrop<'a>(Option<&'a mut BlockingThread>);
+
+impl Drop for AbandonOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.abandon();
+        }
     }
 }
 
@@ -71,62 +194,71 @@ pub(crate) trait Spawner<T>: Send {
     fn spawn(self: Box<Self>, ctx: Arc<ExecContext>) -> Vec<JoinHandle<()>>;
 }
 
-pub(crate) struct AsyncSpawner<T, H> {
-    run: Arc<AsyncRun<H>>,
+/// Spawns `concurrency` handler loops over one [`Run`].
+pub(crate) struct RunSpawner<T, R> {
+    run: Arc<R>,
     _t: PhantomData<fn() -> T>,
 }
 
-impl<T, H> AsyncSpawner<T, H> {
-    pub(crate) fn new(handler: H) -> Self {
-        AsyncSpawner {
-            run: Arc::new(AsyncRun(handler)),
-            _t: PhantomData,
-        }
-    }
-}
-
-impl<T: DeserializeOwned + Send + 'static, H: Handler<T>> Spawner<T> for AsyncSpawner<T, H> {
+impl<T: DeserializeOwned + Send + 'static, R: Run<T>> Spawner<T> for RunSpawner<T, R> {
     fn spawn(self: Box<Self>, ctx: Arc<ExecContext>) -> Vec<JoinHandle<()>> {
         (0..ctx.shared.config.concurrency)
             .map(|i| {
                 let ctx = Arc::clone(&ctx);
                 let run = Arc::clone(&self.run);
-                tokio::spawn(handler_loop::<T, _>(ctx, i, run))
+                tokio::spawn(handler_loop::<T, R>(ctx, i, run))
             })
             .collect()
     }
 }
 
-pub(crate) struct BlockingSpawner<T, H> {
-    run: Arc<BlockingRun<H>>,
-    _t: PhantomData<fn() -> T>,
-}
-
-impl<T, H> BlockingSpawner<T, H> {
-    pub(crate) fn new(handler: H) -> Self {
-        BlockingSpawner {
-            run: Arc::new(BlockingRun(handler)),
-            _t: PhantomData,
-        }
+fn spawner<T, R>(run: R) -> RunSpawner<T, R> {
+    RunSpawner {
+        run: Arc::new(run),
+        _t: PhantomData,
     }
 }
 
-impl<T: DeserializeOwned + Send + 'static, H: BlockingHandler<T>> Spawner<T>
-    for BlockingSpawner<T, H>
-{
-    fn spawn(self: Box<Self>, ctx: Arc<ExecContext>) -> Vec<JoinHandle<()>> {
-        (0..ctx.shared.config.concurrency)
-            .map(|i| {
-                let ctx = Arc::clone(&ctx);
-                let run = Arc::clone(&self.run);
-                let rt = tokio::runtime::Handle::current();
-                // The whole loop runs on this blocking-pool thread: waiting for
-                // a message or for room in the completer parks the thread, and
-                // the handler runs right here, off the runtime's workers.
-                tokio::task::spawn_blocking(move || rt.block_on(handler_loop::<T, _>(ctx, i, run)))
-            })
-            .collect()
+/// The loops of an async [`Handler`].
+pub(crate) fn async_spawner<T: DeserializeOwned + Send + 'static, H: Handler<T>>(
+    handler: H,
+) -> Box<dyn Spawner<T>> {
+    Box::new(spawner::<T, _>(AsyncRun(handler)))
+}
+
+/// The loops of a [`HandlerWithContext`].
+pub(crate) fn context_spawner<T: DeserializeOwned + Send + 'static, H: HandlerWithContext<T>>(
+    handler: H,
+) -> Box<dyn Spawner<T>> {
+    Box::new(spawner::<T, _>(ContextRun(handler)))
+}
+
+/// The loops of a [`BlockingHandler`].
+pub(crate) fn blocking_spawner<T: DeserializeOwned + Send + 'static, H: BlockingHandler<T>>(
+    handler: H,
+) -> Box<dyn Spawner<T>> {
+    Box::new(spawner::<T, _>(BlockingRun(Arc::new(handler))))
+}
+
+/// The attempts a message's header says were used (0 without one).
+fn attempts_used(headers: Option<&serde_json::Value>) -> u32 {
+    headers
+        .and_then(|h| h.get(ATTEMPTS_HEADER))
+        .and_then(serde_json::Value::as_u64)
+        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// `text` cut to [`MAX_REASON_LEN`] bytes (on a character boundary), marked
+/// when cut.
+pub(crate) fn truncate_reason(text: String) -> String {
+    if text.len() <= MAX_REASON_LEN {
+        return text;
     }
+    let mut end = MAX_REASON_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes cut)", &text[..end], text.len() - end)
 }
 
 /// One handler loop: take a message, run it, acknowledge, until `stop`.
@@ -139,7 +271,6 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let cfg = &shared.config;
     let stats = &shared.stats;
     let counts = &stats.per_handler[index];
-    let slot = &shared.slots[index];
     let vt_us = micros(cfg.visibility_timeout);
     // A message that waited locally for 3/4 of its visibility timeout is not
     // started: it is about to become visible again (and may be claimed by
@@ -148,8 +279,8 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let stale_after = cfg.visibility_timeout * 3 / 4;
     let half_vt = cfg.visibility_timeout / 2;
     let mut runs: u64 = 0;
-    let max_attempts = cfg.max_attempts;
     let mut local = LocalHistograms::new();
+    let mut run_local = R::Local::default();
     loop {
         if ctx.stop.is_cancelled() {
             break;
@@ -159,10 +290,8 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             None => {
                 // Going idle. This loop's histograms reach the shared ones at
                 // most every MERGE_EVERY (a merge walks and clears three
-                // histograms: done on every idle moment of 8 loops, once per
-                // claimed batch each, it was a tenth of the client's CPU per
-                // message), and at the latest when the wait outlasts that, so
-                // that an idle worker's snapshot is complete.
+                // histograms), and at the latest when the wait outlasts that,
+                // so that an idle worker's snapshot is complete.
                 let mut merge_at = local.merge_due();
                 let item = loop {
                     tokio::select! {
@@ -182,7 +311,11 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             }
         };
         shared.room.free(1);
-        let Claimed { msg, claimed_at } = item;
+        let Claimed {
+            msg,
+            receipt,
+            claimed_at,
+        } = item;
         let started = Instant::now();
         let waited = started.duration_since(claimed_at);
         if left > 0 && waited > WAKE_BUDGET {
@@ -191,23 +324,35 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             ctx.queue.wake_one();
         }
         let msg_id = msg.msg_id;
-        let attempts = u32::try_from(msg.read_ct).unwrap_or(0);
+        let deliveries = u32::try_from(msg.read_ct).unwrap_or(0);
+        let attempt = attempts_used(msg.headers.as_ref()).saturating_add(1);
         if waited < stale_after {
             record(&mut local.h.queue_wait_local, micros(waited));
         }
         let kind = if waited >= stale_after {
             // Given back with its read undone, so that waiting here uses up
-            // no attempt (the completer writes it with the acknowledgements).
+            // no delivery (the completer writes it with the acknowledgements).
             bump(&counts.expired_unstarted, 1);
-            AckKind::Release {
-                read_ct: msg.read_ct,
-            }
-        } else if attempts > max_attempts {
-            // Delivered again after its last allowed attempt (a crash or an
-            // abandoned handler): do not run it again.
+            AckKind::Release
+        } else if deliveries > cfg.max_deliveries {
+            // Delivered again and again without an attempt being recorded:
+            // likely a message whose handler crashes the process.
             AckKind::DeadLetter {
                 reason: format!(
-                    "delivered {attempts} times, more than max_attempts ({max_attempts})"
+                    "delivered {deliveries} times, more than max_deliveries ({}), with {} attempts recorded",
+                    cfg.max_deliveries,
+                    attempt - 1
+                ),
+            }
+        } else if attempt > cfg.max_attempts {
+            // Its last allowed attempt failed, but the dead-letter write did
+            // not happen (a crash after the retry was written, or a lower
+            // max_attempts now).
+            AckKind::DeadLetter {
+                reason: format!(
+                    "{} attempts used, max_attempts is {}",
+                    attempt - 1,
+                    cfg.max_attempts
                 ),
             }
         } else {
@@ -215,20 +360,40 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                 Err(e) => {
                     bump(&counts.decode_failures, 1);
                     AckKind::DeadLetter {
-                        reason: format!("body does not decode: {e}"),
+                        reason: truncate_reason(format!("body does not decode: {e}")),
                     }
                 }
                 Ok(typed) => {
                     let deadline_us = shared.us_since_epoch(claimed_at) + vt_us;
-                    slot.start(msg_id, deadline_us);
+                    let cancel = CancellationToken::new();
+                    shared.leases.start(receipt, deadline_us, cancel.clone());
                     if waited >= half_vt {
                         // Past half its timeout already: extend it now
                         // rather than at the heartbeat's next tick.
                         shared.heartbeat_nudge.notify_one();
                     }
-                    let span = tracing::debug_span!("pgmq_worker.handle", msg_id, attempts);
-                    let result = run.run(typed).instrument(span).await;
-                    slot.finish();
+                    let hctx = Context {
+                        cancel: cancel.clone(),
+                        deadline: cfg.handler_timeout.map(|t| started + t),
+                        attempt,
+                        deliveries,
+                        msg_id,
+                        queue: Arc::clone(&ctx.queue_name),
+                    };
+                    let span = tracing::debug_span!("pgmq_worker.handle", msg_id, attempt);
+                    let call = run.run(&mut run_local, typed, hctx).instrument(span);
+                    let result = match cfg.handler_timeout {
+                        None => call.await,
+                        Some(limit) => match tokio::time::timeout(limit, call).await {
+                            Ok(r) => r,
+                            Err(_) => {
+                                cancel.cancel();
+                                bump(&counts.timed_out, 1);
+                                Ok(Err(format!("handler timed out after {limit:?}").into()))
+                            }
+                        },
+                    };
+                    shared.leases.set_state([receipt], State::Acking);
                     let ended = Instant::now();
                     let took_us = micros(ended - started);
                     record(&mut local.h.handler_latency, took_us);
@@ -240,7 +405,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                         shared.record_handler_time(took_us);
                     }
                     bump(&counts.handled, 1);
-                    let kind = outcome_to_ack(shared, counts, result, attempts);
+                    let kind = outcome_to_ack(shared, counts, result, attempt);
                     local.maybe_merge(stats, ended);
                     kind
                 }
@@ -250,8 +415,9 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         if ctx
             .acks
             .send(Ack {
-                msg_id,
-                attempts,
+                receipt,
+                attempt,
+                deliveries,
                 kind,
             })
             .await
@@ -260,6 +426,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             // The completer stopped taking acknowledgements: the shutdown
             // gave up on this (abandoned) handler. The message comes back
             // after its visibility timeout.
+            shared.leases.finish([receipt]);
             bump(&stats.acks_resolved, 1);
             bump(&stats.c.acks_failed, 1);
             break;
@@ -273,19 +440,27 @@ fn outcome_to_ack(
     shared: &Shared,
     counts: &HandlerCounters,
     result: RunResult,
-    attempts: u32,
+    attempt: u32,
 ) -> AckKind {
     let cfg = &shared.config;
+    let delay = |d: Duration| {
+        if cfg.retry_jitter {
+            jittered(d)
+        } else {
+            d.min(pgmq_client::MAX_DELAY)
+        }
+    };
     let failure = |reason: String| {
         bump(&counts.failed, 1);
-        if attempts >= cfg.max_attempts {
-            tracing::debug!(attempts, %reason, "handler failed on its last attempt; dead-lettering");
+        let reason = truncate_reason(reason);
+        if attempt >= cfg.max_attempts {
+            tracing::debug!(attempt, %reason, "handler failed on its last attempt; dead-lettering");
             AckKind::DeadLetter {
-                reason: format!("failed {attempts} times, last error: {reason}"),
+                reason: format!("failed {attempt} times (max_attempts), last error: {reason}"),
             }
         } else {
-            tracing::debug!(attempts, %reason, "handler failed; retrying with backoff");
-            AckKind::Retry(cfg.retry_backoff.delay(attempts))
+            tracing::debug!(attempt, %reason, "handler failed; retrying with backoff");
+            AckKind::Retry(delay(cfg.retry_backoff.delay(attempt)))
         }
     };
     match result {
@@ -294,11 +469,16 @@ fn outcome_to_ack(
             match outcome {
                 Outcome::Delete => AckKind::Delete,
                 Outcome::Archive => AckKind::Archive,
-                Outcome::Retry(d) if attempts < cfg.max_attempts => AckKind::Retry(d),
+                Outcome::Retry(d) if attempt < cfg.max_attempts => {
+                    AckKind::Retry(d.min(pgmq_client::MAX_DELAY))
+                }
                 Outcome::Retry(_) => AckKind::DeadLetter {
-                    reason: format!("retried {attempts} times (max_attempts)"),
+                    reason: format!("retried {attempt} times (max_attempts)"),
                 },
-                Outcome::DeadLetter(reason) => AckKind::DeadLetter { reason },
+                Outcome::Snooze(d) => AckKind::Snooze(d.min(pgmq_client::MAX_DELAY)),
+                Outcome::DeadLetter(reason) => AckKind::DeadLetter {
+                    reason: truncate_reason(reason),
+                },
             }
         }
         Ok(Err(e)) => failure(e.to_string()),
@@ -306,5 +486,31 @@ fn outcome_to_ack(
             bump(&counts.panicked, 1);
             failure(panic)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_come_from_the_header() {
+        assert_eq!(attempts_used(None), 0);
+        assert_eq!(attempts_used(Some(&serde_json::json!({"x": 1}))), 0);
+        assert_eq!(
+            attempts_used(Some(&serde_json::json!({ATTEMPTS_HEADER: 3}))),
+            3
+        );
+        assert_eq!(attempts_used(Some(&serde_json::json!([1, 2]))), 0);
+    }
+
+    #[test]
+    fn reasons_are_cut_on_a_character_boundary() {
+        let short = "short".to_owned();
+        assert_eq!(truncate_reason(short.clone()), short);
+        let long = "é".repeat(MAX_REASON_LEN);
+        let cut = truncate_reason(long);
+        assert!(cut.len() < MAX_REASON_LEN + 40, "{}", cut.len());
+        assert!(cut.ends_with("bytes cut)"));
     }
 }

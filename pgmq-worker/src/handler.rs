@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use pgmq_client::Message;
 
+use crate::context::Context;
+
 /// What to do with a message once its handler is done.
 ///
 /// Every outcome is written in batches by the completer; none of them costs a
@@ -16,9 +18,14 @@ pub enum Outcome {
     Delete,
     /// Move it to the queue's archive table.
     Archive,
-    /// Make it visible again after this delay (whole seconds, rounded up).
-    /// It still counts as an attempt: past `max_attempts` it is dead-lettered.
+    /// Make it visible again after this delay (sub-second delays are kept;
+    /// at most [`MAX_DELAY`](pgmq_client::MAX_DELAY)). It counts as an
+    /// attempt: past `max_attempts` it is dead-lettered.
     Retry(Duration),
+    /// Come back after this delay without using an attempt (nor a
+    /// delivery: the read is undone), for work that is not ready yet. At most
+    /// [`MAX_DELAY`](pgmq_client::MAX_DELAY).
+    Snooze(Duration),
     /// Move it to the dead-letter queue (or archive it when none is
     /// configured), with this reason in its headers.
     DeadLetter(String),
@@ -68,6 +75,51 @@ where
 {
     async fn handle(&self, msg: Message<T>) -> Result<Outcome, HandlerError> {
         (self)(msg).await.map_err(Into::into)
+    }
+}
+
+/// An async message handler that also receives the delivery's [`Context`]:
+/// its cancellation (fired when the claim is lost, when the handler outlives
+/// `handler_timeout`, and at immediate shutdown), its deadline, its attempt
+/// number and its queue.
+///
+/// Implemented for every `Fn(Message<T>, Context) -> impl Future<Output = Result<Outcome, E>>`
+/// with `E: Into<HandlerError>`; give it to
+/// [`WorkerBuilder::handler_with_context`](crate::WorkerBuilder::handler_with_context).
+///
+/// ```
+/// use pgmq_client::Message;
+/// use pgmq_worker::{Context, HandlerError, Outcome};
+///
+/// async fn handle(msg: Message<serde_json::Value>, ctx: Context) -> Result<Outcome, HandlerError> {
+///     tokio::select! {
+///         // Stop early when the claim is lost or the time is up.
+///         _ = ctx.cancelled() => Err("cancelled".into()),
+///         _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {
+///             println!("attempt {} of message {}", ctx.attempt(), msg.msg_id);
+///             Ok(Outcome::Delete)
+///         }
+///     }
+/// }
+/// ```
+pub trait HandlerWithContext<T>: Send + Sync + 'static {
+    /// Handles one message.
+    fn handle(
+        &self,
+        msg: Message<T>,
+        ctx: Context,
+    ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send;
+}
+
+impl<T, F, Fut, E> HandlerWithContext<T> for F
+where
+    T: Send + 'static,
+    F: Fn(Message<T>, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Outcome, E>> + Send,
+    E: Into<HandlerError>,
+{
+    async fn handle(&self, msg: Message<T>, ctx: Context) -> Result<Outcome, HandlerError> {
+        (self)(msg, ctx).await.map_err(Into::into)
     }
 }
 

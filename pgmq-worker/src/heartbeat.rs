@@ -1,73 +1,46 @@
-//! Keeps long handlers' messages invisible.
+//! Keeps the deliveries this worker holds invisible to others.
 //!
-//! Each handler task owns one [`Slot`]: the id of the message it runs and the
-//! local deadline of that message's visibility timeout. The heartbeat task
-//! wakes every quarter of the visibility timeout (or at once when a handler
-//! starts a message already past half its timeout), collects the messages
-//! that are past half their timeout and extends them all with one batched
-//! `pgmq.set_vt`. The handler's own path only stores two atomics per message.
+//! The heartbeat wakes every quarter of the visibility timeout (or at once
+//! when a handler starts a message already past half its timeout), collects
+//! the [leases](crate::lease) that are past half their timeout, whether
+//! their handler still runs or their acknowledgement waits to be written,
+//! and extends them all with one fenced requeue
+//! ([`Pgmq::requeue_fenced`](pgmq_client::Pgmq::requeue_fenced)), on a
+//! connection of its own and within `db_timeout`. A running handler whose
+//! extension matches nothing has lost its claim (another delivery holds the
+//! message): it is counted in `claims_lost`, logged once, and its
+//! [`Context`](crate::Context) is cancelled.
 //!
-//! **Order with retries.** A handler may finish while the heartbeat's write
-//! for its message is on the way; if its `Outcome::Retry(delay)` landed
-//! first, the extension would then overwrite the delay with one visibility
-//! timeout. So the heartbeat holds `Shared::heartbeat_write` from collecting
-//! the ids until its write returned (a write is never abandoned half-way,
-//! not even by the shutdown's stop), and the completer waits for it
-//! ([`Shared::after_heartbeat`](crate::worker::Shared::after_heartbeat))
-//! before writing retries, as the shutdown does before releasing. A
-//! heartbeat that collects after that no longer sees the finished handlers.
+//! **Order with retries.** A retry, snooze or release sets the visibility
+//! itself; an extension landing after it would overwrite its delay. So the
+//! heartbeat holds `Shared::heartbeat_write` from collecting the leases until
+//! its write returned (a write is never abandoned half-way, not even by the
+//! shutdown's stop), does not collect leases being settled, and the
+//! completer marks them settling and then waits for it
+//! ([`Shared::after_heartbeat`](crate::worker::Shared::after_heartbeat)).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmq_client::VisibleAt;
+use pgmq_client::{Pgmq, Requeue};
 use tokio_util::sync::CancellationToken;
 
+use crate::db;
 use crate::stats::{bump, micros};
 use crate::worker::Shared;
-
-/// What one handler task is running (on a cache line of its own: each
-/// handler writes its slot twice per message).
-#[derive(Default)]
-#[repr(align(128))]
-pub(crate) struct Slot {
-    /// The running message, 0 when idle (PGMQ ids start at 1).
-    msg_id: AtomicI64,
-    /// When its visibility timeout ends, microseconds since the worker's epoch.
-    deadline_us: AtomicU64,
-}
-
-impl Slot {
-    pub(crate) fn start(&self, msg_id: i64, deadline_us: u64) {
-        self.deadline_us.store(deadline_us, Relaxed);
-        self.msg_id.store(msg_id, Relaxed);
-    }
-
-    pub(crate) fn finish(&self) {
-        self.msg_id.store(0, Relaxed);
-    }
-
-    pub(crate) fn running(&self) -> Option<i64> {
-        match self.msg_id.load(Relaxed) {
-            0 => None,
-            id => Some(id),
-        }
-    }
-}
 
 /// How often the heartbeat looks: a quarter of the visibility timeout.
 pub(crate) fn tick(vt: Duration) -> Duration {
     (vt / 4).max(Duration::from_millis(50))
 }
 
-/// Runs until `stop`: extends the visibility timeout of every message whose
-/// handler is still running past half of it.
+/// Runs until `stop`: extends the visibility timeout of every lease past
+/// half of it.
 pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     let cfg = &shared.config;
     let vt = cfg.visibility_timeout;
     let half_us = micros(vt / 2);
-    let mut ids = Vec::new();
+    let mut due = Vec::new();
     loop {
         tokio::select! {
             biased;
@@ -77,43 +50,42 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         }
         // Held until the write returned (see the module docs).
         let _writing = shared.heartbeat_write.lock().await;
-        let now_us = shared.now_us();
-        ids.clear();
-        for slot in shared.slots.iter() {
-            if let Some(id) = slot.running() {
-                if slot.deadline_us.load(Relaxed) <= now_us + half_us {
-                    ids.push(id);
-                }
-            }
-        }
-        if ids.is_empty() {
+        shared.leases.due(shared.now_us() + half_us, &mut due);
+        if due.is_empty() {
             continue;
         }
+        let items: Vec<Requeue> = due.iter().map(|r| Requeue::new(*r, vt)).collect();
         let sent = Instant::now();
         // Not raced against `stop`: a write dropped here could still reach
-        // the server after a retry written meanwhile. The shutdown bounds
-        // how long it waits for this task.
-        let res = shared
-            .client
-            .set_vt_batch(&cfg.queue, &ids, VisibleAt::After(vt))
-            .await;
+        // the server after a retry written meanwhile. It is bounded by
+        // `db_timeout`, and the shutdown bounds how long it waits for this task.
+        let res = async {
+            let conn = db::checkout(&shared.client, cfg.db_timeout).await?;
+            db::bounded(
+                cfg.db_timeout,
+                &conn,
+                Pgmq::on(&*conn).requeue_fenced(&cfg.queue, &items),
+            )
+            .await
+        }
+        .await;
         match res {
-            Ok(updated) => {
+            Ok(extended) => {
                 // The server set vt = its now + vt, its now being after `sent`:
                 // `sent + vt` is a safe (early) local estimate.
                 let deadline = shared.us_since_epoch(sent) + micros(vt);
-                for slot in shared.slots.iter() {
-                    if let Some(id) = slot.running() {
-                        if updated.contains(&id) {
-                            slot.deadline_us.store(deadline, Relaxed);
-                        }
+                let lost = shared.leases.extended(&due, &extended, deadline);
+                bump(&shared.stats.c.heartbeats, extended.len() as u64);
+                if !lost.is_empty() {
+                    bump(&shared.stats.c.claims_lost, lost.len() as u64);
+                    for id in &lost {
+                        tracing::warn!(queue = %cfg.queue, msg_id = id, "claim lost: the message was delivered again since this worker claimed it; its handler is cancelled and its outcome will not be written");
                     }
                 }
-                bump(&shared.stats.c.heartbeats, updated.len() as u64);
-                tracing::debug!(extended = updated.len(), "heartbeat");
+                tracing::debug!(extended = extended.len(), lost = lost.len(), "heartbeat");
             }
             Err(e) => {
-                tracing::warn!(error = %e, messages = ids.len(), "heartbeat failed; retrying at the next tick");
+                tracing::warn!(error = %e, messages = due.len(), "heartbeat failed; retrying at the next tick");
             }
         }
     }

@@ -116,25 +116,33 @@
 //! (LISTEN), `shutdown.rs` (the stop sequence and report), `stats.rs`,
 //! `worker.rs` (assembly, signals) and `error.rs`.
 
+mod backoff;
 mod claim_queue;
 mod claimer;
 mod completer;
 mod config;
+mod context;
+mod db;
 mod error;
 mod executor;
 mod handler;
+mod health;
 mod heartbeat;
+mod lease;
 mod notifier;
 mod shutdown;
 mod stats;
 mod worker;
 
 pub use config::{Backoff, WakeUp, WorkerBuilder};
+pub use context::Context;
 pub use error::Error;
-pub use handler::{BlockingHandler, Handler, HandlerError, Outcome};
+pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};
+pub use handler::{BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome};
+pub use health::Health;
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
-pub use worker::{Worker, WorkerHandle};
+pub use worker::{Monitor, Worker, WorkerHandle};
 
 /// The README's examples, compiled as doc tests (`cargo test --doc`).
 #[cfg(doctest)]

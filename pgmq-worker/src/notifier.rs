@@ -29,7 +29,7 @@ use futures::FutureExt;
 use pgmq_client::Listener;
 use tokio_util::sync::CancellationToken;
 
-use crate::claimer::ErrorBackoff;
+use crate::backoff::ErrorBackoff;
 use crate::stats::bump;
 use crate::worker::Shared;
 

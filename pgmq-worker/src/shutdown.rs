@@ -59,11 +59,13 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use pgmq_client::Requeue;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::ErrorBackoff;
 use crate::claim_queue::ClaimQueue;
-use crate::claimer::{Claimed, ErrorBackoff};
+use crate::claimer::Claimed;
 use crate::stats::{bump, StatsSnapshot};
 use crate::worker::Shared;
 
@@ -236,6 +238,10 @@ pub struct ShutdownReport {
     /// Claimed messages neither released nor handled because the release
     /// itself failed (they come back after the visibility timeout).
     pub release_failed: u64,
+    /// Deliveries lost to another worker over the worker's life (their
+    /// claims expired and the messages were read again; nothing was written
+    /// for them here): see [`StatsSnapshot::claims_lost`].
+    pub claims_lost: u64,
     /// How long the shutdown took.
     pub elapsed: Duration,
     /// Everything counted over the worker's life.
@@ -306,9 +312,12 @@ impl Running {
                 _ = bounds.immediate.cancelled() => {}
             }
         }
+        // Running handlers see their Context cancelled, then their loops
+        // end: an async handler's future is dropped; a blocking handler's
+        // thread is left to end on its own (it keeps neither the worker nor
+        // the process waiting).
+        shared.leases.cancel_running();
         for handler in &handlers {
-            // Nothing for those that ended; a blocking one that runs
-            // cannot be stopped and is left to end on its own.
             handler.abort();
         }
         let why = if bounds.immediate.is_cancelled() {
@@ -316,7 +325,7 @@ impl Running {
         } else {
             "shutdown grace period over"
         };
-        let abandoned: Vec<i64> = shared.slots.iter().filter_map(|s| s.running()).collect();
+        let abandoned: Vec<i64> = shared.leases.running();
         for id in &abandoned {
             tracing::warn!(msg_id = id, "{why}: handler still running, abandoned (the message comes back after its visibility timeout)");
         }
@@ -370,12 +379,15 @@ impl Running {
             immediate: bounds.immediate.is_cancelled(),
             acks_failed: stats.acks_failed,
             release_failed,
+            claims_lost: stats.claims_lost,
             elapsed: started.elapsed(),
             stats,
         };
+        shared.health.set_running(false);
         tracing::info!(
             queue = %cfg.queue,
             handled = report.handled,
+            claims_lost = report.claims_lost,
             acked = report.acked,
             released = report.released,
             still_running = report.still_running_at_deadline,
@@ -397,10 +409,10 @@ async fn release(
     deadline: tokio::time::Instant,
     bounds: &Bounds,
 ) -> u64 {
-    let reads: Vec<(i64, i32)> = queue
+    let reads: Vec<Requeue> = queue
         .drain()
         .into_iter()
-        .map(|c| (c.msg.msg_id, c.msg.read_ct))
+        .map(|c| Requeue::new(c.receipt, Duration::ZERO).undo_read())
         .collect();
     shared.room.free(reads.len());
     if reads.is_empty() {
@@ -414,13 +426,23 @@ async fn release(
     for chunk in reads.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
-            let call = shared.client.release_batch(&shared.config.queue, chunk);
+            let call = tokio::time::timeout(
+                shared.config.db_timeout,
+                shared.client.requeue_fenced(&shared.config.queue, chunk),
+            );
             let err = match bounds.within(deadline, call).await {
-                Some(Ok(done)) => {
+                Some(Err(_)) => Some(pgmq_client::Error::timed_out()),
+                Some(Ok(Err(e))) => Some(e),
+                Some(Ok(Ok(done))) => {
+                    // The others were read again since (their claims expired).
+                    let lost = (chunk.len() - done.len()) as u64;
+                    if lost > 0 {
+                        bump(&shared.stats.c.claims_lost, lost);
+                        tracing::warn!(queue = %shared.config.queue, lost, "claims lost before the release: those messages were delivered again");
+                    }
                     bump(&shared.stats.c.released, done.len() as u64);
                     break;
                 }
-                Some(Err(e)) => Some(e),
                 None => None,
             };
             let delay = backoff.next_delay();

@@ -124,6 +124,17 @@ counters! {
     heartbeats,
     /// Handler runs still going when the shutdown grace period ended (abandoned).
     still_running_at_deadline,
+    /// Deliveries this worker lost to another one: a fenced write (heartbeat,
+    /// acknowledgement, release) found the message read again since its
+    /// claim expired, so nothing was written for it here.
+    claims_lost,
+    /// Handler runs cancelled for outliving `handler_timeout` (also counted
+    /// in `failed`).
+    timed_out,
+    /// Messages snoozed (`Outcome::Snooze`, written).
+    snoozed,
+    /// Internal tasks (claim loops, heartbeat, notifier) restarted after a panic.
+    task_restarts,
 }
 
 pub(crate) struct Histograms {
@@ -170,6 +181,7 @@ pub(crate) struct HandlerCounters {
     pub panicked: AtomicU64,
     pub decode_failures: AtomicU64,
     pub expired_unstarted: AtomicU64,
+    pub timed_out: AtomicU64,
     /// Acknowledgements handed to the completer.
     pub acks_sent: AtomicU64,
 }
@@ -217,6 +229,7 @@ impl Stats {
             snap.panicked += read(&p.panicked);
             snap.decode_failures += read(&p.decode_failures);
             snap.expired_unstarted += read(&p.expired_unstarted);
+            snap.timed_out += read(&p.timed_out);
             acks_sent += read(&p.acks_sent);
         }
         snap.acks_pending = acks_sent.saturating_sub(read(&self.acks_resolved));

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::FutureExt;
+
 use pgmq_client::{Client, QueueName};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch, Notify};
@@ -17,10 +19,12 @@ use crate::completer;
 use crate::config::{Config, WakeUp, WorkerBuilder};
 use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
-use crate::heartbeat::{self, Slot};
+use crate::health::{Health, HealthState};
+use crate::heartbeat;
+use crate::lease::Leases;
 use crate::notifier;
 use crate::shutdown::{Running, ShutdownHandle, ShutdownReport};
-use crate::stats::{micros, Stats, StatsSnapshot};
+use crate::stats::{bump, micros, Stats, StatsSnapshot};
 
 /// What every task of one worker shares.
 pub(crate) struct Shared {
@@ -38,13 +42,22 @@ pub(crate) struct Shared {
     pub heartbeat_write: tokio::sync::Mutex<()>,
     /// Bumped to wake parked claimers.
     pub wake: watch::Sender<u64>,
-    /// One per handler loop: what it runs, for the heartbeat and the report.
-    pub slots: Box<[Slot]>,
+    /// The deliveries held, from handler start until their acknowledgement
+    /// is written: for the heartbeat, the completer and the report.
+    pub leases: Leases,
+    /// Claiming, acknowledging, connected: for probes.
+    pub health: Arc<HealthState>,
+    /// When the last read started (µs since epoch): idle loops skip a poll
+    /// that another loop just made.
+    pub last_read_start_us: AtomicU64,
+    /// Cancelled when an internal task fails for good: the worker stops
+    /// with an error.
+    pub failed: CancellationToken,
     /// The throttle of the queue's insert trigger, with [`WakeUp::Notify`]
     /// (zero otherwise): the notifier reads once more this long after each
     /// notification.
     pub notify_throttle: std::time::Duration,
-    /// Local time origin of the slots' deadlines.
+    /// Local time origin of the leases' deadlines.
     epoch: Instant,
     /// At shutdown, when acknowledgement retries must stop (µs since epoch, 0 = not set).
     ack_deadline_us: AtomicU64,
@@ -107,6 +120,7 @@ impl Shared {
 /// [`spawn`](Worker::spawn) it in the background. See the crate docs for
 /// what it does.
 pub struct Worker<T> {
+    health: Arc<HealthState>,
     client: Client,
     config: Arc<Config>,
     spawner: Box<dyn Spawner<T>>,
@@ -135,6 +149,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     ) -> Self {
         let stats = Arc::new(Stats::new(config.concurrency));
         Worker {
+            health: Arc::new(HealthState::new()),
             client,
             config,
             spawner,
@@ -174,9 +189,14 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// [`shutdown_handle`](Worker::shutdown_handle) starts the shutdown too,
     /// and can escalate it ([`ShutdownHandle::immediate`]).
     ///
-    /// Fails only at start: when the queue or the dead-letter queue does not
-    /// exist (with `check_queue`, the default). Database faults while running
-    /// are retried, never returned.
+    /// Fails at start when the queue or the dead-letter queue does not exist
+    /// (with `check_queue`, the default), when the queue's table is not the
+    /// layout this crate writes to, or when [`WakeUp::Notify`] cannot open its
+    /// listener for good (a client from [`Client::from_pool`] has no DSN to
+    /// open it with). Database faults while running are retried, never
+    /// returned; an internal task that fails for good (the completer
+    /// panicked: a bug) stops the worker, which then returns
+    /// [`Error::Task`] after its shutdown.
     ///
     /// ```no_run
     /// # async fn f(worker: pgmq_worker::Worker<serde_json::Value>) -> Result<(), pgmq_worker::Error> {
@@ -192,13 +212,19 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         // stops: claimed messages then come back after their visibility
         // timeout instead of being released.
         let guard = running.root.clone().drop_guard();
+        let failed = running.shared.failed.clone();
         tokio::select! {
             _ = signal => {}
             _ = stop.requested() => {}
+            _ = failed.cancelled() => {}
         }
+        let health = Arc::clone(&running.shared.health);
         let report = running.shutdown(&stop).await;
         guard.disarm();
-        Ok(report)
+        match health.failure() {
+            Some(why) => Err(Error::Task(why)),
+            None => Ok(report),
+        }
     }
 
     /// Runs until SIGINT or SIGTERM (Ctrl-C on other platforms), then shuts
@@ -242,9 +268,36 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// ```
     pub fn spawn(self) -> WorkerHandle {
         let stop = self.stop.clone();
-        let stats = Arc::clone(&self.stats);
+        let monitor = self.monitor();
         let join = tokio::spawn(self.run_until(std::future::pending::<()>()));
-        WorkerHandle { stop, join, stats }
+        WorkerHandle {
+            stop,
+            join,
+            monitor,
+        }
+    }
+
+    /// A handle on this worker's statistics and health, usable while
+    /// [`run_until_signal`](Worker::run_until_signal) or
+    /// [`run_until`](Worker::run_until) runs (take it before calling them).
+    ///
+    /// ```no_run
+    /// # async fn f(worker: pgmq_worker::Worker<serde_json::Value>) -> Result<(), pgmq_worker::Error> {
+    /// let monitor = worker.monitor();
+    /// tokio::spawn(async move {
+    ///     loop {
+    ///         tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    ///         println!("{} handled, healthy: {}", monitor.stats().handled, monitor.health().is_healthy());
+    ///     }
+    /// });
+    /// worker.run_until_signal().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn monitor(&self) -> Monitor {
+        Monitor {
+            stats: Arc::clone(&self.stats),
+            health: Arc::clone(&self.health),
+        }
     }
 
     /// Checks the queues, then starts every task.
@@ -255,6 +308,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             if let Some(dlq) = &cfg.dead_letter_queue {
                 check_queue(&self.client, dlq).await?;
             }
+            check_layout(&self.client, &cfg.queue).await?;
         }
         let mut listener = None;
         let mut notify_throttle = std::time::Duration::ZERO;
@@ -280,7 +334,10 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             heartbeat_nudge: Notify::new(),
             heartbeat_write: tokio::sync::Mutex::new(()),
             wake,
-            slots: (0..cfg.concurrency).map(|_| Slot::default()).collect(),
+            leases: Leases::default(),
+            health: Arc::clone(&self.health),
+            last_read_start_us: AtomicU64::new(0),
+            failed: CancellationToken::new(),
             notify_throttle,
             epoch: Instant::now(),
             ack_deadline_us: AtomicU64::new(0),
@@ -292,11 +349,23 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let completer_close = root.child_token();
 
         let (ack_tx, ack_rx) = mpsc::channel(cfg.ack_capacity);
-        let completer = tokio::spawn(completer::run(
-            Arc::clone(&shared),
-            ack_rx,
-            completer_close.clone(),
-        ));
+        let completer = {
+            // Not restartable (it owns the acknowledgements in flight): if it
+            // panics, the worker stops with an error.
+            let shared = Arc::clone(&shared);
+            let run = completer::run(Arc::clone(&shared), ack_rx, completer_close.clone());
+            tokio::spawn(async move {
+                if let Err(p) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                    let why = format!(
+                        "the completer panicked: {}",
+                        crate::handler::panic_text(&*p)
+                    );
+                    tracing::error!("{why}; stopping the worker");
+                    shared.health.fail(why);
+                    shared.failed.cancel();
+                }
+            })
+        };
 
         let claim_queue = Arc::new(ClaimQueue::new(cfg.claim_capacity, cfg.concurrency));
         let exec = Arc::new(ExecContext {
@@ -304,25 +373,36 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             queue: Arc::clone(&claim_queue),
             acks: ack_tx,
             stop: stop.clone(),
+            queue_name: Arc::new(cfg.queue.clone()),
         });
         let handlers = self.spawner.spawn(exec);
 
         let claimers = (0..cfg.claimers)
             .map(|i| {
-                tokio::spawn(claimer::run(
-                    Arc::clone(&shared),
-                    Arc::clone(&claim_queue),
-                    i,
-                    stop.clone(),
-                ))
+                let (shared2, queue, stop) =
+                    (Arc::clone(&shared), Arc::clone(&claim_queue), stop.clone());
+                supervised(&shared, "claim loop", move || {
+                    claimer::run(Arc::clone(&shared2), Arc::clone(&queue), i, stop.clone())
+                })
             })
             .collect();
 
-        let heartbeat = cfg
-            .heartbeat
-            .then(|| tokio::spawn(heartbeat::run(Arc::clone(&shared), hb_stop.clone())));
-        let notifier = (cfg.wake_up == WakeUp::Notify)
-            .then(|| tokio::spawn(notifier::run(Arc::clone(&shared), listener, stop.clone())));
+        let heartbeat = cfg.heartbeat.then(|| {
+            let (shared2, stop) = (Arc::clone(&shared), hb_stop.clone());
+            supervised(&shared, "heartbeat", move || {
+                heartbeat::run(Arc::clone(&shared2), stop.clone())
+            })
+        });
+        let notifier = (cfg.wake_up == WakeUp::Notify).then(|| {
+            let (shared2, stop) = (Arc::clone(&shared), stop.clone());
+            // The first run takes the listener opened above; a restart opens its own.
+            let opened = std::sync::Mutex::new(listener);
+            supervised(&shared, "notifier", move || {
+                let l = opened.lock().unwrap_or_else(|p| p.into_inner()).take();
+                notifier::run(Arc::clone(&shared2), l, stop.clone())
+            })
+        });
+        shared.health.set_running(true);
         tracing::info!(
             queue = %cfg.queue,
             concurrency = cfg.concurrency,
@@ -345,6 +425,75 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             completer_close,
         })
     }
+}
+
+/// Runs the task that `make` builds until it returns; after a panic, logs
+/// it, counts it in `task_restarts` and runs a new one (after a short pause,
+/// so that a task that panics at once does not spin).
+fn supervised<F, Fut>(shared: &Arc<Shared>, name: &'static str, make: F) -> JoinHandle<()>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        loop {
+            match std::panic::AssertUnwindSafe(make()).catch_unwind().await {
+                Ok(()) => return,
+                Err(p) => {
+                    bump(&shared.stats.c.task_restarts, 1);
+                    tracing::error!(task = name, panic = %crate::handler::panic_text(&*p), "internal task panicked; restarting it");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    })
+}
+
+/// The columns of PGMQ's queue table that the fenced writes use, with their
+/// types: the same from PGMQ 1.11 (the oldest supported) to 1.13.
+const LAYOUT: &[(&str, &str)] = &[
+    ("msg_id", "bigint"),
+    ("read_ct", "integer"),
+    ("enqueued_at", "timestamp with time zone"),
+    ("last_read_at", "timestamp with time zone"),
+    ("vt", "timestamp with time zone"),
+    ("message", "jsonb"),
+    ("headers", "jsonb"),
+];
+
+/// Fails when the queue table lacks a column the fenced writes use (a PGMQ
+/// whose layout this crate does not know); a transient error only warns.
+async fn check_layout(client: &Client, queue: &QueueName) -> Result<(), Error> {
+    let sql = "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)                FROM pg_catalog.pg_attribute a                WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";
+    let table = queue.quoted_table();
+    let rows = async {
+        let conn = client.connection().await?;
+        conn.query(sql, &[&table]).await.map_err(|e| {
+            pgmq_client::Error::Config(format!("could not read the queue table's layout: {e}"))
+        })
+    }
+    .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) if e.is_transient() => {
+            tracing::warn!(error = %e, queue = %queue, "could not check the queue table's layout; starting anyway");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let have: Vec<(String, String)> = rows
+        .iter()
+        .filter_map(|r| Some((r.try_get(0).ok()?, r.try_get(1).ok()?)))
+        .collect();
+    for (col, ty) in LAYOUT {
+        if !have.iter().any(|(c, t)| c == col && t == ty) {
+            return Err(Error::Config(format!(
+                "the table of queue {queue} has no column {col} of type {ty}: this PGMQ's layout is not one this worker writes to"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Fails when `queue` does not exist; a transient error only warns (the
@@ -466,23 +615,65 @@ impl Signals {
 pub struct WorkerHandle {
     stop: ShutdownHandle,
     join: JoinHandle<Result<ShutdownReport, Error>>,
-    stats: Arc<Stats>,
+    monitor: Monitor,
 }
 
-impl WorkerHandle {
+/// Statistics and health of a worker, readable from anywhere while it runs
+/// (from [`Worker::monitor`]); cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    stats: Arc<Stats>,
+    health: Arc<HealthState>,
+}
+
+impl Monitor {
     /// What the worker did so far (cheap: atomics and a short lock).
     pub fn stats(&self) -> StatsSnapshot {
         self.stats.snapshot()
     }
 
-    /// Messages acknowledged so far (deleted, archived, retried or
+    /// Whether it is claiming, acknowledging and connected (see [`Health`]).
+    pub fn health(&self) -> Health {
+        self.health.snapshot()
+    }
+
+    /// Messages acknowledged so far (deleted, archived, retried, snoozed or
     /// dead-lettered): a lock-free read for tight progress loops.
     pub fn acked(&self) -> u64 {
         let c = &self.stats.c;
-        [&c.deleted, &c.archived, &c.retried, &c.dead_lettered]
-            .iter()
-            .map(|a| a.load(Relaxed))
-            .sum()
+        [
+            &c.deleted,
+            &c.archived,
+            &c.retried,
+            &c.snoozed,
+            &c.dead_lettered,
+        ]
+        .iter()
+        .map(|a| a.load(Relaxed))
+        .sum()
+    }
+}
+
+impl WorkerHandle {
+    /// What the worker did so far (cheap: atomics and a short lock).
+    pub fn stats(&self) -> StatsSnapshot {
+        self.monitor.stats()
+    }
+
+    /// Whether the worker is claiming, acknowledging and connected.
+    pub fn health(&self) -> Health {
+        self.monitor.health()
+    }
+
+    /// A handle on the statistics and health that outlives this one.
+    pub fn monitor(&self) -> Monitor {
+        self.monitor.clone()
+    }
+
+    /// Messages acknowledged so far (deleted, archived, retried, snoozed or
+    /// dead-lettered): a lock-free read for tight progress loops.
+    pub fn acked(&self) -> u64 {
+        self.monitor.acked()
     }
 
     /// Whether the worker has stopped (after a shutdown, or a failed start).

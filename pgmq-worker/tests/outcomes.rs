@@ -385,13 +385,14 @@ async fn poison_message_is_dead_lettered_after_max_attempts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn message_read_more_than_max_attempts_is_not_run_again() {
+async fn message_delivered_more_than_max_deliveries_is_not_run_again() {
     let client = client().await;
     let q = unique("over");
     let _g = Queues::new(&client, &[&q]).await;
     client.send(&q, &json!({"n": 1})).await.unwrap();
-    // Two earlier deliveries that never finished (a crashed worker, say).
-    for _ in 0..2 {
+    // Three earlier deliveries that never finished (a handler that crashes
+    // the process, say): no attempt was ever recorded.
+    for _ in 0..3 {
         let m = client.read::<Value>(&q, Duration::ZERO, 1).await.unwrap();
         assert_eq!(m.len(), 1);
     }
@@ -400,6 +401,7 @@ async fn message_read_more_than_max_attempts_is_not_run_again() {
     let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
         .poll_interval(Duration::from_millis(50))
         .max_attempts(2)
+        .max_deliveries(3)
         .handler(move |_m: Message<Job>| {
             c.fetch_add(1, Ordering::Relaxed);
             async { Ok::<_, std::io::Error>(Outcome::Delete) }
@@ -407,7 +409,7 @@ async fn message_read_more_than_max_attempts_is_not_run_again() {
         .build()
         .unwrap();
     let handle = worker.spawn();
-    // No dead-letter queue: archived.
+    // No dead-letter queue: archived, with the reason in its headers.
     wait_for(WAIT, "archived", || async {
         handle.stats().dead_lettered == 1
     })
@@ -416,6 +418,52 @@ async fn message_read_more_than_max_attempts_is_not_run_again() {
     assert_eq!(calls.load(Ordering::Relaxed), 0);
     assert_eq!(queue_len(&client, &q).await, 0);
     assert_eq!(archive_len(&client, &q).await, 1);
+    let conn = client.connection().await.unwrap();
+    let row = conn
+        .query_one(
+            &format!("SELECT headers FROM {}", q.quoted_archive_table()),
+            &[],
+        )
+        .await
+        .unwrap();
+    let headers: Value = row.get(0);
+    let reason = headers["dead_letter_reason"].as_str().unwrap();
+    assert!(reason.contains("max_deliveries (3)"), "{reason}");
+}
+
+/// Claims lost in a crash before their handler ran use no attempt: with
+/// `max_attempts(1)` such a message still runs once. (Counting attempts by
+/// `read_ct`, as before, dead-lettered it without running it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_lost_in_a_crash_use_no_attempt() {
+    let client = client().await;
+    let q = unique("crashclaim");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send(&q, &json!({"n": 1})).await.unwrap();
+    // A worker claimed it and crashed before starting it, twice.
+    for _ in 0..2 {
+        let m = client.read::<Value>(&q, Duration::ZERO, 1).await.unwrap();
+        assert_eq!(m.len(), 1);
+    }
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .max_attempts(1)
+        .handler_with_context(move |_m: Message<Job>, ctx: pgmq_worker::Context| {
+            assert_eq!(ctx.attempt(), 1);
+            assert_eq!(ctx.deliveries(), 3);
+            c.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "deleted", || async { handle.stats().deleted == 1 }).await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    assert_eq!(report.stats.dead_lettered, 0);
+    assert_eq!(queue_len(&client, &q).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,159 @@
+//! Whether the worker is claiming, acknowledging and connected: what an
+//! orchestrator's liveness or readiness probe asks.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Failed calls in a row after which a path counts as down.
+const DOWN_AFTER: u64 = 3;
+
+/// The live health facts of one worker, updated by its tasks.
+#[derive(Debug)]
+pub(crate) struct HealthState {
+    epoch: Instant,
+    /// µs since `epoch` of the last successful read (0: none yet).
+    read_ok_us: AtomicU64,
+    read_errors: AtomicU64,
+    ack_ok_us: AtomicU64,
+    ack_errors: AtomicU64,
+    running: AtomicBool,
+    /// Set when an internal task failed and the worker stops with an error.
+    failure: Mutex<Option<String>>,
+}
+
+impl HealthState {
+    pub(crate) fn new() -> Self {
+        HealthState {
+            epoch: Instant::now(),
+            read_ok_us: AtomicU64::new(0),
+            read_errors: AtomicU64::new(0),
+            ack_ok_us: AtomicU64::new(0),
+            ack_errors: AtomicU64::new(0),
+            running: AtomicBool::new(false),
+            failure: Mutex::new(None),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    pub(crate) fn read_ok(&self) {
+        self.read_ok_us.store(self.now_us(), Relaxed);
+        if self.read_errors.load(Relaxed) != 0 {
+            self.read_errors.store(0, Relaxed);
+        }
+    }
+
+    pub(crate) fn read_failed(&self) {
+        self.read_errors.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn ack_ok(&self) {
+        self.ack_ok_us.store(self.now_us(), Relaxed);
+        if self.ack_errors.load(Relaxed) != 0 {
+            self.ack_errors.store(0, Relaxed);
+        }
+    }
+
+    pub(crate) fn ack_failed(&self) {
+        self.ack_errors.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn set_running(&self, on: bool) {
+        self.running.store(on, Relaxed);
+    }
+
+    pub(crate) fn fail(&self, why: String) {
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        f.get_or_insert(why);
+    }
+
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn ago(&self, us: u64) -> Option<Duration> {
+        (us != 0).then(|| {
+            self.epoch
+                .elapsed()
+                .saturating_sub(Duration::from_micros(us))
+        })
+    }
+
+    pub(crate) fn snapshot(&self) -> Health {
+        let read_errors = self.read_errors.load(Relaxed);
+        let ack_errors = self.ack_errors.load(Relaxed);
+        let failure = self.failure();
+        let running = self.running.load(Relaxed) && failure.is_none();
+        Health {
+            running,
+            claiming: running && read_errors < DOWN_AFTER,
+            acknowledging: running && ack_errors < DOWN_AFTER,
+            connected: read_errors < DOWN_AFTER && ack_errors < DOWN_AFTER,
+            since_last_read: self.ago(self.read_ok_us.load(Relaxed)),
+            since_last_ack: self.ago(self.ack_ok_us.load(Relaxed)),
+            read_errors_in_a_row: read_errors,
+            ack_errors_in_a_row: ack_errors,
+            failure,
+        }
+    }
+}
+
+/// What a liveness or readiness probe needs to know, from
+/// [`WorkerHandle::health`](crate::WorkerHandle::health) or
+/// [`Monitor::health`](crate::Monitor::health).
+///
+/// A path counts as down after 3 failed calls in a row (each bounded by
+/// `db_timeout`), and as up again at its first success.
+///
+/// ```no_run
+/// # async fn f(worker: pgmq_worker::Worker<serde_json::Value>) {
+/// let monitor = worker.monitor();
+/// tokio::spawn(async move {
+///     loop {
+///         tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+///         let h = monitor.health();
+///         if !h.is_healthy() {
+///             eprintln!("worker unhealthy: {h:?}");
+///         }
+///     }
+/// });
+/// let _ = worker.run_until_signal().await;
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Health {
+    /// Started and not yet stopped, and no internal task failed.
+    pub running: bool,
+    /// Reads succeed (fewer than 3 failures in a row).
+    pub claiming: bool,
+    /// Acknowledgement writes succeed (fewer than 3 failures in a row).
+    pub acknowledging: bool,
+    /// The database answers: neither reads nor writes are failing.
+    pub connected: bool,
+    /// Time since the last successful read (None: none yet).
+    pub since_last_read: Option<Duration>,
+    /// Time since the last successful acknowledgement write (None: none yet).
+    pub since_last_ack: Option<Duration>,
+    /// Reads failed in a row, now.
+    pub read_errors_in_a_row: u64,
+    /// Acknowledgement writes failed in a row, now.
+    pub ack_errors_in_a_row: u64,
+    /// Why the worker stopped on its own (an internal task failed), if it did.
+    pub failure: Option<String>,
+}
+
+impl Health {
+    /// Running, claiming, acknowledging and connected.
+    pub fn is_healthy(&self) -> bool {
+        self.running && self.claiming && self.acknowledging && self.connected
+    }
+}

@@ -1,0 +1,230 @@
+//! The deliveries this worker holds, from handler start until their
+//! acknowledgement is written.
+//!
+//! A lease is one delivery ([`Receipt`]: the message id and the
+//! `last_read_at` of the read that claimed it) with the local estimate of
+//! when its visibility timeout ends, its state, and the cancellation token of
+//! its handler run. The heartbeat extends the leases near their end; the
+//! completer marks them while it writes and drops them once written; the
+//! shutdown lists and cancels the running ones.
+//!
+//! **States and the heartbeat.** `Running` (the handler runs) and `Acking`
+//! (its acknowledgement waits for, or is in, a delete, archive or
+//! dead-letter write) are extended: an acknowledgement waiting behind a
+//! slow database does not let the claim expire. `Settling` (a retry, snooze
+//! or release is being written, which sets the visibility itself) is not:
+//! the heartbeat's extension would overwrite the delay. The completer marks
+//! leases `Settling` and then waits for any heartbeat write in flight
+//! ([`Shared::after_heartbeat`](crate::worker::Shared::after_heartbeat)), so
+//! no extension lands after the retry's own write.
+//!
+//! **Lost claims.** A fenced write that matches nothing means another
+//! delivery holds the message now. The heartbeat reports a lost claim only
+//! for leases still `Running` after its write returned (a lease whose
+//! acknowledgement is on the way is judged by that write alone), and marks
+//! it lost so that nothing counts it twice.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+use pgmq_client::Receipt;
+use tokio_util::sync::CancellationToken;
+
+/// Where a lease is in its life (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Running,
+    Acking,
+    Settling,
+}
+
+struct Lease {
+    read_at: DateTime<Utc>,
+    /// When the visibility timeout ends, µs since the worker's epoch.
+    deadline_us: u64,
+    state: State,
+    /// The handler run's cancellation (fired when the claim is lost).
+    cancel: CancellationToken,
+    lost: bool,
+}
+
+/// Every lease of one worker, by message id.
+#[derive(Default)]
+pub(crate) struct Leases {
+    map: Mutex<HashMap<i64, Lease>>,
+}
+
+impl Leases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Lease>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A handler starts on this delivery.
+    pub(crate) fn start(&self, r: Receipt, deadline_us: u64, cancel: CancellationToken) {
+        self.lock().insert(
+            r.msg_id,
+            Lease {
+                read_at: r.read_at,
+                deadline_us,
+                state: State::Running,
+                cancel,
+                lost: false,
+            },
+        );
+    }
+
+    /// Moves the leases of these deliveries to `state` (those that are
+    /// still this worker's).
+    pub(crate) fn set_state(&self, receipts: impl IntoIterator<Item = Receipt>, state: State) {
+        let mut map = self.lock();
+        for r in receipts {
+            if let Some(l) = map.get_mut(&r.msg_id) {
+                if l.read_at == r.read_at {
+                    l.state = state;
+                }
+            }
+        }
+    }
+
+    /// Drops the leases of these deliveries (their acknowledgement was
+    /// written, or given up); returns those of them that were already
+    /// reported lost.
+    pub(crate) fn finish(&self, receipts: impl IntoIterator<Item = Receipt>) -> Vec<i64> {
+        let mut map = self.lock();
+        let mut already_lost = Vec::new();
+        for r in receipts {
+            if let std::collections::hash_map::Entry::Occupied(e) = map.entry(r.msg_id) {
+                if e.get().read_at == r.read_at {
+                    if e.get().lost {
+                        already_lost.push(r.msg_id);
+                    }
+                    e.remove();
+                }
+            }
+        }
+        already_lost
+    }
+
+    /// The leases to extend now: `Running` or `Acking`, not lost, ending
+    /// before `before_us`.
+    pub(crate) fn due(&self, before_us: u64, out: &mut Vec<Receipt>) {
+        out.clear();
+        for (id, l) in self.lock().iter() {
+            if l.state != State::Settling && !l.lost && l.deadline_us <= before_us {
+                out.push(Receipt {
+                    msg_id: *id,
+                    read_at: l.read_at,
+                });
+            }
+        }
+    }
+
+    /// Records the heartbeat's result: `extended` got `deadline_us`; of the
+    /// others, the ones still `Running` are lost (marked, cancelled and
+    /// returned).
+    pub(crate) fn extended(
+        &self,
+        asked: &[Receipt],
+        extended: &[i64],
+        deadline_us: u64,
+    ) -> Vec<i64> {
+        let mut map = self.lock();
+        let mut lost = Vec::new();
+        for r in asked {
+            let Some(l) = map.get_mut(&r.msg_id) else {
+                continue;
+            };
+            if l.read_at != r.read_at {
+                continue;
+            }
+            if extended.contains(&r.msg_id) {
+                l.deadline_us = l.deadline_us.max(deadline_us);
+            } else if l.state == State::Running && !l.lost {
+                l.lost = true;
+                l.cancel.cancel();
+                lost.push(r.msg_id);
+            }
+        }
+        lost
+    }
+
+    /// The ids of the messages whose handlers run now.
+    pub(crate) fn running(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self
+            .lock()
+            .iter()
+            .filter(|(_, l)| l.state == State::Running)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Fires the cancellation of every running handler (immediate shutdown).
+    pub(crate) fn cancel_running(&self) {
+        for l in self.lock().values() {
+            if l.state == State::Running {
+                l.cancel.cancel();
+            }
+        }
+    }
+
+    /// Whether this delivery's lease was reported lost.
+    #[cfg(test)]
+    fn is_lost(&self, r: Receipt) -> bool {
+        self.lock()
+            .get(&r.msg_id)
+            .is_some_and(|l| l.read_at == r.read_at && l.lost)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt(id: i64, us: i64) -> Receipt {
+        Receipt {
+            msg_id: id,
+            read_at: DateTime::from_timestamp_micros(us).unwrap(),
+        }
+    }
+
+    #[test]
+    fn only_running_leases_are_lost_and_settling_ones_are_not_extended() {
+        let leases = Leases::default();
+        let (a, b, c) = (receipt(1, 10), receipt(2, 20), receipt(3, 30));
+        let tokens: Vec<_> = (0..3).map(|_| CancellationToken::new()).collect();
+        leases.start(a, 100, tokens[0].clone());
+        leases.start(b, 100, tokens[1].clone());
+        leases.start(c, 100, tokens[2].clone());
+        leases.set_state([b], State::Acking);
+        leases.set_state([c], State::Settling);
+        let mut due = Vec::new();
+        leases.due(1000, &mut due);
+        due.sort_by_key(|r| r.msg_id);
+        assert_eq!(due, vec![a, b]);
+        // Neither matched: the running one is lost, the acking one is left
+        // to its own write.
+        let lost = leases.extended(&due, &[], 2000);
+        assert_eq!(lost, vec![1]);
+        assert!(tokens[0].is_cancelled() && !tokens[1].is_cancelled());
+        assert!(leases.is_lost(a) && !leases.is_lost(b));
+        // Reported once: not due again, and flagged when finished.
+        leases.due(1000, &mut due);
+        assert_eq!(due, vec![b]);
+        assert_eq!(leases.finish([a, b]), vec![1]);
+        assert!(leases.running().is_empty());
+    }
+
+    #[test]
+    fn a_newer_delivery_of_the_same_message_is_not_touched_by_the_old_one() {
+        let leases = Leases::default();
+        let old = receipt(5, 1);
+        let new = receipt(5, 2);
+        leases.start(new, 100, CancellationToken::new());
+        leases.set_state([old], State::Settling);
+        assert!(leases.finish([old]).is_empty());
+        assert_eq!(leases.running(), vec![5]);
+    }
+}

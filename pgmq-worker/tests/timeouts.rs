@@ -1,0 +1,318 @@
+//! No silent stalls, and no attempts used for nothing: handler timeouts,
+//! snoozes, hung blocking handlers at immediate shutdown, a blackholed
+//! database connection, and the settings that cannot work refused early.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{archive_len, client, dsn, queue_len, unique, wait_for, Queues};
+use pgmq_client::{Client, Message};
+use pgmq_worker::{Backoff, Context, Outcome, WakeUp, Worker};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_handler_times_out_is_retried_then_dead_lettered_and_the_others_flow() {
+    let client = client().await;
+    let q = unique("hung");
+    let dlq = unique("hung_dlq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    let msgs: Vec<Value> = (0..10).map(|n| json!({ "n": n })).collect();
+    client.send_batch(&q, &msgs).await.unwrap();
+    let attempts_seen = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&attempts_seen);
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(50))
+        .handler_timeout(Duration::from_millis(300))
+        .max_attempts(2)
+        .retry_backoff(Backoff::constant(Duration::ZERO))
+        .retry_jitter(false)
+        .dead_letter_queue(dlq.clone())
+        .handler_with_context(move |m: Message<Value>, ctx: Context| {
+            let hangs = m.body["n"] == 3;
+            if hangs {
+                seen.lock().unwrap().push(ctx.attempt());
+            }
+            async move {
+                if hangs {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, std::io::Error>(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "nine deleted and one dead-lettered", || async {
+        let s = handle.stats();
+        s.deleted == 9 && s.dead_lettered == 1
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.stats.timed_out, 2);
+    assert_eq!(*attempts_seen.lock().unwrap(), vec![1, 2]);
+    assert_eq!(queue_len(&client, &q).await, 0);
+    let dead = client
+        .read::<Value>(&dlq, Duration::from_secs(30), 5)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    let h = dead[0].headers.as_ref().unwrap();
+    let reason = h["reason"].as_str().unwrap();
+    assert!(reason.contains("timed out"), "{reason}");
+    assert_eq!(h["attempts"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snoozes_use_neither_an_attempt_nor_a_delivery() {
+    let client = client().await;
+    let q = unique("snooze");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send(&q, &json!({"n": 1})).await.unwrap();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let r = Arc::clone(&runs);
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .max_attempts(1)
+        .max_deliveries(1)
+        .handler_with_context(move |_m: Message<Value>, ctx: Context| {
+            let mut runs = r.lock().unwrap();
+            runs.push((ctx.attempt(), ctx.deliveries()));
+            let outcome = if runs.len() < 4 {
+                Outcome::Snooze(Duration::from_millis(50))
+            } else {
+                Outcome::Delete
+            };
+            async move { Ok::<_, std::io::Error>(outcome) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "deleted", || async { handle.stats().deleted == 1 }).await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(*runs.lock().unwrap(), vec![(1, 1); 4]);
+    assert_eq!(report.stats.snoozed, 3);
+    assert_eq!(report.stats.dead_lettered, 0);
+}
+
+/// A blocking handler that never returns: the immediate shutdown returns
+/// within about a second, and the test's runtime (dropped when the test
+/// returns) does not wait for the hung thread either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_immediate_shutdown_returns_with_a_hung_blocking_handler() {
+    let client = client().await;
+    let q = unique("hungblk");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send(&q, &json!({"n": 1})).await.unwrap();
+    let started = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&started);
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .handler_timeout(None)
+        .blocking_handler(move |_m: Message<Value>| {
+            s.store(true, Ordering::SeqCst);
+            loop {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            #[allow(unreachable_code)]
+            Ok::<_, std::io::Error>(Outcome::Delete)
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "the handler started", || async {
+        started.load(Ordering::SeqCst)
+    })
+    .await;
+    let t = Instant::now();
+    let report = handle.shutdown_now().await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(report.abandoned.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_on_a_client_from_a_callers_pool_fails_at_start() {
+    let client = client().await;
+    let q = unique("frompool");
+    let _g = Queues::new(&client, &[&q]).await;
+    let from_pool = Client::from_pool(client.pool().clone()).await.unwrap();
+    let worker: Worker<Value> = Worker::builder(from_pool, q.clone())
+        .wake_up(WakeUp::Notify)
+        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let err = worker
+        .run_until(std::future::ready(()))
+        .await
+        .expect_err("no DSN to LISTEN with");
+    assert!(err.to_string().contains("Listener::connect"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_queue_equal_to_the_queue_is_refused() {
+    let client = client().await;
+    let q = unique("selfdlq");
+    let err = Worker::<Value>::builder(client, q.clone())
+        .dead_letter_queue(q)
+        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("dead-letter queue"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_queue_dropped_while_running_archives_with_the_reason() {
+    let client = client().await;
+    let q = unique("dropdlq");
+    let dlq = unique("dropdlq_dlq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    let calls = Arc::new(AtomicU64::new(0));
+    let c = Arc::clone(&calls);
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .dead_letter_queue(dlq.clone())
+        .handler(move |_m: Message<Value>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, std::io::Error>(Outcome::DeadLetter("no good".into())) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "started", || async { handle.stats().reads > 0 }).await;
+    client.drop_queue(&dlq).await.unwrap();
+    client.send(&q, &json!({"n": 1})).await.unwrap();
+    wait_for(WAIT, "archived", || async {
+        handle.stats().dead_lettered == 1
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "ran once, not in a loop");
+    assert_eq!(report.acks_failed, 0);
+    assert_eq!(queue_len(&client, &q).await, 0);
+    assert_eq!(archive_len(&client, &q).await, 1);
+}
+
+/// A TCP proxy that can stop forwarding in both directions without closing
+/// anything: a blackhole, as a network partition or a paused host looks to
+/// the client (a half-open connection, no reset).
+struct Blackhole {
+    port: u16,
+    frozen: Arc<AtomicBool>,
+}
+
+impl Blackhole {
+    async fn start(upstream: String) -> Blackhole {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let f = Arc::clone(&frozen);
+        tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let Ok(up) = TcpStream::connect(&upstream).await else {
+                    continue;
+                };
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                tokio::spawn(pipe(dr, uw, Arc::clone(&f)));
+                tokio::spawn(pipe(ur, dw, Arc::clone(&f)));
+            }
+        });
+        Blackhole { port, frozen }
+    }
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        // Bytes read just before a freeze are held, not forwarded.
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
+    let direct = client().await;
+    let q = unique("blackhole");
+    let _g = Queues::new(&direct, &[&q]).await;
+    let cfg: tokio_postgres::Config = dsn().parse().unwrap();
+    let host = "127.0.0.1";
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let hole = Blackhole::start(format!("{host}:{port}")).await;
+    let via = dsn().replace(&format!(":{port}/"), &format!(":{}/", hole.port));
+    assert_ne!(via, dsn(), "the test DSN names its port");
+    let client = Client::builder(&via)
+        .connect_timeout(Duration::from_secs(1))
+        .pool_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let msgs: Vec<Value> = (0..20).map(|n| json!({ "n": n })).collect();
+    // Reads abandoned in the blackhole reach the server once it lifts and
+    // claim messages nobody will handle: those come back when their
+    // visibility timeout ends, kept short here.
+    let worker: Worker<Value> = Worker::builder(client, q.clone())
+        .poll_interval(Duration::from_millis(50))
+        .visibility_timeout(Duration::from_secs(3))
+        .db_timeout(Duration::from_secs(1))
+        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    direct.send_batch(&q, &msgs).await.unwrap();
+    wait_for(WAIT, "the first 20", || async {
+        handle.stats().deleted == 20
+    })
+    .await;
+    assert!(handle.health().is_healthy(), "{:?}", handle.health());
+
+    hole.frozen.store(true, Ordering::SeqCst);
+    let frozen_at = Instant::now();
+    direct.send_batch(&q, &msgs).await.unwrap();
+    wait_for(WAIT, "the blackhole noticed", || async {
+        !handle.health().claiming
+    })
+    .await;
+    let noticed = frozen_at.elapsed();
+    // Three bounded reads (1 s each) and their backoff: well under 30 s.
+    assert!(noticed < Duration::from_secs(15), "{noticed:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    hole.frozen.store(false, Ordering::SeqCst);
+    let resumed_at = Instant::now();
+    wait_for(WAIT, "every message handled", || async {
+        handle.stats().deleted >= 40
+    })
+    .await;
+    let resumed = resumed_at.elapsed();
+    println!("blackhole noticed after {noticed:?}, all handled {resumed:?} after it lifted");
+    assert!(resumed < Duration::from_secs(15), "{resumed:?}");
+    wait_for(WAIT, "healthy again", || async {
+        handle.health().is_healthy()
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(queue_len(&direct, &q).await, 0);
+    assert_eq!(report.stats.deleted, 40);
+}
