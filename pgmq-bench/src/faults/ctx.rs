@@ -290,7 +290,9 @@ impl Ctx {
             dead_unkeyed,
             left.len() as u64 + left_unkeyed,
         );
+        let dead_reasons = ledger::dead_reasons(&self.client, &qs.dlq).await?;
         Ok(Accounted {
+            dead_reasons,
             tally,
             handlings,
             dead: dead.into_iter().collect(),
@@ -304,6 +306,8 @@ pub(crate) struct Accounted {
     pub handlings: Vec<ledger::Handling>,
     /// Keys found in the dead-letter queue.
     pub dead: HashSet<i64>,
+    /// The reason written on each keyed dead letter.
+    pub dead_reasons: std::collections::HashMap<i64, String>,
 }
 
 /// A one-line description of the machine (cores, memory, PostgreSQL).

@@ -401,6 +401,23 @@ pub(crate) async fn keys_in_queue(
     Ok((keys, unkeyed))
 }
 
+/// The `reason` pgmq-worker wrote on each keyed dead letter of `dlq`.
+pub(crate) async fn dead_reasons(
+    client: &Client,
+    dlq: &QueueName,
+) -> Result<HashMap<i64, String>, BoxError> {
+    let conn = client.connection().await?;
+    // A validated QueueName: only [a-z0-9_].
+    let sql = format!(
+        "select (headers->'original_headers'->>'{h}')::bigint, coalesce(headers->>'reason', '') \
+         from {} where jsonb_typeof(headers->'original_headers'->'{h}') = 'number'",
+        dlq.table(),
+        h = KEY_HEADER,
+    );
+    let rows = conn.query(sql.as_str(), &[]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
 /// The per-key accounting of one scenario.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Tally {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
-use pgmq_worker::{Backoff, HandlerError, Outcome, WakeUp, Worker};
+use pgmq_worker::{Backoff, Context, HandlerError, Outcome, WakeUp, Worker};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::job::Job;
@@ -82,6 +82,12 @@ pub struct WorkerArgs {
     /// Extra sleep in every handler, milliseconds.
     #[arg(long, default_value_t = 0)]
     pub sleep_ms: u64,
+    /// `handler_timeout`, milliseconds (0: pgmq-worker's default).
+    #[arg(long, default_value_t = 0)]
+    pub handler_timeout_ms: u64,
+    /// `db_timeout`, milliseconds (0: pgmq-worker's default).
+    #[arg(long, default_value_t = 0)]
+    pub db_timeout_ms: u64,
     /// Build the worker with pgmq-worker's defaults for everything but the
     /// queue, the dead-letter queue and the visibility timeout (the options
     /// above that tune concurrency, batches, attempts, backoff, heartbeat,
@@ -143,6 +149,8 @@ impl WorkerArgs {
             grace_ms: 10_000,
             poll_ms: 100,
             sleep_ms: 0,
+            handler_timeout_ms: 0,
+            db_timeout_ms: 0,
             sdk_defaults: false,
             record_starts: false,
             stats_ms: 200,
@@ -174,6 +182,8 @@ impl WorkerArgs {
             ("--poll-ms", self.poll_ms),
             ("--sleep-ms", self.sleep_ms),
             ("--stats-ms", self.stats_ms),
+            ("--handler-timeout-ms", self.handler_timeout_ms),
+            ("--db-timeout-ms", self.db_timeout_ms),
         ] {
             v.push(flag.into());
             v.push(value.to_string());
@@ -260,8 +270,16 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
             .shutdown_grace(Duration::from_millis(args.grace_ms))
             .heartbeat(args.heartbeat)
     };
+    let builder = match args.handler_timeout_ms {
+        0 => builder,
+        ms => builder.handler_timeout(Duration::from_millis(ms)),
+    };
+    let builder = match args.db_timeout_ms {
+        0 => builder,
+        ms => builder.db_timeout(Duration::from_millis(ms)),
+    };
     let worker = builder
-        .handler(move |msg: Message<Job>| handle(hctx.clone(), msg))
+        .handler_with_context(move |msg: Message<Job>, cx: Context| handle(hctx.clone(), msg, cx))
         .build()?;
     let handle = worker.spawn();
     let stop = handle.shutdown_handle();
@@ -313,6 +331,8 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
             ("abandoned", serde_json::json!(report.abandoned)),
             ("immediate", serde_json::json!(report.immediate)),
             ("acks_failed", serde_json::json!(report.acks_failed)),
+            ("claims_lost", serde_json::json!(report.claims_lost)),
+            ("pid", serde_json::json!(std::process::id())),
             ("release_failed", serde_json::json!(report.release_failed)),
             (
                 "shutdown_ms",
@@ -350,6 +370,8 @@ fn stats_json(st: &pgmq_worker::StatsSnapshot) -> serde_json::Value {
         "ack_retries": st.ack_retries,
         "expired_unstarted": st.expired_unstarted,
         "heartbeats": st.heartbeats,
+        "claims_lost": st.claims_lost,
+        "timed_out": st.timed_out,
     })
 }
 
@@ -383,8 +405,16 @@ async fn connect_retrying(dsn: &str, max_size: u32, check_pgmq: bool) -> Result<
     }
 }
 
-/// The handler: obey the message's act, then record the handling.
-async fn handle(h: Arc<HandlerCtx>, msg: Message<Job>) -> Result<Outcome, HandlerError> {
+/// The handler: obey the message's act, then record the handling, unless
+/// its delivery was cancelled meanwhile (claim lost, timed out, immediate
+/// shutdown): a well-behaved handler does not commit its side effect then.
+/// Acts count deliveries (`read_ct`), so that a message whose handler was
+/// abandoned by a crash behaves differently on its next delivery.
+async fn handle(
+    h: Arc<HandlerCtx>,
+    msg: Message<Job>,
+    cx: Context,
+) -> Result<Outcome, HandlerError> {
     let started_at = Utc::now();
     let attempt = msg.read_ct;
     let act = msg.body.act.unwrap_or_default();
@@ -416,6 +446,9 @@ async fn handle(h: Arc<HandlerCtx>, msg: Message<Job>) -> Result<Outcome, Handle
     let sleep = h.sleep + Duration::from_millis(act.sleep_ms);
     if !sleep.is_zero() {
         tokio::time::sleep(sleep).await;
+    }
+    if cx.is_cancelled() {
+        return Err(format!("key {}: delivery cancelled before its record", msg.body.key).into());
     }
     if h.sabotage == Sabotage::SkipLedger && skipped_by_sabotage(msg.body.key) {
         // The planted bug: acknowledged, never recorded.

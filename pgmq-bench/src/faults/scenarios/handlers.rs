@@ -332,6 +332,74 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     Ok(row)
 }
 
+/// 15: handlers that never return on 1% of the keys, under
+/// `handler_timeout` (1 s): each run is cancelled at the timeout and the
+/// message retried, then dead-lettered with the timeout as the reason after
+/// `max_attempts`; the other messages flow meanwhile.
+pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, "15").await?;
+    run.dead_letters_expected = true;
+    let hangs = |k: i64| k % 100 == 50;
+    let jobs = jobs_with(ctx.n, |k| {
+        hangs(k).then_some(Act {
+            hang_before: i32::MAX,
+            ..Act::default()
+        })
+    });
+    run.produce(&jobs).await;
+    let mut args = run.worker_args();
+    args.handler_timeout_ms = 1_000;
+    args.heartbeat = true;
+    args.max_attempts = 3;
+    args.backoff_ms = 100;
+    args.backoff_max_ms = 200;
+    let w = run.spawn(&args).await?;
+    let f = run
+        .finish("handlers hang (1%), handler_timeout 1 s", vec![w])
+        .await?;
+    let hung: HashSet<i64> = (0..ctx.n as i64).filter(|k| hangs(*k)).collect();
+    let reasons = &f.dead_reasons;
+    let by_timeout = hung
+        .iter()
+        .filter(|k| {
+            reasons
+                .get(k)
+                .is_some_and(|r| r.contains("max_attempts") && r.contains("timed out"))
+        })
+        .count();
+    let hung_handled = f.handlings.iter().filter(|h| hangs(h.key)).count();
+    let sample = hung
+        .iter()
+        .find_map(|k| reasons.get(k))
+        .cloned()
+        .unwrap_or_default();
+    let mut row = f.row.clone();
+    row.push_check(Check::new(
+        "hung messages dead-lettered for the timeout",
+        f.dead == hung && by_timeout == hung.len() && hung_handled == 0,
+        format!(
+            "{} dead-lettered of {} that always hang, {by_timeout} with the timeout as the reason \
+             (\"{sample}\"), {hung_handled} handled",
+            f.dead.len(),
+            hung.len()
+        ),
+    ));
+    if let Some(r) = f.report() {
+        let timed_out = r["timed_out"].as_u64().unwrap_or(0);
+        let expected = hung.len() as u64 * u64::from(args.max_attempts);
+        row.push_check(Check::new(
+            "every hung run timed out and was counted",
+            timed_out == expected,
+            format!(
+                "timed_out {timed_out}, {} hung messages x {} attempts = {expected}",
+                hung.len(),
+                args.max_attempts
+            ),
+        ));
+    }
+    Ok(row)
+}
+
 /// 6: a handler outliving its visibility timeout, heartbeat off (redelivery
 /// allowed and counted) or on (no redelivery).
 pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxError> {

@@ -3,7 +3,7 @@
 //! | file | scenarios |
 //! | --- | --- |
 //! | `crash.rs` | 1 server killed, 2 worker SIGKILLed, 3 connections cut, 8 two workers, 16 killed mid-ack |
-//! | `handlers.rs` | 4 poison payloads, 5 panics and failures, 6 handlers outliving their vt, 19 edge-case bodies |
+//! | `handlers.rs` | 4 poison payloads, 5 panics and failures, 6 handlers outliving their vt, 15 hung handlers, 19 edge-case bodies |
 //! | `outages.rs` | 13 network blackhole, 14 paused worker, 17 database down, 18 database read-only |
 //! | `shutdown.rs` | 7 graceful shutdown 20 times, 12 SIGTERM and a second SIGTERM |
 //! | `inputs.rs` | 9 hostile queue names, 10 connect failures |
@@ -27,10 +27,9 @@ use super::report::{Check, DupBound, Row};
 use super::worker::WorkerArgs;
 use super::BoxError;
 
-/// All scenarios, in order. (15, a handler that hangs under
-/// `handler_timeout`, waits for that setting in pgmq-worker.)
-pub(crate) const ALL: [u8; 18] = [
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18, 19,
+/// All scenarios, in order.
+pub(crate) const ALL: [u8; 19] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
 ];
 
 /// The scenarios asked for (all when none were named).
@@ -73,6 +72,7 @@ pub(crate) async fn run_one(ctx: &Ctx, s: u8) -> Result<Vec<Row>, BoxError> {
         ],
         13 => vec![outages::blackhole(ctx).await?],
         14 => vec![outages::paused_worker(ctx).await?],
+        15 => vec![handlers::hung_handlers(ctx).await?],
         16 => vec![crash::killed_mid_ack(ctx).await?],
         17 => vec![outages::database_down(ctx).await?],
         18 => vec![outages::read_only_database(ctx).await?],
@@ -291,6 +291,7 @@ impl<'a> Run<'a> {
             self.started.elapsed(),
         );
         Ok(Finished {
+            dead_reasons: acc.dead_reasons,
             row,
             handlings: acc.handlings,
             dead: acc.dead,
@@ -305,6 +306,8 @@ pub(crate) struct Finished {
     pub handlings: Vec<Handling>,
     /// Keys in the dead-letter queue.
     pub dead: HashSet<i64>,
+    /// The reason pgmq-worker wrote on each keyed dead letter.
+    pub dead_reasons: std::collections::HashMap<i64, String>,
     /// The workers' exits (those that could be waited for).
     pub exits: Vec<Exit>,
 }
