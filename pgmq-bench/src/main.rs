@@ -29,10 +29,11 @@ fn main() {
             Some(Command::Check(args)) => commands::check(args).await,
             Some(Command::CheckMemory(args)) => commands::check_memory(args).await,
             Some(Command::Faults(args)) => {
+                // 1: a scenario failed; 2: the suite itself could not run.
                 return faults::run(args).await.unwrap_or_else(|e| {
                     eprintln!("pgmq-bench faults: {e}");
-                    1
-                })
+                    2
+                });
             }
             Some(Command::FaultWorker(args)) => {
                 return faults::worker_main(args).await.unwrap_or_else(|e| {

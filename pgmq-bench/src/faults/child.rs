@@ -20,6 +20,18 @@ pub(crate) struct Said {
     pub draining: bool,
     pub forced: bool,
     pub report: Option<serde_json::Value>,
+    /// The last `stats` line: the worker's counters.
+    pub stats: Option<serde_json::Value>,
+}
+
+impl Said {
+    /// A counter of the last `stats` line (0 before the first).
+    pub(crate) fn stat(&self, name: &str) -> u64 {
+        self.stats
+            .as_ref()
+            .and_then(|s| s[name].as_u64())
+            .unwrap_or(0)
+    }
 }
 
 /// A running worker process.
@@ -45,8 +57,16 @@ impl Exit {
         self.status.success() && self.said.report.is_some()
     }
 
+    /// Exited with the escalated shutdown's code after a second SIGTERM, and
+    /// its report says the SDK's shutdown was immediate.
     pub(crate) fn forced(&self) -> bool {
-        self.status.code() == Some(i32::from(FORCED_EXIT)) && self.said.forced
+        self.status.code() == Some(i32::from(FORCED_EXIT))
+            && self.said.forced
+            && self
+                .said
+                .report
+                .as_ref()
+                .is_some_and(|r| r["immediate"] == true)
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -95,6 +115,8 @@ impl WorkerProc {
                         s.forced = true;
                     } else if let Some(json) = line.strip_prefix("report ") {
                         s.report = serde_json::from_str(json).ok();
+                    } else if let Some(json) = line.strip_prefix("stats ") {
+                        s.stats = serde_json::from_str(json).ok();
                     }
                 });
             }
@@ -134,15 +156,35 @@ impl WorkerProc {
 
     /// Sends SIGTERM.
     pub(crate) async fn sigterm(&self) -> Result<(), BoxError> {
+        self.signal("TERM").await
+    }
+
+    /// SIGSTOP: the process is frozen (as a paused VM or container would be)
+    /// until [`sigcont`](Self::sigcont).
+    pub(crate) async fn sigstop(&self) -> Result<(), BoxError> {
+        self.signal("STOP").await
+    }
+
+    /// SIGCONT: a frozen process runs again.
+    pub(crate) async fn sigcont(&self) -> Result<(), BoxError> {
+        self.signal("CONT").await
+    }
+
+    async fn signal(&self, name: &str) -> Result<(), BoxError> {
         let st = Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{name}"))
             .arg(self.pid.to_string())
             .status()
             .await?;
         if !st.success() {
-            return Err(format!("kill -TERM {} failed", self.pid).into());
+            return Err(format!("kill -{name} {} failed", self.pid).into());
         }
         Ok(())
+    }
+
+    /// What the worker said so far (the last `stats` line among it).
+    pub(crate) fn said(&self) -> Said {
+        self.said.borrow().clone()
     }
 
     /// Waits until the worker printed `draining` (it saw the SIGTERM).

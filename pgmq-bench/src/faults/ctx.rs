@@ -14,7 +14,7 @@ use super::child::WorkerProc;
 use super::cluster::{find_root, Cluster};
 use super::job::{key_headers, Job};
 use super::ledger::{self, Produced, Tally};
-use super::worker::WorkerArgs;
+use super::worker::{Sabotage, WorkerArgs};
 use super::{BoxError, FaultsArgs};
 
 /// Shared state of one run of the suite.
@@ -31,6 +31,11 @@ pub(crate) struct Ctx {
     pub machine: String,
     /// PostgreSQL and PGMQ versions of the suite's cluster.
     pub server: String,
+    /// The cluster as the benchmark document records it.
+    pub database: crate::document::Database,
+    pub durability: crate::document::Durability,
+    /// The fault worker's deliberate bug (`--sabotage`).
+    pub sabotage: Sabotage,
     tag: String,
     workers: AtomicU32,
 }
@@ -72,6 +77,20 @@ impl Ctx {
                 .unwrap_or_else(|| "?".into())
         );
         drop(conn);
+        let (admin, _notes) = pgmq_client::ClientBuilder::new(&cluster.dsn())
+            .application_name("pgmq-faults-admin")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_dedicated()
+            .await?;
+        let database = crate::metadata::database(
+            &admin,
+            pgmq_client::redact_dsn(&cluster.dsn()),
+            true,
+            client.install(),
+        )
+        .await?;
+        let durability = crate::metadata::durability(&admin, false).await?;
+        drop(admin);
         let started_at = Utc::now();
         let tag = format!("{}", started_at.timestamp() % 1_000_000_000);
         let run_id = format!(
@@ -101,6 +120,9 @@ impl Ctx {
             started_at,
             machine: machine().await,
             server,
+            database,
+            durability,
+            sabotage: args.sabotage,
             tag,
             workers: AtomicU32::new(0),
         })
@@ -160,9 +182,16 @@ impl Ctx {
         (0..n as i64).map(Job::plain).collect()
     }
 
-    /// Worker settings for a scenario's queues.
+    /// Worker settings for a scenario's queues (with the run's sabotage).
     pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> WorkerArgs {
-        WorkerArgs::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario)
+        let mut a = WorkerArgs::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
+        a.sabotage = self.sabotage;
+        a
+    }
+
+    /// The sabotage's name, when there is one.
+    pub(crate) fn sabotage_name(&self) -> Option<String> {
+        (self.sabotage != Sabotage::None).then(|| format!("{:?}", self.sabotage))
     }
 
     /// Starts a worker process connected straight to the cluster.
@@ -263,7 +292,9 @@ impl Ctx {
             dead_unkeyed,
             left.len() as u64 + left_unkeyed,
         );
+        let dead_reasons = ledger::dead_reasons(&self.client, &qs.dlq).await?;
         Ok(Accounted {
+            dead_reasons,
             tally,
             handlings,
             dead: dead.into_iter().collect(),
@@ -277,6 +308,8 @@ pub(crate) struct Accounted {
     pub handlings: Vec<ledger::Handling>,
     /// Keys found in the dead-letter queue.
     pub dead: HashSet<i64>,
+    /// The reason written on each keyed dead letter.
+    pub dead_reasons: std::collections::HashMap<i64, String>,
 }
 
 /// A one-line description of the machine (cores, memory, PostgreSQL).

@@ -37,7 +37,22 @@ create table if not exists pgmq_fault_produced (
     recorded_at timestamptz not null default clock_timestamp()
 );
 create index if not exists pgmq_fault_produced_run on pgmq_fault_produced (run_id, scenario);
+create table if not exists pgmq_fault_starts (
+    run_id text not null,
+    scenario text not null,
+    key bigint not null,
+    msg_id bigint not null,
+    worker_pid integer not null,
+    read_ct integer not null,
+    started_at timestamptz not null default clock_timestamp()
+);
+create index if not exists pgmq_fault_starts_run on pgmq_fault_starts (run_id, scenario, key);
 ";
+
+/// A handler's start, written first thing when the worker runs with
+/// `--record-starts` (server clock, like the ledger's `handled_at`).
+pub(crate) const INSERT_START: &str = "insert into pgmq_fault_starts \
+    (run_id, scenario, key, msg_id, worker_pid, read_ct) values ($1, $2, $3, $4, $5, $6)";
 
 /// One handling, written by the handler before it returns success.
 pub(crate) const INSERT_HANDLING: &str = "insert into pgmq_fault_ledger \
@@ -147,6 +162,28 @@ impl Produced {
         }
     }
 
+    /// Records a produce the server refused (a raw send, say).
+    pub(crate) fn record_rejected(&mut self, key: i64) {
+        self.calls += 1;
+        *self.errors.entry("Database".into()).or_default() += 1;
+        self.records.push(ProduceRecord {
+            key,
+            outcome: ProduceOutcome::Rejected,
+            msg_id: None,
+            recovered: None,
+            call: self.calls,
+        });
+    }
+
+    /// The keys of rejected produces.
+    pub(crate) fn rejected_keys(&self) -> HashSet<i64> {
+        self.records
+            .iter()
+            .filter(|r| r.outcome == ProduceOutcome::Rejected)
+            .map(|r| r.key)
+            .collect()
+    }
+
     /// Appends another producer's records.
     pub(crate) fn merge(&mut self, other: Produced) {
         let base = self.calls;
@@ -248,6 +285,71 @@ pub(crate) async fn handlings(
         .collect())
 }
 
+/// One handler run as `--record-starts` and the ledger saw it: its start and,
+/// when it completed, its end (both by the server's clock).
+#[derive(Debug, Clone)]
+pub(crate) struct Window {
+    pub key: i64,
+    pub worker_pid: i32,
+    pub start: DateTime<Utc>,
+    pub end: Option<DateTime<Utc>>,
+}
+
+/// Every recorded handler start of a scenario, with the end its ledger row
+/// gives (same key, process and delivery).
+pub(crate) async fn windows(
+    client: &Client,
+    run_id: &str,
+    scenario: &str,
+) -> Result<Vec<Window>, BoxError> {
+    let conn = client.connection().await?;
+    let rows = conn
+        .query(
+            "select s.key, s.worker_pid, s.started_at, \
+                    (select min(l.handled_at) from pgmq_fault_ledger l \
+                      where l.run_id = s.run_id and l.scenario = s.scenario and l.key = s.key \
+                        and l.worker_pid = s.worker_pid and l.read_ct = s.read_ct) \
+             from pgmq_fault_starts s where s.run_id = $1 and s.scenario = $2",
+            &[&run_id, &scenario],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Window {
+            key: r.get(0),
+            worker_pid: r.get(1),
+            start: r.get(2),
+            end: r.get(3),
+        })
+        .collect())
+}
+
+/// Pairs of handler runs of one key, in two processes, whose windows overlap
+/// in time: the message was being handled by both at once.
+pub(crate) fn overlapping(windows: &[Window]) -> Vec<(&Window, &Window)> {
+    let mut by_key: HashMap<i64, Vec<&Window>> = HashMap::new();
+    for w in windows {
+        by_key.entry(w.key).or_default().push(w);
+    }
+    let mut out = Vec::new();
+    for ws in by_key.values() {
+        for (i, a) in ws.iter().enumerate() {
+            for b in &ws[i + 1..] {
+                if a.worker_pid == b.worker_pid {
+                    continue;
+                }
+                // A run that never recorded its end is taken as still
+                // running: it overlaps everything that started after it.
+                let far = DateTime::<Utc>::MAX_UTC;
+                if a.start < b.end.unwrap_or(far) && b.start < a.end.unwrap_or(far) {
+                    out.push((*a, *b));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Handlings of a scenario so far (progress while it runs).
 pub(crate) async fn handled_count(
     client: &Client,
@@ -297,6 +399,23 @@ pub(crate) async fn keys_in_queue(
         }
     }
     Ok((keys, unkeyed))
+}
+
+/// The `reason` pgmq-worker wrote on each keyed dead letter of `dlq`.
+pub(crate) async fn dead_reasons(
+    client: &Client,
+    dlq: &QueueName,
+) -> Result<HashMap<i64, String>, BoxError> {
+    let conn = client.connection().await?;
+    // A validated QueueName: only [a-z0-9_].
+    let sql = format!(
+        "select (headers->'original_headers'->>'{h}')::bigint, coalesce(headers->>'reason', '') \
+         from {} where jsonb_typeof(headers->'original_headers'->'{h}') = 'number'",
+        dlq.table(),
+        h = KEY_HEADER,
+    );
+    let rows = conn.query(sql.as_str(), &[]).await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// The per-key accounting of one scenario.
@@ -478,6 +597,29 @@ mod tests {
         assert_eq!(p.expected(), [5, 7, 8].into_iter().collect());
         let t = tally(&p, &[], &[], 0, 0);
         assert_eq!((t.unknown, t.unknown_recovered, t.lost), (2, 1, 3));
+    }
+
+    #[test]
+    fn overlapping_windows() {
+        let t = |s: i64| DateTime::<Utc>::from_timestamp(1_700_000_000 + s, 0).unwrap();
+        let w = |key, pid, a, b: Option<i64>| Window {
+            key,
+            worker_pid: pid,
+            start: t(a),
+            end: b.map(t),
+        };
+        let ws = [
+            w(1, 1, 0, Some(5)),
+            w(1, 2, 6, Some(7)), // after: fine
+            w(2, 1, 0, Some(5)),
+            w(2, 2, 4, Some(6)), // overlaps
+            w(3, 1, 0, None),
+            w(3, 2, 9, Some(10)), // the first never ended: overlaps
+            w(4, 1, 0, Some(5)),
+            w(4, 1, 1, Some(6)), // same process: not counted
+        ];
+        let keys: HashSet<i64> = overlapping(&ws).iter().map(|(a, _)| a.key).collect();
+        assert_eq!(keys, [2, 3].into_iter().collect());
     }
 
     #[test]

@@ -37,7 +37,7 @@ mod worker;
 use std::path::PathBuf;
 use std::time::Instant;
 
-pub use worker::{worker_main, WorkerArgs};
+pub use worker::{worker_main, Sabotage, WorkerArgs};
 
 /// The error type of the suite's entry points: any failure of the harness
 /// itself (a scenario's verdict is reported in the table, not as an error).
@@ -84,13 +84,19 @@ pub struct FaultsArgs {
     /// system temp folder, printed at the start).
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
+
+    /// Plant a bug in the fault worker (`skip-ledger`: one message in a
+    /// thousand acknowledged without being recorded). The run must then
+    /// fail: this is how the suite is seen to go red.
+    #[arg(long, value_enum, default_value_t = Sabotage::None)]
+    pub sabotage: Sabotage,
 }
 
 /// Runs the suite and prints the table (Markdown on stdout).
 ///
 /// Returns the process exit code: 0 when every scenario's verdict passed, 1
 /// otherwise; an `Err` means the harness itself could not run (no cluster,
-/// say).
+/// say), for which `main` exits 2.
 ///
 /// ```no_run
 /// # async fn f(args: pgmq_bench::faults::FaultsArgs) -> Result<(), pgmq_bench::faults::BoxError> {

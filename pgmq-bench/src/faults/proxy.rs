@@ -1,11 +1,13 @@
 //! A TCP proxy between clients and the server that can cut every live
-//! connection at once and refuse new ones for a while: a network fault on
-//! demand.
+//! connection at once, refuse new ones for a while, or blackhole everything
+//! (forward nothing in either direction while keeping every connection open,
+//! as a silently dropping network path would): network faults on demand.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -15,6 +17,8 @@ struct Shared {
     accepting: AtomicBool,
     /// Bumped by every cut; each connection task ends when it changes.
     cut: watch::Sender<u64>,
+    /// While true nothing is forwarded either way; bytes wait, nothing closes.
+    blackhole: watch::Sender<bool>,
     live: AtomicUsize,
     cut_total: AtomicU64,
     refused_total: AtomicU64,
@@ -33,10 +37,12 @@ impl Proxy {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let (cut, _) = watch::channel(0u64);
+        let (blackhole, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             upstream,
             accepting: AtomicBool::new(true),
             cut,
+            blackhole,
             live: AtomicUsize::new(0),
             cut_total: AtomicU64::new(0),
             refused_total: AtomicU64::new(0),
@@ -82,6 +88,18 @@ impl Proxy {
         self.shared.accepting.store(yes, Ordering::SeqCst);
     }
 
+    /// Blackholes (true) or restores (false) every connection, live and new:
+    /// while on, no byte is forwarded in either direction and no connection
+    /// is closed or reset; what was sent meanwhile is delivered on restore.
+    pub(crate) fn set_blackhole(&self, on: bool) {
+        self.shared.blackhole.send_replace(on);
+    }
+
+    /// Live connections.
+    pub(crate) fn live(&self) -> usize {
+        self.shared.live.load(Ordering::SeqCst)
+    }
+
     /// Connections cut and refused so far.
     pub(crate) fn totals(&self) -> (u64, u64) {
         (
@@ -108,8 +126,12 @@ async fn forward(s: Arc<Shared>, mut client: TcpStream) {
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     s.live.fetch_add(1, Ordering::SeqCst);
+    let (mut client_rx, mut client_tx) = client.split();
+    let (mut server_rx, mut server_tx) = server.split();
+    let up = pump(&mut client_rx, &mut server_tx, s.blackhole.subscribe());
+    let down = pump(&mut server_rx, &mut client_tx, s.blackhole.subscribe());
     tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+        _ = futures::future::join(up, down) => {}
         _ = cut.changed() => {
             // A cut: reset both sides, as a dropped network path or a dead
             // middlebox would.
@@ -120,10 +142,38 @@ async fn forward(s: Arc<Shared>, mut client: TcpStream) {
     s.live.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// Copies one direction until EOF or an error, holding every chunk while the
+/// blackhole is on (before reading, so that the kernel buffers fill and the
+/// sender stalls, and before writing what was read).
+async fn pump<R, W>(rx: &mut R, tx: &mut W, mut blackhole: watch::Receiver<bool>)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if blackhole.wait_for(|on| !on).await.is_err() {
+            return;
+        }
+        let n = match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = tx.shutdown().await;
+                return;
+            }
+            Ok(n) => n,
+        };
+        if blackhole.wait_for(|on| !on).await.is_err() {
+            return;
+        }
+        if tx.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
     async fn forwards_cuts_and_refuses() {
@@ -172,5 +222,16 @@ mod tests {
         c.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"pong");
         assert_eq!(proxy.totals(), (1, 1));
+
+        // Blackholed: the connection stays open, nothing comes back; restored,
+        // what was sent meanwhile arrives.
+        proxy.set_blackhole(true);
+        c.write_all(b"held").await.unwrap();
+        let r = tokio::time::timeout(std::time::Duration::from_millis(300), c.read(&mut one)).await;
+        assert!(r.is_err(), "nothing may pass a blackhole");
+        proxy.set_blackhole(false);
+        let mut held = [0u8; 4];
+        c.read_exact(&mut held).await.unwrap();
+        assert_eq!(&held, b"held");
     }
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::ctx::Ctx;
 use super::ledger::Tally;
+use crate::document::{Build, Database, Durability, Sdk};
 
 /// One check of a scenario beyond the per-key counts.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +27,16 @@ impl Check {
     }
 }
 
+/// The most duplicates a scenario's faults can explain: the messages held
+/// (claimed, or handled and not yet acknowledged) and the reads in flight at
+/// each fault, as measured then.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DupBound {
+    pub max: u64,
+    /// How the bound was made, per fault.
+    pub why: String,
+}
+
 /// One row of the table.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Row {
@@ -35,6 +46,8 @@ pub(crate) struct Row {
     pub tally: Tally,
     /// Whether duplicates are legitimate here (at-least-once after a crash).
     pub duplicates_allowed: bool,
+    /// Where they are: at most this many (a row with more fails).
+    pub duplicate_bound: Option<DupBound>,
     pub checks: Vec<Check>,
     pub pass: bool,
     pub seconds: f64,
@@ -42,14 +55,26 @@ pub(crate) struct Row {
 
 impl Row {
     /// A row whose verdict follows from the counts and the checks.
+    /// Duplicates are allowed only up to `bound`; without a bound, none are.
     pub(crate) fn new(
         scenario: &str,
         title: &str,
         tally: Tally,
-        duplicates_allowed: bool,
-        checks: Vec<Check>,
+        bound: Option<DupBound>,
+        mut checks: Vec<Check>,
         took: Duration,
     ) -> Row {
+        if let Some(b) = &bound {
+            checks.push(Check::new(
+                "duplicates within what the faults explain",
+                tally.duplicated <= b.max,
+                format!(
+                    "{} duplicated, at most {}: {}",
+                    tally.duplicated, b.max, b.why
+                ),
+            ));
+        }
+        let duplicates_allowed = bound.is_some();
         let pass = tally.lost == 0
             && tally.unexpected == 0
             && (duplicates_allowed || tally.duplicated == 0)
@@ -59,6 +84,7 @@ impl Row {
             title: title.to_owned(),
             tally,
             duplicates_allowed,
+            duplicate_bound: bound,
             checks,
             pass,
             seconds: took.as_secs_f64(),
@@ -78,6 +104,7 @@ impl Row {
             title: "harness error".to_owned(),
             tally: Tally::default(),
             duplicates_allowed: false,
+            duplicate_bound: None,
             checks: vec![Check::new("scenario ran", false, error)],
             pass: false,
             seconds: 0.0,
@@ -96,13 +123,25 @@ pub(crate) struct Document {
     pub pass: bool,
     pub machine: String,
     pub server: String,
+    /// Version, git commit and dirty flag of the source this binary was built from.
+    pub sdk: Sdk,
+    /// Build profile (the suite's timings mean little in a debug build).
+    pub build: Build,
+    /// The suite's cluster: PostgreSQL and PGMQ versions, non-default settings.
+    pub database: Database,
+    /// fsync, synchronous_commit, full_page_writes, autovacuum: a crash test
+    /// on a server without them proves less.
+    pub durability: Durability,
+    /// The fault worker's deliberate bug, when one was asked for (the run
+    /// must then fail).
+    pub sabotage: Option<String>,
     pub rows: Vec<Row>,
 }
 
 impl Document {
     pub(crate) fn new(ctx: &Ctx, rows: Vec<Row>, took: Duration) -> Document {
         Document {
-            schema: "pgmq-faults.v1",
+            schema: "pgmq-faults.v2",
             run_id: ctx.run_id.clone(),
             messages_per_scenario: ctx.n,
             started_at: ctx.started_at.to_rfc3339(),
@@ -110,6 +149,11 @@ impl Document {
             pass: rows.iter().all(|r| r.pass),
             machine: ctx.machine.clone(),
             server: ctx.server.clone(),
+            sdk: crate::metadata::sdk(),
+            build: crate::metadata::build(),
+            database: ctx.database.clone(),
+            durability: ctx.durability.clone(),
+            sabotage: ctx.sabotage_name(),
             rows,
         }
     }
@@ -129,10 +173,9 @@ impl Document {
             } else {
                 "0".to_owned()
             };
-            let dups = if t.duplicated > 0 && r.duplicates_allowed {
-                format!("{} (allowed)", t.duplicated)
-            } else {
-                t.duplicated.to_string()
+            let dups = match &r.duplicate_bound {
+                Some(b) => format!("{} (≤ {})", t.duplicated, b.max),
+                None => t.duplicated.to_string(),
             };
             let _ = writeln!(
                 s,
@@ -189,9 +232,19 @@ impl Document {
                 );
             }
         }
+        let commit = match (&self.sdk.git_commit, self.sdk.git_dirty) {
+            (Some(c), Some(true)) => format!("commit {} (dirty)", &c[..c.len().min(7)]),
+            (Some(c), _) => format!("commit {}", &c[..c.len().min(7)]),
+            (None, _) => "commit unknown".to_owned(),
+        };
+        let durable = if self.durability.reasons.is_empty() {
+            "durable settings".to_owned()
+        } else {
+            format!("NOT durable: {}", self.durability.reasons.join(", "))
+        };
         let _ = writeln!(
             s,
-            "\n{} rows, {}; {:.0} s, {} messages per scenario; {}; {}; run {}.",
+            "\n{} rows, {}; {:.0} s, {} messages per scenario; {}; {}; {} build, {}; {}; run {}{}.",
             self.rows.len(),
             if self.pass {
                 "all passed"
@@ -202,7 +255,14 @@ impl Document {
             self.messages_per_scenario,
             self.machine,
             self.server,
-            self.run_id
+            self.build.profile,
+            commit,
+            durable,
+            self.run_id,
+            match &self.sabotage {
+                Some(x) => format!("; SABOTAGED ({x})"),
+                None => String::new(),
+            }
         );
         s
     }

@@ -3,9 +3,13 @@
 //! handling in the ledger before returning.
 //!
 //! Protocol with the suite, on stdout: `ready <pid>` once the worker runs,
-//! `draining` after the first SIGTERM, `forced` when a second SIGTERM forces
-//! the exit (exit code 3), `report <json>` after a graceful shutdown (exit
-//! code 0). Logs go to stderr.
+//! `stats <json>` every `--stats-ms` (the worker's counters, so that the
+//! suite sees when it notices a fault and when it resumes), `draining` after
+//! the first SIGTERM (a graceful shutdown starts), `forced` after a second
+//! SIGTERM (the shutdown is escalated with pgmq-worker's own
+//! `ShutdownHandle::immediate`), then `report <json>` once the shutdown
+//! returned: exit code 0 after a graceful shutdown, 3 after an escalated one.
+//! Logs go to stderr.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -13,14 +17,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
-use pgmq_worker::{Backoff, HandlerError, Outcome, WakeUp, Worker};
+use pgmq_worker::{Backoff, Context, HandlerError, Outcome, WakeUp, Worker};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::job::Job;
-use super::ledger::INSERT_HANDLING;
+use super::ledger::{INSERT_HANDLING, INSERT_START};
 use super::BoxError;
 
-/// Exit code of a worker whose shutdown a second SIGTERM forced.
+/// Exit code of a worker whose shutdown a second SIGTERM escalated.
 pub(crate) const FORCED_EXIT: u8 = 3;
 
 /// Options of the hidden `fault-worker` subcommand (set by the suite).
@@ -78,6 +82,45 @@ pub struct WorkerArgs {
     /// Extra sleep in every handler, milliseconds.
     #[arg(long, default_value_t = 0)]
     pub sleep_ms: u64,
+    /// `handler_timeout`, milliseconds (0: pgmq-worker's default).
+    #[arg(long, default_value_t = 0)]
+    pub handler_timeout_ms: u64,
+    /// `db_timeout`, milliseconds (0: pgmq-worker's default).
+    #[arg(long, default_value_t = 0)]
+    pub db_timeout_ms: u64,
+    /// Build the worker with pgmq-worker's defaults for everything but the
+    /// queue, the dead-letter queue and the visibility timeout (the options
+    /// above that tune concurrency, batches, attempts, backoff, heartbeat,
+    /// polling and grace are then ignored).
+    #[arg(long)]
+    pub sdk_defaults: bool,
+    /// Also record each handler's start (`pgmq_fault_starts`), so that two
+    /// handlers of one message running at once can be measured.
+    #[arg(long)]
+    pub record_starts: bool,
+    /// How often to print the worker's counters, milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub stats_ms: u64,
+    /// Break the handler on purpose, to prove that the suite goes red.
+    #[arg(long, value_enum, default_value_t = Sabotage::None)]
+    pub sabotage: Sabotage,
+}
+
+/// A deliberate bug in the fault worker's handler (`--sabotage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum Sabotage {
+    /// The handler is correct.
+    #[default]
+    None,
+    /// One message in a thousand (keys ending in 999) is acknowledged
+    /// without its ledger row: exactly what a lost message looks like.
+    SkipLedger,
+}
+
+/// Whether `--sabotage skip-ledger` drops this key's ledger row.
+pub(crate) fn skipped_by_sabotage(key: i64) -> bool {
+    key.rem_euclid(1000) == 999
 }
 
 impl WorkerArgs {
@@ -106,6 +149,12 @@ impl WorkerArgs {
             grace_ms: 10_000,
             poll_ms: 100,
             sleep_ms: 0,
+            handler_timeout_ms: 0,
+            db_timeout_ms: 0,
+            sdk_defaults: false,
+            record_starts: false,
+            stats_ms: 200,
+            sabotage: Sabotage::None,
         }
     }
 
@@ -132,12 +181,25 @@ impl WorkerArgs {
             ("--grace-ms", self.grace_ms),
             ("--poll-ms", self.poll_ms),
             ("--sleep-ms", self.sleep_ms),
+            ("--stats-ms", self.stats_ms),
+            ("--handler-timeout-ms", self.handler_timeout_ms),
+            ("--db-timeout-ms", self.db_timeout_ms),
         ] {
             v.push(flag.into());
             v.push(value.to_string());
         }
-        if self.heartbeat {
-            v.push("--heartbeat".into());
+        for (flag, on) in [
+            ("--heartbeat", self.heartbeat),
+            ("--sdk-defaults", self.sdk_defaults),
+            ("--record-starts", self.record_starts),
+        ] {
+            if on {
+                v.push(flag.into());
+            }
+        }
+        if self.sabotage == Sabotage::SkipLedger {
+            v.push("--sabotage".into());
+            v.push("skip-ledger".into());
         }
         v
     }
@@ -150,11 +212,14 @@ struct HandlerCtx {
     scenario: String,
     pid: i32,
     sleep: Duration,
+    record_starts: bool,
+    sabotage: Sabotage,
 }
 
-/// Runs the worker process until SIGTERM (graceful: returns exit code 0) or
-/// a second SIGTERM during the shutdown (forced: the process exits with
-/// code 3 at once).
+/// Runs the worker process until SIGTERM (graceful: returns exit code 0); a
+/// second SIGTERM during that shutdown escalates it with
+/// [`ShutdownHandle::immediate`](pgmq_worker::ShutdownHandle::immediate)
+/// (running handlers abandoned; returns exit code 3 once the report is out).
 ///
 /// ```no_run
 /// # async fn f(args: pgmq_bench::faults::WorkerArgs) -> Result<(), pgmq_bench::faults::BoxError> {
@@ -182,57 +247,132 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
         scenario: args.scenario.clone(),
         pid: std::process::id() as i32,
         sleep: Duration::from_millis(args.sleep_ms),
+        record_starts: args.record_starts,
+        sabotage: args.sabotage,
     });
-    let worker: Worker<Job> = Worker::builder(client, queue)
-        .concurrency(args.concurrency)
-        .batch_size(args.batch_size)
-        .claim_capacity(args.claim_capacity)
+    let builder = Worker::<Job>::builder(client, queue)
         .visibility_timeout(Duration::from_secs(args.vt_secs))
-        .poll_interval(Duration::from_millis(args.poll_ms))
-        .wake_up(WakeUp::Poll)
-        .max_attempts(args.max_attempts)
-        .retry_backoff(Backoff::exponential(
-            Duration::from_millis(args.backoff_ms),
-            Duration::from_millis(args.backoff_max_ms),
-        ))
-        .dead_letter_queue(dlq)
-        .shutdown_grace(Duration::from_millis(args.grace_ms))
-        .heartbeat(args.heartbeat)
-        .handler(move |msg: Message<Job>| handle(hctx.clone(), msg))
+        .dead_letter_queue(dlq);
+    let builder = if args.sdk_defaults {
+        builder
+    } else {
+        builder
+            .concurrency(args.concurrency)
+            .batch_size(args.batch_size)
+            .claim_capacity(args.claim_capacity)
+            .poll_interval(Duration::from_millis(args.poll_ms))
+            .wake_up(WakeUp::Poll)
+            .max_attempts(args.max_attempts)
+            .retry_backoff(Backoff::exponential(
+                Duration::from_millis(args.backoff_ms),
+                Duration::from_millis(args.backoff_max_ms),
+            ))
+            .shutdown_grace(Duration::from_millis(args.grace_ms))
+            .heartbeat(args.heartbeat)
+    };
+    let builder = match args.handler_timeout_ms {
+        0 => builder,
+        ms => builder.handler_timeout(Duration::from_millis(ms)),
+    };
+    let builder = match args.db_timeout_ms {
+        0 => builder,
+        ms => builder.db_timeout(Duration::from_millis(ms)),
+    };
+    let worker = builder
+        .handler_with_context(move |msg: Message<Job>, cx: Context| handle(hctx.clone(), msg, cx))
         .build()?;
     let handle = worker.spawn();
+    let stop = handle.shutdown_handle();
     say(&format!("ready {}", std::process::id()));
+
+    // The counters, printed until the process ends.
+    let stats_every = Duration::from_millis(args.stats_ms.max(10));
+    let stats = {
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            loop {
+                say(&format!("stats {}", stats_json(&handle.stats())));
+                tokio::select! {
+                    _ = tokio::time::sleep(stats_every) => {}
+                    _ = &mut rx => return handle,
+                }
+            }
+        });
+        (tx, task)
+    };
 
     term.recv().await;
     say("draining");
-    tokio::spawn(async move {
+    let (tx, task) = stats;
+    let _ = tx.send(());
+    let handle = task.await?;
+    // A second SIGTERM escalates the shutdown through the SDK (running
+    // handlers abandoned, unstarted claims still released, finished handlers'
+    // acknowledgements still written, within about a second); the report
+    // still comes back, and the process exits 3 to say it was cut short.
+    let escalation = tokio::spawn(async move {
         term.recv().await;
         say("forced");
-        std::process::exit(i32::from(FORCED_EXIT));
+        stop.immediate();
     });
     let report = handle.shutdown().await?;
+    escalation.abort();
     let st = &report.stats;
-    let json = serde_json::json!({
-        "handled": report.handled,
-        "acked": report.acked,
-        "released": report.released,
-        "still_running_at_deadline": report.still_running_at_deadline,
-        "acks_failed": report.acks_failed,
-        "release_failed": report.release_failed,
-        "shutdown_ms": report.elapsed.as_millis() as u64,
+    let mut json = stats_json(st);
+    if let serde_json::Value::Object(m) = &mut json {
+        for (k, v) in [
+            ("handled", serde_json::json!(report.handled)),
+            ("acked", serde_json::json!(report.acked)),
+            ("released", serde_json::json!(report.released)),
+            (
+                "still_running_at_deadline",
+                serde_json::json!(report.still_running_at_deadline),
+            ),
+            ("abandoned", serde_json::json!(report.abandoned)),
+            ("immediate", serde_json::json!(report.immediate)),
+            ("acks_failed", serde_json::json!(report.acks_failed)),
+            ("claims_lost", serde_json::json!(report.claims_lost)),
+            ("pid", serde_json::json!(std::process::id())),
+            ("release_failed", serde_json::json!(report.release_failed)),
+            (
+                "shutdown_ms",
+                serde_json::json!(report.elapsed.as_millis() as u64),
+            ),
+        ] {
+            m.insert(k.to_owned(), v);
+        }
+    }
+    say(&format!("report {json}"));
+    Ok(if report.immediate {
+        i32::from(FORCED_EXIT)
+    } else {
+        0
+    })
+}
+
+/// The counters the suite reads, as JSON.
+fn stats_json(st: &pgmq_worker::StatsSnapshot) -> serde_json::Value {
+    serde_json::json!({
         "claimed": st.claimed,
+        "handled": st.handled,
+        "succeeded": st.succeeded,
         "panicked": st.panicked,
         "decode_failures": st.decode_failures,
         "dead_lettered": st.dead_lettered,
+        "deleted": st.deleted,
         "failed": st.failed,
         "retried": st.retried,
+        "released": st.released,
+        "reads": st.reads,
         "read_errors": st.read_errors,
+        "acks_pending": st.acks_pending,
+        "acks_failed": st.acks_failed,
         "ack_retries": st.ack_retries,
         "expired_unstarted": st.expired_unstarted,
         "heartbeats": st.heartbeats,
-    });
-    say(&format!("report {json}"));
-    Ok(0)
+        "claims_lost": st.claims_lost,
+        "timed_out": st.timed_out,
+    })
 }
 
 /// One line to the suite.
@@ -265,11 +405,34 @@ async fn connect_retrying(dsn: &str, max_size: u32, check_pgmq: bool) -> Result<
     }
 }
 
-/// The handler: obey the message's act, then record the handling.
-async fn handle(h: Arc<HandlerCtx>, msg: Message<Job>) -> Result<Outcome, HandlerError> {
+/// The handler: obey the message's act, then record the handling, unless
+/// its delivery was cancelled meanwhile (claim lost, timed out, immediate
+/// shutdown): a well-behaved handler does not commit its side effect then.
+/// Acts count deliveries (`read_ct`), so that a message whose handler was
+/// abandoned by a crash behaves differently on its next delivery.
+async fn handle(
+    h: Arc<HandlerCtx>,
+    msg: Message<Job>,
+    cx: Context,
+) -> Result<Outcome, HandlerError> {
     let started_at = Utc::now();
     let attempt = msg.read_ct;
     let act = msg.body.act.unwrap_or_default();
+    if h.record_starts {
+        let conn = h.ledger.connection().await?;
+        conn.execute(
+            INSERT_START,
+            &[
+                &h.run_id,
+                &h.scenario,
+                &msg.body.key,
+                &msg.msg_id,
+                &h.pid,
+                &msg.read_ct,
+            ],
+        )
+        .await?;
+    }
     if attempt < act.hang_before {
         tracing::info!(key = msg.body.key, "planned hang");
         tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -283,6 +446,13 @@ async fn handle(h: Arc<HandlerCtx>, msg: Message<Job>) -> Result<Outcome, Handle
     let sleep = h.sleep + Duration::from_millis(act.sleep_ms);
     if !sleep.is_zero() {
         tokio::time::sleep(sleep).await;
+    }
+    if cx.is_cancelled() {
+        return Err(format!("key {}: delivery cancelled before its record", msg.body.key).into());
+    }
+    if h.sabotage == Sabotage::SkipLedger && skipped_by_sabotage(msg.body.key) {
+        // The planted bug: acknowledged, never recorded.
+        return Ok(Outcome::Delete);
     }
     let conn = h.ledger.connection().await?;
     conn.execute(
@@ -321,12 +491,16 @@ mod tests {
         let mut a = WorkerArgs::for_queue(&q, &d, "run", "7");
         a.heartbeat = true;
         a.vt_secs = 3;
+        a.record_starts = true;
+        a.sabotage = Sabotage::SkipLedger;
         let mut argv = vec!["x".to_owned(), "--dsn".into(), "postgres://u@h/db".into()];
         argv.extend(a.to_argv());
         let parsed = Cli::try_parse_from(argv).unwrap().w;
         assert!(parsed.heartbeat);
         assert_eq!(parsed.vt_secs, 3);
         assert_eq!(parsed.scenario, "7");
+        assert!(parsed.record_starts && !parsed.sdk_defaults);
+        assert_eq!(parsed.sabotage, Sabotage::SkipLedger);
         assert_eq!(parsed.to_argv(), a.to_argv());
     }
 }

@@ -130,7 +130,7 @@ pub(crate) async fn hostile_names(ctx: &Ctx) -> Result<Row, BoxError> {
         "9",
         "hostile queue names",
         Tally::default(),
-        false,
+        None,
         checks,
         started.elapsed(),
     ))
@@ -254,7 +254,7 @@ pub(crate) async fn connect_failures(ctx: &Ctx) -> Result<Row, BoxError> {
         "10",
         "bad password / closed port / silent server / no PGMQ",
         Tally::default(),
-        false,
+        None,
         checks,
         started.elapsed(),
     ))

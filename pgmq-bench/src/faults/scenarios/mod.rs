@@ -1,9 +1,10 @@
-//! Scenarios 1 to 12 of the fault suite, and the steps they share.
+//! The scenarios of the fault suite, and the steps they share.
 //!
 //! | file | scenarios |
 //! | --- | --- |
-//! | `crash.rs` | 1 server killed, 2 worker SIGKILLed, 3 connections cut, 8 two workers |
-//! | `handlers.rs` | 4 poison payloads, 5 panics and failures, 6 handlers outliving their vt |
+//! | `crash.rs` | 1 server killed, 2 worker SIGKILLed, 3 connections cut, 8 two workers, 16 killed mid-ack |
+//! | `handlers.rs` | 4 poison payloads, 5 panics and failures, 6 handlers outliving their vt, 15 hung handlers, 19 edge-case bodies |
+//! | `outages.rs` | 13 network blackhole, 14 paused worker, 17 database down, 18 database read-only |
 //! | `shutdown.rs` | 7 graceful shutdown 20 times, 12 SIGTERM and a second SIGTERM |
 //! | `inputs.rs` | 9 hostile queue names, 10 connect failures |
 //! | `produce.rs` | 11 producers under connection cuts |
@@ -11,6 +12,7 @@
 mod crash;
 mod handlers;
 mod inputs;
+mod outages;
 mod produce;
 mod shutdown;
 
@@ -21,12 +23,14 @@ use super::child::{Exit, WorkerProc};
 use super::ctx::{Ctx, Queues};
 use super::job::Job;
 use super::ledger::{Handling, Produced};
-use super::report::{Check, Row};
+use super::report::{Check, DupBound, Row};
 use super::worker::WorkerArgs;
 use super::BoxError;
 
 /// All scenarios, in order.
-pub(crate) const ALL: [u8; 12] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+pub(crate) const ALL: [u8; 19] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+];
 
 /// The scenarios asked for (all when none were named).
 pub(crate) fn selection(asked: &[u8]) -> Result<Vec<u8>, BoxError> {
@@ -36,7 +40,7 @@ pub(crate) fn selection(asked: &[u8]) -> Result<Vec<u8>, BoxError> {
     let mut out = Vec::new();
     for s in asked {
         if !ALL.contains(s) {
-            return Err(format!("no scenario {s}: scenarios are 1 to 12").into());
+            return Err(format!("no scenario {s}: scenarios are {ALL:?}").into());
         }
         if !out.contains(s) {
             out.push(*s);
@@ -66,6 +70,13 @@ pub(crate) async fn run_one(ctx: &Ctx, s: u8) -> Result<Vec<Row>, BoxError> {
             shutdown::sigterm_busy(ctx).await?,
             shutdown::second_sigterm(ctx).await?,
         ],
+        13 => vec![outages::blackhole(ctx).await?],
+        14 => vec![outages::paused_worker(ctx).await?],
+        15 => vec![handlers::hung_handlers(ctx).await?],
+        16 => vec![crash::killed_mid_ack(ctx).await?],
+        17 => vec![outages::database_down(ctx).await?],
+        18 => vec![outages::read_only_database(ctx).await?],
+        19 => vec![handlers::bodies(ctx).await?],
         _ => return Err(format!("no scenario {s}").into()),
     })
 }
@@ -85,6 +96,12 @@ pub(crate) struct Run<'a> {
     /// Whether messages may end in the dead-letter queue here (poison,
     /// panics); elsewhere a dead letter is a message that was never handled.
     pub dead_letters_expected: bool,
+    /// Duplicates the faults can explain, added up fault by fault
+    /// ([`Run::allow_duplicates`]); without any, none are allowed.
+    bound: Option<DupBound>,
+    /// The keys each fault left held (claimed or unacknowledged), when the
+    /// scenario can know them: every duplicated key must be one of them.
+    suspects: Option<HashSet<i64>>,
     started: Instant,
 }
 
@@ -98,6 +115,8 @@ impl<'a> Run<'a> {
             produced: Produced::default(),
             checks: Vec::new(),
             dead_letters_expected: false,
+            bound: None,
+            suspects: None,
             started: Instant::now(),
         })
     }
@@ -122,6 +141,45 @@ impl<'a> Run<'a> {
     /// Starts a worker process straight on the cluster.
     pub(crate) async fn spawn(&self, args: &WorkerArgs) -> Result<WorkerProc, BoxError> {
         self.ctx.spawn_worker(args).await
+    }
+
+    /// Allows `n` more duplicates, with what explains them (one fault).
+    pub(crate) fn allow_duplicates(&mut self, n: u64, why: impl Into<String>) {
+        let why = why.into();
+        match &mut self.bound {
+            Some(b) => {
+                b.max += n;
+                b.why.push_str("; ");
+                b.why.push_str(&why);
+            }
+            None => self.bound = Some(DupBound { max: n, why }),
+        }
+    }
+
+    /// Records keys a fault left held: duplicates may only be among them.
+    pub(crate) fn suspect(&mut self, keys: impl IntoIterator<Item = i64>) {
+        self.suspects.get_or_insert_with(HashSet::new).extend(keys);
+    }
+
+    /// The keys of the messages invisible right now: claimed by some worker
+    /// (running, queued for a handler, or handled and not yet acknowledged).
+    pub(crate) async fn held_keys(&self) -> Result<Vec<i64>, BoxError> {
+        held_keys(self.ctx, &self.qs.q).await
+    }
+
+    /// Allows, for one fault, the messages held then plus one read batch per
+    /// claim loop that may have been in flight (its claims not yet visible
+    /// in the table when it was sampled), and records the held keys.
+    pub(crate) fn allow_fault(&mut self, fault: &str, held: &[i64], args: &WorkerArgs) {
+        let reads = CLAIM_LOOPS * args.batch_size as u64;
+        self.allow_duplicates(
+            held.len() as u64 + reads,
+            format!(
+                "{fault}: {} held + {CLAIM_LOOPS} reads x {} in flight",
+                held.len(),
+                args.batch_size
+            ),
+        );
     }
 
     /// Adds a check.
@@ -156,7 +214,6 @@ impl<'a> Run<'a> {
         mut self,
         title: &str,
         mut workers: Vec<WorkerProc>,
-        duplicates_allowed: bool,
     ) -> Result<Finished, BoxError> {
         let ctx = self.ctx;
         let drained = self.wait_drained().await;
@@ -206,15 +263,35 @@ impl<'a> Run<'a> {
                 format!("{n} messages in the dead-letter queue, none of which ever failed"),
             );
         }
+        if let Some(suspects) = &self.suspects {
+            let mut seen = HashSet::new();
+            let odd: Vec<i64> = acc
+                .handlings
+                .iter()
+                .filter(|h| !seen.insert(h.key) && !suspects.contains(&h.key))
+                .map(|h| h.key)
+                .collect();
+            self.check(
+                "duplicates only of messages held at a fault",
+                odd.is_empty(),
+                format!(
+                    "{} duplicated handlings of keys no fault left held (e.g. {:?}); {} keys held at the faults",
+                    odd.len(),
+                    &odd[..odd.len().min(5)],
+                    suspects.len()
+                ),
+            );
+        }
         let row = Row::new(
             self.label,
             title,
             acc.tally,
-            duplicates_allowed,
+            self.bound,
             self.checks,
             self.started.elapsed(),
         );
         Ok(Finished {
+            dead_reasons: acc.dead_reasons,
             row,
             handlings: acc.handlings,
             dead: acc.dead,
@@ -229,6 +306,8 @@ pub(crate) struct Finished {
     pub handlings: Vec<Handling>,
     /// Keys in the dead-letter queue.
     pub dead: HashSet<i64>,
+    /// The reason pgmq-worker wrote on each keyed dead letter.
+    pub dead_reasons: std::collections::HashMap<i64, String>,
     /// The workers' exits (those that could be waited for).
     pub exits: Vec<Exit>,
 }
@@ -238,6 +317,23 @@ impl Finished {
     pub(crate) fn report(&self) -> Option<&serde_json::Value> {
         self.exits.iter().find_map(|e| e.said.report.as_ref())
     }
+}
+
+/// Claim loops per worker (pgmq-worker's default, which the fault worker keeps).
+pub(crate) const CLAIM_LOOPS: u64 = 2;
+
+/// The keys of the messages of `q` invisible right now (claimed and not yet
+/// deleted, released or expired), read from the table without reading them.
+pub(crate) async fn held_keys(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<Vec<i64>, BoxError> {
+    let conn = ctx.client.connection().await?;
+    // A validated QueueName: [a-z0-9_] only.
+    let sql = format!(
+        "select coalesce((headers->>'{}')::bigint, -1) from {} where vt > clock_timestamp()",
+        super::job::KEY_HEADER,
+        q.table()
+    );
+    let rows = conn.query(sql.as_str(), &[]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// SIGTERMs every worker at once and waits for them.
@@ -260,4 +356,94 @@ fn describe_exits(exits: &[Result<Exit, BoxError>]) -> String {
     } else {
         format!(" ({})", bad.join("; "))
     }
+}
+
+/// A transaction of the suite's own that holds row locks on every message
+/// held by a worker right now: an acknowledgement (delete, archive, set_vt)
+/// of any of them then waits on the lock, so that a crash can be made to
+/// land in the middle of one. Rolled back when dropped or when its server
+/// dies.
+pub(crate) struct AckHold {
+    conn: tokio_postgres::Client,
+    /// The keys locked.
+    pub keys: Vec<i64>,
+}
+
+impl AckHold {
+    /// Locks the held (invisible) messages of `q`.
+    pub(crate) async fn lock(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<AckHold, BoxError> {
+        let (conn, _notes) = pgmq_client::ClientBuilder::new(&ctx.cluster.dsn())
+            .application_name("pgmq-faults-lock")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_dedicated()
+            .await?;
+        conn.batch_execute("begin").await?;
+        // A validated QueueName: [a-z0-9_] only.
+        let sql = format!(
+            "select coalesce((headers->>'{}')::bigint, -1) from {} \
+             where vt > clock_timestamp() for update",
+            super::job::KEY_HEADER,
+            q.table()
+        );
+        let keys = conn
+            .query(sql.as_str(), &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        Ok(AckHold { conn, keys })
+    }
+
+    /// Lets the waiting acknowledgements through.
+    pub(crate) async fn release(self) {
+        let _ = self.conn.batch_execute("rollback").await;
+    }
+}
+
+/// How many of the fault workers' acknowledgements (delete, archive,
+/// set_vt: the ledger's inserts and the reads do not match) are running in
+/// the server right now, and how many of those wait on a lock.
+pub(crate) async fn acks_in_flight(ctx: &Ctx) -> Result<(i64, i64), BoxError> {
+    let conn = ctx.client.connection().await?;
+    let row = conn
+        .query_one(
+            "select count(*), count(*) filter (where wait_event_type = 'Lock') \
+             from pg_stat_activity \
+             where application_name = 'pgmq-fault-worker' and state = 'active' \
+               and query ~* '(delete|archive|set_vt)'",
+            &[],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Polls until an acknowledgement waits on a lock; false after `limit`.
+pub(crate) async fn wait_ack_blocked(ctx: &Ctx, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if matches!(acks_in_flight(ctx).await, Ok((_, n)) if n > 0) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Locks the held messages until an acknowledgement waits on the lock,
+/// trying up to `tries` times (a try fails when no acknowledgement reached
+/// the locked rows within 3 s); returns the hold and the try that worked.
+pub(crate) async fn block_an_ack(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    tries: u32,
+) -> Result<(AckHold, u32), BoxError> {
+    for i in 1..=tries {
+        let hold = AckHold::lock(ctx, q).await?;
+        if wait_ack_blocked(ctx, Duration::from_secs(3)).await {
+            return Ok((hold, i));
+        }
+        hold.release().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("no acknowledgement waited on the locked messages in {tries} tries").into())
 }

@@ -175,7 +175,7 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
     // Then consume everything (unfaulted) and count per key.
     let w = run.spawn(&run.worker_args()).await?;
     Ok(run
-        .finish("producers under connection cuts", vec![w], false)
+        .finish("producers under connection cuts", vec![w])
         .await?
         .row)
 }

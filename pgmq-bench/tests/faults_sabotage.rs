@@ -1,0 +1,50 @@
+//! The fault suite must be seen to go red: with the fault worker sabotaged
+//! (`--sabotage skip-ledger`: one message in a thousand acknowledged without
+//! being recorded), one scenario reports FAIL, the lost message is counted,
+//! and the process exits 1.
+//!
+//! It starts its own throwaway cluster on port 55435 (the suite's cluster in
+//! CI is 55433; 55436-55438 belong to the benchmarks and the TLS tests), and
+//! runs scenario 8, which uses no proxy.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn sabotaged_worker_makes_the_suite_fail() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let json =
+        std::env::temp_dir().join(format!("pgmq-faults-sabotage-{}.json", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"))
+        .args(["faults", "--quick", "--scenarios", "8"])
+        .args(["--sabotage", "skip-ledger"])
+        .args(["--port", "55435", "--proxy-port", "55434"])
+        .arg("--root")
+        .arg(&root)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run pgmq-bench faults");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a sabotaged run must exit 1 (a failed row), not 0 or 2 (harness error)\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("| FAIL |"),
+        "the table must show FAIL:\n{stdout}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the JSON document")).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(doc["pass"], false);
+    assert_eq!(doc["sabotage"], "SkipLedger");
+    let row = &doc["rows"][0];
+    assert_eq!(row["scenario"], "8");
+    assert_eq!(row["pass"], false);
+    // 1,000 messages, keys 0..999: key 999 is the one the sabotage drops.
+    assert_eq!(row["lost"], 1, "{row}");
+    assert_eq!(row["lost_sample"], serde_json::json!([999]));
+}
