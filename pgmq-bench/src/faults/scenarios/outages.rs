@@ -53,7 +53,7 @@ pub(crate) async fn blackhole(ctx: &Ctx) -> Result<Row, BoxError> {
     args.db_timeout_ms = 2_000;
     let db_timeout = Duration::from_millis(args.db_timeout_ms);
     let w = ctx
-        .spawn_worker_via(&args, &proxied_dsn(&proxy), Some(&ctx.cluster.dsn()))
+        .spawn_worker_via(&args, &proxied_dsn(ctx, &proxy), Some(&ctx.cluster.dsn()))
         .await?;
     run.wait_quarter(1).await?;
     let held = run.held_keys().await?;
