@@ -207,3 +207,42 @@ async fn unfenced_writes_change_the_later_claim() {
         .unwrap();
     assert!(claim_of(&client, &q, ids[1]).await.unwrap().vt < b[1].vt);
 }
+
+/// The heartbeat keeps extending a delivery until its acknowledgement is
+/// written, not only while its handler runs: an acknowledgement held back
+/// (here by a long `ack_flush_interval` at a low rate) past the visibility
+/// timeout does not let another consumer claim the message meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_stays_claimed_until_its_acknowledgement_is_written() {
+    let client = client().await;
+    let q = unique("ackwait");
+    let _g = Queues::new(&client, &[&q]).await;
+    let id = client.send(&q, &json!({"n": 1})).await.unwrap();
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .visibility_timeout(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(50))
+        .ack_flush_interval(Duration::from_secs(4))
+        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "handled", || async { handle.stats().handled == 1 }).await;
+    // Its delete waits up to 4 s: well past the 1 s visibility timeout.
+    let until = std::time::Instant::now() + Duration::from_millis(2500);
+    while std::time::Instant::now() < until {
+        let got = client
+            .read::<Value>(&q, Duration::from_secs(30), 1)
+            .await
+            .unwrap();
+        assert!(got.is_empty(), "claimed by another consumer while its ack waited");
+        // Nor claimed again by this worker (it polls faster than this loop).
+        assert_eq!(handle.stats().handled, 1, "delivered again while its ack waited");
+        assert_eq!(handle.stats().deleted, 0, "the ack was not held back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for(WAIT, "deleted", || async { handle.stats().deleted == 1 }).await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.claims_lost, 0);
+    assert!(report.stats.heartbeats > 0);
+    assert_eq!(claim_of(&client, &q, id).await, None);
+}
