@@ -65,11 +65,18 @@ owned_dir() {
   (( (8#${st##* } & 8#022) == 0 ))
 }
 
+# A folder made by an older version of these scripts belongs to the
+# cluster's OS user (postgres), which root controls anyway: it is accepted,
+# and replaced by a fresh one at start.
+legacy_db_dir() {
+  [ "$(id -u)" = 0 ] && owned_dir "$PGMQ_DB_DIR" "$(id -u postgres 2>/dev/null || echo none)"
+}
+
 # Checks that the cluster's folder is ours (see above); exits with a reason
 # when it exists and is not.
 check_db_dir() {
   if [ -e "$PGMQ_DB_DIR" ] || [ -L "$PGMQ_DB_DIR" ]; then
-    if ! owned_dir "$PGMQ_DB_DIR" "$(id -u)"; then
+    if ! owned_dir "$PGMQ_DB_DIR" "$(id -u)" && ! legacy_db_dir; then
       db_log "refusing $PGMQ_DB_DIR: it is not a directory owned by $(id -un) and writable by nobody else (a symlink, another user's folder, or one made by an older version of these scripts). Remove it, or set PGMQ_DB_DIR"
       exit 1
     fi
@@ -89,6 +96,16 @@ make_db_dir() {
   fi
   if ! mkdir -m 0711 -- "$PGMQ_DB_DIR" 2>/dev/null; then
     check_db_dir
+    if legacy_db_dir; then
+      db_log "replacing $PGMQ_DB_DIR, made by an older version of these scripts"
+      local bin
+      bin="$(find_pg_bin || true)"
+      if [ -n "$bin" ] && [ -f "$PGDATA_DIR/postmaster.pid" ]; then
+        as_pg "$bin/pg_ctl" -D "$PGDATA_DIR" stop -m immediate >/dev/null 2>&1 || true
+      fi
+      rm -rf -- "$PGMQ_DB_DIR"
+      mkdir -m 0711 -- "$PGMQ_DB_DIR"
+    fi
   fi
   # The server's own folders: made here (the parent is ours), then given to it.
   local sub
