@@ -164,6 +164,8 @@ pub(crate) async fn run(
     index: usize,
     stop: CancellationToken,
 ) {
+    #[cfg(feature = "fault-injection")]
+    shared.maybe_panic("claim loop");
     let cfg = &shared.config;
     let batch = cfg.batch_size.min(cfg.claim_capacity);
     let at_least = (batch / 2).max(1);

@@ -104,6 +104,8 @@ pub(crate) async fn run(
     mut rx: mpsc::Receiver<Ack>,
     closing: CancellationToken,
 ) {
+    #[cfg(feature = "fault-injection")]
+    shared.maybe_panic("completer");
     let cfg = &shared.config;
     let batch = cfg.ack_batch_size;
     let kept = Arc::new(Kept::new(

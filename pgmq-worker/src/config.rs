@@ -129,6 +129,9 @@ pub(crate) struct Config {
     pub max_deliveries: u32,
     pub retry_jitter: bool,
     pub db_timeout: Duration,
+    /// Test hook: the internal task that panics once, at its start.
+    #[cfg(feature = "fault-injection")]
+    pub panic_once_in: Option<&'static str>,
 }
 
 /// Builds a [`Worker`]. Every setting has a default; only the handler is required.
@@ -242,6 +245,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 max_deliveries: 0,
                 retry_jitter: true,
                 db_timeout: Duration::from_secs(10),
+                #[cfg(feature = "fault-injection")]
+                panic_once_in: None,
             },
             max_deliveries: None,
             claim_capacity: None,
@@ -405,6 +410,16 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// The bound on every database call of the worker (default 10 s).
     pub fn db_timeout(mut self, d: Duration) -> Self {
         self.config.db_timeout = d;
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): makes the named internal task
+    /// (`"claim loop"`, `"heartbeat"`, `"notifier"`, `"completer"`) panic
+    /// once, when it starts, to exercise the supervision.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn panic_once_in(mut self, task: &'static str) -> Self {
+        self.config.panic_once_in = Some(task);
         self
     }
 

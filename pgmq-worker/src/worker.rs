@@ -53,6 +53,9 @@ pub(crate) struct Shared {
     /// Cancelled when an internal task fails for good: the worker stops
     /// with an error.
     pub failed: CancellationToken,
+    /// Test hook: set once the injected panic fired.
+    #[cfg(feature = "fault-injection")]
+    pub panicked_once: std::sync::atomic::AtomicBool,
     /// The throttle of the queue's insert trigger, with [`WakeUp::Notify`]
     /// (zero otherwise): the notifier reads once more this long after each
     /// notification.
@@ -98,6 +101,15 @@ impl Shared {
     /// after this returns no longer sees them.
     pub(crate) async fn after_heartbeat(&self) {
         drop(self.heartbeat_write.lock().await);
+    }
+
+    /// Test hook (feature `fault-injection`): panics the first time the
+    /// task named in `panic_once_in` calls it.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn maybe_panic(&self, task: &str) {
+        if self.config.panic_once_in == Some(task) && !self.panicked_once.swap(true, Relaxed) {
+            panic!("injected panic in the {task}");
+        }
     }
 
     pub(crate) fn set_ack_deadline(&self, t: Instant) {
@@ -338,6 +350,8 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             health: Arc::clone(&self.health),
             last_read_start_us: AtomicU64::new(0),
             failed: CancellationToken::new(),
+            #[cfg(feature = "fault-injection")]
+            panicked_once: std::sync::atomic::AtomicBool::new(false),
             notify_throttle,
             epoch: Instant::now(),
             ack_deadline_us: AtomicU64::new(0),
