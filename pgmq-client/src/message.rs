@@ -80,6 +80,44 @@ impl Message<RawJson> {
 }
 
 impl<T> Message<T> {
+    /// A message as a first read would deliver it, for tests of code that
+    /// handles messages (a worker's handler, say) without a database: id
+    /// `msg_id`, `read_ct` 1, enqueued and read now, visible again in 30 s,
+    /// no headers. Change fields with the `with_*` methods.
+    ///
+    /// ```
+    /// use pgmq_client::Message;
+    /// let m = Message::new(7, serde_json::json!({"to": "ada@example.com"}))
+    ///     .with_read_ct(2)
+    ///     .with_headers(serde_json::json!({"tenant": "a"}));
+    /// assert_eq!((m.msg_id, m.read_ct), (7, 2));
+    /// assert_eq!(m.header("tenant"), Some(&serde_json::json!("a")));
+    /// ```
+    pub fn new(msg_id: i64, body: T) -> Self {
+        let now = Utc::now();
+        Message {
+            msg_id,
+            read_ct: 1,
+            enqueued_at: now,
+            last_read_at: Some(now),
+            vt: now + chrono::Duration::seconds(30),
+            body,
+            headers: None,
+        }
+    }
+
+    /// The same message with these headers.
+    pub fn with_headers(mut self, headers: serde_json::Value) -> Self {
+        self.headers = Some(headers);
+        self
+    }
+
+    /// The same message with this delivery count.
+    pub fn with_read_ct(mut self, read_ct: i32) -> Self {
+        self.read_ct = read_ct;
+        self
+    }
+
     /// The same message with another body.
     pub fn with_body<U>(self, body: U) -> Message<U> {
         Message {

@@ -146,6 +146,7 @@ mod lease;
 mod notifier;
 mod shutdown;
 mod stats;
+pub mod testing;
 mod worker;
 
 pub use config::{Backoff, WakeUp, WorkerBuilder};
