@@ -8,8 +8,10 @@ use pgmq_client::{Client, QueueName};
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::executor::{async_spawner, blocking_spawner, context_spawner, Spawner};
-use crate::handler::{BlockingHandler, Handler, HandlerWithContext};
+use crate::executor::{
+    async_spawner, blocking_spawner, context_spawner, transactional_spawner, Spawner,
+};
+use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
 use crate::worker::Worker;
 
 /// How idle claimers learn that messages arrived.
@@ -455,6 +457,15 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// ```
     pub fn handler_with_context<H: HandlerWithContext<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(context_spawner(handler));
+        self
+    }
+
+    /// A handler whose database writes commit in one transaction with the
+    /// message's delete or archive (see [`TransactionalHandler`]). Each
+    /// running handler holds a pooled connection: give the client's pool
+    /// `concurrency` connections more than the worker's own.
+    pub fn transactional_handler<H: TransactionalHandler<T>>(mut self, handler: H) -> Self {
+        self.spawner = Some(transactional_spawner(handler));
         self
     }
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use pgmq_client::{Message, QueueName};
+use pgmq_client::{Message, Pgmq, QueueName, Receipt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -42,8 +42,10 @@ use crate::claim_queue::{ClaimQueue, WAKE_BUDGET};
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
 use crate::context::Context;
+use crate::db;
 use crate::handler::{
     panic_text, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
+    TransactionalHandler,
 };
 use crate::lease::State;
 use crate::stats::{bump, micros, record, HandlerCounters, LocalHistograms};
@@ -66,7 +68,7 @@ type RunResult = Result<Result<Outcome, HandlerError>, String>;
 
 /// One way of running a handler (async on the runtime, or blocking on a
 /// thread of the loop's own).
-pub(crate) trait Run<T>: Send + Sync + 'static {
+pub(crate) trait Run<T: Send>: Send + Sync + 'static {
     /// Per loop: what a run needs beyond the handler (the blocking loop's
     /// thread).
     type Local: Send + Default;
@@ -77,6 +79,99 @@ pub(crate) trait Run<T>: Send + Sync + 'static {
         msg: Message<T>,
         ctx: Context,
     ) -> impl Future<Output = RunResult> + Send;
+
+    /// Runs the handler; a run that acknowledged its message itself (in
+    /// the handler's transaction) says how in the second value.
+    fn run_settling(
+        &self,
+        local: &mut Self::Local,
+        msg: Message<T>,
+        ctx: Context,
+        _shared: &Shared,
+        _receipt: Receipt,
+    ) -> impl Future<Output = (RunResult, Option<Settled>)> + Send {
+        async move { (self.run(local, msg, ctx).await, None) }
+    }
+}
+
+/// How a transactional run settled its message itself.
+pub(crate) enum Settled {
+    /// Deleted or archived in the handler's transaction, committed.
+    Written(AckKind),
+    /// The claim was lost: the transaction was rolled back.
+    Lost,
+}
+
+struct TxRun<H>(H);
+
+impl<T: Send + 'static, H: TransactionalHandler<T>> Run<T> for TxRun<H> {
+    type Local = ();
+
+    async fn run(&self, _: &mut (), _msg: Message<T>, _ctx: Context) -> RunResult {
+        Err("a transactional handler runs through run_settling".to_owned())
+    }
+
+    async fn run_settling(
+        &self,
+        _: &mut (),
+        msg: Message<T>,
+        ctx: Context,
+        shared: &Shared,
+        receipt: Receipt,
+    ) -> (RunResult, Option<Settled>) {
+        let cfg = &shared.config;
+        let failed = |e: pgmq_client::Error| -> (RunResult, Option<Settled>) {
+            (Ok(Err(Box::new(e))), None)
+        };
+        let mut conn = match db::checkout(&shared.client, cfg.db_timeout).await {
+            Ok(c) => c,
+            Err(e) => return failed(e),
+        };
+        let tx = match conn.transaction().await {
+            Ok(tx) => tx,
+            Err(e) => return failed(e),
+        };
+        let result = AssertUnwindSafe(self.0.handle(msg, &tx, ctx))
+            .catch_unwind()
+            .await
+            .map_err(|p| panic_text(&*p));
+        let kind = match &result {
+            Ok(Ok(Outcome::Delete)) => AckKind::Delete,
+            Ok(Ok(Outcome::Archive)) => AckKind::Archive,
+            _ => {
+                // Anything else is written by the completer as usual; the
+                // handler's writes are undone with the transaction.
+                let _ = tx.rollback().await;
+                return (result, None);
+            }
+        };
+        let pg = Pgmq::on(&tx);
+        let written = match kind {
+            AckKind::Archive => pg.archive_fenced(&cfg.queue, &[receipt]).await,
+            _ => pg.delete_fenced(&cfg.queue, &[receipt]).await,
+        };
+        match written {
+            Ok(ids) if ids.is_empty() => {
+                let _ = tx.rollback().await;
+                (result, Some(Settled::Lost))
+            }
+            Ok(_) => match tx.commit().await {
+                Ok(()) => (result, Some(Settled::Written(kind))),
+                Err(e) => failed(e),
+            },
+            Err(e) => failed(e),
+        }
+    }
+}
+
+/// The loops of a [`TransactionalHandler`].
+pub(crate) fn transactional_spawner<
+    T: DeserializeOwned + Send + 'static,
+    H: TransactionalHandler<T>,
+>(
+    handler: H,
+) -> Box<dyn Spawner<T>> {
+    Box::new(spawner::<T, _>(TxRun(handler)))
 }
 
 struct AsyncRun<H>(H);
@@ -365,15 +460,20 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                         queue: Arc::clone(&ctx.queue_name),
                     };
                     let span = tracing::debug_span!("pgmq_worker.handle", msg_id, attempt);
-                    let call = run.run(&mut run_local, typed, hctx).instrument(span);
-                    let result = match cfg.handler_timeout {
+                    let call = run
+                        .run_settling(&mut run_local, typed, hctx, shared, receipt)
+                        .instrument(span);
+                    let (result, settled) = match cfg.handler_timeout {
                         None => call.await,
                         Some(limit) => match tokio::time::timeout(limit, call).await {
                             Ok(r) => r,
                             Err(_) => {
                                 cancel.cancel();
                                 bump(&counts.timed_out, 1);
-                                Ok(Err(format!("handler timed out after {limit:?}").into()))
+                                (
+                                    Ok(Err(format!("handler timed out after {limit:?}").into())),
+                                    None,
+                                )
                             }
                         },
                     };
@@ -389,6 +489,14 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                         shared.record_handler_time(took_us);
                     }
                     bump(&counts.handled, 1);
+                    if let Some(settled) = settled {
+                        // Acknowledged in the handler's transaction: nothing
+                        // for the completer.
+                        bump(&counts.succeeded, 1);
+                        settle(shared, &ctx.queue_name, receipt, settled);
+                        local.maybe_merge(stats, ended);
+                        continue;
+                    }
                     let kind = outcome_to_ack(shared, counts, result, attempt);
                     local.maybe_merge(stats, ended);
                     kind
@@ -437,6 +545,21 @@ pub(crate) fn truncate_reason(mut reason: String) -> String {
         reason.push('…');
     }
     reason
+}
+
+/// Records a message a transactional run acknowledged itself.
+fn settle(shared: &Shared, queue: &QueueName, receipt: Receipt, settled: Settled) {
+    let c = &shared.stats.c;
+    let already_lost = !shared.leases.finish([receipt]).is_empty();
+    match settled {
+        Settled::Written(AckKind::Archive) => bump(&c.archived, 1),
+        Settled::Written(_) => bump(&c.deleted, 1),
+        Settled::Lost if !already_lost => {
+            bump(&c.claims_lost, 1);
+            tracing::warn!(queue = %queue, msg_id = receipt.msg_id, "claim lost: the message was delivered again; the handler's transaction was rolled back");
+        }
+        Settled::Lost => {}
+    }
 }
 
 /// Maps what the handler returned to what the completer writes.

@@ -123,6 +123,61 @@ where
     }
 }
 
+/// A handler whose database writes commit together with the message's
+/// acknowledgement: effectively once for work in the same database.
+///
+/// The worker opens a transaction on a pooled connection (one per running
+/// handler: size the pool for `concurrency` more connections) and hands it
+/// to the handler. When the handler returns `Ok(Outcome::Delete)` or
+/// `Ok(Outcome::Archive)`, the fenced delete (or archive) of the message
+/// runs inside that transaction, then it commits: the handler's writes and
+/// the acknowledgement both happen or neither does. A crash, a lost
+/// connection or a timeout before the commit rolls both back, and the
+/// message comes back to a handler that finds none of its writes; a crash
+/// after the commit leaves nothing to redo. If the claim was lost meanwhile
+/// (another delivery holds the message), the transaction is rolled back and
+/// the loss counted in `claims_lost`. Any other outcome, an error or a panic
+/// rolls the transaction back and is then handled as usual (retry,
+/// snooze, dead letter).
+///
+/// Give it to [`WorkerBuilder::transactional_handler`](crate::WorkerBuilder::transactional_handler).
+///
+/// ```
+/// use pgmq_client::{Message, Transaction};
+/// use pgmq_worker::{Context, HandlerError, Outcome, TransactionalHandler};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment { order: i64, cents: i64 }
+///
+/// struct Ledger;
+///
+/// impl TransactionalHandler<Payment> for Ledger {
+///     async fn handle(
+///         &self,
+///         msg: Message<Payment>,
+///         tx: &Transaction<'_>,
+///         _ctx: Context,
+///     ) -> Result<Outcome, HandlerError> {
+///         tx.execute(
+///             "INSERT INTO payments (order_id, cents) VALUES ($1, $2)",
+///             &[&msg.body.order, &msg.body.cents],
+///         )
+///         .await?;
+///         // The insert and the message's delete commit together.
+///         Ok(Outcome::Delete)
+///     }
+/// }
+/// ```
+pub trait TransactionalHandler<T>: Send + Sync + 'static {
+    /// Handles one message inside `tx`.
+    fn handle(
+        &self,
+        msg: Message<T>,
+        tx: &pgmq_client::Transaction<'_>,
+        ctx: Context,
+    ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send;
+}
+
 /// A blocking (CPU-bound) message handler, run on a dedicated thread.
 ///
 /// Implemented for every `Fn(Message<T>) -> Result<Outcome, E>` with

@@ -153,7 +153,9 @@ pub use config::{Backoff, WakeUp, WorkerBuilder};
 pub use context::Context;
 pub use error::Error;
 pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};
-pub use handler::{BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome};
+pub use handler::{
+    BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
+};
 pub use health::Health;
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
