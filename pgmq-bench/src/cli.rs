@@ -141,9 +141,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[non_exhaustive]
 pub struct RunArgs {
     /// PostgreSQL DSN of a database with PGMQ that the benchmark may use
-    /// (never a shared, staging or production database). Required unless --local.
+    /// (never a shared, staging or production database). Required unless
+    /// --dsn-file or --local. Keep the password off the command line (other
+    /// local users can read it there): give a DSN without it and set
+    /// PGPASSWORD or a ~/.pgpass line (libpq's format, mode 0600), or put the
+    /// whole DSN in PGMQ_BENCH_DSN or a --dsn-file.
     #[arg(long, env = "PGMQ_BENCH_DSN", hide_env_values = true)]
     pub dsn: Option<String>,
+
+    /// Read the DSN from this file: its first line that is neither blank nor
+    /// a # comment. Refused unless only its owner may read it (chmod 0600),
+    /// and together with --dsn or PGMQ_BENCH_DSN.
+    #[arg(long, value_name = "PATH")]
+    pub dsn_file: Option<PathBuf>,
 
     /// Start a throwaway local cluster (scripts/db-start.sh on --local-port),
     /// run against it, and remove it afterwards.

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! pgmq-bench --local --output benchmark.json          # throwaway cluster, all sections
-//! pgmq-bench --dsn postgres://... --sections consume_scaling,baseline --workers 1,8
+//! PGMQ_BENCH_DSN=postgres://bench@db/bench pgmq-bench --sections consume_scaling,baseline --workers 1,8
+//! pgmq-bench --dsn-file ~/.config/bench.dsn   # a mode-0600 file holding the DSN
 //! pgmq-bench report benchmark.json --svg scaling.svg
 //! pgmq-bench compare old.json new.json --threshold 10
 //! ```
@@ -22,6 +23,7 @@
 //!
 //! Table of contents:
 //! - [`cli`], [`config`]: the command line and its validated settings;
+//!   [`target`]: the database, its password resolved once (never in argv);
 //! - [`run`]: one run from start to document; [`scenarios`]: the sections,
 //!   one file each (send, consume, idle, wakeup, baseline, sustained);
 //! - [`document`]: the benchmark.v1 types; [`figures`]: runs to figures and
@@ -48,6 +50,7 @@ pub mod report;
 pub mod run;
 pub mod scenarios;
 pub mod stats;
+pub mod target;
 
 pub use error::{Error, Result};
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use tokio::process::Command;
 
 use crate::error::{Error, Result};
+use crate::target::Target;
 
 /// The default `--local-port`.
 pub const DEFAULT_PORT: u16 = 55436;
@@ -20,7 +21,7 @@ pub const SHARED_PORT: u16 = 55432;
 pub struct LocalDb {
     scripts: PathBuf,
     port: u16,
-    dsn: String,
+    target: Target,
 }
 
 /// Where the db-*.sh scripts are: `PGMQ_BENCH_SCRIPTS`, then this source
@@ -97,12 +98,23 @@ impl LocalDb {
         if dsn.is_empty() {
             return Err(Error::Local("db-start.sh printed no DSN".into()));
         }
-        Ok(LocalDb { scripts, port, dsn })
+        let target = match Target::resolve(&dsn) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = script(&scripts, "db-stop.sh", port, &[]).await;
+                return Err(e);
+            }
+        };
+        Ok(LocalDb {
+            scripts,
+            port,
+            target,
+        })
     }
 
-    /// The cluster's DSN.
-    pub fn dsn(&self) -> &str {
-        &self.dsn
+    /// The cluster's database (its DSN holds the generated password).
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 
     /// The port it listens on.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use chrono::Utc;
-use pgmq_client::{redact_dsn, Client, ClientBuilder};
+use pgmq_client::redact_dsn;
 
 use crate::cli::{RunArgs, Section};
 use crate::config::Config;
@@ -21,19 +21,37 @@ use crate::progress::Progress;
 use crate::scenarios::baseline::Loop;
 use crate::scenarios::wakeup::Mode;
 use crate::scenarios::{self, baseline, consume, idle, send, sustained, wakeup, Ctx};
+use crate::target::{self, Target};
 
 /// Runs the benchmark; returns the exit status (0: every check passed,
 /// 1: the document records a failure).
 pub async fn run(args: RunArgs) -> Result<i32> {
     let cfg = Config::from_args(&args)?;
-    if !args.local && args.dsn.is_none() {
+    if !args.local && args.dsn.is_none() && args.dsn_file.is_none() {
         return Err(Error::Refused(
-            "no database given: pass --dsn (or set PGMQ_BENCH_DSN) for a database the benchmark may \
-             use, or --local for a throwaway cluster. It creates and drops pgmq_bench_* queues; never \
-             point it at a shared, staging or production database"
+            "no database given: set PGMQ_BENCH_DSN, or pass --dsn-file (or --dsn without its \
+             password, which then comes from PGPASSWORD or ~/.pgpass) for a database the benchmark \
+             may use, or --local for a throwaway cluster. It creates and drops pgmq_bench_* queues; \
+             never point it at a shared, staging or production database"
                 .into(),
         ));
     }
+    if args.dsn.is_some() && args.dsn_file.is_some() {
+        return Err(Error::Refused(
+            "both --dsn-file and --dsn (or PGMQ_BENCH_DSN) name a database: give one".into(),
+        ));
+    }
+    // Read and resolved before anything starts, so that a refused file or a
+    // DSN that does not parse changes nothing.
+    let given = if args.local {
+        None
+    } else {
+        let dsn = match &args.dsn_file {
+            Some(path) => target::read_dsn_file(path)?,
+            None => args.dsn.clone().expect("checked above"),
+        };
+        Some(Target::resolve(&dsn)?)
+    };
     let progress = Progress::new();
     let local = if args.local {
         progress.say(format!(
@@ -44,12 +62,12 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     } else {
         None
     };
-    let dsn = match (&local, &args.dsn) {
-        (Some(l), _) => l.dsn().to_owned(),
-        (None, Some(d)) => d.clone(),
+    let target = match (&local, given) {
+        (Some(l), _) => l.target().clone(),
+        (None, Some(t)) => t,
         (None, None) => unreachable!("checked above"),
     };
-    let result = bench(cfg, dsn, local.is_some(), progress.clone()).await;
+    let result = bench(cfg, target, local.is_some(), progress.clone()).await;
     if let Some(l) = local {
         progress.say("removing the throwaway cluster");
         if let Err(e) = l.stop().await {
@@ -79,14 +97,21 @@ fn command_line() -> Vec<String> {
     out
 }
 
-async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Result<i32> {
+async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> Result<i32> {
     let started_at = Utc::now();
-    let client = Client::builder(&dsn)
+    progress.say(format!(
+        "connecting to {} (password: {})",
+        target.redacted(),
+        target.password_source().describe()
+    ));
+    let client = target
+        .builder()
         .max_size(cfg.pool_size)
         .application_name("pgmq-bench")
         .connect()
         .await?;
-    let (admin, _notifications) = ClientBuilder::new(&dsn)
+    let (admin, _notifications) = target
+        .builder()
         .application_name("pgmq-bench-admin")
         .connect_dedicated()
         .await?;
@@ -98,7 +123,13 @@ async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Res
         );
     }
     let host = metadata::host().await;
-    let database = metadata::database(&admin, redact_dsn(&dsn), local, client.install()).await?;
+    let database = metadata::database(
+        &admin,
+        target.redacted().to_owned(),
+        local,
+        client.install(),
+    )
+    .await?;
     let durability = metadata::durability(&admin, cfg.unlogged).await?;
     progress.say(format!(
         "PostgreSQL {}, PGMQ {}, {} build; sections: {}",
@@ -116,7 +147,7 @@ async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Res
     let ctx = Arc::new(Ctx {
         pad: scenarios::padding(cfg.payload_bytes),
         cfg,
-        dsn,
+        target,
         client,
         admin,
         guard: guard.clone(),

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bench, run, temp_path, TempDb};
+use common::{bench, run, run_on, temp_path, TempDb};
 
 #[test]
 fn refuses_without_an_explicit_dsn() {
@@ -36,8 +36,6 @@ fn guard_refuses_leftovers_and_cleans_them_on_request() {
     db.query("SELECT pgmq.create('pgmq_bench_leftover')");
     let output = temp_path("b.json");
     let args = [
-        "--dsn",
-        &db.dsn,
         "--output",
         output.to_str().unwrap(),
         "--sections",
@@ -49,7 +47,7 @@ fn guard_refuses_leftovers_and_cleans_them_on_request() {
         "--warmup",
         "0",
     ];
-    let out = run(&args);
+    let out = run_on(&db.dsn, &args);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -65,7 +63,7 @@ fn guard_refuses_leftovers_and_cleans_them_on_request() {
 
     let mut with_clean = args.to_vec();
     with_clean.push("--clean");
-    let out = run(&with_clean);
+    let out = run_on(&db.dsn, &with_clean);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -76,7 +74,7 @@ fn guard_refuses_leftovers_and_cleans_them_on_request() {
     assert!(output.exists());
     // Queues that are not the bench's are never touched.
     db.query("SELECT pgmq.create('someone_elses')");
-    let out = run(&args);
+    let out = run_on(&db.dsn, &args);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         db.query("SELECT count(*) FROM pgmq.meta WHERE queue_name = 'someone_elses'"),
@@ -117,9 +115,8 @@ fn ctrl_c_drops_the_queues_and_exits_130() {
     let db = TempDb::new("sigint");
     let output = temp_path("b.json");
     let mut child = bench()
+        .env("PGMQ_BENCH_DSN", &db.dsn)
         .args([
-            "--dsn",
-            &db.dsn,
             "--output",
             output.to_str().unwrap(),
             "--sections",

@@ -320,6 +320,7 @@ pub struct ClientBuilder {
     tls: Option<Arc<rustls::ClientConfig>>,
     check_pgmq: bool,
     libpq_password: bool,
+    password: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -347,7 +348,26 @@ impl ClientBuilder {
             tls: None,
             check_pgmq: true,
             libpq_password: false,
+            password: None,
         }
+    }
+
+    /// Uses this password in place of any the DSN holds (and of
+    /// [`libpq_password`](Self::libpq_password)'s sources): for a program that
+    /// resolved the password once, from a secret store or a prompt, and keeps
+    /// it out of the DSN strings it passes around. Never shown by `Debug`.
+    ///
+    /// ```no_run
+    /// # async fn f(secret: String) -> Result<(), pgmq_client::Error> {
+    /// let client = pgmq_client::Client::builder("postgres://app@db:5432/app")
+    ///     .password(secret)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn password(mut self, password: impl Into<Vec<u8>>) -> Self {
+        self.password = Some(password.into());
+        self
     }
 
     /// When the DSN holds no password, take it where libpq does: the
@@ -459,7 +479,9 @@ impl ClientBuilder {
         if config.get_tcp_user_timeout().is_none() {
             config.tcp_user_timeout(Duration::from_secs(30));
         }
-        if self.libpq_password && config.get_password().is_none() {
+        if let Some(pw) = &self.password {
+            config.password(pw);
+        } else if self.libpq_password && config.get_password().is_none() {
             if let Some(pw) = crate::dsn::libpq_password(&config) {
                 config.password(pw);
             }
@@ -522,5 +544,27 @@ impl ClientBuilder {
         &self,
     ) -> Result<(tokio_postgres::Client, crate::notify::NotificationStream), Error> {
         crate::notify::connect_listener(&self.pg_config()?, self.make_tls()?).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClientBuilder;
+
+    #[test]
+    fn an_explicit_password_wins_and_stays_out_of_debug() {
+        let b = ClientBuilder::new("postgres://app@db:5432/app").password("s3cr:et/@");
+        assert_eq!(
+            b.pg_config().unwrap().get_password(),
+            Some(&b"s3cr:et/@"[..])
+        );
+        assert!(!format!("{b:?}").contains("s3cr"));
+        // In place of the DSN's own, even with libpq's sources turned on.
+        let b = ClientBuilder::new("host=db user=app password=old")
+            .libpq_password(true)
+            .password("new");
+        assert_eq!(b.pg_config().unwrap().get_password(), Some(&b"new"[..]));
+        let b = ClientBuilder::new("postgres://app:old@db/app");
+        assert_eq!(b.pg_config().unwrap().get_password(), Some(&b"old"[..]));
     }
 }

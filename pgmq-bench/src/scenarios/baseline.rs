@@ -15,7 +15,6 @@
 
 use std::time::Instant;
 
-use pgmq_client::ClientBuilder;
 use tokio_postgres::types::Json;
 
 use crate::document::{BaselineRun, Rate};
@@ -46,7 +45,9 @@ impl Loop {
 }
 
 async fn connect(ctx: &Ctx) -> Result<tokio_postgres::Client> {
-    let (pg, _notifications) = ClientBuilder::new(&ctx.dsn)
+    let (pg, _notifications) = ctx
+        .target
+        .builder()
         .application_name("pgmq-bench-baseline")
         .connect_dedicated()
         .await?;

@@ -29,8 +29,8 @@ use crate::progress::Progress;
 pub struct Ctx {
     /// The settings.
     pub cfg: Config,
-    /// The DSN (with password; never printed).
-    pub dsn: String,
+    /// The database (its password resolved once; never printed).
+    pub target: crate::target::Target,
     /// The SDK client (pool).
     pub client: Client,
     /// A dedicated plain connection for preloads, VACUUM and metadata.

@@ -124,6 +124,71 @@ pub fn run(args: &[&str]) -> Output {
         .expect("the pgmq-bench binary runs")
 }
 
+/// Runs it on `dsn`, given in `PGMQ_BENCH_DSN` (never on the command line,
+/// where other local users could read its password), and returns the output.
+pub fn run_on(dsn: &str, args: &[&str]) -> Output {
+    bench()
+        .env("PGMQ_BENCH_DSN", dsn)
+        .args(args)
+        .output()
+        .expect("the pgmq-bench binary runs")
+}
+
+/// A URL DSN's parts: the DSN without its password, the (decoded)
+/// password, and the host, port, database and user a password file matches.
+pub struct DsnParts {
+    pub without_password: String,
+    pub password: String,
+    pub host: String,
+    pub port: u16,
+    pub dbname: String,
+    pub user: String,
+}
+
+/// Splits a `postgres://user:password@host:port/db` DSN.
+pub fn dsn_parts(dsn: &str) -> DsnParts {
+    let config: tokio_postgres::Config = dsn.parse().expect("a DSN tokio-postgres reads");
+    let password = String::from_utf8(
+        config
+            .get_password()
+            .expect("the test DSN holds a password")
+            .to_vec(),
+    )
+    .unwrap();
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => panic!("the test DSN names a TCP host"),
+    };
+    let (scheme, rest) = dsn.split_once("://").expect("a URL DSN");
+    let at = rest.find('@').expect("userinfo in the URL");
+    let userinfo = &rest[..at];
+    let user_text = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+    DsnParts {
+        without_password: format!("{scheme}://{user_text}{}", &rest[at..]),
+        password,
+        host,
+        port: config.get_ports().first().copied().unwrap_or(5432),
+        dbname: config.get_dbname().unwrap().to_owned(),
+        user: config.get_user().unwrap().to_owned(),
+    }
+}
+
+/// Writes `text` to `path` with `mode` (before anything is written into it).
+pub fn write_private(path: &std::path::Path, text: &str, mode: u32) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
 /// A fresh temporary file path.
 pub fn temp_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -140,11 +205,10 @@ pub fn docs_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs")
 }
 
-/// The arguments of a short run of every section.
-pub fn short_run_args<'a>(dsn: &'a str, output: &'a str) -> Vec<&'a str> {
+/// The arguments of a short run of every section (the database goes in
+/// `PGMQ_BENCH_DSN`: see [`run_on`]).
+pub fn short_run_args(output: &str) -> Vec<&str> {
     vec![
-        "--dsn",
-        dsn,
         "--output",
         output,
         "--messages",
