@@ -76,6 +76,12 @@ impl<T> ClaimQueue<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// How many messages wait now.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().items.len()
+    }
+
     /// Queues a claimed batch and wakes up to `wake` waiting loops (at
     /// least one, at most one per message); false (and nothing queued) once
     /// closed.

@@ -131,6 +131,8 @@ pub(crate) struct Config {
     pub max_deliveries: u32,
     pub retry_jitter: bool,
     pub db_timeout: Duration,
+    /// How often the `metrics` feature publishes.
+    pub metrics_interval: Duration,
     /// Test hook: the internal task that panics once, at its start.
     #[cfg(feature = "fault-injection")]
     pub panic_once_in: Option<&'static str>,
@@ -247,6 +249,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 max_deliveries: 0,
                 retry_jitter: true,
                 db_timeout: Duration::from_secs(10),
+                metrics_interval: Duration::from_secs(5),
                 #[cfg(feature = "fault-injection")]
                 panic_once_in: None,
             },
@@ -409,6 +412,13 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
+    /// How often the `metrics` feature publishes counters and gauges and
+    /// samples `pgmq.metrics` (default 5 s; see docs/worker.md, "Metrics").
+    pub fn metrics_interval(mut self, d: Duration) -> Self {
+        self.config.metrics_interval = d;
+        self
+    }
+
     /// The bound on every database call of the worker (default 10 s).
     pub fn db_timeout(mut self, d: Duration) -> Self {
         self.config.db_timeout = d;
@@ -542,6 +552,9 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         }
         if c.handler_timeout.is_some_and(|d| d.is_zero()) {
             return bad("handler_timeout must be above zero (None turns it off)");
+        }
+        if c.metrics_interval.is_zero() {
+            return bad("metrics_interval must be above zero");
         }
         if c.db_timeout < Duration::from_millis(100) {
             return bad("db_timeout must be at least 100 ms");

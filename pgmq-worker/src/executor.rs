@@ -360,6 +360,8 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let mut runs: u64 = 0;
     let mut local = LocalHistograms::new();
     let mut run_local = R::Local::default();
+    #[cfg(feature = "metrics")]
+    let loop_metrics = crate::metrics::LoopMetrics::new(ctx.queue_name.as_str());
     loop {
         if ctx.stop.is_cancelled() {
             break;
@@ -407,6 +409,8 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         let attempt = attempts_used(msg.headers.as_ref()).saturating_add(1);
         if waited < stale_after {
             record(&mut local.h.queue_wait_local, micros(waited));
+            #[cfg(feature = "metrics")]
+            loop_metrics.wait.record(waited.as_secs_f64());
         }
         let kind = if waited >= stale_after {
             // Given back with its read undone, so that waiting here uses up
@@ -481,6 +485,8 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                     let ended = Instant::now();
                     let took_us = micros(ended - started);
                     record(&mut local.h.handler_latency, took_us);
+                    #[cfg(feature = "metrics")]
+                    loop_metrics.handler.record((ended - started).as_secs_f64());
                     // The claim limit (claimer.rs) follows slow handlers at
                     // once; for fast ones the first and every 16th run are
                     // enough (and spare a shared write per message).

@@ -143,6 +143,8 @@ mod handler;
 mod health;
 mod heartbeat;
 mod lease;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod notifier;
 mod shutdown;
 mod stats;

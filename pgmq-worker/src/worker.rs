@@ -416,6 +416,14 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
                 notifier::run(Arc::clone(&shared2), l, stop.clone())
             })
         });
+        #[cfg(feature = "metrics")]
+        {
+            let (shared2, queue, stop) =
+                (Arc::clone(&shared), Arc::clone(&claim_queue), stop.clone());
+            supervised(&shared, "metrics", move || {
+                crate::metrics::run(Arc::clone(&shared2), Arc::clone(&queue), stop.clone())
+            });
+        }
         shared.health.set_running(true);
         tracing::info!(
             queue = %cfg.queue,

@@ -1,0 +1,140 @@
+//! The worker's figures through the [`metrics`] facade (feature `metrics`).
+//!
+//! Every `metrics_interval` (default 5 s) a task publishes, labelled with
+//! `queue`:
+//!
+//! | name | kind | what |
+//! | --- | --- | --- |
+//! | `pgmq_worker_<counter>_total` | counter | every counter of [`StatsSnapshot`](crate::StatsSnapshot): `claimed`, `handled`, `succeeded`, `failed`, `retried`, `snoozed`, `dead_lettered`, `deleted`, `archived`, `claims_lost`, `timed_out`, `panicked`, `acks_failed`, `read_errors`, `task_restarts`, ... |
+//! | `pgmq_worker_claim_queue_depth` | gauge | claimed messages waiting for a handler |
+//! | `pgmq_worker_running_handlers` | gauge | handler runs in progress |
+//! | `pgmq_worker_acks_pending` | gauge | acknowledgements queued or being written (the acknowledgement lag, in messages) |
+//! | `pgmq_worker_healthy` | gauge | 1 when [`Health::is_healthy`](crate::Health::is_healthy), else 0 |
+//! | `pgmq_queue_length`, `pgmq_queue_visible_length` | gauge | from `pgmq.metrics(queue)`: messages in the queue, and visible now |
+//! | `pgmq_queue_oldest_msg_age_seconds` | gauge | age of the oldest message (0 when empty) |
+//!
+//! and, per message, the histograms `pgmq_worker_handler_seconds` (handler
+//! run time) and `pgmq_worker_queue_wait_seconds` (claim to handler start
+//! in this process), recorded by the handler loops on handles made once.
+//! Without a recorder installed the facade does nothing; install one
+//! (`metrics-exporter-prometheus`, say) to publish them.
+
+use std::sync::Arc;
+
+use metrics::{counter, gauge, Counter, Histogram};
+use tokio_util::sync::CancellationToken;
+
+use crate::claim_queue::ClaimQueue;
+use crate::claimer::Claimed;
+use crate::worker::Shared;
+
+/// Per-message histograms of one handler loop, made once.
+pub(crate) struct LoopMetrics {
+    pub handler: Histogram,
+    pub wait: Histogram,
+}
+
+impl LoopMetrics {
+    pub(crate) fn new(queue: &str) -> Self {
+        LoopMetrics {
+            handler: metrics::histogram!("pgmq_worker_handler_seconds", "queue" => queue.to_owned()),
+            wait: metrics::histogram!("pgmq_worker_queue_wait_seconds", "queue" => queue.to_owned()),
+        }
+    }
+}
+
+/// Publishes the snapshot, the gauges and the queue's own metrics every
+/// `metrics_interval`, until `stop`.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    queue: Arc<ClaimQueue<Claimed>>,
+    stop: CancellationToken,
+) {
+    let cfg = &shared.config;
+    let q = cfg.queue.as_str().to_owned();
+    let counter_of = |name: &str| -> Counter {
+        counter!(format!("pgmq_worker_{name}_total"), "queue" => q.clone())
+    };
+    let names = [
+        "claimed",
+        "handled",
+        "succeeded",
+        "failed",
+        "retried",
+        "snoozed",
+        "dead_lettered",
+        "deleted",
+        "archived",
+        "released",
+        "claims_lost",
+        "timed_out",
+        "panicked",
+        "decode_failures",
+        "acks_failed",
+        "ack_retries",
+        "read_errors",
+        "reads",
+        "empty_reads",
+        "heartbeats",
+        "task_restarts",
+    ];
+    let counters: Vec<Counter> = names.iter().map(|n| counter_of(n)).collect();
+    let depth = gauge!("pgmq_worker_claim_queue_depth", "queue" => q.clone());
+    let running = gauge!("pgmq_worker_running_handlers", "queue" => q.clone());
+    let pending = gauge!("pgmq_worker_acks_pending", "queue" => q.clone());
+    let healthy = gauge!("pgmq_worker_healthy", "queue" => q.clone());
+    let length = gauge!("pgmq_queue_length", "queue" => q.clone());
+    let visible = gauge!("pgmq_queue_visible_length", "queue" => q.clone());
+    let oldest = gauge!("pgmq_queue_oldest_msg_age_seconds", "queue" => q.clone());
+    loop {
+        let s = shared.stats.snapshot();
+        let values = [
+            s.claimed,
+            s.handled,
+            s.succeeded,
+            s.failed,
+            s.retried,
+            s.snoozed,
+            s.dead_lettered,
+            s.deleted,
+            s.archived,
+            s.released,
+            s.claims_lost,
+            s.timed_out,
+            s.panicked,
+            s.decode_failures,
+            s.acks_failed,
+            s.ack_retries,
+            s.read_errors,
+            s.reads,
+            s.empty_reads,
+            s.heartbeats,
+            s.task_restarts,
+        ];
+        for (c, v) in counters.iter().zip(values) {
+            c.absolute(v);
+        }
+        depth.set(queue.len() as f64);
+        running.set(shared.leases.running().len() as f64);
+        pending.set(s.acks_pending as f64);
+        healthy.set(if shared.health.snapshot().is_healthy() {
+            1.0
+        } else {
+            0.0
+        });
+        let sampled = tokio::time::timeout(cfg.db_timeout, shared.client.metrics(&cfg.queue)).await;
+        match sampled {
+            Ok(Ok(m)) => {
+                length.set(m.queue_length as f64);
+                visible.set(m.queue_visible_length as f64);
+                oldest.set(f64::from(m.oldest_msg_age_sec.unwrap_or(0)));
+            }
+            Ok(Err(e)) => tracing::debug!(error = %e, "could not sample pgmq.metrics"),
+            Err(_) => tracing::debug!("pgmq.metrics did not answer within db_timeout"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(cfg.metrics_interval) => {}
+        }
+    }
+}
