@@ -133,6 +133,8 @@ pub(crate) struct Config {
     pub db_timeout: Duration,
     /// How often the `metrics` feature publishes.
     pub metrics_interval: Duration,
+    /// Hooks around each handler call, in the order added.
+    pub hooks: crate::hooks::HookList,
     /// Test hook: the internal task that panics once, at its start.
     #[cfg(feature = "fault-injection")]
     pub panic_once_in: Option<&'static str>,
@@ -250,6 +252,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 retry_jitter: true,
                 db_timeout: Duration::from_secs(10),
                 metrics_interval: Duration::from_secs(5),
+                hooks: crate::hooks::HookList::default(),
                 #[cfg(feature = "fault-injection")]
                 panic_once_in: None,
             },
@@ -409,6 +412,13 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// Whether retry delays get a random spread of ±20% (default true).
     pub fn retry_jitter(mut self, on: bool) -> Self {
         self.config.retry_jitter = on;
+        self
+    }
+
+    /// Adds a [`Hook`](crate::Hook) around every handler call; hooks compose
+    /// in the order added (see [`Hook`](crate::Hook)).
+    pub fn hook(mut self, hook: impl crate::Hook) -> Self {
+        self.config.hooks.0.push(std::sync::Arc::new(hook));
         self
     }
 

@@ -47,6 +47,7 @@ use crate::handler::{
     panic_text, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
     TransactionalHandler,
 };
+use crate::hooks;
 use crate::lease::State;
 use crate::stats::{bump, micros, record, HandlerCounters, LocalHistograms};
 use crate::worker::Shared;
@@ -463,24 +464,50 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                         msg_id,
                         queue: Arc::clone(&ctx.queue_name),
                     };
-                    let span = tracing::debug_span!("pgmq_worker.handle", msg_id, attempt);
+                    let hooks = &cfg.hooks.0;
+                    let hook_ctx = (!hooks.is_empty()).then(|| hctx.clone());
+                    let (hooks_ran, refused) = match &hook_ctx {
+                        Some(c) => hooks::before_all(hooks, c, typed.headers.as_ref()),
+                        None => (0, None),
+                    };
+                    let span = tracing::debug_span!(
+                        "pgmq_worker.handle",
+                        queue = %ctx.queue_name,
+                        msg_id,
+                        attempt
+                    );
                     let call = run
                         .run_settling(&mut run_local, typed, hctx, shared, receipt)
                         .instrument(span);
-                    let (result, settled) = match cfg.handler_timeout {
-                        None => call.await,
-                        Some(limit) => match tokio::time::timeout(limit, call).await {
-                            Ok(r) => r,
-                            Err(_) => {
-                                cancel.cancel();
-                                bump(&counts.timed_out, 1);
-                                (
-                                    Ok(Err(format!("handler timed out after {limit:?}").into())),
-                                    None,
-                                )
-                            }
-                        },
+                    let (result, settled) = if let Some(e) = refused {
+                        drop(call);
+                        (Ok(Err(e)), None)
+                    } else {
+                        match cfg.handler_timeout {
+                            None => call.await,
+                            Some(limit) => match tokio::time::timeout(limit, call).await {
+                                Ok(r) => r,
+                                Err(_) => {
+                                    cancel.cancel();
+                                    bump(&counts.timed_out, 1);
+                                    (
+                                        Ok(
+                                            Err(format!("handler timed out after {limit:?}").into()),
+                                        ),
+                                        None,
+                                    )
+                                }
+                            },
+                        }
                     };
+                    if let Some(c) = &hook_ctx {
+                        let seen = match &result {
+                            Ok(Ok(o)) => Ok(o.clone()),
+                            Ok(Err(e)) => Err(e.to_string()),
+                            Err(p) => Err(p.clone()),
+                        };
+                        hooks::after_all(hooks, hooks_ran, c, &seen, started.elapsed());
+                    }
                     shared.leases.set_state([receipt], State::Acking);
                     let ended = Instant::now();
                     let took_us = micros(ended - started);

@@ -142,6 +142,7 @@ mod executor;
 mod handler;
 mod health;
 mod heartbeat;
+mod hooks;
 mod lease;
 #[cfg(feature = "metrics")]
 mod metrics;
@@ -159,6 +160,7 @@ pub use handler::{
     BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
 };
 pub use health::Health;
+pub use hooks::Hook;
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
 pub use worker::{Monitor, Worker, WorkerHandle};
