@@ -10,6 +10,10 @@ if [ ! -e "$PGMQ_DB_DIR" ] && [ ! -L "$PGMQ_DB_DIR" ]; then
   exit 0
 fi
 check_db_dir
+# A PgBouncer started by pgbouncer-start.sh in front of this cluster.
+if [ -f "$PG_RUN_DIR/pgbouncer/pgbouncer.pid" ]; then
+  kill "$(cat "$PG_RUN_DIR/pgbouncer/pgbouncer.pid")" 2>/dev/null || true
+fi
 bindir="$(find_pg_bin || true)"
 if [ -n "$bindir" ] && as_pg test -f "$PGDATA_DIR/postmaster.pid"; then
   as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" stop -m fast -w -t 60 >/dev/null 2>&1 \

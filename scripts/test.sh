@@ -21,6 +21,10 @@ fi
 bash scripts/install-partman.sh || true
 PGMQ_TEST_DSN="$(bash scripts/db-start.sh)"
 export PGMQ_TEST_DSN
+# PgBouncer in transaction mode in front of it, for tests/pgbouncer.rs
+# (stopped with the cluster).
+PGMQ_PGBOUNCER_DSN="$(bash scripts/pgbouncer-start.sh)"
+export PGMQ_PGBOUNCER_DSN
 
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --all-features --no-fail-fast

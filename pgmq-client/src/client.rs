@@ -321,6 +321,8 @@ pub struct ClientBuilder {
     check_pgmq: bool,
     libpq_password: bool,
     password: Option<Vec<u8>>,
+    prepared_statements: bool,
+    listen_dsn: Option<String>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -349,7 +351,44 @@ impl ClientBuilder {
             check_pgmq: true,
             libpq_password: false,
             password: None,
+            prepared_statements: true,
+            listen_dsn: None,
         }
+    }
+
+    /// Whether connections prepare each statement once and keep it (the
+    /// default), or run every call as an unnamed statement: one round trip
+    /// with the parameter types given (`query_typed`), planned by the server
+    /// each time. Turn it off behind PgBouncer in transaction pooling mode
+    /// before 1.21 (Debian 12 ships 1.18), which cannot carry named prepared
+    /// statements: a statement prepared on one server connection is not
+    /// there on the next. See docs/operations.md, "Behind PgBouncer", for
+    /// its measured cost.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), pgmq_client::Error> {
+    /// let client = pgmq_client::Client::builder("postgres://app@pgbouncer:6432/app")
+    ///     .prepared_statements(false)
+    ///     // LISTEN cannot go through transaction pooling: a direct DSN for it.
+    ///     .listen_dsn("postgres://app@db:5432/app")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn prepared_statements(mut self, yes: bool) -> Self {
+        self.prepared_statements = yes;
+        self
+    }
+
+    /// The DSN of the dedicated connections opened outside the pool, for
+    /// LISTEN (`Client::listener`, a worker's
+    /// `WakeUp::Notify`); default: the pool's DSN. Point it straight at
+    /// PostgreSQL when the pool goes through PgBouncer in transaction mode,
+    /// which cannot carry LISTEN. The password comes from the same sources as
+    /// the pool's.
+    pub fn listen_dsn(mut self, dsn: &str) -> Self {
+        self.listen_dsn = Some(dsn.to_owned());
+        self
     }
 
     /// Uses this password in place of any the DSN holds (and of
@@ -510,8 +549,16 @@ impl ClientBuilder {
     pub async fn connect(self) -> Result<Client, Error> {
         let config = self.pg_config()?;
         let tls = self.make_tls()?;
-        let dedicated = Some(Arc::new((config.clone(), tls.clone())));
-        let manager = ConnectionManager::new(config, tls);
+        let dedicated = match &self.listen_dsn {
+            None => Some(Arc::new((config.clone(), tls.clone()))),
+            Some(dsn) => {
+                let mut listen = self.clone();
+                listen.dsn = dsn.clone();
+                Some(Arc::new((listen.pg_config()?, listen.make_tls()?)))
+            }
+        };
+        let manager =
+            ConnectionManager::new(config, tls).prepared_statements(self.prepared_statements);
         // Open the first connection directly, so that a wrong password or an
         // unreachable host surfaces as its own error rather than a pool timeout.
         let first = bb8::ManageConnection::connect(&manager)

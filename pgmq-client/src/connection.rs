@@ -27,9 +27,16 @@ pub struct Connection {
 impl Connection {
     /// Wraps an open client (its connection task must already be spawned).
     pub fn new(client: tokio_postgres::Client) -> Self {
+        Self::with_statements(client, true)
+    }
+
+    /// Wraps an open client; with `prepared` false every call runs as an
+    /// unnamed statement (`query_typed`, one round trip, planned each
+    /// time), which PgBouncer's transaction mode before 1.21 can carry.
+    pub fn with_statements(client: tokio_postgres::Client, prepared: bool) -> Self {
         Connection {
             client,
-            cache: StatementCache::new(),
+            cache: StatementCache::new(!prepared),
             lost: AtomicBool::new(false),
         }
     }
@@ -182,6 +189,17 @@ async fn run_prepared<C: tokio_postgres::GenericClient + Sync>(
     stmt: Stmt,
     params: Params<'_>,
 ) -> Result<Vec<Row>, Error> {
+    if cache.unnamed {
+        let typed: Vec<(
+            &(dyn tokio_postgres::types::ToSql + Sync),
+            tokio_postgres::types::Type,
+        )> = params
+            .iter()
+            .copied()
+            .zip(stmt.param_types().iter().cloned())
+            .collect();
+        return run_text(client, stmt.sql(), &typed).await;
+    }
     let prepared = cache
         .get(client.client(), stmt)
         .await
@@ -207,6 +225,11 @@ pub(crate) async fn run_text_cached<C: tokio_postgres::GenericClient + Sync>(
     sql: &str,
     params: crate::executor::TypedParams<'_>,
 ) -> Result<Vec<Row>, Error> {
+    if cache.unnamed {
+        return run_text(client, sql, params)
+            .await
+            .map_err(|e| mark_lost(lost, e));
+    }
     let types: Vec<tokio_postgres::types::Type> = params.iter().map(|(_, t)| t.clone()).collect();
     let prepared = cache
         .get_text(client.client(), sql, &types)
@@ -248,6 +271,9 @@ pub(crate) async fn run_text<C: tokio_postgres::GenericClient + Sync>(
 /// [`Client::from_pool`](crate::Client::from_pool).
 pub struct ConnectionManager {
     inner: PostgresConnectionManager<MakeRustlsConnect>,
+    /// Whether connections prepare and cache their statements (see
+    /// [`Connection::with_statements`]).
+    prepared: bool,
     /// Bound on the whole connection setup (the config's `connect_timeout`).
     setup_timeout: Option<Duration>,
 }
@@ -262,6 +288,7 @@ impl ConnectionManager {
         let setup_timeout = config.get_connect_timeout().copied();
         ConnectionManager {
             inner: PostgresConnectionManager::new(config, tls),
+            prepared: true,
             setup_timeout,
         }
     }
@@ -271,8 +298,18 @@ impl ConnectionManager {
     pub fn from_postgres_manager(inner: PostgresConnectionManager<MakeRustlsConnect>) -> Self {
         ConnectionManager {
             inner,
+            prepared: true,
             setup_timeout: None,
         }
+    }
+}
+
+impl ConnectionManager {
+    /// With `false`, connections run every call as an unnamed statement
+    /// (see [`ClientBuilder::prepared_statements`](crate::ClientBuilder::prepared_statements)).
+    pub fn prepared_statements(mut self, yes: bool) -> Self {
+        self.prepared = yes;
+        self
     }
 }
 
@@ -298,7 +335,7 @@ impl bb8::ManageConnection for ConnectionManager {
 
     async fn connect(&self) -> Result<Connection, tokio_postgres::Error> {
         let client = bounded_setup(self.setup_timeout, self.inner.connect()).await?;
-        Ok(Connection::new(client))
+        Ok(Connection::with_statements(client, self.prepared))
     }
 
     async fn is_valid(&self, conn: &mut Connection) -> Result<(), tokio_postgres::Error> {

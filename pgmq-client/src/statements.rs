@@ -104,6 +104,63 @@ statements! {
     AcquireQueueLock = "SELECT pgmq.acquire_queue_lock($1::text)";
 }
 
+impl Stmt {
+    /// The types of the statement's parameters, read off the casts its SQL
+    /// puts on each (`$1::text`): for running it unnamed (`query_typed`),
+    /// where the server is told the types instead of inferring them.
+    pub(crate) fn param_types(self) -> &'static [tokio_postgres::types::Type] {
+        static TYPES: std::sync::OnceLock<Vec<Vec<tokio_postgres::types::Type>>> =
+            std::sync::OnceLock::new();
+        &TYPES.get_or_init(|| {
+            Stmt::ALL
+                .iter()
+                .map(|s| parse_param_types(s.sql()))
+                .collect()
+        })[self as usize]
+    }
+}
+
+/// The type of each `$N::type` cast in `sql`, by parameter number.
+fn parse_param_types(sql: &str) -> Vec<tokio_postgres::types::Type> {
+    use tokio_postgres::types::Type;
+    let mut types: Vec<Option<Type>> = Vec::new();
+    let mut rest = sql;
+    while let Some(i) = rest.find('$') {
+        rest = &rest[i + 1..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let Ok(n) = digits.parse::<usize>() else {
+            continue;
+        };
+        let after = &rest[digits.len()..];
+        let Some(cast) = after.strip_prefix("::") else {
+            continue;
+        };
+        let name: String = cast
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '[' || *c == ']')
+            .collect();
+        let ty = match name.as_str() {
+            "text" => Type::TEXT,
+            "integer" => Type::INT4,
+            "bigint" => Type::INT8,
+            "bigint[]" => Type::INT8_ARRAY,
+            "jsonb" => Type::JSONB,
+            "jsonb[]" => Type::JSONB_ARRAY,
+            "timestamptz" => Type::TIMESTAMPTZ,
+            other => panic!("statement parameter ${n} has a cast this crate does not map: {other}"),
+        };
+        if types.len() < n {
+            types.resize(n, None);
+        }
+        types[n - 1] = Some(ty);
+    }
+    types
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.unwrap_or_else(|| panic!("statement parameter ${} has no cast", i + 1)))
+        .collect()
+}
+
 /// Number of statements; the size of each connection's cache.
 pub(crate) const COUNT: usize = Stmt::ALL.len();
 
@@ -115,13 +172,17 @@ const MAX_TEXTS: usize = 256;
 /// texts that name a queue's table (see
 /// [`Executor::query_text`](crate::Executor::query_text)), by text.
 pub(crate) struct StatementCache {
+    /// Run every call as an unnamed statement instead (PgBouncer's
+    /// transaction mode before 1.21): nothing is cached.
+    pub(crate) unnamed: bool,
     slots: Box<[OnceCell<Statement>]>,
     texts: std::sync::Mutex<std::collections::HashMap<Box<str>, Statement>>,
 }
 
 impl StatementCache {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(unnamed: bool) -> Self {
         StatementCache {
+            unnamed,
             slots: (0..COUNT).map(|_| OnceCell::new()).collect(),
             texts: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
@@ -177,6 +238,23 @@ impl StatementCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_statements_parameters_have_a_type() {
+        for s in Stmt::ALL {
+            let n = s.sql().matches('$').count();
+            let types = s.param_types();
+            assert!(!types.is_empty() || n == 0, "{s:?}");
+        }
+        assert_eq!(
+            Stmt::Read.param_types(),
+            &[
+                tokio_postgres::types::Type::TEXT,
+                tokio_postgres::types::Type::INT4,
+                tokio_postgres::types::Type::INT4
+            ]
+        );
+    }
 
     #[test]
     fn every_statement_uses_parameters_for_names() {

@@ -90,9 +90,13 @@ pub(crate) const DETECT_SQL: &str = "SELECT \
 /// when it is older than supported; both name the fix.
 pub async fn detect(client: &tokio_postgres::Client) -> Result<PgmqInstall, Error> {
     let row = client
-        .query_one(DETECT_SQL, &[])
+        // Unnamed, in one round trip: works behind PgBouncer's transaction mode too.
+        .query_typed(DETECT_SQL, &[])
         .await
-        .map_err(Error::from_pg)?;
+        .map_err(Error::from_pg)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Config("the PGMQ detection query returned no row".into()))?;
     let ext: Option<String> = col(&row, 0)?;
     let has_meta: bool = col(&row, 1)?;
     let markers = [col(&row, 2)?, col(&row, 3)?, col(&row, 4)?];

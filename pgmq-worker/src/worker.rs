@@ -491,7 +491,16 @@ async fn check_layout(client: &Client, queue: &QueueName) -> Result<(), Error> {
     let table = queue.quoted_table();
     let rows = async {
         let conn = client.connection().await?;
-        conn.query(sql, &[&table]).await.map_err(|e| {
+        // Unnamed, in one round trip: works behind PgBouncer's transaction mode too.
+        conn.query_typed(
+            sql,
+            &[(
+                &table,
+                pgmq_client::reexports::tokio_postgres::types::Type::TEXT,
+            )],
+        )
+        .await
+        .map_err(|e| {
             pgmq_client::Error::Config(format!("could not read the queue table's layout: {e}"))
         })
     }
