@@ -18,7 +18,20 @@ fn run(cmd: &str, args: &[&str]) -> Option<String> {
 fn main() {
     let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
     let git_dir = run("git", &["-C", &manifest, "rev-parse", "--absolute-git-dir"]);
-    if let Some(dir) = &git_dir {
+    // In a linked worktree (`git worktree add`) the branch refs live in the
+    // main repository's git dir, not in the worktree's: without watching
+    // them, a commit in a worktree left the previous commit recorded.
+    let common_dir = run(
+        "git",
+        &[
+            "-C",
+            &manifest,
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-common-dir",
+        ],
+    );
+    for dir in [&git_dir, &common_dir].into_iter().flatten() {
         // Rerun when a commit moves HEAD (not on every `git add`: the index
         // is left out on purpose, so staging elsewhere does not rebuild).
         for f in ["HEAD", "packed-refs", "refs/heads"] {

@@ -85,6 +85,9 @@ pub struct WorkerArgs {
     /// `handler_timeout`, milliseconds (0: pgmq-worker's default).
     #[arg(long, default_value_t = 0)]
     pub handler_timeout_ms: u64,
+    /// `max_deliveries` (0: pgmq-worker's default).
+    #[arg(long, default_value_t = 0)]
+    pub max_deliveries: u32,
     /// `db_timeout`, milliseconds (0: pgmq-worker's default).
     #[arg(long, default_value_t = 0)]
     pub db_timeout_ms: u64,
@@ -150,6 +153,7 @@ impl WorkerArgs {
             poll_ms: 100,
             sleep_ms: 0,
             handler_timeout_ms: 0,
+            max_deliveries: 0,
             db_timeout_ms: 0,
             sdk_defaults: false,
             record_starts: false,
@@ -184,6 +188,7 @@ impl WorkerArgs {
             ("--stats-ms", self.stats_ms),
             ("--handler-timeout-ms", self.handler_timeout_ms),
             ("--db-timeout-ms", self.db_timeout_ms),
+            ("--max-deliveries", u64::from(self.max_deliveries)),
         ] {
             v.push(flag.into());
             v.push(value.to_string());
@@ -273,6 +278,10 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
     let builder = match args.handler_timeout_ms {
         0 => builder,
         ms => builder.handler_timeout(Duration::from_millis(ms)),
+    };
+    let builder = match args.max_deliveries {
+        0 => builder,
+        n => builder.max_deliveries(n),
     };
     let builder = match args.db_timeout_ms {
         0 => builder,

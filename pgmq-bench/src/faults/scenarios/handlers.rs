@@ -332,14 +332,17 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     Ok(row)
 }
 
-/// 15: handlers that never return on 1% of the keys, under
+/// 15: handlers that never return on 16 keys, under
 /// `handler_timeout` (1 s): each run is cancelled at the timeout and the
 /// message retried, then dead-lettered with the timeout as the reason after
 /// `max_attempts`; the other messages flow meanwhile.
 pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "15").await?;
     run.dead_letters_expected = true;
-    let hangs = |k: i64| k % 100 == 50;
+    // 16 of them, whatever the size: each ties a handler slot up for
+    // max_attempts x 1 s.
+    let every = (ctx.n as i64 / 16).max(1);
+    let hangs = |k: i64| k % every == every / 2;
     let jobs = jobs_with(ctx.n, |k| {
         hangs(k).then_some(Act {
             hang_before: i32::MAX,
@@ -355,7 +358,7 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     args.backoff_max_ms = 200;
     let w = run.spawn(&args).await?;
     let f = run
-        .finish("handlers hang (1%), handler_timeout 1 s", vec![w])
+        .finish("handlers hang (16), handler_timeout 1 s", vec![w])
         .await?;
     let hung: HashSet<i64> = (0..ctx.n as i64).filter(|k| hangs(*k)).collect();
     let reasons = &f.dead_reasons;
@@ -400,10 +403,19 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     Ok(row)
 }
 
-/// 6: a handler outliving its visibility timeout, heartbeat off (redelivery
-/// allowed and counted) or on (no redelivery).
+/// 6: a handler outliving its visibility timeout, heartbeat off or on.
+///
+/// Off (6a, the control for 6b): each slow message is read again while its
+/// handler runs, so every delivery's acknowledgement arrives after the next
+/// delivery's read and is fenced out (counted in `claims_lost`, nothing
+/// written); the message is run again and again until `max_deliveries` (3
+/// here) dead-letters it, unless a late acknowledgement happens to land
+/// before the next read. On (6b): the heartbeat keeps each claim, no
+/// redelivery at all.
 pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, if heartbeat { "6b" } else { "6a" }).await?;
+    run.dead_letters_expected = !heartbeat;
+    let max_deliveries = 3u32;
     let vt = 2u64;
     let slow_ms = 4_500;
     let slow_every = (ctx.n as i64 / 6).max(1);
@@ -418,7 +430,9 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
     let mut args = run.worker_args();
     args.vt_secs = vt;
     args.heartbeat = heartbeat;
-    args.max_attempts = 10;
+    // No handler fails here; max_deliveries may not be below max_attempts.
+    args.max_attempts = max_deliveries;
+    args.max_deliveries = max_deliveries;
     args.grace_ms = 15_000;
     let w = run.spawn(&args).await?;
     let title = if heartbeat {
@@ -428,13 +442,13 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
     };
     let slow_keys: Vec<i64> = (0..ctx.n as i64).filter(|k| slow(*k)).collect();
     if !heartbeat {
-        // Each slow message becomes visible again every vt while its first
-        // handler still runs: at most slow_ms / vt more handlings of it.
-        let per_key = slow_ms / (vt * 1000);
+        // Each slow message runs at most once per delivery, and at most
+        // max_deliveries deliveries run.
+        let per_key = u64::from(max_deliveries - 1);
         run.allow_duplicates(
             slow_keys.len() as u64 * per_key,
             format!(
-                "{} slow messages x {per_key} re-reads within {slow_ms} ms (vt {vt} s)",
+                "{} slow messages x {per_key} more deliveries (max_deliveries {max_deliveries})",
                 slow_keys.len()
             ),
         );
@@ -443,16 +457,25 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
     let f = run.finish(title, vec![w]).await?;
     let slow_keys = slow_keys.len();
     let slow_rows = f.handlings.iter().filter(|h| slow(h.key)).count();
-    let redelivered = f.handlings.iter().filter(|h| h.read_ct > 1).count();
+    let redelivered = f
+        .handlings
+        .iter()
+        .filter(|h| h.read_ct > 1 && slow(h.key))
+        .count();
+    // 6b: no message at all may be handled on a second delivery.
+    let redelivered_any = f.handlings.iter().filter(|h| h.read_ct > 1).count();
+    let f_report = f.report().cloned();
+    let dead = f.dead.clone();
+    let reasons = f.dead_reasons.clone();
     let detail = format!(
         "{slow_keys} slow messages ({slow_ms} ms each, vt {vt} s): {slow_rows} handlings, \
-         {redelivered} handlings of redelivered messages"
+         {redelivered} handlings of them redelivered"
     );
     let mut row = f.row;
     if heartbeat {
         row.push_check(Check::new(
             "no redelivery with the heartbeat",
-            redelivered == 0 && slow_rows == slow_keys,
+            redelivered_any == 0 && slow_rows == slow_keys,
             detail,
         ));
     } else {
@@ -462,6 +485,31 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
             "redelivered without the heartbeat",
             redelivered > 0 && slow_rows > slow_keys,
             detail,
+        ));
+        let lost_claims = f_report
+            .as_ref()
+            .and_then(|r| r["claims_lost"].as_u64())
+            .unwrap_or(0);
+        row.push_check(Check::new(
+            "late acknowledgements fenced out",
+            lost_claims > 0,
+            format!("claims_lost {lost_claims}: acknowledgements of deliveries already read again, not written"),
+        ));
+        let slow_set: HashSet<i64> = (0..ctx.n as i64).filter(|k| slow(*k)).collect();
+        let by_limit = dead
+            .iter()
+            .filter(|k| {
+                slow_set.contains(k) && reasons.get(k).is_some_and(|r| r.contains("max_deliveries"))
+            })
+            .count();
+        row.push_check(Check::new(
+            "only slow messages dead-lettered, by max_deliveries",
+            by_limit == dead.len(),
+            format!(
+                "{} of {slow_keys} slow messages dead-lettered ({by_limit} for max_deliveries), the rest deleted by an acknowledgement that landed before the next read; {} other messages dead-lettered",
+                by_limit,
+                dead.len() - by_limit
+            ),
         ));
     }
     Ok(row)
