@@ -3,6 +3,9 @@
 # machine as root: installs PostgreSQL (and pg_partman, best effort) when
 # missing, installs PGMQ from the pinned crate, starts the cluster, runs every
 # test and doc test, and stops the cluster again if this script started it.
+# The setup-script safety tests (pgmq-bench/tests/setup_scripts.rs) are part of
+# that run: as root they start and stop clusters of their own on a free port
+# of 55450-55459, in folders of their own.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # A one-shot run gains nothing from incremental data, and line tables keep

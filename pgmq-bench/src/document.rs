@@ -202,7 +202,10 @@ pub struct Database {
     pub pgmq_version: String,
     /// `extension` or `sql_only`.
     pub pgmq_install: String,
-    /// Every `pg_settings` row whose source is not `default` (secrets excluded).
+    /// The `pg_settings` rows named in
+    /// [`RECORDED_SETTINGS`](crate::metadata::RECORDED_SETTINGS) (an
+    /// allow-list of performance and durability settings), whatever their
+    /// source; no other setting.
     pub settings: Vec<Setting>,
 }
 

@@ -107,22 +107,82 @@ pub async fn host() -> Host {
     }
 }
 
-/// Settings never copied into a document: they can hold credentials.
-fn is_secret(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    [
-        "password",
-        "passphrase",
-        "secret",
-        "conninfo",
-        "key_file",
-        "krb_server_keyfile",
-    ]
-    .iter()
-    .any(|s| n.contains(s))
+/// The only server settings a document records: those that decide how fast
+/// or how durable a run is, and how the server reads its input. An
+/// allow-list, not a deny-list: a setting not named here (an extension's or
+/// an application's custom `app.*` value, a connection string, a key file,
+/// a path) never reaches the document, whatever its name or source.
+pub const RECORDED_SETTINGS: &[&str] = &[
+    // Memory.
+    "shared_buffers",
+    "work_mem",
+    "maintenance_work_mem",
+    "autovacuum_work_mem",
+    "temp_buffers",
+    "effective_cache_size",
+    "huge_pages",
+    // Connections and parallelism.
+    "max_connections",
+    "max_worker_processes",
+    "max_parallel_workers",
+    "max_parallel_workers_per_gather",
+    "max_parallel_maintenance_workers",
+    // Durability and the write-ahead log.
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_level",
+    "wal_buffers",
+    "wal_compression",
+    "wal_sync_method",
+    "wal_writer_delay",
+    "wal_writer_flush_after",
+    "commit_delay",
+    "commit_siblings",
+    "max_wal_size",
+    "min_wal_size",
+    "checkpoint_timeout",
+    "checkpoint_completion_target",
+    "data_checksums",
+    // Autovacuum (PGMQ's tables churn: it decides their bloat).
+    "autovacuum",
+    "autovacuum_max_workers",
+    "autovacuum_naptime",
+    "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_insert_threshold",
+    "autovacuum_vacuum_insert_scale_factor",
+    "autovacuum_analyze_threshold",
+    "autovacuum_analyze_scale_factor",
+    "autovacuum_vacuum_cost_delay",
+    "autovacuum_vacuum_cost_limit",
+    "vacuum_cost_delay",
+    "vacuum_cost_limit",
+    // Background writer.
+    "bgwriter_delay",
+    "bgwriter_lru_maxpages",
+    "bgwriter_lru_multiplier",
+    // Planner and I/O.
+    "jit",
+    "random_page_cost",
+    "seq_page_cost",
+    "effective_io_concurrency",
+    "default_statistics_target",
+    // What is loaded, and how text and time are read.
+    "shared_preload_libraries",
+    "server_encoding",
+    "TimeZone",
+    "ssl",
+];
+
+/// Whether `name` is one of the [`RECORDED_SETTINGS`] (exactly: as
+/// `pg_settings` spells it).
+pub fn is_recorded(name: &str) -> bool {
+    RECORDED_SETTINGS.contains(&name)
 }
 
-/// The server: version, PGMQ, settings changed from their defaults.
+/// The server: version, PGMQ, and the [`RECORDED_SETTINGS`] (whatever their
+/// source, defaults included; nothing else from `pg_settings`).
 pub async fn database(
     admin: &tokio_postgres::Client,
     dsn_redacted: String,
@@ -135,11 +195,12 @@ pub async fn database(
             &[],
         )
         .await?;
+    let names: Vec<&str> = RECORDED_SETTINGS.to_vec();
     let rows = admin
         .query(
-            "SELECT name, setting, unit, source FROM pg_settings \
-             WHERE source <> 'default' ORDER BY name",
-            &[],
+            "SELECT name, setting, unit, source FROM pg_catalog.pg_settings \
+             WHERE name = ANY($1) ORDER BY name",
+            &[&names],
         )
         .await?;
     let settings = rows
@@ -150,7 +211,9 @@ pub async fn database(
             unit: r.get(2),
             source: r.get(3),
         })
-        .filter(|s| !is_secret(&s.name))
+        // Checked again on the way out: what the server returned, not what
+        // was asked for, is what would be written.
+        .filter(|s| is_recorded(&s.name))
         .collect();
     let (pgmq_version, pgmq_install) = match pgmq {
         Some(i) => (
@@ -244,11 +307,27 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_excluded() {
-        assert!(is_secret("primary_conninfo"));
-        assert!(is_secret("ssl_passphrase_command"));
-        assert!(is_secret("ssl_key_file"));
-        assert!(!is_secret("shared_buffers"));
+    fn only_allow_listed_settings_are_recorded() {
+        for name in ["shared_buffers", "fsync", "TimeZone", "autovacuum_naptime"] {
+            assert!(is_recorded(name), "{name}");
+        }
+        for name in [
+            "primary_conninfo",
+            "ssl_passphrase_command",
+            "ssl_key_file",
+            "app.api_token",
+            "data_directory",
+            "config_file",
+            "archive_command",
+            "search_path",
+            "application_name",
+            "timezone",
+        ] {
+            assert!(!is_recorded(name), "{name}");
+        }
+        for name in DURABILITY_SETTINGS {
+            assert!(is_recorded(name), "{name}");
+        }
     }
 
     #[test]

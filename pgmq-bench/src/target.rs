@@ -6,15 +6,11 @@
 //! one [`Target`], so the password never has to be put back into a string,
 //! and nothing that prints a `Target` can show it.
 
-use std::io::Read;
 use std::path::Path;
 
 use pgmq_client::ClientBuilder;
 
 use crate::error::{Error, Result};
-
-/// Largest `--dsn-file` read, bytes.
-const MAX_DSN_FILE: u64 = 64 * 1024;
 
 /// Where the password came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,43 +120,15 @@ impl Target {
 }
 
 /// Reads a DSN from `path` (`--dsn-file`): its first line that is neither
-/// blank nor a `#` comment, trimmed.
-///
-/// Refused, as libpq refuses such a password file, when the path is not a
-/// regular file or when its mode lets group or others read, write or run it
-/// (`chmod 0600`). The mode is checked on the opened file, not on the path
-/// before opening it. Error messages name the file, never its content.
+/// blank nor a `#` comment, trimmed. Refused unless a regular file with mode
+/// 0600 or stricter, as [`pgmq_client::read_dsn_file`] (shared with the
+/// `pgmq` tool) checks on the opened file. Error messages name the file,
+/// never its content.
 pub fn read_dsn_file(path: &Path) -> Result<String> {
-    let what = || format!("--dsn-file {}", path.display());
-    let file = std::fs::File::open(path).map_err(|e| Error::Config(format!("{}: {e}", what())))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::Config(format!("{}: {e}", what())))?;
-    if !meta.is_file() {
-        return Err(Error::Refused(format!("{} is not a regular file", what())));
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(Error::Refused(format!(
-                "{}: mode {mode:04o} lets group or other users read it; a file holding a \
-                 password must be private (chmod 0600 {}), as libpq requires of ~/.pgpass",
-                what(),
-                path.display()
-            )));
-        }
-    }
-    let mut text = String::new();
-    file.take(MAX_DSN_FILE)
-        .read_to_string(&mut text)
-        .map_err(|e| Error::Config(format!("{}: {e}", what())))?;
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .ok_or_else(|| Error::Config(format!("{} holds no DSN", what())))
+    pgmq_client::read_dsn_file(path, "--dsn-file").map_err(|e| match e {
+        pgmq_client::DsnFileError::Refused(m) => Error::Refused(m),
+        other => Error::Config(other.to_string()),
+    })
 }
 
 #[cfg(test)]

@@ -279,6 +279,79 @@ pub fn pgpass_lookup(text: &str, host: &str, port: u16, db: &str, user: &str) ->
     None
 }
 
+/// Largest DSN file [`read_dsn_file`] reads, bytes.
+const MAX_DSN_FILE: u64 = 64 * 1024;
+
+/// Why [`read_dsn_file`] gave no DSN. Messages name the file, never its
+/// content.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DsnFileError {
+    /// Not a regular file, or its mode lets group or other users at it.
+    #[error("{0}")]
+    Refused(String),
+    /// It cannot be opened or read, or holds no DSN.
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+/// Reads a DSN from a file (a `--dsn-file`): its first line that is neither
+/// blank nor a `#` comment, trimmed. `what` names the file in errors (say
+/// `"--dsn-file /etc/app/dsn"`).
+///
+/// Refused, as libpq refuses such a password file, when the path is not a
+/// regular file (a folder, a FIFO, a device) or when its mode has any group or
+/// other permission bit (`chmod 0600`). The type and mode are checked on the
+/// opened file, not on the path before opening it, so the file cannot be
+/// swapped in between.
+///
+/// ```
+/// # #[cfg(unix)] {
+/// use std::os::unix::fs::PermissionsExt;
+/// let path = std::env::temp_dir().join(format!("pgmq-doc-dsn-{}", std::process::id()));
+/// std::fs::write(&path, "# app database\npostgres://app:s3cret@db/app\n").unwrap();
+/// std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+/// let e = pgmq_client::read_dsn_file(&path, "--dsn-file").unwrap_err();
+/// assert!(matches!(e, pgmq_client::DsnFileError::Refused(_)) && !e.to_string().contains("s3cret"));
+/// std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+/// assert_eq!(pgmq_client::read_dsn_file(&path, "--dsn-file").unwrap(), "postgres://app:s3cret@db/app");
+/// # std::fs::remove_file(&path).unwrap();
+/// # }
+/// ```
+pub fn read_dsn_file(path: &std::path::Path, what: &str) -> Result<String, DsnFileError> {
+    use std::io::Read;
+    let what = format!("{what} {}", path.display());
+    let unreadable = |e: std::io::Error| DsnFileError::Unreadable(format!("{what}: {e}"));
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err(DsnFileError::Refused(format!(
+            "{what} is not a regular file"
+        )));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(DsnFileError::Refused(format!(
+                "{what}: mode {mode:04o} lets group or other users at it; a file holding a \
+                 password must be private (chmod 0600 {}), as libpq requires of ~/.pgpass",
+                path.display()
+            )));
+        }
+    }
+    let mut text = String::new();
+    file.take(MAX_DSN_FILE)
+        .read_to_string(&mut text)
+        .map_err(unreadable)?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .ok_or_else(|| DsnFileError::Unreadable(format!("{what} holds no DSN")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::{map_params, redact};

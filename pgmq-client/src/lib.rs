@@ -115,7 +115,7 @@ mod version;
 pub use ack::VisibleAt;
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
-pub use dsn::{pgpass_lookup, redact as redact_dsn};
+pub use dsn::{pgpass_lookup, read_dsn_file, redact as redact_dsn, DsnFileError};
 pub use error::{Error, Outcome, Result};
 pub use executor::{Executor, Params, TypedParams};
 pub use fenced::{Receipt, Requeue, MAX_DELAY};

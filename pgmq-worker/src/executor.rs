@@ -611,8 +611,8 @@ fn outcome_to_ack(
         }
     };
     let failure = |reason: String| {
-        let reason = truncate_reason(reason);
         bump(&counts.failed, 1);
+        // Cut once, before it is logged or written.
         let reason = truncate_reason(reason);
         if attempt >= cfg.max_attempts {
             tracing::debug!(attempt, %reason, "handler failed on its last attempt; dead-lettering");

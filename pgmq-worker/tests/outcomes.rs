@@ -780,3 +780,129 @@ async fn an_idle_workers_snapshot_holds_every_handled_message() {
     .await;
     handle.shutdown().await.unwrap();
 }
+
+/// Handler text longer than `MAX_REASON_LEN` is cut before it reaches the
+/// dead-letter `reason` header: an error's text (after max_attempts) and an
+/// explicit `Outcome::DeadLetter` reason. The cut keeps the start, ends in
+/// `…`, and drops the tail (which may quote the data being handled).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_handler_text_is_cut_in_the_dead_letter_reason() {
+    use pgmq_worker::MAX_REASON_LEN;
+    let client = client().await;
+    let q = unique("longr");
+    let dlq = unique("longrq");
+    let _g = Queues::new(&client, &[&q, &dlq]).await;
+    client.send_batch(&q, &jobs(2)).await.unwrap();
+    // Multi-byte characters around the cut: it must land on a boundary.
+    let long = |n: u64| format!("start-{n} {} TAIL-SECRET", "é".repeat(MAX_REASON_LEN * 4));
+
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .max_attempts(1)
+        .dead_letter_queue(dlq.clone())
+        .handler(move |m: Message<Job>| {
+            let text = long(m.body.n);
+            async move {
+                if m.body.n == 0 {
+                    Err::<Outcome, _>(std::io::Error::other(text))
+                } else {
+                    Ok(Outcome::DeadLetter(text))
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "two dead letters", || async {
+        handle.stats().dead_lettered == 2
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+
+    let dead = read_all(&client, &dlq).await;
+    assert_eq!(dead.len(), 2);
+    for m in &dead {
+        let reason = m.headers.as_ref().unwrap()["reason"].as_str().unwrap();
+        let n = m.body["n"].as_u64().unwrap();
+        assert!(
+            !reason.contains("TAIL-SECRET"),
+            "not cut: {} bytes",
+            reason.len()
+        );
+        assert!(reason.ends_with('…'), "{reason}");
+        let start = format!("start-{n} ");
+        let at = reason.find(&start).unwrap_or_else(|| panic!("{reason}"));
+        // The handler's text, from where it starts in the header: at most
+        // MAX_REASON_LEN bytes, then the ellipsis.
+        let handler_part = &reason[at..];
+        let kept = handler_part.len() - '…'.len_utf8();
+        assert!(
+            (MAX_REASON_LEN - 3..=MAX_REASON_LEN).contains(&kept),
+            "{n}: {kept} bytes kept"
+        );
+        if n == 0 {
+            assert!(
+                reason.starts_with("failed 1 times (max_attempts), last error: "),
+                "{reason}"
+            );
+        } else {
+            assert_eq!(at, 0, "{reason}");
+        }
+    }
+}
+
+/// `Outcome::Retry(Duration::MAX)` and `Outcome::Snooze(Duration::MAX)` do
+/// not panic or overflow: the delay is cut to `pgmq_client::MAX_DELAY` (about
+/// 68 years), the messages stay in the queue, invisible until then, and are
+/// counted as retried and snoozed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_and_snooze_for_ever_requeue_far_in_the_future() {
+    let client = client().await;
+    let q = unique("forever");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &jobs(2)).await.unwrap();
+
+    let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .retry_jitter(true)
+        .handler(|m: Message<Job>| async move {
+            Ok::<_, std::io::Error>(if m.body.n == 0 {
+                Outcome::Retry(Duration::MAX)
+            } else {
+                Outcome::Snooze(Duration::MAX)
+            })
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "one retried and one snoozed", || async {
+        let s = handle.stats();
+        s.retried == 1 && s.snoozed == 1
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.stats.retried, 1);
+    assert_eq!(report.stats.snoozed, 1);
+    assert_eq!(report.stats.succeeded, 2);
+    assert_eq!(report.stats.failed + report.stats.panicked, 0);
+    assert_eq!(queue_len(&client, &q).await, 2);
+
+    let conn = client.connection().await.unwrap();
+    let rows = conn
+        .query(
+            &format!(
+                "SELECT (message->>'n')::int, \
+                 extract(year FROM vt)::int - extract(year FROM now())::int \
+                 FROM {} ORDER BY msg_id",
+                q.quoted_table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        let (n, years): (i32, i32) = (r.get(0), r.get(1));
+        assert!(years > 60, "message {n} visible again in {years} years");
+    }
+}

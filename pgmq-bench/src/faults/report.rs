@@ -127,7 +127,8 @@ pub(crate) struct Document {
     pub sdk: Sdk,
     /// Build profile (the suite's timings mean little in a debug build).
     pub build: Build,
-    /// The suite's cluster: PostgreSQL and PGMQ versions, non-default settings.
+    /// The suite's cluster: PostgreSQL and PGMQ versions, the allow-listed settings
+    /// ([`RECORDED_SETTINGS`](crate::metadata::RECORDED_SETTINGS)).
     pub database: Database,
     /// fsync, synchronous_commit, full_page_writes, autovacuum: a crash test
     /// on a server without them proves less.

@@ -148,7 +148,7 @@ fn conditions(out: &mut String, d: &Document) {
                 .database
                 .settings
                 .iter()
-                .filter(|s| s.source != "client" && s.source != "session")
+                .filter(|s| !matches!(s.source.as_str(), "default" | "client" | "session"))
                 .map(|s| format!("{}={}{}", s.name, s.setting, s.unit.as_deref().unwrap_or("")))
                 .collect::<Vec<_>>()
                 .join(", "),

@@ -44,11 +44,16 @@ struct Cli {
     /// postgres://user@host:5432/db?sslmode=verify-full. The password comes
     /// from PGPASSWORD or ~/.pgpass (libpq's format), or put the whole DSN in
     /// DATABASE_URL or a file (--dsn-file): anything on the command line is
-    /// visible to other local users.
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    /// visible to other local users. Default: DATABASE_URL (read in
+    /// `connect`, not by clap, so that a DATABASE_URL merely set in the
+    /// environment does not conflict with --dsn-file).
+    #[arg(long, global = true)]
     dsn: Option<String>,
 
-    /// Read the DSN from this file (its first line), e.g. one of mode 0600.
+    /// Read the DSN from this file (its first line that is not blank or a #
+    /// comment). It must be a regular file with mode 0600 or stricter
+    /// (no group or other permission bits); otherwise it is refused. Takes
+    /// precedence over DATABASE_URL; conflicts only with an explicit --dsn.
     #[arg(long, global = true, value_name = "PATH", conflicts_with = "dsn")]
     dsn_file: Option<PathBuf>,
 
@@ -285,19 +290,20 @@ struct QueueOut {
 
 async fn connect(cli: &Cli) -> Result<Client, Failure> {
     let from_file = match &cli.dsn_file {
+        // Checked on the opened file: a regular file, mode 0600 or stricter.
         Some(path) => Some(
-            tokio::fs::read_to_string(path)
-                .await
-                .map_err(|e| Failure(format!("--dsn-file {}: {e}", path.display())))?
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_owned(),
+            pgmq_client::read_dsn_file(path, "--dsn-file").map_err(|e| Failure(e.to_string()))?,
         ),
         None => None,
     };
-    let Some(dsn) = from_file.as_deref().or(cli.dsn.as_deref()) else {
+    // --dsn-file, else --dsn, else DATABASE_URL (clap refuses --dsn with
+    // --dsn-file; the environment conflicts with neither).
+    let from_env = std::env::var("DATABASE_URL").ok().filter(|d| !d.is_empty());
+    let Some(dsn) = from_file
+        .as_deref()
+        .or(cli.dsn.as_deref())
+        .or(from_env.as_deref())
+    else {
         return fail("no database: set DATABASE_URL, or pass --dsn-file or --dsn");
     };
     let mut builder = Client::builder(dsn).max_size(2).libpq_password(true);

@@ -1,0 +1,307 @@
+//! The setup scripts (scripts/db-start.sh, db-stop.sh) on a machine with
+//! other local users, run for real as root on a spare port (55450-55459) in
+//! a folder of their own:
+//!
+//! - a symlink planted where the cluster's folder goes is refused and left
+//!   alone (and so is what it points to);
+//! - a folder there owned by another user (`nobody`) is refused and left alone;
+//! - a parent folder everyone may write, without the sticky bit, is refused;
+//! - a cluster made by them has its DSN file at mode 0600, and its socket
+//!   refuses another OS user (`nobody`, with psql) while the server's own
+//!   user gets in; over TCP nobody gets in without the generated password.
+//!
+//! They need root (the scripts run the server as `postgres` and the tests
+//! act as `nobody`) and PostgreSQL's binaries; without either each test
+//! prints why it was skipped and passes.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}
+
+/// PostgreSQL's newest bin folder, as db-common.sh finds it.
+fn pg_bin() -> Option<PathBuf> {
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            "ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1",
+        ])
+        .output()
+        .ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    dir.join("initdb").exists().then_some(dir)
+}
+
+/// Whether these tests can run here; prints why not.
+fn can_run(test: &str) -> bool {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let why = if uid != "0" {
+        "not root (the setup scripts run the server as postgres, and the test acts as nobody)"
+    } else if pg_bin().is_none() {
+        "PostgreSQL's server binaries are not installed (/usr/lib/postgresql/*/bin)"
+    } else if !Command::new("id")
+        .arg("nobody")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        "there is no user nobody"
+    } else {
+        return true;
+    };
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh folder (0755, ours) for one test; on drop, the cluster in it is
+/// stopped and the folder removed.
+struct Sandbox {
+    base: PathBuf,
+    port: u16,
+    db_dir: Option<PathBuf>,
+}
+
+impl Sandbox {
+    fn new(tag: &str) -> Sandbox {
+        let base = std::env::temp_dir().join(format!(
+            "pgmq-setup-test-{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Sandbox {
+            base,
+            port: free_port(),
+            db_dir: None,
+        }
+    }
+
+    /// Runs scripts/`name` with PGMQ_DB_DIR = `dir` on this sandbox's port.
+    fn script(&mut self, name: &str, dir: &Path) -> Output {
+        self.db_dir = Some(dir.to_owned());
+        Command::new("bash")
+            .arg(scripts().join(name))
+            .env("PGMQ_DB_PORT", self.port.to_string())
+            .env("PGMQ_DB_DIR", dir)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if let Some(dir) = self.db_dir.take() {
+            // Stops a cluster a failed assertion left running; refuses (and
+            // does nothing) where the test planted something.
+            let _ = Command::new("bash")
+                .arg(scripts().join("db-stop.sh"))
+                .env("PGMQ_DB_PORT", self.port.to_string())
+                .env("PGMQ_DB_DIR", &dir)
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+/// A port of the spare range 55450-55459 that nothing listens on.
+fn free_port() -> u16 {
+    let start = 55450 + (std::process::id() % 10) as u16;
+    (0..10)
+        .map(|i| 55450 + (start - 55450 + i) % 10)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port in 55450-55459")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {:?}, stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn assert_refused(out: &Output, what: &str) {
+    assert!(!out.status.success(), "{what} not refused: {}", text(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing"), "{what}: {err}");
+    assert!(out.stdout.is_empty(), "{what}: a DSN was printed");
+}
+
+/// Every file under `dir` with its owner, mode and content (a snapshot to
+/// prove nothing changed).
+fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        let content = if m.is_file() {
+            std::fs::read(e.path()).unwrap()
+        } else {
+            Vec::new()
+        };
+        out.push((e.path(), m.uid(), m.mode(), content));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_symlink_at_the_cluster_folder_is_refused_and_left_alone() {
+    if !can_run("a_symlink_at_the_cluster_folder_is_refused_and_left_alone") {
+        return;
+    }
+    let mut sb = Sandbox::new("link");
+    let target = sb.base.join("elsewhere");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("keep"), "keep").unwrap();
+    let link = sb.base.join("db");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let before = snapshot(&target);
+
+    for script in ["db-start.sh", "db-stop.sh"] {
+        let out = sb.script(script, &link);
+        assert_refused(&out, script);
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_link(&link).unwrap(), target);
+        assert_eq!(snapshot(&target), before, "{script} wrote through the link");
+    }
+    // A dangling one too (mkdir -p or a write would create its target).
+    let missing = sb.base.join("not-yet");
+    let dangling = sb.base.join("db2");
+    std::os::unix::fs::symlink(&missing, &dangling).unwrap();
+    assert_refused(&sb.script("db-start.sh", &dangling), "dangling link");
+    assert!(!missing.exists(), "the link's target was created");
+    assert!(std::fs::symlink_metadata(&dangling).is_ok());
+}
+
+#[test]
+fn another_users_folder_is_refused_and_left_alone() {
+    if !can_run("another_users_folder_is_refused_and_left_alone") {
+        return;
+    }
+    let mut sb = Sandbox::new("theirs");
+    let theirs = sb.base.join("db");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::create_dir(theirs.join("data")).unwrap();
+    std::fs::write(theirs.join("dsn"), "theirs").unwrap();
+    let (uid, gid) = (65534, 65534);
+    for p in [theirs.join("data"), theirs.join("dsn"), theirs.clone()] {
+        std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+    }
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let before = snapshot(&theirs);
+
+    for script in ["db-start.sh", "db-stop.sh"] {
+        let out = sb.script(script, &theirs);
+        assert_refused(&out, script);
+        let m = std::fs::symlink_metadata(&theirs).unwrap();
+        assert!(m.is_dir() && m.uid() == uid && m.mode() & 0o777 == 0o700);
+        assert_eq!(snapshot(&theirs), before, "{script} changed their folder");
+    }
+}
+
+#[test]
+fn a_world_writable_parent_without_the_sticky_bit_is_refused() {
+    if !can_run("a_world_writable_parent_without_the_sticky_bit_is_refused") {
+        return;
+    }
+    let mut sb = Sandbox::new("open");
+    let open = sb.base.join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = sb.script("db-start.sh", &open.join("db"));
+    assert_refused(&out, "world-writable parent");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("sticky"),
+        "{}",
+        text(&out)
+    );
+    assert!(!open.join("db").exists(), "the folder was made anyway");
+}
+
+/// psql as `user` (from /, without any password source); its output.
+fn psql_as(user: &str, args: &[&str]) -> Output {
+    let psql = pg_bin().unwrap().join("psql");
+    Command::new("runuser")
+        .args(["-u", user, "--"])
+        .arg(psql)
+        .args(["-w", "-X", "-At", "-c", "SELECT 1"])
+        .args(args)
+        .current_dir("/")
+        .env_remove("PGPASSWORD")
+        .env("PGPASSFILE", "/nonexistent/pgpass")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_fresh_cluster_keeps_other_users_out() {
+    if !can_run("a_fresh_cluster_keeps_other_users_out") {
+        return;
+    }
+    let mut sb = Sandbox::new("real");
+    let dir = sb.base.join("db");
+    let port = sb.port.to_string();
+    let out = sb.script("db-start.sh", &dir);
+    assert!(out.status.success(), "db-start.sh: {}", text(&out));
+
+    // The DSN file: a regular file of root's, mode 0600, holding what was printed.
+    let dsn_file = dir.join("dsn");
+    let m = std::fs::symlink_metadata(&dsn_file).unwrap();
+    assert!(m.is_file());
+    assert_eq!(m.mode() & 0o7777, 0o600, "dsn file mode {:o}", m.mode());
+    assert_eq!(m.uid(), 0);
+    assert_eq!(std::fs::read(&dsn_file).unwrap(), out.stdout);
+    // The folders: ours 0711, the server's 0700.
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o711);
+    let run_dir = dir.join("run");
+    let run = run_dir.to_str().unwrap();
+    for sub in ["data", "run"] {
+        assert_eq!(
+            std::fs::metadata(dir.join(sub)).unwrap().mode() & 0o7777,
+            0o700,
+            "{sub}"
+        );
+    }
+
+    // The server's own user gets in over the socket (so the refusals below
+    // are about who asks, not a broken socket)...
+    let ok = psql_as(
+        "postgres",
+        &["-h", run, "-p", &port, "-U", "postgres", "-d", "pgmq"],
+    );
+    assert!(ok.status.success(), "postgres: {}", text(&ok));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "1");
+    // ...another OS user does not, under any role name.
+    for role in ["postgres", "pgmq", "nobody"] {
+        let out = psql_as(
+            "nobody",
+            &["-h", run, "-p", &port, "-U", role, "-d", "pgmq"],
+        );
+        assert!(!out.status.success(), "nobody reached the socket as {role}");
+    }
+    // Over TCP, not without the generated password.
+    let out = psql_as(
+        "nobody",
+        &["-h", "127.0.0.1", "-p", &port, "-U", "pgmq", "-d", "pgmq"],
+    );
+    assert!(!out.status.success(), "nobody got in over TCP");
+
+    let out = sb.script("db-stop.sh", &dir);
+    assert!(out.status.success(), "db-stop.sh: {}", text(&out));
+    assert!(!dir.exists());
+}
