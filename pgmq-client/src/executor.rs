@@ -164,3 +164,86 @@ async fn run_uncached<C: tokio_postgres::GenericClient + Sync>(
         .await
         .map_err(Error::from_pg)
 }
+
+/// A caller's deadpool-postgres pool (feature `deadpool`): each call checks
+/// out a connection, and statements are prepared once per connection in
+/// deadpool's own cache (`prepare_cached`), so a service that already has a
+/// deadpool pool needs no second one.
+///
+/// ```no_run
+/// # async fn f(pool: deadpool_postgres::Pool, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+/// use pgmq_client::Pgmq;
+/// let pgmq = Pgmq::on(pool);
+/// pgmq.send(&q, &serde_json::json!({"order": 42})).await?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "deadpool")]
+impl Executor for deadpool_postgres::Pool {
+    async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
+        let conn = self.get().await.map_err(from_deadpool)?;
+        deadpool_query(&conn, stmt.sql(), None, params).await
+    }
+
+    async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
+        let conn = self.get().await.map_err(from_deadpool)?;
+        deadpool_query_text(&conn, sql, params).await
+    }
+
+    fn autocommit(&self) -> bool {
+        true
+    }
+}
+
+/// One connection of a caller's deadpool-postgres pool (feature
+/// `deadpool`), with deadpool's statement cache; inside the caller's
+/// transaction when it opened one on it.
+#[cfg(feature = "deadpool")]
+impl Executor for deadpool_postgres::Object {
+    async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
+        deadpool_query(self, stmt.sql(), None, params).await
+    }
+
+    async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
+        deadpool_query_text(self, sql, params).await
+    }
+}
+
+#[cfg(feature = "deadpool")]
+async fn deadpool_query(
+    conn: &deadpool_postgres::Object,
+    sql: &str,
+    types: Option<&[Type]>,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Error> {
+    let prepared = match types {
+        None => conn.prepare_cached(sql).await,
+        Some(t) => conn.prepare_typed_cached(sql, t).await,
+    }
+    // Nothing of the call itself was sent yet.
+    .map_err(|e| Error::from_pg(e).not_sent())?;
+    let client: &tokio_postgres::Client = conn;
+    client
+        .query(&prepared, params)
+        .await
+        .map_err(Error::from_pg)
+}
+
+#[cfg(feature = "deadpool")]
+async fn deadpool_query_text(
+    conn: &deadpool_postgres::Object,
+    sql: &str,
+    params: TypedParams<'_>,
+) -> Result<Vec<Row>, Error> {
+    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
+    let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
+    deadpool_query(conn, sql, Some(&types), &values).await
+}
+
+#[cfg(feature = "deadpool")]
+fn from_deadpool(e: deadpool_postgres::PoolError) -> Error {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => Error::Connect(e),
+        deadpool_postgres::PoolError::Timeout(_) => Error::PoolTimeout,
+        other => Error::Config(format!("deadpool: {other}")),
+    }
+}
