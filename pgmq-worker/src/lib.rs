@@ -139,6 +139,7 @@ mod context;
 mod db;
 mod error;
 mod executor;
+mod group;
 mod handler;
 mod health;
 mod heartbeat;
@@ -156,6 +157,7 @@ pub use config::{Backoff, WakeUp, WorkerBuilder};
 pub use context::Context;
 pub use error::Error;
 pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};
+pub use group::{GroupShutdown, WorkerGroup};
 pub use handler::{
     BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
 };

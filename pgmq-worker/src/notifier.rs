@@ -46,6 +46,65 @@ pub(crate) async fn listen(
     Ok(listener)
 }
 
+/// What a [`WorkerGroup`](crate::WorkerGroup)'s one LISTEN connection
+/// tells each of its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HubEvent {
+    /// An insert notification on the worker's queue.
+    Notified,
+    /// The shared connection was lost and is back: notifications may have
+    /// been missed.
+    Reconnected,
+}
+
+/// Runs until `stop` on the group's shared LISTEN connection: the same
+/// wake-ups as [`run`], from the events the group forwards.
+pub(crate) async fn run_shared(
+    shared: Arc<Shared>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<HubEvent>,
+    stop: CancellationToken,
+) {
+    let throttle = shared.notify_throttle;
+    let follow_up = !throttle.is_zero() && throttle < shared.config.poll_interval;
+    let mut window_end: Option<Instant> = None;
+    loop {
+        let window = async {
+            match window_end {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let event = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            e = events.recv() => e,
+            _ = window => {
+                window_end = None;
+                bump(&shared.stats.c.wakeups_after_throttle, 1);
+                shared.wake_claimers();
+                continue;
+            }
+        };
+        match event {
+            None => return,
+            Some(HubEvent::Reconnected) => shared.wake_claimers(),
+            Some(HubEvent::Notified) => {
+                while let Ok(HubEvent::Notified) = events.try_recv() {}
+                bump(&shared.stats.c.wakeups_notify, 1);
+                shared.wake_claimers();
+                if follow_up {
+                    window_end = Some(Instant::now() + throttle);
+                }
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(DEBOUNCE) => {}
+                }
+            }
+        }
+    }
+}
+
 /// Runs until `stop`, starting with `opened` when the start already
 /// connected (otherwise it connects, retrying with backoff).
 pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: CancellationToken) {

@@ -191,6 +191,11 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         self.stop.clone()
     }
 
+    /// Whether this worker wakes on notifications ([`WakeUp::Notify`]).
+    pub(crate) fn notified(&self) -> bool {
+        self.config.wake_up == WakeUp::Notify
+    }
+
     /// The queue this worker consumes.
     pub fn queue(&self) -> &QueueName {
         &self.config.queue
@@ -218,8 +223,18 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// # Ok(()) }
     /// ```
     pub async fn run_until<F: Future>(self, signal: F) -> Result<ShutdownReport, Error> {
+        self.run_with(signal, None).await
+    }
+
+    /// [`run_until`](Self::run_until), with notifications from a group's
+    /// shared LISTEN connection when `hub` is given.
+    pub(crate) async fn run_with<F: Future>(
+        self,
+        signal: F,
+        hub: Option<tokio::sync::mpsc::UnboundedReceiver<notifier::HubEvent>>,
+    ) -> Result<ShutdownReport, Error> {
         let stop = self.stop.clone();
-        let running = self.start().await?;
+        let running = self.start(hub).await?;
         // If this future is dropped (say, its runtime shuts down) every task
         // stops: claimed messages then come back after their visibility
         // timeout instead of being released.
@@ -312,8 +327,13 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         }
     }
 
-    /// Checks the queues, then starts every task.
-    async fn start(self) -> Result<Running, Error> {
+    /// Checks the queues, then starts every task; with `hub`, notifications
+    /// come from a [`WorkerGroup`](crate::WorkerGroup)'s shared LISTEN
+    /// connection instead of one of its own.
+    pub(crate) async fn start(
+        self,
+        hub: Option<tokio::sync::mpsc::UnboundedReceiver<notifier::HubEvent>>,
+    ) -> Result<Running, Error> {
         let cfg = Arc::clone(&self.config);
         if cfg.check_queue {
             check_queue(&self.client, &cfg.queue).await?;
@@ -326,6 +346,8 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let mut notify_throttle = std::time::Duration::ZERO;
         if cfg.wake_up == WakeUp::Notify {
             notify_throttle = ensure_notify_trigger(&self.client, &cfg).await?;
+        }
+        if cfg.wake_up == WakeUp::Notify && hub.is_none() {
             // A setup that can never listen fails now; a database that is
             // away only delays the LISTEN connection (polling meanwhile).
             match notifier::listen(&self.client, &cfg.queue).await {
@@ -407,15 +429,34 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
                 heartbeat::run(Arc::clone(&shared2), stop.clone())
             })
         });
-        let notifier = (cfg.wake_up == WakeUp::Notify).then(|| {
-            let (shared2, stop) = (Arc::clone(&shared), stop.clone());
-            // The first run takes the listener opened above; a restart opens its own.
-            let opened = std::sync::Mutex::new(listener);
-            supervised(&shared, "notifier", move || {
-                let l = opened.lock().unwrap_or_else(|p| p.into_inner()).take();
-                notifier::run(Arc::clone(&shared2), l, stop.clone())
-            })
-        });
+        let notifier = match hub {
+            Some(events) if cfg.wake_up == WakeUp::Notify => {
+                let (shared2, stop) = (Arc::clone(&shared), stop.clone());
+                // Taken by the first run; a restart after a panic falls back
+                // to a connection of its own.
+                let events = std::sync::Mutex::new(Some(events));
+                Some(supervised(&shared, "notifier", move || {
+                    let e = events.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let shared = Arc::clone(&shared2);
+                    let stop = stop.clone();
+                    async move {
+                        match e {
+                            Some(e) => notifier::run_shared(shared, e, stop).await,
+                            None => notifier::run(shared, None, stop).await,
+                        }
+                    }
+                }))
+            }
+            _ => (cfg.wake_up == WakeUp::Notify).then(|| {
+                let (shared2, stop) = (Arc::clone(&shared), stop.clone());
+                // The first run takes the listener opened above; a restart opens its own.
+                let opened = std::sync::Mutex::new(listener);
+                supervised(&shared, "notifier", move || {
+                    let l = opened.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    notifier::run(Arc::clone(&shared2), l, stop.clone())
+                })
+            }),
+        };
         #[cfg(feature = "metrics")]
         {
             let (shared2, queue, stop) =
@@ -582,7 +623,7 @@ async fn ensure_notify_trigger(
 
 /// SIGINT and SIGTERM (Ctrl-C only, off Unix), installed once and received
 /// as often as they come.
-struct Signals {
+pub(crate) struct Signals {
     #[cfg(unix)]
     int: Option<tokio::signal::unix::Signal>,
     #[cfg(unix)]
@@ -590,7 +631,7 @@ struct Signals {
 }
 
 impl Signals {
-    fn install() -> Self {
+    pub(crate) fn install() -> Self {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
@@ -613,7 +654,7 @@ impl Signals {
     }
 
     /// Resolves on the next signal.
-    async fn recv(&mut self) {
+    pub(crate) async fn recv(&mut self) {
         #[cfg(unix)]
         {
             async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
