@@ -70,7 +70,7 @@ struct Member {
 ///         Ok::<_, std::io::Error>(Outcome::Archive)
 ///     })
 ///     .build()?;
-/// let group = WorkerGroup::new(client).add(emails).add(invoices);
+/// let group = WorkerGroup::new(client).with_worker(emails).with_worker(invoices);
 /// for (queue, monitor) in group.monitors() {
 ///     println!("{queue}: {} handled so far", monitor.stats().handled);
 /// }
@@ -102,7 +102,7 @@ impl WorkerGroup {
 
     /// Adds a worker (built from a clone of the group's client, so that it
     /// shares its pool).
-    pub fn add<T: DeserializeOwned + Send + 'static>(mut self, worker: Worker<T>) -> Self {
+    pub fn with_worker<T: DeserializeOwned + Send + 'static>(mut self, worker: Worker<T>) -> Self {
         let queue = worker.queue().clone();
         let notified = worker.notified();
         let stop = worker.shutdown_handle();

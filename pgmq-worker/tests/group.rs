@@ -48,24 +48,30 @@ async fn a_group_runs_two_queues_on_one_listen_connection() {
         })
         .build()
         .unwrap();
-    let group = WorkerGroup::new(client.clone()).add(emails).add(invoices);
+    let group = WorkerGroup::new(client.clone())
+        .with_worker(emails)
+        .with_worker(invoices);
     let monitors = group.monitors();
     let stop = group.shutdown_handle();
     let running = tokio::spawn(group.run_until(std::future::pending::<()>()));
 
     // Both idle after their first read, with one LISTEN connection between them.
     let conn = client.connection().await.unwrap();
-    wait_for(Duration::from_secs(10), "one listener on both channels", || async {
-        let listeners: i64 = conn
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        monitors.iter().all(|(_, m)| m.stats().empty_reads >= 1) && listeners >= 1
-    })
+    wait_for(
+        Duration::from_secs(10),
+        "one listener on both channels",
+        || async {
+            let listeners: i64 = conn
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            monitors.iter().all(|(_, m)| m.stats().empty_reads >= 1) && listeners >= 1
+        },
+    )
     .await;
     let listeners: Vec<String> = conn
         .query(
@@ -78,11 +84,18 @@ async fn a_group_runs_two_queues_on_one_listen_connection() {
         .map(|r| r.get(0))
         .filter(|q: &String| q.contains(qa.as_str()) || q.contains(qb.as_str()))
         .collect();
-    assert_eq!(listeners.len(), 1, "one LISTEN connection for the group: {listeners:?}");
+    assert_eq!(
+        listeners.len(),
+        1,
+        "one LISTEN connection for the group: {listeners:?}"
+    );
 
     // Woken by notifications, well inside the 30 s poll interval.
     let sent = Instant::now();
-    client.send(&qa, &json!({"to": "ada@example.com"})).await.unwrap();
+    client
+        .send(&qa, &json!({"to": "ada@example.com"}))
+        .await
+        .unwrap();
     client.send(&qb, &json!({"id": 7})).await.unwrap();
     client.send(&qb, &json!({"id": 8})).await.unwrap();
     wait_for(Duration::from_secs(10), "both queues handled", || async {
@@ -96,5 +109,8 @@ async fn a_group_runs_two_queues_on_one_listen_connection() {
     assert_eq!(reports.len(), 2);
     assert_eq!(reports[0].stats.deleted, 1);
     assert_eq!(reports[1].stats.archived, 2);
-    assert_eq!(queue_len(&client, &qa).await + queue_len(&client, &qb).await, 0);
+    assert_eq!(
+        queue_len(&client, &qa).await + queue_len(&client, &qb).await,
+        0
+    );
 }
