@@ -234,9 +234,16 @@ async fn a_delivery_stays_claimed_until_its_acknowledgement_is_written() {
             .read::<Value>(&q, Duration::from_secs(30), 1)
             .await
             .unwrap();
-        assert!(got.is_empty(), "claimed by another consumer while its ack waited");
+        assert!(
+            got.is_empty(),
+            "claimed by another consumer while its ack waited"
+        );
         // Nor claimed again by this worker (it polls faster than this loop).
-        assert_eq!(handle.stats().handled, 1, "delivered again while its ack waited");
+        assert_eq!(
+            handle.stats().handled,
+            1,
+            "delivered again while its ack waited"
+        );
         assert_eq!(handle.stats().deleted, 0, "the ack was not held back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
