@@ -111,6 +111,13 @@ async fn worker(
     if let Some(v) = env("DRAIN_ACK_BATCH") {
         b = b.ack_batch_size(v);
     }
+    // DRAIN_CLAIM_READS: function | from-start | bounded (the default).
+    match std::env::var("DRAIN_CLAIM_READS").as_deref() {
+        Ok("function") => b = b.claim_reads(pgmq_worker::ClaimReads::Function),
+        Ok("from-start") => b = b.claim_reads(pgmq_worker::ClaimReads::FromStart),
+        Ok("bounded") | Err(_) => {}
+        Ok(other) => return Err(format!("DRAIN_CLAIM_READS={other}?").into()),
+    }
     if let Some(v) = env("DRAIN_FLUSH_US") {
         b = b.ack_flush_interval(Duration::from_micros(v as u64));
     }
