@@ -111,13 +111,7 @@ async fn worker(
     if let Some(v) = env("DRAIN_ACK_BATCH") {
         b = b.ack_batch_size(v);
     }
-    // DRAIN_CLAIM_READS: function | from-start | bounded (the default).
-    match std::env::var("DRAIN_CLAIM_READS").as_deref() {
-        Ok("function") => b = b.claim_reads(pgmq_worker::ClaimReads::Function),
-        Ok("from-start") => b = b.claim_reads(pgmq_worker::ClaimReads::FromStart),
-        Ok("bounded") | Err(_) => {}
-        Ok(other) => return Err(format!("DRAIN_CLAIM_READS={other}?").into()),
-    }
+    b = b.claim_reads(claim_reads()?);
     if let Some(v) = env("DRAIN_FLUSH_US") {
         b = b.ack_flush_interval(Duration::from_micros(v as u64));
     }
@@ -178,6 +172,17 @@ async fn worker(
         report.stats.queue_wait_local.value_at_quantile(0.5)
     );
     Ok(rate)
+}
+
+/// DRAIN_CLAIM_READS: function | from-start | bounded (the default).
+fn claim_reads() -> Result<pgmq_worker::ClaimReads, Box<dyn std::error::Error>> {
+    use pgmq_worker::ClaimReads;
+    match std::env::var("DRAIN_CLAIM_READS").as_deref() {
+        Ok("function") => Ok(ClaimReads::Function),
+        Ok("from-start") => Ok(ClaimReads::FromStart),
+        Ok("bounded") | Err(_) => Ok(ClaimReads::Bounded),
+        Ok(other) => Err(format!("DRAIN_CLAIM_READS={other}?").into()),
+    }
 }
 
 /// CPU time of this process so far (user + system), from /proc.
@@ -373,6 +378,7 @@ async fn notify_latency(client: &Client, q: &QueueName) -> Result<(), Box<dyn st
     let w: Worker<IgnoredAny> = Worker::builder(client.clone(), q.clone())
         .wake_up(pgmq_worker::WakeUp::Notify)
         .poll_interval(Duration::from_millis(500))
+        .claim_reads(claim_reads()?)
         .handler(move |_m: Message<IgnoredAny>| {
             let _ = tx.send(Instant::now());
             async { Ok::<_, std::io::Error>(Outcome::Delete) }
