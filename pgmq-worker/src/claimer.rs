@@ -40,9 +40,9 @@
 //! last VACUUM leaves a dead entry at the head of the queue's primary key,
 //! and `pgmq.read` walks over all of them on every call: on a draining
 //! backlog of a million that walk costs more than the rest of the read. So
-//! by default ([`ClaimReads::Bounded`](crate::ClaimReads::Bounded)) the loops read with a statement on
-//! the queue table that starts after the highest `msg_id` any loop has read
-//! ([`Cursor`], shared by the loops). Messages below that bound that are
+//! by default ([`ClaimReads::Bounded`](crate::ClaimReads::Bounded)) the
+//! loops read with a statement on the queue table that starts after the
+//! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are
 //! visible again (a retry, an expired claim, a row whose sending
 //! transaction committed late) are found by a read from the start, made
 //! when one is due ([`Cursor::plan`]): at least once per `poll_interval`,
@@ -171,7 +171,7 @@ impl Cursor {
             path,
             after: AtomicI64::new(0),
             last_start_us: AtomicU64::new(0),
-            start_due: AtomicBool::new(true),
+            start_due: AtomicBool::new(false),
         }
     }
 
@@ -192,19 +192,19 @@ impl Cursor {
         Plan::Table(ReadFrom::After(after))
     }
 
-    /// Records a read that returned `msgs` of the `qty` asked for; true when
-    /// the queue may be drained (the loop may park): only a short read from
-    /// the start (or by `pgmq.read`) says so.
-    fn done(&self, plan: Plan, qty: usize, msgs: &[Message<RawJson>]) -> bool {
+    /// Records a read made as `plan` that returned `n` of the `qty` messages
+    /// asked for, the highest `msg_id` among them `top`; true when the queue
+    /// may be drained (the loop may park): only a short read from the start
+    /// (or by `pgmq.read`) says so.
+    fn done(&self, plan: Plan, qty: usize, n: usize, top: i64) -> bool {
+        let full = n >= qty;
         let Plan::Table(from) = plan else {
-            return msgs.len() < qty;
+            return !full;
         };
         if self.path != ReadPath::Bounded {
-            return msgs.len() < qty;
+            return !full;
         }
-        let top = msgs.iter().map(|m| m.msg_id).max().unwrap_or(0);
         let before = self.after.fetch_max(top, Relaxed);
-        let full = msgs.len() >= qty;
         match from {
             // A full batch entirely below the bound: older messages are
             // waiting; keep reading from the start until they are drained.
@@ -345,7 +345,8 @@ pub(crate) async fn run(
         shared.health.read_ok();
         let now = Instant::now();
         let n = msgs.len();
-        let drained = shared.cursor.done(plan, qty, &msgs);
+        let top = msgs.iter().map(|m| m.msg_id).max().unwrap_or(0);
+        let drained = shared.cursor.done(plan, qty, n, top);
         bump(&shared.stats.c.reads, 1);
         bump(&shared.stats.c.claimed, n as u64);
         // The permits of the messages travel with them; a handler gives each
@@ -427,5 +428,93 @@ async fn park(
             return false;
         }
         sleep_for = Duration::from_micros(interval_us - since);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IV: u64 = 250_000;
+
+    fn bounded() -> Cursor {
+        Cursor::new(ReadPath::Bounded)
+    }
+
+    #[test]
+    fn the_first_read_is_from_the_start_then_after_the_highest_id() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(!c.done(p, 100, 100, 600));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::After(600)));
+        // Another loop's batch moved the bound; a lower top does not lower it.
+        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 800));
+        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 700));
+        assert_eq!(c.plan(3_000, IV), Plan::Table(ReadFrom::After(800)));
+    }
+
+    #[test]
+    fn a_read_from_the_start_is_due_once_per_interval() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        assert_eq!(
+            c.plan(1_000 + IV - 1, IV),
+            Plan::Table(ReadFrom::After(100))
+        );
+        assert_eq!(c.plan(1_000 + IV, IV), Plan::Table(ReadFrom::Start));
+        // Made: the next loop reads after the bound again.
+        assert_eq!(
+            c.plan(1_000 + IV + 1, IV),
+            Plan::Table(ReadFrom::After(100))
+        );
+    }
+
+    #[test]
+    fn only_a_short_read_from_the_start_parks() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        // The tail ran out: not drained, and the next read is from the start.
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::After(100)));
+        assert!(!c.done(p, 100, 3, 103));
+        let p = c.plan(3_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(c.done(p, 100, 40, 90));
+        assert!(c.done(p, 100, 0, 0));
+    }
+
+    #[test]
+    fn full_reads_below_the_bound_keep_reading_from_the_start() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 5_000);
+        // Retries below the bound fill a read from the start: read from the
+        // start again at once, until one reaches past the bound.
+        let p = c.plan(1_000 + IV, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(!c.done(p, 100, 100, 400));
+        let p = c.plan(1_000 + IV + 1, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(!c.done(p, 100, 100, 5_100));
+        assert_eq!(
+            c.plan(1_000 + IV + 2, IV),
+            Plan::Table(ReadFrom::After(5_100))
+        );
+    }
+
+    #[test]
+    fn the_other_paths_never_use_a_bound() {
+        let f = Cursor::new(ReadPath::Function);
+        assert_eq!(f.plan(1, IV), Plan::Function);
+        assert!(!f.done(Plan::Function, 100, 100, 100));
+        assert!(f.done(Plan::Function, 100, 99, 100));
+        let s = Cursor::new(ReadPath::FromStart);
+        let p = s.plan(1, IV);
+        s.done(p, 100, 100, 100);
+        assert_eq!(s.plan(2, IV), Plan::Table(ReadFrom::Start));
+        assert!(s.done(p, 100, 5, 100));
     }
 }
