@@ -88,7 +88,8 @@
 //! `client.rs` (connect, the pool), `executor.rs` (the one call path),
 //! `connection.rs` (connections, their statement cache, transactions),
 //! `statements.rs` (all SQL), `queue_name.rs`, `message.rs`, then the calls as
-//! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs`, `ack.rs`, `fifo.rs`,
+//! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs` (and `read_from.rs`, the read as a
+//! statement on the queue table), `ack.rs`, `fifo.rs`,
 //! `notify.rs`, `topics.rs`, `functions.rs` (the rest of PGMQ 1.13); `version.rs` (detection), `tls.rs` (sslmode),
 //! `dsn.rs` and `error.rs`; `bin/pgmq/` is the command-line tool.
 
@@ -106,6 +107,7 @@ mod notify;
 mod queue;
 mod queue_name;
 mod read;
+mod read_from;
 mod send;
 mod statements;
 pub mod tls;
@@ -125,6 +127,7 @@ pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{QueueName, MAX_QUEUE_NAME_LEN};
 pub use read::{MAX_BATCH, MAX_SECONDS};
+pub use read_from::ReadFrom;
 pub use statements::Stmt;
 pub use topics::{RouteMatch, TopicBinding};
 pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};

@@ -111,6 +111,7 @@ async fn worker(
     if let Some(v) = env("DRAIN_ACK_BATCH") {
         b = b.ack_batch_size(v);
     }
+    b = b.claim_reads(claim_reads()?);
     if let Some(v) = env("DRAIN_FLUSH_US") {
         b = b.ack_flush_interval(Duration::from_micros(v as u64));
     }
@@ -130,9 +131,24 @@ async fn worker(
         commits(client).await as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
+    statements_reset(client).await;
     let handle = w.spawn();
+    // The rate of each tenth of the drain: how it changes as the deleted
+    // head of the queue grows.
+    let step = (n as u64 / 10).max(1);
+    let (mut next, mut last) = (step, start);
+    let mut segments = Vec::new();
     while handle.acked() < n as u64 {
         tokio::time::sleep(Duration::from_millis(1)).await;
+        let acked = handle.acked();
+        if acked >= next {
+            let now = Instant::now();
+            segments.push(format!(
+                "{:.0}",
+                (acked - (next - step)) as f64 / (now - last).as_secs_f64()
+            ));
+            (next, last) = (acked + step - acked % step, now);
+        }
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
     let cpu = cpu_time().await - cpu0;
@@ -146,6 +162,8 @@ async fn worker(
     );
     let report = handle.shutdown().await?;
     eprintln!("    {}", table_work(client, q, n).await);
+    eprintln!("    msg/s by tenth of the drain: {}", segments.join(" "));
+    eprintln!("{}", statements(client, n).await);
     eprintln!(
         "    reads {} (empty {}), handler p50 {} us, claim->start p50 {} us",
         report.stats.reads,
@@ -154,6 +172,17 @@ async fn worker(
         report.stats.queue_wait_local.value_at_quantile(0.5)
     );
     Ok(rate)
+}
+
+/// DRAIN_CLAIM_READS: function | from-start | bounded (the default).
+fn claim_reads() -> Result<pgmq_worker::ClaimReads, Box<dyn std::error::Error>> {
+    use pgmq_worker::ClaimReads;
+    match std::env::var("DRAIN_CLAIM_READS").as_deref() {
+        Ok("function") => Ok(ClaimReads::Function),
+        Ok("from-start") => Ok(ClaimReads::FromStart),
+        Ok("bounded") | Err(_) => Ok(ClaimReads::Bounded),
+        Ok(other) => Err(format!("DRAIN_CLAIM_READS={other}?").into()),
+    }
 }
 
 /// CPU time of this process so far (user + system), from /proc.
@@ -269,6 +298,52 @@ async fn table_work(client: &Client, q: &QueueName, n: usize) -> String {
     }
 }
 
+/// Clears pg_stat_statements, when the extension is there (with
+/// `pg_stat_statements.track = all` it also sees the statements that PGMQ's
+/// functions run).
+async fn statements_reset(client: &Client) {
+    if let Ok(conn) = client.connection().await {
+        let _ = conn
+            .batch_execute("SELECT pg_stat_statements_reset()")
+            .await;
+    }
+}
+
+/// The statements on the queue since [`statements_reset`], per message:
+/// server time and shared buffers touched, from pg_stat_statements.
+async fn statements(client: &Client, n: usize) -> String {
+    let Ok(conn) = client.connection().await else {
+        return String::new();
+    };
+    let Ok(rows) = conn
+        .query(
+            "SELECT calls::float8, rows::float8, total_exec_time, \
+                    (shared_blks_hit + shared_blks_read)::float8, \
+                    regexp_replace(left(query, 90), '\\s+', ' ', 'g') \
+             FROM pg_stat_statements WHERE calls > 10 AND query ~* '(pgmq\\.|q_)' \
+             ORDER BY total_exec_time DESC LIMIT 6",
+            &[],
+        )
+        .await
+    else {
+        return "    (no pg_stat_statements)".to_owned();
+    };
+    let n = n as f64;
+    rows.iter()
+        .map(|r| {
+            let (calls, rws, ms, blks, q): (f64, f64, f64, f64, String) =
+                (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4));
+            format!(
+                "    {calls:.0} calls, {rws:.0} rows, {:.1} us/msg, {:.1} buffers/msg, {:.2} ms/call: {q}",
+                ms * 1000.0 / n,
+                blks / n,
+                ms / calls
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn app_name() -> String {
     format!("pgmq-drain-{}", std::process::id())
 }
@@ -303,6 +378,7 @@ async fn notify_latency(client: &Client, q: &QueueName) -> Result<(), Box<dyn st
     let w: Worker<IgnoredAny> = Worker::builder(client.clone(), q.clone())
         .wake_up(pgmq_worker::WakeUp::Notify)
         .poll_interval(Duration::from_millis(500))
+        .claim_reads(claim_reads()?)
         .handler(move |_m: Message<IgnoredAny>| {
             let _ = tx.send(Instant::now());
             async { Ok::<_, std::io::Error>(Outcome::Delete) }
@@ -370,11 +446,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Each worker run is paired with a baseline run just before it: the
     // machine is shared, so only ratios measured side by side mean much.
     for &h in &counts {
-        preload(&client, &q, n).await?;
         // DRAIN_NO_BASELINE: the worker alone (e.g. to profile it).
         let base = if std::env::var_os("DRAIN_NO_BASELINE").is_some() {
             f64::NAN
         } else {
+            preload(&client, &q, n).await?;
             baseline(&client, &q, n).await?
         };
         println!("baseline read(100)+delete loop: {base:.0} msg/s");

@@ -36,6 +36,23 @@
 //! the pool discards it, and the loop backs off and reads on a new one. A
 //! half-open connection therefore stalls one read, never the worker.
 //!
+//! **Reads that skip the deleted head.** Every message deleted since the
+//! last VACUUM leaves a dead entry at the head of the queue's primary key,
+//! and `pgmq.read` walks over all of them on every call: on a draining
+//! backlog of a million that walk costs more than the rest of the read. So
+//! by default ([`ClaimReads::Bounded`](crate::ClaimReads::Bounded)) the
+//! loops read with a statement on the queue table that starts after the
+//! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are
+//! visible again (a retry, an expired claim, a row whose sending
+//! transaction committed late) are found by a read from the start, made
+//! when one is due ([`Cursor::plan`]): at least once per `poll_interval`,
+//! after any bounded read that came back short (the tail is drained: only
+//! a read from the start can tell whether the queue is), and again at once
+//! while reads from the start come back full below the bound (a backlog of
+//! old messages is drained before the tail). Only a short read from the
+//! start parks a loop. The statement needs the queue table's layout, checked
+//! at start; without it the loops call `pgmq.read`.
+//!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
 //! keeps its own timer, so that no single loop (stuck on a connection, say)
@@ -49,10 +66,11 @@
 //! so none is lost.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Message, Pgmq, RawJson, Receipt};
+use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, Receipt};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -117,6 +135,95 @@ impl Room {
     }
 }
 
+/// How a claim loop reads (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadPath {
+    /// `pgmq.read`.
+    Function,
+    /// The table statement, always from the start.
+    FromStart,
+    /// The table statement after [`Cursor`]'s bound, from the start when due.
+    Bounded,
+}
+
+/// One read to make: where it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    Function,
+    Table(ReadFrom),
+}
+
+/// The claim loops' shared lower bound on `msg_id` and when a read from the
+/// start is due (see the module docs).
+pub(crate) struct Cursor {
+    path: ReadPath,
+    /// The highest `msg_id` read so far; 0 before the first message.
+    after: AtomicI64,
+    /// When the last read from the start began, µs since the worker's epoch.
+    last_start_us: AtomicU64,
+    /// A read from the start is due now.
+    start_due: AtomicBool,
+}
+
+impl Cursor {
+    pub(crate) fn new(path: ReadPath) -> Self {
+        Cursor {
+            path,
+            after: AtomicI64::new(0),
+            last_start_us: AtomicU64::new(0),
+            start_due: AtomicBool::new(false),
+        }
+    }
+
+    /// Where the next read starts, at `now_us`; a read from the start
+    /// marks itself made, so that concurrent loops do not all make one.
+    fn plan(&self, now_us: u64, interval_us: u64) -> Plan {
+        match self.path {
+            ReadPath::Function => return Plan::Function,
+            ReadPath::FromStart => return Plan::Table(ReadFrom::Start),
+            ReadPath::Bounded => {}
+        }
+        let after = self.after.load(Relaxed);
+        let since = now_us.saturating_sub(self.last_start_us.load(Relaxed));
+        if after == 0 || self.start_due.swap(false, Relaxed) || since >= interval_us {
+            self.last_start_us.store(now_us, Relaxed);
+            return Plan::Table(ReadFrom::Start);
+        }
+        Plan::Table(ReadFrom::After(after))
+    }
+
+    /// Records a read made as `plan` that returned `n` of the `qty` messages
+    /// asked for, the highest `msg_id` among them `top`; true when the queue
+    /// may be drained (the loop may park): only a short read from the start
+    /// (or by `pgmq.read`) says so.
+    fn done(&self, plan: Plan, qty: usize, n: usize, top: i64) -> bool {
+        let full = n >= qty;
+        let Plan::Table(from) = plan else {
+            return !full;
+        };
+        if self.path != ReadPath::Bounded {
+            return !full;
+        }
+        let before = self.after.fetch_max(top, Relaxed);
+        match from {
+            // A full batch entirely below the bound: older messages are
+            // waiting; keep reading from the start until they are drained.
+            ReadFrom::Start if full && top <= before => {
+                self.start_due.store(true, Relaxed);
+                false
+            }
+            ReadFrom::Start => !full,
+            // The tail beyond the bound is drained for now: whether the
+            // queue is, only a read from the start can tell.
+            ReadFrom::After(_) if !full => {
+                self.start_due.store(true, Relaxed);
+                false
+            }
+            ReadFrom::After(_) => false,
+        }
+    }
+}
+
 /// How many messages may wait in the claim queue now (see the module docs).
 pub(crate) fn claim_limit(shared: &Shared) -> usize {
     let cfg = &shared.config;
@@ -132,13 +239,14 @@ pub(crate) fn claim_limit(shared: &Shared) -> usize {
         .clamp(floor, cfg.claim_capacity)
 }
 
-/// One `pgmq.read` of up to `qty` messages, on the kept connection (checked
-/// out first when there is none, or when the last one broke), all within
-/// `db_timeout`.
+/// One read of up to `qty` messages as `plan` says, on the kept connection
+/// (checked out first when there is none, or when the last one broke), all
+/// within `db_timeout`.
 async fn read(
     shared: &Shared,
     conn: &mut Option<Held>,
     qty: usize,
+    plan: Plan,
 ) -> Result<Vec<Message<RawJson>>, pgmq_client::Error> {
     let cfg = &shared.config;
     if conn.as_ref().is_some_and(|c| c.is_broken()) {
@@ -148,12 +256,14 @@ async fn read(
         Some(c) => c,
         None => conn.insert(db::checkout(&shared.client, cfg.db_timeout).await?),
     };
-    db::bounded(
-        cfg.db_timeout,
-        c,
-        Pgmq::on(&**c).read_raw(&cfg.queue, cfg.visibility_timeout, qty),
-    )
-    .await
+    let pg = Pgmq::on(&**c);
+    let (q, vt) = (&cfg.queue, cfg.visibility_timeout);
+    match plan {
+        Plan::Function => db::bounded(cfg.db_timeout, c, pg.read_raw(q, vt, qty)).await,
+        Plan::Table(from) => {
+            db::bounded(cfg.db_timeout, c, pg.read_from_raw(q, vt, qty, from)).await
+        }
+    }
 }
 
 /// One claim loop; runs until `stop`. A read in flight when `stop` fires is
@@ -209,8 +319,10 @@ pub(crate) async fn run(
         }
         // Anything announced from here on is not missed: it marks `wake` changed.
         wake.borrow_and_update();
-        shared.last_read_start_us.store(shared.now_us(), Relaxed);
-        let res = read(&shared, &mut conn, qty).await;
+        let now_us = shared.now_us();
+        shared.last_read_start_us.store(now_us, Relaxed);
+        let plan = shared.cursor.plan(now_us, micros(cfg.poll_interval));
+        let res = read(&shared, &mut conn, qty, plan).await;
         let msgs = match res {
             Ok(msgs) => msgs,
             Err(e) => {
@@ -235,6 +347,8 @@ pub(crate) async fn run(
         shared.health.read_ok();
         let now = Instant::now();
         let n = msgs.len();
+        let top = msgs.iter().map(|m| m.msg_id).max().unwrap_or(0);
+        let drained = shared.cursor.done(plan, qty, n, top);
         bump(&shared.stats.c.reads, 1);
         bump(&shared.stats.c.claimed, n as u64);
         // The permits of the messages travel with them; a handler gives each
@@ -271,6 +385,10 @@ pub(crate) async fn run(
         if n == qty {
             // The backlog is there: wake the other loops if parked.
             shared.wake_claimers();
+            continue;
+        }
+        if !drained {
+            // A short read after the bound: read from the start next.
             continue;
         }
         if n == 0 {
@@ -312,5 +430,93 @@ async fn park(
             return false;
         }
         sleep_for = Duration::from_micros(interval_us - since);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IV: u64 = 250_000;
+
+    fn bounded() -> Cursor {
+        Cursor::new(ReadPath::Bounded)
+    }
+
+    #[test]
+    fn the_first_read_is_from_the_start_then_after_the_highest_id() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(!c.done(p, 100, 100, 600));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::After(600)));
+        // Another loop's batch moved the bound; a lower top does not lower it.
+        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 800));
+        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 700));
+        assert_eq!(c.plan(3_000, IV), Plan::Table(ReadFrom::After(800)));
+    }
+
+    #[test]
+    fn a_read_from_the_start_is_due_once_per_interval() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        assert_eq!(
+            c.plan(1_000 + IV - 1, IV),
+            Plan::Table(ReadFrom::After(100))
+        );
+        assert_eq!(c.plan(1_000 + IV, IV), Plan::Table(ReadFrom::Start));
+        // Made: the next loop reads after the bound again.
+        assert_eq!(
+            c.plan(1_000 + IV + 1, IV),
+            Plan::Table(ReadFrom::After(100))
+        );
+    }
+
+    #[test]
+    fn only_a_short_read_from_the_start_parks() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        // The tail ran out: not drained, and the next read is from the start.
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::After(100)));
+        assert!(!c.done(p, 100, 3, 103));
+        let p = c.plan(3_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(c.done(p, 100, 40, 90));
+        assert!(c.done(p, 100, 0, 0));
+    }
+
+    #[test]
+    fn full_reads_below_the_bound_keep_reading_from_the_start() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 5_000);
+        // Retries below the bound fill a read from the start: read from the
+        // start again at once, until one reaches past the bound.
+        let p = c.plan(1_000 + IV, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(!c.done(p, 100, 100, 400));
+        let p = c.plan(1_000 + IV + 1, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        assert!(!c.done(p, 100, 100, 5_100));
+        assert_eq!(
+            c.plan(1_000 + IV + 2, IV),
+            Plan::Table(ReadFrom::After(5_100))
+        );
+    }
+
+    #[test]
+    fn the_other_paths_never_use_a_bound() {
+        let f = Cursor::new(ReadPath::Function);
+        assert_eq!(f.plan(1, IV), Plan::Function);
+        assert!(!f.done(Plan::Function, 100, 100, 100));
+        assert!(f.done(Plan::Function, 100, 99, 100));
+        let s = Cursor::new(ReadPath::FromStart);
+        let p = s.plan(1, IV);
+        s.done(p, 100, 100, 100);
+        assert_eq!(s.plan(2, IV), Plan::Table(ReadFrom::Start));
+        assert!(s.done(p, 100, 5, 100));
     }
 }

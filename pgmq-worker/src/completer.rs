@@ -22,7 +22,7 @@
 //! arrived (up to `ack_batch_size`) and writes it at once. Under load the
 //! batch size so follows the rate times the time of one write, and a message
 //! stays claimed-but-undeleted for about two writes. That matters beyond
-//! latency: every `pgmq.read` walks past the rows still waiting for their
+//! latency: every claim read walks past the rows still waiting for their
 //! delete, so fewer of them is less work for the claims (measured with the
 //! `drain` example, 150,000 messages, its preload included: 37.9 buffer
 //! accesses and 6.1 tuple fetches per message, against 40.1 and 7.8 when

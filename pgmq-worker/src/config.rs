@@ -100,6 +100,30 @@ impl Default for Backoff {
 /// PGMQ's own default throttle for `enable_notify_insert`.
 const DEFAULT_NOTIFY_THROTTLE: Duration = Duration::from_millis(250);
 
+/// How the claimers read the queue. The default suits every queue; the
+/// others exist for PGMQ installations this crate does not know and for
+/// comparing the paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ClaimReads {
+    /// A statement on the queue table ([`Pgmq::read_from`]) that continues
+    /// after the highest `msg_id` the claimers have read, so that a read
+    /// does not walk over the deleted head of a draining queue, with reads
+    /// from the start at least once per `poll_interval` and whenever a
+    /// bounded read comes back short (see the crate docs for the ordering
+    /// this gives). Falls back to [`Function`](Self::Function) when the
+    /// queue table's layout could not be checked at start (`check_queue`
+    /// off, a transient error) or the PGMQ version is not one this crate knows.
+    ///
+    /// [`Pgmq::read_from`]: pgmq_client::Pgmq::read_from
+    #[default]
+    Bounded,
+    /// The same statement, always from the start (as `pgmq.read` scans).
+    FromStart,
+    /// PGMQ's `pgmq.read` function.
+    Function,
+}
+
 /// The settings of a worker, as the builder leaves them.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -138,6 +162,7 @@ pub(crate) struct Config {
     /// Test hook: the internal task that panics once, at its start.
     #[cfg(feature = "fault-injection")]
     pub panic_once_in: Option<&'static str>,
+    pub claim_reads: ClaimReads,
 }
 
 /// Builds a [`Worker`]. Every setting has a default; only the handler is required.
@@ -145,7 +170,7 @@ pub(crate) struct Config {
 /// | setting | default | why |
 /// | --- | --- | --- |
 /// | `concurrency` | 8 | handler tasks; async handlers mostly wait on I/O, and 8 covers a 2-4 core host without queueing much work locally |
-/// | `batch_size` | 100 | the most one `pgmq.read` takes: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little. At most [`pgmq_client::MAX_BATCH`] |
+/// | `batch_size` | 100 | the most one read claims: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little. At most [`pgmq_client::MAX_BATCH`] |
 /// | `claim_capacity` | `3 * batch_size` | claimed-but-unstarted messages held locally: room for two reads in flight (one per claimer) plus a batch being handled, so a claim never waits on the acknowledgement of the last; bounded, so memory does not grow with the backlog. Slow handlers get less: only what they start within a quarter of the visibility timeout (see the crate docs) |
 /// | `claimers` | 2 | concurrent claim loops, each with one read in flight: on two database cores two claim connections drain about 1.3x faster than one, more only add lock contention |
 /// | `visibility_timeout` | 30 s | how long a claimed message stays invisible; the heartbeat extends it for long handlers |
@@ -167,7 +192,8 @@ pub(crate) struct Config {
 /// | `ack_flushers` | 1 | batches written concurrently. One writer of large batches, as River's completer does, leaves the database's CPU to the claims: on a two-core host it drained 5-10% faster than two writers of 100 (the claimers' reads are what the CPU is short of); raise it when a single write is often slow (a remote or overloaded database), so that one slow flush does not stall the next |
 /// | `ack_retry_timeout` | `visibility_timeout` | how long a failing acknowledgement is retried; after that the message is visible again anyway, and is counted in `acks_failed` |
 /// | `ack_drain_timeout` | 10 s | at shutdown, how long queued acknowledgements may take to be written after the handlers stopped |
-/// | `check_queue` | true | at start, fail with an error when the queue (or the dead-letter queue) does not exist |
+/// | `check_queue` | true | at start, fail with an error when the queue (or the dead-letter queue) does not exist; it also checks the queue table's layout, which the default claim reads need |
+/// | `claim_reads` | [`ClaimReads::Bounded`] | a prepared statement on the queue table that continues after the last batch, so that claims do not slow down as deleted messages pile up at the head of a draining queue; reads from the start at least once per `poll_interval` find retried and expired messages below it |
 ///
 /// The client's pool needs room for `claimers` + `ack_flushers` + 1
 /// connections (10 by default is plenty); the LISTEN connection of
@@ -255,6 +281,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 hooks: crate::hooks::HookList::default(),
                 #[cfg(feature = "fault-injection")]
                 panic_once_in: None,
+                claim_reads: ClaimReads::Bounded,
             },
             max_deliveries: None,
             claim_capacity: None,
@@ -272,7 +299,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// The most messages one `pgmq.read` claims.
+    /// The most messages one read claims.
     pub fn batch_size(mut self, n: usize) -> Self {
         self.config.batch_size = n;
         self
@@ -442,6 +469,12 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     #[doc(hidden)]
     pub fn panic_once_in(mut self, task: &'static str) -> Self {
         self.config.panic_once_in = Some(task);
+        self
+    }
+
+    /// How the claimers read (default [`ClaimReads::Bounded`]).
+    pub fn claim_reads(mut self, how: ClaimReads) -> Self {
+        self.config.claim_reads = how;
         self
     }
 

@@ -41,7 +41,7 @@
 //!   written) leaves the message in the queue, and it comes back after its
 //!   visibility timeout. Handlers must therefore be idempotent.
 //! - **Bounded claims.** Claim loops (`claimers`, 2 by default, each with one
-//!   `pgmq.read` in flight) never read more than the free room of the claim
+//!   read in flight) never read more than the free room of the claim
 //!   queue (`claim_capacity`): memory does not grow with the backlog. With
 //!   slow handlers they claim less: only what the handlers will start within
 //!   a quarter of the visibility timeout (from a moving average of handler
@@ -49,6 +49,15 @@
 //!   a full batch they read again at once; after a short or empty one they
 //!   sleep `poll_interval` (only one of them times its polls: an idle worker
 //!   makes about 4 reads a second at 250 ms) or until woken.
+//! - **Claims that skip the deleted head.** By default ([`ClaimReads::Bounded`])
+//!   the loops read with PGMQ's `read` statement prepared on the queue table
+//!   (same visibility, locking and updates), starting after the highest
+//!   `msg_id` they have read, so that a read does not walk over the dead
+//!   entries of messages deleted since the last VACUUM; a read from the
+//!   start at least once per `poll_interval`, and after every short bounded
+//!   read, finds retried and expired messages below that bound. Claims are
+//!   therefore not strictly `msg_id`-ordered across the bound; none is
+//!   starved. Without a checked queue table layout the loops call `pgmq.read`.
 //! - **Handlers.** `concurrency` long-lived handler loops take messages from
 //!   the claim queue. A body that does not decode into `T` is dead-lettered
 //!   at once, without calling the handler. A handler returns an [`Outcome`]:
@@ -153,7 +162,7 @@ mod stats;
 pub mod testing;
 mod worker;
 
-pub use config::{Backoff, WakeUp, WorkerBuilder};
+pub use config::{Backoff, ClaimReads, WakeUp, WorkerBuilder};
 pub use context::Context;
 pub use error::Error;
 pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};

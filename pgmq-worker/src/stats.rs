@@ -106,7 +106,7 @@ counters! {
     /// Of `expired_unstarted`, those given back (written): visible again
     /// at once, their `read_ct` one lower, so that the wait used up no attempt.
     expired_released,
-    /// `pgmq.read` calls that succeeded.
+    /// Claim reads that succeeded.
     reads,
     /// Reads that returned nothing.
     empty_reads,

@@ -14,9 +14,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::claim_queue::ClaimQueue;
-use crate::claimer::{self, Room};
+use crate::claimer::{self, Cursor, ReadPath, Room};
 use crate::completer;
-use crate::config::{Config, WakeUp, WorkerBuilder};
+use crate::config::{ClaimReads, Config, WakeUp, WorkerBuilder};
 use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
 use crate::health::{Health, HealthState};
@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub stats: Arc<Stats>,
     /// Free room in the claim queue, in messages.
     pub room: Room,
+    /// How the claim loops read, and their shared bound on `msg_id`.
+    pub cursor: Cursor,
     /// Moving average of handler run time, µs (0 until the first one ends).
     pub handler_avg_us: AtomicU64,
     /// Asks the heartbeat to look now (a handler started late in its timeout).
@@ -340,8 +342,19 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             if let Some(dlq) = &cfg.dead_letter_queue {
                 check_queue(&self.client, dlq).await?;
             }
-            check_layout(&self.client, &cfg.queue).await?;
         }
+        // The table statements need a layout that was checked, on a PGMQ
+        // whose `read` this crate knows.
+        let layout_known = cfg.check_queue && check_layout(&self.client, &cfg.queue).await?;
+        let path = match cfg.claim_reads {
+            ClaimReads::Function => ReadPath::Function,
+            _ if !layout_known || !known_read(&self.client) => {
+                tracing::info!(queue = %cfg.queue, "claims call pgmq.read: the queue table's layout or the PGMQ version is not one this worker knows");
+                ReadPath::Function
+            }
+            ClaimReads::FromStart => ReadPath::FromStart,
+            _ => ReadPath::Bounded,
+        };
         let mut listener = None;
         let mut notify_throttle = std::time::Duration::ZERO;
         if cfg.wake_up == WakeUp::Notify {
@@ -364,6 +377,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             config: Arc::clone(&cfg),
             stats: self.stats,
             room: Room::new(cfg.claim_capacity),
+            cursor: Cursor::new(path),
             handler_avg_us: AtomicU64::new(0),
             heartbeat_nudge: Notify::new(),
             heartbeat_write: tokio::sync::Mutex::new(()),
@@ -525,9 +539,20 @@ const LAYOUT: &[(&str, &str)] = &[
     ("headers", "jsonb"),
 ];
 
+/// Whether the detected PGMQ's `read` is the one the claim statement
+/// repeats (1.x from [`MIN_SUPPORTED`](pgmq_client::MIN_SUPPORTED) on); a
+/// client that skipped detection does not say.
+fn known_read(client: &Client) -> bool {
+    client
+        .install()
+        .is_some_and(|i| i.version.major == 1 && i.version >= pgmq_client::MIN_SUPPORTED)
+}
+
 /// Fails when the queue table lacks a column the fenced writes use (a PGMQ
-/// whose layout this crate does not know); a transient error only warns.
-async fn check_layout(client: &Client, queue: &QueueName) -> Result<(), Error> {
+/// whose layout this crate does not know); true when the layout was
+/// checked, false when a transient error kept it from being checked (that
+/// only warns).
+async fn check_layout(client: &Client, queue: &QueueName) -> Result<bool, Error> {
     let sql = "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)                FROM pg_catalog.pg_attribute a                WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";
     let table = queue.quoted_table();
     let rows = async {
@@ -550,7 +575,7 @@ async fn check_layout(client: &Client, queue: &QueueName) -> Result<(), Error> {
         Ok(rows) => rows,
         Err(e) if e.is_transient() => {
             tracing::warn!(error = %e, queue = %queue, "could not check the queue table's layout; starting anyway");
-            return Ok(());
+            return Ok(false);
         }
         Err(e) => return Err(e.into()),
     };
@@ -565,7 +590,7 @@ async fn check_layout(client: &Client, queue: &QueueName) -> Result<(), Error> {
             )));
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Fails when `queue` does not exist; a transient error only warns (the

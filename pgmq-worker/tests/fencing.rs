@@ -3,10 +3,10 @@
 //! reports the claim as lost.
 //!
 //! The scenario: worker A runs a message; while A's handler still runs, the
-//! message's visibility timeout ends and B (here the test, with a plain
-//! `pgmq.read`) claims it. The expiry is made deterministic by setting the
-//! message visible (`pgmq.set_vt(.., 0)`), as a paused process or a slow
-//! database would. Then A finishes with each outcome in turn, or its
+//! message's visibility timeout ends and B (here the test) claims it. The
+//! expiry and B's read are made deterministic by one statement doing what
+//! `pgmq.read` does to the row (new `last_read_at`, `read_ct + 1`, a new
+//! `vt`), as a paused process or a slow database would let happen. Then A finishes with each outcome in turn, or its
 //! heartbeat fires, and B's claim must be untouched.
 //!
 //! The control that shows the scenario can fail:
@@ -53,17 +53,23 @@ async fn claim_of(client: &Client, q: &QueueName, id: i64) -> Option<Claim> {
     })
 }
 
-/// Makes the message visible and claims it as B, for 60 s.
+/// Claims the message as B, for 60 s, as if A's claim had expired and B's
+/// `pgmq.read` had taken it: the same update PGMQ's read makes, in one
+/// statement, so that A's own poll cannot take it in between.
 async fn steal(client: &Client, q: &QueueName, id: i64) -> Claim {
-    client
-        .set_vt(q, id, VisibleAt::After(Duration::ZERO))
+    let conn = client.connection().await.unwrap();
+    let n = conn
+        .execute(
+            &format!(
+                "UPDATE {} SET vt = clock_timestamp() + interval '60 seconds', \
+                 read_ct = read_ct + 1, last_read_at = clock_timestamp() WHERE msg_id = $1",
+                q.quoted_table()
+            ),
+            &[&id],
+        )
         .await
         .unwrap();
-    let got = client
-        .read::<Value>(q, Duration::from_secs(60), 1)
-        .await
-        .unwrap();
-    assert_eq!(got.len(), 1, "B claims the message");
+    assert_eq!(n, 1, "B claims the message");
     claim_of(client, q, id).await.unwrap()
 }
 

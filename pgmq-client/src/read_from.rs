@@ -1,0 +1,180 @@
+//! Reads as a statement on the queue table, optionally starting after a
+//! given `msg_id`: [`read_from`](crate::Pgmq::read_from).
+//!
+//! `pgmq.read` scans the queue's primary key from its lowest entry. Every
+//! message deleted since the last VACUUM leaves a dead entry there, and each
+//! read walks over all of them before it reaches a live row: on a queue
+//! draining a large backlog that walk, not the rows returned, becomes most
+//! of the read's cost. A read with a lower bound on `msg_id`
+//! ([`ReadFrom::After`]) descends the index straight to the bound and skips
+//! the deleted head. The price is that it does not see visible messages
+//! below the bound (retries, expired claims, rows whose sending transaction
+//! committed late), so a consumer that reads after a bound must also read
+//! from the start ([`ReadFrom::Start`]) now and then; see the worker's
+//! claimer for one way to do that.
+//!
+//! The statement is PGMQ 1.13's own `read` (without its JSON filter): the
+//! same visibility test (`vt <= clock_timestamp()`), order (`msg_id`),
+//! locking (`FOR UPDATE SKIP LOCKED`), updates (`read_ct + 1`,
+//! `last_read_at = clock_timestamp()`, `vt = clock_timestamp() + vt`) and
+//! returned columns (`pgmq.message_record`), plus the bound. It is prepared
+//! once per connection instead of being built with `format()` and planned
+//! on every call as the PL/pgSQL function does. It names the queue table
+//! (`pgmq."q_<name>"`, from a validated [`QueueName`]), so it needs that
+//! table's layout: a caller that cannot vouch for the installed PGMQ should
+//! use [`read`](crate::Pgmq::read).
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio_postgres::types::Type;
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::message::{decode_rows, raw_from_row, Decoded, Message, RawJson};
+use crate::queue_name::QueueName;
+use crate::read::{qty, secs};
+use crate::Pgmq;
+
+/// Where a [`read_from`](crate::Pgmq::read_from) starts.
+///
+/// A read from the start walks over the dead index entries that deleted
+/// messages leave at the head of the queue until VACUUM removes them; one
+/// [`After`](ReadFrom::After) a bound descends the index to the bound and
+/// skips them, but does not see visible messages below it (retries, expired
+/// claims, rows whose sending transaction committed late). A consumer that
+/// reads after a bound must therefore also read from the start now and then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReadFrom {
+    /// From the lowest `msg_id`, as `pgmq.read` does.
+    Start,
+    /// Only messages with a `msg_id` greater than this.
+    After(i64),
+}
+
+/// The read's SQL for `queue`: `$1` the visibility timeout in seconds
+/// (float8, whole seconds as PGMQ's integer), `$2` the quantity, and for a
+/// bounded read `$3` the `msg_id` to start after.
+fn read_sql(queue: &QueueName, bounded: bool) -> String {
+    format!(
+        "WITH cte AS (SELECT msg_id FROM {t} \
+         WHERE vt <= pg_catalog.clock_timestamp(){bound} \
+         ORDER BY msg_id ASC LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         UPDATE {t} AS m SET \
+         last_read_at = pg_catalog.clock_timestamp(), \
+         vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $1), \
+         read_ct = m.read_ct + 1 \
+         FROM cte WHERE m.msg_id = cte.msg_id \
+         RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.last_read_at, m.vt, m.message, m.headers",
+        t = queue.quoted_table(),
+        bound = if bounded { " AND msg_id > $3" } else { "" },
+    )
+}
+
+impl<E: Executor> Pgmq<E> {
+    /// Reads up to `qty` visible messages starting at `from` and hides them
+    /// for `vt`, exactly as [`read`](Self::read) does: the same visibility
+    /// test, order, locking, updates (`read_ct`, `last_read_at`, `vt`) and
+    /// columns, as one statement on the queue table prepared once per
+    /// connection instead of PGMQ's PL/pgSQL function (see [`ReadFrom`] for
+    /// what a bound skips). Bodies are decoded per message as
+    /// [`read`](Self::read) does. The statement needs PGMQ 1.x's queue table
+    /// layout; with an installation you cannot vouch for, use
+    /// [`read`](Self::read).
+    ///
+    /// `vt` is rounded up to whole seconds; `qty` is at most
+    /// [`MAX_BATCH`](crate::MAX_BATCH). A queue that does not exist is
+    /// [`Error::QueueNotFound`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use std::time::Duration;
+    /// use pgmq_client::ReadFrom;
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// let vt = Duration::from_secs(30);
+    /// // Continue after the last message of the previous batch...
+    /// let batch = client.read_from_raw(&q, vt, 100, ReadFrom::After(41_000)).await?;
+    /// // ...and now and then from the start, for retries below it.
+    /// let batch = client.read_from_raw(&q, vt, 100, ReadFrom::Start).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn read_from<T: DeserializeOwned>(
+        &self,
+        queue: &QueueName,
+        vt: Duration,
+        qty: usize,
+        from: ReadFrom,
+    ) -> Result<Vec<Decoded<T>>, Error> {
+        decode_rows(&self.read_from_rows(queue, vt, qty, from).await?)
+    }
+
+    /// Like [`read_from`](Self::read_from), bodies left undecoded.
+    pub async fn read_from_raw(
+        &self,
+        queue: &QueueName,
+        vt: Duration,
+        qty: usize,
+        from: ReadFrom,
+    ) -> Result<Vec<Message<RawJson>>, Error> {
+        self.read_from_rows(queue, vt, qty, from)
+            .await?
+            .iter()
+            .map(raw_from_row)
+            .collect()
+    }
+
+    #[tracing::instrument(name = "pgmq.read_from", skip_all, fields(queue = %queue, qty = qty, from = ?from))]
+    async fn read_from_rows(
+        &self,
+        queue: &QueueName,
+        vt: Duration,
+        qty: usize,
+        from: ReadFrom,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        let vt = f64::from(secs(vt, "visibility timeout")?);
+        let n = self::qty(qty)?;
+        match from {
+            ReadFrom::Start => {
+                self.run_text(
+                    &read_sql(queue, false),
+                    queue.as_str(),
+                    &[(&vt, Type::FLOAT8), (&n, Type::INT4)],
+                )
+                .await
+            }
+            ReadFrom::After(id) => {
+                self.run_text(
+                    &read_sql(queue, true),
+                    queue.as_str(),
+                    &[(&vt, Type::FLOAT8), (&n, Type::INT4), (&id, Type::INT8)],
+                )
+                .await
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statement_is_pgmqs_read_on_the_quoted_table() {
+        let q = QueueName::new("jobs").unwrap();
+        let full = read_sql(&q, false);
+        let bounded = read_sql(&q, true);
+        for sql in [&full, &bounded] {
+            assert!(sql.contains("FROM pgmq.\"q_jobs\" WHERE"), "{sql}");
+            assert!(sql.contains("UPDATE pgmq.\"q_jobs\" AS m"), "{sql}");
+            assert!(sql.contains("vt <= pg_catalog.clock_timestamp()"), "{sql}");
+            assert!(sql.contains("ORDER BY msg_id ASC LIMIT $2 FOR UPDATE SKIP LOCKED"));
+            assert!(sql.contains("read_ct = m.read_ct + 1"));
+            assert!(sql.contains("last_read_at = pg_catalog.clock_timestamp()"));
+            assert!(sql.ends_with(
+                "RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.last_read_at, m.vt, m.message, m.headers"
+            ));
+        }
+        assert!(!full.contains("$3"));
+        assert!(bounded.contains("AND msg_id > $3"));
+    }
+}

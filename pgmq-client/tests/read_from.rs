@@ -1,0 +1,252 @@
+//! `read_from`: the table statement returns what `pgmq.read` returns
+//! (visibility, read_ct, last_read_at, vt, body, headers), a bound skips the
+//! ids at or below it, and a message made visible again below the bound is
+//! found by a read from the start.
+
+mod common;
+
+use std::time::Duration;
+
+use pgmq_client::{Client, Error, Message, QueueName, RawJson, ReadFrom, SendOptions, VisibleAt};
+use serde_json::{json, Value};
+
+use common::Queues;
+
+const VT: Duration = Duration::from_secs(30);
+
+/// The same four messages: two plain, one with headers, one delayed.
+async fn fill(client: &Client, q: &QueueName) -> Vec<i64> {
+    let mut ids = client
+        .send_batch(q, &[json!({"n": 1}), json!({"n": 2})])
+        .await
+        .unwrap();
+    let with_headers = SendOptions::new().headers(json!({"tenant": "acme", "x-k": [1, 2]}));
+    ids.push(
+        client
+            .send_with(q, &json!({"n": 3}), &with_headers)
+            .await
+            .unwrap(),
+    );
+    let delayed = SendOptions::new().delay(Duration::from_secs(60));
+    ids.push(
+        client
+            .send_with(q, &json!({"n": 4}), &delayed)
+            .await
+            .unwrap(),
+    );
+    ids
+}
+
+fn sorted(mut v: Vec<Message<RawJson>>) -> Vec<Message<RawJson>> {
+    v.sort_by_key(|m| m.msg_id);
+    v
+}
+
+fn body(m: &Message<RawJson>) -> Value {
+    serde_json::from_str(m.body.get()).unwrap()
+}
+
+/// Two queues filled alike, one read by `pgmq.read`, one by `read_from`:
+/// the same messages with the same fields (each relative to its own read).
+#[tokio::test]
+async fn a_read_from_the_start_returns_what_pgmq_read_returns() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let a = qs.fresh(&client, "rf_fn").await;
+    let b = qs.fresh(&client, "rf_tab").await;
+    fill(&client, &a).await;
+    fill(&client, &b).await;
+    let pg = common::raw().await;
+    let before: chrono::DateTime<chrono::Utc> = pg
+        .query_one("SELECT clock_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let by_fn = sorted(client.read_raw(&a, VT, 10).await.unwrap());
+    let by_table = sorted(
+        client
+            .read_from_raw(&b, VT, 10, ReadFrom::Start)
+            .await
+            .unwrap(),
+    );
+    let after: chrono::DateTime<chrono::Utc> = pg
+        .query_one("SELECT clock_timestamp()", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    assert_eq!(by_fn.len(), 3, "the delayed message is not visible");
+    assert_eq!(by_table.len(), by_fn.len());
+    for (f, t) in by_fn.iter().zip(&by_table) {
+        assert_eq!(body(f), body(t));
+        assert_eq!(f.headers, t.headers);
+        assert_eq!(f.read_ct, 1);
+        assert_eq!(t.read_ct, 1);
+        let read_at = t.last_read_at.expect("a read sets last_read_at");
+        assert!(
+            read_at >= before && read_at <= after,
+            "{read_at} not in [{before}, {after}]"
+        );
+        assert!(read_at >= t.enqueued_at);
+        // vt = clock_timestamp() + 30 s, the clock read again for vt.
+        for m in [f, t] {
+            let hidden = m.vt - m.last_read_at.unwrap();
+            assert!(
+                hidden >= chrono::Duration::seconds(30) && hidden < chrono::Duration::seconds(31),
+                "{hidden}"
+            );
+        }
+    }
+    assert_eq!(
+        by_table[2].headers,
+        Some(json!({"tenant": "acme", "x-k": [1, 2]}))
+    );
+    assert_eq!(by_table[0].headers, None);
+
+    // The rows as stored match what was returned, as with pgmq.read.
+    let row = pg
+        .query_one(
+            &format!(
+                "SELECT read_ct, last_read_at, vt FROM {} WHERE msg_id = $1",
+                b.quoted_table()
+            ),
+            &[&by_table[0].msg_id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), by_table[0].read_ct);
+    assert_eq!(
+        row.get::<_, Option<chrono::DateTime<chrono::Utc>>>(1),
+        by_table[0].last_read_at
+    );
+    assert_eq!(
+        row.get::<_, chrono::DateTime<chrono::Utc>>(2),
+        by_table[0].vt
+    );
+
+    // Claimed: neither read sees them again; made visible, both see them,
+    // read_ct counting on.
+    assert!(client.read_raw(&a, VT, 10).await.unwrap().is_empty());
+    assert!(client
+        .read_from_raw(&b, VT, 10, ReadFrom::Start)
+        .await
+        .unwrap()
+        .is_empty());
+    for m in &by_table {
+        client
+            .set_vt(&b, m.msg_id, VisibleAt::After(Duration::ZERO))
+            .await
+            .unwrap();
+    }
+    let again = sorted(
+        client
+            .read_from_raw(&b, VT, 10, ReadFrom::Start)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        again.iter().map(|m| m.msg_id).collect::<Vec<_>>(),
+        by_table.iter().map(|m| m.msg_id).collect::<Vec<_>>()
+    );
+    assert!(again.iter().all(|m| m.read_ct == 2));
+    assert!(again
+        .iter()
+        .zip(&by_table)
+        .all(|(x, y)| x.last_read_at > y.last_read_at));
+}
+
+/// `qty` and order: the lowest visible ids first, at most `qty` of them;
+/// typed reads decode as `read` does.
+#[tokio::test]
+async fn reads_take_the_lowest_ids_first() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "rf_order").await;
+    let ids = client
+        .send_batch(&q, &(0..10).map(|i| json!({"i": i})).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let first = client
+        .read_from::<Value>(&q, VT, 4, ReadFrom::Start)
+        .await
+        .unwrap();
+    let mut got: Vec<i64> = common::ok(first).iter().map(|m| m.msg_id).collect();
+    got.sort();
+    assert_eq!(got, ids[..4]);
+    let next = sorted(
+        client
+            .read_from_raw(&q, VT, 4, ReadFrom::Start)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(next.iter().map(|m| m.msg_id).collect::<Vec<_>>(), ids[4..8]);
+}
+
+/// A bound skips every id at or below it, visible or not; a message below
+/// it made visible again (a retry) is found by a read from the start.
+#[tokio::test]
+async fn a_retry_below_the_bound_is_found_by_a_read_from_the_start() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "rf_bound").await;
+    let ids = client
+        .send_batch(&q, &(0..10).map(|i| json!({"i": i})).collect::<Vec<_>>())
+        .await
+        .unwrap();
+
+    let tail = sorted(
+        client
+            .read_from_raw(&q, VT, 10, ReadFrom::After(ids[6]))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(tail.iter().map(|m| m.msg_id).collect::<Vec<_>>(), ids[7..]);
+    let head = sorted(
+        client
+            .read_from_raw(&q, VT, 10, ReadFrom::Start)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(head.iter().map(|m| m.msg_id).collect::<Vec<_>>(), ids[..7]);
+
+    // The message with the lowest id comes back (a retry with no delay).
+    client
+        .set_vt(&q, ids[0], VisibleAt::After(Duration::ZERO))
+        .await
+        .unwrap();
+    let bound = ReadFrom::After(ids[9]);
+    assert!(client
+        .read_from_raw(&q, VT, 10, bound)
+        .await
+        .unwrap()
+        .is_empty());
+    let retried = client
+        .read_from_raw(&q, VT, 10, ReadFrom::Start)
+        .await
+        .unwrap();
+    assert_eq!(retried.len(), 1);
+    assert_eq!(retried[0].msg_id, ids[0]);
+    assert_eq!(retried[0].read_ct, 2);
+    assert_eq!(body(&retried[0]), json!({"i": 0}));
+
+    // Sent after the bound was taken: found by the bounded read.
+    let later = client.send(&q, &json!({"i": 10})).await.unwrap();
+    let got = client.read_from_raw(&q, VT, 10, bound).await.unwrap();
+    assert_eq!(got.iter().map(|m| m.msg_id).collect::<Vec<_>>(), [later]);
+}
+
+#[tokio::test]
+async fn a_missing_queue_and_a_huge_quantity_are_refused() {
+    let client = common::client().await;
+    let q = QueueName::new("rf_no_such_queue_here").unwrap();
+    let err = client
+        .read_from_raw(&q, VT, 1, ReadFrom::Start)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::QueueNotFound { .. }), "{err:?}");
+    let err = client
+        .read_from_raw(&q, VT, pgmq_client::MAX_BATCH + 1, ReadFrom::After(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+}
