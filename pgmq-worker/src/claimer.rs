@@ -140,6 +140,8 @@ impl Room {
 pub(crate) enum ReadPath {
     /// `pgmq.read`.
     Function,
+    /// `pgmq.read_grouped_head`: one message per FIFO group, its head.
+    Grouped,
     /// The table statement, always from the start.
     FromStart,
     /// The table statement after [`Cursor`]'s bound, from the start when due.
@@ -150,6 +152,7 @@ pub(crate) enum ReadPath {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Plan {
     Function,
+    Grouped,
     Table(ReadFrom),
 }
 
@@ -180,6 +183,7 @@ impl Cursor {
     fn plan(&self, now_us: u64, interval_us: u64) -> Plan {
         match self.path {
             ReadPath::Function => return Plan::Function,
+            ReadPath::Grouped => return Plan::Grouped,
             ReadPath::FromStart => return Plan::Table(ReadFrom::Start),
             ReadPath::Bounded => {}
         }
@@ -260,6 +264,10 @@ async fn read(
     let (q, vt) = (&cfg.queue, cfg.visibility_timeout);
     match plan {
         Plan::Function => db::bounded(cfg.db_timeout, c, pg.read_raw(q, vt, qty)).await,
+        Plan::Grouped => {
+            let read = pg.read_grouped_raw(q, pgmq_client::GroupStrategy::Head, vt, qty);
+            db::bounded(cfg.db_timeout, c, read).await
+        }
         Plan::Table(from) => {
             db::bounded(cfg.db_timeout, c, pg.read_from_raw(q, vt, qty, from)).await
         }

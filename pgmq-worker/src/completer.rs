@@ -404,6 +404,12 @@ async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
         }
     }
     bump(&shared.stats.acks_resolved, n);
+    if shared.config.claim_reads == crate::config::ClaimReads::FifoGroups {
+        // Group-ordered claims: a group's next message is claimable only now
+        // that its head is gone, so the claimers look at once rather than
+        // at their next poll.
+        shared.wake_claimers();
+    }
 }
 
 /// Runs `call` until it succeeds, fails permanently, or the retry time runs

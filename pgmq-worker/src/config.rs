@@ -122,6 +122,16 @@ pub enum ClaimReads {
     FromStart,
     /// PGMQ's `pgmq.read` function.
     Function,
+    /// Group-ordered (FIFO groups, PGMQ 1.13's `x-pgmq-group` header):
+    /// `pgmq.read_grouped_head`, which claims only the oldest message of
+    /// each group, and only while it is visible. Messages of one group are
+    /// therefore handled one at a time in `msg_id` order, different groups
+    /// in parallel up to `concurrency`, and a group's next message is
+    /// claimed only once its head was deleted or archived: a retried,
+    /// snoozed or running head holds the rest of its group back. Messages
+    /// without the header form one group of their own. Create the FIFO
+    /// index (`Pgmq::create_fifo_index`) on busy queues.
+    FifoGroups,
 }
 
 /// The settings of a worker, as the builder leaves them.

@@ -348,6 +348,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let layout_known = cfg.check_queue && check_layout(&self.client, &cfg.queue).await?;
         let path = match cfg.claim_reads {
             ClaimReads::Function => ReadPath::Function,
+            ClaimReads::FifoGroups => ReadPath::Grouped,
             _ if !layout_known || !known_read(&self.client) => {
                 tracing::info!(queue = %cfg.queue, "claims call pgmq.read: the queue table's layout or the PGMQ version is not one this worker knows");
                 ReadPath::Function
