@@ -27,9 +27,11 @@ pub async fn compare(args: CompareArgs) -> Result<i32> {
     Ok(i32::from(regressed))
 }
 
-/// `check`: the targets table on stdout; 1 when one is missed.
+/// `check`: the targets table on stdout; 1 when one is missed. A document
+/// whose run failed (`outcome.ok` false) is refused (exit 2).
 pub async fn check(args: CheckArgs) -> Result<i32> {
     let doc = Document::read(&args.run).await?;
+    compare::refuse_failed(&doc, &args.run.display().to_string())?;
     let (text, code) = check::check(&doc, &args.require);
     print!("{text}");
     Ok(code)

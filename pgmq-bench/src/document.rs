@@ -569,6 +569,46 @@ pub struct WorkerCounters {
     pub wakeups_poll: u64,
     /// Claim-loop wake-ups by NOTIFY.
     pub wakeups_notify: u64,
+    /// Claims not started because their visibility timeout had nearly run
+    /// out while they waited locally (given back; absent in older documents).
+    #[serde(default)]
+    pub expired_unstarted: u64,
+    /// Acknowledgements given up on (absent in older documents).
+    #[serde(default)]
+    pub acks_failed: u64,
+}
+
+impl WorkerCounters {
+    /// The cross-checks of the counters of a worker whose handlers always
+    /// return `Outcome::Delete` and that was shut down after its queue was
+    /// drained: every claim was handled or given back (claimed = handled +
+    /// released + expired_unstarted + decode_failures), and every handled
+    /// message was acknowledged (handled = deleted, no failed handler, no
+    /// acknowledgement given up). Returns what does not add up.
+    pub fn inconsistencies(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let given_back =
+            self.handled + self.released + self.expired_unstarted + self.decode_failures;
+        if self.claimed != given_back {
+            out.push(format!(
+                "worker counters do not add up: claimed {} != handled {} + released {} + expired_unstarted {} + decode_failures {}",
+                self.claimed, self.handled, self.released, self.expired_unstarted, self.decode_failures
+            ));
+        }
+        if self.handled != self.deleted {
+            out.push(format!(
+                "worker counters do not add up: handled {} != acknowledged (deleted) {}",
+                self.handled, self.deleted
+            ));
+        }
+        if self.failed > 0 || self.acks_failed > 0 {
+            out.push(format!(
+                "worker counters: {} failed handler calls, {} acknowledgements given up",
+                self.failed, self.acks_failed
+            ));
+        }
+        out
+    }
 }
 
 /// An idle-worker run.

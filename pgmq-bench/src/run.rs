@@ -10,7 +10,9 @@ use pgmq_client::{redact_dsn, Client, ClientBuilder};
 
 use crate::cli::{RunArgs, Section};
 use crate::config::Config;
-use crate::document::{Document, MemorySummary, Protocol, RunOutcome, Sections, Workload, SCHEMA};
+use crate::document::{
+    Document, LedgerReport, MemorySummary, Protocol, RunOutcome, Sections, Workload, SCHEMA,
+};
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
 use crate::guard::Guard;
@@ -413,11 +415,9 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
                 r.remaining_after
             ));
         }
-        if r.ledger.duplicates > 0 {
-            warnings.push(format!(
-                "{tag}: {} duplicate deliveries (redeliveries after a visibility timeout)",
-                r.ledger.duplicates
-            ));
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for i in r.worker.inconsistencies() {
+            failures.push(format!("{tag}: {i}"));
         }
     }
     for r in &s.baseline {
@@ -427,6 +427,7 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             if l.missing > 0 {
                 failures.push(format!("{tag}: {} messages never handled", l.missing));
             }
+            ledger_failures(&mut failures, &tag, l);
             if r.in_queue_after != 0 {
                 failures.push(format!(
                     "{tag}: {} messages left in the queue",
@@ -454,11 +455,9 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
         if !r.verdict.pass {
             failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
         }
-        if r.ledger.duplicates > 0 {
-            warnings.push(format!(
-                "{tag}: {} duplicate deliveries",
-                r.ledger.duplicates
-            ));
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for i in r.worker.inconsistencies() {
+            failures.push(format!("{tag}: {i}"));
         }
     }
     if profile != "release" {
@@ -469,6 +468,24 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
         ok: failures.is_empty(),
         failures,
         warnings,
+    }
+}
+
+/// Duplicates and unexpected ids in a consume ledger fail the run: with a
+/// 30-second visibility timeout and a drained queue, a message handled twice
+/// or an id the bench never sent is a fault, not noise.
+fn ledger_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport) {
+    if l.duplicates > 0 {
+        failures.push(format!(
+            "{tag}: {} duplicate deliveries (first: {:?})",
+            l.duplicates, l.duplicate_ids
+        ));
+    }
+    if l.unexpected > 0 {
+        failures.push(format!(
+            "{tag}: {} handled ids outside the ids sent",
+            l.unexpected
+        ));
     }
 }
 

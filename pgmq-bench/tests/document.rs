@@ -321,6 +321,40 @@ fn run_is_complete_accounted_for_and_clean() {
 
 #[test]
 fn report_compare_and_check_read_the_document() {
+    // compare and check refuse a failed run; the short run's 2-second
+    // sustained fit may fail on noise (see short_run), so the comparisons
+    // below read a copy marked ok, and the original only when it is.
+    let mut ok_doc = doc();
+    ok_doc["outcome"]["ok"] = Value::from(true);
+    ok_doc["outcome"]["failures"] = serde_json::json!([]);
+    let ok_path = temp_path("ok.json");
+    std::fs::write(&ok_path, serde_json::to_string(&ok_doc).unwrap()).unwrap();
+    let mut failed = doc();
+    failed["outcome"]["ok"] = Value::from(false);
+    failed["outcome"]["failures"] = serde_json::json!(["consume_scaling: 3 duplicate deliveries"]);
+    let failed_path = temp_path("failed.json");
+    std::fs::write(&failed_path, serde_json::to_string(&failed).unwrap()).unwrap();
+    for args in [
+        vec![
+            "compare",
+            ok_path.to_str().unwrap(),
+            failed_path.to_str().unwrap(),
+        ],
+        vec![
+            "compare",
+            failed_path.to_str().unwrap(),
+            ok_path.to_str().unwrap(),
+        ],
+        vec!["check", failed_path.to_str().unwrap()],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("outcome.ok is false"),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let path = short_run().path.to_str().unwrap().to_owned();
     let svg = temp_path("chart.svg");
     let out = run(&["report", &path, "--svg", svg.to_str().unwrap()]);
@@ -338,6 +372,7 @@ fn report_compare_and_check_read_the_document() {
     let svg = std::fs::read_to_string(svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 
+    let path = ok_path.to_str().unwrap().to_owned();
     // A document compared with itself: nothing regresses.
     let out = run(&["compare", &path, &path]);
     assert_eq!(
@@ -349,7 +384,7 @@ fn report_compare_and_check_read_the_document() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("no regression"));
 
     // Halve every throughput in a copy: compare flags regressions and exits 1.
-    let mut slow: Value = doc();
+    let mut slow: Value = ok_doc.clone();
     for f in slow["figures"].as_array_mut().unwrap() {
         if f["unit"] == "msg/s" && f["better"] == "higher" {
             for k in ["median", "min", "max"] {
@@ -364,7 +399,7 @@ fn report_compare_and_check_read_the_document() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("REGRESSION"));
 
     // Durable against non-durable: refused.
-    let mut nd: Value = doc();
+    let mut nd: Value = ok_doc.clone();
     nd["durability"]["class"] = Value::from("non_durable");
     nd["durability"]["comparable"] = Value::from(false);
     nd["durability"]["reasons"] = serde_json::json!(["fsync is off"]);

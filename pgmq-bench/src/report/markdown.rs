@@ -149,7 +149,7 @@ fn conditions(out: &mut String, d: &Document) {
                 .settings
                 .iter()
                 .filter(|s| s.source != "client" && s.source != "session")
-                .map(|s| format!("{}={}{}", s.name, s.setting, s.unit.as_deref().unwrap_or("")))
+                .map(|s| format!("{}={}", s.name, crate::report::fmt_setting(&s.setting, s.unit.as_deref())))
                 .collect::<Vec<_>>()
                 .join(", "),
         ),

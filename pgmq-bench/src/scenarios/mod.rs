@@ -151,6 +151,8 @@ pub fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
         empty_reads: s.empty_reads,
         wakeups_poll: s.wakeups_poll,
         wakeups_notify: s.wakeups_notify,
+        expired_unstarted: s.expired_unstarted,
+        acks_failed: s.acks_failed,
     }
 }
 
