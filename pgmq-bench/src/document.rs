@@ -41,6 +41,12 @@ pub struct Document {
     pub memory: MemorySummary,
     /// The performance targets of the worker runtime, evaluated on this run.
     pub targets: Vec<TargetCheck>,
+    /// In an aggregate document (`pgmq-bench aggregate`): every invocation's
+    /// own document, whole. Its figures then hold one value per invocation
+    /// (that invocation's median) and its `sections` are empty. Absent in the
+    /// document of one invocation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invocations: Vec<serde_json::Value>,
 }
 
 impl Document {
@@ -286,6 +292,9 @@ pub struct Protocol {
     pub queue_state: String,
     /// Runs shorter than this are flagged in warnings.
     pub min_timed_seconds: f64,
+    /// In an aggregate document: how many invocations it merges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocations: Option<u32>,
 }
 
 /// Which direction of change is an improvement.
@@ -463,6 +472,70 @@ pub struct Sections {
     pub baseline: Vec<BaselineRun>,
     /// Producers and the worker together.
     pub sustained: Vec<SustainedRun>,
+    /// The worker draining fresh queues of several backlog sizes (one run per
+    /// size per round; the size is `ledger.expected`). Absent in older documents.
+    #[serde(default)]
+    pub backlog_scaling: Vec<ConsumeRun>,
+    /// Separate worker processes draining one queue. Absent in older documents.
+    #[serde(default)]
+    pub worker_processes: Vec<ProcessesRun>,
+}
+
+/// A worker_processes run: N processes draining one queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessesRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured (always measured: the section does not warm up).
+    pub warmup: bool,
+    /// Worker processes.
+    pub processes: u32,
+    /// Handler concurrency of each process.
+    pub workers_per_process: u32,
+    /// `empty` or `db-write`.
+    pub handler: String,
+    /// Simulated I/O per handler call, milliseconds.
+    pub handler_work_ms: u64,
+    /// Combined: distinct messages handled over the slowest process's seconds
+    /// (each from its `go` to its last handler's end).
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Each process.
+    pub per_process: Vec<ProcessShare>,
+    /// The smallest process's message count over the largest's (1: even).
+    pub min_over_max: f64,
+    /// Jain's fairness index of the per-process counts: (Σx)² / (n·Σx²),
+    /// 1 when even, 1/n when one process did everything.
+    pub jain_index: f64,
+    /// Every process's ids merged: a message handled by two processes is a duplicate.
+    pub ledger: LedgerReport,
+    /// Messages left after every process stopped (must be 0).
+    pub remaining_after: i64,
+    /// Seconds to preload the queue (not timed).
+    pub preload_s: f64,
+    /// Seconds of VACUUM (not timed).
+    pub vacuum_s: f64,
+}
+
+/// One process of a worker_processes run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessShare {
+    /// 0-based.
+    pub index: u32,
+    /// Its handler calls over its seconds.
+    pub rate: Rate,
+    /// Its fraction of all handler calls.
+    pub share: f64,
+    /// Whether it stopped on a stall rather than an empty queue.
+    pub stalled: bool,
+    /// Its worker's counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Its handler durations.
+    pub handler_ms: Percentiles,
+    /// Its peak RSS, bytes.
+    pub peak_rss_bytes: u64,
 }
 
 /// A send run.
@@ -519,6 +592,9 @@ pub struct ConsumeRun {
     pub vacuum_s: f64,
     /// Peak RSS during the run, bytes.
     pub peak_rss_bytes: u64,
+    /// What each handler call did: `empty` or `db-write` (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
 }
 
 /// Handled-message accounting of one run.

@@ -135,6 +135,18 @@ const DEF_SUS_SLOPE: &str =
     "Least-squares slope of the sampled backlog (pgmq.metrics queue length, in flight \
     included) after the sustained warm-up: at most 10 msg/s passes.";
 const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
+const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \
+    queue of this many messages: distinct messages handled divided by the seconds from spawning the worker to \
+    the end of the handler that completed the last one.";
+const DEF_BACKLOG_RATIO: &str =
+    "This backlog's drain rate divided by the smallest backlog's drain rate of the \
+    same round: 1 when the rate holds as the backlog grows.";
+const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's process-worker, --backlog-workers \
+    handlers each, own pools) draining one preloaded, vacuumed queue of --messages: distinct messages handled by \
+    all of them divided by the slowest process's seconds from its start signal to its last handler's end.";
+const DEF_PROC_EVEN: &str =
+    "The smallest process's handled count divided by the largest's: 1 when the work \
+    was shared evenly (Jain's index is in the run record).";
 const DEF_MEM: &str =
     "Peak resident set size of the bench process during the section's runs (largest run of \
     the round); see protocol.memory_method.";
@@ -380,6 +392,84 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             .collect(),
     );
 
+    // backlog_scaling: per size, the drain rate and its ratio to the
+    // smallest size's rate of the same round.
+    let mut sizes: Vec<u64> = s
+        .backlog_scaling
+        .iter()
+        .map(|r| r.ledger.expected)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let backlog = || measured(&s.backlog_scaling, |r| r.warmup);
+    for n in &sizes {
+        f.rate(
+            &format!("backlog_scaling.n{n}.throughput"),
+            "backlog_scaling",
+            &format!(
+                "Drain rate, backlog of {}",
+                crate::report::thousands(*n as f64)
+            ),
+            DEF_BACKLOG,
+            backlog()
+                .filter(|r| r.ledger.expected == *n)
+                .map(|r| (r.round, &r.rate)),
+        );
+    }
+    if let Some(smallest) = sizes.first() {
+        for n in sizes.iter().skip(1) {
+            let runs = backlog()
+                .filter(|r| r.ledger.expected == *n)
+                .filter_map(|r| {
+                    let base =
+                        backlog().find(|b| b.round == r.round && b.ledger.expected == *smallest)?;
+                    (base.rate.rate_per_s > 0.0)
+                        .then(|| Sample::value(r.round, r.rate.rate_per_s / base.rate.rate_per_s))
+                })
+                .collect();
+            f.add(
+                format!("backlog_scaling.n{n}.vs_smallest"),
+                "backlog_scaling",
+                format!(
+                    "Drain rate, backlog of {} vs {}",
+                    crate::report::thousands(*n as f64),
+                    crate::report::thousands(*smallest as f64)
+                ),
+                "x",
+                Better::Higher,
+                DEF_BACKLOG_RATIO,
+                runs,
+            );
+        }
+    }
+
+    // worker_processes: combined rate, evenness.
+    let mut procs: Vec<u32> = s.worker_processes.iter().map(|r| r.processes).collect();
+    procs.sort_unstable();
+    procs.dedup();
+    let wp = || measured(&s.worker_processes, |r| r.warmup);
+    for n in &procs {
+        f.rate(
+            &format!("worker_processes.p{n}.throughput"),
+            "worker_processes",
+            &format!("Combined drain rate, {n} processes"),
+            DEF_PROC_RATE,
+            wp().filter(|r| r.processes == *n)
+                .map(|r| (r.round, &r.rate)),
+        );
+        f.add(
+            format!("worker_processes.p{n}.min_over_max"),
+            "worker_processes",
+            format!("Work share, smallest / largest process, {n} processes"),
+            "x",
+            Better::None,
+            DEF_PROC_EVEN,
+            wp().filter(|r| r.processes == *n)
+                .map(|r| Sample::value(r.round, r.min_over_max))
+                .collect(),
+        );
+    }
+
     for (section, peaks) in peaks_by_round(s) {
         f.add(
             format!("memory.{section}.peak_rss_mib"),
@@ -431,6 +521,9 @@ fn peaks_by_round(s: &Sections) -> BTreeMap<String, Vec<(u32, u64)>> {
     for r in &s.sustained {
         put("sustained", r.round, r.warmup, r.peak_rss_bytes);
     }
+    for r in &s.backlog_scaling {
+        put("backlog_scaling", r.round, r.warmup, r.peak_rss_bytes);
+    }
     out.into_iter()
         .map(|(k, v)| (k, v.into_iter().collect()))
         .collect()
@@ -464,6 +557,9 @@ pub fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
     s.sustained
         .iter()
         .for_each(|r| put("sustained", r.peak_rss_bytes));
+    s.backlog_scaling
+        .iter()
+        .for_each(|r| put("backlog_scaling", r.peak_rss_bytes));
     out
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use pgmq_client::{redact_dsn, Client, ClientBuilder};
 
-use crate::cli::{RunArgs, Section};
+use crate::cli::{HandlerKind, RunArgs, Section};
 use crate::config::Config;
 use crate::document::{
     Document, LedgerReport, MemorySummary, Protocol, RunOutcome, Sections, Workload, SCHEMA,
@@ -22,7 +22,9 @@ use crate::process::MemoryMeter;
 use crate::progress::Progress;
 use crate::scenarios::baseline::Loop;
 use crate::scenarios::wakeup::Mode;
-use crate::scenarios::{self, baseline, consume, idle, send, sustained, wakeup, Ctx};
+use crate::scenarios::{
+    self, backlog, baseline, consume, idle, processes, send, sustained, wakeup, Ctx, Sink,
+};
 
 /// Runs the benchmark; returns the exit status (0: every check passed,
 /// 1: the document records a failure).
@@ -115,7 +117,16 @@ async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Res
     ));
     let meter = MemoryMeter::start();
     let memory_method = meter.method().as_str().to_owned();
+    let sink = match cfg.handler {
+        HandlerKind::DbWrite => {
+            Sink::create_table(&admin).await?;
+            let most = cfg.workers.iter().copied().max().unwrap_or(1);
+            Some(Sink::connect(&dsn, most.max(cfg.sustained_workers)).await?)
+        }
+        HandlerKind::Empty => None,
+    };
     let ctx = Arc::new(Ctx {
+        sink,
         pad: scenarios::padding(cfg.payload_bytes),
         cfg,
         dsn,
@@ -126,7 +137,11 @@ async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Res
         progress: progress.clone(),
     });
     let body_ctx = ctx.clone();
-    let sections = guard.run(async move { rounds(&body_ctx).await }).await?;
+    let sections = guard.run(async move { rounds(&body_ctx).await }).await;
+    if ctx.sink.is_some() {
+        Sink::drop_table(&ctx.admin).await?;
+    }
+    let sections = sections?;
     let cfg = &ctx.cfg;
 
     let figures = figures::build(&sections);
@@ -169,6 +184,7 @@ async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Res
                           VACUUM (ANALYZE) on its table before the timed interval"
                 .into(),
             min_timed_seconds: 1.0,
+            invocations: None,
         },
         memory: MemorySummary {
             method: ctx.meter.method().as_str().to_owned(),
@@ -178,6 +194,7 @@ async fn bench(cfg: Config, dsn: String, local: bool, progress: Progress) -> Res
         figures,
         sections,
         targets,
+        invocations: Vec::new(),
     };
     write_document(&doc, &cfg.output).await?;
     for f in &doc.outcome.failures {
@@ -326,6 +343,26 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                         s.baseline.push(r);
                     }
                 }
+                Section::BacklogScaling => {
+                    for n in &cfg.backlog_sizes {
+                        let r = backlog::run(ctx, *n, round).await?;
+                        p.say(format!(
+                            "{tag} backlog_scaling {n}: {:.0} msg/s",
+                            r.rate.rate_per_s
+                        ));
+                        s.backlog_scaling.push(r);
+                    }
+                }
+                Section::WorkerProcesses => {
+                    for n in &cfg.processes {
+                        let r = processes::run(ctx, *n, round).await?;
+                        p.say(format!(
+                            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
+                            r.rate.rate_per_s, r.min_over_max
+                        ));
+                        s.worker_processes.push(r);
+                    }
+                }
                 Section::IdleWorker => {
                     let r = idle::run(ctx, round, warm).await?;
                     p.say(format!(
@@ -418,6 +455,59 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
         ledger_failures(&mut failures, &tag, &r.ledger);
         for i in r.worker.inconsistencies() {
             failures.push(format!("{tag}: {i}"));
+        }
+    }
+    for r in &s.backlog_scaling {
+        let tag = format!(
+            "backlog_scaling {} {}",
+            r.ledger.expected,
+            run_tag(r.round, r.warmup)
+        );
+        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
+        if r.ledger.missing > 0 {
+            failures.push(format!(
+                "{tag}: {} of {} messages never handled",
+                r.ledger.missing, r.ledger.expected
+            ));
+        }
+        if r.remaining_after != 0 {
+            failures.push(format!(
+                "{tag}: {} messages still in the queue after the worker's shutdown",
+                r.remaining_after
+            ));
+        }
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for i in r.worker.inconsistencies() {
+            failures.push(format!("{tag}: {i}"));
+        }
+    }
+    for r in &s.worker_processes {
+        let tag = format!(
+            "worker_processes {} {}",
+            r.processes,
+            run_tag(r.round, r.warmup)
+        );
+        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
+        if r.ledger.missing > 0 {
+            failures.push(format!(
+                "{tag}: {} of {} messages never handled",
+                r.ledger.missing, r.ledger.expected
+            ));
+        }
+        if r.remaining_after != 0 {
+            failures.push(format!(
+                "{tag}: {} messages still in the queue after every process stopped",
+                r.remaining_after
+            ));
+        }
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for pr in &r.per_process {
+            if pr.stalled {
+                failures.push(format!("{tag}: process {} stalled", pr.index));
+            }
+            for i in pr.worker.inconsistencies() {
+                failures.push(format!("{tag}: process {}: {i}", pr.index));
+            }
         }
     }
     for r in &s.baseline {

@@ -297,6 +297,33 @@ fn run_is_complete_accounted_for_and_clean() {
         assert_eq!(r["ledger"]["missing"], 0);
         assert_eq!(r["ledger"]["distinct"], r["produced"]["count"]);
     }
+    // backlog_scaling: both sizes in each measured round, drained exactly.
+    assert_eq!(s["backlog_scaling"].as_array().unwrap().len(), 4);
+    for r in s["backlog_scaling"].as_array().unwrap() {
+        assert_eq!(r["ledger"]["missing"], 0);
+        assert_eq!(r["ledger"]["distinct"], r["ledger"]["expected"]);
+        assert_eq!(r["remaining_after"], 0);
+    }
+    assert!(doc["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["id"] == "backlog_scaling.n3000.vs_smallest"));
+    // worker_processes: 1 and 2 processes per round, every message once.
+    let wp = s["worker_processes"].as_array().unwrap();
+    assert_eq!(wp.len(), 4);
+    for r in wp {
+        assert_eq!(r["ledger"]["distinct"], 2000);
+        assert_eq!(r["ledger"]["duplicates"], 0);
+        assert_eq!(r["remaining_after"], 0);
+        let per = r["per_process"].as_array().unwrap();
+        assert_eq!(per.len() as u64, r["processes"].as_u64().unwrap());
+        let sum: u64 = per
+            .iter()
+            .map(|p| p["rate"]["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, 2000);
+    }
     assert_eq!(doc["durability"]["class"], "durable");
     assert!(doc["durability"]["settings"]["fsync"].is_string());
     assert!(

@@ -171,5 +171,11 @@ pub fn short_run_args<'a>(dsn: &'a str, output: &'a str) -> Vec<&'a str> {
         "1000",
         "--sustained-workers",
         "2",
+        "--backlog-sizes",
+        "1000,3000",
+        "--backlog-workers",
+        "2",
+        "--processes",
+        "1,2",
     ]
 }
