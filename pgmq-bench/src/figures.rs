@@ -116,6 +116,14 @@ const DEF_BASE_CONSUME: &str = "No SDK: pgmq.read($1, $2, $3) then pgmq.delete($
     prepared once, one connection, on a preloaded, vacuumed queue of the same size: messages divided by the \
     seconds from the first read to the last delete's reply. Run beside consume_scaling, once before each \
     worker run; a round's figure is then all its runs' messages over all their seconds.";
+const DEF_BASE_EQUAL: &str = "No SDK, the worker's connection layout: two connections each looping \
+    pgmq.read($1, $2, $3) of --batch-size and handing the ids to a third that deletes whatever has arrived with \
+    one pgmq.delete($1, $2::bigint[]) at a time; plain tokio-postgres prepared statements, a preloaded, vacuumed \
+    queue of the same size: messages divided by the seconds from the first read to the last delete's reply. \
+    Run once before the first worker run of a round and once after the last.";
+const DEF_RATIO_EQUAL: &str = "Worker throughput divided by the mean of the round's equal-layout loop runs \
+    (same connections: two claiming, one deleting; no SDK): the SDK's own overhead at equal parallelism, \
+    below 1 a cost, above 1 a gain.";
 const DEF_IDLE_CPU: &str =
     "Process CPU time (getrusage: user + system, all threads) over the idle window \
     divided by its wall time, in percent of one core; several busy threads could exceed 100.";
@@ -218,6 +226,11 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         ("send_single", "Baseline single send", DEF_BASE_SINGLE),
         ("send_batch", "Baseline batch send", DEF_BASE_BATCH),
         ("consume", "Baseline read + delete", DEF_BASE_CONSUME),
+        (
+            "consume_equal_layout",
+            "Equal-layout read + delete (2 claim, 1 delete connection)",
+            DEF_BASE_EQUAL,
+        ),
     ] {
         let mut per_round: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
         for r in base(kind) {
@@ -301,6 +314,19 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             Better::Higher,
             DEF_RATIO,
             ratio(sdk, "consume", Some(*w)),
+        );
+        let sdk = measured(&s.consume_scaling, |r| r.warmup)
+            .filter(|r| r.workers == *w)
+            .map(|r| (r.round, r.rate.rate_per_s))
+            .collect();
+        f.add(
+            format!("consume_scaling.w{w}.vs_equal_layout"),
+            "consume_scaling",
+            format!("Worker, {w} handlers, vs equal-layout no-SDK loop (SDK overhead)"),
+            "x",
+            Better::Higher,
+            DEF_RATIO_EQUAL,
+            ratio(sdk, "consume_equal_layout", None),
         );
     }
 

@@ -245,7 +245,12 @@ fn baseline_loops(cfg: &Config) -> Vec<Loop> {
     if sdk.iter().any(|s| cfg.has(*s)) {
         Vec::new()
     } else {
-        vec![Loop::SendSingle, Loop::SendBatch, Loop::Consume]
+        vec![
+            Loop::SendSingle,
+            Loop::SendBatch,
+            Loop::Consume,
+            Loop::ConsumeEqualLayout,
+        ]
     }
 }
 
@@ -309,6 +314,10 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                     // A consume loop before each worker run and one after
                     // the last: every worker run sits between two loops, and
                     // its ratio's reference is their mean.
+                    // The equal-layout loop once before the first worker
+                    // run and once after the last: the reference of
+                    // `vs_equal_layout` is the mean of the two.
+                    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, &tag, &mut s).await?;
                     let mut before: Option<u32> = None;
                     for w in &cfg.workers {
                         if let Some(i) =
@@ -332,6 +341,7 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                             s.baseline[i].follows_workers = Some(w);
                         }
                     }
+                    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, &tag, &mut s).await?;
                 }
                 Section::Baseline => {
                     for l in baseline_loops(cfg) {

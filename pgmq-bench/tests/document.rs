@@ -259,7 +259,19 @@ fn run_is_complete_accounted_for_and_clean() {
     // Per round: each send loop before and after its SDK run, and the
     // consume loop once before each of the two worker runs and once after
     // the last: every SDK run sits between two loop runs.
-    assert_eq!(s["baseline"].as_array().unwrap().len(), 21);
+    // Plus the equal-layout loop before the first and after the last
+    // worker run of each round.
+    assert_eq!(s["baseline"].as_array().unwrap().len(), 27);
+    let equal = s["baseline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["kind"] == "consume_equal_layout");
+    for b in equal {
+        assert_eq!(b["ledger"]["missing"], 0);
+        assert_eq!(b["ledger"]["duplicates"], 0);
+        assert_eq!(b["in_queue_after"], 0);
+    }
     for kind in ["send_single", "send_batch"] {
         let runs = s["baseline"].as_array().unwrap().iter();
         assert_eq!(runs.filter(|b| b["kind"] == kind).count(), 6, "{kind}");
