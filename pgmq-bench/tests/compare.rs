@@ -142,3 +142,34 @@ fn compare_refuses_a_failed_run_and_lists_every_condition() {
         "{err}"
     );
 }
+
+#[test]
+fn aggregate_keeps_every_invocation_and_holds_their_medians() {
+    let docs: Vec<_> = [1000.0, 960.0, 1040.0, 980.0, 1020.0]
+        .iter()
+        .map(|v| document_with(&[*v, *v + 1.0, *v - 1.0]))
+        .collect();
+    let agg = pgmq_bench::commands::aggregate_documents(&docs).unwrap();
+    assert_eq!(agg.invocations.len(), 5);
+    assert_eq!(agg.protocol.invocations, Some(5));
+    let f = agg.figure("consume_scaling.w8.throughput").unwrap();
+    let vals: Vec<f64> = f.runs.iter().map(|s| s.value).collect();
+    assert_eq!(vals, vec![1000.0, 960.0, 1040.0, 980.0, 1020.0]);
+    assert_eq!(f.median, 1000.0);
+    // The aggregate validates against the schema and reads back.
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../docs/benchmark.v1.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let v = serde_json::to_value(&agg).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&v).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    pgmq_bench::document::Document::from_json(&v.to_string(), "aggregate").unwrap();
+    // An aggregate is not aggregated again.
+    assert!(pgmq_bench::commands::aggregate_documents(&[agg.clone(), agg]).is_err());
+}
