@@ -189,7 +189,15 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
     let cfg = &ctx.cfg;
     let n = cfg.messages;
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded("processes", n).await?;
-    let exe = std::env::current_exe().map_err(|e| Error::io("finding the bench binary", e))?;
+    // /proc/self/exe runs this very binary even when its file was replaced
+    // or removed since it started (a rebuild in a shared target directory);
+    // current_exe() would name the new file, or none.
+    let proc_exe = std::path::Path::new("/proc/self/exe");
+    let exe = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe().map_err(|e| Error::io("finding the bench binary", e))?
+    };
     let dir = std::env::temp_dir().join(format!("pgmq-bench-processes-{}", std::process::id()));
     tokio::fs::create_dir_all(&dir)
         .await
