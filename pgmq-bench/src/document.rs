@@ -821,6 +821,39 @@ pub struct SustainedRun {
     pub worker: WorkerCounters,
     /// Peak RSS during the run, bytes.
     pub peak_rss_bytes: u64,
+    /// The database's own counters over the run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_counters: Option<DbCounters>,
+    /// With `--rate-search`: the step (0 at `--rate`, each next one
+    /// `--rate-step` times faster). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_search_step: Option<u32>,
+    /// `empty` or `db-write` (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// Handler durations over the whole run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_ms: Option<Percentiles>,
+    /// Queue wait, database segment, over the whole run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait_db_ms: Option<Percentiles>,
+}
+
+/// The database's own counters over a sustained run (None: not readable).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DbCounters {
+    /// WAL written by the whole cluster over the run (pg_current_wal_lsn
+    /// difference), bytes: other databases' activity included.
+    pub wal_bytes: Option<u64>,
+    /// Checkpoints completed over the run (pg_stat_checkpointer or pg_stat_bgwriter).
+    pub checkpoints: Option<u64>,
+    /// Autovacuum runs on the queue table (pg_stat_user_tables; the table is new per run).
+    pub queue_autovacuum_count: Option<u64>,
+    /// Autoanalyze runs on the queue table.
+    pub queue_autoanalyze_count: Option<u64>,
+    /// Dead tuples of the queue table at the end.
+    pub queue_dead_tuples: Option<u64>,
 }
 
 /// One second of a sustained run.
@@ -837,6 +870,10 @@ pub struct Interval {
     pub backlog_mean: f64,
     /// Largest backlog sample of the interval.
     pub backlog_max: i64,
+    /// Resident set size of the bench process at the end of the interval
+    /// (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
 /// One backlog sample: `pgmq.metrics` queue length (visible plus in flight).

@@ -142,6 +142,9 @@ const DEF_SUS_HAND: &str =
 const DEF_SUS_SLOPE: &str =
     "Least-squares slope of the sampled backlog (pgmq.metrics queue length, in flight \
     included) after the sustained warm-up: at most 10 msg/s passes.";
+const DEF_SUS_SEARCH: &str = "--rate-search: sustained runs at --rate, then each --rate-step times faster, \
+    until a run's verdict fails (backlog slope above 10 msg/s, or a message not handled): the highest target \
+    rate whose run passed (0 when the first failed). The resolution is the step factor.";
 const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
 const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \
     queue of this many messages: distinct messages handled divided by the seconds from spawning the worker to \
@@ -380,7 +383,26 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         );
     }
 
-    let sus = || measured(&s.sustained, |r| r.warmup);
+    let sus = || measured(&s.sustained, |r| r.warmup || r.rate_search_step.is_some());
+    // The rate search: per round, the highest target rate whose verdict passed.
+    let mut best: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in measured(&s.sustained, |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
+        let e = best.entry(r.round).or_insert(0.0);
+        if r.verdict.pass {
+            *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
+        }
+    }
+    f.add(
+        "sustained.rate_search.highest_passing".into(),
+        "sustained",
+        "Highest sustained producer rate that passed".into(),
+        "msg/s",
+        Better::Higher,
+        DEF_SUS_SEARCH,
+        best.into_iter()
+            .map(|(round, v)| Sample::value(round, v))
+            .collect(),
+    );
     f.rate(
         "sustained.produced_rate",
         "sustained",

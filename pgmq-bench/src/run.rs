@@ -391,6 +391,26 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                         s.wakeup_latency.push(r);
                     }
                 }
+                Section::Sustained if cfg.rate_search => {
+                    // Step the rate up until the slope verdict fails.
+                    let base = cfg.rate.unwrap_or(1.0);
+                    for k in 0..cfg.rate_steps_max {
+                        let rate = base * cfg.rate_step.powi(k as i32);
+                        let mut r = sustained::run_at(ctx, Some(rate), round, warm).await?;
+                        r.rate_search_step = Some(k);
+                        let pass = r.verdict.pass;
+                        p.say(format!(
+                            "{tag} sustained rate search step {k}: {rate:.0} msg/s target, {:.0} handled/s, slope {:.1}, {}",
+                            r.handled.rate_per_s,
+                            r.backlog_slope_per_s.unwrap_or(f64::NAN),
+                            if pass { "pass" } else { "fail: search ends" }
+                        ));
+                        s.sustained.push(r);
+                        if !pass {
+                            break;
+                        }
+                    }
+                }
                 Section::Sustained => {
                     let r = sustained::run(ctx, round, warm).await?;
                     p.say(format!(
@@ -552,7 +572,16 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
                 ));
             }
         }
-        if !r.verdict.pass {
+        if r.rate_search_step.is_some() {
+            // A rate search ends on a failing step by design: only messages
+            // not accounted for fail the run.
+            if r.ledger.missing > 0 {
+                failures.push(format!(
+                    "{tag} (rate search step): {} messages never handled",
+                    r.ledger.missing
+                ));
+            }
+        } else if !r.verdict.pass {
             failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
         }
         ledger_failures(&mut failures, &tag, &r.ledger);
