@@ -7,25 +7,31 @@
 #   bash scripts/bench.sh                     # default profile, a few minutes on 2 cores
 #   bash scripts/bench.sh --long              # 5 measured rounds, larger runs, 5-minute sustained
 #   bash scripts/bench.sh --quick             # smoke test: 1 round, no warm-up, small runs
+#   bash scripts/bench.sh --invocations 5     # 5 independent invocations, one aggregate document
 #   bash scripts/bench.sh --output run.json -- --sections consume_scaling,baseline --handler-work-ms 1
 #
 # Flags after `--` go to pgmq-bench unchanged (see `pgmq-bench --help`); they
 # override the profile's. The cluster port is PGMQ_BENCH_LOCAL_PORT (55436 by
 # default; never 55432, the development cluster). Exit status: pgmq-bench's
-# (0 ok, 1 a failed check such as a missing message, 2 refused).
+# (0 ok, 1 a failed check such as a missing message, 2 refused). With
+# --invocations N, each invocation writes <output>-invK.json (its own
+# throwaway cluster each time) and `pgmq-bench aggregate` merges them into
+# <output>, keeping every run; compare then tests per-invocation medians.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 output=benchmark.json
 profile=default
+invocations=1
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --output|-o) output="$2"; shift 2 ;;
     --long) profile=long; shift ;;
     --quick) profile=quick; shift ;;
+    --invocations) invocations="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (flags for pgmq-bench go after --)" >&2; exit 2 ;;
   esac
 done
@@ -33,7 +39,7 @@ done
 case "$profile" in
   default) flags=() ;;
   long) flags=(--repeat 5 --warmup 1 --messages 300000 --batch-messages 500000 --single-messages 20000 --duration 5m --sustained-warmup 30s) ;;
-  quick) flags=(--repeat 1 --warmup 0 --messages 20000 --batch-messages 20000 --single-messages 2000 --duration 20s --sustained-warmup 3s) ;;
+  quick) flags=(--quick) ;;
 esac
 
 cargo build --release --quiet -p pgmq-bench
@@ -41,8 +47,25 @@ bin="${CARGO_TARGET_DIR:-target}/release/pgmq-bench"
 
 rm -f "$output"
 status=0
-"$bin" --local --local-port "${PGMQ_BENCH_LOCAL_PORT:-55436}" --output "$output" \
-  "${flags[@]}" "${extra[@]}" || status=$?
+if [ "$invocations" -le 1 ]; then
+  "$bin" --local --local-port "${PGMQ_BENCH_LOCAL_PORT:-55436}" --output "$output" \
+    "${flags[@]}" "${extra[@]}" || status=$?
+else
+  runs=()
+  for i in $(seq 1 "$invocations"); do
+    run="${output%.json}-inv$i.json"
+    rm -f "$run"
+    echo "== invocation $i of $invocations -> $run" >&2
+    s=0
+    "$bin" --local --local-port "${PGMQ_BENCH_LOCAL_PORT:-55436}" --output "$run" \
+      "${flags[@]}" "${extra[@]}" || s=$?
+    [ "$s" -le 1 ] && [ -f "$run" ] || { status=$s; break; }
+    runs+=("$run")
+  done
+  if [ "$status" -le 1 ] && [ "${#runs[@]}" -ge 2 ]; then
+    "$bin" aggregate "${runs[@]}" --output "$output" || status=$?
+  fi
+fi
 
 if [ -f "$output" ] && [ "$status" -le 1 ]; then
   "$bin" report "$output" --svg "${output%.json}.svg"

@@ -46,6 +46,46 @@ pub enum Command {
     /// The worker process of the fault suite (started by `faults`, not by hand).
     #[command(hide = true)]
     FaultWorker(crate::faults::WorkerArgs),
+    /// One worker process of the worker_processes section (started by the
+    /// benchmark, not by hand).
+    #[command(hide = true)]
+    ProcessWorker(crate::scenarios::processes::ChildArgs),
+    /// Merge the documents of N invocations into one aggregate document that
+    /// keeps every run; its figures hold one median per invocation.
+    Aggregate(AggregateArgs),
+}
+
+/// What each handler call does besides recording its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "kebab-case")]
+pub enum HandlerKind {
+    /// Nothing (plus `--handler-work-ms`).
+    Empty,
+    /// Inserts one row into `pgmq_bench_handler_sink` of the same database,
+    /// through a pool of its own (plus `--handler-work-ms`).
+    DbWrite,
+}
+
+impl HandlerKind {
+    /// The name in the document.
+    pub fn name(self) -> &'static str {
+        match self {
+            HandlerKind::Empty => "empty",
+            HandlerKind::DbWrite => "db-write",
+        }
+    }
+}
+
+/// Options of `aggregate`.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct AggregateArgs {
+    /// The invocations' documents (at least 2).
+    #[arg(required = true, num_args = 2..)]
+    pub runs: Vec<PathBuf>,
+    /// Where to write the aggregate document.
+    #[arg(long, short = 'o')]
+    pub output: PathBuf,
 }
 
 /// A benchmark section.
@@ -66,6 +106,10 @@ pub enum Section {
     Baseline,
     /// Producers and the worker together for `--duration`.
     Sustained,
+    /// The worker draining fresh queues of several backlog sizes (`--backlog-sizes`).
+    BacklogScaling,
+    /// Separate worker processes draining one queue (`--processes`).
+    WorkerProcesses,
 }
 
 impl Section {
@@ -80,11 +124,13 @@ impl Section {
     }
 
     /// Every section, in the order a round runs them.
-    pub const ALL: [Section; 7] = [
+    pub const ALL: [Section; 9] = [
         Section::SendSingle,
         Section::SendBatch,
         Section::ConsumeScaling,
         Section::Baseline,
+        Section::BacklogScaling,
+        Section::WorkerProcesses,
         Section::IdleWorker,
         Section::WakeupLatency,
         Section::Sustained,
@@ -100,6 +146,8 @@ impl Section {
             Section::WakeupLatency => "wakeup_latency",
             Section::Baseline => "baseline",
             Section::Sustained => "sustained",
+            Section::BacklogScaling => "backlog_scaling",
+            Section::WorkerProcesses => "worker_processes",
         }
     }
 }
@@ -264,6 +312,52 @@ pub struct RunArgs {
     /// Give up on a section that makes no progress for this long.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub stall_timeout: Duration,
+
+    /// The quick profile: 1 round, no warm-up, small runs (20,000 consumed
+    /// and batch-sent messages, 2,000 single sends, backlogs of 20,000 and
+    /// 100,000, processes 1,2, a 20 s sustained window); options left at
+    /// their default take the profile's value.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// backlog_scaling: backlog sizes (comma-separated; default 100000,1000000,
+    /// 20000,100000 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    pub backlog_sizes: Option<Vec<u64>>,
+
+    /// backlog_scaling: also drain a 10,000,000-message backlog (minutes, and
+    /// about 2 GB of table).
+    #[arg(long)]
+    pub backlog_10m: bool,
+
+    /// backlog_scaling and worker_processes: handler concurrency (per process).
+    #[arg(long, default_value_t = 8)]
+    pub backlog_workers: u32,
+
+    /// worker_processes: numbers of worker processes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 2, 4])]
+    pub processes: Vec<u32>,
+
+    /// What handlers do in consume_scaling, sustained and worker_processes.
+    #[arg(long, value_enum, default_value_t = HandlerKind::Empty)]
+    pub handler: HandlerKind,
+
+    /// sustained: search the highest producer rate whose backlog slope
+    /// passes, stepping up from --rate by --rate-step until a step fails.
+    #[arg(long)]
+    pub rate_search: bool,
+
+    /// sustained --rate-search: factor between steps.
+    #[arg(long, default_value_t = 1.5)]
+    pub rate_step: f64,
+
+    /// sustained --rate-search: most steps.
+    #[arg(long, default_value_t = 8)]
+    pub rate_steps_max: u32,
+
+    /// sustained: a soak of at least 5 minutes (raises --duration to 5m).
+    #[arg(long)]
+    pub long: bool,
 }
 
 /// Options of `compare`.
@@ -336,7 +430,7 @@ mod tests {
     fn defaults_parse() {
         let cli = Cli::try_parse_from(["pgmq-bench"]).unwrap();
         assert!(cli.command.is_none());
-        assert_eq!(cli.run.sections.len(), 7);
+        assert_eq!(cli.run.sections.len(), 9);
         assert_eq!(cli.run.workers, vec![1, 2, 4, 8]);
         let cli = Cli::try_parse_from([
             "pgmq-bench",

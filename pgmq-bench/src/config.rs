@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{RunArgs, Section};
+use crate::cli::{HandlerKind, RunArgs, Section};
 use crate::error::{Error, Result};
 
 /// The fewest wake-up samples per mode.
@@ -63,7 +63,28 @@ pub struct Config {
     pub stall_timeout: Duration,
     /// Output path.
     pub output: PathBuf,
+    /// backlog_scaling sizes, ascending.
+    pub backlog_sizes: Vec<u64>,
+    /// Handlers per worker in backlog_scaling and worker_processes.
+    pub backlog_workers: u32,
+    /// worker_processes counts.
+    pub processes: Vec<u32>,
+    /// What handlers do.
+    pub handler: HandlerKind,
+    /// sustained rate search.
+    pub rate_search: bool,
+    /// Factor between rate-search steps.
+    pub rate_step: f64,
+    /// Most rate-search steps.
+    pub rate_steps_max: u32,
+    /// The quick profile.
+    pub quick: bool,
 }
+
+/// The backlog sizes of the full profile.
+pub const BACKLOG_SIZES: [u64; 2] = [100_000, 1_000_000];
+/// The backlog sizes of the quick profile.
+pub const QUICK_BACKLOG_SIZES: [u64; 2] = [20_000, 100_000];
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())
@@ -72,6 +93,7 @@ fn bad(msg: impl Into<String>) -> Error {
 impl Config {
     /// Checks `args`.
     pub fn from_args(a: &RunArgs) -> Result<Config> {
+        let a = &quick_profile(a);
         if a.repeat == 0 {
             return Err(bad("--repeat must be at least 1"));
         }
@@ -124,6 +146,40 @@ impl Config {
         sections.dedup();
         let mut workers = a.workers.clone();
         workers.dedup();
+        let mut backlog_sizes = a.backlog_sizes.clone().unwrap_or_else(|| {
+            if a.quick {
+                QUICK_BACKLOG_SIZES.to_vec()
+            } else {
+                BACKLOG_SIZES.to_vec()
+            }
+        });
+        if a.backlog_10m {
+            backlog_sizes.push(10_000_000);
+        }
+        backlog_sizes.sort_unstable();
+        backlog_sizes.dedup();
+        if backlog_sizes.is_empty() || backlog_sizes.contains(&0) {
+            return Err(bad("--backlog-sizes takes sizes of at least 1"));
+        }
+        if !(1..=1024).contains(&a.backlog_workers) {
+            return Err(bad("--backlog-workers must be between 1 and 1024"));
+        }
+        let mut processes = a.processes.clone();
+        processes.sort_unstable();
+        processes.dedup();
+        if processes.is_empty() || processes.iter().any(|p| !(1..=64).contains(p)) {
+            return Err(bad("--processes takes process counts between 1 and 64"));
+        }
+        if !(a.rate_step.is_finite() && a.rate_step > 1.0) || a.rate_steps_max == 0 {
+            return Err(bad(
+                "--rate-step must be above 1 and --rate-steps-max at least 1",
+            ));
+        }
+        if a.rate_search && a.rate <= 0.0 {
+            return Err(bad(
+                "--rate-search starts from --rate, which must be above 0",
+            ));
+        }
         Ok(Config {
             sections,
             messages: a.messages,
@@ -150,6 +206,14 @@ impl Config {
             clean: a.clean,
             stall_timeout: a.stall_timeout,
             output: a.output.clone(),
+            backlog_sizes,
+            backlog_workers: a.backlog_workers,
+            processes,
+            handler: a.handler,
+            rate_search: a.rate_search,
+            rate_step: a.rate_step,
+            rate_steps_max: a.rate_steps_max,
+            quick: a.quick,
         })
     }
 
@@ -157,6 +221,47 @@ impl Config {
     pub fn has(&self, s: Section) -> bool {
         self.sections.contains(&s)
     }
+}
+
+/// `args` with the quick profile (and `--long`) applied: each option the
+/// profile sets is replaced when it holds its default value. (An option given
+/// explicitly with its default value is replaced too: clap's derive API does
+/// not say where a value came from.)
+fn quick_profile(a: &RunArgs) -> RunArgs {
+    let mut a = a.clone();
+    if a.long && a.duration < Duration::from_secs(300) {
+        a.duration = Duration::from_secs(300);
+        if a.sustained_warmup == Duration::from_secs(5) {
+            a.sustained_warmup = Duration::from_secs(30);
+        }
+    }
+    if !a.quick {
+        return a;
+    }
+    fn pick<T: PartialEq>(v: &mut T, default: T, quick: T) {
+        if *v == default {
+            *v = quick;
+        }
+    }
+    pick(&mut a.repeat, 3, 1);
+    pick(&mut a.warmup, 1, 0);
+    pick(&mut a.messages, 150_000, 20_000);
+    pick(&mut a.batch_messages, 250_000, 20_000);
+    pick(&mut a.single_messages, 10_000, 2_000);
+    if !a.long {
+        pick(
+            &mut a.duration,
+            Duration::from_secs(30),
+            Duration::from_secs(20),
+        );
+        pick(
+            &mut a.sustained_warmup,
+            Duration::from_secs(5),
+            Duration::from_secs(3),
+        );
+    }
+    pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+    a
 }
 
 #[cfg(test)]
@@ -177,6 +282,19 @@ mod tests {
         assert_eq!(c.sections, vec![Section::SendSingle, Section::Sustained]);
         assert_eq!(c.rate, Some(5000.0));
         assert!(Config::from_args(&args(&[])).is_ok());
+    }
+
+    #[test]
+    fn quick_profile_replaces_defaults_only() {
+        let c = Config::from_args(&args(&["--quick", "--messages", "5000"])).unwrap();
+        assert_eq!((c.repeat, c.warmup, c.messages), (1, 0, 5000));
+        assert_eq!(c.backlog_sizes, QUICK_BACKLOG_SIZES.to_vec());
+        assert_eq!(c.processes, vec![1, 2]);
+        let c = Config::from_args(&args(&["--backlog-sizes", "300,100", "--backlog-10m"])).unwrap();
+        assert_eq!(c.backlog_sizes, vec![100, 300, 10_000_000]);
+        assert_eq!(c.backlog_sizes.len(), 3);
+        let c = Config::from_args(&args(&["--long"])).unwrap();
+        assert!(c.duration >= Duration::from_secs(300));
     }
 
     #[test]

@@ -41,6 +41,12 @@ pub struct Document {
     pub memory: MemorySummary,
     /// The performance targets of the worker runtime, evaluated on this run.
     pub targets: Vec<TargetCheck>,
+    /// In an aggregate document (`pgmq-bench aggregate`): every invocation's
+    /// own document, whole. Its figures then hold one value per invocation
+    /// (that invocation's median) and its `sections` are empty. Absent in the
+    /// document of one invocation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invocations: Vec<serde_json::Value>,
 }
 
 impl Document {
@@ -289,6 +295,9 @@ pub struct Protocol {
     pub queue_state: String,
     /// Runs shorter than this are flagged in warnings.
     pub min_timed_seconds: f64,
+    /// In an aggregate document: how many invocations it merges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocations: Option<u32>,
 }
 
 /// Which direction of change is an improvement.
@@ -466,6 +475,70 @@ pub struct Sections {
     pub baseline: Vec<BaselineRun>,
     /// Producers and the worker together.
     pub sustained: Vec<SustainedRun>,
+    /// The worker draining fresh queues of several backlog sizes (one run per
+    /// size per round; the size is `ledger.expected`). Absent in older documents.
+    #[serde(default)]
+    pub backlog_scaling: Vec<ConsumeRun>,
+    /// Separate worker processes draining one queue. Absent in older documents.
+    #[serde(default)]
+    pub worker_processes: Vec<ProcessesRun>,
+}
+
+/// A worker_processes run: N processes draining one queue.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessesRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured (always measured: the section does not warm up).
+    pub warmup: bool,
+    /// Worker processes.
+    pub processes: u32,
+    /// Handler concurrency of each process.
+    pub workers_per_process: u32,
+    /// `empty` or `db-write`.
+    pub handler: String,
+    /// Simulated I/O per handler call, milliseconds.
+    pub handler_work_ms: u64,
+    /// Combined: distinct messages handled over the slowest process's seconds
+    /// (each from its `go` to its last handler's end).
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Each process.
+    pub per_process: Vec<ProcessShare>,
+    /// The smallest process's message count over the largest's (1: even).
+    pub min_over_max: f64,
+    /// Jain's fairness index of the per-process counts: (Σx)² / (n·Σx²),
+    /// 1 when even, 1/n when one process did everything.
+    pub jain_index: f64,
+    /// Every process's ids merged: a message handled by two processes is a duplicate.
+    pub ledger: LedgerReport,
+    /// Messages left after every process stopped (must be 0).
+    pub remaining_after: i64,
+    /// Seconds to preload the queue (not timed).
+    pub preload_s: f64,
+    /// Seconds of VACUUM (not timed).
+    pub vacuum_s: f64,
+}
+
+/// One process of a worker_processes run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessShare {
+    /// 0-based.
+    pub index: u32,
+    /// Its handler calls over its seconds.
+    pub rate: Rate,
+    /// Its fraction of all handler calls.
+    pub share: f64,
+    /// Whether it stopped on a stall rather than an empty queue.
+    pub stalled: bool,
+    /// Its worker's counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Its handler durations.
+    pub handler_ms: Percentiles,
+    /// Its peak RSS, bytes.
+    pub peak_rss_bytes: u64,
 }
 
 /// A send run.
@@ -522,6 +595,9 @@ pub struct ConsumeRun {
     pub vacuum_s: f64,
     /// Peak RSS during the run, bytes.
     pub peak_rss_bytes: u64,
+    /// What each handler call did: `empty` or `db-write` (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
 }
 
 /// Handled-message accounting of one run.
@@ -572,6 +648,46 @@ pub struct WorkerCounters {
     pub wakeups_poll: u64,
     /// Claim-loop wake-ups by NOTIFY.
     pub wakeups_notify: u64,
+    /// Claims not started because their visibility timeout had nearly run
+    /// out while they waited locally (given back; absent in older documents).
+    #[serde(default)]
+    pub expired_unstarted: u64,
+    /// Acknowledgements given up on (absent in older documents).
+    #[serde(default)]
+    pub acks_failed: u64,
+}
+
+impl WorkerCounters {
+    /// The cross-checks of the counters of a worker whose handlers always
+    /// return `Outcome::Delete` and that was shut down after its queue was
+    /// drained: every claim was handled or given back (claimed = handled +
+    /// released + expired_unstarted + decode_failures), and every handled
+    /// message was acknowledged (handled = deleted, no failed handler, no
+    /// acknowledgement given up). Returns what does not add up.
+    pub fn inconsistencies(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let given_back =
+            self.handled + self.released + self.expired_unstarted + self.decode_failures;
+        if self.claimed != given_back {
+            out.push(format!(
+                "worker counters do not add up: claimed {} != handled {} + released {} + expired_unstarted {} + decode_failures {}",
+                self.claimed, self.handled, self.released, self.expired_unstarted, self.decode_failures
+            ));
+        }
+        if self.handled != self.deleted {
+            out.push(format!(
+                "worker counters do not add up: handled {} != acknowledged (deleted) {}",
+                self.handled, self.deleted
+            ));
+        }
+        if self.failed > 0 || self.acks_failed > 0 {
+            out.push(format!(
+                "worker counters: {} failed handler calls, {} acknowledgements given up",
+                self.failed, self.acks_failed
+            ));
+        }
+        out
+    }
 }
 
 /// An idle-worker run.
@@ -708,6 +824,39 @@ pub struct SustainedRun {
     pub worker: WorkerCounters,
     /// Peak RSS during the run, bytes.
     pub peak_rss_bytes: u64,
+    /// The database's own counters over the run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_counters: Option<DbCounters>,
+    /// With `--rate-search`: the step (0 at `--rate`, each next one
+    /// `--rate-step` times faster). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_search_step: Option<u32>,
+    /// `empty` or `db-write` (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// Handler durations over the whole run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_ms: Option<Percentiles>,
+    /// Queue wait, database segment, over the whole run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait_db_ms: Option<Percentiles>,
+}
+
+/// The database's own counters over a sustained run (None: not readable).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DbCounters {
+    /// WAL written by the whole cluster over the run (pg_current_wal_lsn
+    /// difference), bytes: other databases' activity included.
+    pub wal_bytes: Option<u64>,
+    /// Checkpoints completed over the run (pg_stat_checkpointer or pg_stat_bgwriter).
+    pub checkpoints: Option<u64>,
+    /// Autovacuum runs on the queue table (pg_stat_user_tables; the table is new per run).
+    pub queue_autovacuum_count: Option<u64>,
+    /// Autoanalyze runs on the queue table.
+    pub queue_autoanalyze_count: Option<u64>,
+    /// Dead tuples of the queue table at the end.
+    pub queue_dead_tuples: Option<u64>,
 }
 
 /// One second of a sustained run.
@@ -724,6 +873,10 @@ pub struct Interval {
     pub backlog_mean: f64,
     /// Largest backlog sample of the interval.
     pub backlog_max: i64,
+    /// Resident set size of the bench process at the end of the interval
+    /// (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
 }
 
 /// One backlog sample: `pgmq.metrics` queue length (visible plus in flight).

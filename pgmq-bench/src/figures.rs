@@ -116,6 +116,14 @@ const DEF_BASE_CONSUME: &str = "No SDK: pgmq.read($1, $2, $3) then pgmq.delete($
     prepared once, one connection, on a preloaded, vacuumed queue of the same size: messages divided by the \
     seconds from the first read to the last delete's reply. Run beside consume_scaling, once before each \
     worker run; a round's figure is then all its runs' messages over all their seconds.";
+const DEF_BASE_EQUAL: &str = "No SDK, the worker's connection layout: two connections each looping \
+    pgmq.read($1, $2, $3) of --batch-size and handing the ids to a third that deletes whatever has arrived with \
+    one pgmq.delete($1, $2::bigint[]) at a time; plain tokio-postgres prepared statements, a preloaded, vacuumed \
+    queue of the same size: messages divided by the seconds from the first read to the last delete's reply. \
+    Run once before the first worker run of a round and once after the last.";
+const DEF_RATIO_EQUAL: &str = "Worker throughput divided by the mean of the round's equal-layout loop runs \
+    (same connections: two claiming, one deleting; no SDK): the SDK's own overhead at equal parallelism, \
+    below 1 a cost, above 1 a gain.";
 const DEF_IDLE_CPU: &str =
     "Process CPU time (getrusage: user + system, all threads) over the idle window \
     divided by its wall time, in percent of one core; several busy threads could exceed 100.";
@@ -134,7 +142,22 @@ const DEF_SUS_HAND: &str =
 const DEF_SUS_SLOPE: &str =
     "Least-squares slope of the sampled backlog (pgmq.metrics queue length, in flight \
     included) after the sustained warm-up: at most 10 msg/s passes.";
+const DEF_SUS_SEARCH: &str = "--rate-search: sustained runs at --rate, then each --rate-step times faster, \
+    until a run's verdict fails (backlog slope above 10 msg/s, or a message not handled): the highest target \
+    rate whose run passed (0 when the first failed). The resolution is the step factor.";
 const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
+const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \
+    queue of this many messages: distinct messages handled divided by the seconds from spawning the worker to \
+    the end of the handler that completed the last one.";
+const DEF_BACKLOG_RATIO: &str =
+    "This backlog's drain rate divided by the smallest backlog's drain rate of the \
+    same round: 1 when the rate holds as the backlog grows.";
+const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's process-worker, --backlog-workers \
+    handlers each, own pools) draining one preloaded, vacuumed queue of --messages: distinct messages handled by \
+    all of them divided by the slowest process's seconds from its start signal to its last handler's end.";
+const DEF_PROC_EVEN: &str =
+    "The smallest process's handled count divided by the largest's: 1 when the work \
+    was shared evenly (Jain's index is in the run record).";
 const DEF_MEM: &str =
     "Peak resident set size of the bench process during the section's runs (largest run of \
     the round); see protocol.memory_method.";
@@ -206,6 +229,11 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         ("send_single", "Baseline single send", DEF_BASE_SINGLE),
         ("send_batch", "Baseline batch send", DEF_BASE_BATCH),
         ("consume", "Baseline read + delete", DEF_BASE_CONSUME),
+        (
+            "consume_equal_layout",
+            "Equal-layout read + delete (2 claim, 1 delete connection)",
+            DEF_BASE_EQUAL,
+        ),
     ] {
         let mut per_round: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
         for r in base(kind) {
@@ -290,6 +318,19 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             DEF_RATIO,
             ratio(sdk, "consume", Some(*w)),
         );
+        let sdk = measured(&s.consume_scaling, |r| r.warmup)
+            .filter(|r| r.workers == *w)
+            .map(|r| (r.round, r.rate.rate_per_s))
+            .collect();
+        f.add(
+            format!("consume_scaling.w{w}.vs_equal_layout"),
+            "consume_scaling",
+            format!("Worker, {w} handlers, vs equal-layout no-SDK loop (SDK overhead)"),
+            "x",
+            Better::Higher,
+            DEF_RATIO_EQUAL,
+            ratio(sdk, "consume_equal_layout", None),
+        );
     }
 
     let idle = || measured(&s.idle_worker, |r| r.warmup);
@@ -342,7 +383,26 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         );
     }
 
-    let sus = || measured(&s.sustained, |r| r.warmup);
+    let sus = || measured(&s.sustained, |r| r.warmup || r.rate_search_step.is_some());
+    // The rate search: per round, the highest target rate whose verdict passed.
+    let mut best: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in measured(&s.sustained, |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
+        let e = best.entry(r.round).or_insert(0.0);
+        if r.verdict.pass {
+            *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
+        }
+    }
+    f.add(
+        "sustained.rate_search.highest_passing".into(),
+        "sustained",
+        "Highest sustained producer rate that passed".into(),
+        "msg/s",
+        Better::Higher,
+        DEF_SUS_SEARCH,
+        best.into_iter()
+            .map(|(round, v)| Sample::value(round, v))
+            .collect(),
+    );
     f.rate(
         "sustained.produced_rate",
         "sustained",
@@ -379,6 +439,84 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             .map(|r| Sample::value(r.round, r.backlog_max as f64))
             .collect(),
     );
+
+    // backlog_scaling: per size, the drain rate and its ratio to the
+    // smallest size's rate of the same round.
+    let mut sizes: Vec<u64> = s
+        .backlog_scaling
+        .iter()
+        .map(|r| r.ledger.expected)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let backlog = || measured(&s.backlog_scaling, |r| r.warmup);
+    for n in &sizes {
+        f.rate(
+            &format!("backlog_scaling.n{n}.throughput"),
+            "backlog_scaling",
+            &format!(
+                "Drain rate, backlog of {}",
+                crate::report::thousands(*n as f64)
+            ),
+            DEF_BACKLOG,
+            backlog()
+                .filter(|r| r.ledger.expected == *n)
+                .map(|r| (r.round, &r.rate)),
+        );
+    }
+    if let Some(smallest) = sizes.first() {
+        for n in sizes.iter().skip(1) {
+            let runs = backlog()
+                .filter(|r| r.ledger.expected == *n)
+                .filter_map(|r| {
+                    let base =
+                        backlog().find(|b| b.round == r.round && b.ledger.expected == *smallest)?;
+                    (base.rate.rate_per_s > 0.0)
+                        .then(|| Sample::value(r.round, r.rate.rate_per_s / base.rate.rate_per_s))
+                })
+                .collect();
+            f.add(
+                format!("backlog_scaling.n{n}.vs_smallest"),
+                "backlog_scaling",
+                format!(
+                    "Drain rate, backlog of {} vs {}",
+                    crate::report::thousands(*n as f64),
+                    crate::report::thousands(*smallest as f64)
+                ),
+                "x",
+                Better::Higher,
+                DEF_BACKLOG_RATIO,
+                runs,
+            );
+        }
+    }
+
+    // worker_processes: combined rate, evenness.
+    let mut procs: Vec<u32> = s.worker_processes.iter().map(|r| r.processes).collect();
+    procs.sort_unstable();
+    procs.dedup();
+    let wp = || measured(&s.worker_processes, |r| r.warmup);
+    for n in &procs {
+        f.rate(
+            &format!("worker_processes.p{n}.throughput"),
+            "worker_processes",
+            &format!("Combined drain rate, {n} processes"),
+            DEF_PROC_RATE,
+            wp().filter(|r| r.processes == *n)
+                .map(|r| (r.round, &r.rate)),
+        );
+        f.add(
+            format!("worker_processes.p{n}.min_over_max"),
+            "worker_processes",
+            format!("Work share, smallest / largest process, {n} processes"),
+            "x",
+            Better::None,
+            DEF_PROC_EVEN,
+            wp().filter(|r| r.processes == *n)
+                .map(|r| Sample::value(r.round, r.min_over_max))
+                .collect(),
+        );
+    }
 
     for (section, peaks) in peaks_by_round(s) {
         f.add(
@@ -431,6 +569,9 @@ fn peaks_by_round(s: &Sections) -> BTreeMap<String, Vec<(u32, u64)>> {
     for r in &s.sustained {
         put("sustained", r.round, r.warmup, r.peak_rss_bytes);
     }
+    for r in &s.backlog_scaling {
+        put("backlog_scaling", r.round, r.warmup, r.peak_rss_bytes);
+    }
     out.into_iter()
         .map(|(k, v)| (k, v.into_iter().collect()))
         .collect()
@@ -464,6 +605,9 @@ pub fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
     s.sustained
         .iter()
         .for_each(|r| put("sustained", r.peak_rss_bytes));
+    s.backlog_scaling
+        .iter()
+        .for_each(|r| put("backlog_scaling", r.peak_rss_bytes));
     out
 }
 

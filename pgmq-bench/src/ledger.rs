@@ -112,6 +112,23 @@ impl Ledger {
         words[(bit / 64) as usize].load(Ordering::Relaxed) & (1u64 << (bit % 64)) != 0
     }
 
+    /// Every id marked, ascending.
+    pub fn ids(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (c, slot) in self.chunks.iter().enumerate() {
+            let Some(words) = slot.get() else { continue };
+            for (w, word) in words.iter().enumerate() {
+                let mut bits = word.load(Ordering::Relaxed);
+                while bits != 0 {
+                    let b = u64::from(bits.trailing_zeros());
+                    out.push(c as u64 * CHUNK_BITS + w as u64 * 64 + b);
+                    bits &= bits - 1;
+                }
+            }
+        }
+        out
+    }
+
     /// Accounting against the ids `0..expected`.
     pub fn report(&self, expected: u64) -> LedgerReport {
         let mut distinct = 0u64;
@@ -213,11 +230,13 @@ mod tests {
         assert!(!l.mark(3));
         assert!(l.contains(3));
         assert!(!l.contains(4));
+        l.mark(CHUNK_BITS + 65);
+        assert_eq!(l.ids(), vec![3, CHUNK_BITS + 65]);
         let r = l.report(4);
         assert_eq!(r.duplicates, 2);
         assert_eq!(r.duplicate_ids, vec![3, 3]);
         assert_eq!(r.missing, 3);
-        assert_eq!(r.handled, 3);
+        assert_eq!(r.handled, 4);
     }
 
     #[test]

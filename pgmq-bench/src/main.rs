@@ -35,6 +35,15 @@ fn main() {
                     2
                 });
             }
+            Some(Command::Aggregate(args)) => commands::aggregate(args).await,
+            Some(Command::ProcessWorker(args)) => {
+                return pgmq_bench::scenarios::processes::child_main(args)
+                    .await
+                    .unwrap_or_else(|e| {
+                        eprintln!("pgmq-bench process-worker: {e}");
+                        1
+                    })
+            }
             Some(Command::FaultWorker(args)) => {
                 return faults::worker_main(args).await.unwrap_or_else(|e| {
                     eprintln!("pgmq-bench fault-worker: {e}");

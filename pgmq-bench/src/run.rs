@@ -8,9 +8,11 @@ use std::sync::Arc;
 use chrono::Utc;
 use pgmq_client::redact_dsn;
 
-use crate::cli::{RunArgs, Section};
+use crate::cli::{HandlerKind, RunArgs, Section};
 use crate::config::Config;
-use crate::document::{Document, MemorySummary, Protocol, RunOutcome, Sections, Workload, SCHEMA};
+use crate::document::{
+    Document, LedgerReport, MemorySummary, Protocol, RunOutcome, Sections, Workload, SCHEMA,
+};
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
 use crate::guard::Guard;
@@ -20,7 +22,9 @@ use crate::process::MemoryMeter;
 use crate::progress::Progress;
 use crate::scenarios::baseline::Loop;
 use crate::scenarios::wakeup::Mode;
-use crate::scenarios::{self, baseline, consume, idle, send, sustained, wakeup, Ctx};
+use crate::scenarios::{
+    self, backlog, baseline, consume, idle, processes, send, sustained, wakeup, Ctx, Sink,
+};
 use crate::target::{self, Target};
 
 /// Runs the benchmark; returns the exit status (0: every check passed,
@@ -144,7 +148,16 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
     ));
     let meter = MemoryMeter::start();
     let memory_method = meter.method().as_str().to_owned();
+    let sink = match cfg.handler {
+        HandlerKind::DbWrite => {
+            Sink::create_table(&admin).await?;
+            let most = cfg.workers.iter().copied().max().unwrap_or(1);
+            Some(Sink::connect(&target, most.max(cfg.sustained_workers)).await?)
+        }
+        HandlerKind::Empty => None,
+    };
     let ctx = Arc::new(Ctx {
+        sink,
         pad: scenarios::padding(cfg.payload_bytes),
         cfg,
         target,
@@ -155,7 +168,11 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
         progress: progress.clone(),
     });
     let body_ctx = ctx.clone();
-    let sections = guard.run(async move { rounds(&body_ctx).await }).await?;
+    let sections = guard.run(async move { rounds(&body_ctx).await }).await;
+    if ctx.sink.is_some() {
+        Sink::drop_table(&ctx.admin).await?;
+    }
+    let sections = sections?;
     let cfg = &ctx.cfg;
 
     let figures = figures::build(&sections);
@@ -198,6 +215,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
                           VACUUM (ANALYZE) on its table before the timed interval"
                 .into(),
             min_timed_seconds: 1.0,
+            invocations: None,
         },
         memory: MemorySummary {
             method: ctx.meter.method().as_str().to_owned(),
@@ -207,6 +225,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
         figures,
         sections,
         targets,
+        invocations: Vec::new(),
     };
     write_document(&doc, &cfg.output).await?;
     for f in &doc.outcome.failures {
@@ -257,7 +276,12 @@ fn baseline_loops(cfg: &Config) -> Vec<Loop> {
     if sdk.iter().any(|s| cfg.has(*s)) {
         Vec::new()
     } else {
-        vec![Loop::SendSingle, Loop::SendBatch, Loop::Consume]
+        vec![
+            Loop::SendSingle,
+            Loop::SendBatch,
+            Loop::Consume,
+            Loop::ConsumeEqualLayout,
+        ]
     }
 }
 
@@ -321,6 +345,10 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                     // A consume loop before each worker run and one after
                     // the last: every worker run sits between two loops, and
                     // its ratio's reference is their mean.
+                    // The equal-layout loop once before the first worker
+                    // run and once after the last: the reference of
+                    // `vs_equal_layout` is the mean of the two.
+                    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, &tag, &mut s).await?;
                     let mut before: Option<u32> = None;
                     for w in &cfg.workers {
                         if let Some(i) =
@@ -344,6 +372,7 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                             s.baseline[i].follows_workers = Some(w);
                         }
                     }
+                    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, &tag, &mut s).await?;
                 }
                 Section::Baseline => {
                     for l in baseline_loops(cfg) {
@@ -353,6 +382,26 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                             r.kind, r.rate.rate_per_s
                         ));
                         s.baseline.push(r);
+                    }
+                }
+                Section::BacklogScaling => {
+                    for n in &cfg.backlog_sizes {
+                        let r = backlog::run(ctx, *n, round).await?;
+                        p.say(format!(
+                            "{tag} backlog_scaling {n}: {:.0} msg/s",
+                            r.rate.rate_per_s
+                        ));
+                        s.backlog_scaling.push(r);
+                    }
+                }
+                Section::WorkerProcesses => {
+                    for n in &cfg.processes {
+                        let r = processes::run(ctx, *n, round).await?;
+                        p.say(format!(
+                            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
+                            r.rate.rate_per_s, r.min_over_max
+                        ));
+                        s.worker_processes.push(r);
                     }
                 }
                 Section::IdleWorker => {
@@ -371,6 +420,26 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                             r.mode, r.latency_ms.p50
                         ));
                         s.wakeup_latency.push(r);
+                    }
+                }
+                Section::Sustained if cfg.rate_search => {
+                    // Step the rate up until the slope verdict fails.
+                    let base = cfg.rate.unwrap_or(1.0);
+                    for k in 0..cfg.rate_steps_max {
+                        let rate = base * cfg.rate_step.powi(k as i32);
+                        let mut r = sustained::run_at(ctx, Some(rate), round, warm).await?;
+                        r.rate_search_step = Some(k);
+                        let pass = r.verdict.pass;
+                        p.say(format!(
+                            "{tag} sustained rate search step {k}: {rate:.0} msg/s target, {:.0} handled/s, slope {:.1}, {}",
+                            r.handled.rate_per_s,
+                            r.backlog_slope_per_s.unwrap_or(f64::NAN),
+                            if pass { "pass" } else { "fail: search ends" }
+                        ));
+                        s.sustained.push(r);
+                        if !pass {
+                            break;
+                        }
                     }
                 }
                 Section::Sustained => {
@@ -444,11 +513,62 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
                 r.remaining_after
             ));
         }
-        if r.ledger.duplicates > 0 {
-            warnings.push(format!(
-                "{tag}: {} duplicate deliveries (redeliveries after a visibility timeout)",
-                r.ledger.duplicates
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for i in r.worker.inconsistencies() {
+            failures.push(format!("{tag}: {i}"));
+        }
+    }
+    for r in &s.backlog_scaling {
+        let tag = format!(
+            "backlog_scaling {} {}",
+            r.ledger.expected,
+            run_tag(r.round, r.warmup)
+        );
+        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
+        if r.ledger.missing > 0 {
+            failures.push(format!(
+                "{tag}: {} of {} messages never handled",
+                r.ledger.missing, r.ledger.expected
             ));
+        }
+        if r.remaining_after != 0 {
+            failures.push(format!(
+                "{tag}: {} messages still in the queue after the worker's shutdown",
+                r.remaining_after
+            ));
+        }
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for i in r.worker.inconsistencies() {
+            failures.push(format!("{tag}: {i}"));
+        }
+    }
+    for r in &s.worker_processes {
+        let tag = format!(
+            "worker_processes {} {}",
+            r.processes,
+            run_tag(r.round, r.warmup)
+        );
+        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
+        if r.ledger.missing > 0 {
+            failures.push(format!(
+                "{tag}: {} of {} messages never handled",
+                r.ledger.missing, r.ledger.expected
+            ));
+        }
+        if r.remaining_after != 0 {
+            failures.push(format!(
+                "{tag}: {} messages still in the queue after every process stopped",
+                r.remaining_after
+            ));
+        }
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for pr in &r.per_process {
+            if pr.stalled {
+                failures.push(format!("{tag}: process {} stalled", pr.index));
+            }
+            for i in pr.worker.inconsistencies() {
+                failures.push(format!("{tag}: process {}: {i}", pr.index));
+            }
         }
     }
     for r in &s.baseline {
@@ -458,6 +578,7 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             if l.missing > 0 {
                 failures.push(format!("{tag}: {} messages never handled", l.missing));
             }
+            ledger_failures(&mut failures, &tag, l);
             if r.in_queue_after != 0 {
                 failures.push(format!(
                     "{tag}: {} messages left in the queue",
@@ -482,14 +603,21 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
                 ));
             }
         }
-        if !r.verdict.pass {
+        if r.rate_search_step.is_some() {
+            // A rate search ends on a failing step by design: only messages
+            // not accounted for fail the run.
+            if r.ledger.missing > 0 {
+                failures.push(format!(
+                    "{tag} (rate search step): {} messages never handled",
+                    r.ledger.missing
+                ));
+            }
+        } else if !r.verdict.pass {
             failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
         }
-        if r.ledger.duplicates > 0 {
-            warnings.push(format!(
-                "{tag}: {} duplicate deliveries",
-                r.ledger.duplicates
-            ));
+        ledger_failures(&mut failures, &tag, &r.ledger);
+        for i in r.worker.inconsistencies() {
+            failures.push(format!("{tag}: {i}"));
         }
     }
     if profile != "release" {
@@ -500,6 +628,24 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
         ok: failures.is_empty(),
         failures,
         warnings,
+    }
+}
+
+/// Duplicates and unexpected ids in a consume ledger fail the run: with a
+/// 30-second visibility timeout and a drained queue, a message handled twice
+/// or an id the bench never sent is a fault, not noise.
+fn ledger_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport) {
+    if l.duplicates > 0 {
+        failures.push(format!(
+            "{tag}: {} duplicate deliveries (first: {:?})",
+            l.duplicates, l.duplicate_ids
+        ));
+    }
+    if l.unexpected > 0 {
+        failures.push(format!(
+            "{tag}: {} handled ids outside the ids sent",
+            l.unexpected
+        ));
     }
 }
 

@@ -124,6 +124,131 @@ pub fn least_squares_slope(points: &[(f64, f64)]) -> Option<f64> {
     Some(sxy / sxx)
 }
 
+/// The result of a two-sided Mann-Whitney U test (Wilcoxon rank-sum).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct MannWhitney {
+    /// U of the first sample: pairs (a, b) with a > b, ties counting one half.
+    pub u: f64,
+    /// Two-sided p-value.
+    pub p_value: f64,
+    /// Whether `p_value` is exact (no ties, n1 * n2 at most 400) or from the
+    /// normal approximation with tie and continuity corrections.
+    pub exact: bool,
+}
+
+/// Two-sided Mann-Whitney U test of `a` against `b`; `None` when either is empty.
+///
+/// Exact (the permutation distribution of U, counted by dynamic programming)
+/// when there are no ties and the samples are small; otherwise the normal
+/// approximation with tie correction and continuity correction.
+///
+/// ```
+/// let t = pgmq_bench::stats::mann_whitney(&[10.0, 11.0, 12.0, 13.0, 14.0], &[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+/// assert_eq!(t.u, 25.0);
+/// assert!(t.exact && (t.p_value - 2.0 / 252.0).abs() < 1e-12);
+/// ```
+pub fn mann_whitney(a: &[f64], b: &[f64]) -> Option<MannWhitney> {
+    let (n1, n2) = (a.len(), b.len());
+    if n1 == 0 || n2 == 0 {
+        return None;
+    }
+    let mut u: f64 = 0.0;
+    let mut ties = false;
+    for x in a {
+        for y in b {
+            if x > y {
+                u += 1.0;
+            } else if x == y {
+                u += 0.5;
+                ties = true;
+            }
+        }
+    }
+    let m = (n1 * n2) as f64;
+    if !ties && n1 * n2 <= 400 {
+        // counts[k][u]: arrangements of k items of `a` among the first items
+        // with statistic u; built item by item (the classic recurrence).
+        let dist = u_distribution(n1, n2);
+        let total: f64 = dist.iter().sum();
+        let lo = u.min(m - u) as usize;
+        let tail: f64 = dist[..=lo].iter().sum::<f64>() / total;
+        return Some(MannWhitney {
+            u,
+            p_value: (2.0 * tail).min(1.0),
+            exact: true,
+        });
+    }
+    // Normal approximation with tie correction.
+    let mut all: Vec<f64> = a.iter().chain(b.iter()).copied().collect();
+    all.sort_by(f64::total_cmp);
+    let n = (n1 + n2) as f64;
+    let mut tie_term = 0.0;
+    let mut i = 0;
+    while i < all.len() {
+        let mut j = i;
+        while j + 1 < all.len() && all[j + 1] == all[i] {
+            j += 1;
+        }
+        let t = (j - i + 1) as f64;
+        tie_term += t * t * t - t;
+        i = j + 1;
+    }
+    let mean = m / 2.0;
+    let var = m / 12.0 * ((n + 1.0) - tie_term / (n * (n - 1.0)));
+    if var <= 0.0 {
+        return Some(MannWhitney {
+            u,
+            p_value: 1.0,
+            exact: false,
+        });
+    }
+    let z = ((u - mean).abs() - 0.5).max(0.0) / var.sqrt();
+    Some(MannWhitney {
+        u,
+        p_value: (2.0 * normal_upper_tail(z)).min(1.0),
+        exact: false,
+    })
+}
+
+/// The number of arrangements giving each U = 0..=n1*n2, with no ties.
+fn u_distribution(n1: usize, n2: usize) -> Vec<f64> {
+    // f[i][j][u]: arrangements of i items of one sample and j of the other.
+    // Recurrence: f(i, j, u) = f(i-1, j, u-j) + f(i, j-1, u).
+    let max = n1 * n2;
+    let mut prev: Vec<Vec<f64>> = vec![vec![0.0; max + 1]; n2 + 1];
+    for row in prev.iter_mut() {
+        row[0] = 1.0; // i = 0: one arrangement, U = 0
+    }
+    for _i in 1..=n1 {
+        let mut cur: Vec<Vec<f64>> = vec![vec![0.0; max + 1]; n2 + 1];
+        cur[0][0] = 1.0;
+        for j in 1..=n2 {
+            for u in 0..=max {
+                let mut v = cur[j - 1][u];
+                if u >= j {
+                    v += prev[j][u - j];
+                }
+                cur[j][u] = v;
+            }
+        }
+        prev = cur;
+    }
+    prev.swap_remove(n2)
+}
+
+/// P(Z > z) for a standard normal Z (Abramowitz and Stegun 7.1.26, error below 1.5e-7).
+fn normal_upper_tail(z: f64) -> f64 {
+    let x = z / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-x * x).exp();
+    0.5 * erfc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +280,24 @@ mod tests {
         assert_eq!(p.samples, 1000);
         assert!((p.p50 - 0.5).abs() < 0.001, "{}", p.p50);
         assert!((p.max - 1.0).abs() < 0.001);
+    }
+
+    #[test]
+    fn mann_whitney_exact_and_approximate() {
+        // n1 = n2 = 3, complete separation: p = 2 / C(6, 3) = 0.1.
+        let t = mann_whitney(&[4.0, 5.0, 6.0], &[1.0, 2.0, 3.0]).unwrap();
+        assert!((t.p_value - 0.1).abs() < 1e-12, "{t:?}");
+        // One overlap at 5 + 5: U = 24 (or 1), p = 2 * 2 / 252.
+        let t = mann_whitney(&[10.0, 11.0, 12.0, 13.0, 2.5], &[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        assert_eq!(t.u, 22.0);
+        let same = mann_whitney(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0]).unwrap();
+        assert!(!same.exact && same.p_value > 0.9, "{same:?}");
+        assert!((normal_upper_tail(1.959_964) - 0.025).abs() < 1e-6);
+        // Large and separated: the approximation agrees.
+        let a: Vec<f64> = (0..30).map(|i| 100.0 + f64::from(i)).collect();
+        let b: Vec<f64> = (0..30).map(f64::from).collect();
+        assert!(mann_whitney(&a, &b).unwrap().p_value < 1e-6);
+        assert!(mann_whitney(&[], &b).is_none());
     }
 
     #[test]

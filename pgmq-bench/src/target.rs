@@ -46,6 +46,9 @@ impl PasswordSource {
 /// [`ClientBuilder`]s that [`builder`](Self::builder) returns.
 #[derive(Clone)]
 pub struct Target {
+    /// The DSN as given (it may hold the password): only ever handed to a
+    /// child process's environment, never printed.
+    dsn: String,
     builder: ClientBuilder,
     redacted: String,
     source: PasswordSource,
@@ -95,6 +98,7 @@ impl Target {
             builder = builder.password(pw);
         }
         Ok(Target {
+            dsn: dsn.to_owned(),
             builder,
             redacted: pgmq_client::redact_dsn(dsn),
             source,
@@ -105,6 +109,13 @@ impl Target {
     /// resolved password; set its application name and sizes as needed.
     pub fn builder(&self) -> ClientBuilder {
         self.builder.clone()
+    }
+
+    /// The DSN as given, for the environment of a child process of this
+    /// run (a worker process), which resolves its password the same way
+    /// from the same environment. Never print it.
+    pub(crate) fn dsn_for_child_env(&self) -> &str {
+        &self.dsn
     }
 
     /// The DSN with its password replaced by `***`: what may be printed or

@@ -259,7 +259,19 @@ fn run_is_complete_accounted_for_and_clean() {
     // Per round: each send loop before and after its SDK run, and the
     // consume loop once before each of the two worker runs and once after
     // the last: every SDK run sits between two loop runs.
-    assert_eq!(s["baseline"].as_array().unwrap().len(), 21);
+    // Plus the equal-layout loop before the first and after the last
+    // worker run of each round.
+    assert_eq!(s["baseline"].as_array().unwrap().len(), 27);
+    let equal = s["baseline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["kind"] == "consume_equal_layout");
+    for b in equal {
+        assert_eq!(b["ledger"]["missing"], 0);
+        assert_eq!(b["ledger"]["duplicates"], 0);
+        assert_eq!(b["in_queue_after"], 0);
+    }
     for kind in ["send_single", "send_batch"] {
         let runs = s["baseline"].as_array().unwrap().iter();
         assert_eq!(runs.filter(|b| b["kind"] == kind).count(), 6, "{kind}");
@@ -297,6 +309,33 @@ fn run_is_complete_accounted_for_and_clean() {
         assert_eq!(r["ledger"]["missing"], 0);
         assert_eq!(r["ledger"]["distinct"], r["produced"]["count"]);
     }
+    // backlog_scaling: both sizes in each measured round, drained exactly.
+    assert_eq!(s["backlog_scaling"].as_array().unwrap().len(), 4);
+    for r in s["backlog_scaling"].as_array().unwrap() {
+        assert_eq!(r["ledger"]["missing"], 0);
+        assert_eq!(r["ledger"]["distinct"], r["ledger"]["expected"]);
+        assert_eq!(r["remaining_after"], 0);
+    }
+    assert!(doc["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["id"] == "backlog_scaling.n3000.vs_smallest"));
+    // worker_processes: 1 and 2 processes per round, every message once.
+    let wp = s["worker_processes"].as_array().unwrap();
+    assert_eq!(wp.len(), 4);
+    for r in wp {
+        assert_eq!(r["ledger"]["distinct"], 2000);
+        assert_eq!(r["ledger"]["duplicates"], 0);
+        assert_eq!(r["remaining_after"], 0);
+        let per = r["per_process"].as_array().unwrap();
+        assert_eq!(per.len() as u64, r["processes"].as_u64().unwrap());
+        let sum: u64 = per
+            .iter()
+            .map(|p| p["rate"]["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, 2000);
+    }
     assert_eq!(doc["durability"]["class"], "durable");
     assert!(doc["durability"]["settings"]["fsync"].is_string());
     assert!(
@@ -322,6 +361,40 @@ fn run_is_complete_accounted_for_and_clean() {
 
 #[test]
 fn report_compare_and_check_read_the_document() {
+    // compare and check refuse a failed run; the short run's 2-second
+    // sustained fit may fail on noise (see short_run), so the comparisons
+    // below read a copy marked ok, and the original only when it is.
+    let mut ok_doc = doc();
+    ok_doc["outcome"]["ok"] = Value::from(true);
+    ok_doc["outcome"]["failures"] = serde_json::json!([]);
+    let ok_path = temp_path("ok.json");
+    std::fs::write(&ok_path, serde_json::to_string(&ok_doc).unwrap()).unwrap();
+    let mut failed = doc();
+    failed["outcome"]["ok"] = Value::from(false);
+    failed["outcome"]["failures"] = serde_json::json!(["consume_scaling: 3 duplicate deliveries"]);
+    let failed_path = temp_path("failed.json");
+    std::fs::write(&failed_path, serde_json::to_string(&failed).unwrap()).unwrap();
+    for args in [
+        vec![
+            "compare",
+            ok_path.to_str().unwrap(),
+            failed_path.to_str().unwrap(),
+        ],
+        vec![
+            "compare",
+            failed_path.to_str().unwrap(),
+            ok_path.to_str().unwrap(),
+        ],
+        vec!["check", failed_path.to_str().unwrap()],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("outcome.ok is false"),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let path = short_run().path.to_str().unwrap().to_owned();
     let svg = temp_path("chart.svg");
     let out = run(&["report", &path, "--svg", svg.to_str().unwrap()]);
@@ -339,6 +412,7 @@ fn report_compare_and_check_read_the_document() {
     let svg = std::fs::read_to_string(svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
 
+    let path = ok_path.to_str().unwrap().to_owned();
     // A document compared with itself: nothing regresses.
     let out = run(&["compare", &path, &path]);
     assert_eq!(
@@ -350,7 +424,7 @@ fn report_compare_and_check_read_the_document() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("no regression"));
 
     // Halve every throughput in a copy: compare flags regressions and exits 1.
-    let mut slow: Value = doc();
+    let mut slow: Value = ok_doc.clone();
     for f in slow["figures"].as_array_mut().unwrap() {
         if f["unit"] == "msg/s" && f["better"] == "higher" {
             for k in ["median", "min", "max"] {
@@ -365,7 +439,7 @@ fn report_compare_and_check_read_the_document() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("REGRESSION"));
 
     // Durable against non-durable: refused.
-    let mut nd: Value = doc();
+    let mut nd: Value = ok_doc.clone();
     nd["durability"]["class"] = Value::from("non_durable");
     nd["durability"]["comparable"] = Value::from(false);
     nd["durability"]["reasons"] = serde_json::json!(["fsync is off"]);

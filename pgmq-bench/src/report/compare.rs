@@ -2,15 +2,32 @@
 //! takes the measured spread into account.
 //!
 //! A figure regresses only when its median moved the wrong way by more than
-//! the threshold *and* the two min–max ranges do not overlap: a change the
-//! runs' own spread can explain is reported as noise, not as a regression.
-//! Durable and non-durable documents are never compared.
+//! the threshold *and* the change is more than the runs' own spread explains:
+//!
+//! - with at least [`MIN_RUNS_FOR_TEST`] values on each side (rounds, or
+//!   per-invocation medians of an aggregate document), a two-sided
+//!   Mann-Whitney U test of the two sets of values at [`ALPHA`]: a 15% drop
+//!   whose ranges overlap (one slow round) is still a regression when the
+//!   values are shifted as a whole;
+//! - with fewer, the two min–max ranges must not overlap (three rounds cannot
+//!   reach a p-value below 0.1, so no test is applied).
+//!
+//! A change the spread can explain is reported as noise, not as a regression.
+//! Durable and non-durable documents are never compared, nor is a document
+//! whose run failed (`outcome.ok` false).
 
 use std::fmt::Write as _;
 
 use crate::document::{Better, Document, DurabilityClass, Figure};
 use crate::error::{Error, Result};
 use crate::report::fmt_figure;
+use crate::stats::mann_whitney;
+
+/// The fewest values per side for the Mann-Whitney test.
+pub const MIN_RUNS_FOR_TEST: usize = 5;
+
+/// The test's significance level (two-sided).
+pub const ALPHA: f64 = 0.05;
 
 /// The verdict on one figure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,8 +73,49 @@ impl Verdict {
 ///     v.iter().enumerate().map(|(i, v)| Sample::value(i as u32, *v)).collect()).unwrap();
 /// assert_eq!(judge(&fig(&[100.0, 101.0, 102.0]), &fig(&[80.0, 81.0, 82.0]), 10.0).1, Verdict::Regression);
 /// assert_eq!(judge(&fig(&[100.0, 60.0, 102.0]), &fig(&[80.0, 81.0, 82.0]), 10.0).1, Verdict::Noise);
+/// // Five values a side: the Mann-Whitney test decides, not the ranges.
+/// let old = fig(&[1000.0, 960.0, 1040.0, 980.0, 1020.0]);
+/// let new = fig(&[850.0, 820.0, 880.0, 830.0, 990.0]);
+/// assert_eq!(judge(&old, &new, 10.0).1, Verdict::Regression);
 /// ```
 pub fn judge(old: &Figure, new: &Figure, threshold_pct: f64) -> (Option<f64>, Verdict) {
+    let j = judge_with_test(old, new, threshold_pct);
+    (j.change_pct, j.verdict)
+}
+
+/// A verdict with the test that decided it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Judgement {
+    /// Percent change of the median.
+    pub change_pct: Option<f64>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// The two-sided Mann-Whitney p-value, when both sides had at least
+    /// [`MIN_RUNS_FOR_TEST`] values.
+    pub p_value: Option<f64>,
+}
+
+/// [`judge`], also returning the p-value of the test when one was applied.
+pub fn judge_with_test(old: &Figure, new: &Figure, threshold_pct: f64) -> Judgement {
+    let values = |f: &Figure| f.runs.iter().map(|s| s.value).collect::<Vec<f64>>();
+    let p_value = (old.runs.len() >= MIN_RUNS_FOR_TEST && new.runs.len() >= MIN_RUNS_FOR_TEST)
+        .then(|| mann_whitney(&values(old), &values(new)).map(|t| t.p_value))
+        .flatten();
+    let (change_pct, verdict) = judge_inner(old, new, threshold_pct, p_value);
+    Judgement {
+        change_pct,
+        verdict,
+        p_value,
+    }
+}
+
+fn judge_inner(
+    old: &Figure,
+    new: &Figure,
+    threshold_pct: f64,
+    p_value: Option<f64>,
+) -> (Option<f64>, Verdict) {
     if old.median == 0.0 {
         return (None, Verdict::Informational);
     }
@@ -68,8 +126,11 @@ pub fn judge(old: &Figure, new: &Figure, threshold_pct: f64) -> (Option<f64>, Ve
     if change.abs() <= threshold_pct {
         return (Some(change), Verdict::Unchanged);
     }
-    let overlap = new.min <= old.max && old.min <= new.max;
-    if overlap {
+    let explained = match p_value {
+        Some(p) => p >= ALPHA,
+        None => new.min <= old.max && old.min <= new.max,
+    };
+    if explained {
         return (Some(change), Verdict::Noise);
     }
     let worse = match old.better {
@@ -87,98 +148,107 @@ pub fn judge(old: &Figure, new: &Figure, threshold_pct: f64) -> (Option<f64>, Ve
     )
 }
 
-/// The conditions that differ between the two documents.
-fn differences(old: &Document, new: &Document) -> Vec<(String, String, String)> {
+/// Every condition that differs between the two documents: each leaf of
+/// `metadata` (times and the DSN aside; `pg_settings` rows keyed by name),
+/// `durability`, `protocol` and the memory method, as `(path, old, new)`.
+pub fn differences(old: &Document, new: &Document) -> Vec<(String, String, String)> {
+    let (a, b) = (conditions(old), conditions(new));
     let mut out = Vec::new();
-    let mut diff = |name: &str, a: String, b: String| {
-        if a != b {
-            out.push((name.to_owned(), a, b));
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let absent = "–".to_owned();
+    for k in keys {
+        let (x, y) = (a.get(k).unwrap_or(&absent), b.get(k).unwrap_or(&absent));
+        if x != y {
+            out.push((k.clone(), x.clone(), y.clone()));
         }
-    };
-    let (o, n) = (&old.metadata, &new.metadata);
-    diff(
-        "SDK commit",
-        format!("{:?}", o.sdk.git_commit),
-        format!("{:?}", n.sdk.git_commit),
-    );
-    diff("build", o.build.profile.clone(), n.build.profile.clone());
-    diff(
-        "rustc",
-        format!("{:?}", o.build.rustc),
-        format!("{:?}", n.build.rustc),
-    );
-    diff(
-        "CPU",
-        format!("{:?} x{}", o.host.cpu_model, o.host.cpu_count),
-        format!("{:?} x{}", n.host.cpu_model, n.host.cpu_count),
-    );
-    diff(
-        "PostgreSQL",
-        o.database.server_version_num.to_string(),
-        n.database.server_version_num.to_string(),
-    );
-    diff(
-        "PGMQ",
-        o.database.pgmq_version.clone(),
-        n.database.pgmq_version.clone(),
-    );
-    let (ow, nw) = (&o.workload, &n.workload);
-    diff("messages", ow.messages.to_string(), nw.messages.to_string());
-    diff(
-        "single messages",
-        ow.single_messages.to_string(),
-        nw.single_messages.to_string(),
-    );
-    diff(
-        "batch messages",
-        ow.batch_messages.to_string(),
-        nw.batch_messages.to_string(),
-    );
-    diff(
-        "batch size",
-        ow.batch_size.to_string(),
-        nw.batch_size.to_string(),
-    );
-    diff(
-        "visibility timeout",
-        ow.visibility_timeout_s.to_string(),
-        nw.visibility_timeout_s.to_string(),
-    );
-    diff(
-        "payload bytes",
-        ow.payload_bytes.to_string(),
-        nw.payload_bytes.to_string(),
-    );
-    diff(
-        "handler work ms",
-        ow.handler_work_ms.to_string(),
-        nw.handler_work_ms.to_string(),
-    );
-    diff(
-        "pool size",
-        ow.pool_size.to_string(),
-        nw.pool_size.to_string(),
-    );
-    diff(
-        "repeat",
-        old.protocol.repeat.to_string(),
-        new.protocol.repeat.to_string(),
-    );
-    diff(
-        "warm-up",
-        old.protocol.warmup.to_string(),
-        new.protocol.warmup.to_string(),
-    );
-    diff(
-        "memory method",
-        old.memory.method.clone(),
-        new.memory.method.clone(),
-    );
+    }
     out
+}
+
+/// The conditions of a document, flattened to `path -> value`.
+fn conditions(d: &Document) -> std::collections::BTreeMap<String, String> {
+    let mut v = serde_json::json!({
+        "metadata": d.metadata,
+        "durability": d.durability,
+        "protocol": d.protocol,
+        "memory_method": d.memory.method,
+    });
+    if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        // When the run happened and where the DSN pointed are not conditions
+        // of the measurement; the command line repeats the workload.
+        for k in ["started_at", "finished_at", "command"] {
+            m.remove(k);
+        }
+        if let Some(db) = m.get_mut("database").and_then(|d| d.as_object_mut()) {
+            db.remove("dsn");
+            if let Some(serde_json::Value::Array(rows)) = db.remove("settings") {
+                let by_name: serde_json::Map<String, serde_json::Value> = rows
+                    .into_iter()
+                    .filter_map(|r| {
+                        let name = r.get("name")?.as_str()?.to_owned();
+                        let setting = r.get("setting")?.as_str()?.to_owned();
+                        let unit = r.get("unit").and_then(|u| u.as_str()).unwrap_or("");
+                        Some((
+                            name,
+                            serde_json::Value::String(
+                                format!("{setting} {unit}").trim().to_owned(),
+                            ),
+                        ))
+                    })
+                    .collect();
+                db.insert("settings".into(), serde_json::Value::Object(by_name));
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    flatten("", &v, &mut out);
+    out
+}
+
+fn flatten(
+    path: &str,
+    v: &serde_json::Value,
+    out: &mut std::collections::BTreeMap<String, String>,
+) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                flatten(&p, x, out);
+            }
+        }
+        serde_json::Value::String(s) => {
+            out.insert(path.to_owned(), s.clone());
+        }
+        other => {
+            out.insert(path.to_owned(), other.to_string());
+        }
+    }
+}
+
+/// Refuses a document whose run failed its own checks.
+pub fn refuse_failed(doc: &Document, what: &str) -> Result<()> {
+    if doc.outcome.ok {
+        return Ok(());
+    }
+    Err(Error::Refused(format!(
+        "{what} records a failed run (outcome.ok is false): {}; its figures are not evidence",
+        if doc.outcome.failures.is_empty() {
+            "no failure recorded".to_owned()
+        } else {
+            doc.outcome.failures.join("; ")
+        }
+    )))
 }
 
 /// The comparison: Markdown, and whether any figure regressed.
 pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(String, bool)> {
+    refuse_failed(old, "the old document")?;
+    refuse_failed(new, "the new document")?;
     if old.durability.class != new.durability.class {
         let name = |d: &Document| match d.durability.class {
             DurabilityClass::Durable => "durable",
@@ -220,29 +290,32 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
     let _ = writeln!(
         out,
         "Threshold {threshold_pct}%: a figure regresses when its median moves the wrong way by more than that \
-         and the min–max ranges of the two documents do not overlap.\n\n\
-         | Figure | Unit | Old median (min–max) | New median (min–max) | Change | Verdict |\n\
-         | --- | --- | --- | --- | --- | --- |"
+         and the change is beyond the spread: with at least {MIN_RUNS_FOR_TEST} values a side (rounds, or \
+         per-invocation medians of an aggregate document) a two-sided Mann-Whitney U test at p < {ALPHA}, \
+         with fewer min–max ranges that do not overlap.\n\n\
+         | Figure | Unit | Old median (min–max) | New median (min–max) | Change | p (Mann-Whitney) | Verdict |\n\
+         | --- | --- | --- | --- | --- | --- | --- |"
     );
     let mut regressed = false;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for nf in &new.figures {
-        let (change, verdict, old_cell) = match old.figure(&nf.id) {
+        let (change, verdict, p, old_cell) = match old.figure(&nf.id) {
             Some(of) => {
-                let (c, v) = judge(of, nf, threshold_pct);
-                (c, v, fmt_figure(of))
+                let j = judge_with_test(of, nf, threshold_pct);
+                (j.change_pct, j.verdict, j.p_value, fmt_figure(of))
             }
-            None => (None, Verdict::Added, "–".to_owned()),
+            None => (None, Verdict::Added, None, "–".to_owned()),
         };
         regressed |= verdict == Verdict::Regression;
         *counts.entry(verdict.as_str()).or_default() += 1;
         let _ = writeln!(
             out,
-            "| {} | {} | {old_cell} | {} | {} | {} |",
+            "| {} | {} | {old_cell} | {} | {} | {} | {} |",
             nf.label.trim_end_matches(','),
             nf.unit,
             fmt_figure(nf),
             change.map_or("–".to_owned(), |c| format!("{c:+.1}%")),
+            p.map_or("–".to_owned(), |p| format!("{p:.3}")),
             verdict.as_str()
         );
     }
@@ -251,7 +324,7 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
             *counts.entry(Verdict::Removed.as_str()).or_default() += 1;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | – | – | {} |",
+                "| {} | {} | {} | – | – | – | {} |",
                 of.label.trim_end_matches(','),
                 of.unit,
                 fmt_figure(of),

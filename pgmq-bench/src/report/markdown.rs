@@ -149,7 +149,7 @@ fn conditions(out: &mut String, d: &Document) {
                 .settings
                 .iter()
                 .filter(|s| !matches!(s.source.as_str(), "default" | "client" | "session"))
-                .map(|s| format!("{}={}{}", s.name, s.setting, s.unit.as_deref().unwrap_or("")))
+                .map(|s| format!("{}={}", s.name, crate::report::fmt_setting(&s.setting, s.unit.as_deref())))
                 .collect::<Vec<_>>()
                 .join(", "),
         ),

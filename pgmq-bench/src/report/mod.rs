@@ -59,6 +59,70 @@ pub fn thousands(v: f64) -> String {
     }
 }
 
+/// A `pg_settings` value with its unit, as `SHOW` prints it: `pg_settings`
+/// gives memory in multiples of its unit (`shared_buffers` 32768 in units of
+/// `8kB`, which pasted together read `327688kB`), so the value is multiplied
+/// out and printed in the largest unit that divides it (`256MB`); times keep
+/// their unit (`200ms`, `60s`).
+///
+/// ```
+/// use pgmq_bench::report::fmt_setting;
+/// assert_eq!(fmt_setting("32768", Some("8kB")), "256MB");
+/// assert_eq!(fmt_setting("40961", Some("8kB")), "327688kB");
+/// assert_eq!(fmt_setting("4096", Some("kB")), "4MB");
+/// assert_eq!(fmt_setting("64", Some("16MB")), "1GB");
+/// assert_eq!(fmt_setting("200", Some("ms")), "200ms");
+/// assert_eq!(fmt_setting("on", None), "on");
+/// assert_eq!(fmt_setting("-1", Some("kB")), "-1");
+/// ```
+pub fn fmt_setting(setting: &str, unit: Option<&str>) -> String {
+    let Some(unit) = unit.filter(|u| !u.is_empty()) else {
+        return setting.to_owned();
+    };
+    let Ok(n) = setting.parse::<i64>() else {
+        return format!("{setting}{unit}");
+    };
+    if n < 0 {
+        // -1 and the like mean "off" or "use another setting": no unit.
+        return setting.to_owned();
+    }
+    let (mult, base) = unit
+        .find(|c: char| !c.is_ascii_digit())
+        .map(|i| (unit[..i].parse::<i64>().unwrap_or(1), &unit[i..]))
+        .unwrap_or((1, unit));
+    let bytes_per = match base {
+        "B" => Some(1i64),
+        "kB" => Some(1 << 10),
+        "MB" => Some(1 << 20),
+        "GB" => Some(1 << 30),
+        "TB" => Some(1 << 40),
+        _ => None,
+    };
+    let Some(per) = bytes_per else {
+        // Times (ms, s, min) and anything unknown: as given.
+        return if mult == 1 {
+            format!("{n}{base}")
+        } else {
+            format!("{}{base}", n * mult)
+        };
+    };
+    let bytes = n.saturating_mul(mult).saturating_mul(per);
+    if bytes == 0 {
+        return format!("0{base}");
+    }
+    for (name, size) in [
+        ("TB", 1i64 << 40),
+        ("GB", 1 << 30),
+        ("MB", 1 << 20),
+        ("kB", 1 << 10),
+    ] {
+        if bytes % size == 0 {
+            return format!("{}{name}", bytes / size);
+        }
+    }
+    format!("{bytes}B")
+}
+
 /// `median (min–max)` of a figure.
 pub fn fmt_figure(f: &Figure) -> String {
     if f.runs.len() <= 1 || (f.min == f.max) {

@@ -9,6 +9,15 @@
 //!   preloaded and vacuumed queue; every body's id goes into a ledger. Timed
 //!   from the first read to the last delete's reply.
 //!
+//! - `consume_equal_layout`: the worker's connection layout on plain
+//!   tokio-postgres: two claim connections each looping
+//!   `pgmq.read($1, $2, $3)` (batch `--batch-size`) and handing the ids to one
+//!   delete connection, which deletes whatever has arrived in one
+//!   `pgmq.delete($1, $2::bigint[])` at a time (while one delete is in
+//!   flight the next batch gathers). Same preload, ledger and timing as
+//!   `consume`; `worker / equal-layout` is then the SDK's own overhead at the
+//!   same parallelism.
+//!
 //! Each SDK figure is divided by its loop's figure of the same round: the
 //! ratio is the SDK's overhead (below 1) or gain (above 1), and unlike the
 //! absolute rates it carries across machines.
@@ -31,6 +40,9 @@ pub enum Loop {
     SendBatch,
     /// read + delete per batch.
     Consume,
+    /// The worker's connection layout without the SDK: two claim
+    /// connections reading batches, one delete connection deleting them.
+    ConsumeEqualLayout,
 }
 
 impl Loop {
@@ -40,6 +52,7 @@ impl Loop {
             Loop::SendSingle => "send_single",
             Loop::SendBatch => "send_batch",
             Loop::Consume => "consume",
+            Loop::ConsumeEqualLayout => "consume_equal_layout",
         }
     }
 }
@@ -94,6 +107,17 @@ pub async fn run(ctx: &Ctx, which: Loop, round: u32, warmup: bool) -> Result<Bas
             let elapsed = t.elapsed().as_secs_f64();
             (q, n, elapsed, ctx.meter.end())
         }
+        Loop::ConsumeEqualLayout => {
+            let n = ctx.cfg.messages;
+            let (q, p, v) = ctx.fresh_loaded("baseline_equal_layout", n).await?;
+            preload_s = p;
+            vacuum_s = v;
+            ctx.meter.begin();
+            let (ledger, elapsed) = equal_layout(ctx, &q, n).await?;
+            let peak = ctx.meter.end();
+            ledger_report = Some(ledger.report(n));
+            (q, ledger.handled(), elapsed, peak)
+        }
         Loop::Consume => {
             let n = ctx.cfg.messages;
             let (q, p, v) = ctx.fresh_loaded("baseline_consume", n).await?;
@@ -147,4 +171,91 @@ pub async fn run(ctx: &Ctx, which: Loop, round: u32, warmup: bool) -> Result<Bas
         paired_workers: None,
         follows_workers: None,
     })
+}
+
+/// The equal-layout loop: two claimers, one deleter; returns the ledger and
+/// the seconds from the first read to the last delete's reply.
+async fn equal_layout(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    n: u64,
+) -> Result<(std::sync::Arc<Ledger>, f64)> {
+    use std::sync::Arc;
+    let ledger = Arc::new(Ledger::new());
+    let vt = i32::try_from(ctx.cfg.vt.as_secs()).unwrap_or(i32::MAX);
+    let qty = ctx.cfg.batch_size as i32;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<i64>>();
+    let mut claimers = Vec::new();
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let pg = connect(ctx).await?;
+        let read = pg
+            .prepare("SELECT * FROM pgmq.read($1::text, $2::integer, $3::integer)")
+            .await?;
+        conns.push((pg, read));
+    }
+    let del = connect(ctx).await?;
+    let delete = del
+        .prepare("SELECT * FROM pgmq.delete($1::text, $2::bigint[])")
+        .await?;
+    let t = Instant::now();
+    for (pg, read) in conns {
+        let (tx, ledger, name) = (tx.clone(), ledger.clone(), q.as_str().to_owned());
+        let stall = ctx.cfg.stall_timeout;
+        claimers.push(tokio::spawn(async move {
+            let mut last_rows = Instant::now();
+            while ledger.handled() < n {
+                let rows = pg.query(&read, &[&name, &vt, &qty]).await?;
+                if rows.is_empty() {
+                    if last_rows.elapsed() >= stall {
+                        // Messages unaccounted for and none visible: the
+                        // ledger reports them as missing.
+                        break;
+                    }
+                    // Everything is claimed (by the other claimer, or all
+                    // handled): look again shortly, as a polling worker would.
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    continue;
+                }
+                last_rows = Instant::now();
+                let mut ids = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    ids.push(row.try_get::<_, i64>("msg_id")?);
+                    let Json(body): Json<InBody> = row.try_get("message")?;
+                    ledger.mark(body.id);
+                }
+                if tx.send(ids).is_err() {
+                    break;
+                }
+            }
+            Ok::<_, tokio_postgres::Error>(())
+        }));
+    }
+    drop(tx);
+    let mut deleted = 0u64;
+    let mut batch: Vec<i64> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        batch.clear();
+        batch.extend(first);
+        while let Ok(more) = rx.try_recv() {
+            batch.extend(more);
+        }
+        del.query(&delete, &[&q.as_str(), &batch]).await?;
+        deleted += batch.len() as u64;
+        if deleted >= n {
+            break;
+        }
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    for c in claimers {
+        match c.await {
+            Ok(r) => r?,
+            Err(e) => {
+                return Err(crate::error::Error::Config(format!(
+                    "a claimer task failed: {e}"
+                )))
+            }
+        }
+    }
+    Ok((ledger, elapsed))
 }

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use crate::document::{ConsumeRun, Rate};
 use crate::error::Result;
 use crate::ledger::Ledger;
-use crate::scenarios::{counters, Ctx, InBody};
+use crate::scenarios::{counters, Ctx, InBody, Sink};
 use crate::stats::percentiles_us_to_ms;
 
 /// What every handler call shares.
@@ -39,6 +39,10 @@ pub(crate) struct Tally {
     pub(crate) completed_at: OnceLock<Instant>,
     pub(crate) done: Notify,
     pub(crate) work: Duration,
+    /// When the tally was made.
+    pub(crate) base: Instant,
+    /// Nanoseconds from `base` to the end of the latest handler call.
+    pub(crate) last_done_ns: AtomicU64,
 }
 
 impl Tally {
@@ -50,6 +54,8 @@ impl Tally {
             completed_at: OnceLock::new(),
             done: Notify::new(),
             work,
+            base: Instant::now(),
+            last_done_ns: AtomicU64::new(0),
         })
     }
 
@@ -62,6 +68,8 @@ impl Tally {
             let d = self.distinct.fetch_add(1, Ordering::AcqRel) + 1;
             self.check(d);
         }
+        let ns = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_done_ns.fetch_max(ns, Ordering::AcqRel);
     }
 
     /// Marks completion once `distinct` reaches the target.
@@ -108,24 +116,61 @@ pub(crate) fn worker(
     concurrency: u32,
     tally: &Arc<Tally>,
 ) -> pgmq_worker::WorkerBuilder<InBody> {
+    worker_on(
+        ctx.client.clone(),
+        q,
+        concurrency,
+        ctx.cfg.batch_size,
+        ctx.cfg.vt,
+        tally,
+        ctx.sink.clone(),
+    )
+}
+
+/// A worker whose handlers write to `sink` (when given), then feed `tally`.
+pub(crate) fn worker_on(
+    client: pgmq_client::Client,
+    q: &pgmq_client::QueueName,
+    concurrency: u32,
+    batch_size: u32,
+    vt: Duration,
+    tally: &Arc<Tally>,
+    sink: Option<Arc<Sink>>,
+) -> pgmq_worker::WorkerBuilder<InBody> {
     let t = tally.clone();
-    Worker::<InBody>::builder(ctx.client.clone(), q.clone())
+    Worker::<InBody>::builder(client, q.clone())
         .concurrency(concurrency as usize)
-        .batch_size(ctx.cfg.batch_size as usize)
-        .visibility_timeout(ctx.cfg.vt)
+        .batch_size(batch_size as usize)
+        .visibility_timeout(vt)
         .handler(move |msg: Message<InBody>| {
             let t = t.clone();
+            let sink = sink.clone();
             async move {
+                if let Some(s) = &sink {
+                    s.write(msg.body.id).await?;
+                }
                 t.handle(msg.body.id).await;
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok::<_, tokio_postgres::Error>(Outcome::Delete)
             }
         })
 }
 
 /// One run at `workers` handlers.
 pub async fn run(ctx: &Ctx, workers: u32, round: u32, warmup: bool) -> Result<ConsumeRun> {
-    let n = ctx.cfg.messages;
-    let (q, preload_s, vacuum_s) = ctx.fresh_loaded("consume", n).await?;
+    drain(ctx, "consume", ctx.cfg.messages, workers, round, warmup).await
+}
+
+/// A worker with `workers` handlers draining a fresh, vacuumed queue of `n`
+/// messages (queue `pgmq_bench_<suffix>`).
+pub async fn drain(
+    ctx: &Ctx,
+    suffix: &str,
+    n: u64,
+    workers: u32,
+    round: u32,
+    warmup: bool,
+) -> Result<ConsumeRun> {
+    let (q, preload_s, vacuum_s) = ctx.fresh_loaded(suffix, n).await?;
     let tally = Tally::new(n, ctx.cfg.handler_work);
     let w = worker(ctx, &q, workers, &tally).build()?;
     ctx.meter.begin();
@@ -156,5 +201,6 @@ pub async fn run(ctx: &Ctx, workers: u32, round: u32, warmup: bool) -> Result<Co
         preload_s,
         vacuum_s,
         peak_rss_bytes: peak,
+        handler: Some(ctx.cfg.handler.name().to_owned()),
     })
 }

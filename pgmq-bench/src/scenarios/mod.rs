@@ -5,13 +5,17 @@
 //! bench from 0 so that handlers can record it in a [`Ledger`](crate::ledger::Ledger),
 //! and `pad` brings the body to `--payload-bytes`.
 
+pub mod backlog;
 pub mod baseline;
 pub mod consume;
 pub mod idle;
+pub mod processes;
 pub mod send;
 pub mod sustained;
 pub mod wakeup;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Client, QueueName};
@@ -43,6 +47,69 @@ pub struct Ctx {
     pub progress: Progress,
     /// The padding string of every body.
     pub pad: String,
+    /// With `--handler db-write`: the handlers' own connections.
+    pub sink: Option<Arc<Sink>>,
+}
+
+/// The table `--handler db-write` inserts into (created at the start of a
+/// run, dropped at its end).
+pub const SINK_TABLE: &str = "pgmq_bench_handler_sink";
+
+/// `--handler db-write`: a pool of plain connections of its own (not the
+/// SDK's), each with the insert prepared; handler calls take them round robin
+/// and pipeline on them.
+#[derive(Debug)]
+pub struct Sink {
+    conns: Vec<(tokio_postgres::Client, tokio_postgres::Statement)>,
+    next: AtomicUsize,
+}
+
+impl Sink {
+    /// Creates the table (idempotent) with `admin`.
+    pub async fn create_table(admin: &tokio_postgres::Client) -> Result<()> {
+        admin
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {SINK_TABLE} (id bigint NOT NULL, \
+                 at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            ))
+            .await?;
+        Ok(())
+    }
+
+    /// Drops the table.
+    pub async fn drop_table(admin: &tokio_postgres::Client) -> Result<()> {
+        admin
+            .batch_execute(&format!("DROP TABLE IF EXISTS {SINK_TABLE}"))
+            .await?;
+        Ok(())
+    }
+
+    /// `size` connections to `dsn`.
+    pub async fn connect(target: &crate::target::Target, size: u32) -> Result<Arc<Sink>> {
+        let mut conns = Vec::new();
+        for _ in 0..size.clamp(1, 16) {
+            let (pg, _notifications) = target
+                .builder()
+                .application_name("pgmq-bench-handler-sink")
+                .connect_dedicated()
+                .await?;
+            let stmt = pg
+                .prepare(&format!("INSERT INTO {SINK_TABLE} (id) VALUES ($1)"))
+                .await?;
+            conns.push((pg, stmt));
+        }
+        Ok(Arc::new(Sink {
+            conns,
+            next: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Inserts one row.
+    pub async fn write(&self, id: u64) -> std::result::Result<(), tokio_postgres::Error> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        let (pg, stmt) = &self.conns[i];
+        pg.execute(stmt, &[&(id as i64)]).await.map(|_| ())
+    }
 }
 
 /// A message body as sent.
@@ -151,6 +218,8 @@ pub fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
         empty_reads: s.empty_reads,
         wakeups_poll: s.wakeups_poll,
         wakeups_notify: s.wakeups_notify,
+        expired_unstarted: s.expired_unstarted,
+        acks_failed: s.acks_failed,
     }
 }
 

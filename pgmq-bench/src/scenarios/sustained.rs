@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::document::{BacklogSample, Interval, Rate, SustainedRun, Verdict};
+use crate::document::{BacklogSample, DbCounters, Interval, Rate, SustainedRun, Verdict};
 use crate::error::{Error, Result};
 use crate::scenarios::consume::{worker, Tally};
 use crate::scenarios::{counters, Ctx};
@@ -67,10 +67,94 @@ async fn produce(
     Ok(())
 }
 
-/// One sustained run.
+/// One sustained run at `--rate`.
 pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRun> {
+    run_at(ctx, ctx.cfg.rate, round, warmup).await
+}
+
+/// The database's own counters at one moment.
+struct DbSnapshot {
+    lsn: String,
+    checkpoints: Option<i64>,
+}
+
+async fn db_snapshot(ctx: &Ctx) -> Result<DbSnapshot> {
+    let lsn: String = ctx
+        .admin
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await?
+        .get(0);
+    Ok(DbSnapshot {
+        lsn,
+        checkpoints: checkpoints(ctx).await,
+    })
+}
+
+/// Checkpoints since the statistics reset: pg_stat_checkpointer
+/// (PostgreSQL 17+), else pg_stat_bgwriter; None when neither is readable.
+async fn checkpoints(ctx: &Ctx) -> Option<i64> {
+    for sql in [
+        "SELECT (num_timed + num_requested)::int8 FROM pg_stat_checkpointer",
+        "SELECT (checkpoints_timed + checkpoints_req)::int8 FROM pg_stat_bgwriter",
+    ] {
+        if let Ok(row) = ctx.admin.query_one(sql, &[]).await {
+            return row.try_get(0).ok();
+        }
+    }
+    None
+}
+
+async fn db_counters(ctx: &Ctx, before: &DbSnapshot, q: &pgmq_client::QueueName) -> DbCounters {
+    let wal_bytes = ctx
+        .admin
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::float8",
+            &[&before.lsn],
+        )
+        .await
+        .ok()
+        .and_then(|r| r.try_get::<_, f64>(0).ok())
+        .map(|v| v.max(0.0) as u64);
+    let checkpoints = match (before.checkpoints, checkpoints(ctx).await) {
+        (Some(a), Some(b)) => Some((b - a).max(0) as u64),
+        _ => None,
+    };
+    let table = ctx
+        .admin
+        .query_opt(
+            "SELECT coalesce(autovacuum_count, 0)::int8, coalesce(autoanalyze_count, 0)::int8, \
+             coalesce(n_dead_tup, 0)::int8 FROM pg_stat_user_tables \
+             WHERE schemaname = 'pgmq' AND relname = $1",
+            &[&format!("q_{}", q.as_str())],
+        )
+        .await
+        .ok()
+        .flatten();
+    let get = |i: usize| {
+        table
+            .as_ref()
+            .and_then(|r| r.try_get::<_, i64>(i).ok())
+            .map(|v| v.max(0) as u64)
+    };
+    DbCounters {
+        wal_bytes,
+        checkpoints,
+        queue_autovacuum_count: get(0),
+        queue_autoanalyze_count: get(1),
+        queue_dead_tuples: get(2),
+    }
+}
+
+/// One sustained run at `rate` (None: unpaced).
+pub async fn run_at(
+    ctx: &Arc<Ctx>,
+    rate: Option<f64>,
+    round: u32,
+    warmup: bool,
+) -> Result<SustainedRun> {
     let cfg = &ctx.cfg;
     let q = ctx.guard.fresh("sustained").await?;
+    let before = db_snapshot(ctx).await?;
     let tally = Tally::new(u64::MAX, cfg.handler_work);
     let w = worker(ctx, &q, cfg.sustained_workers, &tally).build()?;
     let next_id = Arc::new(AtomicU64::new(0));
@@ -79,7 +163,7 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
     ctx.meter.begin();
     let handle = w.spawn();
     let start = Instant::now();
-    let per_producer = cfg.rate.map(|r| r / f64::from(cfg.producers));
+    let per_producer = rate.map(|r| r / f64::from(cfg.producers));
     let producers: Vec<_> = (0..cfg.producers)
         .map(|_| {
             tokio::spawn(produce(
@@ -117,6 +201,7 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
                 handled: Rate::new(h.saturating_sub(last_h), t - last_t),
                 backlog_mean: sum as f64 / f64::from(n),
                 backlog_max: max,
+                rss_bytes: crate::process::current_rss(),
             });
             (last_p, last_h, last_t) = (p, h, t);
             (sum, n, max) = (0, 0, 0);
@@ -143,6 +228,9 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
     let drain_s = drain_start.elapsed().as_secs_f64();
     let report = handle.shutdown().await?;
     let peak = ctx.meter.end();
+    // The statistics collector publishes table counters about once a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let db = db_counters(ctx, &before, &q).await;
     ctx.guard.release(&q).await?;
 
     let fit: Vec<(f64, f64)> = samples
@@ -175,7 +263,7 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
         warmup,
         duration_s: window.as_secs_f64(),
         warmup_s: cfg.sustained_warmup.as_secs_f64(),
-        target_rate_per_s: cfg.rate,
+        target_rate_per_s: rate,
         producers: cfg.producers,
         workers: cfg.sustained_workers,
         batch_size: cfg.batch_size,
@@ -195,5 +283,14 @@ pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRu
         ledger,
         worker: counters(&report.stats),
         peak_rss_bytes: peak,
+        db_counters: Some(db),
+        rate_search_step: None,
+        handler: Some(cfg.handler.name().to_owned()),
+        handler_ms: Some(crate::stats::percentiles_us_to_ms(
+            &report.stats.handler_latency,
+        )),
+        queue_wait_db_ms: Some(crate::stats::percentiles_us_to_ms(
+            &report.stats.queue_wait_db,
+        )),
     })
 }

@@ -235,5 +235,11 @@ pub fn short_run_args(output: &str) -> Vec<&str> {
         "1000",
         "--sustained-workers",
         "2",
+        "--backlog-sizes",
+        "1000,3000",
+        "--backlog-workers",
+        "2",
+        "--processes",
+        "1,2",
     ]
 }

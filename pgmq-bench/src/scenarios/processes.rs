@@ -1,0 +1,360 @@
+//! worker_processes: `--processes 1,2,4` separate worker processes draining
+//! one queue. Operators size deployments in processes, not threads.
+//!
+//! Per run: a fresh queue of `--messages` is preloaded and vacuumed; the bench
+//! starts N copies of its own binary (`pgmq-bench process-worker`, hidden),
+//! each with its own SDK client, pool and worker of `--backlog-workers`
+//! handlers (and, with `--handler db-write`, its own sink pool). Each child
+//! connects, builds its worker and says `ready`; when all are ready the
+//! parent says `go` to each, and each child's clock starts there. A child
+//! stops when the queue is empty (`pgmq.metrics` queue length 0: every
+//! message deleted, in flight included) or after `--stall-timeout` without
+//! progress, shuts its worker down (acknowledgements drained), writes the ids
+//! it handled to a file and prints one JSON line: its handled count, its
+//! seconds from `go` to its last handler's end, its worker counters and peak
+//! RSS.
+//!
+//! The parent merges every child's ids into one ledger (a message handled by
+//! two processes is a duplicate, and fails the run), and reports the combined
+//! rate (distinct messages over the slowest child's seconds), each process's
+//! rate, and how evenly the work was shared: each process's share of the
+//! messages, the smallest share over the largest, and Jain's fairness index
+//! `(Σx)² / (n·Σx²)` (1 when all handled the same number, 1/n when one did
+//! everything).
+
+use std::io::BufRead as _;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use pgmq_client::QueueName;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::Command;
+
+use crate::cli::HandlerKind;
+use crate::document::{Percentiles, ProcessShare, ProcessesRun, Rate, WorkerCounters};
+use crate::error::{Error, Result};
+use crate::ledger::Ledger;
+use crate::process::MemoryMeter;
+use crate::scenarios::consume::{worker_on, Tally};
+use crate::scenarios::{counters, Ctx, Sink};
+use crate::stats::percentiles_us_to_ms;
+
+/// Arguments of the hidden `process-worker` subcommand. The DSN comes from
+/// `PGMQ_BENCH_DSN` in its environment, never from the command line.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct ChildArgs {
+    /// The queue to drain.
+    #[arg(long)]
+    pub queue: String,
+    /// Handler concurrency.
+    #[arg(long)]
+    pub workers: u32,
+    /// Claim batch size.
+    #[arg(long)]
+    pub batch_size: u32,
+    /// Visibility timeout, seconds.
+    #[arg(long)]
+    pub vt: u32,
+    /// SDK pool size.
+    #[arg(long)]
+    pub pool_size: u32,
+    /// What handlers do.
+    #[arg(long, value_enum)]
+    pub handler: HandlerKind,
+    /// Simulated I/O per handler call, milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub handler_work_ms: u64,
+    /// Give up after this many seconds without progress.
+    #[arg(long)]
+    pub stall_timeout_s: f64,
+    /// Where to write the handled ids (little-endian u64 each).
+    #[arg(long)]
+    pub ids_out: PathBuf,
+}
+
+/// What a child prints on its last stdout line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildReport {
+    /// Handler calls.
+    pub handled: u64,
+    /// Distinct ids handled.
+    pub distinct: u64,
+    /// Seconds from `go` to the end of its last handler call.
+    pub elapsed_s: f64,
+    /// Worker counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Handler durations.
+    pub handler_ms: Percentiles,
+    /// Peak RSS from `go` to the end, bytes.
+    pub peak_rss_bytes: u64,
+    /// Whether it stopped on a stall instead of an empty queue.
+    pub stalled: bool,
+}
+
+/// The child: drain until the queue is empty, report, exit.
+pub async fn child_main(a: ChildArgs) -> Result<i32> {
+    let dsn = std::env::var("PGMQ_BENCH_DSN")
+        .map_err(|_| Error::Config("process-worker needs PGMQ_BENCH_DSN".into()))?;
+    let q = QueueName::new(&a.queue)?;
+    // The password where the parent found it (the DSN, PGPASSWORD or the
+    // password file, all inherited).
+    let target = crate::target::Target::resolve(&dsn)?;
+    let client = target
+        .builder()
+        .max_size(a.pool_size)
+        .application_name("pgmq-bench-process")
+        .connect()
+        .await?;
+    let sink = match a.handler {
+        HandlerKind::DbWrite => Some(Sink::connect(&target, a.workers).await?),
+        HandlerKind::Empty => None,
+    };
+    let tally = Tally::new(u64::MAX, Duration::from_millis(a.handler_work_ms));
+    let w = worker_on(
+        client.clone(),
+        &q,
+        a.workers,
+        a.batch_size,
+        Duration::from_secs(u64::from(a.vt)),
+        &tally,
+        sink,
+    )
+    .build()?;
+    let meter = MemoryMeter::start();
+    println!("ready");
+    // Wait for the parent's `go` (or its end: stdin closed).
+    let go = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .map_err(|e| Error::Config(format!("stdin reader: {e}")))?
+    .map_err(|e| Error::io("reading stdin", e))?;
+    if go.trim() != "go" {
+        return Ok(2);
+    }
+    meter.begin();
+    let start = Instant::now();
+    let start_ns = u64::try_from(start.duration_since(tally.base).as_nanos()).unwrap_or(0);
+    let handle = w.spawn();
+    let stall = Duration::from_secs_f64(a.stall_timeout_s);
+    let (mut last, mut last_change) = (0u64, Instant::now());
+    let mut stalled = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if client.metrics(&q).await?.queue_length == 0 {
+            break;
+        }
+        let now = tally.ledger.handled();
+        if now != last {
+            (last, last_change) = (now, Instant::now());
+        } else if last_change.elapsed() >= stall {
+            stalled = true;
+            break;
+        }
+    }
+    let report = handle.shutdown().await?;
+    let peak = meter.end();
+    let last_ns = tally
+        .last_done_ns
+        .load(std::sync::atomic::Ordering::Acquire);
+    let elapsed_s = last_ns.saturating_sub(start_ns) as f64 / 1e9;
+    let ids = tally.ledger.ids();
+    let mut bytes = Vec::with_capacity(ids.len() * 8);
+    for id in &ids {
+        bytes.extend_from_slice(&id.to_le_bytes());
+    }
+    tokio::fs::write(&a.ids_out, bytes)
+        .await
+        .map_err(|e| Error::io(format!("writing {}", a.ids_out.display()), e))?;
+    let out = ChildReport {
+        handled: tally.ledger.handled(),
+        distinct: ids.len() as u64,
+        elapsed_s,
+        worker: counters(&report.stats),
+        handler_ms: percentiles_us_to_ms(&report.stats.handler_latency),
+        peak_rss_bytes: peak,
+        stalled,
+    };
+    println!(
+        "{}",
+        serde_json::to_string(&out).map_err(|e| Error::json("the child report", e))?
+    );
+    Ok(0)
+}
+
+/// One run with `n_proc` processes.
+pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun> {
+    let cfg = &ctx.cfg;
+    let n = cfg.messages;
+    let (q, preload_s, vacuum_s) = ctx.fresh_loaded("processes", n).await?;
+    // /proc/self/exe runs this very binary even when its file was replaced
+    // or removed since it started (a rebuild in a shared target directory);
+    // current_exe() would name the new file, or none.
+    let proc_exe = std::path::Path::new("/proc/self/exe");
+    let exe = if proc_exe.exists() {
+        proc_exe.to_path_buf()
+    } else {
+        std::env::current_exe().map_err(|e| Error::io("finding the bench binary", e))?
+    };
+    let dir = std::env::temp_dir().join(format!("pgmq-bench-processes-{}", std::process::id()));
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let mut children = Vec::new();
+    for i in 0..n_proc {
+        let ids_out = dir.join(format!("ids-{round}-{n_proc}-{i}.bin"));
+        let mut child = Command::new(&exe)
+            .arg("process-worker")
+            .args(["--queue", q.as_str()])
+            .args(["--workers", &cfg.backlog_workers.to_string()])
+            .args(["--batch-size", &cfg.batch_size.to_string()])
+            .args(["--vt", &cfg.vt.as_secs().to_string()])
+            .args(["--pool-size", &cfg.pool_size.to_string()])
+            .args(["--handler", cfg.handler.name()])
+            .args([
+                "--handler-work-ms",
+                &cfg.handler_work.as_millis().to_string(),
+            ])
+            .args([
+                "--stall-timeout-s",
+                &cfg.stall_timeout.as_secs_f64().to_string(),
+            ])
+            .arg("--ids-out")
+            .arg(&ids_out)
+            .env("PGMQ_BENCH_DSN", ctx.target.dsn_for_child_env())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Error::io("starting a worker process", e))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Config("no stdout".into()))?;
+        let mut lines = BufReader::new(stdout).lines();
+        children.push((child, ids_out, lines_ready(&mut lines).await, lines));
+    }
+    for (_, _, ready, _) in &children {
+        if !ready {
+            return Err(Error::Config(
+                "a worker process did not start (see its stderr)".into(),
+            ));
+        }
+    }
+    for (child, ..) in &mut children {
+        if let Some(stdin) = child.stdin.as_mut() {
+            stdin
+                .write_all(b"go\n")
+                .await
+                .map_err(|e| Error::io("starting a worker process", e))?;
+            stdin.flush().await.ok();
+        }
+    }
+    let ledger = Ledger::new();
+    let mut reports = Vec::new();
+    for (mut child, ids_out, _, mut lines) in children {
+        let mut last = None;
+        while let Some(l) = lines
+            .next_line()
+            .await
+            .map_err(|e| Error::io("reading a worker process", e))?
+        {
+            last = Some(l);
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| Error::io("waiting for a worker process", e))?;
+        let report: ChildReport = match (&last, status.success()) {
+            (Some(l), true) => {
+                serde_json::from_str(l).map_err(|e| Error::json("a worker process's report", e))?
+            }
+            _ => {
+                return Err(Error::Config(format!(
+                    "a worker process failed ({status}); see its stderr"
+                )))
+            }
+        };
+        let bytes = tokio::fs::read(&ids_out)
+            .await
+            .map_err(|e| Error::io(format!("reading {}", ids_out.display()), e))?;
+        for c in bytes.chunks_exact(8) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            ledger.mark(u64::from_le_bytes(b));
+        }
+        let _ = tokio::fs::remove_file(&ids_out).await;
+        reports.push(report);
+    }
+    let _ = tokio::fs::remove_dir(&dir).await;
+    let remaining_after = ctx.finish_queue(&q).await?;
+    let ledger = ledger.report(n);
+    let elapsed = reports.iter().map(|r| r.elapsed_s).fold(0.0, f64::max);
+    let total: u64 = reports.iter().map(|r| r.handled).sum();
+    let shares: Vec<f64> = reports
+        .iter()
+        .map(|r| {
+            if total > 0 {
+                r.handled as f64 / total as f64
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let (min, max) = reports.iter().fold((u64::MAX, 0u64), |(a, b), r| {
+        (a.min(r.handled), b.max(r.handled))
+    });
+    let sum_sq: f64 = reports.iter().map(|r| (r.handled as f64).powi(2)).sum();
+    let jain = if sum_sq > 0.0 {
+        (total as f64).powi(2) / (reports.len() as f64 * sum_sq)
+    } else {
+        0.0
+    };
+    Ok(ProcessesRun {
+        round,
+        warmup: false,
+        processes: n_proc,
+        workers_per_process: cfg.backlog_workers,
+        handler: cfg.handler.name().to_owned(),
+        handler_work_ms: cfg.handler_work.as_millis() as u64,
+        rate: Rate::new(ledger.distinct, elapsed),
+        per_process: reports
+            .iter()
+            .zip(shares)
+            .enumerate()
+            .map(|(i, (r, share))| ProcessShare {
+                index: i as u32,
+                rate: Rate::new(r.handled, r.elapsed_s),
+                share,
+                stalled: r.stalled,
+                worker: r.worker.clone(),
+                handler_ms: r.handler_ms,
+                peak_rss_bytes: r.peak_rss_bytes,
+            })
+            .collect(),
+        min_over_max: if max > 0 {
+            min as f64 / max as f64
+        } else {
+            0.0
+        },
+        jain_index: jain,
+        ledger,
+        remaining_after,
+        preload_s,
+        vacuum_s,
+    })
+}
+
+async fn lines_ready(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await,
+        Ok(Ok(Some(l))) if l.trim() == "ready"
+    )
+}
