@@ -74,12 +74,23 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
     args.vt_secs = 3;
-    args.sleep_ms = 2;
+    // Slow enough (8 handlers: about 400 a second) that the messages left
+    // after the first redelivery are still being worked when the second
+    // kill lands.
+    args.sleep_ms = 20;
     let mut w = run.spawn(&args).await?;
     let mut notes = Vec::new();
     let mut holding = 0;
     for i in 1..=2 {
         let at = run.wait_handled(ctx.n as i64 * i / 3).await?;
+        // Kill while it holds claims: look until it does (between two reads
+        // it may hold none for a moment), for at most a second.
+        for _ in 0..200 {
+            if !run.held_keys().await?.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let killed_at = Utc::now();
         let exit = w.sigkill().await?;
         // What the dead worker held: the invisible messages once a read it
