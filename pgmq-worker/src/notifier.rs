@@ -57,6 +57,59 @@ pub(crate) enum HubEvent {
     Reconnected,
 }
 
+/// The wake-ups one notification path gives: at once on a notification
+/// (then at most once per [`DEBOUNCE`]), and once more when the throttle
+/// window that followed it closes (see the module docs).
+struct Wakes<'a> {
+    shared: &'a Shared,
+    throttle: Duration,
+    follow_up: bool,
+    window_end: Option<Instant>,
+}
+
+impl<'a> Wakes<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        let throttle = shared.notify_throttle;
+        Wakes {
+            shared,
+            throttle,
+            follow_up: !throttle.is_zero() && throttle < shared.config.poll_interval,
+            window_end: None,
+        }
+    }
+
+    /// Resolves when the open throttle window closes (never when none is open).
+    async fn window_closed(&self) {
+        match self.window_end {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The window closed: the re-read for inserts it kept silent.
+    fn after_window(&mut self) {
+        self.window_end = None;
+        bump(&self.shared.stats.c.wakeups_after_throttle, 1);
+        self.shared.wake_claimers();
+    }
+
+    /// A notification (others already folded into it): wakes the claimers,
+    /// opens the follow-up window, waits the debounce; false when `stop`
+    /// fired meanwhile.
+    async fn notified(&mut self, stop: &CancellationToken) -> bool {
+        bump(&self.shared.stats.c.wakeups_notify, 1);
+        self.shared.wake_claimers();
+        if self.follow_up {
+            self.window_end = Some(Instant::now() + self.throttle);
+        }
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => false,
+            _ = tokio::time::sleep(DEBOUNCE) => true,
+        }
+    }
+}
+
 /// Runs until `stop` on the group's shared LISTEN connection: the same
 /// wake-ups as [`run`], from the events the group forwards.
 pub(crate) async fn run_shared(
@@ -64,24 +117,14 @@ pub(crate) async fn run_shared(
     mut events: tokio::sync::mpsc::UnboundedReceiver<HubEvent>,
     stop: CancellationToken,
 ) {
-    let throttle = shared.notify_throttle;
-    let follow_up = !throttle.is_zero() && throttle < shared.config.poll_interval;
-    let mut window_end: Option<Instant> = None;
+    let mut wakes = Wakes::new(&shared);
     loop {
-        let window = async {
-            match window_end {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
         let event = tokio::select! {
             biased;
             _ = stop.cancelled() => return,
             e = events.recv() => e,
-            _ = window => {
-                window_end = None;
-                bump(&shared.stats.c.wakeups_after_throttle, 1);
-                shared.wake_claimers();
+            _ = wakes.window_closed() => {
+                wakes.after_window();
                 continue;
             }
         };
@@ -90,15 +133,8 @@ pub(crate) async fn run_shared(
             Some(HubEvent::Reconnected) => shared.wake_claimers(),
             Some(HubEvent::Notified) => {
                 while let Ok(HubEvent::Notified) = events.try_recv() {}
-                bump(&shared.stats.c.wakeups_notify, 1);
-                shared.wake_claimers();
-                if follow_up {
-                    window_end = Some(Instant::now() + throttle);
-                }
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(DEBOUNCE) => {}
+                if !wakes.notified(&stop).await {
+                    return;
                 }
             }
         }
@@ -112,10 +148,7 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
     let mut backoff = ErrorBackoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut first = true;
     let mut opened = opened;
-    // The re-read after a throttle window (see the module docs).
-    let throttle = shared.notify_throttle;
-    let follow_up = !throttle.is_zero() && throttle < shared.config.poll_interval;
-    let mut window_end: Option<Instant> = None;
+    let mut wakes = Wakes::new(&shared);
     loop {
         let res = match opened.take() {
             Some(l) => Ok(l),
@@ -146,20 +179,12 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
         }
         first = false;
         loop {
-            let window = async {
-                match window_end {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            };
             let n = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
                 n = listener.recv() => n,
-                _ = window => {
-                    window_end = None;
-                    bump(&shared.stats.c.wakeups_after_throttle, 1);
-                    shared.wake_claimers();
+                _ = wakes.window_closed() => {
+                    wakes.after_window();
                     continue;
                 }
             };
@@ -169,15 +194,8 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
             }
             // Fold whatever else already arrived into this wake-up.
             while let Some(Some(_)) = listener.recv().now_or_never() {}
-            bump(&shared.stats.c.wakeups_notify, 1);
-            shared.wake_claimers();
-            if follow_up {
-                window_end = Some(Instant::now() + throttle);
-            }
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(DEBOUNCE) => {}
+            if !wakes.notified(&stop).await {
+                return;
             }
         }
     }
