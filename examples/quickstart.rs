@@ -15,7 +15,7 @@ struct Greeting {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dsn = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq".to_owned());
+        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:5432/pgmq".to_owned());
     let client = Client::connect(&dsn).await?;
     let queue = QueueName::new("quickstart")?;
     client.create(&queue).await?;

@@ -51,7 +51,7 @@ if ! pg_file PG_VERSION; then
   as_pg "$bindir/initdb" -D "$PGDATA_DIR" -U "$PG_SUPERUSER" --auth-local=peer --auth-host=scram-sha-256 \
     --encoding=UTF8 --locale=C.UTF-8 >/dev/null
   as_pg tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null <<CONF
-# throwaway cluster for pgmq-rs development, tests and benchmarks
+# throwaway cluster for this SDK's development, tests and benchmarks
 listen_addresses = '127.0.0.1'
 port = $PGMQ_DB_PORT
 unix_socket_directories = '$PG_RUN_DIR'

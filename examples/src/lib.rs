@@ -10,13 +10,15 @@
 //! | `topics_fifo` | fan-out with topic bindings, and FIFO groups |
 //!
 //! Run one with `cargo run -p pgmq-examples --example <name>`; each reads the
-//! database from `DATABASE_URL` (default: the throwaway cluster of
-//! `scripts/db-start.sh`) and drops the queues it created.
+//! database from `DATABASE_URL` (default: the docker compose database of
+//! `docker/`, `postgres://pgmq:pgmq@127.0.0.1:5432/pgmq`) and drops the queues
+//! it created.
 
 use pgmq_client::QueueName;
 
-/// The DSN of the throwaway cluster started by `scripts/db-start.sh`.
-pub const DEFAULT_DSN: &str = "postgres://pgmq:pgmq@127.0.0.1:55432/pgmq";
+/// The DSN of the docker compose database in `docker/` (local development
+/// credentials).
+pub const DEFAULT_DSN: &str = "postgres://pgmq:pgmq@127.0.0.1:5432/pgmq";
 
 /// `DATABASE_URL`, or [`DEFAULT_DSN`] when it is unset.
 pub fn database_url() -> String {
