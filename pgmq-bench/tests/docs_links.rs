@@ -29,18 +29,22 @@ fn documents() -> Vec<PathBuf> {
     docs
 }
 
+/// The lines outside fenced code blocks.
+fn prose_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut in_fence = false;
+    text.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            return false;
+        }
+        !in_fence
+    })
+}
+
 /// The targets of inline links `[text](target)` outside fenced code blocks.
 fn links(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut in_fence = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
+    for line in prose_lines(text) {
         let mut rest = line;
         while let Some(i) = rest.find("](") {
             let after = &rest[i + 2..];
@@ -67,18 +71,10 @@ fn anchor(heading: &str) -> String {
 }
 
 fn anchors(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut in_fence = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if !in_fence && line.starts_with('#') {
-            out.insert(anchor(line.trim_start_matches('#')));
-        }
-    }
-    out
+    prose_lines(text)
+        .filter(|line| line.starts_with('#'))
+        .map(|line| anchor(line.trim_start_matches('#')))
+        .collect()
 }
 
 fn problems_in(doc: &Path) -> Vec<String> {
