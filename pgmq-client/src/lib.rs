@@ -9,7 +9,7 @@
 //! struct Email { to: String }
 //!
 //! # async fn run() -> Result<(), pgmq_client::Error> {
-//! let client = Client::connect("postgres://pgmq:pgmq@127.0.0.1:55432/pgmq").await?;
+//! let client = Client::connect("postgres://pgmq:pgmq@127.0.0.1:5432/pgmq").await?;
 //! let q = QueueName::new("emails")?;
 //! client.create(&q).await?;
 //! client.send(&q, &Email { to: "ada@example.com".into() }).await?;
@@ -83,15 +83,16 @@
 //! pgmq redrive orders_dlq --dry-run
 //! ```
 //!
-//! # Files
 //!
-//! `client.rs` (connect, the pool), `executor.rs` (the one call path),
-//! `connection.rs` (connections, their statement cache, transactions),
-//! `statements.rs` (all SQL), `queue_name.rs`, `message.rs`, then the calls as
-//! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs` (and `read_from.rs`, the read as a
-//! statement on the queue table), `ack.rs`, `fifo.rs`,
-//! `notify.rs`, `topics.rs`, `functions.rs` (the rest of PGMQ 1.13); `version.rs` (detection), `tls.rs` (sslmode),
-//! `dsn.rs` and `error.rs`; `bin/pgmq/` is the command-line tool.
+//! # Features
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `deadpool` | [`Executor`] for `deadpool_postgres::Pool` and its pooled `Object`, so the calls run on a pool the service already has |
+//! | `cli` | the `pgmq` command-line tool |
+//!
+//! How the crate is laid out, module by module, is in the repository's
+//! `docs/architecture.md`.
 
 mod ack;
 mod client;
