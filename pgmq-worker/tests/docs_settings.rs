@@ -1,0 +1,121 @@
+//! docs/worker.md's settings table states the defaults the builder really
+//! has: each row whose default is a number, a duration, a flag or a multiple
+//! of `batch_size` is compared with the settings of a fresh `WorkerBuilder`
+//! (read from its `Debug` output), and every setting named there exists.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+/// `name -> default` from the "Every setting" table of docs/worker.md (its
+/// rows start with a builder call such as `` `concurrency(n)` ``).
+fn documented_defaults() -> BTreeMap<String, String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/worker.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let table = text
+        .split("| setting | default |")
+        .nth(1)
+        .expect("docs/worker.md has a settings table");
+    table
+        .lines()
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // "", "`name(arg)`", "default", ...
+            let call = cells.get(1)?.strip_prefix('`')?.split('`').next()?;
+            let (name, _) = call.split_once('(')?;
+            let default = cells.get(2)?.to_string();
+            (default != "required").then(|| (name.to_owned(), default))
+        })
+        .collect()
+}
+
+/// The value of `name: value` in a `Debug` rendering, up to the next `,` or
+/// the end of the struct.
+fn debug_field<'a>(debug: &'a str, name: &str) -> Option<&'a str> {
+    let start = debug.find(&format!(" {name}: "))? + name.len() + 3;
+    let rest = &debug[start..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(rest[..end].trim())
+}
+
+/// The `Debug` form a documented default must have, where the default is one
+/// this test can evaluate.
+fn expected_debug(default: &str, batch_size: u64) -> Option<String> {
+    let default = default.split(" (").next().unwrap().trim();
+    if default.parse::<u64>().is_ok() || default == "true" || default == "false" {
+        return Some(default.to_owned());
+    }
+    if let Some(secs) = default.strip_suffix(" s") {
+        return Some(format!("{}s", secs.parse::<u64>().ok()?));
+    }
+    if let Some(ms) = default.strip_suffix(" ms") {
+        return Some(format!("{}ms", ms.parse::<u64>().ok()?));
+    }
+    if let Some(n) = default
+        .strip_prefix('`')
+        .and_then(|d| d.strip_suffix(" x batch_size`"))
+    {
+        return Some((n.parse::<u64>().ok()? * batch_size).to_string());
+    }
+    None
+}
+
+#[tokio::test]
+async fn documented_defaults_match_the_builder() {
+    let client = common::client().await;
+    let queue = common::unique("docs_settings");
+    let builder = pgmq_worker::Worker::<serde_json::Value>::builder(client, queue);
+    let debug = format!("{builder:?}");
+    let batch_size: u64 = debug_field(&debug, "batch_size").unwrap().parse().unwrap();
+
+    let documented = documented_defaults();
+    assert!(
+        documented.len() >= 20,
+        "settings table not found: {documented:?}"
+    );
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for (name, default) in &documented {
+        let Some(actual) = debug_field(&debug, name) else {
+            problems.push(format!(
+                "`{name}` is documented but the builder has no such setting"
+            ));
+            continue;
+        };
+        let Some(expected) = expected_debug(default, batch_size) else {
+            continue;
+        };
+        checked += 1;
+        let actual = actual
+            .strip_prefix("Some(")
+            .and_then(|a| a.strip_suffix(')'))
+            .unwrap_or(actual);
+        if actual != expected {
+            problems.push(format!(
+                "`{name}`: docs say {default}, the builder has {actual}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}\n{debug}", problems.join("\n"));
+    assert!(checked >= 15, "only {checked} defaults could be checked");
+}
+
+#[test]
+fn a_wrong_default_is_caught() {
+    assert_eq!(expected_debug("30 s", 100).as_deref(), Some("30s"));
+    assert_eq!(
+        expected_debug("250 ms (PGMQ's default)", 100).as_deref(),
+        Some("250ms")
+    );
+    assert_eq!(
+        expected_debug("`3 x batch_size`", 100).as_deref(),
+        Some("300")
+    );
+    assert_ne!(expected_debug("8", 100).as_deref(), Some("9"));
+    assert_eq!(
+        debug_field("B { config: C { a: 1, ab: 2s }, x: 3 }", "ab"),
+        Some("2s")
+    );
+}
