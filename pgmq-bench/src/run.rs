@@ -501,19 +501,7 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             run_tag(r.round, r.warmup)
         );
         short(&mut warnings, tag.clone(), r.rate.elapsed_s);
-        if r.ledger.missing > 0 {
-            failures.push(format!(
-                "{tag}: {} of {} messages never handled (first: {:?})",
-                r.ledger.missing, r.ledger.expected, r.ledger.missing_ids
-            ));
-        }
-        if r.remaining_after != 0 {
-            failures.push(format!(
-                "{tag}: {} messages still in the queue after the worker's shutdown (acks not drained)",
-                r.remaining_after
-            ));
-        }
-        ledger_failures(&mut failures, &tag, &r.ledger);
+        drain_failures(&mut failures, &tag, &r.ledger, r.remaining_after);
         for i in r.worker.inconsistencies() {
             failures.push(format!("{tag}: {i}"));
         }
@@ -525,19 +513,7 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             run_tag(r.round, r.warmup)
         );
         short(&mut warnings, tag.clone(), r.rate.elapsed_s);
-        if r.ledger.missing > 0 {
-            failures.push(format!(
-                "{tag}: {} of {} messages never handled",
-                r.ledger.missing, r.ledger.expected
-            ));
-        }
-        if r.remaining_after != 0 {
-            failures.push(format!(
-                "{tag}: {} messages still in the queue after the worker's shutdown",
-                r.remaining_after
-            ));
-        }
-        ledger_failures(&mut failures, &tag, &r.ledger);
+        drain_failures(&mut failures, &tag, &r.ledger, r.remaining_after);
         for i in r.worker.inconsistencies() {
             failures.push(format!("{tag}: {i}"));
         }
@@ -549,19 +525,7 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             run_tag(r.round, r.warmup)
         );
         short(&mut warnings, tag.clone(), r.rate.elapsed_s);
-        if r.ledger.missing > 0 {
-            failures.push(format!(
-                "{tag}: {} of {} messages never handled",
-                r.ledger.missing, r.ledger.expected
-            ));
-        }
-        if r.remaining_after != 0 {
-            failures.push(format!(
-                "{tag}: {} messages still in the queue after every process stopped",
-                r.remaining_after
-            ));
-        }
-        ledger_failures(&mut failures, &tag, &r.ledger);
+        drain_failures(&mut failures, &tag, &r.ledger, r.remaining_after);
         for pr in &r.per_process {
             if pr.stalled {
                 failures.push(format!("{tag}: process {} stalled", pr.index));
@@ -634,6 +598,23 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
 /// Duplicates and unexpected ids in a consume ledger fail the run: with a
 /// 30-second visibility timeout and a drained queue, a message handled twice
 /// or an id the bench never sent is a fault, not noise.
+/// The checks of a run that drained a preloaded queue: every message handled
+/// once, and nothing left in the queue once the workers stopped.
+fn drain_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport, remaining_after: i64) {
+    if l.missing > 0 {
+        failures.push(format!(
+            "{tag}: {} of {} messages never handled (first: {:?})",
+            l.missing, l.expected, l.missing_ids
+        ));
+    }
+    if remaining_after != 0 {
+        failures.push(format!(
+            "{tag}: {remaining_after} messages still in the queue after the workers stopped (acknowledgements not drained)"
+        ));
+    }
+    ledger_failures(failures, tag, l);
+}
+
 fn ledger_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport) {
     if l.duplicates > 0 {
         failures.push(format!(
