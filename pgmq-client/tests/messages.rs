@@ -621,7 +621,7 @@ async fn a_payload_that_does_not_serialize_sends_nothing() {
     bad.insert((1, 2), 3);
     let err = client.send(&q, &bad).await.unwrap_err();
     assert!(matches!(err, Error::Serialize(_)), "{err:?}");
-    assert_eq!(err.outcome(), pgmq_client::Outcome::NotSent);
+    assert_eq!(err.outcome(), pgmq_client::CommitOutcome::NotSent);
     let err = client
         .send_batch(&q, &[HashMap::new(), bad.clone()])
         .await
@@ -666,7 +666,7 @@ async fn out_of_range_arguments_are_refused_before_sql() {
     for err in checks {
         // InvalidArgument, not QueueNotFound: the queue was never asked for.
         assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-        assert_eq!(err.outcome(), pgmq_client::Outcome::NotSent);
+        assert_eq!(err.outcome(), pgmq_client::CommitOutcome::NotSent);
     }
 }
 

@@ -226,7 +226,7 @@ async fn bad_patterns_and_keys_are_database_errors() {
             "{pattern:?}: {err:?}"
         );
         assert!(err.sqlstate().is_some(), "{pattern:?}");
-        assert_eq!(err.outcome(), pgmq_client::Outcome::Rejected);
+        assert_eq!(err.outcome(), pgmq_client::CommitOutcome::Rejected);
     }
     for key in ["", "a.*", "a.#", "a..b"] {
         let err = client.send_topic(key, &json!(1)).await.unwrap_err();
