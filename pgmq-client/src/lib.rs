@@ -114,7 +114,6 @@ pub mod tls;
 mod topics;
 mod version;
 
-pub use ack::VisibleAt;
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::{pgpass_lookup, read_dsn_file, redact as redact_dsn, DsnFileError};
