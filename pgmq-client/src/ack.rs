@@ -1,38 +1,13 @@
 //! Acknowledging: `pgmq.delete`, `pgmq.archive` and `pgmq.set_vt`, single and batch.
 
-use chrono::{DateTime, Utc};
-
 use crate::error::{col0s, first_col, Error};
 use crate::executor::Executor;
-use crate::message::{raw_from_row, Message, RawJson};
+use crate::message::{raw_from_row, Delay, Message, RawJson};
 use crate::queue_name::QueueName;
 use crate::read::{check_batch, secs};
 use crate::statements::Stmt;
 use crate::Pgmq;
 use tokio_postgres::types::Type;
-
-/// A new visibility timeout: seconds from now, or a point in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum VisibleAt {
-    /// Visible again this long from now: rounded up to whole seconds (500 ms
-    /// is 1 s; zero means now), at most [`MAX_SECONDS`](crate::MAX_SECONDS).
-    After(std::time::Duration),
-    /// Visible again at this time (database clock).
-    At(DateTime<Utc>),
-}
-
-impl From<std::time::Duration> for VisibleAt {
-    fn from(d: std::time::Duration) -> Self {
-        VisibleAt::After(d)
-    }
-}
-
-impl From<DateTime<Utc>> for VisibleAt {
-    fn from(t: DateTime<Utc>) -> Self {
-        VisibleAt::At(t)
-    }
-}
 
 impl<E: Executor> Pgmq<E> {
     /// Deletes a message; false when there was no such message.
@@ -139,13 +114,24 @@ impl<E: Executor> Pgmq<E> {
         col0s(&rows)
     }
 
-    /// Sets a message's visibility timeout; returns the updated message, or
+    /// Sets a message's visibility timeout: visible again after a
+    /// `Duration`, or at a time ([`Delay`]); returns the updated message, or
     /// None when there was no such message.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use std::time::Duration;
+    /// // Hide message 42 for another minute.
+    /// client.set_vt(&q, 42, Duration::from_secs(60)).await?;
+    /// // Or until a given time.
+    /// client.set_vt(&q, 42, chrono::Utc::now() + chrono::Duration::hours(1)).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn set_vt(
         &self,
         queue: &QueueName,
         msg_id: i64,
-        vt: impl Into<VisibleAt>,
+        vt: impl Into<Delay>,
     ) -> Result<Option<Message<serde_json::Value>>, Error> {
         self.set_vt_raw(queue, msg_id, vt)
             .await?
@@ -159,9 +145,8 @@ impl<E: Executor> Pgmq<E> {
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
-    /// use pgmq_client::VisibleAt;
-    /// use std::time::Duration;
-    /// if let Some(m) = client.set_vt_raw(&q, 42, VisibleAt::After(Duration::ZERO)).await? {
+    /// use pgmq_client::Delay;
+    /// if let Some(m) = client.set_vt_raw(&q, 42, Delay::NONE).await? {
     ///     println!("{} bytes of JSON", m.body.get().len());
     /// }
     /// # Ok(()) }
@@ -171,26 +156,35 @@ impl<E: Executor> Pgmq<E> {
         &self,
         queue: &QueueName,
         msg_id: i64,
-        vt: impl Into<VisibleAt>,
+        vt: impl Into<Delay>,
     ) -> Result<Option<Message<RawJson>>, Error> {
         let q = queue.as_str();
         let rows = match vt.into() {
-            VisibleAt::After(d) => {
+            Delay::After(d) => {
                 let s = secs(d, "visibility timeout")?;
                 self.run(Stmt::SetVt, Some(q), &[&q, &msg_id, &s]).await?
             }
-            VisibleAt::At(t) => self.run(Stmt::SetVtAt, Some(q), &[&q, &msg_id, &t]).await?,
+            Delay::At(t) => self.run(Stmt::SetVtAt, Some(q), &[&q, &msg_id, &t]).await?,
         };
         rows.first().map(raw_from_row).transpose()
     }
 
-    /// Sets the visibility timeout of many messages; returns the ids updated.
+    /// Sets the visibility timeout of many messages ([`Delay`], as for
+    /// [`set_vt`](Self::set_vt)); returns the ids updated.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::Delay;
+    /// // Make them visible again at once.
+    /// let ids = client.set_vt_batch(&q, &[1, 2, 3], Delay::NONE).await?;
+    /// # Ok(()) }
+    /// ```
     #[tracing::instrument(name = "pgmq.set_vt_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
     pub async fn set_vt_batch(
         &self,
         queue: &QueueName,
         msg_ids: &[i64],
-        vt: impl Into<VisibleAt>,
+        vt: impl Into<Delay>,
     ) -> Result<Vec<i64>, Error> {
         if msg_ids.is_empty() {
             return Ok(Vec::new());
@@ -198,12 +192,12 @@ impl<E: Executor> Pgmq<E> {
         check_batch(msg_ids.len(), "batch of")?;
         let q = queue.as_str();
         let rows = match vt.into() {
-            VisibleAt::After(d) => {
+            Delay::After(d) => {
                 let s = secs(d, "visibility timeout")?;
                 self.run(Stmt::SetVtBatch, Some(q), &[&q, &msg_ids, &s])
                     .await?
             }
-            VisibleAt::At(t) => {
+            Delay::At(t) => {
                 self.run(Stmt::SetVtBatchAt, Some(q), &[&q, &msg_ids, &t])
                     .await?
             }

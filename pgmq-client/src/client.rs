@@ -128,7 +128,9 @@ impl Pool {
                 Call::Text(sql, params) => conn.query_text(sql, params).await,
             };
             match res {
-                Err(e) if !retried && e.outcome() == crate::Outcome::NotSent && e.is_lost() => {
+                Err(e)
+                    if !retried && e.outcome() == crate::CommitOutcome::NotSent && e.is_lost() =>
+                {
                     tracing::debug!("connection lost before the call was sent; once more");
                     retried = true;
                 }
@@ -165,7 +167,7 @@ impl Executor for Pool {
 /// costs no round trip, and spares a call a connection that cannot work. After
 /// `open` closed ones (the connections open at the start) the next is returned
 /// as is, and a call on it fails with [`Error::ConnectionLost`] and
-/// [`Outcome::NotSent`](crate::Outcome::NotSent).
+/// [`CommitOutcome::NotSent`](crate::CommitOutcome::NotSent).
 async fn checkout<'a, F, Fut>(
     open: u32,
     get: F,

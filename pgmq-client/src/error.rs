@@ -8,13 +8,23 @@ use tokio_postgres::error::SqlState;
 ///
 /// A producer that sees an error needs to know whether to send again. A call
 /// that failed before its request left the process (no connection could be had,
-/// the connection was already closed) certainly did nothing: [`Outcome::NotSent`].
+/// the connection was already closed) certainly did nothing: [`CommitOutcome::NotSent`].
 /// A call whose connection died after the request was written may have committed:
-/// [`Outcome::Unknown`]; an idempotent retry (or a check by id) is needed. A call
-/// the server answered with an error did nothing: [`Outcome::Rejected`].
+/// [`CommitOutcome::Unknown`]; an idempotent retry (or a check by id) is needed. A call
+/// the server answered with an error did nothing: [`CommitOutcome::Rejected`].
+///
+/// (Not to be confused with `pgmq_worker::Outcome`, what a worker's handler
+/// decides for a message.)
+///
+/// ```
+/// use pgmq_client::{CommitOutcome, Error};
+///
+/// // A pool timeout happens before any request leaves: safe to send again.
+/// assert_eq!(Error::PoolTimeout.outcome(), CommitOutcome::NotSent);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Outcome {
+pub enum CommitOutcome {
     /// The request never reached the server.
     NotSent,
     /// The server refused the request; nothing was committed.
@@ -113,7 +123,7 @@ pub enum Error {
     #[error("database connection lost ({outcome}): {}", pg_text(.source))]
     ConnectionLost {
         /// Whether the call may have taken effect.
-        outcome: Outcome,
+        outcome: CommitOutcome,
         /// The underlying error.
         #[source]
         source: tokio_postgres::Error,
@@ -134,7 +144,7 @@ pub enum Error {
     /// A row the server returned did not have the shape this crate expects
     /// (a column of another type, an unexpected NULL, a missing column).
     ///
-    /// The statement ran: its effect, if any, stands ([`Outcome::Unknown`]).
+    /// The statement ran: its effect, if any, stands ([`CommitOutcome::Unknown`]).
     /// Never transient: the same call would get the same row again. It
     /// points at a server whose PGMQ differs from the one this crate was
     /// written for, or at a caller's own SQL (through `?` on a
@@ -213,17 +223,17 @@ impl Error {
     /// Whether the failed call may have been applied on the server.
     ///
     /// Errors raised before any SQL ran (invalid input, pool timeout, failed
-    /// connect) are [`Outcome::NotSent`]; a server error is
-    /// [`Outcome::Rejected`]; a connection lost mid-call is [`Outcome::Unknown`].
-    pub fn outcome(&self) -> Outcome {
+    /// connect) are [`CommitOutcome::NotSent`]; a server error is
+    /// [`CommitOutcome::Rejected`]; a connection lost mid-call is [`CommitOutcome::Unknown`].
+    pub fn outcome(&self) -> CommitOutcome {
         match self {
             Error::ConnectionLost { outcome, .. } => *outcome,
             Error::Database { .. }
             | Error::QueueNotFound { .. }
             | Error::PgmqMissing { .. }
-            | Error::PgmqTooOld { .. } => Outcome::Rejected,
-            Error::Deserialize { .. } | Error::UnexpectedRow { .. } => Outcome::Unknown,
-            _ => Outcome::NotSent,
+            | Error::PgmqTooOld { .. } => CommitOutcome::Rejected,
+            Error::Deserialize { .. } | Error::UnexpectedRow { .. } => CommitOutcome::Unknown,
+            _ => CommitOutcome::NotSent,
         }
     }
 
@@ -264,7 +274,7 @@ impl Error {
     /// ([`Connection::mark_broken`](crate::Connection::mark_broken)).
     pub fn timed_out() -> Error {
         Error::ConnectionLost {
-            outcome: Outcome::Unknown,
+            outcome: CommitOutcome::Unknown,
             source: tokio_postgres::Error::__private_api_timeout(),
         }
     }
@@ -280,7 +290,7 @@ impl Error {
             // The server is going away: the statement may not have committed.
             if db.code().code().starts_with("57P") {
                 return Error::ConnectionLost {
-                    outcome: Outcome::Unknown,
+                    outcome: CommitOutcome::Unknown,
                     source: e,
                 };
             }
@@ -288,7 +298,7 @@ impl Error {
         }
         if e.is_closed() || is_io(&e) {
             return Error::ConnectionLost {
-                outcome: Outcome::Unknown,
+                outcome: CommitOutcome::Unknown,
                 source: e,
             };
         }
@@ -303,7 +313,7 @@ impl Error {
     pub(crate) fn not_sent(self) -> Error {
         match self {
             Error::ConnectionLost { source, .. } => Error::ConnectionLost {
-                outcome: Outcome::NotSent,
+                outcome: CommitOutcome::NotSent,
                 source,
             },
             other => other,
@@ -556,12 +566,12 @@ pub(crate) fn shorten(s: &str) -> String {
     out
 }
 
-impl fmt::Display for Outcome {
+impl fmt::Display for CommitOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Outcome::NotSent => "not sent",
-            Outcome::Rejected => "rejected",
-            Outcome::Unknown => "outcome unknown",
+            CommitOutcome::NotSent => "not sent",
+            CommitOutcome::Rejected => "rejected",
+            CommitOutcome::Unknown => "outcome unknown",
         })
     }
 }
@@ -572,13 +582,13 @@ mod tests {
 
     #[test]
     fn outcomes_of_local_errors() {
-        assert_eq!(Error::PoolTimeout.outcome(), Outcome::NotSent);
+        assert_eq!(Error::PoolTimeout.outcome(), CommitOutcome::NotSent);
         assert!(Error::PoolTimeout.is_transient());
         let e = Error::InvalidArgument("x".into());
-        assert_eq!(e.outcome(), Outcome::NotSent);
+        assert_eq!(e.outcome(), CommitOutcome::NotSent);
         assert!(!e.is_transient());
         let e = Error::QueueNotFound { queue: "q".into() };
-        assert_eq!(e.outcome(), Outcome::Rejected);
+        assert_eq!(e.outcome(), CommitOutcome::Rejected);
         assert!(e.to_string().contains("pgmq.create"));
     }
 

@@ -55,7 +55,7 @@
 //!   ended by the server) and discards a connection once a call on it lost it.
 //!   A pool call that failed before its request was sent is repeated once on
 //!   another connection; a call that hits a connection lost mid-flight returns
-//!   [`Error::ConnectionLost`] with [`Outcome::Unknown`], which
+//!   [`Error::ConnectionLost`] with [`CommitOutcome::Unknown`], which
 //!   [`Error::is_transient`] reports as retryable.
 //! - **TLS as libpq.** The DSN's `sslmode` and `sslrootcert` decide, as in
 //!   libpq's table: `disable`; `allow`, `prefer` (the default) and `require`
@@ -115,11 +115,10 @@ pub mod tls;
 mod topics;
 mod version;
 
-pub use ack::VisibleAt;
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::{pgpass_lookup, read_dsn_file, redact as redact_dsn, DsnFileError};
-pub use error::{Error, Outcome, Result};
+pub use error::{CommitOutcome, Error, Result};
 pub use executor::{Executor, Params, TypedParams};
 pub use fenced::{Receipt, Requeue, MAX_DELAY};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};

@@ -332,31 +332,50 @@ impl<'a> FromSql<'a> for RawJson {
     }
 }
 
-/// When a sent message becomes visible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// When a message becomes visible: this long from now, or at a point in
+/// time. The one delay type of this crate: a send's delay
+/// ([`SendOptions::delay`]) and a new visibility timeout
+/// ([`set_vt`](crate::Pgmq::set_vt), [`set_vt_batch`](crate::Pgmq::set_vt_batch)).
+///
+/// A `Duration` is rounded up to whole seconds, as PGMQ takes them (500 ms
+/// is 1 s; zero is at once), and may be at most
+/// [`MAX_SECONDS`](crate::MAX_SECONDS): longer is refused with
+/// [`Error::InvalidArgument`] before any SQL runs. `Duration` and
+/// `DateTime<Utc>` convert into it, so calls take either.
+///
+/// ```
+/// use pgmq_client::Delay;
+/// use std::time::Duration;
+///
+/// assert_eq!(Delay::default(), Delay::NONE);
+/// assert_eq!(Delay::from(Duration::from_secs(30)), Delay::After(Duration::from_secs(30)));
+/// let at = chrono::Utc::now() + chrono::Duration::minutes(5);
+/// assert_eq!(Delay::from(at), Delay::At(at));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Delay {
-    /// At once (the default).
-    #[default]
-    None,
-    /// After this many seconds.
-    Seconds(u32),
+    /// This long from now (rounded up to whole seconds; zero: at once).
+    After(std::time::Duration),
     /// At this time (database clock).
     At(DateTime<Utc>),
 }
 
-/// Whole seconds, rounded up (a 500 ms delay waits 1 s rather than none),
-/// saturating at `u32::MAX`; sends refuse more than
-/// [`MAX_SECONDS`](crate::MAX_SECONDS).
+impl Delay {
+    /// At once: no delay.
+    pub const NONE: Delay = Delay::After(std::time::Duration::ZERO);
+}
+
+/// [`Delay::NONE`].
+impl Default for Delay {
+    fn default() -> Self {
+        Delay::NONE
+    }
+}
+
 impl From<std::time::Duration> for Delay {
     fn from(d: std::time::Duration) -> Self {
-        let up = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
-        let secs = up.min(u64::from(u32::MAX)) as u32;
-        if secs == 0 {
-            Delay::None
-        } else {
-            Delay::Seconds(secs)
-        }
+        Delay::After(d)
     }
 }
 
@@ -366,24 +385,40 @@ impl From<DateTime<Utc>> for Delay {
     }
 }
 
-/// Options of a send: delay and headers. The default sends at once, no headers.
+/// Options of a send, single or batch, to a queue or a topic: a delay and
+/// headers. The default sends at once, without headers.
+///
+/// Headers are given once for every message of the call
+/// ([`headers`](Self::headers)), or, for a batch, one object per message
+/// ([`headers_each`](Self::headers_each)); setting both, or `headers_each`
+/// on a single send, is refused with [`Error::InvalidArgument`] before any
+/// SQL runs.
 ///
 /// ```
 /// use pgmq_client::SendOptions;
 /// use std::time::Duration;
 ///
+/// // One message, or every message of a batch: the same headers.
 /// let opts = SendOptions::new()
 ///     .delay(Duration::from_secs(30))
 ///     .headers(serde_json::json!({"trace_id": "abc"}));
+/// # let _ = opts;
+/// // A batch of two, each with its own headers.
+/// let opts = SendOptions::new().headers_each(vec![
+///     serde_json::json!({"x-pgmq-group": "a"}),
+///     serde_json::json!({"x-pgmq-group": "b"}),
+/// ]);
 /// # let _ = opts;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct SendOptions {
-    /// When the message becomes visible.
+    /// When the messages become visible.
     pub delay: Delay,
-    /// Headers, a JSON object stored beside the body.
+    /// Headers (a JSON object stored beside the body) of every message sent.
     pub headers: Option<serde_json::Value>,
+    /// A batch's headers, one per message in the order of the bodies.
+    pub headers_each: Option<Vec<serde_json::Value>>,
 }
 
 impl SendOptions {
@@ -398,9 +433,15 @@ impl SendOptions {
         self
     }
 
-    /// Sets the headers.
+    /// Sets the headers of every message sent.
     pub fn headers(mut self, headers: serde_json::Value) -> Self {
         self.headers = Some(headers);
+        self
+    }
+
+    /// Sets a batch's headers, one per message (as many as the bodies).
+    pub fn headers_each(mut self, headers: Vec<serde_json::Value>) -> Self {
+        self.headers_each = Some(headers);
         self
     }
 }
@@ -425,14 +466,10 @@ mod tests {
 
     #[test]
     fn delay_from_duration() {
-        assert_eq!(Delay::from(std::time::Duration::ZERO), Delay::None);
+        assert_eq!(Delay::from(std::time::Duration::ZERO), Delay::NONE);
         assert_eq!(
             Delay::from(std::time::Duration::from_millis(2500)),
-            Delay::Seconds(3)
-        );
-        assert_eq!(
-            Delay::from(std::time::Duration::from_millis(1)),
-            Delay::Seconds(1)
+            Delay::After(std::time::Duration::from_millis(2500))
         );
     }
 

@@ -11,7 +11,8 @@ use crate::error::{col, first_col, Error};
 use crate::executor::Executor;
 use crate::message::{Delay, SendOptions};
 use crate::queue_name::QueueName;
-use crate::send::to_json;
+use crate::read::secs;
+use crate::send::{batch_headers, one_headers, to_json};
 use crate::statements::Stmt;
 use crate::Pgmq;
 
@@ -39,16 +40,6 @@ pub struct RouteMatch {
     pub queue_name: String,
     /// The compiled regular expression.
     pub compiled_regex: String,
-}
-
-fn delay_int(delay: Delay) -> Result<Option<i32>, Error> {
-    match delay {
-        Delay::None => Ok(Some(0)),
-        Delay::Seconds(s) => i32::try_from(s)
-            .map(Some)
-            .map_err(|_| Error::InvalidArgument(format!("delay of {s} s is too long"))),
-        Delay::At(_) => Ok(None),
-    }
 }
 
 impl<E: Executor> Pgmq<E> {
@@ -91,8 +82,21 @@ impl<E: Executor> Pgmq<E> {
             .await
     }
 
-    /// [`send_topic`](Self::send_topic) with headers and a delay in seconds
-    /// (PGMQ's `send_topic` takes no timestamp delay: `Delay::At` is refused).
+    /// [`send_topic`](Self::send_topic) with headers and a delay. PGMQ's
+    /// `send_topic` takes no timestamp: a [`Delay::At`] is refused with
+    /// [`Error::InvalidArgument`] (a batch takes one:
+    /// [`send_batch_topic_with`](Self::send_batch_topic_with)).
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::SendOptions;
+    /// use std::time::Duration;
+    /// let opts = SendOptions::new()
+    ///     .delay(Duration::from_secs(10))
+    ///     .headers(serde_json::json!({"tenant": "acme"}));
+    /// let queues = client.send_topic_with("orders.eu.created", &serde_json::json!({"id": 1}), &opts).await?;
+    /// # Ok(()) }
+    /// ```
     #[tracing::instrument(name = "pgmq.send_topic", skip_all)]
     pub async fn send_topic_with<T: Serialize + ?Sized + Sync>(
         &self,
@@ -101,10 +105,15 @@ impl<E: Executor> Pgmq<E> {
         opts: &SendOptions,
     ) -> Result<i32, Error> {
         let body = to_json(body)?;
-        let headers = opts.headers.as_ref().map(to_json).transpose()?;
-        let delay = delay_int(opts.delay)?.ok_or_else(|| {
-            Error::InvalidArgument("send_topic takes a delay in seconds, not a timestamp".into())
-        })?;
+        let headers = one_headers(opts)?;
+        let delay = match opts.delay {
+            Delay::After(d) => secs(d, "delay")?,
+            Delay::At(_) => {
+                return Err(Error::InvalidArgument(
+                    "send_topic takes a delay in seconds, not a timestamp".into(),
+                ))
+            }
+        };
         let rows = self
             .run(
                 Stmt::SendTopic,
@@ -117,33 +126,51 @@ impl<E: Executor> Pgmq<E> {
 
     /// Sends a batch to every queue bound to a matching pattern; returns
     /// `(queue_name, msg_id)` for each message stored.
-    #[tracing::instrument(name = "pgmq.send_batch_topic", skip_all, fields(batch = bodies.len()))]
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let stored = client.send_batch_topic("logs.app", &["started", "ready"]).await?;
+    /// for (queue, id) in stored {
+    ///     println!("{queue}: {id}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn send_batch_topic<T: Serialize + Sync>(
         &self,
         routing_key: &str,
         bodies: &[T],
-        headers: Option<&[serde_json::Value]>,
-        delay: Delay,
+    ) -> Result<Vec<(String, i64)>, Error> {
+        self.send_batch_topic_with(routing_key, bodies, &SendOptions::default())
+            .await
+    }
+
+    /// [`send_batch_topic`](Self::send_batch_topic) with a delay (seconds
+    /// or a timestamp) and headers (the same for each message, or one per
+    /// message with [`SendOptions::headers_each`]).
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::SendOptions;
+    /// let at = chrono::Utc::now() + chrono::Duration::minutes(1);
+    /// let opts = SendOptions::new().delay(at).headers(serde_json::json!({"source": "api"}));
+    /// client.send_batch_topic_with("logs.app", &["a", "b"], &opts).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.send_batch_topic", skip_all, fields(batch = bodies.len()))]
+    pub async fn send_batch_topic_with<T: Serialize + Sync>(
+        &self,
+        routing_key: &str,
+        bodies: &[T],
+        opts: &SendOptions,
     ) -> Result<Vec<(String, i64)>, Error> {
         if bodies.is_empty() {
             return Ok(Vec::new());
         }
         crate::read::check_batch(bodies.len(), "batch of")?;
-        if let Some(h) = headers {
-            if h.len() != bodies.len() {
-                return Err(Error::InvalidArgument(format!(
-                    "{} headers for {} messages",
-                    h.len(),
-                    bodies.len()
-                )));
-            }
-        }
+        let headers = batch_headers(opts, bodies.len())?;
         let bodies = bodies.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-        let headers = headers
-            .map(|h| h.iter().map(to_json).collect::<Result<Vec<_>, _>>())
-            .transpose()?;
-        let rows = match (delay, delay_int(delay)?) {
-            (Delay::At(at), _) => {
+        let rows = match opts.delay {
+            Delay::At(at) => {
                 self.run(
                     Stmt::SendBatchTopicAt,
                     None,
@@ -151,8 +178,8 @@ impl<E: Executor> Pgmq<E> {
                 )
                 .await?
             }
-            (_, secs) => {
-                let secs = secs.unwrap_or(0);
+            Delay::After(d) => {
+                let secs = secs(d, "delay")?;
                 self.run(
                     Stmt::SendBatchTopic,
                     None,

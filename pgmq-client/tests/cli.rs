@@ -6,7 +6,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Delay, Message, RawJson, SendOptions};
+use pgmq_client::{Message, RawJson, SendOptions};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
@@ -450,7 +450,11 @@ async fn redrive_moves_dead_letters_back_in_transactions() {
         json!({"note": "no source queue"}),
     ];
     let dead_ids = client
-        .send_batch_with(&dlq, &bodies, Some(&headers), Delay::None)
+        .send_batch_with(
+            &dlq,
+            &bodies,
+            &pgmq_client::SendOptions::new().headers_each(headers.to_vec()),
+        )
         .await
         .unwrap();
 
@@ -524,12 +528,14 @@ async fn redrive_moves_dead_letters_back_in_transactions() {
         .send_batch_with(
             &dlq,
             &[json!(1), json!(2), json!(3)],
-            Some(&[
-                dead_letter_headers(src.as_str(), 1, Value::Null),
-                dead_letter_headers(src.as_str(), 2, Value::Null),
-                dead_letter_headers(src.as_str(), 3, Value::Null),
-            ]),
-            Delay::None,
+            &pgmq_client::SendOptions::new().headers_each(
+                [
+                    dead_letter_headers(src.as_str(), 1, Value::Null),
+                    dead_letter_headers(src.as_str(), 2, Value::Null),
+                    dead_letter_headers(src.as_str(), 3, Value::Null),
+                ]
+                .to_vec(),
+            ),
         )
         .await
         .unwrap();

@@ -6,7 +6,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Client, ClientBuilder, Error, InstallMode, Message, Outcome, Pgmq, Version};
+use pgmq_client::{
+    Client, ClientBuilder, CommitOutcome, Error, InstallMode, Message, Pgmq, Version,
+};
 use serde_json::{json, Value};
 
 use common::Queues;
@@ -35,7 +37,7 @@ async fn unreachable_server_is_a_fast_connect_error() {
         start.elapsed()
     );
     assert!(err.is_transient(), "the server may come back");
-    assert_eq!(err.outcome(), Outcome::NotSent);
+    assert_eq!(err.outcome(), CommitOutcome::NotSent);
 }
 
 #[tokio::test]
@@ -246,7 +248,7 @@ async fn pool_timeout_when_every_connection_is_busy() {
     let err = client.send(&q, &1).await.unwrap_err();
     assert!(matches!(err, Error::PoolTimeout), "{err:?}");
     assert!(start.elapsed() < Duration::from_secs(2));
-    assert_eq!(err.outcome(), Outcome::NotSent);
+    assert_eq!(err.outcome(), CommitOutcome::NotSent);
     assert!(err.is_transient());
     drop(held);
     assert!(client.queue_exists(&q).await.is_ok());
@@ -293,7 +295,7 @@ async fn a_terminated_connection_fails_the_call_and_the_pool_recovers() {
         .await
         .unwrap_err();
     match &err {
-        Error::ConnectionLost { outcome, .. } => assert_eq!(*outcome, Outcome::NotSent),
+        Error::ConnectionLost { outcome, .. } => assert_eq!(*outcome, CommitOutcome::NotSent),
         other => panic!("expected ConnectionLost, got {other:?}"),
     }
     assert!(err.is_transient());
@@ -378,10 +380,10 @@ async fn connection_lost_mid_call_has_an_unknown_outcome() {
     let err = call.await.unwrap().unwrap_err();
     assert!(start.elapsed() < Duration::from_secs(3));
     match &err {
-        Error::ConnectionLost { outcome, .. } => assert_eq!(*outcome, Outcome::Unknown),
+        Error::ConnectionLost { outcome, .. } => assert_eq!(*outcome, CommitOutcome::Unknown),
         other => panic!("expected ConnectionLost, got {other:?}"),
     }
-    assert_eq!(err.outcome(), Outcome::Unknown);
+    assert_eq!(err.outcome(), CommitOutcome::Unknown);
     assert!(err.is_transient());
     client.send(&q, &1).await.unwrap();
 }

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use pgmq_client::{Error, VisibleAt};
+use pgmq_client::{Delay, Error};
 
 fn nested(depth: usize) -> String {
     format!("{}{}", "[".repeat(depth), "]".repeat(depth))
@@ -51,13 +51,13 @@ async fn deep_bodies_and_headers_do_not_fail_their_batch() {
 
     // set_vt_raw gives the deep body back intact; set_vt fails on it, typed.
     let raw = client
-        .set_vt_raw(&q, batch[1].msg_id, VisibleAt::After(Duration::ZERO))
+        .set_vt_raw(&q, batch[1].msg_id, Delay::NONE)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(raw.body.get().len(), deep.len());
     let err = client
-        .set_vt(&q, batch[1].msg_id, VisibleAt::After(Duration::ZERO))
+        .set_vt(&q, batch[1].msg_id, Delay::NONE)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Deserialize { .. }), "{err:?}");

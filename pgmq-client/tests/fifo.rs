@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Client, Delay, GroupStrategy, Message, QueueName, FIFO_GROUP_HEADER};
+use pgmq_client::{Client, GroupStrategy, Message, QueueName, FIFO_GROUP_HEADER};
 use serde_json::{json, Value};
 
 use common::Queues;
@@ -34,7 +34,11 @@ async fn send_grouped(client: &Client, q: &QueueName, msgs: &[(&str, i32)]) -> V
         .map(|(g, _)| json!({ FIFO_GROUP_HEADER: group(g) }))
         .collect();
     client
-        .send_batch_with(q, &bodies, Some(&headers), Delay::None)
+        .send_batch_with(
+            q,
+            &bodies,
+            &pgmq_client::SendOptions::new().headers_each(headers.to_vec()),
+        )
         .await
         .unwrap()
 }

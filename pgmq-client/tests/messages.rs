@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use pgmq_client::{Client, Delay, Error, Message, QueueName, RawJson, SendOptions, VisibleAt};
+use pgmq_client::{Client, Delay, Error, Message, QueueName, RawJson, SendOptions};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -143,7 +143,11 @@ async fn delay_in_seconds() {
     let opts = SendOptions::new().delay(Duration::from_secs(2));
     let id = client.send_with(&q, &json!({"d": 1}), &opts).await.unwrap();
     let ids = client
-        .send_batch_with(&q, &[json!(1), json!(2)], None, Delay::Seconds(2))
+        .send_batch_with(
+            &q,
+            &[json!(1), json!(2)],
+            &pgmq_client::SendOptions::new().delay(std::time::Duration::from_secs(2)),
+        )
         .await
         .unwrap();
     let early: Vec<Message> = common::ok(client.read(&q, VT, 10).await.unwrap());
@@ -167,7 +171,7 @@ async fn delay_until_a_timestamp() {
         .await
         .unwrap();
     let ids = client
-        .send_batch_with(&q, &[json!(1)], None, Delay::At(at))
+        .send_batch_with(&q, &[json!(1)], &pgmq_client::SendOptions::new().delay(at))
         .await
         .unwrap();
     let early: Vec<Message> = common::ok(client.read(&q, VT, 10).await.unwrap());
@@ -196,8 +200,7 @@ async fn headers_round_trip() {
         .send_batch_with(
             &q,
             &[json!({"b": 3}), json!({"b": 4})],
-            Some(&hs),
-            Delay::None,
+            &pgmq_client::SendOptions::new().headers_each(hs.to_vec()),
         )
         .await
         .unwrap();
@@ -217,7 +220,11 @@ async fn headers_round_trip() {
     assert_eq!(got[&batch[1]].headers, Some(hs[1].clone()));
     // Wrong number of headers: refused before any SQL.
     let err = client
-        .send_batch_with(&q, &[1, 2], Some(&hs[..1]), Delay::None)
+        .send_batch_with(
+            &q,
+            &[1, 2],
+            &pgmq_client::SendOptions::new().headers_each(hs[..1].to_vec()),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
@@ -508,7 +515,7 @@ async fn set_vt_single_and_batch() {
     // To a timestamp: the returned vt is that time.
     let at = (Utc::now() + chrono::Duration::seconds(90)).with_nanosecond_micros();
     let m = client
-        .set_vt(&q, ids[1], VisibleAt::At(at))
+        .set_vt(&q, ids[1], Delay::At(at))
         .await
         .unwrap()
         .unwrap();
@@ -621,7 +628,7 @@ async fn a_payload_that_does_not_serialize_sends_nothing() {
     bad.insert((1, 2), 3);
     let err = client.send(&q, &bad).await.unwrap_err();
     assert!(matches!(err, Error::Serialize(_)), "{err:?}");
-    assert_eq!(err.outcome(), pgmq_client::Outcome::NotSent);
+    assert_eq!(err.outcome(), pgmq_client::CommitOutcome::NotSent);
     let err = client
         .send_batch(&q, &[HashMap::new(), bad.clone()])
         .await
@@ -629,10 +636,7 @@ async fn a_payload_that_does_not_serialize_sends_nothing() {
     assert!(matches!(err, Error::Serialize(_)), "{err:?}");
     let err = client.send_topic("a.b", &bad).await.unwrap_err();
     assert!(matches!(err, Error::Serialize(_)), "{err:?}");
-    let err = client
-        .send_batch_topic("a.b", &[bad], None, Delay::None)
-        .await
-        .unwrap_err();
+    let err = client.send_batch_topic("a.b", &[bad]).await.unwrap_err();
     assert!(matches!(err, Error::Serialize(_)), "{err:?}");
     let m = client.metrics(&q).await.unwrap();
     assert_eq!((m.queue_length, m.total_messages), (0, 0));
@@ -654,7 +658,11 @@ async fn out_of_range_arguments_are_refused_before_sql() {
         client.set_vt(&q, 1, huge).await.unwrap_err(),
         client.pop::<Value>(&q, usize::MAX).await.unwrap_err(),
         client
-            .send_with(&q, &1, &SendOptions::new().delay(Delay::Seconds(u32::MAX)))
+            .send_with(
+                &q,
+                &1,
+                &SendOptions::new().delay(Duration::from_secs(u64::from(u32::MAX))),
+            )
             .await
             .unwrap_err(),
         client
@@ -666,7 +674,7 @@ async fn out_of_range_arguments_are_refused_before_sql() {
     for err in checks {
         // InvalidArgument, not QueueNotFound: the queue was never asked for.
         assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
-        assert_eq!(err.outcome(), pgmq_client::Outcome::NotSent);
+        assert_eq!(err.outcome(), pgmq_client::CommitOutcome::NotSent);
     }
 }
 

@@ -326,7 +326,11 @@ async fn calls_on_a_missing_queue_are_queue_not_found() {
             Error::QueueNotFound { queue } => assert_eq!(queue, q.as_str(), "{call}"),
             other => panic!("{call}: expected QueueNotFound, got {other:?}"),
         }
-        assert_eq!(err.outcome(), pgmq_client::Outcome::Rejected, "{call}");
+        assert_eq!(
+            err.outcome(),
+            pgmq_client::CommitOutcome::Rejected,
+            "{call}"
+        );
         assert!(!err.is_transient(), "{call}");
         assert!(err.to_string().contains(q.as_str()), "{call}: {err}");
     }
@@ -359,7 +363,7 @@ async fn invalid_names_are_refused_before_any_sql() {
             matches!(err, Error::InvalidQueueName { .. }),
             "{name:?}: {err:?}"
         );
-        assert_eq!(err.outcome(), pgmq_client::Outcome::NotSent);
+        assert_eq!(err.outcome(), pgmq_client::CommitOutcome::NotSent);
         assert!(name.parse::<QueueName>().is_err());
         assert!(serde_json::from_value::<QueueName>(json!(name)).is_err());
     }

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use pgmq_client::{Client, Error, Message, QueueName, RawJson, ReadFrom, SendOptions, VisibleAt};
+use pgmq_client::{Client, Delay, Error, Message, QueueName, RawJson, ReadFrom, SendOptions};
 use serde_json::{json, Value};
 
 use common::Queues;
@@ -133,10 +133,7 @@ async fn a_read_from_the_start_returns_what_pgmq_read_returns() {
         .unwrap()
         .is_empty());
     for m in &by_table {
-        client
-            .set_vt(&b, m.msg_id, VisibleAt::After(Duration::ZERO))
-            .await
-            .unwrap();
+        client.set_vt(&b, m.msg_id, Delay::NONE).await.unwrap();
     }
     let again = sorted(
         client
@@ -210,10 +207,7 @@ async fn a_retry_below_the_bound_is_found_by_a_read_from_the_start() {
     assert_eq!(head.iter().map(|m| m.msg_id).collect::<Vec<_>>(), ids[..7]);
 
     // The message with the lowest id comes back (a retry with no delay).
-    client
-        .set_vt(&q, ids[0], VisibleAt::After(Duration::ZERO))
-        .await
-        .unwrap();
+    client.set_vt(&q, ids[0], Delay::NONE).await.unwrap();
     let bound = ReadFrom::After(ids[9]);
     assert!(client
         .read_from_raw(&q, VT, 10, bound)

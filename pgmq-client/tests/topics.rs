@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::Utc;
-use pgmq_client::{Delay, Error, Message, SendOptions};
+use pgmq_client::{Error, Message, SendOptions};
 use serde_json::{json, Value};
 
 use common::Queues;
@@ -125,11 +125,11 @@ async fn routing_fans_out_to_matching_queues() {
 
     // send_batch_topic: one (queue, id) per stored message.
     let sent = client
-        .send_batch_topic(
+        .send_batch_topic_with(
             &format!("{k}.eu.created"),
             &[json!({"b": 1}), json!({"b": 2})],
-            Some(&[json!({"i": 1}), json!({"i": 2})]),
-            Delay::None,
+            &pgmq_client::SendOptions::new()
+                .headers_each([json!({"i": 1}), json!({"i": 2})].to_vec()),
         )
         .await
         .unwrap();
@@ -152,18 +152,26 @@ async fn routing_fans_out_to_matching_queues() {
     assert_eq!(client.read::<Value>(&all, VT, 10).await.unwrap().len(), 2);
     let later = Utc::now() + chrono::Duration::hours(1);
     let sent = client
-        .send_batch_topic(&format!("{k}.x"), &[json!(1)], None, Delay::At(later))
+        .send_batch_topic_with(
+            &format!("{k}.x"),
+            &[json!(1)],
+            &pgmq_client::SendOptions::new().delay(later),
+        )
         .await
         .unwrap();
     assert_eq!(sent.len(), 1);
     let sent = client
-        .send_batch_topic(&format!("{k}.x"), &[json!(1)], None, Delay::Seconds(60))
+        .send_batch_topic_with(
+            &format!("{k}.x"),
+            &[json!(1)],
+            &pgmq_client::SendOptions::new().delay(std::time::Duration::from_secs(60)),
+        )
         .await
         .unwrap();
     assert_eq!(sent, vec![(all.as_str().to_owned(), sent[0].1)]);
     assert!(client.read::<Value>(&all, VT, 10).await.unwrap().is_empty());
     assert!(client
-        .send_batch_topic::<Value>(&format!("{k}.x"), &[], None, Delay::None)
+        .send_batch_topic::<Value>(&format!("{k}.x"), &[])
         .await
         .unwrap()
         .is_empty());
@@ -226,7 +234,7 @@ async fn bad_patterns_and_keys_are_database_errors() {
             "{pattern:?}: {err:?}"
         );
         assert!(err.sqlstate().is_some(), "{pattern:?}");
-        assert_eq!(err.outcome(), pgmq_client::Outcome::Rejected);
+        assert_eq!(err.outcome(), pgmq_client::CommitOutcome::Rejected);
     }
     for key in ["", "a.*", "a.#", "a..b"] {
         let err = client.send_topic(key, &json!(1)).await.unwrap_err();

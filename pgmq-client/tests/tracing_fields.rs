@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pgmq_client::{Client, Delay, GroupStrategy, Message, SendOptions};
+use pgmq_client::{Client, GroupStrategy, Message, SendOptions};
 use serde_json::json;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Record};
@@ -79,8 +79,8 @@ async fn spans_name_calls_and_queues_but_never_payloads_or_passwords() {
         .send_batch_with(
             &q,
             &[body.clone(), body.clone()],
-            Some(&[json!({"h": secret}), json!({"h": secret})]),
-            Delay::None,
+            &pgmq_client::SendOptions::new()
+                .headers_each([json!({"h": secret}), json!({"h": secret})].to_vec()),
         )
         .await
         .unwrap();
@@ -105,12 +105,7 @@ async fn spans_name_calls_and_queues_but_never_payloads_or_passwords() {
     client.bind_topic(&format!("{k}.*"), &q).await.unwrap();
     client.send_topic(&format!("{k}.x"), &body).await.unwrap();
     client
-        .send_batch_topic(
-            &format!("{k}.x"),
-            std::slice::from_ref(&body),
-            None,
-            Delay::None,
-        )
+        .send_batch_topic(&format!("{k}.x"), std::slice::from_ref(&body))
         .await
         .unwrap();
     let _: Vec<Message> = common::ok(client.pop(&q, 10).await.unwrap());

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use pgmq_client::{
     Client, Delay, Executor, GroupStrategy, Message, Pgmq, QueueName, RawJson, SendOptions,
-    VisibleAt, FIFO_GROUP_HEADER,
+    FIFO_GROUP_HEADER,
 };
 use serde_json::{json, Value};
 
@@ -68,7 +68,11 @@ async fn fixture(client: &Client, qs: &Queues) -> Fixture {
         .map(|g| json!({ FIFO_GROUP_HEADER: g }))
         .collect();
     client
-        .send_batch_with(&fifo, &[1, 2, 3], Some(&headers), Delay::None)
+        .send_batch_with(
+            &fifo,
+            &[1, 2, 3],
+            &pgmq_client::SendOptions::new().headers_each(headers.to_vec()),
+        )
         .await
         .unwrap();
     Fixture {
@@ -228,8 +232,9 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
         .send_batch_with(
             &fx.main,
             &[json!({"n": 105}), json!({"n": 106})],
-            Some(&hs),
-            Delay::At(later),
+            &pgmq_client::SendOptions::new()
+                .headers_each(hs.to_vec())
+                .delay(later),
         )
         .await
         .unwrap();
@@ -274,7 +279,7 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
         .expect("m1 exists");
     assert_eq!(moved.body["n"], 1);
     assert_eq!(
-        pg.set_vt_batch(&fx.main, &[m[2]], VisibleAt::At(later))
+        pg.set_vt_batch(&fx.main, &[m[2]], Delay::At(later))
             .await
             .unwrap(),
         [m[2]]
@@ -313,12 +318,7 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
         1
     );
     let sent = pg
-        .send_batch_topic(
-            &format!("{key}.a"),
-            &[json!({"t": 2}), json!({"t": 3})],
-            None,
-            Delay::None,
-        )
+        .send_batch_topic(&format!("{key}.a"), &[json!({"t": 2}), json!({"t": 3})])
         .await
         .unwrap();
     assert_eq!(sent.len(), 2);

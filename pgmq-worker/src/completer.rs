@@ -435,7 +435,7 @@ where
             }
             Err(e) => {
                 shared.health.ack_failed();
-                ambiguous |= e.outcome() == pgmq_client::Outcome::Unknown;
+                ambiguous |= e.outcome() == pgmq_client::CommitOutcome::Unknown;
                 let delay = backoff.next_delay();
                 let deadline = shared.ack_deadline().map_or(give_up, |d| d.min(give_up));
                 if !e.is_transient() || Instant::now() + delay >= deadline {

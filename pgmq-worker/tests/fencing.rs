@@ -19,7 +19,7 @@ mod common;
 use std::time::Duration;
 
 use common::{client, queue_len, unique, wait_for, Queues};
-use pgmq_client::{Client, Message, QueueName, Requeue, VisibleAt};
+use pgmq_client::{Client, Delay, Message, QueueName, Requeue};
 use pgmq_worker::{Context, Outcome, Worker};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -207,10 +207,7 @@ async fn unfenced_writes_change_the_later_claim() {
     // 58 s early.
     assert!(client.delete(&q, ids[0]).await.unwrap());
     assert_eq!(claim_of(&client, &q, ids[0]).await, None);
-    client
-        .set_vt(&q, ids[1], VisibleAt::After(Duration::ZERO))
-        .await
-        .unwrap();
+    client.set_vt(&q, ids[1], Delay::NONE).await.unwrap();
     assert!(claim_of(&client, &q, ids[1]).await.unwrap().vt < b[1].vt);
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{archive_len, client, queue_len, unique, wait_for, Queues};
-use pgmq_client::{Delay, Message, QueueName};
+use pgmq_client::{Message, QueueName};
 use pgmq_worker::{Backoff, Outcome, Worker};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -591,7 +591,11 @@ async fn delayed_messages_are_found_by_polling() {
     let q = unique("delay");
     let _g = Queues::new(&client, &[&q]).await;
     client
-        .send_batch_with(&q, &jobs(3), None, Delay::Seconds(1))
+        .send_batch_with(
+            &q,
+            &jobs(3),
+            &pgmq_client::SendOptions::new().delay(std::time::Duration::from_secs(1)),
+        )
         .await
         .unwrap();
     let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())

@@ -170,7 +170,11 @@ impl Ctx {
             let headers: Vec<serde_json::Value> = keys.iter().map(|k| key_headers(*k)).collect();
             let res = self
                 .client
-                .send_batch_with(q, chunk, Some(&headers), pgmq_client::Delay::None)
+                .send_batch_with(
+                    q,
+                    chunk,
+                    &pgmq_client::SendOptions::new().headers_each(headers),
+                )
                 .await;
             produced.record(&keys, &res);
         }

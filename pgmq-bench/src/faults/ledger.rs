@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use pgmq_client::{Client, Outcome, QueueName};
+use pgmq_client::{Client, CommitOutcome, QueueName};
 use serde::Serialize;
 
 use super::job::KEY_HEADER;
@@ -86,8 +86,8 @@ impl ProduceOutcome {
     /// From a failed produce call.
     pub(crate) fn of_error(e: &pgmq_client::Error) -> ProduceOutcome {
         match e.outcome() {
-            Outcome::NotSent => ProduceOutcome::NotSent,
-            Outcome::Rejected => ProduceOutcome::Rejected,
+            CommitOutcome::NotSent => ProduceOutcome::NotSent,
+            CommitOutcome::Rejected => ProduceOutcome::Rejected,
             _ => ProduceOutcome::Unknown,
         }
     }

@@ -30,7 +30,11 @@ async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) ->
             let jobs: Vec<Job> = chunk.iter().map(|k| Job::plain(*k)).collect();
             let headers: Vec<serde_json::Value> = chunk.iter().map(|k| key_headers(*k)).collect();
             client
-                .send_batch_with(&q, &jobs, Some(&headers), pgmq_client::Delay::None)
+                .send_batch_with(
+                    &q,
+                    &jobs,
+                    &pgmq_client::SendOptions::new().headers_each(headers),
+                )
                 .await
         };
         let failed = res.is_err();

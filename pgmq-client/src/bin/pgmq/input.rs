@@ -1,7 +1,9 @@
 //! `pgmq send`: JSON lines in, batches of `send_batch_with` out.
 
 use chrono::{DateTime, Utc};
-use pgmq_client::{Client, Delay, QueueName};
+use std::time::Duration;
+
+use pgmq_client::{Client, Delay, QueueName, SendOptions};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -58,7 +60,7 @@ fn parse(
     n: usize,
     opts: &SendOpts,
 ) -> Result<(Delay, Box<RawValue>, Option<Value>), Failure> {
-    let default_delay = opts.delay.map(Delay::Seconds).unwrap_or(Delay::None);
+    let default_delay = Delay::After(Duration::from_secs(opts.delay.map_or(0, u64::from)));
     if !opts.envelope {
         let body: Box<RawValue> = serde_json::from_str(line)
             .map_err(|e| Failure(format!("line {n}: {}", describe(&e))))?;
@@ -77,8 +79,7 @@ fn parse(
     }
     let delay = match env.delay {
         None => default_delay,
-        Some(DelaySpec::Seconds(0)) => Delay::None,
-        Some(DelaySpec::Seconds(s)) => Delay::Seconds(s),
+        Some(DelaySpec::Seconds(s)) => Delay::After(Duration::from_secs(u64::from(s))),
         Some(DelaySpec::At(t)) => Delay::At(t),
     };
     Ok((delay, env.body, env.headers.filter(|h| !h.is_null())))
@@ -94,8 +95,10 @@ async fn flush(
     let Some(b) = batch.take() else {
         return Ok(());
     };
+    let mut opts = SendOptions::new().delay(b.delay);
+    opts.headers_each = b.headers;
     let ids = client
-        .send_batch_with(q, &b.bodies, b.headers.as_deref(), b.delay)
+        .send_batch_with(q, &b.bodies, &opts)
         .await
         .map_err(|e| Failure(format!("{e} ({sent} message(s) sent before this batch)")))?;
     *sent += ids.len();

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pgmq_client::{Client, Delay, Executor, Message, Pgmq, QueueName, RawJson};
+use pgmq_client::{Client, Executor, Message, Pgmq, QueueName, RawJson, SendOptions};
 use serde_json::{json, Value};
 
 use crate::{Failure, Out};
@@ -95,10 +95,11 @@ async fn one_batch<E: Executor>(
     let mut moved_ids = Vec::new();
     for ((q, with_headers), group) in runs {
         let bodies: Vec<&RawJson> = group.iter().map(|(_, b, _)| b).collect();
-        let headers: Option<Vec<Value>> =
+        let mut send = SendOptions::new();
+        send.headers_each =
             with_headers.then(|| group.iter().filter_map(|(_, _, h)| h.clone()).collect());
         let new_ids = pg
-            .send_batch_with(&q, &bodies, headers.as_deref(), Delay::None)
+            .send_batch_with(&q, &bodies, &send)
             .await
             .map_err(|e| Failure(format!("sending to {q}: {e}")))?;
         for ((old, _, _), new) in group.iter().zip(new_ids) {
