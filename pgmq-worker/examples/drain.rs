@@ -120,7 +120,7 @@ async fn worker(
             if !sleep.is_zero() {
                 tokio::time::sleep(sleep).await;
             }
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()?;
     let start = Instant::now();
@@ -353,7 +353,7 @@ fn app_name() -> String {
 async fn idle(client: &Client, q: &QueueName) -> Result<(), Box<dyn std::error::Error>> {
     preload(client, q, 0).await?;
     let w: Worker<IgnoredAny> = Worker::builder(client.clone(), q.clone())
-        .handler(|_m: Message<IgnoredAny>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<IgnoredAny>| async { Ok(Outcome::Delete) })
         .build()?;
     let handle = w.spawn();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -381,7 +381,7 @@ async fn notify_latency(client: &Client, q: &QueueName) -> Result<(), Box<dyn st
         .claim_reads(claim_reads()?)
         .handler(move |_m: Message<IgnoredAny>| {
             let _ = tx.send(Instant::now());
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()?;
     let handle = w.spawn();
