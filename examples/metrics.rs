@@ -31,7 +31,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .metrics_interval(Duration::from_millis(200))
         .handler(|_m: Message<serde_json::Value>| async {
             tokio::time::sleep(Duration::from_millis(2)).await;
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()?;
     let monitor = worker.monitor();

@@ -89,7 +89,7 @@ async fn measure(
             let tx = tx.clone();
             async move {
                 let _ = tx.send((msg.body.seq, latency));
-                Ok::<_, std::convert::Infallible>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()?;

@@ -229,7 +229,7 @@ pub(crate) struct Config {
 ///     .dead_letter_queue(QueueName::new("orders_dlq")?)
 ///     .handler(|msg: Message<Order>| async move {
 ///         println!("order {}", msg.body.id);
-///         Ok::<_, std::io::Error>(Outcome::Delete)
+///         Ok(Outcome::Delete)
 ///     })
 ///     .build()?;
 /// # Ok(()) }
@@ -513,7 +513,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     ///         if ctx.attempt() > 1 {
     ///             println!("message {} again, attempt {}", msg.msg_id, ctx.attempt());
     ///         }
-    ///         Ok::<_, std::io::Error>(Outcome::Delete)
+    ///         Ok(Outcome::Delete)
     ///     })
     ///     .build()?;
     /// # Ok(()) }
@@ -549,7 +549,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     ///     .blocking_handler(|msg: Message<Vec<u64>>| {
     ///         let total: u64 = msg.body.iter().sum();
     ///         println!("{total}");
-    ///         Ok::<_, std::io::Error>(Outcome::Delete)
+    ///         Ok(Outcome::Delete)
     ///     })
     ///     .build()?;
     /// # Ok(()) }

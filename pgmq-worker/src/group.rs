@@ -59,7 +59,7 @@ struct Member {
 ///     .wake_up(WakeUp::Notify)
 ///     .handler(|m: Message<Email>| async move {
 ///         println!("mail {}", m.body.to);
-///         Ok::<_, std::io::Error>(Outcome::Delete)
+///         Ok(Outcome::Delete)
 ///     })
 ///     .build()?;
 /// let invoices: Worker<Invoice> = Worker::builder(client.clone(), QueueName::new("invoices")?)
@@ -67,7 +67,7 @@ struct Member {
 ///     .wake_up(WakeUp::Notify)
 ///     .handler(|m: Message<Invoice>| async move {
 ///         println!("invoice {}", m.body.id);
-///         Ok::<_, std::io::Error>(Outcome::Archive)
+///         Ok(Outcome::Archive)
 ///     })
 ///     .build()?;
 /// let group = WorkerGroup::new(client).with_worker(emails).with_worker(invoices);

@@ -31,8 +31,22 @@ pub enum Outcome {
     DeadLetter(String),
 }
 
-/// The error a handler returns: anything that converts into a boxed error
-/// (`std::io::Error`, `anyhow::Error`, a `String`, ...).
+/// `()` is the usual acknowledgement: a handler that returns `Ok(())`
+/// has its message deleted, as with [`Outcome::Delete`].
+impl From<()> for Outcome {
+    fn from((): ()) -> Self {
+        Outcome::Delete
+    }
+}
+
+/// The error a handler returns: a boxed error. `?` converts any
+/// `std::error::Error + Send + Sync` into it (`std::io::Error`,
+/// `tokio_postgres::Error`, `anyhow::Error`, ...), and so does `.into()` on a
+/// `String` or `&str`: `Err("no recipient".into())`.
+///
+/// Handler closures return `Result<(), HandlerError>` or
+/// `Result<Outcome, HandlerError>`; since the error type is fixed, `Ok(())`
+/// needs no annotation.
 ///
 /// An error means "retry with backoff"; past `max_attempts` the message is
 /// dead-lettered with the error's text as the reason.
@@ -40,8 +54,26 @@ pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// An async message handler.
 ///
-/// Implemented for every `Fn(Message<T>) -> impl Future<Output = Result<Outcome, E>>`
-/// with `E: Into<HandlerError>`, so closures and `async fn`s work directly.
+/// Implemented for every `Fn(Message<T>) -> impl Future<Output = Result<O, HandlerError>>`
+/// where `O` is an [`Outcome`] or `()` (meaning [`Outcome::Delete`]), so
+/// closures and `async fn`s work directly, and `?` works inside them:
+///
+/// ```
+/// use pgmq_client::Message;
+/// use pgmq_worker::Handler;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Job { path: String }
+///
+/// fn assert_handler<H: Handler<Job>>(_: H) {}
+///
+/// assert_handler(|msg: Message<Job>| async move {
+///     // An io::Error becomes a retry with backoff.
+///     tokio::fs::metadata(&msg.body.path).await?;
+///     Ok(())
+/// });
+/// ```
+///
 /// Implement it on your own type to keep state (a connection pool, a client):
 ///
 /// ```
@@ -66,15 +98,15 @@ pub trait Handler<T>: Send + Sync + 'static {
         -> impl Future<Output = Result<Outcome, HandlerError>> + Send;
 }
 
-impl<T, F, Fut, E> Handler<T> for F
+impl<T, F, Fut, O> Handler<T> for F
 where
     T: Send + 'static,
     F: Fn(Message<T>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Outcome, E>> + Send,
-    E: Into<HandlerError>,
+    Fut: Future<Output = Result<O, HandlerError>> + Send,
+    O: Into<Outcome>,
 {
     async fn handle(&self, msg: Message<T>) -> Result<Outcome, HandlerError> {
-        (self)(msg).await.map_err(Into::into)
+        (self)(msg).await.map(Into::into)
     }
 }
 
@@ -83,8 +115,8 @@ where
 /// `handler_timeout`, and at immediate shutdown), its deadline, its attempt
 /// number and its queue.
 ///
-/// Implemented for every `Fn(Message<T>, Context) -> impl Future<Output = Result<Outcome, E>>`
-/// with `E: Into<HandlerError>`; give it to
+/// Implemented for every `Fn(Message<T>, Context) -> impl Future<Output = Result<O, HandlerError>>`
+/// where `O` is an [`Outcome`] or `()`; give it to
 /// [`WorkerBuilder::handler_with_context`](crate::WorkerBuilder::handler_with_context).
 ///
 /// ```
@@ -111,15 +143,15 @@ pub trait HandlerWithContext<T>: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send;
 }
 
-impl<T, F, Fut, E> HandlerWithContext<T> for F
+impl<T, F, Fut, O> HandlerWithContext<T> for F
 where
     T: Send + 'static,
     F: Fn(Message<T>, Context) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Outcome, E>> + Send,
-    E: Into<HandlerError>,
+    Fut: Future<Output = Result<O, HandlerError>> + Send,
+    O: Into<Outcome>,
 {
     async fn handle(&self, msg: Message<T>, ctx: Context) -> Result<Outcome, HandlerError> {
-        (self)(msg, ctx).await.map_err(Into::into)
+        (self)(msg, ctx).await.map(Into::into)
     }
 }
 
@@ -180,20 +212,20 @@ pub trait TransactionalHandler<T>: Send + Sync + 'static {
 
 /// A blocking (CPU-bound) message handler, run on a dedicated thread.
 ///
-/// Implemented for every `Fn(Message<T>) -> Result<Outcome, E>` with
-/// `E: Into<HandlerError>`.
+/// Implemented for every `Fn(Message<T>) -> Result<O, HandlerError>` where
+/// `O` is an [`Outcome`] or `()`.
 pub trait BlockingHandler<T>: Send + Sync + 'static {
     /// Handles one message.
     fn handle(&self, msg: Message<T>) -> Result<Outcome, HandlerError>;
 }
 
-impl<T, F, E> BlockingHandler<T> for F
+impl<T, F, O> BlockingHandler<T> for F
 where
-    F: Fn(Message<T>) -> Result<Outcome, E> + Send + Sync + 'static,
-    E: Into<HandlerError>,
+    F: Fn(Message<T>) -> Result<O, HandlerError> + Send + Sync + 'static,
+    O: Into<Outcome>,
 {
     fn handle(&self, msg: Message<T>) -> Result<Outcome, HandlerError> {
-        (self)(msg).map_err(Into::into)
+        (self)(msg).map(Into::into)
     }
 }
 

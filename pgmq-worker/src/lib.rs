@@ -10,6 +10,11 @@
 //! #[derive(serde::Deserialize)]
 //! struct Email { to: String }
 //!
+//! async fn send_mail(to: &str) -> std::io::Result<()> {
+//!     println!("sending to {to}");
+//!     Ok(())
+//! }
+//!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     let client = Client::connect("postgres://pgmq:pgmq@127.0.0.1:55432/pgmq").await?;
@@ -20,8 +25,13 @@
 //!         .concurrency(8)
 //!         .visibility_timeout(Duration::from_secs(30))
 //!         .handler(|msg: Message<Email>| async move {
-//!             println!("sending to {}", msg.body.to);
-//!             Ok::<_, std::io::Error>(Outcome::Delete)
+//!             if msg.body.to.is_empty() {
+//!                 return Ok(Outcome::DeadLetter("no recipient".into()));
+//!             }
+//!             // An error (`?` converts any std::error::Error) means
+//!             // "retry with backoff".
+//!             send_mail(&msg.body.to).await?;
+//!             Ok(Outcome::Delete)
 //!         })
 //!         .build()?;
 //!
@@ -60,7 +70,8 @@
 //!   starved. Without a checked queue table layout the loops call `pgmq.read`.
 //! - **Handlers.** `concurrency` long-lived handler loops take messages from
 //!   the claim queue. A body that does not decode into `T` is dead-lettered
-//!   at once, without calling the handler. A handler returns an [`Outcome`]:
+//!   at once, without calling the handler. A handler returns `Ok(())`
+//!   (delete the message) or an [`Outcome`]:
 //!   [`Delete`](Outcome::Delete), [`Archive`](Outcome::Archive),
 //!   [`Retry`](Outcome::Retry) after a delay, or
 //!   [`DeadLetter`](Outcome::DeadLetter), or [`Snooze`](Outcome::Snooze)
@@ -128,16 +139,26 @@
 //!   dead-lettered message. [`WorkerHandle::stats`] is a
 //!   cheap [`StatsSnapshot`] of counters and three latency histograms.
 //!
-//! # Files
+//! # Testing a handler
 //!
-//! `config.rs` (builder and defaults), `handler.rs` (handler traits,
-//! outcomes), `context.rs`, `lease.rs` (deliveries held), `db.rs` (bounded
-//! calls), `backoff.rs`, `health.rs`, `claimer.rs` (reads into the claim queue),
-//! `claim_queue.rs` (claimed messages waiting for a handler), `executor.rs`
-//! (handler loops, panics, blocking handlers), `completer.rs` (batched
-//! acknowledgements, dead letters), `heartbeat.rs`, `notifier.rs`
-//! (LISTEN), `shutdown.rs` (the stop sequence and report), `stats.rs`,
-//! `worker.rs` (assembly, signals) and `error.rs`.
+//! [`testing`] runs a handler as the worker would, without a database:
+//!
+//! ```
+//! use pgmq_client::Message;
+//! use pgmq_worker::{testing::run_handler, HandlerError, Outcome};
+//!
+//! async fn handle(msg: Message<String>) -> Result<Outcome, HandlerError> {
+//!     if msg.body.is_empty() {
+//!         return Ok(Outcome::DeadLetter("empty body".into()));
+//!     }
+//!     Ok(Outcome::Delete)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let outcome = run_handler(&handle, Message::new(1, String::new())).await.unwrap();
+//! assert_eq!(outcome, Outcome::DeadLetter("empty body".into()));
+//! # }
+//! ```
 
 mod backoff;
 mod claim_queue;

@@ -8,12 +8,12 @@
 //! ```
 //! use pgmq_client::Message;
 //! use pgmq_worker::testing::run_handler;
-//! use pgmq_worker::Outcome;
+//! use pgmq_worker::{HandlerError, Outcome};
 //!
 //! #[derive(serde::Deserialize)]
 //! struct Email { to: String }
 //!
-//! async fn handle(msg: Message<Email>) -> Result<Outcome, std::io::Error> {
+//! async fn handle(msg: Message<Email>) -> Result<Outcome, HandlerError> {
 //!     if msg.body.to.is_empty() {
 //!         return Ok(Outcome::DeadLetter("no recipient".into()));
 //!     }
@@ -81,13 +81,13 @@ mod tests {
             if true {
                 panic!("boom");
             }
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         };
         let err = run_handler(&h, Message::new(1, 5u32)).await.unwrap_err();
         assert!(err.to_string().contains("boom"));
         let ctx = Context::for_test(pgmq_client::QueueName::new("q").unwrap(), 1);
         let h = |m: Message<u32>, ctx: Context| async move {
-            Ok::<_, std::io::Error>(if ctx.attempt() == 1 && m.body == 5 {
+            Ok(if ctx.attempt() == 1 && m.body == 5 {
                 Outcome::Delete
             } else {
                 Outcome::Archive
@@ -99,7 +99,7 @@ mod tests {
                 .unwrap(),
             Outcome::Delete
         );
-        let b = |_m: Message<u32>| Ok::<_, std::io::Error>(Outcome::Archive);
+        let b = |_m: Message<u32>| Ok(Outcome::Archive);
         assert_eq!(
             run_blocking_handler(&b, Message::new(1, 5u32)).unwrap(),
             Outcome::Archive

@@ -54,7 +54,7 @@ async fn every_claim_path_drains_each_message_once() {
                 let s = Arc::clone(&s);
                 async move {
                     *s.lock().unwrap().entry(m.body.n).or_default() += 1;
-                    Ok::<_, std::io::Error>(Outcome::Delete)
+                    Ok(Outcome::Delete)
                 }
             })
             .build()
@@ -102,7 +102,7 @@ async fn a_retry_below_the_bound_is_claimed_again_while_the_backlog_lasts() {
                     let mut runs = r.lock().unwrap();
                     runs.push(before);
                     if runs.len() == 1 {
-                        return Ok::<_, std::io::Error>(Outcome::Retry(Duration::ZERO));
+                        return Ok(Outcome::Retry(Duration::ZERO));
                     }
                 }
                 Ok(Outcome::Delete)

@@ -52,7 +52,7 @@ async fn acks_waiting_on_a_busy_writer_go_out_when_it_is_free() {
                     started_tx.send(m.msg_id).unwrap();
                     l.notified().await;
                 }
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()

@@ -109,7 +109,7 @@ async fn a_writes_late(late: Late) {
                         if let Some(go) = go {
                             let _ = go.await;
                         }
-                        Ok::<_, std::io::Error>(o)
+                        Ok(o)
                     }
                     Late::WaitForCancel => {
                         ctx.cancelled().await;
@@ -225,7 +225,7 @@ async fn a_delivery_stays_claimed_until_its_acknowledgement_is_written() {
         .visibility_timeout(Duration::from_secs(1))
         .poll_interval(Duration::from_millis(50))
         .ack_flush_interval(Duration::from_secs(4))
-        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let handle = worker.spawn();

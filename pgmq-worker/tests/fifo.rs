@@ -72,7 +72,7 @@ async fn groups_run_in_order_one_at_a_time_and_a_retry_holds_its_group() {
                 if ok {
                     Ok(Outcome::Delete)
                 } else {
-                    Err(std::io::Error::other("not yet"))
+                    Err("not yet".into())
                 }
             }
         })

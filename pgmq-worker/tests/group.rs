@@ -33,7 +33,7 @@ async fn a_group_runs_two_queues_on_one_listen_connection() {
         .poll_interval(Duration::from_secs(30))
         .handler(|m: Message<Email>| async move {
             assert!(m.body.to.contains('@'));
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()
         .unwrap();
@@ -44,7 +44,7 @@ async fn a_group_runs_two_queues_on_one_listen_connection() {
         .poll_interval(Duration::from_secs(30))
         .handler(|m: Message<Invoice>| async move {
             assert!(m.body.id > 0);
-            Ok::<_, std::io::Error>(Outcome::Archive)
+            Ok(Outcome::Archive)
         })
         .build()
         .unwrap();

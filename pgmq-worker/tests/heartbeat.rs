@@ -36,7 +36,7 @@ async fn long_job(heartbeat: bool) -> (Vec<i32>, u64) {
                 if m.read_ct == 1 {
                     tokio::time::sleep(Duration::from_secs(5)).await;
                 }
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()
@@ -101,7 +101,7 @@ async fn an_in_flight_heartbeat_does_not_undo_a_retry_delay() {
                 let _ = started_tx.send(m.msg_id);
                 if m.body == json!("retry") {
                     g.notified().await;
-                    Ok::<_, std::io::Error>(Outcome::Retry(Duration::from_secs(30)))
+                    Ok(Outcome::Retry(Duration::from_secs(30)))
                 } else {
                     d.notified().await;
                     Ok(Outcome::Delete)

@@ -69,7 +69,7 @@ async fn hooks_compose_in_order_and_a_refusal_fails_the_run() {
         })
         .handler(move |m: Message<Value>| {
             r.lock().unwrap().push(m.msg_id);
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()
         .unwrap();

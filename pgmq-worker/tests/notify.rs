@@ -78,7 +78,7 @@ async fn notify_wakes_idle_claimers_and_survives_a_lost_listen_connection() {
         .poll_interval(Duration::from_secs(30))
         .handler(move |_m: Message<Value>| {
             let _ = tx.send(Instant::now());
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()
         .unwrap();
@@ -141,7 +141,7 @@ async fn start_notified(
         .poll_interval(poll)
         .handler(move |m: Message<Value>| {
             let _ = seen.send((m.body, Instant::now()));
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         });
     if let Some(t) = throttle {
         builder = builder.notify_throttle(t);

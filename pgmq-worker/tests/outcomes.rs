@@ -48,7 +48,7 @@ async fn delete_acks_every_message_once() {
             let s = Arc::clone(&s);
             async move {
                 *s.lock().unwrap().entry(m.body.n).or_default() += 1;
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()
@@ -82,7 +82,7 @@ async fn archive_moves_messages_to_the_archive() {
     client.send_batch(&q, &jobs(10)).await.unwrap();
     let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
         .poll_interval(Duration::from_millis(50))
-        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Archive) })
+        .handler(|_m: Message<Job>| async { Ok(Outcome::Archive) })
         .build()
         .unwrap();
     let handle = worker.spawn();
@@ -119,7 +119,7 @@ async fn retry_waits_the_backoff_then_succeeds() {
                 match (m.body.n, m.read_ct) {
                     (0, 1) => Err("not yet".into()),
                     (1, 1) => Ok(Outcome::Retry(Duration::from_secs(1))),
-                    _ => Ok::<_, pgmq_worker::HandlerError>(Outcome::Delete),
+                    _ => Ok(Outcome::Delete),
                 }
             }
         })
@@ -162,9 +162,7 @@ async fn dead_letter_outcome_moves_the_message_with_its_reason() {
     let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
         .poll_interval(Duration::from_millis(50))
         .dead_letter_queue(dlq.clone())
-        .handler(|_m: Message<Job>| async {
-            Ok::<_, std::io::Error>(Outcome::DeadLetter("customer unknown".into()))
-        })
+        .handler(|_m: Message<Job>| async { Ok(Outcome::DeadLetter("customer unknown".into())) })
         .build()
         .unwrap();
     let handle = worker.spawn();
@@ -247,7 +245,7 @@ async fn dead_letter_copies_body_and_headers_exactly() {
         .poll_interval(Duration::from_millis(50))
         .dead_letter_queue(dlq.clone())
         .handler(|m: Message<Value>| async move {
-            Ok::<_, std::io::Error>(Outcome::DeadLetter(format!("reason {}", m.msg_id)))
+            Ok(Outcome::DeadLetter(format!("reason {}", m.msg_id)))
         })
         .build()
         .unwrap();
@@ -310,7 +308,7 @@ async fn undecodable_body_is_dead_lettered_without_running_the_handler() {
         .dead_letter_queue(dlq.clone())
         .handler(move |_m: Message<Job>| {
             c.fetch_add(1, Ordering::Relaxed);
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()
         .unwrap();
@@ -359,7 +357,7 @@ async fn poison_message_is_dead_lettered_after_max_attempts() {
         .dead_letter_queue(dlq.clone())
         .handler(move |m: Message<Job>| {
             c.lock().unwrap().push(m.read_ct);
-            async { Err::<Outcome, _>(std::io::Error::other("boom")) }
+            async { Err::<Outcome, _>("boom".into()) }
         })
         .build()
         .unwrap();
@@ -405,7 +403,7 @@ async fn message_delivered_more_than_max_deliveries_is_not_run_again() {
         .max_deliveries(3)
         .handler(move |_m: Message<Job>| {
             c.fetch_add(1, Ordering::Relaxed);
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()
         .unwrap();
@@ -455,7 +453,7 @@ async fn claims_lost_in_a_crash_use_no_attempt() {
             assert_eq!(ctx.attempt(), 1);
             assert_eq!(ctx.deliveries(), 3);
             c.fetch_add(1, Ordering::Relaxed);
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()
         .unwrap();
@@ -482,7 +480,7 @@ async fn a_panicking_handler_is_a_failure_and_the_others_keep_going() {
                 panic!("job {} exploded", m.body.n);
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()
         .unwrap();
@@ -515,7 +513,7 @@ async fn blocking_handlers_run_off_the_runtime() {
             if m.body.n == 3 && m.read_ct == 1 {
                 panic!("blocking handler panicked");
             }
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .retry_backoff(Backoff::constant(Duration::ZERO))
         .build()
@@ -544,7 +542,7 @@ async fn claims_never_exceed_the_claim_capacity() {
         .poll_interval(Duration::from_millis(20))
         .handler(|_m: Message<Job>| async {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()
         .unwrap();
@@ -600,7 +598,7 @@ async fn delayed_messages_are_found_by_polling() {
         .unwrap();
     let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
         .poll_interval(Duration::from_millis(100))
-        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Job>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let handle = worker.spawn();
@@ -615,7 +613,7 @@ async fn a_missing_queue_fails_at_start() {
     let client = client().await;
     let q = unique("missing");
     let worker: Worker<Job> = Worker::builder(client.clone(), q)
-        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Job>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let err = worker
@@ -631,7 +629,7 @@ async fn a_missing_queue_fails_at_start() {
     );
     let bad = Worker::<Job>::builder(client, unique("x"))
         .concurrency(0)
-        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Job>| async { Ok(Outcome::Delete) })
         .build();
     assert!(matches!(bad, Err(pgmq_worker::Error::Config(_))));
 }
@@ -655,7 +653,7 @@ async fn slow_handlers_claim_only_what_they_can_start_in_time() {
             r.lock().unwrap().push((m.body.n, m.read_ct));
             async {
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()
@@ -697,7 +695,7 @@ async fn claims_that_expired_unstarted_are_given_back_with_their_read_undone() {
                 if m.body.n == 0 {
                     tokio::time::sleep(Duration::from_millis(3300)).await;
                 }
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()
@@ -744,7 +742,7 @@ async fn a_pool_of_one_connection_still_drains_the_queue() {
         .concurrency(4)
         .batch_size(50)
         .ack_capacity(50)
-        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Job>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let handle = worker.spawn();
@@ -769,7 +767,7 @@ async fn an_idle_workers_snapshot_holds_every_handled_message() {
     let worker: Worker<Job> = Worker::builder(client.clone(), q.clone())
         .concurrency(8)
         .poll_interval(Duration::from_secs(5))
-        .handler(|_m: Message<Job>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Job>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let handle = worker.spawn();
@@ -808,7 +806,7 @@ async fn long_handler_text_is_cut_in_the_dead_letter_reason() {
             let text = long(m.body.n);
             async move {
                 if m.body.n == 0 {
-                    Err::<Outcome, _>(std::io::Error::other(text))
+                    Err(std::io::Error::other(text).into())
                 } else {
                     Ok(Outcome::DeadLetter(text))
                 }
@@ -870,7 +868,7 @@ async fn retry_and_snooze_for_ever_requeue_far_in_the_future() {
         .poll_interval(Duration::from_millis(20))
         .retry_jitter(true)
         .handler(|m: Message<Job>| async move {
-            Ok::<_, std::io::Error>(if m.body.n == 0 {
+            Ok(if m.body.n == 0 {
                 Outcome::Retry(Duration::MAX)
             } else {
                 Outcome::Snooze(Duration::MAX)

@@ -91,7 +91,7 @@ async fn a_worker_drains_through_pgbouncer_and_listens_directly() {
             async move {
                 if n % 50 == 0 {
                     f.fetch_add(1, Ordering::Relaxed);
-                    return Ok::<_, std::io::Error>(Outcome::DeadLetter("n % 50".into()));
+                    return Ok(Outcome::DeadLetter("n % 50".into()));
                 }
                 Ok(Outcome::Delete)
             }

@@ -106,7 +106,7 @@ async fn every_message_survives_a_server_crash_mid_consume() {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 h.lock().unwrap().insert(m.body.id);
                 r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()

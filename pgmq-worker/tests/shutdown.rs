@@ -46,7 +46,7 @@ async fn shutdown_releases_unstarted_claims_before_in_flight_handlers_finish() {
                     tokio::time::sleep(Duration::from_millis(1500)).await;
                     *f.lock().unwrap() = Some(Instant::now());
                 }
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()
@@ -127,7 +127,7 @@ async fn handlers_past_the_grace_period_are_abandoned_and_reported() {
             if m.body["n"] == 0 {
                 tokio::time::sleep(Duration::from_secs(10)).await;
             }
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()
         .unwrap();
@@ -168,7 +168,7 @@ async fn queued_acknowledgements_are_written_before_shutdown_returns() {
         .ack_flush_interval(Duration::from_secs(30))
         .handler(move |_m: Message<Value>| {
             c.fetch_add(1, Ordering::Relaxed);
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()
         .unwrap();
@@ -206,7 +206,7 @@ async fn run_until_stops_when_the_future_resolves() {
             let t2 = t2.clone();
             async move {
                 t2.cancel();
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()
@@ -232,7 +232,7 @@ async fn an_abandoned_blocking_handler_does_not_hold_up_the_shutdown() {
             if m.body["n"] == 0 {
                 std::thread::sleep(Duration::from_secs(3));
             }
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()
         .unwrap();
@@ -277,7 +277,7 @@ async fn releases_at_shutdown_use_up_no_attempt() {
                 async move {
                     runs.lock().unwrap()[m.body["n"].as_u64().unwrap() as usize] += 1;
                     tokio::time::sleep(sleep).await;
-                    Ok::<_, std::io::Error>(Outcome::Delete)
+                    Ok(Outcome::Delete)
                 }
             })
             .build()
@@ -338,7 +338,7 @@ fn hanging_worker(
                     started.notify_one();
                     std::future::pending::<()>().await;
                 }
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
 }
@@ -482,7 +482,7 @@ async fn an_immediate_shutdown_bounds_a_stuck_acknowledgement_drain() {
             async move {
                 s.notify_one();
                 g.notified().await;
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()

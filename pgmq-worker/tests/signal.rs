@@ -42,7 +42,7 @@ async fn a_second_signal_stops_at_once() {
             async move {
                 s.notify_one();
                 std::future::pending::<()>().await;
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()

@@ -25,7 +25,7 @@ async fn restarted_after_a_panic_in(task: &'static str) {
         .poll_interval(Duration::from_millis(20))
         .visibility_timeout(Duration::from_secs(2))
         .panic_once_in(task)
-        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let handle = worker.spawn();
@@ -59,7 +59,7 @@ async fn a_completer_that_panics_stops_the_worker_with_an_error() {
         .poll_interval(Duration::from_millis(20))
         .shutdown_grace(Duration::from_secs(1))
         .panic_once_in("completer")
-        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let monitor = worker.monitor();

@@ -44,7 +44,7 @@ async fn a_hung_handler_times_out_is_retried_then_dead_lettered_and_the_others_f
                 if hangs {
                     std::future::pending::<()>().await;
                 }
-                Ok::<_, std::io::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()
@@ -90,7 +90,7 @@ async fn snoozes_use_neither_an_attempt_nor_a_delivery() {
             } else {
                 Outcome::Delete
             };
-            async move { Ok::<_, std::io::Error>(outcome) }
+            async move { Ok(outcome) }
         })
         .build()
         .unwrap();
@@ -122,7 +122,7 @@ async fn an_immediate_shutdown_returns_with_a_hung_blocking_handler() {
                 std::thread::sleep(Duration::from_millis(50));
             }
             #[allow(unreachable_code)]
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(Outcome::Delete)
         })
         .build()
         .unwrap();
@@ -145,7 +145,7 @@ async fn notify_on_a_client_from_a_callers_pool_fails_at_start() {
     let from_pool = Client::from_pool(client.pool().clone()).await.unwrap();
     let worker: Worker<Value> = Worker::builder(from_pool, q.clone())
         .wake_up(WakeUp::Notify)
-        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let err = worker
@@ -161,7 +161,7 @@ async fn a_dead_letter_queue_equal_to_the_queue_is_refused() {
     let q = unique("selfdlq");
     let err = Worker::<Value>::builder(client, q.clone())
         .dead_letter_queue(q)
-        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("dead-letter queue"), "{err}");
@@ -180,7 +180,7 @@ async fn a_dead_letter_queue_dropped_while_running_archives_with_the_reason() {
         .dead_letter_queue(dlq.clone())
         .handler(move |_m: Message<Value>| {
             c.fetch_add(1, Ordering::SeqCst);
-            async { Ok::<_, std::io::Error>(Outcome::DeadLetter("no good".into())) }
+            async { Ok(Outcome::DeadLetter("no good".into())) }
         })
         .build()
         .unwrap();
@@ -277,7 +277,7 @@ async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
         .poll_interval(Duration::from_millis(50))
         .visibility_timeout(Duration::from_secs(3))
         .db_timeout(Duration::from_secs(1))
-        .handler(|_m: Message<Value>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
     let handle = worker.spawn();

@@ -150,7 +150,7 @@ pub(crate) fn worker_on(
                     s.write(msg.body.id).await?;
                 }
                 t.handle(msg.body.id).await;
-                Ok::<_, tokio_postgres::Error>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
 }

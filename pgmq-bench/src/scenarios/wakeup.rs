@@ -93,7 +93,7 @@ pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<Wake
         .handler(move |msg: Message<InBody>| {
             let started = Instant::now();
             let _ = tx.send((msg.body.id, started));
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(Outcome::Delete) }
         })
         .build()?;
     ctx.meter.begin();

@@ -1,15 +1,23 @@
 //! Drains a preloaded queue with the worker (default settings) and with a
 //! plain one-connection `read(100)` + `delete(ids)` loop, and prints both
-//! rates. An informal check while developing; the benchmark binary
-//! (pgmq-bench) is the real measurement.
+//! rates with where the time went (client and server CPU, index entries and
+//! buffers per message, pg_stat_statements). A quick diagnostic while
+//! developing; the `pgmq-bench` binary's sections are the measurement of
+//! record.
 //!
 //! ```text
-//! cargo run --release -p pgmq-worker --example drain -- [messages] [handler counts] [handler sleep ms]
-//! cargo run --release -p pgmq-worker --example drain -- 100000 1,2,4,8 0
-//! cargo run --release -p pgmq-worker --example drain -- 0       # idle: reads/s and CPU
-//! cargo run --release -p pgmq-worker --example drain -- notify  # NOTIFY wake-up latency
-//! cargo run --release -p pgmq-worker --example drain -- split 150000 3  # ceiling, see below
+//! cargo run --release -p pgmq-bench --example drain -- [messages] [handler counts] [handler sleep ms]
+//! cargo run --release -p pgmq-bench --example drain -- 100000 1,2,4,8 0
+//! cargo run --release -p pgmq-bench --example drain -- 0       # idle: reads/s and CPU
+//! cargo run --release -p pgmq-bench --example drain -- notify  # NOTIFY wake-up latency
+//! cargo run --release -p pgmq-bench --example drain -- split 150000 3  # ceiling, see below
 //! ```
+//!
+//! Environment knobs for the worker runs (unset means the worker's
+//! defaults): `DRAIN_CLAIMERS`, `DRAIN_FLUSHERS`, `DRAIN_CAPACITY`,
+//! `DRAIN_ACK_BATCH`, `DRAIN_FLUSH_US`, `DRAIN_CLAIM_READS`
+//! (function | from-start | bounded), and `DRAIN_NO_BASELINE` (the worker
+//! alone, e.g. to profile it).
 //!
 //! `split` measures what the connections alone allow, with no SDK at all:
 //! the one-connection loop against a plain tokio-postgres program with two
@@ -22,9 +30,12 @@
 
 use std::time::{Duration, Instant};
 
+use tokio::task::JoinSet;
+
 use pgmq_client::{Client, Message, Pgmq, QueueName};
-use pgmq_worker::{Outcome, Worker};
+use pgmq_worker::{Worker, WorkerHandle};
 use serde::de::IgnoredAny;
+use tokio_postgres::NoTls;
 
 async fn preload(
     client: &Client,
@@ -49,6 +60,43 @@ async fn preload(
     Ok(())
 }
 
+/// CPU and commit counts at the start of a run, to report what the run
+/// used.
+struct Usage {
+    cpu: Duration,
+    server_cpu: Duration,
+    machine: (u64, u64),
+    commits: f64,
+}
+
+impl Usage {
+    async fn start(client: &Client) -> Self {
+        Usage {
+            cpu: cpu_time().await,
+            server_cpu: server_cpu_time(client).await,
+            machine: sys_busy(),
+            commits: commits(client).await,
+        }
+    }
+
+    /// Prints this process's and the server's CPU per message and how busy
+    /// the whole machine was since [`Usage::start`].
+    async fn print_cpu(&self, client: &Client, n: usize) {
+        let cpu = cpu_time().await - self.cpu;
+        let srv = server_cpu_time(client)
+            .await
+            .saturating_sub(self.server_cpu);
+        let (busy1, total1) = sys_busy();
+        let (busy0, total0) = self.machine;
+        eprintln!(
+            "    client CPU {:.2} us/msg, server CPU {:.1} us/msg, machine busy {:.0}%",
+            cpu.as_secs_f64() * 1e6 / n as f64,
+            srv.as_secs_f64() * 1e6 / n as f64,
+            100.0 * (busy1 - busy0) as f64 / ((total1 - total0).max(1)) as f64
+        );
+    }
+}
+
 async fn baseline(
     client: &Client,
     q: &QueueName,
@@ -57,13 +105,7 @@ async fn baseline(
     let conn = client.connection().await?;
     let pg = Pgmq::on(&*conn);
     let start = Instant::now();
-    let cpu0 = cpu_time().await;
-    let srv0 = server_cpu_time(client).await;
-    let sys0 = sys_busy();
-    COMMITS0.store(
-        commits(client).await as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
+    let usage = Usage::start(client).await;
     let mut done = 0;
     loop {
         let msgs = pg.read_raw(q, Duration::from_secs(30), 100).await?;
@@ -74,21 +116,14 @@ async fn baseline(
         done += pg.delete_batch(q, &ids).await?.len();
     }
     assert_eq!(done, n);
-    let elapsed = start.elapsed();
-    let rate = n as f64 / elapsed.as_secs_f64();
-    let cpu = cpu_time().await - cpu0;
-    let srv = server_cpu_time(client).await.saturating_sub(srv0);
-    let sys1 = sys_busy();
-    eprintln!(
-        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg, machine busy {:.0}%",
-        cpu.as_secs_f64() * 1e6 / n as f64,
-        srv.as_secs_f64() * 1e6 / n as f64,
-        100.0 * (sys1.0 - sys0.0) as f64 / ((sys1.1 - sys0.1).max(1)) as f64
-    );
-    eprintln!("    {}", table_work(client, q, n).await);
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    usage.print_cpu(client, n).await;
+    eprintln!("    {}", table_work(client, q, n, &usage).await);
     Ok(rate)
 }
 
+/// Drains the queue with a worker of `handlers` handlers that each sleep
+/// `sleep`; prints where the time went and returns messages per second.
 async fn worker(
     client: &Client,
     q: &QueueName,
@@ -96,9 +131,38 @@ async fn worker(
     handlers: usize,
     sleep: Duration,
 ) -> Result<f64, Box<dyn std::error::Error>> {
+    let w = drain_worker(client, q, handlers, sleep)?;
+    let start = Instant::now();
+    let usage = Usage::start(client).await;
+    statements_reset(client).await;
+    let handle = w.spawn();
+    let tenths = rate_by_tenth(&handle, n, start).await;
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    usage.print_cpu(client, n).await;
+    let report = handle.shutdown().await?;
+    eprintln!("    {}", table_work(client, q, n, &usage).await);
+    eprintln!("    msg/s by tenth of the drain: {}", tenths.join(" "));
+    eprintln!("{}", statements(client, n).await);
+    eprintln!(
+        "    reads {} (empty {}), handler p50 {} us, claim->start p50 {} us",
+        report.stats.reads,
+        report.stats.empty_reads,
+        report.stats.handler_latency.value_at_quantile(0.5),
+        report.stats.queue_wait_local.value_at_quantile(0.5)
+    );
+    Ok(rate)
+}
+
+/// The worker under test: default settings except those the `DRAIN_*`
+/// variables set.
+fn drain_worker(
+    client: &Client,
+    q: &QueueName,
+    handlers: usize,
+    sleep: Duration,
+) -> Result<Worker<IgnoredAny>, Box<dyn std::error::Error>> {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
     let mut b = Worker::builder(client.clone(), q.clone()).concurrency(handlers);
-    // Knobs for experiments; unset means the defaults.
     if let Some(v) = env("DRAIN_CLAIMERS") {
         b = b.claimers(v);
     }
@@ -111,67 +175,39 @@ async fn worker(
     if let Some(v) = env("DRAIN_ACK_BATCH") {
         b = b.ack_batch_size(v);
     }
-    b = b.claim_reads(claim_reads()?);
     if let Some(v) = env("DRAIN_FLUSH_US") {
         b = b.ack_flush_interval(Duration::from_micros(v as u64));
     }
-    let w: Worker<IgnoredAny> = b
+    Ok(b.claim_reads(claim_reads()?)
         .handler(move |_m: Message<IgnoredAny>| async move {
             if !sleep.is_zero() {
                 tokio::time::sleep(sleep).await;
             }
-            Ok::<_, std::io::Error>(Outcome::Delete)
+            Ok(())
         })
-        .build()?;
-    let start = Instant::now();
-    let cpu0 = cpu_time().await;
-    let srv0 = server_cpu_time(client).await;
-    let sys0 = sys_busy();
-    COMMITS0.store(
-        commits(client).await as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    statements_reset(client).await;
-    let handle = w.spawn();
-    // The rate of each tenth of the drain: how it changes as the deleted
-    // head of the queue grows.
+        .build()?)
+}
+
+/// Waits until the worker has acknowledged `n` messages; returns the rate
+/// of each tenth of the drain, to show how it changes as the deleted head
+/// of the queue grows.
+async fn rate_by_tenth(handle: &WorkerHandle, n: usize, start: Instant) -> Vec<String> {
     let step = (n as u64 / 10).max(1);
     let (mut next, mut last) = (step, start);
-    let mut segments = Vec::new();
+    let mut tenths = Vec::new();
     while handle.acked() < n as u64 {
         tokio::time::sleep(Duration::from_millis(1)).await;
         let acked = handle.acked();
         if acked >= next {
             let now = Instant::now();
-            segments.push(format!(
+            tenths.push(format!(
                 "{:.0}",
                 (acked - (next - step)) as f64 / (now - last).as_secs_f64()
             ));
             (next, last) = (acked + step - acked % step, now);
         }
     }
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    let cpu = cpu_time().await - cpu0;
-    let srv = server_cpu_time(client).await.saturating_sub(srv0);
-    let sys1 = sys_busy();
-    eprintln!(
-        "    client CPU {:.2} us/msg, server CPU {:.1} us/msg, machine busy {:.0}%",
-        cpu.as_secs_f64() * 1e6 / n as f64,
-        srv.as_secs_f64() * 1e6 / n as f64,
-        100.0 * (sys1.0 - sys0.0) as f64 / ((sys1.1 - sys0.1).max(1)) as f64
-    );
-    let report = handle.shutdown().await?;
-    eprintln!("    {}", table_work(client, q, n).await);
-    eprintln!("    msg/s by tenth of the drain: {}", segments.join(" "));
-    eprintln!("{}", statements(client, n).await);
-    eprintln!(
-        "    reads {} (empty {}), handler p50 {} us, claim->start p50 {} us",
-        report.stats.reads,
-        report.stats.empty_reads,
-        report.stats.handler_latency.value_at_quantile(0.5),
-        report.stats.queue_wait_local.value_at_quantile(0.5)
-    );
-    Ok(rate)
+    tenths
 }
 
 /// DRAIN_CLAIM_READS: function | from-start | bounded (the default).
@@ -228,9 +264,6 @@ async fn server_cpu_time(client: &Client) -> Duration {
     Duration::from_millis(total * 10)
 }
 
-/// Work the server did on the queue table, per message: index entries
-/// read and buffer hits (heap + index), from the statistics views. Unlike
-/// timings these do not depend on what else runs on the machine.
 /// Busy and total jiffies of the whole machine, from /proc/stat.
 fn sys_busy() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -247,8 +280,6 @@ fn sys_busy() -> (u64, u64) {
     (total - idle, total)
 }
 
-static COMMITS0: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Transactions committed in this database so far.
 async fn commits(client: &Client) -> f64 {
     let Ok(conn) = client.connection().await else {
@@ -264,7 +295,11 @@ async fn commits(client: &Client) -> f64 {
     .unwrap_or(0.0)
 }
 
-async fn table_work(client: &Client, q: &QueueName, n: usize) -> String {
+/// Work the server did on the queue table, per message: index entries
+/// read and buffer hits (heap + index), from the statistics views, and
+/// commits since `usage` started. Unlike timings these do not depend on what
+/// else runs on the machine.
+async fn table_work(client: &Client, q: &QueueName, n: usize, usage: &Usage) -> String {
     // Backends publish their table statistics within about a second.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let Ok(conn) = client.connection().await else {
@@ -285,8 +320,7 @@ async fn table_work(client: &Client, q: &QueueName, n: usize) -> String {
     match row {
         Ok(r) => {
             let (tup, hits): (f64, f64) = (r.get(0), r.get(1));
-            let c0 = COMMITS0.load(std::sync::atomic::Ordering::Relaxed) as f64;
-            let commits = commits(client).await - c0;
+            let commits = commits(client).await - usage.commits;
             format!(
                 "index entries read {:.1}/msg, buffer hits {:.1}/msg, commits per 100 msg {:.2}",
                 tup / n as f64,
@@ -353,7 +387,7 @@ fn app_name() -> String {
 async fn idle(client: &Client, q: &QueueName) -> Result<(), Box<dyn std::error::Error>> {
     preload(client, q, 0).await?;
     let w: Worker<IgnoredAny> = Worker::builder(client.clone(), q.clone())
-        .handler(|_m: Message<IgnoredAny>| async { Ok::<_, std::io::Error>(Outcome::Delete) })
+        .handler(|_m: Message<IgnoredAny>| async { Ok(()) })
         .build()?;
     let handle = w.spawn();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -381,7 +415,7 @@ async fn notify_latency(client: &Client, q: &QueueName) -> Result<(), Box<dyn st
         .claim_reads(claim_reads()?)
         .handler(move |_m: Message<IgnoredAny>| {
             let _ = tx.send(Instant::now());
-            async { Ok::<_, std::io::Error>(Outcome::Delete) }
+            async { Ok(()) }
         })
         .build()?;
     let handle = w.spawn();
@@ -410,43 +444,47 @@ async fn notify_latency(client: &Client, q: &QueueName) -> Result<(), Box<dyn st
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("notify") {
-        let (_, client, q) = setup().await?;
-        notify_latency(&client, &q).await?;
-        client.drop_queue(&q).await?;
-        return Ok(());
+    let arg = |i: usize| args.get(i).map(String::as_str);
+    match arg(1) {
+        Some("notify") => {
+            let (_, client, q) = setup().await?;
+            notify_latency(&client, &q).await?;
+            client.drop_queue(&q).await?;
+            Ok(())
+        }
+        Some("split") => {
+            let n = arg(2).map(str::parse).transpose()?.unwrap_or(150_000);
+            let rounds = arg(3).map(str::parse).transpose()?.unwrap_or(3);
+            split(n, rounds).await
+        }
+        _ => {
+            let n = arg(1).map(str::parse).transpose()?.unwrap_or(100_000);
+            let counts: Vec<usize> = arg(2)
+                .map(|s| s.split(',').map(str::parse).collect::<Result<_, _>>())
+                .transpose()?
+                .unwrap_or_else(|| vec![1, 8]);
+            let sleep = Duration::from_millis(arg(3).map(str::parse).transpose()?.unwrap_or(0));
+            drain(n, &counts, sleep).await
+        }
     }
-    if args.get(1).map(String::as_str) == Some("split") {
-        let n: usize = args
-            .get(2)
-            .map(|s| s.parse())
-            .transpose()?
-            .unwrap_or(150_000);
-        let rounds: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(3);
-        return split(n, rounds).await;
-    }
-    let n: usize = args
-        .get(1)
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(100_000);
-    let counts: Vec<usize> = args
-        .get(2)
-        .map(|s| s.split(',').map(|c| c.parse()).collect::<Result<_, _>>())
-        .transpose()?
-        .unwrap_or_else(|| vec![1, 8]);
-    let sleep = Duration::from_millis(args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(0));
+}
+
+/// The default mode: for each handler count, a baseline drain and a worker
+/// drain of `n` messages (or, with `n` 0, an idle worker).
+async fn drain(
+    n: usize,
+    counts: &[usize],
+    sleep: Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
     let (_, client, q) = setup().await?;
     if n == 0 {
         idle(&client, &q).await?;
         client.drop_queue(&q).await?;
         return Ok(());
     }
-
     // Each worker run is paired with a baseline run just before it: the
     // machine is shared, so only ratios measured side by side mean much.
-    for &h in &counts {
-        // DRAIN_NO_BASELINE: the worker alone (e.g. to profile it).
+    for &h in counts {
         let base = if std::env::var_os("DRAIN_NO_BASELINE").is_some() {
             f64::NAN
         } else {
@@ -479,7 +517,7 @@ async fn setup() -> Result<(String, Client, QueueName), Box<dyn std::error::Erro
     Ok((dsn, client, q))
 }
 
-/// `split` mode (see the crate docs): no-SDK loops beside the worker.
+/// `split` mode (see the file's docs): no-SDK loops beside the worker.
 async fn split(n: usize, rounds: usize) -> Result<(), Box<dyn std::error::Error>> {
     let (dsn, client, q) = setup().await?;
     for round in 1..=rounds {
@@ -499,6 +537,15 @@ async fn split(n: usize, rounds: usize) -> Result<(), Box<dyn std::error::Error>
     Ok(())
 }
 
+const PLAIN_READ: &str = "SELECT * FROM pgmq.read($1::text, 30, 100)";
+const PLAIN_DELETE: &str = "SELECT * FROM pgmq.delete($1::text, $2::bigint[])";
+
+async fn plain_connect(dsn: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (c, conn) = tokio_postgres::connect(dsn, NoTls).await?;
+    tokio::spawn(conn);
+    Ok(c)
+}
+
 /// Drains the queue with plain tokio-postgres prepared statements, no SDK:
 /// with `deleters` 0, one connection reading and deleting in turn; otherwise
 /// `claimers` connections reading back to back, their batches of ids handed
@@ -510,41 +557,49 @@ async fn plain_loops(
     claimers: usize,
     deleters: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    use pgmq_client::reexports::tokio_postgres::{self, NoTls};
-    const READ: &str = "SELECT * FROM pgmq.read($1::text, 30, 100)";
-    const DELETE: &str = "SELECT * FROM pgmq.delete($1::text, $2::bigint[])";
-    async fn connect(dsn: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-        let (c, conn) = tokio_postgres::connect(dsn, NoTls).await?;
-        tokio::spawn(conn);
-        Ok(c)
-    }
     let name = q.as_str().to_owned();
-    if deleters == 0 {
-        let c = connect(dsn).await?;
-        let (r, d) = (c.prepare(READ).await?, c.prepare(DELETE).await?);
-        let start = Instant::now();
-        let mut done = 0;
-        loop {
-            let rows = c.query(&r, &[&name]).await?;
-            if rows.is_empty() {
-                break;
-            }
-            let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-            done += c.query(&d, &[&name, &ids]).await?.len();
-        }
-        return Ok(done as f64 / start.elapsed().as_secs_f64());
-    }
-    let (tx, rx) = async_channel::bounded::<Vec<i64>>(8);
     let start = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
+    let done = if deleters == 0 {
+        plain_one_connection(dsn, &name).await?
+    } else {
+        plain_split(dsn, &name, claimers, deleters).await?
+    };
+    Ok(done as f64 / start.elapsed().as_secs_f64())
+}
+
+/// One connection that reads a batch, deletes it, and reads again.
+async fn plain_one_connection(dsn: &str, name: &str) -> Result<usize, tokio_postgres::Error> {
+    let c = plain_connect(dsn).await?;
+    let (r, d) = (c.prepare(PLAIN_READ).await?, c.prepare(PLAIN_DELETE).await?);
+    let mut done = 0;
+    loop {
+        let rows = c.query(&r, &[&name]).await?;
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        done += c.query(&d, &[&name, &ids]).await?.len();
+    }
+}
+
+/// Claim connections reading back to back into a channel of id batches,
+/// delete connections emptying it; returns the messages deleted.
+async fn plain_split(
+    dsn: &str,
+    name: &str,
+    claimers: usize,
+    deleters: usize,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let (tx, rx) = async_channel::bounded::<Vec<i64>>(8);
+    let mut tasks: JoinSet<Result<usize, tokio_postgres::Error>> = JoinSet::new();
     for _ in 0..claimers {
-        let (c, tx, name) = (connect(dsn).await?, tx.clone(), name.clone());
+        let (c, tx, name) = (plain_connect(dsn).await?, tx.clone(), name.to_owned());
         tasks.spawn(async move {
-            let r = c.prepare(READ).await?;
+            let r = c.prepare(PLAIN_READ).await?;
             loop {
                 let rows = c.query(&r, &[&name]).await?;
                 if rows.is_empty() {
-                    return Ok::<usize, tokio_postgres::Error>(0);
+                    return Ok(0);
                 }
                 let _ = tx.send(rows.iter().map(|r| r.get(0)).collect()).await;
             }
@@ -552,9 +607,9 @@ async fn plain_loops(
     }
     drop(tx);
     for _ in 0..deleters {
-        let (c, rx, name) = (connect(dsn).await?, rx.clone(), name.clone());
+        let (c, rx, name) = (plain_connect(dsn).await?, rx.clone(), name.to_owned());
         tasks.spawn(async move {
-            let d = c.prepare(DELETE).await?;
+            let d = c.prepare(PLAIN_DELETE).await?;
             let mut done = 0;
             while let Ok(mut ids) = rx.recv().await {
                 // Up to two read batches per delete, as the worker's
@@ -571,5 +626,5 @@ async fn plain_loops(
     while let Some(r) = tasks.join_next().await {
         done += r??;
     }
-    Ok(done as f64 / start.elapsed().as_secs_f64())
+    Ok(done)
 }
