@@ -1,6 +1,7 @@
 //! Records what the benchmark document's metadata needs from build time: the
 //! git commit of the source tree (and whether it had uncommitted changes) and
-//! the rustc version. Each is optional: a build outside a git checkout, or
+//! the rustc version, target, rustflags, and the profile's opt-level and
+//! debug setting. Each is optional: a build outside a git checkout, or
 //! without git installed, simply records nothing.
 
 use std::path::Path;
@@ -76,5 +77,25 @@ fn main() {
     }
     if let Ok(target) = std::env::var("TARGET") {
         println!("cargo:rustc-env=PGMQ_BENCH_TARGET={target}");
+    }
+    // The flags this crate is compiled with: cargo passes them to build
+    // scripts as CARGO_ENCODED_RUSTFLAGS, separated by 0x1f (whatever their
+    // source: RUSTFLAGS, build.rustflags, target.<triple>.rustflags).
+    println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
+    println!("cargo:rerun-if-env-changed=RUSTFLAGS");
+    if let Ok(flags) = std::env::var("CARGO_ENCODED_RUSTFLAGS") {
+        let flags = flags
+            .split('\x1f')
+            .filter(|f| !f.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        println!("cargo:rustc-env=PGMQ_BENCH_RUSTFLAGS={flags}");
+    }
+    // The profile's opt-level and debug setting, as cargo gives them to build scripts.
+    if let Ok(v) = std::env::var("OPT_LEVEL") {
+        println!("cargo:rustc-env=PGMQ_BENCH_OPT_LEVEL={v}");
+    }
+    if let Ok(v) = std::env::var("DEBUG") {
+        println!("cargo:rustc-env=PGMQ_BENCH_DEBUG={v}");
     }
 }

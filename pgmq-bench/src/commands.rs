@@ -105,7 +105,10 @@ pub fn aggregate_documents(docs: &[Document]) -> Result<Document> {
             ));
         }
         for (k, a, b) in compare::differences(first, d) {
-            let volatile = k.contains("load_average") || k == "metadata.sdk.git_dirty";
+            // Measured per invocation, not set: they differ every time.
+            let volatile = k.contains("load_average")
+                || k.contains("select1_round_trip")
+                || k == "metadata.sdk.git_dirty";
             if !volatile {
                 out.outcome
                     .warnings

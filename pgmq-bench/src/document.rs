@@ -138,6 +138,18 @@ pub struct Metadata {
     pub workload: Workload,
     /// The command line, with any password removed.
     pub command: Vec<String>,
+    /// The benchmark's own async runtime (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeInfo>,
+}
+
+/// The benchmark process's tokio runtime.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RuntimeInfo {
+    /// Worker threads of the multi-threaded runtime the sections ran on
+    /// (`Handle::metrics().num_workers()`, read at run time).
+    pub tokio_worker_threads: u32,
 }
 
 /// The SDK build.
@@ -162,6 +174,17 @@ pub struct Build {
     pub rustc: Option<String>,
     /// Target triple.
     pub target: Option<String>,
+    /// The flags rustc was given for this crate (`CARGO_ENCODED_RUSTFLAGS` at
+    /// build time, separated by spaces; empty when none). Null when the
+    /// build did not say (and in older documents).
+    #[serde(default)]
+    pub rustflags: Option<String>,
+    /// The profile's `opt-level` at build time (`OPT_LEVEL`: `0`–`3`, `s`, `z`).
+    #[serde(default)]
+    pub opt_level: Option<String>,
+    /// The profile's `debug` setting at build time (`DEBUG`: `true`/`false`).
+    #[serde(default)]
+    pub debug_info: Option<String>,
 }
 
 /// The machine.
@@ -190,6 +213,31 @@ pub struct Host {
     pub load_average_start: Option<f64>,
     /// 1-minute load average when it finished.
     pub load_average_end: Option<f64>,
+    /// Whether the host is a virtual machine or a container, as far as it
+    /// can tell (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtualization: Option<Virtualization>,
+    /// The CPU frequency governors (`scaling_governor` of every CPU, the
+    /// distinct values joined by `,`); null where cpufreq is not exposed.
+    #[serde(default)]
+    pub cpu_governor: Option<String>,
+}
+
+/// What the host says about virtualization; each field null when unknown.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Virtualization {
+    /// `systemd-detect-virt --vm` (`none`, `kvm`, `vmware`, ...), when installed.
+    pub vm: Option<String>,
+    /// `systemd-detect-virt --container` (`none`, `docker`, `podman`, ...), when installed.
+    pub container: Option<String>,
+    /// Whether /proc/cpuinfo's flags include `hypervisor` (set by the CPU
+    /// under a hypervisor).
+    pub hypervisor_cpu_flag: Option<bool>,
+    /// /sys/class/dmi/id/sys_vendor.
+    pub sys_vendor: Option<String>,
+    /// /sys/class/dmi/id/product_name.
+    pub product_name: Option<String>,
 }
 
 /// The server.
@@ -213,6 +261,47 @@ pub struct Database {
     /// allow-list of performance and durability settings), whatever their
     /// source; no other setting.
     pub settings: Vec<Setting>,
+    /// The storage under the server's data directory (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
+    /// `SELECT 1` round trips on one connection (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select1_round_trip: Option<RoundTrip>,
+}
+
+/// The filesystem and block device holding the server's data directory,
+/// read on this host; each field null when unknown, with `reason` saying why.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Storage {
+    /// Filesystem type of the mount holding the data directory (`ext4`, `xfs`, `overlay`, ...).
+    pub filesystem: Option<String>,
+    /// The block device under it (its name in /sys/block, e.g. `nvme0n1`,
+    /// `vda`; the whole disk when the filesystem is on a partition).
+    pub block_device: Option<String>,
+    /// The bus the device hangs off, from its sysfs path: `nvme`, `virtio`,
+    /// `scsi`, `ata`, `usb`, `mmc`, or `virtual` (device mapper, zram, loop, md).
+    pub device_bus: Option<String>,
+    /// /sys/block/<dev>/queue/rotational: true for a spinning disk. A
+    /// virtual disk reports what its driver says, not what is underneath.
+    pub rotational: Option<bool>,
+    /// Why some of the above are null (server not on this host, data
+    /// directory not readable, no block device under the filesystem).
+    pub reason: Option<String>,
+}
+
+/// Round trips of a trivial prepared statement, microseconds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RoundTrip {
+    /// Timed round trips (after the warm-up ones).
+    pub samples: u32,
+    /// Median.
+    pub p50_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Mean.
+    pub mean_us: f64,
 }
 
 /// One row of `pg_settings`.
@@ -877,6 +966,27 @@ pub struct Interval {
     /// (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_bytes: Option<u64>,
+    /// Handler run time of the handler calls that ended in the interval, ms
+    /// (absent in older documents; null when none ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_ms: Option<IntervalPercentiles>,
+    /// Queue wait of the handler calls that started in the interval, ms:
+    /// the message's `enqueued_at` to the handler's start (absent in older
+    /// documents; null when none started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait_ms: Option<IntervalPercentiles>,
+}
+
+/// The median and 99th percentile of one interval's values.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct IntervalPercentiles {
+    /// How many values.
+    pub samples: u64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
 }
 
 /// One backlog sample: `pgmq.metrics` queue length (visible plus in flight).

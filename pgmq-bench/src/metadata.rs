@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::document::{Build, Database, Durability, DurabilityClass, Host, Sdk, Setting};
+use crate::document::{
+    Build, Database, Durability, DurabilityClass, Host, RoundTrip, RuntimeInfo, Sdk, Setting,
+    Storage, Virtualization,
+};
 use crate::error::Result;
 
 /// The four settings that decide whether a result is durable.
@@ -33,7 +36,19 @@ pub fn build() -> Build {
         .to_owned(),
         rustc: option_env!("PGMQ_BENCH_RUSTC").map(str::to_owned),
         target: option_env!("PGMQ_BENCH_TARGET").map(str::to_owned),
+        rustflags: option_env!("PGMQ_BENCH_RUSTFLAGS").map(str::to_owned),
+        opt_level: option_env!("PGMQ_BENCH_OPT_LEVEL").map(str::to_owned),
+        debug_info: option_env!("PGMQ_BENCH_DEBUG").map(str::to_owned),
     }
+}
+
+/// The runtime the caller runs on: its worker threads, read from the
+/// runtime itself (not from the command line that configured it).
+pub fn runtime() -> Option<RuntimeInfo> {
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    Some(RuntimeInfo {
+        tokio_worker_threads: u32::try_from(handle.metrics().num_workers()).unwrap_or(u32::MAX),
+    })
 }
 
 async fn read(path: &str) -> Option<String> {
@@ -104,7 +119,87 @@ pub async fn host() -> Host {
         cgroup_memory_max: mem_max.map(|s| s.trim().to_owned()),
         load_average_start: load_average().await,
         load_average_end: None,
+        virtualization: Some(virtualization().await),
+        cpu_governor: cpu_governor().await,
     }
+}
+
+/// Whether the `flags` line of /proc/cpuinfo names `hypervisor`; None when
+/// the file has no `flags` line (other architectures name them differently).
+fn hypervisor_flag(cpuinfo: &str) -> Option<bool> {
+    cpuinfo.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == "flags").then(|| v.split_whitespace().any(|f| f == "hypervisor"))
+    })
+}
+
+/// `systemd-detect-virt <flag>`'s answer (it prints `none` and exits 1 when
+/// there is none); None when the tool is missing or says nothing.
+async fn detect_virt(flag: &str) -> Option<String> {
+    let run = tokio::process::Command::new("systemd-detect-virt")
+        .arg(flag)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .ok()?
+        .ok()?;
+    let s = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (!s.is_empty()).then_some(s)
+}
+
+fn trimmed(s: Option<String>) -> Option<String> {
+    s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+/// What this host says about running in a virtual machine or a container.
+pub async fn virtualization() -> Virtualization {
+    Virtualization {
+        vm: detect_virt("--vm").await,
+        container: detect_virt("--container").await,
+        hypervisor_cpu_flag: read("/proc/cpuinfo")
+            .await
+            .as_deref()
+            .and_then(hypervisor_flag),
+        sys_vendor: trimmed(read("/sys/class/dmi/id/sys_vendor").await),
+        product_name: trimmed(read("/sys/class/dmi/id/product_name").await),
+    }
+}
+
+/// The distinct values among `governors`, sorted and joined by `,`; None
+/// when there are none.
+fn distinct_joined(governors: impl IntoIterator<Item = String>) -> Option<String> {
+    let set: std::collections::BTreeSet<String> = governors
+        .into_iter()
+        .map(|g| g.trim().to_owned())
+        .filter(|g| !g.is_empty())
+        .collect();
+    (!set.is_empty()).then(|| set.into_iter().collect::<Vec<_>>().join(","))
+}
+
+/// The `scaling_governor` of every CPU that exposes one.
+pub async fn cpu_governor() -> Option<String> {
+    let mut dir = tokio::fs::read_dir("/sys/devices/system/cpu").await.ok()?;
+    let mut found = Vec::new();
+    while let Ok(Some(e)) = dir.next_entry().await {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let is_cpu = name
+            .strip_prefix("cpu")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_cpu {
+            if let Some(g) = read(&format!(
+                "/sys/devices/system/cpu/{name}/cpufreq/scaling_governor"
+            ))
+            .await
+            {
+                found.push(g);
+            }
+        }
+    }
+    distinct_joined(found)
 }
 
 /// The only server settings a document records: those that decide how fast
@@ -234,7 +329,225 @@ pub async fn database(
         pgmq_version,
         pgmq_install,
         settings,
+        storage: Some(storage(admin).await),
+        select1_round_trip: Some(select1_round_trip(admin).await?),
     })
+}
+
+/// One line of /proc/self/mountinfo: the mount point, the device number,
+/// the filesystem type and the mount source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mount {
+    point: String,
+    dev: String,
+    fstype: String,
+    source: String,
+}
+
+/// Mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape_octal(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], oct) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount holding `path` (absolute, symlinks resolved): the one whose
+/// mount point is the longest whole-component prefix of it; the last such
+/// line wins, as a later mount over the same point hides the earlier.
+fn mount_of(mountinfo: &str, path: &str) -> Option<Mount> {
+    let mut best: Option<Mount> = None;
+    for line in mountinfo.lines() {
+        let (left, right) = match line.split_once(" - ") {
+            Some(x) => x,
+            None => continue,
+        };
+        let l: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        let (Some(dev), Some(point), Some(fstype), Some(source)) =
+            (l.get(2), l.get(4), r.first(), r.get(1))
+        else {
+            continue;
+        };
+        let point = unescape_octal(point);
+        let under = point == "/"
+            || path == point
+            || path
+                .strip_prefix(point.as_str())
+                .is_some_and(|rest| rest.starts_with('/'));
+        if under && best.as_ref().is_none_or(|b| point.len() >= b.point.len()) {
+            best = Some(Mount {
+                point,
+                dev: (*dev).to_owned(),
+                fstype: (*fstype).to_owned(),
+                source: unescape_octal(source),
+            });
+        }
+    }
+    best
+}
+
+/// The bus of a block device, from its resolved sysfs path.
+fn device_bus(sysfs_path: &str) -> Option<&'static str> {
+    let p = sysfs_path;
+    [
+        ("/devices/virtual/", "virtual"),
+        ("/nvme", "nvme"),
+        ("/virtio", "virtio"),
+        ("/usb", "usb"),
+        ("/mmc", "mmc"),
+        ("/ata", "ata"),
+        ("/host", "scsi"),
+    ]
+    .into_iter()
+    .find_map(|(needle, bus)| p.contains(needle).then_some(bus))
+}
+
+/// The whole disk's sysfs directory for a block device's sysfs link (a
+/// partition's parent; the device itself otherwise).
+async fn disk_dir(link: &std::path::Path) -> Option<std::path::PathBuf> {
+    let dir = tokio::fs::canonicalize(link).await.ok()?;
+    if tokio::fs::metadata(dir.join("partition")).await.is_ok() {
+        return dir.parent().map(std::path::Path::to_path_buf);
+    }
+    Some(dir)
+}
+
+/// Where the server keeps its data: the filesystem and block device under
+/// `SHOW data_directory`, read on this host. Only a server on this host can
+/// be looked at: one reached over a non-loopback address, or whose data
+/// directory does not exist here, gets nulls and the reason. The path itself
+/// is not recorded.
+pub async fn storage(admin: &tokio_postgres::Client) -> Storage {
+    let why = |reason: &str| Storage {
+        reason: Some(reason.to_owned()),
+        ..Storage::default()
+    };
+    // NULL over a Unix socket; the server's own address over TCP.
+    let addr: Option<String> = match admin
+        .query_one("SELECT host(inet_server_addr())", &[])
+        .await
+    {
+        Ok(r) => r.get(0),
+        Err(_) => return why("inet_server_addr() failed"),
+    };
+    if let Some(a) = &addr {
+        let loopback = a
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return why("server reached over a non-loopback address: its data directory is not on this host");
+        }
+    }
+    let dir: String = match admin.query_one("SHOW data_directory", &[]).await {
+        Ok(r) => r.get(0),
+        Err(_) => return why(
+            "data_directory not readable by this role (superuser or pg_read_all_settings needed)",
+        ),
+    };
+    // The directory itself is usually closed to other users (mode 0700); its
+    // existence is visible, and the mount lookup only needs the path.
+    let path =
+        match tokio::fs::canonicalize(&dir).await {
+            Ok(p) => p.to_string_lossy().into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return why(
+                "data directory not found on this host (server in another container or machine)",
+            ),
+            Err(_) => dir,
+        };
+    let Some(mountinfo) = read("/proc/self/mountinfo").await else {
+        return why("/proc/self/mountinfo not readable");
+    };
+    let Some(m) = mount_of(&mountinfo, &path) else {
+        return why("no mount found for the data directory");
+    };
+    let mut out = Storage {
+        filesystem: Some(m.fstype.clone()),
+        ..Storage::default()
+    };
+    let mut disk = disk_dir(std::path::Path::new(&format!("/sys/dev/block/{}", m.dev))).await;
+    if disk.is_none() && m.source.starts_with("/dev/") {
+        // Filesystems with devices of their own numbering (btrfs) name the
+        // real one as their source.
+        if let Ok(src) = tokio::fs::canonicalize(&m.source).await {
+            if let Some(name) = src.file_name() {
+                let link = std::path::Path::new("/sys/class/block").join(name);
+                disk = disk_dir(&link).await;
+            }
+        }
+    }
+    let Some(disk) = disk else {
+        out.reason = Some(format!(
+            "the {} filesystem has no block device of its own",
+            m.fstype
+        ));
+        return out;
+    };
+    out.block_device = disk.file_name().map(|n| n.to_string_lossy().into_owned());
+    out.device_bus = device_bus(&disk.to_string_lossy()).map(str::to_owned);
+    out.rotational = read(&format!("{}/queue/rotational", disk.display()))
+        .await
+        .and_then(|v| match v.trim() {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        });
+    if out.rotational.is_none() {
+        out.reason = Some("queue/rotational not readable".to_owned());
+    }
+    out
+}
+
+/// Warm-up round trips before [`select1_round_trip`] times any.
+pub const ROUND_TRIP_WARMUP: u32 = 20;
+/// Round trips [`select1_round_trip`] times.
+pub const ROUND_TRIP_SAMPLES: u32 = 200;
+
+/// Median, 99th percentile (nearest rank) and mean of `us`.
+fn round_trip_summary(mut us: Vec<f64>) -> Option<RoundTrip> {
+    if us.is_empty() {
+        return None;
+    }
+    us.sort_by(f64::total_cmp);
+    let rank = |q: f64| us[((q * us.len() as f64).ceil() as usize).clamp(1, us.len()) - 1];
+    Some(RoundTrip {
+        samples: us.len() as u32,
+        p50_us: rank(0.50),
+        p99_us: rank(0.99),
+        mean_us: us.iter().sum::<f64>() / us.len() as f64,
+    })
+}
+
+/// The network and protocol floor under every figure: [`ROUND_TRIP_SAMPLES`]
+/// executions of a prepared `SELECT 1` on `admin`, one at a time, after
+/// [`ROUND_TRIP_WARMUP`] untimed ones.
+pub async fn select1_round_trip(admin: &tokio_postgres::Client) -> Result<RoundTrip> {
+    let stmt = admin.prepare("SELECT 1").await?;
+    for _ in 0..ROUND_TRIP_WARMUP {
+        admin.query_one(&stmt, &[]).await?;
+    }
+    let mut us = Vec::with_capacity(ROUND_TRIP_SAMPLES as usize);
+    for _ in 0..ROUND_TRIP_SAMPLES {
+        let t = std::time::Instant::now();
+        admin.query_one(&stmt, &[]).await?;
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(round_trip_summary(us).expect("ROUND_TRIP_SAMPLES is not zero"))
 }
 
 /// Reads the durability settings and classifies the run.
@@ -328,6 +641,94 @@ mod tests {
         for name in DURABILITY_SETTINGS {
             assert!(is_recorded(name), "{name}");
         }
+    }
+
+    #[test]
+    fn finds_the_mount_of_a_path() {
+        let mi = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+                  30 27 0:25 / /var/lib rw - tmpfs tmpfs rw\n\
+                  31 30 259:2 / /var/lib/postgresql rw - xfs /dev/nvme0n1p2 rw\n\
+                  32 27 0:26 / /data\\040dir rw - btrfs /dev/sdb1 rw\n";
+        let m = mount_of(mi, "/var/lib/postgresql/15/main").unwrap();
+        assert_eq!((m.fstype.as_str(), m.dev.as_str()), ("xfs", "259:2"));
+        assert_eq!(m.source, "/dev/nvme0n1p2");
+        // A whole-component prefix only: /var/lib/postgresql2 is not under it.
+        assert_eq!(
+            mount_of(mi, "/var/lib/postgresql2").unwrap().fstype,
+            "tmpfs"
+        );
+        assert_eq!(mount_of(mi, "/tmp/pg").unwrap().fstype, "ext4");
+        // Escaped spaces in mount points.
+        assert_eq!(mount_of(mi, "/data dir/pg").unwrap().fstype, "btrfs");
+    }
+
+    #[test]
+    fn names_the_bus_of_a_block_device() {
+        for (path, bus) in [
+            (
+                "/sys/devices/pci0000:00/0000:00:02.0/virtio1/block/vda",
+                "virtio",
+            ),
+            (
+                "/sys/devices/pci0000:00/0000:00:1d.0/0000:3d:00.0/nvme/nvme0/nvme0n1",
+                "nvme",
+            ),
+            ("/sys/devices/virtual/block/dm-0", "virtual"),
+            (
+                "/sys/devices/pci0000:00/0000:00:17.0/ata1/host0/target0:0:0/0:0:0:0/block/sda",
+                "ata",
+            ),
+            (
+                "/sys/devices/pci0000:00/0000:00:10.0/host2/target2:0:0/2:0:0:0/block/sdb",
+                "scsi",
+            ),
+        ] {
+            assert_eq!(device_bus(path), Some(bus), "{path}");
+        }
+        assert_eq!(device_bus("/sys/devices/platform/foo/block/x"), None);
+    }
+
+    #[test]
+    fn reads_virtualization_and_governors() {
+        assert_eq!(
+            hypervisor_flag("processor\t: 0\nflags\t\t: fpu vme hypervisor lahf_lm\n"),
+            Some(true)
+        );
+        assert_eq!(hypervisor_flag("flags\t\t: fpu vme\n"), Some(false));
+        assert_eq!(hypervisor_flag("Features\t: fp asimd\n"), None);
+        let g = |v: &[&str]| distinct_joined(v.iter().map(|s| format!("{s}\n")));
+        assert_eq!(
+            g(&["performance", "performance"]).as_deref(),
+            Some("performance")
+        );
+        assert_eq!(
+            g(&["powersave", "performance"]).as_deref(),
+            Some("performance,powersave")
+        );
+        assert_eq!(g(&[]), None);
+    }
+
+    #[test]
+    fn summarises_round_trips() {
+        let us: Vec<f64> = (1..=200).map(f64::from).collect();
+        let r = round_trip_summary(us).unwrap();
+        assert_eq!((r.samples, r.p50_us, r.p99_us), (200, 100.0, 198.0));
+        assert!((r.mean_us - 100.5).abs() < 1e-9);
+        assert!(round_trip_summary(Vec::new()).is_none());
+    }
+
+    #[test]
+    fn build_records_profile_settings() {
+        let b = build();
+        // Set by build.rs from what cargo gave it, whatever the profile.
+        assert!(b.opt_level.is_some() && b.debug_info.is_some(), "{b:?}");
+        assert!(b.rustflags.is_some(), "{b:?}");
+    }
+
+    #[tokio::test]
+    async fn runtime_reports_its_workers() {
+        // The test runtime is current-thread: one worker.
+        assert_eq!(runtime().unwrap().tokio_worker_threads, 1);
     }
 
     #[test]

@@ -200,6 +200,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
             database,
             workload: workload(cfg),
             command: command_line(),
+            runtime: metadata::runtime(),
         },
         protocol: Protocol {
             warmup: cfg.warmup,

@@ -3,7 +3,7 @@
 
 use hdrhistogram::Histogram;
 
-use crate::document::Percentiles;
+use crate::document::{IntervalPercentiles, Percentiles};
 
 /// Median, minimum and maximum of `values` (NaN-free); `None` when empty.
 ///
@@ -73,6 +73,41 @@ pub fn percentiles_us_to_ms(h: &Histogram<u64>) -> Percentiles {
         p99: ms(h.value_at_quantile(0.99)),
         max: ms(h.max()),
     }
+}
+
+/// A histogram of microseconds up to one day, two significant digits (as
+/// the worker's own).
+pub fn us_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 86_400_000_000, 2).expect("static histogram bounds are valid")
+}
+
+/// The median and 99th percentile of `h` (microseconds) in milliseconds;
+/// None when it is empty.
+///
+/// ```
+/// let mut h = pgmq_bench::stats::us_histogram();
+/// for v in 1..=100u64 { h.record(v * 1000).unwrap(); }
+/// let p = pgmq_bench::stats::interval_percentiles_ms(&h).unwrap();
+/// assert_eq!(p.samples, 100);
+/// assert!((p.p50 - 50.0).abs() < 0.5 && (p.p99 - 99.0).abs() < 1.0);
+/// assert!(pgmq_bench::stats::interval_percentiles_ms(&pgmq_bench::stats::us_histogram()).is_none());
+/// ```
+pub fn interval_percentiles_ms(h: &Histogram<u64>) -> Option<IntervalPercentiles> {
+    (!h.is_empty()).then(|| IntervalPercentiles {
+        samples: h.len(),
+        p50: h.value_at_quantile(0.50) as f64 / 1000.0,
+        p99: h.value_at_quantile(0.99) as f64 / 1000.0,
+    })
+}
+
+/// `now - before` of two snapshots of one cumulative histogram: the values
+/// recorded in between (empty if `before` is not an earlier state of `now`).
+pub fn histogram_delta(now: &Histogram<u64>, before: &Histogram<u64>) -> Histogram<u64> {
+    let mut d = now.clone();
+    if d.subtract(before).is_err() {
+        d.reset();
+    }
+    d
 }
 
 /// Ordinary least-squares slope of `y` over `x` and its standard error

@@ -308,6 +308,23 @@ fn run_is_complete_accounted_for_and_clean() {
     for r in s["sustained"].as_array().unwrap() {
         assert_eq!(r["ledger"]["missing"], 0);
         assert_eq!(r["ledger"]["distinct"], r["produced"]["count"]);
+        // Per interval: RSS always; latency percentiles wherever messages
+        // were handled (at 1,000 msg/s, in every full second).
+        let iv = r["intervals"].as_array().unwrap();
+        assert!(iv.iter().all(|i| i["rss_bytes"].as_u64().unwrap() > 0));
+        let with = |k: &str| {
+            iv.iter()
+                .filter(|i| i[k]["samples"].as_u64().is_some())
+                .count()
+        };
+        assert!(
+            with("handler_ms") >= 2 && with("queue_wait_ms") >= 2,
+            "{iv:?}"
+        );
+        for i in iv.iter().filter(|i| i["queue_wait_ms"].is_object()) {
+            let q = &i["queue_wait_ms"];
+            assert!(q["p50"].as_f64().unwrap() <= q["p99"].as_f64().unwrap());
+        }
     }
     // backlog_scaling: both sizes in each measured round, drained exactly.
     assert_eq!(s["backlog_scaling"].as_array().unwrap().len(), 4);
@@ -345,6 +362,23 @@ fn run_is_complete_accounted_for_and_clean() {
             >= 150000
     );
     assert!(doc["memory"]["overall_peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
+    // Conditions measured at run time.
+    let m = &doc["metadata"];
+    assert!(m["runtime"]["tokio_worker_threads"].as_u64().unwrap() >= 1);
+    assert!(m["build"]["opt_level"].is_string() && m["build"]["rustflags"].is_string());
+    assert!(m["host"]["virtualization"].is_object());
+    assert_eq!(m["database"]["select1_round_trip"]["samples"], 200);
+    assert!(
+        m["database"]["select1_round_trip"]["p50_us"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    let st = &m["database"]["storage"];
+    assert!(
+        st["filesystem"].is_string() || st["reason"].is_string(),
+        "{st}"
+    );
     // No password anywhere, no queue left behind.
     let password = common::dsn_parts(&common::test_dsn()).password;
     assert!(

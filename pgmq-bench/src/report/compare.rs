@@ -186,13 +186,11 @@ fn conditions(d: &Document) -> std::collections::BTreeMap<String, String> {
                     .into_iter()
                     .filter_map(|r| {
                         let name = r.get("name")?.as_str()?.to_owned();
-                        let setting = r.get("setting")?.as_str()?.to_owned();
-                        let unit = r.get("unit").and_then(|u| u.as_str()).unwrap_or("");
+                        let setting = r.get("setting")?.as_str()?;
+                        let unit = r.get("unit").and_then(|u| u.as_str());
                         Some((
                             name,
-                            serde_json::Value::String(
-                                format!("{setting} {unit}").trim().to_owned(),
-                            ),
+                            serde_json::Value::String(crate::report::fmt_setting(setting, unit)),
                         ))
                     })
                     .collect();
@@ -347,4 +345,34 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
             .join(", ")
     );
     Ok((out, regressed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differing_settings_print_with_their_units() {
+        let text = include_str!("../../../docs/results/dev-machine.json");
+        let old = Document::from_json(text, "old").unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        for r in v["metadata"]["database"]["settings"]
+            .as_array_mut()
+            .unwrap()
+        {
+            if r["name"] == "shared_buffers" {
+                r["setting"] = "40961".into();
+            }
+        }
+        let new = Document::from_json(&v.to_string(), "new").unwrap();
+        let d = differences(&old, &new);
+        assert!(
+            d.contains(&(
+                "metadata.database.settings.shared_buffers".into(),
+                "256MB".into(),
+                "327688kB".into()
+            )),
+            "{d:?}"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use crate::document::{Document, DurabilityClass, Figure};
+use crate::document::{Build, Document, DurabilityClass, Figure, Host, Storage};
 use crate::report::{fmt_figure, fmt_value, thousands};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -49,14 +49,7 @@ fn conditions(out: &mut String, d: &Document) {
     };
     let rows: Vec<(&str, String)> = vec![
         ("SDK", format!("{}, commit {commit}", m.sdk.version)),
-        (
-            "Build",
-            format!(
-                "{}, {}",
-                m.build.profile,
-                m.build.rustc.as_deref().unwrap_or("rustc unknown")
-            ),
-        ),
+        ("Build", build_row(&m.build)),
         (
             "Host",
             format!(
@@ -72,6 +65,17 @@ fn conditions(out: &mut String, d: &Document) {
                 }
             ),
         ),
+        ("Virtualization", virtualization_row(h)),
+        (
+            "CPU frequency governor",
+            h.cpu_governor.clone().unwrap_or_else(|| "not exposed".into()),
+        ),
+        (
+            "Benchmark runtime",
+            m.runtime.as_ref().map_or("unknown".into(), |r| {
+                format!("tokio, {} worker threads", r.tokio_worker_threads)
+            }),
+        ),
         (
             "Load average (1 min)",
             format!(
@@ -86,6 +90,16 @@ fn conditions(out: &mut String, d: &Document) {
             format!("{} (server_version_num {})", db.server_version, db.server_version_num),
         ),
         ("PGMQ", format!("{} ({})", db.pgmq_version, db.pgmq_install)),
+        ("Data directory storage", storage_row(db.storage.as_ref())),
+        (
+            "`SELECT 1` round trip",
+            db.select1_round_trip.as_ref().map_or("not measured".into(), |r| {
+                format!(
+                    "p50 {:.0} µs, p99 {:.0} µs, mean {:.0} µs ({} round trips on one connection)",
+                    r.p50_us, r.p99_us, r.mean_us, r.samples
+                )
+            }),
+        ),
         (
             "Database",
             format!(
@@ -159,6 +173,154 @@ fn conditions(out: &mut String, d: &Document) {
         let _ = writeln!(out, "| {k} | {} |", v.replace('|', "\\|"));
     }
     out.push('\n');
+}
+
+/// Per run, what its one-second intervals recorded: the median interval
+/// and the worst one, so a stall or a creeping RSS shows without printing
+/// every second (the document has them all).
+fn sustained_intervals(out: &mut String, d: &Document) {
+    let runs: Vec<_> = d
+        .sections
+        .sustained
+        .iter()
+        .filter(|r| {
+            r.intervals
+                .iter()
+                .any(|i| i.handler_ms.is_some() || i.rss_bytes.is_some())
+        })
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Per one-second interval (median over the run's intervals / worst interval):\n\n\
+         | Round | Intervals | Handler p50 (ms) | Handler p99 (ms) | Queue wait p50 (ms) | Queue wait p99 (ms) | RSS first → last (largest), MiB |\n\
+         | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let both = |vals: Vec<f64>| match crate::stats::median_min_max(&vals) {
+        Some((med, _, max)) => format!("{} / {}", fmt_value(med, "ms"), fmt_value(max, "ms")),
+        None => "–".to_owned(),
+    };
+    for r in runs {
+        let iv = &r.intervals;
+        let pick = |f: &dyn Fn(&crate::document::Interval) -> Option<f64>| {
+            both(iv.iter().filter_map(f).collect())
+        };
+        let rss: Vec<u64> = iv.iter().filter_map(|i| i.rss_bytes).collect();
+        let rss = match (rss.first(), rss.last(), rss.iter().max()) {
+            (Some(a), Some(b), Some(m)) => format!(
+                "{:.1} → {:.1} ({:.1})",
+                *a as f64 / MIB,
+                *b as f64 / MIB,
+                *m as f64 / MIB
+            ),
+            _ => "–".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {}{} | {} | {} | {} | {} | {} | {rss} |",
+            r.round,
+            if r.warmup { " (warm-up)" } else { "" },
+            iv.len(),
+            pick(&|i| i.handler_ms.map(|p| p.p50)),
+            pick(&|i| i.handler_ms.map(|p| p.p99)),
+            pick(&|i| i.queue_wait_ms.map(|p| p.p50)),
+            pick(&|i| i.queue_wait_ms.map(|p| p.p99)),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n- *Handler p50/p99 per interval*: handler run time (start to end of the handler call, as the worker \
+         measures it) of the calls recorded in that second.\n\
+         - *Queue wait p50/p99 per interval*: the message's `enqueued_at` (database clock) to the start of its \
+         handler call (this host's clock, moved onto the database's by an offset measured before the run), of \
+         the calls that started in that second.\n\
+         - *RSS*: the bench process's resident set size at the end of each interval.\n"
+    );
+}
+
+fn build_row(b: &Build) -> String {
+    let mut s = format!(
+        "{}, {}",
+        b.profile,
+        b.rustc.as_deref().unwrap_or("rustc unknown")
+    );
+    if let Some(o) = &b.opt_level {
+        let _ = write!(s, ", opt-level {o}");
+    }
+    if let Some(d) = &b.debug_info {
+        let _ = write!(s, ", debug {d}");
+    }
+    match b.rustflags.as_deref() {
+        Some("") => s.push_str(", no RUSTFLAGS"),
+        Some(f) => {
+            let _ = write!(s, ", RUSTFLAGS `{f}`");
+        }
+        None => {}
+    }
+    s
+}
+
+fn virtualization_row(h: &Host) -> String {
+    let Some(v) = &h.virtualization else {
+        return "unknown".into();
+    };
+    let mut parts = Vec::new();
+    if let Some(vm) = &v.vm {
+        parts.push(format!("VM: {vm}"));
+    }
+    if let Some(c) = &v.container {
+        parts.push(format!("container: {c}"));
+    }
+    if let Some(f) = v.hypervisor_cpu_flag {
+        parts.push(format!(
+            "hypervisor CPU flag {}",
+            if f { "set" } else { "not set" }
+        ));
+    }
+    let dmi: Vec<&str> = [v.sys_vendor.as_deref(), v.product_name.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    if !dmi.is_empty() {
+        parts.push(format!("DMI: {}", dmi.join(" ")));
+    }
+    if parts.is_empty() {
+        "unknown".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn storage_row(st: Option<&Storage>) -> String {
+    let Some(st) = st else {
+        return "unknown".into();
+    };
+    let mut parts = Vec::new();
+    if let Some(f) = &st.filesystem {
+        parts.push(f.clone());
+    }
+    if let Some(d) = &st.block_device {
+        parts.push(format!(
+            "on {d}{}",
+            st.device_bus
+                .as_deref()
+                .map_or(String::new(), |b| format!(" ({b})"))
+        ));
+    }
+    if let Some(r) = st.rotational {
+        parts.push(if r { "rotational" } else { "non-rotational" }.into());
+    }
+    let mut s = if parts.is_empty() {
+        "unknown".to_owned()
+    } else {
+        parts.join(", ")
+    };
+    if let Some(r) = &st.reason {
+        let _ = write!(s, " ({r})");
+    }
+    s
 }
 
 /// The Markdown summary.
@@ -352,6 +514,7 @@ pub fn render(d: &Document) -> String {
             );
         }
         out.push('\n');
+        sustained_intervals(&mut out, d);
         definitions(
             &mut out,
             d,
@@ -402,4 +565,90 @@ pub fn worker_counts(d: &Document) -> Vec<u32> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A committed document, edited as `edit` says, then rendered.
+    fn rendered(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../../docs/results/dev-machine.json")).unwrap();
+        edit(&mut v);
+        render(&Document::from_json(&v.to_string(), "test").unwrap())
+    }
+
+    #[test]
+    fn settings_print_with_their_units_multiplied_out() {
+        let md = rendered(|v| {
+            let rows = v["metadata"]["database"]["settings"]
+                .as_array_mut()
+                .unwrap();
+            rows.retain(|r| !matches!(r["name"].as_str(), Some("shared_buffers" | "work_mem")));
+            for (name, setting, unit) in [
+                ("shared_buffers", "40961", "8kB"),
+                ("work_mem", "4096", "kB"),
+                ("checkpoint_timeout", "300", "s"),
+            ] {
+                rows.push(serde_json::json!({
+                    "name": name, "setting": setting, "unit": unit, "source": "configuration file"
+                }));
+            }
+        });
+        let line = md
+            .lines()
+            .find(|l| l.starts_with("| Settings changed from defaults"))
+            .unwrap();
+        for want in [
+            "shared_buffers=327688kB",
+            "work_mem=4MB",
+            "checkpoint_timeout=300s",
+        ] {
+            assert!(line.contains(want), "{want} not in {line}");
+        }
+        assert!(
+            !line.contains("409618kB") && !line.contains("40968kB"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn conditions_show_the_measured_environment() {
+        let md = rendered(|v| {
+            let m = &mut v["metadata"];
+            m["build"]["rustflags"] = "-C target-cpu=native".into();
+            m["build"]["opt_level"] = "3".into();
+            m["build"]["debug_info"] = "false".into();
+            m["host"]["cpu_governor"] = "performance".into();
+            m["host"]["virtualization"] = serde_json::json!({
+                "vm": "kvm", "container": "none", "hypervisor_cpu_flag": true,
+                "sys_vendor": null, "product_name": null
+            });
+            m["runtime"] = serde_json::json!({"tokio_worker_threads": 2});
+            m["database"]["storage"] = serde_json::json!({
+                "filesystem": "ext4", "block_device": "vda", "device_bus": "virtio",
+                "rotational": false, "reason": null
+            });
+            m["database"]["select1_round_trip"] = serde_json::json!({
+                "samples": 200, "p50_us": 61.2, "p99_us": 140.9, "mean_us": 70.4
+            });
+        });
+        for want in [
+            "opt-level 3, debug false, RUSTFLAGS `-C target-cpu=native`",
+            "| Virtualization | VM: kvm, container: none, hypervisor CPU flag set |",
+            "| CPU frequency governor | performance |",
+            "tokio, 2 worker threads",
+            "| Data directory storage | ext4, on vda (virtio), non-rotational |",
+            "p50 61 µs, p99 141 µs, mean 70 µs (200 round trips on one connection)",
+        ] {
+            assert!(md.contains(want), "{want} not in\n{md}");
+        }
+        // An older document, without them, still renders.
+        let old = rendered(|_| {});
+        assert!(
+            old.contains("| Data directory storage | unknown |"),
+            "{old}"
+        );
+    }
 }

@@ -14,9 +14,11 @@
 //! (`remaining_after` must be 0), but it is not inside the throughput interval.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
+use hdrhistogram::Histogram;
 use pgmq_client::Message;
 use pgmq_worker::{Outcome, Worker};
 use tokio::sync::Notify;
@@ -25,7 +27,7 @@ use crate::document::{ConsumeRun, Rate};
 use crate::error::Result;
 use crate::ledger::Ledger;
 use crate::scenarios::{counters, Ctx, InBody, Sink};
-use crate::stats::percentiles_us_to_ms;
+use crate::stats::{percentiles_us_to_ms, us_histogram};
 
 /// What every handler call shares.
 #[derive(Debug)]
@@ -43,6 +45,42 @@ pub(crate) struct Tally {
     pub(crate) base: Instant,
     /// Nanoseconds from `base` to the end of the latest handler call.
     pub(crate) last_done_ns: AtomicU64,
+    /// When set (sustained): each handler call's queue wait.
+    pub(crate) waits: Option<QueueWaits>,
+}
+
+/// Queue wait of each handler call: the message's `enqueued_at` (database
+/// clock) to the handler's start (this host's clock, moved onto the
+/// database's by `offset`), microseconds, for the caller to take per interval.
+#[derive(Debug)]
+pub(crate) struct QueueWaits {
+    /// Database clock minus this host's clock, microseconds.
+    offset_us: i64,
+    hist: Mutex<Histogram<u64>>,
+}
+
+impl QueueWaits {
+    pub(crate) fn new(offset_us: i64) -> QueueWaits {
+        QueueWaits {
+            offset_us,
+            hist: Mutex::new(us_histogram()),
+        }
+    }
+
+    fn record(&self, enqueued_at: DateTime<Utc>) {
+        let waited = (Utc::now() - enqueued_at)
+            .num_microseconds()
+            .unwrap_or(i64::MAX)
+            + self.offset_us;
+        let mut h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
+        h.saturating_record(waited.max(0) as u64);
+    }
+
+    /// The waits recorded since the last call, and a fresh start.
+    pub(crate) fn take(&self) -> Histogram<u64> {
+        let mut h = self.hist.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::replace(&mut *h, us_histogram())
+    }
 }
 
 impl Tally {
@@ -56,7 +94,22 @@ impl Tally {
             work,
             base: Instant::now(),
             last_done_ns: AtomicU64::new(0),
+            waits: None,
         })
+    }
+
+    /// A tally that also records each handler call's queue wait.
+    pub(crate) fn with_waits(target: u64, work: Duration, waits: QueueWaits) -> Arc<Tally> {
+        let mut t = Arc::into_inner(Tally::new(target, work)).expect("not shared yet");
+        t.waits = Some(waits);
+        Arc::new(t)
+    }
+
+    /// Called first in each handler call.
+    pub(crate) fn started(&self, enqueued_at: DateTime<Utc>) {
+        if let Some(w) = &self.waits {
+            w.record(enqueued_at);
+        }
     }
 
     /// The handler body: simulated work, then the ledger.
@@ -146,6 +199,7 @@ pub(crate) fn worker_on(
             let t = t.clone();
             let sink = sink.clone();
             async move {
+                t.started(msg.enqueued_at);
                 if let Some(s) = &sink {
                     s.write(msg.body.id).await?;
                 }

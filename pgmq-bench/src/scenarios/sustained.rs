@@ -6,7 +6,10 @@
 //! A worker with `--sustained-workers` handlers consumes meanwhile. Every
 //! 50 ms the bench samples the queue's backlog (`pgmq.metrics` queue length:
 //! visible plus in flight); every second it records the produced and handled
-//! counts with the backlog's mean and maximum.
+//! counts with the backlog's mean and maximum, the median and 99th
+//! percentile of the handler run time (from the worker's statistics) and of
+//! the queue wait (`enqueued_at` to handler start, measured in the handler),
+//! and the process RSS.
 //!
 //! Verdict, as in the streams report this section follows: pass when the
 //! least-squares slope of the backlog over the window after
@@ -23,9 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::document::{BacklogSample, DbCounters, Interval, Rate, SustainedRun, Verdict};
 use crate::error::{Error, Result};
-use crate::scenarios::consume::{worker, Tally};
+use crate::scenarios::consume::{worker, QueueWaits, Tally};
 use crate::scenarios::{counters, Ctx};
-use crate::stats::least_squares_fit;
+use crate::stats::{histogram_delta, interval_percentiles_ms, least_squares_fit};
 
 /// The largest backlog slope that passes, messages/s.
 pub const SLOPE_LIMIT: f64 = 10.0;
@@ -145,6 +148,26 @@ async fn db_counters(ctx: &Ctx, before: &DbSnapshot, q: &pgmq_client::QueueName)
     }
 }
 
+/// The database clock minus this host's clock, microseconds: from the
+/// `clock_timestamp()` read with the shortest of five round trips, taken as
+/// read at that round trip's midpoint (so within half of it).
+pub async fn db_clock_offset_us(admin: &tokio_postgres::Client) -> Result<i64> {
+    let stmt = admin.prepare("SELECT clock_timestamp()").await?;
+    let mut best: Option<(i64, i64)> = None;
+    for _ in 0..5 {
+        let before = chrono::Utc::now();
+        let db: chrono::DateTime<chrono::Utc> = admin.query_one(&stmt, &[]).await?.get(0);
+        let after = chrono::Utc::now();
+        let rtt = (after - before).num_microseconds().unwrap_or(i64::MAX);
+        let mid = before + (after - before) / 2;
+        let offset = (db - mid).num_microseconds().unwrap_or(0);
+        if best.is_none_or(|(r, _)| rtt < r) {
+            best = Some((rtt, offset));
+        }
+    }
+    Ok(best.map_or(0, |(_, o)| o))
+}
+
 /// One sustained run at `rate` (None: unpaced).
 pub async fn run_at(
     ctx: &Arc<Ctx>,
@@ -155,7 +178,8 @@ pub async fn run_at(
     let cfg = &ctx.cfg;
     let q = ctx.guard.fresh("sustained").await?;
     let before = db_snapshot(ctx).await?;
-    let tally = Tally::new(u64::MAX, cfg.handler_work);
+    let offset_us = db_clock_offset_us(&ctx.admin).await?;
+    let tally = Tally::with_waits(u64::MAX, cfg.handler_work, QueueWaits::new(offset_us));
     let w = worker(ctx, &q, cfg.sustained_workers, &tally).build()?;
     let next_id = Arc::new(AtomicU64::new(0));
     let produced = Arc::new(AtomicU64::new(0));
@@ -184,6 +208,7 @@ pub async fn run_at(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut last_p, mut last_h, mut last_t) = (0u64, 0u64, 0.0f64);
     let (mut sum, mut n, mut max) = (0i64, 0u32, 0i64);
+    let mut last_handler = handle.stats().handler_latency;
     loop {
         tick.tick().await;
         let backlog = ctx.queue_length(&q).await?;
@@ -195,6 +220,10 @@ pub async fn run_at(
         if t - last_t >= INTERVAL.as_secs_f64() || end {
             let p = produced.load(Ordering::Acquire);
             let h = tally.distinct();
+            let handler_now = handle.stats().handler_latency;
+            let handler = histogram_delta(&handler_now, &last_handler);
+            last_handler = handler_now;
+            let waits = tally.waits.as_ref().map(|w| w.take());
             intervals.push(Interval {
                 t_s: t,
                 produced: Rate::new(p - last_p, t - last_t),
@@ -202,6 +231,8 @@ pub async fn run_at(
                 backlog_mean: sum as f64 / f64::from(n),
                 backlog_max: max,
                 rss_bytes: crate::process::current_rss(),
+                handler_ms: interval_percentiles_ms(&handler),
+                queue_wait_ms: waits.as_ref().and_then(interval_percentiles_ms),
             });
             (last_p, last_h, last_t) = (p, h, t);
             (sum, n, max) = (0, 0, 0);

@@ -24,14 +24,14 @@ fn with_database(dsn: &str, db: &str) -> String {
     format!("{}/{db}{query}", &base[..slash])
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
 }
 
-async fn connect(dsn: &str) -> tokio_postgres::Client {
+pub async fn connect(dsn: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the test database: {e}"));
