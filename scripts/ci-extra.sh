@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Keeps the examples and the Docker files from rotting. Called by .ci/run after
-# the tests; runs on its own too (it starts the throwaway cluster if needed):
+# clippy, before the fault suite and the tests; runs on its own too (it starts the throwaway cluster if needed):
 #
 #   bash scripts/ci-extra.sh
 #
