@@ -697,6 +697,19 @@ pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
             ctx.idle_poll_ms
         ))
     };
+    let smallest_backlog = figures
+        .iter()
+        .filter_map(|f| {
+            f.id.strip_prefix("backlog_scaling.n")?
+                .strip_suffix(".throughput")?
+                .parse::<u64>()
+                .ok()
+        })
+        .min();
+    let backlog_from_100k = match smallest_backlog {
+        Some(100_000) => Ok(()),
+        _ => Err("needs backlog_scaling with sizes 100000 and 1000000".to_owned()),
+    };
     vec![
         check(
             "worker_vs_baseline",
@@ -761,6 +774,36 @@ pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
             |v| v <= 5.0,
             Ok(()),
             "median over runs of each run's p50",
+        ),
+        check(
+            "consume_w8_vs_equal_layout",
+            "With 8 handlers the worker reaches at least 1.1x the equal-layout reference (the worker's connection layout without the SDK, on PGMQ's functions)",
+            med("consume_scaling.w8.vs_equal_layout"),
+            1.1,
+            "x",
+            |v| v >= 1.1,
+            empty_handler.clone(),
+            "median over rounds of the worker's rate divided by the mean of the round's equal-layout runs",
+        ),
+        check(
+            "send_batch_vs_baseline",
+            "Batch sends reach at least 0.95x the no-SDK batch loop",
+            med("send_batch.vs_baseline"),
+            0.95,
+            "x",
+            |v| v >= 0.95,
+            Ok(()),
+            "median over rounds of the per-round ratio",
+        ),
+        check(
+            "backlog_1m_vs_100k",
+            "Draining 1,000,000 messages runs at least 0.85x the rate of draining 100,000",
+            med("backlog_scaling.n1000000.vs_smallest"),
+            0.85,
+            "x",
+            |v| v >= 0.85,
+            backlog_from_100k,
+            "median over rounds of the 1,000,000 drain rate divided by the same round's 100,000 drain rate",
         ),
         check(
             "consume_peak_rss",
