@@ -11,14 +11,14 @@
 #   bash scripts/compare-pgmq-crate.sh --output run.json -- --backlog 50000
 #
 # Database: $PGMQ_COMPARE_DSN when set; otherwise a throwaway local cluster on
-# port ${PGMQ_COMPARE_PORT:-55439} (refused when one already runs there),
-# removed afterwards. Writes docs/results/compare-pgmq-crate.json (or
+# port ${PGMQ_COMPARE_PORT:-55447} (refused when one already runs there),
+# removed afterwards. Writes docs/results/compare/pgmq-crate.json (or
 # --output) and prints a Markdown table. Exit status: 0 ok, 1 a run did not
 # count every message exactly once, 2 refused or failed to run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-output=docs/results/compare-pgmq-crate.json
+output=docs/results/compare/pgmq-crate.json
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,7 +38,7 @@ bin="$target/release/compare-pgmq-crate"
 
 if [ -z "${PGMQ_COMPARE_DSN:-}" ]; then
   . scripts/bench-common.sh
-  bench_cluster "${PGMQ_COMPARE_PORT:-55439}"
+  bench_cluster "${PGMQ_COMPARE_PORT:-55447}"
   PGMQ_COMPARE_DSN="$PGMQ_BENCH_DSN"
   unset PGMQ_BENCH_DSN
 fi
