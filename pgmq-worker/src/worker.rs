@@ -336,15 +336,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         });
         let handlers = self.spawner.spawn(exec);
 
-        let claimers = (0..cfg.claimers)
-            .map(|i| {
-                let (shared2, queue, stop) =
-                    (Arc::clone(&shared), Arc::clone(&claim_queue), stop.clone());
-                supervised(&shared, "claim loop", move || {
-                    claimer::run(Arc::clone(&shared2), Arc::clone(&queue), i, stop.clone())
-                })
-            })
-            .collect();
+        let claimers = spawn_claimers(&shared, &claim_queue, &stop);
 
         let heartbeat = cfg.heartbeat.then(|| {
             let (shared2, stop) = (Arc::clone(&shared), hb_stop.clone());
@@ -458,6 +450,23 @@ fn spawn_completer(
             shared.failed.cancel();
         }
     })
+}
+
+/// Starts the `claimers` supervised claim loops.
+fn spawn_claimers(
+    shared: &Arc<Shared>,
+    claim_queue: &Arc<ClaimQueue<claimer::Claimed>>,
+    stop: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    (0..shared.config.claimers)
+        .map(|i| {
+            let (shared2, queue, stop) =
+                (Arc::clone(shared), Arc::clone(claim_queue), stop.clone());
+            supervised(shared, "claim loop", move || {
+                claimer::run(Arc::clone(&shared2), Arc::clone(&queue), i, stop.clone())
+            })
+        })
+        .collect()
 }
 
 /// Starts the supervised notifier: on a group's shared LISTEN connection
