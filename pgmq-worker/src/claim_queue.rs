@@ -9,11 +9,11 @@
 //! budget wakes one more loop, so a batch whose handlers turn out slower
 //! than the average said still gets every loop within a few wake-ups. So a
 //! batch of 100 costs one lock and a few wake-ups, not a notification per
-//! message; and fast handlers (an empty one takes a microsecond) do not
-//! wake eight loops for work that one finishes in 100 µs. On a two-core host
-//! the client's CPU is taken from the database: a channel's per-message
-//! signalling was the largest single item of the worker's own work, and
-//! every loop woken is a thread woken on the other core.
+//! message; and fast handlers do not wake every loop for work that one
+//! finishes in a fraction of a millisecond. The client's CPU is taken from
+//! the database when both share a host: per-message signalling through a
+//! channel would be a large part of the worker's own work, and every loop
+//! woken is a thread woken on another core.
 //!
 //! The queue itself is not bounded: the claimers' room ([`crate::claimer`])
 //! is. Every message in it holds a permit of that room, so it never holds

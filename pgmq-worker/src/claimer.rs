@@ -71,7 +71,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, Receipt};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
@@ -87,6 +87,62 @@ pub(crate) struct Claimed {
     pub receipt: Receipt,
     /// When the read that claimed it returned.
     pub claimed_at: Instant,
+}
+
+/// The claim side's state: written by the claim loops, and by the tasks
+/// that make room in the claim queue or wake the loops.
+pub(crate) struct Claims {
+    /// Free room in the claim queue, in messages.
+    pub room: Room,
+    /// How the claim loops read, and their shared bound on `msg_id`.
+    pub cursor: Cursor,
+    /// When the last read started (µs since the worker's epoch): idle loops
+    /// skip a poll that another loop just made.
+    pub last_read_start_us: AtomicU64,
+    /// Bumped to wake parked claim loops.
+    wake: watch::Sender<u64>,
+}
+
+impl Claims {
+    pub(crate) fn new(capacity: usize, path: ReadPath) -> Self {
+        Claims {
+            room: Room::new(capacity),
+            cursor: Cursor::new(path),
+            last_read_start_us: AtomicU64::new(0),
+            wake: watch::channel(0u64).0,
+        }
+    }
+
+    /// Wakes every parked claim loop (and makes a loop with a read in flight
+    /// read again instead of parking).
+    pub(crate) fn wake(&self) {
+        self.wake.send_modify(|g| *g = g.wrapping_add(1));
+    }
+}
+
+/// The moving average of handler run time: recorded by the handler loops,
+/// read by the claim loops to claim only what the handlers will start in
+/// time.
+#[derive(Default)]
+pub(crate) struct HandlerTime {
+    avg_us: AtomicU64,
+}
+
+impl HandlerTime {
+    /// Folds one handler run time into the moving average (weight 1/8).
+    pub(crate) fn record(&self, us: u64) {
+        let us = us.max(1);
+        let old = self.avg_us.load(Relaxed);
+        let new = if old == 0 { us } else { (old * 7 + us) / 8 };
+        if new != old {
+            self.avg_us.store(new.max(1), Relaxed);
+        }
+    }
+
+    /// The average in µs; 0 until the first handler run ends.
+    pub(crate) fn average_us(&self) -> u64 {
+        self.avg_us.load(Relaxed)
+    }
 }
 
 /// The free room of the claim queue, in messages.
@@ -232,7 +288,7 @@ impl Cursor {
 pub(crate) fn claim_limit(shared: &Shared) -> usize {
     let cfg = &shared.config;
     let floor = cfg.concurrency.clamp(1, cfg.claim_capacity);
-    let avg_us = shared.handler_avg_us.load(Relaxed);
+    let avg_us = shared.handler_time.average_us();
     if avg_us == 0 {
         return floor;
     }
@@ -287,10 +343,10 @@ pub(crate) async fn run(
     let cfg = &shared.config;
     let batch = cfg.batch_size.min(cfg.claim_capacity);
     let at_least = (batch / 2).max(1);
-    let mut wake = shared.wake.subscribe();
+    let mut wake = shared.claims.wake.subscribe();
     let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5));
     let mut local = LocalHistograms::new();
-    let room = &shared.room;
+    let room = &shared.claims.room;
     // The connection kept between back-to-back reads (see the module docs).
     let mut conn: Option<Held> = None;
     loop {
@@ -328,8 +384,8 @@ pub(crate) async fn run(
         // Anything announced from here on is not missed: it marks `wake` changed.
         wake.borrow_and_update();
         let now_us = shared.now_us();
-        shared.last_read_start_us.store(now_us, Relaxed);
-        let plan = shared.cursor.plan(now_us, micros(cfg.poll_interval));
+        shared.claims.last_read_start_us.store(now_us, Relaxed);
+        let plan = shared.claims.cursor.plan(now_us, micros(cfg.poll_interval));
         let res = read(&shared, &mut conn, qty, plan).await;
         let msgs = match res {
             Ok(msgs) => msgs,
@@ -356,7 +412,7 @@ pub(crate) async fn run(
         let now = Instant::now();
         let n = msgs.len();
         let top = msgs.iter().map(|m| m.msg_id).max().unwrap_or(0);
-        let drained = shared.cursor.done(plan, qty, n, top);
+        let drained = shared.claims.cursor.done(plan, qty, n, top);
         bump(&shared.stats.c.reads, 1);
         bump(&shared.stats.c.claimed, n as u64);
         // The permits of the messages travel with them; a handler gives each
@@ -384,7 +440,7 @@ pub(crate) async fn run(
             claimed_at: now,
         });
         let loops =
-            crate::claim_queue::loops_for(n, shared.handler_avg_us.load(Relaxed), cfg.concurrency);
+            crate::claim_queue::loops_for(n, shared.handler_time.average_us(), cfg.concurrency);
         if !queue.push_batch(batch, loops) {
             // Closed only when the worker is being torn down.
             return;
@@ -392,7 +448,7 @@ pub(crate) async fn run(
         local.maybe_merge(&shared.stats, now);
         if n == qty {
             // The backlog is there: wake the other loops if parked.
-            shared.wake_claimers();
+            shared.claims.wake();
             continue;
         }
         if !drained {
@@ -432,7 +488,7 @@ async fn park(
         // Another loop read recently: its read covered this interval.
         let since = shared
             .now_us()
-            .saturating_sub(shared.last_read_start_us.load(Relaxed));
+            .saturating_sub(shared.claims.last_read_start_us.load(Relaxed));
         if since >= interval_us.saturating_sub(interval_us / 20) {
             bump(&shared.stats.c.wakeups_poll, 1);
             return false;

@@ -23,10 +23,9 @@
 //! batch size so follows the rate times the time of one write, and a message
 //! stays claimed-but-undeleted for about two writes. That matters beyond
 //! latency: every claim read walks past the rows still waiting for their
-//! delete, so fewer of them is less work for the claims (measured with the
-//! `drain` example, 150,000 messages, its preload included: 37.9 buffer
-//! accesses and 6.1 tuple fetches per message, against 40.1 and 7.8 when
-//! each batch first waited to fill). Only when a writer was free all along
+//! delete, so fewer of them is less work for the claims (fewer buffer
+//! accesses and tuple fetches per message than when each batch waits to
+//! fill; see docs/benchmarks.md). Only when a writer was free all along
 //! (a low rate) does a partial batch wait, at most `ack_flush_interval`, for
 //! more to arrive, looking every millisecond rather than being woken once
 //! per acknowledgement.
@@ -345,7 +344,7 @@ async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
         shared
             .leases
             .set_state(requeues.iter().map(|(r, _)| r.receipt), State::Settling);
-        shared.after_heartbeat().await;
+        shared.heartbeat.after_write().await;
     }
     if !deletes.is_empty() {
         // Ascending ids: the deletes walk the primary key in order.
@@ -408,7 +407,7 @@ async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
         // Group-ordered claims: a group's next message is claimable only now
         // that its head is gone, so the claimers look at once rather than
         // at their next poll.
-        shared.wake_claimers();
+        shared.claims.wake();
     }
 }
 

@@ -182,7 +182,7 @@ pub(crate) struct Config {
 /// | `concurrency` | 8 | handler tasks; async handlers mostly wait on I/O, and 8 covers a 2-4 core host without queueing much work locally |
 /// | `batch_size` | 100 | the most one read claims: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little. At most [`pgmq_client::MAX_BATCH`] |
 /// | `claim_capacity` | `3 * batch_size` | claimed-but-unstarted messages held locally: room for two reads in flight (one per claimer) plus a batch being handled, so a claim never waits on the acknowledgement of the last; bounded, so memory does not grow with the backlog. Slow handlers get less: only what they start within a quarter of the visibility timeout (see the crate docs) |
-/// | `claimers` | 2 | concurrent claim loops, each with one read in flight: on two database cores two claim connections drain about 1.3x faster than one, more only add lock contention |
+/// | `claimers` | 2 | concurrent claim loops, each with one read in flight: on a small database host two claim connections drain faster than one, and more only add lock contention (docs/benchmarks.md has the measurements) |
 /// | `visibility_timeout` | 30 s | how long a claimed message stays invisible; the heartbeat extends it for long handlers |
 /// | `poll_interval` | 250 ms | the sleep after an empty or short read: about 4 reads a second per idle worker |
 /// | `wake_up` | [`WakeUp::Poll`] | no trigger is installed unless asked for |
@@ -199,7 +199,7 @@ pub(crate) struct Config {
 /// | `ack_batch_size` | `2 * batch_size` | the most ids in one `pgmq.delete`/`archive`/`set_vt`: each call is a PL/pgSQL function that plans its statement anew, plus a commit; twice the claim batch halves that work per message, and one writer keeps up with two claimers. Capped at [`pgmq_client::MAX_BATCH`] |
 /// | `ack_flush_interval` | 5 ms | at low rates, the longest an acknowledgement waits for its batch to fill; acknowledgements that arrived while the writer was busy go out as soon as it is free |
 /// | `ack_capacity` | `4 * batch_size` | acknowledgements queued before handlers wait (backpressure) |
-/// | `ack_flushers` | 1 | batches written concurrently. One writer of large batches, as River's completer does, leaves the database's CPU to the claims: on a two-core host it drained 5-10% faster than two writers of 100 (the claimers' reads are what the CPU is short of); raise it when a single write is often slow (a remote or overloaded database), so that one slow flush does not stall the next |
+/// | `ack_flushers` | 1 | batches written concurrently. One writer of large batches, as River's completer does, leaves the database's CPU to the claims, whose reads are what a small host's CPU is short of; raise it when a single write is often slow (a remote or overloaded database), so that one slow flush does not stall the next |
 /// | `ack_retry_timeout` | `visibility_timeout` | how long a failing acknowledgement is retried; after that the message is visible again anyway, and is counted in `acks_failed` |
 /// | `ack_drain_timeout` | 10 s | at shutdown, how long queued acknowledgements may take to be written after the handlers stopped |
 /// | `check_queue` | true | at start, fail with an error when the queue (or the dead-letter queue) does not exist; it also checks the queue table's layout, which the default claim reads need |

@@ -41,6 +41,7 @@ use crate::backoff::jittered;
 use crate::claim_queue::{ClaimQueue, WAKE_BUDGET};
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
+use crate::config::Config;
 use crate::context::Context;
 use crate::db;
 use crate::handler::{
@@ -351,94 +352,43 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let cfg = &shared.config;
     let stats = &shared.stats;
     let counts = &stats.per_handler[index];
-    let vt_us = micros(cfg.visibility_timeout);
     // A message that waited locally for 3/4 of its visibility timeout is not
     // started: it is about to become visible again (and may be claimed by
     // another worker); running it would likely deliver it twice. It is
     // given back at once instead, its read undone.
     let stale_after = cfg.visibility_timeout * 3 / 4;
-    let half_vt = cfg.visibility_timeout / 2;
-    let mut runs: u64 = 0;
-    let mut local = LocalHistograms::new();
+    let mut timing = LoopTiming::new(&ctx);
     let mut run_local = R::Local::default();
-    #[cfg(feature = "metrics")]
-    let loop_metrics = crate::metrics::LoopMetrics::new(ctx.queue_name.as_str());
-    loop {
-        if ctx.stop.is_cancelled() {
-            break;
-        }
-        let (item, left) = match ctx.queue.try_pop() {
-            Some(item) => item,
-            None => {
-                // Going idle. This loop's histograms reach the shared ones at
-                // most every MERGE_EVERY (a merge walks and clears three
-                // histograms), and at the latest when the wait outlasts that,
-                // so that an idle worker's snapshot is complete.
-                let mut merge_at = local.merge_due();
-                let item = loop {
-                    tokio::select! {
-                        biased;
-                        _ = ctx.stop.cancelled() => break None,
-                        r = ctx.queue.pop() => break r,
-                        _ = tokio::time::sleep_until(merge_at.unwrap_or_else(Instant::now).into()), if merge_at.is_some() => {
-                            local.merge(stats, Instant::now());
-                            merge_at = None;
-                        }
-                    }
-                };
-                match item {
-                    Some(item) => item,
-                    None => break,
-                }
-            }
-        };
-        shared.room.free(1);
+    while let Some((item, left)) = next_claimed(&ctx, &mut timing.local).await {
+        shared.claims.room.free(1);
         let Claimed {
             msg,
             receipt,
             claimed_at,
         } = item;
-        let started = Instant::now();
-        let waited = started.duration_since(claimed_at);
+        let d = Delivery {
+            receipt,
+            claimed_at,
+            started: Instant::now(),
+            attempt: attempts_used(msg.headers.as_ref()).saturating_add(1),
+            deliveries: u32::try_from(msg.read_ct).unwrap_or(0),
+        };
+        let waited = d.started.duration_since(claimed_at);
         if left > 0 && waited > WAKE_BUDGET {
             // The loops awake are not keeping up with this batch (handlers
             // slower than their average said): one more joins.
             ctx.queue.wake_one();
         }
-        let msg_id = msg.msg_id;
-        let deliveries = u32::try_from(msg.read_ct).unwrap_or(0);
-        let attempt = attempts_used(msg.headers.as_ref()).saturating_add(1);
         if waited < stale_after {
-            record(&mut local.h.queue_wait_local, micros(waited));
-            #[cfg(feature = "metrics")]
-            loop_metrics.wait.record(waited.as_secs_f64());
+            timing.record_wait(waited);
         }
         let kind = if waited >= stale_after {
             // Given back with its read undone, so that waiting here uses up
             // no delivery (the completer writes it with the acknowledgements).
             bump(&counts.expired_unstarted, 1);
             AckKind::Release
-        } else if deliveries > cfg.max_deliveries {
-            // Delivered again and again without an attempt being recorded:
-            // likely a message whose handler crashes the process.
-            AckKind::DeadLetter {
-                reason: format!(
-                    "delivered {deliveries} times, more than max_deliveries ({}), with {} attempts recorded",
-                    cfg.max_deliveries,
-                    attempt - 1
-                ),
-            }
-        } else if attempt > cfg.max_attempts {
-            // Its last allowed attempt failed, but the dead-letter write did
-            // not happen (a crash after the retry was written, or a lower
-            // max_attempts now).
-            AckKind::DeadLetter {
-                reason: format!(
-                    "{} attempts used, max_attempts is {}",
-                    attempt - 1,
-                    cfg.max_attempts
-                ),
-            }
+        } else if let Some(reason) = past_limits(cfg, &d) {
+            AckKind::DeadLetter { reason }
         } else {
             match msg.decode::<T>() {
                 Err(e) => {
@@ -448,116 +398,243 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                     }
                 }
                 Ok(typed) => {
-                    let deadline_us = shared.us_since_epoch(claimed_at) + vt_us;
-                    let cancel = CancellationToken::new();
-                    shared.leases.start(receipt, deadline_us, cancel.clone());
-                    if waited >= half_vt {
-                        // Past half its timeout already: extend it now
-                        // rather than at the heartbeat's next tick.
-                        shared.heartbeat_nudge.notify_one();
-                    }
-                    let hctx = Context {
-                        cancel: cancel.clone(),
-                        deadline: cfg.handler_timeout.map(|t| started + t),
-                        attempt,
-                        deliveries,
-                        msg_id,
-                        queue: Arc::clone(&ctx.queue_name),
-                    };
-                    let hooks = &cfg.hooks.0;
-                    let hook_ctx = (!hooks.is_empty()).then(|| hctx.clone());
-                    let (hooks_ran, refused) = match &hook_ctx {
-                        Some(c) => hooks::before_all(hooks, c, typed.headers.as_ref()),
-                        None => (0, None),
-                    };
-                    let span = tracing::debug_span!(
-                        "pgmq_worker.handle",
-                        queue = %ctx.queue_name,
-                        msg_id,
-                        attempt
-                    );
-                    let call = run
-                        .run_settling(&mut run_local, typed, hctx, shared, receipt)
-                        .instrument(span);
-                    let (result, settled) = if let Some(e) = refused {
-                        drop(call);
-                        (Ok(Err(e)), None)
-                    } else {
-                        match cfg.handler_timeout {
-                            None => call.await,
-                            Some(limit) => match tokio::time::timeout(limit, call).await {
-                                Ok(r) => r,
-                                Err(_) => {
-                                    cancel.cancel();
-                                    bump(&counts.timed_out, 1);
-                                    (
-                                        Ok(
-                                            Err(format!("handler timed out after {limit:?}").into()),
-                                        ),
-                                        None,
-                                    )
-                                }
-                            },
-                        }
-                    };
-                    if let Some(c) = &hook_ctx {
-                        let seen = match &result {
-                            Ok(Ok(o)) => Ok(o.clone()),
-                            Ok(Err(e)) => Err(e.to_string()),
-                            Err(p) => Err(p.clone()),
-                        };
-                        hooks::after_all(hooks, hooks_ran, c, &seen, started.elapsed());
-                    }
+                    let (result, settled) =
+                        run_message(&ctx, &*run, &mut run_local, typed, &d, counts).await;
                     shared.leases.set_state([receipt], State::Acking);
-                    let ended = Instant::now();
-                    let took_us = micros(ended - started);
-                    record(&mut local.h.handler_latency, took_us);
-                    #[cfg(feature = "metrics")]
-                    loop_metrics.handler.record((ended - started).as_secs_f64());
-                    // The claim limit (claimer.rs) follows slow handlers at
-                    // once; for fast ones the first and every 16th run are
-                    // enough (and spare a shared write per message).
-                    runs += 1;
-                    if runs == 1 || took_us >= 500 || runs % 16 == 0 {
-                        shared.record_handler_time(took_us);
-                    }
+                    timing.record_run(shared, d.started);
                     bump(&counts.handled, 1);
                     if let Some(settled) = settled {
                         // Acknowledged in the handler's transaction: nothing
                         // for the completer.
                         bump(&counts.succeeded, 1);
                         settle(shared, &ctx.queue_name, receipt, settled);
-                        local.maybe_merge(stats, ended);
                         continue;
                     }
-                    let kind = outcome_to_ack(shared, counts, result, attempt);
-                    local.maybe_merge(stats, ended);
-                    kind
+                    outcome_to_ack(shared, counts, result, d.attempt)
                 }
             }
         };
-        bump(&counts.acks_sent, 1);
-        if ctx
-            .acks
-            .send(Ack {
-                receipt,
-                attempt,
-                deliveries,
-                kind,
-            })
-            .await
-            .is_err()
-        {
-            // The completer stopped taking acknowledgements: the shutdown
-            // gave up on this (abandoned) handler. The message comes back
-            // after its visibility timeout.
-            shared.leases.finish([receipt]);
-            bump(&stats.acks_resolved, 1);
-            bump(&stats.c.acks_failed, 1);
+        if !send_ack(&ctx, counts, &d, kind).await {
             break;
         }
     }
-    local.merge(stats, Instant::now());
+    timing.local.merge(stats, Instant::now());
+}
+
+/// A handler loop's own timing records: merged into the shared statistics
+/// now and then, so the per-message path takes no lock.
+struct LoopTiming {
+    local: LocalHistograms,
+    /// Handler runs so far.
+    runs: u64,
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::LoopMetrics,
+}
+
+impl LoopTiming {
+    fn new(ctx: &ExecContext) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = ctx;
+        LoopTiming {
+            local: LocalHistograms::new(),
+            runs: 0,
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::LoopMetrics::new(ctx.queue_name.as_str()),
+        }
+    }
+
+    /// How long a message waited in the claim queue.
+    fn record_wait(&mut self, waited: Duration) {
+        record(&mut self.local.h.queue_wait_local, micros(waited));
+        #[cfg(feature = "metrics")]
+        self.metrics.wait.record(waited.as_secs_f64());
+    }
+
+    /// A handler run that started at `started` and just ended: its latency,
+    /// and the moving average the claim limit follows.
+    fn record_run(&mut self, shared: &Shared, started: Instant) {
+        let ended = Instant::now();
+        let took_us = micros(ended - started);
+        record(&mut self.local.h.handler_latency, took_us);
+        #[cfg(feature = "metrics")]
+        self.metrics.handler.record((ended - started).as_secs_f64());
+        // The claim limit (claimer.rs) follows slow handlers at once; for
+        // fast ones the first and every 16th run are enough (and spare a
+        // shared write per message).
+        self.runs += 1;
+        if self.runs == 1 || took_us >= 500 || self.runs % 16 == 0 {
+            shared.handler_time.record(took_us);
+        }
+        self.local.maybe_merge(&shared.stats, ended);
+    }
+}
+
+/// One message taken by a handler loop.
+struct Delivery {
+    receipt: Receipt,
+    /// When the read that claimed it returned.
+    claimed_at: Instant,
+    /// When the loop took it.
+    started: Instant,
+    /// This run's attempt number (from the attempts header).
+    attempt: u32,
+    /// PGMQ's `read_ct`.
+    deliveries: u32,
+}
+
+/// The next message and how many are left behind it, waiting when the
+/// claim queue is empty; None once `stop` fires or the queue closes.
+async fn next_claimed(ctx: &ExecContext, local: &mut LocalHistograms) -> Option<(Claimed, usize)> {
+    if ctx.stop.is_cancelled() {
+        return None;
+    }
+    if let Some(item) = ctx.queue.try_pop() {
+        return Some(item);
+    }
+    // Going idle. This loop's histograms reach the shared ones at most
+    // every MERGE_EVERY (a merge walks and clears three histograms), and at
+    // the latest when the wait outlasts that, so that an idle worker's
+    // snapshot is complete.
+    let mut merge_at = local.merge_due();
+    loop {
+        tokio::select! {
+            biased;
+            _ = ctx.stop.cancelled() => return None,
+            r = ctx.queue.pop() => return r,
+            _ = tokio::time::sleep_until(merge_at.unwrap_or_else(Instant::now).into()), if merge_at.is_some() => {
+                local.merge(&ctx.shared.stats, Instant::now());
+                merge_at = None;
+            }
+        }
+    }
+}
+
+/// The dead-letter reason of a message that must not run again: delivered
+/// more than `max_deliveries` times, or with its attempts used up.
+fn past_limits(cfg: &Config, d: &Delivery) -> Option<String> {
+    if d.deliveries > cfg.max_deliveries {
+        // Delivered again and again without an attempt being recorded:
+        // likely a message whose handler crashes the process.
+        Some(format!(
+            "delivered {} times, more than max_deliveries ({}), with {} attempts recorded",
+            d.deliveries,
+            cfg.max_deliveries,
+            d.attempt - 1
+        ))
+    } else if d.attempt > cfg.max_attempts {
+        // Its last allowed attempt failed, but the dead-letter write did
+        // not happen (a crash after the retry was written, or a lower
+        // max_attempts since).
+        Some(format!(
+            "{} attempts used, max_attempts is {}",
+            d.attempt - 1,
+            cfg.max_attempts
+        ))
+    } else {
+        None
+    }
+}
+
+/// Runs the handler on one decoded message: holds its lease, builds its
+/// [`Context`], runs the hooks around it, and bounds it by
+/// `handler_timeout` (cancelling the context when it is over).
+async fn run_message<T: Send, R: Run<T>>(
+    ctx: &ExecContext,
+    run: &R,
+    run_local: &mut R::Local,
+    typed: Message<T>,
+    d: &Delivery,
+    counts: &HandlerCounters,
+) -> (RunResult, Option<Settled>) {
+    let shared = &ctx.shared;
+    let cfg = &shared.config;
+    let msg_id = d.receipt.msg_id;
+    let attempt = d.attempt;
+    let deadline_us = shared.us_since_epoch(d.claimed_at) + micros(cfg.visibility_timeout);
+    let cancel = CancellationToken::new();
+    shared.leases.start(d.receipt, deadline_us, cancel.clone());
+    if d.started.duration_since(d.claimed_at) >= cfg.visibility_timeout / 2 {
+        // Past half its timeout already: extend it now rather than at the
+        // heartbeat's next tick.
+        shared.heartbeat.nudge();
+    }
+    let hctx = Context {
+        cancel: cancel.clone(),
+        deadline: cfg.handler_timeout.map(|t| d.started + t),
+        attempt,
+        deliveries: d.deliveries,
+        msg_id,
+        queue: Arc::clone(&ctx.queue_name),
+    };
+    let hooks = &cfg.hooks.0;
+    let hook_ctx = (!hooks.is_empty()).then(|| hctx.clone());
+    let (hooks_ran, refused) = match &hook_ctx {
+        Some(c) => hooks::before_all(hooks, c, typed.headers.as_ref()),
+        None => (0, None),
+    };
+    let span = tracing::debug_span!(
+        "pgmq_worker.handle",
+        queue = %ctx.queue_name,
+        msg_id,
+        attempt
+    );
+    let call = run
+        .run_settling(run_local, typed, hctx, shared, d.receipt)
+        .instrument(span);
+    let (result, settled) = if let Some(e) = refused {
+        drop(call);
+        (Ok(Err(e)), None)
+    } else {
+        match cfg.handler_timeout {
+            None => call.await,
+            Some(limit) => match tokio::time::timeout(limit, call).await {
+                Ok(r) => r,
+                Err(_) => {
+                    cancel.cancel();
+                    bump(&counts.timed_out, 1);
+                    (
+                        Ok(Err(format!("handler timed out after {limit:?}").into())),
+                        None,
+                    )
+                }
+            },
+        }
+    };
+    if let Some(c) = &hook_ctx {
+        let seen = match &result {
+            Ok(Ok(o)) => Ok(o.clone()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(p) => Err(p.clone()),
+        };
+        hooks::after_all(hooks, hooks_ran, c, &seen, d.started.elapsed());
+    }
+    (result, settled)
+}
+
+/// Hands the acknowledgement to the completer; false when it no longer
+/// takes any (the shutdown gave up on this abandoned handler: the message
+/// comes back after its visibility timeout).
+async fn send_ack(
+    ctx: &ExecContext,
+    counts: &HandlerCounters,
+    d: &Delivery,
+    kind: AckKind,
+) -> bool {
+    let stats = &ctx.shared.stats;
+    bump(&counts.acks_sent, 1);
+    let ack = Ack {
+        receipt: d.receipt,
+        attempt: d.attempt,
+        deliveries: d.deliveries,
+        kind,
+    };
+    if ctx.acks.send(ack).await.is_ok() {
+        return true;
+    }
+    ctx.shared.leases.finish([d.receipt]);
+    bump(&stats.acks_resolved, 1);
+    bump(&stats.c.acks_failed, 1);
+    false
 }
 
 /// The most bytes of handler-supplied text (an error's text, a panic

@@ -13,11 +13,11 @@
 //!
 //! **Order with retries.** A retry, snooze or release sets the visibility
 //! itself; an extension landing after it would overwrite its delay. So the
-//! heartbeat holds `Shared::heartbeat_write` from collecting the leases until
+//! heartbeat holds [`HeartbeatSignals`]' write lock from collecting the leases until
 //! its write returned (a write is never abandoned half-way, not even by the
 //! shutdown's stop), does not collect leases being settled, and the
 //! completer marks them settling and then waits for it
-//! ([`Shared::after_heartbeat`](crate::worker::Shared::after_heartbeat)).
+//! ([`HeartbeatSignals::after_write`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +28,35 @@ use tokio_util::sync::CancellationToken;
 use crate::db;
 use crate::stats::{bump, micros};
 use crate::worker::Shared;
+
+/// How the rest of the worker coordinates with the heartbeat.
+#[derive(Default)]
+pub(crate) struct HeartbeatSignals {
+    /// Asks the heartbeat to look now (a handler started late in its timeout).
+    nudge: tokio::sync::Notify,
+    /// Held by the heartbeat from collecting the leases until its write
+    /// returned; see [`HeartbeatSignals::after_write`].
+    write: tokio::sync::Mutex<()>,
+}
+
+impl HeartbeatSignals {
+    /// Makes the heartbeat look now instead of at its next tick.
+    pub(crate) fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+
+    /// Waits for a heartbeat write in flight, if any.
+    ///
+    /// A write that sets the visibility of messages whose handlers finished
+    /// (a retry's delay, a release) calls this first, so that it lands after
+    /// any heartbeat extension that may include them: the heartbeat collects
+    /// the leases under the write lock, and a handler clears its slot before
+    /// its acknowledgement is sent, so a heartbeat that starts after this
+    /// returns no longer sees them.
+    pub(crate) async fn after_write(&self) {
+        drop(self.write.lock().await);
+    }
+}
 
 /// How often the heartbeat looks: a quarter of the visibility timeout.
 pub(crate) fn tick(vt: Duration) -> Duration {
@@ -47,11 +76,11 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
-            _ = shared.heartbeat_nudge.notified() => {}
+            _ = shared.heartbeat.nudge.notified() => {}
             _ = tokio::time::sleep(tick(vt)) => {}
         }
         // Held until the write returned (see the module docs).
-        let _writing = shared.heartbeat_write.lock().await;
+        let _writing = shared.heartbeat.write.lock().await;
         shared.leases.due(shared.now_us() + half_us, &mut due);
         if due.is_empty() {
             continue;

@@ -15,7 +15,7 @@
 //! or release is being written, which sets the visibility itself) is not:
 //! the heartbeat's extension would overwrite the delay. The completer marks
 //! leases `Settling` and then waits for any heartbeat write in flight
-//! ([`Shared::after_heartbeat`](crate::worker::Shared::after_heartbeat)), so
+//! ([`HeartbeatSignals::after_write`](crate::heartbeat::HeartbeatSignals::after_write)), so
 //! no extension lands after the retry's own write.
 //!
 //! **Lost claims.** A fenced write that matches nothing means another

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::claim_queue::ClaimQueue;
 use crate::claimer::Claimed;
+use crate::stats::StatsSnapshot;
 use crate::worker::Shared;
 
 /// Per-message histograms of one handler loop, made once.
@@ -55,30 +56,10 @@ pub(crate) async fn run(
     let counter_of = |name: &str| -> Counter {
         counter!(format!("pgmq_worker_{name}_total"), "queue" => q.clone())
     };
-    let names = [
-        "claimed",
-        "handled",
-        "succeeded",
-        "failed",
-        "retried",
-        "snoozed",
-        "dead_lettered",
-        "deleted",
-        "archived",
-        "released",
-        "claims_lost",
-        "timed_out",
-        "panicked",
-        "decode_failures",
-        "acks_failed",
-        "ack_retries",
-        "read_errors",
-        "reads",
-        "empty_reads",
-        "heartbeats",
-        "task_restarts",
-    ];
-    let counters: Vec<Counter> = names.iter().map(|n| counter_of(n)).collect();
+    let counters: Vec<Counter> = counter_values(&shared.stats.snapshot())
+        .iter()
+        .map(|(name, _)| counter_of(name))
+        .collect();
     let depth = gauge!("pgmq_worker_claim_queue_depth", "queue" => q.clone());
     let running = gauge!("pgmq_worker_running_handlers", "queue" => q.clone());
     let pending = gauge!("pgmq_worker_acks_pending", "queue" => q.clone());
@@ -88,30 +69,7 @@ pub(crate) async fn run(
     let oldest = gauge!("pgmq_queue_oldest_msg_age_seconds", "queue" => q.clone());
     loop {
         let s = shared.stats.snapshot();
-        let values = [
-            s.claimed,
-            s.handled,
-            s.succeeded,
-            s.failed,
-            s.retried,
-            s.snoozed,
-            s.dead_lettered,
-            s.deleted,
-            s.archived,
-            s.released,
-            s.claims_lost,
-            s.timed_out,
-            s.panicked,
-            s.decode_failures,
-            s.acks_failed,
-            s.ack_retries,
-            s.read_errors,
-            s.reads,
-            s.empty_reads,
-            s.heartbeats,
-            s.task_restarts,
-        ];
-        for (c, v) in counters.iter().zip(values) {
+        for (c, (_, v)) in counters.iter().zip(counter_values(&s)) {
             c.absolute(v);
         }
         depth.set(queue.len() as f64);
@@ -137,4 +95,32 @@ pub(crate) async fn run(
             _ = tokio::time::sleep(cfg.metrics_interval) => {}
         }
     }
+}
+
+/// Every counter published, by name (`pgmq_worker_<name>_total`), with its
+/// value in `s`.
+fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 21] {
+    [
+        ("claimed", s.claimed),
+        ("handled", s.handled),
+        ("succeeded", s.succeeded),
+        ("failed", s.failed),
+        ("retried", s.retried),
+        ("snoozed", s.snoozed),
+        ("dead_lettered", s.dead_lettered),
+        ("deleted", s.deleted),
+        ("archived", s.archived),
+        ("released", s.released),
+        ("claims_lost", s.claims_lost),
+        ("timed_out", s.timed_out),
+        ("panicked", s.panicked),
+        ("decode_failures", s.decode_failures),
+        ("acks_failed", s.acks_failed),
+        ("ack_retries", s.ack_retries),
+        ("read_errors", s.read_errors),
+        ("reads", s.reads),
+        ("empty_reads", s.empty_reads),
+        ("heartbeats", s.heartbeats),
+        ("task_restarts", s.task_restarts),
+    ]
 }

@@ -90,7 +90,7 @@ impl<'a> Wakes<'a> {
     fn after_window(&mut self) {
         self.window_end = None;
         bump(&self.shared.stats.c.wakeups_after_throttle, 1);
-        self.shared.wake_claimers();
+        self.shared.claims.wake();
     }
 
     /// A notification (others already folded into it): wakes the claimers,
@@ -98,7 +98,7 @@ impl<'a> Wakes<'a> {
     /// fired meanwhile.
     async fn notified(&mut self, stop: &CancellationToken) -> bool {
         bump(&self.shared.stats.c.wakeups_notify, 1);
-        self.shared.wake_claimers();
+        self.shared.claims.wake();
         if self.follow_up {
             self.window_end = Some(Instant::now() + self.throttle);
         }
@@ -130,7 +130,7 @@ pub(crate) async fn run_shared(
         };
         match event {
             None => return,
-            Some(HubEvent::Reconnected) => shared.wake_claimers(),
+            Some(HubEvent::Reconnected) => shared.claims.wake(),
             Some(HubEvent::Notified) => {
                 while let Ok(HubEvent::Notified) = events.try_recv() {}
                 if !wakes.notified(&stop).await {
@@ -175,7 +175,7 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
         backoff.reset();
         if !first {
             tracing::info!(queue = %queue, "LISTEN connection restored");
-            shared.wake_claimers();
+            shared.claims.wake();
         }
         first = false;
         loop {

@@ -284,55 +284,13 @@ impl Running {
         self.stop.cancel();
 
         // 2. Release what is claimed but not started, at once. Claimers end
-        //    first (a read in flight is one round trip), so that no read
-        //    re-claims what the release makes visible; one stuck on a dead
-        //    connection is aborted after CLAIMER_STOP_WAIT (what it read, if
-        //    anything, comes back after the visibility timeout).
-        let claimers_done = tokio::time::Instant::now() + CLAIMER_STOP_WAIT;
-        for claimer in self.claimers {
-            let abort = claimer.abort_handle();
-            if bounds
-                .within(claimers_done.min(deadline), claimer)
-                .await
-                .is_none()
-            {
-                abort.abort();
-            }
-        }
+        //    first, so that no read re-claims what the release makes visible.
+        stop_claimers(self.claimers, deadline, &bounds).await;
         let release_failed = release(&shared, &self.claim_queue, deadline, &bounds).await;
 
         // 3. Let in-flight handlers finish within the grace period, or until
         //    an escalation.
-        let mut handlers = self.handlers;
-        if !bounds.immediate.is_cancelled() {
-            tokio::select! {
-                biased;
-                _ = futures::future::join_all(handlers.iter_mut()) => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = bounds.immediate.cancelled() => {}
-            }
-        }
-        // Running handlers see their Context cancelled, then their loops
-        // end: an async handler's future is dropped; a blocking handler's
-        // thread is left to end on its own (it keeps neither the worker nor
-        // the process waiting).
-        shared.leases.cancel_running();
-        for handler in &handlers {
-            handler.abort();
-        }
-        let why = if bounds.immediate.is_cancelled() {
-            "immediate shutdown"
-        } else {
-            "shutdown grace period over"
-        };
-        let abandoned: Vec<i64> = shared.leases.running();
-        for id in &abandoned {
-            tracing::warn!(msg_id = id, "{why}: handler still running, abandoned (the message comes back after its visibility timeout)");
-        }
-        bump(
-            &shared.stats.c.still_running_at_deadline,
-            abandoned.len() as u64,
-        );
+        let abandoned = finish_handlers(&shared, self.handlers, deadline, &bounds).await;
         // Nothing takes from the claim queue any more: a claimer's late push
         // (none expected) is refused.
         self.claim_queue.close();
@@ -356,17 +314,7 @@ impl Running {
         // 5. Drain the completer.
         shared.set_ack_deadline(bounds.deadline(drain_deadline).into_std());
         self.completer_close.cancel();
-        let completer = self.completer;
-        let abort = completer.abort_handle();
-        if bounds.within(drain_deadline, completer).await.is_none() {
-            abort.abort();
-            let pending = shared.stats.acks_pending();
-            bump(&shared.stats.c.acks_failed, pending);
-            tracing::error!(
-                pending,
-                "acknowledgements not written within the drain time"
-            );
-        }
+        drain_completer(&shared, self.completer, drain_deadline, &bounds).await;
 
         // 6. Report.
         let stats = shared.stats.snapshot();
@@ -398,6 +346,88 @@ impl Running {
     }
 }
 
+/// Waits for the claim loops to end (a read in flight is one round trip);
+/// one stuck on a dead connection is aborted after [`CLAIMER_STOP_WAIT`]
+/// (what it read, if anything, comes back after the visibility timeout).
+async fn stop_claimers(
+    claimers: Vec<JoinHandle<()>>,
+    deadline: tokio::time::Instant,
+    bounds: &Bounds,
+) {
+    let claimers_done = tokio::time::Instant::now() + CLAIMER_STOP_WAIT;
+    for claimer in claimers {
+        let abort = claimer.abort_handle();
+        if bounds
+            .within(claimers_done.min(deadline), claimer)
+            .await
+            .is_none()
+        {
+            abort.abort();
+        }
+    }
+}
+
+/// Waits for the handler loops until `deadline` or an escalation, then
+/// cancels what still runs and returns those messages' ids (abandoned:
+/// they come back after their visibility timeout).
+async fn finish_handlers(
+    shared: &Shared,
+    mut handlers: Vec<JoinHandle<()>>,
+    deadline: tokio::time::Instant,
+    bounds: &Bounds,
+) -> Vec<i64> {
+    if !bounds.immediate.is_cancelled() {
+        tokio::select! {
+            biased;
+            _ = futures::future::join_all(handlers.iter_mut()) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = bounds.immediate.cancelled() => {}
+        }
+    }
+    // Running handlers see their Context cancelled, then their loops end:
+    // an async handler's future is dropped; a blocking handler's thread is
+    // left to end on its own (it keeps neither the worker nor the process
+    // waiting).
+    shared.leases.cancel_running();
+    for handler in &handlers {
+        handler.abort();
+    }
+    let why = if bounds.immediate.is_cancelled() {
+        "immediate shutdown"
+    } else {
+        "shutdown grace period over"
+    };
+    let abandoned: Vec<i64> = shared.leases.running();
+    for id in &abandoned {
+        tracing::warn!(msg_id = id, "{why}: handler still running, abandoned (the message comes back after its visibility timeout)");
+    }
+    bump(
+        &shared.stats.c.still_running_at_deadline,
+        abandoned.len() as u64,
+    );
+    abandoned
+}
+
+/// Waits for the completer to write what is queued, until `drain_deadline`;
+/// past it, aborts it and counts what was left in `acks_failed`.
+async fn drain_completer(
+    shared: &Shared,
+    completer: JoinHandle<()>,
+    drain_deadline: tokio::time::Instant,
+    bounds: &Bounds,
+) {
+    let abort = completer.abort_handle();
+    if bounds.within(drain_deadline, completer).await.is_none() {
+        abort.abort();
+        let pending = shared.stats.acks_pending();
+        bump(&shared.stats.c.acks_failed, pending);
+        tracing::error!(
+            pending,
+            "acknowledgements not written within the drain time"
+        );
+    }
+}
+
 /// Gives back every message left in the claim queue, in batches, with its
 /// read undone (`Pgmq::release_batch`: visible now, `read_ct` one lower, so
 /// the release uses up no attempt); returns how many could not be released
@@ -414,14 +444,16 @@ async fn release(
         .into_iter()
         .map(|c| Requeue::new(c.receipt, Duration::ZERO).undo_read())
         .collect();
-    shared.room.free(reads.len());
+    shared.claims.room.free(reads.len());
     if reads.is_empty() {
         return 0;
     }
     // Unstarted messages are in no heartbeat batch, unless one was claimed
     // again while a copy still runs: keep the order anyway (releasing even
     // when the heartbeat's write does not return in time).
-    let _ = bounds.within(deadline, shared.after_heartbeat()).await;
+    let _ = bounds
+        .within(deadline, shared.heartbeat.after_write())
+        .await;
     let mut failed = 0;
     for chunk in reads.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));

@@ -9,18 +9,18 @@ use futures::FutureExt;
 
 use pgmq_client::{Client, QueueName};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::claim_queue::ClaimQueue;
-use crate::claimer::{self, Cursor, ReadPath, Room};
+use crate::claimer::{self, Claims, HandlerTime, ReadPath};
 use crate::completer;
 use crate::config::{ClaimReads, Config, WakeUp, WorkerBuilder};
 use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
 use crate::health::{Health, HealthState};
-use crate::heartbeat;
+use crate::heartbeat::{self, HeartbeatSignals};
 use crate::lease::Leases;
 use crate::notifier;
 use crate::shutdown::{Running, ShutdownHandle, ShutdownReport};
@@ -31,27 +31,17 @@ pub(crate) struct Shared {
     pub client: Client,
     pub config: Arc<Config>,
     pub stats: Arc<Stats>,
-    /// Free room in the claim queue, in messages.
-    pub room: Room,
-    /// How the claim loops read, and their shared bound on `msg_id`.
-    pub cursor: Cursor,
-    /// Moving average of handler run time, µs (0 until the first one ends).
-    pub handler_avg_us: AtomicU64,
-    /// Asks the heartbeat to look now (a handler started late in its timeout).
-    pub heartbeat_nudge: Notify,
-    /// Held by the heartbeat from collecting the running messages until its
-    /// `set_vt` returned; see [`Shared::after_heartbeat`].
-    pub heartbeat_write: tokio::sync::Mutex<()>,
-    /// Bumped to wake parked claimers.
-    pub wake: watch::Sender<u64>,
+    /// The claim loops' room, cursor and wake-ups.
+    pub claims: Claims,
+    /// Moving average of handler run time, for the claim limit.
+    pub handler_time: HandlerTime,
+    /// The heartbeat's nudge and write lock.
+    pub heartbeat: HeartbeatSignals,
     /// The deliveries held, from handler start until their acknowledgement
     /// is written: for the heartbeat, the completer and the report.
     pub leases: Leases,
     /// Claiming, acknowledging, connected: for probes.
     pub health: Arc<HealthState>,
-    /// When the last read started (µs since epoch): idle loops skip a poll
-    /// that another loop just made.
-    pub last_read_start_us: AtomicU64,
     /// Cancelled when an internal task fails for good: the worker stops
     /// with an error.
     pub failed: CancellationToken,
@@ -75,34 +65,6 @@ impl Shared {
 
     pub(crate) fn now_us(&self) -> u64 {
         self.us_since_epoch(Instant::now())
-    }
-
-    /// Wakes every parked claimer (and makes a claimer with a read in flight
-    /// read again instead of parking).
-    pub(crate) fn wake_claimers(&self) {
-        self.wake.send_modify(|g| *g = g.wrapping_add(1));
-    }
-
-    /// Folds one handler run time into the moving average (weight 1/8).
-    pub(crate) fn record_handler_time(&self, us: u64) {
-        let us = us.max(1);
-        let old = self.handler_avg_us.load(Relaxed);
-        let new = if old == 0 { us } else { (old * 7 + us) / 8 };
-        if new != old {
-            self.handler_avg_us.store(new.max(1), Relaxed);
-        }
-    }
-
-    /// Waits for a heartbeat write in flight, if any.
-    ///
-    /// A write that sets the visibility of messages whose handlers finished
-    /// (a retry's delay, a release) calls this first, so that it lands after
-    /// any heartbeat extension that may include them: the heartbeat collects
-    /// the running messages under `heartbeat_write`, and a handler clears its
-    /// slot before its acknowledgement is sent, so a heartbeat that starts
-    /// after this returns no longer sees them.
-    pub(crate) async fn after_heartbeat(&self) {
-        drop(self.heartbeat_write.lock().await);
     }
 
     /// Test hook (feature `fault-injection`): panics the first time the
@@ -337,55 +299,17 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         hub: Option<tokio::sync::mpsc::UnboundedReceiver<notifier::HubEvent>>,
     ) -> Result<Running, Error> {
         let cfg = Arc::clone(&self.config);
-        if cfg.check_queue {
-            check_queue(&self.client, &cfg.queue).await?;
-            if let Some(dlq) = &cfg.dead_letter_queue {
-                check_queue(&self.client, dlq).await?;
-            }
-        }
-        // The table statements need a layout that was checked, on a PGMQ
-        // whose `read` this crate knows.
-        let layout_known = cfg.check_queue && check_layout(&self.client, &cfg.queue).await?;
-        let path = match cfg.claim_reads {
-            ClaimReads::Function => ReadPath::Function,
-            ClaimReads::FifoGroups => ReadPath::Grouped,
-            _ if !layout_known || !known_read(&self.client) => {
-                tracing::info!(queue = %cfg.queue, "claims call pgmq.read: the queue table's layout or the PGMQ version is not one this worker knows");
-                ReadPath::Function
-            }
-            ClaimReads::FromStart => ReadPath::FromStart,
-            _ => ReadPath::Bounded,
-        };
-        let mut listener = None;
-        let mut notify_throttle = std::time::Duration::ZERO;
-        if cfg.wake_up == WakeUp::Notify {
-            notify_throttle = ensure_notify_trigger(&self.client, &cfg).await?;
-        }
-        if cfg.wake_up == WakeUp::Notify && hub.is_none() {
-            // A setup that can never listen fails now; a database that is
-            // away only delays the LISTEN connection (polling meanwhile).
-            match notifier::listen(&self.client, &cfg.queue).await {
-                Ok(l) => listener = Some(l),
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(error = %e, "LISTEN connection failed; polling until it opens");
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let (wake, _) = watch::channel(0u64);
+        let path = check_queues(&self.client, &cfg).await?;
+        let (notify_throttle, listener) = prepare_notify(&self.client, &cfg, hub.is_none()).await?;
         let shared = Arc::new(Shared {
             client: self.client,
             config: Arc::clone(&cfg),
             stats: self.stats,
-            room: Room::new(cfg.claim_capacity),
-            cursor: Cursor::new(path),
-            handler_avg_us: AtomicU64::new(0),
-            heartbeat_nudge: Notify::new(),
-            heartbeat_write: tokio::sync::Mutex::new(()),
-            wake,
+            claims: Claims::new(cfg.claim_capacity, path),
+            handler_time: HandlerTime::default(),
+            heartbeat: HeartbeatSignals::default(),
             leases: Leases::default(),
             health: Arc::clone(&self.health),
-            last_read_start_us: AtomicU64::new(0),
             failed: CancellationToken::new(),
             #[cfg(feature = "fault-injection")]
             panicked_once: std::sync::atomic::AtomicBool::new(false),
@@ -400,23 +324,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let completer_close = root.child_token();
 
         let (ack_tx, ack_rx) = mpsc::channel(cfg.ack_capacity);
-        let completer = {
-            // Not restartable (it owns the acknowledgements in flight): if it
-            // panics, the worker stops with an error.
-            let shared = Arc::clone(&shared);
-            let run = completer::run(Arc::clone(&shared), ack_rx, completer_close.clone());
-            tokio::spawn(async move {
-                if let Err(p) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
-                    let why = format!(
-                        "the completer panicked: {}",
-                        crate::handler::panic_text(&*p)
-                    );
-                    tracing::error!("{why}; stopping the worker");
-                    shared.health.fail(why);
-                    shared.failed.cancel();
-                }
-            })
-        };
+        let completer = spawn_completer(&shared, ack_rx, completer_close.clone());
 
         let claim_queue = Arc::new(ClaimQueue::new(cfg.claim_capacity, cfg.concurrency));
         let exec = Arc::new(ExecContext {
@@ -428,15 +336,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         });
         let handlers = self.spawner.spawn(exec);
 
-        let claimers = (0..cfg.claimers)
-            .map(|i| {
-                let (shared2, queue, stop) =
-                    (Arc::clone(&shared), Arc::clone(&claim_queue), stop.clone());
-                supervised(&shared, "claim loop", move || {
-                    claimer::run(Arc::clone(&shared2), Arc::clone(&queue), i, stop.clone())
-                })
-            })
-            .collect();
+        let claimers = spawn_claimers(&shared, &claim_queue, &stop);
 
         let heartbeat = cfg.heartbeat.then(|| {
             let (shared2, stop) = (Arc::clone(&shared), hb_stop.clone());
@@ -444,34 +344,8 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
                 heartbeat::run(Arc::clone(&shared2), stop.clone())
             })
         });
-        let notifier = match hub {
-            Some(events) if cfg.wake_up == WakeUp::Notify => {
-                let (shared2, stop) = (Arc::clone(&shared), stop.clone());
-                // Taken by the first run; a restart after a panic falls back
-                // to a connection of its own.
-                let events = std::sync::Mutex::new(Some(events));
-                Some(supervised(&shared, "notifier", move || {
-                    let e = events.lock().unwrap_or_else(|p| p.into_inner()).take();
-                    let shared = Arc::clone(&shared2);
-                    let stop = stop.clone();
-                    async move {
-                        match e {
-                            Some(e) => notifier::run_shared(shared, e, stop).await,
-                            None => notifier::run(shared, None, stop).await,
-                        }
-                    }
-                }))
-            }
-            _ => (cfg.wake_up == WakeUp::Notify).then(|| {
-                let (shared2, stop) = (Arc::clone(&shared), stop.clone());
-                // The first run takes the listener opened above; a restart opens its own.
-                let opened = std::sync::Mutex::new(listener);
-                supervised(&shared, "notifier", move || {
-                    let l = opened.lock().unwrap_or_else(|p| p.into_inner()).take();
-                    notifier::run(Arc::clone(&shared2), l, stop.clone())
-                })
-            }),
-        };
+        let notifier =
+            (cfg.wake_up == WakeUp::Notify).then(|| spawn_notifier(&shared, hub, listener, &stop));
         #[cfg(feature = "metrics")]
         {
             let (shared2, queue, stop) =
@@ -503,6 +377,121 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             completer_close,
         })
     }
+}
+
+/// Checks the queue (and the dead-letter queue) when `check_queue` is set,
+/// and picks how the claim loops read: the table statements need a layout
+/// that was checked, on a PGMQ whose `read` this crate knows.
+async fn check_queues(client: &Client, cfg: &Config) -> Result<ReadPath, Error> {
+    if cfg.check_queue {
+        check_queue(client, &cfg.queue).await?;
+        if let Some(dlq) = &cfg.dead_letter_queue {
+            check_queue(client, dlq).await?;
+        }
+    }
+    let layout_known = cfg.check_queue && check_layout(client, &cfg.queue).await?;
+    Ok(match cfg.claim_reads {
+        ClaimReads::Function => ReadPath::Function,
+        ClaimReads::FifoGroups => ReadPath::Grouped,
+        _ if !layout_known || !known_read(client) => {
+            tracing::info!(queue = %cfg.queue, "claims call pgmq.read: the queue table's layout or the PGMQ version is not one this worker knows");
+            ReadPath::Function
+        }
+        ClaimReads::FromStart => ReadPath::FromStart,
+        _ => ReadPath::Bounded,
+    })
+}
+
+/// With [`WakeUp::Notify`]: enables the queue's insert trigger (returning its
+/// throttle) and, when `listen`, opens the LISTEN connection. Without it:
+/// a zero throttle and no connection.
+async fn prepare_notify(
+    client: &Client,
+    cfg: &Config,
+    listen: bool,
+) -> Result<(std::time::Duration, Option<pgmq_client::Listener>), Error> {
+    if cfg.wake_up != WakeUp::Notify {
+        return Ok((std::time::Duration::ZERO, None));
+    }
+    let throttle = ensure_notify_trigger(client, cfg).await?;
+    if !listen {
+        return Ok((throttle, None));
+    }
+    // A setup that can never listen fails now; a database that is away
+    // only delays the LISTEN connection (polling meanwhile).
+    match notifier::listen(client, &cfg.queue).await {
+        Ok(l) => Ok((throttle, Some(l))),
+        Err(e) if e.is_transient() => {
+            tracing::warn!(error = %e, "LISTEN connection failed; polling until it opens");
+            Ok((throttle, None))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Starts the completer. It is not restartable (it owns the
+/// acknowledgements in flight): if it panics, the worker stops with an
+/// error.
+fn spawn_completer(
+    shared: &Arc<Shared>,
+    acks: mpsc::Receiver<completer::Ack>,
+    close: CancellationToken,
+) -> JoinHandle<()> {
+    let shared = Arc::clone(shared);
+    let run = completer::run(Arc::clone(&shared), acks, close);
+    tokio::spawn(async move {
+        if let Err(p) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
+            let why = format!(
+                "the completer panicked: {}",
+                crate::handler::panic_text(&*p)
+            );
+            tracing::error!("{why}; stopping the worker");
+            shared.health.fail(why);
+            shared.failed.cancel();
+        }
+    })
+}
+
+/// Starts the `claimers` supervised claim loops.
+fn spawn_claimers(
+    shared: &Arc<Shared>,
+    claim_queue: &Arc<ClaimQueue<claimer::Claimed>>,
+    stop: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    (0..shared.config.claimers)
+        .map(|i| {
+            let (shared2, queue, stop) =
+                (Arc::clone(shared), Arc::clone(claim_queue), stop.clone());
+            supervised(shared, "claim loop", move || {
+                claimer::run(Arc::clone(&shared2), Arc::clone(&queue), i, stop.clone())
+            })
+        })
+        .collect()
+}
+
+/// Starts the supervised notifier: on a group's shared LISTEN connection
+/// (`hub`) or on a connection of its own (starting with `listener`, when
+/// one was opened). Either is taken by the first run; a restart after a
+/// panic opens a connection of its own.
+fn spawn_notifier(
+    shared: &Arc<Shared>,
+    hub: Option<mpsc::UnboundedReceiver<notifier::HubEvent>>,
+    listener: Option<pgmq_client::Listener>,
+    stop: &CancellationToken,
+) -> JoinHandle<()> {
+    let (shared2, stop) = (Arc::clone(shared), stop.clone());
+    let first = std::sync::Mutex::new(Some((hub, listener)));
+    supervised(shared, "notifier", move || {
+        let taken = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let (shared, stop) = (Arc::clone(&shared2), stop.clone());
+        async move {
+            match taken {
+                Some((Some(events), _)) => notifier::run_shared(shared, events, stop).await,
+                Some((None, listener)) => notifier::run(shared, listener, stop).await,
+                None => notifier::run(shared, None, stop).await,
+            }
+        }
+    })
 }
 
 /// Runs the task that `make` builds until it returns; after a panic, logs
