@@ -518,18 +518,20 @@ pub const ROUND_TRIP_WARMUP: u32 = 20;
 /// Round trips [`select1_round_trip`] times.
 pub const ROUND_TRIP_SAMPLES: u32 = 200;
 
-/// Median, 99th percentile (nearest rank) and mean of `us`.
+/// Median, 99th percentile (nearest rank) and mean of `us`, to 0.1 µs.
 fn round_trip_summary(mut us: Vec<f64>) -> Option<RoundTrip> {
     if us.is_empty() {
         return None;
     }
     us.sort_by(f64::total_cmp);
     let rank = |q: f64| us[((q * us.len() as f64).ceil() as usize).clamp(1, us.len()) - 1];
+    // A tenth of a microsecond: finer digits are timer noise.
+    let tenth = |v: f64| (v * 10.0).round() / 10.0;
     Some(RoundTrip {
         samples: us.len() as u32,
-        p50_us: rank(0.50),
-        p99_us: rank(0.99),
-        mean_us: us.iter().sum::<f64>() / us.len() as f64,
+        p50_us: tenth(rank(0.50)),
+        p99_us: tenth(rank(0.99)),
+        mean_us: tenth(us.iter().sum::<f64>() / us.len() as f64),
     })
 }
 
@@ -714,6 +716,8 @@ mod tests {
         let r = round_trip_summary(us).unwrap();
         assert_eq!((r.samples, r.p50_us, r.p99_us), (200, 100.0, 198.0));
         assert!((r.mean_us - 100.5).abs() < 1e-9);
+        let r = round_trip_summary(vec![31.998, 62.342, 50.6893]).unwrap();
+        assert_eq!((r.p50_us, r.p99_us, r.mean_us), (50.7, 62.3, 48.3));
         assert!(round_trip_summary(Vec::new()).is_none());
     }
 
