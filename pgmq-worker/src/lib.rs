@@ -17,7 +17,7 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let client = Client::connect("postgres://pgmq:pgmq@127.0.0.1:55432/pgmq").await?;
+//!     let client = Client::connect("postgres://pgmq:pgmq@127.0.0.1:5432/pgmq").await?;
 //!     let queue = QueueName::new("emails")?;
 //!     client.create(&queue).await?;
 //!
