@@ -11,7 +11,7 @@ use crate::error::{col, first_col, Error};
 use crate::executor::Executor;
 use crate::message::{Delay, SendOptions};
 use crate::queue_name::QueueName;
-use crate::send::to_json;
+use crate::send::{to_json, JsonBatch};
 use crate::statements::Stmt;
 use crate::Pgmq;
 
@@ -125,23 +125,9 @@ impl<E: Executor> Pgmq<E> {
         headers: Option<&[serde_json::Value]>,
         delay: Delay,
     ) -> Result<Vec<(String, i64)>, Error> {
-        if bodies.is_empty() {
+        let Some((bodies, headers)) = JsonBatch::bodies_and_headers(bodies, headers)? else {
             return Ok(Vec::new());
-        }
-        crate::read::check_batch(bodies.len(), "batch of")?;
-        if let Some(h) = headers {
-            if h.len() != bodies.len() {
-                return Err(Error::InvalidArgument(format!(
-                    "{} headers for {} messages",
-                    h.len(),
-                    bodies.len()
-                )));
-            }
-        }
-        let bodies = bodies.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-        let headers = headers
-            .map(|h| h.iter().map(to_json).collect::<Result<Vec<_>, _>>())
-            .transpose()?;
+        };
         let rows = match (delay, delay_int(delay)?) {
             (Delay::At(at), _) => {
                 self.run(
