@@ -39,10 +39,13 @@ macro_rules! statements {
 }
 
 statements! {
-    // send.rs
-    Send = "SELECT * FROM pgmq.send($1::text, $2::jsonb, $3::jsonb, $4::integer)";
+    // send.rs. A delay in seconds goes to PGMQ's timestamptz overload with
+    // the same expression PGMQ's integer overload computes: that overload is
+    // a volatile SQL function, which PostgreSQL cannot inline and so parses
+    // and plans again on every call.
+    Send = "SELECT * FROM pgmq.send($1::text, $2::jsonb, $3::jsonb, pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $4::integer))";
     SendAt = "SELECT * FROM pgmq.send($1::text, $2::jsonb, $3::jsonb, $4::timestamptz)";
-    SendBatch = "SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[], $3::jsonb[], $4::integer)";
+    SendBatch = "SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[], $3::jsonb[], pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $4::integer))";
     SendBatchAt = "SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[], $3::jsonb[], $4::timestamptz)";
     // read.rs
     Read = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer)");
@@ -277,6 +280,7 @@ mod tests {
             for f in [
                 "count(",
                 "clock_timestamp(",
+                "make_interval(",
                 "now(",
                 "unnest(",
                 "array_agg(",

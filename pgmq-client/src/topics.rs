@@ -12,7 +12,7 @@ use crate::executor::Executor;
 use crate::message::{Delay, SendOptions};
 use crate::queue_name::QueueName;
 use crate::read::secs;
-use crate::send::{batch_headers, one_headers, to_json};
+use crate::send::{one_headers, to_json, JsonBatch};
 use crate::statements::Stmt;
 use crate::Pgmq;
 
@@ -163,12 +163,9 @@ impl<E: Executor> Pgmq<E> {
         bodies: &[T],
         opts: &SendOptions,
     ) -> Result<Vec<(String, i64)>, Error> {
-        if bodies.is_empty() {
+        let Some((bodies, headers)) = JsonBatch::bodies_and_headers(bodies, opts)? else {
             return Ok(Vec::new());
-        }
-        crate::read::check_batch(bodies.len(), "batch of")?;
-        let headers = batch_headers(opts, bodies.len())?;
-        let bodies = bodies.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
+        };
         let rows = match opts.delay {
             Delay::At(at) => {
                 self.run(
