@@ -125,7 +125,7 @@ pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{QueueName, MAX_QUEUE_NAME_LEN};
-pub use read::{MAX_BATCH, MAX_SECONDS};
+pub use read::{ReadOptions, MAX_BATCH, MAX_SECONDS};
 pub use read_from::ReadFrom;
 pub use statements::Stmt;
 pub use topics::{RouteMatch, TopicBinding};
