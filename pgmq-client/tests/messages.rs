@@ -216,6 +216,20 @@ async fn headers_round_trip() {
         .collect();
     assert_eq!(got[&with].headers.as_ref(), Some(&h));
     assert_eq!(got[&with].header("trace"), Some(&json!("abc")));
+    // Typed headers: decoded into a struct, None without headers.
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Trace {
+        trace: String,
+    }
+    assert_eq!(
+        got[&with].headers_as::<Trace>().unwrap(),
+        Some(Trace {
+            trace: "abc".into()
+        })
+    );
+    assert_eq!(got[&without].headers_as::<Trace>().unwrap(), None);
+    let err = got[&batch[0]].headers_as::<Trace>().unwrap_err();
+    assert!(matches!(err, Error::DeserializeHeaders { .. }), "{err:?}");
     assert_eq!(got[&without].headers, None);
     assert_eq!(got[&without].header("trace"), None);
     assert_eq!(got[&batch[0]].headers, Some(hs[0].clone()));
