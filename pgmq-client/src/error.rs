@@ -238,6 +238,19 @@ impl Error {
     /// Errors raised before any SQL ran (invalid input, pool timeout, failed
     /// connect) are [`CommitOutcome::NotSent`]; a server error is
     /// [`CommitOutcome::Rejected`]; a connection lost mid-call is [`CommitOutcome::Unknown`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::CommitOutcome;
+    /// match client.send(&q, &serde_json::json!({"order": 1})).await {
+    ///     Ok(id) => println!("sent {id}"),
+    ///     // Nothing was stored: the caller may send it again.
+    ///     Err(e) if e.outcome() != CommitOutcome::Unknown => return Err(e),
+    ///     // May have been stored: look it up, or send idempotently.
+    ///     Err(e) => eprintln!("unknown: {e}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn outcome(&self) -> CommitOutcome {
         match self {
             Error::ConnectionLost { outcome, .. } => *outcome,

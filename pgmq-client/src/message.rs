@@ -402,6 +402,10 @@ pub enum Delay {
 
 impl Delay {
     /// At once: no delay.
+    ///
+    /// ```
+    /// assert_eq!(pgmq_client::Delay::NONE, pgmq_client::Delay::After(std::time::Duration::ZERO));
+    /// ```
     pub const NONE: Delay = Delay::After(std::time::Duration::ZERO);
 }
 
@@ -462,23 +466,47 @@ pub struct SendOptions {
 
 impl SendOptions {
     /// Sends at once, without headers.
+    ///
+    /// ```
+    /// let opts = pgmq_client::SendOptions::new();
+    /// assert_eq!(opts.delay, pgmq_client::Delay::NONE);
+    /// assert!(opts.headers.is_none() && opts.headers_each.is_none());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Sets the delay (a `Duration`, a `DateTime<Utc>` or a [`Delay`]).
+    ///
+    /// ```
+    /// use pgmq_client::{Delay, SendOptions};
+    /// use std::time::Duration;
+    /// let opts = SendOptions::new().delay(Duration::from_secs(60));
+    /// assert_eq!(opts.delay, Delay::After(Duration::from_secs(60)));
+    /// ```
     pub fn delay(mut self, delay: impl Into<Delay>) -> Self {
         self.delay = delay.into();
         self
     }
 
     /// Sets the headers of every message sent.
+    ///
+    /// ```
+    /// let opts = pgmq_client::SendOptions::new().headers(serde_json::json!({"tenant": "acme"}));
+    /// assert_eq!(opts.headers, Some(serde_json::json!({"tenant": "acme"})));
+    /// ```
     pub fn headers(mut self, headers: serde_json::Value) -> Self {
         self.headers = Some(headers);
         self
     }
 
     /// Sets a batch's headers, one per message (as many as the bodies).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// let opts = pgmq_client::SendOptions::new().headers_each(vec![json!({"i": 0}), json!({"i": 1})]);
+    /// assert_eq!(opts.headers_each.map(|h| h.len()), Some(2));
+    /// ```
     pub fn headers_each(mut self, headers: Vec<serde_json::Value>) -> Self {
         self.headers_each = Some(headers);
         self

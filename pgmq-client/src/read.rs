@@ -84,6 +84,12 @@ pub struct ReadOptions {
 
 impl ReadOptions {
     /// Reads one message and hides it for `vt`, without a filter or a wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = pgmq_client::ReadOptions::new(Duration::from_secs(30));
+    /// assert_eq!((opts.qty, opts.max_poll), (1, None));
+    /// ```
     pub fn new(vt: Duration) -> Self {
         ReadOptions {
             vt,
@@ -95,12 +101,25 @@ impl ReadOptions {
     }
 
     /// Sets how many messages to read at most.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = pgmq_client::ReadOptions::new(Duration::from_secs(30)).qty(100);
+    /// assert_eq!(opts.qty, 100);
+    /// ```
     pub fn qty(mut self, qty: usize) -> Self {
         self.qty = qty;
         self
     }
 
     /// Reads only messages whose body contains `filter` (JSONB `@>`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let eu = pgmq_client::ReadOptions::new(Duration::from_secs(30))
+    ///     .filter(serde_json::json!({"region": "eu"}));
+    /// assert!(eu.filter.is_some());
+    /// ```
     pub fn filter(mut self, filter: serde_json::Value) -> Self {
         self.filter = Some(filter);
         self
@@ -108,6 +127,14 @@ impl ReadOptions {
 
     /// While nothing is visible, waits on the server up to `max_poll`,
     /// looking again every `interval`. The connection is held for the wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let opts = pgmq_client::ReadOptions::new(Duration::from_secs(30))
+    ///     .poll(Duration::from_secs(5), Duration::from_millis(250));
+    /// assert_eq!(opts.max_poll, Some(Duration::from_secs(5)));
+    /// assert_eq!(opts.poll_interval, Duration::from_millis(250));
+    /// ```
     pub fn poll(mut self, max_poll: Duration, interval: Duration) -> Self {
         self.max_poll = Some(max_poll);
         self.poll_interval = interval;
