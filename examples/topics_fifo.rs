@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use pgmq_client::{Client, GroupStrategy, QueueName, SendOptions, FIFO_GROUP_HEADER};
+use pgmq_client::{Client, GroupStrategy, QueueName, ReadOptions, SendOptions, FIFO_GROUP_HEADER};
 use serde_json::{json, Value};
 
 const VT: Duration = Duration::from_secs(30);
@@ -141,14 +141,14 @@ async fn fifo(client: &Client, ledger: &QueueName) -> Result<(), Box<dyn std::er
 
     // Fill: take as much as possible from the group with the oldest message.
     let batch = client
-        .read_grouped::<Value>(ledger, GroupStrategy::Fill, VT, 3)
+        .read_grouped::<Value>(ledger, GroupStrategy::Fill, &ReadOptions::new(VT).qty(3))
         .await?
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
     println!("read_grouped(Fill, 3)       -> {}", describe(&batch));
     // While those are in flight, their group is blocked; the other group is not.
     let next = client
-        .read_grouped::<Value>(ledger, GroupStrategy::Fill, VT, 3)
+        .read_grouped::<Value>(ledger, GroupStrategy::Fill, &ReadOptions::new(VT).qty(3))
         .await?
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
@@ -177,7 +177,11 @@ async fn fifo(client: &Client, ledger: &QueueName) -> Result<(), Box<dyn std::er
             .await?;
     }
     let rr = client
-        .read_grouped::<Value>(ledger, GroupStrategy::RoundRobin, VT, 10)
+        .read_grouped::<Value>(
+            ledger,
+            GroupStrategy::RoundRobin,
+            &ReadOptions::new(VT).qty(10),
+        )
         .await?
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;

@@ -38,18 +38,11 @@ impl<E: Executor> Pgmq<E> {
 
     /// Deletes messages; returns how many existed and were deleted.
     ///
-    /// The same `pgmq.delete` as [`delete_batch`](Self::delete_batch), but
-    /// the reply is one row instead of one per id: for callers that only
-    /// count (the worker's acknowledgements), it spares the server the rows'
-    /// output and the client their parsing.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
-    /// let q = pgmq_client::QueueName::new("orders")?;
-    /// let deleted = client.delete_batch_count(&q, &[1, 2, 3]).await?;
-    /// assert!(deleted <= 3);
-    /// # Ok(()) }
-    /// ```
+    /// **Not part of the stable API** (hidden from the docs; for the
+    /// benchmarks): the same `pgmq.delete` as
+    /// [`delete_batch`](Self::delete_batch), but the reply is one row
+    /// instead of one per id.
+    #[doc(hidden)]
     #[tracing::instrument(name = "pgmq.delete_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
     pub async fn delete_batch_count(
         &self,
@@ -60,8 +53,11 @@ impl<E: Executor> Pgmq<E> {
             .await
     }
 
-    /// Archives messages; returns how many were archived (one reply row:
-    /// see [`delete_batch_count`](Self::delete_batch_count)).
+    /// Archives messages; returns how many were archived (one reply row).
+    ///
+    /// **Not part of the stable API** (hidden from the docs; for the
+    /// benchmarks), like `delete_batch_count`.
+    #[doc(hidden)]
     #[tracing::instrument(name = "pgmq.archive_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
     pub async fn archive_batch_count(
         &self,
@@ -223,8 +219,7 @@ impl<E: Executor> Pgmq<E> {
     /// released.
     ///
     /// The SQL names the table `pgmq."q_<name>"`, built only from the
-    /// validated [`QueueName`]. It runs on every executor of this crate
-    /// ([`Executor::query_text`]).
+    /// validated [`QueueName`]. It runs on every executor of this crate.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {

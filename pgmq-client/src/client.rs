@@ -74,7 +74,7 @@ impl<E: Executor> Pgmq<E> {
         }
     }
 
-    /// Runs SQL text on the executor ([`Executor::query_text`]), mapping a
+    /// Runs SQL text on the executor (`Executor::query_text`), mapping a
     /// missing queue table to [`Error::QueueNotFound`].
     pub(crate) async fn run_text(
         &self,
@@ -139,6 +139,8 @@ impl Pool {
         }
     }
 }
+
+impl crate::executor::Sealed for Pool {}
 
 impl Executor for Pool {
     async fn query(

@@ -111,6 +111,19 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// A message's headers did not deserialize into the type asked of
+    /// [`Message::headers_as`](crate::Message::headers_as). As for
+    /// [`Error::Deserialize`], the text keeps serde's reason and position
+    /// but none of the headers' values.
+    #[error("headers of message {msg_id} do not deserialize into the requested type: {source}")]
+    DeserializeHeaders {
+        /// The message whose headers failed.
+        msg_id: i64,
+        /// The decoding error.
+        #[source]
+        source: serde_json::Error,
+    },
+
     /// No pooled connection became free within the pool's connection timeout.
     #[error("timed out waiting for a database connection from the pool")]
     PoolTimeout,
@@ -225,6 +238,19 @@ impl Error {
     /// Errors raised before any SQL ran (invalid input, pool timeout, failed
     /// connect) are [`CommitOutcome::NotSent`]; a server error is
     /// [`CommitOutcome::Rejected`]; a connection lost mid-call is [`CommitOutcome::Unknown`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::CommitOutcome;
+    /// match client.send(&q, &serde_json::json!({"order": 1})).await {
+    ///     Ok(id) => println!("sent {id}"),
+    ///     // Nothing was stored: the caller may send it again.
+    ///     Err(e) if e.outcome() != CommitOutcome::Unknown => return Err(e),
+    ///     // May have been stored: look it up, or send idempotently.
+    ///     Err(e) => eprintln!("unknown: {e}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn outcome(&self) -> CommitOutcome {
         match self {
             Error::ConnectionLost { outcome, .. } => *outcome,
@@ -232,7 +258,9 @@ impl Error {
             | Error::QueueNotFound { .. }
             | Error::PgmqMissing { .. }
             | Error::PgmqTooOld { .. } => CommitOutcome::Rejected,
-            Error::Deserialize { .. } | Error::UnexpectedRow { .. } => CommitOutcome::Unknown,
+            Error::Deserialize { .. }
+            | Error::DeserializeHeaders { .. }
+            | Error::UnexpectedRow { .. } => CommitOutcome::Unknown,
             _ => CommitOutcome::NotSent,
         }
     }
@@ -408,6 +436,11 @@ impl fmt::Debug for Error {
             Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
             Error::Deserialize { msg_id, source } => f
                 .debug_struct("Deserialize")
+                .field("msg_id", msg_id)
+                .field("source", source)
+                .finish(),
+            Error::DeserializeHeaders { msg_id, source } => f
+                .debug_struct("DeserializeHeaders")
                 .field("msg_id", msg_id)
                 .field("source", source)
                 .finish(),

@@ -23,18 +23,41 @@ use crate::statements::Stmt;
 /// Parameters of one call.
 pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
-/// Parameters of a call run as SQL text ([`Executor::query_text`]), each
-/// with its type.
+/// Parameters of a call run as SQL text, each with its type.
 pub type TypedParams<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
-/// Something PGMQ calls can run on.
+/// Something PGMQ calls can run on: pass one to [`Pgmq::on`](crate::Pgmq::on).
 ///
 /// Implemented for [`Pool`](crate::Pool) (checks out a connection per call),
 /// [`Connection`], [`Transaction`], bb8's pooled connection,
-/// `tokio_postgres::Client` and `tokio_postgres::Transaction`, and references
+/// `tokio_postgres::Client` and `tokio_postgres::Transaction`, with the
+/// `deadpool` feature deadpool-postgres' `Pool` and `Object`, and references
 /// to any of them.
-pub trait Executor: Send + Sync {
+///
+/// The trait is sealed: its methods are this crate's internals (the
+/// statements it prepares and how it runs them), hidden from the docs and
+/// not part of the stable API, and it cannot be implemented outside this
+/// crate except through [`__private`](crate::__private), which is not
+/// stable either.
+///
+/// ```no_run
+/// # async fn f(pg: &mut tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use pgmq_client::{Executor, Pgmq, QueueName};
+///
+/// // Any executor runs the same calls.
+/// async fn enqueue<E: Executor>(pg: &Pgmq<E>, q: &QueueName) -> Result<i64, pgmq_client::Error> {
+///     pg.send(q, &serde_json::json!({"job": 1})).await
+/// }
+///
+/// let q = QueueName::new("jobs")?;
+/// let tx = pg.transaction().await?;
+/// enqueue(&Pgmq::on(&tx), &q).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub trait Executor: Sealed + Send + Sync {
     /// Runs one statement and returns its rows.
+    #[doc(hidden)]
     fn query(
         &self,
         stmt: Stmt,
@@ -45,35 +68,44 @@ pub trait Executor: Send + Sync {
     /// call can be repeated without touching a caller's transaction. True for
     /// [`Pool`](crate::Pool); false (the default) for connections and
     /// transactions, where an error aborts the caller's transaction.
+    #[doc(hidden)]
     fn autocommit(&self) -> bool {
         false
     }
 
-    /// Runs SQL text that is not one of the [`Stmt`]s (each parameter comes
+    /// Runs SQL text that is not one of the `Stmt`s (each parameter comes
     /// with its type). On this crate's connections and transactions the text
     /// is prepared once per connection and cached by its text, like the
-    /// [`Stmt`]s; on a caller's own `tokio_postgres` client it runs
+    /// `Stmt`s; on a caller's own `tokio_postgres` client it runs
     /// unprepared in one round trip (`query_typed`).
     ///
     /// For the few calls that are not PGMQ functions and therefore name a
     /// queue's table in their text, built only from a validated
-    /// [`QueueName`](crate::QueueName): [`Pgmq::release_batch`](crate::Pgmq::release_batch)
-    /// and the fenced writes ([`Receipt`](crate::Receipt)). Every executor
-    /// of this crate implements it; the default, for executors of your own,
-    /// fails with [`Error::InvalidArgument`] without running anything.
+    /// [`QueueName`](crate::QueueName): [`Pgmq::release_batch`](crate::Pgmq::release_batch),
+    /// [`Pgmq::read_from`](crate::Pgmq::read_from) and the fenced writes
+    /// ([`Receipt`](crate::Receipt)).
+    #[doc(hidden)]
     fn query_text(
         &self,
         sql: &str,
         params: TypedParams<'_>,
-    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send {
-        let _ = (sql, params);
-        async {
-            Err(Error::InvalidArgument(
-                "this executor does not run SQL text (Executor::query_text)".to_owned(),
-            ))
-        }
-    }
+    ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send;
 }
+
+/// Seals [`Executor`]: only this crate's executors implement it (and,
+/// through [`__private`](crate::__private), the worker's).
+pub trait Sealed {}
+
+impl<E: Sealed + ?Sized> Sealed for &E {}
+impl Sealed for Connection {}
+impl Sealed for bb8::PooledConnection<'_, ConnectionManager> {}
+impl Sealed for Transaction<'_> {}
+impl Sealed for tokio_postgres::Client {}
+impl Sealed for tokio_postgres::Transaction<'_> {}
+#[cfg(feature = "deadpool")]
+impl Sealed for deadpool_postgres::Pool {}
+#[cfg(feature = "deadpool")]
+impl Sealed for deadpool_postgres::Object {}
 
 impl<E: Executor + ?Sized> Executor for &E {
     fn query(

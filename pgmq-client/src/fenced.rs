@@ -33,7 +33,8 @@ use crate::Pgmq;
 pub const MAX_DELAY: Duration = Duration::from_secs(i32::MAX as u64);
 
 /// One delivery of a message: its id and the `last_read_at` that the read
-/// which delivered it set. See the [module docs](self) for why writes carry it.
+/// which delivered it set. A write that carries it touches the message only
+/// while no later read has delivered it again (its claim is still this one).
 ///
 /// ```no_run
 /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {

@@ -4,15 +4,13 @@
 //! to that group (others to one default group). Within a group, a message is
 //! delivered only after every earlier one was deleted or archived.
 
-use std::time::Duration;
-
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::{decode_rows, raw_from_row, Decoded, Message, RawJson};
 use crate::queue_name::QueueName;
-use crate::read::{millis, qty, secs};
+use crate::read::{millis, qty, secs, ReadOptions};
 use crate::statements::Stmt;
 use crate::Pgmq;
 
@@ -66,21 +64,25 @@ fn decoded_id<T>(m: &Decoded<T>) -> i64 {
 }
 
 impl<E: Executor> Pgmq<E> {
-    /// Reads up to `qty` messages in FIFO-group order, decoded per message
-    /// ([`Decoded`]): a body that does not decode into `T` comes back raw in
-    /// its place, so it neither fails the batch nor blocks its group (archive
-    /// or delete it to let the group advance). `vt` is rounded up to whole
-    /// seconds; `n` is at most [`MAX_BATCH`](crate::MAX_BATCH).
+    /// Reads up to `opts.qty` messages in FIFO-group order, decoded per
+    /// message ([`Decoded`]): a body that does not decode into `T` comes
+    /// back raw in its place, so it neither fails the batch nor blocks its
+    /// group (archive or delete it to let the group advance).
+    ///
+    /// With [`ReadOptions::poll`] the server waits while nothing is visible
+    /// (PGMQ's `read_grouped*_with_poll`). Grouped reads take no filter: one
+    /// is refused with [`Error::InvalidArgument`].
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
-    /// use pgmq_client::{GroupStrategy, QueueName, SendOptions, FIFO_GROUP_HEADER};
+    /// use pgmq_client::{GroupStrategy, QueueName, ReadOptions, SendOptions, FIFO_GROUP_HEADER};
     /// use std::time::Duration;
     /// let q = QueueName::new("ledger")?;
     /// let opts = SendOptions::new().headers(serde_json::json!({ FIFO_GROUP_HEADER: "account-7" }));
     /// client.send_with(&q, &serde_json::json!({"debit": 5}), &opts).await?;
+    /// let read = ReadOptions::new(Duration::from_secs(30)).qty(10);
     /// let batch = client
-    ///     .read_grouped::<serde_json::Value>(&q, GroupStrategy::RoundRobin, Duration::from_secs(30), 10)
+    ///     .read_grouped::<serde_json::Value>(&q, GroupStrategy::RoundRobin, &read)
     ///     .await?;
     /// # Ok(()) }
     /// ```
@@ -88,96 +90,59 @@ impl<E: Executor> Pgmq<E> {
         &self,
         queue: &QueueName,
         strategy: GroupStrategy,
-        vt: Duration,
-        n: usize,
+        opts: &ReadOptions,
     ) -> Result<Vec<Decoded<T>>, Error> {
-        let rows = self.grouped_rows(queue, strategy, vt, n).await?;
+        let rows = self.grouped_rows(queue, strategy, opts).await?;
         Ok(strategy.arrange(decode_rows(&rows)?, decoded_id))
     }
 
     /// Like [`read_grouped`](Self::read_grouped), bodies left undecoded.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{GroupStrategy, ReadOptions};
+    /// use std::time::Duration;
+    /// let read = ReadOptions::new(Duration::from_secs(30))
+    ///     .qty(10)
+    ///     .poll(Duration::from_secs(5), Duration::from_millis(100));
+    /// let heads = client.read_grouped_raw(&q, GroupStrategy::Head, &read).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn read_grouped_raw(
         &self,
         queue: &QueueName,
         strategy: GroupStrategy,
-        vt: Duration,
-        n: usize,
+        opts: &ReadOptions,
     ) -> Result<Vec<Message<RawJson>>, Error> {
-        let rows = self.grouped_rows(queue, strategy, vt, n).await?;
+        let rows = self.grouped_rows(queue, strategy, opts).await?;
         let batch = rows.iter().map(raw_from_row).collect::<Result<_, _>>()?;
         Ok(strategy.arrange(batch, |m: &Message<RawJson>| m.msg_id))
     }
 
-    #[tracing::instrument(name = "pgmq.read_grouped", skip_all, fields(queue = %queue, qty = n))]
+    #[tracing::instrument(name = "pgmq.read_grouped", skip_all, fields(queue = %queue, qty = opts.qty))]
     async fn grouped_rows(
         &self,
         queue: &QueueName,
         strategy: GroupStrategy,
-        vt: Duration,
-        n: usize,
+        opts: &ReadOptions,
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        opts.refuse("a grouped read", true)?;
         let q = queue.as_str();
-        let vt = secs(vt, "visibility timeout")?;
-        let n = qty(n)?;
-        self.run(strategy.stmts().0, Some(q), &[&q, &vt, &n]).await
-    }
-
-    /// [`read_grouped`](Self::read_grouped), polling on the server for up to
-    /// `max_poll` while nothing is visible.
-    pub async fn read_grouped_with_poll<T: DeserializeOwned>(
-        &self,
-        queue: &QueueName,
-        strategy: GroupStrategy,
-        vt: Duration,
-        n: usize,
-        max_poll: Duration,
-        poll_interval: Duration,
-    ) -> Result<Vec<Decoded<T>>, Error> {
-        let rows = self
-            .grouped_poll_rows(queue, strategy, vt, n, max_poll, poll_interval)
-            .await?;
-        Ok(strategy.arrange(decode_rows(&rows)?, decoded_id))
-    }
-
-    /// Like [`read_grouped_with_poll`](Self::read_grouped_with_poll), bodies
-    /// left undecoded.
-    pub async fn read_grouped_with_poll_raw(
-        &self,
-        queue: &QueueName,
-        strategy: GroupStrategy,
-        vt: Duration,
-        n: usize,
-        max_poll: Duration,
-        poll_interval: Duration,
-    ) -> Result<Vec<Message<RawJson>>, Error> {
-        let rows = self
-            .grouped_poll_rows(queue, strategy, vt, n, max_poll, poll_interval)
-            .await?;
-        let batch = rows.iter().map(raw_from_row).collect::<Result<_, _>>()?;
-        Ok(strategy.arrange(batch, |m: &Message<RawJson>| m.msg_id))
-    }
-
-    #[tracing::instrument(name = "pgmq.read_grouped_with_poll", skip_all, fields(queue = %queue, qty = n))]
-    async fn grouped_poll_rows(
-        &self,
-        queue: &QueueName,
-        strategy: GroupStrategy,
-        vt: Duration,
-        n: usize,
-        max_poll: Duration,
-        poll_interval: Duration,
-    ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let q = queue.as_str();
-        let vt = secs(vt, "visibility timeout")?;
-        let n = qty(n)?;
-        let max_poll = secs(max_poll, "max_poll")?;
-        let interval = millis(poll_interval, "poll_interval")?;
-        self.run(
-            strategy.stmts().1,
-            Some(q),
-            &[&q, &vt, &n, &max_poll, &interval],
-        )
-        .await
+        let vt = secs(opts.vt, "visibility timeout")?;
+        let n = qty(opts.qty)?;
+        match opts.max_poll {
+            None => self.run(strategy.stmts().0, Some(q), &[&q, &vt, &n]).await,
+            Some(max_poll) => {
+                let max_poll = secs(max_poll, "max_poll")?;
+                let interval = millis(opts.poll_interval, "poll_interval")?;
+                self.run(
+                    strategy.stmts().1,
+                    Some(q),
+                    &[&q, &vt, &n, &max_poll, &interval],
+                )
+                .await
+            }
+        }
     }
 
     /// Adds PGMQ's GIN index on headers, which speeds up grouped reads.

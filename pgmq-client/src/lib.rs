@@ -119,18 +119,31 @@ pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::{pgpass_lookup, read_dsn_file, redact as redact_dsn, DsnFileError};
 pub use error::{CommitOutcome, Error, Result};
-pub use executor::{Executor, Params, TypedParams};
+pub use executor::Executor;
 pub use fenced::{Receipt, Requeue, MAX_DELAY};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
 pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{QueueName, MAX_QUEUE_NAME_LEN};
-pub use read::{MAX_BATCH, MAX_SECONDS};
+pub use read::{ReadOptions, MAX_BATCH, MAX_SECONDS};
 pub use read_from::ReadFrom;
-pub use statements::Stmt;
 pub use topics::{RouteMatch, TopicBinding};
 pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};
+
+/// Internals that pgmq-worker (and pgmq-bench) build on: **not part of the
+/// stable API**. They change in any release without notice; do not use
+/// them.
+///
+/// [`Stmt`](__private::Stmt) names each PGMQ call's SQL,
+/// [`Params`](__private::Params) and [`TypedParams`](__private::TypedParams)
+/// are a call's parameters, and [`Sealed`](__private::Sealed) seals
+/// [`Executor`], whose hidden methods take them.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::executor::{Params, Sealed, TypedParams};
+    pub use crate::statements::Stmt;
+}
 
 /// Re-exports of the crates in this crate's public API.
 pub mod reexports {

@@ -132,8 +132,47 @@ impl<T> Message<T> {
     }
 
     /// A header value by key, if the headers are an object holding it.
+    ///
+    /// ```
+    /// use pgmq_client::Message;
+    /// let m = Message::new(1, ()).with_headers(serde_json::json!({"tenant": "a"}));
+    /// assert_eq!(m.header("tenant"), Some(&serde_json::json!("a")));
+    /// assert_eq!(m.header("trace"), None);
+    /// ```
     pub fn header(&self, key: &str) -> Option<&serde_json::Value> {
         self.headers.as_ref()?.get(key)
+    }
+
+    /// The headers decoded into a type of yours: None when the message has
+    /// no headers, [`Error::DeserializeHeaders`] when they do not fit `H`
+    /// (its text names serde's reason, never the headers' values).
+    ///
+    /// ```
+    /// use pgmq_client::Message;
+    ///
+    /// #[derive(serde::Deserialize, Debug, PartialEq)]
+    /// struct Meta {
+    ///     tenant: String,
+    ///     #[serde(default)]
+    ///     priority: u8,
+    /// }
+    ///
+    /// let m = Message::new(1, "body").with_headers(serde_json::json!({"tenant": "acme"}));
+    /// let meta: Option<Meta> = m.headers_as()?;
+    /// assert_eq!(meta, Some(Meta { tenant: "acme".into(), priority: 0 }));
+    /// assert_eq!(Message::new(2, "body").headers_as::<Meta>()?, None);
+    /// # Ok::<(), pgmq_client::Error>(())
+    /// ```
+    pub fn headers_as<H: DeserializeOwned>(&self) -> Result<Option<H>, Error> {
+        let Some(headers) = &self.headers else {
+            return Ok(None);
+        };
+        H::deserialize(headers)
+            .map(Some)
+            .map_err(|e| Error::DeserializeHeaders {
+                msg_id: self.msg_id,
+                source: crate::error::payload_free(&e),
+            })
     }
 }
 
@@ -363,6 +402,10 @@ pub enum Delay {
 
 impl Delay {
     /// At once: no delay.
+    ///
+    /// ```
+    /// assert_eq!(pgmq_client::Delay::NONE, pgmq_client::Delay::After(std::time::Duration::ZERO));
+    /// ```
     pub const NONE: Delay = Delay::After(std::time::Duration::ZERO);
 }
 
@@ -423,23 +466,47 @@ pub struct SendOptions {
 
 impl SendOptions {
     /// Sends at once, without headers.
+    ///
+    /// ```
+    /// let opts = pgmq_client::SendOptions::new();
+    /// assert_eq!(opts.delay, pgmq_client::Delay::NONE);
+    /// assert!(opts.headers.is_none() && opts.headers_each.is_none());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Sets the delay (a `Duration`, a `DateTime<Utc>` or a [`Delay`]).
+    ///
+    /// ```
+    /// use pgmq_client::{Delay, SendOptions};
+    /// use std::time::Duration;
+    /// let opts = SendOptions::new().delay(Duration::from_secs(60));
+    /// assert_eq!(opts.delay, Delay::After(Duration::from_secs(60)));
+    /// ```
     pub fn delay(mut self, delay: impl Into<Delay>) -> Self {
         self.delay = delay.into();
         self
     }
 
     /// Sets the headers of every message sent.
+    ///
+    /// ```
+    /// let opts = pgmq_client::SendOptions::new().headers(serde_json::json!({"tenant": "acme"}));
+    /// assert_eq!(opts.headers, Some(serde_json::json!({"tenant": "acme"})));
+    /// ```
     pub fn headers(mut self, headers: serde_json::Value) -> Self {
         self.headers = Some(headers);
         self
     }
 
     /// Sets a batch's headers, one per message (as many as the bodies).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// let opts = pgmq_client::SendOptions::new().headers_each(vec![json!({"i": 0}), json!({"i": 1})]);
+    /// assert_eq!(opts.headers_each.map(|h| h.len()), Some(2));
+    /// ```
     pub fn headers_each(mut self, headers: Vec<serde_json::Value>) -> Self {
         self.headers_each = Some(headers);
         self
@@ -471,6 +538,25 @@ mod tests {
             Delay::from(std::time::Duration::from_millis(2500)),
             Delay::After(std::time::Duration::from_millis(2500))
         );
+    }
+
+    #[test]
+    fn headers_decode_into_a_type_or_fail_without_their_values() {
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        struct H {
+            n: u32,
+        }
+        let m = Message::new(9, ()).with_headers(serde_json::json!({"n": 3}));
+        assert_eq!(m.headers_as::<H>().unwrap(), Some(H { n: 3 }));
+        assert_eq!(Message::new(9, ()).headers_as::<H>().unwrap(), None);
+        let bad = Message::new(9, ()).with_headers(serde_json::json!({"n": "secret-value"}));
+        let e = bad.headers_as::<H>().unwrap_err();
+        assert!(
+            matches!(e, Error::DeserializeHeaders { msg_id: 9, .. }),
+            "{e:?}"
+        );
+        assert!(!e.to_string().contains("secret-value"), "{e}");
+        assert!(!format!("{e:?}").contains("secret-value"), "{e:?}");
     }
 
     #[test]

@@ -24,8 +24,6 @@
 //! table's layout: a caller that cannot vouch for the installed PGMQ should
 //! use [`read`](crate::Pgmq::read).
 
-use std::time::Duration;
-
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::Type;
 
@@ -33,7 +31,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::{decode_rows, raw_from_row, Decoded, Message, RawJson};
 use crate::queue_name::QueueName;
-use crate::read::{qty, secs};
+use crate::read::{qty, secs, ReadOptions};
 use crate::Pgmq;
 
 /// Where a [`read_from`](crate::Pgmq::read_from) starts.
@@ -72,67 +70,75 @@ fn read_sql(queue: &QueueName, bounded: bool) -> String {
 }
 
 impl<E: Executor> Pgmq<E> {
-    /// Reads up to `qty` visible messages starting at `from` and hides them
-    /// for `vt`, exactly as [`read`](Self::read) does: the same visibility
-    /// test, order, locking, updates (`read_ct`, `last_read_at`, `vt`) and
-    /// columns, as one statement on the queue table prepared once per
-    /// connection instead of PGMQ's PL/pgSQL function (see [`ReadFrom`] for
-    /// what a bound skips). Bodies are decoded per message as
-    /// [`read`](Self::read) does. The statement needs PGMQ 1.x's queue table
-    /// layout; with an installation you cannot vouch for, use
-    /// [`read`](Self::read).
+    /// Reads up to `opts.qty` visible messages starting at `from` and
+    /// hides them for `opts.vt`, exactly as [`read`](Self::read) does: the
+    /// same visibility test, order, locking, updates (`read_ct`,
+    /// `last_read_at`, `vt`) and columns, as one statement on the queue
+    /// table prepared once per connection instead of PGMQ's PL/pgSQL
+    /// function (see [`ReadFrom`] for what a bound skips). Bodies are decoded
+    /// per message as [`read`](Self::read) does. The statement needs PGMQ
+    /// 1.x's queue table layout; with an installation you cannot vouch for,
+    /// use [`read`](Self::read).
     ///
-    /// `vt` is rounded up to whole seconds; `qty` is at most
-    /// [`MAX_BATCH`](crate::MAX_BATCH). A queue that does not exist is
+    /// It takes no filter and no wait ([`ReadOptions::filter`],
+    /// [`ReadOptions::poll`]): either is refused with
+    /// [`Error::InvalidArgument`]. A queue that does not exist is
     /// [`Error::QueueNotFound`].
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
     /// use std::time::Duration;
-    /// use pgmq_client::ReadFrom;
+    /// use pgmq_client::{ReadFrom, ReadOptions};
     /// let q = pgmq_client::QueueName::new("orders")?;
-    /// let vt = Duration::from_secs(30);
+    /// let opts = ReadOptions::new(Duration::from_secs(30)).qty(100);
     /// // Continue after the last message of the previous batch...
-    /// let batch = client.read_from_raw(&q, vt, 100, ReadFrom::After(41_000)).await?;
+    /// let batch = client.read_from::<serde_json::Value>(&q, ReadFrom::After(41_000), &opts).await?;
     /// // ...and now and then from the start, for retries below it.
-    /// let batch = client.read_from_raw(&q, vt, 100, ReadFrom::Start).await?;
+    /// let batch = client.read_from::<serde_json::Value>(&q, ReadFrom::Start, &opts).await?;
     /// # Ok(()) }
     /// ```
     pub async fn read_from<T: DeserializeOwned>(
         &self,
         queue: &QueueName,
-        vt: Duration,
-        qty: usize,
         from: ReadFrom,
+        opts: &ReadOptions,
     ) -> Result<Vec<Decoded<T>>, Error> {
-        decode_rows(&self.read_from_rows(queue, vt, qty, from).await?)
+        decode_rows(&self.read_from_rows(queue, from, opts).await?)
     }
 
     /// Like [`read_from`](Self::read_from), bodies left undecoded.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{ReadFrom, ReadOptions};
+    /// use std::time::Duration;
+    /// let opts = ReadOptions::new(Duration::from_secs(30)).qty(100);
+    /// let batch = client.read_from_raw(&q, ReadFrom::Start, &opts).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn read_from_raw(
         &self,
         queue: &QueueName,
-        vt: Duration,
-        qty: usize,
         from: ReadFrom,
+        opts: &ReadOptions,
     ) -> Result<Vec<Message<RawJson>>, Error> {
-        self.read_from_rows(queue, vt, qty, from)
+        self.read_from_rows(queue, from, opts)
             .await?
             .iter()
             .map(raw_from_row)
             .collect()
     }
 
-    #[tracing::instrument(name = "pgmq.read_from", skip_all, fields(queue = %queue, qty = qty, from = ?from))]
+    #[tracing::instrument(name = "pgmq.read_from", skip_all, fields(queue = %queue, qty = opts.qty, from = ?from))]
     async fn read_from_rows(
         &self,
         queue: &QueueName,
-        vt: Duration,
-        qty: usize,
         from: ReadFrom,
+        opts: &ReadOptions,
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let vt = f64::from(secs(vt, "visibility timeout")?);
-        let n = self::qty(qty)?;
+        opts.refuse("read_from", false)?;
+        let vt = f64::from(secs(opts.vt, "visibility timeout")?);
+        let n = self::qty(opts.qty)?;
         match from {
             ReadFrom::Start => {
                 self.run_text(

@@ -172,8 +172,7 @@ pub(crate) const COUNT: usize = Stmt::ALL.len();
 const MAX_TEXTS: usize = 256;
 
 /// A connection's prepared statements: one slot per [`Stmt`], and the SQL
-/// texts that name a queue's table (see
-/// [`Executor::query_text`](crate::Executor::query_text)), by text.
+/// texts that name a queue's table (see `Executor::query_text`), by text.
 pub(crate) struct StatementCache {
     /// Run every call as an unnamed statement instead (PgBouncer's
     /// transaction mode before 1.21): nothing is cached.

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use pgmq_client::ReadOptions;
 use pgmq_client::{Decoded, Error, GroupStrategy, QueueName, FIFO_GROUP_HEADER};
 use serde_json::{json, Value};
 
@@ -91,7 +92,7 @@ async fn typed_reads_return_each_message_decoded_or_raw() {
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     check(
         client
-            .read_where::<Order>(&q, VT, 10, &json!({}))
+            .read_with::<Order>(&q, &ReadOptions::new(VT).qty(10).filter(json!({})))
             .await
             .unwrap(),
         &ids,
@@ -99,13 +100,11 @@ async fn typed_reads_return_each_message_decoded_or_raw() {
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     check(
         client
-            .read_with_poll::<Order>(
+            .read_with::<Order>(
                 &q,
-                VT,
-                10,
-                Duration::from_secs(1),
-                Duration::from_millis(50),
-                None,
+                &ReadOptions::new(VT)
+                    .qty(10)
+                    .poll(Duration::from_secs(1), Duration::from_millis(50)),
             )
             .await
             .unwrap(),
@@ -117,7 +116,7 @@ async fn typed_reads_return_each_message_decoded_or_raw() {
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     assert_eq!(
         client
-            .read_where_raw(&q, VT, 10, &json!({}))
+            .read_with_raw(&q, &ReadOptions::new(VT).qty(10).filter(json!({})))
             .await
             .unwrap()
             .len(),
@@ -125,13 +124,11 @@ async fn typed_reads_return_each_message_decoded_or_raw() {
     );
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     let polled = client
-        .read_with_poll_raw(
+        .read_with_raw(
             &q,
-            VT,
-            10,
-            Duration::from_secs(1),
-            Duration::from_millis(50),
-            None,
+            &ReadOptions::new(VT)
+                .qty(10)
+                .poll(Duration::from_secs(1), Duration::from_millis(50)),
         )
         .await
         .unwrap();
@@ -164,7 +161,7 @@ async fn a_bad_message_does_not_block_its_fifo_group() {
     let ids = fill(&q, Some(json!({ FIFO_GROUP_HEADER: "g1" }))).await;
     check(
         client
-            .read_grouped::<Order>(&q, GroupStrategy::Fill, VT, 10)
+            .read_grouped::<Order>(&q, GroupStrategy::Fill, &ReadOptions::new(VT).qty(10))
             .await
             .unwrap(),
         &ids,
@@ -172,13 +169,12 @@ async fn a_bad_message_does_not_block_its_fifo_group() {
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     check(
         client
-            .read_grouped_with_poll::<Order>(
+            .read_grouped::<Order>(
                 &q,
                 GroupStrategy::Fill,
-                VT,
-                10,
-                Duration::from_secs(1),
-                Duration::from_millis(50),
+                &ReadOptions::new(VT)
+                    .qty(10)
+                    .poll(Duration::from_secs(1), Duration::from_millis(50)),
             )
             .await
             .unwrap(),
@@ -189,7 +185,7 @@ async fn a_bad_message_does_not_block_its_fifo_group() {
     client.delete(&q, ids[0]).await.unwrap();
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     let head = client
-        .read_grouped::<Order>(&q, GroupStrategy::Head, VT, 10)
+        .read_grouped::<Order>(&q, GroupStrategy::Head, &ReadOptions::new(VT).qty(10))
         .await
         .unwrap();
     assert_eq!(head.len(), 1);
@@ -197,19 +193,18 @@ async fn a_bad_message_does_not_block_its_fifo_group() {
     assert_eq!(bad.message.msg_id, ids[1]);
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     let raw = client
-        .read_grouped_raw(&q, GroupStrategy::Fill, VT, 10)
+        .read_grouped_raw(&q, GroupStrategy::Fill, &ReadOptions::new(VT).qty(10))
         .await
         .unwrap();
     assert_eq!(raw.len(), 4);
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     let raw = client
-        .read_grouped_with_poll_raw(
+        .read_grouped_raw(
             &q,
             GroupStrategy::RoundRobin,
-            VT,
-            10,
-            Duration::from_secs(1),
-            Duration::from_millis(50),
+            &ReadOptions::new(VT)
+                .qty(10)
+                .poll(Duration::from_secs(1), Duration::from_millis(50)),
         )
         .await
         .unwrap();
@@ -250,7 +245,7 @@ async fn limits_are_checked_before_any_sql() {
     assert!(bad(client.read_raw(&q, VT, too_many).await.map(drop)));
     assert!(bad(client.pop::<Value>(&q, too_many).await.map(drop)));
     assert!(bad(client
-        .read_grouped::<Value>(&q, GroupStrategy::Fill, VT, too_many)
+        .read_grouped::<Value>(&q, GroupStrategy::Fill, &ReadOptions::new(VT).qty(too_many))
         .await
         .map(drop)));
     let ids: Vec<i64> = (0..too_many as i64).collect();

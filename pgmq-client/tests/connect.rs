@@ -6,6 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use pgmq_client::ReadOptions;
 use pgmq_client::{
     Client, ClientBuilder, CommitOutcome, Error, InstallMode, Message, Pgmq, Version,
 };
@@ -156,7 +157,11 @@ async fn sql_only_install_is_detected_and_works() {
     );
     let g: Vec<Message> = common::ok(
         client
-            .read_grouped(&q, pgmq_client::GroupStrategy::RoundRobin, VT, 10)
+            .read_grouped(
+                &q,
+                pgmq_client::GroupStrategy::RoundRobin,
+                &ReadOptions::new(VT).qty(10),
+            )
             .await
             .unwrap(),
     );
@@ -364,13 +369,11 @@ async fn connection_lost_mid_call_has_an_unknown_outcome() {
     let call = tokio::spawn(async move {
         // Polls on the server for up to 10 s: in flight when it is cut.
         Pgmq::on(&conn)
-            .read_with_poll::<Value>(
+            .read_with::<Value>(
                 &q2,
-                VT,
-                1,
-                Duration::from_secs(10),
-                Duration::from_millis(50),
-                None,
+                &ReadOptions::new(VT)
+                    .qty(1)
+                    .poll(Duration::from_secs(10), Duration::from_millis(50)),
             )
             .await
     });

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use pgmq_client::ReadOptions;
 use pgmq_client::{Client, GroupStrategy, Message, QueueName, FIFO_GROUP_HEADER};
 use serde_json::{json, Value};
 
@@ -44,7 +45,12 @@ async fn send_grouped(client: &Client, q: &QueueName, msgs: &[(&str, i32)]) -> V
 }
 
 async fn grouped(client: &Client, q: &QueueName, s: GroupStrategy, n: usize) -> Vec<i64> {
-    let got: Vec<Message> = common::ok(client.read_grouped(q, s, VT, n).await.unwrap());
+    let got: Vec<Message> = common::ok(
+        client
+            .read_grouped(q, s, &ReadOptions::new(VT).qty(n))
+            .await
+            .unwrap(),
+    );
     for m in &got {
         assert_eq!(
             m.header(FIFO_GROUP_HEADER).and_then(Value::as_str),
@@ -76,7 +82,12 @@ async fn a_group_waits_for_its_earlier_message_in_every_strategy() {
         assert!(grouped(&client, &q, s, 10).await.is_empty(), "{s:?}");
         // a1's visibility timeout ends without a delete: a1 again, not a2.
         client.set_vt(&q, a1, Duration::ZERO).await.unwrap();
-        let again: Vec<Message> = common::ok(client.read_grouped(&q, s, VT, 1).await.unwrap());
+        let again: Vec<Message> = common::ok(
+            client
+                .read_grouped(&q, s, &ReadOptions::new(VT).qty(1))
+                .await
+                .unwrap(),
+        );
         assert_eq!(common::ids(&again), [a1], "{s:?}: redelivery keeps order");
         assert_eq!(again[0].read_ct, 2);
         assert!(client.archive(&q, a1).await.unwrap());
@@ -147,13 +158,12 @@ async fn grouped_poll_returns_when_the_head_is_deleted() {
         let start = Instant::now();
         let got: Vec<Message> = common::ok(
             client
-                .read_grouped_with_poll(
+                .read_grouped(
                     &q,
                     s,
-                    VT,
-                    1,
-                    Duration::from_secs(5),
-                    Duration::from_millis(50),
+                    &ReadOptions::new(VT)
+                        .qty(1)
+                        .poll(Duration::from_secs(5), Duration::from_millis(50)),
                 )
                 .await
                 .unwrap(),

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use pgmq_client::{Client, Delay, Error, Message, QueueName, RawJson, SendOptions};
+use pgmq_client::{
+    Client, Delay, Error, Message, QueueName, RawJson, ReadFrom, ReadOptions, SendOptions,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -146,7 +148,7 @@ async fn delay_in_seconds() {
         .send_batch_with(
             &q,
             &[json!(1), json!(2)],
-            &pgmq_client::SendOptions::new().delay(std::time::Duration::from_secs(2)),
+            &SendOptions::new().delay(std::time::Duration::from_secs(2)),
         )
         .await
         .unwrap();
@@ -171,7 +173,7 @@ async fn delay_until_a_timestamp() {
         .await
         .unwrap();
     let ids = client
-        .send_batch_with(&q, &[json!(1)], &pgmq_client::SendOptions::new().delay(at))
+        .send_batch_with(&q, &[json!(1)], &SendOptions::new().delay(at))
         .await
         .unwrap();
     let early: Vec<Message> = common::ok(client.read(&q, VT, 10).await.unwrap());
@@ -200,7 +202,7 @@ async fn headers_round_trip() {
         .send_batch_with(
             &q,
             &[json!({"b": 3}), json!({"b": 4})],
-            &pgmq_client::SendOptions::new().headers_each(hs.to_vec()),
+            &SendOptions::new().headers_each(hs.to_vec()),
         )
         .await
         .unwrap();
@@ -214,16 +216,54 @@ async fn headers_round_trip() {
         .collect();
     assert_eq!(got[&with].headers.as_ref(), Some(&h));
     assert_eq!(got[&with].header("trace"), Some(&json!("abc")));
+    // Typed headers: decoded into a struct, None without headers.
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Trace {
+        trace: String,
+    }
+    assert_eq!(
+        got[&with].headers_as::<Trace>().unwrap(),
+        Some(Trace {
+            trace: "abc".into()
+        })
+    );
+    assert_eq!(got[&without].headers_as::<Trace>().unwrap(), None);
+    let err = got[&batch[0]].headers_as::<Trace>().unwrap_err();
+    assert!(matches!(err, Error::DeserializeHeaders { .. }), "{err:?}");
     assert_eq!(got[&without].headers, None);
     assert_eq!(got[&without].header("trace"), None);
     assert_eq!(got[&batch[0]].headers, Some(hs[0].clone()));
     assert_eq!(got[&batch[1]].headers, Some(hs[1].clone()));
+    // The same headers for every message of a batch.
+    let shared = json!({"tenant": "acme"});
+    let ids = client
+        .send_batch_with(&q, &[5, 6], &SendOptions::new().headers(shared.clone()))
+        .await
+        .unwrap();
+    let got: Vec<Message> = common::ok(client.read::<Value>(&q, VT, 10).await.unwrap());
+    assert_eq!(got.len(), 2);
+    for m in &got {
+        assert!(ids.contains(&m.msg_id));
+        assert_eq!(m.headers.as_ref(), Some(&shared));
+    }
+    // Both kinds of headers, or per-message headers on one message: refused.
+    let both = SendOptions::new()
+        .headers(shared.clone())
+        .headers_each(hs.to_vec());
+    let err = client
+        .send_batch_with(&q, &[1, 2], &both)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let each = SendOptions::new().headers_each(hs.to_vec());
+    let err = client.send_with(&q, &1, &each).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     // Wrong number of headers: refused before any SQL.
     let err = client
         .send_batch_with(
             &q,
             &[1, 2],
-            &pgmq_client::SendOptions::new().headers_each(hs[..1].to_vec()),
+            &SendOptions::new().headers_each(hs[..1].to_vec()),
         )
         .await
         .unwrap_err();
@@ -291,7 +331,10 @@ async fn read_where_filters_on_the_body() {
         .unwrap();
     let eu: Vec<Message> = common::ok(
         client
-            .read_where(&q, VT, 10, &json!({"region": "eu"}))
+            .read_with(
+                &q,
+                &ReadOptions::new(VT).qty(10).filter(json!({"region": "eu"})),
+            )
             .await
             .unwrap(),
     );
@@ -300,14 +343,24 @@ async fn read_where_filters_on_the_body() {
     assert_eq!(got, [ids[0], ids[2]]);
     let nested: Vec<Message> = common::ok(
         client
-            .read_where(&q, VT, 10, &json!({"extra": {"a": 1}}))
+            .read_with(
+                &q,
+                &ReadOptions::new(VT)
+                    .qty(10)
+                    .filter(json!({"extra": {"a": 1}})),
+            )
             .await
             .unwrap(),
     );
     assert!(nested.is_empty(), "already invisible");
     let none: Vec<Message> = common::ok(
         client
-            .read_where(&q, VT, 10, &json!({"region": "mars"}))
+            .read_with(
+                &q,
+                &ReadOptions::new(VT)
+                    .qty(10)
+                    .filter(json!({"region": "mars"})),
+            )
             .await
             .unwrap(),
     );
@@ -315,11 +368,11 @@ async fn read_where_filters_on_the_body() {
     // The filter is a bound parameter: quotes in it are data, not SQL.
     let odd: Vec<Message> = common::ok(
         client
-            .read_where(
+            .read_with(
                 &q,
-                VT,
-                10,
-                &json!({"region": "x')); drop table pgmq.meta; --"}),
+                &ReadOptions::new(VT)
+                    .qty(10)
+                    .filter(json!({"region": "x')); drop table pgmq.meta; --"})),
             )
             .await
             .unwrap(),
@@ -327,13 +380,12 @@ async fn read_where_filters_on_the_body() {
     assert!(odd.is_empty());
     let us: Vec<Message> = common::ok(
         client
-            .read_with_poll(
+            .read_with(
                 &q,
-                VT,
-                10,
-                Duration::from_secs(1),
-                Duration::from_millis(50),
-                Some(&json!({"region": "us"})),
+                &ReadOptions::new(VT)
+                    .qty(10)
+                    .poll(Duration::from_secs(1), Duration::from_millis(50))
+                    .filter(json!({"region": "us"})),
             )
             .await
             .unwrap(),
@@ -351,13 +403,11 @@ async fn read_with_poll_returns_when_a_message_arrives() {
     let start = Instant::now();
     let none: Vec<Message> = common::ok(
         client
-            .read_with_poll(
+            .read_with(
                 &q,
-                VT,
-                1,
-                Duration::from_secs(1),
-                Duration::from_millis(50),
-                None,
+                &ReadOptions::new(VT)
+                    .qty(1)
+                    .poll(Duration::from_secs(1), Duration::from_millis(50)),
             )
             .await
             .unwrap(),
@@ -379,13 +429,11 @@ async fn read_with_poll_returns_when_a_message_arrives() {
     let start = Instant::now();
     let got: Vec<Message> = common::ok(
         client
-            .read_with_poll(
+            .read_with(
                 &q,
-                VT,
-                1,
-                Duration::from_secs(5),
-                Duration::from_millis(50),
-                None,
+                &ReadOptions::new(VT)
+                    .qty(1)
+                    .poll(Duration::from_secs(5), Duration::from_millis(50)),
             )
             .await
             .unwrap(),
@@ -652,7 +700,12 @@ async fn out_of_range_arguments_are_refused_before_sql() {
         client.read::<Value>(&q, huge, 1).await.unwrap_err(),
         client.read::<Value>(&q, VT, usize::MAX).await.unwrap_err(),
         client
-            .read_with_poll::<Value>(&q, VT, 1, huge, Duration::from_millis(10), None)
+            .read_with::<Value>(
+                &q,
+                &ReadOptions::new(VT)
+                    .qty(1)
+                    .poll(huge, Duration::from_millis(10)),
+            )
             .await
             .unwrap_err(),
         client.set_vt(&q, 1, huge).await.unwrap_err(),
@@ -697,4 +750,32 @@ async fn raw_bodies_are_forwarded_unchanged() {
     client.send(&b, &first[0].body).await.unwrap();
     let second: Vec<Message<RawJson>> = client.read_raw(&b, VT, 1).await.unwrap();
     assert_eq!(second[0].body.get(), first[0].body.get());
+}
+
+/// Options a read does not take are refused before any SQL: a filter on a
+/// grouped read or `read_from`, a wait on `read_from`.
+#[tokio::test]
+async fn reads_refuse_options_they_do_not_take() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "read_opts").await;
+    client.send(&q, &json!({"region": "eu"})).await.unwrap();
+    let filtered = ReadOptions::new(VT).qty(10).filter(json!({"region": "eu"}));
+    let polled = ReadOptions::new(VT).poll(Duration::from_secs(1), Duration::from_millis(10));
+    let err = client
+        .read_grouped_raw(&q, pgmq_client::GroupStrategy::Fill, &filtered)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    for opts in [&filtered, &polled] {
+        let err = client
+            .read_from_raw(&q, ReadFrom::Start, opts)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    }
+    // Nothing was read by the refused calls; the filter still reads it.
+    let got = client.read_with_raw(&q, &filtered).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].read_ct, 1);
 }

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use pgmq_client::ReadOptions;
 use pgmq_client::{Client, ClientBuilder, ConnectionManager, Error, Message, QueueName};
 use serde_json::{json, Value};
 
@@ -245,20 +246,18 @@ async fn calls_on_a_missing_queue_are_queue_not_found() {
         (
             "read_where",
             client
-                .read_where::<Value>(&q, VT, 1, &json!({"a": 1}))
+                .read_with::<Value>(&q, &ReadOptions::new(VT).qty(1).filter(json!({"a": 1})))
                 .await
                 .unwrap_err(),
         ),
         (
             "read_with_poll",
             client
-                .read_with_poll::<Value>(
+                .read_with::<Value>(
                     &q,
-                    VT,
-                    1,
-                    Duration::from_secs(1),
-                    Duration::from_millis(10),
-                    None,
+                    &ReadOptions::new(VT)
+                        .qty(1)
+                        .poll(Duration::from_secs(1), Duration::from_millis(10)),
                 )
                 .await
                 .unwrap_err(),
@@ -298,7 +297,7 @@ async fn calls_on_a_missing_queue_are_queue_not_found() {
         (
             "read_grouped",
             client
-                .read_grouped::<Value>(&q, Default::default(), VT, 1)
+                .read_grouped::<Value>(&q, Default::default(), &ReadOptions::new(VT).qty(1))
                 .await
                 .unwrap_err(),
         ),

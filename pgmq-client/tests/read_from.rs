@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use pgmq_client::ReadOptions;
 use pgmq_client::{Client, Delay, Error, Message, QueueName, RawJson, ReadFrom, SendOptions};
 use serde_json::{json, Value};
 
@@ -65,7 +66,7 @@ async fn a_read_from_the_start_returns_what_pgmq_read_returns() {
     let by_fn = sorted(client.read_raw(&a, VT, 10).await.unwrap());
     let by_table = sorted(
         client
-            .read_from_raw(&b, VT, 10, ReadFrom::Start)
+            .read_from_raw(&b, ReadFrom::Start, &ReadOptions::new(VT).qty(10))
             .await
             .unwrap(),
     );
@@ -128,7 +129,7 @@ async fn a_read_from_the_start_returns_what_pgmq_read_returns() {
     // read_ct counting on.
     assert!(client.read_raw(&a, VT, 10).await.unwrap().is_empty());
     assert!(client
-        .read_from_raw(&b, VT, 10, ReadFrom::Start)
+        .read_from_raw(&b, ReadFrom::Start, &ReadOptions::new(VT).qty(10))
         .await
         .unwrap()
         .is_empty());
@@ -137,7 +138,7 @@ async fn a_read_from_the_start_returns_what_pgmq_read_returns() {
     }
     let again = sorted(
         client
-            .read_from_raw(&b, VT, 10, ReadFrom::Start)
+            .read_from_raw(&b, ReadFrom::Start, &ReadOptions::new(VT).qty(10))
             .await
             .unwrap(),
     );
@@ -164,7 +165,7 @@ async fn reads_take_the_lowest_ids_first() {
         .await
         .unwrap();
     let first = client
-        .read_from::<Value>(&q, VT, 4, ReadFrom::Start)
+        .read_from::<Value>(&q, ReadFrom::Start, &ReadOptions::new(VT).qty(4))
         .await
         .unwrap();
     let mut got: Vec<i64> = common::ok(first).iter().map(|m| m.msg_id).collect();
@@ -172,7 +173,7 @@ async fn reads_take_the_lowest_ids_first() {
     assert_eq!(got, ids[..4]);
     let next = sorted(
         client
-            .read_from_raw(&q, VT, 4, ReadFrom::Start)
+            .read_from_raw(&q, ReadFrom::Start, &ReadOptions::new(VT).qty(4))
             .await
             .unwrap(),
     );
@@ -193,14 +194,14 @@ async fn a_retry_below_the_bound_is_found_by_a_read_from_the_start() {
 
     let tail = sorted(
         client
-            .read_from_raw(&q, VT, 10, ReadFrom::After(ids[6]))
+            .read_from_raw(&q, ReadFrom::After(ids[6]), &ReadOptions::new(VT).qty(10))
             .await
             .unwrap(),
     );
     assert_eq!(tail.iter().map(|m| m.msg_id).collect::<Vec<_>>(), ids[7..]);
     let head = sorted(
         client
-            .read_from_raw(&q, VT, 10, ReadFrom::Start)
+            .read_from_raw(&q, ReadFrom::Start, &ReadOptions::new(VT).qty(10))
             .await
             .unwrap(),
     );
@@ -210,12 +211,12 @@ async fn a_retry_below_the_bound_is_found_by_a_read_from_the_start() {
     client.set_vt(&q, ids[0], Delay::NONE).await.unwrap();
     let bound = ReadFrom::After(ids[9]);
     assert!(client
-        .read_from_raw(&q, VT, 10, bound)
+        .read_from_raw(&q, bound, &ReadOptions::new(VT).qty(10))
         .await
         .unwrap()
         .is_empty());
     let retried = client
-        .read_from_raw(&q, VT, 10, ReadFrom::Start)
+        .read_from_raw(&q, ReadFrom::Start, &ReadOptions::new(VT).qty(10))
         .await
         .unwrap();
     assert_eq!(retried.len(), 1);
@@ -225,7 +226,10 @@ async fn a_retry_below_the_bound_is_found_by_a_read_from_the_start() {
 
     // Sent after the bound was taken: found by the bounded read.
     let later = client.send(&q, &json!({"i": 10})).await.unwrap();
-    let got = client.read_from_raw(&q, VT, 10, bound).await.unwrap();
+    let got = client
+        .read_from_raw(&q, bound, &ReadOptions::new(VT).qty(10))
+        .await
+        .unwrap();
     assert_eq!(got.iter().map(|m| m.msg_id).collect::<Vec<_>>(), [later]);
 }
 
@@ -234,12 +238,16 @@ async fn a_missing_queue_and_a_huge_quantity_are_refused() {
     let client = common::client().await;
     let q = QueueName::new("rf_no_such_queue_here").unwrap();
     let err = client
-        .read_from_raw(&q, VT, 1, ReadFrom::Start)
+        .read_from_raw(&q, ReadFrom::Start, &ReadOptions::new(VT).qty(1))
         .await
         .unwrap_err();
     assert!(matches!(err, Error::QueueNotFound { .. }), "{err:?}");
     let err = client
-        .read_from_raw(&q, VT, pgmq_client::MAX_BATCH + 1, ReadFrom::After(1))
+        .read_from_raw(
+            &q,
+            ReadFrom::After(1),
+            &ReadOptions::new(VT).qty(pgmq_client::MAX_BATCH + 1),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");

@@ -149,29 +149,3 @@ async fn release_on_a_missing_queue_is_queue_not_found() {
     let err = client.release_batch(&q, &[(1, 1)]).await.unwrap_err();
     assert!(matches!(err, Error::QueueNotFound { .. }), "{err:?}");
 }
-
-/// An executor of the caller's own that only implements `query`.
-struct StatementsOnly;
-
-impl pgmq_client::Executor for StatementsOnly {
-    async fn query(
-        &self,
-        _stmt: pgmq_client::Stmt,
-        _params: pgmq_client::Params<'_>,
-    ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        Err(Error::InvalidArgument("not used".into()))
-    }
-}
-
-#[tokio::test]
-async fn an_executor_without_query_text_refuses_without_running_anything() {
-    let q = pgmq_client::QueueName::new("anything").unwrap();
-    let err = Pgmq::on(StatementsOnly)
-        .release_batch(&q, &[(1, 1)])
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, Error::InvalidArgument(m) if m.contains("query_text")),
-        "{err:?}"
-    );
-}

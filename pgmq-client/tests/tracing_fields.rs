@@ -7,6 +7,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use pgmq_client::ReadOptions;
 use pgmq_client::{Client, GroupStrategy, Message, SendOptions};
 use serde_json::json;
 use tracing::field::{Field, Visit};
@@ -86,7 +87,12 @@ async fn spans_name_calls_and_queues_but_never_payloads_or_passwords() {
         .unwrap();
     let got: Vec<Message> = common::ok(
         client
-            .read_where(&q, Duration::from_secs(30), 10, &json!({"card": secret}))
+            .read_with(
+                &q,
+                &ReadOptions::new(Duration::from_secs(30))
+                    .qty(10)
+                    .filter(json!({"card": secret})),
+            )
             .await
             .unwrap(),
     );
@@ -95,7 +101,11 @@ async fn spans_name_calls_and_queues_but_never_payloads_or_passwords() {
     client.set_vt_batch(&q, &ids, Duration::ZERO).await.unwrap();
     let _: Vec<Message> = common::ok(
         client
-            .read_grouped(&q, GroupStrategy::Fill, Duration::from_secs(30), 10)
+            .read_grouped(
+                &q,
+                GroupStrategy::Fill,
+                &ReadOptions::new(Duration::from_secs(30)).qty(10),
+            )
             .await
             .unwrap(),
     );

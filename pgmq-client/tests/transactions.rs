@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
+use pgmq_client::ReadOptions;
 use pgmq_client::{
     Client, Delay, Executor, GroupStrategy, Message, Pgmq, QueueName, RawJson, SendOptions,
     FIFO_GROUP_HEADER,
@@ -244,19 +245,20 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
     let r: Vec<Message> = common::ok(pg.read(&fx.main, vt, 1).await.unwrap());
     assert_eq!(common::ids(&r), [m[0]]);
     let r: Vec<Message> = common::ok(
-        pg.read_where(&fx.main, vt, 5, &json!({"kind": "x"}))
-            .await
-            .unwrap(),
+        pg.read_with(
+            &fx.main,
+            &ReadOptions::new(vt).qty(5).filter(json!({"kind": "x"})),
+        )
+        .await
+        .unwrap(),
     );
     assert_eq!(common::ids(&r), [m[1]]);
     let r: Vec<Message> = common::ok(
-        pg.read_with_poll(
+        pg.read_with(
             &fx.main,
-            vt,
-            1,
-            Duration::from_secs(1),
-            Duration::from_millis(50),
-            None,
+            &ReadOptions::new(vt)
+                .qty(1)
+                .poll(Duration::from_secs(1), Duration::from_millis(50)),
         )
         .await
         .unwrap(),
@@ -333,19 +335,18 @@ async fn exercise<E: Executor>(pg: &Pgmq<E>, fx: &Fixture, sp: &tokio_postgres::
     // FIFO.
     pg.create_fifo_index(&fx.fifo).await.unwrap();
     let r: Vec<Message> = common::ok(
-        pg.read_grouped(&fx.fifo, GroupStrategy::Head, vt, 10)
+        pg.read_grouped(&fx.fifo, GroupStrategy::Head, &ReadOptions::new(vt).qty(10))
             .await
             .unwrap(),
     );
     assert_eq!(r.len(), 2, "heads of groups a and b");
     let r: Vec<Message> = common::ok(
-        pg.read_grouped_with_poll(
+        pg.read_grouped(
             &fx.fifo,
             GroupStrategy::RoundRobin,
-            vt,
-            10,
-            Duration::from_secs(1),
-            Duration::from_millis(50),
+            &ReadOptions::new(vt)
+                .qty(10)
+                .poll(Duration::from_secs(1), Duration::from_millis(50)),
         )
         .await
         .unwrap(),
@@ -407,7 +408,12 @@ async fn check_committed(pg: &tokio_postgres::Client, client: &Client, fx: &Fixt
     // m1's visibility was reset to now, m2's moved an hour ahead, m4 was read.
     let visible: Vec<Message> = common::ok(
         client
-            .read_where(&fx.main, Duration::from_secs(30), 10, &json!({"n": 1}))
+            .read_with(
+                &fx.main,
+                &ReadOptions::new(Duration::from_secs(30))
+                    .qty(10)
+                    .filter(json!({"n": 1})),
+            )
             .await
             .unwrap(),
     );

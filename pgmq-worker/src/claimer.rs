@@ -70,7 +70,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, Receipt};
+use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, ReadOptions, Receipt};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -317,16 +317,15 @@ async fn read(
         None => conn.insert(db::checkout(&shared.client, cfg.db_timeout).await?),
     };
     let pg = Pgmq::on(&**c);
-    let (q, vt) = (&cfg.queue, cfg.visibility_timeout);
+    let q = &cfg.queue;
+    let opts = ReadOptions::new(cfg.visibility_timeout).qty(qty);
     match plan {
-        Plan::Function => db::bounded(cfg.db_timeout, c, pg.read_raw(q, vt, qty)).await,
+        Plan::Function => db::bounded(cfg.db_timeout, c, pg.read_with_raw(q, &opts)).await,
         Plan::Grouped => {
-            let read = pg.read_grouped_raw(q, pgmq_client::GroupStrategy::Head, vt, qty);
+            let read = pg.read_grouped_raw(q, pgmq_client::GroupStrategy::Head, &opts);
             db::bounded(cfg.db_timeout, c, read).await
         }
-        Plan::Table(from) => {
-            db::bounded(cfg.db_timeout, c, pg.read_from_raw(q, vt, qty, from)).await
-        }
+        Plan::Table(from) => db::bounded(cfg.db_timeout, c, pg.read_from_raw(q, from, &opts)).await,
     }
 }
 

@@ -52,8 +52,9 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pgmq_client::__private::{Params, Stmt, TypedParams};
 use pgmq_client::reexports::tokio_postgres::Row;
-use pgmq_client::{Client, Params, Pgmq, QueueName, Receipt, Requeue, Stmt, TypedParams};
+use pgmq_client::{Client, Pgmq, QueueName, Receipt, Requeue};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -238,6 +239,10 @@ impl Kept {
         }
     }
 }
+
+// The executor traits are pgmq-client's internals (`__private`, not its
+// stable API): the worker and the client are released together.
+impl pgmq_client::__private::Sealed for Kept {}
 
 // Not imported: `Executor::query` would shadow `Transaction::query` below.
 impl pgmq_client::Executor for Kept {

@@ -726,6 +726,10 @@ impl Monitor {
 
     /// Messages acknowledged so far (deleted, archived, retried, snoozed or
     /// dead-lettered): a lock-free read for tight progress loops.
+    ///
+    /// **Not part of the stable API** (hidden from the docs; for the
+    /// benchmarks and tests): use [`stats`](Self::stats).
+    #[doc(hidden)]
     pub fn acked(&self) -> u64 {
         let c = &self.stats.c;
         [
@@ -759,6 +763,10 @@ impl WorkerHandle {
 
     /// Messages acknowledged so far (deleted, archived, retried, snoozed or
     /// dead-lettered): a lock-free read for tight progress loops.
+    ///
+    /// **Not part of the stable API** (hidden from the docs; for the
+    /// benchmarks and tests): use [`stats`](Self::stats).
+    #[doc(hidden)]
     pub fn acked(&self) -> u64 {
         self.monitor.acked()
     }

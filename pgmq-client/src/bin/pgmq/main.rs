@@ -417,22 +417,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ),
                 None => None,
             };
-            let msgs = match (poll, &filter) {
-                (Some(secs), f) => {
-                    client
-                        .read_with_poll_raw(
-                            &q,
-                            vt,
-                            qty,
-                            Duration::from_secs(secs),
-                            Duration::from_millis(100),
-                            f.as_ref(),
-                        )
-                        .await?
-                }
-                (None, Some(f)) => client.read_where_raw(&q, vt, qty, f).await?,
-                (None, None) => client.read_raw(&q, vt, qty).await?,
-            };
+            let mut opts = pgmq_client::ReadOptions::new(vt).qty(qty);
+            opts.filter = filter;
+            if let Some(secs) = poll {
+                opts = opts.poll(Duration::from_secs(secs), Duration::from_millis(100));
+            }
+            let msgs = client.read_with_raw(&q, &opts).await?;
             for m in &msgs {
                 out.line(&MessageOut::from(m)).await?;
             }
