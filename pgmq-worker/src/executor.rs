@@ -42,7 +42,6 @@ use crate::claim_queue::{ClaimQueue, WAKE_BUDGET};
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
 use crate::context::Context;
-use crate::db;
 use crate::handler::{
     panic_text, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
     TransactionalHandler,
@@ -124,7 +123,7 @@ impl<T: Send + 'static, H: TransactionalHandler<T>> Run<T> for TxRun<H> {
         let failed = |e: pgmq_client::Error| -> (RunResult, Option<Settled>) {
             (Ok(Err(Box::new(e))), None)
         };
-        let mut conn = match db::checkout(&shared.client, cfg.db_timeout).await {
+        let mut conn = match shared.source.checkout(cfg.db_timeout).await {
             Ok(c) => c,
             Err(e) => return failed(e),
         };

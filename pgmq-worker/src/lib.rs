@@ -128,11 +128,20 @@
 //!   dead-lettered message. [`WorkerHandle::stats`] is a
 //!   cheap [`StatsSnapshot`] of counters and three latency histograms.
 //!
+//! # Features
+//!
+//! - `metrics`: publishes the worker's counters, gauges and histograms
+//!   through the [`metrics`](https://docs.rs/metrics) facade.
+//! - `deadpool`: runs the worker on a caller's deadpool-postgres pool
+//!   (`ConnectionSource::deadpool`).
+//! - `fault-injection`: test hooks that make internal tasks panic; never in
+//!   production.
+//!
 //! # Files
 //!
 //! `config.rs` (builder and defaults), `handler.rs` (handler traits,
-//! outcomes), `context.rs`, `lease.rs` (deliveries held), `db.rs` (bounded
-//! calls), `backoff.rs`, `health.rs`, `claimer.rs` (reads into the claim queue),
+//! outcomes), `context.rs`, `lease.rs` (deliveries held), `db.rs` (where
+//! connections come from, kept connections, bounded calls), `backoff.rs`, `health.rs`, `claimer.rs` (reads into the claim queue),
 //! `claim_queue.rs` (claimed messages waiting for a handler), `executor.rs`
 //! (handler loops, panics, blocking handlers), `completer.rs` (batched
 //! acknowledgements, dead letters), `heartbeat.rs`, `notifier.rs`
@@ -164,6 +173,7 @@ mod worker;
 
 pub use config::{Backoff, ClaimReads, WakeUp, WorkerBuilder};
 pub use context::Context;
+pub use db::ConnectionSource;
 pub use error::Error;
 pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use group::{GroupShutdown, WorkerGroup};

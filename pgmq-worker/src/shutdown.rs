@@ -423,12 +423,13 @@ async fn release(
     // when the heartbeat's write does not return in time).
     let _ = bounds.within(deadline, shared.after_heartbeat()).await;
     let mut failed = 0;
+    let pg = pgmq_client::Pgmq::on(&shared.source);
     for chunk in reads.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             let call = tokio::time::timeout(
                 shared.config.db_timeout,
-                shared.client.requeue_fenced(&shared.config.queue, chunk),
+                pg.requeue_fenced(&shared.config.queue, chunk),
             );
             let err = match bounds.within(deadline, call).await {
                 Some(Err(_)) => Some(pgmq_client::Error::timed_out()),
