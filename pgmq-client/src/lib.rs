@@ -66,6 +66,15 @@
 //!   configuration via [`ClientBuilder::tls`]. `channel_binding=require`
 //!   keeps the password from a man in the middle. See the [`tls`] module.
 //!
+//! # Features
+//!
+//! - `cli`: the `pgmq` command-line tool (below).
+//! - `deadpool`: PGMQ calls on a caller's deadpool-postgres pool or
+//!   connection (`Pgmq::on(pool)`).
+//! - `otel`: sends carry the current trace context in their headers (W3C
+//!   `traceparent`), with `ClientBuilder::trace_context(true)`; see the
+//!   [`trace`] module.
+//!
 //! # Command-line tool
 //!
 //! With the `cli` feature the crate builds `pgmq`, a tool for operators: list
@@ -90,7 +99,7 @@
 //! `statements.rs` (all SQL), `queue_name.rs`, `message.rs`, then the calls as
 //! PGMQ groups them: `queue.rs`, `send.rs`, `read.rs` (and `read_from.rs`, the read as a
 //! statement on the queue table), `ack.rs`, `fifo.rs`,
-//! `notify.rs`, `topics.rs`, `functions.rs` (the rest of PGMQ 1.13); `version.rs` (detection), `tls.rs` (sslmode),
+//! `notify.rs`, `topics.rs`, `functions.rs` (the rest of PGMQ 1.13); `version.rs` (detection), `tls.rs` (sslmode), `trace.rs` (trace context in headers),
 //! `dsn.rs` and `error.rs`; `bin/pgmq/` is the command-line tool.
 
 mod ack;
@@ -112,6 +121,7 @@ mod send;
 mod statements;
 pub mod tls;
 mod topics;
+pub mod trace;
 mod version;
 
 pub use ack::VisibleAt;

@@ -16,6 +16,50 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<RawJson, Error
     Ok(RawJson::from_raw(raw))
 }
 
+impl<E: Executor> Pgmq<E> {
+    /// One message's headers as sent: the caller's, with the current trace
+    /// context merged in when the executor carries it ([`crate::trace`]).
+    pub(crate) fn headers_json(
+        &self,
+        headers: Option<&serde_json::Value>,
+    ) -> Result<Option<RawJson>, Error> {
+        if self.executor().trace_context() {
+            let trace = crate::trace::current();
+            return crate::trace::merged(headers, &trace)
+                .as_ref()
+                .map(to_json)
+                .transpose();
+        }
+        headers.map(to_json).transpose()
+    }
+
+    /// A batch's headers as sent ([`headers_json`](Self::headers_json) for
+    /// each of `n` messages).
+    pub(crate) fn batch_headers_json(
+        &self,
+        headers: Option<&[serde_json::Value]>,
+        n: usize,
+    ) -> Result<Option<Vec<RawJson>>, Error> {
+        let trace = if self.executor().trace_context() {
+            crate::trace::current()
+        } else {
+            serde_json::Map::new()
+        };
+        match headers {
+            Some(h) => h
+                .iter()
+                .map(|v| match crate::trace::merged(Some(v), &trace) {
+                    Some(m) => to_json(&m),
+                    None => to_json(v),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            None if trace.is_empty() => Ok(None),
+            None => Ok(Some(vec![to_json(&serde_json::Value::Object(trace))?; n])),
+        }
+    }
+}
+
 fn delay_secs(secs: u32) -> Result<i32, Error> {
     i32::try_from(secs)
         .map_err(|_| Error::InvalidArgument(format!("delay of {secs} s is too long")))
@@ -59,7 +103,7 @@ impl<E: Executor> Pgmq<E> {
         opts: &SendOptions,
     ) -> Result<i64, Error> {
         let body = to_json(body)?;
-        let headers = opts.headers.as_ref().map(to_json).transpose()?;
+        let headers = self.headers_json(opts.headers.as_ref())?;
         let q = queue.as_str();
         let rows = match opts.delay {
             Delay::At(at) => {
@@ -115,10 +159,8 @@ impl<E: Executor> Pgmq<E> {
                 )));
             }
         }
+        let headers = self.batch_headers_json(headers, bodies.len())?;
         let bodies = bodies.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-        let headers = headers
-            .map(|h| h.iter().map(to_json).collect::<Result<Vec<_>, _>>())
-            .transpose()?;
         let q = queue.as_str();
         let rows = match delay {
             Delay::At(at) => {

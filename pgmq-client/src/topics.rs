@@ -101,7 +101,7 @@ impl<E: Executor> Pgmq<E> {
         opts: &SendOptions,
     ) -> Result<i32, Error> {
         let body = to_json(body)?;
-        let headers = opts.headers.as_ref().map(to_json).transpose()?;
+        let headers = self.headers_json(opts.headers.as_ref())?;
         let delay = delay_int(opts.delay)?.ok_or_else(|| {
             Error::InvalidArgument("send_topic takes a delay in seconds, not a timestamp".into())
         })?;
@@ -138,10 +138,8 @@ impl<E: Executor> Pgmq<E> {
                 )));
             }
         }
+        let headers = self.batch_headers_json(headers, bodies.len())?;
         let bodies = bodies.iter().map(to_json).collect::<Result<Vec<_>, _>>()?;
-        let headers = headers
-            .map(|h| h.iter().map(to_json).collect::<Result<Vec<_>, _>>())
-            .transpose()?;
         let rows = match (delay, delay_int(delay)?) {
             (Delay::At(at), _) => {
                 self.run(

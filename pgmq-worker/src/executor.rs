@@ -469,12 +469,31 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                         Some(c) => hooks::before_all(hooks, c, typed.headers.as_ref()),
                         None => (0, None),
                     };
-                    let span = tracing::debug_span!(
-                        "pgmq_worker.handle",
-                        queue = %ctx.queue_name,
-                        msg_id,
-                        attempt
-                    );
+                    #[cfg(feature = "otel")]
+                    let sender = crate::trace::sender_context(typed.headers.as_ref());
+                    #[cfg(not(feature = "otel"))]
+                    let sender: Option<()> = None;
+                    let span = match sender {
+                        None => tracing::debug_span!(
+                            "pgmq_worker.handle",
+                            queue = %ctx.queue_name,
+                            msg_id,
+                            attempt
+                        ),
+                        // A traced message (see trace.rs): its span continues the sender's trace.
+                        #[allow(unused_variables)]
+                        Some(cx) => {
+                            let span = tracing::info_span!(
+                                "pgmq_worker.handle",
+                                queue = %ctx.queue_name,
+                                msg_id,
+                                attempt
+                            );
+                            #[cfg(feature = "otel")]
+                            crate::trace::continue_in(&span, cx);
+                            span
+                        }
+                    };
                     let call = run
                         .run_settling(&mut run_local, typed, hctx, shared, receipt)
                         .instrument(span);
