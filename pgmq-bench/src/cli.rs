@@ -64,6 +64,11 @@ pub enum HandlerKind {
     /// Inserts one row into `pgmq_bench_handler_sink` of the same database,
     /// through a pool of its own (plus `--handler-work-ms`).
     DbWrite,
+    /// The same insert, made by a transactional handler in the worker's
+    /// transaction that also deletes the message (transactional
+    /// completion), on the SDK pool (give `--pool-size` room for the
+    /// handlers: workers + 4).
+    DbWriteTx,
 }
 
 impl HandlerKind {
@@ -72,6 +77,7 @@ impl HandlerKind {
         match self {
             HandlerKind::Empty => "empty",
             HandlerKind::DbWrite => "db-write",
+            HandlerKind::DbWriteTx => "db-write-tx",
         }
     }
 }

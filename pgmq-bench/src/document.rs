@@ -585,7 +585,7 @@ pub struct ProcessesRun {
     pub processes: u32,
     /// Handler concurrency of each process.
     pub workers_per_process: u32,
-    /// `empty` or `db-write`.
+    /// `empty`, `db-write` or `db-write-tx`.
     pub handler: String,
     /// Simulated I/O per handler call, milliseconds.
     pub handler_work_ms: u64,
@@ -684,7 +684,7 @@ pub struct ConsumeRun {
     pub vacuum_s: f64,
     /// Peak RSS during the run, bytes.
     pub peak_rss_bytes: u64,
-    /// What each handler call did: `empty` or `db-write` (absent in older documents).
+    /// What each handler call did: `empty`, `db-write` or `db-write-tx` (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
 }
@@ -920,7 +920,7 @@ pub struct SustainedRun {
     /// `--rate-step` times faster). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_search_step: Option<u32>,
-    /// `empty` or `db-write` (absent in older documents).
+    /// `empty`, `db-write` or `db-write-tx` (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
     /// Handler durations over the whole run (absent in older documents).

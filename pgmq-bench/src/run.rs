@@ -154,6 +154,10 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
             let most = cfg.workers.iter().copied().max().unwrap_or(1);
             Some(Sink::connect(&target, most.max(cfg.sustained_workers)).await?)
         }
+        HandlerKind::DbWriteTx => {
+            Sink::create_table(&admin).await?;
+            None
+        }
         HandlerKind::Empty => None,
     };
     let ctx = Arc::new(Ctx {
@@ -169,7 +173,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
     });
     let body_ctx = ctx.clone();
     let sections = guard.run(async move { rounds(&body_ctx).await }).await;
-    if ctx.sink.is_some() {
+    if ctx.cfg.handler != HandlerKind::Empty {
         Sink::drop_table(&ctx.admin).await?;
     }
     let sections = sections?;

@@ -97,6 +97,8 @@ pub struct Pool {
     /// The connection settings, for dedicated connections outside the pool
     /// (LISTEN); None for a pool handed to [`Client::from_pool`].
     dedicated: Option<Arc<(tokio_postgres::Config, MakeRustlsConnect)>>,
+    /// Sends carry the current trace context in their headers (feature `otel`).
+    trace_context: bool,
 }
 
 impl std::fmt::Debug for Pool {
@@ -153,6 +155,10 @@ impl Executor for Pool {
 
     fn autocommit(&self) -> bool {
         true
+    }
+
+    fn trace_context(&self) -> bool {
+        self.trace_context
     }
 
     async fn query_text(
@@ -232,6 +238,7 @@ impl Client {
             inner: pool,
             install: Some(Arc::new(install)),
             dedicated: None,
+            trace_context: false,
         }))
     }
 
@@ -323,6 +330,7 @@ pub struct ClientBuilder {
     application_name: String,
     tls: Option<Arc<rustls::ClientConfig>>,
     check_pgmq: bool,
+    trace_context: bool,
     libpq_password: bool,
     password: Option<Vec<u8>>,
     prepared_statements: bool,
@@ -353,6 +361,7 @@ impl ClientBuilder {
             application_name: "pgmq-client".to_owned(),
             tls: None,
             check_pgmq: true,
+            trace_context: false,
             libpq_password: false,
             password: None,
             prepared_statements: true,
@@ -549,6 +558,30 @@ impl ClientBuilder {
         Ok(MakeRustlsConnect::new(config))
     }
 
+    /// Puts the current trace context into the headers of every message
+    /// this client sends (single, batch and topic sends), as W3C
+    /// `traceparent`/`tracestate` through OpenTelemetry's global propagator
+    /// (feature `otel`; default off). They are merged into the caller's
+    /// headers, whose own keys win; without an active trace nothing is
+    /// added. A worker with the same feature continues the trace. See the
+    /// [`trace`](crate::trace) module.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), pgmq_client::Error> {
+    /// use opentelemetry_sdk::propagation::TraceContextPropagator;
+    /// opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    /// let client = pgmq_client::Client::builder("postgres://app@db/app")
+    ///     .trace_context(true)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "otel")]
+    pub fn trace_context(mut self, yes: bool) -> Self {
+        self.trace_context = yes;
+        self
+    }
+
     /// Opens the pool (one connection, to check PGMQ) and returns the client.
     pub async fn connect(self) -> Result<Client, Error> {
         let config = self.pg_config()?;
@@ -586,6 +619,7 @@ impl ClientBuilder {
             inner: pool,
             install,
             dedicated,
+            trace_context: self.trace_context,
         }))
     }
 

@@ -124,6 +124,36 @@ pub struct Transaction<'a> {
 }
 
 impl<'a> Transaction<'a> {
+    /// Starts a transaction on a caller's own client (one of a deadpool
+    /// pool, say), in which PGMQ calls run as unnamed statements: one round
+    /// trip each, with no statement cache to keep. A call that finds the
+    /// connection lost sets `lost`, for the caller to discard it.
+    ///
+    /// ```no_run
+    /// # async fn f(mut pg: tokio_postgres::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{Pgmq, Transaction};
+    /// let lost = std::sync::atomic::AtomicBool::new(false);
+    /// let tx = Transaction::begin_unprepared(&mut pg, &lost).await?;
+    /// Pgmq::on(&tx).send(&q, &serde_json::json!({"order": 42})).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin_unprepared(
+        client: &'a mut tokio_postgres::Client,
+        lost: &'a AtomicBool,
+    ) -> Result<Transaction<'a>, Error> {
+        static UNNAMED: std::sync::OnceLock<StatementCache> = std::sync::OnceLock::new();
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| mark_lost(lost, Error::from_pg(e)))?;
+        Ok(Transaction {
+            tx,
+            cache: UNNAMED.get_or_init(|| StatementCache::new(true)),
+            lost,
+        })
+    }
+
     /// Commits.
     pub async fn commit(self) -> Result<(), Error> {
         let lost = self.lost;

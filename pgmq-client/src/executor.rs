@@ -73,6 +73,14 @@ pub trait Executor: Sealed + Send + Sync {
         false
     }
 
+    /// Whether sends on it put the current trace context into the
+    /// messages' headers ([`ClientBuilder::trace_context`](crate::ClientBuilder),
+    /// feature `otel`). False (the default) but for a [`Pool`](crate::Pool)
+    /// built with it.
+    fn trace_context(&self) -> bool {
+        false
+    }
+
     /// Runs SQL text that is not one of the `Stmt`s (each parameter comes
     /// with its type). On this crate's connections and transactions the text
     /// is prepared once per connection and cached by its text, like the
@@ -126,6 +134,10 @@ impl<E: Executor + ?Sized> Executor for &E {
 
     fn autocommit(&self) -> bool {
         (**self).autocommit()
+    }
+
+    fn trace_context(&self) -> bool {
+        (**self).trace_context()
     }
 }
 

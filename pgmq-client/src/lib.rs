@@ -66,6 +66,15 @@
 //!   configuration via [`ClientBuilder::tls`]. `channel_binding=require`
 //!   keeps the password from a man in the middle. See the [`tls`] module.
 //!
+//! # Features
+//!
+//! - `cli`: the `pgmq` command-line tool (below).
+//! - `deadpool`: PGMQ calls on a caller's deadpool-postgres pool or
+//!   connection (`Pgmq::on(pool)`).
+//! - `otel`: sends carry the current trace context in their headers (W3C
+//!   `traceparent`), with `ClientBuilder::trace_context(true)`; see the
+//!   [`trace`] module.
+//!
 //! # Command-line tool
 //!
 //! With the `cli` feature the crate builds `pgmq`, a tool for operators: list
@@ -82,14 +91,6 @@
 //! pgmq read orders -n 10 | jq .body
 //! pgmq redrive orders_dlq --dry-run
 //! ```
-//!
-//!
-//! # Features
-//!
-//! | feature | what it adds |
-//! | --- | --- |
-//! | `deadpool` | [`Executor`] for `deadpool_postgres::Pool` and its pooled `Object`, so the calls run on a pool the service already has |
-//! | `cli` | the `pgmq` command-line tool |
 //!
 //! How the crate is laid out, module by module, is in the repository's
 //! `docs/architecture.md`.
@@ -113,6 +114,7 @@ mod send;
 mod statements;
 pub mod tls;
 mod topics;
+pub mod trace;
 mod version;
 
 pub use client::{Client, ClientBuilder, Pgmq, Pool};

@@ -79,16 +79,29 @@ impl JsonBatch {
     pub(crate) fn bodies_and_headers<T: Serialize>(
         bodies: &[T],
         opts: &SendOptions,
+        trace: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<Option<(JsonBatch, Option<JsonBatch>)>, Error> {
         if bodies.is_empty() {
             return Ok(None);
         }
         let n = bodies.len();
         check_batch(n, "batch of")?;
+        let with_trace = |h: Option<&serde_json::Value>| crate::trace::merged(h, trace);
         let headers = match (&opts.headers, &opts.headers_each) {
-            (None, None) => None,
-            (Some(h), None) => Some(JsonBatch::repeated(h, n)?),
-            (None, Some(each)) if each.len() == n => Some(JsonBatch::new(each)?),
+            (None, None) => with_trace(None)
+                .map(|h| JsonBatch::repeated(&h, n))
+                .transpose()?,
+            (Some(h), None) => match with_trace(Some(h)) {
+                Some(h) => Some(JsonBatch::repeated(&h, n)?),
+                None => None,
+            },
+            (None, Some(each)) if each.len() == n && trace.is_empty() => {
+                Some(JsonBatch::new(each)?)
+            }
+            (None, Some(each)) if each.len() == n => {
+                let each: Vec<_> = each.iter().filter_map(|h| with_trace(Some(h))).collect();
+                Some(JsonBatch::new(&each)?)
+            }
             (None, Some(each)) => {
                 return Err(Error::InvalidArgument(format!(
                     "{} headers for {n} messages",
@@ -162,6 +175,32 @@ impl ToSql for JsonBatch {
 }
 
 impl<E: Executor> Pgmq<E> {
+    /// The trace context to merge into the headers of a send: the current
+    /// one when the executor carries it ([`crate::trace`]), else empty.
+    pub(crate) fn trace_headers(&self) -> serde_json::Map<String, serde_json::Value> {
+        if self.executor().trace_context() {
+            crate::trace::current()
+        } else {
+            serde_json::Map::new()
+        }
+    }
+
+    /// One message's headers as sent: the caller's, with the current trace
+    /// context merged in when the executor carries it.
+    pub(crate) fn headers_json(&self, opts: &SendOptions) -> Result<Option<RawJson>, Error> {
+        let trace = self.trace_headers();
+        if trace.is_empty() {
+            return one_headers(opts);
+        }
+        one_headers(opts)?;
+        crate::trace::merged(opts.headers.as_ref(), &trace)
+            .as_ref()
+            .map(to_json)
+            .transpose()
+    }
+}
+
+impl<E: Executor> Pgmq<E> {
     /// Sends one message; returns its id.
     ///
     /// ```no_run
@@ -199,7 +238,7 @@ impl<E: Executor> Pgmq<E> {
         opts: &SendOptions,
     ) -> Result<i64, Error> {
         let body = to_json(body)?;
-        let headers = one_headers(opts)?;
+        let headers = self.headers_json(opts)?;
         let q = queue.as_str();
         let rows = match opts.delay {
             Delay::At(at) => {
@@ -260,7 +299,9 @@ impl<E: Executor> Pgmq<E> {
         bodies: &[T],
         opts: &SendOptions,
     ) -> Result<Vec<i64>, Error> {
-        let Some((bodies, headers)) = JsonBatch::bodies_and_headers(bodies, opts)? else {
+        let Some((bodies, headers)) =
+            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
+        else {
             return Ok(Vec::new());
         };
         let q = queue.as_str();

@@ -12,7 +12,7 @@ use crate::executor::Executor;
 use crate::message::{Delay, SendOptions};
 use crate::queue_name::QueueName;
 use crate::read::secs;
-use crate::send::{one_headers, to_json, JsonBatch};
+use crate::send::{to_json, JsonBatch};
 use crate::statements::Stmt;
 use crate::Pgmq;
 
@@ -105,7 +105,7 @@ impl<E: Executor> Pgmq<E> {
         opts: &SendOptions,
     ) -> Result<i32, Error> {
         let body = to_json(body)?;
-        let headers = one_headers(opts)?;
+        let headers = self.headers_json(opts)?;
         let delay = match opts.delay {
             Delay::After(d) => secs(d, "delay")?,
             Delay::At(_) => {
@@ -163,7 +163,9 @@ impl<E: Executor> Pgmq<E> {
         bodies: &[T],
         opts: &SendOptions,
     ) -> Result<Vec<(String, i64)>, Error> {
-        let Some((bodies, headers)) = JsonBatch::bodies_and_headers(bodies, opts)? else {
+        let Some((bodies, headers)) =
+            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
+        else {
             return Ok(Vec::new());
         };
         let rows = match opts.delay {

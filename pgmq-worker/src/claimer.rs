@@ -23,7 +23,8 @@
 //! than a few milliseconds the limit is simply `claim_capacity`.
 //!
 //! **One connection per loop while the backlog lasts.** A loop keeps the
-//! pooled connection of its last read for the next one, as long as it reads
+//! pooled connection of its last read for the next one ([`Kept`], as the
+//! completer does), as long as it reads
 //! back to back: a pool checkout per read is client work and a hand-off
 //! between tasks that a busy claim path pays on every batch. The connection
 //! goes back to the pool before the loop waits for anything else (room in
@@ -76,7 +77,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
 use crate::claim_queue::ClaimQueue;
-use crate::db::{self, Held};
+use crate::db::Kept;
 use crate::stats::{bump, micros, record, LocalHistograms};
 use crate::worker::Shared;
 
@@ -299,33 +300,27 @@ pub(crate) fn claim_limit(shared: &Shared) -> usize {
         .clamp(floor, cfg.claim_capacity)
 }
 
-/// One read of up to `qty` messages as `plan` says, on the kept connection
-/// (checked out first when there is none, or when the last one broke), all
-/// within `db_timeout`.
+/// One read of up to `qty` messages as `plan` says, on the loop's kept
+/// connection (checked out first when there is none, or when the last one
+/// broke), all within `db_timeout`.
 async fn read(
     shared: &Shared,
-    conn: &mut Option<Held>,
+    kept: &Kept,
     qty: usize,
     plan: Plan,
 ) -> Result<Vec<Message<RawJson>>, pgmq_client::Error> {
     let cfg = &shared.config;
-    if conn.as_ref().is_some_and(|c| c.is_broken()) {
-        *conn = None;
-    }
-    let c = match conn {
-        Some(c) => c,
-        None => conn.insert(db::checkout(&shared.client, cfg.db_timeout).await?),
-    };
-    let pg = Pgmq::on(&**c);
+    kept.busy();
+    let pg = Pgmq::on(kept);
     let q = &cfg.queue;
     let opts = ReadOptions::new(cfg.visibility_timeout).qty(qty);
     match plan {
-        Plan::Function => db::bounded(cfg.db_timeout, c, pg.read_with_raw(q, &opts)).await,
+        Plan::Function => pg.read_with_raw(q, &opts).await,
         Plan::Grouped => {
-            let read = pg.read_grouped_raw(q, pgmq_client::GroupStrategy::Head, &opts);
-            db::bounded(cfg.db_timeout, c, read).await
+            pg.read_grouped_raw(q, pgmq_client::GroupStrategy::Head, &opts)
+                .await
         }
-        Plan::Table(from) => db::bounded(cfg.db_timeout, c, pg.read_from_raw(q, from, &opts)).await,
+        Plan::Table(from) => pg.read_from_raw(q, from, &opts).await,
     }
 }
 
@@ -347,7 +342,7 @@ pub(crate) async fn run(
     let mut local = LocalHistograms::new();
     let room = &shared.claims.room;
     // The connection kept between back-to-back reads (see the module docs).
-    let mut conn: Option<Held> = None;
+    let kept = Kept::new(shared.source.clone(), 1, cfg.db_timeout);
     loop {
         // Room in the claim queue: at least half a batch (or half the claim
         // limit when smaller), topped up to a batch.
@@ -358,7 +353,7 @@ pub(crate) async fn run(
             Ok(p) => p,
             Err(_) => {
                 // No room yet: wait without holding a connection.
-                conn = None;
+                kept.idle();
                 tokio::select! {
                     biased;
                     _ = stop.cancelled() => break,
@@ -385,11 +380,12 @@ pub(crate) async fn run(
         let now_us = shared.now_us();
         shared.claims.last_read_start_us.store(now_us, Relaxed);
         let plan = shared.claims.cursor.plan(now_us, micros(cfg.poll_interval));
-        let res = read(&shared, &mut conn, qty, plan).await;
+        let res = read(&shared, &kept, qty, plan).await;
         let msgs = match res {
             Ok(msgs) => msgs,
             Err(e) => {
-                conn = None;
+                // The failed read's connection is already dropped.
+                kept.idle();
                 drop(permits);
                 bump(&shared.stats.c.read_errors, 1);
                 shared.health.read_failed();
@@ -459,7 +455,7 @@ pub(crate) async fn run(
         }
         local.merge(&shared.stats, now);
         // Short read: the queue is drained for now. Park, without a connection.
-        conn = None;
+        kept.idle();
         if park(&shared, &mut wake, &stop).await {
             break;
         }

@@ -41,7 +41,7 @@
 //! the completer writes what is left, then ends.
 //!
 //! **Connections kept while acknowledgements keep coming.** The writes run on
-//! [`Kept`]: up to `ack_flushers` pooled connections that stay checked out
+//! [`Kept`] (shared with the claim loops): up to `ack_flushers` pooled connections that stay checked out
 //! from one write to the next as long as the completer has more to write (a
 //! checkout per write is client work on the hot path, and keeps the deletes
 //! on the same server backends). When the ack channel runs empty they all go
@@ -52,15 +52,13 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmq_client::__private::{Params, Stmt, TypedParams};
-use pgmq_client::reexports::tokio_postgres::Row;
-use pgmq_client::{Client, Pgmq, QueueName, Receipt, Requeue};
+use pgmq_client::{Pgmq, QueueName, Receipt, Requeue};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
-use crate::db::{self, Held};
+use crate::db::Kept;
 use crate::executor::ATTEMPTS_HEADER;
 use crate::lease::State;
 use crate::stats::bump;
@@ -109,7 +107,7 @@ pub(crate) async fn run(
     let cfg = &shared.config;
     let batch = cfg.ack_batch_size;
     let kept = Arc::new(Kept::new(
-        shared.client.clone(),
+        shared.source.clone(),
         cfg.ack_flushers,
         cfg.db_timeout,
     ));
@@ -170,117 +168,6 @@ pub(crate) async fn run(
     }
     while flushes.join_next().await.is_some() {}
     kept.idle();
-}
-
-/// The completer's connections, kept between back-to-back writes (see the
-/// module docs); a [`pgmq_client::Executor`] over the client's pool.
-pub(crate) struct Kept {
-    client: Client,
-    max: usize,
-    /// The bound on each call (`db_timeout`).
-    limit: Duration,
-    state: std::sync::Mutex<KeptState>,
-}
-
-struct KeptState {
-    conns: Vec<Held>,
-    /// The completer is waiting for acknowledgements: keep nothing.
-    idle: bool,
-}
-
-impl Kept {
-    fn new(client: Client, max: usize, limit: Duration) -> Self {
-        Kept {
-            client,
-            max,
-            limit,
-            state: std::sync::Mutex::new(KeptState {
-                conns: Vec::with_capacity(max),
-                idle: false,
-            }),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, KeptState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Gives every kept connection back; later returns are not kept.
-    fn idle(&self) {
-        let mut st = self.lock();
-        st.idle = true;
-        st.conns.clear();
-    }
-
-    /// More acknowledgements arrived: keep connections again.
-    fn busy(&self) {
-        self.lock().idle = false;
-    }
-
-    async fn take(&self) -> Result<Held, pgmq_client::Error> {
-        loop {
-            let Some(conn) = self.lock().conns.pop() else {
-                break;
-            };
-            if !conn.is_broken() {
-                return Ok(conn);
-            }
-        }
-        db::checkout(&self.client, self.limit).await
-    }
-
-    /// A connection whose call succeeded: kept unless the completer is idle
-    /// (checked under the same lock as [`idle`](Self::idle), so none slips
-    /// past it).
-    fn give_back(&self, conn: Held) {
-        let mut st = self.lock();
-        if !st.idle && st.conns.len() < self.max && !conn.is_broken() {
-            st.conns.push(conn);
-        }
-    }
-}
-
-// The executor traits are pgmq-client's internals (`__private`, not its
-// stable API): the worker and the client are released together.
-impl pgmq_client::__private::Sealed for Kept {}
-
-// Not imported: `Executor::query` would shadow `Transaction::query` below.
-impl pgmq_client::Executor for Kept {
-    async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, pgmq_client::Error> {
-        let conn = self.take().await?;
-        let res = db::bounded(
-            self.limit,
-            &conn,
-            pgmq_client::Executor::query(&conn, stmt, params),
-        )
-        .await;
-        if res.is_ok() {
-            self.give_back(conn);
-        }
-        res
-    }
-
-    async fn query_text(
-        &self,
-        sql: &str,
-        params: TypedParams<'_>,
-    ) -> Result<Vec<Row>, pgmq_client::Error> {
-        let conn = self.take().await?;
-        let res = db::bounded(
-            self.limit,
-            &conn,
-            pgmq_client::Executor::query_text(&conn, sql, params),
-        )
-        .await;
-        if res.is_ok() {
-            self.give_back(conn);
-        }
-        res
-    }
-
-    fn autocommit(&self) -> bool {
-        true
-    }
 }
 
 /// What one fenced write did: the ids it wrote, and whether an earlier try

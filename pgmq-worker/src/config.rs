@@ -4,7 +4,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgmq_client::{Client, QueueName};
+use pgmq_client::QueueName;
+
+use crate::db::Source;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
@@ -236,7 +238,7 @@ pub(crate) struct Config {
 /// ```
 #[must_use]
 pub struct WorkerBuilder<T> {
-    client: Client,
+    source: Source,
     config: Config,
     claim_capacity: Option<usize>,
     ack_batch_size: Option<usize>,
@@ -257,9 +259,9 @@ impl<T> std::fmt::Debug for WorkerBuilder<T> {
 }
 
 impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
-    pub(crate) fn new(client: Client, queue: QueueName) -> Self {
+    pub(crate) fn new(source: Source, queue: QueueName) -> Self {
         WorkerBuilder {
-            client,
+            source,
             config: Config {
                 queue,
                 concurrency: 8,
@@ -618,6 +620,6 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         let Some(spawner) = self.spawner else {
             return bad("no handler: call .handler(..) or .blocking_handler(..)");
         };
-        Ok(Worker::from_parts(self.client, Arc::new(c), spawner))
+        Ok(Worker::from_parts(self.source, Arc::new(c), spawner))
     }
 }

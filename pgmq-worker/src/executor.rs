@@ -43,7 +43,6 @@ use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
 use crate::config::Config;
 use crate::context::Context;
-use crate::db;
 use crate::handler::{
     panic_text, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
     TransactionalHandler,
@@ -125,7 +124,7 @@ impl<T: Send + 'static, H: TransactionalHandler<T>> Run<T> for TxRun<H> {
         let failed = |e: pgmq_client::Error| -> (RunResult, Option<Settled>) {
             (Ok(Err(Box::new(e))), None)
         };
-        let mut conn = match db::checkout(&shared.client, cfg.db_timeout).await {
+        let mut conn = match shared.source.checkout(cfg.db_timeout).await {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
@@ -572,11 +571,11 @@ async fn run_message<T: Send, R: Run<T>>(
         Some(c) => hooks::before_all(hooks, c, typed.headers.as_ref()),
         None => (0, None),
     };
-    let span = tracing::debug_span!(
-        "pgmq_worker.handle",
-        queue = %ctx.queue_name,
+    let span = handle_span(
+        ctx.queue_name.as_str(),
         msg_id,
-        attempt
+        attempt,
+        typed.headers.as_ref(),
     );
     let call = run
         .run_settling(run_local, typed, hctx, shared, d.receipt)
@@ -725,6 +724,26 @@ fn outcome_to_ack(
             failure(panic)
         }
     }
+}
+
+/// The per-message span. A message whose headers carry a sender's trace
+/// context (feature `otel`, see trace.rs) gets an INFO span that continues
+/// that trace; others a DEBUG span, cheap when DEBUG is off.
+fn handle_span(
+    queue: &str,
+    msg_id: i64,
+    attempt: u32,
+    headers: Option<&serde_json::Value>,
+) -> tracing::Span {
+    #[cfg(feature = "otel")]
+    if let Some(cx) = crate::trace::sender_context(headers) {
+        let span = tracing::info_span!("pgmq_worker.handle", queue = %queue, msg_id, attempt);
+        crate::trace::continue_in(&span, cx);
+        return span;
+    }
+    #[cfg(not(feature = "otel"))]
+    let _ = headers;
+    tracing::debug_span!("pgmq_worker.handle", queue = %queue, msg_id, attempt)
 }
 
 #[cfg(test)]

@@ -91,13 +91,9 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         // the server after a retry written meanwhile. It is bounded by
         // `db_timeout`, and the shutdown bounds how long it waits for this task.
         let res = async {
-            let conn = db::checkout(&shared.client, cfg.db_timeout).await?;
-            db::bounded(
-                cfg.db_timeout,
-                &conn,
-                Pgmq::on(&*conn).requeue_fenced(&cfg.queue, &items),
-            )
-            .await
+            // A connection per write, not kept between ticks.
+            let once = db::Kept::new(shared.source.clone(), 0, cfg.db_timeout);
+            Pgmq::on(&once).requeue_fenced(&cfg.queue, &items).await
         }
         .await;
         match res {

@@ -159,6 +159,21 @@
 //! assert_eq!(outcome, Outcome::DeadLetter("empty body".into()));
 //! # }
 //! ```
+//!
+//! # Features
+//!
+//! - `metrics`: publishes the worker's counters, gauges and histograms
+//!   through the [`metrics`](https://docs.rs/metrics) facade.
+//! - `deadpool`: runs the worker on a caller's deadpool-postgres pool
+//!   (`ConnectionSource::deadpool`).
+//! - `otel`: continues the sender's trace: a message whose headers carry a
+//!   W3C trace context (from a client built with
+//!   `ClientBuilder::trace_context`, feature `otel` of `pgmq-client`) gets
+//!   it as the parent of its `pgmq_worker.handle` span (see docs/worker.md,
+//!   "Trace context").
+//! - `fault-injection`: test hooks that make internal tasks panic; never in
+//!   production.
+//!
 
 mod backoff;
 mod claim_queue;
@@ -181,10 +196,13 @@ mod notifier;
 mod shutdown;
 mod stats;
 pub mod testing;
+#[cfg(feature = "otel")]
+mod trace;
 mod worker;
 
 pub use config::{Backoff, ClaimReads, WakeUp, WorkerBuilder};
 pub use context::Context;
+pub use db::ConnectionSource;
 pub use error::Error;
 pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use group::{GroupShutdown, WorkerGroup};

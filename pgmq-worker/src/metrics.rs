@@ -80,7 +80,11 @@ pub(crate) async fn run(
         } else {
             0.0
         });
-        let sampled = tokio::time::timeout(cfg.db_timeout, shared.client.metrics(&cfg.queue)).await;
+        let sampled = tokio::time::timeout(
+            cfg.db_timeout,
+            pgmq_client::Pgmq::on(&shared.source).metrics(&cfg.queue),
+        )
+        .await;
         match sampled {
             Ok(Ok(m)) => {
                 length.set(m.queue_length as f64);

@@ -38,10 +38,10 @@ pub(crate) const DEBOUNCE: Duration = Duration::from_millis(1);
 
 /// Opens the LISTEN connection and listens on the queue's insert channel.
 pub(crate) async fn listen(
-    client: &pgmq_client::Client,
+    source: &crate::db::Source,
     queue: &pgmq_client::QueueName,
 ) -> Result<Listener, pgmq_client::Error> {
-    let listener = client.listener().await?;
+    let listener = source.listener().await?;
     listener.listen(queue).await?;
     Ok(listener)
 }
@@ -156,7 +156,7 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
                 tokio::select! {
                     biased;
                     _ = stop.cancelled() => return,
-                    r = listen(&shared.client, queue) => r,
+                    r = listen(&shared.source, queue) => r,
                 }
             }
         };

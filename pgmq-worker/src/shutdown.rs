@@ -455,12 +455,13 @@ async fn release(
         .within(deadline, shared.heartbeat.after_write())
         .await;
     let mut failed = 0;
+    let pg = pgmq_client::Pgmq::on(&shared.source);
     for chunk in reads.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             let call = tokio::time::timeout(
                 shared.config.db_timeout,
-                shared.client.requeue_fenced(&shared.config.queue, chunk),
+                pg.requeue_fenced(&shared.config.queue, chunk),
             );
             let err = match bounds.within(deadline, call).await {
                 Some(Err(_)) => Some(pgmq_client::Error::timed_out()),

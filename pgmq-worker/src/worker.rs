@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use futures::FutureExt;
 
-use pgmq_client::{Client, QueueName};
+use pgmq_client::{Pgmq, QueueName};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -17,6 +17,7 @@ use crate::claim_queue::ClaimQueue;
 use crate::claimer::{self, Claims, HandlerTime, ReadPath};
 use crate::completer;
 use crate::config::{ClaimReads, Config, WakeUp, WorkerBuilder};
+use crate::db::{ConnectionSource, Source};
 use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
 use crate::health::{Health, HealthState};
@@ -28,7 +29,8 @@ use crate::stats::{bump, micros, Stats, StatsSnapshot};
 
 /// What every task of one worker shares.
 pub(crate) struct Shared {
-    pub client: Client,
+    /// Where every task's connections come from.
+    pub source: Source,
     pub config: Arc<Config>,
     pub stats: Arc<Stats>,
     /// The claim loops' room, cursor and wake-ups.
@@ -97,7 +99,7 @@ impl Shared {
 /// what it does.
 pub struct Worker<T> {
     health: Arc<HealthState>,
-    client: Client,
+    source: Source,
     config: Arc<Config>,
     spawner: Box<dyn Spawner<T>>,
     stats: Arc<Stats>,
@@ -113,20 +115,23 @@ impl<T> std::fmt::Debug for Worker<T> {
 }
 
 impl<T: DeserializeOwned + Send + 'static> Worker<T> {
-    /// A builder for a worker on `queue`; see [`WorkerBuilder`] for the settings.
-    pub fn builder(client: Client, queue: QueueName) -> WorkerBuilder<T> {
-        WorkerBuilder::new(client, queue)
+    /// A builder for a worker on `queue` whose connections come from
+    /// `conns`: a [`Client`](pgmq_client::Client), or any other
+    /// [`ConnectionSource`] (a caller's deadpool pool, feature `deadpool`);
+    /// see [`WorkerBuilder`] for the settings.
+    pub fn builder(conns: impl Into<ConnectionSource>, queue: QueueName) -> WorkerBuilder<T> {
+        WorkerBuilder::new(conns.into().inner, queue)
     }
 
     pub(crate) fn from_parts(
-        client: Client,
+        source: Source,
         config: Arc<Config>,
         spawner: Box<dyn Spawner<T>>,
     ) -> Self {
         let stats = Arc::new(Stats::new(config.concurrency));
         Worker {
             health: Arc::new(HealthState::new()),
-            client,
+            source,
             config,
             spawner,
             stats,
@@ -299,10 +304,10 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         hub: Option<tokio::sync::mpsc::UnboundedReceiver<notifier::HubEvent>>,
     ) -> Result<Running, Error> {
         let cfg = Arc::clone(&self.config);
-        let path = check_queues(&self.client, &cfg).await?;
-        let (notify_throttle, listener) = prepare_notify(&self.client, &cfg, hub.is_none()).await?;
+        let path = check_queues(&self.source, &cfg).await?;
+        let (notify_throttle, listener) = prepare_notify(&self.source, &cfg, hub.is_none()).await?;
         let shared = Arc::new(Shared {
-            client: self.client,
+            source: self.source,
             config: Arc::clone(&cfg),
             stats: self.stats,
             claims: Claims::new(cfg.claim_capacity, path),
@@ -382,18 +387,18 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
 /// Checks the queue (and the dead-letter queue) when `check_queue` is set,
 /// and picks how the claim loops read: the table statements need a layout
 /// that was checked, on a PGMQ whose `read` this crate knows.
-async fn check_queues(client: &Client, cfg: &Config) -> Result<ReadPath, Error> {
+async fn check_queues(source: &Source, cfg: &Config) -> Result<ReadPath, Error> {
     if cfg.check_queue {
-        check_queue(client, &cfg.queue).await?;
+        check_queue(source, &cfg.queue).await?;
         if let Some(dlq) = &cfg.dead_letter_queue {
-            check_queue(client, dlq).await?;
+            check_queue(source, dlq).await?;
         }
     }
-    let layout_known = cfg.check_queue && check_layout(client, &cfg.queue).await?;
+    let layout_known = cfg.check_queue && check_layout(source, cfg).await?;
     Ok(match cfg.claim_reads {
         ClaimReads::Function => ReadPath::Function,
         ClaimReads::FifoGroups => ReadPath::Grouped,
-        _ if !layout_known || !known_read(client) => {
+        _ if !layout_known || !known_read(source, cfg.db_timeout).await => {
             tracing::info!(queue = %cfg.queue, "claims call pgmq.read: the queue table's layout or the PGMQ version is not one this worker knows");
             ReadPath::Function
         }
@@ -406,20 +411,20 @@ async fn check_queues(client: &Client, cfg: &Config) -> Result<ReadPath, Error> 
 /// throttle) and, when `listen`, opens the LISTEN connection. Without it:
 /// a zero throttle and no connection.
 async fn prepare_notify(
-    client: &Client,
+    source: &Source,
     cfg: &Config,
     listen: bool,
 ) -> Result<(std::time::Duration, Option<pgmq_client::Listener>), Error> {
     if cfg.wake_up != WakeUp::Notify {
         return Ok((std::time::Duration::ZERO, None));
     }
-    let throttle = ensure_notify_trigger(client, cfg).await?;
+    let throttle = ensure_notify_trigger(source, cfg).await?;
     if !listen {
         return Ok((throttle, None));
     }
     // A setup that can never listen fails now; a database that is away
     // only delays the LISTEN connection (polling meanwhile).
-    match notifier::listen(client, &cfg.queue).await {
+    match notifier::listen(source, &cfg.queue).await {
         Ok(l) => Ok((throttle, Some(l))),
         Err(e) if e.is_transient() => {
             tracing::warn!(error = %e, "LISTEN connection failed; polling until it opens");
@@ -532,9 +537,10 @@ const LAYOUT: &[(&str, &str)] = &[
 /// Whether the detected PGMQ's `read` is the one the claim statement
 /// repeats (1.x from [`MIN_SUPPORTED`](pgmq_client::MIN_SUPPORTED) on); a
 /// client that skipped detection does not say.
-fn known_read(client: &Client) -> bool {
-    client
-        .install()
+async fn known_read(source: &Source, limit: std::time::Duration) -> bool {
+    source
+        .install(limit)
+        .await
         .is_some_and(|i| i.version.major == 1 && i.version >= pgmq_client::MIN_SUPPORTED)
 }
 
@@ -542,23 +548,25 @@ fn known_read(client: &Client) -> bool {
 /// whose layout this crate does not know); true when the layout was
 /// checked, false when a transient error kept it from being checked (that
 /// only warns).
-async fn check_layout(client: &Client, queue: &QueueName) -> Result<bool, Error> {
+async fn check_layout(source: &Source, cfg: &Config) -> Result<bool, Error> {
+    let queue = &cfg.queue;
     let sql = "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)                FROM pg_catalog.pg_attribute a                WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";
     let table = queue.quoted_table();
     let rows = async {
-        let conn = client.connection().await?;
+        let conn = source.checkout(cfg.db_timeout).await?;
         // Unnamed, in one round trip: works behind PgBouncer's transaction mode too.
-        conn.query_typed(
-            sql,
-            &[(
-                &table,
-                pgmq_client::reexports::tokio_postgres::types::Type::TEXT,
-            )],
-        )
-        .await
-        .map_err(|e| {
-            pgmq_client::Error::Config(format!("could not read the queue table's layout: {e}"))
-        })
+        conn.pg()
+            .query_typed(
+                sql,
+                &[(
+                    &table,
+                    pgmq_client::reexports::tokio_postgres::types::Type::TEXT,
+                )],
+            )
+            .await
+            .map_err(|e| {
+                pgmq_client::Error::Config(format!("could not read the queue table's layout: {e}"))
+            })
     }
     .await;
     let rows = match rows {
@@ -585,8 +593,8 @@ async fn check_layout(client: &Client, queue: &QueueName) -> Result<bool, Error>
 
 /// Fails when `queue` does not exist; a transient error only warns (the
 /// worker retries once running).
-async fn check_queue(client: &Client, queue: &QueueName) -> Result<(), Error> {
-    match client.queue_exists(queue).await {
+async fn check_queue(source: &Source, queue: &QueueName) -> Result<(), Error> {
+    match Pgmq::on(source).queue_exists(queue).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(Error::Client(pgmq_client::Error::QueueNotFound {
             queue: queue.as_str().to_owned(),
@@ -604,9 +612,10 @@ async fn check_queue(client: &Client, queue: &QueueName) -> Result<(), Error> {
 /// Returns the trigger's throttle (the configured one when it cannot be
 /// looked up).
 async fn ensure_notify_trigger(
-    client: &Client,
+    source: &Source,
     cfg: &Config,
 ) -> Result<std::time::Duration, Error> {
+    let client = Pgmq::on(source);
     let wanted = cfg.notify_throttle;
     let existing = match client.list_notify_insert_throttles().await {
         Ok(list) => list

@@ -8,36 +8,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{dsn, queue_len, unique};
-use pgmq_client::{Client, Message, QueueName, Transaction};
-use pgmq_worker::{Context, HandlerError, Outcome, TransactionalHandler, Worker};
+use common::{dsn, queue_len, unique, InsertRow};
+use pgmq_client::{Client, QueueName};
+use pgmq_worker::Worker;
 use rand::Rng;
 use serde_json::{json, Value};
 
 const MESSAGES: i64 = 200;
-
-struct InsertRow {
-    table: String,
-}
-
-impl TransactionalHandler<Value> for InsertRow {
-    async fn handle(
-        &self,
-        msg: Message<Value>,
-        tx: &Transaction<'_>,
-        _ctx: Context,
-    ) -> Result<Outcome, HandlerError> {
-        tx.execute(
-            &format!("INSERT INTO {} (msg_id) VALUES ($1)", self.table),
-            &[&msg.msg_id],
-        )
-        .await?;
-        // Some work between the write and the commit, where a kill can land.
-        let pause = Duration::from_millis(rand::thread_rng().gen_range(0..5));
-        tokio::time::sleep(pause).await;
-        Ok(Outcome::Delete)
-    }
-}
 
 async fn worker(q: &QueueName, table: &str) -> Worker<Value> {
     let client = Client::builder(&dsn())
@@ -51,6 +28,7 @@ async fn worker(q: &QueueName, table: &str) -> Worker<Value> {
         .poll_interval(Duration::from_millis(20))
         .transactional_handler(InsertRow {
             table: table.to_owned(),
+            pause_ms: 5,
         })
         .build()
         .unwrap()

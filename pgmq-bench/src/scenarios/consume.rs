@@ -177,10 +177,14 @@ pub(crate) fn worker(
         ctx.cfg.vt,
         tally,
         ctx.sink.clone(),
+        ctx.cfg.handler == crate::cli::HandlerKind::DbWriteTx,
     )
 }
 
-/// A worker whose handlers write to `sink` (when given), then feed `tally`.
+/// A worker whose handlers write to `sink` (when given), then feed `tally`;
+/// with `transactional`, whose handlers insert into the sink table in the
+/// worker's transaction that also deletes the message.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn worker_on(
     client: pgmq_client::Client,
     q: &pgmq_client::QueueName,
@@ -189,25 +193,53 @@ pub(crate) fn worker_on(
     vt: Duration,
     tally: &Arc<Tally>,
     sink: Option<Arc<Sink>>,
+    transactional: bool,
 ) -> pgmq_worker::WorkerBuilder<InBody> {
     let t = tally.clone();
-    Worker::<InBody>::builder(client, q.clone())
+    let b = Worker::<InBody>::builder(client, q.clone())
         .concurrency(concurrency as usize)
         .batch_size(batch_size as usize)
-        .visibility_timeout(vt)
-        .handler(move |msg: Message<InBody>| {
-            let t = t.clone();
-            let sink = sink.clone();
-            async move {
-                t.started(msg.enqueued_at);
-                if let Some(s) = &sink {
-                    s.write(msg.body.id).await?;
-                }
-                t.handle(msg.body.id).await;
-                Ok(Outcome::Delete)
+        .visibility_timeout(vt);
+    if transactional {
+        return b.transactional_handler(TxSink(t));
+    }
+    b.handler(move |msg: Message<InBody>| {
+        let t = t.clone();
+        let sink = sink.clone();
+        async move {
+            t.started(msg.enqueued_at);
+            if let Some(s) = &sink {
+                s.write(msg.body.id).await?;
             }
-        })
+            t.handle(msg.body.id).await;
+            Ok(Outcome::Delete)
+        }
+    })
 }
+
+/// `--handler db-write-tx`: the sink insert in the worker's transaction.
+struct TxSink(Arc<Tally>);
+
+impl pgmq_worker::TransactionalHandler<InBody> for TxSink {
+    async fn handle(
+        &self,
+        msg: Message<InBody>,
+        tx: &pgmq_client::Transaction<'_>,
+        _ctx: pgmq_worker::Context,
+    ) -> std::result::Result<Outcome, pgmq_worker::HandlerError> {
+        // Unprepared with its type given: one round trip, as the db-write
+        // sink's prepared insert.
+        self.0.started(msg.enqueued_at);
+        let id = msg.body.id as i64;
+        tx.query_typed(TX_INSERT, &[(&id, tokio_postgres::types::Type::INT8)])
+            .await?;
+        self.0.handle(msg.body.id).await;
+        Ok(Outcome::Delete)
+    }
+}
+
+/// The insert of `--handler db-write-tx`, into [`SINK_TABLE`](crate::scenarios::SINK_TABLE).
+const TX_INSERT: &str = "INSERT INTO pgmq_bench_handler_sink (id) VALUES ($1)";
 
 /// One run at `workers` handlers.
 pub async fn run(ctx: &Ctx, workers: u32, round: u32, warmup: bool) -> Result<ConsumeRun> {

@@ -112,7 +112,7 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
         .await?;
     let sink = match a.handler {
         HandlerKind::DbWrite => Some(Sink::connect(&target, a.workers).await?),
-        HandlerKind::Empty => None,
+        HandlerKind::DbWriteTx | HandlerKind::Empty => None,
     };
     let tally = Tally::new(u64::MAX, Duration::from_millis(a.handler_work_ms));
     let w = worker_on(
@@ -123,6 +123,7 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
         Duration::from_secs(u64::from(a.vt)),
         &tally,
         sink,
+        a.handler == HandlerKind::DbWriteTx,
     )
     .build()?;
     let meter = MemoryMeter::start();

@@ -132,3 +132,32 @@ pub fn ok<T>(batch: Vec<pgmq_client::Decoded<T>>) -> Vec<pgmq_client::Message<T>
         .map(|m| m.unwrap_or_else(|u| panic!("{u}")))
         .collect()
 }
+
+/// A transactional handler that inserts the message's id into `table` in the
+/// worker's transaction, then waits up to `pause_ms` (random) before the
+/// commit, where a kill can land.
+pub struct InsertRow {
+    pub table: String,
+    pub pause_ms: u64,
+}
+
+impl pgmq_worker::TransactionalHandler<serde_json::Value> for InsertRow {
+    async fn handle(
+        &self,
+        msg: pgmq_client::Message<serde_json::Value>,
+        tx: &pgmq_client::Transaction<'_>,
+        _ctx: pgmq_worker::Context,
+    ) -> Result<pgmq_worker::Outcome, pgmq_worker::HandlerError> {
+        tx.execute(
+            &format!("INSERT INTO {} (msg_id) VALUES ($1)", self.table),
+            &[&msg.msg_id],
+        )
+        .await?;
+        if self.pause_ms > 0 {
+            use rand::Rng;
+            let pause = Duration::from_millis(rand::thread_rng().gen_range(0..self.pause_ms));
+            tokio::time::sleep(pause).await;
+        }
+        Ok(pgmq_worker::Outcome::Delete)
+    }
+}

@@ -1,0 +1,51 @@
+//! `--handler db-write-tx`: consume_scaling's handlers insert their row in
+//! the worker's transaction that deletes the message; every id is handled
+//! once, the queue ends empty, and the sink table is dropped at the end.
+
+mod common;
+
+use common::{run_on, temp_path, TempDb};
+use serde_json::Value;
+
+#[test]
+fn the_transactional_db_write_handler_drains_every_message() {
+    let db = TempDb::new("htx");
+    let path = temp_path("handler_tx.json");
+    let out = run_on(
+        &db.dsn,
+        &[
+            "--output",
+            path.to_str().unwrap(),
+            "--sections",
+            "consume_scaling",
+            "--messages",
+            "500",
+            "--workers",
+            "2",
+            "--repeat",
+            "1",
+            "--warmup",
+            "0",
+            "--handler",
+            "db-write-tx",
+        ],
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "no document ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }))
+    .unwrap();
+    let runs = doc["sections"]["consume_scaling"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    let r = &runs[0];
+    assert_eq!(r["handler"], "db-write-tx");
+    assert_eq!(r["ledger"]["missing"], 0, "{r}");
+    assert_eq!(r["ledger"]["duplicates"], 0, "{r}");
+    assert_eq!(r["remaining_after"], 0, "{r}");
+    assert!(db
+        .query("SELECT to_regclass('pgmq_bench_handler_sink')::text")
+        .iter()
+        .all(|t| t.is_empty()));
+}
