@@ -1,6 +1,6 @@
 //! Reads batches into the bounded claim queue.
 //!
-//! `claimers` loops (2 by default) run at once, each with one `pgmq.read` in
+//! `claimers` loops (2 by default) run at once, each with one claim read in
 //! flight, so the next claim never waits for the previous one, nor for any
 //! acknowledgement. They share the free room of the claim queue through a
 //! semaphore of `claim_capacity` permits ([`Room`]): a loop takes up to `batch_size`

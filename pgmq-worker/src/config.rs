@@ -198,7 +198,7 @@ pub(crate) struct Config {
 /// | `dead_letter_queue` | none | without one, messages past `max_attempts` (and undecodable ones) are archived instead |
 /// | `shutdown_grace` | 30 s | how long in-flight handlers may run after shutdown begins |
 /// | `heartbeat` | true | a handler running past half the visibility timeout gets it extended, so a live long job is not delivered twice |
-/// | `ack_batch_size` | `2 * batch_size` | the most ids in one `pgmq.delete`/`archive`/`set_vt`: each call is a PL/pgSQL function that plans its statement anew, plus a commit; twice the claim batch halves that work per message, and one writer keeps up with two claimers. Capped at [`pgmq_client::MAX_BATCH`] |
+/// | `ack_batch_size` | `2 * batch_size` | the most messages in one fenced delete, archive or requeue: each call is one statement plus a commit; twice the claim batch halves that work per message, and one writer keeps up with two claimers. Capped at [`pgmq_client::MAX_BATCH`] |
 /// | `ack_flush_interval` | 5 ms | at low rates, the longest an acknowledgement waits for its batch to fill; acknowledgements that arrived while the writer was busy go out as soon as it is free |
 /// | `ack_capacity` | `4 * batch_size` | acknowledgements queued before handlers wait (backpressure) |
 /// | `ack_flushers` | 1 | batches written concurrently. One writer of large batches, as River's completer does, leaves the database's CPU to the claims, whose reads are what a small host's CPU is short of; raise it when a single write is often slow (a remote or overloaded database), so that one slow flush does not stall the next |

@@ -19,7 +19,8 @@
 //!    round trip; one stuck longer than 2 s is aborted), then every
 //!    claimed-but-unstarted message in the claim queue, including what those
 //!    last reads brought, is given back with its read undone
-//!    (`Pgmq::release_batch`, batched: visible now, `read_ct` one lower), so
+//!    (a fenced requeue with the read undone, `Pgmq::requeue_fenced` with
+//!    `Requeue::undo_read`, batched: visible now, `read_ct` one lower), so
 //!    another worker can take it now rather than after the visibility
 //!    timeout, and a message released by shutdown after shutdown never runs
 //!    out of attempts without having run. Releasing only after the claimers
@@ -201,7 +202,7 @@ impl Bounds {
 ///
 /// 1. stop claiming (a read in flight finishes) and stop starting handlers;
 /// 2. release the claimed-but-unstarted messages at once, their read undone
-///    (`Pgmq::release_batch`: visible now, `read_ct` one lower, so the
+///    (a fenced requeue with the read undone: visible now, `read_ct` one lower, so the
 ///    release uses up no attempt): `released`;
 /// 3. let running handlers finish until `shutdown_grace` has passed since the
 ///    start of the shutdown, or until [`ShutdownHandle::immediate`] (a
@@ -429,7 +430,7 @@ async fn drain_completer(
 }
 
 /// Gives back every message left in the claim queue, in batches, with its
-/// read undone (`Pgmq::release_batch`: visible now, `read_ct` one lower, so
+/// read undone (a fenced requeue: visible now, `read_ct` one lower, so
 /// the release uses up no attempt); returns how many could not be released
 /// before `deadline` (or the escalated one). A message read again by someone
 /// else since (its timeout ended) is theirs and left alone.

@@ -118,9 +118,6 @@ async fn notifications_on_a_deadpool_pool_need_a_listen_dsn() {
         .handler(|_msg: Message<Value>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
-    let err = worker
-        .run_until(std::future::pending::<()>())
-        .await
-        .unwrap_err();
+    let err = common::start_error(worker).await;
     assert!(err.to_string().contains("listen_dsn"), "{err}");
 }

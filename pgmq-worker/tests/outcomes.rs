@@ -625,10 +625,7 @@ async fn a_missing_queue_fails_at_start() {
         .handler(|_m: Message<Job>| async { Ok(Outcome::Delete) })
         .build()
         .unwrap();
-    let err = worker
-        .run_until(std::future::pending::<()>())
-        .await
-        .unwrap_err();
+    let err = common::start_error(worker).await;
     assert!(
         matches!(
             err,

@@ -161,3 +161,14 @@ impl pgmq_worker::TransactionalHandler<serde_json::Value> for InsertRow {
         Ok(pgmq_worker::Outcome::Delete)
     }
 }
+
+/// The error a worker stops with when it cannot start (it must not start).
+#[allow(dead_code)]
+pub async fn start_error<T: serde::de::DeserializeOwned + Send + 'static>(
+    worker: pgmq_worker::Worker<T>,
+) -> pgmq_worker::Error {
+    worker
+        .run_until(std::future::pending::<()>())
+        .await
+        .expect_err("the worker started")
+}
