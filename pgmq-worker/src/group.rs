@@ -255,24 +255,16 @@ async fn hub(
     let mut backoff = ErrorBackoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut first = true;
     loop {
-        let opened = tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            l = open(&client, &subscribers) => l,
+        let opened = crate::notifier::connect_with_backoff(
+            &stop,
+            &mut backoff,
+            "the group's LISTEN connection",
+            || open(&client, &subscribers),
+        )
+        .await;
+        let Some(mut listener) = opened else {
+            return;
         };
-        let mut listener = match opened {
-            Ok(l) => l,
-            Err(e) => {
-                let delay = backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?delay, "the group's LISTEN connection failed; polling meanwhile");
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => continue,
-                }
-            }
-        };
-        backoff.reset();
         if !first {
             tracing::info!("the group's LISTEN connection is back");
             for tx in by_channel.values() {

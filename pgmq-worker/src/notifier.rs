@@ -150,29 +150,18 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
     let mut opened = opened;
     let mut wakes = Wakes::new(&shared);
     loop {
-        let res = match opened.take() {
-            Some(l) => Ok(l),
+        let listener = match opened.take() {
+            Some(l) => Some(l),
             None => {
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return,
-                    r = listen(&shared.source, queue) => r,
-                }
+                connect_with_backoff(&stop, &mut backoff, "LISTEN connection", || {
+                    listen(&shared.source, queue)
+                })
+                .await
             }
         };
-        let mut listener = match res {
-            Ok(l) => l,
-            Err(e) => {
-                let delay = backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?delay, "LISTEN connection failed; polling meanwhile");
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => continue,
-                }
-            }
+        let Some(mut listener) = listener else {
+            return;
         };
-        backoff.reset();
         if !first {
             tracing::info!(queue = %queue, "LISTEN connection restored");
             shared.claims.wake();
@@ -196,6 +185,44 @@ pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: Can
             while let Some(Some(_)) = listener.recv().now_or_never() {}
             if !wakes.notified(&stop).await {
                 return;
+            }
+        }
+    }
+}
+
+/// Opens a LISTEN connection with `open`, retrying with `backoff` (and
+/// polling meanwhile, as the claim loops do on their own) until it opens or
+/// `stop` is cancelled (None). Shared by a worker's own notifier and a
+/// group's hub.
+pub(crate) async fn connect_with_backoff<F, Fut>(
+    stop: &CancellationToken,
+    backoff: &mut ErrorBackoff,
+    what: &str,
+    mut open: F,
+) -> Option<Listener>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Listener, pgmq_client::Error>>,
+{
+    loop {
+        let res = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return None,
+            r = open() => r,
+        };
+        match res {
+            Ok(l) => {
+                backoff.reset();
+                return Some(l);
+            }
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?delay, "{what} failed; polling meanwhile");
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
             }
         }
     }
