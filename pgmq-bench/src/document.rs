@@ -282,7 +282,7 @@ pub struct Storage {
     /// The bus the device hangs off, from its sysfs path: `nvme`, `virtio`,
     /// `scsi`, `ata`, `usb`, `mmc`, or `virtual` (device mapper, zram, loop, md).
     pub device_bus: Option<String>,
-    /// /sys/block/<dev>/queue/rotational: true for a spinning disk. A
+    /// `/sys/block/<dev>/queue/rotational`: true for a spinning disk. A
     /// virtual disk reports what its driver says, not what is underneath.
     pub rotational: Option<bool>,
     /// Why some of the above are null (server not on this host, data

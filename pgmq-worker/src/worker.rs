@@ -178,7 +178,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// Fails at start when the queue or the dead-letter queue does not exist
     /// (with `check_queue`, the default), when the queue's table is not the
     /// layout this crate writes to, or when [`WakeUp::Notify`] cannot open its
-    /// listener for good (a client from [`Client::from_pool`] has no DSN to
+    /// listener for good (a client from [`Client::from_pool`](pgmq_client::Client::from_pool) has no DSN to
     /// open it with). Database faults while running are retried, never
     /// returned; an internal task that fails for good (the completer
     /// panicked: a bug) stops the worker, which then returns
