@@ -21,7 +21,6 @@
 //! test). Exit status 0 when every run counted every message exactly once.
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -428,7 +427,7 @@ async fn sdk_consume(
                 if l.distinct.load(Ordering::Acquire) >= l.seen.len() as u64 {
                     dn.notify_one();
                 }
-                Ok::<_, Infallible>(Outcome::Delete)
+                Ok(Outcome::Delete)
             }
         })
         .build()?;
