@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use pgmq_client::{Client, Listener, QueueName};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
@@ -138,14 +138,15 @@ impl WorkerGroup {
 
     /// Runs every worker until `signal` completes, then shuts them all down
     /// gracefully (at the same time) and returns their reports, in the
-    /// order added. Fails when a worker fails to start (the others are then
-    /// stopped) or stops with an error.
+    /// order added. When a worker fails to start, stops with an error or
+    /// panics, the others are shut down gracefully at once (without waiting
+    /// for `signal`) and the first such error is returned.
     pub async fn run_until<F: Future>(self, signal: F) -> Result<Vec<ShutdownReport>, Error> {
         let stop_all = CancellationToken::new();
         let hub_stop = CancellationToken::new();
         let mut subscribers = Vec::new();
-        let mut runs = Vec::new();
-        for m in self.members {
+        let mut runs = FuturesUnordered::new();
+        for (i, m) in self.members.into_iter().enumerate() {
             let events = if m.notified {
                 let (tx, rx) = mpsc::unbounded_channel();
                 subscribers.push((m.queue.clone(), tx));
@@ -153,42 +154,46 @@ impl WorkerGroup {
             } else {
                 None
             };
-            let stop = stop_all.clone();
-            runs.push(tokio::spawn((m.run)(stop, events)));
+            let task = tokio::spawn((m.run)(stop_all.clone(), events));
+            runs.push(async move { (i, task.await) });
         }
         let hub = (!subscribers.is_empty())
             .then(|| tokio::spawn(hub(self.client.clone(), subscribers, hub_stop.clone())));
-        let all = join_all(runs);
-        tokio::pin!(all);
+        let mut reports: Vec<Option<ShutdownReport>> = (0..runs.len()).map(|_| None).collect();
+        let mut first_err = None;
         let mut signal = std::pin::pin!(signal);
-        let results = tokio::select! {
-            r = &mut all => r,
-            _ = &mut signal => {
-                stop_all.cancel();
-                all.await
+        let mut signalled = false;
+        loop {
+            tokio::select! {
+                next = runs.next() => {
+                    let Some((i, joined)) = next else { break };
+                    let result = joined.unwrap_or_else(|e| {
+                        Err(Error::Task(format!("a worker task ended abnormally: {e}")))
+                    });
+                    match result {
+                        Ok(report) => reports[i] = Some(report),
+                        Err(e) => {
+                            // One member down stops the group: a service
+                            // should not run on with part of its queues
+                            // unserved.
+                            stop_all.cancel();
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                _ = &mut signal, if !signalled => {
+                    signalled = true;
+                    stop_all.cancel();
+                }
             }
-        };
+        }
         hub_stop.cancel();
         if let Some(h) = hub {
             let _ = h.await;
         }
-        let mut reports = Vec::with_capacity(results.len());
-        let mut first_err = None;
-        for r in results {
-            match r {
-                Ok(Ok(report)) => reports.push(report),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(e) => {
-                    first_err
-                        .get_or_insert(Error::Task(format!("a worker task ended abnormally: {e}")));
-                }
-            }
-        }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(reports),
+            None => Ok(reports.into_iter().flatten().collect()),
         }
     }
 

@@ -114,3 +114,37 @@ async fn a_group_runs_two_queues_on_one_listen_connection() {
         0
     );
 }
+
+/// A member that cannot start stops the whole group at once: `run_until`
+/// returns that member's error instead of serving the other queues until a
+/// signal that may never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_cannot_start_stops_the_group() {
+    let client = client().await;
+    let (served, missing) = (unique("grp_ok"), unique("grp_missing"));
+    let _g = Queues::new(&client, &[&served]).await;
+    let ok: Worker<Email> = Worker::builder(client.clone(), served.clone())
+        .poll_interval(Duration::from_millis(50))
+        .handler(|_m: Message<Email>| async move { Ok(Outcome::Delete) })
+        .build()
+        .unwrap();
+    // `missing` is never created: this worker's start-up check fails.
+    let broken: Worker<Invoice> = Worker::builder(client.clone(), missing.clone())
+        .handler(|_m: Message<Invoice>| async move { Ok(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let group = WorkerGroup::new(client.clone())
+        .with_worker(ok)
+        .with_worker(broken);
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        group.run_until(std::future::pending::<()>()),
+    )
+    .await
+    .expect("the group kept running with a member that could not start");
+    let err = result.expect_err("the group reported success");
+    assert!(
+        err.to_string().contains(missing.as_str()),
+        "the error names the missing queue: {err}"
+    );
+}
