@@ -7,7 +7,8 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::{docs_dir, run, run_on, short_run_args, temp_path, TempDb};
+use clap::ValueEnum;
+use common::{docs_dir, run, run_on, schema, short_run_args, temp_path, TempDb};
 use serde_json::Value;
 
 struct ShortRun {
@@ -66,10 +67,7 @@ fn doc() -> Value {
 
 #[test]
 fn output_validates_against_the_json_schema() {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(docs_dir().join("benchmark.v1.schema.json")).unwrap(),
-    )
-    .unwrap();
+    let schema = schema();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
     let doc = doc();
     let errors: Vec<String> = validator
@@ -88,6 +86,72 @@ fn output_validates_against_the_json_schema() {
     let mut broken = doc;
     broken["schema"] = Value::String("pgmq-bench.benchmark.v0".into());
     assert!(!validator.is_valid(&broken));
+}
+
+/// Every property of the schema named `name`, with its path.
+fn properties_named<'a>(
+    v: &'a Value,
+    name: &str,
+    path: String,
+    out: &mut Vec<(String, &'a Value)>,
+) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Object(props)) = m.get("properties") {
+                if let Some(p) = props.get(name) {
+                    out.push((path.clone(), p));
+                }
+            }
+            for (k, c) in m {
+                properties_named(c, name, format!("{path}.{k}"), out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, c) in a.iter().enumerate() {
+                properties_named(c, name, format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The strings of `$defs.<def>.enum`.
+fn schema_enum(schema: &Value, def: &str) -> Vec<String> {
+    schema["$defs"][def]["enum"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no $defs.{def}.enum"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The schema's enums of command-line values are the Rust enums' values,
+/// and every property holding one refers to its definition: a value the
+/// binary can write cannot fail validation.
+#[test]
+fn schema_enums_are_the_rust_enums() {
+    use pgmq_bench::cli::{HandlerKind, Section};
+    let schema = schema();
+    let handlers: Vec<String> = HandlerKind::value_variants()
+        .iter()
+        .map(|h| h.name().to_owned())
+        .collect();
+    assert_eq!(schema_enum(&schema, "handler"), handlers);
+    let sections: Vec<String> = Section::value_variants()
+        .iter()
+        .map(|s| s.name().to_owned())
+        .collect();
+    let mut in_schema = schema_enum(&schema, "section");
+    in_schema.sort();
+    let mut in_rust = sections;
+    in_rust.sort();
+    assert_eq!(in_schema, in_rust);
+    let mut found = Vec::new();
+    properties_named(&schema, "handler", "$".into(), &mut found);
+    assert!(found.len() >= 3, "{found:?}");
+    for (path, p) in found {
+        assert_eq!(p["$ref"], "#/$defs/handler", "{path}");
+    }
 }
 
 /// Every object with count, elapsed_s and rate_per_s.
@@ -491,10 +555,7 @@ fn report_compare_and_check_read_the_document() {
 
 #[test]
 fn committed_results_validate_and_parse() {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(docs_dir().join("benchmark.v1.schema.json")).unwrap(),
-    )
-    .unwrap();
+    let schema = schema();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let mut seen = 0;
     for entry in std::fs::read_dir(docs_dir().join("results")).unwrap() {

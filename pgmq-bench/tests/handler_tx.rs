@@ -1,10 +1,11 @@
 //! `--handler db-write-tx`: consume_scaling's handlers insert their row in
 //! the worker's transaction that deletes the message; every id is handled
-//! once, the queue ends empty, and the sink table is dropped at the end.
+//! once, the queue ends empty, the sink table is dropped at the end, and
+//! the document validates against the schema.
 
 mod common;
 
-use common::{run_on, temp_path, TempDb};
+use common::{run_on, schema_errors, temp_path, TempDb};
 use serde_json::Value;
 
 #[test]
@@ -44,6 +45,8 @@ fn the_transactional_db_write_handler_drains_every_message() {
     assert_eq!(r["ledger"]["missing"], 0, "{r}");
     assert_eq!(r["ledger"]["duplicates"], 0, "{r}");
     assert_eq!(r["remaining_after"], 0, "{r}");
+    let errors = schema_errors(&doc);
+    assert!(errors.is_empty(), "schema violations: {errors:?}");
     assert!(db
         .query("SELECT to_regclass('pgmq_bench_handler_sink')::text")
         .iter()

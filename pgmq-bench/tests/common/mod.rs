@@ -205,6 +205,24 @@ pub fn docs_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs")
 }
 
+/// docs/benchmark.v1.schema.json, parsed.
+pub fn schema() -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(docs_dir().join("benchmark.v1.schema.json")).unwrap(),
+    )
+    .unwrap()
+}
+
+/// Where `doc` violates the schema (empty when it validates).
+pub fn schema_errors(doc: &serde_json::Value) -> Vec<String> {
+    let schema = schema();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    validator
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
 /// The arguments of a short run of every section (the database goes in
 /// `PGMQ_BENCH_DSN`: see [`run_on`]).
 pub fn short_run_args(output: &str) -> Vec<&str> {
