@@ -1,11 +1,15 @@
 //! Transactional completion: a handler's row and its message's delete
-//! commit together. Workers are killed at random points over many runs
-//! (their runtime dropped at once: every task ends and every connection
-//! closes, as when the process dies), and still every message's row exists
-//! exactly once and the queue ends empty.
+//! commit together. Workers are killed at random points, up to
+//! `MAX_KILLS` times (their runtime dropped at once: every task ends and
+//! every connection closes, as when the process dies). After each kill,
+//! once the server has ended the killed worker's sessions, rows plus queued
+//! messages are exactly the messages sent; at least one kill must leave
+//! messages it had claimed undone (the kill interrupted work); and at the
+//! end every message's row exists exactly once and the queue is empty.
 
 mod common;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use common::{dsn, queue_len, unique, InsertRow};
@@ -15,10 +19,12 @@ use rand::Rng;
 use serde_json::{json, Value};
 
 const MESSAGES: i64 = 200;
+const MAX_KILLS: usize = 15;
 
-async fn worker(q: &QueueName, table: &str) -> Worker<Value> {
+async fn worker(q: &QueueName, table: &str, app: &str) -> Worker<Value> {
     let client = Client::builder(&dsn())
         .max_size(12)
+        .application_name(app)
         .connect()
         .await
         .unwrap();
@@ -26,12 +32,67 @@ async fn worker(q: &QueueName, table: &str) -> Worker<Value> {
         .concurrency(4)
         .visibility_timeout(Duration::from_secs(1))
         .poll_interval(Duration::from_millis(20))
+        // Up to 40 ms per message with 4 handlers: a run until the kill
+        // (at most 400 ms) cannot drain the queue, so kills land mid-work.
         .transactional_handler(InsertRow {
             table: table.to_owned(),
-            pause_ms: 5,
+            pause_ms: 40,
         })
         .build()
         .unwrap()
+}
+
+/// The rows table and the queue, read in one statement (one snapshot, so a
+/// handler's row and its message's delete are seen together or not at all).
+struct Snapshot {
+    rows: i64,
+    /// Each queued message's `read_ct`, by id.
+    reads: HashMap<i64, i32>,
+}
+
+async fn snapshot(client: &Client, q: &QueueName, table: &str) -> Snapshot {
+    let conn = client.connection().await.unwrap();
+    let row = conn
+        .query_one(
+            &format!(
+                "SELECT (SELECT count(*) FROM {table}), \
+                        coalesce(array_agg(msg_id), '{{}}'), \
+                        coalesce(array_agg(read_ct), '{{}}') \
+                 FROM {}",
+                q.table()
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let ids: Vec<i64> = row.get(1);
+    let reads: Vec<i32> = row.get(2);
+    Snapshot {
+        rows: row.get(0),
+        reads: ids.into_iter().zip(reads).collect(),
+    }
+}
+
+/// Waits until the server has ended every session of the killed worker, so
+/// that each of its transactions has committed or rolled back.
+async fn sessions_ended(client: &Client, app: &str) {
+    common::wait_for(
+        Duration::from_secs(30),
+        "the killed worker's sessions ended",
+        || async {
+            let conn = client.connection().await.unwrap();
+            let n: i64 = conn
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    &[&app],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            n == 0
+        },
+    )
+    .await;
 }
 
 #[test]
@@ -52,17 +113,20 @@ fn every_row_exists_exactly_once_with_workers_killed_at_random_points() {
         client.send_batch(&q, &msgs).await.unwrap();
         (client, q, table)
     });
+    let killed_app = format!("killed_{}", q.as_str());
 
     let mut kills = 0;
-    for _ in 0..15 {
+    let mut interrupting_kills = 0;
+    let mut before = main.block_on(snapshot(&client, &q, &table));
+    while kills < MAX_KILLS && !before.reads.is_empty() {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let (q2, t2) = (q.clone(), table.clone());
+        let (q2, t2, app2) = (q.clone(), table.clone(), killed_app.clone());
         rt.spawn(async move {
-            let w = worker(&q2, &t2).await;
+            let w = worker(&q2, &t2, &app2).await;
             let _ = w.run_until(std::future::pending::<()>()).await;
         });
         std::thread::sleep(Duration::from_millis(
@@ -71,14 +135,35 @@ fn every_row_exists_exactly_once_with_workers_killed_at_random_points() {
         // The kill: every task dropped where it stands, every connection closed.
         rt.shutdown_background();
         kills += 1;
-        if main.block_on(queue_len(&client, &q)) == 0 {
-            break;
+        main.block_on(sessions_ended(&client, &killed_app));
+        let after = main.block_on(snapshot(&client, &q, &table));
+        assert_eq!(
+            after.rows + after.reads.len() as i64,
+            MESSAGES,
+            "after kill {kills}: a row without its delete, or a delete without its row"
+        );
+        // A message still queued whose read_ct rose was claimed by the
+        // killed worker and not completed: the kill interrupted it.
+        let interrupted = after
+            .reads
+            .iter()
+            .filter(|&(id, read_ct)| before.reads.get(id).is_some_and(|b| read_ct > b))
+            .count();
+        if interrupted > 0 {
+            interrupting_kills += 1;
         }
+        before = after;
     }
+    assert!(
+        interrupting_kills >= 1,
+        "no kill of {kills} interrupted claimed work"
+    );
     // What the killed workers left comes back after its visibility timeout:
     // a last worker, stopped gracefully, drains it.
     main.block_on(async {
-        let handle = worker(&q, &table).await.spawn();
+        let handle = worker(&q, &table, &format!("drain_{}", q.as_str()))
+            .await
+            .spawn();
         common::wait_for(Duration::from_secs(60), "the queue drained", || async {
             queue_len(&client, &q).await == 0
         })
@@ -100,10 +185,12 @@ fn every_row_exists_exactly_once_with_workers_killed_at_random_points() {
             .await
             .unwrap()
             .get(0);
-        println!("{kills} kills; {distinct} rows, {dup} ids not exactly once");
+        println!(
+            "{kills} kills, {interrupting_kills} interrupting claimed work; \
+             {distinct} rows, {dup} ids not exactly once"
+        );
         assert_eq!(dup, 0, "a message's row was committed twice");
         assert_eq!(distinct, MESSAGES, "a message's row is missing");
-        assert!(kills >= 1);
         conn.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
         client.drop_queue(&q).await.unwrap();
     });
