@@ -80,6 +80,20 @@ impl HandlerKind {
             HandlerKind::DbWriteTx => "db-write-tx",
         }
     }
+
+    /// The kind with this [`name`](HandlerKind::name), if any.
+    ///
+    /// ```
+    /// use pgmq_bench::cli::HandlerKind;
+    /// assert_eq!(HandlerKind::from_name("db-write"), Some(HandlerKind::DbWrite));
+    /// assert_eq!(HandlerKind::from_name("slow"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<HandlerKind> {
+        HandlerKind::value_variants()
+            .iter()
+            .copied()
+            .find(|k| k.name() == name)
+    }
 }
 
 /// Options of `aggregate`.

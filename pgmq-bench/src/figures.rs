@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::cli::HandlerKind;
 use crate::document::{
     BaselineRun, Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck,
 };
@@ -614,6 +615,8 @@ pub fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
 /// The inputs of the target checks that are not figures.
 #[derive(Debug, Clone, Copy)]
 pub struct TargetContext {
+    /// `--handler`: what each handler call did.
+    pub handler: HandlerKind,
     /// `--handler-work-ms`.
     pub handler_work_ms: u64,
     /// `--idle-poll-ms`.
@@ -649,6 +652,21 @@ fn check(
     }
 }
 
+/// Whether the targets stated for an empty handler apply: the handler does
+/// nothing (`--handler empty`) and awaits nothing (`--handler-work-ms 0`).
+fn empty_handler(ctx: TargetContext) -> Result<(), String> {
+    match (ctx.handler, ctx.handler_work_ms) {
+        (HandlerKind::Empty, 0) => Ok(()),
+        (HandlerKind::Empty, ms) => Err(format!(
+            "needs an empty handler (this run used --handler-work-ms {ms})"
+        )),
+        (kind, _) => Err(format!(
+            "needs an empty handler (this run used --handler {})",
+            kind.name()
+        )),
+    }
+}
+
 /// The lowest 8-handler / 1-handler throughput ratio that counts as "not
 /// below". With an empty handler the claimers set the pace whatever the
 /// handler count, so the two medians are equal up to noise; each figure's
@@ -674,14 +692,7 @@ pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
         v.sort_unstable();
         v
     };
-    let empty_handler = if ctx.handler_work_ms == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "needs an empty handler (this run used --handler-work-ms {})",
-            ctx.handler_work_ms
-        ))
-    };
+    let empty_handler = empty_handler(ctx);
     let min_ratio = counts
         .iter()
         .filter_map(|w| med(&format!("consume_scaling.w{w}.vs_baseline")))
@@ -738,10 +749,10 @@ pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
             7.0,
             "x",
             |v| v >= 7.0,
-            if ctx.handler_work_ms == 1 {
+            if ctx.handler == HandlerKind::Empty && ctx.handler_work_ms == 1 {
                 Ok(())
             } else {
-                Err("needs --handler-work-ms 1".to_owned())
+                Err("needs --handler empty with --handler-work-ms 1".to_owned())
             },
             "median throughput at 8 handlers divided by the median at 1",
         ),
@@ -816,4 +827,80 @@ pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
             &format!("median over runs, backlog of {} messages", ctx.messages),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ratio(id: &str, v: f64) -> Figure {
+        Figure::from_runs(
+            id,
+            "consume_scaling",
+            id,
+            "x",
+            Better::Higher,
+            "a ratio",
+            vec![Sample::value(0, v)],
+        )
+        .unwrap()
+    }
+
+    fn ctx(handler: HandlerKind, handler_work_ms: u64) -> TargetContext {
+        TargetContext {
+            handler,
+            handler_work_ms,
+            idle_poll_ms: 250,
+            messages: 1000,
+        }
+    }
+
+    /// The targets stated for an empty handler are judged only on runs
+    /// whose handler does nothing and awaits nothing.
+    #[test]
+    fn empty_handler_targets_need_an_empty_handler_kind_and_no_work() {
+        let figures = [
+            ratio("consume_scaling.w1.vs_baseline", 2.0),
+            ratio("consume_scaling.w8.vs_baseline", 2.0),
+            ratio("consume_scaling.w8.vs_equal_layout", 1.5),
+            ratio("consume_scaling.w1.throughput", 100.0),
+            ratio("consume_scaling.w8.throughput", 800.0),
+        ];
+        let judged = |c: TargetContext| -> Vec<(String, Option<bool>, String)> {
+            targets(&figures, c)
+                .into_iter()
+                .filter(|t| {
+                    ["worker_vs_baseline", "consume_w8_vs_equal_layout"].contains(&t.id.as_str())
+                })
+                .map(|t| (t.id, t.pass, t.note))
+                .collect()
+        };
+        let empty = judged(ctx(HandlerKind::Empty, 0));
+        assert_eq!(empty.len(), 2);
+        assert!(
+            empty.iter().all(|(_, pass, _)| *pass == Some(true)),
+            "{empty:?}"
+        );
+        for kind in [HandlerKind::DbWrite, HandlerKind::DbWriteTx] {
+            for (id, pass, note) in judged(ctx(kind, 0)) {
+                assert_eq!(pass, None, "{id} judged with --handler {}", kind.name());
+                assert!(note.contains(kind.name()), "{id}: {note}");
+            }
+        }
+        for (id, pass, note) in judged(ctx(HandlerKind::Empty, 1)) {
+            assert_eq!(pass, None, "{id} judged with --handler-work-ms 1");
+            assert!(note.contains("--handler-work-ms 1"), "{id}: {note}");
+        }
+        let one_ms = |c: TargetContext| {
+            let t = targets(&figures, c)
+                .into_iter()
+                .find(|t| t.id == "handler_1ms_w8_7x")
+                .unwrap();
+            (t.pass, t.note)
+        };
+        assert_eq!(one_ms(ctx(HandlerKind::Empty, 1)).0, Some(true));
+        let (pass, note) = one_ms(ctx(HandlerKind::DbWrite, 1));
+        assert_eq!(pass, None);
+        assert!(note.starts_with("needs --handler empty"), "{note}");
+    }
 }

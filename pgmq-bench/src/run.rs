@@ -183,6 +183,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
     let targets = figures::targets(
         &figures,
         TargetContext {
+            handler: cfg.handler,
             handler_work_ms: cfg.handler_work.as_millis() as u64,
             idle_poll_ms: cfg.idle_poll.as_millis() as u64,
             messages: cfg.messages,

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use crate::cli::HandlerKind;
 use crate::document::{Document, TargetCheck};
 use crate::figures::{self, TargetContext};
 use crate::report::fmt_value;
@@ -42,11 +43,23 @@ pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
     figures::targets(
         &doc.figures,
         TargetContext {
+            handler: handler_of(doc),
             handler_work_ms: w.handler_work_ms,
             idle_poll_ms: w.idle_poll_ms,
             messages: w.messages,
         },
     )
+}
+
+/// What the document's handlers did: the kind its consume_scaling runs
+/// record; documents older than `--handler` had only the empty handler.
+fn handler_of(doc: &Document) -> HandlerKind {
+    doc.sections
+        .consume_scaling
+        .iter()
+        .find_map(|r| r.handler.as_deref())
+        .and_then(HandlerKind::from_name)
+        .unwrap_or(HandlerKind::Empty)
 }
 
 /// `check`: the table and the exit status (1 when a target is missed, or a
