@@ -179,40 +179,16 @@ pub(crate) struct Config {
 
 /// Builds a [`Worker`]. Every setting has a default; only the handler is required.
 ///
-/// | setting | default | why |
-/// | --- | --- | --- |
-/// | `concurrency` | 8 | handler tasks; async handlers mostly wait on I/O, and 8 covers a 2-4 core host without queueing much work locally |
-/// | `batch_size` | 100 | the most one read claims: a round trip per 100 messages costs about 1/30 of one per message, and larger batches gain little. At most [`pgmq_client::MAX_BATCH`] |
-/// | `claim_capacity` | `3 * batch_size` | claimed-but-unstarted messages held locally: room for two reads in flight (one per claimer) plus a batch being handled, so a claim never waits on the acknowledgement of the last; bounded, so memory does not grow with the backlog. Slow handlers get less: only what they start within a quarter of the visibility timeout (see the crate docs) |
-/// | `claimers` | 2 | concurrent claim loops, each with one read in flight: on a small database host two claim connections drain faster than one, and more only add lock contention (docs/benchmarks.md has the measurements) |
-/// | `visibility_timeout` | 30 s | how long a claimed message stays invisible; the heartbeat extends it for long handlers |
-/// | `poll_interval` | 250 ms | the sleep after an empty or short read: about 4 reads a second per idle worker |
-/// | `wake_up` | [`WakeUp::Poll`] | no trigger is installed unless asked for |
-/// | `notify_throttle` | 250 ms | for [`WakeUp::Notify`]: PGMQ's per-queue throttle (PGMQ's own default) when the worker enables the trigger; an existing trigger keeps its throttle unless this is set explicitly. PGMQ's trigger updates one shared row per notification and holds its lock until the producer commits, so concurrent producers on the queue wait for each other at most once per window (with 0, on every insert). Messages inside a window are found by a re-read one throttle after the notification: up to about 250 ms later than with 0 |
-/// | `max_attempts` | 5 | handler runs that fail (an error, a panic, a timeout, or [`Outcome::Retry`](crate::Outcome::Retry)) before the message is dead-lettered. Attempts are counted in the message's `x-pgmq-worker-attempts` header, written with each retry, not by PGMQ's `read_ct`: claims given back unstarted, snoozes, and claims lost in a crash before their handler ran use none |
-/// | `max_deliveries` | `max(20, 2 * max_attempts)` | deliveries (PGMQ's `read_ct`, less releases and snoozes) after which a message is dead-lettered without running: the guard for a message whose handler crashes the process every time, so that no attempt is ever recorded |
-/// | `retry_backoff` | exponential 1 s .. 5 min | the visibility delay after a failed attempt |
-/// | `retry_jitter` | true | each retry delay is multiplied by a random factor in [0.8, 1.2], so that messages that failed together do not all return at once |
-/// | `handler_timeout` | 60 s | a handler still running after this is cancelled (its [`Context`](crate::Context) fires, an async handler's future is dropped), counted in `timed_out`, and its message retried with backoff, an attempt used; `None` turns it off (then only the heartbeat's extensions bound a run) |
-/// | `db_timeout` | 10 s | the longest any database call of the worker (read, acknowledgement, heartbeat, release, pool checkout) may take; past it the connection is discarded and the call retried, so a half-open connection or a blackholed network is noticed within this time |
-/// | `dead_letter_queue` | none | without one, messages past `max_attempts` (and undecodable ones) are archived instead |
-/// | `shutdown_grace` | 30 s | how long in-flight handlers may run after shutdown begins |
-/// | `heartbeat` | true | a handler running past half the visibility timeout gets it extended, so a live long job is not delivered twice |
-/// | `ack_batch_size` | `2 * batch_size` | the most messages in one fenced delete, archive or requeue: each call is one statement plus a commit; twice the claim batch halves that work per message, and one writer keeps up with two claimers. Capped at [`pgmq_client::MAX_BATCH`] |
-/// | `ack_flush_interval` | 5 ms | at low rates, the longest an acknowledgement waits for its batch to fill; acknowledgements that arrived while the writer was busy go out as soon as it is free |
-/// | `ack_capacity` | `4 * batch_size` | acknowledgements queued before handlers wait (backpressure) |
-/// | `ack_flushers` | 1 | batches written concurrently. One writer of large batches, as River's completer does, leaves the database's CPU to the claims, whose reads are what a small host's CPU is short of; raise it when a single write is often slow (a remote or overloaded database), so that one slow flush does not stall the next |
-/// | `ack_retry_timeout` | `visibility_timeout` | how long a failing acknowledgement is retried; after that the message is visible again anyway, and is counted in `acks_failed` |
-/// | `ack_drain_timeout` | 10 s | at shutdown, how long queued acknowledgements may take to be written after the handlers stopped |
-/// | `check_queue` | true | at start, fail with an error when the queue (or the dead-letter queue) does not exist; it also checks the queue table's layout, which the default claim reads need |
-/// | `claim_reads` | [`ClaimReads::Bounded`] | a prepared statement on the queue table that continues after the last batch, so that claims do not slow down as deleted messages pile up at the head of a draining queue; reads from the start at least once per `poll_interval` find retried and expired messages below it |
+/// Each method says what its setting does and why the default is what it
+/// is. docs/worker.md, "Every setting", lists them all in one table, with
+/// their defaults and when to change them.
 ///
-/// The client's pool needs room for `claimers` + `ack_flushers` + 1
-/// connections (10 by default is plenty); the LISTEN connection of
-/// [`WakeUp::Notify`] is opened outside the pool. While busy, the claim loops
-/// and the completer keep their connections from one call to the next; they
-/// give them back before waiting, so an idle worker holds none and a smaller
-/// pool slows the worker without deadlocking it.
+/// The pool needs room for `claimers` + `ack_flushers` + 1 connections
+/// (plus `concurrency` with a transactional handler); the LISTEN connection
+/// of [`WakeUp::Notify`] is opened outside the pool. While busy, the claim
+/// loops and the completer keep their connections from one call to the
+/// next; they give them back before waiting, so an idle worker holds none
+/// and a smaller pool slows the worker without deadlocking it.
 ///
 /// ```no_run
 /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
@@ -305,43 +281,58 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         }
     }
 
-    /// Number of handlers running at once.
+    /// Number of handlers running at once (default 8): async handlers
+    /// mostly wait on I/O, and 8 covers a 2-4 core host without queueing
+    /// much work locally.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
         self
     }
 
-    /// The most messages one read claims.
+    /// The most messages one read claims (default 100, at most
+    /// [`pgmq_client::MAX_BATCH`]): a round trip per batch rather than per
+    /// message, while a read's row locks and the messages it hides behind a
+    /// busy worker stay few.
     pub fn batch_size(mut self, n: usize) -> Self {
         self.config.batch_size = n;
         self
     }
 
-    /// The most claimed-but-unstarted messages held locally (default `3 * batch_size`).
+    /// The most claimed-but-unstarted messages held locally (default
+    /// `3 * batch_size`): room for a read in flight per claimer plus a batch
+    /// being handled, so a claim never waits on the acknowledgement of the
+    /// last; bounded, so memory does not grow with the backlog. Slow
+    /// handlers get less: only what they start within a quarter of the
+    /// visibility timeout (see the crate docs).
     pub fn claim_capacity(mut self, n: usize) -> Self {
         self.claim_capacity = Some(n);
         self
     }
 
-    /// Number of concurrent claim loops (default 2).
+    /// Number of concurrent claim loops, each with one read in flight
+    /// (default 2): two claim connections drain faster than one while
+    /// each waits on its round trip; more mostly add lock contention on the
+    /// same rows.
     pub fn claimers(mut self, n: usize) -> Self {
         self.config.claimers = n;
         self
     }
 
-    /// How long a claimed message stays invisible (whole seconds, at least 1).
+    /// How long a claimed message stays invisible (whole seconds, at least
+    /// 1; default 30 s). The heartbeat extends it for long handlers.
     pub fn visibility_timeout(mut self, d: Duration) -> Self {
         self.config.visibility_timeout = d;
         self
     }
 
-    /// The pause after an empty or short read.
+    /// The pause after an empty or short read (default 250 ms).
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.config.poll_interval = d;
         self
     }
 
-    /// Polling only, or LISTEN/NOTIFY with polling as the fallback.
+    /// Polling only, or LISTEN/NOTIFY with polling as the fallback (default
+    /// [`WakeUp::Poll`]: no trigger is installed unless asked for).
     pub fn wake_up(mut self, mode: WakeUp) -> Self {
         self.config.wake_up = mode;
         self
@@ -364,13 +355,19 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// Deliveries before a failing message is dead-lettered (at least 1).
+    /// Handler runs that fail (an error, a panic, a timeout, or
+    /// [`Outcome::Retry`](crate::Outcome::Retry)) before the message is
+    /// dead-lettered (at least 1; default 5). Attempts are counted in the
+    /// message's `x-pgmq-worker-attempts` header, written with each retry,
+    /// not by PGMQ's `read_ct`: claims given back unstarted, snoozes, and
+    /// claims lost in a crash before their handler ran use none.
     pub fn max_attempts(mut self, n: u32) -> Self {
         self.config.max_attempts = n;
         self
     }
 
-    /// The delay before a failed message is tried again.
+    /// The delay before a failed message is tried again (default
+    /// exponential, 1 s to 5 min).
     pub fn retry_backoff(mut self, b: Backoff) -> Self {
         self.config.retry_backoff = b;
         self
@@ -383,19 +380,23 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// How long in-flight handlers may run after shutdown begins.
+    /// How long in-flight handlers may run after shutdown begins (default 30 s).
     pub fn shutdown_grace(mut self, d: Duration) -> Self {
         self.config.shutdown_grace = d;
         self
     }
 
-    /// Whether long handlers get their visibility timeout extended.
+    /// Whether long handlers get their visibility timeout extended (default
+    /// true), so that a live long job is not delivered twice.
     pub fn heartbeat(mut self, on: bool) -> Self {
         self.config.heartbeat = on;
         self
     }
 
-    /// The most ids in one acknowledgement call (default `2 * batch_size`).
+    /// The most ids in one fenced delete, archive or requeue (default
+    /// `2 * batch_size`, capped at [`pgmq_client::MAX_BATCH`]): each call is
+    /// one statement plus a commit, so larger batches cost the database less
+    /// per message, and one writer keeps up with two claimers.
     pub fn ack_batch_size(mut self, n: usize) -> Self {
         self.ack_batch_size = Some(n);
         self
@@ -416,39 +417,52 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// Acknowledgement batches written concurrently (default 1).
+    /// Acknowledgement batches written concurrently (default 1). One writer
+    /// of large batches leaves the database's CPU to the claims; raise it
+    /// when a single write is often slow (a remote or overloaded database),
+    /// so that one slow flush does not stall the next.
     pub fn ack_flushers(mut self, n: usize) -> Self {
         self.config.ack_flushers = n;
         self
     }
 
-    /// How long a failing acknowledgement is retried (default: the visibility timeout).
+    /// How long a failing acknowledgement is retried (default: the
+    /// visibility timeout); after that the message is visible again anyway,
+    /// and is counted in `acks_failed`.
     pub fn ack_retry_timeout(mut self, d: Duration) -> Self {
         self.ack_retry_timeout = Some(d);
         self
     }
 
-    /// At shutdown, how long queued acknowledgements may take to be written.
+    /// At shutdown, how long queued acknowledgements may take to be written
+    /// after the handlers stopped (default 10 s).
     pub fn ack_drain_timeout(mut self, d: Duration) -> Self {
         self.config.ack_drain_timeout = d;
         self
     }
 
-    /// How long a handler may run before it is cancelled and its message
-    /// retried (default 60 s; `None`: no limit). See the table above.
+    /// How long a handler may run (default 60 s). One still running after
+    /// this is cancelled (its [`Context`](crate::Context) fires, an async
+    /// handler's future is dropped), counted in `timed_out`, and its message
+    /// retried with backoff, an attempt used; `None` turns it off (then only
+    /// the heartbeat's extensions bound a run).
     pub fn handler_timeout(mut self, d: impl Into<Option<Duration>>) -> Self {
         self.config.handler_timeout = d.into();
         self
     }
 
-    /// Deliveries after which a message is dead-lettered without running
-    /// (default `max(20, 2 * max_attempts)`; at least `max_attempts`).
+    /// Deliveries (PGMQ's `read_ct`, less releases and snoozes) after which
+    /// a message is dead-lettered without running (default
+    /// `max(20, 2 * max_attempts)`; at least `max_attempts`): the guard for a
+    /// message whose handler crashes the process every time, so that no
+    /// attempt is ever recorded.
     pub fn max_deliveries(mut self, n: u32) -> Self {
         self.max_deliveries = Some(n);
         self
     }
 
-    /// Whether retry delays get a random spread of ±20% (default true).
+    /// Whether retry delays get a random spread of ±20% (default true), so
+    /// that messages that failed together do not all return at once.
     pub fn retry_jitter(mut self, on: bool) -> Self {
         self.config.retry_jitter = on;
         self
@@ -468,7 +482,11 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// The bound on every database call of the worker (default 10 s).
+    /// The bound on every database call of the worker: read,
+    /// acknowledgement, heartbeat, release, pool checkout (default 10 s).
+    /// Past it the connection is discarded and the call retried, so a
+    /// half-open connection or a blackholed network is noticed within this
+    /// time.
     pub fn db_timeout(mut self, d: Duration) -> Self {
         self.config.db_timeout = d;
         self
@@ -484,13 +502,17 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// How the claimers read (default [`ClaimReads::Bounded`]).
+    /// How the claimers read (default [`ClaimReads::Bounded`]: claims
+    /// continue after the last batch, so that they do not slow down as
+    /// deleted messages pile up at the head of a draining queue).
     pub fn claim_reads(mut self, how: ClaimReads) -> Self {
         self.config.claim_reads = how;
         self
     }
 
-    /// Whether to check at start that the queue and dead-letter queue exist.
+    /// Whether to check at start that the queue and dead-letter queue exist
+    /// (default true). It also checks the queue table's layout, which the
+    /// default claim reads need; without the check claims call `pgmq.read`.
     pub fn check_queue(mut self, on: bool) -> Self {
         self.config.check_queue = on;
         self

@@ -1,15 +1,20 @@
 //! docs/worker.md's settings table states the defaults the builder really
 //! has: each row whose default is a number, a duration, a flag or a multiple
 //! of `batch_size` is compared with the settings of a fresh `WorkerBuilder`
-//! (read from its `Debug` output), and every setting named there exists.
+//! (read from its `Debug` output), every setting named there exists, and
+//! every public setting method of `WorkerBuilder` has a row.
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// `name -> default` from the "Every setting" table of docs/worker.md (its
-/// rows start with a builder call such as `` `concurrency(n)` ``).
-fn documented_defaults() -> BTreeMap<String, String> {
+/// Public `WorkerBuilder` methods that are not settings: the final call,
+/// and a hidden test hook.
+const NOT_SETTINGS: &[&str] = &["build", "panic_once_in"];
+
+/// The rows of the "Every setting" table of docs/worker.md, split into
+/// trimmed cells (the first is empty: rows start with `|`).
+fn settings_rows() -> Vec<Vec<String>> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/worker.md");
     let text = std::fs::read_to_string(path).unwrap();
     let table = text
@@ -20,14 +25,53 @@ fn documented_defaults() -> BTreeMap<String, String> {
         .lines()
         .skip(2)
         .take_while(|line| line.starts_with('|'))
-        .filter_map(|line| {
-            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-            // "", "`name(arg)`", "default", ...
-            let call = cells.get(1)?.strip_prefix('`')?.split('`').next()?;
-            let (name, _) = call.split_once('(')?;
-            let default = cells.get(2)?.to_string();
-            (default != "required").then(|| (name.to_owned(), default))
+        .map(|line| line.split('|').map(|c| c.trim().to_owned()).collect())
+        .collect()
+}
+
+/// The builder calls a row's first cell names: `` `name(arg)` ``, or several
+/// separated by ` / `.
+fn calls_of(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|call| Some(call.split_once('(')?.0.to_owned()))
+        .collect()
+}
+
+/// `name -> default` from the settings table (its rows start with a
+/// builder call such as `` `concurrency(n)` ``).
+fn documented_defaults() -> BTreeMap<String, String> {
+    settings_rows()
+        .into_iter()
+        .filter_map(|cells| {
+            let name = calls_of(cells.get(1)?).into_iter().next()?;
+            let default = cells.get(2)?.clone();
+            (default != "required").then_some((name, default))
         })
+        .collect()
+}
+
+/// Every builder call the settings table names.
+fn documented_calls() -> BTreeSet<String> {
+    settings_rows()
+        .iter()
+        .filter_map(|cells| cells.get(1))
+        .flat_map(|cell| calls_of(cell))
+        .collect()
+}
+
+/// The `pub fn`s of `impl ... WorkerBuilder<T>` in `source`.
+fn builder_methods(source: &str) -> BTreeSet<String> {
+    let body = source
+        .split_once("> WorkerBuilder<T> {\n")
+        .expect("config.rs has the builder's impl block")
+        .1;
+    body.lines()
+        .take_while(|line| *line != "}")
+        .filter_map(|line| line.strip_prefix("    pub fn "))
+        .filter_map(|rest| rest.split(['(', '<']).next())
+        .map(str::to_owned)
         .collect()
 }
 
@@ -103,6 +147,37 @@ async fn documented_defaults_match_the_builder() {
     }
     assert!(problems.is_empty(), "{}\n{debug}", problems.join("\n"));
     assert!(checked >= 15, "only {checked} defaults could be checked");
+}
+
+#[test]
+fn every_builder_setting_is_documented() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config.rs");
+    let methods = builder_methods(&std::fs::read_to_string(path).unwrap());
+    assert!(
+        methods.len() >= 25,
+        "builder methods not found: {methods:?}"
+    );
+    let documented = documented_calls();
+    let missing: Vec<&String> = methods
+        .iter()
+        .filter(|m| !NOT_SETTINGS.contains(&m.as_str()) && !documented.contains(*m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "WorkerBuilder settings without a row in docs/worker.md's settings table: {missing:?}"
+    );
+}
+
+#[test]
+fn an_undocumented_setting_is_caught() {
+    let source = "impl<T> Other<T> {\n    pub fn elsewhere(self) {}\n}\n\
+        impl<T: X> WorkerBuilder<T> {\n    pub(crate) fn new() {}\n    pub fn a(mut self, n: usize) -> Self {}\n    pub fn b<H: Handler<T>>(mut self, h: H) -> Self {}\n}\nfn after() {}\n";
+    let methods = builder_methods(source);
+    assert_eq!(methods, ["a", "b"].map(String::from).into());
+    assert_eq!(
+        calls_of("`handler(h)` / `blocking_handler(h)`"),
+        ["handler", "blocking_handler"]
+    );
 }
 
 #[test]
