@@ -39,8 +39,9 @@
 //!
 //! **Reads that skip the deleted head.** Every message deleted since the
 //! last VACUUM leaves a dead entry at the head of the queue's primary key,
-//! and `pgmq.read` walks over all of them on every call: on a draining
-//! backlog of a million that walk costs more than the rest of the read. So
+//! and `pgmq.read` walks over all of them on every call: the walk grows
+//! with every delete until VACUUM, and on a long draining backlog costs
+//! more than the rest of the read. So
 //! by default ([`ClaimReads::Bounded`](crate::ClaimReads::Bounded)) the
 //! loops read with a statement on the queue table that starts after the
 //! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are

@@ -23,9 +23,8 @@
 //! batch size so follows the rate times the time of one write, and a message
 //! stays claimed-but-undeleted for about two writes. That matters beyond
 //! latency: every claim read walks past the rows still waiting for their
-//! delete, so fewer of them is less work for the claims (fewer buffer
-//! accesses and tuple fetches per message than when each batch waits to
-//! fill; see docs/benchmarks.md). Only when a writer was free all along
+//! delete, so the sooner they are deleted, the less work each claim does
+//! than if every batch waited to fill. Only when a writer was free all along
 //! (a low rate) does a partial batch wait, at most `ack_flush_interval`, for
 //! more to arrive, looking every millisecond rather than being woken once
 //! per acknowledgement.
@@ -37,8 +36,9 @@
 //! which is the at-least-once contract. Until then the heartbeat keeps
 //! extending the deliveries whose delete, archive or dead-letter move waits,
 //! so a slow database does not let their claims expire; being fenced, a
-//! retried write can never touch a later delivery. When every handler is done the channel closes and
-//! the completer writes what is left, then ends.
+//! retried write can never touch a later delivery. When every handler is
+//! done the channel closes and the completer writes what is left, then
+//! ends.
 //!
 //! **Connections kept while acknowledgements keep coming.** The writes run on
 //! [`Kept`] (shared with the claim loops): up to `ack_flushers` pooled connections that stay checked out

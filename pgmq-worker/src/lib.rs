@@ -57,8 +57,10 @@
 //!   a quarter of the visibility timeout (from a moving average of handler
 //!   time), so claimed messages do not time out while waiting locally. After
 //!   a full batch they read again at once; after a short or empty one they
-//!   sleep `poll_interval` (only one of them times its polls: an idle worker
-//!   makes about 4 reads a second at 250 ms) or until woken.
+//!   sleep `poll_interval` or until woken. Every loop keeps its own poll
+//!   timer, and one whose timer fires skips its read when another loop read
+//!   less than an interval ago: an idle worker makes about one read per
+//!   `poll_interval` whatever the number of loops.
 //! - **Claims that skip the deleted head.** By default ([`ClaimReads::Bounded`])
 //!   the loops read with PGMQ's `read` statement prepared on the queue table
 //!   (same visibility, locking and updates), starting after the highest
