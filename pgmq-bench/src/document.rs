@@ -362,6 +362,35 @@ pub struct Workload {
     pub sustained_producers: u32,
     /// sustained handler count.
     pub sustained_workers: u32,
+    /// What each handler call did besides recording its id (`--handler`:
+    /// `empty`, `db-write` or `db-write-tx`); absent in older documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// backlog_scaling backlog sizes, ascending (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_sizes: Option<Vec<u64>>,
+    /// Handler concurrency of backlog_scaling and, per process, of
+    /// worker_processes (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_workers: Option<u32>,
+    /// worker_processes process counts, ascending (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<u32>>,
+    /// The sustained rate search's settings (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_search: Option<RateSearch>,
+}
+
+/// The settings of the sustained rate search (`--rate-search`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RateSearch {
+    /// Whether the search ran (`--rate-search`).
+    pub enabled: bool,
+    /// Factor between steps (`--rate-step`).
+    pub step: f64,
+    /// Most steps (`--rate-steps-max`).
+    pub steps_max: u32,
 }
 
 /// How the numbers were taken.

@@ -11,7 +11,8 @@ use pgmq_client::redact_dsn;
 use crate::cli::{HandlerKind, RunArgs, Section};
 use crate::config::Config;
 use crate::document::{
-    Document, LedgerReport, MemorySummary, Protocol, RunOutcome, Sections, Workload, SCHEMA,
+    Document, LedgerReport, MemorySummary, Protocol, RateSearch, RunOutcome, Sections, Workload,
+    SCHEMA,
 };
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
@@ -267,6 +268,15 @@ fn workload(cfg: &Config) -> Workload {
         sustained_rate: cfg.rate,
         sustained_producers: cfg.producers,
         sustained_workers: cfg.sustained_workers,
+        handler: Some(cfg.handler.name().to_owned()),
+        backlog_sizes: Some(cfg.backlog_sizes.clone()),
+        backlog_workers: Some(cfg.backlog_workers),
+        processes: Some(cfg.processes.clone()),
+        rate_search: Some(RateSearch {
+            enabled: cfg.rate_search,
+            step: cfg.rate_step,
+            steps_max: cfg.rate_steps_max,
+        }),
     }
 }
 

@@ -143,6 +143,57 @@ fn compare_refuses_a_failed_run_and_lists_every_condition() {
     );
 }
 
+/// `document_with` run with `--handler handler` (recorded as the workload
+/// and the command line record it), writing `output`.
+fn run_with_handler(handler: &str, output: &str) -> pgmq_bench::document::Document {
+    let mut v = serde_json::to_value(document_with(&[1000.0; 3])).unwrap();
+    v["metadata"]["workload"]["handler"] = handler.into();
+    v["metadata"]["command"] = serde_json::json!([
+        "target/release/pgmq-bench",
+        "--dsn",
+        "postgres://bench@db/bench",
+        "--output",
+        output,
+        "--sections",
+        "consume_scaling",
+        "--handler",
+        handler
+    ]);
+    pgmq_bench::document::Document::from_json(&v.to_string(), "built").unwrap()
+}
+
+#[test]
+fn compare_shows_a_different_handler_and_no_difference_of_output_path() {
+    use pgmq_bench::report::compare::{compare, differences};
+    let empty = run_with_handler("empty", "a.json");
+    let db_write = run_with_handler("db-write", "b.json");
+    let d = differences(&empty, &db_write);
+    assert!(
+        d.contains(&(
+            "metadata.workload.handler".into(),
+            "empty".into(),
+            "db-write".into()
+        )),
+        "{d:?}"
+    );
+    let command = d
+        .iter()
+        .find(|(k, _, _)| k == "metadata.command")
+        .expect("the command lines differ");
+    assert_eq!(command.1, "--sections consume_scaling --handler empty");
+    assert_eq!(command.2, "--sections consume_scaling --handler db-write");
+    assert_eq!(d.len(), 2, "{d:?}");
+    let (text, _) = compare(&empty, &db_write, 10.0).unwrap();
+    assert!(
+        text.contains("| metadata.workload.handler | empty | db-write |"),
+        "{text}"
+    );
+    // One option changed, seen twice: not "more than one condition".
+    assert!(!text.contains("More than one condition"), "{text}");
+    // Where the document went is not a condition.
+    assert!(differences(&empty, &run_with_handler("empty", "elsewhere.json")).is_empty());
+}
+
 #[test]
 fn aggregate_keeps_every_invocation_and_holds_their_medians() {
     let docs: Vec<_> = [1000.0, 960.0, 1040.0, 980.0, 1020.0]

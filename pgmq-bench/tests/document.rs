@@ -428,6 +428,12 @@ fn run_is_complete_accounted_for_and_clean() {
     assert!(doc["memory"]["overall_peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
     // Conditions measured at run time.
     let m = &doc["metadata"];
+    let w = &m["workload"];
+    assert_eq!(w["handler"], "empty");
+    assert_eq!(w["backlog_sizes"], serde_json::json!([1000, 3000]));
+    assert_eq!(w["backlog_workers"], 2);
+    assert_eq!(w["processes"], serde_json::json!([1, 2]));
+    assert_eq!(w["rate_search"]["enabled"], false);
     assert!(m["runtime"]["tokio_worker_threads"].as_u64().unwrap() >= 1);
     assert!(m["build"]["opt_level"].is_string() && m["build"]["rustflags"].is_string());
     assert!(m["host"]["virtualization"].is_object());

@@ -51,13 +51,20 @@ pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
     )
 }
 
-/// What the document's handlers did: the kind its consume_scaling runs
-/// record; documents older than `--handler` had only the empty handler.
+/// What the document's handlers did: the kind its workload records, else
+/// the kind its consume_scaling runs record; documents older than
+/// `--handler` had only the empty handler.
 fn handler_of(doc: &Document) -> HandlerKind {
-    doc.sections
-        .consume_scaling
-        .iter()
-        .find_map(|r| r.handler.as_deref())
+    doc.metadata
+        .workload
+        .handler
+        .as_deref()
+        .or_else(|| {
+            doc.sections
+                .consume_scaling
+                .iter()
+                .find_map(|r| r.handler.as_deref())
+        })
         .and_then(HandlerKind::from_name)
         .unwrap_or(HandlerKind::Empty)
 }

@@ -23,6 +23,12 @@ use crate::error::{Error, Result};
 use crate::report::fmt_figure;
 use crate::stats::mann_whitney;
 
+/// A condition's value in a document that does not record it.
+const NOT_RECORDED: &str = "–";
+
+/// The condition holding the command line's options.
+const COMMAND: &str = "metadata.command";
+
 /// The fewest values per side for the Mann-Whitney test.
 pub const MIN_RUNS_FOR_TEST: usize = 5;
 
@@ -149,13 +155,15 @@ fn judge_inner(
 }
 
 /// Every condition that differs between the two documents: each leaf of
-/// `metadata` (times and the DSN aside; `pg_settings` rows keyed by name),
-/// `durability`, `protocol` and the memory method, as `(path, old, new)`.
+/// `metadata` (times and the DSN aside; `pg_settings` rows keyed by name;
+/// the command line's options, the output path and DSN aside, as
+/// `metadata.command`), `durability`, `protocol` and the memory method, as
+/// `(path, old, new)`.
 pub fn differences(old: &Document, new: &Document) -> Vec<(String, String, String)> {
     let (a, b) = (conditions(old), conditions(new));
     let mut out = Vec::new();
     let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-    let absent = "–".to_owned();
+    let absent = NOT_RECORDED.to_owned();
     for k in keys {
         let (x, y) = (a.get(k).unwrap_or(&absent), b.get(k).unwrap_or(&absent));
         if x != y {
@@ -175,10 +183,14 @@ fn conditions(d: &Document) -> std::collections::BTreeMap<String, String> {
     });
     if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
         // When the run happened and where the DSN pointed are not conditions
-        // of the measurement; the command line repeats the workload.
-        for k in ["started_at", "finished_at", "command"] {
+        // of the measurement.
+        for k in ["started_at", "finished_at"] {
             m.remove(k);
         }
+        m.insert(
+            "command".into(),
+            serde_json::Value::String(command_options(&d.metadata.command)),
+        );
         if let Some(db) = m.get_mut("database").and_then(|d| d.as_object_mut()) {
             db.remove("dsn");
             if let Some(serde_json::Value::Array(rows)) = db.remove("settings") {
@@ -201,6 +213,30 @@ fn conditions(d: &Document) -> std::collections::BTreeMap<String, String> {
     let mut out = std::collections::BTreeMap::new();
     flatten("", &v, &mut out);
     out
+}
+
+/// The options of a command line that can change a measurement, joined by
+/// spaces: without the program, a leading `run` subcommand, and the options
+/// that only say where the database is, where the document goes or whether
+/// leftovers are dropped first.
+fn command_options(argv: &[String]) -> String {
+    const WITH_VALUE: [&str; 4] = ["--output", "-o", "--dsn", "--dsn-file"];
+    let mut out: Vec<&str> = Vec::new();
+    let mut args = argv.iter().skip(1).map(String::as_str).peekable();
+    if args.peek() == Some(&"run") {
+        args.next();
+    }
+    while let Some(a) = args.next() {
+        if WITH_VALUE.contains(&a) {
+            args.next();
+            continue;
+        }
+        let dropped = a == "--clean" || WITH_VALUE.iter().any(|o| a.starts_with(&format!("{o}=")));
+        if !dropped {
+            out.push(a);
+        }
+    }
+    out.join(" ")
 }
 
 fn flatten(
@@ -280,8 +316,24 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
         for (k, a, b) in &diffs {
             let _ = writeln!(out, "| {k} | {a} | {b} |");
         }
-        if diffs.len() > 1 {
+        // The command line repeats the recorded workload (a changed option
+        // shows twice: as its workload field and here), and a condition
+        // only one document records is not known to have changed.
+        let changed = diffs
+            .iter()
+            .filter(|(k, a, b)| k != COMMAND && a != NOT_RECORDED && b != NOT_RECORDED)
+            .count();
+        if changed > 1 {
             out.push_str("\nMore than one condition changed: a difference below cannot be pinned on one of them.\n");
+        }
+        if diffs
+            .iter()
+            .any(|(_, a, b)| a == NOT_RECORDED || b == NOT_RECORDED)
+        {
+            let _ = writeln!(
+                out,
+                "\n{NOT_RECORDED}: not recorded in that document (older documents record fewer conditions)."
+            );
         }
         out.push('\n');
     }
