@@ -96,6 +96,57 @@ impl HandlerKind {
     }
 }
 
+/// How the workers' claimers read the queue (`--claim-reads`): the
+/// worker's [`ClaimReads`](pgmq_worker::ClaimReads) paths that a benchmark
+/// compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "kebab-case")]
+pub enum ClaimReadsArg {
+    /// A statement on the queue table that continues after the highest
+    /// `msg_id` read, skipping the deleted head of a draining queue.
+    Bounded,
+    /// The same statement, always from the lowest `msg_id`.
+    FromStart,
+    /// PGMQ's `pgmq.read` function.
+    Function,
+}
+
+impl ClaimReadsArg {
+    /// The name on the command line and in the document.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimReadsArg::Bounded => "bounded",
+            ClaimReadsArg::FromStart => "from-start",
+            ClaimReadsArg::Function => "function",
+        }
+    }
+
+    /// The option naming `how`, if there is one.
+    ///
+    /// ```
+    /// use pgmq_bench::cli::ClaimReadsArg;
+    /// use pgmq_worker::ClaimReads;
+    /// assert_eq!(ClaimReadsArg::of(ClaimReads::Function), Some(ClaimReadsArg::Function));
+    /// assert_eq!(ClaimReadsArg::of(ClaimReads::FifoGroups), None);
+    /// ```
+    pub fn of(how: pgmq_worker::ClaimReads) -> Option<ClaimReadsArg> {
+        ClaimReadsArg::value_variants()
+            .iter()
+            .copied()
+            .find(|a| pgmq_worker::ClaimReads::from(*a) == how)
+    }
+}
+
+impl From<ClaimReadsArg> for pgmq_worker::ClaimReads {
+    fn from(a: ClaimReadsArg) -> Self {
+        match a {
+            ClaimReadsArg::Bounded => pgmq_worker::ClaimReads::Bounded,
+            ClaimReadsArg::FromStart => pgmq_worker::ClaimReads::FromStart,
+            ClaimReadsArg::Function => pgmq_worker::ClaimReads::Function,
+        }
+    }
+}
+
 /// Options of `aggregate`.
 #[derive(Debug, Clone, Args)]
 #[non_exhaustive]
@@ -361,6 +412,13 @@ pub struct RunArgs {
     /// What handlers do in consume_scaling, sustained and worker_processes.
     #[arg(long, value_enum, default_value_t = HandlerKind::Empty)]
     pub handler: HandlerKind,
+
+    /// How every worker the benchmark starts reads the queue: `bounded`
+    /// (continues after the last batch), `from-start` (the same statement
+    /// from the lowest msg_id) or `function` (PGMQ's pgmq.read). Default:
+    /// the worker's default (recorded in the document either way).
+    #[arg(long, value_enum)]
+    pub claim_reads: Option<ClaimReadsArg>,
 
     /// sustained: search the highest producer rate whose backlog slope
     /// passes, stepping up from --rate by --rate-step until a step fails.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{HandlerKind, RunArgs, Section};
+use crate::cli::{ClaimReadsArg, HandlerKind, RunArgs, Section};
 use crate::error::{Error, Result};
 
 /// The fewest wake-up samples per mode.
@@ -71,6 +71,8 @@ pub struct Config {
     pub processes: Vec<u32>,
     /// What handlers do.
     pub handler: HandlerKind,
+    /// How the workers read the queue (None: the worker's default).
+    pub claim_reads: Option<ClaimReadsArg>,
     /// sustained rate search.
     pub rate_search: bool,
     /// Factor between rate-search steps.
@@ -210,11 +212,21 @@ impl Config {
             backlog_workers: a.backlog_workers,
             processes,
             handler: a.handler,
+            claim_reads: a.claim_reads,
             rate_search: a.rate_search,
             rate_step: a.rate_step,
             rate_steps_max: a.rate_steps_max,
             quick: a.quick,
         })
+    }
+
+    /// The name of the claim-read path the workers use: `--claim-reads`,
+    /// else the worker's default (None when the default is a path this
+    /// option cannot name).
+    pub fn claim_reads_name(&self) -> Option<&'static str> {
+        self.claim_reads
+            .or_else(|| ClaimReadsArg::of(pgmq_worker::ClaimReads::default()))
+            .map(ClaimReadsArg::name)
     }
 
     /// Whether `s` runs.
@@ -295,6 +307,36 @@ mod tests {
         assert_eq!(c.backlog_sizes.len(), 3);
         let c = Config::from_args(&args(&["--long"])).unwrap();
         assert!(c.duration >= Duration::from_secs(300));
+    }
+
+    #[test]
+    fn claim_reads_default_to_the_worker_default_and_are_named() {
+        let c = Config::from_args(&args(&[])).unwrap();
+        assert_eq!(c.claim_reads, None);
+        assert_eq!(
+            c.claim_reads_name(),
+            ClaimReadsArg::of(pgmq_worker::ClaimReads::default()).map(ClaimReadsArg::name)
+        );
+        assert!(
+            c.claim_reads_name().is_some(),
+            "the worker's default has a name"
+        );
+        for (given, name) in [
+            ("bounded", "bounded"),
+            ("from-start", "from-start"),
+            ("function", "function"),
+        ] {
+            let c = Config::from_args(&args(&["--claim-reads", given])).unwrap();
+            assert_eq!(c.claim_reads_name(), Some(name));
+            assert_eq!(
+                ClaimReadsArg::of(c.claim_reads.unwrap().into()),
+                c.claim_reads
+            );
+        }
+        assert!(
+            crate::cli::Cli::try_parse_from(["pgmq-bench", "--claim-reads", "fifo-groups"])
+                .is_err()
+        );
     }
 
     #[test]

@@ -376,6 +376,11 @@ pub struct Workload {
     /// worker_processes process counts, ascending (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<u32>>,
+    /// How the workers' claimers read the queue (`--claim-reads`, else the
+    /// worker's default): `bounded`, `from-start` or `function`; absent in
+    /// older documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_reads: Option<String>,
     /// The sustained rate search's settings (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_search: Option<RateSearch>,

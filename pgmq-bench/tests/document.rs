@@ -130,7 +130,7 @@ fn schema_enum(schema: &Value, def: &str) -> Vec<String> {
 /// binary can write cannot fail validation.
 #[test]
 fn schema_enums_are_the_rust_enums() {
-    use pgmq_bench::cli::{HandlerKind, Section};
+    use pgmq_bench::cli::{ClaimReadsArg, HandlerKind, Section};
     let schema = schema();
     let handlers: Vec<String> = HandlerKind::value_variants()
         .iter()
@@ -146,11 +146,18 @@ fn schema_enums_are_the_rust_enums() {
     let mut in_rust = sections;
     in_rust.sort();
     assert_eq!(in_schema, in_rust);
-    let mut found = Vec::new();
-    properties_named(&schema, "handler", "$".into(), &mut found);
-    assert!(found.len() >= 3, "{found:?}");
-    for (path, p) in found {
-        assert_eq!(p["$ref"], "#/$defs/handler", "{path}");
+    let claim_reads: Vec<String> = ClaimReadsArg::value_variants()
+        .iter()
+        .map(|c| c.name().to_owned())
+        .collect();
+    assert_eq!(schema_enum(&schema, "claim_reads"), claim_reads);
+    for (name, least) in [("handler", 4), ("claim_reads", 1)] {
+        let mut found = Vec::new();
+        properties_named(&schema, name, "$".into(), &mut found);
+        assert!(found.len() >= least, "{found:?}");
+        for (path, p) in found {
+            assert_eq!(p["$ref"], format!("#/$defs/{name}"), "{path}");
+        }
     }
 }
 
@@ -434,6 +441,7 @@ fn run_is_complete_accounted_for_and_clean() {
     assert_eq!(w["backlog_workers"], 2);
     assert_eq!(w["processes"], serde_json::json!([1, 2]));
     assert_eq!(w["rate_search"]["enabled"], false);
+    assert_eq!(w["claim_reads"], "bounded", "the worker's default");
     assert!(m["runtime"]["tokio_worker_threads"].as_u64().unwrap() >= 1);
     assert!(m["build"]["opt_level"].is_string() && m["build"]["rustflags"].is_string());
     assert!(m["host"]["virtualization"].is_object());

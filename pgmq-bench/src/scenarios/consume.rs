@@ -162,14 +162,14 @@ impl Tally {
     }
 }
 
-/// A worker whose handlers feed `tally`.
+/// A worker whose handlers feed `tally`, reading as `--claim-reads` says.
 pub(crate) fn worker(
     ctx: &Ctx,
     q: &pgmq_client::QueueName,
     concurrency: u32,
     tally: &Arc<Tally>,
 ) -> pgmq_worker::WorkerBuilder<InBody> {
-    worker_on(
+    let b = worker_on(
         ctx.client.clone(),
         q,
         concurrency,
@@ -178,7 +178,20 @@ pub(crate) fn worker(
         tally,
         ctx.sink.clone(),
         ctx.cfg.handler == crate::cli::HandlerKind::DbWriteTx,
-    )
+    );
+    with_claim_reads(b, ctx.cfg.claim_reads)
+}
+
+/// `b` reading as `--claim-reads` says (unchanged when it was not given:
+/// the worker's default).
+pub(crate) fn with_claim_reads<T: serde::de::DeserializeOwned + Send + 'static>(
+    b: pgmq_worker::WorkerBuilder<T>,
+    how: Option<crate::cli::ClaimReadsArg>,
+) -> pgmq_worker::WorkerBuilder<T> {
+    match how {
+        Some(how) => b.claim_reads(how.into()),
+        None => b,
+    }
 }
 
 /// A worker whose handlers write to `sink` (when given), then feed `tally`;

@@ -34,12 +34,12 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
-use crate::cli::HandlerKind;
+use crate::cli::{ClaimReadsArg, HandlerKind};
 use crate::document::{Percentiles, ProcessShare, ProcessesRun, Rate, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::process::MemoryMeter;
-use crate::scenarios::consume::{worker_on, Tally};
+use crate::scenarios::consume::{with_claim_reads, worker_on, Tally};
 use crate::scenarios::{counters, Ctx, Sink};
 use crate::stats::percentiles_us_to_ms;
 
@@ -69,6 +69,9 @@ pub struct ChildArgs {
     /// Simulated I/O per handler call, milliseconds.
     #[arg(long, default_value_t = 0)]
     pub handler_work_ms: u64,
+    /// How the worker reads the queue (absent: the worker's default).
+    #[arg(long, value_enum)]
+    pub claim_reads: Option<ClaimReadsArg>,
     /// Give up after this many seconds without progress.
     #[arg(long)]
     pub stall_timeout_s: f64,
@@ -124,8 +127,8 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
         &tally,
         sink,
         a.handler == HandlerKind::DbWriteTx,
-    )
-    .build()?;
+    );
+    let w = with_claim_reads(w, a.claim_reads).build()?;
     let meter = MemoryMeter::start();
     println!("ready");
     // Wait for the parent's `go` (or its end: stdin closed).
@@ -226,6 +229,11 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
                 "--stall-timeout-s",
                 &cfg.stall_timeout.as_secs_f64().to_string(),
             ])
+            .args(
+                cfg.claim_reads
+                    .iter()
+                    .flat_map(|how| ["--claim-reads", how.name()]),
+            )
             .arg("--ids-out")
             .arg(&ids_out)
             .env("PGMQ_BENCH_DSN", ctx.target.dsn_for_child_env())

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::document::WakeupRun;
 use crate::error::{Error, Result};
+use crate::scenarios::consume::with_claim_reads;
 use crate::scenarios::{counters, Ctx, InBody};
 use crate::stats::percentiles_of;
 
@@ -81,7 +82,8 @@ pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<Wake
     let q = ctx.guard.fresh(&format!("wakeup_{}", mode.name())).await?;
     let poll = ctx.cfg.wakeup_poll;
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
-    let w = Worker::<InBody>::builder(ctx.client.clone(), q.clone())
+    let b = Worker::<InBody>::builder(ctx.client.clone(), q.clone());
+    let w = with_claim_reads(b, ctx.cfg.claim_reads)
         .concurrency(1)
         .batch_size(ctx.cfg.batch_size as usize)
         .visibility_timeout(ctx.cfg.vt)
