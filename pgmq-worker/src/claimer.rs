@@ -98,9 +98,11 @@ pub(crate) struct Claims {
     pub room: Room,
     /// How the claim loops read, and their shared bound on `msg_id`.
     pub cursor: Cursor,
-    /// When the last read started (µs since the worker's epoch): idle loops
+    /// When the last read started ([`now_us`](Self::now_us)): idle loops
     /// skip a poll that another loop just made.
     pub last_read_start_us: AtomicU64,
+    /// The origin of the loops' read times.
+    epoch: Instant,
     /// Bumped to wake parked claim loops.
     wake: watch::Sender<u64>,
 }
@@ -111,8 +113,15 @@ impl Claims {
             room: Room::new(capacity),
             cursor: Cursor::new(path),
             last_read_start_us: AtomicU64::new(0),
+            epoch: Instant::now(),
             wake: watch::channel(0u64).0,
         }
+    }
+
+    /// Now, in µs since these claims began: the clock of the loops' read
+    /// times, which they keep in atomics.
+    pub(crate) fn now_us(&self) -> u64 {
+        micros(self.epoch.elapsed())
     }
 
     /// Wakes every parked claim loop (and makes a loop with a read in flight
@@ -220,7 +229,7 @@ pub(crate) struct Cursor {
     path: ReadPath,
     /// The highest `msg_id` read so far; 0 before the first message.
     after: AtomicI64,
-    /// When the last read from the start began, µs since the worker's epoch.
+    /// When the last read from the start began ([`Claims::now_us`]).
     last_start_us: AtomicU64,
     /// A read from the start is due now.
     start_due: AtomicBool,
@@ -378,7 +387,7 @@ pub(crate) async fn run(
         }
         // Anything announced from here on is not missed: it marks `wake` changed.
         wake.borrow_and_update();
-        let now_us = shared.now_us();
+        let now_us = shared.claims.now_us();
         shared.claims.last_read_start_us.store(now_us, Relaxed);
         let plan = shared.claims.cursor.plan(now_us, micros(cfg.poll_interval));
         let res = read(&shared, &kept, qty, plan).await;
@@ -483,6 +492,7 @@ async fn park(
         }
         // Another loop read recently: its read covered this interval.
         let since = shared
+            .claims
             .now_us()
             .saturating_sub(shared.claims.last_read_start_us.load(Relaxed));
         if since >= interval_us.saturating_sub(interval_us / 20) {

@@ -49,7 +49,7 @@
 //! none, and a small pool cannot deadlock the claims behind the acknowledgements.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Pgmq, QueueName, Receipt, Requeue};
@@ -58,10 +58,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
+use crate::config::Config;
 use crate::db::Kept;
 use crate::executor::ATTEMPTS_HEADER;
 use crate::lease::State;
-use crate::stats::bump;
+use crate::stats::{bump, Counters};
 use crate::worker::Shared;
 
 /// How often a partial batch looks for more acknowledgements.
@@ -95,22 +96,58 @@ pub(crate) enum AckKind {
     Release,
 }
 
-/// Runs until the channel is closed (every sender dropped, or `closing`
-/// cancelled) and every batch is written.
-pub(crate) async fn run(
+/// The shutdown's word to the completer: close the channel and drain, and
+/// stop retrying failed writes at the drain's deadline.
+pub(crate) struct Close {
+    /// Cancelled to close (also when the running worker is dropped: then
+    /// with no deadline).
+    token: CancellationToken,
+    deadline: OnceLock<Instant>,
+}
+
+impl Close {
+    pub(crate) fn new(token: CancellationToken) -> Self {
+        Close {
+            token,
+            deadline: OnceLock::new(),
+        }
+    }
+
+    /// Closes the channel; retries of failed writes stop at `deadline`.
+    pub(crate) fn close(&self, deadline: Instant) {
+        let _ = self.deadline.set(deadline);
+        self.token.cancel();
+    }
+
+    /// When retries of failed writes must stop, once closing.
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline.get().copied()
+    }
+}
+
+/// What every batch's write needs: the worker's shared state, the
+/// connections kept between writes, and the close signal's deadline.
+struct Writer {
     shared: Arc<Shared>,
-    mut rx: mpsc::Receiver<Ack>,
-    closing: CancellationToken,
-) {
+    kept: Kept,
+    close: Arc<Close>,
+}
+
+/// Runs until the channel is closed (every sender dropped, or `close`
+/// given) and every batch is written.
+pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Ack>, close: Arc<Close>) {
     #[cfg(feature = "fault-injection")]
     shared.maybe_panic("completer");
-    let cfg = &shared.config;
+    let cfg = Arc::clone(&shared.config);
     let batch = cfg.ack_batch_size;
-    let kept = Arc::new(Kept::new(
-        shared.source.clone(),
-        cfg.ack_flushers,
-        cfg.db_timeout,
-    ));
+    let kept = Kept::new(shared.source.clone(), cfg.ack_flushers, cfg.db_timeout);
+    let closing = close.token.clone();
+    let writer = Arc::new(Writer {
+        shared,
+        kept,
+        close,
+    });
+    let kept = &writer.kept;
     let mut flushes = JoinSet::new();
     let mut closed = false;
     loop {
@@ -164,7 +201,7 @@ pub(crate) async fn run(
                 }
             }
         }
-        flushes.spawn(flush(Arc::clone(&shared), Arc::clone(&kept), buf));
+        flushes.spawn(flush(Arc::clone(&writer), buf));
     }
     while flushes.join_next().await.is_some() {}
     kept.idle();
@@ -177,169 +214,229 @@ struct Written {
     ambiguous: bool,
 }
 
-/// Writes one batch: deletes, archives, requeues, dead letters; then drops
-/// the batch's leases and counts the claims found lost.
-#[tracing::instrument(name = "pgmq_worker.flush", level = "debug", skip_all, fields(acks = acks.len()))]
-async fn flush(shared: Arc<Shared>, kept: Arc<Kept>, acks: Vec<Ack>) {
-    let pg = Pgmq::on(&*kept);
-    let n = acks.len() as u64;
-    let mut deletes = Vec::new();
-    let mut archives = Vec::new();
-    let mut requeues: Vec<(Requeue, &AtomicU64)> = Vec::new();
-    let mut dead = Vec::new();
-    let q = &shared.config.queue;
-    let c = &shared.stats.c;
-    let all: Vec<Receipt> = acks.iter().map(|a| a.receipt).collect();
-    for ack in acks {
-        let r = ack.receipt;
-        match ack.kind {
-            AckKind::Delete => deletes.push(r),
-            AckKind::Archive => archives.push(r),
-            AckKind::Retry(d) => requeues.push((
-                Requeue::new(r, d)
-                    .merge_headers(serde_json::json!({ ATTEMPTS_HEADER: ack.attempt })),
-                &c.retried,
-            )),
-            AckKind::Snooze(d) => requeues.push((Requeue::new(r, d).undo_read(), &c.snoozed)),
-            AckKind::Release => requeues.push((
-                Requeue::new(r, Duration::ZERO).undo_read(),
-                &c.expired_released,
-            )),
-            AckKind::DeadLetter { reason } => dead.push(Dead {
-                receipt: r,
-                attempts: ack.attempt,
-                deliveries: ack.deliveries,
-                reason,
-            }),
+impl Written {
+    /// The ids of `asked` this write did not match: claims lost to another
+    /// delivery. None when an earlier try had an unknown outcome (that try
+    /// may have written them).
+    fn unmatched(&self, asked: &[Receipt]) -> Vec<i64> {
+        if self.ambiguous || self.ids.len() >= asked.len() {
+            return Vec::new();
         }
-    }
-    // The ids a write did not match (but not those of a write whose earlier
-    // try had an unknown outcome: that try may have written them).
-    let mut lost: Vec<i64> = Vec::new();
-    let note = |lost: &mut Vec<i64>, asked: &[Receipt], w: Option<Written>, done: &AtomicU64| {
-        if let Some(w) = w {
-            bump(done, w.ids.len() as u64);
-            if !w.ambiguous && w.ids.len() < asked.len() {
-                let wrote: std::collections::HashSet<i64> = w.ids.into_iter().collect();
-                lost.extend(
-                    asked
-                        .iter()
-                        .map(|r| r.msg_id)
-                        .filter(|id| !wrote.contains(id)),
-                );
-            }
-        }
-    };
-    if !requeues.is_empty() {
-        // These set the visibility themselves: the heartbeat stops extending
-        // them, and any extension already on its way lands first.
-        shared
-            .leases
-            .set_state(requeues.iter().map(|(r, _)| r.receipt), State::Settling);
-        shared.heartbeat.after_write().await;
-    }
-    if !deletes.is_empty() {
-        // Ascending ids: the deletes walk the primary key in order.
-        deletes.sort_unstable_by_key(|r| r.msg_id);
-        let w = write(&shared, "delete", deletes.len(), || {
-            pg.delete_fenced(q, &deletes)
-        })
-        .await;
-        note(&mut lost, &deletes, w, &c.deleted);
-    }
-    if !archives.is_empty() {
-        let w = write(&shared, "archive", archives.len(), || {
-            pg.archive_fenced(q, &archives)
-        })
-        .await;
-        note(&mut lost, &archives, w, &c.archived);
-    }
-    if !requeues.is_empty() {
-        let items: Vec<Requeue> = requeues.iter().map(|(r, _)| r.clone()).collect();
-        let asked: Vec<Receipt> = items.iter().map(|r| r.receipt).collect();
-        if let Some(w) = write(&shared, "requeue", items.len(), || {
-            pg.requeue_fenced(q, &items)
-        })
-        .await
-        {
-            let wrote: std::collections::HashSet<i64> = w.ids.iter().copied().collect();
-            for (r, counter) in &requeues {
-                if wrote.contains(&r.receipt.msg_id) {
-                    bump(counter, 1);
-                }
-            }
-            if !w.ambiguous {
-                lost.extend(
-                    asked
-                        .iter()
-                        .map(|r| r.msg_id)
-                        .filter(|id| !wrote.contains(id)),
-                );
-            }
-        }
-    }
-    if !dead.is_empty() {
-        let asked: Vec<Receipt> = dead.iter().map(|d| d.receipt).collect();
-        let w = write(&shared, "dead-letter", dead.len(), || {
-            dead_letter(&shared, &kept, &dead)
-        })
-        .await;
-        note(&mut lost, &asked, w, &c.dead_lettered);
-    }
-    let already = shared.leases.finish(all);
-    lost.retain(|id| !already.contains(id));
-    if !lost.is_empty() {
-        bump(&c.claims_lost, lost.len() as u64);
-        for id in &lost {
-            tracing::warn!(queue = %q, msg_id = id, "claim lost: the message was delivered again since this worker claimed it; its outcome was not written here");
-        }
-    }
-    bump(&shared.stats.acks_resolved, n);
-    if shared.config.claim_reads == crate::config::ClaimReads::FifoGroups {
-        // Group-ordered claims: a group's next message is claimable only now
-        // that its head is gone, so the claimers look at once rather than
-        // at their next poll.
-        shared.claims.wake();
+        let wrote: std::collections::HashSet<i64> = self.ids.iter().copied().collect();
+        asked
+            .iter()
+            .map(|r| r.msg_id)
+            .filter(|id| !wrote.contains(id))
+            .collect()
     }
 }
 
-/// Runs `call` until it succeeds, fails permanently, or the retry time runs
-/// out; returns what it wrote (None when given up, counted in `acks_failed`).
-async fn write<F, Fut>(
-    shared: &Shared,
-    what: &'static str,
-    count: usize,
-    mut call: F,
-) -> Option<Written>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<i64>, pgmq_client::Error>>,
-{
-    let give_up = Instant::now() + shared.config.ack_retry_timeout;
-    let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    let mut ambiguous = false;
-    loop {
-        match call().await {
-            Ok(ids) => {
-                shared.health.ack_ok();
-                return Some(Written { ids, ambiguous });
+/// One batch, sorted by the write each acknowledgement needs.
+#[derive(Default)]
+struct Sorted<'c> {
+    deletes: Vec<Receipt>,
+    archives: Vec<Receipt>,
+    /// Retries, snoozes and releases, each with the counter it counts in.
+    requeues: Vec<(Requeue, &'c AtomicU64)>,
+    dead: Vec<Dead>,
+}
+
+impl<'c> Sorted<'c> {
+    fn new(acks: Vec<Ack>, c: &'c Counters) -> Self {
+        let mut batch = Sorted::default();
+        for ack in acks {
+            let r = ack.receipt;
+            match ack.kind {
+                AckKind::Delete => batch.deletes.push(r),
+                AckKind::Archive => batch.archives.push(r),
+                AckKind::Retry(d) => batch.requeues.push((
+                    Requeue::new(r, d)
+                        .merge_headers(serde_json::json!({ ATTEMPTS_HEADER: ack.attempt })),
+                    &c.retried,
+                )),
+                AckKind::Snooze(d) => batch
+                    .requeues
+                    .push((Requeue::new(r, d).undo_read(), &c.snoozed)),
+                AckKind::Release => batch.requeues.push((
+                    Requeue::new(r, Duration::ZERO).undo_read(),
+                    &c.expired_released,
+                )),
+                AckKind::DeadLetter { reason } => batch.dead.push(Dead {
+                    receipt: r,
+                    attempts: ack.attempt,
+                    deliveries: ack.deliveries,
+                    reason,
+                }),
             }
-            Err(e) => {
-                shared.health.ack_failed();
-                ambiguous |= e.outcome() == pgmq_client::CommitOutcome::Unknown;
-                let delay = backoff.next_delay();
-                let deadline = shared.ack_deadline().map_or(give_up, |d| d.min(give_up));
-                if !e.is_transient() || Instant::now() + delay >= deadline {
-                    bump(&shared.stats.c.acks_failed, count as u64);
-                    tracing::error!(
-                        error = %e, messages = count, action = what,
-                        "acknowledgement given up; the messages come back after their visibility timeout"
-                    );
-                    return None;
+        }
+        batch
+    }
+}
+
+/// Writes one batch: deletes, archives, requeues, dead letters; then drops
+/// the batch's leases and counts the claims found lost.
+#[tracing::instrument(name = "pgmq_worker.flush", level = "debug", skip_all, fields(acks = acks.len()))]
+async fn flush(w: Arc<Writer>, acks: Vec<Ack>) {
+    let shared = &w.shared;
+    let all: Vec<Receipt> = acks.iter().map(|a| a.receipt).collect();
+    let mut batch = Sorted::new(acks, &shared.stats.c);
+    if !batch.requeues.is_empty() {
+        // These set the visibility themselves: the heartbeat stops extending
+        // them, and any extension already on its way lands first.
+        shared.leases.set_state(
+            batch.requeues.iter().map(|(r, _)| r.receipt),
+            State::Settling,
+        );
+        shared.heartbeat.after_write().await;
+    }
+    let mut lost = Vec::new();
+    w.delete(&mut batch.deletes, &mut lost).await;
+    w.archive(&batch.archives, &mut lost).await;
+    w.requeue(&batch.requeues, &mut lost).await;
+    w.dead_letter(&batch.dead, &mut lost).await;
+    w.finish(all, lost);
+}
+
+impl Writer {
+    /// The fenced delete, in ascending ids (the deletes walk the primary
+    /// key in order).
+    async fn delete(&self, deletes: &mut [Receipt], lost: &mut Vec<i64>) {
+        if deletes.is_empty() {
+            return;
+        }
+        deletes.sort_unstable_by_key(|r| r.msg_id);
+        let deletes = &*deletes;
+        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let written = self
+            .write("delete", deletes.len(), || pg.delete_fenced(q, deletes))
+            .await;
+        self.note(written, deletes, &self.shared.stats.c.deleted, lost);
+    }
+
+    /// The fenced archive.
+    async fn archive(&self, archives: &[Receipt], lost: &mut Vec<i64>) {
+        if archives.is_empty() {
+            return;
+        }
+        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let written = self
+            .write("archive", archives.len(), || pg.archive_fenced(q, archives))
+            .await;
+        self.note(written, archives, &self.shared.stats.c.archived, lost);
+    }
+
+    /// One fenced requeue for retries, snoozes and releases, each one
+    /// written counted in its own counter.
+    async fn requeue(&self, requeues: &[(Requeue, &AtomicU64)], lost: &mut Vec<i64>) {
+        if requeues.is_empty() {
+            return;
+        }
+        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let items: Vec<Requeue> = requeues.iter().map(|(r, _)| r.clone()).collect();
+        let asked: Vec<Receipt> = items.iter().map(|r| r.receipt).collect();
+        let Some(written) = self
+            .write("requeue", items.len(), || pg.requeue_fenced(q, &items))
+            .await
+        else {
+            return;
+        };
+        let wrote: std::collections::HashSet<i64> = written.ids.iter().copied().collect();
+        for (r, counter) in requeues {
+            if wrote.contains(&r.receipt.msg_id) {
+                bump(counter, 1);
+            }
+        }
+        lost.extend(written.unmatched(&asked));
+    }
+
+    /// The dead letters, moved in one statement ([`dead_letter`]).
+    async fn dead_letter(&self, dead: &[Dead], lost: &mut Vec<i64>) {
+        if dead.is_empty() {
+            return;
+        }
+        let asked: Vec<Receipt> = dead.iter().map(|d| d.receipt).collect();
+        let written = self
+            .write("dead-letter", dead.len(), || {
+                dead_letter(&self.shared.config, &self.kept, dead)
+            })
+            .await;
+        self.note(written, &asked, &self.shared.stats.c.dead_lettered, lost);
+    }
+
+    /// Counts what a write of `asked` wrote in `done`, and adds what it did
+    /// not match to `lost`.
+    fn note(
+        &self,
+        written: Option<Written>,
+        asked: &[Receipt],
+        done: &AtomicU64,
+        lost: &mut Vec<i64>,
+    ) {
+        if let Some(w) = written {
+            bump(done, w.ids.len() as u64);
+            lost.extend(w.unmatched(asked));
+        }
+    }
+
+    /// The batch is written: drops its leases, counts its lost claims (not
+    /// those the heartbeat already reported), and with group-ordered claims
+    /// wakes the claimers.
+    fn finish(&self, all: Vec<Receipt>, mut lost: Vec<i64>) {
+        let shared = &self.shared;
+        let n = all.len() as u64;
+        let already = shared.leases.finish(all);
+        lost.retain(|id| !already.contains(id));
+        if !lost.is_empty() {
+            bump(&shared.stats.c.claims_lost, lost.len() as u64);
+            for id in &lost {
+                tracing::warn!(queue = %shared.config.queue, msg_id = id, "claim lost: the message was delivered again since this worker claimed it; its outcome was not written here");
+            }
+        }
+        bump(&shared.stats.acks_resolved, n);
+        if shared.config.claim_reads == crate::config::ClaimReads::FifoGroups {
+            // Group-ordered claims: a group's next message is claimable only
+            // now that its head is gone, so the claimers look at once rather
+            // than at their next poll.
+            shared.claims.wake();
+        }
+    }
+
+    /// Runs `call` until it succeeds, fails permanently, or the retry time
+    /// runs out (`ack_retry_timeout`, or the shutdown's drain deadline when
+    /// sooner); returns what it wrote (None when given up, counted in
+    /// `acks_failed`).
+    async fn write<F, Fut>(&self, what: &'static str, count: usize, mut call: F) -> Option<Written>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<i64>, pgmq_client::Error>>,
+    {
+        let shared = &self.shared;
+        let give_up = Instant::now() + shared.config.ack_retry_timeout;
+        let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        let mut ambiguous = false;
+        loop {
+            match call().await {
+                Ok(ids) => {
+                    shared.health.ack_ok();
+                    return Some(Written { ids, ambiguous });
                 }
-                bump(&shared.stats.c.ack_retries, 1);
-                tracing::warn!(error = %e, messages = count, action = what, retry_in = ?delay, "acknowledgement failed; retrying");
-                tokio::time::sleep(delay).await;
+                Err(e) => {
+                    shared.health.ack_failed();
+                    ambiguous |= e.outcome() == pgmq_client::CommitOutcome::Unknown;
+                    let delay = backoff.next_delay();
+                    let deadline = self.close.deadline().map_or(give_up, |d| d.min(give_up));
+                    if !e.is_transient() || Instant::now() + delay >= deadline {
+                        bump(&shared.stats.c.acks_failed, count as u64);
+                        tracing::error!(
+                            error = %e, messages = count, action = what,
+                            "acknowledgement given up; the messages come back after their visibility timeout"
+                        );
+                        return None;
+                    }
+                    bump(&shared.stats.c.ack_retries, 1);
+                    tracing::warn!(error = %e, messages = count, action = what, retry_in = ?delay, "acknowledgement failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
             }
         }
     }
@@ -391,13 +488,12 @@ SELECT (SELECT pg_catalog.array_agg(msg_id) FROM removed), (SELECT pg_catalog.co
 /// `{"dead_letter_reason": reason, "attempts": n}` merged into their
 /// headers, so that a missing queue never sends them round again.
 async fn dead_letter(
-    shared: &Shared,
+    cfg: &Config,
     kept: &Kept,
     dead: &[Dead],
 ) -> Result<Vec<i64>, pgmq_client::Error> {
     use pgmq_client::reexports::tokio_postgres::types::Type;
     use pgmq_client::Executor;
-    let cfg = &shared.config;
     for d in dead {
         tracing::warn!(msg_id = d.receipt.msg_id, attempts = d.attempts, reason = %d.reason, queue = %cfg.queue, "dead-lettering");
     }

@@ -549,9 +549,9 @@ async fn run_message<T: Send, R: Run<T>>(
     let cfg = &shared.config;
     let msg_id = d.receipt.msg_id;
     let attempt = d.attempt;
-    let deadline_us = shared.us_since_epoch(d.claimed_at) + micros(cfg.visibility_timeout);
+    let lease_end = d.claimed_at + cfg.visibility_timeout;
     let cancel = CancellationToken::new();
-    shared.leases.start(d.receipt, deadline_us, cancel.clone());
+    shared.leases.start(d.receipt, lease_end, cancel.clone());
     if d.started.duration_since(d.claimed_at) >= cfg.visibility_timeout / 2 {
         // Past half its timeout already: extend it now rather than at the
         // heartbeat's next tick.

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
+
 /// Failed calls in a row after which a path counts as down.
 const DOWN_AFTER: u64 = 3;
 
@@ -20,6 +22,8 @@ pub(crate) struct HealthState {
     running: AtomicBool,
     /// Set when an internal task failed and the worker stops with an error.
     failure: Mutex<Option<String>>,
+    /// Cancelled with the first failure: the worker's run waits on it.
+    failed: CancellationToken,
 }
 
 impl HealthState {
@@ -32,6 +36,7 @@ impl HealthState {
             ack_errors: AtomicU64::new(0),
             running: AtomicBool::new(false),
             failure: Mutex::new(None),
+            failed: CancellationToken::new(),
         }
     }
 
@@ -67,9 +72,17 @@ impl HealthState {
         self.running.store(on, Relaxed);
     }
 
+    /// An internal task failed for good: records why (the first reason
+    /// wins) and fires [`failed`](Self::failed), which stops the worker.
     pub(crate) fn fail(&self, why: String) {
         let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         f.get_or_insert(why);
+        self.failed.cancel();
+    }
+
+    /// Completes once [`fail`](Self::fail) was called.
+    pub(crate) async fn failed(&self) {
+        self.failed.cancelled().await;
     }
 
     pub(crate) fn failure(&self) -> Option<String> {

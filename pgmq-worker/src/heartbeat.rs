@@ -26,7 +26,7 @@ use pgmq_client::{Pgmq, Requeue};
 use tokio_util::sync::CancellationToken;
 
 use crate::db;
-use crate::stats::{bump, micros};
+use crate::stats::bump;
 use crate::worker::Shared;
 
 /// How the rest of the worker coordinates with the heartbeat.
@@ -70,7 +70,6 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
     shared.maybe_panic("heartbeat");
     let cfg = &shared.config;
     let vt = cfg.visibility_timeout;
-    let half_us = micros(vt / 2);
     let mut due = Vec::new();
     loop {
         tokio::select! {
@@ -81,7 +80,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         }
         // Held until the write returned (see the module docs).
         let _writing = shared.heartbeat.write.lock().await;
-        shared.leases.due(shared.now_us() + half_us, &mut due);
+        shared.leases.due(Instant::now() + vt / 2, &mut due);
         if due.is_empty() {
             continue;
         }
@@ -100,8 +99,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             Ok(extended) => {
                 // The server set vt = its now + vt, its now being after `sent`:
                 // `sent + vt` is a safe (early) local estimate.
-                let deadline = shared.us_since_epoch(sent) + micros(vt);
-                let lost = shared.leases.extended(&due, &extended, deadline);
+                let lost = shared.leases.extended(&due, &extended, sent + vt);
                 bump(&shared.stats.c.heartbeats, extended.len() as u64);
                 if !lost.is_empty() {
                     bump(&shared.stats.c.claims_lost, lost.len() as u64);

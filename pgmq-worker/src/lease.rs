@@ -26,6 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use pgmq_client::Receipt;
@@ -41,8 +42,8 @@ pub(crate) enum State {
 
 struct Lease {
     read_at: DateTime<Utc>,
-    /// When the visibility timeout ends, µs since the worker's epoch.
-    deadline_us: u64,
+    /// When the visibility timeout ends (a local estimate, on the early side).
+    deadline: Instant,
     state: State,
     /// The handler run's cancellation (fired when the claim is lost).
     cancel: CancellationToken,
@@ -61,12 +62,12 @@ impl Leases {
     }
 
     /// A handler starts on this delivery.
-    pub(crate) fn start(&self, r: Receipt, deadline_us: u64, cancel: CancellationToken) {
+    pub(crate) fn start(&self, r: Receipt, deadline: Instant, cancel: CancellationToken) {
         self.lock().insert(
             r.msg_id,
             Lease {
                 read_at: r.read_at,
-                deadline_us,
+                deadline,
                 state: State::Running,
                 cancel,
                 lost: false,
@@ -107,11 +108,11 @@ impl Leases {
     }
 
     /// The leases to extend now: `Running` or `Acking`, not lost, ending
-    /// before `before_us`.
-    pub(crate) fn due(&self, before_us: u64, out: &mut Vec<Receipt>) {
+    /// before `before`.
+    pub(crate) fn due(&self, before: Instant, out: &mut Vec<Receipt>) {
         out.clear();
         for (id, l) in self.lock().iter() {
-            if l.state != State::Settling && !l.lost && l.deadline_us <= before_us {
+            if l.state != State::Settling && !l.lost && l.deadline <= before {
                 out.push(Receipt {
                     msg_id: *id,
                     read_at: l.read_at,
@@ -120,14 +121,14 @@ impl Leases {
         }
     }
 
-    /// Records the heartbeat's result: `extended` got `deadline_us`; of the
+    /// Records the heartbeat's result: `extended` got `deadline`; of the
     /// others, the ones still `Running` are lost (marked, cancelled and
     /// returned).
     pub(crate) fn extended(
         &self,
         asked: &[Receipt],
         extended: &[i64],
-        deadline_us: u64,
+        deadline: Instant,
     ) -> Vec<i64> {
         let mut map = self.lock();
         let mut lost = Vec::new();
@@ -139,7 +140,7 @@ impl Leases {
                 continue;
             }
             if extended.contains(&r.msg_id) {
-                l.deadline_us = l.deadline_us.max(deadline_us);
+                l.deadline = l.deadline.max(deadline);
             } else if l.state == State::Running && !l.lost {
                 l.lost = true;
                 l.cancel.cancel();
@@ -190,28 +191,34 @@ mod tests {
         }
     }
 
+    /// `us` microseconds after `t0`.
+    fn at(t0: Instant, us: u64) -> Instant {
+        t0 + std::time::Duration::from_micros(us)
+    }
+
     #[test]
     fn only_running_leases_are_lost_and_settling_ones_are_not_extended() {
         let leases = Leases::default();
+        let t0 = Instant::now();
         let (a, b, c) = (receipt(1, 10), receipt(2, 20), receipt(3, 30));
         let tokens: Vec<_> = (0..3).map(|_| CancellationToken::new()).collect();
-        leases.start(a, 100, tokens[0].clone());
-        leases.start(b, 100, tokens[1].clone());
-        leases.start(c, 100, tokens[2].clone());
+        leases.start(a, at(t0, 100), tokens[0].clone());
+        leases.start(b, at(t0, 100), tokens[1].clone());
+        leases.start(c, at(t0, 100), tokens[2].clone());
         leases.set_state([b], State::Acking);
         leases.set_state([c], State::Settling);
         let mut due = Vec::new();
-        leases.due(1000, &mut due);
+        leases.due(at(t0, 1000), &mut due);
         due.sort_by_key(|r| r.msg_id);
         assert_eq!(due, vec![a, b]);
         // Neither matched: the running one is lost, the acking one is left
         // to its own write.
-        let lost = leases.extended(&due, &[], 2000);
+        let lost = leases.extended(&due, &[], at(t0, 2000));
         assert_eq!(lost, vec![1]);
         assert!(tokens[0].is_cancelled() && !tokens[1].is_cancelled());
         assert!(leases.is_lost(a) && !leases.is_lost(b));
         // Reported once: not due again, and flagged when finished.
-        leases.due(1000, &mut due);
+        leases.due(at(t0, 1000), &mut due);
         assert_eq!(due, vec![b]);
         assert_eq!(leases.finish([a, b]), vec![1]);
         assert!(leases.running().is_empty());
@@ -222,7 +229,7 @@ mod tests {
         let leases = Leases::default();
         let old = receipt(5, 1);
         let new = receipt(5, 2);
-        leases.start(new, 100, CancellationToken::new());
+        leases.start(new, Instant::now(), CancellationToken::new());
         leases.set_state([old], State::Settling);
         assert!(leases.finish([old]).is_empty());
         assert_eq!(leases.running(), vec![5]);

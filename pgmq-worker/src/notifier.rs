@@ -59,7 +59,8 @@ pub(crate) enum HubEvent {
 
 /// The wake-ups one notification path gives: at once on a notification
 /// (then at most once per [`DEBOUNCE`]), and once more when the throttle
-/// window that followed it closes (see the module docs).
+/// window that followed it closes (see the module docs). `throttle` is the
+/// queue's insert-trigger throttle, as the start found or set it.
 struct Wakes<'a> {
     shared: &'a Shared,
     throttle: Duration,
@@ -68,8 +69,7 @@ struct Wakes<'a> {
 }
 
 impl<'a> Wakes<'a> {
-    fn new(shared: &'a Shared) -> Self {
-        let throttle = shared.notify_throttle;
+    fn new(shared: &'a Shared, throttle: Duration) -> Self {
         Wakes {
             shared,
             throttle,
@@ -114,10 +114,11 @@ impl<'a> Wakes<'a> {
 /// wake-ups as [`run`], from the events the group forwards.
 pub(crate) async fn run_shared(
     shared: Arc<Shared>,
+    throttle: Duration,
     mut events: tokio::sync::mpsc::UnboundedReceiver<HubEvent>,
     stop: CancellationToken,
 ) {
-    let mut wakes = Wakes::new(&shared);
+    let mut wakes = Wakes::new(&shared, throttle);
     loop {
         let event = tokio::select! {
             biased;
@@ -142,13 +143,19 @@ pub(crate) async fn run_shared(
 }
 
 /// Runs until `stop`, starting with `opened` when the start already
-/// connected (otherwise it connects, retrying with backoff).
-pub(crate) async fn run(shared: Arc<Shared>, opened: Option<Listener>, stop: CancellationToken) {
+/// connected (otherwise it connects, retrying with backoff); `throttle` is
+/// the queue's insert-trigger throttle.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    throttle: Duration,
+    opened: Option<Listener>,
+    stop: CancellationToken,
+) {
     let queue = &shared.config.queue;
     let mut backoff = ErrorBackoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut first = true;
     let mut opened = opened;
-    let mut wakes = Wakes::new(&shared);
+    let mut wakes = Wakes::new(&shared, throttle);
     loop {
         let listener = match opened.take() {
             Some(l) => Some(l),

@@ -264,8 +264,8 @@ pub(crate) struct Running {
     pub heartbeat: Option<JoinHandle<()>>,
     pub notifier: Option<JoinHandle<()>>,
     pub completer: JoinHandle<()>,
-    /// Tells the completer to close its channel and drain.
-    pub completer_close: CancellationToken,
+    /// Tells the completer to close its channel and drain, by when.
+    pub completer_close: Arc<crate::completer::Close>,
 }
 
 impl Running {
@@ -313,8 +313,8 @@ impl Running {
         }
 
         // 5. Drain the completer.
-        shared.set_ack_deadline(bounds.deadline(drain_deadline).into_std());
-        self.completer_close.cancel();
+        self.completer_close
+            .close(bounds.deadline(drain_deadline).into_std());
         drain_completer(&shared, self.completer, drain_deadline, &bounds).await;
 
         // 6. Report.

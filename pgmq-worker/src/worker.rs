@@ -1,9 +1,8 @@
 //! Assembles the parts: start, run, stop.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::FutureExt;
 
@@ -25,7 +24,7 @@ use crate::heartbeat::{self, HeartbeatSignals};
 use crate::lease::Leases;
 use crate::notifier;
 use crate::shutdown::{Running, ShutdownHandle, ShutdownReport};
-use crate::stats::{bump, micros, Stats, StatsSnapshot};
+use crate::stats::{bump, Stats, StatsSnapshot};
 
 /// What every task of one worker shares.
 pub(crate) struct Shared {
@@ -42,51 +41,21 @@ pub(crate) struct Shared {
     /// The deliveries held, from handler start until their acknowledgement
     /// is written: for the heartbeat, the completer and the report.
     pub leases: Leases,
-    /// Claiming, acknowledging, connected: for probes.
+    /// Claiming, acknowledging, connected, and whether an internal task
+    /// failed for good (the worker then stops with an error).
     pub health: Arc<HealthState>,
-    /// Cancelled when an internal task fails for good: the worker stops
-    /// with an error.
-    pub failed: CancellationToken,
     /// Test hook: set once the injected panic fired.
     #[cfg(feature = "fault-injection")]
     pub panicked_once: std::sync::atomic::AtomicBool,
-    /// The throttle of the queue's insert trigger, with [`WakeUp::Notify`]
-    /// (zero otherwise): the notifier reads once more this long after each
-    /// notification.
-    pub notify_throttle: std::time::Duration,
-    /// Local time origin of the leases' deadlines.
-    epoch: Instant,
-    /// At shutdown, when acknowledgement retries must stop (µs since epoch, 0 = not set).
-    ack_deadline_us: AtomicU64,
 }
 
 impl Shared {
-    pub(crate) fn us_since_epoch(&self, t: Instant) -> u64 {
-        micros(t.saturating_duration_since(self.epoch))
-    }
-
-    pub(crate) fn now_us(&self) -> u64 {
-        self.us_since_epoch(Instant::now())
-    }
-
     /// Test hook (feature `fault-injection`): panics the first time the
     /// task named in `panic_once_in` calls it.
     #[cfg(feature = "fault-injection")]
     pub(crate) fn maybe_panic(&self, task: &str) {
         if self.config.panic_once_in == Some(task) && !self.panicked_once.swap(true, Relaxed) {
             panic!("injected panic in the {task}");
-        }
-    }
-
-    pub(crate) fn set_ack_deadline(&self, t: Instant) {
-        self.ack_deadline_us
-            .store(self.us_since_epoch(t).max(1), Relaxed);
-    }
-
-    pub(crate) fn ack_deadline(&self) -> Option<Instant> {
-        match self.ack_deadline_us.load(Relaxed) {
-            0 => None,
-            us => Some(self.epoch + std::time::Duration::from_micros(us)),
         }
     }
 }
@@ -208,13 +177,12 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         // stops: claimed messages then come back after their visibility
         // timeout instead of being released.
         let guard = running.root.clone().drop_guard();
-        let failed = running.shared.failed.clone();
+        let health = Arc::clone(&running.shared.health);
         tokio::select! {
             _ = signal => {}
             _ = stop.requested() => {}
-            _ = failed.cancelled() => {}
+            _ = health.failed() => {}
         }
-        let health = Arc::clone(&running.shared.health);
         let report = running.shutdown(&stop).await;
         guard.disarm();
         match health.failure() {
@@ -315,21 +283,17 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             heartbeat: HeartbeatSignals::default(),
             leases: Leases::default(),
             health: Arc::clone(&self.health),
-            failed: CancellationToken::new(),
             #[cfg(feature = "fault-injection")]
             panicked_once: std::sync::atomic::AtomicBool::new(false),
-            notify_throttle,
-            epoch: Instant::now(),
-            ack_deadline_us: AtomicU64::new(0),
         });
         // One root, so that dropping a running worker stops every task.
         let root = CancellationToken::new();
         let stop = root.child_token();
         let hb_stop = root.child_token();
-        let completer_close = root.child_token();
+        let completer_close = Arc::new(completer::Close::new(root.child_token()));
 
         let (ack_tx, ack_rx) = mpsc::channel(cfg.ack_capacity);
-        let completer = spawn_completer(&shared, ack_rx, completer_close.clone());
+        let completer = spawn_completer(&shared, ack_rx, Arc::clone(&completer_close));
 
         let claim_queue = Arc::new(ClaimQueue::new(cfg.claim_capacity, cfg.concurrency));
         let exec = Arc::new(ExecContext {
@@ -349,8 +313,8 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
                 heartbeat::run(Arc::clone(&shared2), stop.clone())
             })
         });
-        let notifier =
-            (cfg.wake_up == WakeUp::Notify).then(|| spawn_notifier(&shared, hub, listener, &stop));
+        let notifier = (cfg.wake_up == WakeUp::Notify)
+            .then(|| spawn_notifier(&shared, notify_throttle, hub, listener, &stop));
         #[cfg(feature = "metrics")]
         {
             let (shared2, queue, stop) =
@@ -440,7 +404,7 @@ async fn prepare_notify(
 fn spawn_completer(
     shared: &Arc<Shared>,
     acks: mpsc::Receiver<completer::Ack>,
-    close: CancellationToken,
+    close: Arc<completer::Close>,
 ) -> JoinHandle<()> {
     let shared = Arc::clone(shared);
     let run = completer::run(Arc::clone(&shared), acks, close);
@@ -452,7 +416,6 @@ fn spawn_completer(
             );
             tracing::error!("{why}; stopping the worker");
             shared.health.fail(why);
-            shared.failed.cancel();
         }
     })
 }
@@ -477,9 +440,11 @@ fn spawn_claimers(
 /// Starts the supervised notifier: on a group's shared LISTEN connection
 /// (`hub`) or on a connection of its own (starting with `listener`, when
 /// one was opened). Either is taken by the first run; a restart after a
-/// panic opens a connection of its own.
+/// panic opens a connection of its own. `throttle` is the insert trigger's:
+/// the notifier reads once more this long after each notification.
 fn spawn_notifier(
     shared: &Arc<Shared>,
+    throttle: std::time::Duration,
     hub: Option<mpsc::UnboundedReceiver<notifier::HubEvent>>,
     listener: Option<pgmq_client::Listener>,
     stop: &CancellationToken,
@@ -491,9 +456,11 @@ fn spawn_notifier(
         let (shared, stop) = (Arc::clone(&shared2), stop.clone());
         async move {
             match taken {
-                Some((Some(events), _)) => notifier::run_shared(shared, events, stop).await,
-                Some((None, listener)) => notifier::run(shared, listener, stop).await,
-                None => notifier::run(shared, None, stop).await,
+                Some((Some(events), _)) => {
+                    notifier::run_shared(shared, throttle, events, stop).await
+                }
+                Some((None, listener)) => notifier::run(shared, throttle, listener, stop).await,
+                None => notifier::run(shared, throttle, None, stop).await,
             }
         }
     })
