@@ -36,54 +36,6 @@ impl<E: Executor> Pgmq<E> {
         col0s(&rows)
     }
 
-    /// Deletes messages; returns how many existed and were deleted.
-    ///
-    /// **Not part of the stable API** (hidden from the docs; for the
-    /// benchmarks): the same `pgmq.delete` as
-    /// [`delete_batch`](Self::delete_batch), but the reply is one row
-    /// instead of one per id.
-    #[doc(hidden)]
-    #[tracing::instrument(name = "pgmq.delete_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
-    pub async fn delete_batch_count(
-        &self,
-        queue: &QueueName,
-        msg_ids: &[i64],
-    ) -> Result<u64, Error> {
-        self.batch_count(Stmt::DeleteBatchCount, queue, msg_ids)
-            .await
-    }
-
-    /// Archives messages; returns how many were archived (one reply row).
-    ///
-    /// **Not part of the stable API** (hidden from the docs; for the
-    /// benchmarks), like `delete_batch_count`.
-    #[doc(hidden)]
-    #[tracing::instrument(name = "pgmq.archive_batch", skip_all, fields(queue = %queue, batch = msg_ids.len()))]
-    pub async fn archive_batch_count(
-        &self,
-        queue: &QueueName,
-        msg_ids: &[i64],
-    ) -> Result<u64, Error> {
-        self.batch_count(Stmt::ArchiveBatchCount, queue, msg_ids)
-            .await
-    }
-
-    async fn batch_count(
-        &self,
-        stmt: Stmt,
-        queue: &QueueName,
-        msg_ids: &[i64],
-    ) -> Result<u64, Error> {
-        if msg_ids.is_empty() {
-            return Ok(0);
-        }
-        check_batch(msg_ids.len(), "batch of")?;
-        let q = queue.as_str();
-        let rows = self.run(stmt, Some(q), &[&q, &msg_ids]).await?;
-        let n: i64 = first_col(&rows, 0, 0)?;
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
     /// Moves a message to the queue's archive table; false when there was no such message.
     #[tracing::instrument(name = "pgmq.archive", skip_all, fields(queue = %queue))]
     pub async fn archive(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {

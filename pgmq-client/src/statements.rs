@@ -65,8 +65,6 @@ statements! {
     DeleteBatch = "SELECT * FROM pgmq.delete($1::text, $2::bigint[])";
     Archive = "SELECT pgmq.archive($1::text, $2::bigint)";
     ArchiveBatch = "SELECT * FROM pgmq.archive($1::text, $2::bigint[])";
-    DeleteBatchCount = "SELECT pg_catalog.count(*) FROM pgmq.delete($1::text, $2::bigint[])";
-    ArchiveBatchCount = "SELECT pg_catalog.count(*) FROM pgmq.archive($1::text, $2::bigint[])";
     SetVt = concat!("SELECT ", msg_cols!(), " FROM pgmq.set_vt($1::text, $2::bigint, $3::integer)");
     SetVtAt = concat!("SELECT ", msg_cols!(), " FROM pgmq.set_vt($1::text, $2::bigint, $3::timestamptz)");
     SetVtBatch = "SELECT msg_id, vt FROM pgmq.set_vt($1::text, $2::bigint[], $3::integer)";

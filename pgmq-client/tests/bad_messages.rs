@@ -250,7 +250,7 @@ async fn limits_are_checked_before_any_sql() {
         .map(drop)));
     let ids: Vec<i64> = (0..too_many as i64).collect();
     assert!(bad(client.delete_batch(&q, &ids).await.map(drop)));
-    assert!(bad(client.archive_batch_count(&q, &ids).await.map(drop)));
+    assert!(bad(client.archive_batch(&q, &ids).await.map(drop)));
     assert!(bad(client.set_vt_batch(&q, &ids, VT).await.map(drop)));
     let bodies = vec![json!(1); too_many];
     assert!(bad(client.send_batch(&q, &bodies).await.map(drop)));

@@ -268,15 +268,7 @@ async fn calls_on_a_missing_queue_are_queue_not_found() {
             "delete_batch",
             client.delete_batch(&q, &[1]).await.unwrap_err(),
         ),
-        (
-            "delete_batch_count",
-            client.delete_batch_count(&q, &[1]).await.unwrap_err(),
-        ),
         ("archive", client.archive(&q, 1).await.unwrap_err()),
-        (
-            "archive_batch_count",
-            client.archive_batch_count(&q, &[1]).await.unwrap_err(),
-        ),
         (
             "archive_batch",
             client.archive_batch(&q, &[1]).await.unwrap_err(),
