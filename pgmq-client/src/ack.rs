@@ -13,9 +13,7 @@ impl<E: Executor> Pgmq<E> {
     /// Deletes a message; false when there was no such message.
     #[tracing::instrument(name = "pgmq.delete", skip_all, fields(queue = %queue))]
     pub async fn delete(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {
-        let q = queue.as_str();
-        let rows = self.run(Stmt::Delete, Some(q), &[&q, &msg_id]).await?;
-        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
+        self.ack_one(Stmt::Delete, queue, msg_id).await
     }
 
     /// Deletes messages; returns the ids that existed and were deleted.
@@ -25,23 +23,13 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         msg_ids: &[i64],
     ) -> Result<Vec<i64>, Error> {
-        if msg_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        check_batch(msg_ids.len(), "batch of")?;
-        let q = queue.as_str();
-        let rows = self
-            .run(Stmt::DeleteBatch, Some(q), &[&q, &msg_ids])
-            .await?;
-        col0s(&rows)
+        self.ack_batch(Stmt::DeleteBatch, queue, msg_ids).await
     }
 
     /// Moves a message to the queue's archive table; false when there was no such message.
     #[tracing::instrument(name = "pgmq.archive", skip_all, fields(queue = %queue))]
     pub async fn archive(&self, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {
-        let q = queue.as_str();
-        let rows = self.run(Stmt::Archive, Some(q), &[&q, &msg_id]).await?;
-        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
+        self.ack_one(Stmt::Archive, queue, msg_id).await
     }
 
     /// Archives messages; returns the ids archived.
@@ -51,14 +39,32 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         msg_ids: &[i64],
     ) -> Result<Vec<i64>, Error> {
+        self.ack_batch(Stmt::ArchiveBatch, queue, msg_ids).await
+    }
+
+    /// Deletes or archives one message (`stmt` is `Delete` or `Archive`,
+    /// which answer one boolean); false when there was no such message.
+    async fn ack_one(&self, stmt: Stmt, queue: &QueueName, msg_id: i64) -> Result<bool, Error> {
+        let q = queue.as_str();
+        let rows = self.run(stmt, Some(q), &[&q, &msg_id]).await?;
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
+    }
+
+    /// Deletes or archives messages (`stmt` is `DeleteBatch` or
+    /// `ArchiveBatch`, which answer a row per id acted on); returns those
+    /// ids. An empty batch makes no round trip.
+    async fn ack_batch(
+        &self,
+        stmt: Stmt,
+        queue: &QueueName,
+        msg_ids: &[i64],
+    ) -> Result<Vec<i64>, Error> {
         if msg_ids.is_empty() {
             return Ok(Vec::new());
         }
         check_batch(msg_ids.len(), "batch of")?;
         let q = queue.as_str();
-        let rows = self
-            .run(Stmt::ArchiveBatch, Some(q), &[&q, &msg_ids])
-            .await?;
+        let rows = self.run(stmt, Some(q), &[&q, &msg_ids]).await?;
         col0s(&rows)
     }
 

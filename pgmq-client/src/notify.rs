@@ -49,11 +49,8 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         throttle: Duration,
     ) -> Result<(), Error> {
-        let q = queue.as_str();
-        let ms = millis(throttle, "throttle")?;
-        self.run(Stmt::EnableNotifyInsert, Some(q), &[&q, &ms])
+        self.set_notify_throttle(Stmt::EnableNotifyInsert, queue, throttle)
             .await
-            .map(drop)
     }
 
     /// Removes the insert trigger.
@@ -72,11 +69,21 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         throttle: Duration,
     ) -> Result<(), Error> {
+        self.set_notify_throttle(Stmt::UpdateNotifyInsert, queue, throttle)
+            .await
+    }
+
+    /// Runs `stmt` (enable or update the insert trigger), which takes the
+    /// queue and the throttle in milliseconds.
+    async fn set_notify_throttle(
+        &self,
+        stmt: Stmt,
+        queue: &QueueName,
+        throttle: Duration,
+    ) -> Result<(), Error> {
         let q = queue.as_str();
         let ms = millis(throttle, "throttle")?;
-        self.run(Stmt::UpdateNotifyInsert, Some(q), &[&q, &ms])
-            .await
-            .map(drop)
+        self.run(stmt, Some(q), &[&q, &ms]).await.map(drop)
     }
 
     /// Queues with an insert trigger, and their throttles.
