@@ -4,18 +4,15 @@
 
 mod common;
 
-use common::{run_on, schema_errors, temp_path, TempDb};
-use serde_json::Value;
+use common::{run_document, schema_errors, TempDb};
 
 #[test]
 fn the_function_read_path_drains_backlogs_and_processes() {
     let db = TempDb::new("claim");
-    let path = temp_path("claim_reads.json");
-    let out = run_on(
+    let doc = run_document(
         &db.dsn,
+        "claim_reads.json",
         &[
-            "--output",
-            path.to_str().unwrap(),
             "--sections",
             "backlog_scaling,worker_processes",
             "--backlog-sizes",
@@ -34,13 +31,6 @@ fn the_function_read_path_drains_backlogs_and_processes() {
             "function",
         ],
     );
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "no document ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    }))
-    .unwrap();
     assert_eq!(doc["metadata"]["workload"]["claim_reads"], "function");
     let s = &doc["sections"];
     let backlog = s["backlog_scaling"].as_array().unwrap();

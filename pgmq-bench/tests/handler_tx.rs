@@ -5,18 +5,15 @@
 
 mod common;
 
-use common::{run_on, schema_errors, temp_path, TempDb};
-use serde_json::Value;
+use common::{run_document, schema_errors, TempDb};
 
 #[test]
 fn the_transactional_db_write_handler_drains_every_message() {
     let db = TempDb::new("htx");
-    let path = temp_path("handler_tx.json");
-    let out = run_on(
+    let doc = run_document(
         &db.dsn,
+        "handler_tx.json",
         &[
-            "--output",
-            path.to_str().unwrap(),
             "--sections",
             "consume_scaling",
             "--messages",
@@ -31,13 +28,6 @@ fn the_transactional_db_write_handler_drains_every_message() {
             "db-write-tx",
         ],
     );
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "no document ({e}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    }))
-    .unwrap();
     let runs = doc["sections"]["consume_scaling"].as_array().unwrap();
     assert_eq!(runs.len(), 1);
     let r = &runs[0];

@@ -134,6 +134,23 @@ pub fn run_on(dsn: &str, args: &[&str]) -> Output {
         .expect("the pgmq-bench binary runs")
 }
 
+/// Runs the binary on `dsn` writing its document to a fresh temporary file
+/// named `name` (`--output` goes before `args`), and returns the document;
+/// panics with the binary's stderr when it wrote none.
+pub fn run_document(dsn: &str, name: &str, args: &[&str]) -> serde_json::Value {
+    let path = temp_path(name);
+    let mut all = vec!["--output", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = run_on(dsn, &all);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "no document ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    serde_json::from_str(&text).unwrap()
+}
+
 /// A URL DSN's parts: the DSN without its password, the (decoded)
 /// password, and the host, port, database and user a password file matches.
 pub struct DsnParts {
