@@ -514,6 +514,9 @@ fn report_compare_and_check_read_the_document() {
     let md = String::from_utf8(out.stdout).unwrap();
     for needle in [
         "## Worker scaling",
+        "## Worker vs the equal-layout loop",
+        "## Backlog scaling",
+        "## Worker processes",
         "## Wake-up latency",
         "## Sustained",
         "## Targets",

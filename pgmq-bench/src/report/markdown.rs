@@ -137,7 +137,7 @@ fn conditions(out: &mut String, d: &Document) {
             "Workload",
             format!(
                 "{} messages per consume run, {} per batch-send run, {} per single-send run, batch {}, vt {} s, \
-                 ~{} B JSON bodies, handlers {:?}, handler work {} ms, pool {}",
+                 ~{} B JSON bodies, handlers {:?}, {}handler work {} ms, {}pool {}",
                 thousands(w.messages as f64),
                 thousands(w.batch_messages as f64),
                 thousands(w.single_messages as f64),
@@ -145,7 +145,13 @@ fn conditions(out: &mut String, d: &Document) {
                 w.visibility_timeout_s,
                 w.payload_bytes,
                 w.workers,
+                w.handler
+                    .as_deref()
+                    .map_or(String::new(), |h| format!("handler `{h}`, ")),
                 w.handler_work_ms,
+                w.claim_reads
+                    .as_deref()
+                    .map_or(String::new(), |c| format!("claim reads `{c}`, ")),
                 w.pool_size
             ),
         ),
@@ -219,9 +225,8 @@ fn sustained_intervals(out: &mut String, d: &Document) {
         };
         let _ = writeln!(
             out,
-            "| {}{} | {} | {} | {} | {} | {} | {rss} |",
-            r.round,
-            if r.warmup { " (warm-up)" } else { "" },
+            "| {} | {} | {} | {} | {} | {} | {rss} |",
+            sustained_round(r),
             iv.len(),
             pick(&|i| i.handler_ms.map(|p| p.p50)),
             pick(&|i| i.handler_ms.map(|p| p.p99)),
@@ -323,9 +328,29 @@ fn storage_row(st: Option<&Storage>) -> String {
     s
 }
 
-/// The Markdown summary.
+/// The Markdown summary: the outcome, the conditions, one part per section
+/// the document holds, memory and the targets.
 pub fn render(d: &Document) -> String {
     let mut out = String::new();
+    outcome(&mut out, d);
+    conditions(&mut out, d);
+    sends(&mut out, d);
+    worker_scaling(&mut out, d);
+    equal_layout(&mut out, d);
+    backlog_scaling(&mut out, d);
+    worker_processes(&mut out, d);
+    idle(&mut out, d);
+    wakeup(&mut out, d);
+    sustained(&mut out, d);
+    memory(&mut out, d);
+    if !d.targets.is_empty() {
+        out.push_str(&super::check::targets_table(&d.targets));
+    }
+    out
+}
+
+/// The title, the outcome, and every failure and warning.
+fn outcome(out: &mut String, d: &Document) {
     let _ = writeln!(out, "# pgmq-bench result\n");
     let _ = writeln!(
         out,
@@ -343,9 +368,10 @@ pub fn render(d: &Document) -> String {
     if !d.outcome.failures.is_empty() || !d.outcome.warnings.is_empty() {
         out.push('\n');
     }
-    conditions(&mut out, d);
+}
 
-    // Sends.
+/// Single and batch sends beside their baseline loops.
+fn sends(out: &mut String, d: &Document) {
     let send_ids: Vec<String> = [
         "send_single.rate",
         "send_single.vs_baseline",
@@ -357,176 +383,424 @@ pub fn render(d: &Document) -> String {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    if send_ids.iter().any(|id| fig(d, id).is_some()) {
-        let _ = writeln!(
-            out,
-            "## Sends\n\n| | SDK (msg/s) | baseline, no SDK (msg/s) | SDK / baseline |\n| --- | --- | --- | --- |"
-        );
-        for (label, kind) in [("Single send", "send_single"), ("Batch send", "send_batch")] {
-            if fig(d, &format!("{kind}.rate")).is_some()
-                || fig(d, &format!("baseline.{kind}.rate")).is_some()
-            {
-                let _ = writeln!(
-                    out,
-                    "| {label} | {} | {} | {} |",
-                    cell(d, &format!("{kind}.rate")),
-                    cell(d, &format!("baseline.{kind}.rate")),
-                    cell(d, &format!("{kind}.vs_baseline"))
-                );
-            }
-        }
-        out.push('\n');
-        definitions(&mut out, d, &send_ids);
+    if !send_ids.iter().any(|id| fig(d, id).is_some()) {
+        return;
     }
+    let _ = writeln!(
+        out,
+        "## Sends\n\n| | SDK (msg/s) | baseline, no SDK (msg/s) | SDK / baseline |\n| --- | --- | --- | --- |"
+    );
+    for (label, kind) in [("Single send", "send_single"), ("Batch send", "send_batch")] {
+        if fig(d, &format!("{kind}.rate")).is_some()
+            || fig(d, &format!("baseline.{kind}.rate")).is_some()
+        {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} |",
+                cell(d, &format!("{kind}.rate")),
+                cell(d, &format!("baseline.{kind}.rate")),
+                cell(d, &format!("{kind}.vs_baseline"))
+            );
+        }
+    }
+    out.push('\n');
+    definitions(out, d, &send_ids);
+}
 
-    // Worker scaling.
+/// consume_scaling: throughput, its ratio to the baseline loop and the
+/// latency percentiles per handler count.
+fn worker_scaling(out: &mut String, d: &Document) {
     let counts = worker_counts(d);
-    if !counts.is_empty() {
+    if counts.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Worker scaling (consume_scaling)\n\n\
+         | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
+         Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
+         | --- | --- | --- | --- | --- | --- |"
+    );
+    let mut ids = Vec::new();
+    for w in &counts {
+        let p = format!("consume_scaling.w{w}");
+        let pct = |what: &str| {
+            ["p50", "p95", "p99", "max"]
+                .iter()
+                .map(|q| {
+                    fig(d, &format!("{p}.{what}.{q}_ms"))
+                        .map(|f| fmt_value(f.median, "ms"))
+                        .unwrap_or_else(|| "–".into())
+                })
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
         let _ = writeln!(
             out,
-            "## Worker scaling (consume_scaling)\n\n\
-             | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
-             Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
-             | --- | --- | --- | --- | --- | --- |"
+            "| {w} | {} | {} | {} | {} | {} |",
+            cell(d, &format!("{p}.throughput")),
+            cell(d, &format!("{p}.vs_baseline")),
+            pct("handler"),
+            pct("queue_wait_db"),
+            pct("queue_wait_local")
         );
-        let mut ids = Vec::new();
-        for w in &counts {
-            let p = format!("consume_scaling.w{w}");
-            let pct = |what: &str| {
-                ["p50", "p95", "p99", "max"]
+        ids.extend([
+            format!("{p}.throughput"),
+            format!("{p}.vs_baseline"),
+            format!("{p}.handler.p50_ms"),
+            format!("{p}.queue_wait_db.p50_ms"),
+            format!("{p}.queue_wait_local.p50_ms"),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
+        cell(d, "baseline.consume.rate")
+    );
+    ids.push("baseline.consume.rate".into());
+    definitions(out, d, &ids);
+}
+
+/// The worker against the no-SDK loop on its own connection layout, per
+/// handler count: what the SDK costs or gains at equal parallelism.
+fn equal_layout(out: &mut String, d: &Document) {
+    let ids: Vec<String> = worker_counts(d)
+        .iter()
+        .map(|w| format!("consume_scaling.w{w}.vs_equal_layout"))
+        .filter(|id| fig(d, id).is_some())
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Worker vs the equal-layout loop\n\n\
+         Equal-layout read + delete (2 claim connections, 1 delete connection, no SDK): {} msg/s.\n\n\
+         | Handlers | Worker / equal layout |\n| --- | --- |",
+        cell(d, "baseline.consume_equal_layout.rate")
+    );
+    for id in &ids {
+        let w = id
+            .strip_prefix("consume_scaling.w")
+            .and_then(|s| s.strip_suffix(".vs_equal_layout"))
+            .unwrap_or("?");
+        let _ = writeln!(out, "| {w} | {} |", cell(d, id));
+    }
+    out.push('\n');
+    let mut defs = ids;
+    defs.push("baseline.consume_equal_layout.rate".into());
+    definitions(out, d, &defs);
+}
+
+/// The numbers `<prefix><n><suffix>` among the figure ids, ascending.
+fn figure_keys(d: &Document, prefix: &str, suffix: &str) -> Vec<u64> {
+    let mut v: Vec<u64> = d
+        .figures
+        .iter()
+        .filter_map(|f| {
+            f.id.strip_prefix(prefix)?
+                .strip_suffix(suffix)?
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// backlog_scaling: the drain rate per backlog size and its ratio to the
+/// smallest size's rate.
+fn backlog_scaling(out: &mut String, d: &Document) {
+    let sizes = figure_keys(d, "backlog_scaling.n", ".throughput");
+    let Some(smallest) = sizes.first() else {
+        return;
+    };
+    let w = &d.metadata.workload;
+    let mut how = Vec::new();
+    if let Some(n) = w.backlog_workers {
+        how.push(format!("{n} handlers"));
+    }
+    if let Some(c) = &w.claim_reads {
+        how.push(format!("claim reads `{c}`"));
+    }
+    let _ = writeln!(
+        out,
+        "## Backlog scaling (backlog_scaling)\n\n{}| Backlog (messages) | Drain rate (msg/s) | vs {} |\n| --- | --- | --- |",
+        if how.is_empty() {
+            String::new()
+        } else {
+            format!("{}.\n\n", how.join(", "))
+        },
+        thousands(*smallest as f64)
+    );
+    let mut ids = Vec::new();
+    for n in &sizes {
+        let rate = format!("backlog_scaling.n{n}.throughput");
+        let ratio = format!("backlog_scaling.n{n}.vs_smallest");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            thousands(*n as f64),
+            cell(d, &rate),
+            if n == smallest {
+                "1 (the reference)".to_owned()
+            } else {
+                cell(d, &ratio)
+            }
+        );
+        ids.extend([rate, ratio]);
+    }
+    out.push('\n');
+    definitions(out, d, &ids);
+}
+
+/// worker_processes: the combined rate per process count, each process's
+/// own rate, and how evenly they shared the work.
+fn worker_processes(out: &mut String, d: &Document) {
+    let counts = figure_keys(d, "worker_processes.p", ".throughput");
+    if counts.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Worker processes (worker_processes)\n\n\
+         | Processes | Combined rate (msg/s) | Per-process rates (msg/s), per round | Smallest / largest | Jain's index |\n\
+         | --- | --- | --- | --- | --- |"
+    );
+    let mut ids = Vec::new();
+    for n in &counts {
+        let runs: Vec<_> = d
+            .sections
+            .worker_processes
+            .iter()
+            .filter(|r| !r.warmup && u64::from(r.processes) == *n)
+            .collect();
+        let per_process = runs
+            .iter()
+            .map(|r| {
+                r.per_process
                     .iter()
-                    .map(|q| {
-                        fig(d, &format!("{p}.{what}.{q}_ms"))
-                            .map(|f| fmt_value(f.median, "ms"))
-                            .unwrap_or_else(|| "–".into())
-                    })
+                    .map(|p| thousands(p.rate.rate_per_s))
                     .collect::<Vec<_>>()
                     .join(" / ")
-            };
-            let _ = writeln!(
-                out,
-                "| {w} | {} | {} | {} | {} | {} |",
-                cell(d, &format!("{p}.throughput")),
-                cell(d, &format!("{p}.vs_baseline")),
-                pct("handler"),
-                pct("queue_wait_db"),
-                pct("queue_wait_local")
-            );
-            ids.extend([
-                format!("{p}.throughput"),
-                format!("{p}.vs_baseline"),
-                format!("{p}.handler.p50_ms"),
-                format!("{p}.queue_wait_db.p50_ms"),
-                format!("{p}.queue_wait_local.p50_ms"),
-            ]);
-        }
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let jain: Vec<f64> = runs.iter().map(|r| r.jain_index).collect();
+        let rate = format!("worker_processes.p{n}.throughput");
+        let even = format!("worker_processes.p{n}.min_over_max");
         let _ = writeln!(
             out,
-            "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
-            cell(d, "baseline.consume.rate")
+            "| {n} | {} | {} | {} | {} |",
+            cell(d, &rate),
+            if per_process.is_empty() {
+                "–".to_owned()
+            } else {
+                per_process
+            },
+            cell(d, &even),
+            crate::stats::median_min_max(&jain)
+                .map_or("–".to_owned(), |(med, _, _)| fmt_value(med, "x"))
         );
-        ids.push("baseline.consume.rate".into());
-        definitions(&mut out, d, &ids);
+        ids.extend([rate, even]);
     }
+    let _ = writeln!(
+        out,
+        "\nJain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when even, \
+         1/n when one process did everything.\n"
+    );
+    definitions(out, d, &ids);
+}
 
-    // Idle.
-    if fig(d, "idle_worker.cpu_percent").is_some() {
-        let w = &d.metadata.workload;
-        let _ = writeln!(
-            out,
-            "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
-             | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
-            w.idle_seconds,
-            w.idle_poll_ms,
-            cell(d, "idle_worker.cpu_percent"),
-            cell(d, "idle_worker.empty_reads_per_s"),
-            cell(d, "idle_worker.wakeups_per_s")
-        );
-        definitions(
-            &mut out,
-            d,
-            &[
-                "idle_worker.cpu_percent".into(),
-                "idle_worker.empty_reads_per_s".into(),
-                "idle_worker.wakeups_per_s".into(),
-            ],
-        );
+/// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
+fn idle(out: &mut String, d: &Document) {
+    if fig(d, "idle_worker.cpu_percent").is_none() {
+        return;
     }
+    let w = &d.metadata.workload;
+    let _ = writeln!(
+        out,
+        "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
+         | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
+        w.idle_seconds,
+        w.idle_poll_ms,
+        cell(d, "idle_worker.cpu_percent"),
+        cell(d, "idle_worker.empty_reads_per_s"),
+        cell(d, "idle_worker.wakeups_per_s")
+    );
+    definitions(
+        out,
+        d,
+        &[
+            "idle_worker.cpu_percent".into(),
+            "idle_worker.empty_reads_per_s".into(),
+            "idle_worker.wakeups_per_s".into(),
+        ],
+    );
+}
 
-    // Wake-up.
-    if fig(d, "wakeup_latency.poll.p50_ms").is_some()
-        || fig(d, "wakeup_latency.notify.p50_ms").is_some()
+/// wakeup_latency: send-to-handler latency, polling and NOTIFY.
+fn wakeup(out: &mut String, d: &Document) {
+    if fig(d, "wakeup_latency.poll.p50_ms").is_none()
+        && fig(d, "wakeup_latency.notify.p50_ms").is_none()
     {
-        let w = &d.metadata.workload;
+        return;
+    }
+    let w = &d.metadata.workload;
+    let _ = writeln!(
+        out,
+        "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
+         | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
+        w.wakeup_samples, w.wakeup_poll_ms
+    );
+    for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
         let _ = writeln!(
             out,
-            "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
-             | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
-            w.wakeup_samples, w.wakeup_poll_ms
+            "| {label} | {} | {} | {} | {} |",
+            cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
+            cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
+            cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
+            cell(d, &format!("wakeup_latency.{mode}.max_ms"))
         );
-        for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
-            let _ = writeln!(
-                out,
-                "| {label} | {} | {} | {} | {} |",
-                cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
-                cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
-                cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
-                cell(d, &format!("wakeup_latency.{mode}.max_ms"))
-            );
-        }
-        out.push('\n');
-        definitions(&mut out, d, &["wakeup_latency.poll.p50_ms".into()]);
     }
+    out.push('\n');
+    definitions(out, d, &["wakeup_latency.poll.p50_ms".into()]);
+}
 
-    // Sustained.
-    if !d.sections.sustained.is_empty() {
+/// A sustained run's round, flagged when a warm-up or a rate-search step.
+fn sustained_round(r: &crate::document::SustainedRun) -> String {
+    let mut s = r.round.to_string();
+    if r.warmup {
+        s.push_str(" (warm-up)");
+    }
+    if let Some(k) = r.rate_search_step {
+        let _ = write!(s, " (search step {k})");
+    }
+    s
+}
+
+/// sustained: each run's rates, slope and verdict, its intervals, the
+/// database's counters and the rate search's result.
+fn sustained(out: &mut String, d: &Document) {
+    if d.sections.sustained.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
+         Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for r in &d.sections.sustained {
         let _ = writeln!(
             out,
-            "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
-             Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-        );
-        for r in &d.sections.sustained {
-            let _ = writeln!(
-                out,
-                "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
-                r.round,
-                if r.warmup { " (warm-up)" } else { "" },
-                r.duration_s,
-                r.target_rate_per_s
-                    .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
-                thousands(r.produced.rate_per_s),
-                thousands(r.handled.rate_per_s),
-                match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
-                    (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
-                    (Some(v), None) => format!("{v:+.2}"),
-                    _ => "n/a".to_owned(),
-                },
-                thousands(r.backlog_max as f64),
-                if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
-                    format!("yes ({})", thousands(r.produced.count as f64))
-                } else {
-                    format!(
-                        "NO ({} produced, {} handled)",
-                        r.produced.count, r.ledger.distinct
-                    )
-                },
-                if r.verdict.pass { "pass" } else { "FAIL" }
-            );
-        }
-        out.push('\n');
-        sustained_intervals(&mut out, d);
-        definitions(
-            &mut out,
-            d,
-            &[
-                "sustained.produced_rate".into(),
-                "sustained.handled_rate".into(),
-                "sustained.backlog_slope".into(),
-            ],
+            "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            sustained_round(r),
+            r.duration_s,
+            r.target_rate_per_s
+                .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
+            thousands(r.produced.rate_per_s),
+            thousands(r.handled.rate_per_s),
+            match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
+                (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
+                (Some(v), None) => format!("{v:+.2}"),
+                _ => "n/a".to_owned(),
+            },
+            thousands(r.backlog_max as f64),
+            if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
+                format!("yes ({})", thousands(r.produced.count as f64))
+            } else {
+                format!(
+                    "NO ({} produced, {} handled)",
+                    r.produced.count, r.ledger.distinct
+                )
+            },
+            if r.verdict.pass { "pass" } else { "FAIL" }
         );
     }
+    out.push('\n');
+    rate_search(out, d);
+    sustained_intervals(out, d);
+    db_counters(out, d);
+    definitions(
+        out,
+        d,
+        &[
+            "sustained.produced_rate".into(),
+            "sustained.handled_rate".into(),
+            "sustained.backlog_slope".into(),
+            "sustained.rate_search.highest_passing".into(),
+        ],
+    );
+}
 
-    // Memory.
+/// The rate search's highest passing producer rate, when it ran.
+fn rate_search(out: &mut String, d: &Document) {
+    let id = "sustained.rate_search.highest_passing";
+    if fig(d, id).is_none() {
+        return;
+    }
+    let settings = d
+        .metadata
+        .workload
+        .rate_search
+        .as_ref()
+        .map_or(String::new(), |s| {
+            format!(
+                " (steps {}× apart, at most {})",
+                fmt_value(s.step, "x"),
+                s.steps_max
+            )
+        });
+    let _ = writeln!(
+        out,
+        "Rate search{settings}: highest producer rate that passed {} msg/s.\n",
+        cell(d, id)
+    );
+}
+
+/// The database's own counters over each sustained run that read them.
+fn db_counters(out: &mut String, d: &Document) {
+    let runs: Vec<_> = d
+        .sections
+        .sustained
+        .iter()
+        .filter_map(|r| r.db_counters.as_ref().map(|c| (r, c)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Database counters over each run:\n\n\
+         | Round | WAL written (MiB) | Checkpoints | Queue autovacuums | Queue autoanalyzes | Queue dead tuples at end |\n\
+         | --- | --- | --- | --- | --- | --- |"
+    );
+    let n = |v: Option<u64>| v.map_or("–".to_owned(), |v| thousands(v as f64));
+    for (r, c) in runs {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            sustained_round(r),
+            c.wal_bytes
+                .map_or("–".to_owned(), |b| format!("{:.1}", b as f64 / MIB)),
+            n(c.checkpoints),
+            n(c.queue_autovacuum_count),
+            n(c.queue_autoanalyze_count),
+            n(c.queue_dead_tuples)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n- *WAL written*: the whole cluster's (other databases' activity included), from the difference of \
+         `pg_current_wal_lsn()`.\n\
+         - *Queue autovacuums, autoanalyzes, dead tuples*: `pg_stat_user_tables` of the run's queue table (a new \
+         table per run).\n"
+    );
+}
+
+/// Peak RSS per section.
+fn memory(out: &mut String, d: &Document) {
     let _ = writeln!(
         out,
         "## Memory\n\nMethod: `{}`. Overall peak RSS: {:.1} MiB.\n\n| Section | Peak RSS, median over rounds (MiB) | Largest run (MiB) |\n| --- | --- | --- |",
@@ -542,12 +816,6 @@ pub fn render(d: &Document) -> String {
         );
     }
     out.push('\n');
-
-    // Targets.
-    if !d.targets.is_empty() {
-        out.push_str(&super::check::targets_table(&d.targets));
-    }
-    out
 }
 
 /// Handler counts present in the document, ascending.
@@ -579,6 +847,131 @@ mod tests {
         .unwrap();
         edit(&mut v);
         render(&Document::from_json(&v.to_string(), "test").unwrap())
+    }
+
+    /// `v`'s sections with backlog_scaling, worker_processes, equal-layout
+    /// loops, database counters and a rate search added, and its figures
+    /// built again from them.
+    fn with_every_section(v: &mut serde_json::Value) {
+        use serde_json::json;
+        let s = &mut v["sections"];
+        let consume = s["consume_scaling"][4].clone();
+        assert_eq!(consume["warmup"], false);
+        let mut backlog = Vec::new();
+        for round in 0..2 {
+            for (n, secs) in [(1000u64, 1.0), (3000, 6.0)] {
+                let mut r = consume.clone();
+                r["round"] = round.into();
+                r["count"] = n.into();
+                r["elapsed_s"] = secs.into();
+                r["rate_per_s"] = (n as f64 / secs).into();
+                r["ledger"]["expected"] = n.into();
+                backlog.push(r);
+            }
+        }
+        s["backlog_scaling"] = backlog.into();
+        let share = |index: u32, count: u64| {
+            json!({
+                "index": index,
+                "rate": {"count": count, "elapsed_s": 2.0, "rate_per_s": count as f64 / 2.0},
+                "share": count as f64 / 1000.0, "stalled": false,
+                "worker": consume["worker"], "handler_ms": consume["handler_ms"],
+                "peak_rss_bytes": 1 << 20
+            })
+        };
+        s["worker_processes"] = json!([{
+            "round": 0, "warmup": false, "processes": 2, "workers_per_process": 2,
+            "handler": "empty", "handler_work_ms": 0,
+            "count": 1000, "elapsed_s": 2.0, "rate_per_s": 500.0,
+            "per_process": [share(0, 600), share(1, 400)],
+            "min_over_max": 400.0 / 600.0, "jain_index": 0.96,
+            "ledger": consume["ledger"], "remaining_after": 0, "preload_s": 0.1, "vacuum_s": 0.1
+        }]);
+        let baselines = s["baseline"].as_array_mut().unwrap();
+        let template = baselines
+            .iter()
+            .find(|b| b["kind"] == "consume" && b["warmup"] == false)
+            .unwrap()
+            .clone();
+        let w8: Vec<(u64, f64)> = s["consume_scaling"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["warmup"] == false && r["workers"] == 8)
+            .map(|r| {
+                (
+                    r["round"].as_u64().unwrap(),
+                    r["rate_per_s"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        let baselines = s["baseline"].as_array_mut().unwrap();
+        for (round, rate) in w8 {
+            let mut b = template.clone();
+            b["kind"] = "consume_equal_layout".into();
+            b["round"] = round.into();
+            b["count"] = 100_000.into();
+            b["elapsed_s"] = (100_000.0 * 1.25 / rate).into();
+            b["rate_per_s"] = (rate / 1.25).into();
+            b.as_object_mut().unwrap().remove("paired_workers");
+            b.as_object_mut().unwrap().remove("follows_workers");
+            baselines.push(b);
+        }
+        let sustained = s["sustained"].as_array_mut().unwrap();
+        sustained[0]["db_counters"] = json!({
+            "wal_bytes": 3 * (1 << 20), "checkpoints": 1, "queue_autovacuum_count": 2,
+            "queue_autoanalyze_count": null, "queue_dead_tuples": 1234
+        });
+        for (step, rate, pass) in [(0u32, 1000.0, true), (1, 1500.0, false)] {
+            let mut r = sustained[0].clone();
+            r["rate_search_step"] = step.into();
+            r["target_rate_per_s"] = rate.into();
+            r["verdict"]["pass"] = pass.into();
+            sustained.push(r);
+        }
+        v["metadata"]["workload"]["backlog_workers"] = 2.into();
+        v["metadata"]["workload"]["claim_reads"] = "function".into();
+        v["metadata"]["workload"]["handler"] = "empty".into();
+        v["metadata"]["workload"]["rate_search"] =
+            json!({"enabled": true, "step": 1.5, "steps_max": 8});
+        let sections: crate::document::Sections =
+            serde_json::from_value(v["sections"].clone()).unwrap();
+        v["figures"] = serde_json::to_value(crate::figures::build(&sections)).unwrap();
+    }
+
+    #[test]
+    fn every_section_present_renders_its_table() {
+        let md = rendered(with_every_section);
+        for want in [
+            "## Backlog scaling (backlog_scaling)",
+            "2 handlers, claim reads `function`.",
+            "| Backlog (messages) | Drain rate (msg/s) | vs 1,000 |",
+            "| 1,000 | 1,000 | 1 (the reference) |",
+            "| 3,000 | 500 | 0.50 |",
+            "## Worker processes (worker_processes)",
+            "| 2 | 500 | 300 / 200 | 0.67 | 0.96 |",
+            "## Worker vs the equal-layout loop",
+            "| 8 | 1.25 |",
+            "Rate search (steps 1.50× apart, at most 8): highest producer rate that passed 1,000 msg/s.",
+            "| 0 (search step 1) |",
+            "| Round | WAL written (MiB) | Checkpoints |",
+            "| 0 | 3.0 | 1 | 2 | – | 1,234 |",
+            "handler `empty`, handler work 0 ms, claim reads `function`, pool",
+        ] {
+            assert!(md.contains(want), "{want} not in\n{md}");
+        }
+        // Without those sections, none of their tables.
+        let old = rendered(|_| {});
+        for absent in [
+            "## Backlog scaling",
+            "## Worker processes",
+            "## Worker vs the equal-layout loop",
+            "Rate search",
+            "WAL written",
+        ] {
+            assert!(!old.contains(absent), "{absent} in\n{old}");
+        }
+        assert!(old.contains("## Sustained") && old.contains("## Worker scaling"));
     }
 
     #[test]
