@@ -432,7 +432,8 @@ impl From<DateTime<Utc>> for Delay {
 /// headers. The default sends at once, without headers.
 ///
 /// Headers are given once for every message of the call
-/// ([`headers`](Self::headers)), or, for a batch, one object per message
+/// ([`headers`](Self::headers), or [`headers_from`](Self::headers_from) for
+/// a type of yours), or, for a batch, one object per message
 /// ([`headers_each`](Self::headers_each)); setting both, or `headers_each`
 /// on a single send, is refused with [`Error::InvalidArgument`] before any
 /// SQL runs.
@@ -500,6 +501,28 @@ impl SendOptions {
         self
     }
 
+    /// Sets the headers of every message sent from a type of yours: the
+    /// sending side of [`Message::headers_as`]. Serialized at once, so a
+    /// value that is not JSON is [`Error::Serialize`] here, before any send.
+    ///
+    /// ```
+    /// use pgmq_client::SendOptions;
+    ///
+    /// #[derive(serde::Serialize)]
+    /// struct Meta {
+    ///     tenant: String,
+    ///     priority: u8,
+    /// }
+    ///
+    /// let opts = SendOptions::new().headers_from(&Meta { tenant: "acme".into(), priority: 2 })?;
+    /// assert_eq!(opts.headers, Some(serde_json::json!({"tenant": "acme", "priority": 2})));
+    /// # Ok::<(), pgmq_client::Error>(())
+    /// ```
+    pub fn headers_from<H: serde::Serialize + ?Sized>(self, headers: &H) -> Result<Self, Error> {
+        let headers = serde_json::to_value(headers).map_err(Error::Serialize)?;
+        Ok(self.headers(headers))
+    }
+
     /// Sets a batch's headers, one per message (as many as the bodies).
     ///
     /// ```
@@ -557,6 +580,20 @@ mod tests {
         );
         assert!(!e.to_string().contains("secret-value"), "{e}");
         assert!(!format!("{e:?}").contains("secret-value"), "{e:?}");
+    }
+
+    #[test]
+    fn headers_from_a_type_or_a_serialize_error() {
+        #[derive(serde::Serialize)]
+        struct H {
+            n: u32,
+        }
+        let opts = SendOptions::new().headers_from(&H { n: 3 }).unwrap();
+        assert_eq!(opts.headers, Some(serde_json::json!({"n": 3})));
+        // A map with keys that are not strings is not JSON.
+        let not_json = std::collections::BTreeMap::from([((1, 2), 3)]);
+        let e = SendOptions::new().headers_from(&not_json).unwrap_err();
+        assert!(matches!(e, Error::Serialize(_)), "{e:?}");
     }
 
     #[test]
