@@ -73,11 +73,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, ReadOptions, Receipt};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
 use crate::claim_queue::ClaimQueue;
+use crate::config::Config;
 use crate::db::Kept;
 use crate::stats::{bump, micros, record, LocalHistograms};
 use crate::worker::Shared;
@@ -296,10 +297,9 @@ impl Cursor {
 }
 
 /// How many messages may wait in the claim queue now (see the module docs).
-pub(crate) fn claim_limit(shared: &Shared) -> usize {
-    let cfg = &shared.config;
+fn claim_limit(cfg: &Config, handler_time: &HandlerTime) -> usize {
     let floor = cfg.concurrency.clamp(1, cfg.claim_capacity);
-    let avg_us = shared.handler_time.average_us();
+    let avg_us = handler_time.average_us();
     if avg_us == 0 {
         return floor;
     }
@@ -314,12 +314,11 @@ pub(crate) fn claim_limit(shared: &Shared) -> usize {
 /// connection (checked out first when there is none, or when the last one
 /// broke), all within `db_timeout`.
 async fn read(
-    shared: &Shared,
+    cfg: &Config,
     kept: &Kept,
     qty: usize,
     plan: Plan,
 ) -> Result<Vec<Message<RawJson>>, pgmq_client::Error> {
-    let cfg = &shared.config;
     kept.busy();
     let pg = Pgmq::on(kept);
     let q = &cfg.queue;
@@ -344,75 +343,163 @@ pub(crate) async fn run(
 ) {
     #[cfg(feature = "fault-injection")]
     shared.maybe_panic("claim loop");
-    let cfg = &shared.config;
-    let batch = cfg.batch_size.min(cfg.claim_capacity);
-    let at_least = (batch / 2).max(1);
-    let mut wake = shared.claims.wake.subscribe();
-    let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5));
-    let mut local = LocalHistograms::new();
-    let room = &shared.claims.room;
-    // The connection kept between back-to-back reads (see the module docs).
-    let kept = Kept::new(shared.source.clone(), 1, cfg.db_timeout);
+    let mut lp = ClaimLoop::new(shared, queue, index);
     loop {
-        // Room in the claim queue: at least half a batch (or half the claim
-        // limit when smaller), topped up to a batch.
-        let limit = claim_limit(&shared);
+        let Some(permits) = lp.take_room(&stop).await else {
+            break;
+        };
+        if stop.is_cancelled() {
+            // Shutdown began: no new read.
+            break;
+        }
+        let qty = permits.num_permits();
+        let (plan, res) = lp.read(qty).await;
+        let msgs = match res {
+            Ok(msgs) => msgs,
+            Err(e) => {
+                drop(permits);
+                if lp.read_failed(e, &stop).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        match lp.enqueue(msgs, permits, plan, qty) {
+            After::ReadAgain => continue,
+            After::Park => {}
+            // Closed only when the worker is being torn down.
+            After::Closed => return,
+        }
+        // Short read: the queue is drained for now. Park, without a connection.
+        lp.kept.idle();
+        if park(&lp.shared, &mut lp.wake, &stop).await {
+            break;
+        }
+    }
+    lp.local.merge(&lp.shared.stats, Instant::now());
+}
+
+/// What a claim loop does once a read's messages are queued.
+enum After {
+    /// The backlog is there, or only the tail ran out: read again at once.
+    ReadAgain,
+    /// The queue is drained for now.
+    Park,
+    /// The claim queue refused them: the worker is being torn down.
+    Closed,
+}
+
+/// One claim loop's own state.
+struct ClaimLoop {
+    shared: Arc<Shared>,
+    queue: Arc<ClaimQueue<Claimed>>,
+    /// Which loop this is, for the logs.
+    index: usize,
+    /// The connection kept between back-to-back reads (see the module docs).
+    kept: Kept,
+    wake: watch::Receiver<u64>,
+    backoff: ErrorBackoff,
+    local: LocalHistograms,
+    /// The most one read asks for.
+    batch: usize,
+    /// The least room a read waits for: half a batch.
+    at_least: usize,
+}
+
+impl ClaimLoop {
+    fn new(shared: Arc<Shared>, queue: Arc<ClaimQueue<Claimed>>, index: usize) -> Self {
+        let cfg = &shared.config;
+        let batch = cfg.batch_size.min(cfg.claim_capacity);
+        ClaimLoop {
+            index,
+            kept: Kept::new(shared.source.clone(), 1, cfg.db_timeout),
+            wake: shared.claims.wake.subscribe(),
+            backoff: ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5)),
+            local: LocalHistograms::new(),
+            batch,
+            at_least: (batch / 2).max(1),
+            queue,
+            shared,
+        }
+    }
+
+    /// Room in the claim queue: at least half a batch (or half the claim
+    /// limit when smaller), topped up to a batch; waits for it without
+    /// holding a connection. None when `stop` fired meanwhile.
+    async fn take_room(&self, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+        let room = &self.shared.claims.room;
+        let limit = claim_limit(&self.shared.config, &self.shared.handler_time);
         room.limit_to(limit);
-        let first = at_least.min((limit / 2).max(1));
+        let first = self.at_least.min((limit / 2).max(1));
         let mut permits = match room.sem.clone().try_acquire_many_owned(first as u32) {
             Ok(p) => p,
             Err(_) => {
-                // No room yet: wait without holding a connection.
-                kept.idle();
+                self.kept.idle();
                 tokio::select! {
                     biased;
-                    _ = stop.cancelled() => break,
-                    p = room.sem.clone().acquire_many_owned(first as u32) => match p {
-                        Ok(p) => p,
-                        Err(_) => break,
-                    },
+                    _ = stop.cancelled() => return None,
+                    p = room.sem.clone().acquire_many_owned(first as u32) => p.ok()?,
                 }
             }
         };
-        let extra = room.sem.available_permits().min(batch - first);
+        let extra = room.sem.available_permits().min(self.batch - first);
         if extra > 0 {
             if let Ok(more) = room.sem.clone().try_acquire_many_owned(extra as u32) {
                 permits.merge(more);
             }
         }
-        let qty = permits.num_permits();
-        if stop.is_cancelled() {
-            // Shutdown began: no new read.
-            break;
-        }
+        Some(permits)
+    }
+
+    /// Plans where the read starts (recording when it started) and reads up
+    /// to `qty` messages.
+    async fn read(
+        &mut self,
+        qty: usize,
+    ) -> (Plan, Result<Vec<Message<RawJson>>, pgmq_client::Error>) {
+        let claims = &self.shared.claims;
         // Anything announced from here on is not missed: it marks `wake` changed.
-        wake.borrow_and_update();
-        let now_us = shared.claims.now_us();
-        shared.claims.last_read_start_us.store(now_us, Relaxed);
-        let plan = shared.claims.cursor.plan(now_us, micros(cfg.poll_interval));
-        let res = read(&shared, &kept, qty, plan).await;
-        let msgs = match res {
-            Ok(msgs) => msgs,
-            Err(e) => {
-                // The failed read's connection is already dropped.
-                kept.idle();
-                drop(permits);
-                bump(&shared.stats.c.read_errors, 1);
-                shared.health.read_failed();
-                let delay = backoff.next_delay();
-                if e.is_transient() {
-                    tracing::warn!(error = %e, retry_in = ?delay, claimer = index, "read failed");
-                } else {
-                    tracing::error!(error = %e, retry_in = ?delay, claimer = index, "read failed");
-                }
-                tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => break,
-                    _ = tokio::time::sleep(delay) => continue,
-                }
-            }
-        };
-        backoff.reset();
+        self.wake.borrow_and_update();
+        let now_us = claims.now_us();
+        claims.last_read_start_us.store(now_us, Relaxed);
+        let plan = claims
+            .cursor
+            .plan(now_us, micros(self.shared.config.poll_interval));
+        (plan, read(&self.shared.config, &self.kept, qty, plan).await)
+    }
+
+    /// Counts and logs a failed read and backs off; true when `stop` fired
+    /// meanwhile.
+    async fn read_failed(&mut self, e: pgmq_client::Error, stop: &CancellationToken) -> bool {
+        // The failed read's connection is already dropped.
+        self.kept.idle();
+        bump(&self.shared.stats.c.read_errors, 1);
+        self.shared.health.read_failed();
+        let delay = self.backoff.next_delay();
+        let claimer = self.index;
+        if e.is_transient() {
+            tracing::warn!(error = %e, retry_in = ?delay, claimer, "read failed");
+        } else {
+            tracing::error!(error = %e, retry_in = ?delay, claimer, "read failed");
+        }
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => true,
+            _ = tokio::time::sleep(delay) => false,
+        }
+    }
+
+    /// Queues what a read as `plan` for `qty` messages returned, with their
+    /// permits (the rest go back), and says what the loop does next.
+    fn enqueue(
+        &mut self,
+        msgs: Vec<Message<RawJson>>,
+        mut permits: OwnedSemaphorePermit,
+        plan: Plan,
+        qty: usize,
+    ) -> After {
+        let shared = &self.shared;
+        self.backoff.reset();
         shared.health.read_ok();
         let now = Instant::now();
         let n = msgs.len();
@@ -429,7 +516,7 @@ pub(crate) async fn run(
         for msg in &msgs {
             if let Some(read_at) = msg.last_read_at {
                 let waited = (read_at - msg.enqueued_at).num_microseconds().unwrap_or(0);
-                record(&mut local.h.queue_wait_db, waited.max(0) as u64);
+                record(&mut self.local.h.queue_wait_db, waited.max(0) as u64);
             }
         }
         // The whole batch at once; every message in the queue holds a permit
@@ -444,33 +531,30 @@ pub(crate) async fn run(
             msg,
             claimed_at: now,
         });
-        let loops =
-            crate::claim_queue::loops_for(n, shared.handler_time.average_us(), cfg.concurrency);
-        if !queue.push_batch(batch, loops) {
-            // Closed only when the worker is being torn down.
-            return;
+        let loops = crate::claim_queue::loops_for(
+            n,
+            shared.handler_time.average_us(),
+            shared.config.concurrency,
+        );
+        if !self.queue.push_batch(batch, loops) {
+            return After::Closed;
         }
-        local.maybe_merge(&shared.stats, now);
+        self.local.maybe_merge(&shared.stats, now);
         if n == qty {
             // The backlog is there: wake the other loops if parked.
             shared.claims.wake();
-            continue;
+            return After::ReadAgain;
         }
         if !drained {
             // A short read after the bound: read from the start next.
-            continue;
+            return After::ReadAgain;
         }
         if n == 0 {
             bump(&shared.stats.c.empty_reads, 1);
         }
-        local.merge(&shared.stats, now);
-        // Short read: the queue is drained for now. Park, without a connection.
-        kept.idle();
-        if park(&shared, &mut wake, &stop).await {
-            break;
-        }
+        self.local.merge(&shared.stats, now);
+        After::Park
     }
-    local.merge(&shared.stats, Instant::now());
 }
 
 /// Parks an idle loop until a wake-up or its poll timer (see the module

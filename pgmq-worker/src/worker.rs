@@ -50,6 +50,29 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The shared state of a worker about to start, its claims reading as
+    /// `path`.
+    fn new(
+        source: Source,
+        config: Arc<Config>,
+        stats: Arc<Stats>,
+        health: Arc<HealthState>,
+        path: ReadPath,
+    ) -> Self {
+        Shared {
+            source,
+            claims: Claims::new(config.claim_capacity, path),
+            config,
+            stats,
+            handler_time: HandlerTime::default(),
+            heartbeat: HeartbeatSignals::default(),
+            leases: Leases::default(),
+            health,
+            #[cfg(feature = "fault-injection")]
+            panicked_once: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
     /// Test hook (feature `fault-injection`): panics the first time the
     /// task named in `panic_once_in` calls it.
     #[cfg(feature = "fault-injection")]
@@ -274,18 +297,13 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let cfg = Arc::clone(&self.config);
         let path = check_queues(&self.source, &cfg).await?;
         let (notify_throttle, listener) = prepare_notify(&self.source, &cfg, hub.is_none()).await?;
-        let shared = Arc::new(Shared {
-            source: self.source,
-            config: Arc::clone(&cfg),
-            stats: self.stats,
-            claims: Claims::new(cfg.claim_capacity, path),
-            handler_time: HandlerTime::default(),
-            heartbeat: HeartbeatSignals::default(),
-            leases: Leases::default(),
-            health: Arc::clone(&self.health),
-            #[cfg(feature = "fault-injection")]
-            panicked_once: std::sync::atomic::AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(
+            self.source,
+            Arc::clone(&cfg),
+            self.stats,
+            Arc::clone(&self.health),
+            path,
+        ));
         // One root, so that dropping a running worker stops every task.
         let root = CancellationToken::new();
         let stop = root.child_token();
@@ -307,22 +325,11 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
 
         let claimers = spawn_claimers(&shared, &claim_queue, &stop);
 
-        let heartbeat = cfg.heartbeat.then(|| {
-            let (shared2, stop) = (Arc::clone(&shared), hb_stop.clone());
-            supervised(&shared, "heartbeat", move || {
-                heartbeat::run(Arc::clone(&shared2), stop.clone())
-            })
-        });
+        let heartbeat = cfg.heartbeat.then(|| spawn_heartbeat(&shared, &hb_stop));
         let notifier = (cfg.wake_up == WakeUp::Notify)
             .then(|| spawn_notifier(&shared, notify_throttle, hub, listener, &stop));
         #[cfg(feature = "metrics")]
-        {
-            let (shared2, queue, stop) =
-                (Arc::clone(&shared), Arc::clone(&claim_queue), stop.clone());
-            supervised(&shared, "metrics", move || {
-                crate::metrics::run(Arc::clone(&shared2), Arc::clone(&queue), stop.clone())
-            });
-        }
+        spawn_metrics(&shared, &claim_queue, &stop);
         shared.health.set_running(true);
         tracing::info!(
             queue = %cfg.queue,
@@ -435,6 +442,28 @@ fn spawn_claimers(
             })
         })
         .collect()
+}
+
+/// Starts the supervised heartbeat; it runs until `stop`.
+fn spawn_heartbeat(shared: &Arc<Shared>, stop: &CancellationToken) -> JoinHandle<()> {
+    let (shared2, stop) = (Arc::clone(shared), stop.clone());
+    supervised(shared, "heartbeat", move || {
+        heartbeat::run(Arc::clone(&shared2), stop.clone())
+    })
+}
+
+/// Starts the supervised publisher of the `metrics` feature; it runs until
+/// `stop`.
+#[cfg(feature = "metrics")]
+fn spawn_metrics(
+    shared: &Arc<Shared>,
+    claim_queue: &Arc<ClaimQueue<claimer::Claimed>>,
+    stop: &CancellationToken,
+) {
+    let (shared2, queue, stop) = (Arc::clone(shared), Arc::clone(claim_queue), stop.clone());
+    supervised(shared, "metrics", move || {
+        crate::metrics::run(Arc::clone(&shared2), Arc::clone(&queue), stop.clone())
+    });
 }
 
 /// Starts the supervised notifier: on a group's shared LISTEN connection
