@@ -254,8 +254,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Options of a benchmark run.
 ///
-/// Defaults are sized so that no timed run lasts under one second on a
-/// 2-core machine; see docs/benchmarks.md.
+/// Defaults are sized so that a timed run lasts long enough for its rate
+/// to measure steady state rather than start-up, even on a small machine
+/// (a run under one second is named in the document's warnings); see
+/// docs/benchmarks.md.
 #[derive(Debug, Clone, Args)]
 #[non_exhaustive]
 pub struct RunArgs {
@@ -396,8 +398,8 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',')]
     pub backlog_sizes: Option<Vec<u64>>,
 
-    /// backlog_scaling: also drain a 10,000,000-message backlog (minutes, and
-    /// about 2 GB of table).
+    /// backlog_scaling: also drain a 10,000,000-message backlog (a long
+    /// preload and drain, and a queue table of gigabytes).
     #[arg(long)]
     pub backlog_10m: bool,
 
