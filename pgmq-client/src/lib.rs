@@ -33,9 +33,12 @@
 //!   pooled connection and reused; a call is one round trip.
 //! - **Names are checked, never spliced unchecked.** [`QueueName`] refuses
 //!   anything PGMQ would not accept, before any SQL runs, and names travel as
-//!   bound parameters. The one call that is not a PGMQ function,
-//!   [`Pgmq::release_batch`], names the queue's table in its SQL, built only
-//!   from a validated name (`[a-z0-9_]`, quoted).
+//!   bound parameters. The calls that are statements on PGMQ's tables rather
+//!   than PGMQ functions ([`Pgmq::read_from`], the fenced writes
+//!   [`Pgmq::delete_fenced`], [`Pgmq::archive_fenced`] and
+//!   [`Pgmq::requeue_fenced`], and [`Pgmq::release_batch`]) name the queue's
+//!   tables in their SQL, built only from a validated name (`[a-z0-9_]`,
+//!   quoted).
 //! - **Catalog functions qualified.** The SQL this crate writes itself calls
 //!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
 //!   and so on, so a function of the same name in a schema earlier on the

@@ -16,10 +16,12 @@ pub const MAX_QUEUE_NAME_LEN: usize = 47;
 /// PGMQ lowercases table names, so `Orders` and `orders` would share tables;
 /// uppercase is therefore refused rather than silently folded. Quotes, `;`,
 /// `--`, `$`, spaces and non-ASCII characters are refused too. Names are sent
-/// to the server as bound parameters; the one exception,
-/// [`Pgmq::release_batch`](crate::Pgmq::release_batch) (an `UPDATE` on the
-/// queue table, not a PGMQ function), quotes the table name built from a
-/// validated name, which cannot close the quotes.
+/// to the server as bound parameters. The calls that are statements on the
+/// queue's tables rather than PGMQ functions
+/// ([`read_from`](crate::Pgmq::read_from), the fenced writes such as
+/// [`delete_fenced`](crate::Pgmq::delete_fenced), and
+/// [`release_batch`](crate::Pgmq::release_batch)) quote the table name built
+/// from a validated name, which cannot close the quotes.
 ///
 /// Cloning is cheap (the name is shared).
 ///
