@@ -54,22 +54,9 @@ async fn claim_of(client: &Client, q: &QueueName, id: i64) -> Option<Claim> {
 }
 
 /// Claims the message as B, for 60 s, as if A's claim had expired and B's
-/// `pgmq.read` had taken it: the same update PGMQ's read makes, in one
-/// statement, so that A's own poll cannot take it in between.
+/// `pgmq.read` had taken it.
 async fn steal(client: &Client, q: &QueueName, id: i64) -> Claim {
-    let conn = client.connection().await.unwrap();
-    let n = conn
-        .execute(
-            &format!(
-                "UPDATE {} SET vt = clock_timestamp() + interval '60 seconds', \
-                 read_ct = read_ct + 1, last_read_at = clock_timestamp() WHERE msg_id = $1",
-                q.quoted_table()
-            ),
-            &[&id],
-        )
-        .await
-        .unwrap();
-    assert_eq!(n, 1, "B claims the message");
+    common::take_claim_over(client, q, id).await;
     claim_of(client, q, id).await.unwrap()
 }
 

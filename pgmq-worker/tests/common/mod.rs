@@ -172,3 +172,24 @@ pub async fn start_error<T: serde::de::DeserializeOwned + Send + 'static>(
         .await
         .expect_err("the worker started")
 }
+
+/// Takes the message's claim over as another delivery would once the claim
+/// expired: the same update PGMQ's read makes (new `last_read_at`,
+/// `read_ct + 1`, invisible for 60 s), in one statement, so that the
+/// worker's own poll cannot take it in between.
+#[allow(dead_code)]
+pub async fn take_claim_over(client: &Client, q: &QueueName, id: i64) {
+    let conn = client.connection().await.unwrap();
+    let n = conn
+        .execute(
+            &format!(
+                "UPDATE {} SET vt = clock_timestamp() + interval '60 seconds', \
+                 read_ct = read_ct + 1, last_read_at = clock_timestamp() WHERE msg_id = $1",
+                q.quoted_table()
+            ),
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "the message's claim is taken over");
+}
