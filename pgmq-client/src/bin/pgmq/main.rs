@@ -75,22 +75,7 @@ enum Command {
         table: bool,
     },
     /// Create a queue (a no-op when it exists).
-    Create {
-        /// Queue name: lowercase letters, digits and '_', at most 47.
-        queue: String,
-        /// Unlogged tables: faster, emptied by a server crash.
-        #[arg(long, conflicts_with = "partitioned")]
-        unlogged: bool,
-        /// Partitioned by pg_partman (the extension must be installed).
-        #[arg(long)]
-        partitioned: bool,
-        /// Partition size: a message count ("10000") or an interval ("1 day").
-        #[arg(long, default_value = "10000", requires = "partitioned")]
-        partition_interval: String,
-        /// Retention: a message count or an interval.
-        #[arg(long, default_value = "100000", requires = "partitioned")]
-        retention_interval: String,
-    },
+    Create(CreateArgs),
     /// Drop a queue, its archive and its bindings.
     Drop {
         queue: String,
@@ -108,38 +93,10 @@ enum Command {
     /// (headers and delay optional). Messages are sent in batches of --batch,
     /// each batch in one statement; on a bad line, the lines before it are
     /// sent and the error names the line.
-    Send {
-        queue: String,
-        /// Read this file instead of stdin ("-" is stdin).
-        #[arg(long, short)]
-        file: Option<PathBuf>,
-        /// Lines are {"body", "headers", "delay"} objects.
-        #[arg(long)]
-        envelope: bool,
-        /// Delay in seconds for lines without their own.
-        #[arg(long, value_name = "SECONDS")]
-        delay: Option<u32>,
-        /// Messages per statement.
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
-        batch: u32,
-    },
+    Send(SendArgs),
     /// Read messages and print them as JSON lines. Read messages stay in the
     /// queue, hidden for --vt seconds, and their read_ct goes up.
-    Read {
-        queue: String,
-        /// How many messages at most.
-        #[arg(long, short = 'n', default_value_t = 1)]
-        qty: usize,
-        /// Seconds the messages stay hidden (0: visible again at once).
-        #[arg(long, default_value_t = 30)]
-        vt: u64,
-        /// Wait up to this many seconds for a message when none is visible.
-        #[arg(long, value_name = "SECONDS")]
-        poll: Option<u64>,
-        /// Only messages whose body contains this JSON (jsonb @>).
-        #[arg(long, value_name = "JSON")]
-        filter: Option<String>,
-    },
+    Read(ReadArgs),
     /// Read and delete messages at once, printing them as JSON lines.
     Pop {
         queue: String,
@@ -168,31 +125,90 @@ enum Command {
     /// without a target, or whose `source_queue` names no existing queue,
     /// stay in the dead-letter queue. Without --to, messages naming more
     /// than one queue are moved only with --yes.
-    Redrive {
-        /// The dead-letter queue.
-        dead_letter_queue: String,
-        /// Send every message to this queue instead of its `source_queue`.
-        #[arg(long)]
-        to: Option<String>,
-        /// Messages per transaction.
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
-        batch: u32,
-        /// Stop after this many messages.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Show what would move, and move nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Move messages back to each of several source queues (without
-        /// --to, redrive refuses when the messages name more than one).
-        #[arg(long)]
-        yes: bool,
-    },
+    Redrive(RedriveArgs),
     /// Insert notifications (LISTEN channel pgmq.q_QUEUE.INSERT).
     Notify {
         #[command(subcommand)]
         action: NotifyAction,
     },
+}
+
+// The arguments of `pgmq create` (its help text is the variant's doc above).
+#[derive(clap::Args)]
+struct CreateArgs {
+    /// Queue name: lowercase letters, digits and '_', at most 47.
+    queue: String,
+    /// Unlogged tables: faster, emptied by a server crash.
+    #[arg(long, conflicts_with = "partitioned")]
+    unlogged: bool,
+    /// Partitioned by pg_partman (the extension must be installed).
+    #[arg(long)]
+    partitioned: bool,
+    /// Partition size: a message count ("10000") or an interval ("1 day").
+    #[arg(long, default_value = "10000", requires = "partitioned")]
+    partition_interval: String,
+    /// Retention: a message count or an interval.
+    #[arg(long, default_value = "100000", requires = "partitioned")]
+    retention_interval: String,
+}
+
+// The arguments of `pgmq send` (its help text is the variant's doc above).
+#[derive(clap::Args)]
+struct SendArgs {
+    queue: String,
+    /// Read this file instead of stdin ("-" is stdin).
+    #[arg(long, short)]
+    file: Option<PathBuf>,
+    /// Lines are {"body", "headers", "delay"} objects.
+    #[arg(long)]
+    envelope: bool,
+    /// Delay in seconds for lines without their own.
+    #[arg(long, value_name = "SECONDS")]
+    delay: Option<u32>,
+    /// Messages per statement.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    batch: u32,
+}
+
+// The arguments of `pgmq read` (its help text is the variant's doc above).
+#[derive(clap::Args)]
+struct ReadArgs {
+    queue: String,
+    /// How many messages at most.
+    #[arg(long, short = 'n', default_value_t = 1)]
+    qty: usize,
+    /// Seconds the messages stay hidden (0: visible again at once).
+    #[arg(long, default_value_t = 30)]
+    vt: u64,
+    /// Wait up to this many seconds for a message when none is visible.
+    #[arg(long, value_name = "SECONDS")]
+    poll: Option<u64>,
+    /// Only messages whose body contains this JSON (jsonb @>).
+    #[arg(long, value_name = "JSON")]
+    filter: Option<String>,
+}
+
+// The arguments of `pgmq redrive` (its help text is the variant's doc above).
+#[derive(clap::Args)]
+struct RedriveArgs {
+    /// The dead-letter queue.
+    dead_letter_queue: String,
+    /// Send every message to this queue instead of its `source_queue`.
+    #[arg(long)]
+    to: Option<String>,
+    /// Messages per transaction.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    batch: u32,
+    /// Stop after this many messages.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Show what would move, and move nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Move messages back to each of several source queues (without
+    /// --to, redrive refuses when the messages name more than one).
+    #[arg(long)]
+    yes: bool,
 }
 
 #[derive(Subcommand)]
@@ -347,145 +363,150 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let client = connect(&cli).await?;
     match cli.command {
         Command::List { table } => list(&client, table, &mut out).await?,
-        Command::Create {
-            queue: name,
-            unlogged,
-            partitioned,
-            partition_interval,
-            retention_interval,
-        } => {
-            let q = queue(&name)?;
-            if partitioned {
-                client
-                    .create_partitioned(&q, &partition_interval, &retention_interval)
-                    .await?;
-            } else if unlogged {
-                client.create_unlogged(&q).await?;
-            } else {
-                client.create(&q).await?;
-            }
-        }
+        Command::Create(args) => create(&client, args).await?,
         Command::Drop {
             queue: name,
             if_exists,
-        } => {
-            let q = queue(&name)?;
-            if !client.drop_queue(&q).await? && !if_exists {
-                return fail(format!("queue {q} does not exist"));
-            }
-        }
+        } => drop_queue(&client, &queue(&name)?, if_exists).await?,
         Command::Purge { queue: name } => {
             let n = client.purge_queue(&queue(&name)?).await?;
             out.line(&json!({ "purged": n })).await?;
         }
-        Command::Send {
-            queue: name,
-            file,
-            envelope,
-            delay,
-            batch,
-        } => {
-            let q = queue(&name)?;
-            let opts = input::SendOpts {
-                envelope,
-                delay,
-                batch: batch as usize,
-            };
-            match file.filter(|f| f.as_os_str() != "-") {
-                Some(path) => {
-                    let f = tokio::fs::File::open(&path)
-                        .await
-                        .map_err(|e| Failure(format!("opening {}: {e}", path.display())))?;
-                    input::send_lines(&client, &q, f, &opts, &mut out).await?
-                }
-                None => input::send_lines(&client, &q, tokio::io::stdin(), &opts, &mut out).await?,
-            }
-        }
-        Command::Read {
-            queue: name,
-            qty,
-            vt,
-            poll,
-            filter,
-        } => {
-            let q = queue(&name)?;
-            let vt = Duration::from_secs(vt);
-            let filter: Option<Value> = match filter {
-                Some(f) => Some(
-                    serde_json::from_str(&f)
-                        .map_err(|e| Failure(format!("--filter is not JSON: {e}")))?,
-                ),
-                None => None,
-            };
-            let mut opts = pgmq_client::ReadOptions::new(vt).qty(qty);
-            opts.filter = filter;
-            if let Some(secs) = poll {
-                opts = opts.poll(Duration::from_secs(secs), Duration::from_millis(100));
-            }
-            let msgs = client.read_with_raw(&q, &opts).await?;
-            for m in &msgs {
-                out.line(&MessageOut::from(m)).await?;
-            }
-        }
+        Command::Send(args) => send(&client, args, &mut out).await?,
+        Command::Read(args) => read(&client, args, &mut out).await?,
         Command::Pop { queue: name, qty } => {
-            for m in &client.pop_raw(&queue(&name)?, qty).await? {
-                out.line(&MessageOut::from(m)).await?;
-            }
+            let msgs = client.pop_raw(&queue(&name)?, qty).await?;
+            print_messages(&msgs, &mut out).await?;
         }
         Command::Delete {
             queue: name,
             msg_ids,
         } => {
-            for id in client.delete_batch(&queue(&name)?, &msg_ids).await? {
-                out.line(&id).await?;
-            }
+            let ids = client.delete_batch(&queue(&name)?, &msg_ids).await?;
+            print_ids(&ids, &mut out).await?;
         }
         Command::Archive {
             queue: name,
             msg_ids,
         } => {
-            for id in client.archive_batch(&queue(&name)?, &msg_ids).await? {
-                out.line(&id).await?;
-            }
+            let ids = client.archive_batch(&queue(&name)?, &msg_ids).await?;
+            print_ids(&ids, &mut out).await?;
         }
-        Command::Redrive {
-            dead_letter_queue,
-            to,
-            batch,
-            limit,
-            dry_run,
-            yes,
-        } => {
-            let opts = redrive::Opts {
-                dlq: queue(&dead_letter_queue)?,
-                to: to.as_deref().map(queue).transpose()?,
-                batch: batch as usize,
-                limit,
-                dry_run,
-                yes,
-            };
-            redrive::run(&client, &opts, &mut out).await?;
-        }
-        Command::Notify { action } => match action {
-            NotifyAction::Enable {
-                queue: name,
-                throttle_ms,
-            } => {
-                client
-                    .enable_notify_insert(&queue(&name)?, Duration::from_millis(throttle_ms))
-                    .await?
-            }
-            NotifyAction::Disable { queue: name } => {
-                client.disable_notify_insert(&queue(&name)?).await?
-            }
-            NotifyAction::List => {
-                for t in client.list_notify_insert_throttles().await? {
-                    out.line(&t).await?;
-                }
-            }
-        },
+        Command::Redrive(args) => redrive(&client, args, &mut out).await?,
+        Command::Notify { action } => notify(&client, action, &mut out).await?,
     }
     out.flush().await
+}
+
+/// `pgmq create`: a partitioned, an unlogged or a plain queue.
+async fn create(client: &Client, args: CreateArgs) -> Result<(), Failure> {
+    let q = queue(&args.queue)?;
+    if args.partitioned {
+        client
+            .create_partitioned(&q, &args.partition_interval, &args.retention_interval)
+            .await?;
+    } else if args.unlogged {
+        client.create_unlogged(&q).await?;
+    } else {
+        client.create(&q).await?;
+    }
+    Ok(())
+}
+
+/// `pgmq drop`: a queue that does not exist is an error unless `--if-exists`.
+async fn drop_queue(client: &Client, q: &QueueName, if_exists: bool) -> Result<(), Failure> {
+    if !client.drop_queue(q).await? && !if_exists {
+        return fail(format!("queue {q} does not exist"));
+    }
+    Ok(())
+}
+
+/// `pgmq send`: JSON lines from `--file` (`-` or none: stdin) to the queue.
+async fn send(client: &Client, args: SendArgs, out: &mut Out) -> Result<(), Failure> {
+    let q = queue(&args.queue)?;
+    let opts = input::SendOpts {
+        envelope: args.envelope,
+        delay: args.delay,
+        batch: args.batch as usize,
+    };
+    match args.file.filter(|f| f.as_os_str() != "-") {
+        Some(path) => {
+            let f = tokio::fs::File::open(&path)
+                .await
+                .map_err(|e| Failure(format!("opening {}: {e}", path.display())))?;
+            input::send_lines(client, &q, f, &opts, out).await
+        }
+        None => input::send_lines(client, &q, tokio::io::stdin(), &opts, out).await,
+    }
+}
+
+/// `pgmq read`: one read, filtered and polling as asked.
+async fn read(client: &Client, args: ReadArgs, out: &mut Out) -> Result<(), Failure> {
+    let q = queue(&args.queue)?;
+    let mut opts = pgmq_client::ReadOptions::new(Duration::from_secs(args.vt)).qty(args.qty);
+    opts.filter = match args.filter {
+        Some(f) => Some(
+            serde_json::from_str(&f).map_err(|e| Failure(format!("--filter is not JSON: {e}")))?,
+        ),
+        None => None,
+    };
+    if let Some(secs) = args.poll {
+        opts = opts.poll(Duration::from_secs(secs), Duration::from_millis(100));
+    }
+    let msgs = client.read_with_raw(&q, &opts).await?;
+    print_messages(&msgs, out).await
+}
+
+/// `pgmq redrive`: the names checked, then [`redrive::run`].
+async fn redrive(client: &Client, args: RedriveArgs, out: &mut Out) -> Result<(), Failure> {
+    let opts = redrive::Opts {
+        dlq: queue(&args.dead_letter_queue)?,
+        to: args.to.as_deref().map(queue).transpose()?,
+        batch: args.batch as usize,
+        limit: args.limit,
+        dry_run: args.dry_run,
+        yes: args.yes,
+    };
+    redrive::run(client, &opts, out).await
+}
+
+/// `pgmq notify enable | disable | list`.
+async fn notify(client: &Client, action: NotifyAction, out: &mut Out) -> Result<(), Failure> {
+    match action {
+        NotifyAction::Enable {
+            queue: name,
+            throttle_ms,
+        } => {
+            client
+                .enable_notify_insert(&queue(&name)?, Duration::from_millis(throttle_ms))
+                .await?
+        }
+        NotifyAction::Disable { queue: name } => {
+            client.disable_notify_insert(&queue(&name)?).await?
+        }
+        NotifyAction::List => {
+            for t in client.list_notify_insert_throttles().await? {
+                out.line(&t).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Messages as JSON lines (`read`, `pop`).
+async fn print_messages(msgs: &[Message<RawJson>], out: &mut Out) -> Result<(), Failure> {
+    for m in msgs {
+        out.line(&MessageOut::from(m)).await?;
+    }
+    Ok(())
+}
+
+/// Message ids, one per line (`delete`, `archive`).
+async fn print_ids(ids: &[i64], out: &mut Out) -> Result<(), Failure> {
+    for id in ids {
+        out.line(id).await?;
+    }
+    Ok(())
 }
 
 async fn list(client: &Client, table: bool, out: &mut Out) -> Result<(), Failure> {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pgmq_client::{Client, Executor, Message, Pgmq, QueueName, RawJson, SendOptions};
+use pgmq_client::{Client, Executor, Message, Pgmq, QueueName, RawJson, SendOptions, Transaction};
 use serde_json::{json, Value};
 
 use crate::{Failure, Out};
@@ -124,9 +124,9 @@ async fn named_queues(
 ) -> Result<Vec<String>, Failure> {
     // The table name comes from a validated QueueName: [a-z0-9_] only.
     let sql = format!(
-        "SELECT DISTINCT s FROM (SELECT headers->>'source_queue' AS s FROM pgmq.\"q_{}\" \
+        "SELECT DISTINCT s FROM (SELECT headers->>'source_queue' AS s FROM {} \
          ORDER BY msg_id LIMIT $1) AS t WHERE s IS NOT NULL ORDER BY s",
-        opts.dlq.as_str()
+        opts.dlq.quoted_table()
     );
     let limit = opts.limit.map_or(i64::MAX, |l| l as i64);
     let conn = client.connection().await?;
@@ -145,23 +145,12 @@ async fn named_queues(
     Ok(names)
 }
 
+/// Moves the dead letters of `opts.dlq` back, batch by batch, printing a line
+/// per message moved and a summary on stderr.
 pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(), Failure> {
-    let existing: Existing = client
-        .list_queues()
-        .await?
-        .into_iter()
-        .map(|q| q.queue_name)
-        .collect();
+    let existing = existing_queues(client).await?;
     if opts.to.is_none() && !opts.yes {
-        let names = named_queues(client, opts, &existing).await?;
-        if names.len() > 1 {
-            return Err(Failure(format!(
-                "the messages name {} source queues ({}): pass --yes to move each back to its own, \
-                 or --to QUEUE to send them all to one",
-                names.len(),
-                names.join(", ")
-            )));
-        }
+        refuse_several_sources(client, opts, &existing).await?;
     }
     let mut moved = 0usize;
     let mut skipped: Vec<i64> = Vec::new();
@@ -177,21 +166,15 @@ pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(
         None => None,
     };
     let result = loop {
-        let done = moved + skipped.len();
-        let want = match opts.limit {
-            Some(limit) if done >= limit => break Ok(()),
-            Some(limit) => opts.batch.min(limit - done),
-            None => opts.batch,
+        let Some(want) = batch_size(opts, moved + skipped.len()) else {
+            break Ok(());
         };
         let lines = match &dry_tx {
             Some(tx) => one_batch(&Pgmq::on(tx), opts, want, &mut skipped, &existing).await,
             None => {
                 let mut conn = client.connection().await?;
                 let tx = conn.transaction().await?;
-                match one_batch(&Pgmq::on(&tx), opts, want, &mut skipped, &existing).await {
-                    Ok(lines) => tx.commit().await.map(|()| lines).map_err(Failure::from),
-                    Err(e) => Err(e),
-                }
+                committed_batch(tx, opts, want, &mut skipped, &existing).await
             }
         };
         match lines {
@@ -212,25 +195,85 @@ pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(
     };
     match dry_tx {
         Some(tx) => tx.rollback().await?,
-        None => {
-            if !skipped.is_empty() {
-                // The reads hid them: make them visible again.
-                client
-                    .set_vt_batch(&opts.dlq, &skipped, Duration::ZERO)
-                    .await?;
-            }
-        }
+        None => give_back(client, opts, &skipped).await?,
     }
     result?;
+    report(opts, moved, skipped.len());
+    Ok(())
+}
+
+/// The names of the queues that exist.
+async fn existing_queues(client: &Client) -> Result<Existing, Failure> {
+    Ok(client
+        .list_queues()
+        .await?
+        .into_iter()
+        .map(|q| q.queue_name)
+        .collect())
+}
+
+/// Without `--to` or `--yes`, refuses to move messages that name more than
+/// one source queue.
+async fn refuse_several_sources(
+    client: &Client,
+    opts: &Opts,
+    existing: &Existing,
+) -> Result<(), Failure> {
+    let names = named_queues(client, opts, existing).await?;
+    if names.len() > 1 {
+        return Err(Failure(format!(
+            "the messages name {} source queues ({}): pass --yes to move each back to its own, \
+             or --to QUEUE to send them all to one",
+            names.len(),
+            names.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// How many messages the next batch reads, `done` having been moved or
+/// skipped; None once `--limit` is reached.
+fn batch_size(opts: &Opts, done: usize) -> Option<usize> {
+    match opts.limit {
+        Some(limit) if done >= limit => None,
+        Some(limit) => Some(opts.batch.min(limit - done)),
+        None => Some(opts.batch),
+    }
+}
+
+/// One batch in `tx`, a transaction of its own, committed when it moved.
+async fn committed_batch(
+    tx: Transaction<'_>,
+    opts: &Opts,
+    want: usize,
+    skipped: &mut Vec<i64>,
+    existing: &Existing,
+) -> Result<Option<Vec<Value>>, Failure> {
+    let lines = one_batch(&Pgmq::on(&tx), opts, want, skipped, existing).await?;
+    tx.commit().await?;
+    Ok(lines)
+}
+
+/// Makes the messages left in place visible again: the reads hid them.
+async fn give_back(client: &Client, opts: &Opts, skipped: &[i64]) -> Result<(), Failure> {
+    if !skipped.is_empty() {
+        client
+            .set_vt_batch(&opts.dlq, skipped, Duration::ZERO)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The summary on stderr: how many moved (or would), how many stay.
+fn report(opts: &Opts, moved: usize, skipped: usize) {
     let verb = if opts.dry_run { "would move" } else { "moved" };
-    let left = if skipped.is_empty() {
+    let left = if skipped == 0 {
         String::new()
     } else {
-        format!("; {} left in place", skipped.len())
+        format!("; {skipped} left in place")
     };
     eprintln!(
         "pgmq: redrive: {verb} {moved} message(s) from {}{left}",
         opts.dlq
     );
-    Ok(())
 }
