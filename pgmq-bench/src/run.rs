@@ -11,8 +11,8 @@ use pgmq_client::redact_dsn;
 use crate::cli::{HandlerKind, RunArgs, Section};
 use crate::config::Config;
 use crate::document::{
-    Document, LedgerReport, MemorySummary, Protocol, RateSearch, RunOutcome, Sections, Workload,
-    SCHEMA,
+    ConsumeRun, Document, LedgerReport, MemorySummary, ProcessesRun, Protocol, RateSearch,
+    RunOutcome, Sections, Workload, SCHEMA,
 };
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
@@ -489,20 +489,13 @@ fn run_tag(round: u32, warmup: bool) -> String {
 pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
     let mut failures = Vec::new();
     let mut warnings = Vec::new();
-    let short = |warnings: &mut Vec<String>, what: String, elapsed: f64| {
-        if elapsed < 1.0 {
-            warnings.push(format!(
-                "{what} lasted {elapsed:.3} s, under 1 s: the rate measures start-up as much as steady state"
-            ));
-        }
-    };
     for (name, runs) in [
         ("send_single", &s.send_single),
         ("send_batch", &s.send_batch),
     ] {
         for r in runs {
             let tag = run_tag(r.round, r.warmup);
-            short(&mut warnings, format!("{name} {tag}"), r.rate.elapsed_s);
+            short_run_warning(&mut warnings, &format!("{name} {tag}"), r.rate.elapsed_s);
             if r.in_queue_after != r.rate.count as i64 {
                 failures.push(format!(
                     "{name} {tag}: sent {} but the queue holds {}",
@@ -511,29 +504,18 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             }
         }
     }
-    for r in &s.consume_scaling {
-        let tag = format!(
-            "consume_scaling w={} {}",
-            r.workers,
-            run_tag(r.round, r.warmup)
-        );
-        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
-        drain_failures(&mut failures, &tag, &r.ledger, r.remaining_after);
-        for i in r.worker.inconsistencies() {
-            failures.push(format!("{tag}: {i}"));
-        }
-    }
-    for r in &s.backlog_scaling {
-        let tag = format!(
-            "backlog_scaling {} {}",
-            r.ledger.expected,
-            run_tag(r.round, r.warmup)
-        );
-        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
-        drain_failures(&mut failures, &tag, &r.ledger, r.remaining_after);
-        for i in r.worker.inconsistencies() {
-            failures.push(format!("{tag}: {i}"));
-        }
+    let consume = s
+        .consume_scaling
+        .iter()
+        .map(|r| (format!("consume_scaling w={}", r.workers), r));
+    let backlog = s
+        .backlog_scaling
+        .iter()
+        .map(|r| (format!("backlog_scaling {}", r.ledger.expected), r));
+    for (what, r) in consume.chain(backlog) {
+        let tag = format!("{what} {}", run_tag(r.round, r.warmup));
+        drained(&mut failures, &mut warnings, &tag, r);
+        counter_failures(&mut failures, &tag, &r.worker);
     }
     for r in &s.worker_processes {
         let tag = format!(
@@ -541,20 +523,18 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             r.processes,
             run_tag(r.round, r.warmup)
         );
-        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
-        drain_failures(&mut failures, &tag, &r.ledger, r.remaining_after);
+        drained(&mut failures, &mut warnings, &tag, r);
         for pr in &r.per_process {
             if pr.stalled {
                 failures.push(format!("{tag}: process {} stalled", pr.index));
             }
-            for i in pr.worker.inconsistencies() {
-                failures.push(format!("{tag}: process {}: {i}", pr.index));
-            }
+            let who = format!("{tag}: process {}", pr.index);
+            counter_failures(&mut failures, &who, &pr.worker);
         }
     }
     for r in &s.baseline {
         let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
-        short(&mut warnings, tag.clone(), r.rate.elapsed_s);
+        short_run_warning(&mut warnings, &tag, r.rate.elapsed_s);
         if let Some(l) = &r.ledger {
             if l.missing > 0 {
                 failures.push(format!("{tag}: {} messages never handled", l.missing));
@@ -597,9 +577,7 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
         }
         ledger_failures(&mut failures, &tag, &r.ledger);
-        for i in r.worker.inconsistencies() {
-            failures.push(format!("{tag}: {i}"));
-        }
+        counter_failures(&mut failures, &tag, &r.worker);
     }
     if profile != "release" {
         warnings
@@ -612,9 +590,48 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
     }
 }
 
-/// Duplicates and unexpected ids in a consume ledger fail the run: with a
-/// 30-second visibility timeout and a drained queue, a message handled twice
-/// or an id the bench never sent is a fault, not noise.
+/// A warning for a timed run under one second.
+fn short_run_warning(warnings: &mut Vec<String>, what: &str, elapsed: f64) {
+    if elapsed < 1.0 {
+        warnings.push(format!(
+            "{what} lasted {elapsed:.3} s, under 1 s: the rate measures start-up as much as steady state"
+        ));
+    }
+}
+
+/// A worker run that drained a preloaded queue.
+trait Drained {
+    /// Its timed seconds, its ledger and the messages left after it.
+    fn drain(&self) -> (f64, &LedgerReport, i64);
+}
+
+impl Drained for ConsumeRun {
+    fn drain(&self) -> (f64, &LedgerReport, i64) {
+        (self.rate.elapsed_s, &self.ledger, self.remaining_after)
+    }
+}
+
+impl Drained for ProcessesRun {
+    fn drain(&self) -> (f64, &LedgerReport, i64) {
+        (self.rate.elapsed_s, &self.ledger, self.remaining_after)
+    }
+}
+
+/// The checks of a worker run that drained a preloaded queue: a warning
+/// when it was short, and its drain checks.
+fn drained(failures: &mut Vec<String>, warnings: &mut Vec<String>, tag: &str, r: &impl Drained) {
+    let (elapsed, l, remaining_after) = r.drain();
+    short_run_warning(warnings, tag, elapsed);
+    drain_failures(failures, tag, l, remaining_after);
+}
+
+/// The worker's counters that do not add up, each a failure of `tag`.
+fn counter_failures(failures: &mut Vec<String>, tag: &str, w: &crate::document::WorkerCounters) {
+    for i in w.inconsistencies() {
+        failures.push(format!("{tag}: {i}"));
+    }
+}
+
 /// The checks of a run that drained a preloaded queue: every message handled
 /// once, and nothing left in the queue once the workers stopped.
 fn drain_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport, remaining_after: i64) {
@@ -632,6 +649,9 @@ fn drain_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport, remai
     ledger_failures(failures, tag, l);
 }
 
+/// Duplicates and unexpected ids in a ledger fail the run: with a
+/// visibility timeout longer than a run and a drained queue, a message
+/// handled twice or an id the bench never sent is a fault, not noise.
 fn ledger_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport) {
     if l.duplicates > 0 {
         failures.push(format!(
@@ -657,4 +677,80 @@ pub async fn write_document(doc: &Document, path: &Path) -> Result<()> {
     tokio::fs::rename(&tmp, path)
         .await
         .map_err(|e| Error::io(format!("renaming {} into place", tmp.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sections of a committed document, with a backlog_scaling run
+    /// and a worker_processes run made from its first consume run.
+    fn sections() -> Sections {
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../docs/results/dev-machine-3a1360c.json"))
+                .unwrap();
+        let s = &mut v["sections"];
+        let consume = s["consume_scaling"][0].clone();
+        s["backlog_scaling"] = serde_json::json!([consume.clone()]);
+        s["worker_processes"] = serde_json::json!([{
+            "round": 0, "warmup": false, "processes": 2, "workers_per_process": 2,
+            "handler": "empty", "handler_work_ms": 0,
+            "count": consume["count"], "elapsed_s": 2.0, "rate_per_s": 1.0,
+            "per_process": [{
+                "index": 1, "rate": {"count": 1, "elapsed_s": 2.0, "rate_per_s": 0.5},
+                "share": 1.0, "stalled": false, "worker": consume["worker"],
+                "handler_ms": consume["handler_ms"], "peak_rss_bytes": 1
+            }],
+            "min_over_max": 1.0, "jain_index": 1.0,
+            "ledger": consume["ledger"], "remaining_after": 0, "preload_s": 0.1, "vacuum_s": 0.1
+        }]);
+        serde_json::from_value(v["sections"].clone()).unwrap()
+    }
+
+    /// Every drained run is checked the same way, its failures named by
+    /// section, size or count, and round.
+    #[test]
+    fn drained_runs_fail_on_what_they_lost_or_left() {
+        let clean = evaluate(&sections(), "release");
+        assert!(clean.ok, "{:?}", clean.failures);
+        let mut s = sections();
+        s.consume_scaling[0].ledger.missing = 3;
+        s.backlog_scaling[0].remaining_after = 5;
+        s.backlog_scaling[0].worker.deleted += 1;
+        s.worker_processes[0].per_process[0].worker.failed = 1;
+        s.worker_processes[0].per_process[0].stalled = true;
+        let expected = s.backlog_scaling[0].ledger.expected;
+        let out = evaluate(&s, "release");
+        let has = |needle: &str| out.failures.iter().any(|f| f.starts_with(needle));
+        assert!(!out.ok);
+        assert!(
+            has("consume_scaling w=1 warm-up round 0: 3 of"),
+            "{:?}",
+            out.failures
+        );
+        assert!(
+            has(&format!(
+                "backlog_scaling {expected} warm-up round 0: 5 messages still in the queue"
+            )),
+            "{:?}",
+            out.failures
+        );
+        assert!(
+            has(&format!(
+                "backlog_scaling {expected} warm-up round 0: worker counters do not add up"
+            )),
+            "{:?}",
+            out.failures
+        );
+        assert!(
+            has("worker_processes 2 round 0: process 1 stalled"),
+            "{:?}",
+            out.failures
+        );
+        assert!(
+            has("worker_processes 2 round 0: process 1: worker counters: 1 failed"),
+            "{:?}",
+            out.failures
+        );
+    }
 }

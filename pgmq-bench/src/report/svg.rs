@@ -46,27 +46,87 @@ fn text(out: &mut String, x: f64, y: f64, anchor: &str, size: u32, s: &str) {
     );
 }
 
-fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
-    let left = x0 + 70.0;
-    let plot_w = PANEL_W - 80.0;
-    text(
-        out,
-        x0 + PANEL_W / 2.0,
-        30.0,
-        "middle",
-        15,
-        "Worker throughput by handler count (msg/s)",
-    );
-    let counts = worker_counts(d);
-    if counts.is_empty() {
+/// One chart panel: its title, its plot area (from `left`, `plot_w` wide,
+/// from `TOP`, `PLOT_H` high), grid lines, axes and caption.
+struct Panel {
+    x0: f64,
+    left: f64,
+    plot_w: f64,
+}
+
+impl Panel {
+    /// A panel whose left edge is at `x0`, its title written.
+    fn start(out: &mut String, x0: f64, title: &str) -> Panel {
+        text(out, x0 + PANEL_W / 2.0, 30.0, "middle", 15, title);
+        Panel {
+            x0,
+            left: x0 + 70.0,
+            plot_w: PANEL_W - 80.0,
+        }
+    }
+
+    /// Says, in the middle of the plot area, that there is nothing to plot.
+    fn nothing(&self, out: &mut String, what: &str) {
         text(
             out,
-            x0 + PANEL_W / 2.0,
+            self.x0 + PANEL_W / 2.0,
             TOP + PLOT_H / 2.0,
             "middle",
             13,
-            "no consume_scaling data",
+            what,
         );
+    }
+
+    /// A horizontal grid line at `y`, labelled `label` left of the axis.
+    fn grid(&self, out: &mut String, y: f64, label: &str) {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+            self.left,
+            self.left + self.plot_w
+        );
+        text(out, self.left - 6.0, y + 4.0, "end", 11, label);
+    }
+
+    /// The y axis, and with `x_axis` the x axis along the bottom.
+    fn axes(&self, out: &mut String, x_axis: bool) {
+        let left = self.left;
+        let _ = write!(
+            out,
+            r##"<line x1="{left:.1}" y1="{TOP:.1}" x2="{left:.1}" y2="{:.1}" stroke="#000"/>"##,
+            TOP + PLOT_H
+        );
+        if x_axis {
+            let _ = write!(
+                out,
+                r##"<line x1="{left:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000"/>"##,
+                TOP + PLOT_H,
+                left + self.plot_w,
+                TOP + PLOT_H
+            );
+        }
+        out.push('\n');
+    }
+
+    /// The caption under the x axis.
+    fn caption(&self, out: &mut String, s: &str) {
+        text(
+            out,
+            self.left + self.plot_w / 2.0,
+            TOP + PLOT_H + 40.0,
+            "middle",
+            12,
+            s,
+        );
+    }
+}
+
+fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
+    let panel = Panel::start(out, x0, "Worker throughput by handler count (msg/s)");
+    let (left, plot_w) = (panel.left, panel.plot_w);
+    let counts = worker_counts(d);
+    if counts.is_empty() {
+        panel.nothing(out, "no consume_scaling data");
         return;
     }
     let fig = |w: u32| d.figure(&format!("consume_scaling.w{w}.throughput"));
@@ -81,13 +141,7 @@ fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
     // Axes and grid.
     for i in 0..=5 {
         let v = ymax * f64::from(i) / 5.0;
-        let yy = y(v);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{left:.1}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/>"##,
-            left + plot_w
-        );
-        text(out, left - 6.0, yy + 4.0, "end", 11, &thousands(v));
+        panel.grid(out, y(v), &thousands(v));
     }
     let slot = plot_w / counts.len() as f64;
     for (i, w) in counts.iter().enumerate() {
@@ -150,35 +204,13 @@ fn throughput_panel(out: &mut String, d: &Document, x0: f64) {
             ),
         );
     }
-    let _ = writeln!(
-        out,
-        r##"<line x1="{left:.1}" y1="{TOP:.1}" x2="{left:.1}" y2="{:.1}" stroke="#000"/><line x1="{left:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000"/>"##,
-        TOP + PLOT_H,
-        TOP + PLOT_H,
-        left + plot_w,
-        TOP + PLOT_H
-    );
-    text(
-        out,
-        left + plot_w / 2.0,
-        TOP + PLOT_H + 40.0,
-        "middle",
-        12,
-        "handlers (bar: median, whisker: min–max over rounds)",
-    );
+    panel.axes(out, true);
+    panel.caption(out, "handlers (bar: median, whisker: min–max over rounds)");
 }
 
 fn latency_panel(out: &mut String, d: &Document, x0: f64) {
-    let left = x0 + 70.0;
-    let plot_w = PANEL_W - 80.0;
-    text(
-        out,
-        x0 + PANEL_W / 2.0,
-        30.0,
-        "middle",
-        15,
-        "Latency percentiles (ms, log scale)",
-    );
+    let panel = Panel::start(out, x0, "Latency percentiles (ms, log scale)");
+    let (left, plot_w) = (panel.left, panel.plot_w);
     let quantiles = ["p50", "p95", "p99", "max"];
     let mut series: Vec<(String, Vec<f64>, bool)> = Vec::new();
     for w in worker_counts(d) {
@@ -211,14 +243,7 @@ fn latency_panel(out: &mut String, d: &Document, x0: f64) {
         .filter(|v| *v > 0.0)
         .collect();
     if positive.is_empty() {
-        text(
-            out,
-            x0 + PANEL_W / 2.0,
-            TOP + PLOT_H / 2.0,
-            "middle",
-            13,
-            "no latency data",
-        );
+        panel.nothing(out, "no latency data");
         return;
     }
     let lo = positive
@@ -241,18 +266,12 @@ fn latency_panel(out: &mut String, d: &Document, x0: f64) {
     let mut e = lo;
     while e <= hi {
         let v = 10f64.powf(e);
-        let yy = y(v);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{left:.1}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/>"##,
-            left + plot_w
-        );
         let label = if v >= 1.0 {
             format!("{v:.0}")
         } else {
             format!("{v}")
         };
-        text(out, left - 6.0, yy + 4.0, "end", 11, &label);
+        panel.grid(out, y(v), &label);
         e += 1.0;
     }
     let x = |i: usize| left + plot_w * (i as f64 + 0.5) / quantiles.len() as f64;
@@ -308,19 +327,8 @@ fn latency_panel(out: &mut String, d: &Document, x0: f64) {
         );
         text(out, lx + 17.0, ly + 4.0, "start", 10, label);
     }
-    let _ = writeln!(
-        out,
-        r##"<line x1="{left:.1}" y1="{TOP:.1}" x2="{left:.1}" y2="{:.1}" stroke="#000"/>"##,
-        TOP + PLOT_H
-    );
-    text(
-        out,
-        left + plot_w / 2.0,
-        TOP + PLOT_H + 40.0,
-        "middle",
-        12,
-        "percentile (medians over rounds)",
-    );
+    panel.axes(out, false);
+    panel.caption(out, "percentile (medians over rounds)");
 }
 
 /// The SVG document.
