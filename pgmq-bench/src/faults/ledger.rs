@@ -327,21 +327,31 @@ pub(crate) async fn windows(
 /// Pairs of handler runs of one key, in two processes, whose windows overlap
 /// in time: the message was being handled by both at once.
 pub(crate) fn overlapping(windows: &[Window]) -> Vec<(&Window, &Window)> {
-    let mut by_key: HashMap<i64, Vec<&Window>> = HashMap::new();
-    for w in windows {
-        by_key.entry(w.key).or_default().push(w);
+    // A run that never recorded its end is taken as still running: it
+    // overlaps everything that started after it.
+    let far = DateTime::<Utc>::MAX_UTC;
+    pairs_across_processes(windows, |w| w.key, |w| w.worker_pid)
+        .into_iter()
+        .filter(|(a, b)| a.start < b.end.unwrap_or(far) && b.start < a.end.unwrap_or(far))
+        .collect()
+}
+
+/// Every pair of `items` of the same key from two different processes,
+/// each pair once.
+fn pairs_across_processes<T, P: PartialEq>(
+    items: &[T],
+    key: impl Fn(&T) -> i64,
+    pid: impl Fn(&T) -> P,
+) -> Vec<(&T, &T)> {
+    let mut by_key: HashMap<i64, Vec<&T>> = HashMap::new();
+    for x in items {
+        by_key.entry(key(x)).or_default().push(x);
     }
     let mut out = Vec::new();
-    for ws in by_key.values() {
-        for (i, a) in ws.iter().enumerate() {
-            for b in &ws[i + 1..] {
-                if a.worker_pid == b.worker_pid {
-                    continue;
-                }
-                // A run that never recorded its end is taken as still
-                // running: it overlaps everything that started after it.
-                let far = DateTime::<Utc>::MAX_UTC;
-                if a.start < b.end.unwrap_or(far) && b.start < a.end.unwrap_or(far) {
+    for xs in by_key.values() {
+        for (i, a) in xs.iter().enumerate() {
+            for b in &xs[i + 1..] {
+                if pid(a) != pid(b) {
                     out.push((*a, *b));
                 }
             }
@@ -513,29 +523,18 @@ pub(crate) struct CrossProcess {
 
 /// Compares every pair of handlings of the same key by different processes.
 pub(crate) fn cross_process(handlings: &[Handling]) -> CrossProcess {
-    let mut by_key: HashMap<i64, Vec<&Handling>> = HashMap::new();
-    for h in handlings {
-        by_key.entry(h.key).or_default().push(h);
-    }
     let mut out = CrossProcess::default();
-    for hs in by_key.values() {
-        for (i, a) in hs.iter().enumerate() {
-            for b in &hs[i + 1..] {
-                if a.worker_pid == b.worker_pid {
-                    continue;
-                }
-                let (first, second) = if a.read_at <= b.read_at {
-                    (a, b)
-                } else {
-                    (b, a)
-                };
-                if second.read_at.is_some_and(|r| r < first.vt) {
-                    out.read_inside_vt += 1;
-                }
-                if a.started_at < b.handled_at && b.started_at < a.handled_at {
-                    out.windows_overlap += 1;
-                }
-            }
+    for (a, b) in pairs_across_processes(handlings, |h| h.key, |h| h.worker_pid) {
+        let (first, second) = if a.read_at <= b.read_at {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        if second.read_at.is_some_and(|r| r < first.vt) {
+            out.read_inside_vt += 1;
+        }
+        if a.started_at < b.handled_at && b.started_at < a.handled_at {
+            out.windows_overlap += 1;
         }
     }
     out
