@@ -1,15 +1,16 @@
 //! Prometheus metrics of a worker: the `metrics` feature of pgmq-worker with
 //! `metrics-exporter-prometheus` serving them on http://127.0.0.1:9898/metrics.
 //!
-//! `cargo run -p pgmq-examples --example metrics` runs until Ctrl-C (scrape
-//! the endpoint meanwhile); with `--demo` it sends 100 messages, waits until
-//! they are handled, reads its own endpoint once, prints the worker's lines
-//! and stops (what CI runs).
+//! `cargo run -p pgmq-examples --example metrics` (reads `DATABASE_URL`;
+//! default: the docker compose database) runs until Ctrl-C (scrape the
+//! endpoint meanwhile); with `--demo` it sends 100 messages, waits until they
+//! are handled, reads its own endpoint once, prints the worker's lines and
+//! stops (what CI runs).
 
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use pgmq_client::{Client, Message, QueueName};
+use pgmq_client::{Client, Message};
 use pgmq_worker::{Outcome, Worker};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -17,15 +18,14 @@ const ADDR: ([u8; 4], u16) = ([127, 0, 0, 1], 9898);
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let demo = std::env::args().any(|a| a == "--demo");
-    let dsn = std::env::var("DATABASE_URL")
-        .map_err(|_| "set DATABASE_URL to the database's DSN (see the README)")?;
+    let demo = pgmq_examples::demo_mode();
     PrometheusBuilder::new()
         .with_http_listener(ADDR)
         .install()?;
 
-    let client = Client::connect(&dsn).await?;
-    let queue = QueueName::new("metrics_example")?;
+    let client = Client::connect(&pgmq_examples::database_url()).await?;
+    // metrics_<pid>: its own queue, and its label on the metrics lines.
+    let queue = pgmq_examples::demo_queue("metrics")?;
     client.create(&queue).await?;
     let worker: Worker<serde_json::Value> = Worker::builder(client.clone(), queue.clone())
         .metrics_interval(Duration::from_millis(200))
@@ -49,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let page = scrape().await?;
         let ours: Vec<&str> = page
             .lines()
-            .filter(|l| l.starts_with("pgmq_") && l.contains("metrics_example"))
+            .filter(|l| l.starts_with("pgmq_") && l.contains(queue.as_str()))
             .collect();
         for line in &ours {
             println!("{line}");

@@ -1,7 +1,7 @@
 //! Quickstart: create a queue, send, read, delete.
 //!
-//! `cargo run -p pgmq-examples --example quickstart` (DATABASE_URL or the
-//! throwaway cluster's DSN).
+//! `cargo run -p pgmq-examples --example quickstart` (reads `DATABASE_URL`;
+//! default: the docker compose database).
 
 use std::time::Duration;
 
@@ -14,9 +14,7 @@ struct Greeting {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dsn = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://pgmq:pgmq@127.0.0.1:5432/pgmq".to_owned());
-    let client = Client::connect(&dsn).await?;
+    let client = Client::connect(&pgmq_examples::database_url()).await?;
     let queue = QueueName::new("quickstart")?;
     client.create(&queue).await?;
     println!("created queue {queue}");

@@ -8,8 +8,10 @@
 #    scripts/pgmq-sql, which the native cluster installs from.
 # 2. Every [[example]] of examples/Cargo.toml is built, then run against the
 #    throwaway database (port 55432) with `--demo` (examples that would run
-#    until Ctrl-C stop on their own) and a time limit. An example fails the
-#    script if it exits non-zero, runs past the limit, or leaves a queue behind.
+#    until Ctrl-C stop on their own) and a time limit; so is pgmq-client's
+#    statement_modes example, with a few calls and one round. An example fails
+#    the script if it exits non-zero, runs past the limit, or leaves a queue
+#    behind.
 #
 # Env: PGMQ_EXAMPLE_TIMEOUT  seconds allowed per example (default 120)
 set -euo pipefail
@@ -52,15 +54,19 @@ logdir="$(mktemp -d)"
 trap 'rm -rf "$logdir"' EXIT
 
 failed=0
-for name in $examples; do
-  bin="$target_dir/debug/examples/$name"
+# run_example NAME BINARY ARGS...: runs one example under the time limit and
+# checks it exited 0 and left no queue behind; sets failed=1 otherwise.
+run_example() {
+  local name="$1" bin="$2"
+  shift 2
   [ -x "$bin" ] || fail "example binary $bin missing after the build"
+  local before start pid dog rc took left
   before="$(queues)"
   start=$SECONDS
-  "$bin" --demo >"$logdir/$name.log" 2>&1 &
+  "$bin" "$@" >"$logdir/$name.log" 2>&1 &
   pid=$!
   # A watchdog for this one process: TERM at the limit, KILL 10 s later.
-  # Stopping the watchdog also stops its sleep, so nothing outlives this loop.
+  # Stopping the watchdog also stops its sleep, so nothing outlives this call.
   (
     trap 'kill "$nap" 2>/dev/null; exit 0' TERM
     sleep "$limit" & nap=$!; wait "$nap"
@@ -75,7 +81,8 @@ for name in $examples; do
   wait "$dog" 2>/dev/null || true
   took=$((SECONDS - start))
   # Queues this run left behind: new since the start, named after the example
-  # or after its process id (pgmq_examples::demo_queue names them <prefix>_<pid>).
+  # or ending in its process id (pgmq_examples::demo_queue names them
+  # <prefix>_<pid>).
   left="$(comm -13 <(echo "$before") <(queues) | grep -E "(^${name}\$|_${pid}\$)" || true)"
   if [ "$rc" != 0 ] || [ "$took" -ge "$limit" ] || [ -n "$left" ]; then
     failed=1
@@ -88,6 +95,16 @@ for name in $examples; do
   else
     log "example $name: ok (${took}s)"
   fi
+}
+
+for name in $examples; do
+  run_example "$name" "$target_dir/debug/examples/$name" --demo
 done
+# pgmq-client's statement_modes: prepared against unnamed statements, here
+# only to show both modes work (20 calls, 1 round), not to measure them.
+log "building pgmq-client's statement_modes example"
+cargo build --quiet -p pgmq-client --example statement_modes
+PGMQ_TEST_DSN="$DATABASE_URL" run_example statement_modes \
+  "$target_dir/debug/examples/statement_modes" 20 1
 [ "$failed" = 0 ] || fail "some examples failed"
 log "all examples built, ran and cleaned up"

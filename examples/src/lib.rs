@@ -8,6 +8,7 @@
 //! | `outbox` | a row and a message committed (or rolled back) together |
 //! | `notify` | wake-up latency of a LISTEN/NOTIFY worker against a polling one |
 //! | `topics_fifo` | fan-out with topic bindings, and FIFO groups |
+//! | `metrics` | a worker's Prometheus metrics on `127.0.0.1:9898/metrics` |
 //!
 //! Run one with `cargo run -p pgmq-examples --example <name>`; each reads the
 //! database from `DATABASE_URL` (default: the docker compose database of

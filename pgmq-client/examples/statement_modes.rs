@@ -1,9 +1,12 @@
 //! What unnamed statements (`ClientBuilder::prepared_statements(false)`, for
 //! PgBouncer's transaction mode) cost next to the cached prepared ones:
 //! single sends and read(1) + delete round trips, alternating the two modes
-//! in rounds, directly against PostgreSQL (PGMQ_TEST_DSN).
+//! in rounds, directly against PostgreSQL (`PGMQ_TEST_DSN`, else
+//! `DATABASE_URL`).
 //!
 //! `cargo run --release -p pgmq-client --example statement_modes -- [calls] [rounds]`
+//! (default 2000 calls, 3 rounds; `scripts/ci-extra.sh` runs it with a few
+//! calls and one round, so that both modes keep working).
 
 use std::time::{Duration, Instant};
 
@@ -19,8 +22,13 @@ async fn round(
         .max_size(1)
         .connect()
         .await?;
-    let q = QueueName::new(&format!("stmt_modes_{}", u8::from(prepared)))?;
-    let _ = client.drop_queue(&q).await;
+    // A queue of this process's own, named after the example: two runs never
+    // share one, and one left behind is easy to trace.
+    let q = QueueName::new(&format!(
+        "statement_modes_{}_{}",
+        u8::from(prepared),
+        std::process::id()
+    ))?;
     client.create(&q).await?;
     let body = serde_json::json!({"pad": "x".repeat(80)});
     let t = Instant::now();
@@ -41,7 +49,9 @@ async fn round(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dsn = std::env::var("PGMQ_TEST_DSN").map_err(|_| "set PGMQ_TEST_DSN")?;
+    let dsn = std::env::var("PGMQ_TEST_DSN")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .map_err(|_| "set PGMQ_TEST_DSN or DATABASE_URL")?;
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
