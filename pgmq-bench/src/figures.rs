@@ -170,6 +170,38 @@ fn measured<T>(runs: &[T], warmup: impl Fn(&T) -> bool) -> impl Iterator<Item = 
 /// Every figure of the measured runs.
 pub fn build(s: &Sections) -> Vec<Figure> {
     let mut f = Figures(Vec::new());
+    let worker_counts = consume_counts(s);
+    sends(&mut f, s);
+    consume_scaling(&mut f, s, &worker_counts);
+    baselines(&mut f, s);
+    ratios(&mut f, s, &worker_counts);
+    idle(&mut f, s);
+    wakeup(&mut f, s);
+    sustained(&mut f, s);
+    backlog_scaling(&mut f, s);
+    worker_processes(&mut f, s);
+    memory(&mut f, s);
+    f.0
+}
+
+/// The handler counts of consume_scaling, ascending.
+fn consume_counts(s: &Sections) -> Vec<u32> {
+    let mut worker_counts: Vec<u32> = s.consume_scaling.iter().map(|r| r.workers).collect();
+    worker_counts.sort_unstable();
+    worker_counts.dedup();
+    worker_counts
+}
+
+/// The measured baseline runs of one loop.
+fn baseline_runs<'a>(
+    s: &'a Sections,
+    kind: &'static str,
+) -> impl Iterator<Item = &'a BaselineRun> + 'a {
+    measured(&s.baseline, |r| r.warmup).filter(move |r| r.kind == kind)
+}
+
+/// send_single and send_batch: the SDK rates.
+fn sends(f: &mut Figures, s: &Sections) {
     f.rate(
         "send_single.rate",
         "send_single",
@@ -184,11 +216,11 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         DEF_SEND_BATCH,
         measured(&s.send_batch, |r| r.warmup).map(|r| (r.round, &r.rate)),
     );
+}
 
-    let mut worker_counts: Vec<u32> = s.consume_scaling.iter().map(|r| r.workers).collect();
-    worker_counts.sort_unstable();
-    worker_counts.dedup();
-    for w in &worker_counts {
+/// consume_scaling: throughput and latency percentiles per handler count.
+fn consume_scaling(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
+    for w in worker_counts {
         let runs = || measured(&s.consume_scaling, |r| r.warmup).filter(move |r| r.workers == *w);
         let p = format!("consume_scaling.w{w}");
         f.rate(
@@ -220,9 +252,11 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             runs().map(|r| (r.round, &r.queue_wait_local_ms)),
         );
     }
+}
 
-    let base =
-        |kind: &'static str| measured(&s.baseline, |r| r.warmup).filter(move |r| r.kind == kind);
+/// The baseline loops: one rate per loop and round.
+fn baselines(f: &mut Figures, s: &Sections) {
+    let base = |kind: &'static str| baseline_runs(s, kind);
     // One value per round: a round with several runs of a loop (the
     // consume loop beside each worker run) counts their messages over their
     // seconds together.
@@ -254,6 +288,12 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             rates.iter().map(|(round, rate)| (*round, rate)),
         );
     }
+}
+
+/// Every SDK figure over its reference loop: sends, and the worker per
+/// handler count against the consume loop and the equal-layout loop.
+fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
+    let base = |kind: &'static str| baseline_runs(s, kind);
     // The reference of a ratio: for a worker run, the mean of the consume
     // loops run just before and just after it (either alone when the other
     // is missing, as in older documents); for a send run, the mean of the
@@ -305,7 +345,7 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         DEF_RATIO,
         ratio(sdk_batch, "send_batch", None),
     );
-    for w in &worker_counts {
+    for w in worker_counts {
         let sdk = measured(&s.consume_scaling, |r| r.warmup)
             .filter(|r| r.workers == *w)
             .map(|r| (r.round, r.rate.rate_per_s))
@@ -333,7 +373,10 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             ratio(sdk, "consume_equal_layout", None),
         );
     }
+}
 
+/// idle_worker: CPU, empty reads and wake-ups.
+fn idle(f: &mut Figures, s: &Sections) {
     let idle = || measured(&s.idle_worker, |r| r.warmup);
     f.add(
         "idle_worker.cpu_percent".into(),
@@ -366,7 +409,10 @@ pub fn build(s: &Sections) -> Vec<Figure> {
         DEF_IDLE_WAKE,
         idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
     );
+}
 
+/// wakeup_latency: percentiles per mode.
+fn wakeup(f: &mut Figures, s: &Sections) {
     for mode in ["poll", "notify"] {
         let label = if mode == "poll" {
             "Wake-up, polling only,"
@@ -383,7 +429,10 @@ pub fn build(s: &Sections) -> Vec<Figure> {
                 .map(|r| (r.round, &r.latency_ms)),
         );
     }
+}
 
+/// sustained: the rate search, the rates, the backlog slope and maximum.
+fn sustained(f: &mut Figures, s: &Sections) {
     let sus = || measured(&s.sustained, |r| r.warmup || r.rate_search_step.is_some());
     // The rate search: per round, the highest target rate whose verdict passed.
     let mut best: BTreeMap<u32, f64> = BTreeMap::new();
@@ -440,9 +489,11 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             .map(|r| Sample::value(r.round, r.backlog_max as f64))
             .collect(),
     );
+}
 
-    // backlog_scaling: per size, the drain rate and its ratio to the
-    // smallest size's rate of the same round.
+/// backlog_scaling: per size, the drain rate and its ratio to the
+/// smallest size's rate of the same round.
+fn backlog_scaling(f: &mut Figures, s: &Sections) {
     let mut sizes: Vec<u64> = s
         .backlog_scaling
         .iter()
@@ -491,8 +542,10 @@ pub fn build(s: &Sections) -> Vec<Figure> {
             );
         }
     }
+}
 
-    // worker_processes: combined rate, evenness.
+/// worker_processes: combined rate and evenness per process count.
+fn worker_processes(f: &mut Figures, s: &Sections) {
     let mut procs: Vec<u32> = s.worker_processes.iter().map(|r| r.processes).collect();
     procs.sort_unstable();
     procs.dedup();
@@ -518,7 +571,10 @@ pub fn build(s: &Sections) -> Vec<Figure> {
                 .collect(),
         );
     }
+}
 
+/// Peak RSS per section and round.
+fn memory(f: &mut Figures, s: &Sections) {
     for (section, peaks) in peaks_by_round(s) {
         f.add(
             format!("memory.{section}.peak_rss_mib"),
@@ -533,7 +589,6 @@ pub fn build(s: &Sections) -> Vec<Figure> {
                 .collect(),
         );
     }
-    f.0
 }
 
 /// Per section, per measured round: the largest run peak.
