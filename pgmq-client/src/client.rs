@@ -375,8 +375,9 @@ impl ClientBuilder {
     /// each time. Turn it off behind PgBouncer in transaction pooling mode
     /// before 1.21 (Debian 12 ships 1.18), which cannot carry named prepared
     /// statements: a statement prepared on one server connection is not
-    /// there on the next. See docs/operations.md, "Behind PgBouncer", for
-    /// its measured cost.
+    /// there on the next. The price is a plan per call instead of one per
+    /// connection; docs/operations.md, "Behind PgBouncer", says what that
+    /// costs.
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), pgmq_client::Error> {

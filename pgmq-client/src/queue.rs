@@ -168,8 +168,9 @@ impl<E: Executor> Pgmq<E> {
     /// PGMQ's `metrics_all` fails with SQLSTATE 42P01 when a queue is dropped
     /// while it runs (and can be chosen as a deadlock victim, 40P01, when a
     /// transaction holds locks on queue tables). On the pool the call is then
-    /// repeated, and if it fails again, the queues are listed and measured one
-    /// by one, passing over those dropped meanwhile. Inside a transaction the
+    /// repeated, and if it fails again, the queues are listed and each one's
+    /// `pgmq.metrics` is read on its own, passing over those dropped
+    /// meanwhile. Inside a transaction the
     /// error is returned (and aborts the transaction, as any error does);
     /// there it also holds a share lock on every queue table until the
     /// transaction ends, which blocks purges and drops meanwhile: call it
