@@ -192,20 +192,21 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// A started worker process: the child, the file its ids go to, whether it
+/// said `ready`, and the rest of its stdout.
+type StartedChild = (
+    tokio::process::Child,
+    PathBuf,
+    bool,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+);
+
 /// One run with `n_proc` processes.
 pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun> {
     let cfg = &ctx.cfg;
     let n = cfg.messages;
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded("processes", n).await?;
-    // /proc/self/exe runs this very binary even when its file was replaced
-    // or removed since it started (a rebuild in a shared target directory);
-    // current_exe() would name the new file, or none.
-    let proc_exe = std::path::Path::new("/proc/self/exe");
-    let exe = if proc_exe.exists() {
-        proc_exe.to_path_buf()
-    } else {
-        std::env::current_exe().map_err(|e| Error::io("finding the bench binary", e))?
-    };
+    let exe = bench_exe()?;
     let dir = std::env::temp_dir().join(format!("pgmq-bench-processes-{}", std::process::id()));
     tokio::fs::create_dir_all(&dir)
         .await
@@ -213,119 +214,19 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
     let mut children = Vec::new();
     for i in 0..n_proc {
         let ids_out = dir.join(format!("ids-{round}-{n_proc}-{i}.bin"));
-        let mut child = Command::new(&exe)
-            .arg("process-worker")
-            .args(["--queue", q.as_str()])
-            .args(["--workers", &cfg.backlog_workers.to_string()])
-            .args(["--batch-size", &cfg.batch_size.to_string()])
-            .args(["--vt", &cfg.vt.as_secs().to_string()])
-            .args(["--pool-size", &cfg.pool_size.to_string()])
-            .args(["--handler", cfg.handler.name()])
-            .args([
-                "--handler-work-ms",
-                &cfg.handler_work.as_millis().to_string(),
-            ])
-            .args([
-                "--stall-timeout-s",
-                &cfg.stall_timeout.as_secs_f64().to_string(),
-            ])
-            .args(
-                cfg.claim_reads
-                    .iter()
-                    .flat_map(|how| ["--claim-reads", how.name()]),
-            )
-            .arg("--ids-out")
-            .arg(&ids_out)
-            .env("PGMQ_BENCH_DSN", ctx.target.dsn_for_child_env())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| Error::io("starting a worker process", e))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Config("no stdout".into()))?;
-        let mut lines = BufReader::new(stdout).lines();
-        children.push((child, ids_out, lines_ready(&mut lines).await, lines));
+        children.push(spawn_child(ctx, &exe, &q, ids_out).await?);
     }
-    for (_, _, ready, _) in &children {
-        if !ready {
-            return Err(Error::Config(
-                "a worker process did not start (see its stderr)".into(),
-            ));
-        }
-    }
-    for (child, ..) in &mut children {
-        if let Some(stdin) = child.stdin.as_mut() {
-            stdin
-                .write_all(b"go\n")
-                .await
-                .map_err(|e| Error::io("starting a worker process", e))?;
-            stdin.flush().await.ok();
-        }
-    }
+    start_children(&mut children).await?;
     let ledger = Ledger::new();
     let mut reports = Vec::new();
-    for (mut child, ids_out, _, mut lines) in children {
-        let mut last = None;
-        while let Some(l) = lines
-            .next_line()
-            .await
-            .map_err(|e| Error::io("reading a worker process", e))?
-        {
-            last = Some(l);
-        }
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| Error::io("waiting for a worker process", e))?;
-        let report: ChildReport = match (&last, status.success()) {
-            (Some(l), true) => {
-                serde_json::from_str(l).map_err(|e| Error::json("a worker process's report", e))?
-            }
-            _ => {
-                return Err(Error::Config(format!(
-                    "a worker process failed ({status}); see its stderr"
-                )))
-            }
-        };
-        let bytes = tokio::fs::read(&ids_out)
-            .await
-            .map_err(|e| Error::io(format!("reading {}", ids_out.display()), e))?;
-        for c in bytes.chunks_exact(8) {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            ledger.mark(u64::from_le_bytes(b));
-        }
-        let _ = tokio::fs::remove_file(&ids_out).await;
-        reports.push(report);
+    for (child, ids_out, _, lines) in children {
+        reports.push(collect_child(child, &ids_out, lines, &ledger).await?);
     }
     let _ = tokio::fs::remove_dir(&dir).await;
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(n);
     let elapsed = reports.iter().map(|r| r.elapsed_s).fold(0.0, f64::max);
-    let total: u64 = reports.iter().map(|r| r.handled).sum();
-    let shares: Vec<f64> = reports
-        .iter()
-        .map(|r| {
-            if total > 0 {
-                r.handled as f64 / total as f64
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let (min, max) = reports.iter().fold((u64::MAX, 0u64), |(a, b), r| {
-        (a.min(r.handled), b.max(r.handled))
-    });
-    let sum_sq: f64 = reports.iter().map(|r| (r.handled as f64).powi(2)).sum();
-    let jain = if sum_sq > 0.0 {
-        (total as f64).powi(2) / (reports.len() as f64 * sum_sq)
-    } else {
-        0.0
-    };
+    let fairness = Fairness::of(&reports);
     Ok(ProcessesRun {
         round,
         warmup: false,
@@ -336,7 +237,7 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         rate: Rate::new(ledger.distinct, elapsed),
         per_process: reports
             .iter()
-            .zip(shares)
+            .zip(fairness.shares)
             .enumerate()
             .map(|(i, (r, share))| ProcessShare {
                 index: i as u32,
@@ -348,17 +249,180 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
                 peak_rss_bytes: r.peak_rss_bytes,
             })
             .collect(),
-        min_over_max: if max > 0 {
-            min as f64 / max as f64
-        } else {
-            0.0
-        },
-        jain_index: jain,
+        min_over_max: fairness.min_over_max,
+        jain_index: fairness.jain_index,
         ledger,
         remaining_after,
         preload_s,
         vacuum_s,
     })
+}
+
+/// The binary the worker processes run.
+fn bench_exe() -> Result<PathBuf> {
+    // /proc/self/exe runs this very binary even when its file was replaced
+    // or removed since it started (a rebuild in a shared target directory);
+    // current_exe() would name the new file, or none.
+    let proc_exe = std::path::Path::new("/proc/self/exe");
+    if proc_exe.exists() {
+        Ok(proc_exe.to_path_buf())
+    } else {
+        std::env::current_exe().map_err(|e| Error::io("finding the bench binary", e))
+    }
+}
+
+/// Starts one `process-worker` child on `q` and waits for its `ready`.
+async fn spawn_child(
+    ctx: &Ctx,
+    exe: &std::path::Path,
+    q: &QueueName,
+    ids_out: PathBuf,
+) -> Result<StartedChild> {
+    let cfg = &ctx.cfg;
+    let mut child = Command::new(exe)
+        .arg("process-worker")
+        .args(["--queue", q.as_str()])
+        .args(["--workers", &cfg.backlog_workers.to_string()])
+        .args(["--batch-size", &cfg.batch_size.to_string()])
+        .args(["--vt", &cfg.vt.as_secs().to_string()])
+        .args(["--pool-size", &cfg.pool_size.to_string()])
+        .args(["--handler", cfg.handler.name()])
+        .args([
+            "--handler-work-ms",
+            &cfg.handler_work.as_millis().to_string(),
+        ])
+        .args([
+            "--stall-timeout-s",
+            &cfg.stall_timeout.as_secs_f64().to_string(),
+        ])
+        .args(
+            cfg.claim_reads
+                .iter()
+                .flat_map(|how| ["--claim-reads", how.name()]),
+        )
+        .arg("--ids-out")
+        .arg(&ids_out)
+        .env("PGMQ_BENCH_DSN", ctx.target.dsn_for_child_env())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::io("starting a worker process", e))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::Config("no stdout".into()))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let ready = lines_ready(&mut lines).await;
+    Ok((child, ids_out, ready, lines))
+}
+
+/// Fails unless every child said `ready`, then says `go` to each.
+async fn start_children(children: &mut [StartedChild]) -> Result<()> {
+    for (_, _, ready, _) in children.iter() {
+        if !ready {
+            return Err(Error::Config(
+                "a worker process did not start (see its stderr)".into(),
+            ));
+        }
+    }
+    for (child, ..) in children.iter_mut() {
+        if let Some(stdin) = child.stdin.as_mut() {
+            stdin
+                .write_all(b"go\n")
+                .await
+                .map_err(|e| Error::io("starting a worker process", e))?;
+            stdin.flush().await.ok();
+        }
+    }
+    Ok(())
+}
+
+/// Waits for a child to exit, reads its report (its last stdout line), and
+/// marks the ids it handled in `ledger`.
+async fn collect_child(
+    mut child: tokio::process::Child,
+    ids_out: &std::path::Path,
+    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    ledger: &Ledger,
+) -> Result<ChildReport> {
+    let mut last = None;
+    while let Some(l) = lines
+        .next_line()
+        .await
+        .map_err(|e| Error::io("reading a worker process", e))?
+    {
+        last = Some(l);
+    }
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| Error::io("waiting for a worker process", e))?;
+    let report: ChildReport = match (&last, status.success()) {
+        (Some(l), true) => {
+            serde_json::from_str(l).map_err(|e| Error::json("a worker process's report", e))?
+        }
+        _ => {
+            return Err(Error::Config(format!(
+                "a worker process failed ({status}); see its stderr"
+            )))
+        }
+    };
+    let bytes = tokio::fs::read(ids_out)
+        .await
+        .map_err(|e| Error::io(format!("reading {}", ids_out.display()), e))?;
+    for c in bytes.chunks_exact(8) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        ledger.mark(u64::from_le_bytes(b));
+    }
+    let _ = tokio::fs::remove_file(ids_out).await;
+    Ok(report)
+}
+
+/// How evenly the processes shared the work.
+struct Fairness {
+    /// Each process's share of the messages handled.
+    shares: Vec<f64>,
+    /// The smallest handled count over the largest.
+    min_over_max: f64,
+    /// Jain's fairness index `(Σx)² / (n·Σx²)`.
+    jain_index: f64,
+}
+
+impl Fairness {
+    fn of(reports: &[ChildReport]) -> Self {
+        let total: u64 = reports.iter().map(|r| r.handled).sum();
+        let shares: Vec<f64> = reports
+            .iter()
+            .map(|r| {
+                if total > 0 {
+                    r.handled as f64 / total as f64
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let (min, max) = reports.iter().fold((u64::MAX, 0u64), |(a, b), r| {
+            (a.min(r.handled), b.max(r.handled))
+        });
+        let sum_sq: f64 = reports.iter().map(|r| (r.handled as f64).powi(2)).sum();
+        let jain_index = if sum_sq > 0.0 {
+            (total as f64).powi(2) / (reports.len() as f64 * sum_sq)
+        } else {
+            0.0
+        };
+        Fairness {
+            shares,
+            min_over_max: if max > 0 {
+                min as f64 / max as f64
+            } else {
+                0.0
+            },
+            jain_index,
+        }
+    }
 }
 
 async fn lines_ready(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> bool {
