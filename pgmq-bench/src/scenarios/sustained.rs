@@ -201,53 +201,10 @@ pub async fn run_at(
         })
         .collect();
 
-    let mut intervals = Vec::new();
-    let mut samples = Vec::new();
-    let mut tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + SAMPLE_EVERY, SAMPLE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let (mut last_p, mut last_h, mut last_t) = (0u64, 0u64, 0.0f64);
-    let (mut sum, mut n, mut max) = (0i64, 0u32, 0i64);
-    let mut last_handler = handle.stats().handler_latency;
-    loop {
-        tick.tick().await;
-        let backlog = ctx.queue_length(&q).await?;
-        let t = start.elapsed().as_secs_f64();
-        samples.push(BacklogSample { t_s: t, backlog });
-        (sum, n, max) = (sum + backlog, n + 1, max.max(backlog));
-        // A producer that ends before the stop ended with an error (joined below).
-        let end = start.elapsed() >= cfg.duration || producers.iter().any(|p| p.is_finished());
-        if t - last_t >= INTERVAL.as_secs_f64() || end {
-            let p = produced.load(Ordering::Acquire);
-            let h = tally.distinct();
-            let handler_now = handle.stats().handler_latency;
-            let handler = histogram_delta(&handler_now, &last_handler);
-            last_handler = handler_now;
-            let waits = tally.waits.as_ref().map(|w| w.take());
-            intervals.push(Interval {
-                t_s: t,
-                produced: Rate::new(p - last_p, t - last_t),
-                handled: Rate::new(h.saturating_sub(last_h), t - last_t),
-                backlog_mean: sum as f64 / f64::from(n),
-                backlog_max: max,
-                rss_bytes: crate::process::current_rss(),
-                handler_ms: interval_percentiles_ms(&handler),
-                queue_wait_ms: waits.as_ref().and_then(interval_percentiles_ms),
-            });
-            (last_p, last_h, last_t) = (p, h, t);
-            (sum, n, max) = (0, 0, 0);
-        }
-        if end {
-            break;
-        }
-    }
+    let (intervals, samples) =
+        sample(ctx, &q, &handle, &tally, &produced, &producers, start).await?;
     stop.cancel();
-    for p in producers {
-        match p.await {
-            Ok(r) => r?,
-            Err(e) => return Err(Error::Panicked(format!("producer: {e}"))),
-        }
-    }
+    join_producers(producers).await?;
     let window = start.elapsed();
     let produced_total = produced.load(Ordering::Acquire);
     let handled_in_window = tally.distinct();
@@ -264,31 +221,9 @@ pub async fn run_at(
     let db = db_counters(ctx, &before, &q).await;
     ctx.guard.release(&q).await?;
 
-    let fit: Vec<(f64, f64)> = samples
-        .iter()
-        .filter(|s| s.t_s > cfg.sustained_warmup.as_secs_f64())
-        .map(|s| (s.t_s, s.backlog as f64))
-        .collect();
-    let (slope, stderr) = match least_squares_fit(&fit) {
-        Some((s, e)) => (Some(s), Some(e)),
-        None => (None, None),
-    };
+    let (slope, stderr) = backlog_slope(&samples, cfg.sustained_warmup);
     let ledger = tally.ledger.report(produced_total);
-    let mut reasons = Vec::new();
-    match slope {
-        Some(s) if s > SLOPE_LIMIT => reasons.push(format!(
-            "backlog slope {s:.1} ± {:.1} msg/s exceeds the {SLOPE_LIMIT} msg/s limit",
-            stderr.unwrap_or(f64::NAN)
-        )),
-        None => reasons.push("too few backlog samples after the warm-up to fit a slope".into()),
-        _ => {}
-    }
-    if ledger.distinct != produced_total || ledger.missing > 0 {
-        reasons.push(format!(
-            "produced {produced_total} but handled {} distinct ({} missing)",
-            ledger.distinct, ledger.missing
-        ));
-    }
+    let reasons = failure_reasons(slope, stderr, produced_total, &ledger);
     Ok(SustainedRun {
         round,
         warmup,
@@ -324,4 +259,107 @@ pub async fn run_at(
             &report.stats.queue_wait_db,
         )),
     })
+}
+
+/// Samples the backlog every [`SAMPLE_EVERY`] and records an [`Interval`]
+/// every [`INTERVAL`], until `--duration` has passed or a producer ended.
+async fn sample(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    handle: &pgmq_worker::WorkerHandle,
+    tally: &Tally,
+    produced: &AtomicU64,
+    producers: &[tokio::task::JoinHandle<Result<()>>],
+    start: Instant,
+) -> Result<(Vec<Interval>, Vec<BacklogSample>)> {
+    let mut intervals = Vec::new();
+    let mut samples = Vec::new();
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + SAMPLE_EVERY, SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut last_p, mut last_h, mut last_t) = (0u64, 0u64, 0.0f64);
+    let (mut sum, mut n, mut max) = (0i64, 0u32, 0i64);
+    let mut last_handler = handle.stats().handler_latency;
+    loop {
+        tick.tick().await;
+        let backlog = ctx.queue_length(q).await?;
+        let t = start.elapsed().as_secs_f64();
+        samples.push(BacklogSample { t_s: t, backlog });
+        (sum, n, max) = (sum + backlog, n + 1, max.max(backlog));
+        // A producer that ends before the stop ended with an error (joined below).
+        let end = start.elapsed() >= ctx.cfg.duration || producers.iter().any(|p| p.is_finished());
+        if t - last_t >= INTERVAL.as_secs_f64() || end {
+            let p = produced.load(Ordering::Acquire);
+            let h = tally.distinct();
+            let handler_now = handle.stats().handler_latency;
+            let handler = histogram_delta(&handler_now, &last_handler);
+            last_handler = handler_now;
+            let waits = tally.waits.as_ref().map(|w| w.take());
+            intervals.push(Interval {
+                t_s: t,
+                produced: Rate::new(p - last_p, t - last_t),
+                handled: Rate::new(h.saturating_sub(last_h), t - last_t),
+                backlog_mean: sum as f64 / f64::from(n),
+                backlog_max: max,
+                rss_bytes: crate::process::current_rss(),
+                handler_ms: interval_percentiles_ms(&handler),
+                queue_wait_ms: waits.as_ref().and_then(interval_percentiles_ms),
+            });
+            (last_p, last_h, last_t) = (p, h, t);
+            (sum, n, max) = (0, 0, 0);
+        }
+        if end {
+            return Ok((intervals, samples));
+        }
+    }
+}
+
+/// Waits for every producer; the first error (or panic) fails the run.
+async fn join_producers(producers: Vec<tokio::task::JoinHandle<Result<()>>>) -> Result<()> {
+    for p in producers {
+        match p.await {
+            Ok(r) => r?,
+            Err(e) => return Err(Error::Panicked(format!("producer: {e}"))),
+        }
+    }
+    Ok(())
+}
+
+/// The least-squares slope of the backlog after the warm-up, and its
+/// standard error (None: too few samples to fit).
+fn backlog_slope(samples: &[BacklogSample], warmup: Duration) -> (Option<f64>, Option<f64>) {
+    let fit: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| s.t_s > warmup.as_secs_f64())
+        .map(|s| (s.t_s, s.backlog as f64))
+        .collect();
+    match least_squares_fit(&fit) {
+        Some((s, e)) => (Some(s), Some(e)),
+        None => (None, None),
+    }
+}
+
+/// Why the run fails the verdict (empty: it passes).
+fn failure_reasons(
+    slope: Option<f64>,
+    stderr: Option<f64>,
+    produced_total: u64,
+    ledger: &crate::document::LedgerReport,
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    match slope {
+        Some(s) if s > SLOPE_LIMIT => reasons.push(format!(
+            "backlog slope {s:.1} ± {:.1} msg/s exceeds the {SLOPE_LIMIT} msg/s limit",
+            stderr.unwrap_or(f64::NAN)
+        )),
+        None => reasons.push("too few backlog samples after the warm-up to fit a slope".into()),
+        _ => {}
+    }
+    if ledger.distinct != produced_total || ledger.missing > 0 {
+        reasons.push(format!(
+            "produced {produced_total} but handled {} distinct ({} missing)",
+            ledger.distinct, ledger.missing
+        ));
+    }
+    reasons
 }
