@@ -12,7 +12,7 @@ use crate::cli::{HandlerKind, RunArgs, Section};
 use crate::config::Config;
 use crate::document::{
     ConsumeRun, Document, LedgerReport, MemorySummary, ProcessesRun, Protocol, RateSearch,
-    RunOutcome, Sections, Workload, SCHEMA,
+    RunOutcome, Sections, SustainedRun, Workload, SCHEMA,
 };
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
@@ -359,37 +359,7 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                     neighbour(ctx, Loop::SendBatch, round, warm, &tag, &mut s).await?;
                 }
                 Section::ConsumeScaling => {
-                    // A consume loop before each worker run and one after
-                    // the last: every worker run sits between two loops, and
-                    // its ratio's reference is their mean.
-                    // The equal-layout loop once before the first worker
-                    // run and once after the last: the reference of
-                    // `vs_equal_layout` is the mean of the two.
-                    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, &tag, &mut s).await?;
-                    let mut before: Option<u32> = None;
-                    for w in &cfg.workers {
-                        if let Some(i) =
-                            neighbour(ctx, Loop::Consume, round, warm, &tag, &mut s).await?
-                        {
-                            s.baseline[i].paired_workers = Some(*w);
-                            s.baseline[i].follows_workers = before;
-                        }
-                        before = Some(*w);
-                        let r = consume::run(ctx, *w, round, warm).await?;
-                        p.say(format!(
-                            "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
-                            r.rate.rate_per_s, r.handler_ms.p99
-                        ));
-                        s.consume_scaling.push(r);
-                    }
-                    if let Some(w) = before {
-                        if let Some(i) =
-                            neighbour(ctx, Loop::Consume, round, warm, &tag, &mut s).await?
-                        {
-                            s.baseline[i].follows_workers = Some(w);
-                        }
-                    }
-                    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, &tag, &mut s).await?;
+                    consume_scaling(ctx, round, warm, &tag, &mut s).await?;
                 }
                 Section::Baseline => {
                     for l in baseline_loops(cfg) {
@@ -440,24 +410,7 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                     }
                 }
                 Section::Sustained if cfg.rate_search => {
-                    // Step the rate up until the slope verdict fails.
-                    let base = cfg.rate.unwrap_or(1.0);
-                    for k in 0..cfg.rate_steps_max {
-                        let rate = base * cfg.rate_step.powi(k as i32);
-                        let mut r = sustained::run_at(ctx, Some(rate), round, warm).await?;
-                        r.rate_search_step = Some(k);
-                        let pass = r.verdict.pass;
-                        p.say(format!(
-                            "{tag} sustained rate search step {k}: {rate:.0} msg/s target, {:.0} handled/s, slope {:.1}, {}",
-                            r.handled.rate_per_s,
-                            r.backlog_slope_per_s.unwrap_or(f64::NAN),
-                            if pass { "pass" } else { "fail: search ends" }
-                        ));
-                        s.sustained.push(r);
-                        if !pass {
-                            break;
-                        }
-                    }
+                    sustained_rate_search(ctx, round, warm, &tag, &mut s.sustained).await?;
                 }
                 Section::Sustained => {
                     let r = sustained::run(ctx, round, warm).await?;
@@ -474,6 +427,75 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
         }
     }
     Ok(s)
+}
+
+/// One round of consume_scaling: the worker at each handler count, each
+/// between two consume loops.
+async fn consume_scaling(
+    ctx: &Arc<Ctx>,
+    round: u32,
+    warm: bool,
+    tag: &str,
+    s: &mut Sections,
+) -> Result<()> {
+    let p = &ctx.progress;
+    // A consume loop before each worker run and one after the last: every
+    // worker run sits between two loops, and its ratio's reference is their
+    // mean. The equal-layout loop once before the first worker run and once
+    // after the last: the reference of `vs_equal_layout` is the mean of the
+    // two.
+    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, tag, s).await?;
+    let mut before: Option<u32> = None;
+    for w in &ctx.cfg.workers {
+        if let Some(i) = neighbour(ctx, Loop::Consume, round, warm, tag, s).await? {
+            s.baseline[i].paired_workers = Some(*w);
+            s.baseline[i].follows_workers = before;
+        }
+        before = Some(*w);
+        let r = consume::run(ctx, *w, round, warm).await?;
+        p.say(format!(
+            "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
+            r.rate.rate_per_s, r.handler_ms.p99
+        ));
+        s.consume_scaling.push(r);
+    }
+    if let Some(w) = before {
+        if let Some(i) = neighbour(ctx, Loop::Consume, round, warm, tag, s).await? {
+            s.baseline[i].follows_workers = Some(w);
+        }
+    }
+    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, tag, s).await?;
+    Ok(())
+}
+
+/// One round of sustained with `--rate-search`: its runs go to `runs`.
+async fn sustained_rate_search(
+    ctx: &Arc<Ctx>,
+    round: u32,
+    warm: bool,
+    tag: &str,
+    runs: &mut Vec<SustainedRun>,
+) -> Result<()> {
+    let cfg = &ctx.cfg;
+    // Step the rate up until the slope verdict fails.
+    let base = cfg.rate.unwrap_or(1.0);
+    for k in 0..cfg.rate_steps_max {
+        let rate = base * cfg.rate_step.powi(k as i32);
+        let mut r = sustained::run_at(ctx, Some(rate), round, warm).await?;
+        r.rate_search_step = Some(k);
+        let pass = r.verdict.pass;
+        ctx.progress.say(format!(
+            "{tag} sustained rate search step {k}: {rate:.0} msg/s target, {:.0} handled/s, slope {:.1}, {}",
+            r.handled.rate_per_s,
+            r.backlog_slope_per_s.unwrap_or(f64::NAN),
+            if pass { "pass" } else { "fail: search ends" }
+        ));
+        runs.push(r);
+        if !pass {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn run_tag(round: u32, warmup: bool) -> String {
