@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use crate::document::{Build, Document, DurabilityClass, Figure, Host, Storage};
+use crate::document::{
+    Build, Database, Document, DurabilityClass, Figure, Host, Sdk, Storage, Workload,
+};
 use crate::report::{fmt_figure, fmt_value, thousands};
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -39,36 +41,18 @@ fn definitions(out: &mut String, d: &Document, ids: &[String]) {
 fn conditions(out: &mut String, d: &Document) {
     let m = &d.metadata;
     let h = &m.host;
-    let w = &m.workload;
     let db = &m.database;
     let _ = writeln!(out, "## Conditions\n\n| | |\n| --- | --- |");
-    let commit = match (&m.sdk.git_commit, m.sdk.git_dirty) {
-        (Some(c), Some(true)) => format!("{} (uncommitted changes)", &c[..c.len().min(12)]),
-        (Some(c), _) => c[..c.len().min(12)].to_owned(),
-        (None, _) => "unknown".to_owned(),
-    };
     let rows: Vec<(&str, String)> = vec![
-        ("SDK", format!("{}, commit {commit}", m.sdk.version)),
+        ("SDK", sdk_row(&m.sdk)),
         ("Build", build_row(&m.build)),
-        (
-            "Host",
-            format!(
-                "{}, kernel {}, {} × {}, {:.1} GiB{}",
-                h.os_release.as_deref().unwrap_or(&h.os),
-                h.kernel.as_deref().unwrap_or("?"),
-                h.cpu_count,
-                h.cpu_model.as_deref().unwrap_or("unknown CPU"),
-                h.memory_bytes.unwrap_or(0) as f64 / GIB,
-                match (&h.cgroup_cpu_max, &h.cgroup_memory_max) {
-                    (Some(c), Some(mm)) => format!(", cgroup cpu.max {c}, memory.max {mm}"),
-                    _ => String::new(),
-                }
-            ),
-        ),
+        ("Host", host_row(h)),
         ("Virtualization", virtualization_row(h)),
         (
             "CPU frequency governor",
-            h.cpu_governor.clone().unwrap_or_else(|| "not exposed".into()),
+            h.cpu_governor
+                .clone()
+                .unwrap_or_else(|| "not exposed".into()),
         ),
         (
             "Benchmark runtime",
@@ -76,85 +60,20 @@ fn conditions(out: &mut String, d: &Document) {
                 format!("tokio, {} worker threads", r.tokio_worker_threads)
             }),
         ),
-        (
-            "Load average (1 min)",
-            format!(
-                "{} at start, {} at end",
-                h.load_average_start
-                    .map_or("?".into(), |v| format!("{v:.2}")),
-                h.load_average_end.map_or("?".into(), |v| format!("{v:.2}"))
-            ),
-        ),
+        ("Load average (1 min)", load_average_row(h)),
         (
             "PostgreSQL",
-            format!("{} (server_version_num {})", db.server_version, db.server_version_num),
+            format!(
+                "{} (server_version_num {})",
+                db.server_version, db.server_version_num
+            ),
         ),
         ("PGMQ", format!("{} ({})", db.pgmq_version, db.pgmq_install)),
         ("Data directory storage", storage_row(db.storage.as_ref())),
-        (
-            "`SELECT 1` round trip",
-            db.select1_round_trip.as_ref().map_or("not measured".into(), |r| {
-                format!(
-                    "p50 {:.0} µs, p99 {:.0} µs, mean {:.0} µs ({} round trips on one connection)",
-                    r.p50_us, r.p99_us, r.mean_us, r.samples
-                )
-            }),
-        ),
-        (
-            "Database",
-            format!(
-                "`{}`{}",
-                db.dsn,
-                if db.local_cluster {
-                    ", throwaway local cluster (--local)"
-                } else {
-                    ""
-                }
-            ),
-        ),
-        (
-            "Durability",
-            format!(
-                "{} ({}){}",
-                match d.durability.class {
-                    DurabilityClass::Durable => "durable",
-                    DurabilityClass::NonDurable => "NON-DURABLE, not comparable with durable results",
-                },
-                d.durability
-                    .settings
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if d.durability.unlogged_queues {
-                    ", unlogged queues"
-                } else {
-                    ""
-                }
-            ),
-        ),
-        (
-            "Workload",
-            format!(
-                "{} messages per consume run, {} per batch-send run, {} per single-send run, batch {}, vt {} s, \
-                 ~{} B JSON bodies, handlers {:?}, {}handler work {} ms, {}pool {}",
-                thousands(w.messages as f64),
-                thousands(w.batch_messages as f64),
-                thousands(w.single_messages as f64),
-                w.batch_size,
-                w.visibility_timeout_s,
-                w.payload_bytes,
-                w.workers,
-                w.handler
-                    .as_deref()
-                    .map_or(String::new(), |h| format!("handler `{h}`, ")),
-                w.handler_work_ms,
-                w.claim_reads
-                    .as_deref()
-                    .map_or(String::new(), |c| format!("claim reads `{c}`, ")),
-                w.pool_size
-            ),
-        ),
+        ("`SELECT 1` round trip", select1_row(db)),
+        ("Database", database_row(db)),
+        ("Durability", durability_row(d)),
+        ("Workload", workload_row(&m.workload)),
         (
             "Protocol",
             format!(
@@ -162,23 +81,135 @@ fn conditions(out: &mut String, d: &Document) {
                 d.protocol.warmup, d.protocol.repeat, d.protocol.statistic, d.protocol.queue_state
             ),
         ),
+        ("Settings changed from defaults", changed_settings_row(db)),
         (
-            "Settings changed from defaults",
-            d.metadata
-                .database
-                .settings
-                .iter()
-                .filter(|s| !matches!(s.source.as_str(), "default" | "client" | "session"))
-                .map(|s| format!("{}={}", s.name, crate::report::fmt_setting(&s.setting, s.unit.as_deref())))
-                .collect::<Vec<_>>()
-                .join(", "),
+            "Period",
+            format!(
+                "{} to {}",
+                m.started_at.to_rfc3339(),
+                m.finished_at.to_rfc3339()
+            ),
         ),
-        ("Period", format!("{} to {}", m.started_at.to_rfc3339(), m.finished_at.to_rfc3339())),
     ];
     for (k, v) in rows {
         let _ = writeln!(out, "| {k} | {} |", v.replace('|', "\\|"));
     }
     out.push('\n');
+}
+
+fn sdk_row(sdk: &Sdk) -> String {
+    let commit = match (&sdk.git_commit, sdk.git_dirty) {
+        (Some(c), Some(true)) => format!("{} (uncommitted changes)", &c[..c.len().min(12)]),
+        (Some(c), _) => c[..c.len().min(12)].to_owned(),
+        (None, _) => "unknown".to_owned(),
+    };
+    format!("{}, commit {commit}", sdk.version)
+}
+
+fn host_row(h: &Host) -> String {
+    format!(
+        "{}, kernel {}, {} × {}, {:.1} GiB{}",
+        h.os_release.as_deref().unwrap_or(&h.os),
+        h.kernel.as_deref().unwrap_or("?"),
+        h.cpu_count,
+        h.cpu_model.as_deref().unwrap_or("unknown CPU"),
+        h.memory_bytes.unwrap_or(0) as f64 / GIB,
+        match (&h.cgroup_cpu_max, &h.cgroup_memory_max) {
+            (Some(c), Some(mm)) => format!(", cgroup cpu.max {c}, memory.max {mm}"),
+            _ => String::new(),
+        }
+    )
+}
+
+fn load_average_row(h: &Host) -> String {
+    format!(
+        "{} at start, {} at end",
+        h.load_average_start
+            .map_or("?".into(), |v| format!("{v:.2}")),
+        h.load_average_end.map_or("?".into(), |v| format!("{v:.2}"))
+    )
+}
+
+fn select1_row(db: &Database) -> String {
+    db.select1_round_trip
+        .as_ref()
+        .map_or("not measured".into(), |r| {
+            format!(
+                "p50 {:.0} µs, p99 {:.0} µs, mean {:.0} µs ({} round trips on one connection)",
+                r.p50_us, r.p99_us, r.mean_us, r.samples
+            )
+        })
+}
+
+fn database_row(db: &Database) -> String {
+    format!(
+        "`{}`{}",
+        db.dsn,
+        if db.local_cluster {
+            ", throwaway local cluster (--local)"
+        } else {
+            ""
+        }
+    )
+}
+
+fn durability_row(d: &Document) -> String {
+    format!(
+        "{} ({}){}",
+        match d.durability.class {
+            DurabilityClass::Durable => "durable",
+            DurabilityClass::NonDurable => "NON-DURABLE, not comparable with durable results",
+        },
+        d.durability
+            .settings
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if d.durability.unlogged_queues {
+            ", unlogged queues"
+        } else {
+            ""
+        }
+    )
+}
+
+fn workload_row(w: &Workload) -> String {
+    format!(
+        "{} messages per consume run, {} per batch-send run, {} per single-send run, batch {}, vt {} s, \
+         ~{} B JSON bodies, handlers {:?}, {}handler work {} ms, {}pool {}",
+        thousands(w.messages as f64),
+        thousands(w.batch_messages as f64),
+        thousands(w.single_messages as f64),
+        w.batch_size,
+        w.visibility_timeout_s,
+        w.payload_bytes,
+        w.workers,
+        w.handler
+            .as_deref()
+            .map_or(String::new(), |h| format!("handler `{h}`, ")),
+        w.handler_work_ms,
+        w.claim_reads
+            .as_deref()
+            .map_or(String::new(), |c| format!("claim reads `{c}`, ")),
+        w.pool_size
+    )
+}
+
+/// The database settings whose source is not a default or this client.
+fn changed_settings_row(db: &Database) -> String {
+    db.settings
+        .iter()
+        .filter(|s| !matches!(s.source.as_str(), "default" | "client" | "session"))
+        .map(|s| {
+            format!(
+                "{}={}",
+                s.name,
+                crate::report::fmt_setting(&s.setting, s.unit.as_deref())
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Per run, what its one-second intervals recorded: the median interval
