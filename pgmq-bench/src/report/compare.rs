@@ -283,60 +283,14 @@ pub fn refuse_failed(doc: &Document, what: &str) -> Result<()> {
 pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(String, bool)> {
     refuse_failed(old, "the old document")?;
     refuse_failed(new, "the new document")?;
-    if old.durability.class != new.durability.class {
-        let name = |d: &Document| match d.durability.class {
-            DurabilityClass::Durable => "durable",
-            DurabilityClass::NonDurable => "non-durable",
-        };
-        return Err(Error::Refused(format!(
-            "cannot compare a {} result with a {} one ({}): unlogged queues or fsync, synchronous_commit, \
-             full_page_writes or autovacuum off change what is measured",
-            name(old),
-            name(new),
-            old.durability
-                .reasons
-                .iter()
-                .chain(new.durability.reasons.iter())
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
-        )));
-    }
+    refuse_mixed_durability(old, new)?;
     if !(threshold_pct.is_finite() && threshold_pct >= 0.0) {
         return Err(Error::Config(
             "--threshold must be a percentage >= 0".into(),
         ));
     }
     let mut out = String::from("# pgmq-bench comparison\n\n");
-    let diffs = differences(old, new);
-    if diffs.is_empty() {
-        out.push_str("Same workload, build profile, versions and protocol.\n\n");
-    } else {
-        out.push_str("| Condition | Old | New |\n| --- | --- | --- |\n");
-        for (k, a, b) in &diffs {
-            let _ = writeln!(out, "| {k} | {a} | {b} |");
-        }
-        // The command line repeats the recorded workload (a changed option
-        // shows twice: as its workload field and here), and a condition
-        // only one document records is not known to have changed.
-        let changed = diffs
-            .iter()
-            .filter(|(k, a, b)| k != COMMAND && a != NOT_RECORDED && b != NOT_RECORDED)
-            .count();
-        if changed > 1 {
-            out.push_str("\nMore than one condition changed: a difference below cannot be pinned on one of them.\n");
-        }
-        if diffs
-            .iter()
-            .any(|(_, a, b)| a == NOT_RECORDED || b == NOT_RECORDED)
-        {
-            let _ = writeln!(
-                out,
-                "\n{NOT_RECORDED}: not recorded in that document (older documents record fewer conditions)."
-            );
-        }
-        out.push('\n');
-    }
+    write_conditions(&mut out, &differences(old, new));
     let _ = writeln!(
         out,
         "Threshold {threshold_pct}%: a figure regresses when its median moves the wrong way by more than that \
@@ -346,6 +300,90 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
          | Figure | Unit | Old median (min–max) | New median (min–max) | Change | p (Mann-Whitney) | Verdict |\n\
          | --- | --- | --- | --- | --- | --- | --- |"
     );
+    let (regressed, counts) = write_figure_rows(&mut out, old, new, threshold_pct);
+    let _ = writeln!(
+        out,
+        "\n**Verdict: {}** ({}).",
+        if regressed {
+            "regression"
+        } else {
+            "no regression"
+        },
+        counts
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok((out, regressed))
+}
+
+/// Refuses to compare a durable document with a non-durable one, naming
+/// what made either non-durable.
+fn refuse_mixed_durability(old: &Document, new: &Document) -> Result<()> {
+    if old.durability.class == new.durability.class {
+        return Ok(());
+    }
+    let name = |d: &Document| match d.durability.class {
+        DurabilityClass::Durable => "durable",
+        DurabilityClass::NonDurable => "non-durable",
+    };
+    Err(Error::Refused(format!(
+        "cannot compare a {} result with a {} one ({}): unlogged queues or fsync, synchronous_commit, \
+         full_page_writes or autovacuum off change what is measured",
+        name(old),
+        name(new),
+        old.durability
+            .reasons
+            .iter()
+            .chain(new.durability.reasons.iter())
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("; ")
+    )))
+}
+
+/// The conditions section: the table of differing conditions with its
+/// caveats, or a line saying there is none.
+fn write_conditions(out: &mut String, diffs: &[(String, String, String)]) {
+    if diffs.is_empty() {
+        out.push_str("Same workload, build profile, versions and protocol.\n\n");
+        return;
+    }
+    out.push_str("| Condition | Old | New |\n| --- | --- | --- |\n");
+    for (k, a, b) in diffs {
+        let _ = writeln!(out, "| {k} | {a} | {b} |");
+    }
+    // The command line repeats the recorded workload (a changed option
+    // shows twice: as its workload field and here), and a condition
+    // only one document records is not known to have changed.
+    let changed = diffs
+        .iter()
+        .filter(|(k, a, b)| k != COMMAND && a != NOT_RECORDED && b != NOT_RECORDED)
+        .count();
+    if changed > 1 {
+        out.push_str("\nMore than one condition changed: a difference below cannot be pinned on one of them.\n");
+    }
+    if diffs
+        .iter()
+        .any(|(_, a, b)| a == NOT_RECORDED || b == NOT_RECORDED)
+    {
+        let _ = writeln!(
+            out,
+            "\n{NOT_RECORDED}: not recorded in that document (older documents record fewer conditions)."
+        );
+    }
+    out.push('\n');
+}
+
+/// A table row per figure (the new document's, then those only the old one
+/// has); whether any figure regressed, and how many got each verdict.
+fn write_figure_rows(
+    out: &mut String,
+    old: &Document,
+    new: &Document,
+    threshold_pct: f64,
+) -> (bool, std::collections::BTreeMap<&'static str, usize>) {
     let mut regressed = false;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for nf in &new.figures {
@@ -382,21 +420,7 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "\n**Verdict: {}** ({}).",
-        if regressed {
-            "regression"
-        } else {
-            "no regression"
-        },
-        counts
-            .iter()
-            .map(|(k, v)| format!("{v} {k}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    Ok((out, regressed))
+    (regressed, counts)
 }
 
 #[cfg(test)]
