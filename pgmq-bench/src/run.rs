@@ -5,14 +5,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use chrono::Utc;
-use pgmq_client::redact_dsn;
+use chrono::{DateTime, Utc};
+use pgmq_client::{redact_dsn, Client};
 
 use crate::cli::{HandlerKind, RunArgs, Section};
 use crate::config::Config;
 use crate::document::{
-    ConsumeRun, Document, LedgerReport, MemorySummary, ProcessesRun, Protocol, RateSearch,
-    RunOutcome, Sections, SustainedRun, Workload, SCHEMA,
+    ConsumeRun, Database, Document, Durability, Host, LedgerReport, MemorySummary, ProcessesRun,
+    Protocol, RateSearch, RunOutcome, Sections, SustainedRun, Workload, SCHEMA,
 };
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
@@ -102,6 +102,16 @@ fn command_line() -> Vec<String> {
     out
 }
 
+/// What the document records about where and when the run took place,
+/// gathered before the rounds start.
+struct Conditions {
+    started_at: DateTime<Utc>,
+    host: Host,
+    database: Database,
+    durability: Durability,
+    memory_method: String,
+}
+
 async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> Result<i32> {
     let started_at = Utc::now();
     progress.say(format!(
@@ -127,40 +137,17 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
             cleaned.join(", ")
         );
     }
-    let host = metadata::host().await;
-    let database = metadata::database(
-        &admin,
-        target.redacted().to_owned(),
-        local,
-        client.install(),
-    )
-    .await?;
-    let durability = metadata::durability(&admin, cfg.unlogged).await?;
-    progress.say(format!(
-        "PostgreSQL {}, PGMQ {}, {} build; sections: {}",
-        database.server_version_num,
-        database.pgmq_version,
-        metadata::build().profile,
-        cfg.sections
-            .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(",")
-    ));
+    let (host, database, durability) = environment(&admin, &client, &target, local, &cfg).await?;
+    say_versions(&progress, &database, &cfg);
     let meter = MemoryMeter::start();
-    let memory_method = meter.method().as_str().to_owned();
-    let sink = match cfg.handler {
-        HandlerKind::DbWrite => {
-            Sink::create_table(&admin).await?;
-            let most = cfg.workers.iter().copied().max().unwrap_or(1);
-            Some(Sink::connect(&target, most.max(cfg.sustained_workers)).await?)
-        }
-        HandlerKind::DbWriteTx => {
-            Sink::create_table(&admin).await?;
-            None
-        }
-        HandlerKind::Empty => None,
+    let conditions = Conditions {
+        started_at,
+        host,
+        database,
+        durability,
+        memory_method: meter.method().as_str().to_owned(),
     };
+    let sink = open_sink(&cfg, &admin, &target).await?;
     let ctx = Arc::new(Ctx {
         sink,
         pad: scenarios::padding(cfg.payload_bytes),
@@ -178,8 +165,66 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
         Sink::drop_table(&ctx.admin).await?;
     }
     let sections = sections?;
-    let cfg = &ctx.cfg;
+    let doc = document(&ctx, sections, conditions).await;
+    write_and_report(&doc, &ctx.cfg, &progress).await
+}
 
+/// The host, the database and its durability settings, read before the
+/// rounds so that the document describes what the runs ran on.
+async fn environment(
+    admin: &tokio_postgres::Client,
+    client: &Client,
+    target: &Target,
+    local: bool,
+    cfg: &Config,
+) -> Result<(Host, Database, Durability)> {
+    let host = metadata::host().await;
+    let database =
+        metadata::database(admin, target.redacted().to_owned(), local, client.install()).await?;
+    let durability = metadata::durability(admin, cfg.unlogged).await?;
+    Ok((host, database, durability))
+}
+
+/// The progress line naming the server, PGMQ, the build and the sections.
+fn say_versions(progress: &Progress, database: &Database, cfg: &Config) {
+    progress.say(format!(
+        "PostgreSQL {}, PGMQ {}, {} build; sections: {}",
+        database.server_version_num,
+        database.pgmq_version,
+        metadata::build().profile,
+        cfg.sections
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+}
+
+/// The `--handler db-write*` table and, for `db-write`, the handlers' own
+/// connections (enough for the largest handler count of any section).
+async fn open_sink(
+    cfg: &Config,
+    admin: &tokio_postgres::Client,
+    target: &Target,
+) -> Result<Option<Arc<Sink>>> {
+    Ok(match cfg.handler {
+        HandlerKind::DbWrite => {
+            Sink::create_table(admin).await?;
+            let most = cfg.workers.iter().copied().max().unwrap_or(1);
+            Some(Sink::connect(target, most.max(cfg.sustained_workers)).await?)
+        }
+        HandlerKind::DbWriteTx => {
+            Sink::create_table(admin).await?;
+            None
+        }
+        HandlerKind::Empty => None,
+    })
+}
+
+/// The run's document: figures, targets and outcome from the sections,
+/// with the conditions gathered before the rounds and the end-of-run load.
+async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
+    let cfg = &ctx.cfg;
     let figures = figures::build(&sections);
     let targets = figures::targets(
         &figures,
@@ -191,39 +236,24 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
         },
     );
     let outcome = evaluate(&sections, &metadata::build().profile);
-    let mut host = host;
+    let mut host = c.host;
     host.load_average_end = metadata::load_average().await;
-    let doc = Document {
+    Document {
         schema: SCHEMA.to_owned(),
         outcome,
-        durability,
+        durability: c.durability,
         metadata: crate::document::Metadata {
-            started_at,
+            started_at: c.started_at,
             finished_at: Utc::now(),
             sdk: metadata::sdk(),
             build: metadata::build(),
             host,
-            database,
+            database: c.database,
             workload: workload(cfg),
             command: command_line(),
             runtime: metadata::runtime(),
         },
-        protocol: Protocol {
-            warmup: cfg.warmup,
-            repeat: cfg.repeat,
-            order: "round_robin: each round runs every selected section once; the first `warmup` rounds \
-                    run only the throughput sections (send_single, send_batch, consume_scaling, baseline) and \
-                    are discarded"
-                .into(),
-            statistic: "median over measured rounds".into(),
-            spread: "min and max over measured rounds, each round's value kept in figures[].runs".into(),
-            memory_method,
-            queue_state: "a fresh queue per run; consuming runs preload it on the server and run \
-                          VACUUM (ANALYZE) on its table before the timed interval"
-                .into(),
-            min_timed_seconds: 1.0,
-            invocations: None,
-        },
+        protocol: protocol(cfg, c.memory_method),
         memory: MemorySummary {
             method: ctx.meter.method().as_str().to_owned(),
             overall_peak_rss_bytes: ctx.meter.overall(),
@@ -233,8 +263,33 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
         sections,
         targets,
         invocations: Vec::new(),
-    };
-    write_document(&doc, &cfg.output).await?;
+    }
+}
+
+/// How the run was measured and summarised, as the document states it.
+fn protocol(cfg: &Config, memory_method: String) -> Protocol {
+    Protocol {
+        warmup: cfg.warmup,
+        repeat: cfg.repeat,
+        order: "round_robin: each round runs every selected section once; the first `warmup` rounds \
+                run only the throughput sections (send_single, send_batch, consume_scaling, baseline) and \
+                are discarded"
+            .into(),
+        statistic: "median over measured rounds".into(),
+        spread: "min and max over measured rounds, each round's value kept in figures[].runs".into(),
+        memory_method,
+        queue_state: "a fresh queue per run; consuming runs preload it on the server and run \
+                      VACUUM (ANALYZE) on its table before the timed interval"
+            .into(),
+        min_timed_seconds: 1.0,
+        invocations: None,
+    }
+}
+
+/// Writes the document, prints its failures and the closing progress line;
+/// the exit status (0: ok, 1: the document records a failure).
+async fn write_and_report(doc: &Document, cfg: &Config, progress: &Progress) -> Result<i32> {
+    write_document(doc, &cfg.output).await?;
     for f in &doc.outcome.failures {
         eprintln!("pgmq-bench: FAILED: {f}");
     }
@@ -302,6 +357,15 @@ fn baseline_loops(cfg: &Config) -> Vec<Loop> {
     }
 }
 
+/// The round a run belongs to: its index among warm-up or measured rounds,
+/// whether it is a warm-up round, and the tag naming it in progress lines.
+#[derive(Clone, Copy)]
+struct Round<'a> {
+    index: u32,
+    warm: bool,
+    tag: &'a str,
+}
+
 /// A baseline run made next to the SDK run it is a reference of (one just
 /// before it and one just after, the ratio taking their mean): on a shared
 /// host the load moves within seconds, and a loop run a minute apart would
@@ -309,21 +373,25 @@ fn baseline_loops(cfg: &Config) -> Vec<Loop> {
 async fn neighbour(
     ctx: &Ctx,
     which: Loop,
-    round: u32,
-    warm: bool,
-    tag: &str,
+    at: Round<'_>,
     s: &mut Sections,
 ) -> Result<Option<usize>> {
     if !ctx.cfg.has(Section::Baseline) {
         return Ok(None);
     }
-    let r = baseline::run(ctx, which, round, warm).await?;
+    baseline_once(ctx, which, at, s).await.map(Some)
+}
+
+/// One run of a baseline loop, recorded; its index in `s.baseline`.
+async fn baseline_once(ctx: &Ctx, which: Loop, at: Round<'_>, s: &mut Sections) -> Result<usize> {
+    let tag = at.tag;
+    let r = baseline::run(ctx, which, at.index, at.warm).await?;
     ctx.progress.say(format!(
         "{tag} baseline {}: {:.0} msg/s",
         r.kind, r.rate.rate_per_s
     ));
     s.baseline.push(r);
-    Ok(Some(s.baseline.len() - 1))
+    Ok(s.baseline.len() - 1)
 }
 
 async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
@@ -338,6 +406,11 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
         } else {
             format!("round {}/{}", round + 1, cfg.repeat)
         };
+        let at = Round {
+            index: round,
+            warm,
+            tag: &tag,
+        };
         for section in &cfg.sections {
             if warm && !section.in_warmup() {
                 continue;
@@ -345,114 +418,129 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             match section {
                 Section::SendSingle => {
                     // Between two loop runs: the ratio's reference is their mean.
-                    neighbour(ctx, Loop::SendSingle, round, warm, &tag, &mut s).await?;
+                    neighbour(ctx, Loop::SendSingle, at, &mut s).await?;
                     let r = send::single(ctx, round, warm).await?;
                     p.say(format!("{tag} send_single: {:.0} msg/s", r.rate.rate_per_s));
                     s.send_single.push(r);
-                    neighbour(ctx, Loop::SendSingle, round, warm, &tag, &mut s).await?;
+                    neighbour(ctx, Loop::SendSingle, at, &mut s).await?;
                 }
                 Section::SendBatch => {
-                    neighbour(ctx, Loop::SendBatch, round, warm, &tag, &mut s).await?;
+                    neighbour(ctx, Loop::SendBatch, at, &mut s).await?;
                     let r = send::batch(ctx, round, warm).await?;
                     p.say(format!("{tag} send_batch: {:.0} msg/s", r.rate.rate_per_s));
                     s.send_batch.push(r);
-                    neighbour(ctx, Loop::SendBatch, round, warm, &tag, &mut s).await?;
+                    neighbour(ctx, Loop::SendBatch, at, &mut s).await?;
                 }
                 Section::ConsumeScaling => {
-                    consume_scaling(ctx, round, warm, &tag, &mut s).await?;
+                    consume_scaling(ctx, at, &mut s).await?;
                 }
                 Section::Baseline => {
                     for l in baseline_loops(cfg) {
-                        let r = baseline::run(ctx, l, round, warm).await?;
-                        p.say(format!(
-                            "{tag} baseline {}: {:.0} msg/s",
-                            r.kind, r.rate.rate_per_s
-                        ));
-                        s.baseline.push(r);
+                        baseline_once(ctx, l, at, &mut s).await?;
                     }
                 }
-                Section::BacklogScaling => {
-                    for n in &cfg.backlog_sizes {
-                        let r = backlog::run(ctx, *n, round).await?;
-                        p.say(format!(
-                            "{tag} backlog_scaling {n}: {:.0} msg/s",
-                            r.rate.rate_per_s
-                        ));
-                        s.backlog_scaling.push(r);
-                    }
-                }
-                Section::WorkerProcesses => {
-                    for n in &cfg.processes {
-                        let r = processes::run(ctx, *n, round).await?;
-                        p.say(format!(
-                            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
-                            r.rate.rate_per_s, r.min_over_max
-                        ));
-                        s.worker_processes.push(r);
-                    }
-                }
-                Section::IdleWorker => {
-                    let r = idle::run(ctx, round, warm).await?;
-                    p.say(format!(
-                        "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
-                        r.cpu_percent, r.empty_reads.rate_per_s
-                    ));
-                    s.idle_worker.push(r);
-                }
-                Section::WakeupLatency => {
-                    for mode in [Mode::Poll, Mode::Notify] {
-                        let r = wakeup::run(ctx, mode, round, warm).await?;
-                        p.say(format!(
-                            "{tag} wakeup_latency {}: p50 {:.2} ms",
-                            r.mode, r.latency_ms.p50
-                        ));
-                        s.wakeup_latency.push(r);
-                    }
-                }
+                Section::BacklogScaling => backlog_scaling(ctx, at, &mut s).await?,
+                Section::WorkerProcesses => worker_processes(ctx, at, &mut s).await?,
+                Section::IdleWorker => idle_worker(ctx, at, &mut s).await?,
+                Section::WakeupLatency => wakeup_latency(ctx, at, &mut s).await?,
                 Section::Sustained if cfg.rate_search => {
-                    sustained_rate_search(ctx, round, warm, &tag, &mut s.sustained).await?;
+                    sustained_rate_search(ctx, at, &mut s.sustained).await?;
                 }
-                Section::Sustained => {
-                    let r = sustained::run(ctx, round, warm).await?;
-                    p.say(format!(
-                        "{tag} sustained: {:.0} produced/s, {:.0} handled/s, slope {:.1}, {}",
-                        r.produced.rate_per_s,
-                        r.handled.rate_per_s,
-                        r.backlog_slope_per_s.unwrap_or(f64::NAN),
-                        if r.verdict.pass { "pass" } else { "FAIL" }
-                    ));
-                    s.sustained.push(r);
-                }
+                Section::Sustained => sustained_once(ctx, at, &mut s).await?,
             }
         }
     }
     Ok(s)
 }
 
+/// One round of backlog_scaling: a run at each backlog size.
+async fn backlog_scaling(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    for n in &ctx.cfg.backlog_sizes {
+        let r = backlog::run(ctx, *n, at.index).await?;
+        ctx.progress.say(format!(
+            "{tag} backlog_scaling {n}: {:.0} msg/s",
+            r.rate.rate_per_s
+        ));
+        s.backlog_scaling.push(r);
+    }
+    Ok(())
+}
+
+/// One round of worker_processes: a run at each process count.
+async fn worker_processes(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    for n in &ctx.cfg.processes {
+        let r = processes::run(ctx, *n, at.index).await?;
+        ctx.progress.say(format!(
+            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
+            r.rate.rate_per_s, r.min_over_max
+        ));
+        s.worker_processes.push(r);
+    }
+    Ok(())
+}
+
+/// One round of idle_worker.
+async fn idle_worker(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    let r = idle::run(ctx, at.index, at.warm).await?;
+    ctx.progress.say(format!(
+        "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
+        r.cpu_percent, r.empty_reads.rate_per_s
+    ));
+    s.idle_worker.push(r);
+    Ok(())
+}
+
+/// One round of wakeup_latency: polling, then notifications.
+async fn wakeup_latency(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    for mode in [Mode::Poll, Mode::Notify] {
+        let r = wakeup::run(ctx, mode, at.index, at.warm).await?;
+        ctx.progress.say(format!(
+            "{tag} wakeup_latency {}: p50 {:.2} ms",
+            r.mode, r.latency_ms.p50
+        ));
+        s.wakeup_latency.push(r);
+    }
+    Ok(())
+}
+
+/// One round of sustained without `--rate-search`: one run at `--rate`.
+async fn sustained_once(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    let r = sustained::run(ctx, at.index, at.warm).await?;
+    ctx.progress.say(format!(
+        "{tag} sustained: {:.0} produced/s, {:.0} handled/s, slope {:.1}, {}",
+        r.produced.rate_per_s,
+        r.handled.rate_per_s,
+        r.backlog_slope_per_s.unwrap_or(f64::NAN),
+        if r.verdict.pass { "pass" } else { "FAIL" }
+    ));
+    s.sustained.push(r);
+    Ok(())
+}
+
 /// One round of consume_scaling: the worker at each handler count, each
 /// between two consume loops.
-async fn consume_scaling(
-    ctx: &Arc<Ctx>,
-    round: u32,
-    warm: bool,
-    tag: &str,
-    s: &mut Sections,
-) -> Result<()> {
+async fn consume_scaling(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
     let p = &ctx.progress;
     // A consume loop before each worker run and one after the last: every
     // worker run sits between two loops, and its ratio's reference is their
     // mean. The equal-layout loop once before the first worker run and once
     // after the last: the reference of `vs_equal_layout` is the mean of the
     // two.
-    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, tag, s).await?;
+    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
     let mut before: Option<u32> = None;
     for w in &ctx.cfg.workers {
-        if let Some(i) = neighbour(ctx, Loop::Consume, round, warm, tag, s).await? {
+        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
             s.baseline[i].paired_workers = Some(*w);
             s.baseline[i].follows_workers = before;
         }
         before = Some(*w);
-        let r = consume::run(ctx, *w, round, warm).await?;
+        let r = consume::run(ctx, *w, at.index, at.warm).await?;
         p.say(format!(
             "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
             r.rate.rate_per_s, r.handler_ms.p99
@@ -460,28 +548,27 @@ async fn consume_scaling(
         s.consume_scaling.push(r);
     }
     if let Some(w) = before {
-        if let Some(i) = neighbour(ctx, Loop::Consume, round, warm, tag, s).await? {
+        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
             s.baseline[i].follows_workers = Some(w);
         }
     }
-    neighbour(ctx, Loop::ConsumeEqualLayout, round, warm, tag, s).await?;
+    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
     Ok(())
 }
 
 /// One round of sustained with `--rate-search`: its runs go to `runs`.
 async fn sustained_rate_search(
     ctx: &Arc<Ctx>,
-    round: u32,
-    warm: bool,
-    tag: &str,
+    at: Round<'_>,
     runs: &mut Vec<SustainedRun>,
 ) -> Result<()> {
+    let tag = at.tag;
     let cfg = &ctx.cfg;
     // Step the rate up until the slope verdict fails.
     let base = cfg.rate.unwrap_or(1.0);
     for k in 0..cfg.rate_steps_max {
         let rate = base * cfg.rate_step.powi(k as i32);
-        let mut r = sustained::run_at(ctx, Some(rate), round, warm).await?;
+        let mut r = sustained::run_at(ctx, Some(rate), at.index, at.warm).await?;
         r.rate_search_step = Some(k);
         let pass = r.verdict.pass;
         ctx.progress.say(format!(
@@ -511,13 +598,31 @@ fn run_tag(round: u32, warmup: bool) -> String {
 pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
     let mut failures = Vec::new();
     let mut warnings = Vec::new();
+    send_checks(&mut failures, &mut warnings, s);
+    drained_checks(&mut failures, &mut warnings, s);
+    baseline_checks(&mut failures, &mut warnings, s);
+    sustained_checks(&mut failures, &mut warnings, s);
+    if profile != "release" {
+        warnings
+            .push("debug build: numbers show correctness, not representative throughput".into());
+    }
+    RunOutcome {
+        ok: failures.is_empty(),
+        failures,
+        warnings,
+    }
+}
+
+/// send_single and send_batch: short runs, and every message sent in the
+/// queue afterwards.
+fn send_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
     for (name, runs) in [
         ("send_single", &s.send_single),
         ("send_batch", &s.send_batch),
     ] {
         for r in runs {
             let tag = run_tag(r.round, r.warmup);
-            short_run_warning(&mut warnings, &format!("{name} {tag}"), r.rate.elapsed_s);
+            short_run_warning(warnings, &format!("{name} {tag}"), r.rate.elapsed_s);
             if r.in_queue_after != r.rate.count as i64 {
                 failures.push(format!(
                     "{name} {tag}: sent {} but the queue holds {}",
@@ -526,6 +631,11 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             }
         }
     }
+}
+
+/// consume_scaling, backlog_scaling and worker_processes: the drain checks
+/// and worker counters of each run (of each process for worker_processes).
+fn drained_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
     let consume = s
         .consume_scaling
         .iter()
@@ -536,8 +646,8 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
         .map(|r| (format!("backlog_scaling {}", r.ledger.expected), r));
     for (what, r) in consume.chain(backlog) {
         let tag = format!("{what} {}", run_tag(r.round, r.warmup));
-        drained(&mut failures, &mut warnings, &tag, r);
-        counter_failures(&mut failures, &tag, &r.worker);
+        drained(failures, warnings, &tag, r);
+        counter_failures(failures, &tag, &r.worker);
     }
     for r in &s.worker_processes {
         let tag = format!(
@@ -545,23 +655,28 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             r.processes,
             run_tag(r.round, r.warmup)
         );
-        drained(&mut failures, &mut warnings, &tag, r);
+        drained(failures, warnings, &tag, r);
         for pr in &r.per_process {
             if pr.stalled {
                 failures.push(format!("{tag}: process {} stalled", pr.index));
             }
             let who = format!("{tag}: process {}", pr.index);
-            counter_failures(&mut failures, &who, &pr.worker);
+            counter_failures(failures, &who, &pr.worker);
         }
     }
+}
+
+/// The baseline loops: short runs; a consuming loop's ledger and empty
+/// queue, a sending loop's messages all in the queue.
+fn baseline_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
     for r in &s.baseline {
         let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
-        short_run_warning(&mut warnings, &tag, r.rate.elapsed_s);
+        short_run_warning(warnings, &tag, r.rate.elapsed_s);
         if let Some(l) = &r.ledger {
             if l.missing > 0 {
                 failures.push(format!("{tag}: {} messages never handled", l.missing));
             }
-            ledger_failures(&mut failures, &tag, l);
+            ledger_failures(failures, &tag, l);
             if r.in_queue_after != 0 {
                 failures.push(format!(
                     "{tag}: {} messages left in the queue",
@@ -575,6 +690,11 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
             ));
         }
     }
+}
+
+/// sustained: a slope too coarse to judge, the verdict (only lost messages
+/// for a rate-search step), the ledger and the worker counters.
+fn sustained_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
     for r in &s.sustained {
         let tag = format!("sustained {}", run_tag(r.round, r.warmup));
         if let Some(se) = r.backlog_slope_stderr_per_s {
@@ -598,17 +718,8 @@ pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
         } else if !r.verdict.pass {
             failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
         }
-        ledger_failures(&mut failures, &tag, &r.ledger);
-        counter_failures(&mut failures, &tag, &r.worker);
-    }
-    if profile != "release" {
-        warnings
-            .push("debug build: numbers show correctness, not representative throughput".into());
-    }
-    RunOutcome {
-        ok: failures.is_empty(),
-        failures,
-        warnings,
+        ledger_failures(failures, &tag, &r.ledger);
+        counter_failures(failures, &tag, &r.worker);
     }
 }
 
