@@ -96,92 +96,16 @@ impl Config {
     /// Checks `args`.
     pub fn from_args(a: &RunArgs) -> Result<Config> {
         let a = &quick_profile(a);
-        if a.repeat == 0 {
-            return Err(bad("--repeat must be at least 1"));
-        }
-        if a.messages == 0 || a.batch_messages == 0 || a.single_messages == 0 {
-            return Err(bad(
-                "--messages, --batch-messages and --single-messages must be at least 1",
-            ));
-        }
-        if !(1..=10_000).contains(&a.batch_size) {
-            return Err(bad("--batch-size must be between 1 and 10000"));
-        }
-        if a.visibility_timeout == 0 {
-            return Err(bad("--vt must be at least 1 second"));
-        }
-        if a.workers.is_empty() || a.workers.iter().any(|w| !(1..=1024).contains(w)) {
-            return Err(bad("--workers takes handler counts between 1 and 1024"));
-        }
-        if a.wakeup_samples < MIN_WAKEUP_SAMPLES {
-            return Err(bad(format!(
-                "--wakeup-samples must be at least {MIN_WAKEUP_SAMPLES}"
-            )));
-        }
-        if a.idle_poll_ms == 0 || a.wakeup_poll_ms == 0 {
-            return Err(bad("poll intervals must be at least 1 ms"));
-        }
-        if a.duration.is_zero() || a.sustained_warmup >= a.duration {
-            return Err(bad(
-                "--duration must be longer than --sustained-warmup (and not zero)",
-            ));
-        }
-        if !(a.rate.is_finite() && a.rate >= 0.0) {
-            return Err(bad("--rate must be 0 (unpaced) or a positive rate"));
-        }
-        if a.producers == 0 || a.sustained_workers == 0 {
-            return Err(bad(
-                "--producers and --sustained-workers must be at least 1",
-            ));
-        }
-        if a.pool_size < 2 {
-            return Err(bad("--pool-size must be at least 2"));
-        }
-        if a.idle.is_zero() {
-            return Err(bad("--idle must be longer than zero"));
-        }
-        let mut sections: Vec<Section> = Section::ALL
-            .iter()
-            .copied()
-            .filter(|s| a.sections.contains(s))
-            .collect();
-        sections.dedup();
+        check_scalars(a)?;
+        let sections = ordered_sections(a);
         let mut workers = a.workers.clone();
         workers.dedup();
-        let mut backlog_sizes = a.backlog_sizes.clone().unwrap_or_else(|| {
-            if a.quick {
-                QUICK_BACKLOG_SIZES.to_vec()
-            } else {
-                BACKLOG_SIZES.to_vec()
-            }
-        });
-        if a.backlog_10m {
-            backlog_sizes.push(10_000_000);
-        }
-        backlog_sizes.sort_unstable();
-        backlog_sizes.dedup();
-        if backlog_sizes.is_empty() || backlog_sizes.contains(&0) {
-            return Err(bad("--backlog-sizes takes sizes of at least 1"));
-        }
+        let backlog_sizes = backlog_sizes(a)?;
         if !(1..=1024).contains(&a.backlog_workers) {
             return Err(bad("--backlog-workers must be between 1 and 1024"));
         }
-        let mut processes = a.processes.clone();
-        processes.sort_unstable();
-        processes.dedup();
-        if processes.is_empty() || processes.iter().any(|p| !(1..=64).contains(p)) {
-            return Err(bad("--processes takes process counts between 1 and 64"));
-        }
-        if !(a.rate_step.is_finite() && a.rate_step > 1.0) || a.rate_steps_max == 0 {
-            return Err(bad(
-                "--rate-step must be above 1 and --rate-steps-max at least 1",
-            ));
-        }
-        if a.rate_search && a.rate <= 0.0 {
-            return Err(bad(
-                "--rate-search starts from --rate, which must be above 0",
-            ));
-        }
+        let processes = process_counts(a)?;
+        check_rate_search(a)?;
         Ok(Config {
             sections,
             messages: a.messages,
@@ -233,6 +157,115 @@ impl Config {
     pub fn has(&self, s: Section) -> bool {
         self.sections.contains(&s)
     }
+}
+
+/// The checks of the counts, sizes and durations that need no other
+/// option's value resolved first.
+fn check_scalars(a: &RunArgs) -> Result<()> {
+    if a.repeat == 0 {
+        return Err(bad("--repeat must be at least 1"));
+    }
+    if a.messages == 0 || a.batch_messages == 0 || a.single_messages == 0 {
+        return Err(bad(
+            "--messages, --batch-messages and --single-messages must be at least 1",
+        ));
+    }
+    if !(1..=10_000).contains(&a.batch_size) {
+        return Err(bad("--batch-size must be between 1 and 10000"));
+    }
+    if a.visibility_timeout == 0 {
+        return Err(bad("--vt must be at least 1 second"));
+    }
+    if a.workers.is_empty() || a.workers.iter().any(|w| !(1..=1024).contains(w)) {
+        return Err(bad("--workers takes handler counts between 1 and 1024"));
+    }
+    if a.wakeup_samples < MIN_WAKEUP_SAMPLES {
+        return Err(bad(format!(
+            "--wakeup-samples must be at least {MIN_WAKEUP_SAMPLES}"
+        )));
+    }
+    if a.idle_poll_ms == 0 || a.wakeup_poll_ms == 0 {
+        return Err(bad("poll intervals must be at least 1 ms"));
+    }
+    if a.duration.is_zero() || a.sustained_warmup >= a.duration {
+        return Err(bad(
+            "--duration must be longer than --sustained-warmup (and not zero)",
+        ));
+    }
+    if !(a.rate.is_finite() && a.rate >= 0.0) {
+        return Err(bad("--rate must be 0 (unpaced) or a positive rate"));
+    }
+    if a.producers == 0 || a.sustained_workers == 0 {
+        return Err(bad(
+            "--producers and --sustained-workers must be at least 1",
+        ));
+    }
+    if a.pool_size < 2 {
+        return Err(bad("--pool-size must be at least 2"));
+    }
+    if a.idle.is_zero() {
+        return Err(bad("--idle must be longer than zero"));
+    }
+    Ok(())
+}
+
+/// The selected sections in round order (`Section::ALL`'s), each once.
+fn ordered_sections(a: &RunArgs) -> Vec<Section> {
+    let mut sections: Vec<Section> = Section::ALL
+        .iter()
+        .copied()
+        .filter(|s| a.sections.contains(s))
+        .collect();
+    sections.dedup();
+    sections
+}
+
+/// The backlog sizes: `--backlog-sizes` or the profile's, with 10M for
+/// `--backlog-10m`, ascending and each once; none may be 0.
+fn backlog_sizes(a: &RunArgs) -> Result<Vec<u64>> {
+    let mut backlog_sizes = a.backlog_sizes.clone().unwrap_or_else(|| {
+        if a.quick {
+            QUICK_BACKLOG_SIZES.to_vec()
+        } else {
+            BACKLOG_SIZES.to_vec()
+        }
+    });
+    if a.backlog_10m {
+        backlog_sizes.push(10_000_000);
+    }
+    backlog_sizes.sort_unstable();
+    backlog_sizes.dedup();
+    if backlog_sizes.is_empty() || backlog_sizes.contains(&0) {
+        return Err(bad("--backlog-sizes takes sizes of at least 1"));
+    }
+    Ok(backlog_sizes)
+}
+
+/// The worker_processes counts, ascending and each once, between 1 and 64.
+fn process_counts(a: &RunArgs) -> Result<Vec<u32>> {
+    let mut processes = a.processes.clone();
+    processes.sort_unstable();
+    processes.dedup();
+    if processes.is_empty() || processes.iter().any(|p| !(1..=64).contains(p)) {
+        return Err(bad("--processes takes process counts between 1 and 64"));
+    }
+    Ok(processes)
+}
+
+/// The rate-search options: a step factor above 1, at least one step, and
+/// a starting `--rate` above 0 when the search is on.
+fn check_rate_search(a: &RunArgs) -> Result<()> {
+    if !(a.rate_step.is_finite() && a.rate_step > 1.0) || a.rate_steps_max == 0 {
+        return Err(bad(
+            "--rate-step must be above 1 and --rate-steps-max at least 1",
+        ));
+    }
+    if a.rate_search && a.rate <= 0.0 {
+        return Err(bad(
+            "--rate-search starts from --rate, which must be above 0",
+        ));
+    }
+    Ok(())
 }
 
 /// `args` with the quick profile (and `--long`) applied: each option the
