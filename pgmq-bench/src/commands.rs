@@ -68,17 +68,7 @@ pub async fn aggregate(args: AggregateArgs) -> Result<i32> {
 
 /// The merge behind `aggregate`.
 pub fn aggregate_documents(docs: &[Document]) -> Result<Document> {
-    let Some(first) = docs.first() else {
-        return Err(Error::Config("aggregate needs documents".into()));
-    };
-    if docs.len() < 2 {
-        return Err(Error::Config("aggregate needs at least 2 documents".into()));
-    }
-    if docs.iter().any(|d| !d.invocations.is_empty()) {
-        return Err(Error::Refused(
-            "aggregate takes single-invocation documents, not aggregates".into(),
-        ));
-    }
+    let first = mergeable_first(docs)?;
     let mut out = first.clone();
     out.metadata.started_at = docs
         .iter()
@@ -90,6 +80,47 @@ pub fn aggregate_documents(docs: &[Document]) -> Result<Document> {
         .map(|d| d.metadata.finished_at)
         .max()
         .unwrap_or(out.metadata.finished_at);
+    merge_outcomes(&mut out, first, docs);
+    out.figures = per_invocation_figures(first, docs);
+    out.protocol.invocations = Some(docs.len() as u32);
+    out.protocol.statistic = format!(
+        "median over {} invocations of each invocation's median over its measured rounds",
+        docs.len()
+    );
+    out.protocol.spread = "min and max over the invocations' medians, each kept in figures[].runs (round = \
+                           invocation index); every invocation's whole document is in `invocations`"
+        .into();
+    out.memory = merged_memory(first, docs);
+    out.sections = Sections::default();
+    out.targets = check::evaluate(&out);
+    out.invocations = docs
+        .iter()
+        .map(|d| serde_json::to_value(d).map_err(|e| Error::json("an invocation", e)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(out)
+}
+
+/// The first of `docs`, once they are known to be two or more
+/// single-invocation documents.
+fn mergeable_first(docs: &[Document]) -> Result<&Document> {
+    let Some(first) = docs.first() else {
+        return Err(Error::Config("aggregate needs documents".into()));
+    };
+    if docs.len() < 2 {
+        return Err(Error::Config("aggregate needs at least 2 documents".into()));
+    }
+    if docs.iter().any(|d| !d.invocations.is_empty()) {
+        return Err(Error::Refused(
+            "aggregate takes single-invocation documents, not aggregates".into(),
+        ));
+    }
+    Ok(first)
+}
+
+/// `out`'s outcome from every invocation's: their failures and warnings
+/// prefixed with the invocation, a failure for a durability class other than
+/// the first's, a warning for each other recorded condition that differs.
+fn merge_outcomes(out: &mut Document, first: &Document, docs: &[Document]) {
     out.outcome.failures.clear();
     out.outcome.warnings.clear();
     for (i, d) in docs.iter().enumerate() {
@@ -117,8 +148,12 @@ pub fn aggregate_documents(docs: &[Document]) -> Result<Document> {
         }
     }
     out.outcome.ok = out.outcome.failures.is_empty();
-    // One value per invocation for each figure every invocation has.
-    out.figures = first
+}
+
+/// One value per invocation (its median) for each figure every invocation
+/// has.
+fn per_invocation_figures(first: &Document, docs: &[Document]) -> Vec<Figure> {
+    first
         .figures
         .iter()
         .filter_map(|f0| {
@@ -141,16 +176,12 @@ pub fn aggregate_documents(docs: &[Document]) -> Result<Document> {
                 runs,
             )
         })
-        .collect();
-    out.protocol.invocations = Some(docs.len() as u32);
-    out.protocol.statistic = format!(
-        "median over {} invocations of each invocation's median over its measured rounds",
-        docs.len()
-    );
-    out.protocol.spread = "min and max over the invocations' medians, each kept in figures[].runs (round = \
-                           invocation index); every invocation's whole document is in `invocations`"
-        .into();
-    out.memory = MemorySummary {
+        .collect()
+}
+
+/// The largest peak of any invocation, overall and per section.
+fn merged_memory(first: &Document, docs: &[Document]) -> MemorySummary {
+    MemorySummary {
         method: first.memory.method.clone(),
         overall_peak_rss_bytes: docs
             .iter()
@@ -167,12 +198,5 @@ pub fn aggregate_documents(docs: &[Document]) -> Result<Document> {
             }
             m
         },
-    };
-    out.sections = Sections::default();
-    out.targets = check::evaluate(&out);
-    out.invocations = docs
-        .iter()
-        .map(|d| serde_json::to_value(d).map_err(|e| Error::json("an invocation", e)))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(out)
+    }
 }
