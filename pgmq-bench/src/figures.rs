@@ -293,31 +293,10 @@ fn baselines(f: &mut Figures, s: &Sections) {
 /// Every SDK figure over its reference loop: sends, and the worker per
 /// handler count against the consume loop and the equal-layout loop.
 fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
-    let base = |kind: &'static str| baseline_runs(s, kind);
-    // The reference of a ratio: for a worker run, the mean of the consume
-    // loops run just before and just after it (either alone when the other
-    // is missing, as in older documents); for a send run, the mean of the
-    // round's runs of its loop (one before and one after it).
-    let base_rate = |kind: &'static str, round: u32, workers: Option<u32>| {
-        let of_round = || base(kind).filter(move |r| r.round == round);
-        let mean_rate = |keep: &dyn Fn(&BaselineRun) -> bool| {
-            let (n, sum) = of_round()
-                .filter(|r| keep(r))
-                .fold((0u32, 0.0), |(n, sum), r| (n + 1, sum + r.rate.rate_per_s));
-            (n > 0).then(|| sum / f64::from(n))
-        };
-        let bracket = workers.and_then(|w| {
-            mean_rate(&|r| r.paired_workers == Some(w) || r.follows_workers == Some(w))
-        });
-        bracket
-            .or_else(|| mean_rate(&|r| r.paired_workers.is_none() && r.follows_workers.is_none()))
-            .or_else(|| of_round().next().map(|r| r.rate.rate_per_s))
-            .filter(|v| *v > 0.0)
-    };
     let ratio = |sdk: Vec<(u32, f64)>, kind: &'static str, workers: Option<u32>| -> Vec<Sample> {
         sdk.into_iter()
             .filter_map(|(round, v)| {
-                base_rate(kind, round, workers).map(|b| Sample::value(round, v / b))
+                reference_rate(s, kind, round, workers).map(|b| Sample::value(round, v / b))
             })
             .collect()
     };
@@ -373,6 +352,32 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
             ratio(sdk, "consume_equal_layout", None),
         );
     }
+}
+
+/// The reference of a ratio: for a worker run, the mean of the consume
+/// loops run just before and just after it (either alone when the other is
+/// missing, as in older documents); for a send run, the mean of the round's
+/// runs of its loop (one before and one after it). None when the loop did
+/// not run in that round or measured nothing.
+fn reference_rate(
+    s: &Sections,
+    kind: &'static str,
+    round: u32,
+    workers: Option<u32>,
+) -> Option<f64> {
+    let of_round = || baseline_runs(s, kind).filter(move |r| r.round == round);
+    let mean_rate = |keep: &dyn Fn(&BaselineRun) -> bool| {
+        let (n, sum) = of_round()
+            .filter(|r| keep(r))
+            .fold((0u32, 0.0), |(n, sum), r| (n + 1, sum + r.rate.rate_per_s));
+        (n > 0).then(|| sum / f64::from(n))
+    };
+    let bracket = workers
+        .and_then(|w| mean_rate(&|r| r.paired_workers == Some(w) || r.follows_workers == Some(w)));
+    bracket
+        .or_else(|| mean_rate(&|r| r.paired_workers.is_none() && r.follows_workers.is_none()))
+        .or_else(|| of_round().next().map(|r| r.rate.rate_per_s))
+        .filter(|v| *v > 0.0)
 }
 
 /// idle_worker: CPU, empty reads and wake-ups.
