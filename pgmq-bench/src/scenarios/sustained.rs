@@ -181,14 +181,55 @@ pub async fn run_at(
     let offset_us = db_clock_offset_us(&ctx.admin).await?;
     let tally = Tally::with_waits(u64::MAX, cfg.handler_work, QueueWaits::new(offset_us));
     let w = worker(ctx, &q, cfg.sustained_workers, &tally).build()?;
-    let next_id = Arc::new(AtomicU64::new(0));
     let produced = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
     ctx.meter.begin();
     let handle = w.spawn();
     let start = Instant::now();
     let per_producer = rate.map(|r| r / f64::from(cfg.producers));
-    let producers: Vec<_> = (0..cfg.producers)
+    let producers = spawn_producers(ctx, &q, &produced, per_producer, &stop);
+
+    let (intervals, samples) =
+        sample(ctx, &q, &handle, &tally, &produced, &producers, start).await?;
+    stop.cancel();
+    join_producers(producers).await?;
+    let window = start.elapsed();
+    let produced_total = produced.load(Ordering::Acquire);
+    let handled_in_window = tally.distinct();
+    let drain_s = drain(&tally, produced_total, cfg.stall_timeout).await;
+    let report = handle.shutdown().await?;
+    let peak = ctx.meter.end();
+    // The statistics collector publishes table counters about once a second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let db = db_counters(ctx, &before, &q).await;
+    ctx.guard.release(&q).await?;
+
+    let measured = Measured {
+        window,
+        produced_total,
+        handled_in_window,
+        intervals,
+        samples,
+        drain_s,
+        report,
+        peak,
+        db,
+    };
+    Ok(sustained_run(cfg, rate, round, warmup, measured, &tally))
+}
+
+/// Starts `--producers` tasks sending into `q` at `per_producer` messages/s
+/// each (None: unpaced), numbering their messages from 0 and counting them
+/// in `produced`, until `stop`.
+fn spawn_producers(
+    ctx: &Arc<Ctx>,
+    q: &pgmq_client::QueueName,
+    produced: &Arc<AtomicU64>,
+    per_producer: Option<f64>,
+    stop: &CancellationToken,
+) -> Vec<tokio::task::JoinHandle<Result<()>>> {
+    let next_id = Arc::new(AtomicU64::new(0));
+    (0..ctx.cfg.producers)
         .map(|_| {
             tokio::spawn(produce(
                 ctx.clone(),
@@ -199,32 +240,51 @@ pub async fn run_at(
                 stop.clone(),
             ))
         })
-        .collect();
+        .collect()
+}
 
-    let (intervals, samples) =
-        sample(ctx, &q, &handle, &tally, &produced, &producers, start).await?;
-    stop.cancel();
-    join_producers(producers).await?;
-    let window = start.elapsed();
-    let produced_total = produced.load(Ordering::Acquire);
-    let handled_in_window = tally.distinct();
-    // Drain: the run is complete once every produced id was handled.
+/// Lets the worker handle what is left once the producers stopped: waits
+/// until every one of the `produced_total` ids was handled (or the stall
+/// timeout); the seconds it took.
+async fn drain(tally: &Tally, produced_total: u64, stall_timeout: Duration) -> f64 {
+    // The run is complete once every produced id was handled.
     let drain_start = Instant::now();
     tally.target.store(produced_total, Ordering::Release);
     tally.check(tally.distinct());
-    tally.wait(cfg.stall_timeout).await;
-    let drain_s = drain_start.elapsed().as_secs_f64();
-    let report = handle.shutdown().await?;
-    let peak = ctx.meter.end();
-    // The statistics collector publishes table counters about once a second.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let db = db_counters(ctx, &before, &q).await;
-    ctx.guard.release(&q).await?;
+    tally.wait(stall_timeout).await;
+    drain_start.elapsed().as_secs_f64()
+}
 
-    let (slope, stderr) = backlog_slope(&samples, cfg.sustained_warmup);
-    let ledger = tally.ledger.report(produced_total);
-    let reasons = failure_reasons(slope, stderr, produced_total, &ledger);
-    Ok(SustainedRun {
+/// What one sustained run measured, before the verdict.
+struct Measured {
+    /// From the worker's start to the producers' end.
+    window: Duration,
+    produced_total: u64,
+    /// Distinct ids handled within the window (before the drain).
+    handled_in_window: u64,
+    intervals: Vec<Interval>,
+    samples: Vec<BacklogSample>,
+    drain_s: f64,
+    report: pgmq_worker::ShutdownReport,
+    peak: u64,
+    db: DbCounters,
+}
+
+/// The run's record: its settings, what it measured, the backlog slope
+/// and the verdict on it and on the ledger.
+fn sustained_run(
+    cfg: &crate::config::Config,
+    rate: Option<f64>,
+    round: u32,
+    warmup: bool,
+    m: Measured,
+    tally: &Tally,
+) -> SustainedRun {
+    let (slope, stderr) = backlog_slope(&m.samples, cfg.sustained_warmup);
+    let ledger = tally.ledger.report(m.produced_total);
+    let reasons = failure_reasons(slope, stderr, m.produced_total, &ledger);
+    let window = m.window;
+    SustainedRun {
         round,
         warmup,
         duration_s: window.as_secs_f64(),
@@ -233,32 +293,32 @@ pub async fn run_at(
         producers: cfg.producers,
         workers: cfg.sustained_workers,
         batch_size: cfg.batch_size,
-        produced: Rate::new(produced_total, window.as_secs_f64()),
-        handled: Rate::new(handled_in_window, window.as_secs_f64()),
-        backlog_max: samples.iter().map(|s| s.backlog).max().unwrap_or(0),
-        intervals,
-        backlog_samples: samples,
+        produced: Rate::new(m.produced_total, window.as_secs_f64()),
+        handled: Rate::new(m.handled_in_window, window.as_secs_f64()),
+        backlog_max: m.samples.iter().map(|s| s.backlog).max().unwrap_or(0),
+        intervals: m.intervals,
+        backlog_samples: m.samples,
         backlog_slope_per_s: slope,
         backlog_slope_stderr_per_s: stderr,
-        drain_s,
+        drain_s: m.drain_s,
         verdict: Verdict {
             pass: reasons.is_empty(),
             slope_limit_per_s: SLOPE_LIMIT,
             reasons,
         },
         ledger,
-        worker: counters(&report.stats),
-        peak_rss_bytes: peak,
-        db_counters: Some(db),
+        worker: counters(&m.report.stats),
+        peak_rss_bytes: m.peak,
+        db_counters: Some(m.db),
         rate_search_step: None,
         handler: Some(cfg.handler.name().to_owned()),
         handler_ms: Some(crate::stats::percentiles_us_to_ms(
-            &report.stats.handler_latency,
+            &m.report.stats.handler_latency,
         )),
         queue_wait_db_ms: Some(crate::stats::percentiles_us_to_ms(
-            &report.stats.queue_wait_db,
+            &m.report.stats.queue_wait_db,
         )),
-    })
+    }
 }
 
 /// Samples the backlog every [`SAMPLE_EVERY`] and records an [`Interval`]
