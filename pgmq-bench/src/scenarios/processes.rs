@@ -40,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::process::MemoryMeter;
 use crate::scenarios::consume::{with_claim_reads, worker_on, Tally};
-use crate::scenarios::{counters, Ctx, Sink};
+use crate::scenarios::{counters, Ctx, InBody, Sink};
 use crate::stats::percentiles_us_to_ms;
 
 /// Arguments of the hidden `process-worker` subcommand. The DSN comes from
@@ -104,42 +104,14 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
     let dsn = std::env::var("PGMQ_BENCH_DSN")
         .map_err(|_| Error::Config("process-worker needs PGMQ_BENCH_DSN".into()))?;
     let q = QueueName::new(&a.queue)?;
-    // The password where the parent found it (the DSN, PGPASSWORD or the
-    // password file, all inherited).
-    let target = crate::target::Target::resolve(&dsn)?;
-    let client = target
-        .builder()
-        .max_size(a.pool_size)
-        .application_name("pgmq-bench-process")
-        .connect()
-        .await?;
-    let sink = match a.handler {
-        HandlerKind::DbWrite => Some(Sink::connect(&target, a.workers).await?),
-        HandlerKind::DbWriteTx | HandlerKind::Empty => None,
-    };
-    let tally = Tally::new(u64::MAX, Duration::from_millis(a.handler_work_ms));
-    let w = worker_on(
-        client.clone(),
-        &q,
-        a.workers,
-        a.batch_size,
-        Duration::from_secs(u64::from(a.vt)),
-        &tally,
-        sink,
-        a.handler == HandlerKind::DbWriteTx,
-    );
-    let w = with_claim_reads(w, a.claim_reads).build()?;
+    let ChildWorker {
+        client,
+        tally,
+        worker: w,
+    } = child_worker(&a, &dsn, &q).await?;
     let meter = MemoryMeter::start();
     println!("ready");
-    // Wait for the parent's `go` (or its end: stdin closed).
-    let go = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).map(|_| line)
-    })
-    .await
-    .map_err(|e| Error::Config(format!("stdin reader: {e}")))?
-    .map_err(|e| Error::io("reading stdin", e))?;
-    if go.trim() != "go" {
+    if !wait_for_go().await? {
         return Ok(2);
     }
     meter.begin();
@@ -147,21 +119,7 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
     let start_ns = u64::try_from(start.duration_since(tally.base).as_nanos()).unwrap_or(0);
     let handle = w.spawn();
     let stall = Duration::from_secs_f64(a.stall_timeout_s);
-    let (mut last, mut last_change) = (0u64, Instant::now());
-    let mut stalled = false;
-    loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if client.metrics(&q).await?.queue_length == 0 {
-            break;
-        }
-        let now = tally.ledger.handled();
-        if now != last {
-            (last, last_change) = (now, Instant::now());
-        } else if last_change.elapsed() >= stall {
-            stalled = true;
-            break;
-        }
-    }
+    let stalled = drain_until_empty(&client, &q, &tally, stall).await?;
     let report = handle.shutdown().await?;
     let peak = meter.end();
     let last_ns = tally
@@ -169,13 +127,7 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
         .load(std::sync::atomic::Ordering::Acquire);
     let elapsed_s = last_ns.saturating_sub(start_ns) as f64 / 1e9;
     let ids = tally.ledger.ids();
-    let mut bytes = Vec::with_capacity(ids.len() * 8);
-    for id in &ids {
-        bytes.extend_from_slice(&id.to_le_bytes());
-    }
-    tokio::fs::write(&a.ids_out, bytes)
-        .await
-        .map_err(|e| Error::io(format!("writing {}", a.ids_out.display()), e))?;
+    write_ids(&a.ids_out, &ids).await?;
     let out = ChildReport {
         handled: tally.ledger.handled(),
         distinct: ids.len() as u64,
@@ -190,6 +142,96 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
         serde_json::to_string(&out).map_err(|e| Error::json("the child report", e))?
     );
     Ok(0)
+}
+
+/// A child's own SDK client, the tally its handlers feed, and its worker
+/// (built, not started).
+struct ChildWorker {
+    client: pgmq_client::Client,
+    tally: Arc<Tally>,
+    worker: pgmq_worker::Worker<InBody>,
+}
+
+/// Connects the child's client (and, with `--handler db-write`, its sink
+/// pool) and builds its worker on `q` as the arguments say.
+async fn child_worker(a: &ChildArgs, dsn: &str, q: &QueueName) -> Result<ChildWorker> {
+    // The password where the parent found it (the DSN, PGPASSWORD or the
+    // password file, all inherited).
+    let target = crate::target::Target::resolve(dsn)?;
+    let client = target
+        .builder()
+        .max_size(a.pool_size)
+        .application_name("pgmq-bench-process")
+        .connect()
+        .await?;
+    let sink = match a.handler {
+        HandlerKind::DbWrite => Some(Sink::connect(&target, a.workers).await?),
+        HandlerKind::DbWriteTx | HandlerKind::Empty => None,
+    };
+    let tally = Tally::new(u64::MAX, Duration::from_millis(a.handler_work_ms));
+    let w = worker_on(
+        client.clone(),
+        q,
+        a.workers,
+        a.batch_size,
+        Duration::from_secs(u64::from(a.vt)),
+        &tally,
+        sink,
+        a.handler == HandlerKind::DbWriteTx,
+    );
+    let worker = with_claim_reads(w, a.claim_reads).build()?;
+    Ok(ChildWorker {
+        client,
+        tally,
+        worker,
+    })
+}
+
+/// Waits for the parent's `go` line on stdin; false on any other line or
+/// when stdin closed (the parent ended).
+async fn wait_for_go() -> Result<bool> {
+    let go = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .map_err(|e| Error::Config(format!("stdin reader: {e}")))?
+    .map_err(|e| Error::io("reading stdin", e))?;
+    Ok(go.trim() == "go")
+}
+
+/// Polls every 20 ms until `q` is empty (in flight included) or nothing was
+/// handled for `stall`; true when it stopped on the stall.
+async fn drain_until_empty(
+    client: &pgmq_client::Client,
+    q: &QueueName,
+    tally: &Tally,
+    stall: Duration,
+) -> Result<bool> {
+    let (mut last, mut last_change) = (0u64, Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if client.metrics(q).await?.queue_length == 0 {
+            return Ok(false);
+        }
+        let now = tally.ledger.handled();
+        if now != last {
+            (last, last_change) = (now, Instant::now());
+        } else if last_change.elapsed() >= stall {
+            return Ok(true);
+        }
+    }
+}
+
+/// Writes the handled ids to `path` for the parent, little-endian u64 each.
+async fn write_ids(path: &std::path::Path, ids: &[u64]) -> Result<()> {
+    let mut bytes = Vec::with_capacity(ids.len() * 8);
+    for id in ids {
+        bytes.extend_from_slice(&id.to_le_bytes());
+    }
+    tokio::fs::write(path, bytes)
+        .await
+        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
 /// A started worker process: the child, the file its ids go to, whether it
