@@ -82,76 +82,30 @@ pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<Wake
     let q = ctx.guard.fresh(&format!("wakeup_{}", mode.name())).await?;
     let poll = ctx.cfg.wakeup_poll;
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
-    let b = Worker::<InBody>::builder(ctx.client.clone(), q.clone());
-    let w = with_claim_reads(b, ctx.cfg.claim_reads)
-        .concurrency(1)
-        .batch_size(ctx.cfg.batch_size as usize)
-        .visibility_timeout(ctx.cfg.vt)
-        .poll_interval(poll)
-        .wake_up(match mode {
-            Mode::Poll => WakeUp::Poll,
-            Mode::Notify => WakeUp::Notify,
-        })
-        .handler(move |msg: Message<InBody>| {
-            let started = Instant::now();
-            let _ = tx.send((msg.body.id, started));
-            async { Ok(Outcome::Delete) }
-        })
-        .build()?;
+    let w = build_worker(ctx, &q, mode, tx)?;
     ctx.meter.begin();
     let handle = w.spawn();
     let limit = poll * 4 + Duration::from_secs(10);
     ctx.client.send(&q, &ctx.body(SETTLE_ID)).await?;
     let settled = wait_for(&mut rx, SETTLE_ID, limit).await;
     if settled.is_none() {
-        handle.shutdown().await?;
-        ctx.guard.release(&q).await?;
-        return Err(Error::Timeout(format!(
-            "wakeup_latency ({}): the first message did not reach the handler within {limit:?}",
-            mode.name()
-        )));
+        return abandon(ctx, handle, &q, mode, "the first message", limit).await;
     }
-    // PGMQ sends at most one notification per throttle window: samples are
-    // spaced past it, so that each one measures a notification of its own.
-    let throttle_ms = match mode {
-        Mode::Poll => None,
-        Mode::Notify => ctx
-            .client
-            .list_notify_insert_throttles()
-            .await?
-            .into_iter()
-            .find(|t| t.queue_name == q.as_str())
-            .map(|t| i64::from(t.throttle_interval_ms)),
-    };
+    let throttle_ms = notify_throttle_ms(ctx, &q, mode).await?;
     let min_gap = Duration::from_millis(100).max(Duration::from_millis(
         throttle_ms.unwrap_or(0).max(0) as u64 + 50,
     ));
-    let mut phases =
-        Phases(0x9E37_79B9_7F4A_7C15 ^ (u64::from(round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
-    let mut samples = Vec::with_capacity(ctx.cfg.wakeup_samples as usize);
-    for id in 0..u64::from(ctx.cfg.wakeup_samples) {
-        // Then a random phase: of the poll timer when polling; NOTIFY does
-        // not wait for the timer.
-        let spread = match mode {
-            Mode::Poll => poll,
-            Mode::Notify => poll.min(Duration::from_millis(100)),
-        };
-        let gap = min_gap + spread.mul_f64(phases.next_fraction());
-        tokio::time::sleep(gap).await;
-        let sent = Instant::now();
-        ctx.client.send(&q, &ctx.body(id)).await?;
-        match wait_for(&mut rx, id, limit).await {
-            Some(at) => samples.push(at.duration_since(sent).as_secs_f64() * 1000.0),
-            None => {
-                handle.shutdown().await?;
-                ctx.guard.release(&q).await?;
-                return Err(Error::Timeout(format!(
-                    "wakeup_latency ({}): sample {id} did not reach the handler within {limit:?}",
-                    mode.name()
-                )));
-            }
-        }
-    }
+    let pacing = Pacing {
+        mode,
+        poll,
+        min_gap,
+        limit,
+        round,
+    };
+    let samples = match take_samples(ctx, &q, &mut rx, &pacing).await? {
+        Ok(samples) => samples,
+        Err(id) => return abandon(ctx, handle, &q, mode, &format!("sample {id}"), limit).await,
+    };
     let report = handle.shutdown().await?;
     let peak = ctx.meter.end();
     ctx.guard.release(&q).await?;
@@ -166,4 +120,115 @@ pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<Wake
         worker: counters(&report.stats),
         peak_rss_bytes: peak,
     })
+}
+
+/// A worker of one handler on `q`, woken as `mode` says, whose handler
+/// sends each message's id and the instant it started on it to `tx`.
+fn build_worker(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    mode: Mode,
+    tx: mpsc::UnboundedSender<(u64, Instant)>,
+) -> Result<Worker<InBody>> {
+    let b = Worker::<InBody>::builder(ctx.client.clone(), q.clone());
+    let w = with_claim_reads(b, ctx.cfg.claim_reads)
+        .concurrency(1)
+        .batch_size(ctx.cfg.batch_size as usize)
+        .visibility_timeout(ctx.cfg.vt)
+        .poll_interval(ctx.cfg.wakeup_poll)
+        .wake_up(match mode {
+            Mode::Poll => WakeUp::Poll,
+            Mode::Notify => WakeUp::Notify,
+        })
+        .handler(move |msg: Message<InBody>| {
+            let started = Instant::now();
+            let _ = tx.send((msg.body.id, started));
+            async { Ok(Outcome::Delete) }
+        })
+        .build()?;
+    Ok(w)
+}
+
+/// Stops the worker and drops the queue, then fails the run: `what` did not
+/// reach the handler within `limit`.
+async fn abandon<T>(
+    ctx: &Ctx,
+    handle: pgmq_worker::WorkerHandle,
+    q: &pgmq_client::QueueName,
+    mode: Mode,
+    what: &str,
+    limit: Duration,
+) -> Result<T> {
+    handle.shutdown().await?;
+    ctx.guard.release(q).await?;
+    Err(Error::Timeout(format!(
+        "wakeup_latency ({}): {what} did not reach the handler within {limit:?}",
+        mode.name()
+    )))
+}
+
+/// With NOTIFY, the queue's notify throttle in milliseconds (None when
+/// polling, or when the queue has none).
+async fn notify_throttle_ms(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    mode: Mode,
+) -> Result<Option<i64>> {
+    // PGMQ sends at most one notification per throttle window: samples are
+    // spaced past it, so that each one measures a notification of its own.
+    Ok(match mode {
+        Mode::Poll => None,
+        Mode::Notify => ctx
+            .client
+            .list_notify_insert_throttles()
+            .await?
+            .into_iter()
+            .find(|t| t.queue_name == q.as_str())
+            .map(|t| i64::from(t.throttle_interval_ms)),
+    })
+}
+
+/// How the samples of one run are spaced.
+struct Pacing {
+    mode: Mode,
+    /// The worker's poll interval.
+    poll: Duration,
+    /// The least time between two sends.
+    min_gap: Duration,
+    /// How long a message may take to reach the handler.
+    limit: Duration,
+    /// The round, which seeds the sample phases.
+    round: u32,
+}
+
+/// Sends `--wakeup-samples` messages, each after a pseudo-random gap, and
+/// measures each one's send-to-handler latency in milliseconds; `Err(id)`
+/// when message `id` did not reach the handler within the limit.
+async fn take_samples(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    rx: &mut mpsc::UnboundedReceiver<(u64, Instant)>,
+    p: &Pacing,
+) -> Result<std::result::Result<Vec<f64>, u64>> {
+    let mut phases = Phases(
+        0x9E37_79B9_7F4A_7C15 ^ (u64::from(p.round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D),
+    );
+    let mut samples = Vec::with_capacity(ctx.cfg.wakeup_samples as usize);
+    for id in 0..u64::from(ctx.cfg.wakeup_samples) {
+        // Then a random phase: of the poll timer when polling; NOTIFY does
+        // not wait for the timer.
+        let spread = match p.mode {
+            Mode::Poll => p.poll,
+            Mode::Notify => p.poll.min(Duration::from_millis(100)),
+        };
+        let gap = p.min_gap + spread.mul_f64(phases.next_fraction());
+        tokio::time::sleep(gap).await;
+        let sent = Instant::now();
+        ctx.client.send(q, &ctx.body(id)).await?;
+        match wait_for(rx, id, p.limit).await {
+            Some(at) => samples.push(at.duration_since(sent).as_secs_f64() * 1000.0),
+            None => return Ok(Err(id)),
+        }
+    }
+    Ok(Ok(samples))
 }
