@@ -23,7 +23,7 @@
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Client, Message, QueueName};
-use pgmq_worker::{Backoff, HandlerError, Outcome, Worker};
+use pgmq_worker::{Backoff, HandlerError, Outcome, ShutdownReport, Worker, WorkerHandle};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -89,13 +89,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     result
 }
 
+/// Sends the invoices, runs the worker until it is told to stop, and shows
+/// what happened.
 async fn run(
     client: &Client,
     queue: &QueueName,
     dlq: &QueueName,
     demo: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    // The work: 6 good, 2 flaky, 1 broken, 1 refused, 1 undecodable.
+    let total = send_invoices(client, queue).await?;
+    let handle = start_worker(client, queue, dlq)?;
+    if demo {
+        println!("worker running (--demo: stops once all {total} messages are settled)");
+    } else {
+        println!("worker running: press Ctrl-C to stop");
+    }
+    wait_for_stop(&handle, total, demo).await?;
+
+    let report = handle.shutdown().await?;
+    print_report(&report);
+    let dead = print_dead_letters(client, dlq).await?;
+    let deleted = report.stats.deleted;
+    if demo && (deleted != 8 || dead != 3) {
+        return Err(
+            format!("expected 8 deleted and 3 dead letters, got {deleted} and {dead}").into(),
+        );
+    }
+    Ok(())
+}
+
+/// Sends the work: 6 good, 2 flaky, 1 broken, 1 refused, 1 undecodable.
+/// Returns how many messages were sent.
+async fn send_invoices(
+    client: &Client,
+    queue: &QueueName,
+) -> Result<u64, Box<dyn std::error::Error>> {
     let customers = [
         "ada", "grace", "flaky", "alan", "broken", "edsger", "flaky", "barbara", "ken",
     ];
@@ -119,7 +147,16 @@ async fn run(
         .await?;
     let total = invoices.len() as u64 + 1;
     println!("sent {total} messages to {queue}");
+    Ok(total)
+}
 
+/// Configures the worker (concurrency, retries, dead-letter queue, shutdown
+/// grace) and starts it in the background.
+fn start_worker(
+    client: &Client,
+    queue: &QueueName,
+    dlq: &QueueName,
+) -> Result<WorkerHandle, Box<dyn std::error::Error>> {
     let worker: Worker<Invoice> = Worker::builder(client.clone(), queue.clone())
         .concurrency(4)
         .visibility_timeout(Duration::from_secs(10))
@@ -130,14 +167,16 @@ async fn run(
         .shutdown_grace(Duration::from_secs(10))
         .handler(handle)
         .build()?;
-    let handle = worker.spawn();
-    if demo {
-        println!("worker running (--demo: stops once all {total} messages are settled)");
-    } else {
-        println!("worker running: press Ctrl-C to stop");
-    }
+    Ok(worker.spawn())
+}
 
-    // Wait for Ctrl-C / SIGTERM, or in demo mode for every message to be settled.
+/// Waits for Ctrl-C / SIGTERM, or in demo mode for every one of the `total`
+/// messages to be settled (deleted or dead-lettered).
+async fn wait_for_stop(
+    handle: &WorkerHandle,
+    total: u64,
+    demo: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let signal = shutdown_signal();
@@ -146,13 +185,13 @@ async fn run(
         tokio::select! {
             _ = &mut signal => {
                 println!("signal received: shutting down");
-                break;
+                return Ok(());
             }
             _ = tick.tick(), if demo => {
                 let s = handle.stats();
                 if s.deleted + s.dead_lettered >= total {
                     println!("all {total} messages settled: shutting down");
-                    break;
+                    return Ok(());
                 }
                 if started.elapsed() > Duration::from_secs(60) {
                     return Err(format!(
@@ -164,8 +203,10 @@ async fn run(
             }
         }
     }
+}
 
-    let report = handle.shutdown().await?;
+/// Prints what the graceful shutdown did and the worker's counters.
+fn print_report(report: &ShutdownReport) {
     let s = &report.stats;
     println!(
         "shutdown report: handled {}, acknowledged {}, released {}, still running at the deadline {}",
@@ -175,8 +216,14 @@ async fn run(
         "stats: claimed {}, succeeded {}, failed {}, retried {}, deleted {}, dead-lettered {}, decode failures {}",
         s.claimed, s.succeeded, s.failed, s.retried, s.deleted, s.dead_lettered, s.decode_failures
     );
+}
 
-    // What ended up in the dead-letter queue, and why.
+/// Prints what ended up in the dead-letter queue, and why (the reason is in
+/// each message's headers). Returns how many dead letters there are.
+async fn print_dead_letters(
+    client: &Client,
+    dlq: &QueueName,
+) -> Result<usize, Box<dyn std::error::Error>> {
     let dead = client
         .read::<serde_json::Value>(dlq, Duration::from_secs(30), 100)
         .await?
@@ -189,15 +236,7 @@ async fn run(
             println!("    headers: {h}");
         }
     }
-    if demo && (s.deleted != 8 || dead.len() != 3) {
-        return Err(format!(
-            "expected 8 deleted and 3 dead letters, got {} and {}",
-            s.deleted,
-            dead.len()
-        )
-        .into());
-    }
-    Ok(())
+    Ok(dead.len())
 }
 
 /// Resolves on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
