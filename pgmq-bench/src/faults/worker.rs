@@ -17,7 +17,10 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
-use pgmq_worker::{Backoff, Context, HandlerError, Outcome, WakeUp, Worker};
+use pgmq_worker::{
+    Backoff, Context, HandlerError, Outcome, ShutdownReport, WakeUp, Worker, WorkerBuilder,
+    WorkerHandle,
+};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::job::Job;
@@ -232,13 +235,7 @@ struct HandlerCtx {
 /// # let _ = code; Ok(()) }
 /// ```
 pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .try_init();
+    init_logging();
     // Registered first, so that a SIGTERM arriving during start-up is not lost.
     let mut term = signal(SignalKind::terminate())?;
     let queue = QueueName::new(&args.queue)?;
@@ -258,6 +255,57 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
     let builder = Worker::<Job>::builder(client, queue)
         .visibility_timeout(Duration::from_secs(args.vt_secs))
         .dead_letter_queue(dlq);
+    let worker = tuned(builder, &args)
+        .handler_with_context(move |msg: Message<Job>, cx: Context| handle(hctx.clone(), msg, cx))
+        .build()?;
+    let handle = worker.spawn();
+    let stop = handle.shutdown_handle();
+    say(&format!("ready {}", std::process::id()));
+
+    // The counters, printed until the process ends.
+    let stats_every = Duration::from_millis(args.stats_ms.max(10));
+    let stats = print_stats(handle, stats_every);
+
+    term.recv().await;
+    say("draining");
+    let (tx, task) = stats;
+    let _ = tx.send(());
+    let handle = task.await?;
+    // A second SIGTERM escalates the shutdown through the SDK (running
+    // handlers abandoned, unstarted claims still released, finished handlers'
+    // acknowledgements still written, within about a second); the report
+    // still comes back, and the process exits 3 to say it was cut short.
+    let escalation = tokio::spawn(async move {
+        term.recv().await;
+        say("forced");
+        stop.immediate();
+    });
+    let report = handle.shutdown().await?;
+    escalation.abort();
+    let json = report_json(&report);
+    say(&format!("report {json}"));
+    Ok(if report.immediate {
+        i32::from(FORCED_EXIT)
+    } else {
+        0
+    })
+}
+
+/// Logs to stderr (stdout is the protocol with the suite), `info` unless
+/// `RUST_LOG` says otherwise.
+fn init_logging() {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .try_init();
+}
+
+/// Applies the tuning options of `args` (all ignored with `--sdk-defaults`,
+/// except the handler timeout, `max_deliveries` and `db_timeout`).
+fn tuned(builder: WorkerBuilder<Job>, args: &WorkerArgs) -> WorkerBuilder<Job> {
     let builder = if args.sdk_defaults {
         builder
     } else {
@@ -283,49 +331,37 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
         0 => builder,
         n => builder.max_deliveries(n),
     };
-    let builder = match args.db_timeout_ms {
+    match args.db_timeout_ms {
         0 => builder,
         ms => builder.db_timeout(Duration::from_millis(ms)),
-    };
-    let worker = builder
-        .handler_with_context(move |msg: Message<Job>, cx: Context| handle(hctx.clone(), msg, cx))
-        .build()?;
-    let handle = worker.spawn();
-    let stop = handle.shutdown_handle();
-    say(&format!("ready {}", std::process::id()));
+    }
+}
 
-    // The counters, printed until the process ends.
-    let stats_every = Duration::from_millis(args.stats_ms.max(10));
-    let stats = {
-        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            loop {
-                say(&format!("stats {}", stats_json(&handle.stats())));
-                tokio::select! {
-                    _ = tokio::time::sleep(stats_every) => {}
-                    _ = &mut rx => return handle,
-                }
+/// Prints the worker's counters every `every` until the sender is used (or
+/// dropped); the task then gives the worker's handle back.
+fn print_stats(
+    handle: WorkerHandle,
+    every: Duration,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<WorkerHandle>,
+) {
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        loop {
+            say(&format!("stats {}", stats_json(&handle.stats())));
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = &mut rx => return handle,
             }
-        });
-        (tx, task)
-    };
-
-    term.recv().await;
-    say("draining");
-    let (tx, task) = stats;
-    let _ = tx.send(());
-    let handle = task.await?;
-    // A second SIGTERM escalates the shutdown through the SDK (running
-    // handlers abandoned, unstarted claims still released, finished handlers'
-    // acknowledgements still written, within about a second); the report
-    // still comes back, and the process exits 3 to say it was cut short.
-    let escalation = tokio::spawn(async move {
-        term.recv().await;
-        say("forced");
-        stop.immediate();
+        }
     });
-    let report = handle.shutdown().await?;
-    escalation.abort();
+    (tx, task)
+}
+
+/// The shutdown report the suite reads: the final counters and what the
+/// shutdown did, as JSON.
+fn report_json(report: &ShutdownReport) -> serde_json::Value {
     let st = &report.stats;
     let mut json = stats_json(st);
     if let serde_json::Value::Object(m) = &mut json {
@@ -351,12 +387,7 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
             m.insert(k.to_owned(), v);
         }
     }
-    say(&format!("report {json}"));
-    Ok(if report.immediate {
-        i32::from(FORCED_EXIT)
-    } else {
-        0
-    })
+    json
 }
 
 /// The counters the suite reads, as JSON.

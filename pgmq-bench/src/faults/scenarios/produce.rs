@@ -11,6 +11,7 @@ use pgmq_client::{Client, QueueName};
 
 use super::super::job::{key_headers, Job};
 use super::super::ledger::{self, ProduceOutcome, Produced};
+use super::super::proxy::Proxy;
 use super::super::report::{Check, Row};
 use super::crash::{proxied_dsn, start_proxy};
 use super::{BoxError, Ctx, Run};
@@ -60,38 +61,9 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
         .application_name("pgmq-faults-producer")
         .connect()
         .await?;
-    // At least 10,000 even with --quick: fewer are produced before the first cut.
-    let n = ctx.n.max(10_000) as i64;
-    // Singles cost a round trip each: two fifths of the keys keep the
-    // producers busy for several seconds, across a few dozen cuts.
-    let singles = n * 2 / 5;
-    let plan: Vec<(Vec<i64>, usize)> = vec![
-        ((0..singles).step_by(2).collect(), 1),
-        ((1..singles).step_by(2).collect(), 1),
-        ((singles..n).filter(|k| k % 2 == 0).collect(), 10),
-        ((singles..n).filter(|k| k % 2 == 1).collect(), 10),
-    ];
+    let plan = produce_plan(ctx);
     let done = Arc::new(AtomicBool::new(false));
-    let faults = {
-        let done = done.clone();
-        async move {
-            let mut cuts = 0u32;
-            while !done.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                cuts += 1;
-                let refuse = cuts % 5 == 0;
-                if refuse {
-                    proxy.set_accepting(false);
-                }
-                proxy.cut_all();
-                if refuse {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    proxy.set_accepting(true);
-                }
-            }
-            (cuts, proxy)
-        }
-    };
+    let faults = cut_until_done(proxy, done.clone());
     let producers = futures::future::join_all(plan.into_iter().map(|(keys, batch)| {
         tokio::spawn(producer(client.clone(), run.qs.q.clone(), keys, batch))
     }));
@@ -107,12 +79,82 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
     let (cut_conns, refused) = proxy.totals();
     drop(proxy);
     drop(client);
+    let cut_stats = CutStats {
+        cuts,
+        cut_conns,
+        refused,
+    };
 
     // Before anything consumes: which keys made it into the queue?
     let (present, unkeyed) = ledger::keys_in_queue(&ctx.client, &run.qs.q).await?;
     let present: HashSet<i64> = present.into_iter().collect();
     run.produced.classify_unknown(&present);
-    let produced = &run.produced;
+    let checks = produce_checks(&run.produced, &present, unkeyed, &cut_stats);
+    run.checks.extend(checks);
+    // Then consume everything (unfaulted) and count per key.
+    let w = run.spawn(&run.worker_args()).await?;
+    Ok(run
+        .finish("producers under connection cuts", vec![w])
+        .await?
+        .row)
+}
+
+/// The keys of the four producers, each with its batch size: two send one
+/// by one, two in batches of 10.
+fn produce_plan(ctx: &Ctx) -> Vec<(Vec<i64>, usize)> {
+    // At least 10,000 even with --quick: fewer are produced before the first cut.
+    let n = ctx.n.max(10_000) as i64;
+    // Singles cost a round trip each: two fifths of the keys keep the
+    // producers busy for several seconds, across a few dozen cuts.
+    let singles = n * 2 / 5;
+    vec![
+        ((0..singles).step_by(2).collect(), 1),
+        ((1..singles).step_by(2).collect(), 1),
+        ((singles..n).filter(|k| k % 2 == 0).collect(), 10),
+        ((singles..n).filter(|k| k % 2 == 1).collect(), 10),
+    ]
+}
+
+/// Cuts every connection through `proxy` every 100 ms, refusing new ones
+/// for 100 ms every fifth cut, until `done`; returns the cuts and the proxy.
+async fn cut_until_done(proxy: Proxy, done: Arc<AtomicBool>) -> (u32, Proxy) {
+    let mut cuts = 0u32;
+    while !done.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cuts += 1;
+        let refuse = cuts % 5 == 0;
+        if refuse {
+            proxy.set_accepting(false);
+        }
+        proxy.cut_all();
+        if refuse {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            proxy.set_accepting(true);
+        }
+    }
+    (cuts, proxy)
+}
+
+/// What the proxy did to the producers.
+struct CutStats {
+    cuts: u32,
+    cut_conns: u64,
+    refused: u64,
+}
+
+/// The checks of each produce's classification against the keys `present`
+/// in the queue before anything consumed.
+fn produce_checks(
+    produced: &Produced,
+    present: &HashSet<i64>,
+    unkeyed: u64,
+    cut_stats: &CutStats,
+) -> [Check; 4] {
+    let CutStats {
+        cuts,
+        cut_conns,
+        refused,
+    } = *cut_stats;
     let committed_missing = produced
         .records
         .iter()
@@ -128,17 +170,7 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
             ) && present.contains(&r.key)
         })
         .count();
-    // A batch is one statement: all of it or none of it.
-    let mut per_call: HashMap<u64, (usize, usize)> = HashMap::new();
-    for r in produced
-        .records
-        .iter()
-        .filter(|r| r.outcome == ProduceOutcome::Unknown)
-    {
-        let e = per_call.entry(r.call).or_default();
-        e.0 += 1;
-        e.1 += usize::from(present.contains(&r.key));
-    }
+    let per_call = unknown_per_call(produced, present);
     let torn = per_call.values().filter(|(n, p)| *p != 0 && p != n).count();
     let unknown = produced.count(ProduceOutcome::Unknown);
     let recovered = produced
@@ -148,7 +180,7 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
         .count();
     let failed_without_effect =
         produced.count(ProduceOutcome::NotSent) + produced.count(ProduceOutcome::Rejected);
-    let checks = [
+    [
         Check::new(
             "connections cut while produces were in flight",
             cuts > 0 && cut_conns > 0 && unknown > 0,
@@ -174,12 +206,21 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
             torn == 0,
             format!("{} unknown calls, {torn} partly present", per_call.len()),
         ),
-    ];
-    run.checks.extend(checks);
-    // Then consume everything (unfaulted) and count per key.
-    let w = run.spawn(&run.worker_args()).await?;
-    Ok(run
-        .finish("producers under connection cuts", vec![w])
-        .await?
-        .row)
+    ]
+}
+
+/// Per produce call of unknown outcome: its keys, and how many of them are
+/// `present` (a batch is one statement: all of it or none of it).
+fn unknown_per_call(produced: &Produced, present: &HashSet<i64>) -> HashMap<u64, (usize, usize)> {
+    let mut per_call: HashMap<u64, (usize, usize)> = HashMap::new();
+    for r in produced
+        .records
+        .iter()
+        .filter(|r| r.outcome == ProduceOutcome::Unknown)
+    {
+        let e = per_call.entry(r.call).or_default();
+        e.0 += 1;
+        e.1 += usize::from(present.contains(&r.key));
+    }
+    per_call
 }
