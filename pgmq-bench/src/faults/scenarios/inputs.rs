@@ -160,9 +160,36 @@ pub(crate) async fn connect_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     // A port the system just handed out, that nothing listens on any more.
     let closed_port = TcpListener::bind("127.0.0.1:0").await?.local_addr()?.port();
     let (silent, silent_task) = silent_listener().await?;
+    let cases = connect_cases(ctx, &secret, closed_port, silent);
+    let mut checks = Vec::new();
+    for (what, dsn, expected) in &cases {
+        checks.push(connect_check(what, dsn, *expected, timeout, &secret).await);
+    }
+    checks.push(listener_check(silent, &secret, timeout).await);
+    silent_task.abort();
+    Ok(Row::new(
+        "10",
+        "bad password / closed port / silent server / no PGMQ",
+        Tally::default(),
+        None,
+        checks,
+        started.elapsed(),
+    ))
+}
+
+/// Whether a connect error is the one a case expects.
+type Expect = fn(&Error) -> bool;
+
+/// The connections of scenario 10 that cannot work: what each is, its DSN
+/// (with `secret` as the password where it is wrong) and the error expected.
+fn connect_cases(
+    ctx: &Ctx,
+    secret: &str,
+    closed_port: u16,
+    silent: SocketAddr,
+) -> Vec<(&'static str, String, Expect)> {
     let port = ctx.cluster.port();
-    type Expect = fn(&Error) -> bool;
-    let cases: Vec<(&str, String, Expect)> = vec![
+    vec![
         (
             "wrong password",
             format!("postgres://pgmq:{secret}@127.0.0.1:{port}/pgmq"),
@@ -184,42 +211,54 @@ pub(crate) async fn connect_failures(ctx: &Ctx) -> Result<Row, BoxError> {
             ctx.cluster.dsn_for("pgmq_none"),
             |e| matches!(e, Error::PgmqMissing { .. }),
         ),
-    ];
-    let mut checks = Vec::new();
-    for (what, dsn, expected) in &cases {
-        let t = Instant::now();
-        let res = tokio::time::timeout(
-            timeout + Duration::from_secs(5),
-            Client::builder(dsn).connect_timeout(timeout).connect(),
-        )
-        .await;
-        let took = t.elapsed();
-        let (ok, detail) = match res {
-            Err(_) => (false, format!("hung: no answer after {} s", took.as_secs())),
-            Ok(Ok(_)) => (false, "connected".to_owned()),
-            Ok(Err(e)) => {
-                let display = e.to_string();
-                let debug = format!("{e:?}");
-                let leaks = display.contains(&secret) || debug.contains(&secret);
-                let in_time = took <= timeout + Duration::from_millis(500);
-                (
-                    expected(&e) && in_time && !leaks,
-                    format!(
-                        "{} ms, {}{}: {display}",
-                        took.as_millis(),
-                        if in_time {
-                            "within the timeout"
-                        } else {
-                            "SLOWER than the timeout"
-                        },
-                        if leaks { ", PASSWORD SHOWN" } else { "" }
-                    ),
-                )
-            }
-        };
-        checks.push(Check::new(what, ok, detail));
-    }
-    // The LISTEN connection has its own connect path: it must time out too.
+    ]
+}
+
+/// Connects to `dsn` once: the expected error, within `timeout` (and half a
+/// second), without `secret` in its Display or Debug.
+async fn connect_check(
+    what: &str,
+    dsn: &str,
+    expected: Expect,
+    timeout: Duration,
+    secret: &str,
+) -> Check {
+    let t = Instant::now();
+    let res = tokio::time::timeout(
+        timeout + Duration::from_secs(5),
+        Client::builder(dsn).connect_timeout(timeout).connect(),
+    )
+    .await;
+    let took = t.elapsed();
+    let (ok, detail) = match res {
+        Err(_) => (false, format!("hung: no answer after {} s", took.as_secs())),
+        Ok(Ok(_)) => (false, "connected".to_owned()),
+        Ok(Err(e)) => {
+            let display = e.to_string();
+            let debug = format!("{e:?}");
+            let leaks = display.contains(secret) || debug.contains(secret);
+            let in_time = took <= timeout + Duration::from_millis(500);
+            (
+                expected(&e) && in_time && !leaks,
+                format!(
+                    "{} ms, {}{}: {display}",
+                    took.as_millis(),
+                    if in_time {
+                        "within the timeout"
+                    } else {
+                        "SLOWER than the timeout"
+                    },
+                    if leaks { ", PASSWORD SHOWN" } else { "" }
+                ),
+            )
+        }
+    };
+    Check::new(what, ok, detail)
+}
+
+/// The LISTEN connection has its own connect path: to the `silent` server it
+/// must time out too, without `secret` in its error.
+async fn listener_check(silent: SocketAddr, secret: &str, timeout: Duration) -> Check {
     let t = Instant::now();
     let builder = ClientBuilder::new(&format!("postgres://pgmq:{secret}@{silent}/pgmq"))
         .connect_timeout(timeout);
@@ -229,7 +268,7 @@ pub(crate) async fn connect_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     )
     .await;
     let took = t.elapsed();
-    checks.push(match res {
+    match res {
         Err(_) => Check::new(
             "listener to a server that never answers",
             false,
@@ -241,21 +280,12 @@ pub(crate) async fn connect_failures(ctx: &Ctx) -> Result<Row, BoxError> {
             "connected",
         ),
         Ok(Err(e)) => {
-            let leaks = e.to_string().contains(&secret) || format!("{e:?}").contains(&secret);
+            let leaks = e.to_string().contains(secret) || format!("{e:?}").contains(secret);
             Check::new(
                 "listener to a server that never answers",
                 took <= timeout + Duration::from_millis(500) && !leaks,
                 format!("{} ms: {e}", took.as_millis()),
             )
         }
-    });
-    silent_task.abort();
-    Ok(Row::new(
-        "10",
-        "bad password / closed port / silent server / no PGMQ",
-        Tally::default(),
-        None,
-        checks,
-        started.elapsed(),
-    ))
+    }
 }

@@ -5,13 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
 use super::super::child::WorkerProc;
 use super::super::ledger;
 use super::super::report::{Check, Row};
 use super::crash::{outage_tolerant, proxied_dsn, start_proxy};
-use super::{BoxError, Ctx, Run};
+use super::{BoxError, Ctx, Finished, Run};
 
 /// Waits until the worker's `counter` (from its `stats` lines) exceeds
 /// `above`; how long that took, or None after `limit`.
@@ -124,6 +124,40 @@ pub(crate) async fn paused_worker(ctx: &Ctx) -> Result<Row, BoxError> {
     let b = run.spawn(&args).await?;
     let (pa, pb) = (a.pid() as i32, b.pid() as i32);
     run.wait_quarter(1).await?;
+    let pause = pause_past_vt(&mut run, &a, args.vt_secs).await?;
+    let f = run
+        .finish("worker paused (SIGSTOP) past its vt", vec![a, b])
+        .await?;
+    let windows = ledger::windows(&ctx.client, &ctx.run_id, "14").await?;
+    let checks = [
+        claims_lost_check(&f, pa),
+        takeover_check(&f, pb, &pause),
+        live_overlap_check(&windows, pa, &pause),
+        dead_letter_check(&f, pb),
+    ];
+    let mut row = f.row;
+    for c in checks {
+        row.push_check(c);
+    }
+    Ok(row)
+}
+
+/// How scenario 14 froze its first worker.
+struct Pause {
+    /// When the frozen worker's last read had surely finished in the server.
+    stopped_at: DateTime<Utc>,
+    /// Taken just before the SIGCONT.
+    resumed_at: DateTime<Utc>,
+    /// How long the worker was frozen.
+    length: Duration,
+    /// Messages held by both workers at the SIGSTOP.
+    held: usize,
+    vt_secs: u64,
+}
+
+/// SIGSTOPs worker `a` for the visibility timeout and 3 s, allows the
+/// duplicates of the messages held then, and SIGCONTs it.
+async fn pause_past_vt(run: &mut Run<'_>, a: &WorkerProc, vt_secs: u64) -> Result<Pause, BoxError> {
     a.sigstop().await?;
     // Every message the frozen worker holds, once a read it left in flight
     // has finished in the server (the other worker's claims are in it too:
@@ -138,16 +172,66 @@ pub(crate) async fn paused_worker(ctx: &Ctx) -> Result<Row, BoxError> {
         format!("SIGSTOP: {} messages held by both workers", held.len()),
     );
     run.suspect(held.iter().copied());
-    let pause = Duration::from_secs(args.vt_secs + 3);
-    tokio::time::sleep(pause.saturating_sub(Duration::from_millis(200))).await;
+    let length = Duration::from_secs(vt_secs + 3);
+    tokio::time::sleep(length.saturating_sub(Duration::from_millis(200))).await;
     // Taken before the signal: the frozen handlers end as soon as it lands.
     let resumed_at = Utc::now();
     a.sigcont().await?;
-    let f = run
-        .finish("worker paused (SIGSTOP) past its vt", vec![a, b])
-        .await?;
-    let windows = ledger::windows(&ctx.client, &ctx.run_id, "14").await?;
-    let pairs = ledger::overlapping(&windows);
+    Ok(Pause {
+        stopped_at,
+        resumed_at,
+        length,
+        held: held.len(),
+        vt_secs,
+    })
+}
+
+/// The paused worker (`pa`) reports lost claims in its shutdown report.
+fn claims_lost_check(f: &Finished, pa: i32) -> Check {
+    let lost_claims = f
+        .exits
+        .iter()
+        .filter_map(|e| e.said.report.as_ref())
+        .find(|r| r["pid"].as_i64() == Some(i64::from(pa)))
+        .map(|r| r["claims_lost"].as_u64().unwrap_or(0));
+    Check::new(
+        "the paused worker reports its claims lost",
+        lost_claims.is_some_and(|n| n > 0),
+        match lost_claims {
+            Some(n) => format!("claims_lost {n} in its shutdown report"),
+            None => "no shutdown report from the paused worker".into(),
+        },
+    )
+}
+
+/// The running worker (`pb`) handled redelivered messages.
+fn takeover_check(f: &Finished, pb: i32, pause: &Pause) -> Check {
+    let taken_over = f
+        .handlings
+        .iter()
+        .filter(|h| h.worker_pid == pb && h.read_ct > 1)
+        .count();
+    Check::new(
+        "the running worker took over the frozen one's claims",
+        taken_over > 0,
+        format!(
+            "{} s frozen (vt {} s), {} messages held then; {taken_over} redelivered messages handled by the running worker",
+            pause.length.as_secs(),
+            pause.vt_secs,
+            pause.held
+        ),
+    )
+}
+
+/// No two handler windows of one message overlap, except those of a handler
+/// of the paused worker (`pa`) frozen mid-run.
+fn live_overlap_check(windows: &[ledger::Window], pa: i32, pause: &Pause) -> Check {
+    let Pause {
+        stopped_at,
+        resumed_at,
+        ..
+    } = *pause;
+    let pairs = ledger::overlapping(windows);
     // A handler of the paused worker frozen mid-run (started before the
     // SIGSTOP, ended after the SIGCONT) overlaps whoever took its message
     // over: nothing a worker can prevent in a process that is not running.
@@ -175,44 +259,7 @@ pub(crate) async fn paused_worker(ctx: &Ctx) -> Result<Row, BoxError> {
         .collect();
     let other = others.len();
     let unended = windows.iter().filter(|w| w.end.is_none()).count();
-    let taken_over = f
-        .handlings
-        .iter()
-        .filter(|h| h.worker_pid == pb && h.read_ct > 1)
-        .count();
-    let handled_by_b: std::collections::HashSet<i64> = f
-        .handlings
-        .iter()
-        .filter(|h| h.worker_pid == pb)
-        .map(|h| h.key)
-        .collect();
-    let dead_and_b = f.dead.iter().filter(|k| handled_by_b.contains(k)).count();
-    let lost_claims = f
-        .exits
-        .iter()
-        .filter_map(|e| e.said.report.as_ref())
-        .find(|r| r["pid"].as_i64() == Some(i64::from(pa)))
-        .map(|r| r["claims_lost"].as_u64().unwrap_or(0));
-    let mut row = f.row;
-    row.push_check(Check::new(
-        "the paused worker reports its claims lost",
-        lost_claims.is_some_and(|n| n > 0),
-        match lost_claims {
-            Some(n) => format!("claims_lost {n} in its shutdown report"),
-            None => "no shutdown report from the paused worker".into(),
-        },
-    ));
-    row.push_check(Check::new(
-        "the running worker took over the frozen one's claims",
-        taken_over > 0,
-        format!(
-            "{} s frozen (vt {} s), {} messages held then; {taken_over} redelivered messages handled by the running worker",
-            pause.as_secs(),
-            args.vt_secs,
-            held.len()
-        ),
-    ));
-    row.push_check(Check::new(
+    Check::new(
         "no message run by two live handlers at once",
         other == 0,
         format!(
@@ -227,16 +274,26 @@ pub(crate) async fn paused_worker(ctx: &Ctx) -> Result<Row, BoxError> {
                 format!(" (times from the SIGSTOP: {})", others.join("; "))
             }
         ),
-    ));
-    row.push_check(Check::new(
+    )
+}
+
+/// Nothing the running worker (`pb`) handled ended in the dead-letter queue.
+fn dead_letter_check(f: &Finished, pb: i32) -> Check {
+    let handled_by_b: std::collections::HashSet<i64> = f
+        .handlings
+        .iter()
+        .filter(|h| h.worker_pid == pb)
+        .map(|h| h.key)
+        .collect();
+    let dead_and_b = f.dead.iter().filter(|k| handled_by_b.contains(k)).count();
+    Check::new(
         "nothing dead-lettered that the running worker handled",
         dead_and_b == 0,
         format!(
             "{dead_and_b} of {} dead letters were handled by the running worker",
             f.dead.len()
         ),
-    ));
-    Ok(row)
+    )
 }
 
 /// 17: the database killed and kept down for longer than the visibility
