@@ -162,6 +162,20 @@ impl Document {
     /// The table, then each scenario's checks.
     pub(crate) fn markdown(&self) -> String {
         let mut s = String::new();
+        self.write_table(&mut s);
+        let _ = writeln!(
+            s,
+            "\nRejected counts produces that failed without effect (not sent, or refused by the server); \
+             unknown ones were in flight when the connection died, and are recovered when the message \
+             was found in the queue afterwards.\n"
+        );
+        self.write_checks(&mut s);
+        self.write_footer(&mut s);
+        s
+    }
+
+    /// The table: one line per row, with its counts and verdict.
+    fn write_table(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "| scenario | produced (committed / rejected / unknown) | handled | lost | duplicated | unexpected | dead-lettered | verdict |"
@@ -194,12 +208,10 @@ impl Document {
                 if r.pass { "pass" } else { "FAIL" }
             );
         }
-        let _ = writeln!(
-            s,
-            "\nRejected counts produces that failed without effect (not sent, or refused by the server); \
-             unknown ones were in flight when the connection died, and are recovered when the message \
-             was found in the queue afterwards.\n"
-        );
+    }
+
+    /// Each row's verdict, its losses and unexpected keys, and its checks.
+    fn write_checks(&self, s: &mut String) {
         for r in &self.rows {
             let _ = writeln!(
                 s,
@@ -233,6 +245,10 @@ impl Document {
                 );
             }
         }
+    }
+
+    /// The closing line: the run's verdict, and what it ran on and against.
+    fn write_footer(&self, s: &mut String) {
         let commit = match (&self.sdk.git_commit, self.sdk.git_dirty) {
             (Some(c), Some(true)) => format!("commit {} (dirty)", &c[..c.len().min(7)]),
             (Some(c), _) => format!("commit {}", &c[..c.len().min(7)]),
@@ -265,6 +281,5 @@ impl Document {
                 None => String::new(),
             }
         );
-        s
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use super::super::job::{key_headers, Act, Job};
 use super::super::ledger::Handling;
 use super::super::report::{Check, Row};
-use super::{BoxError, Ctx, Run};
+use super::{BoxError, Ctx, Finished, Run};
 
 /// What must become of a poison payload.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -417,12 +417,13 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
     run.dead_letters_expected = !heartbeat;
     let max_deliveries = 3u32;
     let vt = 2u64;
-    let slow_ms = 4_500;
-    let slow_every = (ctx.n as i64 / 6).max(1);
-    let slow = |k: i64| k % slow_every == 0;
+    let slow = Slow {
+        every: (ctx.n as i64 / 6).max(1),
+        ms: 4_500,
+    };
     let jobs = jobs_with(ctx.n, |k| {
-        slow(k).then_some(Act {
-            sleep_ms: slow_ms,
+        slow.is(k).then_some(Act {
+            sleep_ms: slow.ms,
             ..Act::default()
         })
     });
@@ -440,79 +441,137 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
     } else {
         "handler outlives vt, heartbeat off"
     };
-    let slow_keys: Vec<i64> = (0..ctx.n as i64).filter(|k| slow(*k)).collect();
+    let slow_keys: Vec<i64> = (0..ctx.n as i64).filter(|k| slow.is(*k)).collect();
     if !heartbeat {
-        // Each slow message runs at most once per delivery, and at most
-        // max_deliveries deliveries run.
-        let per_key = u64::from(max_deliveries - 1);
-        run.allow_duplicates(
-            slow_keys.len() as u64 * per_key,
-            format!(
-                "{} slow messages x {per_key} more deliveries (max_deliveries {max_deliveries})",
-                slow_keys.len()
-            ),
-        );
-        run.suspect(slow_keys.iter().copied());
+        allow_redeliveries(&mut run, &slow_keys, max_deliveries);
     }
     let f = run.finish(title, vec![w]).await?;
-    let slow_keys = slow_keys.len();
-    let slow_rows = f.handlings.iter().filter(|h| slow(h.key)).count();
-    let redelivered = f
-        .handlings
-        .iter()
-        .filter(|h| h.read_ct > 1 && slow(h.key))
-        .count();
-    // 6b: no message at all may be handled on a second delivery.
-    let redelivered_any = f.handlings.iter().filter(|h| h.read_ct > 1).count();
-    let f_report = f.report().cloned();
-    let dead = f.dead.clone();
-    let reasons = f.dead_reasons.clone();
+    let counts = SlowCounts::of(&f, slow, slow_keys.len());
     let detail = format!(
-        "{slow_keys} slow messages ({slow_ms} ms each, vt {vt} s): {slow_rows} handlings, \
-         {redelivered} handlings of them redelivered"
+        "{} slow messages ({} ms each, vt {vt} s): {} handlings, \
+         {} handlings of them redelivered",
+        counts.keys, slow.ms, counts.rows, counts.redelivered
     );
-    let mut row = f.row;
-    if heartbeat {
-        row.push_check(Check::new(
+    let checks = if heartbeat {
+        vec![Check::new(
             "no redelivery with the heartbeat",
-            redelivered_any == 0 && slow_rows == slow_keys,
+            counts.redelivered_any == 0 && counts.rows == counts.keys,
             detail,
-        ));
+        )]
     } else {
-        // The control for 6b: without the heartbeat the slow messages must
-        // really be redelivered, or 6b's "none" would prove nothing.
-        row.push_check(Check::new(
-            "redelivered without the heartbeat",
-            redelivered > 0 && slow_rows > slow_keys,
-            detail,
-        ));
-        let lost_claims = f_report
-            .as_ref()
-            .and_then(|r| r["claims_lost"].as_u64())
-            .unwrap_or(0);
-        row.push_check(Check::new(
-            "late acknowledgements fenced out",
-            lost_claims > 0,
-            format!("claims_lost {lost_claims}: acknowledgements of deliveries already read again, not written"),
-        ));
-        let slow_set: HashSet<i64> = (0..ctx.n as i64).filter(|k| slow(*k)).collect();
-        let by_limit = dead
-            .iter()
-            .filter(|k| {
-                slow_set.contains(k) && reasons.get(k).is_some_and(|r| r.contains("max_deliveries"))
-            })
-            .count();
-        row.push_check(Check::new(
-            "only slow messages dead-lettered, by max_deliveries",
-            by_limit == dead.len(),
-            format!(
-                "{} of {slow_keys} slow messages dead-lettered ({by_limit} for max_deliveries), the rest deleted by an acknowledgement that landed before the next read; {} other messages dead-lettered",
-                by_limit,
-                dead.len() - by_limit
-            ),
-        ));
+        without_heartbeat_checks(&f, ctx.n, slow, &counts, detail)
+    };
+    let mut row = f.row;
+    for c in checks {
+        row.push_check(c);
     }
     Ok(row)
+}
+
+/// Scenario 6's slow messages: one key in `every` sleeps `ms` in its handler.
+#[derive(Clone, Copy)]
+struct Slow {
+    every: i64,
+    ms: u64,
+}
+
+impl Slow {
+    /// Whether key `k` is a slow message.
+    fn is(self, k: i64) -> bool {
+        k % self.every == 0
+    }
+}
+
+/// 6a: allows every slow message to be run once more per further delivery.
+fn allow_redeliveries(run: &mut Run<'_>, slow_keys: &[i64], max_deliveries: u32) {
+    // Each slow message runs at most once per delivery, and at most
+    // max_deliveries deliveries run.
+    let per_key = u64::from(max_deliveries - 1);
+    run.allow_duplicates(
+        slow_keys.len() as u64 * per_key,
+        format!(
+            "{} slow messages x {per_key} more deliveries (max_deliveries {max_deliveries})",
+            slow_keys.len()
+        ),
+    );
+    run.suspect(slow_keys.iter().copied());
+}
+
+/// What scenario 6's ledger says of the slow messages.
+struct SlowCounts {
+    /// Slow messages produced.
+    keys: usize,
+    /// Their handlings.
+    rows: usize,
+    /// Their handlings on a second or later delivery.
+    redelivered: usize,
+    /// Handlings of any message on a second or later delivery (6b: none).
+    redelivered_any: usize,
+}
+
+impl SlowCounts {
+    /// Counts the handlings of `f`.
+    fn of(f: &Finished, slow: Slow, keys: usize) -> SlowCounts {
+        SlowCounts {
+            keys,
+            rows: f.handlings.iter().filter(|h| slow.is(h.key)).count(),
+            redelivered: f
+                .handlings
+                .iter()
+                .filter(|h| h.read_ct > 1 && slow.is(h.key))
+                .count(),
+            redelivered_any: f.handlings.iter().filter(|h| h.read_ct > 1).count(),
+        }
+    }
+}
+
+/// 6a's checks: the slow messages really were redelivered, their late
+/// acknowledgements fenced out, and only they dead-lettered, by
+/// `max_deliveries`.
+fn without_heartbeat_checks(
+    f: &Finished,
+    n: usize,
+    slow: Slow,
+    counts: &SlowCounts,
+    detail: String,
+) -> Vec<Check> {
+    let slow_keys = counts.keys;
+    let mut checks = Vec::new();
+    // The control for 6b: without the heartbeat the slow messages must
+    // really be redelivered, or 6b's "none" would prove nothing.
+    checks.push(Check::new(
+        "redelivered without the heartbeat",
+        counts.redelivered > 0 && counts.rows > slow_keys,
+        detail,
+    ));
+    let lost_claims = f
+        .report()
+        .and_then(|r| r["claims_lost"].as_u64())
+        .unwrap_or(0);
+    checks.push(Check::new(
+        "late acknowledgements fenced out",
+        lost_claims > 0,
+        format!("claims_lost {lost_claims}: acknowledgements of deliveries already read again, not written"),
+    ));
+    let dead = &f.dead;
+    let reasons = &f.dead_reasons;
+    let slow_set: HashSet<i64> = (0..n as i64).filter(|k| slow.is(*k)).collect();
+    let by_limit = dead
+        .iter()
+        .filter(|k| {
+            slow_set.contains(k) && reasons.get(k).is_some_and(|r| r.contains("max_deliveries"))
+        })
+        .count();
+    checks.push(Check::new(
+        "only slow messages dead-lettered, by max_deliveries",
+        by_limit == dead.len(),
+        format!(
+            "{} of {slow_keys} slow messages dead-lettered ({by_limit} for max_deliveries), the rest deleted by an acknowledgement that landed before the next read; {} other messages dead-lettered",
+            by_limit,
+            dead.len() - by_limit
+        ),
+    ));
+    checks
 }
 
 #[cfg(test)]
