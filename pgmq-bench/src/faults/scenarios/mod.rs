@@ -213,9 +213,47 @@ impl<'a> Run<'a> {
     pub(crate) async fn finish(
         mut self,
         title: &str,
-        mut workers: Vec<WorkerProc>,
+        workers: Vec<WorkerProc>,
     ) -> Result<Finished, BoxError> {
         let ctx = self.ctx;
+        let exits = self.drain_and_stop(workers).await;
+        let acc = ctx.account(self.label, &self.qs, &self.produced).await?;
+        ctx.drop_queues(&self.qs).await;
+        if !self.dead_letters_expected {
+            let n = acc.dead.len();
+            self.check(
+                "nothing dead-lettered",
+                n == 0,
+                format!("{n} messages in the dead-letter queue, none of which ever failed"),
+            );
+        }
+        if let Some(suspects) = &self.suspects {
+            let check = suspects_check(&acc.handlings, suspects);
+            self.checks.push(check);
+        }
+        let row = Row::new(
+            self.label,
+            title,
+            acc.tally,
+            self.bound,
+            self.checks,
+            self.started.elapsed(),
+        );
+        Ok(Finished {
+            dead_reasons: acc.dead_reasons,
+            row,
+            handlings: acc.handlings,
+            dead: acc.dead,
+            exits: exits.into_iter().filter_map(Result::ok).collect(),
+        })
+    }
+
+    /// Waits for the queue to drain, checks that every worker is still
+    /// running, then stops them all and checks that each stopped cleanly.
+    async fn drain_and_stop(
+        &mut self,
+        mut workers: Vec<WorkerProc>,
+    ) -> Vec<Result<Exit, BoxError>> {
         let drained = self.wait_drained().await;
         let detail = if drained {
             format!(
@@ -223,7 +261,7 @@ impl<'a> Run<'a> {
                 self.started.elapsed().as_secs_f64()
             )
         } else {
-            format!("not empty after {} s", drain_limit(ctx).as_secs())
+            format!("not empty after {} s", drain_limit(self.ctx).as_secs())
         };
         self.check("queue drained", drained, detail);
         let alive = workers
@@ -253,51 +291,28 @@ impl<'a> Run<'a> {
                 describe_exits(&exits)
             ),
         );
-        let acc = ctx.account(self.label, &self.qs, &self.produced).await?;
-        ctx.drop_queues(&self.qs).await;
-        if !self.dead_letters_expected {
-            let n = acc.dead.len();
-            self.check(
-                "nothing dead-lettered",
-                n == 0,
-                format!("{n} messages in the dead-letter queue, none of which ever failed"),
-            );
-        }
-        if let Some(suspects) = &self.suspects {
-            let mut seen = HashSet::new();
-            let odd: Vec<i64> = acc
-                .handlings
-                .iter()
-                .filter(|h| !seen.insert(h.key) && !suspects.contains(&h.key))
-                .map(|h| h.key)
-                .collect();
-            self.check(
-                "duplicates only of messages held at a fault",
-                odd.is_empty(),
-                format!(
-                    "{} duplicated handlings of keys no fault left held (e.g. {:?}); {} keys held at the faults",
-                    odd.len(),
-                    &odd[..odd.len().min(5)],
-                    suspects.len()
-                ),
-            );
-        }
-        let row = Row::new(
-            self.label,
-            title,
-            acc.tally,
-            self.bound,
-            self.checks,
-            self.started.elapsed(),
-        );
-        Ok(Finished {
-            dead_reasons: acc.dead_reasons,
-            row,
-            handlings: acc.handlings,
-            dead: acc.dead,
-            exits: exits.into_iter().filter_map(Result::ok).collect(),
-        })
+        exits
     }
+}
+
+/// Every key handled more than once must be one a fault left held.
+fn suspects_check(handlings: &[Handling], suspects: &HashSet<i64>) -> Check {
+    let mut seen = HashSet::new();
+    let odd: Vec<i64> = handlings
+        .iter()
+        .filter(|h| !seen.insert(h.key) && !suspects.contains(&h.key))
+        .map(|h| h.key)
+        .collect();
+    Check::new(
+        "duplicates only of messages held at a fault",
+        odd.is_empty(),
+        format!(
+            "{} duplicated handlings of keys no fault left held (e.g. {:?}); {} keys held at the faults",
+            odd.len(),
+            &odd[..odd.len().min(5)],
+            suspects.len()
+        ),
+    )
 }
 
 /// What [`Run::finish`] found.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use pgmq_client::QueueName;
 
+use super::super::child::WorkerProc;
 use super::super::job::{Act, Job};
 use super::super::report::{Check, Row};
 use super::{BoxError, Ctx, Run};
@@ -143,8 +144,32 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
     args.vt_secs = 3;
     // Longer than the test: only the second SIGTERM can end this shutdown.
     args.grace_ms = 120_000;
-    let mut w = run.spawn(&args).await?;
+    let w = run.spawn(&args).await?;
     run.wait_handled(plain as i64).await?;
+    sigterm_twice(&mut run, w, args.vt_secs).await?;
+    let drainer = run.spawn(&args).await?;
+    let f = run
+        .finish("second SIGTERM while a handler hangs", vec![drainer])
+        .await?;
+    let hung: Vec<i32> = f
+        .handlings
+        .iter()
+        .filter(|h| h.key == hang_key)
+        .map(|h| h.read_ct)
+        .collect();
+    let mut row = f.row;
+    row.push_check(Check::new(
+        "hung message handled once, on a later attempt",
+        hung.len() == 1 && hung[0] >= 2,
+        format!("{} handling(s), read_ct {hung:?}", hung.len()),
+    ));
+    Ok(row)
+}
+
+/// 12b's faults: a SIGTERM to `w` (whose handler hangs), a second one 1.5 s
+/// later, then the hung message's return; checks each step.
+async fn sigterm_twice(run: &mut Run<'_>, mut w: WorkerProc, vt_secs: u64) -> Result<(), BoxError> {
+    let ctx = run.ctx;
     w.sigterm().await?;
     let draining = w.wait_draining(Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -153,7 +178,7 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
     w.sigterm().await?;
     let exit = w.wait(Duration::from_secs(10)).await?;
     let forced_in = t.elapsed();
-    let back = wait_visible(ctx, &run.qs.q, Duration::from_secs(args.vt_secs + 10)).await;
+    let back = wait_visible(ctx, &run.qs.q, Duration::from_secs(vt_secs + 10)).await;
     run.check(
         "first SIGTERM waits for the hung handler",
         draining && still_waiting,
@@ -184,28 +209,12 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
             Some(d) => format!(
                 "visible again {:.1} s after the forced exit (vt {} s)",
                 d.as_secs_f64(),
-                args.vt_secs
+                vt_secs
             ),
             None => "not visible again".into(),
         },
     );
-    let drainer = run.spawn(&args).await?;
-    let f = run
-        .finish("second SIGTERM while a handler hangs", vec![drainer])
-        .await?;
-    let hung: Vec<i32> = f
-        .handlings
-        .iter()
-        .filter(|h| h.key == hang_key)
-        .map(|h| h.read_ct)
-        .collect();
-    let mut row = f.row;
-    row.push_check(Check::new(
-        "hung message handled once, on a later attempt",
-        hung.len() == 1 && hung[0] >= 2,
-        format!("{} handling(s), read_ct {hung:?}", hung.len()),
-    ));
-    Ok(row)
+    Ok(())
 }
 
 /// Polls until some message of `q` is visible.
