@@ -60,6 +60,9 @@
 //!   another connection; a call that hits a connection lost mid-flight returns
 //!   [`Error::ConnectionLost`] with [`CommitOutcome::Unknown`], which
 //!   [`Error::is_transient`] reports as retryable.
+//! - **Connection order.** The pool hands out the most recently returned
+//!   connection first, so calls made one after another stay on one warm
+//!   backend instead of rotating through every idle connection.
 //! - **TLS as libpq.** The DSN's `sslmode` and `sslrootcert` decide, as in
 //!   libpq's table: `disable`; `allow`, `prefer` (the default) and `require`
 //!   encrypt and check the chain only when a root certificate is configured;
