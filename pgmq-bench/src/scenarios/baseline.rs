@@ -67,109 +67,156 @@ async fn connect(ctx: &Ctx) -> Result<tokio_postgres::Client> {
     Ok(pg)
 }
 
+/// What one loop measured, before the queue is released.
+struct Measured {
+    q: pgmq_client::QueueName,
+    count: u64,
+    elapsed: f64,
+    peak: u64,
+    preload_s: f64,
+    vacuum_s: f64,
+    ledger: Option<crate::document::LedgerReport>,
+}
+
+impl Measured {
+    /// A send loop's measurement: no preload, no ledger.
+    fn sent(q: pgmq_client::QueueName, count: u64, elapsed: f64, peak: u64) -> Self {
+        Measured {
+            q,
+            count,
+            elapsed,
+            peak,
+            preload_s: 0.0,
+            vacuum_s: 0.0,
+            ledger: None,
+        }
+    }
+}
+
 /// One run of one loop.
 pub async fn run(ctx: &Ctx, which: Loop, round: u32, warmup: bool) -> Result<BaselineRun> {
     let pg = connect(ctx).await?;
     let batch = ctx.cfg.batch_size;
-    let mut preload_s = 0.0;
-    let mut vacuum_s = 0.0;
-    let mut ledger_report = None;
-    let (q, count, elapsed, peak) = match which {
-        Loop::SendSingle => {
-            let q = ctx.guard.fresh("baseline_send_single").await?;
-            let stmt = pg
-                .prepare("SELECT * FROM pgmq.send($1::text, $2::jsonb)")
-                .await?;
-            let n = ctx.cfg.single_messages;
-            ctx.meter.begin();
-            let t = Instant::now();
-            for id in 0..n {
-                pg.query(&stmt, &[&q.as_str(), &Json(ctx.body(id))]).await?;
-            }
-            let elapsed = t.elapsed().as_secs_f64();
-            (q, n, elapsed, ctx.meter.end())
-        }
-        Loop::SendBatch => {
-            let q = ctx.guard.fresh("baseline_send_batch").await?;
-            let stmt = pg
-                .prepare("SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[])")
-                .await?;
-            let n = ctx.cfg.batch_messages;
-            let size = u64::from(batch);
-            let mut bodies = Vec::with_capacity(size as usize);
-            ctx.meter.begin();
-            let t = Instant::now();
-            for ids in id_batches(n, size) {
-                bodies.clear();
-                bodies.extend(ids.map(|i| Json(ctx.body(i))));
-                pg.query(&stmt, &[&q.as_str(), &bodies]).await?;
-            }
-            let elapsed = t.elapsed().as_secs_f64();
-            (q, n, elapsed, ctx.meter.end())
-        }
-        Loop::ConsumeEqualLayout => {
-            let n = ctx.cfg.messages;
-            let (q, p, v) = ctx.fresh_loaded("baseline_equal_layout", n).await?;
-            preload_s = p;
-            vacuum_s = v;
-            ctx.meter.begin();
-            let (ledger, elapsed) = equal_layout(ctx, &q, n).await?;
-            let peak = ctx.meter.end();
-            ledger_report = Some(ledger.report(n));
-            (q, ledger.handled(), elapsed, peak)
-        }
-        Loop::Consume => {
-            let n = ctx.cfg.messages;
-            let (q, p, v) = ctx.fresh_loaded("baseline_consume", n).await?;
-            preload_s = p;
-            vacuum_s = v;
-            let read = pg
-                .prepare("SELECT * FROM pgmq.read($1::text, $2::integer, $3::integer)")
-                .await?;
-            let delete = pg
-                .prepare("SELECT * FROM pgmq.delete($1::text, $2::bigint[])")
-                .await?;
-            let vt = i32::try_from(ctx.cfg.vt.as_secs()).unwrap_or(i32::MAX);
-            let qty = batch as i32;
-            let ledger = Ledger::new();
-            let mut ids: Vec<i64> = Vec::with_capacity(batch as usize);
-            ctx.meter.begin();
-            let t = Instant::now();
-            while ledger.handled() < n {
-                let rows = pg.query(&read, &[&q.as_str(), &vt, &qty]).await?;
-                if rows.is_empty() {
-                    // Nothing visible although messages are unaccounted for:
-                    // the ledger reports them as missing.
-                    break;
-                }
-                ids.clear();
-                for row in &rows {
-                    ids.push(row.try_get("msg_id")?);
-                    let Json(body): Json<InBody> = row.try_get("message")?;
-                    ledger.mark(body.id);
-                }
-                pg.query(&delete, &[&q.as_str(), &ids]).await?;
-            }
-            let elapsed = t.elapsed().as_secs_f64();
-            let peak = ctx.meter.end();
-            ledger_report = Some(ledger.report(n));
-            (q, ledger.handled(), elapsed, peak)
-        }
+    let m = match which {
+        Loop::SendSingle => send_single(ctx, &pg).await?,
+        Loop::SendBatch => send_batch(ctx, &pg).await?,
+        Loop::ConsumeEqualLayout => consume_equal_layout(ctx).await?,
+        Loop::Consume => consume(ctx, &pg).await?,
     };
-    let in_queue_after = ctx.finish_queue(&q).await?;
+    let in_queue_after = ctx.finish_queue(&m.q).await?;
     Ok(BaselineRun {
         round,
         warmup,
         kind: which.name().to_owned(),
-        rate: Rate::new(count, elapsed),
+        rate: Rate::new(m.count, m.elapsed),
         batch_size: if which == Loop::SendSingle { 1 } else { batch },
-        ledger: ledger_report,
+        ledger: m.ledger,
         in_queue_after,
-        preload_s,
-        vacuum_s,
-        peak_rss_bytes: peak,
+        preload_s: m.preload_s,
+        vacuum_s: m.vacuum_s,
+        peak_rss_bytes: m.peak,
         paired_workers: None,
         follows_workers: None,
+    })
+}
+
+/// `pgmq.send` per message.
+async fn send_single(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> {
+    let q = ctx.guard.fresh("baseline_send_single").await?;
+    let stmt = pg
+        .prepare("SELECT * FROM pgmq.send($1::text, $2::jsonb)")
+        .await?;
+    let n = ctx.cfg.single_messages;
+    ctx.meter.begin();
+    let t = Instant::now();
+    for id in 0..n {
+        pg.query(&stmt, &[&q.as_str(), &Json(ctx.body(id))]).await?;
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    Ok(Measured::sent(q, n, elapsed, ctx.meter.end()))
+}
+
+/// `pgmq.send_batch` per batch of `--batch-size`.
+async fn send_batch(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> {
+    let q = ctx.guard.fresh("baseline_send_batch").await?;
+    let stmt = pg
+        .prepare("SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[])")
+        .await?;
+    let n = ctx.cfg.batch_messages;
+    let size = u64::from(ctx.cfg.batch_size);
+    let mut bodies = Vec::with_capacity(size as usize);
+    ctx.meter.begin();
+    let t = Instant::now();
+    for ids in id_batches(n, size) {
+        bodies.clear();
+        bodies.extend(ids.map(|i| Json(ctx.body(i))));
+        pg.query(&stmt, &[&q.as_str(), &bodies]).await?;
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    Ok(Measured::sent(q, n, elapsed, ctx.meter.end()))
+}
+
+/// The worker's connection layout on a fresh preloaded queue.
+async fn consume_equal_layout(ctx: &Ctx) -> Result<Measured> {
+    let n = ctx.cfg.messages;
+    let (q, preload_s, vacuum_s) = ctx.fresh_loaded("baseline_equal_layout", n).await?;
+    ctx.meter.begin();
+    let (ledger, elapsed) = equal_layout(ctx, &q, n).await?;
+    let peak = ctx.meter.end();
+    Ok(Measured {
+        q,
+        count: ledger.handled(),
+        elapsed,
+        peak,
+        preload_s,
+        vacuum_s,
+        ledger: Some(ledger.report(n)),
+    })
+}
+
+/// `pgmq.read` then `pgmq.delete` per batch on one connection, on a fresh
+/// preloaded queue.
+async fn consume(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> {
+    let n = ctx.cfg.messages;
+    let batch = ctx.cfg.batch_size;
+    let (q, preload_s, vacuum_s) = ctx.fresh_loaded("baseline_consume", n).await?;
+    let read = pg
+        .prepare("SELECT * FROM pgmq.read($1::text, $2::integer, $3::integer)")
+        .await?;
+    let delete = pg
+        .prepare("SELECT * FROM pgmq.delete($1::text, $2::bigint[])")
+        .await?;
+    let vt = i32::try_from(ctx.cfg.vt.as_secs()).unwrap_or(i32::MAX);
+    let qty = batch as i32;
+    let ledger = Ledger::new();
+    let mut ids: Vec<i64> = Vec::with_capacity(batch as usize);
+    ctx.meter.begin();
+    let t = Instant::now();
+    while ledger.handled() < n {
+        let rows = pg.query(&read, &[&q.as_str(), &vt, &qty]).await?;
+        if rows.is_empty() {
+            // Nothing visible although messages are unaccounted for:
+            // the ledger reports them as missing.
+            break;
+        }
+        ids.clear();
+        for row in &rows {
+            ids.push(row.try_get("msg_id")?);
+            let Json(body): Json<InBody> = row.try_get("message")?;
+            ledger.mark(body.id);
+        }
+        pg.query(&delete, &[&q.as_str(), &ids]).await?;
+    }
+    let elapsed = t.elapsed().as_secs_f64();
+    let peak = ctx.meter.end();
+    Ok(Measured {
+        q,
+        count: ledger.handled(),
+        elapsed,
+        peak,
+        preload_s,
+        vacuum_s,
+        ledger: Some(ledger.report(n)),
     })
 }
 
@@ -200,36 +247,16 @@ async fn equal_layout(
         .await?;
     let t = Instant::now();
     for (pg, read) in conns {
-        let (tx, ledger, name) = (tx.clone(), ledger.clone(), q.as_str().to_owned());
-        let stall = ctx.cfg.stall_timeout;
-        claimers.push(tokio::spawn(async move {
-            let mut last_rows = Instant::now();
-            while ledger.handled() < n {
-                let rows = pg.query(&read, &[&name, &vt, &qty]).await?;
-                if rows.is_empty() {
-                    if last_rows.elapsed() >= stall {
-                        // Messages unaccounted for and none visible: the
-                        // ledger reports them as missing.
-                        break;
-                    }
-                    // Everything is claimed (by the other claimer, or all
-                    // handled): look again shortly, as a polling worker would.
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                    continue;
-                }
-                last_rows = Instant::now();
-                let mut ids = Vec::with_capacity(rows.len());
-                for row in &rows {
-                    ids.push(row.try_get::<_, i64>("msg_id")?);
-                    let Json(body): Json<InBody> = row.try_get("message")?;
-                    ledger.mark(body.id);
-                }
-                if tx.send(ids).is_err() {
-                    break;
-                }
-            }
-            Ok::<_, tokio_postgres::Error>(())
-        }));
+        let claimer = Claimer {
+            pg,
+            read,
+            queue: q.as_str().to_owned(),
+            vt,
+            qty,
+            n,
+            stall: ctx.cfg.stall_timeout,
+        };
+        claimers.push(tokio::spawn(claimer.run(ledger.clone(), tx.clone())));
     }
     drop(tx);
     let mut deleted = 0u64;
@@ -258,4 +285,57 @@ async fn equal_layout(
         }
     }
     Ok((ledger, elapsed))
+}
+
+/// One claim connection of the equal-layout loop.
+struct Claimer {
+    pg: tokio_postgres::Client,
+    read: tokio_postgres::Statement,
+    queue: String,
+    vt: i32,
+    qty: i32,
+    /// Messages in the queue: the loop ends once the ledger has them all.
+    n: u64,
+    /// How long empty reads may go on before the loop gives up.
+    stall: std::time::Duration,
+}
+
+impl Claimer {
+    /// Reads batches back to back, marks each body in the ledger and hands
+    /// the ids to the delete connection.
+    async fn run(
+        self,
+        ledger: std::sync::Arc<Ledger>,
+        tx: tokio::sync::mpsc::UnboundedSender<Vec<i64>>,
+    ) -> std::result::Result<(), tokio_postgres::Error> {
+        let mut last_rows = Instant::now();
+        while ledger.handled() < self.n {
+            let rows = self
+                .pg
+                .query(&self.read, &[&self.queue, &self.vt, &self.qty])
+                .await?;
+            if rows.is_empty() {
+                if last_rows.elapsed() >= self.stall {
+                    // Messages unaccounted for and none visible: the
+                    // ledger reports them as missing.
+                    break;
+                }
+                // Everything is claimed (by the other claimer, or all
+                // handled): look again shortly, as a polling worker would.
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                continue;
+            }
+            last_rows = Instant::now();
+            let mut ids = Vec::with_capacity(rows.len());
+            for row in &rows {
+                ids.push(row.try_get::<_, i64>("msg_id")?);
+                let Json(body): Json<InBody> = row.try_get("message")?;
+                ledger.mark(body.id);
+            }
+            if tx.send(ids).is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
 }
