@@ -79,6 +79,27 @@ struct Measured {
 }
 
 impl Measured {
+    /// A consume loop's measurement: `ledger` against the `n` preloaded
+    /// messages, with the seconds the preload and its vacuum took.
+    fn drained(
+        q: pgmq_client::QueueName,
+        ledger: &Ledger,
+        n: u64,
+        elapsed: f64,
+        peak: u64,
+        (preload_s, vacuum_s): (f64, f64),
+    ) -> Self {
+        Measured {
+            q,
+            count: ledger.handled(),
+            elapsed,
+            peak,
+            preload_s,
+            vacuum_s,
+            ledger: Some(ledger.report(n)),
+        }
+    }
+
     /// A send loop's measurement: no preload, no ledger.
     fn sent(q: pgmq_client::QueueName, count: u64, elapsed: f64, peak: u64) -> Self {
         Measured {
@@ -163,15 +184,14 @@ async fn consume_equal_layout(ctx: &Ctx) -> Result<Measured> {
     ctx.meter.begin();
     let (ledger, elapsed) = equal_layout(ctx, &q, n).await?;
     let peak = ctx.meter.end();
-    Ok(Measured {
+    Ok(Measured::drained(
         q,
-        count: ledger.handled(),
+        &ledger,
+        n,
         elapsed,
         peak,
-        preload_s,
-        vacuum_s,
-        ledger: Some(ledger.report(n)),
-    })
+        (preload_s, vacuum_s),
+    ))
 }
 
 /// `pgmq.read` then `pgmq.delete` per batch on one connection, on a fresh
@@ -209,15 +229,14 @@ async fn consume(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> {
     }
     let elapsed = t.elapsed().as_secs_f64();
     let peak = ctx.meter.end();
-    Ok(Measured {
+    Ok(Measured::drained(
         q,
-        count: ledger.handled(),
+        &ledger,
+        n,
         elapsed,
         peak,
-        preload_s,
-        vacuum_s,
-        ledger: Some(ledger.report(n)),
-    })
+        (preload_s, vacuum_s),
+    ))
 }
 
 /// The equal-layout loop: two claimers, one deleter; returns the ledger and
