@@ -730,11 +730,9 @@ impl Monitor {
     }
 
     /// Messages acknowledged so far (deleted, archived, retried, snoozed or
-    /// dead-lettered): a lock-free read for tight progress loops.
-    ///
-    /// **Not part of the stable API** (hidden from the docs; for the
-    /// benchmarks and tests): use [`stats`](Self::stats).
-    #[doc(hidden)]
+    /// dead-lettered): the sum of those counters of [`stats`](Self::stats),
+    /// read without a lock or a copy of the histograms, for progress loops
+    /// that ask often.
     pub fn acked(&self) -> u64 {
         let c = &self.stats.c;
         [
@@ -767,11 +765,15 @@ impl WorkerHandle {
     }
 
     /// Messages acknowledged so far (deleted, archived, retried, snoozed or
-    /// dead-lettered): a lock-free read for tight progress loops.
+    /// dead-lettered), read without a lock: see [`Monitor::acked`].
     ///
-    /// **Not part of the stable API** (hidden from the docs; for the
-    /// benchmarks and tests): use [`stats`](Self::stats).
-    #[doc(hidden)]
+    /// ```no_run
+    /// # async fn f(handle: pgmq_worker::WorkerHandle) {
+    /// while handle.acked() < 1_000 {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    /// }
+    /// # }
+    /// ```
     pub fn acked(&self) -> u64 {
         self.monitor.acked()
     }
