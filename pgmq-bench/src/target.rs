@@ -146,7 +146,26 @@ pub fn read_dsn_file(path: &Path) -> Result<String> {
 mod tests {
     use super::*;
 
-    fn temp_file(name: &str, text: &str, mode: u32) -> std::path::PathBuf {
+    /// A DSN file in a directory of its own, removed with the directory
+    /// when dropped.
+    struct TempDsn(std::path::PathBuf);
+
+    impl std::ops::Deref for TempDsn {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDsn {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    fn temp_file(name: &str, text: &str, mode: u32) -> TempDsn {
         let dir =
             std::env::temp_dir().join(format!("pgmq-bench-target-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -160,7 +179,7 @@ mod tests {
         }
         #[cfg(not(unix))]
         let _ = mode;
-        path
+        TempDsn(path)
     }
 
     #[test]
