@@ -133,6 +133,14 @@ impl<'a> Run<'a> {
         self.produce(&jobs).await;
     }
 
+    /// Produces `k` more plain jobs after the scenario's first `ctx.n`
+    /// (keys `ctx.n..ctx.n + k`), sent once a fault is over.
+    pub(crate) async fn produce_after_fault(&mut self, k: usize) {
+        let first = self.ctx.n as i64;
+        let jobs: Vec<Job> = (first..first + k as i64).map(Job::plain).collect();
+        self.produce(&jobs).await;
+    }
+
     /// Default worker settings for this scenario.
     pub(crate) fn worker_args(&self) -> WorkerArgs {
         self.ctx.worker_args(&self.qs, self.label)

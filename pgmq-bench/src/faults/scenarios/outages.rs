@@ -31,6 +31,20 @@ async fn until_counter(
     None
 }
 
+/// Messages sent once a fault is over, to prove the worker resumed.
+const RESUME_PROBE: usize = 100;
+
+/// Sends [`RESUME_PROBE`] fresh messages, then waits (up to 60 s) for the
+/// worker's `deleted` counter to rise above `deleted`. The worker may have
+/// acknowledged every message of the scenario before the fault landed
+/// (1,000 messages can drain in a few milliseconds); messages sent after the
+/// fault must be claimed and acknowledged whatever the timing, so the check
+/// can only pass if the worker really resumed.
+async fn resumed_after_fault(run: &mut Run<'_>, w: &WorkerProc, deleted: u64) -> Option<Duration> {
+    run.produce_after_fault(RESUME_PROBE).await;
+    until_counter(w, "deleted", deleted, Duration::from_secs(60)).await
+}
+
 /// The worker's count of failed database calls (reads and acknowledgements).
 fn errors_seen(w: &WorkerProc) -> u64 {
     let s = w.said();
@@ -72,7 +86,7 @@ pub(crate) async fn blackhole(ctx: &Ctx) -> Result<Row, BoxError> {
     let open = proxy.live();
     let deleted = w.said().stat("deleted");
     proxy.set_blackhole(false);
-    let resumed = until_counter(&w, "deleted", deleted, Duration::from_secs(60)).await;
+    let resumed = resumed_after_fault(&mut run, &w, deleted).await;
     // Noticed: a call failed within its db_timeout (plus a second of slack
     // for a loaded machine), not after the kernel's retransmission timeout.
     let in_time = noticed.is_some_and(|d| d <= db_timeout + Duration::from_secs(1));
@@ -319,7 +333,7 @@ pub(crate) async fn database_down(ctx: &Ctx) -> Result<Row, BoxError> {
     ctx.cluster.restart_after_kill().await?;
     ctx.wait_server(Duration::from_secs(60)).await?;
     let back = t.elapsed();
-    let resumed = until_counter(&w, "deleted", deleted, Duration::from_secs(60)).await;
+    let resumed = resumed_after_fault(&mut run, &w, deleted).await;
     let alive = w.running();
     run.check(
         "rode out the outage and resumed",
@@ -390,7 +404,7 @@ pub(crate) async fn read_only_database(ctx: &Ctx) -> Result<Row, BoxError> {
     let restored = read_only(ctx, false).await;
     // Restore first, fail after: the rest of the suite needs a writable server.
     restored?;
-    let resumed = until_counter(&w, "deleted", deleted, Duration::from_secs(60)).await;
+    let resumed = resumed_after_fault(&mut run, &w, deleted).await;
     let read_errors = during.stat("read_errors") - before.stat("read_errors");
     let ack_retries = during.stat("ack_retries") - before.stat("ack_retries");
     let failed = during.stat("failed") - before.stat("failed");
