@@ -119,3 +119,67 @@ make_db_dir() {
     fi
   done
 }
+
+# The ports this project's servers listen on: the clusters (55432-55438), the
+# fault suite's proxy (55434), PgBouncer (55439) and the setup-script tests
+# (55450-55459). They lie inside Linux's ephemeral range (32768-60999), so an
+# outgoing connection of any process may take one of them as its local port;
+# while that socket is open, and for 60 s after it closes (TIME_WAIT), no
+# server can listen there ("could not bind IPv4 address: Address already in
+# use"). A fault run opens thousands of connections, so a cluster started
+# right after it hit this now and then. As root, reserve_ports adds the block
+# (and the cluster's own port, when outside it) to
+# net.ipv4.ip_local_reserved_ports, which the kernel never hands out as an
+# ephemeral port; entries already there are kept, and it lasts until reboot.
+# Without root nothing changes, and start_server's wait covers a busy port.
+PGMQ_PORT_BLOCK="55432-55459"
+
+# Succeeds when port $1 is in the reserved list $2 (the kernel's format:
+# comma-separated ports and ranges).
+port_listed() {
+  local port="$1" item lo hi
+  local IFS=,
+  for item in $2; do
+    lo="${item%-*}"; hi="${item#*-}"
+    [ -n "$lo" ] && [ "$port" -ge "$lo" ] && [ "$port" -le "$hi" ] && return 0
+  done
+  return 1
+}
+
+reserve_ports() {
+  local f=/proc/sys/net/ipv4/ip_local_reserved_ports cur add=""
+  [ "$(id -u)" = 0 ] && [ -w "$f" ] || return 0
+  cur="$(tr -d ' \n' <"$f" 2>/dev/null)" || return 0
+  port_listed "${PGMQ_PORT_BLOCK%-*}" "$cur" && port_listed "${PGMQ_PORT_BLOCK#*-}" "$cur" \
+    || add="$PGMQ_PORT_BLOCK"
+  port_listed "$PGMQ_DB_PORT" "$cur${add:+,$add}" || add="${add:+$add,}$PGMQ_DB_PORT"
+  [ -z "$add" ] && return 0
+  if printf '%s\n' "${cur:+$cur,}$add" >"$f" 2>/dev/null; then
+    db_log "reserved ports $add against ephemeral use (net.ipv4.ip_local_reserved_ports)"
+  fi
+}
+
+# Starts the server of $PGDATA_DIR with the binaries in $1. When it cannot
+# bind its port because a socket of some other process holds it (see
+# reserve_ports: one reserved too late, or no root), it waits and tries again
+# for up to 75 s, longer than TIME_WAIT lasts. On failure it prints pg_ctl's
+# message and the end of the server's log, so the cause is in the output.
+start_server() {
+  local bindir="$1" deadline=$((SECONDS + 75)) out
+  reserve_ports
+  while :; do
+    if out="$(as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" -l "$PG_LOG" -w -t 60 start 2>&1)"; then
+      return 0
+    fi
+    if [ "$SECONDS" -lt "$deadline" ] \
+      && as_pg tail -n 20 "$PG_LOG" 2>/dev/null | grep -q "Address already in use"; then
+      db_log "port $PGMQ_DB_PORT is held by another socket (an outgoing connection, or one in TIME_WAIT): retrying"
+      sleep 3
+      continue
+    fi
+    db_log "the server did not start: $out"
+    db_log "the end of $PG_LOG:"
+    as_pg tail -n 20 "$PG_LOG" >&2 2>/dev/null || true
+    return 1
+  done
+}

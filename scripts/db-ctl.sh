@@ -11,8 +11,8 @@ check_db_dir
 bindir="$(find_pg_bin)"
 case "${1:-}" in
   kill) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" stop -m immediate -w >/dev/null ;;
-  start) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" -l "$PG_LOG" -w -t 60 start >/dev/null ;;
+  start) start_server "$bindir" ;;
   restart) "$0" kill; "$0" start ;;
-  status) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" status >/dev/null ;;
+  status) as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" status >/dev/null 2>&1 ;;
   *) echo "usage: $0 kill|start|restart|status" >&2; exit 2 ;;
 esac

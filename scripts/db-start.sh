@@ -76,7 +76,7 @@ if ! running; then
       as_pg rm -f "$PGDATA_DIR/postmaster.pid"
     fi
   fi
-  as_pg "$bindir/pg_ctl" -D "$PGDATA_DIR" -l "$PG_LOG" -w -t 60 start >/dev/null
+  start_server "$bindir"
 fi
 
 psql_su() { as_pg "$bindir/psql" -h "$PG_RUN_DIR" -p "$PGMQ_DB_PORT" -U "$PG_SUPERUSER" -v ON_ERROR_STOP=1 -qAt "$@"; }

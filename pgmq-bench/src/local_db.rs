@@ -4,6 +4,7 @@
 //! `scripts/db-stop.sh` when the benchmark ends.
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 
 use tokio::process::Command;
 
@@ -44,15 +45,20 @@ async fn script(
     args: &[&str],
 ) -> Result<std::process::Output> {
     let path = scripts.join(name);
-    Command::new("bash")
+    let io_err = |e| Error::io(format!("running {}", path.display()), e);
+    // stdout (db-start.sh's DSN) is captured; stderr goes to ours, so that
+    // why a script failed is in the output. `Command::output` would capture
+    // both, whatever `stderr` was set to, and the reason would be lost.
+    let child = Command::new("bash")
         .arg(&path)
         .args(args)
         .env("PGMQ_DB_PORT", port.to_string())
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .await
-        .map_err(|e| Error::io(format!("running {}", path.display()), e))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(io_err)?;
+    child.wait_with_output().await.map_err(io_err)
 }
 
 impl LocalDb {

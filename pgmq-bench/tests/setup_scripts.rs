@@ -8,7 +8,10 @@
 //! - a parent folder everyone may write, without the sticky bit, is refused;
 //! - a cluster made by them has its DSN file at mode 0600, and its socket
 //!   refuses another OS user (`nobody`, with psql) while the server's own
-//!   user gets in; over TCP nobody gets in without the generated password.
+//!   user gets in; over TCP nobody gets in without the generated password;
+//! - a port held by another process's outgoing connection (the ports lie in
+//!   Linux's ephemeral range) delays the start instead of failing it, and
+//!   the port ends up reserved against ephemeral use.
 //!
 //! They need root (the scripts run the server as `postgres` and the tests
 //! act as `nobody`) and PostgreSQL's binaries; without either each test
@@ -304,4 +307,65 @@ fn a_fresh_cluster_keeps_other_users_out() {
     let out = sb.script("db-stop.sh", &dir);
     assert!(out.status.success(), "db-stop.sh: {}", text(&out));
     assert!(!dir.exists());
+}
+
+/// Whether `port` is in net.ipv4.ip_local_reserved_ports.
+fn reserved(port: u16) -> bool {
+    let list = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").unwrap();
+    list.trim()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .any(|item| {
+            let (lo, hi) = item.split_once('-').unwrap_or((item, item));
+            (lo.parse::<u16>().unwrap()..=hi.parse::<u16>().unwrap()).contains(&port)
+        })
+}
+
+#[test]
+fn a_port_held_by_an_outgoing_connection_delays_the_start_but_does_not_fail_it() {
+    let test = "a_port_held_by_an_outgoing_connection_delays_the_start_but_does_not_fail_it";
+    if !can_run(test) {
+        return;
+    }
+    let mut sb = Sandbox::new("held");
+    let dir = sb.base.join("db");
+    // A client connection whose local port is the cluster's port, as an
+    // outgoing connection that the kernel gave that ephemeral port would
+    // be; closed with a reset (no TIME_WAIT) a few seconds into the start.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let port = sb.port;
+    let (listener, client) = rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 1], port).into()).unwrap();
+        let client = socket
+            .connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        (listener, client)
+    });
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        client.set_zero_linger().unwrap();
+        rt.block_on(async move { drop(client) });
+        drop(listener);
+    });
+    let out = sb.script("db-start.sh", &dir);
+    release.join().unwrap();
+    assert!(out.status.success(), "db-start.sh: {}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("held by another socket"),
+        "no wait was reported: {err}"
+    );
+    assert!(
+        reserved(port),
+        "port {port} is not reserved against ephemeral use"
+    );
+
+    let out = sb.script("db-stop.sh", &dir);
+    assert!(out.status.success(), "db-stop.sh: {}", text(&out));
 }
