@@ -50,7 +50,7 @@ fn bare(home: &Path) -> Command {
     c
 }
 
-fn fresh_home() -> PathBuf {
+fn fresh_home() -> common::TempPath {
     let home = temp_path("home");
     std::fs::create_dir_all(&home).unwrap();
     home
@@ -230,7 +230,8 @@ fn password_only_in_a_pgpass_file() {
     let passfile = temp_path("passfile");
     write_private(&passfile, &pgpass_line(&parts), 0o600);
     let doc = temp_path("passfile.json");
-    let mut cmd = bare(&fresh_home());
+    let home = fresh_home();
+    let mut cmd = bare(&home);
     cmd.env("PGPASSFILE", &passfile)
         .arg("--dsn")
         .arg(&parts.without_password)
@@ -255,7 +256,8 @@ fn password_only_in_a_dsn_file() {
         0o600,
     );
     let doc = temp_path("dsnfile.json");
-    let mut cmd = bare(&fresh_home());
+    let home = fresh_home();
+    let mut cmd = bare(&home);
     cmd.arg("--dsn-file").arg(&dsn_file).args(tiny_args(&doc));
     let (out, argvs) = run_watched(cmd);
     assert_connected_without_leaks("--dsn-file", &parts, &out, &argvs, &doc);

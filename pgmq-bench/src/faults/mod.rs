@@ -80,8 +80,9 @@ pub struct FaultsArgs {
     #[arg(long)]
     pub keep_cluster: bool,
 
-    /// Folder for the worker processes' logs (default: a new folder in the
-    /// system temp folder, printed at the start).
+    /// Folder for the worker processes' logs, kept after the run (default: a
+    /// new folder in the system temp folder, printed at the start, removed
+    /// when every check passed and kept when one failed).
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
 
@@ -135,5 +136,13 @@ pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
         eprintln!("faults: wrote {}", path.display());
     }
     ctx.teardown(args.keep_cluster).await;
+    // The worker logs in a folder the suite made are for diagnosing a
+    // failure: removed when every check passed, kept (and named) otherwise.
+    // A --log-dir of the caller's is always kept.
+    if all_pass && args.log_dir.is_none() {
+        let _ = tokio::fs::remove_dir_all(&ctx.log_dir).await;
+    } else {
+        eprintln!("faults: worker logs kept in {}", ctx.log_dir.display());
+    }
     Ok(if all_pass { 0 } else { 1 })
 }

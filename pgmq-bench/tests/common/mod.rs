@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -206,15 +206,53 @@ pub fn write_private(path: &std::path::Path, text: &str, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// A fresh temporary file path.
-pub fn temp_path(name: &str) -> PathBuf {
+/// A path named `name` in a fresh temporary folder of its own. The folder,
+/// with whatever the test wrote there, is removed when the value is dropped,
+/// so the tests leave nothing in the temp folder.
+pub fn temp_path(name: &str) -> TempPath {
     let dir = std::env::temp_dir().join(format!(
         "pgmq-bench-test-{}-{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    TempPath {
+        path: dir.join(name),
+        dir,
+    }
+}
+
+/// See [`temp_path`]; derefs to the path.
+#[derive(Debug)]
+pub struct TempPath {
+    path: PathBuf,
+    dir: PathBuf,
+}
+
+impl std::ops::Deref for TempPath {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for TempPath {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempPath {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// The workspace's docs folder.
