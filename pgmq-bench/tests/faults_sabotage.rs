@@ -13,8 +13,12 @@ use std::process::Command;
 #[test]
 fn sabotaged_worker_makes_the_suite_fail() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let json =
-        std::env::temp_dir().join(format!("pgmq-faults-sabotage-{}.json", std::process::id()));
+    // Everything the run writes goes into one folder, removed below.
+    let dir = std::env::temp_dir().join(format!("pgmq-faults-sabotage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let json = dir.join("faults.json");
+    let logs = dir.join("logs");
     let out = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"))
         .args(["faults", "--quick", "--scenarios", "8"])
         .args(["--sabotage", "skip-ledger"])
@@ -23,8 +27,13 @@ fn sabotaged_worker_makes_the_suite_fail() {
         .arg(&root)
         .arg("--json")
         .arg(&json)
+        .arg("--log-dir")
+        .arg(&logs)
         .output()
         .expect("run pgmq-bench faults");
+    let document = std::fs::read(&json);
+    let logs_kept = logs.is_dir();
+    let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
@@ -36,9 +45,14 @@ fn sabotaged_worker_makes_the_suite_fail() {
         stdout.contains("| FAIL |"),
         "the table must show FAIL:\n{stdout}"
     );
+    // A failed run keeps its worker logs, and says where.
+    assert!(logs_kept, "the worker logs of a failed run were removed");
+    assert!(
+        stderr.contains("worker logs kept in"),
+        "a failed run must name its logs:\n{stderr}"
+    );
     let doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the JSON document")).unwrap();
-    let _ = std::fs::remove_file(&json);
+        serde_json::from_slice(&document.expect("the JSON document")).unwrap();
     assert_eq!(doc["pass"], false);
     assert_eq!(doc["sabotage"], "SkipLedger");
     let row = &doc["rows"][0];
