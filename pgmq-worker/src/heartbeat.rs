@@ -84,7 +84,10 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         if due.is_empty() {
             continue;
         }
-        let items: Vec<Requeue> = due.iter().map(|r| Requeue::new(*r, vt)).collect();
+        let items: Vec<Requeue> = due
+            .iter()
+            .map(|r| Requeue::new(*r, vt).keep_claim())
+            .collect();
         let sent = Instant::now();
         // Not raced against `stop`: a write dropped here could still reach
         // the server after a retry written meanwhile. It is bounded by
