@@ -393,12 +393,7 @@ impl Writer {
             }
         }
         bump(&shared.stats.acks_resolved, n);
-        if shared.config.claim_reads == crate::config::ClaimReads::FifoGroups {
-            // Group-ordered claims: a group's next message is claimable only
-            // now that its head is gone, so the claimers look at once rather
-            // than at their next poll.
-            shared.claims.wake();
-        }
+        shared.claims.acknowledged(shared.config.claim_reads);
     }
 
     /// Runs `call` until it succeeds, fails permanently, or the retry time
