@@ -17,7 +17,11 @@
 //! its write returned (a write is never abandoned half-way, not even by the
 //! shutdown's stop), does not collect leases being settled, and the
 //! completer marks them settling and then waits for it
-//! ([`HeartbeatSignals::after_write`]).
+//! ([`HeartbeatSignals::after_write`]). An extension that still lands later
+//! (one this task stopped waiting for at `db_timeout` while the server went
+//! on with it) matches nothing: a retry, snooze or release ends its
+//! delivery, and only the extension keeps the claim
+//! ([`Requeue::keep_claim`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
