@@ -12,6 +12,15 @@
 //! nothing once someone else read the message, and says so (the ids it
 //! returns are the ones it wrote).
 //!
+//! A delete or archive ends the delivery by removing the row. A requeue
+//! ends it by setting `last_read_at` to NULL in the same `UPDATE` (unless it
+//! only extends the claim, [`Requeue::keep_claim`]): the message is handed
+//! back, so no later write carrying that receipt matches it again, neither
+//! a second copy of the same requeue (a retried write whose first try did
+//! land, which would otherwise lower `read_ct` twice) nor an extension of
+//! that delivery still on its way (which would otherwise push the
+//! visibility a whole timeout out after a release).
+//!
 //! These are statements on PGMQ's queue and archive tables (`pgmq."q_<name>"`,
 //! `pgmq."a_<name>"`), with the same effect as PGMQ's functions plus the
 //! fence, prepared once per connection. The table names come only from a
@@ -78,6 +87,8 @@ impl<T> Message<T> {
 ///     .merge_headers(serde_json::json!({"attempts": 2}));
 /// // Give it back now, as if never read (`read_ct` one lower).
 /// let r = Requeue::new(receipt, Duration::ZERO).undo_read();
+/// // Keep holding it 30 s more (a heartbeat): the receipt still matches.
+/// let r = Requeue::new(receipt, Duration::from_secs(30)).keep_claim();
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -93,17 +104,33 @@ pub struct Requeue {
     /// A JSON object merged into the message's headers (`headers || this`;
     /// headers that are not an object are left as they are).
     pub headers: Option<serde_json::Value>,
+    /// The delivery goes on holding the message: `last_read_at` is left as
+    /// it is, so later writes carrying the same receipt still match (an
+    /// extension of a running claim). Otherwise (the default) the requeue
+    /// ends the delivery: `last_read_at` becomes NULL, and nothing carrying
+    /// this receipt matches the message again.
+    pub keep_claim: bool,
 }
 
 impl Requeue {
-    /// Visible again `delay` from now; `read_ct` and headers unchanged.
+    /// Visible again `delay` from now, the delivery ended; `read_ct` and
+    /// headers unchanged.
     pub fn new(receipt: Receipt, delay: Duration) -> Self {
         Requeue {
             receipt,
             delay,
             undo_read: false,
             headers: None,
+            keep_claim: false,
         }
+    }
+
+    /// Keeps the delivery's claim instead of ending it (see
+    /// [`keep_claim`](Self::keep_claim)): for extending the visibility of a
+    /// message still being handled.
+    pub fn keep_claim(mut self) -> Self {
+        self.keep_claim = true;
+        self
     }
 
     /// Also lowers `read_ct` by one (see [`undo_read`](Self::undo_read)).
@@ -166,10 +193,12 @@ fn requeue_sql(queue: &QueueName) -> String {
          headers = CASE WHEN r.patch IS NULL THEN m.headers \
                         WHEN m.headers IS NULL THEN r.patch \
                         WHEN pg_catalog.jsonb_typeof(m.headers) = 'object' THEN m.headers || r.patch \
-                        ELSE m.headers END \
+                        ELSE m.headers END, \
+         last_read_at = CASE WHEN r.keep THEN m.last_read_at END \
          FROM ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::timestamptz[]), \
-         pg_catalog.unnest($3::float8[]), pg_catalog.unnest($4::bool[]), pg_catalog.unnest($5::jsonb[])) \
-         AS r(id, read_at, delay, undo, patch) \
+         pg_catalog.unnest($3::float8[]), pg_catalog.unnest($4::bool[]), pg_catalog.unnest($5::jsonb[]), \
+         pg_catalog.unnest($6::bool[])) \
+         AS r(id, read_at, delay, undo, patch, keep) \
          WHERE {f} RETURNING m.msg_id) \
          SELECT pg_catalog.array_agg(u.msg_id) FROM u",
         t = queue.quoted_table(),
@@ -256,7 +285,9 @@ impl<E: Executor> Pgmq<E> {
 
     /// Makes delivered messages visible again after their delays (a retry,
     /// a heartbeat's extension, a release: see [`Requeue`]), each only if
-    /// its delivery still holds it; returns the ids updated.
+    /// its delivery still holds it; returns the ids updated. A requeue
+    /// without [`Requeue::keep_claim`] ends its delivery (`last_read_at`
+    /// becomes NULL): the same requeue sent again matches nothing.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
@@ -287,6 +318,7 @@ impl<E: Executor> Pgmq<E> {
         let undo: Vec<bool> = items.iter().map(|r| r.undo_read).collect();
         let patches: Vec<Option<&serde_json::Value>> =
             items.iter().map(|r| r.headers.as_ref()).collect();
+        let keep: Vec<bool> = items.iter().map(|r| r.keep_claim).collect();
         let rows = self
             .run_text(
                 &requeue_sql(queue),
@@ -297,6 +329,7 @@ impl<E: Executor> Pgmq<E> {
                     (&delays, Type::FLOAT8_ARRAY),
                     (&undo, Type::BOOL_ARRAY),
                     (&patches, Type::JSONB_ARRAY),
+                    (&keep, Type::BOOL_ARRAY),
                 ],
             )
             .await?;
@@ -329,6 +362,8 @@ mod tests {
             assert!(!sql.contains(" unnest("), "{sql}");
         }
         assert!(archive_sql(&q).contains("pgmq.\"a_jobs\""));
+        // A requeue ends the delivery unless it keeps the claim.
+        assert!(requeue_sql(&q).contains("last_read_at = CASE WHEN r.keep THEN m.last_read_at END"));
     }
 
     #[test]

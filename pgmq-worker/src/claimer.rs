@@ -130,6 +130,16 @@ impl Claims {
     pub(crate) fn wake(&self) {
         self.wake.send_modify(|g| *g = g.wrapping_add(1));
     }
+
+    /// Messages left the queue (acknowledged by the completer or in a
+    /// transactional handler's transaction). With group-ordered claims a
+    /// group's next message is claimable only once its head is gone, so the
+    /// claim loops look at once rather than at their next poll.
+    pub(crate) fn acknowledged(&self, reads: crate::config::ClaimReads) {
+        if reads == crate::config::ClaimReads::FifoGroups {
+            self.wake();
+        }
+    }
 }
 
 /// The moving average of handler run time: recorded by the handler loops,

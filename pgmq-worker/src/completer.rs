@@ -393,12 +393,7 @@ impl Writer {
             }
         }
         bump(&shared.stats.acks_resolved, n);
-        if shared.config.claim_reads == crate::config::ClaimReads::FifoGroups {
-            // Group-ordered claims: a group's next message is claimable only
-            // now that its head is gone, so the claimers look at once rather
-            // than at their next poll.
-            shared.claims.wake();
-        }
+        shared.claims.acknowledged(shared.config.claim_reads);
     }
 
     /// Runs `call` until it succeeds, fails permanently, or the retry time
@@ -454,8 +449,11 @@ struct Dead {
 /// queue in one statement (so in one transaction): the rows are locked,
 /// their `message` and `headers` go to `pgmq.send_batch` as stored, never
 /// through the client, so the copy is exact (numbers of any precision, any
-/// nesting), and they are deleted from the source. Returns the source ids
-/// moved. `{t}` is the quoted queue table.
+/// nesting), and they are deleted from the source. The one header the
+/// worker itself wrote into them, [`ATTEMPTS_HEADER`] (`$8`), is left out
+/// of `original_headers`: a dead letter sent back with its original
+/// headers (`pgmq redrive`) starts again with all of `max_attempts`.
+/// Returns the source ids moved. `{t}` is the quoted queue table.
 const DEAD_LETTER_SQL: &str = "\
 WITH dead AS (
     SELECT * FROM ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::timestamptz[]),
@@ -471,7 +469,8 @@ WITH dead AS (
            pg_catalog.array_agg(pg_catalog.jsonb_build_object(
                'reason', l.reason, 'attempts', l.attempts, 'deliveries', l.deliveries,
                'source_queue', $1::text, 'original_msg_id', l.msg_id,
-               'original_headers', l.headers) ORDER BY l.ord) AS headers
+               'original_headers', CASE WHEN pg_catalog.jsonb_typeof(l.headers) = 'object'
+                   THEN l.headers - $8::text ELSE l.headers END) ORDER BY l.ord) AS headers
     FROM locked l
     HAVING pg_catalog.count(*) > 0
 ), sent AS (
@@ -500,12 +499,7 @@ async fn dead_letter(
     let Some(dlq) = &cfg.dead_letter_queue else {
         return archive_dead(kept, &cfg.queue, dead).await;
     };
-    // One copy per id, whatever the batch holds.
-    let mut seen = std::collections::HashSet::with_capacity(dead.len());
-    let dead: Vec<&Dead> = dead
-        .iter()
-        .filter(|d| seen.insert(d.receipt.msg_id))
-        .collect();
+    let dead = newest_per_id(dead);
     let ids: Vec<i64> = dead.iter().map(|d| d.receipt.msg_id).collect();
     let reads: Vec<chrono::DateTime<chrono::Utc>> =
         dead.iter().map(|d| d.receipt.read_at).collect();
@@ -525,6 +519,7 @@ async fn dead_letter(
                 (&attempts, Type::INT4_ARRAY),
                 (&deliveries, Type::INT4_ARRAY),
                 (&dlq.as_str(), Type::TEXT),
+                (&ATTEMPTS_HEADER, Type::TEXT),
             ],
         )
         .await;
@@ -548,6 +543,33 @@ async fn dead_letter(
         }
         Err(e) => Err(e),
     }
+}
+
+/// One dead letter per message id, whatever the batch holds (the move
+/// sends one copy per row it locked): of two deliveries of one message that
+/// meet in a batch (the first one's claim expired and the message was read
+/// again), the newest, the only one whose fence can still match.
+fn newest_per_id(dead: &[Dead]) -> Vec<&Dead> {
+    let mut newest: std::collections::HashMap<i64, &Dead> =
+        std::collections::HashMap::with_capacity(dead.len());
+    for d in dead {
+        newest
+            .entry(d.receipt.msg_id)
+            .and_modify(|kept| {
+                if d.receipt.read_at > kept.receipt.read_at {
+                    *kept = d;
+                }
+            })
+            .or_insert(d);
+    }
+    // In batch order, as the move sends them.
+    dead.iter()
+        .filter(|d| {
+            newest
+                .get(&d.receipt.msg_id)
+                .is_some_and(|n| std::ptr::eq(*n, *d))
+        })
+        .collect()
 }
 
 fn to_i32(n: u32) -> i32 {

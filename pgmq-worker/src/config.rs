@@ -164,6 +164,7 @@ pub(crate) struct Config {
     pub ack_drain_timeout: Duration,
     pub check_queue: bool,
     pub handler_timeout: Option<Duration>,
+    pub max_abandoned_blocking_threads: usize,
     pub max_deliveries: u32,
     pub retry_jitter: bool,
     pub db_timeout: Duration,
@@ -262,6 +263,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 ack_drain_timeout: Duration::from_secs(10),
                 check_queue: true,
                 handler_timeout: Some(Duration::from_secs(60)),
+                max_abandoned_blocking_threads: 16,
                 max_deliveries: 0,
                 retry_jitter: true,
                 db_timeout: Duration::from_secs(10),
@@ -451,6 +453,25 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
+    /// The most threads of [`blocking_handler`](Self::blocking_handler)
+    /// runs abandoned at `handler_timeout` (or on a lost claim) that may
+    /// still be running, over all handler loops (default 16). A blocking
+    /// run cannot be stopped: its thread goes on until the handler returns,
+    /// and the loop starts a new thread for its next message. Once this
+    /// many abandoned threads still run, a loop whose run is abandoned
+    /// waits for one of them to end before it goes on (its message stays
+    /// claimed, extended by the heartbeat), and
+    /// [`Health::blocking_runs_waiting`](crate::Health::blocking_runs_waiting)
+    /// counts it; so a handler that always hangs holds at most
+    /// `concurrency` + this many threads. With
+    /// [`ClaimReads::FifoGroups`] no run is left behind: the loop waits for
+    /// its abandoned run's thread to return before the message is retried,
+    /// so that its group never has two runs at once.
+    pub fn max_abandoned_blocking_threads(mut self, n: usize) -> Self {
+        self.config.max_abandoned_blocking_threads = n;
+        self
+    }
+
     /// Deliveries (PGMQ's `read_ct`, less releases and snoozes) after which
     /// a message is dead-lettered without running (default
     /// `max(20, 2 * max_attempts)`; at least `max_attempts`): the guard for a
@@ -561,7 +582,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// (a plain thread, not tokio's blocking pool), off the async runtime.
     /// A run past `handler_timeout` is abandoned: its thread is left to
     /// finish on its own (its result is ignored) and the loop starts a new
-    /// one; at process exit such a thread is simply ended, so a hung
+    /// one, up to [`max_abandoned_blocking_threads`](Self::max_abandoned_blocking_threads)
+    /// such threads; at process exit such a thread is simply ended, so a hung
     /// blocking handler never keeps the process alive.
     ///
     /// ```no_run

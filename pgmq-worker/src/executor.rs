@@ -21,7 +21,12 @@
 //! its own and waits for the result, so that CPU-bound work never stalls
 //! the runtime, a hung run can be abandoned at `handler_timeout` (its thread
 //! is left to end on its own, the loop starts a new one), and a hung thread
-//! never keeps the process alive at exit.
+//! never keeps the process alive at exit. At most
+//! `max_abandoned_blocking_threads` abandoned threads may still run; past
+//! that, a loop waits for one to end before acknowledging its own
+//! abandoned run. With FIFO groups a loop waits for its abandoned run's
+//! thread to return before acknowledging it, so a group never has two runs
+//! at once.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -80,6 +85,17 @@ pub(crate) trait Run<T: Send>: Send + Sync + 'static {
         msg: Message<T>,
         ctx: Context,
     ) -> impl Future<Output = RunResult> + Send;
+
+    /// Called by the loop after every run, before its outcome is
+    /// acknowledged: deals with what the run left behind (a blocking run's
+    /// abandoned thread).
+    fn after_run(
+        &self,
+        _local: &mut Self::Local,
+        _shared: &Shared,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 
     /// Runs the handler; a run that acknowledged its message itself (in
     /// the handler's transaction) says how in the second value.
@@ -205,10 +221,13 @@ impl<T: Send + 'static, H: HandlerWithContext<T>> Run<T> for ContextRun<H> {
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A blocking loop's current thread (None until the first message, and
-/// after a run was abandoned).
+/// after a run was abandoned), and the run it last abandoned.
 #[derive(Default)]
 pub(crate) struct BlockingThread {
     jobs: Option<std::sync::mpsc::Sender<Job>>,
+    /// The last run, when it was abandoned (timed out, cancelled, or its
+    /// future dropped) and not yet dealt with by [`Run::after_run`].
+    abandoned: Option<Arc<RunEnd>>,
 }
 
 impl BlockingThread {
@@ -237,29 +256,92 @@ impl BlockingThread {
             Err(e) => tracing::error!(error = %e, "could not start a blocking handler thread"),
         }
     }
+}
 
-    /// The thread is stuck in an abandoned run: the next job gets a new one.
-    fn abandon(&mut self) {
-        self.jobs = None;
+/// The end of one blocking run, shared by its job and its loop: whether
+/// the handler returned, and the permit of the abandoned-thread cap the run
+/// holds once its loop has left it behind.
+#[derive(Default)]
+struct RunEnd {
+    state: std::sync::Mutex<RunEndState>,
+    returned: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct RunEndState {
+    returned: bool,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl RunEnd {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunEndState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// On the run's thread, once the handler returned: frees its permit.
+    fn returned(&self) {
+        let permit = {
+            let mut st = self.lock();
+            st.returned = true;
+            st.permit.take()
+        };
+        drop(permit);
+        self.returned.notify_waiters();
+    }
+
+    /// Hands the run a permit to hold until its handler returns; false
+    /// (the permit dropped) when it already has.
+    fn hold(&self, permit: tokio::sync::OwnedSemaphorePermit) -> bool {
+        let mut st = self.lock();
+        if st.returned {
+            return false;
+        }
+        st.permit = Some(permit);
+        true
+    }
+
+    /// Waits until the handler returned.
+    async fn wait(&self) {
+        loop {
+            let notified = self.returned.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a return after the look wakes it.
+            notified.as_mut().enable();
+            if self.lock().returned {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
-struct BlockingRun<H>(Arc<H>);
+struct BlockingRun<H> {
+    handler: Arc<H>,
+    /// Permits for the abandoned runs whose threads still run
+    /// (`max_abandoned_blocking_threads`), made with the first one.
+    abandoned: std::sync::OnceLock<Arc<tokio::sync::Semaphore>>,
+}
 
 impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
     type Local = BlockingThread;
 
     async fn run(&self, thread: &mut BlockingThread, msg: Message<T>, ctx: Context) -> RunResult {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let handler = Arc::clone(&self.0);
+        let handler = Arc::clone(&self.handler);
+        let end = Arc::new(RunEnd::default());
+        // Marks the run returned when dropped: after the handler, or with
+        // the job if it never runs (no thread could be started).
+        let job_end = ReturnOnDrop(Arc::clone(&end));
         thread.submit(Box::new(move || {
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| handler.handle(msg)))
                 .map_err(|p| panic_text(&*p));
+            // Before the result, so a loop that has it sees the run returned.
+            drop(job_end);
             let _ = tx.send(r);
         }));
         // Abandoned unless the result arrives: a timeout or a shutdown that
         // drops this future leaves the thread to finish on its own.
-        let mut guard = AbandonOnDrop(Some(thread));
+        let mut guard = AbandonOnDrop(Some((thread, end)));
         let r = tokio::select! {
             r = rx => r.unwrap_or_else(|_| Err("blocking handler thread ended".to_owned())),
             // An abandoned run still counts as cancelled for the caller.
@@ -270,14 +352,87 @@ impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
         }
         r
     }
+
+    /// A run abandoned at `handler_timeout` (or on a lost claim) is still
+    /// running on its thread. With FIFO groups the loop waits for it to
+    /// return, so that neither the message's retry nor its group's next
+    /// message runs alongside it; the thread is then free for the next
+    /// message. Otherwise the loop leaves the thread behind, holding one of
+    /// `max_abandoned_blocking_threads` permits until its handler returns,
+    /// and waits for a permit when none is free.
+    async fn after_run(&self, thread: &mut BlockingThread, shared: &Shared) {
+        let Some(end) = thread.abandoned.take() else {
+            return;
+        };
+        let cfg = &shared.config;
+        if cfg.claim_reads == crate::config::ClaimReads::FifoGroups {
+            end.wait().await;
+            return;
+        }
+        let cap = self.abandoned.get_or_init(|| {
+            Arc::new(tokio::sync::Semaphore::new(
+                cfg.max_abandoned_blocking_threads,
+            ))
+        });
+        let permit = match Arc::clone(cap).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let _waiting = BlockingWait::new(shared);
+                tracing::warn!(
+                    queue = %cfg.queue,
+                    cap = cfg.max_abandoned_blocking_threads,
+                    "max_abandoned_blocking_threads abandoned blocking runs still run: this loop waits for one to end"
+                );
+                tokio::select! {
+                    p = Arc::clone(cap).acquire_owned() => match p {
+                        Ok(p) => p,
+                        Err(_) => return,
+                    },
+                    // Its own run returned first: its thread is free again.
+                    _ = end.wait() => return,
+                }
+            }
+        };
+        if end.hold(permit) {
+            // The thread is busy with the abandoned run: the next message
+            // gets a new one.
+            thread.jobs = None;
+        }
+    }
 }
 
-struct AbandonOnDrop<'a>(Option<&'a mut BlockingThread>);
+/// Marks a blocking run returned when dropped.
+struct ReturnOnDrop(Arc<RunEnd>);
+
+impl Drop for ReturnOnDrop {
+    fn drop(&mut self) {
+        self.0.returned();
+    }
+}
+
+/// Counts a loop in `Health::blocking_runs_waiting` while it lives.
+struct BlockingWait<'a>(&'a Shared);
+
+impl<'a> BlockingWait<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.health.blocking_wait(true);
+        BlockingWait(shared)
+    }
+}
+
+impl Drop for BlockingWait<'_> {
+    fn drop(&mut self) {
+        self.0.health.blocking_wait(false);
+    }
+}
+
+/// Records the run as abandoned in its loop's thread unless disarmed.
+struct AbandonOnDrop<'a>(Option<(&'a mut BlockingThread, Arc<RunEnd>)>);
 
 impl Drop for AbandonOnDrop<'_> {
     fn drop(&mut self) {
-        if let Some(t) = self.0.take() {
-            t.abandon();
+        if let Some((t, end)) = self.0.take() {
+            t.abandoned = Some(end);
         }
     }
 }
@@ -330,7 +485,10 @@ pub(crate) fn context_spawner<T: DeserializeOwned + Send + 'static, H: HandlerWi
 pub(crate) fn blocking_spawner<T: DeserializeOwned + Send + 'static, H: BlockingHandler<T>>(
     handler: H,
 ) -> Box<dyn Spawner<T>> {
-    Box::new(spawner::<T, _>(BlockingRun(Arc::new(handler))))
+    Box::new(spawner::<T, _>(BlockingRun {
+        handler: Arc::new(handler),
+        abandoned: std::sync::OnceLock::new(),
+    }))
 }
 
 /// The attempts a message's header says were used (0 without one).
@@ -399,6 +557,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                 Ok(typed) => {
                     let (result, settled) =
                         run_message(&ctx, &*run, &mut run_local, typed, &d, counts).await;
+                    run.after_run(&mut run_local, shared).await;
                     shared.leases.set_state([receipt], State::Acking);
                     timing.record_run(shared, d.started);
                     bump(&counts.handled, 1);
@@ -660,6 +819,9 @@ pub(crate) fn truncate_reason(mut reason: String) -> String {
 fn settle(shared: &Shared, queue: &QueueName, receipt: Receipt, settled: Settled) {
     let c = &shared.stats.c;
     let already_lost = !shared.leases.finish([receipt]).is_empty();
+    if matches!(settled, Settled::Written(_)) {
+        shared.claims.acknowledged(shared.config.claim_reads);
+    }
     match settled {
         Settled::Written(AckKind::Archive) => bump(&c.archived, 1),
         Settled::Written(_) => bump(&c.deleted, 1),

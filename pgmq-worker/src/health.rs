@@ -20,6 +20,8 @@ pub(crate) struct HealthState {
     ack_ok_us: AtomicU64,
     ack_errors: AtomicU64,
     running: AtomicBool,
+    /// Handler loops waiting for an abandoned blocking thread to end.
+    blocking_waiting: AtomicU64,
     /// Set when an internal task failed and the worker stops with an error.
     failure: Mutex<Option<String>>,
     /// Cancelled with the first failure: the worker's run waits on it.
@@ -35,6 +37,7 @@ impl HealthState {
             ack_ok_us: AtomicU64::new(0),
             ack_errors: AtomicU64::new(0),
             running: AtomicBool::new(false),
+            blocking_waiting: AtomicU64::new(0),
             failure: Mutex::new(None),
             failed: CancellationToken::new(),
         }
@@ -66,6 +69,16 @@ impl HealthState {
 
     pub(crate) fn ack_failed(&self) {
         self.ack_errors.fetch_add(1, Relaxed);
+    }
+
+    /// A handler loop starts (`true`) or stops waiting for an abandoned
+    /// blocking thread to end (`max_abandoned_blocking_threads` reached).
+    pub(crate) fn blocking_wait(&self, on: bool) {
+        if on {
+            self.blocking_waiting.fetch_add(1, Relaxed);
+        } else {
+            self.blocking_waiting.fetch_sub(1, Relaxed);
+        }
     }
 
     pub(crate) fn set_running(&self, on: bool) {
@@ -114,6 +127,7 @@ impl HealthState {
             since_last_ack: self.ago(self.ack_ok_us.load(Relaxed)),
             read_errors_in_a_row: read_errors,
             ack_errors_in_a_row: ack_errors,
+            blocking_runs_waiting: self.blocking_waiting.load(Relaxed),
             failure,
         }
     }
@@ -160,6 +174,11 @@ pub struct Health {
     pub read_errors_in_a_row: u64,
     /// Acknowledgement writes failed in a row, now.
     pub ack_errors_in_a_row: u64,
+    /// Handler loops of a blocking handler waiting, now, for an abandoned
+    /// run's thread to end: `max_abandoned_blocking_threads` of them still
+    /// run (a handler that hangs past `handler_timeout`). Above 0, the
+    /// worker handles fewer messages at once than `concurrency`.
+    pub blocking_runs_waiting: u64,
     /// Why the worker stopped on its own (an internal task failed), if it did.
     pub failure: Option<String>,
 }

@@ -17,7 +17,11 @@
 //! its write returned (a write is never abandoned half-way, not even by the
 //! shutdown's stop), does not collect leases being settled, and the
 //! completer marks them settling and then waits for it
-//! ([`HeartbeatSignals::after_write`]).
+//! ([`HeartbeatSignals::after_write`]). An extension that still lands later
+//! (one this task stopped waiting for at `db_timeout` while the server went
+//! on with it) matches nothing: a retry, snooze or release ends its
+//! delivery, and only the extension keeps the claim
+//! ([`Requeue::keep_claim`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,7 +88,10 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         if due.is_empty() {
             continue;
         }
-        let items: Vec<Requeue> = due.iter().map(|r| Requeue::new(*r, vt)).collect();
+        let items: Vec<Requeue> = due
+            .iter()
+            .map(|r| Requeue::new(*r, vt).keep_claim())
+            .collect();
         let sent = Instant::now();
         // Not raced against `stop`: a write dropped here could still reach
         // the server after a retry written meanwhile. It is bounded by

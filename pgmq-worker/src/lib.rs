@@ -93,8 +93,10 @@
 //! - **Dead letters** move to the dead-letter queue and leave the source in
 //!   one transaction, with headers `reason`, `attempts`, `source_queue`,
 //!   `original_msg_id` and `original_headers`. The copy is made in SQL, so
-//!   body and original headers arrive exactly as stored. Without a dead-letter queue
-//!   they are archived (PGMQ's archive table keeps them, without a reason).
+//!   body and original headers arrive exactly as stored (less the worker's
+//!   own [`ATTEMPTS_HEADER`], so a redriven message gets `max_attempts`
+//!   again). Without a dead-letter queue they are archived, the reason
+//!   merged into their headers.
 //! - **Fenced writes.** Every write (delete, archive, retry, snooze,
 //!   dead-letter move, heartbeat, release) matches the message *and the
 //!   delivery that claimed it* (`msg_id` and the `last_read_at` its read

@@ -38,6 +38,10 @@
 //!    writes what is queued (retrying transient
 //!    failures) and ends, within `ack_drain_timeout` of the end of step 3
 //!    (shared with step 4). Whatever could not be written is counted in
+//!    `acks_failed`, and so is every acknowledgement of a handler that
+//!    finished but whose loop the deadline of step 3 cut off while it waited
+//!    for room in the ack channel (the writer retrying a failed write): no
+//!    finished handler's message is missing from both `abandoned` and
 //!    `acks_failed`.
 //! 6. **Report.**
 //!
@@ -72,6 +76,9 @@ use crate::worker::Shared;
 
 /// How long the shutdown waits for a claimer's read in flight.
 const CLAIMER_STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// How long the shutdown waits for the handler loops it aborted to end.
+const HANDLER_ABORT_WAIT: Duration = Duration::from_millis(100);
 
 /// After [`ShutdownHandle::immediate`], the most time each step of the
 /// shutdown still under way or to come may take, counted from when the
@@ -234,7 +241,9 @@ pub struct ShutdownReport {
     /// Whether the shutdown was escalated ([`ShutdownHandle::immediate`], or
     /// a second signal).
     pub immediate: bool,
-    /// Acknowledgements that could not be written (the messages come back).
+    /// Acknowledgements that could not be written (the messages come back),
+    /// including those of handlers that finished but whose loops the grace
+    /// deadline cut off before the writer took their outcome.
     pub acks_failed: u64,
     /// Claimed messages neither released nor handled because the release
     /// itself failed (they come back after the visibility timeout).
@@ -393,6 +402,18 @@ async fn finish_handlers(
     for handler in &handlers {
         handler.abort();
     }
+    // An aborted loop stops at its next await; one in the middle of a poll
+    // ends that poll first. Waiting for them (briefly) means no handler
+    // code runs once the acknowledgements are counted (see
+    // `drain_completer`).
+    let _ = bounds
+        .within(
+            tokio::time::Instant::now() + HANDLER_ABORT_WAIT,
+            // Only those still running: a JoinHandle already polled to its
+            // end must not be polled again.
+            futures::future::join_all(handlers.into_iter().filter(|h| !h.is_finished())),
+        )
+        .await;
     let why = if bounds.immediate.is_cancelled() {
         "immediate shutdown"
     } else {
@@ -410,7 +431,12 @@ async fn finish_handlers(
 }
 
 /// Waits for the completer to write what is queued, until `drain_deadline`;
-/// past it, aborts it and counts what was left in `acks_failed`.
+/// past it, aborts it. Then counts every acknowledgement a handler finished
+/// that was neither written nor given up in `acks_failed`: what the aborted
+/// completer had left, and those of handler loops that the grace deadline
+/// aborted while they waited for room in a full ack channel (a writer
+/// retrying a failed write): their messages come back after their
+/// visibility timeout, and the report says so.
 async fn drain_completer(
     shared: &Shared,
     completer: JoinHandle<()>,
@@ -418,10 +444,22 @@ async fn drain_completer(
     bounds: &Bounds,
 ) {
     let abort = completer.abort_handle();
-    if bounds.within(drain_deadline, completer).await.is_none() {
+    let drained = bounds.within(drain_deadline, completer).await.is_some();
+    if !drained {
         abort.abort();
-        let pending = shared.stats.acks_pending();
-        bump(&shared.stats.c.acks_failed, pending);
+    }
+    let pending = shared.stats.acks_pending();
+    if pending == 0 {
+        return;
+    }
+    bump(&shared.stats.c.acks_failed, pending);
+    bump(&shared.stats.acks_resolved, pending);
+    if drained {
+        tracing::error!(
+            pending,
+            "acknowledgements of handlers stopped at the grace deadline never reached the writer (it was retrying a failed write); the messages come back after their visibility timeout"
+        );
+    } else {
         tracing::error!(
             pending,
             "acknowledgements not written within the drain time"

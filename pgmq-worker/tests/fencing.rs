@@ -30,7 +30,8 @@ const WAIT: Duration = Duration::from_secs(20);
 #[derive(Debug, PartialEq)]
 struct Claim {
     read_ct: i32,
-    last_read_at: chrono::DateTime<chrono::Utc>,
+    /// NULL once a requeue ended the delivery.
+    last_read_at: Option<chrono::DateTime<chrono::Utc>>,
     vt: chrono::DateTime<chrono::Utc>,
 }
 
@@ -242,4 +243,74 @@ async fn a_delivery_stays_claimed_until_its_acknowledgement_is_written() {
     assert_eq!(report.claims_lost, 0);
     assert!(report.stats.heartbeats > 0);
     assert_eq!(claim_of(&client, &q, id).await, None);
+}
+
+/// A requeue ends its delivery: the same fenced release sent twice (a
+/// retried write whose first try landed) lowers `read_ct` once, and a
+/// retry's headers and delay are written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_sent_twice_is_applied_once() {
+    let client = client().await;
+    let q = unique("requeue2");
+    let _g = Queues::new(&client, &[&q]).await;
+    let id = client.send(&q, &json!({"n": 1})).await.unwrap();
+    // Two deliveries: read_ct 2, the second one holding it.
+    let first = client.read_raw(&q, Duration::ZERO, 1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    let second = client
+        .read_raw(&q, Duration::from_secs(30), 1)
+        .await
+        .unwrap();
+    let r = second[0].receipt().unwrap();
+    assert_eq!(second[0].read_ct, 2);
+    let release = [Requeue::new(r, Duration::ZERO).undo_read()];
+    assert_eq!(client.requeue_fenced(&q, &release).await.unwrap(), vec![id]);
+    assert!(
+        client
+            .requeue_fenced(&q, &release)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the second copy matched the ended delivery"
+    );
+    let after = claim_of(&client, &q, id).await.unwrap();
+    assert_eq!(after.read_ct, 1, "read_ct dropped twice");
+    assert_eq!(
+        after.last_read_at, None,
+        "the requeue left the delivery's fence"
+    );
+}
+
+/// A heartbeat's extension of a delivery that a release (or retry, or
+/// snooze) already ended, landing late, does not push the visibility out:
+/// the message stays visible at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_extension_after_a_release_changes_nothing() {
+    let client = client().await;
+    let q = unique("extlate");
+    let _g = Queues::new(&client, &[&q]).await;
+    let id = client.send(&q, &json!({"n": 1})).await.unwrap();
+    let got = client
+        .read_raw(&q, Duration::from_secs(30), 1)
+        .await
+        .unwrap();
+    let r = got[0].receipt().unwrap();
+    // An extension keeps the claim: a later write with the receipt matches.
+    let extend = [Requeue::new(r, Duration::from_secs(30)).keep_claim()];
+    assert_eq!(client.requeue_fenced(&q, &extend).await.unwrap(), vec![id]);
+    let release = [Requeue::new(r, Duration::ZERO).undo_read()];
+    assert_eq!(client.requeue_fenced(&q, &release).await.unwrap(), vec![id]);
+    // The extension that was on its way lands now.
+    let late = [Requeue::new(r, Duration::from_secs(3600)).keep_claim()];
+    assert!(client.requeue_fenced(&q, &late).await.unwrap().is_empty());
+    let visible = client
+        .read_raw(&q, Duration::from_secs(30), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        visible.iter().map(|m| m.msg_id).collect::<Vec<_>>(),
+        vec![id],
+        "the late extension hid the released message"
+    );
+    assert_eq!(visible[0].read_ct, 1);
 }

@@ -513,3 +513,100 @@ async fn an_immediate_shutdown_bounds_a_stuck_acknowledgement_drain() {
     assert_eq!(report.acked, 0);
     assert_eq!(report.acks_failed, 1);
 }
+
+/// A graceful shutdown while the writer retries a failed write: handler
+/// loops whose acknowledgements wait for room in the full ack channel are
+/// cut off at the grace deadline, and their finished acknowledgements are
+/// counted in `acks_failed` (they are not running, so not `abandoned`): the
+/// report agrees with what the database still holds.
+///
+/// The writer fails for real: another transaction locks every row, so the
+/// delete waits, and the test terminates the writer's backend while it
+/// waits (its delete is rolled back: no write of unknown outcome lands
+/// later), until the grace period is over; then the lock goes and the
+/// writer gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgements_cut_off_at_the_grace_deadline_are_reported() {
+    let client = client().await;
+    let q = unique("ackcut");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send_batch(&q, &bodies(4)).await.unwrap();
+    let started = Arc::new(AtomicU64::new(0));
+    let go = Arc::new(Notify::new());
+    let (s, g) = (Arc::clone(&started), Arc::clone(&go));
+    let handle = Worker::<Value>::builder(client.clone(), q.clone())
+        .poll_interval(Duration::from_millis(20))
+        .concurrency(4)
+        .ack_capacity(1)
+        .ack_batch_size(1)
+        .ack_flushers(1)
+        .ack_retry_timeout(Duration::from_secs(60))
+        .shutdown_grace(Duration::from_secs(1))
+        .ack_drain_timeout(Duration::from_secs(15))
+        .handler(move |_m: Message<Value>| {
+            let (s, g) = (Arc::clone(&s), Arc::clone(&g));
+            async move {
+                let notified = g.notified();
+                s.fetch_add(1, Ordering::SeqCst);
+                notified.await;
+                Ok(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap()
+        .spawn();
+    wait_for(WAIT, "4 handlers started", || async {
+        started.load(Ordering::SeqCst) == 4
+    })
+    .await;
+    let lock = client.connection_owned().await.unwrap();
+    lock.batch_execute(&format!(
+        "BEGIN; SELECT 1 FROM {} FOR UPDATE",
+        q.quoted_table()
+    ))
+    .await
+    .unwrap();
+    let failing = tokio_util::sync::CancellationToken::new();
+    let terminator = tokio::spawn({
+        let (client, q, failing) = (client.clone(), q.clone(), failing.clone());
+        async move {
+            let conn = client.connection_owned().await.unwrap();
+            let pattern = format!("%DELETE FROM {}%", q.quoted_table());
+            while !failing.is_cancelled() {
+                conn.execute(
+                    "SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                    &[&pattern],
+                )
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    go.notify_waiters();
+    wait_for(WAIT, "4 handled", || async { handle.stats().handled == 4 }).await;
+    wait_for(WAIT, "the writer retrying", || async {
+        handle.stats().ack_retries > 0
+    })
+    .await;
+    let shutdown = tokio::spawn(handle.shutdown());
+    // Past the grace deadline the writer gets through.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    failing.cancel();
+    terminator.await.unwrap();
+    lock.batch_execute("ROLLBACK").await.unwrap();
+    let report = shutdown.await.unwrap().unwrap();
+    let left = queue_len(&client, &q).await as u64;
+    let seen = format!(
+        "left {left}, acked {}, acks_failed {}, abandoned {:?}",
+        report.acked, report.acks_failed, report.abandoned
+    );
+    assert!(report.abandoned.is_empty(), "{seen}");
+    assert_eq!(report.acked + left, 4, "{seen}");
+    assert_eq!(
+        report.acks_failed, left,
+        "messages left in the queue that the report does not count: {seen}"
+    );
+    assert_eq!(report.stats.acks_pending, 0);
+}

@@ -316,3 +316,59 @@ async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
     assert_eq!(queue_len(&direct, &q).await, 0);
     assert_eq!(report.stats.deleted, 40);
 }
+
+/// A blocking handler that hangs on every message, past `handler_timeout`:
+/// the threads left running are capped by `max_abandoned_blocking_threads`
+/// (at most `concurrency` + that many runs at once, not one thread per
+/// message), health says loops wait, and once the hangs end every message
+/// is handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_blocking_threads_are_capped() {
+    let client = client().await;
+    let q = unique("blkcap");
+    let _g = Queues::new(&client, &[&q]).await;
+    let bodies: Vec<Value> = (0..12).map(|n| json!({ "n": n })).collect();
+    client.send_batch(&q, &bodies).await.unwrap();
+    let hang = Arc::new(AtomicBool::new(true));
+    // (running now, most at once)
+    let runs = Arc::new(Mutex::new((0usize, 0usize)));
+    let (h, r) = (Arc::clone(&hang), Arc::clone(&runs));
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(2)
+        .poll_interval(Duration::from_millis(20))
+        .handler_timeout(Duration::from_millis(100))
+        .retry_backoff(Backoff::constant(Duration::ZERO))
+        .retry_jitter(false)
+        .max_attempts(100)
+        .max_abandoned_blocking_threads(3)
+        .blocking_handler(move |_m: Message<Value>| {
+            {
+                let mut r = r.lock().unwrap();
+                r.0 += 1;
+                r.1 = r.1.max(r.0);
+            }
+            while h.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r.lock().unwrap().0 -= 1;
+            Ok(Outcome::Delete)
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "both loops waiting at the cap", || async {
+        handle.health().blocking_runs_waiting == 2
+    })
+    .await;
+    // Time for more runs to start, were they not capped.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let most = runs.lock().unwrap().1;
+    assert!(most <= 2 + 3, "{most} blocking runs at once");
+    hang.store(false, Ordering::SeqCst);
+    wait_for(WAIT, "all handled", || async {
+        handle.stats().deleted == 12
+    })
+    .await;
+    assert_eq!(handle.health().blocking_runs_waiting, 0);
+    handle.shutdown().await.unwrap();
+}
