@@ -440,10 +440,11 @@ impl Error {
     pub(crate) fn in_queue(self, queue: &str) -> Error {
         if let Error::Database { source } = &self {
             if let Some(db) = source.as_db_error() {
-                let table = format!("q_{queue}");
+                // PGMQ folds the table name (see `QueueName::table_name`).
+                let folded = queue.to_ascii_lowercase();
                 let missing_table = *db.code() == SqlState::UNDEFINED_TABLE
-                    && (db.message().contains(&table)
-                        || db.message().contains(&format!("a_{queue}")));
+                    && (db.message().contains(&format!("q_{folded}"))
+                        || db.message().contains(&format!("a_{folded}")));
                 let pgmq_says = *db.code() == SqlState::RAISE_EXCEPTION
                     && db.message().contains("does not exist")
                     && db.message().contains(queue);

@@ -419,7 +419,7 @@ async fn every_error_is_a_message_and_a_non_zero_exit() {
     pgmq(&["purge", missing.as_str()], "")
         .await
         .failed("does not exist");
-    pgmq(&["create", "Bad-Name"], "")
+    pgmq(&["create", "Bad$Name"], "")
         .await
         .failed("invalid queue name");
     pgmq(&["create", "x'; drop table pgmq.meta; --"], "")

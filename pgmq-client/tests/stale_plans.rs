@@ -53,24 +53,14 @@ impl OwnDb {
 
 impl Drop for OwnDb {
     fn drop(&mut self) {
-        let (dsn, name) = (common::dsn(), self.name.clone());
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+        let name = self.name.clone();
+        common::run_detached(move || async move {
+            common::raw()
+                .await
+                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                .await
                 .unwrap();
-            rt.block_on(async move {
-                let (pg, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
-                    .await
-                    .unwrap();
-                tokio::spawn(conn);
-                pg.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                    .await
-                    .unwrap();
-            });
-        })
-        .join()
-        .unwrap();
+        });
     }
 }
 
