@@ -91,6 +91,39 @@ pub enum Error {
         minimum: String,
     },
 
+    /// A body, headers or text argument holds a character PostgreSQL cannot
+    /// store: a NUL (`\u0000` in JSON, which `jsonb` refuses; a zero byte
+    /// in text), or, refused by the server, one the database's encoding
+    /// lacks.
+    ///
+    /// Found before sending, `index` names the message of a batch (None for
+    /// a single send or headers common to the batch), `field` what held it,
+    /// and nothing was sent. Refused by the server (SQLSTATE 22P05 or 22021),
+    /// `index` and `field` are None, `source` is the server's error and
+    /// [`Error::sqlstate`] its code.
+    ///
+    /// ```
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) {
+    /// use pgmq_client::Error;
+    /// let bodies = [serde_json::json!("ok"), serde_json::json!("nul \u{0}")];
+    /// match client.send_batch(&q, &bodies).await {
+    ///     Err(Error::UnstorableText { index: Some(1), field: Some("body"), .. }) => {}
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # }
+    /// ```
+    #[error("{}", unstorable_text(*.index, *.field, .source.as_ref()))]
+    #[non_exhaustive]
+    UnstorableText {
+        /// The message of a batch that holds it (0-based), when known.
+        index: Option<usize>,
+        /// What holds it (`"body"`, `"headers"`, `"routing key"`), when known.
+        field: Option<&'static str>,
+        /// The server's refusal, when it came from the server.
+        #[source]
+        source: Option<tokio_postgres::Error>,
+    },
+
     /// A payload or header could not be serialized to JSON; nothing was sent.
     #[error("could not serialize the message to JSON: {0}")]
     Serialize(#[source] serde_json::Error),
@@ -187,6 +220,29 @@ fn pg_text(e: &tokio_postgres::Error) -> String {
     text
 }
 
+fn unstorable_text(
+    index: Option<usize>,
+    field: Option<&'static str>,
+    source: Option<&tokio_postgres::Error>,
+) -> String {
+    if let Some(e) = source {
+        return format!(
+            "the server cannot store a text or JSON value{}: {} (a NUL character, \\u0000, \
+             or one the database's encoding lacks); nothing was stored",
+            fmt_code(e),
+            pg_text(e)
+        );
+    }
+    let what = field.unwrap_or("a value");
+    let place = match index {
+        Some(i) => format!("message {i} of the batch: its {what}"),
+        None => format!("the {what}"),
+    };
+    format!(
+        "{place} holds a NUL character (\\u0000), which PostgreSQL cannot store; nothing was sent"
+    )
+}
+
 fn fmt_code(e: &tokio_postgres::Error) -> String {
     match e.code() {
         Some(c) => format!(" [{}]", c.code()),
@@ -200,6 +256,10 @@ impl Error {
         match self {
             Error::Database { source } | Error::ConnectionLost { source, .. } => source.code(),
             Error::Connect(source) => source.code(),
+            Error::UnstorableText {
+                source: Some(source),
+                ..
+            } => source.code(),
             _ => None,
         }
     }
@@ -229,6 +289,10 @@ impl Error {
             Error::Database { source }
             | Error::ConnectionLost { source, .. }
             | Error::Connect(source) => source.as_db_error(),
+            Error::UnstorableText {
+                source: Some(source),
+                ..
+            } => source.as_db_error(),
             _ => None,
         }
     }
@@ -257,7 +321,10 @@ impl Error {
             Error::Database { .. }
             | Error::QueueNotFound { .. }
             | Error::PgmqMissing { .. }
-            | Error::PgmqTooOld { .. } => CommitOutcome::Rejected,
+            | Error::PgmqTooOld { .. }
+            | Error::UnstorableText {
+                source: Some(_), ..
+            } => CommitOutcome::Rejected,
             Error::Deserialize { .. }
             | Error::DeserializeHeaders { .. }
             | Error::UnexpectedRow { .. } => CommitOutcome::Unknown,
@@ -322,6 +389,16 @@ impl Error {
                     source: e,
                 };
             }
+            let code = db.code();
+            if *code == SqlState::UNTRANSLATABLE_CHARACTER
+                || *code == SqlState::CHARACTER_NOT_IN_REPERTOIRE
+            {
+                return Error::UnstorableText {
+                    index: None,
+                    field: None,
+                    source: Some(e),
+                };
+            }
             return Error::Database { source: e };
         }
         if e.is_closed() || is_io(&e) {
@@ -334,6 +411,16 @@ impl Error {
             return Error::UnexpectedRow { source: e };
         }
         Error::Database { source: e }
+    }
+
+    /// A NUL character found before sending: in `field` of message `index`
+    /// of a batch (None: a single send, or headers common to the batch).
+    pub(crate) fn unstorable(index: Option<usize>, field: &'static str) -> Error {
+        Error::UnstorableText {
+            index,
+            field: Some(field),
+            source: None,
+        }
     }
 
     /// Marks a lost connection as "not sent": used where the failure happened
@@ -353,10 +440,11 @@ impl Error {
     pub(crate) fn in_queue(self, queue: &str) -> Error {
         if let Error::Database { source } = &self {
             if let Some(db) = source.as_db_error() {
-                let table = format!("q_{queue}");
+                // PGMQ folds the table name (see `QueueName::table_name`).
+                let folded = queue.to_ascii_lowercase();
                 let missing_table = *db.code() == SqlState::UNDEFINED_TABLE
-                    && (db.message().contains(&table)
-                        || db.message().contains(&format!("a_{queue}")));
+                    && (db.message().contains(&format!("q_{folded}"))
+                        || db.message().contains(&format!("a_{folded}")));
                 let pgmq_says = *db.code() == SqlState::RAISE_EXCEPTION
                     && db.message().contains("does not exist")
                     && db.message().contains(queue);
@@ -459,6 +547,16 @@ impl fmt::Debug for Error {
             Error::UnexpectedRow { source } => f
                 .debug_struct("UnexpectedRow")
                 .field("source", &PgDebug(source))
+                .finish(),
+            Error::UnstorableText {
+                index,
+                field,
+                source,
+            } => f
+                .debug_struct("UnstorableText")
+                .field("index", index)
+                .field("field", field)
+                .field("source", &source.as_ref().map(PgDebug))
                 .finish(),
         }
     }

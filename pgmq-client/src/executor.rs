@@ -141,13 +141,31 @@ impl<E: Executor + ?Sized> Executor for &E {
     }
 }
 
+// Outside a transaction a stale plan aborted nothing: the call is prepared
+// and run once more (see `connection::run_cached`).
 impl Executor for Connection {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_cached(self.client(), self.cache(), self.lost_flag(), stmt, params).await
+        run_cached(
+            self.client(),
+            self.cache(),
+            self.lost_flag(),
+            stmt,
+            params,
+            true,
+        )
+        .await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text_cached(self.client(), self.cache(), self.lost_flag(), sql, params).await
+        run_text_cached(
+            self.client(),
+            self.cache(),
+            self.lost_flag(),
+            sql,
+            params,
+            true,
+        )
+        .await
     }
 }
 
@@ -163,13 +181,31 @@ impl Executor for bb8::PooledConnection<'_, ConnectionManager> {
     }
 }
 
+// In a transaction a stale plan aborted it: the statement is forgotten, so
+// that the next call prepares it again, and the error is returned.
 impl Executor for Transaction<'_> {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_cached(self.client(), self.cache(), self.lost_flag(), stmt, params).await
+        run_cached(
+            self.client(),
+            self.cache(),
+            self.lost_flag(),
+            stmt,
+            params,
+            false,
+        )
+        .await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text_cached(self.client(), self.cache(), self.lost_flag(), sql, params).await
+        run_text_cached(
+            self.client(),
+            self.cache(),
+            self.lost_flag(),
+            sql,
+            params,
+            false,
+        )
+        .await
     }
 }
 
@@ -252,8 +288,29 @@ impl Executor for deadpool_postgres::Object {
     }
 }
 
+/// Runs `sql` with deadpool's statement cache; a stale plan
+/// (`connection::is_stale_plan`) removes the statement from that cache and
+/// prepares and runs it once more (a retry inside a caller's failed
+/// transaction returns the first error).
 #[cfg(feature = "deadpool")]
 async fn deadpool_query(
+    conn: &deadpool_postgres::Object,
+    sql: &str,
+    types: Option<&[Type]>,
+    params: Params<'_>,
+) -> Result<Vec<Row>, Error> {
+    crate::connection::fresh_on_stale(
+        || deadpool_query_once(conn, sql, types, params),
+        || {
+            conn.statement_cache.remove(sql, types.unwrap_or(&[]));
+        },
+        true,
+    )
+    .await
+}
+
+#[cfg(feature = "deadpool")]
+async fn deadpool_query_once(
     conn: &deadpool_postgres::Object,
     sql: &str,
     types: Option<&[Type]>,

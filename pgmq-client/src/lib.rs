@@ -31,14 +31,16 @@
 //!   together or not at all).
 //! - **Prepared once.** Every call's SQL is prepared on first use on each
 //!   pooled connection and reused; a call is one round trip.
-//! - **Names are checked, never spliced unchecked.** [`QueueName`] refuses
-//!   anything PGMQ would not accept, before any SQL runs, and names travel as
-//!   bound parameters. The calls that are statements on PGMQ's tables rather
-//!   than PGMQ functions ([`Pgmq::read_from`], the fenced writes
-//!   [`Pgmq::delete_fenced`], [`Pgmq::archive_fenced`] and
-//!   [`Pgmq::requeue_fenced`], and [`Pgmq::release_batch`]) name the queue's
-//!   tables in their SQL, built only from a validated name (`[a-z0-9_]`,
-//!   quoted).
+//! - **Names are checked, never spliced unchecked.** [`QueueName`] accepts
+//!   the names PGMQ 1.13 accepts (so queues other PGMQ clients made, such as
+//!   `Orders-EU.v2`, can be used) less those it cannot address safely
+//!   (non-ASCII, control characters), refusing the rest with the rule
+//!   broken, before any SQL runs; names travel as bound parameters. The
+//!   calls that are statements on PGMQ's tables rather than PGMQ functions
+//!   ([`Pgmq::read_from`], the fenced writes [`Pgmq::delete_fenced`],
+//!   [`Pgmq::archive_fenced`] and [`Pgmq::requeue_fenced`], and
+//!   [`Pgmq::release_batch`]) name the queue's tables in their SQL as PGMQ
+//!   folds them (lowercase), always as quoted identifiers ([`quote_ident`]).
 //! - **Catalog functions qualified.** The SQL this crate writes itself calls
 //!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
 //!   and so on, so a function of the same name in a schema earlier on the
@@ -133,7 +135,7 @@ pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
 pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
-pub use queue_name::{QueueName, MAX_QUEUE_NAME_LEN};
+pub use queue_name::{quote_ident, QueueName, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE};
 pub use read::{ReadOptions, MAX_BATCH, MAX_SECONDS};
 pub use read_from::ReadFrom;
 pub use topics::{RouteMatch, TopicBinding};

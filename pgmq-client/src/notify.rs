@@ -15,9 +15,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::{col, Error};
 use crate::executor::Executor;
-use crate::queue_name::QueueName;
+use crate::queue_name::{quote_ident, QueueName, NOTIFY_KEEPS_CASE};
 use crate::read::millis;
 use crate::statements::Stmt;
+use crate::version::Version;
 use crate::Pgmq;
 
 /// A row of `pgmq.list_notify_insert_throttles()`.
@@ -172,13 +173,16 @@ pub(crate) async fn connect_listener(
 pub struct Listener {
     client: tokio_postgres::Client,
     stream: NotificationStream,
+    /// The installed PGMQ's version, read on first `listen` (None when it
+    /// could not be read: the newest channel naming is assumed).
+    version: tokio::sync::OnceCell<Option<Version>>,
 }
 
 impl Listener {
     /// Opens the dedicated connection with `builder`'s DSN, timeouts and TLS.
     pub async fn connect(builder: &crate::ClientBuilder) -> Result<Listener, Error> {
         let (client, stream) = builder.connect_dedicated().await?;
-        Ok(Listener { client, stream })
+        Ok(Listener::new(client, stream))
     }
 
     /// Opens the dedicated connection with these settings.
@@ -187,13 +191,54 @@ impl Listener {
         tls: MakeRustlsConnect,
     ) -> Result<Listener, Error> {
         let (client, stream) = connect_listener(config, tls).await?;
-        Ok(Listener { client, stream })
+        Ok(Listener::new(client, stream))
     }
 
-    /// LISTENs on `queue`'s insert channel. The channel name comes from a
-    /// validated [`QueueName`], so quoting it as an identifier is safe.
+    fn new(client: tokio_postgres::Client, stream: NotificationStream) -> Listener {
+        Listener {
+            client,
+            stream,
+            version: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The channel `queue`'s inserts are notified on by the installed PGMQ
+    /// (read once per connection). A PGMQ that never notifies the queue (a
+    /// name with uppercase letters before 1.13.1) gets a warning, and the
+    /// channel a newer one would use.
+    async fn channel(&self, queue: &QueueName) -> String {
+        let version = *self
+            .version
+            .get_or_init(|| async {
+                crate::version::detect(&self.client)
+                    .await
+                    .ok()
+                    .map(|i| i.version)
+            })
+            .await;
+        let Some(v) = version else {
+            return queue.insert_channel();
+        };
+        queue.insert_channel_for(v).unwrap_or_else(|| {
+            tracing::warn!(
+                queue = %queue,
+                pgmq = %v,
+                "PGMQ before {NOTIFY_KEEPS_CASE} sends no insert notifications for a queue \
+                 whose name has uppercase letters: upgrade PGMQ (ALTER EXTENSION pgmq UPDATE); \
+                 until then only polling finds its messages"
+            );
+            queue.insert_channel()
+        })
+    }
+
+    /// LISTENs on `queue`'s insert channel as the installed PGMQ names it
+    /// ([`QueueName::insert_channel_for`]; the version is read on the first
+    /// call). The channel is quoted as an identifier ([`quote_ident`]).
+    /// With a PGMQ that never notifies this queue (a name with uppercase
+    /// letters before 1.13.1) it warns and listens on the channel a newer
+    /// PGMQ uses.
     pub async fn listen(&self, queue: &QueueName) -> Result<(), Error> {
-        let sql = format!("LISTEN \"{}\"", queue.insert_channel());
+        let sql = format!("LISTEN {}", quote_ident(&self.channel(queue).await));
         self.client
             .batch_execute(&sql)
             .await
@@ -202,7 +247,7 @@ impl Listener {
 
     /// Stops listening on `queue`'s insert channel.
     pub async fn unlisten(&self, queue: &QueueName) -> Result<(), Error> {
-        let sql = format!("UNLISTEN \"{}\"", queue.insert_channel());
+        let sql = format!("UNLISTEN {}", quote_ident(&self.channel(queue).await));
         self.client
             .batch_execute(&sql)
             .await

@@ -14,10 +14,52 @@ use crate::read::{check_batch, secs};
 use crate::statements::Stmt;
 use crate::Pgmq;
 
-/// Serializes a body (or headers) once, before any SQL runs.
-pub(crate) fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<RawJson, Error> {
+/// The most bytes the JSON of one batch send (bodies and headers together)
+/// may take. PostgreSQL refuses a Bind message of 1 GiB or more, and one
+/// array value must stay under 1 GiB too; the margin is for the other
+/// parameters and the arrays' per-element framing (see [`check_size`]).
+pub(crate) const MAX_BATCH_BYTES: usize = (1 << 30) - (1 << 20);
+
+/// Serializes a body (or headers, as `field` says) once, before any SQL
+/// runs, refusing a NUL character, which PostgreSQL cannot store.
+pub(crate) fn to_json<T: Serialize + ?Sized>(
+    value: &T,
+    field: &'static str,
+) -> Result<RawJson, Error> {
     let raw = serde_json::value::to_raw_value(value).map_err(Error::Serialize)?;
+    if has_nul_escape(raw.get().as_bytes()) {
+        return Err(Error::unstorable(None, field));
+    }
     Ok(RawJson::from_raw(raw))
+}
+
+/// Whether JSON text holds `\u0000`, which `jsonb` refuses. A backslash in
+/// a string is itself escaped (`\\`), so each escape is stepped over whole:
+/// `\\u0000` (a backslash, then the text `u0000`) is no NUL.
+pub(crate) fn has_nul_escape(text: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(p) = text[i..].iter().position(|&b| b == b'\\') {
+        let at = i + p;
+        match text.get(at + 1) {
+            Some(b'u') if text.get(at + 2..at + 6) == Some(b"0000") => return true,
+            Some(_) => i = at + 2,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Refuses a batch whose JSON would not fit one Bind message: a typed error
+/// before anything is sent or allocated for it.
+fn check_size(bytes: usize, n: usize) -> Result<(), Error> {
+    if bytes > MAX_BATCH_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "a batch of {n} messages takes {bytes} bytes of JSON or more, over the \
+             {MAX_BATCH_BYTES} one statement can carry (PostgreSQL's 1 GiB message limit): \
+             send it in smaller batches"
+        )));
+    }
+    Ok(())
 }
 
 /// The headers of a single send: `headers_each` is for batches.
@@ -27,7 +69,10 @@ pub(crate) fn one_headers(opts: &SendOptions) -> Result<Option<RawJson>, Error> 
             "headers_each is for batch sends; a single send takes headers".into(),
         ));
     }
-    opts.headers.as_ref().map(to_json).transpose()
+    opts.headers
+        .as_ref()
+        .map(|h| to_json(h, "headers"))
+        .transpose()
 }
 
 /// The JSON texts of a batch (bodies or headers), serialized once before any
@@ -41,19 +86,25 @@ pub(crate) struct JsonBatch {
 }
 
 impl JsonBatch {
-    /// Serializes each of `values`.
-    fn new<T: Serialize>(values: &[T]) -> Result<Self, Error> {
+    /// Serializes each of `values` (the `field` of each message: bodies or
+    /// headers), refusing a NUL character (naming the message) and a batch
+    /// past [`MAX_BATCH_BYTES`] (with `before`, the bytes of the batch's
+    /// other JSON). The buffer grows as the texts come: their sizes are
+    /// unknown until serialized, and one large element says nothing of the
+    /// others.
+    fn new<T: Serialize>(values: &[T], field: &'static str, before: usize) -> Result<Self, Error> {
         let mut batch = JsonBatch {
             text: Vec::new(),
             ends: Vec::with_capacity(values.len()),
         };
-        for v in values {
+        for (i, v) in values.iter().enumerate() {
+            let start = batch.text.len();
             serde_json::to_writer(&mut batch.text, v).map_err(Error::Serialize)?;
-            batch.ends.push(batch.text.len());
-            if batch.ends.len() == 1 {
-                // Reserve for the rest at the first element's size.
-                batch.text.reserve(batch.text.len() * (values.len() - 1));
+            if has_nul_escape(&batch.text[start..]) {
+                return Err(Error::unstorable(Some(i), field));
             }
+            check_size(before + batch.text.len(), values.len())?;
+            batch.ends.push(batch.text.len());
         }
         Ok(batch)
     }
@@ -62,6 +113,10 @@ impl JsonBatch {
     /// once.
     fn repeated<T: Serialize>(value: &T, n: usize) -> Result<Self, Error> {
         let one = serde_json::to_vec(value).map_err(Error::Serialize)?;
+        if has_nul_escape(&one) {
+            return Err(Error::unstorable(None, "headers"));
+        }
+        check_size(one.len().saturating_mul(n), n)?;
         let mut batch = JsonBatch {
             text: Vec::with_capacity(one.len() * n),
             ends: Vec::with_capacity(n),
@@ -96,11 +151,11 @@ impl JsonBatch {
                 None => None,
             },
             (None, Some(each)) if each.len() == n && trace.is_empty() => {
-                Some(JsonBatch::new(each)?)
+                Some(JsonBatch::new(each, "headers", 0)?)
             }
             (None, Some(each)) if each.len() == n => {
                 let each: Vec<_> = each.iter().filter_map(|h| with_trace(Some(h))).collect();
-                Some(JsonBatch::new(&each)?)
+                Some(JsonBatch::new(&each, "headers", 0)?)
             }
             (None, Some(each)) => {
                 return Err(Error::InvalidArgument(format!(
@@ -114,7 +169,8 @@ impl JsonBatch {
                 ))
             }
         };
-        Ok(Some((JsonBatch::new(bodies)?, headers)))
+        let before = headers.as_ref().map_or(0, |h| h.text.len());
+        Ok(Some((JsonBatch::new(bodies, "body", before)?, headers)))
     }
 
     fn elements(&self) -> impl Iterator<Item = &[u8]> {
@@ -195,7 +251,7 @@ impl<E: Executor> Pgmq<E> {
         one_headers(opts)?;
         crate::trace::merged(opts.headers.as_ref(), &trace)
             .as_ref()
-            .map(to_json)
+            .map(|h| to_json(h, "headers"))
             .transpose()
     }
 }
@@ -237,7 +293,7 @@ impl<E: Executor> Pgmq<E> {
         body: &T,
         opts: &SendOptions,
     ) -> Result<i64, Error> {
-        let body = to_json(body)?;
+        let body = to_json(body, "body")?;
         let headers = self.headers_json(opts)?;
         let q = queue.as_str();
         let rows = match opts.delay {

@@ -8,13 +8,22 @@
 //! the same name planted in a schema earlier on the `search_path` is never
 //! called in their place.
 
-use tokio::sync::OnceCell;
 use tokio_postgres::Statement;
 
 /// The columns of `pgmq.message_record`, in the order `message::raw_from_row` reads.
 macro_rules! msg_cols {
     () => {
         "msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers"
+    };
+}
+
+/// The columns of `pgmq.metrics_result` that `queue::metrics_from_row` reads,
+/// by name, on a row aliased `m`.
+macro_rules! metrics_cols {
+    () => {
+        "m.queue_name, m.queue_length, m.newest_msg_age_sec, m.oldest_msg_age_sec, \
+         m.total_messages, m.scrape_time, m.queue_visible_length, \
+         (pg_catalog.to_jsonb(m) ->> 'default_partition_length')::bigint AS default_partition_length"
     };
 }
 
@@ -78,8 +87,12 @@ statements! {
     DetachArchive = "SELECT pgmq.detach_archive($1::text)";
     ListQueues = "SELECT queue_name::text, is_partitioned, is_unlogged, created_at FROM pgmq.list_queues()";
     QueueExists = "SELECT EXISTS (SELECT 1 FROM pgmq.meta WHERE queue_name = $1::text)";
-    Metrics = "SELECT * FROM pgmq.metrics($1::text)";
-    MetricsAll = "SELECT * FROM pgmq.metrics_all()";
+    // Named columns, so that the statement's result keeps its shape when
+    // `ALTER EXTENSION pgmq UPDATE` adds fields to `pgmq.metrics_result`
+    // (1.13 added `default_partition_length`, read through jsonb so that
+    // the same text works on 1.11 and 1.12, where it is NULL).
+    Metrics = concat!("SELECT ", metrics_cols!(), " FROM pgmq.metrics($1::text) m");
+    MetricsAll = concat!("SELECT ", metrics_cols!(), " FROM pgmq.metrics_all() m");
     // notify.rs
     EnableNotifyInsert = "SELECT pgmq.enable_notify_insert($1::text, $2::integer)";
     DisableNotifyInsert = "SELECT pgmq.disable_notify_insert($1::text)";
@@ -171,19 +184,30 @@ const MAX_TEXTS: usize = 256;
 
 /// A connection's prepared statements: one slot per [`Stmt`], and the SQL
 /// texts that name a queue's table (see `Executor::query_text`), by text.
+///
+/// An entry can be forgotten ([`forget`](Self::forget)) when the server
+/// says its plan went stale (see `connection::is_stale_plan`), so that the
+/// next use prepares it again.
 pub(crate) struct StatementCache {
     /// Run every call as an unnamed statement instead (PgBouncer's
     /// transaction mode before 1.21): nothing is cached.
     pub(crate) unnamed: bool,
-    slots: Box<[OnceCell<Statement>]>,
+    slots: Box<[std::sync::Mutex<Option<Statement>>]>,
     texts: std::sync::Mutex<std::collections::HashMap<Box<str>, Statement>>,
+}
+
+/// Locks `m`, recovering from a poisoned lock (the guarded map or slot is
+/// valid whatever a panicking holder did: entries are only inserted or
+/// removed whole).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl StatementCache {
     pub(crate) fn new(unnamed: bool) -> Self {
         StatementCache {
             unnamed,
-            slots: (0..COUNT).map(|_| OnceCell::new()).collect(),
+            slots: (0..COUNT).map(|_| std::sync::Mutex::new(None)).collect(),
             texts: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -196,11 +220,11 @@ impl StatementCache {
         sql: &str,
         types: &[tokio_postgres::types::Type],
     ) -> Result<Statement, tokio_postgres::Error> {
-        if let Some(s) = self.lock_texts().get(sql) {
+        if let Some(s) = lock(&self.texts).get(sql) {
             return Ok(s.clone());
         }
         let prepared = client.prepare_typed(sql, types).await?;
-        let mut texts = self.lock_texts();
+        let mut texts = lock(&self.texts);
         if texts.len() >= MAX_TEXTS {
             texts.clear();
         }
@@ -208,30 +232,38 @@ impl StatementCache {
         Ok(prepared)
     }
 
-    fn lock_texts(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<Box<str>, Statement>> {
-        self.texts.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The prepared statement for `stmt`, preparing it on first use.
+    /// The prepared statement for `stmt`, preparing it on first use (two
+    /// callers that race on the first use both prepare; the last one's
+    /// statement is kept).
     pub(crate) async fn get(
         &self,
         client: &tokio_postgres::Client,
         stmt: Stmt,
     ) -> Result<Statement, tokio_postgres::Error> {
-        self.slots[stmt as usize]
-            .get_or_try_init(|| client.prepare(stmt.sql()))
-            .await
-            .cloned()
+        if let Some(s) = lock(&self.slots[stmt as usize]).as_ref() {
+            return Ok(s.clone());
+        }
+        let prepared = client.prepare(stmt.sql()).await?;
+        *lock(&self.slots[stmt as usize]) = Some(prepared.clone());
+        Ok(prepared)
+    }
+
+    /// Forgets `stmt`'s prepared statement: the next use prepares it again.
+    pub(crate) fn forget(&self, stmt: Stmt) {
+        lock(&self.slots[stmt as usize]).take();
+    }
+
+    /// Forgets the prepared statement of SQL text `sql`.
+    pub(crate) fn forget_text(&self, sql: &str) {
+        lock(&self.texts).remove(sql);
     }
 
     /// Forgets every prepared statement (after PGMQ was re-installed, say).
     pub(crate) fn clear(&mut self) {
-        for s in self.slots.iter_mut() {
-            s.take();
+        for s in self.slots.iter() {
+            lock(s).take();
         }
-        self.lock_texts().clear();
+        lock(&self.texts).clear();
     }
 }
 
@@ -261,7 +293,9 @@ mod tests {
         for s in Stmt::ALL {
             let sql = s.sql();
             assert!(sql.contains("pgmq."), "{s:?}");
-            assert!(!sql.contains('\''), "{s:?} has a literal");
+            // The one literal is a field name of PGMQ's own type.
+            let sql_ = sql.replace("'default_partition_length'", "");
+            assert!(!sql_.contains('\''), "{s:?} has a literal");
         }
         assert_eq!(COUNT, Stmt::ALL.len());
     }

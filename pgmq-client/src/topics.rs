@@ -104,7 +104,7 @@ impl<E: Executor> Pgmq<E> {
         body: &T,
         opts: &SendOptions,
     ) -> Result<i32, Error> {
-        let body = to_json(body)?;
+        let body = to_json(body, "body")?;
         let headers = self.headers_json(opts)?;
         let delay = match opts.delay {
             Delay::After(d) => secs(d, "delay")?,

@@ -346,6 +346,37 @@ async fn bad_lines_are_reported_without_their_content() {
 }
 
 #[tokio::test]
+async fn a_nul_line_is_named_and_its_batch_is_not_sent() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_nul").await;
+    // Batches of 2: lines 1-2 go, lines 3-4 hold the NUL (line 4), line 5
+    // is never reached.
+    let run = pgmq(
+        &["send", q.as_str(), "--batch", "2"],
+        "1\n2\n3\n{\"k\": \"a\\u0000b\"}\n5\n",
+    )
+    .await
+    .failed("line 4: a NUL character (\\u0000) in its body");
+    assert!(run.stderr.contains("none of lines 3-4"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("2 message(s) before line 3 were sent"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.lines().len(), 2, "the ids of the two sent");
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 2);
+    // In headers, with --envelope.
+    pgmq(
+        &["send", q.as_str(), "--envelope"],
+        "{\"body\": 1}\n{\"body\": 2, \"headers\": {\"h\": \"\\u0000\"}}\n",
+    )
+    .await
+    .failed("line 2: a NUL character (\\u0000) in its headers");
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 3);
+}
+
+#[tokio::test]
 async fn every_error_is_a_message_and_a_non_zero_exit() {
     let qs = Queues::new();
     let missing = qs.name("cli_missing");
@@ -388,7 +419,7 @@ async fn every_error_is_a_message_and_a_non_zero_exit() {
     pgmq(&["purge", missing.as_str()], "")
         .await
         .failed("does not exist");
-    pgmq(&["create", "Bad-Name"], "")
+    pgmq(&["create", "Bad$Name"], "")
         .await
         .failed("invalid queue name");
     pgmq(&["create", "x'; drop table pgmq.meta; --"], "")

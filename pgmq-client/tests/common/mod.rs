@@ -110,6 +110,13 @@ impl Queues {
         q
     }
 
+    /// `name` (a queue made some other way), dropped at the end.
+    pub fn adopt(&self, name: &str) -> QueueName {
+        let q = QueueName::new(name).unwrap();
+        self.names.lock().unwrap().push(q.clone());
+        q
+    }
+
     /// A unique queue, created now, dropped at the end.
     pub async fn fresh<E: pgmq_client::Executor>(
         &self,
@@ -128,6 +135,24 @@ impl Default for Queues {
     }
 }
 
+/// Runs `f` to completion on a runtime of its own, on a thread of its own:
+/// for cleanups in `Drop`, which cannot await and may run on any runtime
+/// (or while a test panics).
+pub fn run_detached<F, Fut>(f: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let _ = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f())
+    })
+    .join();
+}
+
 impl Drop for Queues {
     fn drop(&mut self) {
         let names = std::mem::take(&mut *self.names.lock().unwrap());
@@ -135,31 +160,23 @@ impl Drop for Queues {
             return;
         }
         let dsn = self.dsn.clone();
-        let cleanup = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let Ok((pg, conn)) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await
-                else {
-                    return;
-                };
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-                for q in names {
-                    let name = q.as_str();
-                    let _ = pg
-                        .execute(
-                            "SELECT pgmq.drop_queue(queue_name) FROM pgmq.meta WHERE queue_name = $1",
-                            &[&name],
-                        )
-                        .await;
-                }
+        run_detached(move || async move {
+            let Ok((pg, conn)) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let _ = conn.await;
             });
+            for q in names {
+                let name = q.as_str();
+                let _ = pg
+                    .execute(
+                        "SELECT pgmq.drop_queue(queue_name) FROM pgmq.meta WHERE queue_name = $1",
+                        &[&name],
+                    )
+                    .await;
+            }
         });
-        let _ = cleanup.join();
     }
 }
 
@@ -168,7 +185,7 @@ pub async fn queue_rows(
     pg: &tokio_postgres::Client,
     q: &QueueName,
 ) -> Vec<(i64, i32, serde_json::Value)> {
-    table_rows(pg, &q.table()).await
+    table_rows(pg, &q.quoted_table()).await
 }
 
 /// Rows of a queue's archive table: `(msg_id, read_ct, body)` in id order.
@@ -176,7 +193,7 @@ pub async fn archive_rows(
     pg: &tokio_postgres::Client,
     q: &QueueName,
 ) -> Vec<(i64, i32, serde_json::Value)> {
-    table_rows(pg, &q.archive_table()).await
+    table_rows(pg, &q.quoted_archive_table()).await
 }
 
 async fn table_rows(

@@ -15,24 +15,24 @@ use super::{BoxError, Ctx};
 fn hostile_name_list() -> Vec<(String, &'static str)> {
     vec![
         ("orders'".into(), "single quote"),
-        ("a\"b".into(), "double quote"),
+        ("a\tb".into(), "tab"),
         (
             "x'); drop table pgmq.meta; --".into(),
             "injection with ; and --",
         ),
         ("q;".into(), "semicolon"),
         ("q--".into(), "comment dashes"),
-        ("q/*c*/".into(), "block comment"),
+        ("q/*c*/;".into(), "block comment and semicolon"),
         ("a".repeat(200), "200 characters"),
         ("a".repeat(48), "48 characters (one over the limit)"),
         ("очередь".into(), "Cyrillic"),
         ("queue_\u{1F600}".into(), "emoji"),
         ("caf\u{e9}".into(), "accented letter"),
-        ("Orders".into(), "uppercase (PGMQ folds it)"),
-        ("my queue".into(), "space"),
+        ("\u{3a9}mega".into(), "Greek letter"),
+        ("line\nbreak".into(), "newline"),
         ("q\0".into(), "NUL byte"),
         ("q$1".into(), "dollar"),
-        ("../etc".into(), "path"),
+        ("q\u{7f}".into(), "DEL control character"),
         (String::new(), "empty"),
     ]
 }

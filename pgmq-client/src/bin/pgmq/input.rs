@@ -40,6 +40,37 @@ struct Batch {
     delay: Delay,
     bodies: Vec<Box<RawValue>>,
     headers: Option<Vec<Value>>,
+    /// The input line of each message.
+    lines: Vec<usize>,
+}
+
+/// Why a batch was not sent, naming its lines: the bad one when the
+/// client found it, the batch's range when the server refused it.
+fn batch_failure(e: &pgmq_client::Error, lines: &[usize], sent: usize) -> String {
+    let (first, last) = (lines[0], lines[lines.len() - 1]);
+    let unsent = if first == last {
+        format!("line {first} was not sent")
+    } else {
+        format!("none of lines {first}-{last} (one batch) was sent")
+    };
+    let before = format!("{sent} message(s) before line {first} were sent");
+    match e {
+        pgmq_client::Error::UnstorableText {
+            index: Some(i),
+            field,
+            source: None,
+            ..
+        } => format!(
+            "line {}: a NUL character (\\u0000) in its {}, which PostgreSQL cannot store; \
+             {unsent}; {before}",
+            lines[*i],
+            field.unwrap_or("message")
+        ),
+        pgmq_client::Error::UnstorableText { .. } => {
+            format!("one of lines {first}-{last}: {e}; {unsent}; {before}")
+        }
+        _ => format!("{e} ({unsent}; {before})"),
+    }
 }
 
 /// Describes a JSON error by kind and position only: the line's content is
@@ -100,7 +131,7 @@ async fn flush(
     let ids = client
         .send_batch_with(q, &b.bodies, &opts)
         .await
-        .map_err(|e| Failure(format!("{e} ({sent} message(s) sent before this batch)")))?;
+        .map_err(|e| Failure(batch_failure(&e, &b.lines, *sent)))?;
     *sent += ids.len();
     for id in ids {
         out.line(&id).await?;
@@ -154,10 +185,12 @@ pub(crate) async fn send_lines(
                 delay,
                 bodies: Vec::with_capacity(opts.batch),
                 headers: headers.as_ref().map(|_| Vec::with_capacity(opts.batch)),
+                lines: Vec::with_capacity(opts.batch),
             });
         }
         let b = batch.as_mut().expect("a batch was just opened");
         b.bodies.push(body);
+        b.lines.push(n);
         if let (Some(hs), Some(h)) = (&mut b.headers, headers) {
             hs.push(h);
         }

@@ -136,7 +136,7 @@ enum Command {
 // The arguments of `pgmq create` (its help text is the variant's doc above).
 #[derive(clap::Args)]
 struct CreateArgs {
-    /// Queue name: lowercase letters, digits and '_', at most 47.
+    /// Queue name: printable ASCII, at most 47, none of $ ; -- ' (as PGMQ).
     queue: String,
     /// Unlogged tables: faster, emptied by a server crash.
     #[arg(long, conflicts_with = "partitioned")]

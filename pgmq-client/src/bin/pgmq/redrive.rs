@@ -122,7 +122,7 @@ async fn named_queues(
     opts: &Opts,
     existing: &Existing,
 ) -> Result<Vec<String>, Failure> {
-    // The table name comes from a validated QueueName: [a-z0-9_] only.
+    // The table name comes from a validated QueueName, quoted (quote_ident).
     let sql = format!(
         "SELECT DISTINCT s FROM (SELECT headers->>'source_queue' AS s FROM {} \
          ORDER BY msg_id LIMIT $1) AS t WHERE s IS NOT NULL ORDER BY s",
