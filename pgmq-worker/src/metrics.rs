@@ -103,7 +103,7 @@ pub(crate) async fn run(
 
 /// Every counter published, by name (`pgmq_worker_<name>_total`), with its
 /// value in `s`.
-fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 21] {
+fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 22] {
     [
         ("claimed", s.claimed),
         ("handled", s.handled),
@@ -126,5 +126,6 @@ fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 21] {
         ("empty_reads", s.empty_reads),
         ("heartbeats", s.heartbeats),
         ("task_restarts", s.task_restarts),
+        ("tx_unavailable", s.tx_unavailable),
     ]
 }
