@@ -554,31 +554,17 @@ async fn known_read(source: &Source, limit: std::time::Duration) -> bool {
 async fn check_layout(source: &Source, cfg: &Config) -> Result<bool, Error> {
     let queue = &cfg.queue;
     let sql = "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)                FROM pg_catalog.pg_attribute a                WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";
-    let table = queue.quoted_table();
-    let rows = async {
-        let conn = source.checkout(cfg.db_timeout).await?;
-        // Unnamed, in one round trip: works behind PgBouncer's transaction mode too.
-        conn.pg()
-            .query_typed(
-                sql,
-                &[(
-                    &table,
-                    pgmq_client::reexports::tokio_postgres::types::Type::TEXT,
-                )],
-            )
-            .await
-            .map_err(|e| {
-                pgmq_client::Error::Config(format!("could not read the queue table's layout: {e}"))
-            })
-    }
-    .await;
-    let rows = match rows {
+    let rows = match query_on_table(source, cfg, sql).await {
         Ok(rows) => rows,
         Err(e) if e.is_transient() => {
             tracing::warn!(error = %e, queue = %queue, "could not check the queue table's layout; starting anyway");
             return Ok(false);
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            return Err(Error::Config(format!(
+                "could not read the queue table's layout: {e}"
+            )))
+        }
     };
     let have: Vec<(String, String)> = rows
         .iter()
@@ -592,6 +578,23 @@ async fn check_layout(source: &Source, cfg: &Config) -> Result<bool, Error> {
         }
     }
     Ok(true)
+}
+
+/// Runs `sql`, whose one parameter `$1` is the queue's quoted table name,
+/// on a connection of its own within `db_timeout` (abandoned past it);
+/// unnamed, in one round trip, so that it works behind PgBouncer's
+/// transaction mode too.
+async fn query_on_table(
+    source: &Source,
+    cfg: &Config,
+    sql: &str,
+) -> Result<Vec<pgmq_client::reexports::tokio_postgres::Row>, pgmq_client::Error> {
+    use pgmq_client::reexports::tokio_postgres::types::{ToSql, Type};
+    let table = cfg.queue.quoted_table();
+    let conn = source.checkout(cfg.db_timeout).await?;
+    let params = [(&table as &(dyn ToSql + Sync), Type::TEXT)];
+    let query = async { Ok(conn.pg().query_typed(sql, &params).await?) };
+    crate::db::bounded(cfg.db_timeout, &conn, query).await
 }
 
 /// Fails when `queue` does not exist; a transient error only warns (the
@@ -757,17 +760,7 @@ async fn lock_holders(source: &Source, cfg: &Config) -> String {
                WHERE l.locktype = 'relation' AND l.granted \
                AND l.relation = pg_catalog.to_regclass($1) AND a.pid <> pg_catalog.pg_backend_pid() \
                ORDER BY a.xact_start LIMIT 5";
-    let table = cfg.queue.quoted_table();
-    let rows = async {
-        let conn = source.checkout(cfg.db_timeout).await?;
-        let params = [(
-            &table as &(dyn pgmq_client::reexports::tokio_postgres::types::ToSql + Sync),
-            pgmq_client::reexports::tokio_postgres::types::Type::TEXT,
-        )];
-        let q = conn.pg().query_typed(sql, &params);
-        crate::db::bounded(cfg.db_timeout, &conn, async { q.await.map_err(Into::into) }).await
-    }
-    .await;
+    let rows = query_on_table(source, cfg, sql).await;
     match rows {
         Ok(rows) if !rows.is_empty() => rows
             .iter()
