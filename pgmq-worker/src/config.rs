@@ -586,6 +586,32 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// it, since handlers then wait for connections, and the claims,
     /// acknowledgements and heartbeat for theirs, each up to `db_timeout`).
     /// With true it only warns.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use pgmq_client::{Client, Message, QueueName, Transaction};
+    /// use pgmq_worker::{Context, Error, HandlerError, Outcome, TransactionalHandler, Worker};
+    ///
+    /// struct Ledger;
+    /// impl TransactionalHandler<serde_json::Value> for Ledger {
+    ///     async fn handle(&self, _m: Message<serde_json::Value>, _tx: &Transaction<'_>, _c: Context)
+    ///         -> Result<Outcome, HandlerError> { Ok(Outcome::Delete) }
+    /// }
+    ///
+    /// // The default pool (10) cannot hold 8 transactions and the worker's own 4.
+    /// let client = Client::connect("postgres://app@db/app").await?;
+    /// let q = QueueName::new("payments")?;
+    /// let refused = Worker::<serde_json::Value>::builder(client.clone(), q.clone())
+    ///     .transactional_handler(Ledger)
+    ///     .build();
+    /// assert!(matches!(refused, Err(Error::PoolTooSmall { needed: 12, .. })));
+    /// // Sized on purpose: build it anyway (a warning is logged).
+    /// let worker = Worker::<serde_json::Value>::builder(client, q)
+    ///     .allow_small_pool(true)
+    ///     .transactional_handler(Ledger)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn allow_small_pool(mut self, yes: bool) -> Self {
         self.allow_small_pool = yes;
         self
