@@ -22,6 +22,9 @@ pub struct Connection {
     /// Set when a call on it lost the connection: the pool then discards it
     /// even if the client has not noticed the socket closing yet.
     lost: AtomicBool,
+    /// The TLS connector a cancel request opens its connection with (the
+    /// one this connection was opened with; None: plain TCP).
+    cancel_tls: Option<MakeRustlsConnect>,
 }
 
 impl Connection {
@@ -38,7 +41,16 @@ impl Connection {
             client,
             cache: StatementCache::new(!prepared),
             lost: AtomicBool::new(false),
+            cancel_tls: None,
         }
+    }
+
+    /// Sends [`abandon`](Self::abandon)'s cancel requests through `tls`
+    /// (the connector the connection was opened with), as a server that
+    /// takes only TLS connections needs.
+    pub(crate) fn cancelling_with(mut self, tls: Option<MakeRustlsConnect>) -> Self {
+        self.cancel_tls = tls;
+        self
     }
 
     /// Whether the connection is closed, or a call on it lost it.
@@ -56,6 +68,29 @@ impl Connection {
     /// may still come, or the network may be gone).
     pub fn mark_broken(&self) {
         self.lost.store(true, Ordering::Relaxed);
+    }
+
+    /// Gives up on the call in flight: marks the connection broken (as
+    /// [`mark_broken`](Self::mark_broken)) and asks the server to cancel
+    /// the statement it runs for it, so that an abandoned call does not go on
+    /// on the server (waiting on a lock, say) after its connection was
+    /// discarded. The cancel request goes out in the background on a
+    /// connection of its own (PostgreSQL's cancel protocol), with the TLS
+    /// connector this connection was opened with; it is best effort, and
+    /// cancels nothing when the statement already ended.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let conn = client.connection().await?;
+    /// let slow = conn.simple_query("SELECT pg_sleep(60)");
+    /// if tokio::time::timeout(std::time::Duration::from_secs(1), slow).await.is_err() {
+    ///     conn.abandon(); // the server stops the sleep; the pool drops the connection
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn abandon(&self) {
+        self.mark_broken();
+        cancel_in_background(&self.client, self.cancel_tls.clone());
     }
 
     /// The underlying client.
@@ -190,6 +225,33 @@ impl<'a> Deref for Transaction<'a> {
     fn deref(&self) -> &tokio_postgres::Transaction<'a> {
         &self.tx
     }
+}
+
+/// Asks the server to cancel what `client`'s session is running: in the
+/// background (a cancel request opens a connection of its own), bounded by
+/// [`DEFAULT_CONNECT_TIMEOUT`], through `tls` when given (plain TCP
+/// otherwise, which a server that requires TLS refuses). Outside a tokio
+/// runtime nothing is sent.
+pub fn cancel_in_background(client: &tokio_postgres::Client, tls: Option<MakeRustlsConnect>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let token = client.cancel_token();
+    rt.spawn(async move {
+        let sent = async {
+            match tls {
+                Some(tls) => token.cancel_query(tls).await,
+                None => token.cancel_query(tokio_postgres::NoTls).await,
+            }
+        };
+        match tokio::time::timeout(DEFAULT_CONNECT_TIMEOUT, sent).await {
+            Ok(Ok(())) => tracing::debug!("cancel request sent for an abandoned call"),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cancel request for an abandoned call failed")
+            }
+            Err(_) => tracing::debug!("cancel request for an abandoned call timed out"),
+        }
+    });
 }
 
 /// Records on `lost` that the connection is gone when `err` says so.
@@ -375,6 +437,9 @@ pub(crate) async fn run_text<C: tokio_postgres::GenericClient + Sync>(
 /// [`Client::from_pool`](crate::Client::from_pool).
 pub struct ConnectionManager {
     inner: PostgresConnectionManager<MakeRustlsConnect>,
+    /// The connector of cancel requests (see [`Connection::abandon`]); None
+    /// for a wrapped manager, whose connector is not known.
+    cancel_tls: Option<MakeRustlsConnect>,
     /// Whether connections prepare and cache their statements (see
     /// [`Connection::with_statements`]).
     prepared: bool,
@@ -391,6 +456,7 @@ impl ConnectionManager {
     pub fn new(config: tokio_postgres::Config, tls: MakeRustlsConnect) -> Self {
         let setup_timeout = config.get_connect_timeout().copied();
         ConnectionManager {
+            cancel_tls: Some(tls.clone()),
             inner: PostgresConnectionManager::new(config, tls),
             prepared: true,
             setup_timeout,
@@ -402,6 +468,7 @@ impl ConnectionManager {
     pub fn from_postgres_manager(inner: PostgresConnectionManager<MakeRustlsConnect>) -> Self {
         ConnectionManager {
             inner,
+            cancel_tls: None,
             prepared: true,
             setup_timeout: None,
         }
@@ -439,7 +506,8 @@ impl bb8::ManageConnection for ConnectionManager {
 
     async fn connect(&self) -> Result<Connection, tokio_postgres::Error> {
         let client = bounded_setup(self.setup_timeout, self.inner.connect()).await?;
-        Ok(Connection::with_statements(client, self.prepared))
+        Ok(Connection::with_statements(client, self.prepared)
+            .cancelling_with(self.cancel_tls.clone()))
     }
 
     async fn is_valid(&self, conn: &mut Connection) -> Result<(), tokio_postgres::Error> {

@@ -151,6 +151,7 @@ pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_
 /// [`Executor`], whose hidden methods take them.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::connection::cancel_in_background;
     pub use crate::executor::{Params, Sealed, TypedParams};
     pub use crate::statements::Stmt;
 }

@@ -223,6 +223,10 @@ pub struct WorkerBuilder<T> {
     ack_retry_timeout: Option<Duration>,
     max_deliveries: Option<u32>,
     spawner: Option<Box<dyn Spawner<T>>>,
+    /// The handler is a transactional one (each run holds a connection).
+    transactional: bool,
+    /// Build even when the pool cannot hold what the worker needs.
+    allow_small_pool: bool,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -231,6 +235,7 @@ impl<T> std::fmt::Debug for WorkerBuilder<T> {
         f.debug_struct("WorkerBuilder")
             .field("config", &self.config)
             .field("has_handler", &self.spawner.is_some())
+            .field("allow_small_pool", &self.allow_small_pool)
             .finish_non_exhaustive()
     }
 }
@@ -279,6 +284,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
             ack_capacity: None,
             ack_retry_timeout: None,
             spawner: None,
+            transactional: false,
+            allow_small_pool: false,
             _t: PhantomData,
         }
     }
@@ -543,6 +550,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// [`Handler`].
     pub fn handler<H: Handler<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(async_spawner(handler));
+        self.transactional = false;
         self
     }
 
@@ -565,15 +573,68 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// ```
     pub fn handler_with_context<H: HandlerWithContext<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(context_spawner(handler));
+        self.transactional = false;
         self
     }
 
     /// A handler whose database writes commit in one transaction with the
     /// message's delete or archive (see [`TransactionalHandler`]). Each
-    /// running handler holds a pooled connection: give the client's pool
-    /// `concurrency` connections more than the worker's own.
+    /// running handler holds a pooled connection: the pool needs
+    /// `concurrency` + `claimers` + `ack_flushers` + 1 connections, and
+    /// [`build`](Self::build) refuses a smaller one
+    /// ([`Error::PoolTooSmall`]) unless [`allow_small_pool`](Self::allow_small_pool)
+    /// says otherwise. With the defaults (concurrency 8, claimers 2, one
+    /// flusher) that is 12, above the client's default `max_size` of 10.
+    ///
+    /// A failure of the worker's own database work around the handler (no
+    /// connection within `db_timeout`, BEGIN, the acknowledgement in the
+    /// transaction or COMMIT losing its connection or timing out) is not the
+    /// handler's: the message is snoozed for the first retry delay without
+    /// using an attempt (nor a delivery), and counted in `tx_unavailable`.
+    /// Each of those calls is bounded by `db_timeout`, and a connection
+    /// whose call was cut off (by `db_timeout`, `handler_timeout` or an
+    /// immediate shutdown) is discarded, its statement cancelled on the
+    /// server, never handed out again.
     pub fn transactional_handler<H: TransactionalHandler<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(transactional_spawner(handler));
+        self.transactional = true;
+        self
+    }
+
+    /// Builds a worker with a [`transactional_handler`](Self::transactional_handler)
+    /// even when its pool is smaller than `concurrency` + `claimers` +
+    /// `ack_flushers` + 1 (default false: [`build`](Self::build) refuses
+    /// it, since handlers then wait for connections, and the claims,
+    /// acknowledgements and heartbeat for theirs, each up to `db_timeout`).
+    /// With true it only warns.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use pgmq_client::{Client, Message, QueueName, Transaction};
+    /// use pgmq_worker::{Context, Error, HandlerError, Outcome, TransactionalHandler, Worker};
+    ///
+    /// struct Ledger;
+    /// impl TransactionalHandler<serde_json::Value> for Ledger {
+    ///     async fn handle(&self, _m: Message<serde_json::Value>, _tx: &Transaction<'_>, _c: Context)
+    ///         -> Result<Outcome, HandlerError> { Ok(Outcome::Delete) }
+    /// }
+    ///
+    /// // The default pool (10) cannot hold 8 transactions and the worker's own 4.
+    /// let client = Client::connect("postgres://app@db/app").await?;
+    /// let q = QueueName::new("payments")?;
+    /// let refused = Worker::<serde_json::Value>::builder(client.clone(), q.clone())
+    ///     .transactional_handler(Ledger)
+    ///     .build();
+    /// assert!(matches!(refused, Err(Error::PoolTooSmall { needed: 12, .. })));
+    /// // Sized on purpose: build it anyway (a warning is logged).
+    /// let worker = Worker::<serde_json::Value>::builder(client, q)
+    ///     .allow_small_pool(true)
+    ///     .transactional_handler(Ledger)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn allow_small_pool(mut self, yes: bool) -> Self {
+        self.allow_small_pool = yes;
         self
     }
 
@@ -602,6 +663,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// ```
     pub fn blocking_handler<H: BlockingHandler<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(blocking_spawner(handler));
+        self.transactional = false;
         self
     }
 
@@ -664,6 +726,45 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         let Some(spawner) = self.spawner else {
             return bad("no handler: call .handler(..) or .blocking_handler(..)");
         };
+        check_pool(&self.source, &c, self.transactional, self.allow_small_pool)?;
         Ok(Worker::from_parts(self.source, Arc::new(c), spawner))
     }
+}
+
+/// Checks the pool's size against what the worker holds at once: its own
+/// `claimers` + `ack_flushers` + 1 (heartbeat) connections, plus one per
+/// handler with a transactional handler. A transactional worker on a
+/// smaller pool is refused (unless `allow_small`: then it warns): its
+/// handlers and its own tasks would wait on each other for connections. A
+/// plain worker's tasks give their connections back before waiting, so a
+/// smaller pool only slows it: that warns.
+fn check_pool(
+    source: &Source,
+    c: &Config,
+    transactional: bool,
+    allow_small: bool,
+) -> Result<(), Error> {
+    let Some(size) = source.max_size() else {
+        return Ok(());
+    };
+    let own = c.claimers + c.ack_flushers + 1;
+    let needed = own + if transactional { c.concurrency } else { 0 };
+    if size >= needed {
+        return Ok(());
+    }
+    if transactional && !allow_small {
+        return Err(Error::PoolTooSmall {
+            size,
+            needed,
+            concurrency: c.concurrency,
+            own,
+        });
+    }
+    tracing::warn!(
+        pool = size,
+        needed,
+        queue = %c.queue,
+        "the connection pool is smaller than the worker's connections at once; it will wait for connections"
+    );
+    Ok(())
 }

@@ -11,9 +11,12 @@
 //! **Bounded.** Every read, acknowledgement, heartbeat and release runs on a
 //! connection the task checked out, within `db_timeout`. A call that does
 //! not answer in time (a half-open connection, a blackholed network, a
-//! server that stopped answering) fails as a lost connection of unknown
-//! outcome, and the connection is marked broken so that the pool discards
-//! it instead of handing it out again; the caller retries on a new one. A
+//! server that stopped answering, a statement waiting on a lock) fails as a
+//! lost connection of unknown outcome, and the connection is abandoned: marked
+//! broken so that the pool discards it instead of handing it out again, and
+//! a cancel request sent so that the server stops the statement too
+//! (otherwise a statement waiting on a lock would keep its backend, and
+//! every retry would add one more); the caller retries on a new one. A
 //! late answer of the abandoned call can only be a fenced write that already
 //! happened (the retry then matches nothing and is not counted twice) or a
 //! read whose messages come back after their visibility timeout.
@@ -152,6 +155,15 @@ impl Source {
         }
     }
 
+    /// The pool's largest number of connections.
+    pub(crate) fn max_size(&self) -> Option<usize> {
+        match self {
+            Source::Client(c) => usize::try_from(c.pool().config().max_size).ok(),
+            #[cfg(feature = "deadpool")]
+            Source::Deadpool { pool, .. } => Some(pool.status().max_size),
+        }
+    }
+
     /// A dedicated LISTEN connection (outside the pool).
     pub(crate) async fn listener(&self) -> Result<pgmq_client::Listener, pgmq_client::Error> {
         match self {
@@ -280,6 +292,22 @@ impl Held {
         }
     }
 
+    /// Gives up on the call in flight: marks it broken and asks the server
+    /// to cancel the statement (see the module docs, "Bounded").
+    pub(crate) fn abandon(&self) {
+        match self {
+            Held::Pool(c) => c.abandon(),
+            #[cfg(feature = "deadpool")]
+            Held::Deadpool(d) => {
+                self.mark_broken();
+                // deadpool does not tell its TLS connector: a plain cancel
+                // request, which a server that takes only TLS refuses (its
+                // statement_timeout then ends the statement).
+                pgmq_client::__private::cancel_in_background(d.obj(), None);
+            }
+        }
+    }
+
     /// The client, for SQL of the worker's own.
     pub(crate) fn pg(&self) -> &tokio_postgres::Client {
         match self {
@@ -331,8 +359,9 @@ impl Executor for Held {
     }
 }
 
-/// Runs `call` (made on `conn`) within `limit`; past it, marks `conn`
-/// broken and fails with [`pgmq_client::Error::timed_out`].
+/// Runs `call` (made on `conn`) within `limit`; past it, abandons `conn`
+/// (marks it broken and cancels the statement on the server) and fails
+/// with [`pgmq_client::Error::timed_out`].
 pub(crate) async fn bounded<T>(
     limit: Duration,
     conn: &Held,
@@ -341,7 +370,7 @@ pub(crate) async fn bounded<T>(
     match tokio::time::timeout(limit, call).await {
         Ok(r) => r,
         Err(_) => {
-            conn.mark_broken();
+            conn.abandon();
             Err(pgmq_client::Error::timed_out())
         }
     }

@@ -49,7 +49,7 @@ use crate::completer::{Ack, AckKind};
 use crate::config::Config;
 use crate::context::Context;
 use crate::handler::{
-    panic_text, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
+    panic_text, panic_text_of, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
     TransactionalHandler,
 };
 use crate::hooks;
@@ -117,6 +117,55 @@ pub(crate) enum Settled {
     Written(AckKind),
     /// The claim was lost: the transaction was rolled back.
     Lost,
+    /// The worker's own database work around the handler failed (the
+    /// checkout, BEGIN, the acknowledgement in the transaction or COMMIT
+    /// lost its connection or timed out): not the handler's failure, so no
+    /// attempt is used; the message is snoozed (see [`worker_side`]).
+    Unavailable(String),
+}
+
+/// Whether `e`, met by the worker's own call around a transactional
+/// handler, is the worker's failure rather than the handler's: no
+/// connection to be had, a connection lost, a call that timed out. An
+/// error the server reported (a deferred constraint or a serialization
+/// failure at COMMIT, a transaction the handler left aborted) is the
+/// handler's: it uses an attempt, so that a message that always fails that
+/// way is dead-lettered in the end.
+fn worker_side(e: &pgmq_client::Error) -> bool {
+    matches!(
+        e,
+        pgmq_client::Error::PoolTimeout
+            | pgmq_client::Error::ConnectionLost { .. }
+            | pgmq_client::Error::Connect(_)
+    )
+}
+
+/// `call` within `limit`; past it, [`pgmq_client::Error::timed_out`].
+async fn within<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, pgmq_client::Error>>,
+) -> Result<T, pgmq_client::Error> {
+    tokio::time::timeout(limit, call)
+        .await
+        .unwrap_or_else(|_| Err(pgmq_client::Error::timed_out()))
+}
+
+/// A transactional run's connection: abandoned when dropped unless the run
+/// ended its transaction cleanly (`clean`), so that a connection whose call
+/// was cut off (at `db_timeout`, at `handler_timeout`, at an immediate
+/// shutdown) never goes back to the pool with a statement still running on
+/// it, and the server stops that statement.
+struct TxConn {
+    conn: crate::db::Held,
+    clean: bool,
+}
+
+impl Drop for TxConn {
+    fn drop(&mut self) {
+        if !self.clean {
+            self.conn.abandon();
+        }
+    }
 }
 
 struct TxRun<H>(H);
@@ -136,17 +185,58 @@ impl<T: Send + 'static, H: TransactionalHandler<T>> Run<T> for TxRun<H> {
         shared: &Shared,
         receipt: Receipt,
     ) -> (RunResult, Option<Settled>) {
-        let cfg = &shared.config;
-        let failed = |e: pgmq_client::Error| -> (RunResult, Option<Settled>) {
-            (Ok(Err(Box::new(e))), None)
-        };
-        let mut conn = match shared.source.checkout(cfg.db_timeout).await {
+        let limit = shared.config.db_timeout;
+        let conn = match shared.source.checkout(limit).await {
             Ok(c) => c,
-            Err(e) => return failed(e),
+            Err(e) => return unavailable("checking out a connection", &e),
         };
-        let tx = match conn.transaction().await {
+        let mut held = TxConn { conn, clean: false };
+        let (out, clean) = self
+            .in_transaction(&mut held.conn, msg, ctx, shared, receipt)
+            .await;
+        held.clean = clean;
+        out
+    }
+}
+
+/// The result of a transactional run whose own database work failed with
+/// `e` during `what`: the worker's failure (no attempt used) or the
+/// handler's.
+fn tx_failed(what: &str, e: pgmq_client::Error) -> (RunResult, Option<Settled>) {
+    if worker_side(&e) {
+        unavailable(what, &e)
+    } else {
+        (Ok(Err(Box::new(e))), None)
+    }
+}
+
+fn unavailable(what: &str, e: &pgmq_client::Error) -> (RunResult, Option<Settled>) {
+    let why = format!("{what} failed: {e}");
+    (Ok(Err(why.clone().into())), Some(Settled::Unavailable(why)))
+}
+
+impl<H> TxRun<H> {
+    /// Runs the handler in a transaction on `conn`; the second value says
+    /// whether the transaction ended cleanly (committed or rolled back in
+    /// time), so that `conn` may go back to the pool. Every call of the
+    /// worker's own here (BEGIN, the fenced acknowledgement, COMMIT,
+    /// ROLLBACK) is bounded by `db_timeout`.
+    async fn in_transaction<T: Send + 'static>(
+        &self,
+        conn: &mut crate::db::Held,
+        msg: Message<T>,
+        ctx: Context,
+        shared: &Shared,
+        receipt: Receipt,
+    ) -> ((RunResult, Option<Settled>), bool)
+    where
+        H: TransactionalHandler<T>,
+    {
+        let cfg = &shared.config;
+        let limit = cfg.db_timeout;
+        let tx = match within(limit, conn.transaction()).await {
             Ok(tx) => tx,
-            Err(e) => return failed(e),
+            Err(e) => return (tx_failed("BEGIN", e), false),
         };
         let result = AssertUnwindSafe(self.0.handle(msg, &tx, ctx))
             .catch_unwind()
@@ -158,25 +248,34 @@ impl<T: Send + 'static, H: TransactionalHandler<T>> Run<T> for TxRun<H> {
             _ => {
                 // Anything else is written by the completer as usual; the
                 // handler's writes are undone with the transaction.
-                let _ = tx.rollback().await;
-                return (result, None);
+                let clean = within(limit, tx.rollback()).await.is_ok();
+                return ((result, None), clean);
             }
         };
         let pg = Pgmq::on(&tx);
-        let written = match kind {
-            AckKind::Archive => pg.archive_fenced(&cfg.queue, &[receipt]).await,
-            _ => pg.delete_fenced(&cfg.queue, &[receipt]).await,
-        };
+        let written = within(limit, async {
+            match kind {
+                AckKind::Archive => pg.archive_fenced(&cfg.queue, &[receipt]).await,
+                _ => pg.delete_fenced(&cfg.queue, &[receipt]).await,
+            }
+        })
+        .await;
         match written {
             Ok(ids) if ids.is_empty() => {
-                let _ = tx.rollback().await;
-                (result, Some(Settled::Lost))
+                let clean = within(limit, tx.rollback()).await.is_ok();
+                ((result, Some(Settled::Lost)), clean)
             }
-            Ok(_) => match tx.commit().await {
-                Ok(()) => (result, Some(Settled::Written(kind))),
-                Err(e) => failed(e),
+            Ok(_) => match within(limit, tx.commit()).await {
+                Ok(()) => ((result, Some(Settled::Written(kind))), true),
+                Err(e) => (tx_failed("COMMIT", e), false),
             },
-            Err(e) => failed(e),
+            Err(e) => {
+                let clean = !worker_side(&e) && within(limit, tx.rollback()).await.is_ok();
+                (
+                    tx_failed("the acknowledgement in the transaction", e),
+                    clean,
+                )
+            }
         }
     }
 }
@@ -452,9 +551,13 @@ impl<T: DeserializeOwned + Send + 'static, R: Run<T>> Spawner<T> for RunSpawner<
     fn spawn(self: Box<Self>, ctx: Arc<ExecContext>) -> Vec<JoinHandle<()>> {
         (0..ctx.shared.config.concurrency)
             .map(|i| {
-                let ctx = Arc::clone(&ctx);
+                let ctx2 = Arc::clone(&ctx);
                 let run = Arc::clone(&self.run);
-                tokio::spawn(handler_loop::<T, R>(ctx, i, run))
+                // Supervised as the other internal tasks are: a loop that
+                // panics anyway is restarted, counted and shown in health.
+                crate::worker::supervised(&ctx.shared, "handler loop", move || {
+                    handler_loop::<T, R>(Arc::clone(&ctx2), i, Arc::clone(&run))
+                })
             })
             .collect()
     }
@@ -539,6 +642,15 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         if waited < stale_after {
             timing.record_wait(waited);
         }
+        // Should this loop panic anyway (a bug of the worker's; every user
+        // code path below is caught), the message is not held for ever: its
+        // lease ends, so it comes back after its visibility timeout, and
+        // the supervisor starts a new loop.
+        let holding = Holding {
+            shared,
+            receipt,
+            armed: true,
+        };
         let kind = if waited >= stale_after {
             // Given back with its read undone, so that waiting here uses up
             // no delivery (the completer writes it with the acknowledgements).
@@ -547,36 +659,86 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         } else if let Some(reason) = past_limits(cfg, &d) {
             AckKind::DeadLetter { reason }
         } else {
-            match msg.decode::<T>() {
-                Err(e) => {
+            // A `Deserialize` of the user's is user code too: a panic in it
+            // is a failed attempt, as a handler panic is.
+            match std::panic::catch_unwind(AssertUnwindSafe(|| msg.decode::<T>())) {
+                Err(p) => outcome_to_ack(
+                    shared,
+                    counts,
+                    Err(panic_text_of("the body's Deserialize", &*p)),
+                    d.attempt,
+                ),
+                Ok(Err(e)) => {
                     bump(&counts.decode_failures, 1);
                     AckKind::DeadLetter {
                         reason: truncate_reason(format!("body does not decode: {e}")),
                     }
                 }
-                Ok(typed) => {
+                Ok(Ok(typed)) => {
                     let (result, settled) =
                         run_message(&ctx, &*run, &mut run_local, typed, &d, counts).await;
                     run.after_run(&mut run_local, shared).await;
                     shared.leases.set_state([receipt], State::Acking);
                     timing.record_run(shared, d.started);
-                    bump(&counts.handled, 1);
-                    if let Some(settled) = settled {
-                        // Acknowledged in the handler's transaction: nothing
-                        // for the completer.
-                        bump(&counts.succeeded, 1);
-                        settle(shared, &ctx.queue_name, receipt, settled);
-                        continue;
+                    #[cfg(feature = "fault-injection")]
+                    shared.maybe_panic("handler loop");
+                    if let Some(Settled::Unavailable(why)) = &settled {
+                        // The worker's own database work failed, not the
+                        // handler: back soon, with no attempt (nor delivery)
+                        // used.
+                        bump(&shared.stats.c.tx_unavailable, 1);
+                        tracing::warn!(msg_id = receipt.msg_id, reason = %why, "transactional run could not use the database; the message comes back without using an attempt");
+                        let pause = cfg.retry_backoff.delay(1);
+                        AckKind::Snooze(if cfg.retry_jitter {
+                            jittered(pause)
+                        } else {
+                            pause
+                        })
+                    } else {
+                        bump(&counts.handled, 1);
+                        if let Some(settled) = settled {
+                            // Acknowledged in the handler's transaction: nothing
+                            // for the completer.
+                            bump(&counts.succeeded, 1);
+                            holding.disarm();
+                            settle(shared, &ctx.queue_name, receipt, settled);
+                            continue;
+                        }
+                        outcome_to_ack(shared, counts, result, d.attempt)
                     }
-                    outcome_to_ack(shared, counts, result, d.attempt)
                 }
             }
         };
+        holding.disarm();
         if !send_ack(&ctx, counts, &d, kind).await {
             break;
         }
     }
     timing.local.merge(stats, Instant::now());
+}
+
+/// A message a handler loop took and has not handed on yet: should the
+/// loop unwind while it holds it, its lease ends (the heartbeat stops
+/// extending it) and it comes back after its visibility timeout.
+struct Holding<'a> {
+    shared: &'a Shared,
+    receipt: Receipt,
+    armed: bool,
+}
+
+impl Holding<'_> {
+    /// Handed on (to the completer, or settled in the handler's transaction).
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        if self.armed && std::thread::panicking() {
+            self.shared.leases.finish([self.receipt]);
+        }
+    }
 }
 
 /// A handler loop's own timing records: merged into the shared statistics
@@ -739,9 +901,12 @@ async fn run_message<T: Send, R: Run<T>>(
     let call = run
         .run_settling(run_local, typed, hctx, shared, d.receipt)
         .instrument(span);
-    let (result, settled) = if let Some(e) = refused {
+    let (result, settled) = if let Some(why) = refused {
         drop(call);
-        (Ok(Err(e)), None)
+        match why {
+            hooks::Refusal::Refused(e) => (Ok(Err(e)), None),
+            hooks::Refusal::Panicked(p) => (Err(p), None),
+        }
     } else {
         match cfg.handler_timeout {
             None => call.await,
@@ -764,7 +929,15 @@ async fn run_message<T: Send, R: Run<T>>(
             Ok(Err(e)) => Err(e.to_string()),
             Err(p) => Err(p.clone()),
         };
-        hooks::after_all(hooks, hooks_ran, c, &seen, d.started.elapsed());
+        if let Some(p) = hooks::after_all(hooks, hooks_ran, c, &seen, d.started.elapsed()) {
+            tracing::warn!(msg_id, panic = %truncate_reason(p.clone()), "a hook's after panicked");
+            if settled.is_none() {
+                // A failed attempt, as a handler panic is.
+                return (Err(p), None);
+            }
+            // Acknowledged in the handler's transaction already: counted only.
+            bump(&counts.panicked, 1);
+        }
     }
     (result, settled)
 }
@@ -829,7 +1002,8 @@ fn settle(shared: &Shared, queue: &QueueName, receipt: Receipt, settled: Settled
             bump(&c.claims_lost, 1);
             tracing::warn!(queue = %queue, msg_id = receipt.msg_id, "claim lost: the message was delivered again; the handler's transaction was rolled back");
         }
-        Settled::Lost => {}
+        // Snoozed by the handler loop instead; never settled here.
+        Settled::Lost | Settled::Unavailable(_) => {}
     }
 }
 

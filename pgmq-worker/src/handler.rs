@@ -229,13 +229,19 @@ where
     }
 }
 
-/// The text of a panic's payload.
+/// The text of a handler's panic.
 pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    panic_text_of("handler", payload)
+}
+
+/// The text of a panic of `what` (the handler, a hook, a `Deserialize`):
+/// "`what` panicked: message".
+pub(crate) fn panic_text_of(what: &str, payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
-        format!("handler panicked: {s}")
+        format!("{what} panicked: {s}")
     } else if let Some(s) = payload.downcast_ref::<String>() {
-        format!("handler panicked: {s}")
+        format!("{what} panicked: {s}")
     } else {
-        "handler panicked".to_owned()
+        format!("{what} panicked")
     }
 }

@@ -24,6 +24,9 @@ pub(crate) struct HealthState {
     blocking_waiting: AtomicU64,
     /// Set when an internal task failed and the worker stops with an error.
     failure: Mutex<Option<String>>,
+    /// Internal tasks restarted after a panic, and the last one's panic.
+    restarts: AtomicU64,
+    last_restart: Mutex<Option<String>>,
     /// Cancelled with the first failure: the worker's run waits on it.
     failed: CancellationToken,
 }
@@ -39,6 +42,8 @@ impl HealthState {
             running: AtomicBool::new(false),
             blocking_waiting: AtomicU64::new(0),
             failure: Mutex::new(None),
+            restarts: AtomicU64::new(0),
+            last_restart: Mutex::new(None),
             failed: CancellationToken::new(),
         }
     }
@@ -93,6 +98,12 @@ impl HealthState {
         self.failed.cancel();
     }
 
+    /// An internal task panicked and was restarted: `why` is its panic.
+    pub(crate) fn restarted(&self, why: String) {
+        self.restarts.fetch_add(1, Relaxed);
+        *self.last_restart.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+
     /// Completes once [`fail`](Self::fail) was called.
     pub(crate) async fn failed(&self) {
         self.failed.cancelled().await;
@@ -129,6 +140,12 @@ impl HealthState {
             ack_errors_in_a_row: ack_errors,
             blocking_runs_waiting: self.blocking_waiting.load(Relaxed),
             failure,
+            task_restarts: self.restarts.load(Relaxed),
+            last_restart: self
+                .last_restart
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
     }
 }
@@ -181,6 +198,12 @@ pub struct Health {
     pub blocking_runs_waiting: u64,
     /// Why the worker stopped on its own (an internal task failed), if it did.
     pub failure: Option<String>,
+    /// Internal tasks (claim loops, handler loops, heartbeat, notifier)
+    /// that panicked and were restarted so far: each is a bug of the
+    /// worker's (user code is caught where it runs), worth a report.
+    pub task_restarts: u64,
+    /// The panic of the last of those restarts, naming the task.
+    pub last_restart: Option<String>,
 }
 
 impl Health {

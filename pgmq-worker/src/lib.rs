@@ -77,8 +77,8 @@
 //!   [`Delete`](Outcome::Delete), [`Archive`](Outcome::Archive),
 //!   [`Retry`](Outcome::Retry) after a delay, or
 //!   [`DeadLetter`](Outcome::DeadLetter), or [`Snooze`](Outcome::Snooze)
-//!   (later, no attempt used). An error, a panic (caught; the worker keeps
-//!   running) or a run past `handler_timeout` (60 s by default; cancelled)
+//!   (later, no attempt used). An error, a panic (caught, in the handler,
+//!   a hook or the body's `Deserialize`; the worker keeps running) or a run past `handler_timeout` (60 s by default; cancelled)
 //!   means retry after [`Backoff`] with jitter; past `max_attempts` the
 //!   message is dead-lettered. Attempts are handler runs, recorded in the
 //!   message's [`ATTEMPTS_HEADER`] with each retry, not PGMQ's `read_ct`: a
@@ -119,8 +119,9 @@
 //!   window, 250 ms by default); polling stays on, since PGMQ does not notify
 //!   when delayed messages or expired visibility timeouts make messages
 //!   visible.
-//! - **Faults.** Every database call is bounded by `db_timeout` (10 s): a
-//!   half-open connection is discarded, not waited on. A failed read or
+//! - **Faults.** Every database call of the worker is bounded by
+//!   `db_timeout` (10 s): a half-open connection is discarded, not waited
+//!   on, and the abandoned statement is cancelled on the server. A failed read or
 //!   acknowledgement is logged and retried with backoff; the pool opens new
 //!   connections; internal tasks that panic are restarted; the worker
 //!   resumes when the database is back. [`Worker::monitor`] gives

@@ -80,19 +80,16 @@ pub(crate) async fn run(
         } else {
             0.0
         });
-        let sampled = tokio::time::timeout(
-            cfg.db_timeout,
-            pgmq_client::Pgmq::on(&shared.source).metrics(&cfg.queue),
-        )
-        .await;
-        match sampled {
-            Ok(Ok(m)) => {
+        // Bounded by db_timeout; a sample past it is abandoned (its
+        // connection discarded, its statement cancelled on the server).
+        let once = crate::db::Kept::new(shared.source.clone(), 0, cfg.db_timeout);
+        match pgmq_client::Pgmq::on(&once).metrics(&cfg.queue).await {
+            Ok(m) => {
                 length.set(m.queue_length as f64);
                 visible.set(m.queue_visible_length as f64);
                 oldest.set(f64::from(m.oldest_msg_age_sec.unwrap_or(0)));
             }
-            Ok(Err(e)) => tracing::debug!(error = %e, "could not sample pgmq.metrics"),
-            Err(_) => tracing::debug!("pgmq.metrics did not answer within db_timeout"),
+            Err(e) => tracing::debug!(error = %e, "could not sample pgmq.metrics"),
         }
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -103,7 +100,7 @@ pub(crate) async fn run(
 
 /// Every counter published, by name (`pgmq_worker_<name>_total`), with its
 /// value in `s`.
-fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 21] {
+fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 22] {
     [
         ("claimed", s.claimed),
         ("handled", s.handled),
@@ -126,5 +123,6 @@ fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 21] {
         ("empty_reads", s.empty_reads),
         ("heartbeats", s.heartbeats),
         ("task_restarts", s.task_restarts),
+        ("tx_unavailable", s.tx_unavailable),
     ]
 }

@@ -133,8 +133,13 @@ counters! {
     timed_out,
     /// Messages snoozed (`Outcome::Snooze`, written).
     snoozed,
-    /// Internal tasks (claim loops, heartbeat, notifier) restarted after a panic.
+    /// Internal tasks (claim loops, handler loops, heartbeat, notifier)
+    /// restarted after a panic.
     task_restarts,
+    /// Transactional runs whose own database work failed (no connection
+    /// within `db_timeout`, BEGIN, the acknowledgement or COMMIT lost its
+    /// connection or timed out): snoozed without using an attempt.
+    tx_unavailable,
 }
 
 pub(crate) struct Histograms {

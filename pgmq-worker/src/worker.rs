@@ -16,7 +16,7 @@ use crate::claim_queue::ClaimQueue;
 use crate::claimer::{self, Claims, HandlerTime, ReadPath};
 use crate::completer;
 use crate::config::{ClaimReads, Config, WakeUp, WorkerBuilder};
-use crate::db::{ConnectionSource, Source};
+use crate::db::{ConnectionSource, Kept, Source};
 use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
 use crate::health::{Health, HealthState};
@@ -360,9 +360,9 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
 /// that was checked, on a PGMQ whose `read` this crate knows.
 async fn check_queues(source: &Source, cfg: &Config) -> Result<ReadPath, Error> {
     if cfg.check_queue {
-        check_queue(source, &cfg.queue).await?;
+        check_queue(source, &cfg.queue, cfg.db_timeout).await?;
         if let Some(dlq) = &cfg.dead_letter_queue {
-            check_queue(source, dlq).await?;
+            check_queue(source, dlq, cfg.db_timeout).await?;
         }
     }
     let layout_known = cfg.check_queue && check_layout(source, cfg).await?;
@@ -496,9 +496,14 @@ fn spawn_notifier(
 }
 
 /// Runs the task that `make` builds until it returns; after a panic, logs
-/// it, counts it in `task_restarts` and runs a new one (after a short pause,
-/// so that a task that panics at once does not spin).
-fn supervised<F, Fut>(shared: &Arc<Shared>, name: &'static str, make: F) -> JoinHandle<()>
+/// it, counts it in `task_restarts`, records it in the health
+/// ([`Health::task_restarts`], [`Health::last_restart`]) and runs a new one
+/// (after a short pause, so that a task that panics at once does not spin).
+pub(crate) fn supervised<F, Fut>(
+    shared: &Arc<Shared>,
+    name: &'static str,
+    make: F,
+) -> JoinHandle<()>
 where
     F: Fn() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -510,7 +515,9 @@ where
                 Ok(()) => return,
                 Err(p) => {
                     bump(&shared.stats.c.task_restarts, 1);
-                    tracing::error!(task = name, panic = %crate::handler::panic_text(&*p), "internal task panicked; restarting it");
+                    let why = crate::handler::panic_text_of(name, &*p);
+                    tracing::error!(task = name, panic = %why, "internal task panicked; restarting it");
+                    shared.health.restarted(why);
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
             }
@@ -547,31 +554,17 @@ async fn known_read(source: &Source, limit: std::time::Duration) -> bool {
 async fn check_layout(source: &Source, cfg: &Config) -> Result<bool, Error> {
     let queue = &cfg.queue;
     let sql = "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)                FROM pg_catalog.pg_attribute a                WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";
-    let table = queue.quoted_table();
-    let rows = async {
-        let conn = source.checkout(cfg.db_timeout).await?;
-        // Unnamed, in one round trip: works behind PgBouncer's transaction mode too.
-        conn.pg()
-            .query_typed(
-                sql,
-                &[(
-                    &table,
-                    pgmq_client::reexports::tokio_postgres::types::Type::TEXT,
-                )],
-            )
-            .await
-            .map_err(|e| {
-                pgmq_client::Error::Config(format!("could not read the queue table's layout: {e}"))
-            })
-    }
-    .await;
-    let rows = match rows {
+    let rows = match query_on_table(source, cfg, sql).await {
         Ok(rows) => rows,
         Err(e) if e.is_transient() => {
             tracing::warn!(error = %e, queue = %queue, "could not check the queue table's layout; starting anyway");
             return Ok(false);
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            return Err(Error::Config(format!(
+                "could not read the queue table's layout: {e}"
+            )))
+        }
     };
     let have: Vec<(String, String)> = rows
         .iter()
@@ -587,10 +580,34 @@ async fn check_layout(source: &Source, cfg: &Config) -> Result<bool, Error> {
     Ok(true)
 }
 
+/// Runs `sql`, whose one parameter `$1` is the queue's quoted table name,
+/// on a connection of its own within `db_timeout` (abandoned past it);
+/// unnamed, in one round trip, so that it works behind PgBouncer's
+/// transaction mode too.
+async fn query_on_table(
+    source: &Source,
+    cfg: &Config,
+    sql: &str,
+) -> Result<Vec<pgmq_client::reexports::tokio_postgres::Row>, pgmq_client::Error> {
+    use pgmq_client::reexports::tokio_postgres::types::{ToSql, Type};
+    let table = cfg.queue.quoted_table();
+    let conn = source.checkout(cfg.db_timeout).await?;
+    let params = [(&table as &(dyn ToSql + Sync), Type::TEXT)];
+    let query = async { Ok(conn.pg().query_typed(sql, &params).await?) };
+    crate::db::bounded(cfg.db_timeout, &conn, query).await
+}
+
 /// Fails when `queue` does not exist; a transient error only warns (the
 /// worker retries once running).
-async fn check_queue(source: &Source, queue: &QueueName) -> Result<(), Error> {
-    match Pgmq::on(source).queue_exists(queue).await {
+async fn check_queue(
+    source: &Source,
+    queue: &QueueName,
+    limit: std::time::Duration,
+) -> Result<(), Error> {
+    match Pgmq::on(Kept::new(source.clone(), 0, limit))
+        .queue_exists(queue)
+        .await
+    {
         Ok(true) => Ok(()),
         Ok(false) => Err(Error::Client(pgmq_client::Error::QueueNotFound {
             queue: queue.as_str().to_owned(),
@@ -611,7 +628,7 @@ async fn ensure_notify_trigger(
     source: &Source,
     cfg: &Config,
 ) -> Result<std::time::Duration, Error> {
-    let client = Pgmq::on(source);
+    let client = Pgmq::on(Kept::new(source.clone(), 0, cfg.db_timeout));
     let wanted = cfg.notify_throttle;
     let existing = match client.list_notify_insert_throttles().await {
         Ok(list) => list
@@ -628,16 +645,137 @@ async fn ensure_notify_trigger(
     };
     match existing {
         None => {
-            client.enable_notify_insert(&cfg.queue, wanted).await?;
+            trigger_ddl(source, cfg, TriggerDdl::Enable).await?;
             tracing::info!(queue = %cfg.queue, throttle = ?wanted, "enabled PGMQ's insert notifications");
             Ok(wanted)
         }
         Some(current) if cfg.notify_throttle_set && current != wanted => {
-            client.update_notify_insert(&cfg.queue, wanted).await?;
+            trigger_ddl(source, cfg, TriggerDdl::Update).await?;
             tracing::info!(queue = %cfg.queue, from = ?current, to = ?wanted, "changed the insert trigger's throttle");
             Ok(wanted)
         }
         Some(current) => Ok(current),
+    }
+}
+
+/// How long one try of the start-up DDL waits for its lock on the queue
+/// table (at most half of `db_timeout`). Producers and readers of the queue
+/// queue up behind a DDL statement waiting for its lock, so the wait is
+/// kept short, and retried.
+const DDL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Tries of the start-up DDL before the start fails with [`Error::Locked`]
+/// (pauses of 0.5, 1, 2 and 4 s between them).
+const DDL_TRIES: u32 = 5;
+
+/// The start-up DDL on the queue's insert trigger.
+#[derive(Clone, Copy)]
+enum TriggerDdl {
+    /// `enable_notify_insert` (which drops and creates the trigger).
+    Enable,
+    /// `update_notify_insert`.
+    Update,
+}
+
+/// Runs `ddl` in a transaction with a short `lock_timeout`
+/// ([`DDL_LOCK_TIMEOUT`]), so that a long transaction holding a lock on the
+/// queue table does not make it wait, with every reader and producer of
+/// the queue waiting behind it; retries with a growing pause; after
+/// [`DDL_TRIES`] fails with [`Error::Locked`], naming the sessions that hold
+/// locks on the table.
+async fn trigger_ddl(source: &Source, cfg: &Config, ddl: TriggerDdl) -> Result<(), Error> {
+    let lock_timeout = DDL_LOCK_TIMEOUT.min(cfg.db_timeout / 2);
+    let mut pause = lock_timeout;
+    for attempt in 1..=DDL_TRIES {
+        match trigger_ddl_once(source, cfg, ddl, lock_timeout).await {
+            Ok(()) => return Ok(()),
+            Err(e) if is_lock_timeout(&e) => {
+                tracing::warn!(queue = %cfg.queue, attempt, "the insert trigger's DDL could not take its lock on the queue table in time (a long transaction holds one); trying again");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if attempt < DDL_TRIES {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
+    Err(Error::Locked {
+        table: cfg.queue.table(),
+        holders: lock_holders(source, cfg).await,
+    })
+}
+
+/// Whether `e` is PostgreSQL's `lock_timeout` (55P03, lock_not_available).
+fn is_lock_timeout(e: &pgmq_client::Error) -> bool {
+    e.sqlstate()
+        == Some(&pgmq_client::reexports::tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+}
+
+/// One try of [`trigger_ddl`], bounded by `db_timeout` (and server-side by
+/// the same `statement_timeout`).
+async fn trigger_ddl_once(
+    source: &Source,
+    cfg: &Config,
+    ddl: TriggerDdl,
+    lock_timeout: std::time::Duration,
+) -> Result<(), pgmq_client::Error> {
+    let mut conn = source.checkout(cfg.db_timeout).await?;
+    let run = async {
+        let tx = conn.transaction().await?;
+        let ms = |d: std::time::Duration| format!("{}ms", d.as_millis());
+        tx.execute(
+            "SELECT pg_catalog.set_config('lock_timeout', $1, true), pg_catalog.set_config('statement_timeout', $2, true)",
+            &[&ms(lock_timeout), &ms(cfg.db_timeout)],
+        )
+        .await?;
+        let pg = Pgmq::on(&tx);
+        match ddl {
+            TriggerDdl::Enable => {
+                pg.enable_notify_insert(&cfg.queue, cfg.notify_throttle)
+                    .await?
+            }
+            TriggerDdl::Update => {
+                pg.update_notify_insert(&cfg.queue, cfg.notify_throttle)
+                    .await?
+            }
+        }
+        tx.commit().await
+    };
+    match tokio::time::timeout(cfg.db_timeout, run).await {
+        Ok(r) => r,
+        Err(_) => {
+            conn.abandon();
+            Err(pgmq_client::Error::timed_out())
+        }
+    }
+}
+
+/// The sessions holding a lock on the queue's table, for [`Error::Locked`]:
+/// their pid, application name, state and how long their transaction has
+/// been open (never their query text, which may quote data).
+async fn lock_holders(source: &Source, cfg: &Config) -> String {
+    let sql = "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''), l.mode, \
+               coalesce(extract(epoch FROM now() - a.xact_start)::float8, 0) \
+               FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid \
+               WHERE l.locktype = 'relation' AND l.granted \
+               AND l.relation = pg_catalog.to_regclass($1) AND a.pid <> pg_catalog.pg_backend_pid() \
+               ORDER BY a.xact_start LIMIT 5";
+    let rows = query_on_table(source, cfg, sql).await;
+    match rows {
+        Ok(rows) if !rows.is_empty() => rows
+            .iter()
+            .map(|r| {
+                let pid: i32 = r.get(0);
+                let app: String = r.get(1);
+                let state: String = r.get(2);
+                let mode: String = r.get(3);
+                let open: f64 = r.get(4);
+                format!("pid {pid} (application_name '{app}', {state}, transaction open {open:.0} s, holding {mode})")
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Ok(_) => "no session any more".to_owned(),
+        Err(e) => format!("unknown sessions (could not look them up: {e})"),
     }
 }
 

@@ -67,12 +67,7 @@ async fn transactional_completion_runs_on_a_deadpool_connection() {
     let setup = client().await;
     let q = unique("dptx");
     let _queues = Queues::new(&setup, &[&q]).await;
-    let table = format!("public.rows_{}", q.as_str());
-    let admin = setup.connection().await.unwrap();
-    admin
-        .batch_execute(&format!("CREATE TABLE {table} (msg_id bigint NOT NULL)"))
-        .await
-        .unwrap();
+    let ledger = common::Ledger::create(&setup, "rows", &q).await;
     let bodies: Vec<Value> = (0..150).map(|n| json!({ "n": n })).collect();
     setup.send_batch(&q, &bodies).await.unwrap();
     // Room for the handlers' transactions too.
@@ -80,7 +75,7 @@ async fn transactional_completion_runs_on_a_deadpool_connection() {
         .concurrency(4)
         .poll_interval(Duration::from_millis(20))
         .transactional_handler(InsertRow {
-            table: table.clone(),
+            table: ledger.table.clone(),
             pause_ms: 0,
         })
         .build()
@@ -92,18 +87,7 @@ async fn transactional_completion_runs_on_a_deadpool_connection() {
     })
     .await;
     let report = handle.shutdown().await.unwrap();
-    let row = admin
-        .query_one(
-            &format!("SELECT count(*), count(DISTINCT msg_id) FROM {table}"),
-            &[],
-        )
-        .await
-        .unwrap();
-    let (rows, distinct): (i64, i64) = (row.get(0), row.get(1));
-    admin
-        .batch_execute(&format!("DROP TABLE {table}"))
-        .await
-        .unwrap();
+    let (rows, distinct) = ledger.counts_and_drop().await;
     assert_eq!((rows, distinct), (150, 150), "each row once: {report:?}");
     assert_eq!(report.stats.claims_lost, 0);
 }

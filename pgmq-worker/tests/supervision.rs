@@ -75,3 +75,39 @@ async fn a_completer_that_panics_stops_the_worker_with_an_error() {
     // Nothing acknowledged: the message comes back after its timeout.
     assert_eq!(queue_len(&client, &q).await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_loop_that_panics_is_restarted_and_its_message_comes_back() {
+    // The loop panics while it holds a message (after its handler ran,
+    // before the acknowledgement): the loop is restarted, the health says
+    // so, and the message is not held for ever (the heartbeat stops
+    // extending it; it comes back after its visibility timeout).
+    restarted_after_a_panic_in("handler loop").await;
+    let client = client().await;
+    let q = unique("supervh");
+    let _g = Queues::new(&client, &[&q]).await;
+    client.send(&q, &json!({"n": 1})).await.unwrap();
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(20))
+        .visibility_timeout(Duration::from_secs(2))
+        .panic_once_in("handler loop")
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(WAIT, "the message handled after the restart", || async {
+        handle.stats().deleted == 1
+    })
+    .await;
+    let h = handle.health();
+    assert_eq!(h.task_restarts, 1, "{h:?}");
+    assert!(
+        h.last_restart
+            .as_deref()
+            .is_some_and(|w| w.contains("handler loop")),
+        "{h:?}"
+    );
+    handle.shutdown().await.unwrap();
+    assert_eq!(queue_len(&client, &q).await, 0);
+}

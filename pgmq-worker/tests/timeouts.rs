@@ -372,3 +372,122 @@ async fn abandoned_blocking_threads_are_capped() {
     assert_eq!(handle.health().blocking_runs_waiting, 0);
     handle.shutdown().await.unwrap();
 }
+
+/// Backends of `app` waiting on a lock now.
+async fn waiting_on_a_lock(client: &Client, app: &str) -> i64 {
+    let conn = client.connection().await.unwrap();
+    conn.query_one(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        &[&app],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_abandoned_at_db_timeout_stop_on_the_server_too() {
+    // A backlog, then another session holds ACCESS EXCLUSIVE on the queue
+    // table for 20 s while the worker runs with db_timeout 1 s: its claim
+    // reads time out again and again. Each abandoned read must end on the
+    // server too, so the backends of the worker waiting on the lock never
+    // outnumber its pool; once the lock goes, every message is handled.
+    let setup = client().await;
+    let q = unique("lockwait");
+    let _g = Queues::new(&setup, &[&q]).await;
+    let msgs: Vec<Value> = (0..50).map(|n| json!({ "n": n })).collect();
+    setup.send_batch(&q, &msgs).await.unwrap();
+    let app = format!("lockwait_{}", std::process::id());
+    let pool_size = 5;
+    let wclient = Client::builder(&dsn())
+        .max_size(pool_size)
+        .application_name(&app)
+        .connect()
+        .await
+        .unwrap();
+    let locker = setup.connection_owned().await.unwrap();
+    locker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE",
+            q.quoted_table()
+        ))
+        .await
+        .unwrap();
+    let worker: Worker<Value> = Worker::builder(wclient, q.clone())
+        .db_timeout(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(50))
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    let mut most = 0;
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        most = most.max(waiting_on_a_lock(&setup, &app).await);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    locker.batch_execute("ROLLBACK").await.unwrap();
+    wait_for(WAIT, "every message handled", || async {
+        handle.stats().deleted == 50
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(
+        most <= i64::from(pool_size),
+        "{most} backends of the worker waited on the lock, more than its pool of {pool_size}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_insert_trigger_ddl_does_not_queue_producers_behind_a_long_transaction() {
+    // A long transaction holds a lock on the queue table while a worker
+    // with notifications starts: its DDL must not wait in line for ever,
+    // with every producer waiting behind it. Sends keep completing; the start gives up with an error naming
+    // the session that holds the lock.
+    let setup = client().await;
+    let q = unique("ddllock");
+    let _g = Queues::new(&setup, &[&q]).await;
+    // A producer's transaction left open: it holds ROW EXCLUSIVE on the
+    // table, which the trigger's CREATE (SHARE ROW EXCLUSIVE) waits for.
+    let holder = setup.connection_owned().await.unwrap();
+    holder.batch_execute("BEGIN").await.unwrap();
+    holder
+        .execute("SELECT pgmq.send($1, '{}'::jsonb)", &[&q.as_str()])
+        .await
+        .unwrap();
+    let holder_pid: i32 = holder
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let worker: Worker<Value> = Worker::builder(client().await, q.clone())
+        .wake_up(WakeUp::Notify)
+        .handler(|_m: Message<Value>| async { Ok(Outcome::Delete) })
+        .build()
+        .unwrap();
+    let start = tokio::spawn(worker.run_until(std::future::pending::<()>()));
+    let producer = client().await;
+    let until = Instant::now() + Duration::from_secs(8);
+    let mut blocked = None;
+    while Instant::now() < until && blocked.is_none() {
+        let sent =
+            tokio::time::timeout(Duration::from_secs(5), producer.send(&q, &json!({"n": 1}))).await;
+        if !matches!(sent, Ok(Ok(_))) {
+            blocked = Some(sent);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let res = tokio::time::timeout(Duration::from_secs(30), start).await;
+    // The lock goes before anything is asserted: the queue's drop needs it.
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    assert!(
+        blocked.is_none(),
+        "a send waited behind the trigger's DDL: {blocked:?}"
+    );
+    match res.expect("the start gave up").unwrap() {
+        Err(pgmq_worker::Error::Locked { holders, .. }) => {
+            assert!(holders.contains(&format!("pid {holder_pid}")), "{holders}");
+        }
+        other => panic!("expected Error::Locked, got {other:?}"),
+    }
+}

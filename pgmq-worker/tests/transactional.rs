@@ -195,3 +195,108 @@ fn every_row_exists_exactly_once_with_workers_killed_at_random_points() {
         client.drop_queue(&q).await.unwrap();
     });
 }
+
+/// A transactional handler that sleeps, then records its message in the
+/// ledger table in the worker's transaction.
+struct SlowLedger {
+    table: String,
+    sleep: Duration,
+}
+
+impl pgmq_worker::TransactionalHandler<Value> for SlowLedger {
+    async fn handle(
+        &self,
+        msg: pgmq_client::Message<Value>,
+        tx: &pgmq_client::Transaction<'_>,
+        _ctx: pgmq_worker::Context,
+    ) -> Result<pgmq_worker::Outcome, pgmq_worker::HandlerError> {
+        tokio::time::sleep(self.sleep).await;
+        tx.execute(
+            &format!("INSERT INTO {} (msg_id) VALUES ($1)", self.table),
+            &[&msg.msg_id],
+        )
+        .await?;
+        Ok(pgmq_worker::Outcome::Delete)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_too_small_for_the_handlers_uses_no_attempt_and_dead_letters_nothing() {
+    // Pool of 3, concurrency 4, handlers sleeping 3 s then writing their
+    // row, max_attempts 2, db_timeout 500 ms: handlers that get no
+    // connection in time have not run; that must use no attempt, so no
+    // message is dead-lettered and every message's row is written once.
+    let setup = common::client().await;
+    let q = unique("txpool");
+    let dlq = unique("txpool_dlq");
+    let _g = common::Queues::new(&setup, &[&q, &dlq]).await;
+    let ledger = common::Ledger::create(&setup, "ledger", &q).await;
+    let bodies: Vec<Value> = (0..12).map(|n| json!({ "n": n })).collect();
+    setup.send_batch(&q, &bodies).await.unwrap();
+    let client = Client::builder(&dsn()).max_size(3).connect().await.unwrap();
+    let worker: Worker<Value> = Worker::builder(client, q.clone())
+        .concurrency(4)
+        .max_attempts(2)
+        .db_timeout(Duration::from_millis(500))
+        .poll_interval(Duration::from_millis(50))
+        .dead_letter_queue(dlq.clone())
+        .allow_small_pool(true)
+        .transactional_handler(SlowLedger {
+            table: ledger.table.clone(),
+            sleep: Duration::from_secs(3),
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    let drained = tokio::time::timeout(Duration::from_secs(120), async {
+        while queue_len(&setup, &q).await > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    let (rows, distinct) = ledger.counts_and_drop().await;
+    let dead = queue_len(&setup, &dlq).await;
+    let s = &report.stats;
+    let seen = format!(
+        "failed {}, retried {}, dead-lettered {}, tx_unavailable {}",
+        s.failed, s.retried, s.dead_lettered, s.tx_unavailable
+    );
+    assert_eq!(
+        dead, 0,
+        "no dead letter for a message that never ran: {seen}"
+    );
+    assert!(drained.is_ok(), "the queue drained: {seen}");
+    assert_eq!((rows, distinct), (12, 12), "each row once: {seen}");
+    assert_eq!(s.failed, 0, "no attempt used: {seen}");
+}
+
+#[tokio::test]
+async fn build_refuses_a_pool_that_cannot_hold_the_handlers_transactions() {
+    // The defaults: a pool of 10, 8 handlers each holding a connection,
+    // plus 2 claimers, 1 flusher and the heartbeat.
+    let client = common::client().await;
+    let q = unique("txsmall");
+    let build = |allow: bool| {
+        Worker::<Value>::builder(client.clone(), q.clone())
+            .allow_small_pool(allow)
+            .transactional_handler(InsertRow {
+                table: "unused".into(),
+                pause_ms: 0,
+            })
+            .build()
+    };
+    match build(false) {
+        Err(pgmq_worker::Error::PoolTooSmall { size, needed, .. }) => {
+            assert_eq!((size, needed), (10, 12));
+        }
+        other => panic!("expected PoolTooSmall, got {other:?}"),
+    }
+    assert!(build(true).is_ok(), "allow_small_pool opts out");
+    // A plain handler's tasks give their connections back before waiting:
+    // a small pool only slows it.
+    let plain = Worker::<Value>::builder(client.clone(), q.clone())
+        .handler(|_m: pgmq_client::Message<Value>| async { Ok(pgmq_worker::Outcome::Delete) })
+        .build();
+    assert!(plain.is_ok());
+}

@@ -193,3 +193,39 @@ pub async fn take_claim_over(client: &Client, q: &QueueName, id: i64) {
         .unwrap();
     assert_eq!(n, 1, "the message's claim is taken over");
 }
+
+/// A table of handled message ids that a test makes and drops.
+pub struct Ledger {
+    pub table: String,
+    conn: pgmq_client::reexports::bb8::PooledConnection<'static, pgmq_client::ConnectionManager>,
+}
+
+impl Ledger {
+    /// Creates `public.<prefix>_<queue>`.
+    pub async fn create(client: &Client, prefix: &str, q: &QueueName) -> Ledger {
+        let table = format!("public.{prefix}_{}", q.as_str());
+        let conn = client.connection_owned().await.unwrap();
+        conn.batch_execute(&format!("CREATE TABLE {table} (msg_id bigint NOT NULL)"))
+            .await
+            .unwrap();
+        Ledger { table, conn }
+    }
+
+    /// Drops the table; returns its rows and distinct ids.
+    pub async fn counts_and_drop(self) -> (i64, i64) {
+        let t = &self.table;
+        let row = self
+            .conn
+            .query_one(
+                &format!("SELECT count(*), count(DISTINCT msg_id) FROM {t}"),
+                &[],
+            )
+            .await
+            .unwrap();
+        self.conn
+            .batch_execute(&format!("DROP TABLE {t}"))
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    }
+}
