@@ -2,8 +2,9 @@
 //! here against libpq (tests/libpq_oracle/oracle.c, `libpq-dev`) prints what
 //! `PQconninfoParse` makes of a DSN, and generated DSNs of both forms must
 //! parse the same in [`ConnInfo::parse`]: the same keywords with the same
-//! values, or an error from both. Their redacted forms must parse, in both
-//! parsers, to the same values with the password replaced.
+//! values, or an error from both. Rendered again (`ConnInfo::to_dsn`) they
+//! must parse to the same values in both parsers, and their redacted forms
+//! to the same values with the password replaced.
 //!
 //! The one difference the crate makes on purpose in what is generated here:
 //! a percent-escape that decodes to bytes that are not UTF-8 is an error in
@@ -155,6 +156,22 @@ fn agree(dsn: &str) -> Result<bool, TestCaseError> {
         prop_assert_eq!(shown, "<unparsable DSN>");
         return Ok(false);
     };
+    // The DSN rendered again with its password parses to the same values.
+    let again = ConnInfo::parse(dsn).unwrap().to_dsn();
+    prop_assert_eq!(
+        &libpq(&again),
+        &Some(expected.clone()),
+        "DSN {:?} rendered as {:?}",
+        dsn,
+        again
+    );
+    prop_assert_eq!(
+        &crate_parse(&again),
+        &Some(expected.clone()),
+        "DSN {:?} rendered as {:?}",
+        dsn,
+        again
+    );
     let redacted = ConnInfo::parse(dsn).unwrap().redacted();
     if let Some(pw) = expected.get_mut("password") {
         *pw = b"***".to_vec();

@@ -170,7 +170,7 @@ fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
 }
 
-fn keyword(name: &str) -> Option<&'static str> {
+fn parse_keyword(name: &str) -> Option<&'static str> {
     KEYWORDS.iter().find(|k| **k == name).copied()
 }
 
@@ -230,7 +230,7 @@ impl Parsing {
             self.not_utf8.push((keyword, at));
             String::new()
         });
-        self.info.set(keyword, value);
+        self.info.put(keyword, value);
     }
 
     fn store(&mut self, name: &[u8], value: Vec<u8>, at: usize) -> Result<(), DsnError> {
@@ -246,7 +246,7 @@ impl Parsing {
         }
         let k = std::str::from_utf8(name)
             .ok()
-            .and_then(keyword)
+            .and_then(parse_keyword)
             .ok_or(DsnError::UnknownKeyword { at })?;
         self.set(k, value, at);
         Ok(())
@@ -331,8 +331,31 @@ impl ConnInfo {
         self.url.is_some()
     }
 
-    /// Sets `keyword` (one of libpq's) to `value`.
-    pub(crate) fn set(&mut self, keyword: &'static str, value: String) {
+    /// Sets `keyword` to `value` (replacing any value it had): to derive a
+    /// DSN from another one without editing its text. Fails with
+    /// [`DsnError::UnknownKeyword`] (`at` 0) for a keyword libpq does not know.
+    ///
+    /// ```
+    /// let mut info = pgmq_client::ConnInfo::parse("postgres://app:s3cret@db:5432/app")?;
+    /// info.set("dbname", "other")?;
+    /// assert_eq!(info.to_dsn(), "postgres://app:s3cret@db:5432/other");
+    /// assert!(info.set("sslmod", "require").is_err());
+    /// # Ok::<(), pgmq_client::DsnError>(())
+    /// ```
+    pub fn set(&mut self, keyword: &str, value: &str) -> Result<(), DsnError> {
+        let k = parse_keyword(keyword).ok_or(DsnError::UnknownKeyword { at: 0 })?;
+        self.put(k, value.to_owned());
+        Ok(())
+    }
+
+    /// The DSN as text, in its own form, **with** its password: to hand on
+    /// to another program or connection, never to show (see
+    /// [`redacted`](Self::redacted)). It parses to the same values.
+    pub fn to_dsn(&self) -> String {
+        self.render(true)
+    }
+
+    fn put(&mut self, keyword: &'static str, value: String) {
         match self.params.iter_mut().find(|(k, _)| *k == keyword) {
             Some(slot) => slot.1 = value,
             None => self.params.push((keyword, value)),
@@ -342,35 +365,48 @@ impl ConnInfo {
     /// The DSN rendered from its parsed values in its own form, the
     /// password (if any) shown as `***`: what to log or print.
     pub fn redacted(&self) -> String {
+        self.render(false)
+    }
+
+    /// The DSN as text, the password shown only with `password`.
+    fn render(&self, password: bool) -> String {
+        let shown = |k: &str, v: &str| match (k, password) {
+            ("password", false) => "***".to_owned(),
+            _ => v.to_owned(),
+        };
         match self.url {
-            Some(scheme) => self.render_url(scheme),
+            Some(scheme) => self.render_url(scheme, password),
             None => self
                 .params
                 .iter()
-                .map(|(k, v)| match *k {
-                    "password" => "password=***".to_owned(),
-                    k => format!("{k}={}", quote(v)),
-                })
+                .map(|(k, v)| format!("{k}={}", quote(&shown(k, v))))
                 .collect::<Vec<_>>()
                 .join(" "),
         }
     }
 
-    fn render_url(&self, scheme: &str) -> String {
+    fn render_url(&self, scheme: &str, show_password: bool) -> String {
         let mut out = String::from(scheme);
         let mut in_query: Vec<&str> = Vec::new();
         let user = self.get("user");
-        let password = self.get("password").is_some();
+        let password = self.get("password");
         if let Some("") = user {
             in_query.push("user");
         }
         let user = user.filter(|u| !u.is_empty());
-        if user.is_some() || password {
+        if user.is_some() || password.is_some() {
             if let Some(u) = user {
                 out.push_str(&encode(u, false));
             }
-            if password {
-                out.push_str(":***");
+            match password {
+                // An empty password in the user information is no password.
+                Some("") if show_password => in_query.push("password"),
+                Some(p) if show_password => {
+                    out.push(':');
+                    out.push_str(&encode(p, false));
+                }
+                Some(_) => out.push_str(":***"),
+                None => {}
             }
             out.push('@');
         }
