@@ -14,6 +14,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
+# libpq-dev (pg_config, libpq-fe.h, libpq.so): pgmq-client/tests/dsn_libpq.rs
+# builds a small program against libpq as the oracle of the crate's DSN
+# parser, and fails without it.
+if ! command -v pg_config >/dev/null 2>&1 || [ ! -e "$(pg_config --includedir)/libpq-fe.h" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpq-dev >/dev/null
+  else
+    echo "test.sh: libpq-dev is missing (apt-get install -y libpq-dev as root)" >&2
+  fi
+fi
+
 started=0
 if ! bash scripts/db-ctl.sh status >/dev/null 2>&1; then
   started=1

@@ -1,6 +1,5 @@
 //! The pool-backed handle: connect, configure, and enter a caller's transaction.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -300,7 +299,7 @@ impl Client {
 /// | `max_size` | 10 | room for a worker's claimer, completer and heartbeat plus producers |
 /// | `min_idle` | none | connections open on demand |
 /// | `pool_timeout` | 10 s | how long a call waits for a free connection |
-/// | `connect_timeout` | 10 s | TCP connect + authentication bound; no hang on a dead host |
+/// | `connect_timeout` | 10 s (unless the DSN sets it) | bound on each attempt (TCP, TLS, authentication), per host and address as in libpq: a host that drops packets is given up for the next one; no hang on a dead host |
 /// | TCP keepalive | idle 10 s, then every 5 s, 3 probes (unless the DSN sets `keepalives_idle`) | an idle connection to a host that vanished is dropped within about 25 s instead of the kernel's two hours |
 /// | `tcp_user_timeout` | 30 s (unless the DSN sets it) | a connection whose sent data stays unacknowledged that long (a blackholed network) is closed by the kernel; callers with their own bound (the worker's `db_timeout`) notice sooner |
 /// | connection order | most recently used first (bb8's LIFO) | calls made one after another run on the same backend, whose caches are warm, rather than rotating through every idle connection (bb8's default FIFO); the connections left idle are the ones bb8 closes after its 10-minute idle timeout |
@@ -462,7 +461,11 @@ impl ClientBuilder {
         self
     }
 
-    /// Bound on opening one connection (TCP and authentication).
+    /// Bound on each connection attempt (TCP, TLS and authentication), per
+    /// host and address as in libpq: when it runs out the next host of the
+    /// DSN's list (or the next address of the host's name) is tried, with
+    /// the same bound. Used when the DSN sets no `connect_timeout` of its
+    /// own (the DSN's, in whole seconds, at least 2, 0 for none, wins).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
         self
@@ -481,7 +484,9 @@ impl ClientBuilder {
     }
 
     /// Uses this rustls configuration for TLS (client certificates, private
-    /// CAs) whenever the DSN's `sslmode` is not `disable`; it then decides
+    /// CAs), and TLS always: `sslmode` `allow` and `prefer` (or none) become
+    /// `require`, so a server or proxy that refuses TLS is refused and never
+    /// sees the password, and `disable` is refused as a contradiction. It decides
     /// how the server's certificate is checked, in place of `sslmode`'s
     /// checks and `sslrootcert` (a configuration built with root
     /// certificates checks chain and host name, as `verify-full` does).
@@ -516,27 +521,53 @@ impl ClientBuilder {
         self
     }
 
-    /// The parsed `tokio_postgres::Config` with this builder's timeouts applied.
+    /// The DSN parsed, as libpq parses it ([`ConnInfo`](crate::ConnInfo)).
+    fn conninfo(&self) -> Result<crate::ConnInfo, Error> {
+        Ok(crate::ConnInfo::parse(&self.dsn)?)
+    }
+
+    /// The TLS settings of the DSN, and of [`tls`](Self::tls) when given.
+    fn tls_settings(&self, info: &crate::ConnInfo) -> Result<crate::tls::TlsSettings, Error> {
+        crate::tls::TlsSettings::from_conninfo(info, self.tls.is_some())
+    }
+
+    /// The `tokio_postgres::Config` of the DSN (parsed once, as libpq does,
+    /// and set through tokio-postgres' setters), with this builder's
+    /// defaults where the DSN says nothing: `connect_timeout`, keepalives,
+    /// `tcp_user_timeout`, `application_name`, and the password of
+    /// [`password`](Self::password) or [`libpq_password`](Self::libpq_password).
+    /// Fails with [`Error::Dsn`] when the DSN does not parse, holds a value
+    /// libpq would refuse, or sets a keyword tokio-postgres cannot honour.
     pub fn pg_config(&self) -> Result<tokio_postgres::Config, Error> {
-        let (dsn, tls) = crate::tls::split_dsn(&self.dsn)?;
-        let mut config = tokio_postgres::Config::from_str(&dsn)
-            .map_err(|_| Error::Config("the DSN could not be parsed".to_owned()))?;
+        let info = self.conninfo()?;
+        let tls = self.tls_settings(&info)?;
+        let dsn = crate::dsn::config::settings(&info)?;
+        let mut config = dsn.config;
         config.ssl_mode(tls.wire_mode());
-        config.connect_timeout(self.connect_timeout);
+        // The DSN's own connect_timeout (0: none) wins over the builder's.
+        match dsn.connect_timeout {
+            Some(Some(d)) => {
+                config.connect_timeout(d);
+            }
+            Some(None) => {}
+            None => {
+                config.connect_timeout(self.connect_timeout);
+            }
+        }
         // A dead peer is noticed by TCP within about half a minute instead of
         // the kernel's two hours, unless the DSN says otherwise.
-        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        if !dsn.keepalives_set {
             config.keepalives_idle(Duration::from_secs(10));
             config.keepalives_interval(Duration::from_secs(5));
             config.keepalives_retries(3);
         }
-        if config.get_tcp_user_timeout().is_none() {
+        if !dsn.tcp_user_timeout_set {
             config.tcp_user_timeout(Duration::from_secs(30));
         }
         if let Some(pw) = &self.password {
             config.password(pw);
         } else if self.libpq_password && config.get_password().is_none() {
-            if let Some(pw) = crate::dsn::libpq_password(&config) {
+            if let Some(pw) = crate::dsn::libpq_password(&config, dsn.passfile.as_deref()) {
                 config.password(pw);
             }
         }
@@ -553,9 +584,10 @@ impl ClientBuilder {
     /// readable certificate, or when `verify-ca`/`verify-full` has no root
     /// certificate to check against.
     pub fn make_tls(&self) -> Result<MakeRustlsConnect, Error> {
+        let settings = self.tls_settings(&self.conninfo()?)?;
         let config = match &self.tls {
             Some(c) => (**c).clone(),
-            None => crate::tls::split_dsn(&self.dsn)?.1.client_config()?,
+            None => settings.client_config()?,
         };
         Ok(MakeRustlsConnect::new(config))
     }

@@ -5,7 +5,10 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use std::net::IpAddr;
+
 use bb8_postgres::PostgresConnectionManager;
+use tokio_postgres::config::{Host, LoadBalanceHosts};
 use tokio_postgres::Row;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -430,36 +433,38 @@ pub(crate) async fn run_text<C: tokio_postgres::GenericClient + Sync>(
     })
 }
 
-/// The bb8 connection manager: bb8-postgres underneath, each connection wrapped
-/// in a [`Connection`] with its statement cache.
+/// The bb8 connection manager: each connection opened host by host and
+/// address by address as libpq does (see [`ConnectionManager::new`]),
+/// wrapped in a [`Connection`] with its statement cache.
 ///
 /// Build one to configure a bb8 pool yourself and hand it to
 /// [`Client::from_pool`](crate::Client::from_pool).
 pub struct ConnectionManager {
-    inner: PostgresConnectionManager<MakeRustlsConnect>,
-    /// The connector of cancel requests (see [`Connection::abandon`]); None
-    /// for a wrapped manager, whose connector is not known.
-    cancel_tls: Option<MakeRustlsConnect>,
+    source: Source,
     /// Whether connections prepare and cache their statements (see
     /// [`Connection::with_statements`]).
     prepared: bool,
-    /// Bound on the whole connection setup (the config's `connect_timeout`).
-    setup_timeout: Option<Duration>,
+}
+
+enum Source {
+    Own {
+        config: tokio_postgres::Config,
+        tls: MakeRustlsConnect,
+    },
+    Bb8(PostgresConnectionManager<MakeRustlsConnect>),
 }
 
 impl ConnectionManager {
     /// A manager for `config`, negotiating TLS with `tls` when the config's
-    /// `sslmode` asks for it. The config's `connect_timeout` bounds the whole
-    /// setup of each connection (TCP, TLS, authentication), not only the TCP
-    /// connect as in tokio-postgres: a server that accepts the connection and
-    /// never answers fails it in time too.
+    /// `sslmode` asks for it. The config's `connect_timeout` bounds each
+    /// attempt's whole setup (TCP, TLS, authentication), not only the TCP
+    /// connect as in tokio-postgres, and applies per host and per address
+    /// as in libpq: a server that accepts the connection and never answers
+    /// fails its attempt in time, and the next host is tried.
     pub fn new(config: tokio_postgres::Config, tls: MakeRustlsConnect) -> Self {
-        let setup_timeout = config.get_connect_timeout().copied();
         ConnectionManager {
-            cancel_tls: Some(tls.clone()),
-            inner: PostgresConnectionManager::new(config, tls),
+            source: Source::Own { config, tls },
             prepared: true,
-            setup_timeout,
         }
     }
 
@@ -467,10 +472,8 @@ impl ConnectionManager {
     /// bounded only as its config says).
     pub fn from_postgres_manager(inner: PostgresConnectionManager<MakeRustlsConnect>) -> Self {
         ConnectionManager {
-            inner,
-            cancel_tls: None,
+            source: Source::Bb8(inner),
             prepared: true,
-            setup_timeout: None,
         }
     }
 }
@@ -486,7 +489,7 @@ impl ConnectionManager {
 
 /// Runs a connection setup within `limit` (when set); past it, fails with
 /// tokio-postgres' own timeout error ("timeout waiting for server").
-pub(crate) async fn bounded_setup<T>(
+async fn bounded_setup<T>(
     limit: Option<Duration>,
     setup: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
 ) -> Result<T, tokio_postgres::Error> {
@@ -500,14 +503,205 @@ pub(crate) async fn bounded_setup<T>(
     }
 }
 
+/// A connection and the task that drives it.
+pub(crate) type Opened = (
+    tokio_postgres::Client,
+    tokio_postgres::Connection<
+        tokio_postgres::Socket,
+        <MakeRustlsConnect as tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+    >,
+);
+
+/// One place to connect to: a host (name or socket directory), the
+/// address to use for it, and the port.
+struct Target {
+    host: Option<Host>,
+    addr: Option<IpAddr>,
+    port: u16,
+}
+
+/// `config` with only `target` as its host, every other setting kept.
+fn single(config: &tokio_postgres::Config, target: &Target) -> tokio_postgres::Config {
+    let mut c = tokio_postgres::Config::new();
+    if let Some(u) = config.get_user() {
+        c.user(u);
+    }
+    if let Some(p) = config.get_password() {
+        c.password(p);
+    }
+    if let Some(d) = config.get_dbname() {
+        c.dbname(d);
+    }
+    if let Some(o) = config.get_options() {
+        c.options(o);
+    }
+    if let Some(a) = config.get_application_name() {
+        c.application_name(a);
+    }
+    if let Some(t) = config.get_connect_timeout() {
+        c.connect_timeout(*t);
+    }
+    if let Some(t) = config.get_tcp_user_timeout() {
+        c.tcp_user_timeout(*t);
+    }
+    if let Some(i) = config.get_keepalives_interval() {
+        c.keepalives_interval(i);
+    }
+    if let Some(r) = config.get_keepalives_retries() {
+        c.keepalives_retries(r);
+    }
+    c.ssl_mode(config.get_ssl_mode())
+        .ssl_negotiation(config.get_ssl_negotiation())
+        .keepalives(config.get_keepalives())
+        .keepalives_idle(config.get_keepalives_idle())
+        .target_session_attrs(config.get_target_session_attrs())
+        .channel_binding(config.get_channel_binding())
+        .port(target.port);
+    match &target.host {
+        Some(Host::Tcp(h)) => {
+            c.host(h);
+        }
+        #[cfg(unix)]
+        Some(Host::Unix(p)) => {
+            c.host_path(p);
+        }
+        None => {}
+    }
+    if let Some(a) = target.addr {
+        c.hostaddr(a);
+    }
+    c
+}
+
+/// A random order of `items` (`load_balance_hosts=random`).
+fn shuffle<T>(items: &mut [T]) {
+    use std::hash::{BuildHasher, Hasher};
+    let mut seed = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    for i in (1..items.len()).rev() {
+        // xorshift64: enough to spread connections over hosts.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        items.swap(i, (seed % (i as u64 + 1)) as usize);
+    }
+}
+
+/// Opens a connection as libpq does with a host list: each host in turn
+/// (in a random order with `load_balance_hosts=random`), each address of a
+/// host name in turn, every attempt bounded by the config's
+/// `connect_timeout` over its whole setup (TCP, TLS, authentication and the
+/// `target_session_attrs` check). The first attempt that succeeds wins; when
+/// all fail, the last error is returned.
+pub(crate) async fn connect_each(
+    config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
+) -> Result<Opened, tokio_postgres::Error> {
+    let limit = config.get_connect_timeout().copied();
+    let (hosts, addrs, ports) = (
+        config.get_hosts(),
+        config.get_hostaddrs(),
+        config.get_ports(),
+    );
+    let count = hosts.len().max(addrs.len());
+    let consistent = count > 0
+        && (hosts.is_empty() || addrs.is_empty() || hosts.len() == addrs.len())
+        && (ports.len() <= 1 || ports.len() == count);
+    if !consistent {
+        // tokio-postgres refuses it, with its own error.
+        return bounded_setup(limit, config.connect(tls.clone())).await;
+    }
+    let random = config.get_load_balance_hosts() == LoadBalanceHosts::Random;
+    let mut order: Vec<usize> = (0..count).collect();
+    if random {
+        shuffle(&mut order);
+    }
+    let mut last = None;
+    for i in order {
+        let host = hosts.get(i).cloned();
+        let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+        let mut targets = Vec::new();
+        match (&host, addrs.get(i)) {
+            (_, Some(addr)) => targets.push(Target {
+                host,
+                addr: Some(*addr),
+                port,
+            }),
+            (Some(Host::Tcp(name)), None) if name.parse::<IpAddr>().is_err() => {
+                // Resolved here, so that each address gets its own attempt.
+                let resolved = match limit {
+                    Some(l) => {
+                        tokio::time::timeout(l, tokio::net::lookup_host((name.as_str(), port)))
+                            .await
+                            .ok()
+                    }
+                    None => Some(tokio::net::lookup_host((name.as_str(), port)).await),
+                };
+                if let Some(Ok(found)) = resolved {
+                    let mut found: Vec<IpAddr> = found.map(|a| a.ip()).collect();
+                    found.dedup();
+                    if random {
+                        shuffle(&mut found);
+                    }
+                    targets.extend(found.into_iter().map(|addr| Target {
+                        host: host.clone(),
+                        addr: Some(addr),
+                        port,
+                    }));
+                }
+                // Not resolved: tokio-postgres resolves it again and says why not.
+                if targets.is_empty() {
+                    targets.push(Target {
+                        host: hosts.get(i).cloned(),
+                        addr: None,
+                        port,
+                    });
+                }
+            }
+            _ => targets.push(Target {
+                host,
+                addr: None,
+                port,
+            }),
+        }
+        for target in targets {
+            let attempt = single(config, &target);
+            match bounded_setup(limit, attempt.connect(tls.clone())).await {
+                Ok(opened) => return Ok(opened),
+                Err(e) => {
+                    tracing::debug!(error = %e, host = i, "connection attempt failed; next host");
+                    last = Some(e);
+                }
+            }
+        }
+    }
+    match last {
+        Some(e) => Err(e),
+        None => bounded_setup(limit, config.connect(tls.clone())).await,
+    }
+}
+
 impl bb8::ManageConnection for ConnectionManager {
     type Connection = Connection;
     type Error = tokio_postgres::Error;
 
     async fn connect(&self) -> Result<Connection, tokio_postgres::Error> {
-        let client = bounded_setup(self.setup_timeout, self.inner.connect()).await?;
-        Ok(Connection::with_statements(client, self.prepared)
-            .cancelling_with(self.cancel_tls.clone()))
+        let (client, cancel_tls) = match &self.source {
+            Source::Own { config, tls } => {
+                let (client, connection) = connect_each(config, tls).await?;
+                tokio::spawn(async move {
+                    if let Err(e) = connection.await {
+                        tracing::debug!(error = %e, "pooled connection ended");
+                    }
+                });
+                (client, Some(tls.clone()))
+            }
+            // A wrapped manager's connector is not known: its abandoned
+            // calls are not cancelled on the server (see Connection::abandon).
+            Source::Bb8(inner) => (inner.connect().await?, None),
+        };
+        Ok(Connection::with_statements(client, self.prepared).cancelling_with(cancel_tls))
     }
 
     async fn is_valid(&self, conn: &mut Connection) -> Result<(), tokio_postgres::Error> {

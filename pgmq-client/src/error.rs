@@ -183,9 +183,23 @@ pub enum Error {
         source: tokio_postgres::Error,
     },
 
-    /// A configuration value (DSN, TLS, pool) was not usable.
+    /// A configuration value (TLS, pool) was not usable.
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// The DSN does not parse as libpq parses it, or holds a value libpq
+    /// would refuse or that this crate cannot honour. The error names byte
+    /// offsets and keywords, never a value.
+    ///
+    /// ```
+    /// # async fn f() {
+    /// use pgmq_client::{Client, DsnError, Error};
+    /// let err = Client::connect("postgres://app@db/app?sslmod=require").await.unwrap_err();
+    /// assert!(matches!(err, Error::Dsn(DsnError::UnknownKeyword { .. })));
+    /// # }
+    /// ```
+    #[error("invalid DSN: {0}")]
+    Dsn(#[from] crate::dsn::DsnError),
 
     /// A row the server returned did not have the shape this crate expects
     /// (a column of another type, an unexpected NULL, a missing column).
@@ -544,6 +558,7 @@ impl fmt::Debug for Error {
                 .field("source", &PgDebug(source))
                 .finish(),
             Error::Config(s) => f.debug_tuple("Config").field(s).finish(),
+            Error::Dsn(e) => f.debug_tuple("Dsn").field(e).finish(),
             Error::UnexpectedRow { source } => f
                 .debug_struct("UnexpectedRow")
                 .field("source", &PgDebug(source))

@@ -127,7 +127,9 @@ mod version;
 
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
-pub use dsn::{pgpass_lookup, read_dsn_file, redact as redact_dsn, DsnFileError};
+pub use dsn::{
+    pgpass_lookup, read_dsn_file, redact as redact_dsn, ConnInfo, DsnError, DsnFileError,
+};
 pub use error::{CommitOutcome, Error, Result};
 pub use executor::Executor;
 pub use fenced::{Receipt, Requeue, MAX_DELAY};

@@ -130,8 +130,7 @@ pub(crate) async fn connect_listener(
     config: &tokio_postgres::Config,
     tls: MakeRustlsConnect,
 ) -> Result<(tokio_postgres::Client, NotificationStream), Error> {
-    let limit = config.get_connect_timeout().copied();
-    let (client, mut connection) = crate::connection::bounded_setup(limit, config.connect(tls))
+    let (client, mut connection) = crate::connection::connect_each(config, &tls)
         .await
         .map_err(Error::Connect)?;
     let (tx, rx) = mpsc::unbounded_channel();

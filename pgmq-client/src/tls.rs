@@ -28,6 +28,10 @@
 //! before connecting: a verifying mode never falls back to a built-in list
 //! of public roots.
 //!
+//! With [`ClientBuilder::tls`](crate::ClientBuilder::tls) (or `pgmq
+//! --ca-file`), TLS is required: `allow`, `prefer` or no `sslmode` become
+//! `require`, and `disable` is refused as a contradiction.
+//!
 //! Differences from libpq, all on the stricter side: `allow` tries TLS first
 //! (tokio-postgres cannot try plain first), and `allow`/`prefer` do not retry
 //! without TLS once a TLS handshake failed. `sslcert`/`sslkey` (client
@@ -50,6 +54,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
+use crate::dsn::{ConnInfo, DsnError};
 use crate::error::Error;
 
 /// The DSN's `sslmode`, as libpq reads it.
@@ -149,108 +154,62 @@ impl TlsSettings {
     }
 }
 
-/// Reads `sslmode` and `sslrootcert` (refusing `sslcert` and `sslkey`,
-/// which are not supported from the DSN) and returns the DSN tokio-postgres
-/// can parse: without `sslmode` and `sslrootcert`, whose effect is in
-/// [`TlsSettings`].
-pub(crate) fn split_dsn(dsn: &str) -> Result<(String, TlsSettings), Error> {
-    let url = is_url(dsn);
-    let mut mode = None;
-    let mut root = RootCert::Default;
-    let mut refused: Option<String> = None;
-    let out = crate::dsn::map_params(dsn, false, |key, value| {
-        let value = if url {
-            percent_decode(value)
-        } else {
-            unescape(value)
+impl TlsSettings {
+    /// Reads `sslmode` and `sslrootcert` of a parsed DSN, refusing `sslcert`
+    /// and `sslkey` (client certificates go through
+    /// [`ClientBuilder::tls`](crate::ClientBuilder::tls)). With
+    /// `caller_tls` (a configuration given to `ClientBuilder::tls`), a mode
+    /// that would let a server go without TLS (`allow`, `prefer`, none
+    /// given) becomes `require`: whoever configured how to check the server
+    /// means it to be checked, and a proxy refusing TLS must not get the
+    /// password; `disable` then contradicts the configuration and is refused.
+    pub(crate) fn from_conninfo(info: &ConnInfo, caller_tls: bool) -> Result<TlsSettings, Error> {
+        for keyword in ["sslcert", "sslkey"] {
+            if info.get(keyword).is_some_and(|v| !v.is_empty()) {
+                return Err(Error::Dsn(DsnError::Unsupported {
+                    keyword,
+                    reason: "client certificates are not read from the DSN: load them into a \
+                             rustls::ClientConfig and pass it with ClientBuilder::tls",
+                }));
+            }
+        }
+        let mode = match info.get("sslmode") {
+            None => None,
+            Some(v) => Some(SslMode::parse(v).ok_or_else(|| {
+                Error::Dsn(DsnError::InvalidValue {
+                    keyword: "sslmode",
+                    reason: "must be one of disable, allow, prefer, require, verify-ca, \
+                             verify-full"
+                        .to_owned(),
+                })
+            })?),
         };
-        match key {
-            "sslmode" => {
-                match SslMode::parse(&value) {
-                    Some(m) => mode = Some(m),
-                    None => {
-                        refused.get_or_insert_with(|| {
-                            "`sslmode` must be one of disable, allow, prefer, require, \
-                             verify-ca, verify-full"
-                                .to_owned()
-                        });
-                    }
-                }
-                Some(None)
+        let root = match info.get("sslrootcert") {
+            None | Some("") => RootCert::Default,
+            Some("system") => RootCert::System,
+            Some(path) => RootCert::File(PathBuf::from(path)),
+        };
+        let mode = match (mode, &root) {
+            (None, RootCert::System) => SslMode::VerifyFull,
+            (Some(m), RootCert::System) if m != SslMode::VerifyFull => {
+                return Err(Error::Config(format!(
+                    "weak sslmode={} may not be used with sslrootcert=system (use verify-full)",
+                    m.name()
+                )))
             }
-            "sslrootcert" => {
-                root = if value == "system" {
-                    RootCert::System
-                } else {
-                    RootCert::File(PathBuf::from(value))
-                };
-                Some(None)
+            (Some(SslMode::Disable), _) if caller_tls => {
+                return Err(Error::Config(
+                    "sslmode=disable contradicts the TLS configuration given to \
+                     ClientBuilder::tls (or --ca-file): leave one of them out"
+                        .to_owned(),
+                ))
             }
-            "sslcert" | "sslkey" => {
-                refused.get_or_insert_with(|| {
-                    format!(
-                        "`{key}` in the DSN is not read: load the client certificate into a \
-                         rustls::ClientConfig and pass it with ClientBuilder::tls"
-                    )
-                });
-                None
-            }
-            _ => None,
-        }
-    });
-    if let Some(why) = refused {
-        return Err(Error::Config(why));
+            (None | Some(SslMode::Allow | SslMode::Prefer), _) if caller_tls => SslMode::Require,
+            (None, _) => SslMode::Prefer,
+            (Some(m), _) => m,
+        };
+        Ok(TlsSettings { mode, root })
     }
-    let mode = match (mode, &root) {
-        (None, RootCert::System) => SslMode::VerifyFull,
-        (None, _) => SslMode::Prefer,
-        (Some(m), RootCert::System) if m != SslMode::VerifyFull => {
-            return Err(Error::Config(format!(
-                "weak sslmode={} may not be used with sslrootcert=system (use verify-full)",
-                m.name()
-            )))
-        }
-        (Some(m), _) => m,
-    };
-    Ok((out, TlsSettings { mode, root }))
-}
-
-fn is_url(dsn: &str) -> bool {
-    let dsn = dsn.trim_start();
-    dsn.starts_with("postgres://") || dsn.starts_with("postgresql://")
-}
-
-fn percent_decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&value[i + 1..i + 3], 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn unescape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    let mut chars = value.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(next) = chars.next() {
-                out.push(next);
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// libpq's default root certificate file, when it exists.
@@ -404,8 +363,12 @@ impl ServerCertVerifier for Lenient {
 mod tests {
     use super::*;
 
+    fn split(dsn: &str, caller_tls: bool) -> Result<TlsSettings, Error> {
+        TlsSettings::from_conninfo(&ConnInfo::parse(dsn).unwrap(), caller_tls)
+    }
+
     fn settings(dsn: &str) -> TlsSettings {
-        split_dsn(dsn).unwrap().1
+        split(dsn, false).unwrap()
     }
 
     #[test]
@@ -418,18 +381,32 @@ mod tests {
             ("verify-ca", SslMode::VerifyCa),
             ("verify-full", SslMode::VerifyFull),
         ] {
-            let (dsn, s) = split_dsn(&format!("postgres://u:p@h/db?sslmode={name}&x=1")).unwrap();
-            assert_eq!(dsn, "postgres://u:p@h/db?x=1");
+            let s = settings(&format!("postgres://u:p@h/db?sslmode={name}"));
             assert_eq!(s.mode, mode);
             assert_eq!(s.root, RootCert::Default);
-            let (dsn, s) = split_dsn(&format!("host=h sslmode={name} user=u")).unwrap();
-            assert_eq!(dsn, "host=h user=u");
+            let s = settings(&format!("host=h sslmode={name} user=u"));
             assert_eq!(s.mode, mode);
         }
         assert_eq!(settings("postgres://h/db").mode, SslMode::Prefer);
         assert_eq!(settings("host=h").mode, SslMode::Prefer);
-        let err = split_dsn("postgres://h/db?sslmode=verify_full").unwrap_err();
+        assert_eq!(settings("postgres://h/db?ssl=true").mode, SslMode::Require);
+        let err = split("postgres://h/db?sslmode=verify_full", false).unwrap_err();
         assert!(err.to_string().contains("verify-full"), "{err}");
+    }
+
+    #[test]
+    fn a_callers_tls_configuration_means_tls() {
+        for dsn in [
+            "postgres://h/db",
+            "postgres://h/db?sslmode=allow",
+            "host=h sslmode=prefer",
+        ] {
+            assert_eq!(split(dsn, true).unwrap().mode, SslMode::Require, "{dsn}");
+        }
+        let s = split("postgres://h/db?sslmode=verify-full", true).unwrap();
+        assert_eq!(s.mode, SslMode::VerifyFull);
+        let err = split("postgres://h/db?sslmode=disable", true).unwrap_err();
+        assert!(err.to_string().contains("ClientBuilder::tls"), "{err}");
     }
 
     #[test]
@@ -443,9 +420,10 @@ mod tests {
         let s = settings("postgres://h/db?sslrootcert=system");
         assert_eq!((s.mode, s.root), (SslMode::VerifyFull, RootCert::System));
         for weak in ["disable", "allow", "prefer", "require", "verify-ca"] {
-            let err = split_dsn(&format!(
-                "postgres://h/db?sslrootcert=system&sslmode={weak}"
-            ))
+            let err = split(
+                &format!("postgres://h/db?sslrootcert=system&sslmode={weak}"),
+                false,
+            )
             .unwrap_err();
             assert!(err.to_string().contains("verify-full"), "{weak}: {err}");
         }
@@ -453,7 +431,7 @@ mod tests {
 
     #[test]
     fn client_certificates_are_refused_without_the_password() {
-        let err = split_dsn("postgres://u:secret@h/db?sslcert=/x/c.pem").unwrap_err();
+        let err = split("postgres://u:secret@h/db?sslcert=/x/c.pem", false).unwrap_err();
         assert!(err.to_string().contains("ClientBuilder::tls"), "{err}");
         assert!(!err.to_string().contains("secret"));
     }

@@ -84,11 +84,11 @@ async fn wrong_password_is_a_connect_error_without_the_password() {
         .await
         .unwrap_err();
     assert!(!format!("{err} {err:?}").contains(secret));
-    // A DSN that does not parse is a Config error that does not echo it.
+    // A DSN that does not parse is a Dsn error that does not echo it.
     let err = Client::connect(&format!("postgres://pgmq:{secret}@127.0.0.1:notaport/pgmq"))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(matches!(err, Error::Dsn(_)), "{err:?}");
     assert!(!format!("{err} {err:?}").contains(secret));
 }
 

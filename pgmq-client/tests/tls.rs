@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use pgmq_client::reexports::rustls;
-use pgmq_client::{Client, ClientBuilder, Error, Listener, Message};
+use pgmq_client::{Client, ClientBuilder, ConnInfo, Error, Listener, Message};
 use serde_json::json;
 
 fn port() -> u16 {
@@ -44,11 +44,12 @@ impl Drop for Cluster {
     }
 }
 
-/// The TLS cluster: its port, the `user:password` of the DSN db-tls.sh
+/// The TLS cluster: its port, the user and password of the DSN db-tls.sh
 /// printed, and the folder of its certificates.
 struct Tls {
     port: u16,
-    userinfo: String,
+    user: String,
+    password: String,
     dir: PathBuf,
 }
 
@@ -60,7 +61,11 @@ impl Tls {
         } else {
             format!("?{params}")
         };
-        format!("postgres://{}@{host}:{}/pgmq{q}", self.userinfo, self.port)
+        let mut info =
+            ConnInfo::parse(&format!("postgres://{host}:{}/pgmq{q}", self.port)).unwrap();
+        info.set("user", &self.user).unwrap();
+        info.set("password", &self.password).unwrap();
+        info.to_dsn()
     }
 
     fn ca(&self) -> PathBuf {
@@ -105,17 +110,18 @@ async fn tls_cluster() -> Option<(Cluster, Tls)> {
     };
     // postgres://user:password@localhost:port/pgmq?sslmode=require
     let dsn = printed.trim();
-    let userinfo = dsn
-        .strip_prefix("postgres://")
-        .and_then(|rest| rest.rsplit_once('@'))
-        .map(|(info, _)| info.to_owned())
-        .expect("db-tls.sh prints a postgres:// DSN with user and password");
+    let login = ConnInfo::parse(dsn).expect("db-tls.sh prints a DSN");
+    let (Some(user), Some(password)) = (login.get("user"), login.get("password")) else {
+        panic!("db-tls.sh prints a DSN with user and password");
+    };
+    let (user, password) = (user.to_owned(), password.to_owned());
     let dir = PathBuf::from(format!("/tmp/pgmq-sdk-db-{port}/tls"));
     Some((
         cluster,
         Tls {
             port,
-            userinfo,
+            user,
+            password,
             dir,
         },
     ))
@@ -206,8 +212,8 @@ async fn tls_modes_against_a_server_with_ssl() {
     let kv = format!(
         "host=localhost port={} dbname=pgmq user={} password={} sslmode=verify-full sslrootcert='{ca}'",
         tls.port,
-        tls.userinfo.split_once(':').unwrap().0,
-        tls.userinfo.split_once(':').unwrap().1,
+        tls.user,
+        tls.password,
     );
     connects(&kv, "verify-full key=value").await;
 

@@ -18,9 +18,9 @@ const SHARED_PORT: u16 = 55432;
 pub(crate) struct Cluster {
     root: PathBuf,
     port: u16,
-    /// `user:password` of the DSN db-start.sh printed (the password is
-    /// generated with the cluster).
-    userinfo: Arc<OnceLock<String>>,
+    /// The DSN db-start.sh printed, parsed (its password is generated with
+    /// the cluster).
+    login: Arc<OnceLock<pgmq_client::ConnInfo>>,
 }
 
 impl Cluster {
@@ -36,7 +36,7 @@ impl Cluster {
         Ok(Cluster {
             root: root.to_owned(),
             port,
-            userinfo: Arc::default(),
+            login: Arc::default(),
         })
     }
 
@@ -53,8 +53,17 @@ impl Cluster {
     /// The DSN of database `db` on `port` of 127.0.0.1 (the cluster's own,
     /// or a proxy's in front of it), with the cluster's user and password.
     pub(crate) fn dsn_at(&self, port: u16, db: &str) -> String {
-        let userinfo = self.userinfo.get().map(String::as_str).unwrap_or("pgmq");
-        format!("postgres://{userinfo}@127.0.0.1:{port}/{db}")
+        let mut info =
+            pgmq_client::ConnInfo::parse(&format!("postgres://pgmq@127.0.0.1:{port}/{db}"))
+                .expect("a DSN of known parts");
+        if let Some(login) = self.login.get() {
+            for k in ["user", "password"] {
+                if let Some(v) = login.get(k) {
+                    info.set(k, v).expect("a libpq keyword");
+                }
+            }
+        }
+        info.to_dsn()
     }
 
     /// The port.
@@ -66,14 +75,12 @@ impl Cluster {
     pub(crate) async fn start(&self) -> Result<(), BoxError> {
         let printed = self.script("db-start.sh", &[]).await?;
         // postgres://user:password@127.0.0.1:port/pgmq
-        let userinfo = printed
+        let login = printed
             .lines()
             .last()
-            .and_then(|dsn| dsn.trim().strip_prefix("postgres://"))
-            .and_then(|rest| rest.rsplit_once('@'))
-            .map(|(info, _)| info.to_owned())
+            .and_then(|dsn| pgmq_client::ConnInfo::parse(dsn.trim()).ok())
             .ok_or("db-start.sh printed no DSN")?;
-        let _ = self.userinfo.set(userinfo);
+        let _ = self.login.set(login);
         Ok(())
     }
 

@@ -16,12 +16,9 @@ pub fn test_dsn() -> String {
 
 /// `dsn` with its database name replaced.
 fn with_database(dsn: &str, db: &str) -> String {
-    let (base, query) = match dsn.find('?') {
-        Some(i) => (&dsn[..i], &dsn[i..]),
-        None => (dsn, ""),
-    };
-    let slash = base.rfind('/').expect("a URL DSN with a database name");
-    format!("{}/{db}{query}", &base[..slash])
+    let mut info = pgmq_client::ConnInfo::parse(dsn).expect("the test DSN parses");
+    info.set("dbname", db).unwrap();
+    info.to_dsn()
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {

@@ -16,18 +16,9 @@ pub fn dsn() -> String {
 
 /// The same server, another database.
 pub fn dsn_for(db: &str) -> String {
-    let d = dsn();
-    match d.rfind('/') {
-        Some(i) => {
-            let (base, rest) = d.split_at(i);
-            // Keep any query string (`?sslmode=...`).
-            match rest.find('?') {
-                Some(q) => format!("{base}/{db}{}", &rest[q..]),
-                None => format!("{base}/{db}"),
-            }
-        }
-        None => d,
-    }
+    let mut info = pgmq_client::ConnInfo::parse(&dsn()).expect("PGMQ_TEST_DSN parses");
+    info.set("dbname", db).unwrap();
+    info.to_dsn()
 }
 
 pub async fn client() -> Client {
