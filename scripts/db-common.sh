@@ -1,10 +1,12 @@
 # Shared settings of the throwaway PostgreSQL cluster. Sourced by db-*.sh.
-#   PGMQ_DB_PORT   port to listen on (default 55432)
+#   PGMQ_DB_PORT   port to listen on, 1024-65535 (default 55432)
 #   PGMQ_DB_DIR    folder of the cluster (default /tmp/pgmq-sdk-db-<port>)
-# The cluster listens on 127.0.0.1 only. Role pgmq (superuser, with a password
-# generated when the cluster is made) owns three databases: pgmq (PGMQ as an
-# extension), pgmq_sqlonly (PGMQ installed by running its SQL, as on managed
-# servers) and pgmq_none (no PGMQ at all).
+#   PGMQ_DB_RESERVE_PORTS  0: leave net.ipv4.ip_local_reserved_ports alone
+#                  (see reserve_ports)
+# The cluster listens on 127.0.0.1 only. Role pgmq (with a password generated
+# when the cluster is made; not a superuser, see below) owns three databases:
+# pgmq (PGMQ as an extension), pgmq_sqlonly (PGMQ installed by running its
+# SQL, as on managed servers) and pgmq_none (no PGMQ at all).
 #
 # Safe on a machine with other local users:
 # - the folder is made fresh by whoever runs the scripts (mode 0711, so the
@@ -16,16 +18,37 @@
 #   and local connections use peer authentication (no trust);
 # - TCP connections need the pgmq role's password, generated from
 #   /dev/urandom and kept in $PGMQ_DB_DIR/dsn (mode 0600, with the DSN);
+# - no superuser logs in over TCP: while the server is down (the fault suite
+#   stops it on purpose) any local user may bind its port and ask a client
+#   for its password in clear text, so the DSN's role pgmq is no superuser
+#   (it may create databases, read the statistics and settings, and turn
+#   default_transaction_read_only with ALTER SYSTEM and reload, which the
+#   tests, the benchmark and the fault suite need), and pg_hba.conf refuses
+#   the superuser over TCP; the superuser has no password and gets in only
+#   over the 0700 socket, by peer authentication;
 # - files in folders the postgres user owns are written as that user, so a
 #   symlink planted there cannot lead a root-run script anywhere.
 PGMQ_DB_PORT="${PGMQ_DB_PORT:-55432}"
+
+db_log() { printf 'pgmq-db: %s\n' "$*" >&2; }
+
+# Succeeds when $1 is a TCP port number in 1024-65535 (digits only, no
+# leading zero).
+valid_port() {
+  [[ "$1" =~ ^[1-9][0-9]{3,4}$ ]] && [ "$1" -ge 1024 ] && [ "$1" -le 65535 ]
+}
+
+# Checked before anything else runs: the port goes into the server's
+# configuration and the host-wide reserved ports.
+if ! valid_port "$PGMQ_DB_PORT"; then
+  db_log "PGMQ_DB_PORT=$PGMQ_DB_PORT is not a port number in 1024-65535"
+  exit 2
+fi
 PGMQ_DB_DIR="${PGMQ_DB_DIR:-/tmp/pgmq-sdk-db-$PGMQ_DB_PORT}"
 PGDATA_DIR="$PGMQ_DB_DIR/data"
 PG_RUN_DIR="$PGMQ_DB_DIR/run"
 PG_LOG="$PG_RUN_DIR/postgres.log"
 DSN_FILE="$PGMQ_DB_DIR/dsn"
-
-db_log() { printf 'pgmq-db: %s\n' "$*" >&2; }
 
 find_pg_bin() {
   local bindir=""
@@ -130,7 +153,8 @@ make_db_dir() {
 # right after it hit this now and then. As root, reserve_ports adds the block
 # (and the cluster's own port, when outside it) to
 # net.ipv4.ip_local_reserved_ports, which the kernel never hands out as an
-# ephemeral port; entries already there are kept, and it lasts until reboot.
+# ephemeral port; entries already there are kept, it lasts until reboot, and
+# what it added is logged. PGMQ_DB_RESERVE_PORTS=0 leaves the setting alone.
 # Without root nothing changes, and start_server's wait covers a busy port.
 PGMQ_PORT_BLOCK="55432-55459"
 
@@ -149,13 +173,19 @@ port_listed() {
 reserve_ports() {
   local f=/proc/sys/net/ipv4/ip_local_reserved_ports cur add=""
   [ "$(id -u)" = 0 ] && [ -w "$f" ] || return 0
+  if [ "${PGMQ_DB_RESERVE_PORTS:-1}" = 0 ]; then
+    db_log "PGMQ_DB_RESERVE_PORTS=0: leaving net.ipv4.ip_local_reserved_ports alone"
+    return 0
+  fi
+  # Checked at the top already; again here, right before the host-wide write.
+  valid_port "$PGMQ_DB_PORT" || return 1
   cur="$(tr -d ' \n' <"$f" 2>/dev/null)" || return 0
   port_listed "${PGMQ_PORT_BLOCK%-*}" "$cur" && port_listed "${PGMQ_PORT_BLOCK#*-}" "$cur" \
     || add="$PGMQ_PORT_BLOCK"
   port_listed "$PGMQ_DB_PORT" "$cur${add:+,$add}" || add="${add:+$add,}$PGMQ_DB_PORT"
   [ -z "$add" ] && return 0
   if printf '%s\n' "${cur:+$cur,}$add" >"$f" 2>/dev/null; then
-    db_log "reserved ports $add against ephemeral use (net.ipv4.ip_local_reserved_ports)"
+    db_log "reserved ports $add against ephemeral use: net.ipv4.ip_local_reserved_ports was '${cur}', now '$(tr -d ' \n' <"$f")' (until reboot; PGMQ_DB_RESERVE_PORTS=0 turns this off)"
   fi
 }
 

@@ -50,6 +50,8 @@ if ! pg_file PG_VERSION; then
   # gets in (the socket's folder is 0700 besides). TCP: SCRAM passwords.
   as_pg "$bindir/initdb" -D "$PGDATA_DIR" -U "$PG_SUPERUSER" --auth-local=peer --auth-host=scram-sha-256 \
     --encoding=UTF8 --locale=C.UTF-8 >/dev/null
+  # The superuser never over TCP (see db-common.sh): first match wins.
+  as_pg sed -i "1i host all $PG_SUPERUSER all reject" "$PGDATA_DIR/pg_hba.conf"
   as_pg tee -a "$PGDATA_DIR/postgresql.conf" >/dev/null <<CONF
 # throwaway cluster for this SDK's development, tests and benchmarks
 listen_addresses = '127.0.0.1'
@@ -81,6 +83,14 @@ fi
 
 psql_su() { as_pg "$bindir/psql" -h "$PG_RUN_DIR" -p "$PGMQ_DB_PORT" -U "$PG_SUPERUSER" -v ON_ERROR_STOP=1 -qAt "$@"; }
 
+# A cluster made before the pgmq role lost its superuser status keeps it
+# (its objects belong to the superuser); say how to get the safer one.
+attrs="LOGIN NOSUPERUSER CREATEDB"
+if pg_file .pgmq-ready && ! pg_file .pgmq-nosuperuser; then
+  attrs=""
+  db_log "$PGDATA_DIR was made by an older version of these scripts: its role pgmq is a superuser that logs in over TCP. Run db-stop.sh, then db-start.sh, to remake it"
+fi
+
 # The pgmq role's password: generated, never on a command line (SQL goes in
 # on stdin), kept only in the 0600 DSN file.
 if [ "$fresh" = 1 ] || ! pg_file .pgmq-ready || [ ! -f "$DSN_FILE" ]; then
@@ -92,20 +102,34 @@ if [ "$fresh" = 1 ] || ! pg_file .pgmq-ready || [ ! -f "$DSN_FILE" ]; then
   else
     verb=CREATE
   fi
-  printf "%s ROLE pgmq LOGIN SUPERUSER PASSWORD '%s';\n" "$verb" "$password" | psql_su -d postgres >/dev/null
+  printf "%s ROLE pgmq %s PASSWORD '%s';\n" "$verb" "$attrs" "$password" | psql_su -d postgres >/dev/null
   unset password
 fi
 
 if [ "$fresh" = 1 ] || ! pg_file .pgmq-ready; then
   sqldir="$("$here/install-pgmq.sh" --print-sql-dir)"
   version="$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$sqldir/pgmq.control")"
+  # What the tests, the benchmark and the fault suite do beyond owning their
+  # databases: read every session's statistics and the settings, and switch
+  # the cluster read-only and back (ALTER SYSTEM on that one parameter, PG 15
+  # and later, and a reload). A function's grant holds in its database:
+  # template1's is copied into every database made after it.
+  psql_su -d postgres -c "GRANT pg_monitor TO pgmq" >/dev/null
+  for db in template1 postgres; do
+    psql_su -d "$db" -c "GRANT EXECUTE ON FUNCTION pg_reload_conf() TO pgmq" >/dev/null
+  done
+  if [ "$(psql_su -d postgres -c 'show server_version_num')" -ge 150000 ]; then
+    psql_su -d postgres -c "GRANT ALTER SYSTEM ON PARAMETER default_transaction_read_only TO pgmq" >/dev/null
+  fi
   for db in pgmq pgmq_sqlonly pgmq_none; do
     psql_su -d postgres -c "CREATE DATABASE $db OWNER pgmq" >/dev/null
   done
-  psql_su -d pgmq -c "CREATE EXTENSION pgmq" >/dev/null
-  # As role pgmq (the owner), over the socket as the superuser would make
-  # postgres own the objects; SET ROLE keeps peer authentication.
+  # As role pgmq (the owner: the queues' tables go in its schema), over the
+  # socket as the superuser would make postgres own the objects; SET ROLE
+  # keeps peer authentication.
+  psql_su -d pgmq -c "SET ROLE pgmq" -c "CREATE EXTENSION pgmq" >/dev/null
   { echo "SET ROLE pgmq;"; cat "$sqldir/pgmq--$version.sql"; } | psql_su -d pgmq_sqlonly -f - >/dev/null 2>&1
+  as_pg touch "$PGDATA_DIR/.pgmq-nosuperuser"
   as_pg touch "$PGDATA_DIR/.pgmq-ready"
   db_log "cluster ready: PostgreSQL $(psql_su -d pgmq -c 'show server_version'), PGMQ $version"
 fi
@@ -113,6 +137,13 @@ fi
 # pg_partman, when its package is installed (it may arrive after the cluster did).
 if [ -f "$("$PG_CONFIG" --sharedir)/extension/pg_partman.control" ]; then
   psql_su -d pgmq -c "CREATE SCHEMA IF NOT EXISTS partman; CREATE EXTENSION IF NOT EXISTS pg_partman SCHEMA partman" >/dev/null
+  # pg_partman needs a superuser to install; role pgmq uses it (partitioned
+  # queues) with the grants its documentation lists.
+  psql_su -d pgmq -c "GRANT ALL ON SCHEMA partman TO pgmq" \
+    -c "GRANT ALL ON ALL TABLES IN SCHEMA partman TO pgmq" \
+    -c "GRANT ALL ON ALL SEQUENCES IN SCHEMA partman TO pgmq" \
+    -c "GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA partman TO pgmq" \
+    -c "GRANT EXECUTE ON ALL PROCEDURES IN SCHEMA partman TO pgmq" >/dev/null
 fi
 
 # The DSN (with the password) on stdout for scripts that capture it

@@ -10,9 +10,13 @@ if [ ! -e "$PGMQ_DB_DIR" ] && [ ! -L "$PGMQ_DB_DIR" ]; then
   exit 0
 fi
 check_db_dir
-# A PgBouncer started by pgbouncer-start.sh in front of this cluster.
-if [ -f "$PG_RUN_DIR/pgbouncer/pgbouncer.pid" ]; then
-  kill "$(cat "$PG_RUN_DIR/pgbouncer/pgbouncer.pid")" 2>/dev/null || true
+# A PgBouncer started by pgbouncer-start.sh in front of this cluster. Its
+# pid file lies in a folder of the server's OS user, who may write any pid
+# there: read it and signal as that user, so it reaches only that user's
+# own processes (and never a group: digits only).
+if as_pg test -f "$PG_RUN_DIR/pgbouncer/pgbouncer.pid"; then
+  as_pg sh -c 'pid="$(head -n1 "$1" | tr -cd 0-9)"; [ -n "$pid" ] && kill "$pid"' \
+    sh "$PG_RUN_DIR/pgbouncer/pgbouncer.pid" 2>/dev/null || true
 fi
 bindir="$(find_pg_bin || true)"
 if [ -n "$bindir" ] && as_pg test -f "$PGDATA_DIR/postmaster.pid"; then

@@ -10,6 +10,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/db-common.sh"
 port="${PGMQ_PGBOUNCER_PORT:-55439}"
+valid_port "$port" || { db_log "PGMQ_PGBOUNCER_PORT=$port is not a port number in 1024-65535"; exit 2; }
 
 if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
   if [ "$(id -u)" != 0 ]; then
@@ -29,7 +30,9 @@ password="$(python3 -c 'import sys, urllib.parse; print(urllib.parse.unquote(url
 dir="$PG_RUN_DIR/pgbouncer"
 dsn="postgres://pgmq:$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.stdin.read().strip(), safe=""))' <<<"$password")@127.0.0.1:$port/pgmq"
 
-if [ -f "$dir/pgbouncer.pid" ] && kill -0 "$(cat "$dir/pgbouncer.pid")" 2>/dev/null; then
+# The pid file is the server's OS user's: read and signalled as that user.
+if as_pg sh -c 'pid="$(head -n1 "$1" 2>/dev/null | tr -cd 0-9)"; [ -n "$pid" ] && kill -0 "$pid"' \
+  sh "$dir/pgbouncer.pid" 2>/dev/null; then
   echo "$dsn"
   exit 0
 fi

@@ -10,25 +10,9 @@ use std::time::Duration;
 use pgmq_client::{Error, Pgmq};
 use serde_json::{json, Value};
 
-use common::Queues;
+use common::{msg_states as rows, Queues};
 
 const VT: Duration = Duration::from_secs(60);
-
-/// `(msg_id, read_ct)` of every row, by id, straight from the table.
-async fn rows(pg: &tokio_postgres::Client, q: &pgmq_client::QueueName) -> Vec<(i64, i32, bool)> {
-    pg.query(
-        &format!(
-            "SELECT msg_id, read_ct, vt <= clock_timestamp() FROM {} ORDER BY msg_id",
-            q.table()
-        ),
-        &[],
-    )
-    .await
-    .unwrap()
-    .iter()
-    .map(|r| (r.get(0), r.get(1), r.get(2)))
-    .collect()
-}
 
 #[tokio::test]
 async fn a_release_makes_messages_visible_and_undoes_their_read() {

@@ -67,13 +67,18 @@ impl TempDb {
 
     /// Runs SQL in this database and returns the first column of each row as text.
     pub fn query(&self, sql: &str) -> Vec<String> {
+        self.try_query(sql).unwrap()
+    }
+
+    /// [`query`](Self::query), returning the server's refusal instead of
+    /// panicking on it.
+    pub fn try_query(&self, sql: &str) -> Result<Vec<String>, tokio_postgres::Error> {
         let dsn = self.dsn.clone();
         let sql = sql.to_owned();
         runtime().block_on(async move {
             let c = connect(&dsn).await;
-            c.simple_query(&sql)
-                .await
-                .unwrap()
+            Ok(c.simple_query(&sql)
+                .await?
                 .into_iter()
                 .filter_map(|m| match m {
                     tokio_postgres::SimpleQueryMessage::Row(r) => {
@@ -81,7 +86,7 @@ impl TempDb {
                     }
                     _ => None,
                 })
-                .collect()
+                .collect())
         })
     }
 

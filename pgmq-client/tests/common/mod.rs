@@ -43,6 +43,24 @@ pub async fn raw() -> tokio_postgres::Client {
     raw_to(&dsn()).await
 }
 
+/// `(msg_id, read_ct, visible now)` of every message of `q`, by id, straight
+/// from its table.
+pub async fn msg_states(
+    pg: &tokio_postgres::Client,
+    q: &pgmq_client::QueueName,
+) -> Vec<(i64, i32, bool)> {
+    let sql = format!(
+        "SELECT msg_id, read_ct, vt <= clock_timestamp() FROM {} ORDER BY msg_id",
+        q.quoted_table()
+    );
+    pg.query(&sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+}
+
 /// Waits for the session advisory lock named `name` on a connection of its
 /// own; the lock is held until the returned client is dropped (also when
 /// the test panics), across test processes.

@@ -13,7 +13,7 @@
 //! pgmq purge <queue>
 //! pgmq send <queue> [--file F] [--envelope] [--delay S] [--batch N]   JSON lines in, ids out
 //! pgmq read <queue> [-n N] [--vt S] [--poll S] [--filter JSON]       messages out
-//! pgmq pop <queue> [-n N]
+//! pgmq pop <queue> [-n N]                    print, then delete what was printed
 //! pgmq delete <queue> <msg_id>...  |  pgmq archive <queue> <msg_id>...
 //! pgmq redrive <dead_letter_queue> [--to Q] [--batch N] [--limit N] [--dry-run]
 //! pgmq notify enable <queue> [--throttle-ms MS] | notify disable <queue> | notify list
@@ -97,7 +97,16 @@ enum Command {
     /// Read messages and print them as JSON lines. Read messages stay in the
     /// queue, hidden for --vt seconds, and their read_ct goes up.
     Read(ReadArgs),
-    /// Read and delete messages at once, printing them as JSON lines.
+    /// Take messages off a queue: print them as JSON lines, then delete them.
+    ///
+    /// The messages are read (hidden for 30 s, their read_ct counting this
+    /// read), printed and flushed, and deleted only once every line was
+    /// written to stdout. When writing fails (a closed pipe, as with
+    /// `| head -1`, or a full disk) none is deleted and all are made
+    /// visible again at once, so nothing is lost to the output failing
+    /// (the lines that did get out will be delivered again). A line counts
+    /// as written once the pipe took it, read or not: ask for no more than
+    /// the reader takes.
     Pop {
         queue: String,
         #[arg(long, short = 'n', default_value_t = 1)]
@@ -123,8 +132,14 @@ enum Command {
     /// sent to the target and deleted from the dead-letter queue, or neither.
     /// Prints {"msg_id", "queue", "new_msg_id"} per message moved. Messages
     /// without a target, or whose `source_queue` names no existing queue,
-    /// stay in the dead-letter queue. Without --to, messages naming more
-    /// than one queue are moved only with --yes.
+    /// stay in the dead-letter queue untouched (their read_ct and visibility
+    /// unchanged) and are counted in the summary on stderr. Without --to,
+    /// messages naming more than one queue are moved only with --yes; --to
+    /// may not name the dead-letter queue itself. The run handles the
+    /// messages there when it began (dead letters arriving meanwhile wait
+    /// for the next run). When the connection is lost during a batch's
+    /// COMMIT, the error says the batch's outcome is unknown and names the
+    /// msg_ids to check in the target and the dead-letter queue.
     Redrive(RedriveArgs),
     /// Insert notifications (LISTEN channel pgmq.q_QUEUE.INSERT).
     Notify {
@@ -374,10 +389,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Send(args) => send(&client, args, &mut out).await?,
         Command::Read(args) => read(&client, args, &mut out).await?,
-        Command::Pop { queue: name, qty } => {
-            let msgs = client.pop_raw(&queue(&name)?, qty).await?;
-            print_messages(&msgs, &mut out).await?;
-        }
+        Command::Pop { queue: name, qty } => pop(&client, &queue(&name)?, qty, &mut out).await?,
         Command::Delete {
             queue: name,
             msg_ids,
@@ -455,6 +467,44 @@ async fn read(client: &Client, args: ReadArgs, out: &mut Out) -> Result<(), Fail
     }
     let msgs = client.read_with_raw(&q, &opts).await?;
     print_messages(&msgs, out).await
+}
+
+/// How long `pop` hides what it read before deleting it: when the process
+/// dies in between, the messages are visible again after this.
+const POP_HOLD: Duration = Duration::from_secs(30);
+
+/// `pgmq pop`: read (hidden for [`POP_HOLD`]), print and flush, then delete
+/// what was printed. When stdout fails, nothing is deleted and the messages
+/// are made visible again at once.
+async fn pop(client: &Client, q: &QueueName, qty: usize, out: &mut Out) -> Result<(), Failure> {
+    let msgs = client.read_raw(q, POP_HOLD, qty).await?;
+    let ids: Vec<i64> = msgs.iter().map(|m| m.msg_id).collect();
+    let printed = match print_messages(&msgs, out).await {
+        Ok(()) => out.flush().await,
+        Err(e) => Err(e),
+    };
+    if let Err(Failure(e)) = printed {
+        let back = match client.set_vt_batch(q, &ids, Duration::ZERO).await {
+            Ok(_) => "visible again now".to_owned(),
+            Err(err) => format!(
+                "visible again within {} s (making them visible at once failed: {err})",
+                POP_HOLD.as_secs()
+            ),
+        };
+        return fail(format!(
+            "{e}; no message was deleted: the {} read are {back}",
+            ids.len()
+        ));
+    }
+    client.delete_batch(q, &ids).await.map_err(|e| {
+        Failure(format!(
+            "{e}; the {} message(s) printed may not have been deleted: those that were not \
+             are visible again within {} s",
+            ids.len(),
+            POP_HOLD.as_secs()
+        ))
+    })?;
+    Ok(())
 }
 
 /// `pgmq redrive`: the names checked, then [`redrive::run`].
