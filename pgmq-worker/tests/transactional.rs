@@ -73,6 +73,23 @@ async fn snapshot(client: &Client, q: &QueueName, table: &str) -> Snapshot {
     }
 }
 
+/// Waits (at most 30 s) until a message queued in `before` has a higher
+/// `read_ct` and is still in the queue: claimed, not yet completed.
+async fn claimed_since(client: &Client, q: &QueueName, table: &str, before: &Snapshot) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let now = snapshot(client, q, table).await;
+        let claimed = now
+            .reads
+            .iter()
+            .any(|(id, read_ct)| before.reads.get(id).is_some_and(|b| read_ct > b));
+        if claimed {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Waits until the server has ended every session of the killed worker, so
 /// that each of its transactions has committed or rolled back.
 async fn sessions_ended(client: &Client, app: &str) {
@@ -129,9 +146,11 @@ fn every_row_exists_exactly_once_with_workers_killed_at_random_points() {
             let w = worker(&q2, &t2, &app2).await;
             let _ = w.run_until(std::future::pending::<()>()).await;
         });
-        std::thread::sleep(Duration::from_millis(
-            rand::thread_rng().gen_range(100..400),
-        ));
+        // Kill while the worker holds claimed work: wait (however loaded the
+        // machine) until a message it claimed is still queued, then let it
+        // run a random moment longer.
+        main.block_on(claimed_since(&client, &q, &table, &before));
+        std::thread::sleep(Duration::from_millis(rand::thread_rng().gen_range(0..100)));
         // The kill: every task dropped where it stands, every connection closed.
         rt.shutdown_background();
         kills += 1;
