@@ -91,10 +91,12 @@
 //!   [`blocking_handler`](WorkerBuilder::blocking_handler) runs CPU-bound
 //!   handlers on dedicated threads.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
-//!   one transaction, with headers `reason`, `attempts`, `source_queue`,
-//!   `original_msg_id` and `original_headers`. The copy is made in SQL, so
-//!   body and original headers arrive exactly as stored. Without a dead-letter queue
-//!   they are archived (PGMQ's archive table keeps them, without a reason).
+//!   one transaction, with headers `reason`, `attempts`, `deliveries`,
+//!   `source_queue`, `original_msg_id` and `original_headers`. The copy is
+//!   made in SQL, so body and original headers arrive exactly as stored.
+//!   Without a dead-letter queue (or when it has been dropped) they are
+//!   archived, with `dead_letter_reason` and `attempts` merged into their
+//!   headers in PGMQ's archive table.
 //! - **Fenced writes.** Every write (delete, archive, retry, snooze,
 //!   dead-letter move, heartbeat, release) matches the message *and the
 //!   delivery that claimed it* (`msg_id` and the `last_read_at` its read
@@ -176,6 +178,8 @@
 //! - `fault-injection`: test hooks that make internal tasks panic; never in
 //!   production.
 //!
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod claim_queue;
