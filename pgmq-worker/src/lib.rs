@@ -226,6 +226,15 @@ pub use worker::{Monitor, Worker, WorkerHandle};
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+/// The crates' own READMEs (their crates.io pages), compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../pgmq-client/README.md")]
+struct ClientReadmeDoctests;
+
 /// Re-exports used in this crate's public API.
 pub mod reexports {
     pub use hdrhistogram;
