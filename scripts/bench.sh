@@ -4,9 +4,10 @@
 # with apt-get when missing, removed afterwards), write the benchmark.v1 JSON
 # document, and print its Markdown summary (plus an SVG chart beside the JSON).
 #
-#   bash scripts/bench.sh                     # default profile, a few minutes on 2 cores
-#   bash scripts/bench.sh --long              # 5 measured rounds, larger runs, 5-minute sustained
-#   bash scripts/bench.sh --quick             # smoke test: 1 round, no warm-up, small runs
+#   bash scripts/bench.sh                     # the full run: about 15 minutes on 2 cores
+#   bash scripts/bench.sh --long              # pgmq-bench --long: 5 rounds, larger runs, 5-minute sustained
+#   bash scripts/bench.sh --standard          # pgmq-bench --standard: between --quick and the full run
+#   bash scripts/bench.sh --quick             # pgmq-bench --quick: smoke test, 1 round, small runs
 #   bash scripts/bench.sh --invocations 5     # 5 independent invocations, one aggregate document
 #   bash scripts/bench.sh --output run.json -- --sections consume_scaling,baseline --handler-work-ms 1
 #
@@ -27,20 +28,17 @@ extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --output|-o) output="$2"; shift 2 ;;
-    --long) profile=long; shift ;;
-    --quick) profile=quick; shift ;;
+    --long|--standard|--quick) profile="${1#--}"; shift ;;
     --invocations) invocations="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (flags for pgmq-bench go after --)" >&2; exit 2 ;;
   esac
 done
 
-case "$profile" in
-  default) flags=() ;;
-  long) flags=(--repeat 5 --warmup 1 --messages 300000 --batch-messages 500000 --single-messages 20000 --duration 5m --sustained-warmup 30s) ;;
-  quick) flags=(--quick) ;;
-esac
+# The profiles are pgmq-bench's own (one definition, in its config.rs).
+flags=()
+[ "$profile" = default ] || flags=("--$profile")
 
 cargo build --release --quiet -p pgmq-bench
 bin="${CARGO_TARGET_DIR:-target}/release/pgmq-bench"

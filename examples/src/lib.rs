@@ -9,6 +9,11 @@
 //! | `notify` | wake-up latency of a LISTEN/NOTIFY worker against a polling one |
 //! | `topics_fifo` | fan-out with topic bindings, and FIFO groups |
 //! | `metrics` | a worker's Prometheus metrics on `127.0.0.1:9898/metrics` |
+//! | `axum_service` | an HTTP service: outbox producers, a worker, `/healthz`, one shutdown |
+//! | `worker_group` | one `WorkerGroup` over several queues |
+//! | `ledger` | a transactional handler booking a ledger, effectively once |
+//! | `deadpool_shared` | producers and a worker on the service's deadpool pool |
+//! | `fifo_consumer` | a worker over FIFO groups, each group in order |
 //!
 //! Run one with `cargo run -p pgmq-examples --example <name>`; each reads the
 //! database from `DATABASE_URL` (default: the docker compose database of

@@ -15,6 +15,7 @@ use crate::local_db;
     name = "pgmq-bench",
     version,
     about = "Benchmark pgmq-client and pgmq-worker on a real PostgreSQL/PGMQ database",
+    after_help = BEFORE_A_RUN,
     args_conflicts_with_subcommands = true
 )]
 #[non_exhaustive]
@@ -26,6 +27,22 @@ pub struct Cli {
     #[command(flatten)]
     pub run: RunArgs,
 }
+
+/// What a run against a database of one's own needs and costs: printed by
+/// `--help` and at the start of such a run.
+pub const BEFORE_A_RUN: &str = "\
+Before a run against your own database (--dsn-file, PGMQ_BENCH_DSN):
+  needs   a role that may create and drop PGMQ queues (CREATE in schema pgmq),
+          VACUUM and ANALYZE their tables (their owner), and create triggers
+          (wakeup_latency enables PGMQ's insert notifications); --handler
+          db-write also creates the table pgmq_bench_handler_sink
+  costs   a full run takes about 15 minutes on 2 cores and writes the WAL of
+          several million messages sent and deleted (the 1,000,000-message
+          backlog most of them); --standard runs smaller sizes without that
+          backlog, --quick is a smoke test
+  touches only queues named pgmq_bench_*; it refuses to start while any
+          exist, and --clean drops them first, including those of a run
+          still going on the same database";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -53,6 +70,10 @@ pub enum Command {
     /// Merge the documents of N invocations into one aggregate document that
     /// keeps every run; its figures hold one median per invocation.
     Aggregate(AggregateArgs),
+    /// Write a document's summary (schema pgmq-bench.summary.v1: every
+    /// figure's median and range, the targets, outcome, SDK and host; no
+    /// runs): small enough to attach to a changelog.
+    Summary(SummaryArgs),
 }
 
 /// What each handler call does besides recording its id.
@@ -145,6 +166,17 @@ impl From<ClaimReadsArg> for pgmq_worker::ClaimReads {
             ClaimReadsArg::Function => pgmq_worker::ClaimReads::Function,
         }
     }
+}
+
+/// Options of `summary`.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct SummaryArgs {
+    /// The document.
+    pub run: PathBuf,
+    /// Where to write the summary (default: standard output).
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
 }
 
 /// Options of `aggregate`.
@@ -282,7 +314,7 @@ pub struct RunArgs {
     pub local: bool,
 
     /// Port of the --local cluster (never 55432, the shared development cluster).
-    #[arg(long, default_value_t = local_db::DEFAULT_PORT)]
+    #[arg(long, env = "PGMQ_BENCH_LOCAL_PORT", default_value_t = local_db::DEFAULT_PORT)]
     pub local_port: u16,
 
     /// Where to write the benchmark.v1 JSON document.
@@ -386,12 +418,20 @@ pub struct RunArgs {
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub stall_timeout: Duration,
 
-    /// The quick profile: 1 round, no warm-up, small runs (20,000 consumed
-    /// and batch-sent messages, 2,000 single sends, backlogs of 20,000 and
-    /// 100,000, processes 1,2, a 20 s sustained window); options left at
-    /// their default take the profile's value.
-    #[arg(long)]
+    /// The quick profile, a smoke test: 1 round, no warm-up, small runs
+    /// (20,000 consumed and batch-sent messages, 2,000 single sends, backlogs
+    /// of 20,000 and 100,000, processes 1,2, a 20 s sustained window);
+    /// options left at their default take the profile's value.
+    #[arg(long, conflicts_with_all = ["standard", "long"])]
     pub quick: bool,
+
+    /// The standard profile, between --quick and the full run: 2 rounds
+    /// after 1 warm-up, 50,000 consumed and 100,000 batch-sent messages,
+    /// 5,000 single sends, one backlog of 100,000 (no 1,000,000: most of a
+    /// full run's time and WAL), processes 1,2, a 20 s sustained window;
+    /// options left at their default take the profile's value.
+    #[arg(long, conflicts_with_all = ["quick", "long"])]
+    pub standard: bool,
 
     /// backlog_scaling: backlog sizes (comma-separated; default 100000,1000000,
     /// 20000,100000 with --quick).
@@ -435,8 +475,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 8)]
     pub rate_steps_max: u32,
 
-    /// sustained: a soak of at least 5 minutes (raises --duration to 5m).
-    #[arg(long)]
+    /// The long profile, for publishable figures: 5 rounds after 1 warm-up,
+    /// 300,000 consumed and 500,000 batch-sent messages, 20,000 single
+    /// sends, a sustained window of at least 5 minutes (30 s left out of the
+    /// fit); options left at their default take the profile's value.
+    #[arg(long, conflicts_with_all = ["quick", "standard"])]
     pub long: bool,
 }
 

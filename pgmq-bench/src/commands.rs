@@ -1,7 +1,7 @@
 //! The non-benchmark subcommands: read documents, print Markdown on stdout,
 //! return the exit status.
 
-use crate::cli::{AggregateArgs, CheckArgs, CheckMemoryArgs, CompareArgs, ReportArgs};
+use crate::cli::{AggregateArgs, CheckArgs, CheckMemoryArgs, CompareArgs, ReportArgs, SummaryArgs};
 use crate::document::{Document, Figure, MemorySummary, Sample, Sections};
 use crate::error::{Error, Result};
 use crate::report::{check, compare, markdown, svg};
@@ -35,6 +35,21 @@ pub async fn check(args: CheckArgs) -> Result<i32> {
     let (text, code) = check::check(&doc, &args.require);
     print!("{text}");
     Ok(code)
+}
+
+/// `summary`: the document's summary as JSON, to a file or standard output.
+pub async fn summary(args: SummaryArgs) -> Result<i32> {
+    let doc = Document::read(&args.run).await?;
+    let mut text =
+        serde_json::to_string_pretty(&doc.summary()).map_err(|e| Error::json("the summary", e))?;
+    text.push('\n');
+    match &args.output {
+        Some(path) => tokio::fs::write(path, text)
+            .await
+            .map_err(|e| Error::io(format!("writing {}", path.display()), e))?,
+        None => print!("{text}"),
+    }
+    Ok(0)
 }
 
 /// `check-memory`: the memory target from two documents; 1 when missed.

@@ -87,6 +87,8 @@ pub struct Config {
 pub const BACKLOG_SIZES: [u64; 2] = [100_000, 1_000_000];
 /// The backlog sizes of the quick profile.
 pub const QUICK_BACKLOG_SIZES: [u64; 2] = [20_000, 100_000];
+/// The backlog sizes of the standard profile.
+pub const STANDARD_BACKLOG_SIZES: [u64; 1] = [100_000];
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())
@@ -226,6 +228,8 @@ fn backlog_sizes(a: &RunArgs) -> Result<Vec<u64>> {
     let mut backlog_sizes = a.backlog_sizes.clone().unwrap_or_else(|| {
         if a.quick {
             QUICK_BACKLOG_SIZES.to_vec()
+        } else if a.standard {
+            STANDARD_BACKLOG_SIZES.to_vec()
         } else {
             BACKLOG_SIZES.to_vec()
         }
@@ -268,44 +272,45 @@ fn check_rate_search(a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// `args` with the quick profile (and `--long`) applied: each option the
-/// profile sets is replaced when it holds its default value. (An option given
-/// explicitly with its default value is replaced too: clap's derive API does
-/// not say where a value came from.)
+/// `args` with the profile (`--quick`, `--standard` or `--long`) applied:
+/// each option the profile sets is replaced when it holds its default value.
+/// (An option given explicitly with its default value is replaced too:
+/// clap's derive API does not say where a value came from.) The backlog
+/// sizes of a profile are in [`backlog_sizes`].
 fn quick_profile(a: &RunArgs) -> RunArgs {
-    let mut a = a.clone();
-    if a.long && a.duration < Duration::from_secs(300) {
-        a.duration = Duration::from_secs(300);
-        if a.sustained_warmup == Duration::from_secs(5) {
-            a.sustained_warmup = Duration::from_secs(30);
-        }
-    }
-    if !a.quick {
-        return a;
-    }
-    fn pick<T: PartialEq>(v: &mut T, default: T, quick: T) {
+    fn pick<T: PartialEq>(v: &mut T, default: T, profile: T) {
         if *v == default {
-            *v = quick;
+            *v = profile;
         }
     }
-    pick(&mut a.repeat, 3, 1);
-    pick(&mut a.warmup, 1, 0);
-    pick(&mut a.messages, 150_000, 20_000);
-    pick(&mut a.batch_messages, 250_000, 20_000);
-    pick(&mut a.single_messages, 10_000, 2_000);
-    if !a.long {
-        pick(
-            &mut a.duration,
-            Duration::from_secs(30),
-            Duration::from_secs(20),
-        );
-        pick(
-            &mut a.sustained_warmup,
-            Duration::from_secs(5),
-            Duration::from_secs(3),
-        );
+    let mut a = a.clone();
+    let secs = Duration::from_secs;
+    if a.long {
+        pick(&mut a.repeat, 3, 5);
+        pick(&mut a.messages, 150_000, 300_000);
+        pick(&mut a.batch_messages, 250_000, 500_000);
+        pick(&mut a.single_messages, 10_000, 20_000);
+        if a.duration < secs(300) {
+            a.duration = secs(300);
+        }
+        pick(&mut a.sustained_warmup, secs(5), secs(30));
+    } else if a.quick {
+        pick(&mut a.repeat, 3, 1);
+        pick(&mut a.warmup, 1, 0);
+        pick(&mut a.messages, 150_000, 20_000);
+        pick(&mut a.batch_messages, 250_000, 20_000);
+        pick(&mut a.single_messages, 10_000, 2_000);
+        pick(&mut a.duration, secs(30), secs(20));
+        pick(&mut a.sustained_warmup, secs(5), secs(3));
+        pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+    } else if a.standard {
+        pick(&mut a.repeat, 3, 2);
+        pick(&mut a.messages, 150_000, 50_000);
+        pick(&mut a.batch_messages, 250_000, 100_000);
+        pick(&mut a.single_messages, 10_000, 5_000);
+        pick(&mut a.duration, secs(30), secs(20));
+        pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
     }
-    pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
     a
 }
 
@@ -340,6 +345,21 @@ mod tests {
         assert_eq!(c.backlog_sizes.len(), 3);
         let c = Config::from_args(&args(&["--long"])).unwrap();
         assert!(c.duration >= Duration::from_secs(300));
+        assert_eq!((c.repeat, c.messages), (5, 300_000));
+        assert_eq!(c.backlog_sizes, BACKLOG_SIZES.to_vec());
+    }
+
+    #[test]
+    fn the_standard_profile_lies_between_quick_and_full() {
+        let quick = Config::from_args(&args(&["--quick"])).unwrap();
+        let standard = Config::from_args(&args(&["--standard"])).unwrap();
+        let full = Config::from_args(&args(&[])).unwrap();
+        assert!(quick.messages < standard.messages && standard.messages < full.messages);
+        assert!(quick.repeat < standard.repeat && standard.repeat < full.repeat);
+        assert_eq!(standard.backlog_sizes, STANDARD_BACKLOG_SIZES.to_vec());
+        // One profile at a time.
+        let both = crate::cli::Cli::try_parse_from(["pgmq-bench", "--quick", "--standard"]);
+        assert!(both.is_err());
     }
 
     #[test]

@@ -80,6 +80,87 @@ impl Document {
     }
 }
 
+/// The schema of [`Summary`], `pgmq-bench summary`'s output.
+pub const SUMMARY_SCHEMA: &str = "pgmq-bench.summary.v1";
+
+/// A document's summary: small enough to attach to a changelog or a pull
+/// request (no runs, no sections, no invocations), and enough to read the
+/// results and compare them by eye. The full document stays the record.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Summary {
+    /// Always [`SUMMARY_SCHEMA`].
+    pub schema: &'static str,
+    /// The schema of the document it summarizes.
+    pub source_schema: String,
+    /// When the run started and ended.
+    pub started_at: DateTime<Utc>,
+    /// When the run ended.
+    pub finished_at: DateTime<Utc>,
+    /// The SDK's version and commit.
+    pub sdk: Sdk,
+    /// The machine.
+    pub host: Host,
+    /// Whether the run passed its checks, and why not.
+    pub outcome: RunOutcome,
+    /// Whether the result may be compared with durable ones.
+    pub durable_comparable: bool,
+    /// Every figure: id, unit, direction, median, range and run count.
+    pub figures: Vec<SummaryFigure>,
+    /// The performance targets as evaluated in the run.
+    pub targets: Vec<TargetCheck>,
+}
+
+/// One figure of a [`Summary`].
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct SummaryFigure {
+    /// The figure's stable key.
+    pub id: String,
+    /// Its unit.
+    pub unit: String,
+    /// Which direction is an improvement.
+    pub better: Better,
+    /// Median over the measured runs (per-invocation medians in an aggregate).
+    pub median: f64,
+    /// Smallest measured run.
+    pub min: f64,
+    /// Largest measured run.
+    pub max: f64,
+    /// How many runs the median is over.
+    pub runs: usize,
+}
+
+impl Document {
+    /// The summary of this document.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            schema: SUMMARY_SCHEMA,
+            source_schema: self.schema.clone(),
+            started_at: self.metadata.started_at,
+            finished_at: self.metadata.finished_at,
+            sdk: self.metadata.sdk.clone(),
+            host: self.metadata.host.clone(),
+            outcome: self.outcome.clone(),
+            durable_comparable: self.durability.comparable,
+            figures: self
+                .figures
+                .iter()
+                .map(|f| SummaryFigure {
+                    id: f.id.clone(),
+                    unit: f.unit.clone(),
+                    better: f.better,
+                    median: f.median,
+                    min: f.min,
+                    max: f.max,
+                    runs: f.runs.len(),
+                })
+                .collect(),
+            targets: self.targets.clone(),
+        }
+    }
+}
+
 /// Pass or fail of the run's own checks.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -36,6 +36,7 @@ fn main() {
                 });
             }
             Some(Command::Aggregate(args)) => commands::aggregate(args).await,
+            Some(Command::Summary(args)) => commands::summary(args).await,
             Some(Command::ProcessWorker(args)) => {
                 return pgmq_bench::scenarios::processes::child_main(args)
                     .await

@@ -57,6 +57,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         };
         Some(Target::resolve(&dsn)?)
     };
+    if given.is_some() {
+        eprintln!("{}", crate::cli::BEFORE_A_RUN);
+    }
     let progress = Progress::new();
     let local = if args.local {
         progress.say(format!(

@@ -103,6 +103,8 @@
 //! How the crate is laid out, module by module, is in the repository's
 //! `docs/architecture.md`.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod ack;
 mod client;
 mod connection;

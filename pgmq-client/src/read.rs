@@ -168,7 +168,7 @@ pub(crate) fn secs(d: Duration, what: &str) -> Result<i32, Error> {
 
 /// Milliseconds of `d` as an integer argument, rounded up.
 pub(crate) fn millis(d: Duration, what: &str) -> Result<i32, Error> {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 > 0);
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     i32::try_from(ms).map_err(|_| Error::InvalidArgument(format!("{what} of {d:?} is too long")))
 }
 

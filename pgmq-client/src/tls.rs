@@ -126,7 +126,7 @@ impl TlsSettings {
     /// The rustls configuration for these settings when the caller gave none.
     pub(crate) fn client_config(&self) -> Result<rustls::ClientConfig, Error> {
         if self.mode == SslMode::Disable {
-            return Ok(config_with(Checks::None));
+            return config_with(Checks::None);
         }
         let roots = match &self.root {
             RootCert::File(path) => Some(roots_from_file(path)?),
@@ -150,7 +150,7 @@ impl TlsSettings {
             }
             (_, None) => Checks::None,
         };
-        Ok(config_with(checks))
+        config_with(checks)
     }
 }
 
@@ -256,8 +256,20 @@ fn system_roots() -> Result<RootCertStore, Error> {
     Ok(roots)
 }
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// The crypto provider: *ring* with the default feature `ring`; without it,
+/// the one the application installed for the process
+/// (`CryptoProvider::install_default`).
+fn provider() -> Result<Arc<CryptoProvider>, Error> {
+    #[cfg(feature = "ring")]
+    return Ok(Arc::new(rustls::crypto::ring::default_provider()));
+    #[cfg(not(feature = "ring"))]
+    CryptoProvider::get_default().cloned().ok_or_else(|| {
+        Error::Config(
+            "no rustls crypto provider: enable pgmq-client's feature `ring` (the default) or \
+             install one with rustls::crypto::CryptoProvider::install_default before connecting"
+                .into(),
+        )
+    })
 }
 
 /// What the server's certificate is checked for.
@@ -271,13 +283,15 @@ enum Checks {
     Full(RootCertStore),
 }
 
-fn config_with(checks: Checks) -> rustls::ClientConfig {
-    let provider = provider();
+fn config_with(checks: Checks) -> Result<rustls::ClientConfig, Error> {
+    let provider = provider()?;
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions");
+        .map_err(|e| Error::Config(format!("the rustls crypto provider: {e}")))?;
     let chain = match checks {
-        Checks::Full(roots) => return builder.with_root_certificates(roots).with_no_client_auth(),
+        Checks::Full(roots) => {
+            return Ok(builder.with_root_certificates(roots).with_no_client_auth())
+        }
         Checks::Chain(roots) => Some(
             WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                 .build()
@@ -285,10 +299,10 @@ fn config_with(checks: Checks) -> rustls::ClientConfig {
         ),
         Checks::None => None,
     };
-    builder
+    Ok(builder
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(Lenient { chain, provider }))
-        .with_no_client_auth()
+        .with_no_client_auth())
 }
 
 /// The checks of `verify-ca` and of the unverified modes given a root

@@ -34,8 +34,7 @@ impl ErrorBackoff {
 /// messages that failed together (a dependency down) do not all come back
 /// at the same instant.
 pub(crate) fn jittered(d: Duration) -> Duration {
-    use rand::Rng;
-    let f = rand::thread_rng().gen_range(1.0 - JITTER..=1.0 + JITTER);
+    let f = 1.0 - JITTER + 2.0 * JITTER * unit_random();
     d.min(pgmq_client::MAX_DELAY)
         .mul_f64(f)
         .min(pgmq_client::MAX_DELAY)
@@ -43,6 +42,19 @@ pub(crate) fn jittered(d: Duration) -> Duration {
 
 /// The relative spread of [`jittered`].
 pub(crate) const JITTER: f64 = 0.2;
+
+/// A number in `[0, 1)` that differs from call to call: the hash of nothing
+/// under a fresh `RandomState`, whose SipHash keys are random per thread and
+/// change with every `RandomState::new`. Spreading retries needs no more than
+/// that, and it spares the crate a random-number dependency.
+fn unit_random() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    // The top 53 bits, as many as an f64's mantissa holds.
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
 
 #[cfg(test)]
 mod tests {

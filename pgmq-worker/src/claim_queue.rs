@@ -216,7 +216,7 @@ mod tests {
             let n = [1usize, 3, 8, 100][round as usize % 4];
             // Waking every loop, or one (fast handlers): either way the
             // batch is taken.
-            let wake = if round % 3 == 0 { 1 } else { n };
+            let wake = if round.is_multiple_of(3) { 1 } else { n };
             assert!(q.push_batch((0..n as u32).map(|k| round * 1000 + k), wake));
             *pushed += n;
         };
@@ -246,7 +246,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         for round in 0..200u32 {
             push(round, &mut pushed);
-            if round % 3 == 0 {
+            if round.is_multiple_of(3) {
                 tokio::time::sleep(Duration::from_micros(200)).await;
             }
         }

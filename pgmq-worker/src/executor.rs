@@ -782,7 +782,7 @@ impl LoopTiming {
         // fast ones the first and every 16th run are enough (and spare a
         // shared write per message).
         self.runs += 1;
-        if self.runs == 1 || took_us >= 500 || self.runs % 16 == 0 {
+        if self.runs == 1 || took_us >= 500 || self.runs.is_multiple_of(16) {
             shared.handler_time.record(took_us);
         }
         self.local.maybe_merge(&shared.stats, ended);

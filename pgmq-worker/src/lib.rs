@@ -91,12 +91,13 @@
 //!   [`blocking_handler`](WorkerBuilder::blocking_handler) runs CPU-bound
 //!   handlers on dedicated threads.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
-//!   one transaction, with headers `reason`, `attempts`, `source_queue`,
-//!   `original_msg_id` and `original_headers`. The copy is made in SQL, so
-//!   body and original headers arrive exactly as stored (less the worker's
-//!   own [`ATTEMPTS_HEADER`], so a redriven message gets `max_attempts`
-//!   again). Without a dead-letter queue they are archived, the reason
-//!   merged into their headers.
+//!   one transaction, with headers `reason`, `attempts`, `deliveries`,
+//!   `source_queue`, `original_msg_id` and `original_headers`. The copy is
+//!   made in SQL, so body and original headers arrive exactly as stored
+//!   (less the worker's own [`ATTEMPTS_HEADER`], so a redriven message gets
+//!   `max_attempts` again). Without a dead-letter queue (or when it has been
+//!   dropped) they are archived, with `dead_letter_reason` and `attempts`
+//!   merged into their headers in PGMQ's archive table.
 //! - **Fenced writes.** Every write (delete, archive, retry, snooze,
 //!   dead-letter move, heartbeat, release) matches the message *and the
 //!   delivery that claimed it* (`msg_id` and the `last_read_at` its read
@@ -180,6 +181,8 @@
 //!   production.
 //!
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backoff;
 mod claim_queue;
 mod claimer;
@@ -224,6 +227,15 @@ pub use worker::{Monitor, Worker, WorkerHandle};
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// The crates' own READMEs (their crates.io pages), compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct CrateReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../pgmq-client/README.md")]
+struct ClientReadmeDoctests;
 
 /// Re-exports used in this crate's public API.
 pub mod reexports {

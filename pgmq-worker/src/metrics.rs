@@ -5,7 +5,7 @@
 //!
 //! | name | kind | what |
 //! | --- | --- | --- |
-//! | `pgmq_worker_<counter>_total` | counter | every counter of [`StatsSnapshot`](crate::StatsSnapshot): `claimed`, `handled`, `succeeded`, `failed`, `retried`, `snoozed`, `dead_lettered`, `deleted`, `archived`, `claims_lost`, `timed_out`, `panicked`, `acks_failed`, `read_errors`, `task_restarts`, ... |
+//! | `pgmq_worker_<counter>_total` | counter | every counter of [`StatsSnapshot`](crate::StatsSnapshot): `claimed`, `handled`, `succeeded`, `failed`, `retried`, `snoozed`, `dead_lettered`, `deleted`, `archived`, `released`, `claims_lost`, `timed_out`, `panicked`, `decode_failures`, `acks_failed`, `ack_retries`, `read_errors`, `reads`, `empty_reads`, `heartbeats`, `task_restarts`, `expired_unstarted`, `expired_released`, `wakeups_notify`, `wakeups_poll`, `wakeups_after_throttle`, `still_running_at_deadline` (`acks_pending` is the gauge below) |
 //! | `pgmq_worker_claim_queue_depth` | gauge | claimed messages waiting for a handler |
 //! | `pgmq_worker_running_handlers` | gauge | handler runs in progress |
 //! | `pgmq_worker_acks_pending` | gauge | acknowledgements queued or being written (the acknowledgement lag, in messages) |
@@ -100,7 +100,7 @@ pub(crate) async fn run(
 
 /// Every counter published, by name (`pgmq_worker_<name>_total`), with its
 /// value in `s`.
-fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 22] {
+fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 28] {
     [
         ("claimed", s.claimed),
         ("handled", s.handled),
@@ -124,5 +124,11 @@ fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 22] {
         ("heartbeats", s.heartbeats),
         ("task_restarts", s.task_restarts),
         ("tx_unavailable", s.tx_unavailable),
+        ("expired_unstarted", s.expired_unstarted),
+        ("expired_released", s.expired_released),
+        ("wakeups_notify", s.wakeups_notify),
+        ("wakeups_poll", s.wakeups_poll),
+        ("wakeups_after_throttle", s.wakeups_after_throttle),
+        ("still_running_at_deadline", s.still_running_at_deadline),
     ]
 }

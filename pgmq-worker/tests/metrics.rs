@@ -159,6 +159,18 @@ async fn a_run_records_histograms_counters_and_queue_gauges() {
         "no oldest-message age"
     );
     assert_eq!(recorder.gauge(&name("pgmq_worker_healthy")), Some(1.0));
+    // Every counter of StatsSnapshot is published, those still at 0 too.
+    for counter in [
+        "pgmq_worker_expired_unstarted_total",
+        "pgmq_worker_expired_released_total",
+        "pgmq_worker_wakeups_poll_total",
+        "pgmq_worker_wakeups_notify_total",
+    ] {
+        assert!(
+            recorder.counter(&name(counter)).is_some(),
+            "{counter} is not published"
+        );
+    }
 
     // One sample per handler run, each a plausible time in seconds.
     for metric in [

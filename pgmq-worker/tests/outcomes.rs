@@ -476,7 +476,7 @@ async fn a_panicking_handler_is_a_failure_and_the_others_keep_going() {
         .poll_interval(Duration::from_millis(20))
         .retry_backoff(Backoff::constant(Duration::ZERO))
         .handler(|m: Message<Job>| async move {
-            if m.body.n % 5 == 0 && m.read_ct == 1 {
+            if m.body.n.is_multiple_of(5) && m.read_ct == 1 {
                 panic!("job {} exploded", m.body.n);
             }
             tokio::time::sleep(Duration::from_millis(2)).await;

@@ -4,11 +4,36 @@
 use std::fmt::Write as _;
 
 use crate::cli::HandlerKind;
-use crate::document::{Document, TargetCheck};
+use crate::document::{Document, Host, TargetCheck};
 use crate::figures::{self, TargetContext};
 use crate::report::fmt_value;
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// The machine the targets' limits were set on: the project's 2-core
+/// x86_64 development machine (docs/benchmarks.md, "The worker's
+/// performance targets").
+pub const TARGETS_HOST: (&str, u32) = ("x86_64", 2);
+
+/// A note when `host` is not like the machine the targets were set on
+/// (another architecture or CPU count): a met or missed target then says
+/// less about the SDK than about the machine.
+pub fn host_note(host: &Host) -> Option<String> {
+    let (arch, cpus) = TARGETS_HOST;
+    if host.arch == arch && host.cpu_count == cpus {
+        return None;
+    }
+    Some(format!(
+        "Note: the targets' limits were set on a {cpus}-CPU {arch} machine; this run is from a \
+         {}-CPU {} host{}. Read them as that machine's, not this one's.\n\n",
+        host.cpu_count,
+        host.arch,
+        host.cpu_model
+            .as_deref()
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default()
+    ))
+}
 
 /// A Markdown table of target checks.
 pub fn targets_table(targets: &[TargetCheck]) -> String {
@@ -74,6 +99,9 @@ fn handler_of(doc: &Document) -> HandlerKind {
 pub fn check(doc: &Document, require: &[String]) -> (String, i32) {
     let targets = evaluate(doc);
     let mut out = targets_table(&targets);
+    if let Some(note) = host_note(&doc.metadata.host) {
+        out.push_str(&note);
+    }
     let mut code = 0;
     if targets.iter().any(|t| t.pass == Some(false)) {
         code = 1;
@@ -145,4 +173,27 @@ pub fn check_memory(
         );
     }
     (out, if under && flat { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_say_so_on_a_host_unlike_theirs() {
+        let mut host: Host = serde_json::from_value(serde_json::json!({
+            "os": "linux", "arch": "x86_64", "cpu_count": 2
+        }))
+        .unwrap();
+        assert_eq!(host_note(&host), None);
+        host.cpu_count = 16;
+        let note = host_note(&host).unwrap();
+        assert!(
+            note.contains("2-CPU x86_64") && note.contains("16-CPU x86_64"),
+            "{note}"
+        );
+        host.cpu_count = 2;
+        host.arch = "aarch64".into();
+        assert!(host_note(&host).is_some());
+    }
 }

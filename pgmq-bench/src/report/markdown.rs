@@ -376,6 +376,9 @@ pub fn render(d: &Document) -> String {
     memory(&mut out, d);
     if !d.targets.is_empty() {
         out.push_str(&super::check::targets_table(&d.targets));
+        if let Some(note) = super::check::host_note(&d.metadata.host) {
+            out.push_str(&note);
+        }
     }
     out
 }

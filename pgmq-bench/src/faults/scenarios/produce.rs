@@ -122,7 +122,7 @@ async fn cut_until_done(proxy: Proxy, done: Arc<AtomicBool>) -> (u32, Proxy) {
     while !done.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(100)).await;
         cuts += 1;
-        let refuse = cuts % 5 == 0;
+        let refuse = cuts.is_multiple_of(5);
         if refuse {
             proxy.set_accepting(false);
         }
