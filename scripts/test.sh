@@ -14,23 +14,21 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
-# libpq-dev (pg_config, libpq-fe.h, libpq.so): pgmq-client/tests/dsn_libpq.rs
-# builds a small program against libpq as the oracle of the crate's DSN
-# parser, and fails without it.
-if ! command -v pg_config >/dev/null 2>&1 || [ ! -e "$(pg_config --includedir)/libpq-fe.h" ]; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libpq-dev >/dev/null
-  else
-    echo "test.sh: libpq-dev is missing (apt-get install -y libpq-dev as root)" >&2
-  fi
-fi
-
 started=0
 if ! bash scripts/db-ctl.sh status >/dev/null 2>&1; then
   started=1
 fi
 if [ "$started" = 1 ]; then
   trap 'bash scripts/db-stop.sh >/dev/null 2>&1 || true' EXIT
+fi
+# libpq-dev for the DSN parser's libpq oracle test. It can upgrade the
+# server packages: a cluster that was already running is restarted then.
+rc=0
+bash scripts/install-libpq-dev.sh || rc=$?
+if [ "$rc" = 3 ] && [ "$started" = 0 ]; then
+  bash scripts/db-ctl.sh restart
+elif [ "$rc" != 0 ] && [ "$rc" != 3 ]; then
+  echo "test.sh: without libpq-dev, pgmq-client's dsn_libpq test will fail" >&2
 fi
 bash scripts/install-partman.sh || true
 PGMQ_TEST_DSN="$(bash scripts/db-start.sh)"
