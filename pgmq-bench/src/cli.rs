@@ -87,8 +87,8 @@ pub enum HandlerKind {
     DbWrite,
     /// The same insert, made by a transactional handler in the worker's
     /// transaction that also deletes the message (transactional
-    /// completion), on the SDK pool (give `--pool-size` room for the
-    /// handlers: workers + 4).
+    /// completion), on the SDK pool (raised to at least the largest
+    /// worker's handlers + 4 connections, which its transactions need).
     DbWriteTx,
 }
 

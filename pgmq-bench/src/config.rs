@@ -120,7 +120,7 @@ impl Config {
             handler_work: Duration::from_millis(a.handler_work_ms),
             repeat: a.repeat,
             warmup: a.warmup,
-            pool_size: a.pool_size,
+            pool_size: pool_size(a),
             idle: a.idle,
             idle_poll: Duration::from_millis(a.idle_poll_ms),
             wakeup_samples: a.wakeup_samples,
@@ -209,6 +209,19 @@ fn check_scalars(a: &RunArgs) -> Result<()> {
         return Err(bad("--idle must be longer than zero"));
     }
     Ok(())
+}
+
+/// The SDK pool's size: `--pool-size`, raised for `--handler db-write-tx`
+/// to what the largest worker needs (each handler holds a connection for its
+/// transaction, plus two claimers, the flusher and one spare), which the
+/// worker's `build()` would otherwise refuse.
+fn pool_size(a: &RunArgs) -> u32 {
+    if a.handler != HandlerKind::DbWriteTx {
+        return a.pool_size;
+    }
+    let most = a.workers.iter().copied().max().unwrap_or(1);
+    let most = most.max(a.sustained_workers).max(a.backlog_workers);
+    a.pool_size.max(most.saturating_add(4))
 }
 
 /// The selected sections in round order (`Section::ALL`'s), each once.

@@ -283,15 +283,6 @@ impl Held {
         }
     }
 
-    /// Marks it broken: its pool discards it rather than handing it out again.
-    pub(crate) fn mark_broken(&self) {
-        match self {
-            Held::Pool(c) => c.mark_broken(),
-            #[cfg(feature = "deadpool")]
-            Held::Deadpool(d) => d.lost.store(true, std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-
     /// Gives up on the call in flight: marks it broken and asks the server
     /// to cancel the statement (see the module docs, "Bounded").
     pub(crate) fn abandon(&self) {
@@ -299,7 +290,8 @@ impl Held {
             Held::Pool(c) => c.abandon(),
             #[cfg(feature = "deadpool")]
             Held::Deadpool(d) => {
-                self.mark_broken();
+                // Broken: the pool discards it rather than handing it out again.
+                d.lost.store(true, std::sync::atomic::Ordering::Relaxed);
                 // deadpool does not tell its TLS connector: a plain cancel
                 // request, which a server that takes only TLS refuses (its
                 // statement_timeout then ends the statement).
