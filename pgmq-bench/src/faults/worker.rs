@@ -815,6 +815,11 @@ mod tests {
         a.vt_secs = 3;
         a.record_starts = true;
         a.sabotage = Sabotage::SkipLedger;
+        a.kind = HandlerKind::Transactional;
+        a.fifo = true;
+        a.group = true;
+        a.pool_size = 6;
+        a.app_name = "pgmq-campaign-w0s1g2".into();
         let mut argv = vec!["x".to_owned(), "--dsn".into(), "postgres://u@h/db".into()];
         argv.extend(a.to_argv());
         let parsed = Cli::try_parse_from(argv).unwrap().w;
@@ -823,6 +828,12 @@ mod tests {
         assert_eq!(parsed.scenario, "7");
         assert!(parsed.record_starts && !parsed.sdk_defaults);
         assert_eq!(parsed.sabotage, Sabotage::SkipLedger);
+        assert_eq!(parsed.kind, HandlerKind::Transactional);
+        assert!(parsed.fifo && parsed.group && !parsed.hooks);
+        assert_eq!(
+            (parsed.pool_size, parsed.app_name.as_str()),
+            (6, "pgmq-campaign-w0s1g2")
+        );
         assert_eq!(parsed.to_argv(), a.to_argv());
     }
 }
