@@ -444,7 +444,18 @@ fn slot_args(
     a.db_timeout_ms = DB_TIMEOUT.as_millis() as u64;
     a.stats_ms = 1_000;
     a.sabotage = sabotage;
-    a.pool_size = if role.transactional() { 6 } else { 4 };
+    // The transactional process's pool is smaller than its 4 handlers'
+    // transactions and the worker's own 4 connections need: checkouts then
+    // wait, and must not be counted as attempts. The FIFO process has a
+    // handler per group and a pool for all of them.
+    a.pool_size = match role {
+        Role::Plain => 4,
+        Role::Tx => 6,
+        Role::Fifo => 4 + GROUPS as u32,
+    };
+    if role == Role::Fifo {
+        a.concurrency = GROUPS as usize;
+    }
     a.kind = match kind {
         ProcKind::Tx | ProcKind::Fifo => HandlerKind::Transactional,
         ProcKind::Blocking => HandlerKind::Blocking,
@@ -555,11 +566,11 @@ impl Producer {
         let r: u32 = self.rng.gen_range(0..100);
         let act = match r {
             0..=84 => None,
-            85..=92 => Some(Act {
+            85..=93 => Some(Act {
                 fail_before: 2,
                 ..Act::default()
             }),
-            93..=96 => Some(Act {
+            94..=96 => Some(Act {
                 sleep_ms: 6_000,
                 ..Act::default()
             }),
@@ -589,12 +600,12 @@ impl Producer {
                 let key = FIFO_BASE + g * FIFO_SPAN + seq;
                 let r: u32 = self.rng.gen_range(0..100);
                 let act = match r {
-                    0..=87 => None,
-                    88..=93 => Some(Act {
+                    0..=93 => None,
+                    94..=96 => Some(Act {
                         fail_before: 2,
                         ..Act::default()
                     }),
-                    94..=96 => Some(Act {
+                    97..=98 => Some(Act {
                         sleep_ms: 5_000,
                         ..Act::default()
                     }),
@@ -619,12 +630,17 @@ impl Producer {
             .collect()
     }
 
-    /// One tick: a batch to each queue; every fourth tick the plain and
-    /// transactional batches are sent in one transaction.
+    /// One tick: a batch to the plain and transactional queues (every
+    /// fourth tick in one transaction), and every other tick a burst to
+    /// the FIFO queue (whose groups are handled one message at a time).
     async fn tick(&mut self, n: u64) {
         let plain: Vec<_> = (0..4).map(|_| self.plain_job()).collect();
         let tx: Vec<_> = (0..3).map(|_| self.tx_job()).collect();
-        let fifo = self.fifo_jobs();
+        let fifo = if n % 2 == 0 {
+            self.fifo_jobs()
+        } else {
+            Vec::new()
+        };
         for (job, _, plan) in plain.iter().chain(&tx).chain(&fifo) {
             self.plans.insert(job.key, *plan);
         }
@@ -634,7 +650,9 @@ impl Producer {
             self.send(Role::Plain, &plain).await;
             self.send(Role::Tx, &tx).await;
         }
-        self.send(Role::Fifo, &fifo).await;
+        if !fifo.is_empty() {
+            self.send(Role::Fifo, &fifo).await;
+        }
     }
 
     async fn send(&mut self, role: Role, batch: &[(Job, serde_json::Value, Plan)]) {
@@ -838,7 +856,7 @@ impl Options {
             seeds.push(fresh_seed());
         }
         let duration = args.duration.unwrap_or(if args.quick {
-            Duration::from_secs(30)
+            Duration::from_secs(25)
         } else {
             Duration::from_secs(30 * 60)
         });
@@ -1086,7 +1104,7 @@ async fn run_seed(
     let produced_until = Utc::now();
 
     // Every fault is over: the queues must drain.
-    let drain_bound = Duration::from_secs(45);
+    let drain_bound = Duration::from_secs(60);
     let t = Instant::now();
     let mut drained = [false; 3];
     while t.elapsed() < drain_bound && !drained.iter().all(|d| *d) {

@@ -111,7 +111,7 @@ pub struct FaultsArgs {
     #[arg(long, value_delimiter = ',')]
     pub seed: Vec<u64>,
 
-    /// How long each seed's faults and producers run (default 30s with
+    /// How long each seed's faults and producers run (default 25s with
     /// --quick, 30m otherwise); the drain and the checks come after.
     #[arg(long, value_parser = crate::cli::parse_duration)]
     pub duration: Option<Duration>,
