@@ -175,6 +175,9 @@ pub(crate) struct Config {
     /// Test hook: the internal task that panics once, at its start.
     #[cfg(feature = "fault-injection")]
     pub panic_once_in: Option<&'static str>,
+    /// Test hook: a handler's caught panic is raised again in its loop.
+    #[cfg(feature = "fault-injection")]
+    pub resume_panics: bool,
     pub claim_reads: ClaimReads,
 }
 
@@ -276,6 +279,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 hooks: crate::hooks::HookList::default(),
                 #[cfg(feature = "fault-injection")]
                 panic_once_in: None,
+                #[cfg(feature = "fault-injection")]
+                resume_panics: false,
                 claim_reads: ClaimReads::Bounded,
             },
             max_deliveries: None,
@@ -527,6 +532,16 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     #[doc(hidden)]
     pub fn panic_once_in(mut self, task: &'static str) -> Self {
         self.config.panic_once_in = Some(task);
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): a handler's panic is raised
+    /// again in its handler loop once caught, as if it had not been caught,
+    /// to prove that a fault campaign sees a dead handler loop.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn resume_handler_panics(mut self) -> Self {
+        self.config.resume_panics = true;
         self
     }
 

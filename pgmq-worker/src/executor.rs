@@ -923,6 +923,12 @@ async fn run_message<T: Send, R: Run<T>>(
             },
         }
     };
+    #[cfg(feature = "fault-injection")]
+    if cfg.resume_panics {
+        if let Err(p) = &result {
+            std::panic::resume_unwind(Box::new(p.clone()));
+        }
+    }
     if let Some(c) = &hook_ctx {
         let seen = match &result {
             Ok(Ok(o)) => Ok(o.clone()),

@@ -20,6 +20,26 @@ pub(crate) struct Job {
     /// against serde_json's recursion limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
+    /// A field whose decoding panics: the body never decodes (the panic
+    /// happens inside the worker's decode, before any handler runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boom: Option<Boom>,
+}
+
+/// A value that serializes as `true` and panics when deserialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Boom;
+
+impl Serialize for Boom {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bool(true)
+    }
+}
+
+impl<'de> Deserialize<'de> for Boom {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        panic!("planned panic in Deserialize")
+    }
 }
 
 impl Job {
@@ -28,6 +48,7 @@ impl Job {
             key,
             act: None,
             data: None,
+            boom: None,
         }
     }
 
@@ -36,6 +57,7 @@ impl Job {
             key,
             act: Some(act),
             data: None,
+            boom: None,
         }
     }
 }
@@ -55,6 +77,15 @@ pub(crate) struct Act {
     /// Hang (sleep for an hour) on attempts before this one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hang_before: i32,
+    /// Return [`Outcome::Snooze`](pgmq_worker::Outcome::Snooze) (200 ms, no
+    /// attempt used) while the message is younger than this: a snooze
+    /// undoes its read, so neither `read_ct` nor the attempt can count them.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub snooze_ms: u64,
+    /// Fail every attempt unless the message carries the `fault_redriven`
+    /// header (a redrive from the dead-letter queue sent it back).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fail_unless_redriven: bool,
 }
 
 fn is_zero(v: &i32) -> bool {
@@ -64,6 +95,11 @@ fn is_zero(v: &i32) -> bool {
 fn is_zero_u64(v: &u64) -> bool {
     *v == 0
 }
+
+/// The header asking the fault worker's hook to panic on a message's
+/// first attempt: `"before"` (in [`Hook::before`](pgmq_worker::Hook::before))
+/// or `"after"` (in [`Hook::after`](pgmq_worker::Hook::after)).
+pub(crate) const HOOK_PANIC_HEADER: &str = "fault_hook_panic";
 
 /// The headers sent with a key.
 pub(crate) fn key_headers(key: i64) -> serde_json::Value {

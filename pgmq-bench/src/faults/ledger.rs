@@ -132,10 +132,10 @@ fn error_kind(e: &pgmq_client::Error) -> String {
 impl Produced {
     /// Records one call's result for `keys` (ids in order on success).
     pub(crate) fn record(&mut self, keys: &[i64], result: &Result<Vec<i64>, pgmq_client::Error>) {
-        self.calls += 1;
-        let call = self.calls;
         match result {
             Ok(ids) => {
+                self.calls += 1;
+                let call = self.calls;
                 for (i, key) in keys.iter().enumerate() {
                     self.records.push(ProduceRecord {
                         key: *key,
@@ -148,18 +148,31 @@ impl Produced {
             }
             Err(e) => {
                 *self.errors.entry(error_kind(e)).or_default() += 1;
-                let outcome = ProduceOutcome::of_error(e);
-                for key in keys {
-                    self.records.push(ProduceRecord {
-                        key: *key,
-                        outcome,
-                        msg_id: None,
-                        recovered: None,
-                        call,
-                    });
-                }
+                self.record_as(keys, ProduceOutcome::of_error(e));
             }
         }
+    }
+
+    /// Records a produce call without message ids: one that shared another
+    /// call's outcome (a second queue's sends in one transaction), or failed.
+    pub(crate) fn record_as(&mut self, keys: &[i64], outcome: ProduceOutcome) {
+        self.calls += 1;
+        for key in keys {
+            self.records.push(ProduceRecord {
+                key: *key,
+                outcome,
+                msg_id: None,
+                recovered: None,
+                call: self.calls,
+            });
+        }
+    }
+
+    /// Records a produce whose call was given up in flight (it timed out):
+    /// its outcome is unknown, as after a lost connection.
+    pub(crate) fn record_unknown(&mut self, keys: &[i64]) {
+        *self.errors.entry("Timeout".into()).or_default() += 1;
+        self.record_as(keys, ProduceOutcome::Unknown);
     }
 
     /// Records a produce the server refused (a raw send, say).
@@ -249,6 +262,7 @@ impl Produced {
 #[derive(Debug, Clone)]
 pub(crate) struct Handling {
     pub key: i64,
+    pub msg_id: i64,
     pub worker_pid: i32,
     pub read_ct: i32,
     pub read_at: Option<DateTime<Utc>>,
@@ -266,7 +280,7 @@ pub(crate) async fn handlings(
     let conn = client.connection().await?;
     let rows = conn
         .query(
-            "select key, worker_pid, read_ct, read_at, vt, started_at, handled_at \
+            "select key, msg_id, worker_pid, read_ct, read_at, vt, started_at, handled_at \
              from pgmq_fault_ledger where run_id = $1 and scenario = $2 order by handled_at",
             &[&run_id, &scenario],
         )
@@ -275,12 +289,13 @@ pub(crate) async fn handlings(
         .iter()
         .map(|r| Handling {
             key: r.get(0),
-            worker_pid: r.get(1),
-            read_ct: r.get(2),
-            read_at: r.get(3),
-            vt: r.get(4),
-            started_at: r.get(5),
-            handled_at: r.get(6),
+            msg_id: r.get(1),
+            worker_pid: r.get(2),
+            read_ct: r.get(3),
+            read_at: r.get(4),
+            vt: r.get(5),
+            started_at: r.get(6),
+            handled_at: r.get(7),
         })
         .collect())
 }
@@ -548,6 +563,7 @@ mod tests {
         let t = |s: i64| DateTime::<Utc>::from_timestamp(1_700_000_000 + s, 0).unwrap();
         Handling {
             key,
+            msg_id: key,
             worker_pid: pid,
             read_ct: 1,
             read_at: Some(t(read_s)),

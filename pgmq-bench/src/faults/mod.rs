@@ -18,26 +18,33 @@
 //! Files: `cluster.rs` (the suite's own cluster), `proxy.rs` (the TCP proxy),
 //! `ledger.rs` (ledger tables and the per-key accounting), `child.rs` (the
 //! worker process, seen from the suite), `worker.rs` (the worker process
-//! itself), `report.rs` (the table), `scenarios/` (scenarios 1 to 12).
+//! itself), `report.rs` (the table), `scenarios/` (the fixed scenarios 1 to
+//! 19), and the randomized campaign (`--campaign`): `campaign.rs` (the
+//! seeded schedule, the mixed workload, the run), `nemesis.rs` (the fault
+//! kinds, one table), `invariants.rs` (the checks).
 //!
 //! ```text
 //! pgmq-bench faults --root . --quick --scenarios 2,9,10
+//! pgmq-bench faults --root . --campaign --seed 1234 --duration 90s
 //! ```
 
+mod campaign;
 mod child;
 mod cluster;
 mod ctx;
+mod invariants;
 mod job;
 mod ledger;
+mod nemesis;
 mod proxy;
 mod report;
 mod scenarios;
 mod worker;
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-pub use worker::{worker_main, Sabotage, WorkerArgs};
+pub use worker::{worker_main, HandlerKind, Sabotage, WorkerArgs};
 
 /// The error type of the suite's entry points: any failure of the harness
 /// itself (a scenario's verdict is reported in the table, not as an error).
@@ -87,10 +94,37 @@ pub struct FaultsArgs {
     pub log_dir: Option<PathBuf>,
 
     /// Plant a bug in the fault worker (`skip-ledger`: one message in a
-    /// thousand acknowledged without being recorded). The run must then
-    /// fail: this is how the suite is seen to go red.
+    /// thousand acknowledged without being recorded; `heartbeat-off`,
+    /// `fifo-unordered`, `panic-uncaught` for the campaign). The run must
+    /// then fail: this is how the suite is seen to go red.
     #[arg(long, value_enum, default_value_t = Sabotage::None)]
     pub sabotage: Sabotage,
+
+    /// Run the randomized fault campaign instead of the fixed scenarios: a
+    /// seeded schedule of faults over a mixed workload of several worker
+    /// processes, checked against invariants (see docs/reliability.md).
+    #[arg(long)]
+    pub campaign: bool,
+
+    /// Campaign seeds, e.g. `1,2,77` (default: one fresh seed, printed;
+    /// with --quick the fixed seeds 1 and 2 and a fresh one).
+    #[arg(long, value_delimiter = ',')]
+    pub seed: Vec<u64>,
+
+    /// How long each seed's faults and producers run (default 25s with
+    /// --quick, 30m otherwise); the drain and the checks come after.
+    #[arg(long, value_parser = crate::cli::parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Worker processes of the campaign (kinds in turn: context handler,
+    /// transactional, FIFO groups, WorkerGroup, blocking).
+    #[arg(long, default_value_t = 5)]
+    pub processes: usize,
+
+    /// Campaign fault kinds to draw from (default all; `none` for a run
+    /// without faults), e.g. `kill,pg-crash,blackhole`.
+    #[arg(long, value_delimiter = ',')]
+    pub fault_kinds: Vec<String>,
 }
 
 /// Runs the suite and prints the table (Markdown on stdout).
@@ -105,6 +139,9 @@ pub struct FaultsArgs {
 /// # let _ = code; Ok(()) }
 /// ```
 pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
+    if args.campaign {
+        return run_campaign(args).await;
+    }
     let started = Instant::now();
     let selected = scenarios::selection(&args.scenarios)?;
     let ctx = ctx::Ctx::setup(&args).await?;
@@ -128,8 +165,46 @@ pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
             t.elapsed().as_secs_f64()
         );
     }
-    let all_pass = rows.iter().all(|r| r.pass);
     let doc = report::Document::new(&ctx, rows, started.elapsed());
+    finish(&ctx, &args, doc).await
+}
+
+/// `--campaign`: every seed on the suite's cluster, one row each.
+async fn run_campaign(args: FaultsArgs) -> Result<i32, BoxError> {
+    let started = Instant::now();
+    let opts = campaign::Options::from_args(&args)?;
+    let ctx = ctx::Ctx::setup(&args).await?;
+    eprintln!(
+        "campaign: run {} on {}, seeds {:?} ({} s each, {} processes), logs in {}",
+        ctx.run_id,
+        pgmq_client::redact_dsn(&ctx.cluster.dsn()),
+        opts.seeds,
+        opts.duration.as_secs(),
+        opts.processes,
+        ctx.log_dir.display()
+    );
+    let runs = match campaign::run(&ctx, &opts).await {
+        Ok(r) => r,
+        Err(e) => {
+            ctx.teardown(args.keep_cluster).await;
+            return Err(e);
+        }
+    };
+    let mut rows = Vec::new();
+    let mut seeds = Vec::new();
+    for r in runs {
+        rows.push(r.row);
+        seeds.push(r.summary);
+    }
+    let mut doc = report::Document::new(&ctx, rows, started.elapsed());
+    doc.campaign = Some(seeds);
+    finish(&ctx, &args, doc).await
+}
+
+/// Prints and writes the document, removes the cluster and the logs of a
+/// run that passed; the exit code.
+async fn finish(ctx: &ctx::Ctx, args: &FaultsArgs, doc: report::Document) -> Result<i32, BoxError> {
+    let all_pass = doc.pass;
     print!("{}", doc.markdown());
     if let Some(path) = &args.json {
         tokio::fs::write(path, serde_json::to_vec_pretty(&doc)?).await?;

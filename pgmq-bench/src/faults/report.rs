@@ -137,6 +137,10 @@ pub(crate) struct Document {
     /// must then fail).
     pub sabotage: Option<String>,
     pub rows: Vec<Row>,
+    /// With `--campaign`: each seed's schedule, faults by kind and replay
+    /// command (one row per seed above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<Vec<super::campaign::SeedSummary>>,
 }
 
 impl Document {
@@ -156,6 +160,7 @@ impl Document {
             durability: ctx.durability.clone(),
             sabotage: ctx.sabotage_name(),
             rows,
+            campaign: None,
         }
     }
 
@@ -170,8 +175,40 @@ impl Document {
              was found in the queue afterwards.\n"
         );
         self.write_checks(&mut s);
+        self.write_campaign(&mut s);
         self.write_footer(&mut s);
         s
+    }
+
+    /// With `--campaign`: faults by kind per seed, and the replay command of
+    /// each seed that failed.
+    fn write_campaign(&self, s: &mut String) {
+        let Some(seeds) = &self.campaign else {
+            return;
+        };
+        let _ = writeln!(s, "\n| seed | faults injected, by kind | verdict |");
+        let _ = writeln!(s, "| ---: | --- | --- |");
+        for c in seeds {
+            let kinds: Vec<String> = c
+                .faults_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} |",
+                c.seed,
+                if kinds.is_empty() {
+                    "none".to_owned()
+                } else {
+                    kinds.join(", ")
+                },
+                if c.pass { "pass" } else { "FAIL" }
+            );
+        }
+        for c in seeds.iter().filter(|c| !c.pass) {
+            let _ = writeln!(s, "\nreplay seed {}: `{}`", c.seed, c.replay);
+        }
     }
 
     /// The table: one line per row, with its counts and verdict.

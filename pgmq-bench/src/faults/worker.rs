@@ -11,19 +11,21 @@
 //! returned: exit code 0 after a graceful shutdown, 3 after an escalated one.
 //! Logs go to stderr.
 
+use std::collections::HashSet;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
 use pgmq_worker::{
-    Backoff, Context, HandlerError, Outcome, ShutdownReport, WakeUp, Worker, WorkerBuilder,
-    WorkerHandle,
+    Backoff, ClaimReads, Context, GroupShutdown, HandlerError, Hook, Monitor, Outcome,
+    ShutdownReport, TransactionalHandler, WakeUp, Worker, WorkerBuilder, WorkerGroup, WorkerHandle,
 };
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::job::Job;
+use super::job::{Job, HOOK_PANIC_HEADER};
 use super::ledger::{INSERT_HANDLING, INSERT_START};
 use super::BoxError;
 
@@ -110,6 +112,50 @@ pub struct WorkerArgs {
     /// Break the handler on purpose, to prove that the suite goes red.
     #[arg(long, value_enum, default_value_t = Sabotage::None)]
     pub sabotage: Sabotage,
+    /// Which kind of handler runs the queue.
+    #[arg(long, value_enum, default_value_t = HandlerKind::Context)]
+    pub kind: HandlerKind,
+    /// Claim in FIFO-group order (`ClaimReads::FifoGroups`).
+    #[arg(long)]
+    pub fifo: bool,
+    /// Install the hook that panics where a message's `fault_hook_panic`
+    /// header says (`before` or `after`, first attempt only).
+    #[arg(long)]
+    pub hooks: bool,
+    /// Run the worker inside a `WorkerGroup` (of this one worker).
+    #[arg(long)]
+    pub group: bool,
+    /// Connections of the worker's pool (the ledger's pool is separate).
+    #[arg(long, default_value_t = 4)]
+    pub pool_size: u32,
+    /// `application_name` of every connection of this process.
+    #[arg(long, default_value = "pgmq-fault-worker")]
+    pub app_name: String,
+}
+
+/// The handler a fault worker runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum HandlerKind {
+    /// An async handler with a `Context`; the ledger row is written on a
+    /// pool of its own before the handler returns.
+    #[default]
+    Context,
+    /// A `TransactionalHandler`: the ledger row is written in the handler's
+    /// transaction, which commits with the message's delete.
+    Transactional,
+    /// A `BlockingHandler` on a dedicated thread.
+    Blocking,
+}
+
+impl HandlerKind {
+    fn as_arg(self) -> &'static str {
+        match self {
+            HandlerKind::Context => "context",
+            HandlerKind::Transactional => "transactional",
+            HandlerKind::Blocking => "blocking",
+        }
+    }
 }
 
 /// A deliberate bug in the fault worker's handler (`--sabotage`).
@@ -122,6 +168,27 @@ pub enum Sabotage {
     /// One message in a thousand (keys ending in 999) is acknowledged
     /// without its ledger row: exactly what a lost message looks like.
     SkipLedger,
+    /// The worker runs without its heartbeat, whatever `--heartbeat` says:
+    /// a handler outliving its visibility timeout is delivered twice.
+    HeartbeatOff,
+    /// A `--fifo` worker claims with plain reads: FIFO groups unordered.
+    FifoUnordered,
+    /// A handler's panic is not caught: it ends the handler loop (needs the
+    /// `fault-injection` feature, which passes it to pgmq-worker).
+    PanicUncaught,
+}
+
+impl Sabotage {
+    /// The command-line spelling.
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            Sabotage::None => "none",
+            Sabotage::SkipLedger => "skip-ledger",
+            Sabotage::HeartbeatOff => "heartbeat-off",
+            Sabotage::FifoUnordered => "fifo-unordered",
+            Sabotage::PanicUncaught => "panic-uncaught",
+        }
+    }
 }
 
 /// Whether `--sabotage skip-ledger` drops this key's ledger row.
@@ -162,6 +229,12 @@ impl WorkerArgs {
             record_starts: false,
             stats_ms: 200,
             sabotage: Sabotage::None,
+            kind: HandlerKind::Context,
+            fifo: false,
+            hooks: false,
+            group: false,
+            pool_size: 4,
+            app_name: "pgmq-fault-worker".to_owned(),
         }
     }
 
@@ -192,6 +265,7 @@ impl WorkerArgs {
             ("--handler-timeout-ms", self.handler_timeout_ms),
             ("--db-timeout-ms", self.db_timeout_ms),
             ("--max-deliveries", u64::from(self.max_deliveries)),
+            ("--pool-size", u64::from(self.pool_size)),
         ] {
             v.push(flag.into());
             v.push(value.to_string());
@@ -200,14 +274,21 @@ impl WorkerArgs {
             ("--heartbeat", self.heartbeat),
             ("--sdk-defaults", self.sdk_defaults),
             ("--record-starts", self.record_starts),
+            ("--fifo", self.fifo),
+            ("--hooks", self.hooks),
+            ("--group", self.group),
         ] {
             if on {
                 v.push(flag.into());
             }
         }
-        if self.sabotage == Sabotage::SkipLedger {
-            v.push("--sabotage".into());
-            v.push("skip-ledger".into());
+        for (flag, value) in [
+            ("--sabotage", self.sabotage.as_arg()),
+            ("--kind", self.kind.as_arg()),
+            ("--app-name", self.app_name.as_str()),
+        ] {
+            v.push(flag.into());
+            v.push(value.into());
         }
         v
     }
@@ -222,6 +303,58 @@ struct HandlerCtx {
     sleep: Duration,
     record_starts: bool,
     sabotage: Sabotage,
+    /// Ledger rows this process committed outside a handler's transaction.
+    ledger_rows: AtomicU64,
+    /// Snoozes returned (successes without a ledger row).
+    snoozed: AtomicU64,
+    /// The runtime, for the blocking handler's thread.
+    rt: tokio::runtime::Handle,
+}
+
+/// The worker as it runs: alone, or as the one member of a `WorkerGroup`.
+enum Running {
+    One(WorkerHandle),
+    Group {
+        monitor: Monitor,
+        stop: GroupShutdown,
+        task: tokio::task::JoinHandle<Result<Vec<ShutdownReport>, pgmq_worker::Error>>,
+    },
+}
+
+impl Running {
+    fn stats(&self) -> pgmq_worker::StatsSnapshot {
+        match self {
+            Running::One(h) => h.stats(),
+            Running::Group { monitor, .. } => monitor.stats(),
+        }
+    }
+
+    /// What escalates the shutdown (`immediate`).
+    fn escalate(&self) -> Box<dyn FnOnce() + Send> {
+        match self {
+            Running::One(h) => {
+                let s = h.shutdown_handle();
+                Box::new(move || s.immediate())
+            }
+            Running::Group { stop, .. } => {
+                let s = stop.clone();
+                Box::new(move || s.immediate())
+            }
+        }
+    }
+
+    async fn shutdown(self) -> Result<ShutdownReport, BoxError> {
+        match self {
+            Running::One(h) => Ok(h.shutdown().await?),
+            Running::Group { stop, task, .. } => {
+                stop.graceful();
+                let mut reports = task.await??;
+                reports
+                    .pop()
+                    .ok_or_else(|| "the group returned no report".into())
+            }
+        }
+    }
 }
 
 /// Runs the worker process until SIGTERM (graceful: returns exit code 0); a
@@ -240,9 +373,15 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
     let mut term = signal(SignalKind::terminate())?;
     let queue = QueueName::new(&args.queue)?;
     let dlq = QueueName::new(&args.dlq)?;
-    let client = connect_retrying(&args.dsn, 4, true).await?;
+    let client = connect_retrying(&args.dsn, args.pool_size, true, &args.app_name).await?;
     let ledger_dsn = args.ledger_dsn.as_deref().unwrap_or(&args.dsn);
-    let ledger = connect_retrying(ledger_dsn, args.concurrency as u32 + 1, false).await?;
+    let ledger = connect_retrying(
+        ledger_dsn,
+        args.concurrency as u32 + 1,
+        false,
+        &args.app_name,
+    )
+    .await?;
     let hctx = Arc::new(HandlerCtx {
         ledger,
         run_id: args.run_id.clone(),
@@ -251,26 +390,55 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
         sleep: Duration::from_millis(args.sleep_ms),
         record_starts: args.record_starts,
         sabotage: args.sabotage,
+        ledger_rows: AtomicU64::new(0),
+        snoozed: AtomicU64::new(0),
+        rt: tokio::runtime::Handle::current(),
     });
-    let builder = Worker::<Job>::builder(client, queue)
+    let builder = Worker::<Job>::builder(client.clone(), queue)
         .visibility_timeout(Duration::from_secs(args.vt_secs))
         .dead_letter_queue(dlq);
-    let worker = tuned(builder, &args)
-        .handler_with_context(move |msg: Message<Job>, cx: Context| handle(hctx.clone(), msg, cx))
-        .build()?;
-    let handle = worker.spawn();
-    let stop = handle.shutdown_handle();
+    let builder = sabotaged(tuned(builder, &args), &args)?;
+    let builder = if args.hooks {
+        builder.hook(FaultHook::default())
+    } else {
+        builder
+    };
+    let h = hctx.clone();
+    let builder = match args.kind {
+        HandlerKind::Context => builder
+            .handler_with_context(move |msg: Message<Job>, cx: Context| handle(h.clone(), msg, cx)),
+        HandlerKind::Transactional => builder.transactional_handler(TxHandler(h)),
+        HandlerKind::Blocking => builder.blocking_handler(move |msg: Message<Job>| {
+            let h2 = h.clone();
+            h.rt.block_on(obey_and_record(&h2, msg, None, None))
+        }),
+    };
+    let worker = builder.build()?;
+    let running = if args.group {
+        let monitor = worker.monitor();
+        let group = WorkerGroup::new(client).with_worker(worker);
+        let stop = group.shutdown_handle();
+        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
+        Running::Group {
+            monitor,
+            stop,
+            task,
+        }
+    } else {
+        Running::One(worker.spawn())
+    };
+    let escalate = running.escalate();
     say(&format!("ready {}", std::process::id()));
 
     // The counters, printed until the process ends.
     let stats_every = Duration::from_millis(args.stats_ms.max(10));
-    let stats = print_stats(handle, stats_every);
+    let stats = print_stats(running, stats_every);
 
     term.recv().await;
     say("draining");
     let (tx, task) = stats;
     let _ = tx.send(());
-    let handle = task.await?;
+    let running = task.await?;
     // A second SIGTERM escalates the shutdown through the SDK (running
     // handlers abandoned, unstarted claims still released, finished handlers'
     // acknowledgements still written, within about a second); the report
@@ -278,11 +446,11 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
     let escalation = tokio::spawn(async move {
         term.recv().await;
         say("forced");
-        stop.immediate();
+        escalate();
     });
-    let report = handle.shutdown().await?;
+    let report = running.shutdown().await?;
     escalation.abort();
-    let json = report_json(&report);
+    let json = report_json(&report, &hctx);
     say(&format!("report {json}"));
     Ok(if report.immediate {
         i32::from(FORCED_EXIT)
@@ -323,6 +491,11 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerArgs) -> WorkerBuilder<Job> {
             .shutdown_grace(Duration::from_millis(args.grace_ms))
             .heartbeat(args.heartbeat)
     };
+    let builder = if args.fifo {
+        builder.claim_reads(ClaimReads::FifoGroups)
+    } else {
+        builder
+    };
     let builder = match args.handler_timeout_ms {
         0 => builder,
         ms => builder.handler_timeout(Duration::from_millis(ms)),
@@ -337,14 +510,37 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerArgs) -> WorkerBuilder<Job> {
     }
 }
 
+/// Plants `--sabotage`'s bug in the worker's settings (the handler's own
+/// sabotage, `skip-ledger`, is in [`obey_and_record`]).
+fn sabotaged(
+    builder: WorkerBuilder<Job>,
+    args: &WorkerArgs,
+) -> Result<WorkerBuilder<Job>, BoxError> {
+    Ok(match args.sabotage {
+        Sabotage::None | Sabotage::SkipLedger => builder,
+        Sabotage::HeartbeatOff => builder.heartbeat(false),
+        Sabotage::FifoUnordered if args.fifo => builder.claim_reads(ClaimReads::Bounded),
+        Sabotage::FifoUnordered => builder,
+        #[cfg(feature = "fault-injection")]
+        Sabotage::PanicUncaught => builder.resume_handler_panics(),
+        #[cfg(not(feature = "fault-injection"))]
+        Sabotage::PanicUncaught => {
+            return Err(
+                "--sabotage panic-uncaught needs pgmq-bench built with --features fault-injection"
+                    .into(),
+            )
+        }
+    })
+}
+
 /// Prints the worker's counters every `every` until the sender is used (or
-/// dropped); the task then gives the worker's handle back.
+/// dropped); the task then gives the running worker back.
 fn print_stats(
-    handle: WorkerHandle,
+    handle: Running,
     every: Duration,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
-    tokio::task::JoinHandle<WorkerHandle>,
+    tokio::task::JoinHandle<Running>,
 ) {
     let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
@@ -361,7 +557,7 @@ fn print_stats(
 
 /// The shutdown report the suite reads: the final counters and what the
 /// shutdown did, as JSON.
-fn report_json(report: &ShutdownReport) -> serde_json::Value {
+fn report_json(report: &ShutdownReport, h: &HandlerCtx) -> serde_json::Value {
     let st = &report.stats;
     let mut json = stats_json(st);
     if let serde_json::Value::Object(m) = &mut json {
@@ -379,6 +575,14 @@ fn report_json(report: &ShutdownReport) -> serde_json::Value {
             ("claims_lost", serde_json::json!(report.claims_lost)),
             ("pid", serde_json::json!(std::process::id())),
             ("release_failed", serde_json::json!(report.release_failed)),
+            (
+                "ledger_rows",
+                serde_json::json!(h.ledger_rows.load(Ordering::Relaxed)),
+            ),
+            (
+                "snoozed",
+                serde_json::json!(h.snoozed.load(Ordering::Relaxed)),
+            ),
             (
                 "shutdown_ms",
                 serde_json::json!(report.elapsed.as_millis() as u64),
@@ -423,14 +627,19 @@ fn say(line: &str) {
 }
 
 /// Connects, retrying for up to 30 s (the server may be restarting).
-async fn connect_retrying(dsn: &str, max_size: u32, check_pgmq: bool) -> Result<Client, BoxError> {
+async fn connect_retrying(
+    dsn: &str,
+    max_size: u32,
+    check_pgmq: bool,
+    app_name: &str,
+) -> Result<Client, BoxError> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let res = Client::builder(dsn)
             .max_size(max_size)
             .connect_timeout(Duration::from_secs(5))
             .pool_timeout(Duration::from_secs(5))
-            .application_name("pgmq-fault-worker")
+            .application_name(app_name)
             .check_pgmq(check_pgmq)
             .connect()
             .await;
@@ -445,33 +654,60 @@ async fn connect_retrying(dsn: &str, max_size: u32, check_pgmq: bool) -> Result<
     }
 }
 
-/// The handler: obey the message's act, then record the handling, unless
-/// its delivery was cancelled meanwhile (claim lost, timed out, immediate
-/// shutdown): a well-behaved handler does not commit its side effect then.
-/// Acts count deliveries (`read_ct`), so that a message whose handler was
-/// abandoned by a crash behaves differently on its next delivery.
+/// The context handler: obey the message's act, then record the handling,
+/// unless its delivery was cancelled meanwhile (claim lost, timed out,
+/// immediate shutdown): a well-behaved handler does not commit its side
+/// effect then. Acts count deliveries (`read_ct`), so that a message whose
+/// handler was abandoned by a crash behaves differently on its next delivery.
 async fn handle(
     h: Arc<HandlerCtx>,
     msg: Message<Job>,
     cx: Context,
 ) -> Result<Outcome, HandlerError> {
+    obey_and_record(&h, msg, Some(&cx), None).await
+}
+
+/// The transactional handler: the same acts, its ledger row written in the
+/// handler's transaction (so it commits only with the message's delete).
+struct TxHandler(Arc<HandlerCtx>);
+
+impl TransactionalHandler<Job> for TxHandler {
+    async fn handle(
+        &self,
+        msg: Message<Job>,
+        tx: &pgmq_client::Transaction<'_>,
+        cx: Context,
+    ) -> Result<Outcome, HandlerError> {
+        obey_and_record(&self.0, msg, Some(&cx), Some(tx)).await
+    }
+}
+
+/// Obeys the message's act (hang, panic, fail, snooze, sleep), then writes
+/// its ledger row: in `tx` when given, else on the ledger's own pool.
+async fn obey_and_record(
+    h: &HandlerCtx,
+    msg: Message<Job>,
+    cx: Option<&Context>,
+    tx: Option<&pgmq_client::Transaction<'_>>,
+) -> Result<Outcome, HandlerError> {
     let started_at = Utc::now();
     let attempt = msg.read_ct;
     let act = msg.body.act.unwrap_or_default();
+    // The ledger row's values; a start record takes the first six.
+    let row: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+        &h.run_id,
+        &h.scenario,
+        &msg.body.key,
+        &msg.msg_id,
+        &h.pid,
+        &msg.read_ct,
+        &msg.last_read_at,
+        &msg.vt,
+        &started_at,
+    ];
     if h.record_starts {
         let conn = h.ledger.connection().await?;
-        conn.execute(
-            INSERT_START,
-            &[
-                &h.run_id,
-                &h.scenario,
-                &msg.body.key,
-                &msg.msg_id,
-                &h.pid,
-                &msg.read_ct,
-            ],
-        )
-        .await?;
+        conn.execute(INSERT_START, &row[..6]).await?;
     }
     if attempt < act.hang_before {
         tracing::info!(key = msg.body.key, "planned hang");
@@ -483,34 +719,80 @@ async fn handle(
     if attempt < act.fail_before {
         return Err(format!("planned failure on key {} attempt {attempt}", msg.body.key).into());
     }
+    if act.fail_unless_redriven && msg.header(super::campaign::REDRIVEN_HEADER).is_none() {
+        return Err(format!("planned failure on key {} until redriven", msg.body.key).into());
+    }
+    let age = Utc::now() - msg.enqueued_at;
+    if act.snooze_ms > 0 && age.num_milliseconds() < act.snooze_ms as i64 {
+        h.snoozed.fetch_add(1, Ordering::Relaxed);
+        return Ok(Outcome::Snooze(Duration::from_millis(200)));
+    }
     let sleep = h.sleep + Duration::from_millis(act.sleep_ms);
     if !sleep.is_zero() {
         tokio::time::sleep(sleep).await;
     }
-    if cx.is_cancelled() {
+    if cx.is_some_and(Context::is_cancelled) {
         return Err(format!("key {}: delivery cancelled before its record", msg.body.key).into());
     }
     if h.sabotage == Sabotage::SkipLedger && skipped_by_sabotage(msg.body.key) {
         // The planted bug: acknowledged, never recorded.
         return Ok(Outcome::Delete);
     }
-    let conn = h.ledger.connection().await?;
-    conn.execute(
-        INSERT_HANDLING,
-        &[
-            &h.run_id,
-            &h.scenario,
-            &msg.body.key,
-            &msg.msg_id,
-            &h.pid,
-            &msg.read_ct,
-            &msg.last_read_at,
-            &msg.vt,
-            &started_at,
-        ],
-    )
-    .await?;
+    match tx {
+        Some(tx) => {
+            tx.execute(INSERT_HANDLING, &row).await?;
+        }
+        None => {
+            let conn = h.ledger.connection().await?;
+            conn.execute(INSERT_HANDLING, &row).await?;
+            h.ledger_rows.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     Ok(Outcome::Delete)
+}
+
+/// A hook that panics where a message's [`HOOK_PANIC_HEADER`] says, on its
+/// first attempt: in `before`, or in `after` (remembered by message id from
+/// `before`, which sees the headers).
+#[derive(Default)]
+struct FaultHook {
+    panic_after: std::sync::Mutex<HashSet<i64>>,
+}
+
+impl Hook for FaultHook {
+    fn before(
+        &self,
+        ctx: &Context,
+        headers: Option<&serde_json::Value>,
+    ) -> Result<(), HandlerError> {
+        if ctx.attempt() != 1 {
+            return Ok(());
+        }
+        match headers
+            .and_then(|h| h.get(HOOK_PANIC_HEADER))
+            .and_then(serde_json::Value::as_str)
+        {
+            Some("before") => panic!("planned panic in Hook::before, message {}", ctx.msg_id()),
+            Some("after") => {
+                if let Ok(mut set) = self.panic_after.lock() {
+                    set.insert(ctx.msg_id());
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn after(&self, ctx: &Context, _result: &Result<Outcome, String>, _took: Duration) {
+        let planned = self
+            .panic_after
+            .lock()
+            .map(|mut set| set.remove(&ctx.msg_id()))
+            .unwrap_or(false);
+        if planned {
+            panic!("planned panic in Hook::after, message {}", ctx.msg_id());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -533,6 +815,11 @@ mod tests {
         a.vt_secs = 3;
         a.record_starts = true;
         a.sabotage = Sabotage::SkipLedger;
+        a.kind = HandlerKind::Transactional;
+        a.fifo = true;
+        a.group = true;
+        a.pool_size = 6;
+        a.app_name = "pgmq-campaign-w0s1g2".into();
         let mut argv = vec!["x".to_owned(), "--dsn".into(), "postgres://u@h/db".into()];
         argv.extend(a.to_argv());
         let parsed = Cli::try_parse_from(argv).unwrap().w;
@@ -541,6 +828,12 @@ mod tests {
         assert_eq!(parsed.scenario, "7");
         assert!(parsed.record_starts && !parsed.sdk_defaults);
         assert_eq!(parsed.sabotage, Sabotage::SkipLedger);
+        assert_eq!(parsed.kind, HandlerKind::Transactional);
+        assert!(parsed.fifo && parsed.group && !parsed.hooks);
+        assert_eq!(
+            (parsed.pool_size, parsed.app_name.as_str()),
+            (6, "pgmq-campaign-w0s1g2")
+        );
         assert_eq!(parsed.to_argv(), a.to_argv());
     }
 }

@@ -14,6 +14,8 @@ mod handlers;
 mod inputs;
 mod outages;
 mod produce;
+
+pub(crate) use outages::read_only;
 mod shutdown;
 
 use std::collections::HashSet;

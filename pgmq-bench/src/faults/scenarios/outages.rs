@@ -361,7 +361,7 @@ pub(crate) async fn database_down(ctx: &Ctx) -> Result<Row, BoxError> {
 
 /// Turns `default_transaction_read_only` on or off for the whole cluster
 /// (`ALTER SYSTEM` and a reload: every session's next transaction sees it).
-async fn read_only(ctx: &Ctx, on: bool) -> Result<(), BoxError> {
+pub(crate) async fn read_only(ctx: &Ctx, on: bool) -> Result<(), BoxError> {
     let (admin, _notes) = pgmq_client::ClientBuilder::new(&ctx.cluster.dsn())
         .application_name("pgmq-faults-admin")
         .connect_timeout(Duration::from_secs(5))

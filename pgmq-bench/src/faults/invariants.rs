@@ -1,0 +1,570 @@
+//! The campaign's invariants, judged from the ledger, the queues, the
+//! sampler's observations, the faults as they happened and the workers'
+//! shutdown reports. Each gives one [`Check`]; the names are stable (the
+//! sabotage tests and docs/reliability.md refer to them).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::campaign::{
+    FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT, FIFO_BASE, FIFO_SPAN, VT_SECS,
+};
+use super::ledger::{Handling, Tally};
+use super::report::Check;
+
+/// Everything a seed's run left to judge.
+pub(crate) struct Evidence<'a> {
+    pub plans: &'a HashMap<i64, Plan>,
+    /// Keys a `redrive` fault sent back from the dead-letter queue.
+    pub redriven: &'a HashSet<i64>,
+    /// Ledger rows per queue ([`Role::index`]).
+    pub handlings: &'a [Vec<Handling>],
+    /// Dead letters per queue: key and reason.
+    pub dead: &'a [HashMap<i64, String>],
+    pub tallies: &'a [Tally],
+    pub events: &'a [FaultEvent],
+    pub samples: &'a [Sample],
+    pub exits: &'a [ProcExit],
+    pub drained: [bool; 3],
+    pub drain_took: Duration,
+    pub drain_bound: Duration,
+    /// When the producer stopped (and every fault was over).
+    pub produced_until: DateTime<Utc>,
+}
+
+/// How long after a fault clears the workers must be making progress again.
+pub(crate) const PROGRESS_BOUND: Duration = Duration::from_secs(25);
+/// How long after a fault that may hold backends the connection bound is
+/// not judged.
+const CONN_SETTLE: Duration = Duration::from_secs(6);
+
+/// The invariants' names, in the order judged.
+pub(crate) const NAMES: [&str; 12] = [
+    "nothing lost",
+    "transactional rows exactly once",
+    "no dead letter for a message that succeeded",
+    "dead letters only where planned",
+    "FIFO successes in sequence",
+    "FIFO runs never overlap",
+    "no stall",
+    "progress after every fault",
+    "duplicates only under faults",
+    "shutdown reports agree with the ledger",
+    "connections within the configured maximum",
+    "workers stayed up",
+];
+
+/// Every invariant, judged.
+pub(crate) fn check_all(e: &Evidence) -> Vec<Check> {
+    let mut out = vec![
+        nothing_lost(e),
+        exactly_once(e),
+        no_dead_success(e),
+        dead_only_planned(e),
+    ];
+    let (order, overlap) = fifo(e);
+    out.push(order);
+    out.push(overlap);
+    out.push(no_stall(e));
+    out.push(progress(e));
+    out.push(duplicates_under_faults(e));
+    out.push(reports(e));
+    out.push(connections(e));
+    out.push(workers_up(e));
+    let errors: Vec<&String> = e.events.iter().filter_map(|x| x.error.as_ref()).collect();
+    out.push(Check::new(
+        "faults injected and cleared",
+        errors.iter().all(|m| !m.contains(" clear: ")),
+        format!(
+            "{} faults, {} with an error{}",
+            e.events.len(),
+            errors.len(),
+            sample(&errors)
+        ),
+    ));
+    out
+}
+
+fn sample<T: std::fmt::Debug>(xs: &[T]) -> String {
+    if xs.is_empty() {
+        String::new()
+    } else {
+        format!(", e.g. {:?}", &xs[..xs.len().min(4)])
+    }
+}
+
+fn nothing_lost(e: &Evidence) -> Check {
+    let lost: u64 = e.tallies.iter().map(|t| t.lost).sum();
+    let unexpected: u64 = e.tallies.iter().map(|t| t.unexpected).sum();
+    let samples: Vec<i64> = e
+        .tallies
+        .iter()
+        .flat_map(|t| t.lost_sample.iter().copied())
+        .collect();
+    Check::new(
+        NAMES[0],
+        lost == 0 && unexpected == 0,
+        format!(
+            "{lost} committed messages neither handled nor dead-lettered, {unexpected} never sent{}",
+            sample(&samples)
+        ),
+    )
+}
+
+fn exactly_once(e: &Evidence) -> Check {
+    let mut twice = Vec::new();
+    let mut rows = 0;
+    for role in [Role::Tx, Role::Fifo] {
+        let mut n: HashMap<i64, u32> = HashMap::new();
+        for h in &e.handlings[role.index()] {
+            *n.entry(h.key).or_default() += 1;
+            rows += 1;
+        }
+        twice.extend(n.into_iter().filter(|(_, c)| *c > 1).map(|(k, _)| k));
+    }
+    twice.sort_unstable();
+    Check::new(
+        NAMES[1],
+        twice.is_empty(),
+        format!(
+            "{rows} rows written in handlers' transactions, {} keys with more than one{}",
+            twice.len(),
+            sample(&twice)
+        ),
+    )
+}
+
+fn no_dead_success(e: &Evidence) -> Check {
+    let mut bad = Vec::new();
+    for role in Role::ALL {
+        let handled: HashSet<i64> = e.handlings[role.index()].iter().map(|h| h.key).collect();
+        for (k, reason) in &e.dead[role.index()] {
+            if handled.contains(k) {
+                bad.push(format!("{k}: {reason}"));
+            }
+        }
+    }
+    bad.sort();
+    Check::new(
+        NAMES[2],
+        bad.is_empty(),
+        format!(
+            "{} keys both in the ledger and in a dead-letter queue{}",
+            bad.len(),
+            sample(&bad)
+        ),
+    )
+}
+
+fn dead_only_planned(e: &Evidence) -> Check {
+    let mut bad = Vec::new();
+    let mut planned_dead = 0;
+    let mut dead_total = 0;
+    for role in Role::ALL {
+        for (k, reason) in &e.dead[role.index()] {
+            dead_total += 1;
+            match e.plans.get(k) {
+                Some(p) if p.until_redriven && e.redriven.contains(k) => {
+                    bad.push(format!("{k} (redriven): {reason}"))
+                }
+                Some(p) if p.dead_letter => planned_dead += 1,
+                _ => bad.push(format!("{k}: {reason}")),
+            }
+        }
+    }
+    bad.sort();
+    Check::new(
+        NAMES[3],
+        bad.is_empty(),
+        format!(
+            "{dead_total} dead letters, {planned_dead} of poison or undecodable messages, {} of messages meant to succeed (or redriven: {} redriven){}",
+            bad.len(),
+            e.redriven.len(),
+            sample(&bad)
+        ),
+    )
+}
+
+/// Per FIFO group: committed runs (rows written with the delete) in
+/// sequence order, and none starting before the previous one ended.
+fn fifo(e: &Evidence) -> (Check, Check) {
+    let mut groups: HashMap<i64, Vec<&Handling>> = HashMap::new();
+    for h in &e.handlings[Role::Fifo.index()] {
+        groups
+            .entry((h.key - FIFO_BASE) / FIFO_SPAN)
+            .or_default()
+            .push(h);
+    }
+    let mut out_of_order = Vec::new();
+    let mut overlaps = Vec::new();
+    for (g, hs) in groups.iter_mut() {
+        hs.sort_by_key(|h| h.handled_at);
+        for w in hs.windows(2) {
+            if w[1].key < w[0].key {
+                out_of_order.push(format!("group {g}: {} after {}", w[1].key, w[0].key));
+            }
+            if w[1].started_at < w[0].handled_at {
+                overlaps.push(format!(
+                    "group {g}: {} started {} ms before {} ended",
+                    w[1].key,
+                    (w[0].handled_at - w[1].started_at).num_milliseconds(),
+                    w[0].key
+                ));
+            }
+        }
+    }
+    let n = e.handlings[Role::Fifo.index()].len();
+    (
+        Check::new(
+            NAMES[4],
+            out_of_order.is_empty(),
+            format!(
+                "{n} successes in {} groups, {} out of sequence{}",
+                groups.len(),
+                out_of_order.len(),
+                sample(&out_of_order)
+            ),
+        ),
+        Check::new(
+            NAMES[5],
+            overlaps.is_empty(),
+            format!(
+                "{} successes of a group that began before the previous one ended{}",
+                overlaps.len(),
+                sample(&overlaps)
+            ),
+        ),
+    )
+}
+
+/// Every queue drained once the faults were over; no visibility timeout
+/// ever set past what a worker sets; no message held by one delivery for
+/// over 30 s while no fault was active or had just cleared.
+fn no_stall(e: &Evidence) -> Check {
+    let quiet_after = Duration::from_secs(15);
+    let far: i64 = e.samples.iter().map(|s| s.far_vt.iter().sum::<i64>()).sum();
+    let held: Vec<String> = e
+        .samples
+        .iter()
+        .filter(|s| quiet(e.events, s.at, quiet_after))
+        .filter(|s| s.held_long.iter().any(|n| *n > 0))
+        .map(|s| {
+            format!(
+                "{} held > 30 s at {}",
+                s.held_long.iter().sum::<i64>(),
+                s.at.format("%H:%M:%S")
+            )
+        })
+        .collect();
+    let undrained: Vec<Role> = Role::ALL
+        .into_iter()
+        .filter(|r| !e.drained[r.index()])
+        .collect();
+    Check::new(
+        NAMES[6],
+        undrained.is_empty() && far == 0 && held.is_empty(),
+        format!(
+            "{}; {far} samples of a visibility timeout beyond now + 15 s; {} quiet samples with a message held past 30 s{}",
+            if undrained.is_empty() {
+                format!("every queue drained {:.1} s after the last fault", e.drain_took.as_secs_f64())
+            } else {
+                format!("{undrained:?} not drained {} s after the last fault", e.drain_bound.as_secs())
+            },
+            held.len(),
+            sample(&held)
+        ),
+    )
+}
+
+/// Whether no fault was active at `t` nor cleared within `after` before it.
+fn quiet(events: &[FaultEvent], t: DateTime<Utc>, after: Duration) -> bool {
+    let after = chrono::Duration::from_std(after).unwrap_or_default();
+    !events.iter().any(|f| f.start <= t && t <= f.end + after)
+}
+
+/// After each fault clears, every queue handles a message within
+/// [`PROGRESS_BOUND`], not counting time spent in the next faults.
+fn progress(e: &Evidence) -> Check {
+    let bound = chrono::Duration::from_std(PROGRESS_BOUND).unwrap_or_default();
+    let mut stuck = Vec::new();
+    let mut worst = chrono::Duration::zero();
+    for role in Role::ALL {
+        let mut done: Vec<DateTime<Utc>> = e.handlings[role.index()]
+            .iter()
+            .map(|h| h.handled_at)
+            .collect();
+        done.sort_unstable();
+        for (i, f) in e.events.iter().enumerate() {
+            let c = f.end;
+            if c + bound > e.produced_until {
+                // Too close to the end for a verdict: the drain judges it.
+                continue;
+            }
+            let first = done.iter().find(|t| **t > c).copied();
+            let Some(first) = first else {
+                stuck.push(format!(
+                    "{role:?} after {} at {}: nothing handled since",
+                    f.kind,
+                    c.format("%H:%M:%S")
+                ));
+                continue;
+            };
+            // Time inside later faults does not count.
+            let faulted: chrono::Duration = e.events[i + 1..]
+                .iter()
+                .filter(|g| g.start < first)
+                .map(|g| g.end.min(first) - g.start)
+                .fold(chrono::Duration::zero(), |a, b| a + b);
+            let took = first - c - faulted;
+            worst = worst.max(took);
+            if took > bound {
+                stuck.push(format!(
+                    "{role:?} after {} cleared at {}: first handling {} ms later",
+                    f.kind,
+                    c.format("%H:%M:%S"),
+                    took.num_milliseconds()
+                ));
+            }
+        }
+    }
+    Check::new(
+        NAMES[7],
+        stuck.is_empty(),
+        format!(
+            "slowest resumption {} ms (bound {} s, per queue) over {} faults; {} late{}",
+            worst.num_milliseconds(),
+            PROGRESS_BOUND.as_secs(),
+            e.events.len(),
+            stuck.len(),
+            sample(&stuck)
+        ),
+    )
+}
+
+/// A plain message handled twice must have had its first handling near a
+/// fault (its acknowledgement could then be lost, or its claim expire).
+fn duplicates_under_faults(e: &Evidence) -> Check {
+    let slack = chrono::Duration::seconds(VT_SECS as i64 + 4);
+    let mut first: HashMap<i64, &Handling> = HashMap::new();
+    let mut unexplained = Vec::new();
+    let mut dups = 0;
+    for h in &e.handlings[Role::Plain.index()] {
+        let Some(f) = first.get(&h.key) else {
+            first.insert(h.key, h);
+            continue;
+        };
+        dups += 1;
+        if e.plans.get(&h.key).is_some_and(|p| p.may_repeat) {
+            continue;
+        }
+        let near = e
+            .events
+            .iter()
+            .any(|x| x.start <= f.handled_at + slack && f.started_at <= x.end + slack);
+        if !near {
+            unexplained.push(h.key);
+        }
+    }
+    unexplained.sort_unstable();
+    Check::new(
+        NAMES[8],
+        unexplained.is_empty(),
+        format!(
+            "{dups} repeated handlings on the plain queue, {} with no fault near the first{}",
+            unexplained.len(),
+            sample(&unexplained)
+        ),
+    )
+}
+
+/// Each shutdown report against the ledger: the rows a process wrote are
+/// what its report counts; an abandoned transactional handler left no row;
+/// after a clean graceful shutdown, nothing the process handled came back.
+fn reports(e: &Evidence) -> Check {
+    let mut by_pid: HashMap<i32, Vec<&Handling>> = HashMap::new();
+    for h in e.handlings.iter().flatten() {
+        by_pid.entry(h.worker_pid).or_default().push(h);
+    }
+    let mut reads: HashMap<i64, Vec<DateTime<Utc>>> = HashMap::new();
+    for h in e.handlings.iter().flatten() {
+        if let Some(r) = h.read_at {
+            reads.entry(h.key).or_default().push(r);
+        }
+    }
+    let mut bad = Vec::new();
+    let mut judged = 0;
+    for x in e.exits {
+        let Some(report) = x.exit.as_ref().and_then(|ex| ex.said.report.as_ref()) else {
+            continue;
+        };
+        judged += 1;
+        let pid = x.pid as i32;
+        let rows = by_pid.get(&pid).map(Vec::as_slice).unwrap_or(&[]);
+        let n = rows.len() as u64;
+        let get = |k: &str| report[k].as_u64().unwrap_or(0);
+        match x.kind.role() {
+            Role::Plain => {
+                // Rows the handler committed outside a transaction, as it
+                // counted them: the ledger holds exactly those.
+                if n != get("ledger_rows") {
+                    bad.push(format!(
+                        "{} ({}): {n} ledger rows, its handler counted {}",
+                        x.app_name,
+                        x.how,
+                        get("ledger_rows")
+                    ));
+                }
+                // Every row and snooze is a success the worker counted,
+                // but for runs it gave up on (timed out, abandoned at the
+                // shutdown) whose handler still finished: a blocking
+                // handler cannot see its cancellation.
+                let given_up =
+                    get("timed_out") + report["abandoned"].as_array().map_or(0, |a| a.len() as u64);
+                if get("succeeded") + given_up < get("ledger_rows") + get("snoozed") {
+                    bad.push(format!(
+                        "{} ({}): {} successes reported (+ {given_up} given up), {} rows + {} snoozes",
+                        x.app_name,
+                        x.how,
+                        get("succeeded"),
+                        get("ledger_rows"),
+                        get("snoozed")
+                    ));
+                }
+            }
+            Role::Tx | Role::Fifo => {
+                // A row per delete that committed in a handler's transaction.
+                if n != get("deleted") {
+                    bad.push(format!(
+                        "{} ({}): {n} ledger rows, {} deletes reported",
+                        x.app_name,
+                        x.how,
+                        get("deleted")
+                    ));
+                }
+                let abandoned: HashSet<i64> = report["abandoned"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
+                    .unwrap_or_default();
+                let with_rows: Vec<i64> = rows
+                    .iter()
+                    .filter(|h| abandoned.contains(&h.msg_id))
+                    .map(|h| h.msg_id)
+                    .collect();
+                if !with_rows.is_empty() {
+                    bad.push(format!(
+                        "{}: abandoned messages {with_rows:?} have committed rows",
+                        x.app_name
+                    ));
+                }
+            }
+        }
+        // A clean graceful shutdown: every acknowledgement written and none
+        // lost to another worker, so nothing it handled is delivered again.
+        let clean = x.exit.as_ref().is_some_and(|ex| ex.clean())
+            && report["immediate"] == false
+            && get("acks_failed") == 0
+            && get("claims_lost") == 0;
+        if clean {
+            for h in rows {
+                if e.plans.get(&h.key).is_some_and(|p| p.may_repeat) {
+                    continue;
+                }
+                let again = reads
+                    .get(&h.key)
+                    .is_some_and(|rs| rs.iter().any(|r| *r > h.handled_at));
+                if again {
+                    bad.push(format!(
+                        "{} ({}): key {} handled and acknowledged, delivered again",
+                        x.app_name, x.how, h.key
+                    ));
+                }
+            }
+        }
+    }
+    Check::new(
+        NAMES[9],
+        bad.is_empty(),
+        format!(
+            "{judged} shutdown reports judged, {} disagreements{}",
+            bad.len(),
+            sample(&bad)
+        ),
+    )
+}
+
+/// Connections of each worker process never above its pools' size, except
+/// while a fault that holds backends lasts (and shortly after) and while a
+/// database call may still be within its timeout of a fault's start.
+fn connections(e: &Evidence) -> Check {
+    let settle = chrono::Duration::from_std(CONN_SETTLE).unwrap_or_default();
+    let grace = chrono::Duration::from_std(DB_TIMEOUT + Duration::from_secs(2)).unwrap_or_default();
+    let mut over = Vec::new();
+    let mut judged = 0;
+    let mut most = 0i64;
+    for s in e.samples {
+        let exempt = e.events.iter().any(|f| {
+            (f.holds_backends && f.start <= s.at && s.at <= f.end + settle)
+                || (f.start <= s.at && s.at <= f.start + grace)
+        });
+        if exempt {
+            continue;
+        }
+        judged += 1;
+        for (name, n, max) in &s.conns {
+            most = most.max(*n - *max);
+            if n > max {
+                over.push(format!(
+                    "{name}: {n} > {max} at {}",
+                    s.at.format("%H:%M:%S")
+                ));
+            }
+        }
+    }
+    Check::new(
+        NAMES[10],
+        over.is_empty(),
+        format!(
+            "{judged} samples judged, {} above a process's maximum{}",
+            over.len(),
+            sample(&over)
+        ),
+    )
+}
+
+/// No worker process ended on its own.
+fn workers_up(e: &Evidence) -> Check {
+    let crashed: Vec<String> = e
+        .exits
+        .iter()
+        .filter(|x| x.how == "crashed")
+        .map(|x| {
+            format!(
+                "{} ({:?}) {}",
+                x.app_name,
+                x.kind,
+                x.exit.as_ref().map(|ex| ex.describe()).unwrap_or_default()
+            )
+        })
+        .collect();
+    let unclean_end: Vec<String> = e
+        .exits
+        .iter()
+        .filter(|x| x.how == "end" && !x.exit.as_ref().is_some_and(|ex| ex.clean()))
+        .map(|x| x.app_name.clone())
+        .collect();
+    let kinds: HashSet<ProcKind> = e.exits.iter().map(|x| x.kind).collect();
+    Check::new(
+        NAMES[11],
+        crashed.is_empty() && unclean_end.is_empty(),
+        format!(
+            "{} crashed, {} did not stop cleanly at the end, {} kinds of process{}{}",
+            crashed.len(),
+            unclean_end.len(),
+            kinds.len(),
+            sample(&crashed),
+            sample(&unclean_end)
+        ),
+    )
+}

@@ -1,0 +1,446 @@
+//! The campaign's fault kinds, as one table: what each injects, how it is
+//! cleared, how long it may last, and whether it aims at a worker process.
+//! A new kind is one entry of [`KINDS`] and one arm in [`Nemesis::inject`]
+//! and [`Nemesis::clear`].
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use pgmq_client::QueueName;
+
+use super::campaign::{Slots, Workload, PROBE_DECODE, PROBE_HOOK};
+use super::ctx::Ctx;
+use super::proxy::Proxy;
+use super::BoxError;
+
+/// One fault kind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kind {
+    pub name: &'static str,
+    pub injects: &'static str,
+    pub clears: &'static str,
+    /// Shortest and longest duration, milliseconds.
+    pub min_ms: u64,
+    pub max_ms: u64,
+    /// Aims at one worker process (drawn at random).
+    pub at_process: bool,
+    /// Aims at one queue (drawn at random).
+    pub at_queue: bool,
+    /// While it lasts (and shortly after), server backends of connections
+    /// the workers closed may linger: the proxy holds them open, or the
+    /// server has not noticed yet. The connection bound is not judged then.
+    pub holds_backends: bool,
+}
+
+/// Every fault kind of the campaign.
+pub(crate) const KINDS: &[Kind] = &[
+    Kind {
+        name: "kill",
+        injects: "SIGKILL of a worker process",
+        clears: "a new worker process in its place",
+        min_ms: 500,
+        max_ms: 5_000,
+        at_process: true,
+        at_queue: false,
+        holds_backends: true,
+    },
+    Kind {
+        name: "stop",
+        injects: "SIGSTOP of a worker process (frozen, past its visibility timeout at times)",
+        clears: "SIGCONT",
+        min_ms: 500,
+        max_ms: 8_000,
+        at_process: true,
+        at_queue: false,
+        holds_backends: false,
+    },
+    Kind {
+        name: "term",
+        injects: "SIGTERM of a busy worker process: a graceful drain, its report kept",
+        clears: "a new worker process in its place",
+        min_ms: 0,
+        max_ms: 3_000,
+        at_process: true,
+        at_queue: false,
+        holds_backends: false,
+    },
+    Kind {
+        name: "pg-crash",
+        injects: "PostgreSQL killed (pg_ctl stop -m immediate)",
+        clears: "PostgreSQL started again (crash recovery)",
+        min_ms: 300,
+        max_ms: 5_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: true,
+    },
+    Kind {
+        name: "terminate-backend",
+        injects: "pg_terminate_backend of half the workers' backends, every 500 ms",
+        clears: "stops terminating",
+        min_ms: 0,
+        max_ms: 4_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: true,
+    },
+    Kind {
+        name: "blackhole",
+        injects: "the proxy forwards nothing, connections stay open",
+        clears: "the proxy forwards again",
+        min_ms: 500,
+        max_ms: 8_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: true,
+    },
+    Kind {
+        name: "reset",
+        injects: "the proxy resets every connection and refuses new ones",
+        clears: "the proxy accepts again",
+        min_ms: 200,
+        max_ms: 3_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: true,
+    },
+    Kind {
+        name: "lock-table",
+        injects: "LOCK TABLE (ACCESS EXCLUSIVE) on a queue's table, held",
+        clears: "the locking transaction rolls back",
+        min_ms: 1_000,
+        max_ms: 8_000,
+        at_process: false,
+        at_queue: true,
+        holds_backends: false,
+    },
+    Kind {
+        name: "xmin-pin",
+        injects: "an idle-in-transaction session holding a snapshot (xmin horizon pinned)",
+        clears: "the session rolls back",
+        min_ms: 2_000,
+        max_ms: 10_000,
+        at_process: false,
+        at_queue: true,
+        holds_backends: false,
+    },
+    Kind {
+        name: "rr-reader",
+        injects: "a REPEATABLE READ transaction reading a queue's table every 200 ms",
+        clears: "the transaction commits",
+        min_ms: 2_000,
+        max_ms: 10_000,
+        at_process: false,
+        at_queue: true,
+        holds_backends: false,
+    },
+    Kind {
+        name: "pool-exhaustion",
+        injects: "idle connections opened until the server refuses more (max_connections)",
+        clears: "the connections are closed",
+        min_ms: 1_000,
+        max_ms: 6_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+    },
+    Kind {
+        name: "hook-panic",
+        injects: "plain messages whose hook panics (Hook::before or Hook::after, first attempt)",
+        clears: "the producer stops sending them",
+        min_ms: 1_000,
+        max_ms: 5_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+    },
+    Kind {
+        name: "decode-panic",
+        injects: "plain messages whose body's Deserialize panics",
+        clears: "the producer stops sending them",
+        min_ms: 1_000,
+        max_ms: 5_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+    },
+    Kind {
+        name: "redrive",
+        injects: "the plain queue's dead letters sent back with their original headers",
+        clears: "nothing to clear",
+        min_ms: 0,
+        max_ms: 1_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+    },
+    Kind {
+        name: "read-only",
+        injects: "default_transaction_read_only on for the whole cluster",
+        clears: "default_transaction_read_only reset",
+        min_ms: 1_000,
+        max_ms: 6_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+    },
+];
+
+/// The kind named `name`.
+pub(crate) fn kind(name: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+/// The kinds asked for: every kind when none is named, no kind for `none`.
+pub(crate) fn selection(asked: &[String]) -> Result<Vec<&'static Kind>, BoxError> {
+    if asked.is_empty() {
+        return Ok(KINDS.iter().collect());
+    }
+    if asked.len() == 1 && asked[0] == "none" {
+        return Ok(Vec::new());
+    }
+    asked
+        .iter()
+        .map(|a| {
+            kind(a).ok_or_else(|| {
+                let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
+                format!(
+                    "no fault kind {a:?}: kinds are {}, or none",
+                    names.join(", ")
+                )
+                .into()
+            })
+        })
+        .collect()
+}
+
+/// What a fault holds while it lasts, to clear it.
+pub(crate) enum Held {
+    Nothing,
+    /// A session whose open transaction is the fault (lock, snapshot).
+    Session(tokio_postgres::Client),
+    /// A task doing the fault until told to stop.
+    Task(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ),
+    /// Idle sessions filling the server.
+    Sessions(Vec<tokio_postgres::Client>),
+}
+
+/// Injects and clears faults on the campaign's cluster, proxy and workers.
+pub(crate) struct Nemesis<'a> {
+    pub ctx: &'a Ctx,
+    pub proxy: &'a Proxy,
+    pub slots: &'a Slots,
+    pub workload: &'a Workload,
+}
+
+impl Nemesis<'_> {
+    /// Starts the fault; `process` and `queue` are the drawn targets.
+    pub(crate) async fn inject(
+        &self,
+        kind: &Kind,
+        process: usize,
+        queue: &QueueName,
+    ) -> Result<Held, BoxError> {
+        Ok(match kind.name {
+            "kill" => {
+                self.slots.kill(process).await?;
+                Held::Nothing
+            }
+            "stop" => {
+                self.slots.signal(process, "STOP").await?;
+                Held::Nothing
+            }
+            "term" => {
+                self.slots.term(process).await?;
+                Held::Nothing
+            }
+            "pg-crash" => {
+                self.ctx.cluster.kill().await?;
+                Held::Nothing
+            }
+            "terminate-backend" => {
+                let dsn = self.ctx.cluster.dsn();
+                task(move |n| {
+                    let dsn = dsn.clone();
+                    async move {
+                        // Every other backend, alternating which half each time.
+                        let sql = "select pg_terminate_backend(pid) from pg_stat_activity \
+                                   where application_name like 'pgmq-campaign-w%' \
+                                     and pid % 2 = $1";
+                        if let Ok(c) = session(&dsn, "pgmq-campaign-nemesis").await {
+                            let _ = c.execute(sql, &[&((n % 2) as i32)]).await;
+                        }
+                    }
+                })
+            }
+            "blackhole" => {
+                self.proxy.set_blackhole(true);
+                Held::Nothing
+            }
+            "reset" => {
+                self.proxy.set_accepting(false);
+                self.proxy.cut_all();
+                Held::Nothing
+            }
+            "lock-table" => {
+                self.open_transaction(&format!(
+                    "begin; lock table {} in access exclusive mode",
+                    queue.table()
+                ))
+                .await?
+            }
+            "xmin-pin" => {
+                self.open_transaction(&format!(
+                    "begin isolation level repeatable read; select count(*) from {}",
+                    queue.table()
+                ))
+                .await?
+            }
+            "rr-reader" => {
+                let dsn = self.ctx.cluster.dsn();
+                let table = queue.table();
+                let c = session(&dsn, "pgmq-campaign-nemesis").await?;
+                c.batch_execute("begin isolation level repeatable read")
+                    .await?;
+                let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+                let handle = tokio::spawn(async move {
+                    let sql = format!("select count(*), max(msg_id) from {table}");
+                    loop {
+                        let _ = c.batch_execute(&sql).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                            _ = &mut rx => break,
+                        }
+                    }
+                    let _ = c.batch_execute("commit").await;
+                });
+                Held::Task(tx, handle)
+            }
+            "pool-exhaustion" => {
+                let dsn = self.ctx.cluster.dsn();
+                let mut held = Vec::new();
+                while held.len() < 400 {
+                    match session(&dsn, "pgmq-campaign-hog").await {
+                        Ok(c) => held.push(c),
+                        Err(_) => break,
+                    }
+                }
+                Held::Sessions(held)
+            }
+            "read-only" => {
+                super::scenarios::read_only(self.ctx, true).await?;
+                Held::Nothing
+            }
+            "hook-panic" => {
+                self.workload.probes.fetch_or(PROBE_HOOK, Ordering::SeqCst);
+                Held::Nothing
+            }
+            "decode-panic" => {
+                self.workload
+                    .probes
+                    .fetch_or(PROBE_DECODE, Ordering::SeqCst);
+                Held::Nothing
+            }
+            "redrive" => {
+                self.workload.redrive(self.ctx).await?;
+                Held::Nothing
+            }
+            other => return Err(format!("fault kind {other} has no injection").into()),
+        })
+    }
+
+    /// A session of its own left inside the transaction `sql` opens.
+    async fn open_transaction(&self, sql: &str) -> Result<Held, BoxError> {
+        let c = session(&self.ctx.cluster.dsn(), "pgmq-campaign-nemesis").await?;
+        c.batch_execute(sql).await?;
+        Ok(Held::Session(c))
+    }
+
+    /// Ends the fault.
+    pub(crate) async fn clear(
+        &self,
+        kind: &Kind,
+        process: usize,
+        held: Held,
+    ) -> Result<(), BoxError> {
+        match held {
+            Held::Nothing => {}
+            Held::Session(c) => {
+                let _ = c.batch_execute("rollback").await;
+            }
+            Held::Task(stop, handle) => {
+                let _ = stop.send(());
+                let _ = handle.await;
+            }
+            Held::Sessions(v) => drop(v),
+        }
+        match kind.name {
+            "kill" | "term" => self.slots.respawn(process).await?,
+            "stop" => self.slots.signal(process, "CONT").await?,
+            "pg-crash" => {
+                self.ctx.cluster.restart_after_kill().await?;
+                self.ctx.wait_server(Duration::from_secs(60)).await?;
+            }
+            "blackhole" => self.proxy.set_blackhole(false),
+            "hook-panic" => {
+                self.workload
+                    .probes
+                    .fetch_and(!PROBE_HOOK, Ordering::SeqCst);
+            }
+            "decode-panic" => {
+                self.workload
+                    .probes
+                    .fetch_and(!PROBE_DECODE, Ordering::SeqCst);
+            }
+            "reset" => self.proxy.set_accepting(true),
+            "read-only" => {
+                // The server may have been busy: try a few times.
+                let mut last = None;
+                for _ in 0..20 {
+                    match super::scenarios::read_only(self.ctx, false).await {
+                        Ok(()) => return Ok(()),
+                        Err(e) => last = Some(e),
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                return Err(last.unwrap_or_else(|| "read-only not cleared".into()));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Runs `f(n)` every 500 ms (n = 0, 1, ...) until the fault is cleared.
+fn task<F, Fut>(f: F) -> Held
+where
+    F: Fn(u64) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            f(n).await;
+            n += 1;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = &mut rx => break,
+            }
+        }
+    });
+    Held::Task(tx, handle)
+}
+
+/// A dedicated session of the campaign's own, straight to the cluster.
+pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Client, BoxError> {
+    let (c, _notes) = pgmq_client::ClientBuilder::new(dsn)
+        .application_name(app)
+        .connect_timeout(Duration::from_secs(3))
+        .connect_dedicated()
+        .await?;
+    Ok(c)
+}

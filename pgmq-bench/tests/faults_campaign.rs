@@ -1,0 +1,100 @@
+//! The fault campaign must be seen to go red: with a bug planted in the
+//! fault worker (`--sabotage`), a short campaign without faults fails the
+//! invariant that bug breaks, exits 1 and prints the command that replays
+//! the seed.
+//!
+//! Each test starts its own throwaway cluster and proxy on ports of the
+//! fault suite's own (55440-55445), so that they can run side by side.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Runs `pgmq-bench faults --campaign` with `sabotage` on `port` (its proxy
+/// on `port + 1`) and returns the exit code, stderr and the JSON document.
+fn campaign(sabotage: &str, port: u16) -> (Option<i32>, String, serde_json::Value) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    // Everything the run writes goes into one folder, removed below.
+    let dir = std::env::temp_dir().join(format!("pgmq-campaign-{sabotage}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    let json = dir.join("campaign.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"))
+        .args(["faults", "--campaign", "--seed", "11", "--duration", "25s"])
+        .args(["--processes", "3", "--fault-kinds", "none"])
+        .args(["--sabotage", sabotage])
+        .args(["--port", &port.to_string()])
+        .args(["--proxy-port", &(port + 1).to_string()])
+        .arg("--root")
+        .arg(&root)
+        .arg("--json")
+        .arg(&json)
+        .arg("--log-dir")
+        .arg(dir.join("logs"))
+        .output()
+        .expect("run pgmq-bench faults --campaign");
+    let document = std::fs::read(&json);
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = match document {
+        Ok(d) => serde_json::from_slice(&d).unwrap(),
+        Err(e) => panic!(
+            "no JSON document ({e}):\n{}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    };
+    (out.status.code(), stderr, doc)
+}
+
+/// The verdict of the check named `name` of the first row.
+fn verdict(doc: &serde_json::Value, name: &str) -> bool {
+    doc["rows"][0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name:?} in {doc}"))["pass"]
+        .as_bool()
+        .unwrap()
+}
+
+/// The common part: exit 1, a failed seed, its replay line.
+fn assert_failed(code: Option<i32>, stderr: &str, doc: &serde_json::Value) {
+    assert_eq!(
+        code,
+        Some(1),
+        "a sabotaged campaign must exit 1 (a failed seed), not 0 or 2\n{stderr}"
+    );
+    assert_eq!(doc["pass"], false);
+    assert!(
+        stderr.contains("replay with: pgmq-bench faults --campaign --seed 11 --duration 25s"),
+        "a failed seed must print its replay command:\n{stderr}"
+    );
+}
+
+#[test]
+fn heartbeat_off_fails_duplicates_only_under_faults() {
+    let (code, stderr, doc) = campaign("heartbeat-off", 55440);
+    assert_failed(code, &stderr, &doc);
+    // Handlers longer than the visibility timeout, no heartbeat: delivered
+    // twice with no fault to explain it.
+    assert!(!verdict(&doc, "duplicates only under faults"), "{doc}");
+}
+
+#[test]
+fn unordered_fifo_claims_fail_the_fifo_invariants() {
+    let (code, stderr, doc) = campaign("fifo-unordered", 55442);
+    assert_failed(code, &stderr, &doc);
+    assert!(
+        !verdict(&doc, "FIFO successes in sequence") || !verdict(&doc, "FIFO runs never overlap"),
+        "{doc}"
+    );
+}
+
+#[cfg(feature = "fault-injection")]
+#[test]
+fn an_uncaught_panic_fails_no_stall() {
+    let (code, stderr, doc) = campaign("panic-uncaught", 55444);
+    assert_failed(code, &stderr, &doc);
+    // A panic that ends its handler loop leaves its message held.
+    assert!(!verdict(&doc, "no stall"), "{doc}");
+}
