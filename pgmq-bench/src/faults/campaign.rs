@@ -80,11 +80,6 @@ impl Role {
             Role::Fifo => "f",
         }
     }
-
-    /// Whether its handlers write the ledger row in their transaction.
-    pub(crate) fn transactional(self) -> bool {
-        self != Role::Plain
-    }
 }
 
 /// The worker processes' kinds, in the order slots take them.
@@ -636,7 +631,7 @@ impl Producer {
     async fn tick(&mut self, n: u64) {
         let plain: Vec<_> = (0..4).map(|_| self.plain_job()).collect();
         let tx: Vec<_> = (0..3).map(|_| self.tx_job()).collect();
-        let fifo = if n % 2 == 0 {
+        let fifo = if n.is_multiple_of(2) {
             self.fifo_jobs()
         } else {
             Vec::new()
