@@ -394,9 +394,13 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
         snoozed: AtomicU64::new(0),
         rt: tokio::runtime::Handle::current(),
     });
+    // The suite sizes pools on purpose: the campaign's transactional
+    // process gets fewer connections than its handlers' transactions need,
+    // to prove that a checkout timeout uses no attempt.
     let builder = Worker::<Job>::builder(client.clone(), queue)
         .visibility_timeout(Duration::from_secs(args.vt_secs))
-        .dead_letter_queue(dlq);
+        .dead_letter_queue(dlq)
+        .allow_small_pool(true);
     let builder = sabotaged(tuned(builder, &args), &args)?;
     let builder = if args.hooks {
         builder.hook(FaultHook::default())
