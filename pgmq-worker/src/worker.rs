@@ -514,6 +514,12 @@ where
             match std::panic::AssertUnwindSafe(make()).catch_unwind().await {
                 Ok(()) => return,
                 Err(p) => {
+                    // The campaign's panic-uncaught sabotage models a worker
+                    // without this supervision: the loop stays dead.
+                    #[cfg(feature = "fault-injection")]
+                    if shared.config.resume_panics {
+                        return;
+                    }
                     bump(&shared.stats.c.task_restarts, 1);
                     let why = crate::handler::panic_text_of(name, &*p);
                     tracing::error!(task = name, panic = %why, "internal task panicked; restarting it");
