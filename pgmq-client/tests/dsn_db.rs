@@ -28,37 +28,66 @@ struct Role {
     name: String,
 }
 
+/// Runs `sql` as a role that may create roles: the DSN's own when it may
+/// (a cluster of one's own, or a superuser DSN), else the throwaway
+/// cluster's superuser over its socket (peer authentication as the
+/// `postgres` OS user, as scripts/db-common.sh sets it up: the DSN's role
+/// there is no superuser and cannot create roles).
+fn as_role_admin(sql: &str) {
+    let sql = sql.to_owned();
+    std::thread::spawn(move || {
+        let by_dsn = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let admin = common::raw_to(&common::dsn()).await;
+                admin.batch_execute(&sql).await
+            });
+        let Err(e) = by_dsn else { return };
+        assert_eq!(
+            e.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{sql}: {e}"
+        );
+        let (_, port) = server();
+        let dir = format!("/tmp/pgmq-sdk-db-{port}/run");
+        let out = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--", "psql", "-h", &dir, "-p", &port])
+            .args([
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-qAtX",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .args(["-c", &sql])
+            .output()
+            .expect("runuser and psql run");
+        assert!(
+            out.status.success(),
+            "{sql} as the cluster's superuser: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    })
+    .join()
+    .unwrap();
+}
+
 impl Role {
     async fn create(password: &str) -> Role {
         let name = format!("pgmq_dsn_{}", common::unique("r").as_str());
-        let admin = common::raw_to(&common::dsn()).await;
         let quoted = password.replace('\'', "''");
-        admin
-            .batch_execute(&format!("CREATE ROLE {name} LOGIN PASSWORD '{quoted}'"))
-            .await
-            .unwrap();
+        as_role_admin(&format!("CREATE ROLE {name} LOGIN PASSWORD '{quoted}'"));
         Role { name }
     }
 }
 
 impl Drop for Role {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        // A runtime of its own: the test's may be shutting down.
-        std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-                .block_on(async {
-                    let admin = common::raw_to(&common::dsn()).await;
-                    let _ = admin
-                        .batch_execute(&format!("DROP ROLE IF EXISTS {name}"))
-                        .await;
-                });
-        })
-        .join()
-        .unwrap();
+        as_role_admin(&format!("DROP ROLE IF EXISTS {}", self.name));
     }
 }
 

@@ -9,8 +9,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Public `WorkerBuilder` methods that are not settings: the final call,
-/// and a hidden test hook.
-const NOT_SETTINGS: &[&str] = &["build", "panic_once_in"];
+/// and the hidden test hooks.
+const NOT_SETTINGS: &[&str] = &["build", "panic_once_in", "resume_handler_panics"];
 
 /// The rows of the "Every setting" table of docs/worker.md, split into
 /// trimmed cells (the first is empty: rows start with `|`).

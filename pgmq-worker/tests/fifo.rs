@@ -197,6 +197,7 @@ async fn transactional_acknowledgements_advance_the_group_at_once() {
     let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
         .poll_interval(Duration::from_secs(60))
         .claim_reads(ClaimReads::FifoGroups)
+        .concurrency(2)
         .transactional_handler(DeleteInTx)
         .build()
         .unwrap();
