@@ -223,19 +223,10 @@ pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
 pub use worker::{Monitor, Worker, WorkerHandle};
 
-/// The README's examples, compiled as doc tests (`cargo test --doc`).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
-/// The crates' own READMEs (their crates.io pages), compiled as doc tests.
+/// This crate's README (its crates.io page), compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
-struct CrateReadmeDoctests;
-
-#[cfg(doctest)]
-#[doc = include_str!("../../pgmq-client/README.md")]
-struct ClientReadmeDoctests;
+struct ReadmeDoctests;
 
 /// Re-exports used in this crate's public API.
 pub mod reexports {
