@@ -513,7 +513,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     }
 
     /// How often the `metrics` feature publishes counters and gauges and
-    /// samples `pgmq.metrics` (default 5 s; see docs/worker.md, "Metrics").
+    /// samples `pgmq.metrics` (default 5 s; see [Metrics](crate#metrics)).
     pub fn metrics_interval(mut self, d: Duration) -> Self {
         self.config.metrics_interval = d;
         self

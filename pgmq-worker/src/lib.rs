@@ -169,18 +169,20 @@
 //! # Features
 //!
 //! - `metrics`: publishes the worker's counters, gauges and histograms
-//!   through the [`metrics`](https://docs.rs/metrics) facade.
+//!   through the [`metrics`](https://docs.rs/metrics) facade (their names:
+//!   [Metrics](#metrics) below).
 //! - `deadpool`: runs the worker on a caller's deadpool-postgres pool
 //!   (`ConnectionSource::deadpool`).
 //! - `otel`: continues the sender's trace: a message whose headers carry a
 //!   W3C trace context (from a client built with
 //!   `ClientBuilder::trace_context`, feature `otel` of `pgmq-client`) gets
-//!   it as the parent of its `pgmq_worker.handle` span (see docs/worker.md,
-//!   "Trace context").
-//! - `fault-injection`: test hooks that make internal tasks panic; never in
-//!   production.
+//!   it as the parent of its `pgmq_worker.handle` span.
+//! - `fault-injection`: test hooks that make internal tasks panic; not
+//!   public API, not covered by semver, never in production.
 //!
-
+//! # Metrics
+//!
+#![doc = include_str!("../docs/metrics.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
