@@ -49,3 +49,11 @@ pub fn demo_mode() -> bool {
     std::env::args().skip(1).any(|a| a == "--demo")
         || std::env::var("PGMQ_EXAMPLES_DEMO").is_ok_and(|v| v == "1")
 }
+
+/// The workspace README's examples, compiled as doc tests (`cargo test
+/// --doc`). They are tested here, in a crate that is not published, because
+/// the README is outside the published packages (each of which tests its
+/// own README).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadmeDoctests;

@@ -160,6 +160,11 @@ pub mod __private {
     pub use crate::statements::Stmt;
 }
 
+/// This crate's README (its crates.io page), compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// Re-exports of the crates in this crate's public API.
 pub mod reexports {
     pub use bb8;

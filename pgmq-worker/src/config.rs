@@ -184,8 +184,8 @@ pub(crate) struct Config {
 /// Builds a [`Worker`]. Every setting has a default; only the handler is required.
 ///
 /// Each method says what its setting does and why the default is what it
-/// is. docs/worker.md, "Every setting", lists them all in one table, with
-/// their defaults and when to change them.
+/// is; [Every setting](#every-setting) below lists them all in one table,
+/// with their defaults and when to change them.
 ///
 /// The pool needs room for `claimers` + `ack_flushers` + 1 connections
 /// (plus `concurrency` with a transactional handler); the LISTEN connection
@@ -216,6 +216,10 @@ pub(crate) struct Config {
 ///     .build()?;
 /// # Ok(()) }
 /// ```
+///
+/// # Every setting
+///
+#[doc = include_str!("../docs/settings.md")]
 #[must_use]
 pub struct WorkerBuilder<T> {
     source: Source,
@@ -510,7 +514,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     }
 
     /// How often the `metrics` feature publishes counters and gauges and
-    /// samples `pgmq.metrics` (default 5 s; see docs/worker.md, "Metrics").
+    /// samples `pgmq.metrics` (default 5 s; see [Metrics](crate#metrics)).
     pub fn metrics_interval(mut self, d: Duration) -> Self {
         self.config.metrics_interval = d;
         self

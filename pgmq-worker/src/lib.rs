@@ -169,18 +169,20 @@
 //! # Features
 //!
 //! - `metrics`: publishes the worker's counters, gauges and histograms
-//!   through the [`metrics`](https://docs.rs/metrics) facade.
+//!   through the [`metrics`](https://docs.rs/metrics) facade (their names:
+//!   [Metrics](#metrics) below).
 //! - `deadpool`: runs the worker on a caller's deadpool-postgres pool
 //!   (`ConnectionSource::deadpool`).
 //! - `otel`: continues the sender's trace: a message whose headers carry a
 //!   W3C trace context (from a client built with
 //!   `ClientBuilder::trace_context`, feature `otel` of `pgmq-client`) gets
-//!   it as the parent of its `pgmq_worker.handle` span (see docs/worker.md,
-//!   "Trace context").
-//! - `fault-injection`: test hooks that make internal tasks panic; never in
-//!   production.
+//!   it as the parent of its `pgmq_worker.handle` span.
+//! - `fault-injection`: test hooks that make internal tasks panic; not
+//!   public API, not covered by semver, never in production.
 //!
-
+//! # Metrics
+//!
+#![doc = include_str!("../docs/metrics.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
@@ -223,19 +225,10 @@ pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
 pub use worker::{Monitor, Worker, WorkerHandle};
 
-/// The README's examples, compiled as doc tests (`cargo test --doc`).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeDoctests;
-
-/// The crates' own READMEs (their crates.io pages), compiled as doc tests.
+/// This crate's README (its crates.io page), compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
-struct CrateReadmeDoctests;
-
-#[cfg(doctest)]
-#[doc = include_str!("../../pgmq-client/README.md")]
-struct ClientReadmeDoctests;
+struct ReadmeDoctests;
 
 /// Re-exports used in this crate's public API.
 pub mod reexports {

@@ -1,23 +1,10 @@
 //! The worker's figures through the [`metrics`] facade (feature `metrics`).
 //!
-//! Every `metrics_interval` (default 5 s) a task publishes, labelled with
-//! `queue`:
-//!
-//! | name | kind | what |
-//! | --- | --- | --- |
-//! | `pgmq_worker_<counter>_total` | counter | every counter of [`StatsSnapshot`](crate::StatsSnapshot): `claimed`, `handled`, `succeeded`, `failed`, `retried`, `snoozed`, `dead_lettered`, `deleted`, `archived`, `released`, `claims_lost`, `timed_out`, `panicked`, `decode_failures`, `acks_failed`, `ack_retries`, `read_errors`, `reads`, `empty_reads`, `heartbeats`, `task_restarts`, `expired_unstarted`, `expired_released`, `wakeups_notify`, `wakeups_poll`, `wakeups_after_throttle`, `still_running_at_deadline` (`acks_pending` is the gauge below) |
-//! | `pgmq_worker_claim_queue_depth` | gauge | claimed messages waiting for a handler |
-//! | `pgmq_worker_running_handlers` | gauge | handler runs in progress |
-//! | `pgmq_worker_acks_pending` | gauge | acknowledgements queued or being written (the acknowledgement lag, in messages) |
-//! | `pgmq_worker_healthy` | gauge | 1 when [`Health::is_healthy`](crate::Health::is_healthy), else 0 |
-//! | `pgmq_queue_length`, `pgmq_queue_visible_length` | gauge | from `pgmq.metrics(queue)`: messages in the queue, and visible now |
-//! | `pgmq_queue_oldest_msg_age_seconds` | gauge | age of the oldest message (0 when empty) |
-//!
-//! and, per message, the histograms `pgmq_worker_handler_seconds` (handler
-//! run time) and `pgmq_worker_queue_wait_seconds` (claim to handler start
-//! in this process), recorded by the handler loops on handles made once.
-//! Without a recorder installed the facade does nothing; install one
-//! (`metrics-exporter-prometheus`, say) to publish them.
+//! Every `metrics_interval` a task publishes the counters and gauges,
+//! labelled with `queue`, and the handler loops record the per-message
+//! histograms on handles made once. The names are listed in
+//! docs/metrics.md of this package, which the crate docs include and
+//! tests/metrics.rs checks against what a run publishes.
 
 use std::sync::Arc;
 

@@ -1,8 +1,11 @@
-//! docs/worker.md's settings table states the defaults the builder really
-//! has: each row whose default is a number, a duration, a flag or a multiple
-//! of `batch_size` is compared with the settings of a fresh `WorkerBuilder`
-//! (read from its `Debug` output), every setting named there exists, and
-//! every public setting method of `WorkerBuilder` has a row.
+//! The settings table users read, docs/settings.md of this package (the
+//! "Every setting" section of `WorkerBuilder`'s rustdoc includes it, and
+//! the workspace's docs/worker.md links to it), states the defaults the
+//! builder really has: each row whose default is a number, a duration, a
+//! flag or a multiple of `batch_size` is compared with the settings of a
+//! fresh `WorkerBuilder` (read from its `Debug` output), every setting named
+//! there exists, and every public setting method of `WorkerBuilder` has a
+//! row.
 
 mod common;
 
@@ -12,15 +15,25 @@ use std::collections::{BTreeMap, BTreeSet};
 /// and the hidden test hooks.
 const NOT_SETTINGS: &[&str] = &["build", "panic_once_in", "resume_handler_panics"];
 
-/// The rows of the "Every setting" table of docs/worker.md, split into
-/// trimmed cells (the first is empty: rows start with `|`).
+/// The settings table, relative to this package's root.
+const SETTINGS_MD: &str = "docs/settings.md";
+
+fn package_file(path: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The rows of the settings table, split into trimmed cells (the first is
+/// empty: rows start with `|`).
 fn settings_rows() -> Vec<Vec<String>> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/worker.md");
-    let text = std::fs::read_to_string(path).unwrap();
+    table_rows(&package_file(SETTINGS_MD))
+}
+
+fn table_rows(text: &str) -> Vec<Vec<String>> {
     let table = text
         .split("| setting | default |")
         .nth(1)
-        .expect("docs/worker.md has a settings table");
+        .expect("docs/settings.md has a settings table");
     table
         .lines()
         .skip(2)
@@ -151,8 +164,7 @@ async fn documented_defaults_match_the_builder() {
 
 #[test]
 fn every_builder_setting_is_documented() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config.rs");
-    let methods = builder_methods(&std::fs::read_to_string(path).unwrap());
+    let methods = builder_methods(&package_file("src/config.rs"));
     assert!(
         methods.len() >= 25,
         "builder methods not found: {methods:?}"
@@ -164,7 +176,7 @@ fn every_builder_setting_is_documented() {
         .collect();
     assert!(
         missing.is_empty(),
-        "WorkerBuilder settings without a row in docs/worker.md's settings table: {missing:?}"
+        "WorkerBuilder settings without a row in {SETTINGS_MD}: {missing:?}"
     );
 }
 
@@ -196,4 +208,64 @@ fn a_wrong_default_is_caught() {
         debug_field("B { config: C { a: 1, ab: 2s }, x: 3 }", "ab"),
         Some("2s")
     );
+}
+
+/// The doc attributes (`///` lines and `#[doc = ...]`) right above
+/// `pub struct WorkerBuilder` in `source`, in order.
+fn builder_doc_lines(source: &str) -> Vec<&str> {
+    let before = source
+        .split_once("\npub struct WorkerBuilder<")
+        .expect("config.rs defines WorkerBuilder")
+        .0;
+    let mut lines: Vec<&str> = before
+        .lines()
+        .rev()
+        .take_while(|line| line.starts_with("///") || line.starts_with("#["))
+        .filter(|line| line.starts_with("///") || line.starts_with("#[doc"))
+        .collect();
+    lines.reverse();
+    lines
+}
+
+/// Whether `WorkerBuilder`'s rustdoc (the page docs.rs shows) includes the
+/// settings table, under a heading of its own.
+fn builder_docs_include_table(source: &str) -> bool {
+    let docs = builder_doc_lines(source);
+    let include = format!("#[doc = include_str!(\"../{SETTINGS_MD}\")]");
+    docs.iter()
+        .position(|line| *line == include)
+        .is_some_and(|i| docs[..i].contains(&"/// # Every setting"))
+}
+
+#[test]
+fn the_builder_docs_include_the_settings_table() {
+    assert!(
+        builder_docs_include_table(&package_file("src/config.rs")),
+        "WorkerBuilder's rustdoc must include {SETTINGS_MD} under \"# Every setting\""
+    );
+    // The table is kept in one place: the workspace's reference doc links to
+    // it instead of holding a copy that could drift (checked only in the
+    // workspace; the published package has no docs/worker.md).
+    let worker_md = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/worker.md");
+    if let Ok(text) = std::fs::read_to_string(worker_md) {
+        assert!(
+            !text.contains("| setting | default |"),
+            "docs/worker.md holds a copy of the settings table; link to pgmq-worker/{SETTINGS_MD}"
+        );
+        assert!(text.contains("(../pgmq-worker/docs/settings.md)"));
+    }
+}
+
+#[test]
+fn a_table_left_out_of_the_builder_docs_is_caught() {
+    let with = "/// Builds.\n///\n/// # Every setting\n///\n#[doc = include_str!(\"../docs/settings.md\")]\n#[must_use]\npub struct WorkerBuilder<T> {";
+    assert!(builder_docs_include_table(with));
+    let without = "/// Builds.\n#[must_use]\npub struct WorkerBuilder<T> {";
+    assert!(!builder_docs_include_table(without));
+    // An include on another item does not count.
+    let elsewhere = "#[doc = include_str!(\"../docs/settings.md\")]\nstruct Other;\n\n/// # Every setting\npub struct WorkerBuilder<T> {";
+    assert!(!builder_docs_include_table(elsewhere));
+    let rows = table_rows("x\n\n| setting | default | what |\n| --- | --- | --- |\n| `a(n)` | 1 | x |\n\nafter | b |\n");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(calls_of(&rows[0][1]), ["a"]);
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -61,6 +61,20 @@ impl Debugging {
     fn gauge(&self, name: &str) -> Option<f64> {
         let map = self.0.gauges.lock().unwrap();
         map.get(name).map(|g| f64::from_bits(g.load(Relaxed)))
+    }
+
+    /// The names of everything registered with this label (`{queue=...}`).
+    fn names_labelled(&self, label: &str) -> BTreeSet<String> {
+        let counters = self.0.counters.lock().unwrap();
+        let gauges = self.0.gauges.lock().unwrap();
+        let histograms = self.0.histograms.lock().unwrap();
+        counters
+            .keys()
+            .chain(gauges.keys())
+            .chain(histograms.keys())
+            .filter_map(|key| key.strip_suffix(label))
+            .map(str::to_owned)
+            .collect()
     }
 
     fn samples(&self, name: &str) -> Vec<f64> {
@@ -186,6 +200,76 @@ async fn a_run_records_histograms_counters_and_queue_gauges() {
             "{metric}: {samples:?}"
         );
     }
+    // What was published is exactly what the crate docs list.
+    let documented = documented_names(&package_file(METRICS_MD));
+    let published = recorder.names_labelled(&label);
+    assert_eq!(
+        published.difference(&documented).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "published but not in {METRICS_MD}"
+    );
+    assert_eq!(
+        documented.difference(&published).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "in {METRICS_MD} but not published"
+    );
+
     let report = handle.shutdown().await.unwrap();
     assert_eq!(report.claims_lost, 1);
+}
+
+/// The metrics table the crate docs include, relative to this package.
+const METRICS_MD: &str = "docs/metrics.md";
+
+fn package_file(path: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every metric name `doc` lists: the first cell of each table row, with
+/// `pgmq_worker_<counter>_total` expanded over the counters of the
+/// paragraph that starts "The counters".
+fn documented_names(doc: &str) -> BTreeSet<String> {
+    let code = |text: &str| -> Vec<String> {
+        text.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let counters_text = doc
+        .split_once("\nThe counters")
+        .expect("the doc lists the counters")
+        .1;
+    let counters_text = counters_text.split("\n\n").next().unwrap();
+    let counters: Vec<String> = code(counters_text)
+        .into_iter()
+        .filter(|c| !c.contains('<') && c != "StatsSnapshot")
+        .collect();
+    let mut names = BTreeSet::new();
+    for row in doc.lines().filter(|l| l.starts_with("| `")) {
+        let first = row.split('|').nth(1).unwrap();
+        for name in code(first) {
+            match name.split_once("<counter>") {
+                Some((before, after)) => {
+                    names.extend(counters.iter().map(|c| format!("{before}{c}{after}")))
+                }
+                None => {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn a_missing_or_extra_metric_is_caught() {
+    let doc = "x\n\n| name | kind | what |\n| --- | --- | --- |\n| `p_<counter>_total` | counter | `StatsSnapshot`'s |\n| `g` | gauge | `x` |\n\nThe counters, each `p_<counter>_total` (on `StatsSnapshot`): `a`,\n`b`.\n";
+    let names = documented_names(doc);
+    let want: BTreeSet<String> = ["g", "p_a_total", "p_b_total"].map(String::from).into();
+    assert_eq!(names, want);
+    let real = documented_names(&package_file(METRICS_MD));
+    assert!(real.len() >= 35, "{real:?}");
+    assert!(real.contains("pgmq_worker_tx_unavailable_total"));
 }
