@@ -106,6 +106,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod ack;
+mod args;
 mod client;
 mod connection;
 mod dsn;
@@ -120,6 +121,7 @@ mod queue;
 mod queue_name;
 mod read;
 mod read_from;
+mod rows;
 mod send;
 mod statements;
 pub mod tls;
@@ -127,6 +129,7 @@ mod topics;
 pub mod trace;
 mod version;
 
+pub use args::{MAX_BATCH, MAX_SECONDS};
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::{
@@ -140,7 +143,7 @@ pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{quote_ident, QueueName, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE};
-pub use read::{ReadOptions, MAX_BATCH, MAX_SECONDS};
+pub use read::ReadOptions;
 pub use read_from::ReadFrom;
 pub use topics::{RouteMatch, TopicBinding};
 pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};

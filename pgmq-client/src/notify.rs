@@ -13,10 +13,11 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::error::{col, Error};
+use crate::args::millis;
+use crate::error::Error;
 use crate::executor::Executor;
 use crate::queue_name::{quote_ident, QueueName, NOTIFY_KEEPS_CASE};
-use crate::read::millis;
+use crate::rows::col;
 use crate::statements::Stmt;
 use crate::version::Version;
 use crate::Pgmq;
