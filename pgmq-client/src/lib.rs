@@ -107,6 +107,7 @@
 
 mod ack;
 mod args;
+mod call;
 mod client;
 mod connection;
 mod dsn;
@@ -158,8 +159,9 @@ pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_
 /// [`Executor`], whose hidden methods take them.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::call::{Params, TypedParams};
     pub use crate::connection::cancel_in_background;
-    pub use crate::executor::{Params, Sealed, TypedParams};
+    pub use crate::executor::Sealed;
     pub use crate::statements::Stmt;
 }
 
