@@ -1,7 +1,7 @@
 //! How one call runs, on every executor: the checkout of a pooled
 //! connection, the protocol (a cached prepared statement, SQL text prepared
 //! once and cached, or unnamed in one round trip), what counts as "not
-//! sent", and a stale plan prepared again.
+//! sent", a stale plan prepared again, and the time bound.
 //!
 //! [`Executor`](crate::Executor)'s implementations choose among these
 //! functions; nothing here knows which executor calls it.
@@ -11,9 +11,16 @@
 //! while preparing its statement (a request of its own, before the call's),
 //! or its connection was already closed when the request started. Only such
 //! a call is repeated on another pooled connection ([`on_pool`]).
+//!
+//! **Time bound.** [`bounded`] gives a call a limit; past it the connection
+//! is abandoned and the call fails as a lost connection of unknown outcome.
+//! The crate's own calls take the pool's `connection_timeout` for the
+//! checkout and no bound of their own; [`KeptConnections`](crate::KeptConnections)
+//! bounds every call.
 
 use std::future::Future;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row, Statement};
@@ -183,6 +190,24 @@ pub(crate) async fn unnamed<C: GenericClient + Sync>(
 /// The types and the values of `params`.
 fn split<'a>(params: TypedParams<'a>) -> (Vec<Type>, Vec<&'a (dyn ToSql + Sync)>) {
     params.iter().map(|(v, t)| (t.clone(), *v)).unzip()
+}
+
+/// The time bound of a call: `call` within `limit`; past it, `abandon`
+/// is called (the connection's state is unknown: a reply may still come)
+/// and the call fails with [`Error::timed_out`], a lost connection whose
+/// outcome is unknown.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    abandon: impl FnOnce(),
+    call: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(res) => res,
+        Err(_) => {
+            abandon();
+            Err(Error::timed_out())
+        }
+    }
 }
 
 /// One call on a pooled connection: a prepared statement or SQL text.

@@ -318,7 +318,7 @@ impl ConnectionManager {
 }
 
 /// Runs a connection setup within `limit` (when set); past it, fails with
-/// tokio-postgres' own timeout error ("timeout waiting for server").
+/// an I/O error of kind `TimedOut` ("timed out waiting for the server").
 async fn bounded_setup<T>(
     limit: Option<Duration>,
     setup: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
@@ -326,9 +326,9 @@ async fn bounded_setup<T>(
     match limit {
         Some(limit) => tokio::time::timeout(limit, setup)
             .await
-            // tokio-postgres bounds only the TCP connect; its timeout error is
-            // the one it would give there, so callers see one kind of error.
-            .unwrap_or_else(|_| Err(tokio_postgres::Error::__private_api_timeout())),
+            // tokio-postgres bounds only the TCP connect; past the bound on
+            // the whole setup, the same error as a call that timed out.
+            .unwrap_or_else(|_| Err(crate::error::timeout())),
         None => setup.await,
     }
 }

@@ -381,10 +381,16 @@ impl Error {
     /// the caller's own): a lost connection whose outcome is unknown, so
     /// transient. Discard the connection it ran on
     /// ([`Connection::mark_broken`](crate::Connection::mark_broken)).
+    ///
+    /// ```
+    /// let e = pgmq_client::Error::timed_out();
+    /// assert!(e.is_transient());
+    /// assert_eq!(e.outcome(), pgmq_client::CommitOutcome::Unknown);
+    /// ```
     pub fn timed_out() -> Error {
         Error::ConnectionLost {
             outcome: CommitOutcome::Unknown,
-            source: tokio_postgres::Error::__private_api_timeout(),
+            source: timeout(),
         }
     }
 
@@ -470,6 +476,64 @@ impl Error {
             }
         }
         self
+    }
+}
+
+/// tokio-postgres' error for a call or a connection setup that took too
+/// long: an I/O error of kind `TimedOut`, "timed out waiting for the
+/// server". tokio-postgres makes its errors only itself, so this one comes
+/// from a connection startup over a stream that fails its first write with
+/// that I/O error: nothing leaves the process, and the startup never waits
+/// (so one poll finishes it).
+pub(crate) fn timeout() -> tokio_postgres::Error {
+    use std::future::Future;
+    use std::io;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    struct TimedOut;
+    fn err() -> io::Error {
+        io::Error::new(io::ErrorKind::TimedOut, "timed out waiting for the server")
+    }
+    impl tokio::io::AsyncRead for TimedOut {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(err()))
+        }
+    }
+    impl tokio::io::AsyncWrite for TimedOut {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Err(err()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(err()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    let mut config = tokio_postgres::Config::new();
+    config
+        .user("pgmq")
+        .ssl_mode(tokio_postgres::config::SslMode::Disable);
+    let startup = config.connect_raw(TimedOut, tokio_postgres::NoTls);
+    let mut startup = std::pin::pin!(startup);
+    match startup
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(Err(e)) => e,
+        // The stream fails every write at once: the startup cannot succeed
+        // or wait (the unit test `timeouts_are_lost_connections` holds it).
+        _ => unreachable!("a startup over a failing stream ended otherwise"),
     }
 }
 
@@ -637,6 +701,25 @@ mod tests {
         let e = Error::QueueNotFound { queue: "q".into() };
         assert_eq!(e.outcome(), CommitOutcome::Rejected);
         assert!(e.to_string().contains("pgmq.create"));
+    }
+
+    #[test]
+    fn timeouts_are_lost_connections() {
+        let e = Error::timed_out();
+        assert!(matches!(
+            e,
+            Error::ConnectionLost {
+                outcome: CommitOutcome::Unknown,
+                ..
+            }
+        ));
+        assert!(e.is_transient() && e.is_lost());
+        assert!(
+            e.to_string().contains("timed out waiting for the server"),
+            "{e}"
+        );
+        // The same error through the classification of tokio-postgres' errors.
+        assert!(Error::from_pg(timeout()).is_lost());
     }
 
     #[test]

@@ -23,14 +23,18 @@ use crate::statements::Stmt;
 /// Implemented for [`Pool`](crate::Pool) (checks out a connection per call),
 /// [`Connection`], [`Transaction`], bb8's pooled connection,
 /// `tokio_postgres::Client` and `tokio_postgres::Transaction`, with the
-/// `deadpool` feature deadpool-postgres' `Pool` and `Object`, and references
-/// to any of them.
+/// `deadpool` feature deadpool-postgres' `Pool` and `Object`,
+/// [`ConnectionPool`](crate::ConnectionPool),
+/// [`HeldConnection`](crate::HeldConnection) and
+/// [`KeptConnections`](crate::KeptConnections), and references to any of
+/// them.
 ///
 /// The trait is sealed: its methods are this crate's internals (the
 /// statements it prepares and how it runs them), hidden from the docs and
-/// not part of the stable API, and it cannot be implemented outside this
-/// crate except through [`__private`](crate::__private), which is not
-/// stable either.
+/// not part of the stable API, and no type outside this crate can implement
+/// it. For connections kept between calls and calls bounded in time, use
+/// [`KeptConnections`](crate::KeptConnections) and
+/// [`HeldConnection`](crate::HeldConnection), which are executors too.
 ///
 /// ```no_run
 /// # async fn f(pg: &mut tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -92,8 +96,8 @@ pub trait Executor: Sealed + Send + Sync {
     ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send;
 }
 
-/// Seals [`Executor`]: only this crate's executors implement it (and,
-/// through [`__private`](crate::__private), the worker's).
+/// Seals [`Executor`]: only this crate's executors implement it (the trait
+/// is public in a private module, so no other crate can name it).
 pub trait Sealed {}
 
 impl<E: Sealed + ?Sized> Sealed for &E {}

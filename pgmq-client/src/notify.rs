@@ -161,7 +161,7 @@ impl crate::Client {
     /// the pool) with this client's settings, for LISTEN.
     ///
     /// Fails with [`Error::Config`] for a client made by
-    /// [`Client::from_pool`] (the pool does not tell its settings); use
+    /// [`Client::from_pool`](crate::Client::from_pool) (the pool does not tell its settings); use
     /// [`Listener::connect`](crate::Listener::connect) then.
     ///
     /// ```no_run
