@@ -1,10 +1,11 @@
 //! Acknowledging: `pgmq.delete`, `pgmq.archive` and `pgmq.set_vt`, single and batch.
 
-use crate::error::{col0s, first_col, Error};
+use crate::args::{check_batch, secs};
+use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::{raw_from_row, Delay, Message, RawJson};
 use crate::queue_name::QueueName;
-use crate::read::{check_batch, secs};
+use crate::rows::{col0s, first_col};
 use crate::statements::Stmt;
 use crate::Pgmq;
 use tokio_postgres::types::Type;

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::call::{self, Call, Params, TypedParams};
 use crate::connection::{ConnectionManager, DEFAULT_CONNECT_TIMEOUT};
 use crate::error::Error;
-use crate::executor::{Executor, Params, TypedParams};
+use crate::executor::Executor;
 use crate::statements::Stmt;
 use crate::version::{self, PgmqInstall};
 
@@ -109,35 +110,11 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// One call on a pooled connection: a prepared statement or SQL text.
-#[derive(Clone, Copy)]
-enum Call<'a> {
-    Stmt(Stmt, Params<'a>),
-    Text(&'a str, TypedParams<'a>),
-}
-
 impl Pool {
-    /// Runs `call` on a connection checked out for it. A call that certainly
-    /// did not reach the server (its connection was found closed on the way)
-    /// is safe to repeat once on another one.
-    async fn run_call(&self, call: Call<'_>) -> Result<Vec<tokio_postgres::Row>, Error> {
-        let mut retried = false;
-        loop {
-            let conn = checkout(self.inner.state().connections, || self.inner.get()).await?;
-            let res = match call {
-                Call::Stmt(stmt, params) => conn.query(stmt, params).await,
-                Call::Text(sql, params) => conn.query_text(sql, params).await,
-            };
-            match res {
-                Err(e)
-                    if !retried && e.outcome() == crate::CommitOutcome::NotSent && e.is_lost() =>
-                {
-                    tracing::debug!("connection lost before the call was sent; once more");
-                    retried = true;
-                }
-                res => return res,
-            }
-        }
+    /// The settings of the dedicated connections opened outside the pool
+    /// (LISTEN); None for a pool handed to [`Client::from_pool`].
+    pub(crate) fn dedicated(&self) -> Option<&(tokio_postgres::Config, MakeRustlsConnect)> {
+        self.dedicated.as_deref()
     }
 }
 
@@ -149,7 +126,7 @@ impl Executor for Pool {
         stmt: Stmt,
         params: Params<'_>,
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        self.run_call(Call::Stmt(stmt, params)).await
+        call::on_pool(&self.inner, Call::Stmt(stmt, params)).await
     }
 
     fn autocommit(&self) -> bool {
@@ -165,38 +142,8 @@ impl Executor for Pool {
         sql: &str,
         params: TypedParams<'_>,
     ) -> Result<Vec<tokio_postgres::Row>, Error> {
-        self.run_call(Call::Text(sql, params)).await
+        call::on_pool(&self.inner, Call::Text(sql, params)).await
     }
-}
-
-/// Checks a connection out of the pool, passing over connections already
-/// known to be closed (the server restarted, or ended them while idle): that
-/// costs no round trip, and spares a call a connection that cannot work. After
-/// `open` closed ones (the connections open at the start) the next is returned
-/// as is, and a call on it fails with [`Error::ConnectionLost`] and
-/// [`CommitOutcome::NotSent`](crate::CommitOutcome::NotSent).
-async fn checkout<'a, F, Fut>(
-    open: u32,
-    get: F,
-) -> Result<bb8::PooledConnection<'a, ConnectionManager>, Error>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<
-        Output = Result<
-            bb8::PooledConnection<'a, ConnectionManager>,
-            bb8::RunError<tokio_postgres::Error>,
-        >,
-    >,
-{
-    for _ in 0..open {
-        let conn = get().await?;
-        if !conn.is_broken() {
-            return Ok(conn);
-        }
-        // Dropped: bb8 sees `has_broken` and discards it.
-        tracing::debug!("passing over a closed pooled connection");
-    }
-    Ok(get().await?)
 }
 
 impl Client {
@@ -245,7 +192,7 @@ impl Client {
     /// [`transaction`](crate::Connection::transaction).
     pub async fn connection(&self) -> Result<bb8::PooledConnection<'_, ConnectionManager>, Error> {
         let pool = &self.executor().inner;
-        checkout(pool.state().connections, || pool.get()).await
+        call::checkout(pool.state().connections, || pool.get()).await
     }
 
     /// Checks out a pooled connection that does not borrow the client.
@@ -253,32 +200,7 @@ impl Client {
         &self,
     ) -> Result<bb8::PooledConnection<'static, ConnectionManager>, Error> {
         let pool = &self.executor().inner;
-        checkout(pool.state().connections, || pool.get_owned()).await
-    }
-
-    /// Opens a [`Listener`](crate::Listener): one dedicated connection (outside
-    /// the pool) with this client's settings, for LISTEN.
-    ///
-    /// Fails with [`Error::Config`] for a client made by
-    /// [`Client::from_pool`] (the pool does not tell its settings); use
-    /// [`Listener::connect`](crate::Listener::connect) then.
-    ///
-    /// ```no_run
-    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
-    /// let q = pgmq_client::QueueName::new("orders")?;
-    /// let mut listener = client.listener().await?;
-    /// listener.listen(&q).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn listener(&self) -> Result<crate::Listener, Error> {
-        let Some(settings) = self.executor().dedicated.as_deref() else {
-            return Err(Error::Config(
-                "this client was made from a caller's pool (Client::from_pool); \
-                 open the listener with Listener::connect"
-                    .into(),
-            ));
-        };
-        crate::Listener::from_config(&settings.0, settings.1.clone()).await
+        call::checkout(pool.state().connections, || pool.get_owned()).await
     }
 
     /// The bb8 pool.
@@ -658,14 +580,6 @@ impl ClientBuilder {
             dedicated,
             trace_context: self.trace_context,
         }))
-    }
-
-    /// Opens one dedicated connection outside the pool (for LISTEN, say), and
-    /// returns it with the stream of its asynchronous messages (notifications).
-    pub async fn connect_dedicated(
-        &self,
-    ) -> Result<(tokio_postgres::Client, crate::notify::NotificationStream), Error> {
-        crate::notify::connect_listener(&self.pg_config()?, self.make_tls()?).await
     }
 }
 

@@ -9,12 +9,10 @@ use std::net::IpAddr;
 
 use bb8_postgres::PostgresConnectionManager;
 use tokio_postgres::config::{Host, LoadBalanceHosts};
-use tokio_postgres::Row;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::Error;
-use crate::executor::Params;
-use crate::statements::{StatementCache, Stmt};
+use crate::statements::StatementCache;
 
 /// A `tokio_postgres::Client` with a cache of PGMQ's prepared statements.
 ///
@@ -258,179 +256,11 @@ pub fn cancel_in_background(client: &tokio_postgres::Client, tls: Option<MakeRus
 }
 
 /// Records on `lost` that the connection is gone when `err` says so.
-fn mark_lost(lost: &AtomicBool, err: Error) -> Error {
+pub(crate) fn mark_lost(lost: &AtomicBool, err: Error) -> Error {
     if err.is_lost() {
         lost.store(true, Ordering::Relaxed);
     }
     err
-}
-
-/// Whether `e` is PostgreSQL's "cached plan must not change result type"
-/// (SQLSTATE 0A000): the result columns of something a prepared statement
-/// reads changed under it (`ALTER EXTENSION pgmq UPDATE` adding a field to a
-/// type PGMQ returns, say). The statement did not run; preparing it again
-/// fixes it.
-pub(crate) fn is_stale_plan(e: &Error) -> bool {
-    e.sqlstate() == Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
-        && e.to_string()
-            .contains("cached plan must not change result type")
-}
-
-/// Runs `attempt`; after a stale plan ([`is_stale_plan`]) calls `forget`
-/// and, with `retry`, runs `attempt` once more. A retry that finds the
-/// connection inside a failed transaction (one the caller opened with its
-/// own `BEGIN`) returns the first error.
-pub(crate) async fn fresh_on_stale<F, Fut>(
-    attempt: F,
-    forget: impl FnOnce(),
-    retry: bool,
-) -> Result<Vec<Row>, Error>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<Row>, Error>>,
-{
-    let first = match attempt().await {
-        Err(e) if is_stale_plan(&e) => e,
-        res => return res,
-    };
-    forget();
-    if !retry {
-        return Err(first);
-    }
-    tracing::debug!(error = %first, "a prepared statement went stale; preparing it again");
-    match attempt().await {
-        Err(e)
-            if e.sqlstate()
-                == Some(&tokio_postgres::error::SqlState::IN_FAILED_SQL_TRANSACTION) =>
-        {
-            Err(first)
-        }
-        res => res,
-    }
-}
-
-/// Runs `stmt` with the connection's cached prepared statement: one round
-/// trip. A stale plan ([`is_stale_plan`]) makes the cache forget the
-/// statement, and with `retry` (outside a transaction, where the failed
-/// call aborted nothing) prepares and runs it once more.
-pub(crate) async fn run_cached<C: tokio_postgres::GenericClient + Sync>(
-    client: &C,
-    cache: &StatementCache,
-    lost: &AtomicBool,
-    stmt: Stmt,
-    params: Params<'_>,
-    retry: bool,
-) -> Result<Vec<Row>, Error> {
-    fresh_on_stale(
-        || run_prepared(client, cache, stmt, params),
-        || cache.forget(stmt),
-        retry,
-    )
-    .await
-    .map_err(|e| mark_lost(lost, e))
-}
-
-async fn run_prepared<C: tokio_postgres::GenericClient + Sync>(
-    client: &C,
-    cache: &StatementCache,
-    stmt: Stmt,
-    params: Params<'_>,
-) -> Result<Vec<Row>, Error> {
-    if cache.unnamed {
-        let typed: Vec<(
-            &(dyn tokio_postgres::types::ToSql + Sync),
-            tokio_postgres::types::Type,
-        )> = params
-            .iter()
-            .copied()
-            .zip(stmt.param_types().iter().cloned())
-            .collect();
-        return run_text(client, stmt.sql(), &typed).await;
-    }
-    let prepared = cache
-        .get(client.client(), stmt)
-        .await
-        // The call's own request was not sent yet.
-        .map_err(|e| Error::from_pg(e).not_sent())?;
-    query_prepared(client, &prepared, params).await
-}
-
-/// Runs a prepared statement; a connection found closed before it is a
-/// call not sent.
-async fn query_prepared<C: tokio_postgres::GenericClient + Sync>(
-    client: &C,
-    prepared: &tokio_postgres::Statement,
-    params: Params<'_>,
-) -> Result<Vec<Row>, Error> {
-    let closed_before = client.client().is_closed();
-    client.query(prepared, params).await.map_err(|e| {
-        let err = Error::from_pg(e);
-        if closed_before {
-            err.not_sent()
-        } else {
-            err
-        }
-    })
-}
-
-/// Runs SQL text on a connection of this crate: prepared once per
-/// connection (cached by its text), then one round trip per call; a stale
-/// plan as in [`run_cached`].
-pub(crate) async fn run_text_cached<C: tokio_postgres::GenericClient + Sync>(
-    client: &C,
-    cache: &StatementCache,
-    lost: &AtomicBool,
-    sql: &str,
-    params: crate::executor::TypedParams<'_>,
-    retry: bool,
-) -> Result<Vec<Row>, Error> {
-    if cache.unnamed {
-        return run_text(client, sql, params)
-            .await
-            .map_err(|e| mark_lost(lost, e));
-    }
-    fresh_on_stale(
-        || run_text_prepared(client, cache, sql, params),
-        || cache.forget_text(sql),
-        retry,
-    )
-    .await
-    .map_err(|e| mark_lost(lost, e))
-}
-
-async fn run_text_prepared<C: tokio_postgres::GenericClient + Sync>(
-    client: &C,
-    cache: &StatementCache,
-    sql: &str,
-    params: crate::executor::TypedParams<'_>,
-) -> Result<Vec<Row>, Error> {
-    let types: Vec<tokio_postgres::types::Type> = params.iter().map(|(_, t)| t.clone()).collect();
-    let prepared = cache
-        .get_text(client.client(), sql, &types)
-        .await
-        // The call's own request was not sent yet.
-        .map_err(|e| Error::from_pg(e).not_sent())?;
-    let values: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-        params.iter().map(|(v, _)| *v).collect();
-    query_prepared(client, &prepared, &values).await
-}
-
-/// Runs SQL text unprepared, in one round trip (`query_typed`), on a
-/// caller's own client (no statement cache to keep it in).
-pub(crate) async fn run_text<C: tokio_postgres::GenericClient + Sync>(
-    client: &C,
-    sql: &str,
-    params: crate::executor::TypedParams<'_>,
-) -> Result<Vec<Row>, Error> {
-    let closed_before = client.client().is_closed();
-    client.query_typed(sql, params).await.map_err(|e| {
-        let err = Error::from_pg(e);
-        if closed_before {
-            err.not_sent()
-        } else {
-            err
-        }
-    })
 }
 
 /// The bb8 connection manager: each connection opened host by host and
@@ -488,7 +318,7 @@ impl ConnectionManager {
 }
 
 /// Runs a connection setup within `limit` (when set); past it, fails with
-/// tokio-postgres' own timeout error ("timeout waiting for server").
+/// an I/O error of kind `TimedOut` ("timed out waiting for the server").
 async fn bounded_setup<T>(
     limit: Option<Duration>,
     setup: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
@@ -496,9 +326,9 @@ async fn bounded_setup<T>(
     match limit {
         Some(limit) => tokio::time::timeout(limit, setup)
             .await
-            // tokio-postgres bounds only the TCP connect; its timeout error is
-            // the one it would give there, so callers see one kind of error.
-            .unwrap_or_else(|_| Err(tokio_postgres::Error::__private_api_timeout())),
+            // tokio-postgres bounds only the TCP connect; past the bound on
+            // the whole setup, the same error as a call that timed out.
+            .unwrap_or_else(|_| Err(crate::error::timeout())),
         None => setup.await,
     }
 }

@@ -381,10 +381,16 @@ impl Error {
     /// the caller's own): a lost connection whose outcome is unknown, so
     /// transient. Discard the connection it ran on
     /// ([`Connection::mark_broken`](crate::Connection::mark_broken)).
+    ///
+    /// ```
+    /// let e = pgmq_client::Error::timed_out();
+    /// assert!(e.is_transient());
+    /// assert_eq!(e.outcome(), pgmq_client::CommitOutcome::Unknown);
+    /// ```
     pub fn timed_out() -> Error {
         Error::ConnectionLost {
             outcome: CommitOutcome::Unknown,
-            source: tokio_postgres::Error::__private_api_timeout(),
+            source: timeout(),
         }
     }
 
@@ -473,6 +479,64 @@ impl Error {
     }
 }
 
+/// tokio-postgres' error for a call or a connection setup that took too
+/// long: an I/O error of kind `TimedOut`, "timed out waiting for the
+/// server". tokio-postgres makes its errors only itself, so this one comes
+/// from a connection startup over a stream that fails its first write with
+/// that I/O error: nothing leaves the process, and the startup never waits
+/// (so one poll finishes it).
+pub(crate) fn timeout() -> tokio_postgres::Error {
+    use std::future::Future;
+    use std::io;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    struct TimedOut;
+    fn err() -> io::Error {
+        io::Error::new(io::ErrorKind::TimedOut, "timed out waiting for the server")
+    }
+    impl tokio::io::AsyncRead for TimedOut {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(err()))
+        }
+    }
+    impl tokio::io::AsyncWrite for TimedOut {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Ready(Err(err()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Err(err()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    let mut config = tokio_postgres::Config::new();
+    config
+        .user("pgmq")
+        .ssl_mode(tokio_postgres::config::SslMode::Disable);
+    let startup = config.connect_raw(TimedOut, tokio_postgres::NoTls);
+    let mut startup = std::pin::pin!(startup);
+    match startup
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(Err(e)) => e,
+        // The stream fails every write at once: the startup cannot succeed
+        // or wait (the unit test `timeouts_are_lost_connections` holds it).
+        _ => unreachable!("a startup over a failing stream ended otherwise"),
+    }
+}
+
 /// Whether `e` is a failure to read a returned row: `Row::try_get` on a column
 /// of another type, a NULL, a missing column, or a `query_one` that got no
 /// row. tokio-postgres does not expose its error kinds, only their text.
@@ -481,35 +545,6 @@ fn is_row_error(e: &tokio_postgres::Error) -> bool {
     text.starts_with("error deserializing column")
         || text.starts_with("invalid column")
         || text.starts_with("query returned an unexpected number of")
-}
-
-/// Reads column `idx` of `row`, a type or NULL mismatch becoming
-/// [`Error::UnexpectedRow`] rather than a panic.
-pub(crate) fn col<'a, T: postgres_types::FromSql<'a>>(
-    row: &'a tokio_postgres::Row,
-    idx: usize,
-) -> Result<T, Error> {
-    row.try_get(idx)
-        .map_err(|source| Error::UnexpectedRow { source })
-}
-
-/// Column `idx` of the first row, or `default` when there is no row.
-pub(crate) fn first_col<'a, T: postgres_types::FromSql<'a>>(
-    rows: &'a [tokio_postgres::Row],
-    idx: usize,
-    default: T,
-) -> Result<T, Error> {
-    match rows.first() {
-        Some(r) => col(r, idx),
-        None => Ok(default),
-    }
-}
-
-/// Column 0 of every row.
-pub(crate) fn col0s<'a, T: postgres_types::FromSql<'a>>(
-    rows: &'a [tokio_postgres::Row],
-) -> Result<Vec<T>, Error> {
-    rows.iter().map(|r| col(r, 0)).collect()
 }
 
 /// Debug without the server's DETAIL and CONTEXT (see [`Error::detail`]).
@@ -639,78 +674,8 @@ impl From<bb8::RunError<tokio_postgres::Error>> for Error {
     }
 }
 
-/// The same decoding error, its text without any value taken from the body.
-///
-/// serde quotes offending values (`invalid type: string "4111 1111"`,
-/// ``unknown variant `x` ``); those are replaced by `…`. What follows
-/// `, expected` describes the target type and is kept, as are the names in
-/// `missing field` (they come from the type too).
-pub(crate) fn payload_free(e: &serde_json::Error) -> serde_json::Error {
-    let text = e.to_string();
-    // serde_json appends " at line L column C"; keep the position separately.
-    let reason = match text.rfind(" at line ") {
-        Some(i) if e.line() > 0 => &text[..i],
-        _ => text.as_str(),
-    };
-    let (about_body, about_type) = match reason.find(", expected") {
-        Some(i) => reason.split_at(i),
-        None => (reason, ""),
-    };
-    let about_body = if about_body.starts_with("missing field") {
-        about_body.to_owned()
-    } else {
-        blank_quoted(about_body)
-    };
-    let msg = if e.line() > 0 {
-        format!(
-            "{about_body}{about_type} at line {} column {}",
-            e.line(),
-            e.column()
-        )
-    } else {
-        format!("{about_body}{about_type}")
-    };
-    <serde_json::Error as serde::de::Error>::custom(msg)
-}
-
-/// Replaces the contents of `"..."` and `` `...` `` spans by `…`.
-fn blank_quoted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' | '`' => {
-                out.push(c);
-                out.push('…');
-                let mut escaped = false;
-                for d in chars.by_ref() {
-                    if escaped {
-                        escaped = false;
-                    } else if d == '\\' && c == '"' {
-                        escaped = true;
-                    } else if d == c {
-                        out.push(c);
-                        break;
-                    }
-                }
-            }
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 /// Shorthand for `Result<T, pgmq_client::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// Truncates a user-supplied string for an error message.
-pub(crate) fn shorten(s: &str) -> String {
-    let mut out: String = s.chars().take(64).collect();
-    if out.len() < s.len() {
-        out.push('…');
-    }
-    out
-}
 
 impl fmt::Display for CommitOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -739,6 +704,25 @@ mod tests {
     }
 
     #[test]
+    fn timeouts_are_lost_connections() {
+        let e = Error::timed_out();
+        assert!(matches!(
+            e,
+            Error::ConnectionLost {
+                outcome: CommitOutcome::Unknown,
+                ..
+            }
+        ));
+        assert!(e.is_transient() && e.is_lost());
+        assert!(
+            e.to_string().contains("timed out waiting for the server"),
+            "{e}"
+        );
+        // The same error through the classification of tokio-postgres' errors.
+        assert!(Error::from_pg(timeout()).is_lost());
+    }
+
+    #[test]
     fn fixes_are_named() {
         let e = Error::PgmqMissing {
             database: "app".into(),
@@ -749,47 +733,5 @@ mod tests {
             minimum: "1.11.0".into(),
         };
         assert!(e.to_string().contains("ALTER EXTENSION pgmq UPDATE"));
-    }
-
-    #[test]
-    fn decoding_errors_lose_the_values() {
-        #[derive(Debug, serde::Deserialize)]
-        #[allow(dead_code)]
-        struct S {
-            id: u64,
-            kind: K,
-        }
-        #[derive(Debug, serde::Deserialize)]
-        enum K {
-            A,
-        }
-        for (body, secret, kept) in [
-            (
-                r#"{"id": "4111 1111", "kind": "A"}"#,
-                "4111",
-                "expected u64",
-            ),
-            (r#"{"id": 1, "kind": "Zsecret"}"#, "Zsecret", "expected `A`"),
-            (r#"{"id": -77123, "kind": "A"}"#, "77123", "expected u64"),
-            (r#"{"id": 1.5e300, "kind": "A"}"#, "1.5", "expected u64"),
-            (r#"{"kind": "A"}"#, "\u{0}", "missing field `id`"),
-            (r#"{"id": 1, "kind": "A""#, "\u{0}", "EOF"),
-        ] {
-            let e = serde_json::from_str::<S>(body).unwrap_err();
-            let clean = payload_free(&e);
-            let text = clean.to_string();
-            assert!(!text.contains(secret), "{text}");
-            assert!(!format!("{clean:?}").contains(secret), "{clean:?}");
-            assert!(text.contains(kept), "{text}");
-            assert!(text.contains("line 1 column"), "{text}");
-        }
-        assert_eq!(blank_quoted(r#"a "x\"y" b `z` c"#), "a \"…\" b `…` c");
-    }
-
-    #[test]
-    fn shorten_long_input() {
-        let long = "x".repeat(200);
-        assert_eq!(shorten(&long).chars().count(), 65);
-        assert_eq!(shorten("abc"), "abc");
     }
 }

@@ -11,34 +11,30 @@
 
 use std::future::Future;
 
-use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use crate::connection::{
-    run_cached, run_text, run_text_cached, Connection, ConnectionManager, Transaction,
-};
+use crate::call::{self, Call, Params, TypedParams};
+use crate::connection::{Connection, ConnectionManager, Transaction};
 use crate::error::Error;
 use crate::statements::Stmt;
-
-/// Parameters of one call.
-pub type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
-
-/// Parameters of a call run as SQL text, each with its type.
-pub type TypedParams<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
 
 /// Something PGMQ calls can run on: pass one to [`Pgmq::on`](crate::Pgmq::on).
 ///
 /// Implemented for [`Pool`](crate::Pool) (checks out a connection per call),
 /// [`Connection`], [`Transaction`], bb8's pooled connection,
 /// `tokio_postgres::Client` and `tokio_postgres::Transaction`, with the
-/// `deadpool` feature deadpool-postgres' `Pool` and `Object`, and references
-/// to any of them.
+/// `deadpool` feature deadpool-postgres' `Pool` and `Object`,
+/// [`ConnectionPool`](crate::ConnectionPool),
+/// [`HeldConnection`](crate::HeldConnection) and
+/// [`KeptConnections`](crate::KeptConnections), and references to any of
+/// them.
 ///
 /// The trait is sealed: its methods are this crate's internals (the
 /// statements it prepares and how it runs them), hidden from the docs and
-/// not part of the stable API, and it cannot be implemented outside this
-/// crate except through [`__private`](crate::__private), which is not
-/// stable either.
+/// not part of the stable API, and no type outside this crate can implement
+/// it. For connections kept between calls and calls bounded in time, use
+/// [`KeptConnections`](crate::KeptConnections) and
+/// [`HeldConnection`](crate::HeldConnection), which are executors too.
 ///
 /// ```no_run
 /// # async fn f(pg: &mut tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -100,8 +96,8 @@ pub trait Executor: Sealed + Send + Sync {
     ) -> impl Future<Output = Result<Vec<Row>, Error>> + Send;
 }
 
-/// Seals [`Executor`]: only this crate's executors implement it (and,
-/// through [`__private`](crate::__private), the worker's).
+/// Seals [`Executor`]: only this crate's executors implement it (the trait
+/// is public in a private module, so no other crate can name it).
 pub trait Sealed {}
 
 impl<E: Sealed + ?Sized> Sealed for &E {}
@@ -142,42 +138,24 @@ impl<E: Executor + ?Sized> Executor for &E {
 }
 
 // Outside a transaction a stale plan aborted nothing: the call is prepared
-// and run once more (see `connection::run_cached`).
+// and run once more (see `call::on_connection`).
 impl Executor for Connection {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_cached(
-            self.client(),
-            self.cache(),
-            self.lost_flag(),
-            stmt,
-            params,
-            true,
-        )
-        .await
+        call::on_connection(self, Call::Stmt(stmt, params)).await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text_cached(
-            self.client(),
-            self.cache(),
-            self.lost_flag(),
-            sql,
-            params,
-            true,
-        )
-        .await
+        call::on_connection(self, Call::Text(sql, params)).await
     }
 }
 
 impl Executor for bb8::PooledConnection<'_, ConnectionManager> {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        let conn: &Connection = self;
-        conn.query(stmt, params).await
+        call::on_connection(self, Call::Stmt(stmt, params)).await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        let conn: &Connection = self;
-        conn.query_text(sql, params).await
+        call::on_connection(self, Call::Text(sql, params)).await
     }
 }
 
@@ -185,64 +163,32 @@ impl Executor for bb8::PooledConnection<'_, ConnectionManager> {
 // that the next call prepares it again, and the error is returned.
 impl Executor for Transaction<'_> {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_cached(
-            self.client(),
-            self.cache(),
-            self.lost_flag(),
-            stmt,
-            params,
-            false,
-        )
-        .await
+        call::in_transaction(self, Call::Stmt(stmt, params)).await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text_cached(
-            self.client(),
-            self.cache(),
-            self.lost_flag(),
-            sql,
-            params,
-            false,
-        )
-        .await
+        call::in_transaction(self, Call::Text(sql, params)).await
     }
 }
 
 impl Executor for tokio_postgres::Client {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_uncached(self, stmt, params).await
+        call::uncached(self, stmt, params).await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text(self, sql, params).await
+        call::unnamed(self, sql, params).await
     }
 }
 
 impl Executor for tokio_postgres::Transaction<'_> {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        run_uncached(self, stmt, params).await
+        call::uncached(self, stmt, params).await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        run_text(self, sql, params).await
+        call::unnamed(self, sql, params).await
     }
-}
-
-async fn run_uncached<C: tokio_postgres::GenericClient + Sync>(
-    client: &C,
-    stmt: Stmt,
-    params: Params<'_>,
-) -> Result<Vec<Row>, Error> {
-    let prepared = client
-        .prepare(stmt.sql())
-        .await
-        // Nothing of the call itself was sent yet.
-        .map_err(|e| Error::from_pg(e).not_sent())?;
-    client
-        .query(&prepared, params)
-        .await
-        .map_err(Error::from_pg)
 }
 
 /// A caller's deadpool-postgres pool (feature `deadpool`): each call checks
@@ -260,13 +206,13 @@ async fn run_uncached<C: tokio_postgres::GenericClient + Sync>(
 #[cfg(feature = "deadpool")]
 impl Executor for deadpool_postgres::Pool {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        let conn = self.get().await.map_err(from_deadpool)?;
-        deadpool_query(&conn, stmt.sql(), None, params).await
+        let conn = self.get().await.map_err(call::from_deadpool)?;
+        call::deadpool(&conn, stmt.sql(), None, params).await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        let conn = self.get().await.map_err(from_deadpool)?;
-        deadpool_query_text(&conn, sql, params).await
+        let conn = self.get().await.map_err(call::from_deadpool)?;
+        call::deadpool_text(&conn, sql, params).await
     }
 
     fn autocommit(&self) -> bool {
@@ -280,71 +226,10 @@ impl Executor for deadpool_postgres::Pool {
 #[cfg(feature = "deadpool")]
 impl Executor for deadpool_postgres::Object {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
-        deadpool_query(self, stmt.sql(), None, params).await
+        call::deadpool(self, stmt.sql(), None, params).await
     }
 
     async fn query_text(&self, sql: &str, params: TypedParams<'_>) -> Result<Vec<Row>, Error> {
-        deadpool_query_text(self, sql, params).await
-    }
-}
-
-/// Runs `sql` with deadpool's statement cache; a stale plan
-/// (`connection::is_stale_plan`) removes the statement from that cache and
-/// prepares and runs it once more (a retry inside a caller's failed
-/// transaction returns the first error).
-#[cfg(feature = "deadpool")]
-async fn deadpool_query(
-    conn: &deadpool_postgres::Object,
-    sql: &str,
-    types: Option<&[Type]>,
-    params: Params<'_>,
-) -> Result<Vec<Row>, Error> {
-    crate::connection::fresh_on_stale(
-        || deadpool_query_once(conn, sql, types, params),
-        || {
-            conn.statement_cache.remove(sql, types.unwrap_or(&[]));
-        },
-        true,
-    )
-    .await
-}
-
-#[cfg(feature = "deadpool")]
-async fn deadpool_query_once(
-    conn: &deadpool_postgres::Object,
-    sql: &str,
-    types: Option<&[Type]>,
-    params: Params<'_>,
-) -> Result<Vec<Row>, Error> {
-    let prepared = match types {
-        None => conn.prepare_cached(sql).await,
-        Some(t) => conn.prepare_typed_cached(sql, t).await,
-    }
-    // Nothing of the call itself was sent yet.
-    .map_err(|e| Error::from_pg(e).not_sent())?;
-    let client: &tokio_postgres::Client = conn;
-    client
-        .query(&prepared, params)
-        .await
-        .map_err(Error::from_pg)
-}
-
-#[cfg(feature = "deadpool")]
-async fn deadpool_query_text(
-    conn: &deadpool_postgres::Object,
-    sql: &str,
-    params: TypedParams<'_>,
-) -> Result<Vec<Row>, Error> {
-    let types: Vec<Type> = params.iter().map(|(_, t)| t.clone()).collect();
-    let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| *v).collect();
-    deadpool_query(conn, sql, Some(&types), &values).await
-}
-
-#[cfg(feature = "deadpool")]
-fn from_deadpool(e: deadpool_postgres::PoolError) -> Error {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => Error::Connect(e),
-        deadpool_postgres::PoolError::Timeout(_) => Error::PoolTimeout,
-        other => Error::Config(format!("deadpool: {other}")),
+        call::deadpool_text(self, sql, params).await
     }
 }

@@ -6,11 +6,12 @@
 
 use serde::de::DeserializeOwned;
 
+use crate::args::{millis, qty, secs};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::{decode_rows, raw_from_row, Decoded, Message, RawJson};
 use crate::queue_name::QueueName;
-use crate::read::{millis, qty, secs, ReadOptions};
+use crate::read::ReadOptions;
 use crate::statements::Stmt;
 use crate::Pgmq;
 

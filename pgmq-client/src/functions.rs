@@ -7,9 +7,10 @@
 //! `pgmq.notify_queue_listeners` (a trigger function, not callable) and the
 //! `pgmq._*` helpers (PGMQ's internals).
 
-use crate::error::{first_col, Error};
+use crate::error::Error;
 use crate::executor::Executor;
 use crate::queue_name::QueueName;
+use crate::rows::first_col;
 use crate::statements::Stmt;
 use crate::Pgmq;
 

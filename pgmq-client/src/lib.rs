@@ -28,7 +28,17 @@
 //!   pooled [`Connection`], a [`Transaction`], or your own
 //!   `tokio_postgres::Transaction` with [`Pgmq::on`] to run the same call in
 //!   your transaction (the outbox pattern: your row and the message commit
-//!   together or not at all).
+//!   together or not at all). How a call runs on each (checkout, protocol,
+//!   what counts as not sent) is one module's business: see
+//!   `docs/architecture.md`, "pgmq-client, module by module".
+//! - **Kept and bounded, for long-running loops.** [`KeptConnections`] keeps
+//!   up to a number of pooled connections from one call to the next while its
+//!   owner is busy and gives them back when it goes idle; each of its calls,
+//!   like [`HeldConnection::bounded`], runs within a limit, past which the
+//!   connection is abandoned (discarded, its statement cancelled on the
+//!   server) and the call fails with [`Error::timed_out`]. They work on a
+//!   [`Client`]'s pool or a deadpool pool ([`ConnectionPool`]); pgmq-worker
+//!   runs on them.
 //! - **Prepared once.** Every call's SQL is prepared on first use on each
 //!   pooled connection and reused; a call is one round trip.
 //! - **Names are checked, never spliced unchecked.** [`QueueName`] accepts
@@ -106,6 +116,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod ack;
+mod args;
+mod call;
 mod client;
 mod connection;
 mod dsn;
@@ -114,12 +126,14 @@ mod executor;
 mod fenced;
 mod fifo;
 mod functions;
+mod kept;
 mod message;
 mod notify;
 mod queue;
 mod queue_name;
 mod read;
 mod read_from;
+mod rows;
 mod send;
 mod statements;
 pub mod tls;
@@ -127,6 +141,7 @@ mod topics;
 pub mod trace;
 mod version;
 
+pub use args::{MAX_BATCH, MAX_SECONDS};
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::{
@@ -136,29 +151,15 @@ pub use error::{CommitOutcome, Error, Result};
 pub use executor::Executor;
 pub use fenced::{Receipt, Requeue, MAX_DELAY};
 pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
+pub use kept::{ConnectionPool, HeldConnection, KeptConnections};
 pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{quote_ident, QueueName, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE};
-pub use read::{ReadOptions, MAX_BATCH, MAX_SECONDS};
+pub use read::ReadOptions;
 pub use read_from::ReadFrom;
 pub use topics::{RouteMatch, TopicBinding};
 pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};
-
-/// Internals that pgmq-worker (and pgmq-bench) build on: **not part of the
-/// stable API**. They change in any release without notice; do not use
-/// them.
-///
-/// [`Stmt`](__private::Stmt) names each PGMQ call's SQL,
-/// [`Params`](__private::Params) and [`TypedParams`](__private::TypedParams)
-/// are a call's parameters, and [`Sealed`](__private::Sealed) seals
-/// [`Executor`], whose hidden methods take them.
-#[doc(hidden)]
-pub mod __private {
-    pub use crate::connection::cancel_in_background;
-    pub use crate::executor::{Params, Sealed, TypedParams};
-    pub use crate::statements::Stmt;
-}
 
 /// This crate's README (its crates.io page), compiled as doc tests.
 #[cfg(doctest)]

@@ -9,7 +9,8 @@ use postgres_types::{FromSql, IsNull, ToSql, Type};
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 
-use crate::error::{col, Error};
+use crate::error::Error;
+use crate::rows::{col, payload_free};
 
 /// A message read from a queue.
 ///
@@ -73,7 +74,7 @@ impl Message<RawJson> {
             Ok(body) => Ok(self.with_body(body)),
             Err(e) => Err(Undecoded {
                 message: self,
-                error: std::sync::Arc::new(crate::error::payload_free(&e)),
+                error: std::sync::Arc::new(payload_free(&e)),
             }),
         }
     }
@@ -171,7 +172,7 @@ impl<T> Message<T> {
             .map(Some)
             .map_err(|e| Error::DeserializeHeaders {
                 msg_id: self.msg_id,
-                source: crate::error::payload_free(&e),
+                source: payload_free(&e),
             })
     }
 }
@@ -271,7 +272,7 @@ impl From<Undecoded> for Error {
     fn from(u: Undecoded) -> Self {
         Error::Deserialize {
             msg_id: u.message.msg_id,
-            source: crate::error::payload_free(&u.error),
+            source: payload_free(&u.error),
         }
     }
 }

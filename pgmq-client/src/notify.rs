@@ -13,10 +13,11 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::error::{col, Error};
+use crate::args::millis;
+use crate::error::Error;
 use crate::executor::Executor;
 use crate::queue_name::{quote_ident, QueueName, NOTIFY_KEEPS_CASE};
-use crate::read::millis;
+use crate::rows::col;
 use crate::statements::Stmt;
 use crate::version::Version;
 use crate::Pgmq;
@@ -153,6 +154,43 @@ pub(crate) async fn connect_listener(
         }
     });
     Ok((client, NotificationStream { rx }))
+}
+
+impl crate::Client {
+    /// Opens a [`Listener`](crate::Listener): one dedicated connection (outside
+    /// the pool) with this client's settings, for LISTEN.
+    ///
+    /// Fails with [`Error::Config`] for a client made by
+    /// [`Client::from_pool`](crate::Client::from_pool) (the pool does not tell its settings); use
+    /// [`Listener::connect`](crate::Listener::connect) then.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// let mut listener = client.listener().await?;
+    /// listener.listen(&q).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn listener(&self) -> Result<Listener, Error> {
+        let Some(settings) = self.executor().dedicated() else {
+            return Err(Error::Config(
+                "this client was made from a caller's pool (Client::from_pool); \
+                 open the listener with Listener::connect"
+                    .into(),
+            ));
+        };
+        Listener::from_config(&settings.0, settings.1.clone()).await
+    }
+}
+
+impl crate::ClientBuilder {
+    /// Opens one dedicated connection outside the pool (for LISTEN, say), and
+    /// returns it with the stream of its asynchronous messages (notifications).
+    pub async fn connect_dedicated(
+        &self,
+    ) -> Result<(tokio_postgres::Client, NotificationStream), Error> {
+        connect_listener(&self.pg_config()?, self.make_tls()?).await
+    }
 }
 
 /// One dedicated connection that LISTENs on queues' insert channels.

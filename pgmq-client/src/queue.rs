@@ -3,9 +3,10 @@
 use chrono::{DateTime, Utc};
 use tokio_postgres::error::SqlState;
 
-use crate::error::{col, first_col, Error};
+use crate::error::Error;
 use crate::executor::Executor;
 use crate::queue_name::QueueName;
+use crate::rows::{col, first_col};
 use crate::statements::Stmt;
 use crate::Pgmq;
 

@@ -4,7 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::error::{shorten, Error};
+use crate::args::shorten;
+use crate::error::Error;
 use crate::version::Version;
 
 /// PGMQ's limit: `template_pgmq_q_` (16) plus the name must fit PostgreSQL's

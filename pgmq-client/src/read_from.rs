@@ -27,11 +27,12 @@
 use serde::de::DeserializeOwned;
 use tokio_postgres::types::Type;
 
+use crate::args::{qty, secs};
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::{decode_rows, raw_from_row, Decoded, Message, RawJson};
 use crate::queue_name::QueueName;
-use crate::read::{qty, secs, ReadOptions};
+use crate::read::ReadOptions;
 use crate::Pgmq;
 
 /// Where a [`read_from`](crate::Pgmq::read_from) starts.

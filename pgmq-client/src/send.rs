@@ -6,11 +6,12 @@ use bytes::{BufMut, BytesMut};
 use postgres_types::{IsNull, Kind, ToSql, Type};
 use serde::Serialize;
 
-use crate::error::{col, col0s, Error};
+use crate::args::{check_batch, secs};
+use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::{Delay, RawJson, SendOptions};
 use crate::queue_name::QueueName;
-use crate::read::{check_batch, secs};
+use crate::rows::{col, col0s};
 use crate::statements::Stmt;
 use crate::Pgmq;
 

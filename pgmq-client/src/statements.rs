@@ -186,7 +186,7 @@ const MAX_TEXTS: usize = 256;
 /// texts that name a queue's table (see `Executor::query_text`), by text.
 ///
 /// An entry can be forgotten ([`forget`](Self::forget)) when the server
-/// says its plan went stale (see `connection::is_stale_plan`), so that the
+/// says its plan went stale (see `call::is_stale_plan`), so that the
 /// next use prepares it again.
 pub(crate) struct StatementCache {
     /// Run every call as an unnamed statement instead (PgBouncer's

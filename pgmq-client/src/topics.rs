@@ -7,11 +7,12 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::error::{col, first_col, Error};
+use crate::args::secs;
+use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::{Delay, SendOptions};
 use crate::queue_name::QueueName;
-use crate::read::secs;
+use crate::rows::{col, first_col};
 use crate::send::{to_json, JsonBatch};
 use crate::statements::Stmt;
 use crate::Pgmq;

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::error::{col, Error};
+use crate::error::Error;
+use crate::rows::col;
 
 /// The oldest PGMQ this crate supports: 1.11.0 brought topics, the notify
 /// throttle calls and the current `read`/`set_vt` signatures.

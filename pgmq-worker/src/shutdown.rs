@@ -494,7 +494,7 @@ async fn release(
         .within(deadline, shared.heartbeat.after_write())
         .await;
     let mut failed = 0;
-    let pg = pgmq_client::Pgmq::on(&shared.source);
+    let pg = pgmq_client::Pgmq::on(shared.source.pool());
     for chunk in reads.chunks(shared.config.batch_size.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {

@@ -599,7 +599,7 @@ async fn query_on_table(
     let table = cfg.queue.quoted_table();
     let conn = source.checkout(cfg.db_timeout).await?;
     let params = [(&table as &(dyn ToSql + Sync), Type::TEXT)];
-    let query = async { Ok(conn.pg().query_typed(sql, &params).await?) };
+    let query = async { Ok(conn.client().query_typed(sql, &params).await?) };
     crate::db::bounded(cfg.db_timeout, &conn, query).await
 }
 
