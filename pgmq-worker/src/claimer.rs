@@ -77,8 +77,8 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
+use crate::builder::Config;
 use crate::claim_queue::ClaimQueue;
-use crate::config::Config;
 use crate::db::Kept;
 use crate::stats::{bump, micros, record, LocalHistograms};
 use crate::worker::Shared;
@@ -135,8 +135,8 @@ impl Claims {
     /// transactional handler's transaction). With group-ordered claims a
     /// group's next message is claimable only once its head is gone, so the
     /// claim loops look at once rather than at their next poll.
-    pub(crate) fn acknowledged(&self, reads: crate::config::ClaimReads) {
-        if reads == crate::config::ClaimReads::FifoGroups {
+    pub(crate) fn acknowledged(&self, reads: crate::builder::ClaimReads) {
+        if reads == crate::builder::ClaimReads::FifoGroups {
             self.wake();
         }
     }

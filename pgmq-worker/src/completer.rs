@@ -58,7 +58,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
-use crate::config::Config;
+use crate::builder::Config;
 use crate::db::Kept;
 use crate::executor::ATTEMPTS_HEADER;
 use crate::lease::State;

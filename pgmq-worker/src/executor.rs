@@ -43,10 +43,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backoff::jittered;
+use crate::builder::Config;
 use crate::claim_queue::{ClaimQueue, WAKE_BUDGET};
 use crate::claimer::Claimed;
 use crate::completer::{Ack, AckKind};
-use crate::config::Config;
 use crate::context::Context;
 use crate::handler::{
     panic_text, panic_text_of, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
@@ -464,7 +464,7 @@ impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
             return;
         };
         let cfg = &shared.config;
-        if cfg.claim_reads == crate::config::ClaimReads::FifoGroups {
+        if cfg.claim_reads == crate::builder::ClaimReads::FifoGroups {
             end.wait().await;
             return;
         }

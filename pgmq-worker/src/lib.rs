@@ -184,10 +184,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod builder;
 mod claim_queue;
 mod claimer;
 mod completer;
-mod config;
 mod context;
 mod db;
 mod error;
@@ -208,7 +208,8 @@ pub mod testing;
 mod trace;
 mod worker;
 
-pub use config::{Backoff, ClaimReads, WakeUp, WorkerBuilder};
+pub use backoff::Backoff;
+pub use builder::{ClaimReads, WakeUp, WorkerBuilder};
 pub use context::Context;
 pub use db::ConnectionSource;
 pub use error::Error;

@@ -12,10 +12,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::builder::{ClaimReads, Config, WakeUp, WorkerBuilder};
 use crate::claim_queue::ClaimQueue;
 use crate::claimer::{self, Claims, HandlerTime, ReadPath};
 use crate::completer;
-use crate::config::{ClaimReads, Config, WakeUp, WorkerBuilder};
 use crate::db::{ConnectionSource, Kept, Source};
 use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};

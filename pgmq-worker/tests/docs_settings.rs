@@ -65,7 +65,7 @@ fn documented_calls() -> BTreeSet<String> {
 fn builder_methods(source: &str) -> BTreeSet<String> {
     let body = source
         .split_once("> WorkerBuilder<T> {\n")
-        .expect("config.rs has the builder's impl block")
+        .expect("builder.rs has the builder's impl block")
         .1;
     body.lines()
         .take_while(|line| *line != "}")
@@ -151,7 +151,7 @@ async fn documented_defaults_match_the_builder() {
 
 #[test]
 fn every_builder_setting_is_documented() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config.rs");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/builder.rs");
     let methods = builder_methods(&std::fs::read_to_string(path).unwrap());
     assert!(
         methods.len() >= 25,

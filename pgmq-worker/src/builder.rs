@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use pgmq_client::QueueName;
 
+use crate::backoff::Backoff;
 use crate::db::Source;
 use serde::de::DeserializeOwned;
 
@@ -41,62 +42,6 @@ pub enum WakeUp {
     /// `poll_interval`): a message committed inside a window is found within
     /// about one throttle interval.
     Notify,
-}
-
-/// The delay before a failed message is tried again, by attempt number.
-///
-/// ```
-/// use std::time::Duration;
-/// use pgmq_worker::Backoff;
-///
-/// let b = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
-/// assert_eq!(b.delay(1), Duration::from_secs(1));
-/// assert_eq!(b.delay(3), Duration::from_secs(4));
-/// assert_eq!(b.delay(30), Duration::from_secs(60));
-/// assert_eq!(Backoff::constant(Duration::from_secs(5)).delay(9), Duration::from_secs(5));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backoff {
-    /// The same delay every time.
-    Constant(Duration),
-    /// `base * 2^(attempt - 1)`, at most `max`.
-    Exponential {
-        /// The delay after the first attempt.
-        base: Duration,
-        /// The largest delay.
-        max: Duration,
-    },
-}
-
-impl Backoff {
-    /// The same delay after every attempt.
-    pub fn constant(delay: Duration) -> Self {
-        Backoff::Constant(delay)
-    }
-
-    /// Doubling from `base` after the first attempt, capped at `max`.
-    pub fn exponential(base: Duration, max: Duration) -> Self {
-        Backoff::Exponential { base, max }
-    }
-
-    /// The delay after attempt `attempt` (1 = the first delivery) failed.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        match *self {
-            Backoff::Constant(d) => d,
-            Backoff::Exponential { base, max } => {
-                let shift = attempt.saturating_sub(1).min(31);
-                base.checked_mul(1u32 << shift).unwrap_or(max).min(max)
-            }
-        }
-    }
-}
-
-impl Default for Backoff {
-    /// Exponential from 1 s to 5 min.
-    fn default() -> Self {
-        Backoff::exponential(Duration::from_secs(1), Duration::from_secs(300))
-    }
 }
 
 /// PGMQ's own default throttle for `enable_notify_insert`.
