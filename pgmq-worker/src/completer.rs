@@ -60,8 +60,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::ErrorBackoff;
 use crate::builder::Config;
 use crate::db::Kept;
-use crate::executor::ATTEMPTS_HEADER;
 use crate::lease::State;
+use crate::protocol::{archived_dead_letter_headers, retry_headers, ATTEMPTS_HEADER};
 use crate::stats::{bump, Counters};
 use crate::worker::Shared;
 
@@ -250,8 +250,7 @@ impl<'c> Sorted<'c> {
                 AckKind::Delete => batch.deletes.push(r),
                 AckKind::Archive => batch.archives.push(r),
                 AckKind::Retry(d) => batch.requeues.push((
-                    Requeue::new(r, d)
-                        .merge_headers(serde_json::json!({ ATTEMPTS_HEADER: ack.attempt })),
+                    Requeue::new(r, d).merge_headers(retry_headers(ack.attempt)),
                     &c.retried,
                 )),
                 AckKind::Snooze(d) => batch
@@ -602,7 +601,7 @@ async fn archive_dead(
         .map(|d| {
             (
                 d.receipt,
-                Some(serde_json::json!({ "dead_letter_reason": d.reason, "attempts": d.attempts })),
+                Some(archived_dead_letter_headers(&d.reason, d.attempts)),
             )
         })
         .collect();

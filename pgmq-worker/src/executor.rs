@@ -54,11 +54,9 @@ use crate::handler::{
 };
 use crate::hooks;
 use crate::lease::State;
+use crate::protocol::{attempts_used, truncate_reason};
 use crate::stats::{bump, micros, record, HandlerCounters, LocalHistograms};
 use crate::worker::Shared;
-
-/// The header in which retries record the attempts used so far.
-pub const ATTEMPTS_HEADER: &str = "x-pgmq-worker-attempts";
 
 /// What a handler loop needs.
 pub(crate) struct ExecContext {
@@ -594,14 +592,6 @@ pub(crate) fn blocking_spawner<T: DeserializeOwned + Send + 'static, H: Blocking
     }))
 }
 
-/// The attempts a message's header says were used (0 without one).
-fn attempts_used(headers: Option<&serde_json::Value>) -> u32 {
-    headers
-        .and_then(|h| h.get(ATTEMPTS_HEADER))
-        .and_then(serde_json::Value::as_u64)
-        .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
-}
-
 /// One handler loop: take a message, run it, acknowledge, until `stop`.
 async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     ctx: Arc<ExecContext>,
@@ -974,26 +964,6 @@ async fn send_ack(
     false
 }
 
-/// The most bytes of handler-supplied text (an error's text, a panic
-/// message, an `Outcome::DeadLetter` reason) that the worker logs or writes
-/// into a dead-letter `reason` header: 512. Such text can quote the data
-/// being handled; longer text is cut at a character boundary and ends in
-/// `…`.
-pub const MAX_REASON_LEN: usize = 512;
-
-/// `reason` cut to [`MAX_REASON_LEN`] bytes.
-pub(crate) fn truncate_reason(mut reason: String) -> String {
-    if reason.len() > MAX_REASON_LEN {
-        let mut end = MAX_REASON_LEN;
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        reason.truncate(end);
-        reason.push('…');
-    }
-    reason
-}
-
 /// Records a message a transactional run acknowledged itself.
 fn settle(shared: &Shared, queue: &QueueName, receipt: Receipt, settled: Settled) {
     let c = &shared.stats.c;
@@ -1086,20 +1056,4 @@ fn handle_span(
     #[cfg(not(feature = "otel"))]
     let _ = headers;
     tracing::debug_span!("pgmq_worker.handle", queue = %queue, msg_id, attempt)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attempts_come_from_the_header() {
-        assert_eq!(attempts_used(None), 0);
-        assert_eq!(attempts_used(Some(&serde_json::json!({"x": 1}))), 0);
-        assert_eq!(
-            attempts_used(Some(&serde_json::json!({ATTEMPTS_HEADER: 3}))),
-            3
-        );
-        assert_eq!(attempts_used(Some(&serde_json::json!([1, 2]))), 0);
-    }
 }

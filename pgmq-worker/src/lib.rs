@@ -201,6 +201,7 @@ mod lease;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod notifier;
+mod protocol;
 mod shutdown;
 mod stats;
 pub mod testing;
@@ -213,13 +214,13 @@ pub use builder::{ClaimReads, WakeUp, WorkerBuilder};
 pub use context::Context;
 pub use db::ConnectionSource;
 pub use error::Error;
-pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use group::{GroupShutdown, WorkerGroup};
 pub use handler::{
     BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
 };
 pub use health::Health;
 pub use hooks::Hook;
+pub use protocol::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
 pub use worker::{Monitor, Worker, WorkerHandle};
