@@ -15,6 +15,7 @@ use crate::executor::{
     async_spawner, blocking_spawner, context_spawner, transactional_spawner, Spawner,
 };
 use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
+use crate::preflight;
 use crate::worker::Worker;
 
 /// How idle claimers learn that messages arrived.
@@ -124,6 +125,33 @@ pub(crate) struct Config {
     #[cfg(feature = "fault-injection")]
     pub resume_panics: bool,
     pub claim_reads: ClaimReads,
+}
+
+/// What [`build`](WorkerBuilder::build) derives from the settings: each
+/// part's own, holding only what that part reads.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Every setting, for the parts not yet given their own.
+    pub config: Arc<Config>,
+    pub preflight: preflight::Settings,
+}
+
+impl Plan {
+    fn of(c: Config) -> Self {
+        Plan {
+            preflight: preflight::Settings {
+                queue: c.queue.clone(),
+                dead_letter_queue: c.dead_letter_queue.clone(),
+                check_queue: c.check_queue,
+                claim_reads: c.claim_reads,
+                db_timeout: c.db_timeout,
+                notify: c.wake_up == WakeUp::Notify,
+                notify_throttle: c.notify_throttle,
+                notify_throttle_set: c.notify_throttle_set,
+            },
+            config: Arc::new(c),
+        }
+    }
 }
 
 /// Builds a [`Worker`]. Every setting has a default; only the handler is required.
@@ -687,7 +715,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
             return bad("no handler: call .handler(..) or .blocking_handler(..)");
         };
         check_pool(&self.source, &c, self.transactional, self.allow_small_pool)?;
-        Ok(Worker::from_parts(self.source, Arc::new(c), spawner))
+        Ok(Worker::from_parts(self.source, Plan::of(c), spawner))
     }
 }
 

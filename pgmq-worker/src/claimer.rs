@@ -351,8 +351,7 @@ pub(crate) async fn run(
     index: usize,
     stop: CancellationToken,
 ) {
-    #[cfg(feature = "fault-injection")]
-    shared.maybe_panic("claim loop");
+    shared.panic_once.maybe_panic("claim loop");
     let mut lp = ClaimLoop::new(shared, queue, index);
     loop {
         let Some(permits) = lp.take_room(&stop).await else {

@@ -136,8 +136,7 @@ struct Writer {
 /// Runs until the channel is closed (every sender dropped, or `close`
 /// given) and every batch is written.
 pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Ack>, close: Arc<Close>) {
-    #[cfg(feature = "fault-injection")]
-    shared.maybe_panic("completer");
+    shared.panic_once.maybe_panic("completer");
     let cfg = Arc::clone(&shared.config);
     let batch = cfg.ack_batch_size;
     let kept = Kept::new(shared.source.clone(), cfg.ack_flushers, cfg.db_timeout);

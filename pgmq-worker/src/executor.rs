@@ -553,7 +553,7 @@ impl<T: DeserializeOwned + Send + 'static, R: Run<T>> Spawner<T> for RunSpawner<
                 let run = Arc::clone(&self.run);
                 // Supervised as the other internal tasks are: a loop that
                 // panics anyway is restarted, counted and shown in health.
-                crate::worker::supervised(&ctx.shared, "handler loop", move || {
+                ctx.shared.supervisor.spawn("handler loop", move || {
                     handler_loop::<T, R>(Arc::clone(&ctx2), i, Arc::clone(&run))
                 })
             })
@@ -670,8 +670,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                     run.after_run(&mut run_local, shared).await;
                     shared.leases.set_state([receipt], State::Acking);
                     timing.record_run(shared, d.started);
-                    #[cfg(feature = "fault-injection")]
-                    shared.maybe_panic("handler loop");
+                    shared.panic_once.maybe_panic("handler loop");
                     if let Some(Settled::Unavailable(why)) = &settled {
                         // The worker's own database work failed, not the
                         // handler: back soon, with no attempt (nor delivery)

@@ -70,8 +70,7 @@ pub(crate) fn tick(vt: Duration) -> Duration {
 /// Runs until `stop`: extends the visibility timeout of every lease past
 /// half of it.
 pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
-    #[cfg(feature = "fault-injection")]
-    shared.maybe_panic("heartbeat");
+    shared.panic_once.maybe_panic("heartbeat");
     let cfg = &shared.config;
     let vt = cfg.visibility_timeout;
     let mut due = Vec::new();

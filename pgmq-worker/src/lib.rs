@@ -193,6 +193,7 @@ mod db;
 mod error;
 mod executor;
 mod group;
+mod handle;
 mod handler;
 mod health;
 mod heartbeat;
@@ -201,9 +202,11 @@ mod lease;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod notifier;
+mod preflight;
 mod protocol;
 mod shutdown;
 mod stats;
+mod supervise;
 pub mod testing;
 #[cfg(feature = "otel")]
 mod trace;
@@ -215,6 +218,7 @@ pub use context::Context;
 pub use db::ConnectionSource;
 pub use error::Error;
 pub use group::{GroupShutdown, WorkerGroup};
+pub use handle::{Monitor, WorkerHandle};
 pub use handler::{
     BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
 };
@@ -223,7 +227,7 @@ pub use hooks::Hook;
 pub use protocol::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
-pub use worker::{Monitor, Worker, WorkerHandle};
+pub use worker::Worker;
 
 /// The README's examples, compiled as doc tests (`cargo test --doc`).
 #[cfg(doctest)]

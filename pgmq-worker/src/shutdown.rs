@@ -1,4 +1,5 @@
-//! The stop sequence, its escalation, and its report.
+//! The stop sequence, its escalation (by [`ShutdownHandle`], or by
+//! SIGINT/SIGTERM: [`Signals`]), and its report.
 //!
 //! A running worker is a set of tasks tied together by two cancellation
 //! tokens and two channels:
@@ -535,4 +536,62 @@ async fn release(
         }
     }
     failed
+}
+
+/// SIGINT and SIGTERM (Ctrl-C only, off Unix), installed once and received
+/// as often as they come.
+pub(crate) struct Signals {
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub(crate) fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let install = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::error!(error = %e, "could not install a {name} handler; it will not stop the worker");
+                    None
+                }
+            };
+            Signals {
+                int: install(SignalKind::interrupt(), "SIGINT"),
+                term: install(SignalKind::terminate(), "SIGTERM"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
+    }
+
+    /// Resolves on the next signal.
+    pub(crate) async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                if let Some(s) = s {
+                    if s.recv().await.is_some() {
+                        return;
+                    }
+                }
+                std::future::pending().await
+            }
+            tokio::select! {
+                () = next(&mut self.int) => {}
+                () = next(&mut self.term) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
 }
