@@ -3,7 +3,8 @@
 //! `claimers` loops (2 by default) run at once, each with one claim read in
 //! flight, so the next claim never waits for the previous one, nor for any
 //! acknowledgement. They share the free room of the claim queue through a
-//! semaphore of `claim_capacity` permits ([`Room`]): a loop takes up to `batch_size`
+//! semaphore of `claim_capacity` permits that the claim queue owns
+//! ([`Room`](crate::claim_queue::Room)): a loop takes up to `batch_size`
 //! permits (waiting for at least half a batch, so a nearly full queue is not
 //! refilled one message at a time), reads that many, and gives back what the
 //! read did not fill. A handler returns a permit when it takes a message. The
@@ -69,34 +70,23 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, ReadOptions, Receipt};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
 use crate::builder::Config;
-use crate::claim_queue::ClaimQueue;
+use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::db::Kept;
 use crate::stats::{bump, micros, record, LocalHistograms};
 use crate::worker::Shared;
 
-/// A message in the claim queue.
-pub(crate) struct Claimed {
-    pub msg: Message<RawJson>,
-    /// The delivery: every write about this message is fenced on it.
-    pub receipt: Receipt,
-    /// When the read that claimed it returned.
-    pub claimed_at: Instant,
-}
-
-/// The claim side's state: written by the claim loops, and by the tasks
-/// that make room in the claim queue or wake the loops.
+/// The claim loops' shared state: their read cursor and the clock of
+/// their read times.
 pub(crate) struct Claims {
-    /// Free room in the claim queue, in messages.
-    pub room: Room,
     /// How the claim loops read, and their shared bound on `msg_id`.
     pub cursor: Cursor,
     /// When the last read started ([`now_us`](Self::now_us)): idle loops
@@ -104,18 +94,14 @@ pub(crate) struct Claims {
     pub last_read_start_us: AtomicU64,
     /// The origin of the loops' read times.
     epoch: Instant,
-    /// Bumped to wake parked claim loops.
-    wake: watch::Sender<u64>,
 }
 
 impl Claims {
-    pub(crate) fn new(capacity: usize, path: ReadPath) -> Self {
+    pub(crate) fn new(path: ReadPath) -> Self {
         Claims {
-            room: Room::new(capacity),
             cursor: Cursor::new(path),
             last_read_start_us: AtomicU64::new(0),
             epoch: Instant::now(),
-            wake: watch::channel(0u64).0,
         }
     }
 
@@ -123,93 +109,6 @@ impl Claims {
     /// times, which they keep in atomics.
     pub(crate) fn now_us(&self) -> u64 {
         micros(self.epoch.elapsed())
-    }
-
-    /// Wakes every parked claim loop (and makes a loop with a read in flight
-    /// read again instead of parking).
-    pub(crate) fn wake(&self) {
-        self.wake.send_modify(|g| *g = g.wrapping_add(1));
-    }
-
-    /// Messages left the queue (acknowledged by the completer or in a
-    /// transactional handler's transaction). With group-ordered claims a
-    /// group's next message is claimable only once its head is gone, so the
-    /// claim loops look at once rather than at their next poll.
-    pub(crate) fn acknowledged(&self, reads: crate::builder::ClaimReads) {
-        if reads == crate::builder::ClaimReads::FifoGroups {
-            self.wake();
-        }
-    }
-}
-
-/// The moving average of handler run time: recorded by the handler loops,
-/// read by the claim loops to claim only what the handlers will start in
-/// time.
-#[derive(Default)]
-pub(crate) struct HandlerTime {
-    avg_us: AtomicU64,
-}
-
-impl HandlerTime {
-    /// Folds one handler run time into the moving average (weight 1/8).
-    pub(crate) fn record(&self, us: u64) {
-        let us = us.max(1);
-        let old = self.avg_us.load(Relaxed);
-        let new = if old == 0 { us } else { (old * 7 + us) / 8 };
-        if new != old {
-            self.avg_us.store(new.max(1), Relaxed);
-        }
-    }
-
-    /// The average in µs; 0 until the first handler run ends.
-    pub(crate) fn average_us(&self) -> u64 {
-        self.avg_us.load(Relaxed)
-    }
-}
-
-/// The free room of the claim queue, in messages.
-///
-/// A semaphore of `claim_capacity` permits, of which `withheld` are kept
-/// back (acquired and forgotten) to lower the room to the current claim
-/// limit; they are handed back when the limit rises.
-pub(crate) struct Room {
-    sem: Arc<Semaphore>,
-    capacity: usize,
-    withheld: Mutex<usize>,
-}
-
-impl Room {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Room {
-            sem: Arc::new(Semaphore::new(capacity)),
-            capacity,
-            withheld: Mutex::new(0),
-        }
-    }
-
-    /// Messages left the claim queue (a handler took one, or they were released).
-    pub(crate) fn free(&self, n: usize) {
-        self.sem.add_permits(n);
-    }
-
-    /// Moves the room towards `limit` messages in all (queued + free).
-    fn limit_to(&self, limit: usize) {
-        let target = self.capacity - limit.clamp(1, self.capacity);
-        let mut withheld = self.withheld.lock().unwrap_or_else(|p| p.into_inner());
-        if *withheld > target {
-            self.sem.add_permits(*withheld - target);
-            *withheld = target;
-        } else if *withheld < target {
-            // Only what is free now; the rest on later calls, as handlers
-            // take messages.
-            let take = (target - *withheld).min(self.sem.available_permits());
-            if take > 0 {
-                if let Ok(p) = self.sem.try_acquire_many(take as u32) {
-                    p.forget();
-                    *withheld += take;
-                }
-            }
-        }
     }
 }
 
@@ -306,10 +205,10 @@ impl Cursor {
     }
 }
 
-/// How many messages may wait in the claim queue now (see the module docs).
-fn claim_limit(cfg: &Config, handler_time: &HandlerTime) -> usize {
+/// How many messages may wait in the claim queue now, at the handlers'
+/// average run time `avg_us` (see the module docs).
+fn claim_limit(cfg: &Config, avg_us: u64) -> usize {
     let floor = cfg.concurrency.clamp(1, cfg.claim_capacity);
-    let avg_us = handler_time.average_us();
     if avg_us == 0 {
         return floor;
     }
@@ -422,7 +321,7 @@ impl ClaimLoop {
         ClaimLoop {
             index,
             kept: Kept::new(shared.source.clone(), 1, cfg.db_timeout),
-            wake: shared.claims.wake.subscribe(),
+            wake: shared.wake.subscribe(),
             backoff: ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5)),
             local: LocalHistograms::new(),
             batch,
@@ -436,27 +335,22 @@ impl ClaimLoop {
     /// limit when smaller), topped up to a batch; waits for it without
     /// holding a connection. None when `stop` fired meanwhile.
     async fn take_room(&self, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
-        let room = &self.shared.claims.room;
-        let limit = claim_limit(&self.shared.config, &self.shared.handler_time);
+        let room = self.queue.room();
+        let limit = claim_limit(&self.shared.config, self.queue.average_run_us());
         room.limit_to(limit);
         let first = self.at_least.min((limit / 2).max(1));
-        let mut permits = match room.sem.clone().try_acquire_many_owned(first as u32) {
-            Ok(p) => p,
-            Err(_) => {
+        let mut permits = match room.try_take(first) {
+            Some(p) => p,
+            None => {
                 self.kept.idle();
                 tokio::select! {
                     biased;
                     _ = stop.cancelled() => return None,
-                    p = room.sem.clone().acquire_many_owned(first as u32) => p.ok()?,
+                    p = room.take(first) => p?,
                 }
             }
         };
-        let extra = room.sem.available_permits().min(self.batch - first);
-        if extra > 0 {
-            if let Ok(more) = room.sem.clone().try_acquire_many_owned(extra as u32) {
-                permits.merge(more);
-            }
-        }
+        room.top_up(&mut permits, self.batch - first);
         Some(permits)
     }
 
@@ -540,18 +434,13 @@ impl ClaimLoop {
             msg,
             claimed_at: now,
         });
-        let loops = crate::claim_queue::loops_for(
-            n,
-            shared.handler_time.average_us(),
-            shared.config.concurrency,
-        );
-        if !self.queue.push_batch(batch, loops) {
+        if !self.queue.push_batch(batch) {
             return After::Closed;
         }
         self.local.maybe_merge(&shared.stats, now);
         if n == qty {
             // The backlog is there: wake the other loops if parked.
-            shared.claims.wake();
+            shared.wake.wake();
             return After::ReadAgain;
         }
         if !drained {

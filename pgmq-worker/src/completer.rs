@@ -391,7 +391,10 @@ impl Writer {
             }
         }
         bump(&shared.stats.acks_resolved, n);
-        shared.claims.acknowledged(shared.config.claim_reads);
+        if shared.config.claim_reads == crate::builder::ClaimReads::FifoGroups {
+            // The groups' next messages are claimable now.
+            shared.wake.wake();
+        }
     }
 
     /// Runs `call` until it succeeds, fails permanently, or the retry time

@@ -44,8 +44,7 @@ use tracing::Instrument;
 
 use crate::backoff::jittered;
 use crate::builder::Config;
-use crate::claim_queue::{ClaimQueue, WAKE_BUDGET};
-use crate::claimer::Claimed;
+use crate::claim_queue::{ClaimQueue, Claimed, WAKE_BUDGET};
 use crate::completer::{Ack, AckKind};
 use crate::context::Context;
 use crate::handler::{
@@ -610,7 +609,6 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let mut timing = LoopTiming::new(&ctx);
     let mut run_local = R::Local::default();
     while let Some((item, left)) = next_claimed(&ctx, &mut timing.local).await {
-        shared.claims.room.free(1);
         let Claimed {
             msg,
             receipt,
@@ -669,7 +667,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                         run_message(&ctx, &*run, &mut run_local, typed, &d, counts).await;
                     run.after_run(&mut run_local, shared).await;
                     shared.leases.set_state([receipt], State::Acking);
-                    timing.record_run(shared, d.started);
+                    timing.record_run(shared, &ctx.queue, d.started);
                     shared.panic_once.maybe_panic("handler loop");
                     if let Some(Settled::Unavailable(why)) = &settled {
                         // The worker's own database work failed, not the
@@ -761,7 +759,7 @@ impl LoopTiming {
 
     /// A handler run that started at `started` and just ended: its latency,
     /// and the moving average the claim limit follows.
-    fn record_run(&mut self, shared: &Shared, started: Instant) {
+    fn record_run(&mut self, shared: &Shared, queue: &ClaimQueue<Claimed>, started: Instant) {
         let ended = Instant::now();
         let took_us = micros(ended - started);
         record(&mut self.local.h.handler_latency, took_us);
@@ -772,7 +770,7 @@ impl LoopTiming {
         // shared write per message).
         self.runs += 1;
         if self.runs == 1 || took_us >= 500 || self.runs.is_multiple_of(16) {
-            shared.handler_time.record(took_us);
+            queue.record_run(took_us);
         }
         self.local.maybe_merge(&shared.stats, ended);
     }
@@ -967,8 +965,11 @@ async fn send_ack(
 fn settle(shared: &Shared, queue: &QueueName, receipt: Receipt, settled: Settled) {
     let c = &shared.stats.c;
     let already_lost = !shared.leases.finish([receipt]).is_empty();
-    if matches!(settled, Settled::Written(_)) {
-        shared.claims.acknowledged(shared.config.claim_reads);
+    if matches!(settled, Settled::Written(_))
+        && shared.config.claim_reads == crate::builder::ClaimReads::FifoGroups
+    {
+        // The group's next message is claimable now.
+        shared.wake.wake();
     }
     match settled {
         Settled::Written(AckKind::Archive) => bump(&c.archived, 1),

@@ -210,6 +210,7 @@ mod supervise;
 pub mod testing;
 #[cfg(feature = "otel")]
 mod trace;
+mod wake;
 mod worker;
 
 pub use backoff::Backoff;

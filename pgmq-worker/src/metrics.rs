@@ -24,8 +24,7 @@ use std::sync::Arc;
 use metrics::{counter, gauge, Counter, Histogram};
 use tokio_util::sync::CancellationToken;
 
-use crate::claim_queue::ClaimQueue;
-use crate::claimer::Claimed;
+use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::stats::StatsSnapshot;
 use crate::worker::Shared;
 

@@ -90,7 +90,7 @@ impl<'a> Wakes<'a> {
     fn after_window(&mut self) {
         self.window_end = None;
         bump(&self.shared.stats.c.wakeups_after_throttle, 1);
-        self.shared.claims.wake();
+        self.shared.wake.wake();
     }
 
     /// A notification (others already folded into it): wakes the claimers,
@@ -98,7 +98,7 @@ impl<'a> Wakes<'a> {
     /// fired meanwhile.
     async fn notified(&mut self, stop: &CancellationToken) -> bool {
         bump(&self.shared.stats.c.wakeups_notify, 1);
-        self.shared.claims.wake();
+        self.shared.wake.wake();
         if self.follow_up {
             self.window_end = Some(Instant::now() + self.throttle);
         }
@@ -131,7 +131,7 @@ pub(crate) async fn run_shared(
         };
         match event {
             None => return,
-            Some(HubEvent::Reconnected) => shared.claims.wake(),
+            Some(HubEvent::Reconnected) => shared.wake.wake(),
             Some(HubEvent::Notified) => {
                 while let Ok(HubEvent::Notified) = events.try_recv() {}
                 if !wakes.notified(&stop).await {
@@ -171,7 +171,7 @@ pub(crate) async fn run(
         };
         if !first {
             tracing::info!(queue = %queue, "LISTEN connection restored");
-            shared.claims.wake();
+            shared.wake.wake();
         }
         first = false;
         loop {

@@ -70,8 +70,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
-use crate::claim_queue::ClaimQueue;
-use crate::claimer::Claimed;
+use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::stats::{bump, StatsSnapshot};
 use crate::worker::Shared;
 
@@ -484,7 +483,6 @@ async fn release(
         .into_iter()
         .map(|c| Requeue::new(c.receipt, Duration::ZERO).undo_read())
         .collect();
-    shared.claims.room.free(reads.len());
     if reads.is_empty() {
         return 0;
     }

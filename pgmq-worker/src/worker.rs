@@ -12,8 +12,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::builder::{Config, Plan, WakeUp, WorkerBuilder};
-use crate::claim_queue::ClaimQueue;
-use crate::claimer::{self, Claims, HandlerTime, ReadPath};
+use crate::claim_queue::{ClaimQueue, Claimed};
+use crate::claimer::{self, Claims, ReadPath};
 use crate::completer;
 use crate::db::{ConnectionSource, Source};
 use crate::error::Error;
@@ -28,6 +28,7 @@ use crate::shutdown::Signals;
 use crate::shutdown::{Running, ShutdownHandle, ShutdownReport};
 use crate::stats::Stats;
 use crate::supervise::{PanicOnce, Supervisor};
+use crate::wake::Wake;
 
 /// What every task of one worker shares.
 pub(crate) struct Shared {
@@ -35,10 +36,10 @@ pub(crate) struct Shared {
     pub source: Source,
     pub config: Arc<Config>,
     pub stats: Arc<Stats>,
-    /// The claim loops' room, cursor and wake-ups.
+    /// The claim loops' cursor and read clock.
     pub claims: Claims,
-    /// Moving average of handler run time, for the claim limit.
-    pub handler_time: HandlerTime,
+    /// Wakes the parked claim loops.
+    pub wake: Wake,
     /// The heartbeat's nudge and write lock.
     pub heartbeat: HeartbeatSignals,
     /// The deliveries held, from handler start until their acknowledgement
@@ -77,10 +78,10 @@ impl Shared {
             source,
             supervisor,
             panic_once,
-            claims: Claims::new(config.claim_capacity, path),
+            claims: Claims::new(path),
             config,
             stats,
-            handler_time: HandlerTime::default(),
+            wake: Wake::default(),
             heartbeat: HeartbeatSignals::default(),
             leases: Leases::default(),
             health,
@@ -382,7 +383,7 @@ fn spawn_completer(
 /// Starts the `claimers` supervised claim loops.
 fn spawn_claimers(
     shared: &Arc<Shared>,
-    claim_queue: &Arc<ClaimQueue<claimer::Claimed>>,
+    claim_queue: &Arc<ClaimQueue<Claimed>>,
     stop: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
     (0..shared.config.claimers)
@@ -409,7 +410,7 @@ fn spawn_heartbeat(shared: &Arc<Shared>, stop: &CancellationToken) -> JoinHandle
 #[cfg(feature = "metrics")]
 fn spawn_metrics(
     shared: &Arc<Shared>,
-    claim_queue: &Arc<ClaimQueue<claimer::Claimed>>,
+    claim_queue: &Arc<ClaimQueue<Claimed>>,
     stop: &CancellationToken,
 ) {
     let (shared2, queue, stop) = (Arc::clone(shared), Arc::clone(claim_queue), stop.clone());
