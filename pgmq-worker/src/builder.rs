@@ -15,8 +15,8 @@ use crate::executor::{
     async_spawner, blocking_spawner, context_spawner, transactional_spawner, Spawner,
 };
 use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
-use crate::preflight;
 use crate::worker::Worker;
+use crate::{heartbeat, notifier, preflight};
 
 /// How idle claimers learn that messages arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -134,6 +134,10 @@ pub(crate) struct Plan {
     /// Every setting, for the parts not yet given their own.
     pub config: Arc<Config>,
     pub preflight: preflight::Settings,
+    /// None with the heartbeat off.
+    pub heartbeat: Option<heartbeat::Settings>,
+    /// None without [`WakeUp::Notify`].
+    pub notifier: Option<notifier::Settings>,
 }
 
 impl Plan {
@@ -149,6 +153,15 @@ impl Plan {
                 notify_throttle: c.notify_throttle,
                 notify_throttle_set: c.notify_throttle_set,
             },
+            heartbeat: c.heartbeat.then(|| heartbeat::Settings {
+                queue: c.queue.clone(),
+                visibility_timeout: c.visibility_timeout,
+                db_timeout: c.db_timeout,
+            }),
+            notifier: (c.wake_up == WakeUp::Notify).then(|| notifier::Settings {
+                queue: c.queue.clone(),
+                poll_interval: c.poll_interval,
+            }),
             config: Arc::new(c),
         }
     }

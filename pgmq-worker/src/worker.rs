@@ -20,9 +20,9 @@ use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
 use crate::handle::{Monitor, WorkerHandle};
 use crate::health::HealthState;
-use crate::heartbeat::{self, HeartbeatSignals};
+use crate::heartbeat::{self, Heartbeat, HeartbeatSignals};
 use crate::lease::Leases;
-use crate::notifier;
+use crate::notifier::{self, Notifier};
 use crate::preflight;
 use crate::shutdown::Signals;
 use crate::shutdown::{Running, ShutdownHandle, ShutdownReport};
@@ -41,10 +41,10 @@ pub(crate) struct Shared {
     /// Wakes the parked claim loops.
     pub wake: Wake,
     /// The heartbeat's nudge and write lock.
-    pub heartbeat: HeartbeatSignals,
+    pub heartbeat: Arc<HeartbeatSignals>,
     /// The deliveries held, from handler start until their acknowledgement
     /// is written: for the heartbeat, the completer and the report.
-    pub leases: Leases,
+    pub leases: Arc<Leases>,
     /// Claiming, acknowledging, connected, and whether an internal task
     /// failed for good (the worker then stops with an error).
     pub health: Arc<HealthState>,
@@ -82,8 +82,8 @@ impl Shared {
             config,
             stats,
             wake: Wake::default(),
-            heartbeat: HeartbeatSignals::default(),
-            leases: Leases::default(),
+            heartbeat: Arc::default(),
+            leases: Arc::default(),
             health,
         }
     }
@@ -328,9 +328,26 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
 
         let claimers = spawn_claimers(&shared, &claim_queue, &stop);
 
-        let heartbeat = cfg.heartbeat.then(|| spawn_heartbeat(&shared, &hb_stop));
-        let notifier = (cfg.wake_up == WakeUp::Notify)
-            .then(|| spawn_notifier(&shared, notify_throttle, hub, listener, &stop));
+        let heartbeat = self.plan.heartbeat.map(|settings| {
+            let hb = Heartbeat {
+                settings,
+                source: shared.source.clone(),
+                leases: Arc::clone(&shared.leases),
+                signals: Arc::clone(&shared.heartbeat),
+                stats: Arc::clone(&shared.stats),
+                panic_once: Arc::clone(&shared.panic_once),
+            };
+            heartbeat::spawn(hb, &shared.supervisor, &hb_stop)
+        });
+        let notifier = self.plan.notifier.map(|settings| {
+            let n = Notifier {
+                settings,
+                source: shared.source.clone(),
+                stats: Arc::clone(&shared.stats),
+                wake: shared.wake.clone(),
+            };
+            notifier::spawn(n, &shared.supervisor, notify_throttle, hub, listener, &stop)
+        });
         #[cfg(feature = "metrics")]
         spawn_metrics(&shared, &claim_queue, &stop);
         shared.health.set_running(true);
@@ -397,14 +414,6 @@ fn spawn_claimers(
         .collect()
 }
 
-/// Starts the supervised heartbeat; it runs until `stop`.
-fn spawn_heartbeat(shared: &Arc<Shared>, stop: &CancellationToken) -> JoinHandle<()> {
-    let (shared2, stop) = (Arc::clone(shared), stop.clone());
-    shared.supervisor.spawn("heartbeat", move || {
-        heartbeat::run(Arc::clone(&shared2), stop.clone())
-    })
-}
-
 /// Starts the supervised publisher of the `metrics` feature; it runs until
 /// `stop`.
 #[cfg(feature = "metrics")]
@@ -417,33 +426,4 @@ fn spawn_metrics(
     shared.supervisor.spawn("metrics", move || {
         crate::metrics::run(Arc::clone(&shared2), Arc::clone(&queue), stop.clone())
     });
-}
-
-/// Starts the supervised notifier: on a group's shared LISTEN connection
-/// (`hub`) or on a connection of its own (starting with `listener`, when
-/// one was opened). Either is taken by the first run; a restart after a
-/// panic opens a connection of its own. `throttle` is the insert trigger's:
-/// the notifier reads once more this long after each notification.
-fn spawn_notifier(
-    shared: &Arc<Shared>,
-    throttle: std::time::Duration,
-    hub: Option<mpsc::UnboundedReceiver<notifier::HubEvent>>,
-    listener: Option<pgmq_client::Listener>,
-    stop: &CancellationToken,
-) -> JoinHandle<()> {
-    let (shared2, stop) = (Arc::clone(shared), stop.clone());
-    let first = std::sync::Mutex::new(Some((hub, listener)));
-    shared.supervisor.spawn("notifier", move || {
-        let taken = first.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let (shared, stop) = (Arc::clone(&shared2), stop.clone());
-        async move {
-            match taken {
-                Some((Some(events), _)) => {
-                    notifier::run_shared(shared, throttle, events, stop).await
-                }
-                Some((None, listener)) => notifier::run(shared, throttle, listener, stop).await,
-                None => notifier::run(shared, throttle, None, stop).await,
-            }
-        }
-    })
 }
