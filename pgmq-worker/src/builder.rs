@@ -16,7 +16,7 @@ use crate::executor::{
 };
 use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
 use crate::worker::Worker;
-use crate::{heartbeat, notifier, preflight};
+use crate::{completer, heartbeat, notifier, preflight};
 
 /// How idle claimers learn that messages arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -138,6 +138,7 @@ pub(crate) struct Plan {
     pub heartbeat: Option<heartbeat::Settings>,
     /// None without [`WakeUp::Notify`].
     pub notifier: Option<notifier::Settings>,
+    pub completer: completer::Settings,
 }
 
 impl Plan {
@@ -162,6 +163,17 @@ impl Plan {
                 queue: c.queue.clone(),
                 poll_interval: c.poll_interval,
             }),
+            completer: completer::Settings {
+                queue: c.queue.clone(),
+                dead_letter_queue: c.dead_letter_queue.clone(),
+                ack_capacity: c.ack_capacity,
+                ack_batch_size: c.ack_batch_size,
+                ack_flushers: c.ack_flushers,
+                ack_flush_interval: c.ack_flush_interval,
+                ack_retry_timeout: c.ack_retry_timeout,
+                db_timeout: c.db_timeout,
+                wake_claimers: c.claim_reads == ClaimReads::FifoGroups,
+            },
             config: Arc::new(c),
         }
     }

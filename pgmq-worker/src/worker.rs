@@ -3,18 +3,15 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use futures::FutureExt;
-
 use pgmq_client::QueueName;
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::builder::{Config, Plan, WakeUp, WorkerBuilder};
 use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::claimer::{self, Claims, ReadPath};
-use crate::completer;
+use crate::completer::{self, Completer};
 use crate::db::{ConnectionSource, Source};
 use crate::error::Error;
 use crate::executor::{ExecContext, Spawner};
@@ -313,8 +310,18 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let hb_stop = root.child_token();
         let completer_close = Arc::new(completer::Close::new(root.child_token()));
 
-        let (ack_tx, ack_rx) = mpsc::channel(cfg.ack_capacity);
-        let completer = spawn_completer(&shared, ack_rx, Arc::clone(&completer_close));
+        let (ack_tx, ack_rx) = completer::channel(&self.plan.completer);
+        let part = Completer {
+            settings: self.plan.completer,
+            source: shared.source.clone(),
+            stats: Arc::clone(&shared.stats),
+            leases: Arc::clone(&shared.leases),
+            heartbeat: Arc::clone(&shared.heartbeat),
+            health: Arc::clone(&shared.health),
+            wake: shared.wake.clone(),
+            panic_once: Arc::clone(&shared.panic_once),
+        };
+        let completer = completer::spawn(part, ack_rx, Arc::clone(&completer_close));
 
         let claim_queue = Arc::new(ClaimQueue::new(cfg.claim_capacity, cfg.concurrency));
         let exec = Arc::new(ExecContext {
@@ -373,28 +380,6 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             completer_close,
         })
     }
-}
-
-/// Starts the completer. It is not restartable (it owns the
-/// acknowledgements in flight): if it panics, the worker stops with an
-/// error.
-fn spawn_completer(
-    shared: &Arc<Shared>,
-    acks: mpsc::Receiver<completer::Ack>,
-    close: Arc<completer::Close>,
-) -> JoinHandle<()> {
-    let shared = Arc::clone(shared);
-    let run = completer::run(Arc::clone(&shared), acks, close);
-    tokio::spawn(async move {
-        if let Err(p) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
-            let why = format!(
-                "the completer panicked: {}",
-                crate::handler::panic_text(&*p)
-            );
-            tracing::error!("{why}; stopping the worker");
-            shared.health.fail(why);
-        }
-    })
 }
 
 /// Starts the `claimers` supervised claim loops.
