@@ -16,7 +16,7 @@ use crate::executor::{
 };
 use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
 use crate::worker::Worker;
-use crate::{completer, heartbeat, notifier, preflight};
+use crate::{claimer, completer, heartbeat, notifier, preflight};
 
 /// How idle claimers learn that messages arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -139,6 +139,7 @@ pub(crate) struct Plan {
     /// None without [`WakeUp::Notify`].
     pub notifier: Option<notifier::Settings>,
     pub completer: completer::Settings,
+    pub claimer: claimer::Settings,
 }
 
 impl Plan {
@@ -173,6 +174,16 @@ impl Plan {
                 ack_retry_timeout: c.ack_retry_timeout,
                 db_timeout: c.db_timeout,
                 wake_claimers: c.claim_reads == ClaimReads::FifoGroups,
+            },
+            claimer: claimer::Settings {
+                queue: c.queue.clone(),
+                claimers: c.claimers,
+                batch_size: c.batch_size,
+                claim_capacity: c.claim_capacity,
+                concurrency: c.concurrency,
+                visibility_timeout: c.visibility_timeout,
+                poll_interval: c.poll_interval,
+                db_timeout: c.db_timeout,
             },
             config: Arc::new(c),
         }

@@ -75,14 +75,62 @@ use std::time::{Duration, Instant};
 
 use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, ReadOptions, Receipt};
 use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
-use crate::builder::Config;
 use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::db::Kept;
-use crate::stats::{bump, micros, record, LocalHistograms};
-use crate::worker::Shared;
+use crate::db::Source;
+use crate::health::HealthState;
+use crate::stats::{bump, micros, record, LocalHistograms, Stats};
+use crate::supervise::{PanicOnce, Supervisor};
+use crate::wake::Wake;
+
+/// What the claim loops read.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: pgmq_client::QueueName,
+    /// How many claim loops run.
+    pub claimers: usize,
+    pub batch_size: usize,
+    pub claim_capacity: usize,
+    /// The number of handler loops (the floor of the claim limit).
+    pub concurrency: usize,
+    pub visibility_timeout: Duration,
+    pub poll_interval: Duration,
+    pub db_timeout: Duration,
+}
+
+/// The claim loops: their settings, their shared cursor, and the handles
+/// they touch.
+pub(crate) struct Claimer {
+    pub settings: Settings,
+    pub claims: Claims,
+    pub source: Source,
+    pub queue: Arc<ClaimQueue<Claimed>>,
+    pub wake: Wake,
+    pub stats: Arc<Stats>,
+    pub health: Arc<HealthState>,
+    pub panic_once: Arc<PanicOnce>,
+}
+
+/// Starts the `claimers` supervised claim loops; they run until `stop`.
+pub(crate) fn spawn(
+    part: Claimer,
+    supervisor: &Supervisor,
+    stop: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let part = Arc::new(part);
+    (0..part.settings.claimers)
+        .map(|i| {
+            let (part, stop) = (Arc::clone(&part), stop.clone());
+            supervisor.spawn("claim loop", move || {
+                run(Arc::clone(&part), i, stop.clone())
+            })
+        })
+        .collect()
+}
 
 /// The claim loops' shared state: their read cursor and the clock of
 /// their read times.
@@ -207,7 +255,7 @@ impl Cursor {
 
 /// How many messages may wait in the claim queue now, at the handlers'
 /// average run time `avg_us` (see the module docs).
-fn claim_limit(cfg: &Config, avg_us: u64) -> usize {
+fn claim_limit(cfg: &Settings, avg_us: u64) -> usize {
     let floor = cfg.concurrency.clamp(1, cfg.claim_capacity);
     if avg_us == 0 {
         return floor;
@@ -223,7 +271,7 @@ fn claim_limit(cfg: &Config, avg_us: u64) -> usize {
 /// connection (checked out first when there is none, or when the last one
 /// broke), all within `db_timeout`.
 async fn read(
-    cfg: &Config,
+    cfg: &Settings,
     kept: &Kept,
     qty: usize,
     plan: Plan,
@@ -244,14 +292,9 @@ async fn read(
 
 /// One claim loop; runs until `stop`. A read in flight when `stop` fires is
 /// finished and its messages queued, for the shutdown to release.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    queue: Arc<ClaimQueue<Claimed>>,
-    index: usize,
-    stop: CancellationToken,
-) {
-    shared.panic_once.maybe_panic("claim loop");
-    let mut lp = ClaimLoop::new(shared, queue, index);
+async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
+    part.panic_once.maybe_panic("claim loop");
+    let mut lp = ClaimLoop::new(part, index);
     loop {
         let Some(permits) = lp.take_room(&stop).await else {
             break;
@@ -280,11 +323,11 @@ pub(crate) async fn run(
         }
         // Short read: the queue is drained for now. Park, without a connection.
         lp.kept.idle();
-        if park(&lp.shared, &mut lp.wake, &stop).await {
+        if park(&lp.part, &mut lp.wake, &stop).await {
             break;
         }
     }
-    lp.local.merge(&lp.shared.stats, Instant::now());
+    lp.local.merge(&lp.part.stats, Instant::now());
 }
 
 /// What a claim loop does once a read's messages are queued.
@@ -299,7 +342,7 @@ enum After {
 
 /// One claim loop's own state.
 struct ClaimLoop {
-    shared: Arc<Shared>,
+    part: Arc<Claimer>,
     queue: Arc<ClaimQueue<Claimed>>,
     /// Which loop this is, for the logs.
     index: usize,
@@ -315,19 +358,19 @@ struct ClaimLoop {
 }
 
 impl ClaimLoop {
-    fn new(shared: Arc<Shared>, queue: Arc<ClaimQueue<Claimed>>, index: usize) -> Self {
-        let cfg = &shared.config;
+    fn new(part: Arc<Claimer>, index: usize) -> Self {
+        let cfg = &part.settings;
         let batch = cfg.batch_size.min(cfg.claim_capacity);
         ClaimLoop {
             index,
-            kept: Kept::new(shared.source.clone(), 1, cfg.db_timeout),
-            wake: shared.wake.subscribe(),
+            kept: Kept::new(part.source.clone(), 1, cfg.db_timeout),
+            wake: part.wake.subscribe(),
             backoff: ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5)),
             local: LocalHistograms::new(),
             batch,
             at_least: (batch / 2).max(1),
-            queue,
-            shared,
+            queue: Arc::clone(&part.queue),
+            part,
         }
     }
 
@@ -336,7 +379,7 @@ impl ClaimLoop {
     /// holding a connection. None when `stop` fired meanwhile.
     async fn take_room(&self, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
         let room = self.queue.room();
-        let limit = claim_limit(&self.shared.config, self.queue.average_run_us());
+        let limit = claim_limit(&self.part.settings, self.queue.average_run_us());
         room.limit_to(limit);
         let first = self.at_least.min((limit / 2).max(1));
         let mut permits = match room.try_take(first) {
@@ -360,15 +403,15 @@ impl ClaimLoop {
         &mut self,
         qty: usize,
     ) -> (Plan, Result<Vec<Message<RawJson>>, pgmq_client::Error>) {
-        let claims = &self.shared.claims;
+        let claims = &self.part.claims;
         // Anything announced from here on is not missed: it marks `wake` changed.
         self.wake.borrow_and_update();
         let now_us = claims.now_us();
         claims.last_read_start_us.store(now_us, Relaxed);
         let plan = claims
             .cursor
-            .plan(now_us, micros(self.shared.config.poll_interval));
-        (plan, read(&self.shared.config, &self.kept, qty, plan).await)
+            .plan(now_us, micros(self.part.settings.poll_interval));
+        (plan, read(&self.part.settings, &self.kept, qty, plan).await)
     }
 
     /// Counts and logs a failed read and backs off; true when `stop` fired
@@ -376,8 +419,8 @@ impl ClaimLoop {
     async fn read_failed(&mut self, e: pgmq_client::Error, stop: &CancellationToken) -> bool {
         // The failed read's connection is already dropped.
         self.kept.idle();
-        bump(&self.shared.stats.c.read_errors, 1);
-        self.shared.health.read_failed();
+        bump(&self.part.stats.c.read_errors, 1);
+        self.part.health.read_failed();
         let delay = self.backoff.next_delay();
         let claimer = self.index;
         if e.is_transient() {
@@ -401,15 +444,15 @@ impl ClaimLoop {
         plan: Plan,
         qty: usize,
     ) -> After {
-        let shared = &self.shared;
+        let part = &self.part;
         self.backoff.reset();
-        shared.health.read_ok();
+        part.health.read_ok();
         let now = Instant::now();
         let n = msgs.len();
         let top = msgs.iter().map(|m| m.msg_id).max().unwrap_or(0);
-        let drained = shared.claims.cursor.done(plan, qty, n, top);
-        bump(&shared.stats.c.reads, 1);
-        bump(&shared.stats.c.claimed, n as u64);
+        let drained = part.claims.cursor.done(plan, qty, n, top);
+        bump(&part.stats.c.reads, 1);
+        bump(&part.stats.c.claimed, n as u64);
         // The permits of the messages travel with them; a handler gives each
         // back when it takes the message. The rest go back now.
         if let Some(taken) = permits.split(n) {
@@ -437,10 +480,10 @@ impl ClaimLoop {
         if !self.queue.push_batch(batch) {
             return After::Closed;
         }
-        self.local.maybe_merge(&shared.stats, now);
+        self.local.maybe_merge(&part.stats, now);
         if n == qty {
             // The backlog is there: wake the other loops if parked.
-            shared.wake.wake();
+            part.wake.wake();
             return After::ReadAgain;
         }
         if !drained {
@@ -448,9 +491,9 @@ impl ClaimLoop {
             return After::ReadAgain;
         }
         if n == 0 {
-            bump(&shared.stats.c.empty_reads, 1);
+            bump(&part.stats.c.empty_reads, 1);
         }
-        self.local.merge(&shared.stats, now);
+        self.local.merge(&part.stats, now);
         After::Park
     }
 }
@@ -458,11 +501,11 @@ impl ClaimLoop {
 /// Parks an idle loop until a wake-up or its poll timer (see the module
 /// docs); true when `stop` fired instead.
 async fn park(
-    shared: &Shared,
+    part: &Claimer,
     wake: &mut tokio::sync::watch::Receiver<u64>,
     stop: &CancellationToken,
 ) -> bool {
-    let interval = shared.config.poll_interval;
+    let interval = part.settings.poll_interval;
     let interval_us = micros(interval);
     let mut sleep_for = interval;
     loop {
@@ -473,12 +516,12 @@ async fn park(
             _ = tokio::time::sleep(sleep_for) => {}
         }
         // Another loop read recently: its read covered this interval.
-        let since = shared
+        let since = part
             .claims
             .now_us()
-            .saturating_sub(shared.claims.last_read_start_us.load(Relaxed));
+            .saturating_sub(part.claims.last_read_start_us.load(Relaxed));
         if since >= interval_us.saturating_sub(interval_us / 20) {
-            bump(&shared.stats.c.wakeups_poll, 1);
+            bump(&part.stats.c.wakeups_poll, 1);
             return false;
         }
         sleep_for = Duration::from_micros(interval_us - since);

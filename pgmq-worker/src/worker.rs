@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use pgmq_client::QueueName;
 use serde::de::DeserializeOwned;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::builder::{Config, Plan, WakeUp, WorkerBuilder};
 use crate::claim_queue::{ClaimQueue, Claimed};
-use crate::claimer::{self, Claims, ReadPath};
+use crate::claimer::{self, Claimer, Claims};
 use crate::completer::{self, Completer};
 use crate::db::{ConnectionSource, Source};
 use crate::error::Error;
@@ -33,8 +32,6 @@ pub(crate) struct Shared {
     pub source: Source,
     pub config: Arc<Config>,
     pub stats: Arc<Stats>,
-    /// The claim loops' cursor and read clock.
-    pub claims: Claims,
     /// Wakes the parked claim loops.
     pub wake: Wake,
     /// The heartbeat's nudge and write lock.
@@ -52,14 +49,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The shared state of a worker about to start, its claims reading as
-    /// `path`.
+    /// The shared state of a worker about to start.
     fn new(
         source: Source,
         config: Arc<Config>,
         stats: Arc<Stats>,
         health: Arc<HealthState>,
-        path: ReadPath,
     ) -> Self {
         let supervisor = Supervisor::new(
             Arc::clone(&stats),
@@ -75,7 +70,6 @@ impl Shared {
             source,
             supervisor,
             panic_once,
-            claims: Claims::new(path),
             config,
             stats,
             wake: Wake::default(),
@@ -302,7 +296,6 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             Arc::clone(&cfg),
             self.stats,
             Arc::clone(&self.health),
-            path,
         ));
         // One root, so that dropping a running worker stops every task.
         let root = CancellationToken::new();
@@ -333,7 +326,17 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         });
         let handlers = self.spawner.spawn(exec);
 
-        let claimers = spawn_claimers(&shared, &claim_queue, &stop);
+        let part = Claimer {
+            settings: self.plan.claimer,
+            claims: Claims::new(path),
+            source: shared.source.clone(),
+            queue: Arc::clone(&claim_queue),
+            wake: shared.wake.clone(),
+            stats: Arc::clone(&shared.stats),
+            health: Arc::clone(&shared.health),
+            panic_once: Arc::clone(&shared.panic_once),
+        };
+        let claimers = claimer::spawn(part, &shared.supervisor, &stop);
 
         let heartbeat = self.plan.heartbeat.map(|settings| {
             let hb = Heartbeat {
@@ -380,23 +383,6 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             completer_close,
         })
     }
-}
-
-/// Starts the `claimers` supervised claim loops.
-fn spawn_claimers(
-    shared: &Arc<Shared>,
-    claim_queue: &Arc<ClaimQueue<Claimed>>,
-    stop: &CancellationToken,
-) -> Vec<JoinHandle<()>> {
-    (0..shared.config.claimers)
-        .map(|i| {
-            let (shared2, queue, stop) =
-                (Arc::clone(shared), Arc::clone(claim_queue), stop.clone());
-            shared.supervisor.spawn("claim loop", move || {
-                claimer::run(Arc::clone(&shared2), Arc::clone(&queue), i, stop.clone())
-            })
-        })
-        .collect()
 }
 
 /// Starts the supervised publisher of the `metrics` feature; it runs until
