@@ -16,7 +16,7 @@ use crate::executor::{
 };
 use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
 use crate::worker::Worker;
-use crate::{claimer, completer, heartbeat, notifier, preflight};
+use crate::{claimer, completer, heartbeat, notifier, preflight, shutdown};
 
 /// How idle claimers learn that messages arrived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -140,6 +140,9 @@ pub(crate) struct Plan {
     pub notifier: Option<notifier::Settings>,
     pub completer: completer::Settings,
     pub claimer: claimer::Settings,
+    pub shutdown: shutdown::Settings,
+    #[cfg(feature = "metrics")]
+    pub metrics: crate::metrics::Settings,
 }
 
 impl Plan {
@@ -183,6 +186,19 @@ impl Plan {
                 concurrency: c.concurrency,
                 visibility_timeout: c.visibility_timeout,
                 poll_interval: c.poll_interval,
+                db_timeout: c.db_timeout,
+            },
+            shutdown: shutdown::Settings {
+                queue: c.queue.clone(),
+                shutdown_grace: c.shutdown_grace,
+                ack_drain_timeout: c.ack_drain_timeout,
+                release_batch: c.batch_size,
+                db_timeout: c.db_timeout,
+            },
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::Settings {
+                queue: c.queue.clone(),
+                interval: c.metrics_interval,
                 db_timeout: c.db_timeout,
             },
             config: Arc::new(c),

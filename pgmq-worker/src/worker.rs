@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::builder::{Config, Plan, WakeUp, WorkerBuilder};
-use crate::claim_queue::{ClaimQueue, Claimed};
+use crate::claim_queue::ClaimQueue;
 use crate::claimer::{self, Claimer, Claims};
 use crate::completer::{self, Completer};
 use crate::db::{ConnectionSource, Source};
@@ -21,7 +21,7 @@ use crate::lease::Leases;
 use crate::notifier::{self, Notifier};
 use crate::preflight;
 use crate::shutdown::Signals;
-use crate::shutdown::{Running, ShutdownHandle, ShutdownReport};
+use crate::shutdown::{Running, Shutdown, ShutdownHandle, ShutdownReport};
 use crate::stats::Stats;
 use crate::supervise::{PanicOnce, Supervisor};
 use crate::wake::Wake;
@@ -193,7 +193,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         // stops: claimed messages then come back after their visibility
         // timeout instead of being released.
         let guard = running.root.clone().drop_guard();
-        let health = Arc::clone(&running.shared.health);
+        let health = Arc::clone(&running.part.health);
         tokio::select! {
             _ = signal => {}
             _ = stop.requested() => {}
@@ -359,7 +359,17 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             notifier::spawn(n, &shared.supervisor, notify_throttle, hub, listener, &stop)
         });
         #[cfg(feature = "metrics")]
-        spawn_metrics(&shared, &claim_queue, &stop);
+        {
+            let part = crate::metrics::Metrics {
+                settings: self.plan.metrics,
+                source: shared.source.clone(),
+                stats: Arc::clone(&shared.stats),
+                leases: Arc::clone(&shared.leases),
+                health: Arc::clone(&shared.health),
+                queue: Arc::clone(&claim_queue),
+            };
+            crate::metrics::spawn(part, &shared.supervisor, &stop);
+        }
         shared.health.set_running(true);
         tracing::info!(
             queue = %cfg.queue,
@@ -370,7 +380,14 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             "worker started"
         );
         Ok(Running {
-            shared,
+            part: Shutdown {
+                settings: self.plan.shutdown,
+                source: shared.source.clone(),
+                stats: Arc::clone(&shared.stats),
+                leases: Arc::clone(&shared.leases),
+                heartbeat: Arc::clone(&shared.heartbeat),
+                health: Arc::clone(&shared.health),
+            },
             root,
             stop,
             hb_stop,
@@ -383,18 +400,4 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             completer_close,
         })
     }
-}
-
-/// Starts the supervised publisher of the `metrics` feature; it runs until
-/// `stop`.
-#[cfg(feature = "metrics")]
-fn spawn_metrics(
-    shared: &Arc<Shared>,
-    claim_queue: &Arc<ClaimQueue<Claimed>>,
-    stop: &CancellationToken,
-) {
-    let (shared2, queue, stop) = (Arc::clone(shared), Arc::clone(claim_queue), stop.clone());
-    shared.supervisor.spawn("metrics", move || {
-        crate::metrics::run(Arc::clone(&shared2), Arc::clone(&queue), stop.clone())
-    });
 }
