@@ -496,8 +496,9 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// run cannot be stopped: its thread goes on until the handler returns,
     /// and the loop starts a new thread for its next message. Once this
     /// many abandoned threads still run, a loop whose run is abandoned
-    /// waits for one of them to end before it goes on (its message stays
-    /// claimed, extended by the heartbeat), and
+    /// writes that run's retry (the message is not held meanwhile) and
+    /// then waits for one of them to end before it takes another message,
+    /// and
     /// [`Health::blocking_runs_waiting`](crate::Health::blocking_runs_waiting)
     /// counts it; so a handler that always hangs holds at most
     /// `concurrency` + this many threads. With

@@ -23,10 +23,10 @@
 //! is left to end on its own, the loop starts a new one), and a hung thread
 //! never keeps the process alive at exit. At most
 //! `max_abandoned_blocking_threads` abandoned threads may still run; past
-//! that, a loop waits for one to end before acknowledging its own
-//! abandoned run. With FIFO groups a loop waits for its abandoned run's
-//! thread to return before acknowledging it, so a group never has two runs
-//! at once.
+//! that, a loop acknowledges its own abandoned run (its retry written, its
+//! lease ended) and then waits for one to end before it takes another
+//! message. With FIFO groups a loop waits for its abandoned run's thread to
+//! return before acknowledging it, so a group never has two runs at once.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -84,12 +84,26 @@ pub(crate) trait Run<T: Send>: Send + Sync + 'static {
     ) -> impl Future<Output = RunResult> + Send;
 
     /// Called by the loop after every run, before its outcome is
-    /// acknowledged: deals with what the run left behind (a blocking run's
-    /// abandoned thread).
+    /// acknowledged: deals with what the run left behind that must end
+    /// before the message may run again (a FIFO blocking run's thread).
     fn after_run(
         &self,
         _local: &mut Self::Local,
         _shared: &Shared,
+    ) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
+    /// Called by the loop once the outcome was handed to the completer,
+    /// before it takes its next message: waits for room for what the run
+    /// left behind (a thread under `max_abandoned_blocking_threads`), so
+    /// that the wait never holds the acknowledged message; ends early when
+    /// `stop` fires.
+    fn before_next(
+        &self,
+        _local: &mut Self::Local,
+        _shared: &Shared,
+        _stop: &CancellationToken,
     ) -> impl Future<Output = ()> + Send {
         async {}
     }
@@ -322,7 +336,8 @@ type Job = Box<dyn FnOnce() + Send>;
 pub(crate) struct BlockingThread {
     jobs: Option<std::sync::mpsc::Sender<Job>>,
     /// The last run, when it was abandoned (timed out, cancelled, or its
-    /// future dropped) and not yet dealt with by [`Run::after_run`].
+    /// future dropped) and not yet dealt with by [`Run::after_run`] or
+    /// [`Run::before_next`].
     abandoned: Option<Arc<RunEnd>>,
 }
 
@@ -451,20 +466,34 @@ impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
 
     /// A run abandoned at `handler_timeout` (or on a lost claim) is still
     /// running on its thread. With FIFO groups the loop waits for it to
-    /// return, so that neither the message's retry nor its group's next
-    /// message runs alongside it; the thread is then free for the next
-    /// message. Otherwise the loop leaves the thread behind, holding one of
-    /// `max_abandoned_blocking_threads` permits until its handler returns,
-    /// and waits for a permit when none is free.
+    /// return before the message is acknowledged, so that neither the
+    /// message's retry nor its group's next message runs alongside it; the
+    /// thread is then free for the next message. Otherwise the thread is
+    /// dealt with in [`Run::before_next`], after the acknowledgement.
     async fn after_run(&self, thread: &mut BlockingThread, shared: &Shared) {
+        if shared.config.claim_reads != crate::builder::ClaimReads::FifoGroups {
+            return;
+        }
+        if let Some(end) = thread.abandoned.take() {
+            end.wait().await;
+        }
+    }
+
+    /// Without FIFO groups the loop leaves an abandoned run's thread
+    /// behind, holding one of `max_abandoned_blocking_threads` permits
+    /// until its handler returns, and waits for a permit when none is
+    /// free; the abandoned message's retry is written by then, so the wait
+    /// holds no message.
+    async fn before_next(
+        &self,
+        thread: &mut BlockingThread,
+        shared: &Shared,
+        stop: &CancellationToken,
+    ) {
         let Some(end) = thread.abandoned.take() else {
             return;
         };
         let cfg = &shared.config;
-        if cfg.claim_reads == crate::builder::ClaimReads::FifoGroups {
-            end.wait().await;
-            return;
-        }
         let cap = self.abandoned.get_or_init(|| {
             Arc::new(tokio::sync::Semaphore::new(
                 cfg.max_abandoned_blocking_threads,
@@ -486,6 +515,8 @@ impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
                     },
                     // Its own run returned first: its thread is free again.
                     _ = end.wait() => return,
+                    // Shutting down: no next message to make room for.
+                    _ = stop.cancelled() => return,
                 }
             }
         };
@@ -700,6 +731,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         if !send_ack(&ctx, counts, &d, kind).await {
             break;
         }
+        run.before_next(&mut run_local, shared, &ctx.stop).await;
     }
     timing.local.merge(stats, Instant::now());
 }

@@ -373,6 +373,75 @@ async fn abandoned_blocking_threads_are_capped() {
     handle.shutdown().await.unwrap();
 }
 
+/// The attempts header of each message of `q` (0 without one), by
+/// `msg_id`, read from the queue table.
+async fn attempts_written(client: &Client, q: &pgmq_client::QueueName) -> Vec<i64> {
+    let conn = client.connection().await.unwrap();
+    let sql = format!(
+        "SELECT coalesce((headers->>'{}')::bigint, 0) FROM {} ORDER BY msg_id",
+        pgmq_worker::ATTEMPTS_HEADER,
+        q.table()
+    );
+    let rows = conn.query(&sql, &[]).await.unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+/// A blocking run abandoned at `handler_timeout` while the cap of
+/// abandoned threads is already reached: its retry is written (the
+/// attempt counted, the message back in the queue) before the loop waits
+/// for a hung thread to end, rather than the message being held, and
+/// extended by the heartbeat, for as long as the hung threads live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_abandoned_at_the_cap_is_retried_before_the_loop_waits() {
+    let client = client().await;
+    let q = unique("blkcapretry");
+    let _g = Queues::new(&client, &[&q]).await;
+    let bodies: Vec<Value> = (0..2).map(|n| json!({ "n": n })).collect();
+    client.send_batch(&q, &bodies).await.unwrap();
+    let hang = Arc::new(AtomicBool::new(true));
+    let h = Arc::clone(&hang);
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(20))
+        .visibility_timeout(Duration::from_secs(2))
+        .handler_timeout(Duration::from_millis(200))
+        .retry_backoff(Backoff::constant(Duration::ZERO))
+        .retry_jitter(false)
+        .max_attempts(100)
+        .max_abandoned_blocking_threads(1)
+        .blocking_handler(move |_m: Message<Value>| {
+            while h.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(Outcome::Delete)
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    // The first hang takes the cap's one thread; the second run's loop
+    // waits for it. Both runs are retries written by then, while they hang
+    // (longer than several visibility timeouts).
+    wait_for(WAIT, "the loop waiting at the cap", || async {
+        handle.health().blocking_runs_waiting == 1
+    })
+    .await;
+    wait_for(
+        Duration::from_secs(10),
+        "both abandoned runs retried while the hangs last",
+        || async { attempts_written(&client, &q).await.iter().all(|&a| a >= 1) },
+    )
+    .await;
+    assert_eq!(handle.health().blocking_runs_waiting, 1);
+    hang.store(false, Ordering::SeqCst);
+    wait_for(WAIT, "both handled", || async {
+        handle.stats().deleted == 2
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.stats.dead_lettered, 0);
+    assert_eq!(queue_len(&client, &q).await, 0);
+}
+
 /// Backends of `app` waiting on a lock now.
 async fn waiting_on_a_lock(client: &Client, app: &str) -> i64 {
     let conn = client.connection().await.unwrap();
