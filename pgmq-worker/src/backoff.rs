@@ -87,6 +87,17 @@ impl ErrorBackoff {
     }
 }
 
+/// The delay before attempt `attempt` + 1 on `backoff`, with jitter when
+/// `jitter` ([`jittered`]), never above PGMQ's longest delay.
+pub(crate) fn retry_delay(backoff: &Backoff, attempt: u32, jitter: bool) -> Duration {
+    let d = backoff.delay(attempt);
+    if jitter {
+        jittered(d)
+    } else {
+        d.min(pgmq_client::MAX_DELAY)
+    }
+}
+
 /// `d` times a random factor in `[1 - JITTER, 1 + JITTER]`, so that
 /// messages that failed together (a dependency down) do not all come back
 /// at the same instant.

@@ -157,6 +157,15 @@ impl Room {
     }
 }
 
+/// What the claim queue reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// `claim_capacity`: its permits.
+    pub capacity: usize,
+    /// `concurrency`: the most loops one push wakes.
+    pub handlers: usize,
+}
+
 /// Generic over the item so that its tests need no database; the worker
 /// queues [`Claimed`].
 pub(crate) struct ClaimQueue<T> {
@@ -187,6 +196,11 @@ impl<T> ClaimQueue<T> {
             room: Room::new(capacity),
             handler_time: HandlerTime::default(),
         }
+    }
+
+    /// A queue as `settings` say.
+    pub(crate) fn with(settings: &Settings) -> Self {
+        Self::new(settings.capacity, settings.handlers)
     }
 
     /// The free room, for the claimers.
@@ -329,7 +343,7 @@ mod tests {
     }
 
     /// Handler-like loops whose waits are often cut short (as the
-    /// executor's merge timer does) still take every pushed item, and once
+    /// handler loop's merge timer does) still take every pushed item, and once
     /// the cuts stop, loops that only wait are woken by every push: no
     /// wake-up is lost, whether a batch is smaller or larger than the
     /// number of loops.

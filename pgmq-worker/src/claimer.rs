@@ -132,6 +132,40 @@ pub(crate) fn spawn(
         .collect()
 }
 
+/// How the claimers read the queue. The default suits every queue; the
+/// others exist for PGMQ installations this crate does not know and for
+/// comparing the paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ClaimReads {
+    /// A statement on the queue table ([`Pgmq::read_from`]) that continues
+    /// after the highest `msg_id` the claimers have read, so that a read
+    /// does not walk over the deleted head of a draining queue, with reads
+    /// from the start at least once per `poll_interval` and whenever a
+    /// bounded read comes back short (see the crate docs for the ordering
+    /// this gives). Falls back to [`Function`](Self::Function) when the
+    /// queue table's layout could not be checked at start (`check_queue`
+    /// off, a transient error) or the PGMQ version is not one this crate knows.
+    ///
+    /// [`Pgmq::read_from`]: pgmq_client::Pgmq::read_from
+    #[default]
+    Bounded,
+    /// The same statement, always from the start (as `pgmq.read` scans).
+    FromStart,
+    /// PGMQ's `pgmq.read` function.
+    Function,
+    /// Group-ordered (FIFO groups, PGMQ 1.13's `x-pgmq-group` header):
+    /// `pgmq.read_grouped_head`, which claims only the oldest message of
+    /// each group, and only while it is visible. Messages of one group are
+    /// therefore handled one at a time in `msg_id` order, different groups
+    /// in parallel up to `concurrency`, and a group's next message is
+    /// claimed only once its head was deleted or archived: a retried,
+    /// snoozed or running head holds the rest of its group back. Messages
+    /// without the header form one group of their own. Create the FIFO
+    /// index (`Pgmq::create_fifo_index`) on busy queues.
+    FifoGroups,
+}
+
 /// The claim loops' shared state: their read cursor and the clock of
 /// their read times.
 pub(crate) struct Claims {

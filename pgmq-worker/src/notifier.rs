@@ -55,6 +55,33 @@ pub(crate) struct Notifier {
     pub wake: Wake,
 }
 
+/// How idle claimers learn that messages arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WakeUp {
+    /// Poll every `poll_interval` while the queue is empty (the default).
+    #[default]
+    Poll,
+    /// LISTEN on PGMQ's insert channel on one dedicated connection and read
+    /// as soon as a notification arrives; polling stays on at
+    /// `poll_interval`, because PGMQ does not notify when a delayed message or
+    /// an expired visibility timeout makes a message visible.
+    ///
+    /// At start the worker runs `pgmq.enable_notify_insert(queue,
+    /// notify_throttle)` unless the queue's insert trigger is already enabled.
+    /// An existing trigger keeps its throttle, unless
+    /// [`notify_throttle`](crate::WorkerBuilder::notify_throttle) was called: then
+    /// the worker sets that one (`pgmq.update_notify_insert`).
+    ///
+    /// PGMQ sends at most one notification per throttle window; an insert
+    /// inside the window sends none. So that such a message does not wait
+    /// for the poll timer, the worker reads once more one throttle interval
+    /// after each notification (when the throttle is shorter than
+    /// `poll_interval`): a message committed inside a window is found within
+    /// about one throttle interval.
+    Notify,
+}
+
 /// The shortest time between two wake-ups by notification.
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(1);
 

@@ -11,8 +11,7 @@
 
 use pgmq_client::{Pgmq, QueueName};
 
-use crate::builder::ClaimReads;
-use crate::claimer::ReadPath;
+use crate::claimer::{ClaimReads, ReadPath};
 use crate::db::{Kept, Source};
 use crate::error::Error;
 

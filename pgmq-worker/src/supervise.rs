@@ -11,6 +11,19 @@ use tokio::task::JoinHandle;
 use crate::health::HealthState;
 use crate::stats::{bump, Stats};
 
+/// What supervision reads: the `fault-injection` test hooks (empty
+/// without the feature).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Settings {
+    /// The internal task that panics once, at its start.
+    #[cfg(feature = "fault-injection")]
+    pub panic_once_in: Option<&'static str>,
+    /// A task that panics stays dead, and a handler's caught panic is
+    /// raised again in its loop.
+    #[cfg(feature = "fault-injection")]
+    pub resume_panics: bool,
+}
+
 /// Starts internal tasks and restarts those that panic.
 #[derive(Clone)]
 pub(crate) struct Supervisor {
@@ -23,16 +36,14 @@ pub(crate) struct Supervisor {
 }
 
 impl Supervisor {
-    pub(crate) fn new(
-        stats: Arc<Stats>,
-        health: Arc<HealthState>,
-        #[cfg(feature = "fault-injection")] resume_panics: bool,
-    ) -> Self {
+    pub(crate) fn new(stats: Arc<Stats>, health: Arc<HealthState>, settings: &Settings) -> Self {
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = settings;
         Supervisor {
             stats,
             health,
             #[cfg(feature = "fault-injection")]
-            resume_panics,
+            resume_panics: settings.resume_panics,
         }
     }
 
@@ -72,7 +83,6 @@ impl Supervisor {
 /// Test hook (feature `fault-injection`): the internal task named in
 /// `panic_once_in` panics the first time it calls [`maybe_panic`](Self::maybe_panic);
 /// without the feature, nothing.
-#[derive(Default)]
 pub(crate) struct PanicOnce {
     #[cfg(feature = "fault-injection")]
     task: Option<&'static str>,
@@ -81,10 +91,13 @@ pub(crate) struct PanicOnce {
 }
 
 impl PanicOnce {
-    #[cfg(feature = "fault-injection")]
-    pub(crate) fn new(task: Option<&'static str>) -> Self {
+    pub(crate) fn new(settings: &Settings) -> Self {
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = settings;
         PanicOnce {
-            task,
+            #[cfg(feature = "fault-injection")]
+            task: settings.panic_once_in,
+            #[cfg(feature = "fault-injection")]
             fired: std::sync::atomic::AtomicBool::new(false),
         }
     }

@@ -7,77 +7,46 @@ use pgmq_client::QueueName;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::builder::{Config, Plan, WakeUp, WorkerBuilder};
+use crate::builder::{Plan, WorkerBuilder};
 use crate::claim_queue::ClaimQueue;
 use crate::claimer::{self, Claimer, Claims};
 use crate::completer::{self, Completer};
 use crate::db::{ConnectionSource, Source};
 use crate::error::Error;
-use crate::executor::{ExecContext, Spawner};
 use crate::handle::{Monitor, WorkerHandle};
+use crate::handler_loop::{HandlerLoops, Spawner};
 use crate::health::HealthState;
 use crate::heartbeat::{self, Heartbeat, HeartbeatSignals};
 use crate::lease::Leases;
-use crate::notifier::{self, Notifier};
+use crate::notifier::{self, Notifier, WakeUp};
 use crate::preflight;
+use crate::runners::RunEnv;
 use crate::shutdown::Signals;
 use crate::shutdown::{Running, Shutdown, ShutdownHandle, ShutdownReport};
 use crate::stats::Stats;
 use crate::supervise::{PanicOnce, Supervisor};
 use crate::wake::Wake;
 
-/// What every task of one worker shares.
-pub(crate) struct Shared {
+/// The handles the parts share, made at start; each part is given the
+/// ones it touches.
+struct Handles {
     /// Where every task's connections come from.
-    pub source: Source,
-    pub config: Arc<Config>,
-    pub stats: Arc<Stats>,
+    source: Source,
+    stats: Arc<Stats>,
     /// Wakes the parked claim loops.
-    pub wake: Wake,
+    wake: Wake,
     /// The heartbeat's nudge and write lock.
-    pub heartbeat: Arc<HeartbeatSignals>,
+    heartbeat: Arc<HeartbeatSignals>,
     /// The deliveries held, from handler start until their acknowledgement
     /// is written: for the heartbeat, the completer and the report.
-    pub leases: Arc<Leases>,
+    leases: Arc<Leases>,
     /// Claiming, acknowledging, connected, and whether an internal task
     /// failed for good (the worker then stops with an error).
-    pub health: Arc<HealthState>,
+    health: Arc<HealthState>,
     /// Restarts the internal tasks that panic.
-    pub supervisor: Supervisor,
+    supervisor: Supervisor,
     /// Test hook (feature `fault-injection`): the task that panics once.
-    pub panic_once: Arc<PanicOnce>,
-}
-
-impl Shared {
-    /// The shared state of a worker about to start.
-    fn new(
-        source: Source,
-        config: Arc<Config>,
-        stats: Arc<Stats>,
-        health: Arc<HealthState>,
-    ) -> Self {
-        let supervisor = Supervisor::new(
-            Arc::clone(&stats),
-            Arc::clone(&health),
-            #[cfg(feature = "fault-injection")]
-            config.resume_panics,
-        );
-        #[cfg(feature = "fault-injection")]
-        let panic_once = Arc::new(PanicOnce::new(config.panic_once_in));
-        #[cfg(not(feature = "fault-injection"))]
-        let panic_once = Arc::new(PanicOnce::default());
-        Shared {
-            source,
-            supervisor,
-            panic_once,
-            config,
-            stats,
-            wake: Wake::default(),
-            heartbeat: Arc::default(),
-            leases: Arc::default(),
-            health,
-        }
-    }
+    panic_once: Arc<PanicOnce>,
 }
 
 /// A worker for one queue, with its handler, ready to run.
@@ -113,7 +82,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     }
 
     pub(crate) fn from_parts(source: Source, plan: Plan, spawner: Box<dyn Spawner<T>>) -> Self {
-        let stats = Arc::new(Stats::new(plan.config.concurrency));
+        let stats = Arc::new(Stats::new(plan.handler_loop.concurrency));
         Worker {
             health: Arc::new(HealthState::new()),
             source,
@@ -147,12 +116,12 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
 
     /// Whether this worker wakes on notifications ([`WakeUp::Notify`]).
     pub(crate) fn notified(&self) -> bool {
-        self.plan.config.wake_up == WakeUp::Notify
+        self.plan.wake_up == WakeUp::Notify
     }
 
     /// The queue this worker consumes.
     pub fn queue(&self) -> &QueueName {
-        &self.plan.config.queue
+        &self.plan.queue
     }
 
     /// Runs until `signal` completes (its output is ignored), then shuts down
@@ -287,25 +256,33 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         self,
         hub: Option<tokio::sync::mpsc::UnboundedReceiver<notifier::HubEvent>>,
     ) -> Result<Running, Error> {
-        let cfg = Arc::clone(&self.plan.config);
-        let path = preflight::check_queues(&self.source, &self.plan.preflight).await?;
+        let plan = self.plan;
+        let path = preflight::check_queues(&self.source, &plan.preflight).await?;
         let (notify_throttle, listener) =
-            preflight::prepare_notify(&self.source, &self.plan.preflight, hub.is_none()).await?;
-        let shared = Arc::new(Shared::new(
-            self.source,
-            Arc::clone(&cfg),
-            self.stats,
-            Arc::clone(&self.health),
-        ));
+            preflight::prepare_notify(&self.source, &plan.preflight, hub.is_none()).await?;
+        let shared = Handles {
+            source: self.source,
+            supervisor: Supervisor::new(
+                Arc::clone(&self.stats),
+                Arc::clone(&self.health),
+                &plan.supervision,
+            ),
+            panic_once: Arc::new(PanicOnce::new(&plan.supervision)),
+            stats: self.stats,
+            wake: Wake::default(),
+            heartbeat: Arc::default(),
+            leases: Arc::default(),
+            health: Arc::clone(&self.health),
+        };
         // One root, so that dropping a running worker stops every task.
         let root = CancellationToken::new();
         let stop = root.child_token();
         let hb_stop = root.child_token();
         let completer_close = Arc::new(completer::Close::new(root.child_token()));
 
-        let (ack_tx, ack_rx) = completer::channel(&self.plan.completer);
+        let (ack_tx, ack_rx) = completer::channel(&plan.completer);
         let part = Completer {
-            settings: self.plan.completer,
+            settings: plan.completer,
             source: shared.source.clone(),
             stats: Arc::clone(&shared.stats),
             leases: Arc::clone(&shared.leases),
@@ -316,18 +293,28 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         };
         let completer = completer::spawn(part, ack_rx, Arc::clone(&completer_close));
 
-        let claim_queue = Arc::new(ClaimQueue::new(cfg.claim_capacity, cfg.concurrency));
-        let exec = Arc::new(ExecContext {
-            shared: Arc::clone(&shared),
+        let claim_queue = Arc::new(ClaimQueue::with(&plan.claim_queue));
+        let loops = HandlerLoops {
+            settings: plan.handler_loop,
+            runs: RunEnv {
+                settings: plan.runners,
+                source: shared.source.clone(),
+                health: Arc::clone(&shared.health),
+            },
             queue: Arc::clone(&claim_queue),
             acks: ack_tx,
             stop: stop.clone(),
-            queue_name: Arc::new(cfg.queue.clone()),
-        });
-        let handlers = self.spawner.spawn(exec);
+            stats: Arc::clone(&shared.stats),
+            leases: Arc::clone(&shared.leases),
+            heartbeat: Arc::clone(&shared.heartbeat),
+            wake: shared.wake.clone(),
+            supervisor: shared.supervisor.clone(),
+            panic_once: Arc::clone(&shared.panic_once),
+        };
+        let handlers = self.spawner.spawn(Arc::new(loops));
 
         let part = Claimer {
-            settings: self.plan.claimer,
+            settings: plan.claimer.clone(),
             claims: Claims::new(path),
             source: shared.source.clone(),
             queue: Arc::clone(&claim_queue),
@@ -338,7 +325,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         };
         let claimers = claimer::spawn(part, &shared.supervisor, &stop);
 
-        let heartbeat = self.plan.heartbeat.map(|settings| {
+        let heartbeat = plan.heartbeat.map(|settings| {
             let hb = Heartbeat {
                 settings,
                 source: shared.source.clone(),
@@ -349,7 +336,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             };
             heartbeat::spawn(hb, &shared.supervisor, &hb_stop)
         });
-        let notifier = self.plan.notifier.map(|settings| {
+        let notifier = plan.notifier.map(|settings| {
             let n = Notifier {
                 settings,
                 source: shared.source.clone(),
@@ -361,7 +348,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         #[cfg(feature = "metrics")]
         {
             let part = crate::metrics::Metrics {
-                settings: self.plan.metrics,
+                settings: plan.metrics,
                 source: shared.source.clone(),
                 stats: Arc::clone(&shared.stats),
                 leases: Arc::clone(&shared.leases),
@@ -372,16 +359,16 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         }
         shared.health.set_running(true);
         tracing::info!(
-            queue = %cfg.queue,
-            concurrency = cfg.concurrency,
-            batch_size = cfg.batch_size,
-            claimers = cfg.claimers,
-            wake_up = ?cfg.wake_up,
+            queue = %plan.queue,
+            concurrency = plan.claimer.concurrency,
+            batch_size = plan.claimer.batch_size,
+            claimers = plan.claimer.claimers,
+            wake_up = ?plan.wake_up,
             "worker started"
         );
         Ok(Running {
             part: Shutdown {
-                settings: self.plan.shutdown,
+                settings: plan.shutdown,
                 source: shared.source.clone(),
                 stats: Arc::clone(&shared.stats),
                 leases: Arc::clone(&shared.leases),
