@@ -43,7 +43,7 @@
 //! and `pgmq.read` walks over all of them on every call: the walk grows
 //! with every delete until VACUUM, and on a long draining backlog costs
 //! more than the rest of the read. So
-//! by default ([`ClaimReads::Bounded`](crate::ClaimReads::Bounded)) the
+//! by default ([`ClaimReads::Bounded`]) the
 //! loops read with a statement on the queue table that starts after the
 //! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are
 //! visible again (a retry, an expired claim, a row whose sending

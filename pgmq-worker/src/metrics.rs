@@ -5,7 +5,7 @@
 //!
 //! | name | kind | what |
 //! | --- | --- | --- |
-//! | `pgmq_worker_<counter>_total` | counter | every counter of [`StatsSnapshot`](crate::StatsSnapshot): `claimed`, `handled`, `succeeded`, `failed`, `retried`, `snoozed`, `dead_lettered`, `deleted`, `archived`, `released`, `claims_lost`, `timed_out`, `panicked`, `decode_failures`, `acks_failed`, `ack_retries`, `read_errors`, `reads`, `empty_reads`, `heartbeats`, `task_restarts`, `expired_unstarted`, `expired_released`, `wakeups_notify`, `wakeups_poll`, `wakeups_after_throttle`, `still_running_at_deadline` (`acks_pending` is the gauge below) |
+//! | `pgmq_worker_<counter>_total` | counter | every counter of [`StatsSnapshot`]: `claimed`, `handled`, `succeeded`, `failed`, `retried`, `snoozed`, `dead_lettered`, `deleted`, `archived`, `released`, `claims_lost`, `timed_out`, `panicked`, `decode_failures`, `acks_failed`, `ack_retries`, `read_errors`, `reads`, `empty_reads`, `heartbeats`, `task_restarts`, `expired_unstarted`, `expired_released`, `wakeups_notify`, `wakeups_poll`, `wakeups_after_throttle`, `still_running_at_deadline` (`acks_pending` is the gauge below) |
 //! | `pgmq_worker_claim_queue_depth` | gauge | claimed messages waiting for a handler |
 //! | `pgmq_worker_running_handlers` | gauge | handler runs in progress |
 //! | `pgmq_worker_acks_pending` | gauge | acknowledgements queued or being written (the acknowledgement lag, in messages) |
