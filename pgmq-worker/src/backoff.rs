@@ -1,32 +1,100 @@
-//! Backoff between attempts: the worker's own retries of failed database
-//! calls, and the jitter of handler retries.
+//! Backoff: the delays of handler retries ([`Backoff`], by attempt, with
+//! jitter), and the worker's own retries of failed database calls
+//! ([`ErrorBackoff`], the same exponential curve walked one failure at a
+//! time).
 
 use std::time::Duration;
 
-/// Backoff after failed database calls: from `min`, doubling to `max`.
+/// The delay before a failed message is tried again, by attempt number.
+///
+/// ```
+/// use std::time::Duration;
+/// use pgmq_worker::Backoff;
+///
+/// let b = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
+/// assert_eq!(b.delay(1), Duration::from_secs(1));
+/// assert_eq!(b.delay(3), Duration::from_secs(4));
+/// assert_eq!(b.delay(30), Duration::from_secs(60));
+/// assert_eq!(Backoff::constant(Duration::from_secs(5)).delay(9), Duration::from_secs(5));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backoff {
+    /// The same delay every time.
+    Constant(Duration),
+    /// `base * 2^(attempt - 1)`, at most `max`.
+    Exponential {
+        /// The delay after the first attempt.
+        base: Duration,
+        /// The largest delay.
+        max: Duration,
+    },
+}
+
+impl Backoff {
+    /// The same delay after every attempt.
+    pub fn constant(delay: Duration) -> Self {
+        Backoff::Constant(delay)
+    }
+
+    /// Doubling from `base` after the first attempt, capped at `max`.
+    pub fn exponential(base: Duration, max: Duration) -> Self {
+        Backoff::Exponential { base, max }
+    }
+
+    /// The delay after attempt `attempt` (1 = the first delivery) failed.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        match *self {
+            Backoff::Constant(d) => d,
+            Backoff::Exponential { base, max } => {
+                let shift = attempt.saturating_sub(1).min(31);
+                base.checked_mul(1u32 << shift).unwrap_or(max).min(max)
+            }
+        }
+    }
+}
+
+impl Default for Backoff {
+    /// Exponential from 1 s to 5 min.
+    fn default() -> Self {
+        Backoff::exponential(Duration::from_secs(1), Duration::from_secs(300))
+    }
+}
+
+/// Backoff after failed database calls: [`Backoff::exponential`] from
+/// `min` to `max`, one step per failure, back to `min` after a success.
 pub(crate) struct ErrorBackoff {
-    next: Duration,
-    min: Duration,
-    max: Duration,
+    curve: Backoff,
+    /// Failures since the last reset.
+    failures: u32,
 }
 
 impl ErrorBackoff {
     pub(crate) fn new(min: Duration, max: Duration) -> Self {
         ErrorBackoff {
-            next: min,
-            min,
-            max,
+            curve: Backoff::exponential(min, max),
+            failures: 0,
         }
     }
 
     pub(crate) fn reset(&mut self) {
-        self.next = self.min;
+        self.failures = 0;
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        d
+        self.failures = self.failures.saturating_add(1);
+        self.curve.delay(self.failures)
+    }
+}
+
+/// The delay before attempt `attempt` + 1 on `backoff`, with jitter when
+/// `jitter` ([`jittered`]), never above PGMQ's longest delay.
+pub(crate) fn retry_delay(backoff: &Backoff, attempt: u32, jitter: bool) -> Duration {
+    let d = backoff.delay(attempt);
+    if jitter {
+        jittered(d)
+    } else {
+        d.min(pgmq_client::MAX_DELAY)
     }
 }
 

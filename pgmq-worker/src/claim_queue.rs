@@ -15,16 +15,34 @@
 //! channel would be a large part of the worker's own work, and every loop
 //! woken is a thread woken on another core.
 //!
-//! The queue itself is not bounded: the claimers' room ([`crate::claimer`])
-//! is. Every message in it holds a permit of that room, so it never holds
-//! more than `claim_capacity`.
+//! **Its own permits.** The queue owns its free room ([`Room`]): a
+//! semaphore of `claim_capacity` permits. A claimer takes permits before it
+//! reads and pushes the messages with them; taking a message out of the
+//! queue (a handler loop's pop, the shutdown's drain) gives its permit
+//! back. So the queue never holds more than `claim_capacity`, and the
+//! handler loops never touch the claimers' state.
+//!
+//! **Its drain rate.** The handler loops record how long their runs take
+//! ([`ClaimQueue::record_run`], a moving average); the queue uses it to
+//! wake as many loops as a batch needs, and the claimers to claim only
+//! what the handlers will start in time.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use std::time::Duration;
+use pgmq_client::{Message, RawJson, Receipt};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use tokio::sync::Notify;
+/// A message in the claim queue.
+pub(crate) struct Claimed {
+    pub msg: Message<RawJson>,
+    /// The delivery: every write about this message is fenced on it.
+    pub receipt: Receipt,
+    /// When the read that claimed it returned.
+    pub claimed_at: Instant,
+}
 
 /// How long a woken loop may take to work through its share of a batch
 /// before another loop is woken for it.
@@ -45,14 +63,120 @@ pub(crate) fn loops_for(n: usize, avg_us: u64, loops: usize) -> usize {
         .clamp(1, most.max(1))
 }
 
+/// The moving average of handler run time: recorded by the handler loops,
+/// read by the queue (how many loops a batch wakes) and by the claim loops
+/// (how much to claim).
+#[derive(Default)]
+struct HandlerTime {
+    avg_us: AtomicU64,
+}
+
+impl HandlerTime {
+    /// Folds one handler run time into the moving average (weight 1/8).
+    fn record(&self, us: u64) {
+        let us = us.max(1);
+        let old = self.avg_us.load(Relaxed);
+        let new = if old == 0 { us } else { (old * 7 + us) / 8 };
+        if new != old {
+            self.avg_us.store(new.max(1), Relaxed);
+        }
+    }
+
+    /// The average in µs; 0 until the first handler run ends.
+    fn average_us(&self) -> u64 {
+        self.avg_us.load(Relaxed)
+    }
+}
+
+/// The free room of the claim queue, in messages.
+///
+/// A semaphore of `claim_capacity` permits, of which `withheld` are kept
+/// back (acquired and forgotten) to lower the room to the current claim
+/// limit; they are handed back when the limit rises.
+pub(crate) struct Room {
+    sem: Arc<Semaphore>,
+    capacity: usize,
+    withheld: Mutex<usize>,
+}
+
+impl Room {
+    fn new(capacity: usize) -> Self {
+        Room {
+            sem: Arc::new(Semaphore::new(capacity)),
+            capacity,
+            withheld: Mutex::new(0),
+        }
+    }
+
+    /// Messages left the claim queue.
+    fn free(&self, n: usize) {
+        self.sem.add_permits(n);
+    }
+
+    /// Moves the room towards `limit` messages in all (queued + free).
+    pub(crate) fn limit_to(&self, limit: usize) {
+        let target = self.capacity - limit.clamp(1, self.capacity);
+        let mut withheld = self.withheld.lock().unwrap_or_else(|p| p.into_inner());
+        if *withheld > target {
+            self.sem.add_permits(*withheld - target);
+            *withheld = target;
+        } else if *withheld < target {
+            // Only what is free now; the rest on later calls, as handlers
+            // take messages.
+            let take = (target - *withheld).min(self.sem.available_permits());
+            if take > 0 {
+                if let Ok(p) = self.sem.try_acquire_many(take as u32) {
+                    p.forget();
+                    *withheld += take;
+                }
+            }
+        }
+    }
+
+    /// `n` permits if they are free now.
+    pub(crate) fn try_take(&self, n: usize) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.sem).try_acquire_many_owned(n as u32).ok()
+    }
+
+    /// `n` permits, waiting for them.
+    pub(crate) async fn take(&self, n: usize) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.sem)
+            .acquire_many_owned(n as u32)
+            .await
+            .ok()
+    }
+
+    /// Adds to `permits` what is free now, up to `extra` more.
+    pub(crate) fn top_up(&self, permits: &mut OwnedSemaphorePermit, extra: usize) {
+        let extra = self.sem.available_permits().min(extra);
+        if extra > 0 {
+            if let Some(more) = self.try_take(extra) {
+                permits.merge(more);
+            }
+        }
+    }
+}
+
+/// What the claim queue reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// `claim_capacity`: its permits.
+    pub capacity: usize,
+    /// `concurrency`: the most loops one push wakes.
+    pub handlers: usize,
+}
+
 /// Generic over the item so that its tests need no database; the worker
-/// queues [`crate::claimer::Claimed`].
+/// queues [`Claimed`].
 pub(crate) struct ClaimQueue<T> {
     state: Mutex<State<T>>,
     /// Handler loops waiting for a message.
     ready: Notify,
     /// The number of handler loops: the most one push needs to wake.
     handlers: usize,
+    /// Free room; every queued message holds one of its permits.
+    room: Room,
+    handler_time: HandlerTime,
 }
 
 struct State<T> {
@@ -69,7 +193,29 @@ impl<T> ClaimQueue<T> {
             }),
             ready: Notify::new(),
             handlers: handlers.max(1),
+            room: Room::new(capacity),
+            handler_time: HandlerTime::default(),
         }
+    }
+
+    /// A queue as `settings` say.
+    pub(crate) fn with(settings: &Settings) -> Self {
+        Self::new(settings.capacity, settings.handlers)
+    }
+
+    /// The free room, for the claimers.
+    pub(crate) fn room(&self) -> &Room {
+        &self.room
+    }
+
+    /// A handler run took `us`: folded into the moving average.
+    pub(crate) fn record_run(&self, us: u64) {
+        self.handler_time.record(us);
+    }
+
+    /// The average handler run time in µs; 0 until the first run ends.
+    pub(crate) fn average_run_us(&self) -> u64 {
+        self.handler_time.average_us()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State<T>> {
@@ -82,10 +228,22 @@ impl<T> ClaimQueue<T> {
         self.lock().items.len()
     }
 
-    /// Queues a claimed batch and wakes up to `wake` waiting loops (at
-    /// least one, at most one per message); false (and nothing queued) once
-    /// closed.
-    pub(crate) fn push_batch(&self, batch: impl IntoIterator<Item = T>, wake: usize) -> bool {
+    /// Queues a claimed batch, each message holding a permit of the room,
+    /// and wakes the loops it needs ([`loops_for`] at the average handler
+    /// time); false (and nothing queued) once closed.
+    pub(crate) fn push_batch<I>(&self, batch: I) -> bool
+    where
+        I: IntoIterator<Item = T>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let batch = batch.into_iter();
+        let wake = loops_for(batch.len(), self.average_run_us(), self.handlers);
+        self.push_waking(batch, wake)
+    }
+
+    /// Queues a batch and wakes up to `wake` waiting loops (at least one,
+    /// at most one per message); false (and nothing queued) once closed.
+    fn push_waking(&self, batch: impl IntoIterator<Item = T>, wake: usize) -> bool {
         let added = {
             let mut st = self.lock();
             if st.closed {
@@ -108,15 +266,19 @@ impl<T> ClaimQueue<T> {
         self.ready.notify_one();
     }
 
-    /// The next message, if one is queued now, and how many are left.
+    /// The next message, if one is queued now, and how many are left; its
+    /// permit goes back to the room.
     pub(crate) fn try_pop(&self) -> Option<(T, usize)> {
         let mut st = self.lock();
         let item = st.items.pop_front()?;
         let left = st.items.len();
+        drop(st);
+        self.room.free(1);
         Some((item, left))
     }
 
-    /// The next message, waiting for one; `None` once the queue is closed
+    /// The next message, waiting for one (its permit goes back to the
+    /// room); `None` once the queue is closed
     /// and empty. Cancel-safe: a wake-up received by a loop that stops
     /// waiting is passed on to another waiting loop (tokio's `Notify` does
     /// this for `notify_one`).
@@ -130,6 +292,8 @@ impl<T> ClaimQueue<T> {
                 let mut st = self.lock();
                 if let Some(item) = st.items.pop_front() {
                     let left = st.items.len();
+                    drop(st);
+                    self.room.free(1);
                     return Some((item, left));
                 }
                 if st.closed {
@@ -140,9 +304,12 @@ impl<T> ClaimQueue<T> {
         }
     }
 
-    /// Takes everything queued (at shutdown, to release it).
+    /// Takes everything queued (at shutdown, to release it); their permits
+    /// go back to the room.
     pub(crate) fn drain(&self) -> Vec<T> {
-        self.lock().items.drain(..).collect()
+        let all: Vec<T> = self.lock().items.drain(..).collect();
+        self.room.free(all.len());
+        all
     }
 
     /// Refuses further pushes and wakes every waiting loop; what is queued
@@ -176,7 +343,7 @@ mod tests {
     }
 
     /// Handler-like loops whose waits are often cut short (as the
-    /// executor's merge timer does) still take every pushed item, and once
+    /// handler loop's merge timer does) still take every pushed item, and once
     /// the cuts stop, loops that only wait are woken by every push: no
     /// wake-up is lost, whether a batch is smaller or larger than the
     /// number of loops.
@@ -217,7 +384,7 @@ mod tests {
             // Waking every loop, or one (fast handlers): either way the
             // batch is taken.
             let wake = if round.is_multiple_of(3) { 1 } else { n };
-            assert!(q.push_batch((0..n as u32).map(|k| round * 1000 + k), wake));
+            assert!(q.push_waking((0..n as u32).map(|k| round * 1000 + k), wake));
             *pushed += n;
         };
         let wait_all = |pushed: usize| {
@@ -269,7 +436,7 @@ mod tests {
             async move { q.pop().await.map(|(i, _)| i) }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(q.push_batch([7], 1));
+        assert!(q.push_batch([7]));
         let got = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("the waiting loop was not woken")
@@ -282,10 +449,10 @@ mod tests {
     #[tokio::test]
     async fn close_refuses_pushes_and_keeps_what_is_queued() {
         let q = Arc::new(ClaimQueue::<u32>::new(10, 2));
-        assert!(q.push_batch([1, 2, 3], 3));
+        assert!(q.push_batch([1, 2, 3]));
         assert_eq!(q.try_pop(), Some((1, 2)));
         q.close();
-        assert!(!q.push_batch([4], 1));
+        assert!(!q.push_batch([4]));
         assert_eq!(q.drain(), vec![2, 3]);
         assert_eq!(q.pop().await, None);
         assert_eq!(q.try_pop(), None);

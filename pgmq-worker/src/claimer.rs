@@ -3,7 +3,8 @@
 //! `claimers` loops (2 by default) run at once, each with one claim read in
 //! flight, so the next claim never waits for the previous one, nor for any
 //! acknowledgement. They share the free room of the claim queue through a
-//! semaphore of `claim_capacity` permits ([`Room`]): a loop takes up to `batch_size`
+//! semaphore of `claim_capacity` permits that the claim queue owns
+//! ([`Room`](crate::claim_queue::Room)): a loop takes up to `batch_size`
 //! permits (waiting for at least half a batch, so a nearly full queue is not
 //! refilled one message at a time), reads that many, and gives back what the
 //! read did not fill. A handler returns a permit when it takes a message. The
@@ -42,7 +43,7 @@
 //! and `pgmq.read` walks over all of them on every call: the walk grows
 //! with every delete until VACUUM, and on a long draining backlog costs
 //! more than the rest of the read. So
-//! by default ([`ClaimReads::Bounded`](crate::ClaimReads::Bounded)) the
+//! by default ([`ClaimReads::Bounded`]) the
 //! loops read with a statement on the queue table that starts after the
 //! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are
 //! visible again (a retry, an expired claim, a row whose sending
@@ -69,34 +70,105 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, ReadOptions, Receipt};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
-use crate::claim_queue::ClaimQueue;
-use crate::config::Config;
+use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::db::Kept;
-use crate::stats::{bump, micros, record, LocalHistograms};
-use crate::worker::Shared;
+use crate::db::Source;
+use crate::health::HealthState;
+use crate::stats::{bump, micros, record, LocalHistograms, Stats};
+use crate::supervise::{PanicOnce, Supervisor};
+use crate::wake::Wake;
 
-/// A message in the claim queue.
-pub(crate) struct Claimed {
-    pub msg: Message<RawJson>,
-    /// The delivery: every write about this message is fenced on it.
-    pub receipt: Receipt,
-    /// When the read that claimed it returned.
-    pub claimed_at: Instant,
+/// What the claim loops read.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: pgmq_client::QueueName,
+    /// How many claim loops run.
+    pub claimers: usize,
+    pub batch_size: usize,
+    pub claim_capacity: usize,
+    /// The number of handler loops (the floor of the claim limit).
+    pub concurrency: usize,
+    pub visibility_timeout: Duration,
+    pub poll_interval: Duration,
+    pub db_timeout: Duration,
 }
 
-/// The claim side's state: written by the claim loops, and by the tasks
-/// that make room in the claim queue or wake the loops.
+/// The claim loops: their settings, their shared cursor, and the handles
+/// they touch.
+pub(crate) struct Claimer {
+    pub settings: Settings,
+    pub claims: Claims,
+    pub source: Source,
+    pub queue: Arc<ClaimQueue<Claimed>>,
+    pub wake: Wake,
+    pub stats: Arc<Stats>,
+    pub health: Arc<HealthState>,
+    pub panic_once: Arc<PanicOnce>,
+}
+
+/// Starts the `claimers` supervised claim loops; they run until `stop`.
+pub(crate) fn spawn(
+    part: Claimer,
+    supervisor: &Supervisor,
+    stop: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let part = Arc::new(part);
+    (0..part.settings.claimers)
+        .map(|i| {
+            let (part, stop) = (Arc::clone(&part), stop.clone());
+            supervisor.spawn("claim loop", move || {
+                run(Arc::clone(&part), i, stop.clone())
+            })
+        })
+        .collect()
+}
+
+/// How the claimers read the queue. The default suits every queue; the
+/// others exist for PGMQ installations this crate does not know and for
+/// comparing the paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ClaimReads {
+    /// A statement on the queue table ([`Pgmq::read_from`]) that continues
+    /// after the highest `msg_id` the claimers have read, so that a read
+    /// does not walk over the deleted head of a draining queue, with reads
+    /// from the start at least once per `poll_interval` and whenever a
+    /// bounded read comes back short (see the crate docs for the ordering
+    /// this gives). Falls back to [`Function`](Self::Function) when the
+    /// queue table's layout could not be checked at start (`check_queue`
+    /// off, a transient error) or the PGMQ version is not one this crate knows.
+    ///
+    /// [`Pgmq::read_from`]: pgmq_client::Pgmq::read_from
+    #[default]
+    Bounded,
+    /// The same statement, always from the start (as `pgmq.read` scans).
+    FromStart,
+    /// PGMQ's `pgmq.read` function.
+    Function,
+    /// Group-ordered (FIFO groups, PGMQ 1.13's `x-pgmq-group` header):
+    /// `pgmq.read_grouped_head`, which claims only the oldest message of
+    /// each group, and only while it is visible. Messages of one group are
+    /// therefore handled one at a time in `msg_id` order, different groups
+    /// in parallel up to `concurrency`, and a group's next message is
+    /// claimed only once its head was deleted or archived: a retried,
+    /// snoozed or running head holds the rest of its group back. Messages
+    /// without the header form one group of their own. Create the FIFO
+    /// index (`Pgmq::create_fifo_index`) on busy queues.
+    FifoGroups,
+}
+
+/// The claim loops' shared state: their read cursor and the clock of
+/// their read times.
 pub(crate) struct Claims {
-    /// Free room in the claim queue, in messages.
-    pub room: Room,
     /// How the claim loops read, and their shared bound on `msg_id`.
     pub cursor: Cursor,
     /// When the last read started ([`now_us`](Self::now_us)): idle loops
@@ -104,18 +176,14 @@ pub(crate) struct Claims {
     pub last_read_start_us: AtomicU64,
     /// The origin of the loops' read times.
     epoch: Instant,
-    /// Bumped to wake parked claim loops.
-    wake: watch::Sender<u64>,
 }
 
 impl Claims {
-    pub(crate) fn new(capacity: usize, path: ReadPath) -> Self {
+    pub(crate) fn new(path: ReadPath) -> Self {
         Claims {
-            room: Room::new(capacity),
             cursor: Cursor::new(path),
             last_read_start_us: AtomicU64::new(0),
             epoch: Instant::now(),
-            wake: watch::channel(0u64).0,
         }
     }
 
@@ -123,93 +191,6 @@ impl Claims {
     /// times, which they keep in atomics.
     pub(crate) fn now_us(&self) -> u64 {
         micros(self.epoch.elapsed())
-    }
-
-    /// Wakes every parked claim loop (and makes a loop with a read in flight
-    /// read again instead of parking).
-    pub(crate) fn wake(&self) {
-        self.wake.send_modify(|g| *g = g.wrapping_add(1));
-    }
-
-    /// Messages left the queue (acknowledged by the completer or in a
-    /// transactional handler's transaction). With group-ordered claims a
-    /// group's next message is claimable only once its head is gone, so the
-    /// claim loops look at once rather than at their next poll.
-    pub(crate) fn acknowledged(&self, reads: crate::config::ClaimReads) {
-        if reads == crate::config::ClaimReads::FifoGroups {
-            self.wake();
-        }
-    }
-}
-
-/// The moving average of handler run time: recorded by the handler loops,
-/// read by the claim loops to claim only what the handlers will start in
-/// time.
-#[derive(Default)]
-pub(crate) struct HandlerTime {
-    avg_us: AtomicU64,
-}
-
-impl HandlerTime {
-    /// Folds one handler run time into the moving average (weight 1/8).
-    pub(crate) fn record(&self, us: u64) {
-        let us = us.max(1);
-        let old = self.avg_us.load(Relaxed);
-        let new = if old == 0 { us } else { (old * 7 + us) / 8 };
-        if new != old {
-            self.avg_us.store(new.max(1), Relaxed);
-        }
-    }
-
-    /// The average in µs; 0 until the first handler run ends.
-    pub(crate) fn average_us(&self) -> u64 {
-        self.avg_us.load(Relaxed)
-    }
-}
-
-/// The free room of the claim queue, in messages.
-///
-/// A semaphore of `claim_capacity` permits, of which `withheld` are kept
-/// back (acquired and forgotten) to lower the room to the current claim
-/// limit; they are handed back when the limit rises.
-pub(crate) struct Room {
-    sem: Arc<Semaphore>,
-    capacity: usize,
-    withheld: Mutex<usize>,
-}
-
-impl Room {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Room {
-            sem: Arc::new(Semaphore::new(capacity)),
-            capacity,
-            withheld: Mutex::new(0),
-        }
-    }
-
-    /// Messages left the claim queue (a handler took one, or they were released).
-    pub(crate) fn free(&self, n: usize) {
-        self.sem.add_permits(n);
-    }
-
-    /// Moves the room towards `limit` messages in all (queued + free).
-    fn limit_to(&self, limit: usize) {
-        let target = self.capacity - limit.clamp(1, self.capacity);
-        let mut withheld = self.withheld.lock().unwrap_or_else(|p| p.into_inner());
-        if *withheld > target {
-            self.sem.add_permits(*withheld - target);
-            *withheld = target;
-        } else if *withheld < target {
-            // Only what is free now; the rest on later calls, as handlers
-            // take messages.
-            let take = (target - *withheld).min(self.sem.available_permits());
-            if take > 0 {
-                if let Ok(p) = self.sem.try_acquire_many(take as u32) {
-                    p.forget();
-                    *withheld += take;
-                }
-            }
-        }
     }
 }
 
@@ -306,10 +287,10 @@ impl Cursor {
     }
 }
 
-/// How many messages may wait in the claim queue now (see the module docs).
-fn claim_limit(cfg: &Config, handler_time: &HandlerTime) -> usize {
+/// How many messages may wait in the claim queue now, at the handlers'
+/// average run time `avg_us` (see the module docs).
+fn claim_limit(cfg: &Settings, avg_us: u64) -> usize {
     let floor = cfg.concurrency.clamp(1, cfg.claim_capacity);
-    let avg_us = handler_time.average_us();
     if avg_us == 0 {
         return floor;
     }
@@ -324,7 +305,7 @@ fn claim_limit(cfg: &Config, handler_time: &HandlerTime) -> usize {
 /// connection (checked out first when there is none, or when the last one
 /// broke), all within `db_timeout`.
 async fn read(
-    cfg: &Config,
+    cfg: &Settings,
     kept: &Kept,
     qty: usize,
     plan: Plan,
@@ -345,15 +326,9 @@ async fn read(
 
 /// One claim loop; runs until `stop`. A read in flight when `stop` fires is
 /// finished and its messages queued, for the shutdown to release.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    queue: Arc<ClaimQueue<Claimed>>,
-    index: usize,
-    stop: CancellationToken,
-) {
-    #[cfg(feature = "fault-injection")]
-    shared.maybe_panic("claim loop");
-    let mut lp = ClaimLoop::new(shared, queue, index);
+async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
+    part.panic_once.maybe_panic("claim loop");
+    let mut lp = ClaimLoop::new(part, index);
     loop {
         let Some(permits) = lp.take_room(&stop).await else {
             break;
@@ -382,11 +357,11 @@ pub(crate) async fn run(
         }
         // Short read: the queue is drained for now. Park, without a connection.
         lp.kept.idle();
-        if park(&lp.shared, &mut lp.wake, &stop).await {
+        if park(&lp.part, &mut lp.wake, &stop).await {
             break;
         }
     }
-    lp.local.merge(&lp.shared.stats, Instant::now());
+    lp.local.merge(&lp.part.stats, Instant::now());
 }
 
 /// What a claim loop does once a read's messages are queued.
@@ -401,7 +376,7 @@ enum After {
 
 /// One claim loop's own state.
 struct ClaimLoop {
-    shared: Arc<Shared>,
+    part: Arc<Claimer>,
     queue: Arc<ClaimQueue<Claimed>>,
     /// Which loop this is, for the logs.
     index: usize,
@@ -417,19 +392,19 @@ struct ClaimLoop {
 }
 
 impl ClaimLoop {
-    fn new(shared: Arc<Shared>, queue: Arc<ClaimQueue<Claimed>>, index: usize) -> Self {
-        let cfg = &shared.config;
+    fn new(part: Arc<Claimer>, index: usize) -> Self {
+        let cfg = &part.settings;
         let batch = cfg.batch_size.min(cfg.claim_capacity);
         ClaimLoop {
             index,
-            kept: Kept::new(shared.source.clone(), 1, cfg.db_timeout),
-            wake: shared.claims.wake.subscribe(),
+            kept: Kept::new(part.source.clone(), 1, cfg.db_timeout),
+            wake: part.wake.subscribe(),
             backoff: ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(5)),
             local: LocalHistograms::new(),
             batch,
             at_least: (batch / 2).max(1),
-            queue,
-            shared,
+            queue: Arc::clone(&part.queue),
+            part,
         }
     }
 
@@ -437,27 +412,22 @@ impl ClaimLoop {
     /// limit when smaller), topped up to a batch; waits for it without
     /// holding a connection. None when `stop` fired meanwhile.
     async fn take_room(&self, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
-        let room = &self.shared.claims.room;
-        let limit = claim_limit(&self.shared.config, &self.shared.handler_time);
+        let room = self.queue.room();
+        let limit = claim_limit(&self.part.settings, self.queue.average_run_us());
         room.limit_to(limit);
         let first = self.at_least.min((limit / 2).max(1));
-        let mut permits = match room.sem.clone().try_acquire_many_owned(first as u32) {
-            Ok(p) => p,
-            Err(_) => {
+        let mut permits = match room.try_take(first) {
+            Some(p) => p,
+            None => {
                 self.kept.idle();
                 tokio::select! {
                     biased;
                     _ = stop.cancelled() => return None,
-                    p = room.sem.clone().acquire_many_owned(first as u32) => p.ok()?,
+                    p = room.take(first) => p?,
                 }
             }
         };
-        let extra = room.sem.available_permits().min(self.batch - first);
-        if extra > 0 {
-            if let Ok(more) = room.sem.clone().try_acquire_many_owned(extra as u32) {
-                permits.merge(more);
-            }
-        }
+        room.top_up(&mut permits, self.batch - first);
         Some(permits)
     }
 
@@ -467,15 +437,15 @@ impl ClaimLoop {
         &mut self,
         qty: usize,
     ) -> (Plan, Result<Vec<Message<RawJson>>, pgmq_client::Error>) {
-        let claims = &self.shared.claims;
+        let claims = &self.part.claims;
         // Anything announced from here on is not missed: it marks `wake` changed.
         self.wake.borrow_and_update();
         let now_us = claims.now_us();
         claims.last_read_start_us.store(now_us, Relaxed);
         let plan = claims
             .cursor
-            .plan(now_us, micros(self.shared.config.poll_interval));
-        (plan, read(&self.shared.config, &self.kept, qty, plan).await)
+            .plan(now_us, micros(self.part.settings.poll_interval));
+        (plan, read(&self.part.settings, &self.kept, qty, plan).await)
     }
 
     /// Counts and logs a failed read and backs off; true when `stop` fired
@@ -483,8 +453,8 @@ impl ClaimLoop {
     async fn read_failed(&mut self, e: pgmq_client::Error, stop: &CancellationToken) -> bool {
         // The failed read's connection is already dropped.
         self.kept.idle();
-        bump(&self.shared.stats.c.read_errors, 1);
-        self.shared.health.read_failed();
+        bump(&self.part.stats.c.read_errors, 1);
+        self.part.health.read_failed();
         let delay = self.backoff.next_delay();
         let claimer = self.index;
         if e.is_transient() {
@@ -508,15 +478,15 @@ impl ClaimLoop {
         plan: Plan,
         qty: usize,
     ) -> After {
-        let shared = &self.shared;
+        let part = &self.part;
         self.backoff.reset();
-        shared.health.read_ok();
+        part.health.read_ok();
         let now = Instant::now();
         let n = msgs.len();
         let top = msgs.iter().map(|m| m.msg_id).max().unwrap_or(0);
-        let drained = shared.claims.cursor.done(plan, qty, n, top);
-        bump(&shared.stats.c.reads, 1);
-        bump(&shared.stats.c.claimed, n as u64);
+        let drained = part.claims.cursor.done(plan, qty, n, top);
+        bump(&part.stats.c.reads, 1);
+        bump(&part.stats.c.claimed, n as u64);
         // The permits of the messages travel with them; a handler gives each
         // back when it takes the message. The rest go back now.
         if let Some(taken) = permits.split(n) {
@@ -541,18 +511,13 @@ impl ClaimLoop {
             msg,
             claimed_at: now,
         });
-        let loops = crate::claim_queue::loops_for(
-            n,
-            shared.handler_time.average_us(),
-            shared.config.concurrency,
-        );
-        if !self.queue.push_batch(batch, loops) {
+        if !self.queue.push_batch(batch) {
             return After::Closed;
         }
-        self.local.maybe_merge(&shared.stats, now);
+        self.local.maybe_merge(&part.stats, now);
         if n == qty {
             // The backlog is there: wake the other loops if parked.
-            shared.claims.wake();
+            part.wake.wake();
             return After::ReadAgain;
         }
         if !drained {
@@ -560,9 +525,9 @@ impl ClaimLoop {
             return After::ReadAgain;
         }
         if n == 0 {
-            bump(&shared.stats.c.empty_reads, 1);
+            bump(&part.stats.c.empty_reads, 1);
         }
-        self.local.merge(&shared.stats, now);
+        self.local.merge(&part.stats, now);
         After::Park
     }
 }
@@ -570,11 +535,11 @@ impl ClaimLoop {
 /// Parks an idle loop until a wake-up or its poll timer (see the module
 /// docs); true when `stop` fired instead.
 async fn park(
-    shared: &Shared,
+    part: &Claimer,
     wake: &mut tokio::sync::watch::Receiver<u64>,
     stop: &CancellationToken,
 ) -> bool {
-    let interval = shared.config.poll_interval;
+    let interval = part.settings.poll_interval;
     let interval_us = micros(interval);
     let mut sleep_for = interval;
     loop {
@@ -585,12 +550,12 @@ async fn park(
             _ = tokio::time::sleep(sleep_for) => {}
         }
         // Another loop read recently: its read covered this interval.
-        let since = shared
+        let since = part
             .claims
             .now_us()
-            .saturating_sub(shared.claims.last_read_start_us.load(Relaxed));
+            .saturating_sub(part.claims.last_read_start_us.load(Relaxed));
         if since >= interval_us.saturating_sub(interval_us / 20) {
-            bump(&shared.stats.c.wakeups_poll, 1);
+            bump(&part.stats.c.wakeups_poll, 1);
             return false;
         }
         sleep_for = Duration::from_micros(interval_us - since);

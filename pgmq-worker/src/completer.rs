@@ -57,13 +57,75 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use futures::FutureExt;
+use tokio::task::JoinHandle;
+
 use crate::backoff::ErrorBackoff;
-use crate::config::Config;
-use crate::db::Kept;
-use crate::executor::ATTEMPTS_HEADER;
+use crate::db::{Kept, Source};
+use crate::health::HealthState;
+use crate::heartbeat::HeartbeatSignals;
+use crate::lease::Leases;
 use crate::lease::State;
-use crate::stats::{bump, Counters};
-use crate::worker::Shared;
+use crate::protocol::{archived_dead_letter_headers, retry_headers, ATTEMPTS_HEADER};
+use crate::stats::{bump, Counters, Stats};
+use crate::supervise::PanicOnce;
+use crate::wake::Wake;
+
+/// What the completer reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: QueueName,
+    pub dead_letter_queue: Option<QueueName>,
+    /// The ack channel's size.
+    pub ack_capacity: usize,
+    pub ack_batch_size: usize,
+    pub ack_flushers: usize,
+    pub ack_flush_interval: Duration,
+    pub ack_retry_timeout: Duration,
+    pub db_timeout: Duration,
+    /// Wake the claimers after each batch (group-ordered claims: a group's
+    /// next message is claimable once its head is gone).
+    pub wake_claimers: bool,
+}
+
+/// The completer: its settings and the handles it touches.
+pub(crate) struct Completer {
+    pub settings: Settings,
+    pub source: Source,
+    pub stats: Arc<Stats>,
+    pub leases: Arc<Leases>,
+    pub heartbeat: Arc<HeartbeatSignals>,
+    pub health: Arc<HealthState>,
+    pub wake: Wake,
+    pub panic_once: Arc<PanicOnce>,
+}
+
+/// The ack channel, of `ack_capacity`.
+pub(crate) fn channel(settings: &Settings) -> (mpsc::Sender<Ack>, mpsc::Receiver<Ack>) {
+    mpsc::channel(settings.ack_capacity)
+}
+
+/// Starts the completer. It is not restartable (it owns the
+/// acknowledgements in flight): if it panics, the worker stops with an
+/// error.
+pub(crate) fn spawn(
+    part: Completer,
+    acks: mpsc::Receiver<Ack>,
+    close: Arc<Close>,
+) -> JoinHandle<()> {
+    let health = Arc::clone(&part.health);
+    let run = run(part, acks, close);
+    tokio::spawn(async move {
+        if let Err(p) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
+            let why = format!(
+                "the completer panicked: {}",
+                crate::handler::panic_text(&*p)
+            );
+            tracing::error!("{why}; stopping the worker");
+            health.fail(why);
+        }
+    })
+}
 
 /// How often a partial batch looks for more acknowledgements.
 const GATHER_TICK: Duration = Duration::from_millis(1);
@@ -125,28 +187,23 @@ impl Close {
     }
 }
 
-/// What every batch's write needs: the worker's shared state, the
-/// connections kept between writes, and the close signal's deadline.
+/// What every batch's write needs: the completer's settings and handles,
+/// the connections kept between writes, and the close signal's deadline.
 struct Writer {
-    shared: Arc<Shared>,
+    part: Completer,
     kept: Kept,
     close: Arc<Close>,
 }
 
 /// Runs until the channel is closed (every sender dropped, or `close`
 /// given) and every batch is written.
-pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::Receiver<Ack>, close: Arc<Close>) {
-    #[cfg(feature = "fault-injection")]
-    shared.maybe_panic("completer");
-    let cfg = Arc::clone(&shared.config);
+async fn run(part: Completer, mut rx: mpsc::Receiver<Ack>, close: Arc<Close>) {
+    part.panic_once.maybe_panic("completer");
+    let cfg = part.settings.clone();
     let batch = cfg.ack_batch_size;
-    let kept = Kept::new(shared.source.clone(), cfg.ack_flushers, cfg.db_timeout);
+    let kept = Kept::new(part.source.clone(), cfg.ack_flushers, cfg.db_timeout);
     let closing = close.token.clone();
-    let writer = Arc::new(Writer {
-        shared,
-        kept,
-        close,
-    });
+    let writer = Arc::new(Writer { part, kept, close });
     let kept = &writer.kept;
     let mut flushes = JoinSet::new();
     let mut closed = false;
@@ -250,8 +307,7 @@ impl<'c> Sorted<'c> {
                 AckKind::Delete => batch.deletes.push(r),
                 AckKind::Archive => batch.archives.push(r),
                 AckKind::Retry(d) => batch.requeues.push((
-                    Requeue::new(r, d)
-                        .merge_headers(serde_json::json!({ ATTEMPTS_HEADER: ack.attempt })),
+                    Requeue::new(r, d).merge_headers(retry_headers(ack.attempt)),
                     &c.retried,
                 )),
                 AckKind::Snooze(d) => batch
@@ -277,17 +333,17 @@ impl<'c> Sorted<'c> {
 /// the batch's leases and counts the claims found lost.
 #[tracing::instrument(name = "pgmq_worker.flush", level = "debug", skip_all, fields(acks = acks.len()))]
 async fn flush(w: Arc<Writer>, acks: Vec<Ack>) {
-    let shared = &w.shared;
+    let part = &w.part;
     let all: Vec<Receipt> = acks.iter().map(|a| a.receipt).collect();
-    let mut batch = Sorted::new(acks, &shared.stats.c);
+    let mut batch = Sorted::new(acks, &part.stats.c);
     if !batch.requeues.is_empty() {
         // These set the visibility themselves: the heartbeat stops extending
         // them, and any extension already on its way lands first.
-        shared.leases.set_state(
+        part.leases.set_state(
             batch.requeues.iter().map(|(r, _)| r.receipt),
             State::Settling,
         );
-        shared.heartbeat.after_write().await;
+        part.heartbeat.after_write().await;
     }
     let mut lost = Vec::new();
     w.delete(&mut batch.deletes, &mut lost).await;
@@ -306,11 +362,11 @@ impl Writer {
         }
         deletes.sort_unstable_by_key(|r| r.msg_id);
         let deletes = &*deletes;
-        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let (pg, q) = (Pgmq::on(&self.kept), &self.part.settings.queue);
         let written = self
             .write("delete", deletes.len(), || pg.delete_fenced(q, deletes))
             .await;
-        self.note(written, deletes, &self.shared.stats.c.deleted, lost);
+        self.note(written, deletes, &self.part.stats.c.deleted, lost);
     }
 
     /// The fenced archive.
@@ -318,11 +374,11 @@ impl Writer {
         if archives.is_empty() {
             return;
         }
-        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let (pg, q) = (Pgmq::on(&self.kept), &self.part.settings.queue);
         let written = self
             .write("archive", archives.len(), || pg.archive_fenced(q, archives))
             .await;
-        self.note(written, archives, &self.shared.stats.c.archived, lost);
+        self.note(written, archives, &self.part.stats.c.archived, lost);
     }
 
     /// One fenced requeue for retries, snoozes and releases, each one
@@ -331,7 +387,7 @@ impl Writer {
         if requeues.is_empty() {
             return;
         }
-        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let (pg, q) = (Pgmq::on(&self.kept), &self.part.settings.queue);
         let items: Vec<Requeue> = requeues.iter().map(|(r, _)| r.clone()).collect();
         let asked: Vec<Receipt> = items.iter().map(|r| r.receipt).collect();
         let Some(written) = self
@@ -357,10 +413,10 @@ impl Writer {
         let asked: Vec<Receipt> = dead.iter().map(|d| d.receipt).collect();
         let written = self
             .write("dead-letter", dead.len(), || {
-                dead_letter(&self.shared.config, &self.kept, dead)
+                dead_letter(&self.part.settings, &self.kept, dead)
             })
             .await;
-        self.note(written, &asked, &self.shared.stats.c.dead_lettered, lost);
+        self.note(written, &asked, &self.part.stats.c.dead_lettered, lost);
     }
 
     /// Counts what a write of `asked` wrote in `done`, and adds what it did
@@ -382,18 +438,21 @@ impl Writer {
     /// those the heartbeat already reported), and with group-ordered claims
     /// wakes the claimers.
     fn finish(&self, all: Vec<Receipt>, mut lost: Vec<i64>) {
-        let shared = &self.shared;
+        let part = &self.part;
         let n = all.len() as u64;
-        let already = shared.leases.finish(all);
+        let already = part.leases.finish(all);
         lost.retain(|id| !already.contains(id));
         if !lost.is_empty() {
-            bump(&shared.stats.c.claims_lost, lost.len() as u64);
+            bump(&part.stats.c.claims_lost, lost.len() as u64);
             for id in &lost {
-                tracing::warn!(queue = %shared.config.queue, msg_id = id, "claim lost: the message was delivered again since this worker claimed it; its outcome was not written here");
+                tracing::warn!(queue = %part.settings.queue, msg_id = id, "claim lost: the message was delivered again since this worker claimed it; its outcome was not written here");
             }
         }
-        bump(&shared.stats.acks_resolved, n);
-        shared.claims.acknowledged(shared.config.claim_reads);
+        bump(&part.stats.acks_resolved, n);
+        if part.settings.wake_claimers {
+            // The groups' next messages are claimable now.
+            part.wake.wake();
+        }
     }
 
     /// Runs `call` until it succeeds, fails permanently, or the retry time
@@ -405,30 +464,30 @@ impl Writer {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Vec<i64>, pgmq_client::Error>>,
     {
-        let shared = &self.shared;
-        let give_up = Instant::now() + shared.config.ack_retry_timeout;
+        let part = &self.part;
+        let give_up = Instant::now() + part.settings.ack_retry_timeout;
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
         let mut ambiguous = false;
         loop {
             match call().await {
                 Ok(ids) => {
-                    shared.health.ack_ok();
+                    part.health.ack_ok();
                     return Some(Written { ids, ambiguous });
                 }
                 Err(e) => {
-                    shared.health.ack_failed();
+                    part.health.ack_failed();
                     ambiguous |= e.outcome() == pgmq_client::CommitOutcome::Unknown;
                     let delay = backoff.next_delay();
                     let deadline = self.close.deadline().map_or(give_up, |d| d.min(give_up));
                     if !e.is_transient() || Instant::now() + delay >= deadline {
-                        bump(&shared.stats.c.acks_failed, count as u64);
+                        bump(&part.stats.c.acks_failed, count as u64);
                         tracing::error!(
                             error = %e, messages = count, action = what,
                             "acknowledgement given up; the messages come back after their visibility timeout"
                         );
                         return None;
                     }
-                    bump(&shared.stats.c.ack_retries, 1);
+                    bump(&part.stats.c.ack_retries, 1);
                     tracing::warn!(error = %e, messages = count, action = what, retry_in = ?delay, "acknowledgement failed; retrying");
                     tokio::time::sleep(delay).await;
                 }
@@ -487,7 +546,7 @@ SELECT (SELECT pg_catalog.array_agg(msg_id) FROM removed), (SELECT pg_catalog.co
 /// `{"dead_letter_reason": reason, "attempts": n}` merged into their
 /// headers, so that a missing queue never sends them round again.
 async fn dead_letter(
-    cfg: &Config,
+    cfg: &Settings,
     kept: &Kept,
     dead: &[Dead],
 ) -> Result<Vec<i64>, pgmq_client::Error> {
@@ -602,7 +661,7 @@ async fn archive_dead(
         .map(|d| {
             (
                 d.receipt,
-                Some(serde_json::json!({ "dead_letter_reason": d.reason, "attempts": d.attempts })),
+                Some(archived_dead_letter_headers(&d.reason, d.attempts)),
             )
         })
         .collect();

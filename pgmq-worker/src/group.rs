@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
 use crate::error::Error;
+use crate::handle::Monitor;
 use crate::notifier::HubEvent;
-use crate::shutdown::{ShutdownHandle, ShutdownReport};
-use crate::worker::{Monitor, Signals, Worker};
+use crate::shutdown::{ShutdownHandle, ShutdownReport, Signals};
+use crate::worker::Worker;
 
 type Run = Box<
     dyn FnOnce(

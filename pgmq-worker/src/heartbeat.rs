@@ -29,9 +29,31 @@ use std::time::{Duration, Instant};
 use pgmq_client::{Pgmq, Requeue};
 use tokio_util::sync::CancellationToken;
 
-use crate::db;
-use crate::stats::bump;
-use crate::worker::Shared;
+use pgmq_client::QueueName;
+use tokio::task::JoinHandle;
+
+use crate::db::{self, Source};
+use crate::lease::Leases;
+use crate::stats::{bump, Stats};
+use crate::supervise::{PanicOnce, Supervisor};
+
+/// What the heartbeat reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: QueueName,
+    pub visibility_timeout: Duration,
+    pub db_timeout: Duration,
+}
+
+/// The heartbeat: its settings and the handles it touches.
+pub(crate) struct Heartbeat {
+    pub settings: Settings,
+    pub source: Source,
+    pub leases: Arc<Leases>,
+    pub signals: Arc<HeartbeatSignals>,
+    pub stats: Arc<Stats>,
+    pub panic_once: Arc<PanicOnce>,
+}
 
 /// How the rest of the worker coordinates with the heartbeat.
 #[derive(Default)]
@@ -67,24 +89,33 @@ pub(crate) fn tick(vt: Duration) -> Duration {
     (vt / 4).max(Duration::from_millis(50))
 }
 
+/// Starts the supervised heartbeat; it runs until `stop`.
+pub(crate) fn spawn(
+    hb: Heartbeat,
+    supervisor: &Supervisor,
+    stop: &CancellationToken,
+) -> JoinHandle<()> {
+    let (hb, stop) = (Arc::new(hb), stop.clone());
+    supervisor.spawn("heartbeat", move || run(Arc::clone(&hb), stop.clone()))
+}
+
 /// Runs until `stop`: extends the visibility timeout of every lease past
 /// half of it.
-pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
-    #[cfg(feature = "fault-injection")]
-    shared.maybe_panic("heartbeat");
-    let cfg = &shared.config;
+async fn run(hb: Arc<Heartbeat>, stop: CancellationToken) {
+    hb.panic_once.maybe_panic("heartbeat");
+    let cfg = &hb.settings;
     let vt = cfg.visibility_timeout;
     let mut due = Vec::new();
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
-            _ = shared.heartbeat.nudge.notified() => {}
+            _ = hb.signals.nudge.notified() => {}
             _ = tokio::time::sleep(tick(vt)) => {}
         }
         // Held until the write returned (see the module docs).
-        let _writing = shared.heartbeat.write.lock().await;
-        shared.leases.due(Instant::now() + vt / 2, &mut due);
+        let _writing = hb.signals.write.lock().await;
+        hb.leases.due(Instant::now() + vt / 2, &mut due);
         if due.is_empty() {
             continue;
         }
@@ -98,7 +129,7 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         // `db_timeout`, and the shutdown bounds how long it waits for this task.
         let res = async {
             // A connection per write, not kept between ticks.
-            let once = db::Kept::new(shared.source.clone(), 0, cfg.db_timeout);
+            let once = db::Kept::new(hb.source.clone(), 0, cfg.db_timeout);
             Pgmq::on(&once).requeue_fenced(&cfg.queue, &items).await
         }
         .await;
@@ -106,10 +137,10 @@ pub(crate) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             Ok(extended) => {
                 // The server set vt = its now + vt, its now being after `sent`:
                 // `sent + vt` is a safe (early) local estimate.
-                let lost = shared.leases.extended(&due, &extended, sent + vt);
-                bump(&shared.stats.c.heartbeats, extended.len() as u64);
+                let lost = hb.leases.extended(&due, &extended, sent + vt);
+                bump(&hb.stats.c.heartbeats, extended.len() as u64);
                 if !lost.is_empty() {
-                    bump(&shared.stats.c.claims_lost, lost.len() as u64);
+                    bump(&hb.stats.c.claims_lost, lost.len() as u64);
                     for id in &lost {
                         tracing::warn!(queue = %cfg.queue, msg_id = id, "claim lost: the message was delivered again since this worker claimed it; its handler is cancelled and its outcome will not be written");
                     }

@@ -186,16 +186,17 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod builder;
 mod claim_queue;
 mod claimer;
 mod completer;
-mod config;
 mod context;
 mod db;
 mod error;
-mod executor;
 mod group;
+mod handle;
 mod handler;
+mod handler_loop;
 mod health;
 mod heartbeat;
 mod hooks;
@@ -203,27 +204,36 @@ mod lease;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod notifier;
+mod preflight;
+mod protocol;
+mod runners;
 mod shutdown;
 mod stats;
+mod supervise;
 pub mod testing;
 #[cfg(feature = "otel")]
 mod trace;
+mod wake;
 mod worker;
 
-pub use config::{Backoff, ClaimReads, WakeUp, WorkerBuilder};
+pub use backoff::Backoff;
+pub use builder::WorkerBuilder;
+pub use claimer::ClaimReads;
 pub use context::Context;
 pub use db::ConnectionSource;
 pub use error::Error;
-pub use executor::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use group::{GroupShutdown, WorkerGroup};
+pub use handle::{Monitor, WorkerHandle};
 pub use handler::{
     BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
 };
 pub use health::Health;
 pub use hooks::Hook;
+pub use notifier::WakeUp;
+pub use protocol::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
-pub use worker::{Monitor, Worker, WorkerHandle};
+pub use worker::Worker;
 
 /// This crate's README (its crates.io page), compiled as doc tests.
 #[cfg(doctest)]

@@ -11,10 +11,37 @@ use std::sync::Arc;
 use metrics::{counter, gauge, Counter, Histogram};
 use tokio_util::sync::CancellationToken;
 
-use crate::claim_queue::ClaimQueue;
-use crate::claimer::Claimed;
-use crate::stats::StatsSnapshot;
-use crate::worker::Shared;
+use crate::claim_queue::{ClaimQueue, Claimed};
+use crate::db::Source;
+use crate::health::HealthState;
+use crate::lease::Leases;
+use crate::stats::{Stats, StatsSnapshot};
+use crate::supervise::Supervisor;
+
+/// What the publisher reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: pgmq_client::QueueName,
+    /// `metrics_interval`.
+    pub interval: std::time::Duration,
+    pub db_timeout: std::time::Duration,
+}
+
+/// The publisher: its settings and the handles it reads.
+pub(crate) struct Metrics {
+    pub settings: Settings,
+    pub source: Source,
+    pub stats: Arc<Stats>,
+    pub leases: Arc<Leases>,
+    pub health: Arc<HealthState>,
+    pub queue: Arc<ClaimQueue<Claimed>>,
+}
+
+/// Starts the supervised publisher; it runs until `stop`.
+pub(crate) fn spawn(part: Metrics, supervisor: &Supervisor, stop: &CancellationToken) {
+    let (part, stop) = (Arc::new(part), stop.clone());
+    supervisor.spawn("metrics", move || run(Arc::clone(&part), stop.clone()));
+}
 
 /// Per-message histograms of one handler loop, made once.
 pub(crate) struct LoopMetrics {
@@ -33,17 +60,14 @@ impl LoopMetrics {
 
 /// Publishes the snapshot, the gauges and the queue's own metrics every
 /// `metrics_interval`, until `stop`.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    queue: Arc<ClaimQueue<Claimed>>,
-    stop: CancellationToken,
-) {
-    let cfg = &shared.config;
+async fn run(part: Arc<Metrics>, stop: CancellationToken) {
+    let cfg = &part.settings;
+    let queue = &part.queue;
     let q = cfg.queue.as_str().to_owned();
     let counter_of = |name: &str| -> Counter {
         counter!(format!("pgmq_worker_{name}_total"), "queue" => q.clone())
     };
-    let counters: Vec<Counter> = counter_values(&shared.stats.snapshot())
+    let counters: Vec<Counter> = counter_values(&part.stats.snapshot())
         .iter()
         .map(|(name, _)| counter_of(name))
         .collect();
@@ -55,21 +79,21 @@ pub(crate) async fn run(
     let visible = gauge!("pgmq_queue_visible_length", "queue" => q.clone());
     let oldest = gauge!("pgmq_queue_oldest_msg_age_seconds", "queue" => q.clone());
     loop {
-        let s = shared.stats.snapshot();
+        let s = part.stats.snapshot();
         for (c, (_, v)) in counters.iter().zip(counter_values(&s)) {
             c.absolute(v);
         }
         depth.set(queue.len() as f64);
-        running.set(shared.leases.running().len() as f64);
+        running.set(part.leases.running().len() as f64);
         pending.set(s.acks_pending as f64);
-        healthy.set(if shared.health.snapshot().is_healthy() {
+        healthy.set(if part.health.snapshot().is_healthy() {
             1.0
         } else {
             0.0
         });
         // Bounded by db_timeout; a sample past it is abandoned (its
         // connection discarded, its statement cancelled on the server).
-        let once = crate::db::Kept::new(shared.source.clone(), 0, cfg.db_timeout);
+        let once = crate::db::Kept::new(part.source.clone(), 0, cfg.db_timeout);
         match pgmq_client::Pgmq::on(&once).metrics(&cfg.queue).await {
             Ok(m) => {
                 length.set(m.queue_length as f64);
@@ -80,7 +104,7 @@ pub(crate) async fn run(
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(cfg.metrics_interval) => {}
+            _ = tokio::time::sleep(cfg.interval) => {}
         }
     }
 }

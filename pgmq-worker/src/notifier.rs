@@ -29,16 +29,65 @@ use futures::FutureExt;
 use pgmq_client::Listener;
 use tokio_util::sync::CancellationToken;
 
+use pgmq_client::QueueName;
+use tokio::task::JoinHandle;
+
 use crate::backoff::ErrorBackoff;
-use crate::stats::bump;
-use crate::worker::Shared;
+use crate::db::Source;
+use crate::stats::{bump, Stats};
+use crate::supervise::Supervisor;
+use crate::wake::Wake;
+
+/// What the notifier reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: QueueName,
+    /// The claimers' poll interval: a throttle this long or longer needs
+    /// no follow-up read.
+    pub poll_interval: Duration,
+}
+
+/// The notifier: its settings and the handles it touches.
+pub(crate) struct Notifier {
+    pub settings: Settings,
+    pub source: Source,
+    pub stats: Arc<Stats>,
+    pub wake: Wake,
+}
+
+/// How idle claimers learn that messages arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WakeUp {
+    /// Poll every `poll_interval` while the queue is empty (the default).
+    #[default]
+    Poll,
+    /// LISTEN on PGMQ's insert channel on one dedicated connection and read
+    /// as soon as a notification arrives; polling stays on at
+    /// `poll_interval`, because PGMQ does not notify when a delayed message or
+    /// an expired visibility timeout makes a message visible.
+    ///
+    /// At start the worker runs `pgmq.enable_notify_insert(queue,
+    /// notify_throttle)` unless the queue's insert trigger is already enabled.
+    /// An existing trigger keeps its throttle, unless
+    /// [`notify_throttle`](crate::WorkerBuilder::notify_throttle) was called: then
+    /// the worker sets that one (`pgmq.update_notify_insert`).
+    ///
+    /// PGMQ sends at most one notification per throttle window; an insert
+    /// inside the window sends none. So that such a message does not wait
+    /// for the poll timer, the worker reads once more one throttle interval
+    /// after each notification (when the throttle is shorter than
+    /// `poll_interval`): a message committed inside a window is found within
+    /// about one throttle interval.
+    Notify,
+}
 
 /// The shortest time between two wake-ups by notification.
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(1);
 
 /// Opens the LISTEN connection and listens on the queue's insert channel.
 pub(crate) async fn listen(
-    source: &crate::db::Source,
+    source: &Source,
     queue: &pgmq_client::QueueName,
 ) -> Result<Listener, pgmq_client::Error> {
     let listener = source.listener().await?;
@@ -62,18 +111,18 @@ pub(crate) enum HubEvent {
 /// window that followed it closes (see the module docs). `throttle` is the
 /// queue's insert-trigger throttle, as the start found or set it.
 struct Wakes<'a> {
-    shared: &'a Shared,
+    n: &'a Notifier,
     throttle: Duration,
     follow_up: bool,
     window_end: Option<Instant>,
 }
 
 impl<'a> Wakes<'a> {
-    fn new(shared: &'a Shared, throttle: Duration) -> Self {
+    fn new(n: &'a Notifier, throttle: Duration) -> Self {
         Wakes {
-            shared,
+            n,
             throttle,
-            follow_up: !throttle.is_zero() && throttle < shared.config.poll_interval,
+            follow_up: !throttle.is_zero() && throttle < n.settings.poll_interval,
             window_end: None,
         }
     }
@@ -89,16 +138,16 @@ impl<'a> Wakes<'a> {
     /// The window closed: the re-read for inserts it kept silent.
     fn after_window(&mut self) {
         self.window_end = None;
-        bump(&self.shared.stats.c.wakeups_after_throttle, 1);
-        self.shared.claims.wake();
+        bump(&self.n.stats.c.wakeups_after_throttle, 1);
+        self.n.wake.wake();
     }
 
     /// A notification (others already folded into it): wakes the claimers,
     /// opens the follow-up window, waits the debounce; false when `stop`
     /// fired meanwhile.
     async fn notified(&mut self, stop: &CancellationToken) -> bool {
-        bump(&self.shared.stats.c.wakeups_notify, 1);
-        self.shared.claims.wake();
+        bump(&self.n.stats.c.wakeups_notify, 1);
+        self.n.wake.wake();
         if self.follow_up {
             self.window_end = Some(Instant::now() + self.throttle);
         }
@@ -110,15 +159,43 @@ impl<'a> Wakes<'a> {
     }
 }
 
+/// Starts the supervised notifier: on a group's shared LISTEN connection
+/// (`hub`) or on a connection of its own (starting with `listener`, when
+/// one was opened). Either is taken by the first run; a restart after a
+/// panic opens a connection of its own. `throttle` is the insert trigger's:
+/// the notifier reads once more this long after each notification.
+pub(crate) fn spawn(
+    notifier: Notifier,
+    supervisor: &Supervisor,
+    throttle: std::time::Duration,
+    hub: Option<tokio::sync::mpsc::UnboundedReceiver<HubEvent>>,
+    listener: Option<pgmq_client::Listener>,
+    stop: &CancellationToken,
+) -> JoinHandle<()> {
+    let (notifier, stop) = (Arc::new(notifier), stop.clone());
+    let first = std::sync::Mutex::new(Some((hub, listener)));
+    supervisor.spawn("notifier", move || {
+        let taken = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let (n, stop) = (Arc::clone(&notifier), stop.clone());
+        async move {
+            match taken {
+                Some((Some(events), _)) => run_shared(n, throttle, events, stop).await,
+                Some((None, listener)) => run(n, throttle, listener, stop).await,
+                None => run(n, throttle, None, stop).await,
+            }
+        }
+    })
+}
+
 /// Runs until `stop` on the group's shared LISTEN connection: the same
 /// wake-ups as [`run`], from the events the group forwards.
-pub(crate) async fn run_shared(
-    shared: Arc<Shared>,
+async fn run_shared(
+    n: Arc<Notifier>,
     throttle: Duration,
     mut events: tokio::sync::mpsc::UnboundedReceiver<HubEvent>,
     stop: CancellationToken,
 ) {
-    let mut wakes = Wakes::new(&shared, throttle);
+    let mut wakes = Wakes::new(&n, throttle);
     loop {
         let event = tokio::select! {
             biased;
@@ -131,7 +208,7 @@ pub(crate) async fn run_shared(
         };
         match event {
             None => return,
-            Some(HubEvent::Reconnected) => shared.claims.wake(),
+            Some(HubEvent::Reconnected) => n.wake.wake(),
             Some(HubEvent::Notified) => {
                 while let Ok(HubEvent::Notified) = events.try_recv() {}
                 if !wakes.notified(&stop).await {
@@ -145,23 +222,23 @@ pub(crate) async fn run_shared(
 /// Runs until `stop`, starting with `opened` when the start already
 /// connected (otherwise it connects, retrying with backoff); `throttle` is
 /// the queue's insert-trigger throttle.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
+async fn run(
+    n: Arc<Notifier>,
     throttle: Duration,
     opened: Option<Listener>,
     stop: CancellationToken,
 ) {
-    let queue = &shared.config.queue;
+    let queue = &n.settings.queue;
     let mut backoff = ErrorBackoff::new(Duration::from_millis(100), Duration::from_secs(10));
     let mut first = true;
     let mut opened = opened;
-    let mut wakes = Wakes::new(&shared, throttle);
+    let mut wakes = Wakes::new(&n, throttle);
     loop {
         let listener = match opened.take() {
             Some(l) => Some(l),
             None => {
                 connect_with_backoff(&stop, &mut backoff, "LISTEN connection", || {
-                    listen(&shared.source, queue)
+                    listen(&n.source, queue)
                 })
                 .await
             }
@@ -171,20 +248,20 @@ pub(crate) async fn run(
         };
         if !first {
             tracing::info!(queue = %queue, "LISTEN connection restored");
-            shared.claims.wake();
+            n.wake.wake();
         }
         first = false;
         loop {
-            let n = tokio::select! {
+            let got = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
-                n = listener.recv() => n,
+                got = listener.recv() => got,
                 _ = wakes.window_closed() => {
                     wakes.after_window();
                     continue;
                 }
             };
-            if n.is_none() {
+            if got.is_none() {
                 tracing::warn!(queue = %queue, "LISTEN connection lost; reconnecting");
                 break;
             }

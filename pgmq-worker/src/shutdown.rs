@@ -1,4 +1,5 @@
-//! The stop sequence, its escalation, and its report.
+//! The stop sequence, its escalation (by [`ShutdownHandle`], or by
+//! SIGINT/SIGTERM: [`Signals`]), and its report.
 //!
 //! A running worker is a set of tasks tied together by two cancellation
 //! tokens and two channels:
@@ -69,10 +70,33 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::ErrorBackoff;
-use crate::claim_queue::ClaimQueue;
-use crate::claimer::Claimed;
-use crate::stats::{bump, StatsSnapshot};
-use crate::worker::Shared;
+use crate::claim_queue::{ClaimQueue, Claimed};
+use crate::db::Source;
+use crate::health::HealthState;
+use crate::heartbeat::HeartbeatSignals;
+use crate::lease::Leases;
+use crate::stats::{bump, Stats, StatsSnapshot};
+
+/// What the stop sequence reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: pgmq_client::QueueName,
+    pub shutdown_grace: Duration,
+    pub ack_drain_timeout: Duration,
+    /// The most messages one release statement gives back (`batch_size`).
+    pub release_batch: usize,
+    pub db_timeout: Duration,
+}
+
+/// The stop sequence: its settings and the handles it touches.
+pub(crate) struct Shutdown {
+    pub settings: Settings,
+    pub source: Source,
+    pub stats: Arc<Stats>,
+    pub leases: Arc<Leases>,
+    pub heartbeat: Arc<HeartbeatSignals>,
+    pub health: Arc<HealthState>,
+}
 
 /// How long the shutdown waits for a claimer's read in flight.
 const CLAIMER_STOP_WAIT: Duration = Duration::from_secs(2);
@@ -260,7 +284,7 @@ pub struct ShutdownReport {
 
 /// The tasks of a running worker.
 pub(crate) struct Running {
-    pub shared: Arc<Shared>,
+    pub part: Shutdown,
     /// Parent of the tokens below: cancelled when a running worker is dropped.
     pub root: CancellationToken,
     /// Stops claimers, notifier and handler loops taking new messages.
@@ -281,8 +305,8 @@ impl Running {
     /// The stop sequence (see the module docs); `stop` may escalate it.
     pub(crate) async fn shutdown(self, stop: &ShutdownHandle) -> ShutdownReport {
         let started = Instant::now();
-        let shared = self.shared;
-        let cfg = &shared.config;
+        let part = self.part;
+        let cfg = &part.settings;
         let deadline = tokio::time::Instant::now() + cfg.shutdown_grace;
         let bounds = Bounds {
             immediate: stop.immediate.clone(),
@@ -296,11 +320,11 @@ impl Running {
         // 2. Release what is claimed but not started, at once. Claimers end
         //    first, so that no read re-claims what the release makes visible.
         stop_claimers(self.claimers, deadline, &bounds).await;
-        let release_failed = release(&shared, &self.claim_queue, deadline, &bounds).await;
+        let release_failed = release(&part, &self.claim_queue, deadline, &bounds).await;
 
         // 3. Let in-flight handlers finish within the grace period, or until
         //    an escalation.
-        let abandoned = finish_handlers(&shared, self.handlers, deadline, &bounds).await;
+        let abandoned = finish_handlers(&part, self.handlers, deadline, &bounds).await;
         // Nothing takes from the claim queue any more: a claimer's late push
         // (none expected) is refused.
         self.claim_queue.close();
@@ -324,10 +348,10 @@ impl Running {
         // 5. Drain the completer.
         self.completer_close
             .close(bounds.deadline(drain_deadline).into_std());
-        drain_completer(&shared, self.completer, drain_deadline, &bounds).await;
+        drain_completer(&part, self.completer, drain_deadline, &bounds).await;
 
         // 6. Report.
-        let stats = shared.stats.snapshot();
+        let stats = part.stats.snapshot();
         let report = ShutdownReport {
             handled: stats.handled,
             acked: stats.deleted + stats.archived + stats.retried + stats.dead_lettered,
@@ -341,7 +365,7 @@ impl Running {
             elapsed: started.elapsed(),
             stats,
         };
-        shared.health.set_running(false);
+        part.health.set_running(false);
         tracing::info!(
             queue = %cfg.queue,
             handled = report.handled,
@@ -381,7 +405,7 @@ async fn stop_claimers(
 /// cancels what still runs and returns those messages' ids (abandoned:
 /// they come back after their visibility timeout).
 async fn finish_handlers(
-    shared: &Shared,
+    part: &Shutdown,
     mut handlers: Vec<JoinHandle<()>>,
     deadline: tokio::time::Instant,
     bounds: &Bounds,
@@ -398,7 +422,7 @@ async fn finish_handlers(
     // an async handler's future is dropped; a blocking handler's thread is
     // left to end on its own (it keeps neither the worker nor the process
     // waiting).
-    shared.leases.cancel_running();
+    part.leases.cancel_running();
     for handler in &handlers {
         handler.abort();
     }
@@ -419,12 +443,12 @@ async fn finish_handlers(
     } else {
         "shutdown grace period over"
     };
-    let abandoned: Vec<i64> = shared.leases.running();
+    let abandoned: Vec<i64> = part.leases.running();
     for id in &abandoned {
         tracing::warn!(msg_id = id, "{why}: handler still running, abandoned (the message comes back after its visibility timeout)");
     }
     bump(
-        &shared.stats.c.still_running_at_deadline,
+        &part.stats.c.still_running_at_deadline,
         abandoned.len() as u64,
     );
     abandoned
@@ -438,7 +462,7 @@ async fn finish_handlers(
 /// retrying a failed write): their messages come back after their
 /// visibility timeout, and the report says so.
 async fn drain_completer(
-    shared: &Shared,
+    part: &Shutdown,
     completer: JoinHandle<()>,
     drain_deadline: tokio::time::Instant,
     bounds: &Bounds,
@@ -448,12 +472,12 @@ async fn drain_completer(
     if !drained {
         abort.abort();
     }
-    let pending = shared.stats.acks_pending();
+    let pending = part.stats.acks_pending();
     if pending == 0 {
         return;
     }
-    bump(&shared.stats.c.acks_failed, pending);
-    bump(&shared.stats.acks_resolved, pending);
+    bump(&part.stats.c.acks_failed, pending);
+    bump(&part.stats.acks_resolved, pending);
     if drained {
         tracing::error!(
             pending,
@@ -473,7 +497,7 @@ async fn drain_completer(
 /// before `deadline` (or the escalated one). A message read again by someone
 /// else since (its timeout ended) is theirs and left alone.
 async fn release(
-    shared: &Shared,
+    part: &Shutdown,
     queue: &ClaimQueue<Claimed>,
     deadline: tokio::time::Instant,
     bounds: &Bounds,
@@ -483,24 +507,21 @@ async fn release(
         .into_iter()
         .map(|c| Requeue::new(c.receipt, Duration::ZERO).undo_read())
         .collect();
-    shared.claims.room.free(reads.len());
     if reads.is_empty() {
         return 0;
     }
     // Unstarted messages are in no heartbeat batch, unless one was claimed
     // again while a copy still runs: keep the order anyway (releasing even
     // when the heartbeat's write does not return in time).
-    let _ = bounds
-        .within(deadline, shared.heartbeat.after_write())
-        .await;
+    let _ = bounds.within(deadline, part.heartbeat.after_write()).await;
     let mut failed = 0;
-    let pg = pgmq_client::Pgmq::on(shared.source.pool());
-    for chunk in reads.chunks(shared.config.batch_size.max(1)) {
+    let pg = pgmq_client::Pgmq::on(part.source.pool());
+    for chunk in reads.chunks(part.settings.release_batch.max(1)) {
         let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(1));
         loop {
             let call = tokio::time::timeout(
-                shared.config.db_timeout,
-                pg.requeue_fenced(&shared.config.queue, chunk),
+                part.settings.db_timeout,
+                pg.requeue_fenced(&part.settings.queue, chunk),
             );
             let err = match bounds.within(deadline, call).await {
                 Some(Err(_)) => Some(pgmq_client::Error::timed_out()),
@@ -509,10 +530,10 @@ async fn release(
                     // The others were read again since (their claims expired).
                     let lost = (chunk.len() - done.len()) as u64;
                     if lost > 0 {
-                        bump(&shared.stats.c.claims_lost, lost);
-                        tracing::warn!(queue = %shared.config.queue, lost, "claims lost before the release: those messages were delivered again");
+                        bump(&part.stats.c.claims_lost, lost);
+                        tracing::warn!(queue = %part.settings.queue, lost, "claims lost before the release: those messages were delivered again");
                     }
-                    bump(&shared.stats.c.released, done.len() as u64);
+                    bump(&part.stats.c.released, done.len() as u64);
                     break;
                 }
                 None => None,
@@ -535,4 +556,62 @@ async fn release(
         }
     }
     failed
+}
+
+/// SIGINT and SIGTERM (Ctrl-C only, off Unix), installed once and received
+/// as often as they come.
+pub(crate) struct Signals {
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub(crate) fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let install = |kind: SignalKind, name: &str| match signal(kind) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::error!(error = %e, "could not install a {name} handler; it will not stop the worker");
+                    None
+                }
+            };
+            Signals {
+                int: install(SignalKind::interrupt(), "SIGINT"),
+                term: install(SignalKind::terminate(), "SIGTERM"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
+    }
+
+    /// Resolves on the next signal.
+    pub(crate) async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                if let Some(s) = s {
+                    if s.recv().await.is_some() {
+                        return;
+                    }
+                }
+                std::future::pending().await
+            }
+            tokio::select! {
+                () = next(&mut self.int) => {}
+                () = next(&mut self.term) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
 }

@@ -78,7 +78,7 @@ fn documented_calls() -> BTreeSet<String> {
 fn builder_methods(source: &str) -> BTreeSet<String> {
     let body = source
         .split_once("> WorkerBuilder<T> {\n")
-        .expect("config.rs has the builder's impl block")
+        .expect("builder.rs has the builder's impl block")
         .1;
     body.lines()
         .take_while(|line| *line != "}")
@@ -164,7 +164,7 @@ async fn documented_defaults_match_the_builder() {
 
 #[test]
 fn every_builder_setting_is_documented() {
-    let methods = builder_methods(&package_file("src/config.rs"));
+    let methods = builder_methods(&package_file("src/builder.rs"));
     assert!(
         methods.len() >= 25,
         "builder methods not found: {methods:?}"
@@ -215,7 +215,7 @@ fn a_wrong_default_is_caught() {
 fn builder_doc_lines(source: &str) -> Vec<&str> {
     let before = source
         .split_once("\npub struct WorkerBuilder<")
-        .expect("config.rs defines WorkerBuilder")
+        .expect("builder.rs defines WorkerBuilder")
         .0;
     let mut lines: Vec<&str> = before
         .lines()
@@ -240,7 +240,7 @@ fn builder_docs_include_table(source: &str) -> bool {
 #[test]
 fn the_builder_docs_include_the_settings_table() {
     assert!(
-        builder_docs_include_table(&package_file("src/config.rs")),
+        builder_docs_include_table(&package_file("src/builder.rs")),
         "WorkerBuilder's rustdoc must include {SETTINGS_MD} under \"# Every setting\""
     );
     // The table is kept in one place: the workspace's reference doc links to

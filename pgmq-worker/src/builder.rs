@@ -6,135 +6,25 @@ use std::time::Duration;
 
 use pgmq_client::QueueName;
 
+use crate::backoff::Backoff;
+use crate::claimer::ClaimReads;
 use crate::db::Source;
+use crate::notifier::WakeUp;
 use serde::de::DeserializeOwned;
 
 use crate::error::Error;
-use crate::executor::{
+use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
+use crate::handler_loop::{
     async_spawner, blocking_spawner, context_spawner, transactional_spawner, Spawner,
 };
-use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
 use crate::worker::Worker;
-
-/// How idle claimers learn that messages arrived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum WakeUp {
-    /// Poll every `poll_interval` while the queue is empty (the default).
-    #[default]
-    Poll,
-    /// LISTEN on PGMQ's insert channel on one dedicated connection and read
-    /// as soon as a notification arrives; polling stays on at
-    /// `poll_interval`, because PGMQ does not notify when a delayed message or
-    /// an expired visibility timeout makes a message visible.
-    ///
-    /// At start the worker runs `pgmq.enable_notify_insert(queue,
-    /// notify_throttle)` unless the queue's insert trigger is already enabled.
-    /// An existing trigger keeps its throttle, unless
-    /// [`notify_throttle`](WorkerBuilder::notify_throttle) was called: then
-    /// the worker sets that one (`pgmq.update_notify_insert`).
-    ///
-    /// PGMQ sends at most one notification per throttle window; an insert
-    /// inside the window sends none. So that such a message does not wait
-    /// for the poll timer, the worker reads once more one throttle interval
-    /// after each notification (when the throttle is shorter than
-    /// `poll_interval`): a message committed inside a window is found within
-    /// about one throttle interval.
-    Notify,
-}
-
-/// The delay before a failed message is tried again, by attempt number.
-///
-/// ```
-/// use std::time::Duration;
-/// use pgmq_worker::Backoff;
-///
-/// let b = Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
-/// assert_eq!(b.delay(1), Duration::from_secs(1));
-/// assert_eq!(b.delay(3), Duration::from_secs(4));
-/// assert_eq!(b.delay(30), Duration::from_secs(60));
-/// assert_eq!(Backoff::constant(Duration::from_secs(5)).delay(9), Duration::from_secs(5));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backoff {
-    /// The same delay every time.
-    Constant(Duration),
-    /// `base * 2^(attempt - 1)`, at most `max`.
-    Exponential {
-        /// The delay after the first attempt.
-        base: Duration,
-        /// The largest delay.
-        max: Duration,
-    },
-}
-
-impl Backoff {
-    /// The same delay after every attempt.
-    pub fn constant(delay: Duration) -> Self {
-        Backoff::Constant(delay)
-    }
-
-    /// Doubling from `base` after the first attempt, capped at `max`.
-    pub fn exponential(base: Duration, max: Duration) -> Self {
-        Backoff::Exponential { base, max }
-    }
-
-    /// The delay after attempt `attempt` (1 = the first delivery) failed.
-    pub fn delay(&self, attempt: u32) -> Duration {
-        match *self {
-            Backoff::Constant(d) => d,
-            Backoff::Exponential { base, max } => {
-                let shift = attempt.saturating_sub(1).min(31);
-                base.checked_mul(1u32 << shift).unwrap_or(max).min(max)
-            }
-        }
-    }
-}
-
-impl Default for Backoff {
-    /// Exponential from 1 s to 5 min.
-    fn default() -> Self {
-        Backoff::exponential(Duration::from_secs(1), Duration::from_secs(300))
-    }
-}
+use crate::{
+    claim_queue, claimer, completer, handler_loop, heartbeat, notifier, preflight, runners,
+    shutdown, supervise,
+};
 
 /// PGMQ's own default throttle for `enable_notify_insert`.
 const DEFAULT_NOTIFY_THROTTLE: Duration = Duration::from_millis(250);
-
-/// How the claimers read the queue. The default suits every queue; the
-/// others exist for PGMQ installations this crate does not know and for
-/// comparing the paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ClaimReads {
-    /// A statement on the queue table ([`Pgmq::read_from`]) that continues
-    /// after the highest `msg_id` the claimers have read, so that a read
-    /// does not walk over the deleted head of a draining queue, with reads
-    /// from the start at least once per `poll_interval` and whenever a
-    /// bounded read comes back short (see the crate docs for the ordering
-    /// this gives). Falls back to [`Function`](Self::Function) when the
-    /// queue table's layout could not be checked at start (`check_queue`
-    /// off, a transient error) or the PGMQ version is not one this crate knows.
-    ///
-    /// [`Pgmq::read_from`]: pgmq_client::Pgmq::read_from
-    #[default]
-    Bounded,
-    /// The same statement, always from the start (as `pgmq.read` scans).
-    FromStart,
-    /// PGMQ's `pgmq.read` function.
-    Function,
-    /// Group-ordered (FIFO groups, PGMQ 1.13's `x-pgmq-group` header):
-    /// `pgmq.read_grouped_head`, which claims only the oldest message of
-    /// each group, and only while it is visible. Messages of one group are
-    /// therefore handled one at a time in `msg_id` order, different groups
-    /// in parallel up to `concurrency`, and a group's next message is
-    /// claimed only once its head was deleted or archived: a retried,
-    /// snoozed or running head holds the rest of its group back. Messages
-    /// without the header form one group of their own. Create the FIFO
-    /// index (`Pgmq::create_fifo_index`) on busy queues.
-    FifoGroups,
-}
 
 /// The settings of a worker, as the builder leaves them.
 #[derive(Debug, Clone)]
@@ -179,6 +69,122 @@ pub(crate) struct Config {
     #[cfg(feature = "fault-injection")]
     pub resume_panics: bool,
     pub claim_reads: ClaimReads,
+}
+
+/// What [`build`](WorkerBuilder::build) derives from the settings: each
+/// part's own, holding only what that part reads. Adding a setting means a
+/// builder method, a field of the part's `Settings`, and its line here.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub queue: QueueName,
+    pub wake_up: WakeUp,
+    pub preflight: preflight::Settings,
+    pub claim_queue: claim_queue::Settings,
+    pub claimer: claimer::Settings,
+    pub handler_loop: handler_loop::Settings,
+    pub runners: runners::Settings,
+    pub completer: completer::Settings,
+    /// None with the heartbeat off.
+    pub heartbeat: Option<heartbeat::Settings>,
+    /// None without [`WakeUp::Notify`].
+    pub notifier: Option<notifier::Settings>,
+    pub shutdown: shutdown::Settings,
+    #[cfg(feature = "metrics")]
+    pub metrics: crate::metrics::Settings,
+    pub supervision: supervise::Settings,
+}
+
+impl Plan {
+    fn of(c: Config) -> Self {
+        let fifo = c.claim_reads == ClaimReads::FifoGroups;
+        Plan {
+            preflight: preflight::Settings {
+                queue: c.queue.clone(),
+                dead_letter_queue: c.dead_letter_queue.clone(),
+                check_queue: c.check_queue,
+                claim_reads: c.claim_reads,
+                db_timeout: c.db_timeout,
+                notify: c.wake_up == WakeUp::Notify,
+                notify_throttle: c.notify_throttle,
+                notify_throttle_set: c.notify_throttle_set,
+            },
+            claim_queue: claim_queue::Settings {
+                capacity: c.claim_capacity,
+                handlers: c.concurrency,
+            },
+            claimer: claimer::Settings {
+                queue: c.queue.clone(),
+                claimers: c.claimers,
+                batch_size: c.batch_size,
+                claim_capacity: c.claim_capacity,
+                concurrency: c.concurrency,
+                visibility_timeout: c.visibility_timeout,
+                poll_interval: c.poll_interval,
+                db_timeout: c.db_timeout,
+            },
+            handler_loop: handler_loop::Settings {
+                queue: Arc::new(c.queue.clone()),
+                concurrency: c.concurrency,
+                visibility_timeout: c.visibility_timeout,
+                handler_timeout: c.handler_timeout,
+                max_attempts: c.max_attempts,
+                max_deliveries: c.max_deliveries,
+                retry_backoff: c.retry_backoff,
+                retry_jitter: c.retry_jitter,
+                hooks: c.hooks.clone(),
+                wake_claimers: fifo,
+                #[cfg(feature = "fault-injection")]
+                resume_panics: c.resume_panics,
+            },
+            runners: runners::Settings {
+                queue: c.queue.clone(),
+                db_timeout: c.db_timeout,
+                fifo_groups: fifo,
+                max_abandoned_blocking_threads: c.max_abandoned_blocking_threads,
+            },
+            completer: completer::Settings {
+                queue: c.queue.clone(),
+                dead_letter_queue: c.dead_letter_queue.clone(),
+                ack_capacity: c.ack_capacity,
+                ack_batch_size: c.ack_batch_size,
+                ack_flushers: c.ack_flushers,
+                ack_flush_interval: c.ack_flush_interval,
+                ack_retry_timeout: c.ack_retry_timeout,
+                db_timeout: c.db_timeout,
+                wake_claimers: fifo,
+            },
+            heartbeat: c.heartbeat.then(|| heartbeat::Settings {
+                queue: c.queue.clone(),
+                visibility_timeout: c.visibility_timeout,
+                db_timeout: c.db_timeout,
+            }),
+            notifier: (c.wake_up == WakeUp::Notify).then(|| notifier::Settings {
+                queue: c.queue.clone(),
+                poll_interval: c.poll_interval,
+            }),
+            shutdown: shutdown::Settings {
+                queue: c.queue.clone(),
+                shutdown_grace: c.shutdown_grace,
+                ack_drain_timeout: c.ack_drain_timeout,
+                release_batch: c.batch_size,
+                db_timeout: c.db_timeout,
+            },
+            #[cfg(feature = "metrics")]
+            metrics: crate::metrics::Settings {
+                queue: c.queue.clone(),
+                interval: c.metrics_interval,
+                db_timeout: c.db_timeout,
+            },
+            supervision: supervise::Settings {
+                #[cfg(feature = "fault-injection")]
+                panic_once_in: c.panic_once_in,
+                #[cfg(feature = "fault-injection")]
+                resume_panics: c.resume_panics,
+            },
+            wake_up: c.wake_up,
+            queue: c.queue,
+        }
+    }
 }
 
 /// Builds a [`Worker`]. Every setting has a default; only the handler is required.
@@ -747,7 +753,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
             return bad("no handler: call .handler(..) or .blocking_handler(..)");
         };
         check_pool(&self.source, &c, self.transactional, self.allow_small_pool)?;
-        Ok(Worker::from_parts(self.source, Arc::new(c), spawner))
+        Ok(Worker::from_parts(self.source, Plan::of(c), spawner))
     }
 }
 
