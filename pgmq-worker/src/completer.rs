@@ -306,9 +306,11 @@ impl Writer {
         }
         deletes.sort_unstable_by_key(|r| r.msg_id);
         let deletes = &*deletes;
-        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let pg = Pgmq::on(&self.kept);
         let written = self
-            .write("delete", deletes.len(), || pg.delete_fenced(q, deletes))
+            .write("delete", deletes.len(), || {
+                acknowledge(&pg, &self.shared.config, false, deletes)
+            })
             .await;
         self.note(written, deletes, &self.shared.stats.c.deleted, lost);
     }
@@ -318,9 +320,11 @@ impl Writer {
         if archives.is_empty() {
             return;
         }
-        let (pg, q) = (Pgmq::on(&self.kept), &self.shared.config.queue);
+        let pg = Pgmq::on(&self.kept);
         let written = self
-            .write("archive", archives.len(), || pg.archive_fenced(q, archives))
+            .write("archive", archives.len(), || {
+                acknowledge(&pg, &self.shared.config, true, archives)
+            })
             .await;
         self.note(written, archives, &self.shared.stats.c.archived, lost);
     }
@@ -592,6 +596,32 @@ fn names_missing_table(e: &pgmq_client::Error, queue: &QueueName) -> bool {
 }
 
 /// Archives dead letters (fenced), their reason merged into their headers.
+/// The fenced delete (or with `archive`, archive) of a success's
+/// deliveries on `pg`; returns the ids written. With the
+/// `fence_off` test hook (feature `fault-injection`) by message id alone.
+pub(crate) async fn acknowledge<E: pgmq_client::Executor>(
+    pg: &Pgmq<E>,
+    cfg: &Config,
+    archive: bool,
+    receipts: &[Receipt],
+) -> Result<Vec<i64>, pgmq_client::Error> {
+    let q = &cfg.queue;
+    #[cfg(feature = "fault-injection")]
+    if cfg.fence_off {
+        let ids: Vec<i64> = receipts.iter().map(|r| r.msg_id).collect();
+        return if archive {
+            pg.archive_batch(q, &ids).await
+        } else {
+            pg.delete_batch(q, &ids).await
+        };
+    }
+    if archive {
+        pg.archive_fenced(q, receipts).await
+    } else {
+        pg.delete_fenced(q, receipts).await
+    }
+}
+
 async fn archive_dead(
     kept: &Kept,
     queue: &QueueName,

@@ -267,12 +267,10 @@ impl<H> TxRun<H> {
             }
         };
         let pg = Pgmq::on(&tx);
-        let written = within(limit, async {
-            match kind {
-                AckKind::Archive => pg.archive_fenced(&cfg.queue, &[receipt]).await,
-                _ => pg.delete_fenced(&cfg.queue, &[receipt]).await,
-            }
-        })
+        let written = within(
+            limit,
+            crate::completer::acknowledge(&pg, cfg, matches!(kind, AckKind::Archive), &[receipt]),
+        )
         .await;
         match written {
             Ok(ids) if ids.is_empty() => {

@@ -45,6 +45,13 @@ pub(crate) const QUICK_SEEDS: [u64; 2] = [1, 2];
 pub(crate) const GROUPS: i64 = 6;
 /// First key of the transactional queue.
 pub(crate) const TX_BASE: i64 = 10_000_000;
+/// One transactional message in this many has its first claim expire
+/// under its running handler ([`Act::expire_once`]).
+pub(crate) const EXPIRE_EVERY: i64 = 40;
+/// Whether the transactional message `key` has [`Act::expire_once`].
+pub(crate) fn expires_once(key: i64) -> bool {
+    (TX_BASE..FIFO_BASE).contains(&key) && (key - TX_BASE) % EXPIRE_EVERY == EXPIRE_EVERY / 2
+}
 /// First key of the FIFO queue; key = FIFO_BASE + group * FIFO_SPAN + seq.
 pub(crate) const FIFO_BASE: i64 = 20_000_000;
 pub(crate) const FIFO_SPAN: i64 = 100_000;
@@ -457,6 +464,8 @@ fn slot_args(
         _ => HandlerKind::Context,
     };
     a.fifo = kind == ProcKind::Fifo;
+    // The transactional queue's starts judge which delivery committed.
+    a.record_starts = role == Role::Tx;
     a.hooks = role == Role::Plain;
     a.group = kind == ProcKind::Group;
     a
@@ -560,6 +569,12 @@ impl Producer {
         self.next[1] += 1;
         let r: u32 = self.rng.gen_range(0..100);
         let act = match r {
+            // Every 40th message, whatever the draw: its first delivery's
+            // claim expires under its handler (a stale acknowledgement).
+            _ if expires_once(key) => Some(Act {
+                expire_once: true,
+                ..Act::default()
+            }),
             0..=84 => None,
             85..=93 => Some(Act {
                 fail_before: 2,
@@ -1144,6 +1159,8 @@ async fn run_seed(
         handlings.push(hs);
         dead.push(reasons);
     }
+    let tx_starts =
+        ledger::starts(&ctx.client, &ctx.run_id, &scenario_of(&label, Role::Tx)).await?;
     for q in &qs {
         ctx.drop_queues(q).await;
     }
@@ -1157,6 +1174,7 @@ async fn run_seed(
         redriven: &redriven,
         plans: &producer.plans,
         handlings: &handlings,
+        tx_starts: &tx_starts,
         dead: &dead,
         tallies: &tallies,
         events: &events,

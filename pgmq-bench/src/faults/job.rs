@@ -86,6 +86,11 @@ pub(crate) struct Act {
     /// header (a redrive from the dead-letter queue sent it back).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fail_unless_redriven: bool,
+    /// On the first delivery, make the claim expire under the running
+    /// handler and wait for the next delivery to start before succeeding
+    /// (a stale acknowledgement; the worker's `expire_once`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expire_once: bool,
 }
 
 fn is_zero(v: &i32) -> bool {
