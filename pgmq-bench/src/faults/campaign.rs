@@ -127,6 +127,15 @@ impl ProcKind {
 pub(crate) const PROBE_HOOK: u8 = 1;
 /// Producer flag: some plain messages have a body whose decoding panics.
 pub(crate) const PROBE_DECODE: u8 = 2;
+/// Producer flag: most plain messages hang for [`STORM_HANG_MS`] on their
+/// first attempt (past `handler_timeout`).
+pub(crate) const PROBE_HANG: u8 = 4;
+/// How long the hangs of a `blocking-hangs` fault last: long enough that
+/// a message held while they run is seen held past 30 s.
+pub(crate) const STORM_HANG_MS: u64 = 60_000;
+/// `max_abandoned_blocking_threads` of the blocking process: small, so
+/// that a `blocking-hangs` fault goes past it.
+pub(crate) const BLOCKING_CAP: u64 = 4;
 /// The header a redriven message carries.
 pub(crate) const REDRIVEN_HEADER: &str = "fault_redriven";
 
@@ -464,6 +473,9 @@ fn slot_args(
         _ => HandlerKind::Context,
     };
     a.fifo = kind == ProcKind::Fifo;
+    if kind == ProcKind::Blocking {
+        a.max_abandoned = BLOCKING_CAP;
+    }
     // The transactional queue's starts judge which delivery committed.
     a.record_starts = role == Role::Tx;
     a.hooks = role == Role::Plain;
@@ -504,6 +516,16 @@ impl Producer {
         let mut job = Job::plain(key);
         let act = |a: Act| Some(a);
         match r {
+            0..=69 if probes & PROBE_HANG != 0 => {
+                job.act = act(Act {
+                    hang_before: 2,
+                    hang_ms: STORM_HANG_MS,
+                    ..Act::default()
+                });
+                // A blocking run given up at the timeout still records
+                // its handling when the hang ends.
+                plan.may_repeat = true;
+            }
             0..=69 => {}
             70..=74 => {
                 job.act = act(Act {

@@ -93,6 +93,9 @@ pub struct WorkerArgs {
     /// `max_deliveries` (0: pgmq-worker's default).
     #[arg(long, default_value_t = 0)]
     pub max_deliveries: u32,
+    /// `max_abandoned_blocking_threads` (0: pgmq-worker's default).
+    #[arg(long, default_value_t = 0)]
+    pub max_abandoned: u64,
     /// `db_timeout`, milliseconds (0: pgmq-worker's default).
     #[arg(long, default_value_t = 0)]
     pub db_timeout_ms: u64,
@@ -229,6 +232,7 @@ impl WorkerArgs {
             sleep_ms: 0,
             handler_timeout_ms: 0,
             max_deliveries: 0,
+            max_abandoned: 0,
             db_timeout_ms: 0,
             sdk_defaults: false,
             record_starts: false,
@@ -270,6 +274,7 @@ impl WorkerArgs {
             ("--handler-timeout-ms", self.handler_timeout_ms),
             ("--db-timeout-ms", self.db_timeout_ms),
             ("--max-deliveries", u64::from(self.max_deliveries)),
+            ("--max-abandoned", self.max_abandoned),
             ("--pool-size", u64::from(self.pool_size)),
         ] {
             v.push(flag.into());
@@ -516,6 +521,10 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerArgs) -> WorkerBuilder<Job> {
         0 => builder,
         n => builder.max_deliveries(n),
     };
+    let builder = match args.max_abandoned {
+        0 => builder,
+        n => builder.max_abandoned_blocking_threads(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
     match args.db_timeout_ms {
         0 => builder,
         ms => builder.db_timeout(Duration::from_millis(ms)),
@@ -726,7 +735,11 @@ async fn obey_and_record(
     }
     if attempt < act.hang_before {
         tracing::info!(key = msg.body.key, "planned hang");
-        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let hang = match act.hang_ms {
+            0 => Duration::from_secs(3600),
+            ms => Duration::from_millis(ms),
+        };
+        tokio::time::sleep(hang).await;
     }
     if attempt < act.panic_before {
         panic!("planned panic on key {} attempt {attempt}", msg.body.key);
