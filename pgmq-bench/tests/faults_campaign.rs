@@ -5,6 +5,7 @@
 //!
 //! Each test starts its own throwaway cluster and proxy on ports of the
 //! fault suite's own (55440-55445), so that they can run side by side.
+//! Without a sabotage the same campaign passes.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -80,21 +81,46 @@ fn heartbeat_off_fails_duplicates_only_under_faults() {
     assert!(!verdict(&doc, "duplicates only under faults"), "{doc}");
 }
 
+/// Then, on the same ports, the campaign without a sabotage passes: the
+/// workload the sabotages are caught by (claims that expire under their
+/// handler, handlers longer than the visibility timeout) is one a correct
+/// worker gets through.
 #[test]
-fn unordered_fifo_claims_fail_the_fifo_invariants() {
+fn unordered_fifo_claims_fail_the_fifo_invariants_and_without_it_all_hold() {
     let (code, stderr, doc) = campaign("fifo-unordered", 55442);
     assert_failed(code, &stderr, &doc);
     assert!(
         !verdict(&doc, "FIFO successes in sequence") || !verdict(&doc, "FIFO runs never overlap"),
         "{doc}"
     );
+
+    let (code, stderr, doc) = campaign("none", 55442);
+    assert_eq!(
+        code,
+        Some(0),
+        "the campaign without a sabotage must pass\n{stderr}\n{doc}"
+    );
+    assert_eq!(doc["pass"], true, "{doc}");
+    assert!(verdict(&doc, "only the current delivery commits"), "{doc}");
 }
 
+/// The two bugs planted in pgmq-worker itself (feature `fault-injection`),
+/// one after the other on one pair of ports.
 #[cfg(feature = "fault-injection")]
 #[test]
-fn an_uncaught_panic_fails_no_stall() {
+fn an_uncaught_panic_fails_no_stall_and_unfenced_acks_fail_current_delivery() {
     let (code, stderr, doc) = campaign("panic-uncaught", 55444);
     assert_failed(code, &stderr, &doc);
     // A panic that ends its handler loop leaves its message held.
     assert!(!verdict(&doc, "no stall"), "{doc}");
+
+    let (code, stderr, doc) = campaign("fence-off", 55444);
+    assert_failed(code, &stderr, &doc);
+    // Claims that expire under their running handler (every 40th
+    // transactional message): without the fence, the stale first
+    // delivery's transaction commits after the second delivery started.
+    assert!(!verdict(&doc, "only the current delivery commits"), "{doc}");
+    // Its delete ends the message: still one row per key, none lost.
+    assert!(verdict(&doc, "transactional rows exactly once"), "{doc}");
+    assert!(verdict(&doc, "nothing lost"), "{doc}");
 }

@@ -68,6 +68,9 @@ pub(crate) struct Config {
     /// Test hook: a handler's caught panic is raised again in its loop.
     #[cfg(feature = "fault-injection")]
     pub resume_panics: bool,
+    /// Test hook: deletes and archives of successes are not fenced.
+    #[cfg(feature = "fault-injection")]
+    pub fence_off: bool,
     pub claim_reads: ClaimReads,
 }
 
@@ -141,6 +144,8 @@ impl Plan {
                 db_timeout: c.db_timeout,
                 fifo_groups: fifo,
                 max_abandoned_blocking_threads: c.max_abandoned_blocking_threads,
+                #[cfg(feature = "fault-injection")]
+                fence_off: c.fence_off,
             },
             completer: completer::Settings {
                 queue: c.queue.clone(),
@@ -152,6 +157,8 @@ impl Plan {
                 ack_retry_timeout: c.ack_retry_timeout,
                 db_timeout: c.db_timeout,
                 wake_claimers: fifo,
+                #[cfg(feature = "fault-injection")]
+                fence_off: c.fence_off,
             },
             heartbeat: c.heartbeat.then(|| heartbeat::Settings {
                 queue: c.queue.clone(),
@@ -291,6 +298,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 panic_once_in: None,
                 #[cfg(feature = "fault-injection")]
                 resume_panics: false,
+                #[cfg(feature = "fault-injection")]
+                fence_off: false,
                 claim_reads: ClaimReads::Bounded,
             },
             max_deliveries: None,
@@ -553,6 +562,18 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     #[doc(hidden)]
     pub fn resume_handler_panics(mut self) -> Self {
         self.config.resume_panics = true;
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): the deletes and archives that
+    /// acknowledge a success (the completer's, and those in a transactional
+    /// handler's transaction) go by message id alone, without the delivery
+    /// fence, so that a stale delivery's acknowledgement lands; to prove
+    /// that a fault campaign sees it.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn fence_off(mut self) -> Self {
+        self.config.fence_off = true;
         self
     }
 

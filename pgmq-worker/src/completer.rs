@@ -86,6 +86,21 @@ pub(crate) struct Settings {
     /// Wake the claimers after each batch (group-ordered claims: a group's
     /// next message is claimable once its head is gone).
     pub wake_claimers: bool,
+    /// Test hook: successes acknowledged without the delivery fence.
+    #[cfg(feature = "fault-injection")]
+    pub fence_off: bool,
+}
+
+impl Settings {
+    /// Whether successes are acknowledged without the fence (the
+    /// `fence_off` test hook; never without feature `fault-injection`).
+    pub(crate) fn unfenced(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if self.fence_off {
+            return true;
+        }
+        false
+    }
 }
 
 /// The completer: its settings and the handles it touches.
@@ -362,9 +377,17 @@ impl Writer {
         }
         deletes.sort_unstable_by_key(|r| r.msg_id);
         let deletes = &*deletes;
-        let (pg, q) = (Pgmq::on(&self.kept), &self.part.settings.queue);
+        let pg = Pgmq::on(&self.kept);
         let written = self
-            .write("delete", deletes.len(), || pg.delete_fenced(q, deletes))
+            .write("delete", deletes.len(), || {
+                acknowledge(
+                    &pg,
+                    &self.part.settings.queue,
+                    self.part.settings.unfenced(),
+                    false,
+                    deletes,
+                )
+            })
             .await;
         self.note(written, deletes, &self.part.stats.c.deleted, lost);
     }
@@ -374,9 +397,17 @@ impl Writer {
         if archives.is_empty() {
             return;
         }
-        let (pg, q) = (Pgmq::on(&self.kept), &self.part.settings.queue);
+        let pg = Pgmq::on(&self.kept);
         let written = self
-            .write("archive", archives.len(), || pg.archive_fenced(q, archives))
+            .write("archive", archives.len(), || {
+                acknowledge(
+                    &pg,
+                    &self.part.settings.queue,
+                    self.part.settings.unfenced(),
+                    true,
+                    archives,
+                )
+            })
             .await;
         self.note(written, archives, &self.part.stats.c.archived, lost);
     }
@@ -647,6 +678,32 @@ fn names_missing_table(e: &pgmq_client::Error, queue: &QueueName) -> bool {
                 && (text.contains(&format!("q_{}", queue.as_str()))
                     || text.contains(&format!("\"{}\"", queue.as_str())))
         }
+    }
+}
+
+/// The fenced delete (or with `archive`, archive) of a success's
+/// deliveries on `pg`; returns the ids written. `unfenced` (only ever true
+/// with the `fence_off` test hook of feature `fault-injection`) writes by
+/// message id alone.
+pub(crate) async fn acknowledge<E: pgmq_client::Executor>(
+    pg: &Pgmq<E>,
+    queue: &QueueName,
+    unfenced: bool,
+    archive: bool,
+    receipts: &[Receipt],
+) -> Result<Vec<i64>, pgmq_client::Error> {
+    if unfenced {
+        let ids: Vec<i64> = receipts.iter().map(|r| r.msg_id).collect();
+        return if archive {
+            pg.archive_batch(queue, &ids).await
+        } else {
+            pg.delete_batch(queue, &ids).await
+        };
+    }
+    if archive {
+        pg.archive_fenced(queue, receipts).await
+    } else {
+        pg.delete_fenced(queue, receipts).await
     }
 }
 

@@ -50,6 +50,21 @@ pub(crate) struct Settings {
     /// Group-ordered claims: a blocking loop waits for its abandoned run.
     pub fifo_groups: bool,
     pub max_abandoned_blocking_threads: usize,
+    /// Test hook: a transactional success acknowledged without the fence.
+    #[cfg(feature = "fault-injection")]
+    pub fence_off: bool,
+}
+
+impl Settings {
+    /// Whether successes are acknowledged without the fence (the
+    /// `fence_off` test hook; never without feature `fault-injection`).
+    fn unfenced(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if self.fence_off {
+            return true;
+        }
+        false
+    }
 }
 
 /// What a run reads beyond its message: the runners' settings and the
@@ -261,12 +276,11 @@ impl<H> TxRun<H> {
             }
         };
         let pg = Pgmq::on(&tx);
-        let written = within(limit, async {
-            match kind {
-                AckKind::Archive => pg.archive_fenced(&cfg.queue, &[receipt]).await,
-                _ => pg.delete_fenced(&cfg.queue, &[receipt]).await,
-            }
-        })
+        let archive = matches!(kind, AckKind::Archive);
+        let written = within(
+            limit,
+            crate::completer::acknowledge(&pg, &cfg.queue, cfg.unfenced(), archive, &[receipt]),
+        )
         .await;
         match written {
             Ok(ids) if ids.is_empty() => {

@@ -45,6 +45,13 @@ pub(crate) const QUICK_SEEDS: [u64; 2] = [1, 2];
 pub(crate) const GROUPS: i64 = 6;
 /// First key of the transactional queue.
 pub(crate) const TX_BASE: i64 = 10_000_000;
+/// One transactional message in this many has its first claim expire
+/// under its running handler ([`Act::expire_once`]).
+pub(crate) const EXPIRE_EVERY: i64 = 40;
+/// Whether the transactional message `key` has [`Act::expire_once`].
+pub(crate) fn expires_once(key: i64) -> bool {
+    (TX_BASE..FIFO_BASE).contains(&key) && (key - TX_BASE) % EXPIRE_EVERY == EXPIRE_EVERY / 2
+}
 /// First key of the FIFO queue; key = FIFO_BASE + group * FIFO_SPAN + seq.
 pub(crate) const FIFO_BASE: i64 = 20_000_000;
 pub(crate) const FIFO_SPAN: i64 = 100_000;
@@ -120,6 +127,15 @@ impl ProcKind {
 pub(crate) const PROBE_HOOK: u8 = 1;
 /// Producer flag: some plain messages have a body whose decoding panics.
 pub(crate) const PROBE_DECODE: u8 = 2;
+/// Producer flag: most plain messages hang for [`STORM_HANG_MS`] on their
+/// first attempt (past `handler_timeout`).
+pub(crate) const PROBE_HANG: u8 = 4;
+/// How long the hangs of a `blocking-hangs` fault last: long enough that
+/// a message held while they run is seen held past 30 s.
+pub(crate) const STORM_HANG_MS: u64 = 60_000;
+/// `max_abandoned_blocking_threads` of the blocking process: small, so
+/// that a `blocking-hangs` fault goes past it.
+pub(crate) const BLOCKING_CAP: u64 = 4;
 /// The header a redriven message carries.
 pub(crate) const REDRIVEN_HEADER: &str = "fault_redriven";
 
@@ -457,6 +473,11 @@ fn slot_args(
         _ => HandlerKind::Context,
     };
     a.fifo = kind == ProcKind::Fifo;
+    if kind == ProcKind::Blocking {
+        a.max_abandoned = BLOCKING_CAP;
+    }
+    // The transactional queue's starts judge which delivery committed.
+    a.record_starts = role == Role::Tx;
     a.hooks = role == Role::Plain;
     a.group = kind == ProcKind::Group;
     a
@@ -495,6 +516,16 @@ impl Producer {
         let mut job = Job::plain(key);
         let act = |a: Act| Some(a);
         match r {
+            0..=69 if probes & PROBE_HANG != 0 => {
+                job.act = act(Act {
+                    hang_before: 2,
+                    hang_ms: STORM_HANG_MS,
+                    ..Act::default()
+                });
+                // A blocking run given up at the timeout still records
+                // its handling when the hang ends.
+                plan.may_repeat = true;
+            }
             0..=69 => {}
             70..=74 => {
                 job.act = act(Act {
@@ -560,6 +591,12 @@ impl Producer {
         self.next[1] += 1;
         let r: u32 = self.rng.gen_range(0..100);
         let act = match r {
+            // Every 40th message, whatever the draw: its first delivery's
+            // claim expires under its handler (a stale acknowledgement).
+            _ if expires_once(key) => Some(Act {
+                expire_once: true,
+                ..Act::default()
+            }),
             0..=84 => None,
             85..=93 => Some(Act {
                 fail_before: 2,
@@ -1144,6 +1181,8 @@ async fn run_seed(
         handlings.push(hs);
         dead.push(reasons);
     }
+    let tx_starts =
+        ledger::starts(&ctx.client, &ctx.run_id, &scenario_of(&label, Role::Tx)).await?;
     for q in &qs {
         ctx.drop_queues(q).await;
     }
@@ -1157,6 +1196,7 @@ async fn run_seed(
         redriven: &redriven,
         plans: &producer.plans,
         handlings: &handlings,
+        tx_starts: &tx_starts,
         dead: &dead,
         tallies: &tallies,
         events: &events,

@@ -77,6 +77,9 @@ pub(crate) struct Act {
     /// Hang (sleep for an hour) on attempts before this one.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub hang_before: i32,
+    /// How long a hang lasts, milliseconds (0: an hour).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub hang_ms: u64,
     /// Return [`Outcome::Snooze`](pgmq_worker::Outcome::Snooze) (200 ms, no
     /// attempt used) while the message is younger than this: a snooze
     /// undoes its read, so neither `read_ct` nor the attempt can count them.
@@ -86,6 +89,11 @@ pub(crate) struct Act {
     /// header (a redrive from the dead-letter queue sent it back).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fail_unless_redriven: bool,
+    /// On the first delivery, make the claim expire under the running
+    /// handler and wait for the next delivery to start before succeeding
+    /// (a stale acknowledgement; the worker's `expire_once`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expire_once: bool,
 }
 
 fn is_zero(v: &i32) -> bool {

@@ -339,6 +339,41 @@ pub(crate) async fn windows(
         .collect())
 }
 
+/// One recorded handler start (`--record-starts`): which delivery of which
+/// key began when (server clock).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Start {
+    pub key: i64,
+    pub worker_pid: i32,
+    pub read_ct: i32,
+    pub started_at: DateTime<Utc>,
+}
+
+/// Every recorded handler start of a scenario.
+pub(crate) async fn starts(
+    client: &Client,
+    run_id: &str,
+    scenario: &str,
+) -> Result<Vec<Start>, BoxError> {
+    let conn = client.connection().await?;
+    let rows = conn
+        .query(
+            "select key, worker_pid, read_ct, started_at from pgmq_fault_starts \
+             where run_id = $1 and scenario = $2",
+            &[&run_id, &scenario],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Start {
+            key: r.get(0),
+            worker_pid: r.get(1),
+            read_ct: r.get(2),
+            started_at: r.get(3),
+        })
+        .collect())
+}
+
 /// Pairs of handler runs of one key, in two processes, whose windows overlap
 /// in time: the message was being handled by both at once.
 pub(crate) fn overlapping(windows: &[Window]) -> Vec<(&Window, &Window)> {

@@ -95,8 +95,8 @@ pub struct FaultsArgs {
 
     /// Plant a bug in the fault worker (`skip-ledger`: one message in a
     /// thousand acknowledged without being recorded; `heartbeat-off`,
-    /// `fifo-unordered`, `panic-uncaught` for the campaign). The run must
-    /// then fail: this is how the suite is seen to go red.
+    /// `fifo-unordered`, `panic-uncaught`, `fence-off` for the campaign).
+    /// The run must then fail: this is how the suite is seen to go red.
     #[arg(long, value_enum, default_value_t = Sabotage::None)]
     pub sabotage: Sabotage,
 

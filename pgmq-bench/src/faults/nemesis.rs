@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pgmq_client::QueueName;
 
-use super::campaign::{Slots, Workload, PROBE_DECODE, PROBE_HOOK};
+use super::campaign::{Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
 use super::ctx::Ctx;
 use super::proxy::Proxy;
 use super::BoxError;
@@ -160,6 +160,16 @@ pub(crate) const KINDS: &[Kind] = &[
         clears: "the producer stops sending them",
         min_ms: 1_000,
         max_ms: 5_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+    },
+    Kind {
+        name: "blocking-hangs",
+        injects: "most plain messages hang 60 s on their first attempt (past handler_timeout; more than the blocking process's max_abandoned_blocking_threads of 4)",
+        clears: "the producer stops sending them",
+        min_ms: 1_000,
+        max_ms: 4_000,
         at_process: false,
         at_queue: false,
         holds_backends: false,
@@ -348,6 +358,10 @@ impl Nemesis<'_> {
                 self.workload.redrive(self.ctx).await?;
                 Held::Nothing
             }
+            "blocking-hangs" => {
+                self.workload.probes.fetch_or(PROBE_HANG, Ordering::SeqCst);
+                Held::Nothing
+            }
             other => return Err(format!("fault kind {other} has no injection").into()),
         })
     }
@@ -394,6 +408,11 @@ impl Nemesis<'_> {
                 self.workload
                     .probes
                     .fetch_and(!PROBE_DECODE, Ordering::SeqCst);
+            }
+            "blocking-hangs" => {
+                self.workload
+                    .probes
+                    .fetch_and(!PROBE_HANG, Ordering::SeqCst);
             }
             "reset" => self.proxy.set_accepting(true),
             "read-only" => {

@@ -93,6 +93,9 @@ pub struct WorkerArgs {
     /// `max_deliveries` (0: pgmq-worker's default).
     #[arg(long, default_value_t = 0)]
     pub max_deliveries: u32,
+    /// `max_abandoned_blocking_threads` (0: pgmq-worker's default).
+    #[arg(long, default_value_t = 0)]
+    pub max_abandoned: u64,
     /// `db_timeout`, milliseconds (0: pgmq-worker's default).
     #[arg(long, default_value_t = 0)]
     pub db_timeout_ms: u64,
@@ -176,6 +179,10 @@ pub enum Sabotage {
     /// A handler's panic is not caught: it ends the handler loop (needs the
     /// `fault-injection` feature, which passes it to pgmq-worker).
     PanicUncaught,
+    /// The worker's deletes and archives of successes do not check the
+    /// delivery fence: a stale delivery's acknowledgement lands (needs the
+    /// `fault-injection` feature).
+    FenceOff,
 }
 
 impl Sabotage {
@@ -187,6 +194,7 @@ impl Sabotage {
             Sabotage::HeartbeatOff => "heartbeat-off",
             Sabotage::FifoUnordered => "fifo-unordered",
             Sabotage::PanicUncaught => "panic-uncaught",
+            Sabotage::FenceOff => "fence-off",
         }
     }
 }
@@ -224,6 +232,7 @@ impl WorkerArgs {
             sleep_ms: 0,
             handler_timeout_ms: 0,
             max_deliveries: 0,
+            max_abandoned: 0,
             db_timeout_ms: 0,
             sdk_defaults: false,
             record_starts: false,
@@ -265,6 +274,7 @@ impl WorkerArgs {
             ("--handler-timeout-ms", self.handler_timeout_ms),
             ("--db-timeout-ms", self.db_timeout_ms),
             ("--max-deliveries", u64::from(self.max_deliveries)),
+            ("--max-abandoned", self.max_abandoned),
             ("--pool-size", u64::from(self.pool_size)),
         ] {
             v.push(flag.into());
@@ -297,6 +307,8 @@ impl WorkerArgs {
 /// What every handler needs.
 struct HandlerCtx {
     ledger: Client,
+    /// The queue handled, for an act that makes its own claim expire.
+    queue: QueueName,
     run_id: String,
     scenario: String,
     pid: i32,
@@ -384,6 +396,7 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
     .await?;
     let hctx = Arc::new(HandlerCtx {
         ledger,
+        queue: queue.clone(),
         run_id: args.run_id.clone(),
         scenario: args.scenario.clone(),
         pid: std::process::id() as i32,
@@ -508,6 +521,10 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerArgs) -> WorkerBuilder<Job> {
         0 => builder,
         n => builder.max_deliveries(n),
     };
+    let builder = match args.max_abandoned {
+        0 => builder,
+        n => builder.max_abandoned_blocking_threads(usize::try_from(n).unwrap_or(usize::MAX)),
+    };
     match args.db_timeout_ms {
         0 => builder,
         ms => builder.db_timeout(Duration::from_millis(ms)),
@@ -527,12 +544,15 @@ fn sabotaged(
         Sabotage::FifoUnordered => builder,
         #[cfg(feature = "fault-injection")]
         Sabotage::PanicUncaught => builder.resume_handler_panics(),
+        #[cfg(feature = "fault-injection")]
+        Sabotage::FenceOff => builder.fence_off(),
         #[cfg(not(feature = "fault-injection"))]
-        Sabotage::PanicUncaught => {
-            return Err(
-                "--sabotage panic-uncaught needs pgmq-bench built with --features fault-injection"
-                    .into(),
+        Sabotage::PanicUncaught | Sabotage::FenceOff => {
+            return Err(format!(
+                "--sabotage {} needs pgmq-bench built with --features fault-injection",
+                args.sabotage.as_arg()
             )
+            .into())
         }
     })
 }
@@ -715,7 +735,11 @@ async fn obey_and_record(
     }
     if attempt < act.hang_before {
         tracing::info!(key = msg.body.key, "planned hang");
-        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let hang = match act.hang_ms {
+            0 => Duration::from_secs(3600),
+            ms => Duration::from_millis(ms),
+        };
+        tokio::time::sleep(hang).await;
     }
     if attempt < act.panic_before {
         panic!("planned panic on key {} attempt {attempt}", msg.body.key);
@@ -730,6 +754,9 @@ async fn obey_and_record(
     if act.snooze_ms > 0 && age.num_milliseconds() < act.snooze_ms as i64 {
         h.snoozed.fetch_add(1, Ordering::Relaxed);
         return Ok(Outcome::Snooze(Duration::from_millis(200)));
+    }
+    if act.expire_once {
+        expire_once(h, &msg).await?;
     }
     let sleep = h.sleep + Duration::from_millis(act.sleep_ms);
     if !sleep.is_zero() {
@@ -753,6 +780,41 @@ async fn obey_and_record(
         }
     }
     Ok(Outcome::Delete)
+}
+
+/// [`Act::expire_once`]: on a message's first delivery, its claim expires
+/// under the running handler (its visibility set to now, as a heartbeat
+/// that came too late would leave it), and the handler waits, up to 3 s,
+/// until the next delivery has started (`--record-starts`) before it goes
+/// on to record and succeed: its acknowledgement is then a stale one, which
+/// the delivery fence must refuse. Later deliveries wait 1 s, so that the
+/// stale acknowledgement comes first.
+async fn expire_once(h: &HandlerCtx, msg: &Message<Job>) -> Result<(), HandlerError> {
+    if msg.read_ct > 1 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        return Ok(());
+    }
+    tracing::info!(key = msg.body.key, "planned claim expiry");
+    h.ledger
+        .set_vt(&h.queue, msg.msg_id, Duration::ZERO)
+        .await?;
+    let conn = h.ledger.connection().await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while tokio::time::Instant::now() < deadline {
+        let next = conn
+            .query_opt(
+                "select 1 from pgmq_fault_starts where run_id = $1 and scenario = $2 \
+                 and key = $3 and read_ct > $4 limit 1",
+                &[&h.run_id, &h.scenario, &msg.body.key, &msg.read_ct],
+            )
+            .await?;
+        if next.is_some() {
+            tracing::info!(key = msg.body.key, "the next delivery started");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
 
 /// A hook that panics where a message's [`HOOK_PANIC_HEADER`] says, on its
