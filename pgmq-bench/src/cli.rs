@@ -66,7 +66,7 @@ pub enum Command {
     /// One worker process of the worker_processes section (started by the
     /// benchmark, not by hand).
     #[command(hide = true)]
-    ProcessWorker(crate::scenarios::processes::ChildArgs),
+    ProcessWorker(crate::sections::processes::ChildArgs),
     /// Merge the documents of N invocations into one aggregate document that
     /// keeps every run; its figures hold one median per invocation.
     Aggregate(AggregateArgs),

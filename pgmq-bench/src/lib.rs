@@ -24,7 +24,7 @@
 //! Table of contents:
 //! - [`cli`], [`config`]: the command line and its validated settings;
 //!   [`target`]: the database, its password resolved once (never in argv);
-//! - [`run`]: one run from start to document; [`scenarios`]: the sections,
+//! - [`run`]: one run from start to document; [`sections`]: the sections,
 //!   one file each (send, consume, idle, wakeup, baseline, sustained);
 //! - [`document`]: the benchmark.v1 types; [`figures`]: runs to figures and
 //!   targets; [`metadata`]: build, machine and server facts;
@@ -48,7 +48,7 @@ pub mod process;
 pub mod progress;
 pub mod report;
 pub mod run;
-pub mod scenarios;
+pub mod sections;
 pub mod stats;
 pub mod target;
 

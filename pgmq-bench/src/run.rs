@@ -21,9 +21,9 @@ use crate::local_db::LocalDb;
 use crate::metadata;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
-use crate::scenarios::baseline::Loop;
-use crate::scenarios::wakeup::Mode;
-use crate::scenarios::{
+use crate::sections::baseline::Loop;
+use crate::sections::wakeup::Mode;
+use crate::sections::{
     self, backlog, baseline, consume, idle, processes, send, sustained, wakeup, Ctx, Sink,
 };
 use crate::target::{self, Target};
@@ -153,7 +153,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
     let sink = open_sink(&cfg, &admin, &target).await?;
     let ctx = Arc::new(Ctx {
         sink,
-        pad: scenarios::padding(cfg.payload_bytes),
+        pad: sections::padding(cfg.payload_bytes),
         cfg,
         target,
         client,

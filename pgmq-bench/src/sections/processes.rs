@@ -39,8 +39,8 @@ use crate::document::{Percentiles, ProcessShare, ProcessesRun, Rate, WorkerCount
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::process::MemoryMeter;
-use crate::scenarios::consume::{with_claim_reads, worker_on, Tally};
-use crate::scenarios::{counters, Ctx, InBody, Sink};
+use crate::sections::consume::{with_claim_reads, worker_on, Tally};
+use crate::sections::{counters, Ctx, InBody, Sink};
 use crate::stats::percentiles_us_to_ms;
 
 /// Arguments of the hidden `process-worker` subcommand. The DSN comes from

@@ -14,8 +14,8 @@ use pgmq_worker::WakeUp;
 use crate::document::{IdleRun, Rate};
 use crate::error::Result;
 use crate::process::cpu_time;
-use crate::scenarios::consume::{worker, Tally};
-use crate::scenarios::Ctx;
+use crate::sections::consume::{worker, Tally};
+use crate::sections::Ctx;
 
 /// One idle run.
 pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {

@@ -131,7 +131,7 @@ pub struct InBody {
 /// The id ranges `0..n` in batches of `size`.
 ///
 /// ```
-/// let v: Vec<_> = pgmq_bench::scenarios::id_batches(5, 2).collect();
+/// let v: Vec<_> = pgmq_bench::sections::id_batches(5, 2).collect();
 /// assert_eq!(v, vec![0..2, 2..4, 4..5]);
 /// ```
 pub fn id_batches(n: u64, size: u64) -> impl Iterator<Item = std::ops::Range<u64>> {

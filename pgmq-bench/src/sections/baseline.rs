@@ -29,7 +29,7 @@ use tokio_postgres::types::Json;
 use crate::document::{BaselineRun, Rate};
 use crate::error::Result;
 use crate::ledger::Ledger;
-use crate::scenarios::{id_batches, Ctx, InBody};
+use crate::sections::{id_batches, Ctx, InBody};
 
 /// Which loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

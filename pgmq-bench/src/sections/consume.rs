@@ -26,7 +26,7 @@ use tokio::sync::Notify;
 use crate::document::{ConsumeRun, Rate};
 use crate::error::Result;
 use crate::ledger::Ledger;
-use crate::scenarios::{counters, Ctx, InBody, Sink};
+use crate::sections::{counters, Ctx, InBody, Sink};
 use crate::stats::{percentiles_us_to_ms, us_histogram};
 
 /// What every handler call shares.
@@ -251,7 +251,7 @@ impl pgmq_worker::TransactionalHandler<InBody> for TxSink {
     }
 }
 
-/// The insert of `--handler db-write-tx`, into [`SINK_TABLE`](crate::scenarios::SINK_TABLE).
+/// The insert of `--handler db-write-tx`, into [`SINK_TABLE`](crate::sections::SINK_TABLE).
 const TX_INSERT: &str = "INSERT INTO pgmq_bench_handler_sink (id) VALUES ($1)";
 
 /// One run at `workers` handlers.

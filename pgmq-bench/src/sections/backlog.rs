@@ -9,8 +9,8 @@
 
 use crate::document::ConsumeRun;
 use crate::error::Result;
-use crate::scenarios::consume::drain;
-use crate::scenarios::Ctx;
+use crate::sections::consume::drain;
+use crate::sections::Ctx;
 
 /// One drain of a backlog of `n` messages.
 pub async fn run(ctx: &Ctx, n: u64, round: u32) -> Result<ConsumeRun> {

@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::document::WakeupRun;
 use crate::error::{Error, Result};
-use crate::scenarios::consume::with_claim_reads;
-use crate::scenarios::{counters, Ctx, InBody};
+use crate::sections::consume::with_claim_reads;
+use crate::sections::{counters, Ctx, InBody};
 use crate::stats::percentiles_of;
 
 /// Polling only, or LISTEN/NOTIFY.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::document::{Rate, SendRun};
 use crate::error::Result;
-use crate::scenarios::{id_batches, Ctx};
+use crate::sections::{id_batches, Ctx};
 
 /// One send_single run: `--single-messages` calls of `Client::send`.
 pub async fn single(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::document::{BacklogSample, DbCounters, Interval, Rate, SustainedRun, Verdict};
 use crate::error::{Error, Result};
-use crate::scenarios::consume::{worker, QueueWaits, Tally};
-use crate::scenarios::{counters, Ctx};
+use crate::sections::consume::{worker, QueueWaits, Tally};
+use crate::sections::{counters, Ctx};
 use crate::stats::{histogram_delta, interval_percentiles_ms, least_squares_fit};
 
 /// The largest backlog slope that passes, messages/s.
