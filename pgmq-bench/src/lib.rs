@@ -25,7 +25,8 @@
 //! - [`cli`], [`config`]: the command line and its validated settings;
 //!   [`target`]: the database, its password resolved once (never in argv);
 //! - [`run`]: one run from start to document; [`sections`]: the sections,
-//!   one file each (send, consume, idle, wakeup, baseline, sustained);
+//!   one file each (its run, checks, figures and report part), listed in
+//!   one registry; [`checks`]: the checks they share and the run's outcome;
 //! - [`document`]: the benchmark.v1 types; [`figures`]: runs to figures and
 //!   targets; [`metadata`]: build, machine and server facts;
 //! - [`guard`]: the `pgmq_bench_*` queue guard; [`ledger`]: handled-id
@@ -33,6 +34,7 @@
 //! - [`report`]: Markdown, SVG, compare, check; [`commands`]: their entry points;
 //! - [`faults`]: the fault and bad-input suite (`pgmq-bench faults`).
 
+pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod config;

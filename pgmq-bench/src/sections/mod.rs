@@ -1,5 +1,13 @@
-//! The sections, one file each, and what they share: the run context, the
-//! message bodies, preloading and vacuuming a queue.
+//! The benchmark's sections, one file each, and the registry that lists
+//! them: [`REGISTRY`] is where the command line's section names, the order a
+//! round runs them in, the run's checks, the document's figures and the
+//! Markdown report's parts come from. A section's file holds its run, its
+//! [`Section`] implementation (how a round runs it, its checks, its figures,
+//! its part of the report), so adding a section is one file and one line in
+//! [`REGISTRY`].
+//!
+//! What the sections share is here too: the run context, the message
+//! bodies, preloading and vacuuming a queue.
 //!
 //! Every message body is `{"id": n, "pad": "xxx…"}`: `id` is assigned by the
 //! bench from 0 so that handlers can record it in a [`Ledger`](crate::ledger::Ledger),
@@ -18,15 +26,103 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use pgmq_client::{Client, QueueName};
 use serde::{Deserialize, Serialize};
 
+use crate::checks::Checks;
 use crate::config::Config;
-use crate::document::WorkerCounters;
+use crate::document::{Document, Sections, WorkerCounters};
 use crate::error::Result;
+use crate::figures::Figures;
 use crate::guard::Guard;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
+
+/// Every section, in the order a round runs them: the one list a section
+/// is registered in.
+pub(crate) const REGISTRY: &[&dyn Section] = &[
+    &send::SendSingle,
+    &send::SendBatch,
+    &consume::ConsumeScaling,
+    &baseline::Baseline,
+    &backlog::BacklogScaling,
+    &processes::WorkerProcesses,
+    &idle::IdleWorker,
+    &wakeup::WakeupLatency,
+    &sustained::Sustained,
+];
+
+/// The names of the registered sections, in the order a round runs them
+/// (what `--sections` accepts and `sections` in a document holds).
+///
+/// ```
+/// let names: Vec<&str> = pgmq_bench::sections::names().collect();
+/// assert_eq!(names.first(), Some(&"send_single"));
+/// assert!(names.contains(&"worker_processes"));
+/// ```
+pub fn names() -> impl Iterator<Item = &'static str> {
+    REGISTRY.iter().map(|s| s.name())
+}
+
+/// One benchmark section: its name on the command line and in the
+/// document, how a round runs it, the run's checks of its runs, its figures
+/// and its part of the Markdown report.
+pub(crate) trait Section: Sync {
+    /// The name on the command line and in the document (`sections.<name>`).
+    fn name(&self) -> &'static str;
+
+    /// One line for `--help`.
+    fn about(&self) -> &'static str;
+
+    /// Whether warm-up rounds run it (only throughput sections do).
+    fn in_warmup(&self) -> bool {
+        false
+    }
+
+    /// Runs the section once for the round `at`, recording its runs in `s`.
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    /// Adds the failures and warnings of its runs in `s`.
+    fn check(&self, s: &Sections, out: &mut Checks);
+
+    /// Adds the figures of its measured runs in `s`.
+    fn figures(&self, s: &Sections, f: &mut Figures);
+
+    /// Each run's peak RSS as (round, warm-up, bytes), for the memory
+    /// figures and summary; none by default.
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        let _ = s;
+        Vec::new()
+    }
+
+    /// Appends its part of the Markdown report of `d` (nothing when `d`
+    /// holds none of its figures).
+    fn report(&self, d: &Document, out: &mut String);
+}
+
+impl std::fmt::Debug for dyn Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The round a run belongs to: its index among warm-up or measured rounds,
+/// whether it is a warm-up round, and the tag naming it in progress lines.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Round<'a> {
+    /// Index among the warm-up rounds, or among the measured ones.
+    pub(crate) index: u32,
+    /// A warm-up round (its runs are recorded but not in the figures).
+    pub(crate) warm: bool,
+    /// `warm-up 1/1` or `round 2/3`.
+    pub(crate) tag: &'a str,
+}
 
 /// Everything a section needs.
 #[derive(Debug)]
