@@ -1,10 +1,11 @@
 //! The benchmark's sections, one file each, and the registry that lists
-//! them: [`REGISTRY`] is where the command line's section names, the order a
+//! them: `REGISTRY` is where the command line's section names, the order a
 //! round runs them in, the run's checks, the document's figures and the
 //! Markdown report's parts come from. A section's file holds its run, its
 //! [`Section`] implementation (how a round runs it, its checks, its figures,
 //! its part of the report), so adding a section is one file and one line in
-//! [`REGISTRY`].
+//! the `registry!` list below (a section without a field of its own in
+//! [`Sections`] keeps its runs in [`Sections::extra`]).
 //!
 //! What the sections share is here too: the run context, the message
 //! bodies, preloading and vacuuming a queue.
@@ -12,15 +13,6 @@
 //! Every message body is `{"id": n, "pad": "xxx…"}`: `id` is assigned by the
 //! bench from 0 so that handlers can record it in a [`Ledger`](crate::ledger::Ledger),
 //! and `pad` brings the body to `--payload-bytes`.
-
-pub mod backlog;
-pub mod baseline;
-pub mod consume;
-pub mod idle;
-pub mod processes;
-pub mod send;
-pub mod sustained;
-pub mod wakeup;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -39,19 +31,28 @@ use crate::guard::Guard;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
 
-/// Every section, in the order a round runs them: the one list a section
-/// is registered in.
-pub(crate) const REGISTRY: &[&dyn Section] = &[
-    &send::SendSingle,
-    &send::SendBatch,
-    &consume::ConsumeScaling,
-    &baseline::Baseline,
-    &backlog::BacklogScaling,
-    &processes::WorkerProcesses,
-    &idle::IdleWorker,
-    &wakeup::WakeupLatency,
-    &sustained::Sustained,
-];
+/// Declares the section modules and [`REGISTRY`], the sections in the
+/// order a round runs them: one line per file, naming the sections it holds.
+macro_rules! registry {
+    ($($vis:vis $module:ident => [$($section:ident),+],)+) => {
+        $($vis mod $module;)+
+
+        /// Every section, in the order a round runs them: the one list a
+        /// section is registered in.
+        pub(crate) const REGISTRY: &[&dyn Section] = &[$($(&$module::$section,)+)+];
+    };
+}
+
+registry! {
+    pub send => [SendSingle, SendBatch],
+    pub consume => [ConsumeScaling],
+    pub baseline => [Baseline],
+    pub backlog => [BacklogScaling],
+    pub processes => [WorkerProcesses],
+    pub idle => [IdleWorker],
+    pub wakeup => [WakeupLatency],
+    pub sustained => [Sustained],
+}
 
 /// The names of the registered sections, in the order a round runs them
 /// (what `--sections` accepts and `sections` in a document holds).
