@@ -80,8 +80,6 @@ pub struct Config {
     pub rate_step: f64,
     /// Most rate-search steps.
     pub rate_steps_max: u32,
-    /// The quick profile.
-    pub quick: bool,
 }
 
 /// The backlog sizes of the full profile.
@@ -143,7 +141,6 @@ impl Config {
             rate_search: a.rate_search,
             rate_step: a.rate_step,
             rate_steps_max: a.rate_steps_max,
-            quick: a.quick,
         })
     }
 

@@ -192,11 +192,7 @@ fn say_versions(progress: &Progress, database: &Database, cfg: &Config) {
         database.server_version_num,
         database.pgmq_version,
         metadata::build().profile,
-        cfg.sections
-            .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(",")
+        cfg.section_names().join(",")
     ));
 }
 
@@ -303,7 +299,7 @@ async fn write_and_report(doc: &Document, cfg: &Config, progress: &Progress) -> 
 
 fn workload(cfg: &Config) -> Workload {
     Workload {
-        sections: cfg.sections.iter().map(|s| s.name().to_owned()).collect(),
+        sections: cfg.section_names().into_iter().map(str::to_owned).collect(),
         messages: cfg.messages,
         batch_messages: cfg.batch_messages,
         single_messages: cfg.single_messages,

@@ -110,7 +110,7 @@ pub struct ChildReport {
 }
 
 /// Parses the arguments the parent passed to `process-worker`, then runs
-/// [`child_main`].
+/// `child_main`.
 pub async fn child_main_argv(argv: Vec<String>) -> Result<i32> {
     #[derive(clap::Parser)]
     #[command(name = "pgmq-bench process-worker")]
