@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::local_db;
@@ -66,7 +67,7 @@ pub enum Command {
     /// One worker process of the worker_processes section (started by the
     /// benchmark, not by hand).
     #[command(hide = true)]
-    ProcessWorker(crate::scenarios::processes::ChildArgs),
+    ProcessWorker(ChildArgv),
     /// Merge the documents of N invocations into one aggregate document that
     /// keeps every run; its figures hold one median per invocation.
     Aggregate(AggregateArgs),
@@ -74,6 +75,16 @@ pub enum Command {
     /// figure's median and range, the targets, outcome, SDK and host; no
     /// runs): small enough to attach to a changelog.
     Summary(SummaryArgs),
+}
+
+/// The arguments of a section's child process (`process-worker`), which
+/// the section that starts it parses.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct ChildArgv {
+    /// The child's arguments, as the section passed them.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub argv: Vec<String>,
 }
 
 /// What each handler call does besides recording its id.
@@ -191,74 +202,19 @@ pub struct AggregateArgs {
     pub output: PathBuf,
 }
 
-/// A benchmark section.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum Section {
-    /// Sequential one-message SDK sends.
-    SendSingle,
-    /// Sequential SDK batch sends.
-    SendBatch,
-    /// The worker draining a preloaded queue at each handler count.
-    ConsumeScaling,
-    /// The worker with no work: CPU, empty reads, wake-ups.
-    IdleWorker,
-    /// Send-to-handler latency, polling only and LISTEN/NOTIFY.
-    WakeupLatency,
-    /// The same loops on plain prepared statements, one connection, no SDK.
-    Baseline,
-    /// Producers and the worker together for `--duration`.
-    Sustained,
-    /// The worker draining fresh queues of several backlog sizes (`--backlog-sizes`).
-    BacklogScaling,
-    /// Separate worker processes draining one queue (`--processes`).
-    WorkerProcesses,
+/// The `--sections` parser: the names of the registered sections, each with
+/// its one-line help.
+fn section_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(
+        crate::sections::REGISTRY
+            .iter()
+            .map(|s| PossibleValue::new(s.name()).help(s.about())),
+    )
 }
 
-impl Section {
-    /// Whether warm-up rounds run it. Only the throughput sections warm up:
-    /// idle_worker and wakeup_latency measure an idle worker, and sustained
-    /// has its own warm-up (`--sustained-warmup`, left out of the slope fit).
-    pub fn in_warmup(self) -> bool {
-        matches!(
-            self,
-            Section::SendSingle | Section::SendBatch | Section::ConsumeScaling | Section::Baseline
-        )
-    }
-
-    /// Every section, in the order a round runs them.
-    pub const ALL: [Section; 9] = [
-        Section::SendSingle,
-        Section::SendBatch,
-        Section::ConsumeScaling,
-        Section::Baseline,
-        Section::BacklogScaling,
-        Section::WorkerProcesses,
-        Section::IdleWorker,
-        Section::WakeupLatency,
-        Section::Sustained,
-    ];
-
-    /// The name used on the command line and in the document.
-    pub fn name(self) -> &'static str {
-        match self {
-            Section::SendSingle => "send_single",
-            Section::SendBatch => "send_batch",
-            Section::ConsumeScaling => "consume_scaling",
-            Section::IdleWorker => "idle_worker",
-            Section::WakeupLatency => "wakeup_latency",
-            Section::Baseline => "baseline",
-            Section::Sustained => "sustained",
-            Section::BacklogScaling => "backlog_scaling",
-            Section::WorkerProcesses => "worker_processes",
-        }
-    }
-}
-
-impl std::fmt::Display for Section {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
+/// Every registered section's name, in the order a round runs them.
+fn all_sections() -> Vec<String> {
+    crate::sections::names().map(str::to_owned).collect()
 }
 
 /// Parses `30`, `30s`, `500ms`, `5m`, `1h` into a duration.
@@ -322,8 +278,8 @@ pub struct RunArgs {
     pub output: PathBuf,
 
     /// Sections to run (comma-separated; default all).
-    #[arg(long, value_delimiter = ',', default_values_t = Section::ALL.to_vec())]
-    pub sections: Vec<Section>,
+    #[arg(long, value_delimiter = ',', value_parser = section_names(), default_values_t = all_sections())]
+    pub sections: Vec<String>,
 
     /// Messages per consume run (consume_scaling and the baseline read + delete loop).
     #[arg(long, default_value_t = 150_000)]
@@ -563,10 +519,8 @@ mod tests {
             "1,8",
         ])
         .unwrap();
-        assert_eq!(
-            cli.run.sections,
-            vec![Section::SendSingle, Section::ConsumeScaling]
-        );
+        assert_eq!(cli.run.sections, vec!["send_single", "consume_scaling"]);
+        assert!(Cli::try_parse_from(["pgmq-bench", "--sections", "send_twice"]).is_err());
         assert_eq!(cli.run.workers, vec![1, 8]);
         let cli = Cli::try_parse_from(["pgmq-bench", "compare", "a.json", "b.json"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Compare(_))));

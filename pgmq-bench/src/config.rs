@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{ClaimReadsArg, HandlerKind, RunArgs, Section};
+use crate::cli::{ClaimReadsArg, HandlerKind, RunArgs};
 use crate::error::{Error, Result};
+use crate::sections::{Section, REGISTRY};
 
 /// The fewest wake-up samples per mode.
 pub const MIN_WAKEUP_SAMPLES: u32 = 20;
@@ -14,7 +15,7 @@ pub const MIN_WAKEUP_SAMPLES: u32 = 20;
 #[non_exhaustive]
 pub struct Config {
     /// Sections, in round order, without repeats.
-    pub sections: Vec<Section>,
+    pub(crate) sections: Vec<&'static dyn Section>,
     /// Messages per consume run.
     pub messages: u64,
     /// Messages per batch-send run.
@@ -79,8 +80,6 @@ pub struct Config {
     pub rate_step: f64,
     /// Most rate-search steps.
     pub rate_steps_max: u32,
-    /// The quick profile.
-    pub quick: bool,
 }
 
 /// The backlog sizes of the full profile.
@@ -142,7 +141,6 @@ impl Config {
             rate_search: a.rate_search,
             rate_step: a.rate_step,
             rate_steps_max: a.rate_steps_max,
-            quick: a.quick,
         })
     }
 
@@ -155,9 +153,14 @@ impl Config {
             .map(ClaimReadsArg::name)
     }
 
-    /// Whether `s` runs.
-    pub fn has(&self, s: Section) -> bool {
-        self.sections.contains(&s)
+    /// Whether the section named `name` runs.
+    pub fn has(&self, name: &str) -> bool {
+        self.sections.iter().any(|s| s.name() == name)
+    }
+
+    /// The names of the sections that run, in round order.
+    pub fn section_names(&self) -> Vec<&'static str> {
+        self.sections.iter().map(|s| s.name()).collect()
     }
 }
 
@@ -224,15 +227,13 @@ fn pool_size(a: &RunArgs) -> u32 {
     a.pool_size.max(most.saturating_add(4))
 }
 
-/// The selected sections in round order (`Section::ALL`'s), each once.
-fn ordered_sections(a: &RunArgs) -> Vec<Section> {
-    let mut sections: Vec<Section> = Section::ALL
+/// The selected sections in round order (the registry's), each once.
+fn ordered_sections(a: &RunArgs) -> Vec<&'static dyn Section> {
+    REGISTRY
         .iter()
         .copied()
-        .filter(|s| a.sections.contains(s))
-        .collect();
-    sections.dedup();
-    sections
+        .filter(|s| a.sections.iter().any(|n| n == s.name()))
+        .collect()
 }
 
 /// The backlog sizes: `--backlog-sizes` or the profile's, with 10M for
@@ -342,7 +343,7 @@ mod tests {
     fn defaults_are_valid_and_ordered() {
         let c =
             Config::from_args(&args(&["--sections", "sustained,send_single,send_single"])).unwrap();
-        assert_eq!(c.sections, vec![Section::SendSingle, Section::Sustained]);
+        assert_eq!(c.section_names(), vec!["send_single", "sustained"]);
         assert_eq!(c.rate, Some(5000.0));
         assert!(Config::from_args(&args(&[])).is_ok());
     }

@@ -686,6 +686,47 @@ pub struct Sections {
     /// Separate worker processes draining one queue. Absent in older documents.
     #[serde(default)]
     pub worker_processes: Vec<ProcessesRun>,
+    /// The runs of any other section, under its name: a section without a
+    /// field above keeps its runs here ([`record`](Sections::record),
+    /// [`runs`](Sections::runs)), serialized beside the others.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+impl Sections {
+    /// Appends `run` to the runs of the section `name` in
+    /// [`extra`](Sections::extra).
+    ///
+    /// ```
+    /// use pgmq_bench::document::Sections;
+    /// let mut s = Sections::default();
+    /// s.record("noop", &serde_json::json!({"round": 0})).unwrap();
+    /// let runs: Vec<serde_json::Value> = s.runs("noop").unwrap();
+    /// assert_eq!(runs.len(), 1);
+    /// assert!(serde_json::to_value(&s).unwrap()["noop"].is_array());
+    /// ```
+    pub fn record(&mut self, name: &str, run: &impl Serialize) -> Result<()> {
+        let run = serde_json::to_value(run).map_err(|e| Error::json("a section's run", e))?;
+        let runs = self
+            .extra
+            .entry(name.to_owned())
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+        match runs.as_array_mut() {
+            Some(runs) => runs.push(run),
+            None => *runs = serde_json::Value::Array(vec![run]),
+        }
+        Ok(())
+    }
+
+    /// The runs of the section `name` in [`extra`](Sections::extra) (none
+    /// when it has none).
+    pub fn runs<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Vec<T>> {
+        match self.extra.get(name) {
+            None => Ok(Vec::new()),
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| Error::json(format!("sections.{name}"), e)),
+        }
+    }
 }
 
 /// A worker_processes run: N processes draining one queue.

@@ -4,18 +4,17 @@
 use std::collections::BTreeMap;
 
 use crate::cli::HandlerKind;
-use crate::document::{
-    BaselineRun, Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck,
-};
+use crate::document::{Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck};
+use crate::sections::REGISTRY;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Collects figures; runs with no measured values add nothing.
-struct Figures(Vec<Figure>);
+pub(crate) struct Figures(Vec<Figure>);
 
 impl Figures {
     #[allow(clippy::too_many_arguments)]
-    fn add(
+    pub(crate) fn add(
         &mut self,
         id: String,
         section: &str,
@@ -30,7 +29,7 @@ impl Figures {
         }
     }
 
-    fn rate<'a>(
+    pub(crate) fn rate<'a>(
         &mut self,
         id: &str,
         section: &str,
@@ -50,7 +49,7 @@ impl Figures {
         );
     }
 
-    fn percentiles<'a>(
+    pub(crate) fn percentiles<'a>(
         &mut self,
         prefix: &str,
         section: &str,
@@ -84,498 +83,24 @@ impl Figures {
     }
 }
 
-const DEF_SEND_SINGLE: &str =
-    "SDK Client::send, one message per call, each call awaited before the next: \
-    messages divided by the seconds from the first call to the last reply.";
-const DEF_SEND_BATCH: &str =
-    "SDK Client::send_batch of --batch-size messages per call, each awaited before the \
-    next: messages divided by the seconds from the first call to the last reply.";
-const DEF_THROUGHPUT: &str = "Worker runtime draining a preloaded, vacuumed queue with N handlers: distinct \
-    messages handled divided by the seconds from spawning the worker to the end of the handler that completed \
-    the last one. The final acknowledgement drain is verified afterwards and not included.";
-const DEF_HANDLER: &str =
-    "Handler duration from the worker's histogram: handler start to handler end, \
-    acknowledgement excluded (microsecond histogram, two significant digits).";
-const DEF_WAIT_DB: &str =
-    "Queue wait, database segment: enqueued_at to last_read_at of each claimed message, \
-    both stamped by the database clock (no host/database clock skew).";
-const DEF_WAIT_LOCAL: &str =
-    "Queue wait, local segment: claim registered in the worker to handler start, \
-    on the monotonic clock. The reply's transit between the two segments is in neither.";
-const DEF_RATIO: &str =
-    "SDK figure divided by the baseline loop's figure (plain prepared statements on one \
-    connection, no SDK) of the same round: the mean of the loop runs made just before and just after \
-    the SDK run when both sections run (for the worker, those around that worker run): \
-    above 1 the SDK is faster than the hand-written loop.";
-const DEF_BASE_SINGLE: &str =
-    "No SDK: SELECT * FROM pgmq.send($1, $2) prepared once, one connection, one \
-    call at a time: messages divided by the seconds from the first call to the last reply.";
-const DEF_BASE_BATCH: &str =
-    "No SDK: SELECT * FROM pgmq.send_batch($1, $2::jsonb[]) prepared once, one \
-    connection, one call at a time.";
-const DEF_BASE_CONSUME: &str = "No SDK: pgmq.read($1, $2, $3) then pgmq.delete($1, $2::bigint[]) per batch, \
-    prepared once, one connection, on a preloaded, vacuumed queue of the same size: messages divided by the \
-    seconds from the first read to the last delete's reply. Run beside consume_scaling, once before each \
-    worker run; a round's figure is then all its runs' messages over all their seconds.";
-const DEF_BASE_EQUAL: &str = "No SDK, the worker's connection layout: two connections each looping \
-    pgmq.read($1, $2, $3) of --batch-size and handing the ids to a third that deletes whatever has arrived with \
-    one pgmq.delete($1, $2::bigint[]) at a time; plain tokio-postgres prepared statements, a preloaded, vacuumed \
-    queue of the same size: messages divided by the seconds from the first read to the last delete's reply. \
-    Run once before the first worker run of a round and once after the last.";
-const DEF_RATIO_EQUAL: &str = "Worker throughput divided by the mean of the round's equal-layout loop runs \
-    (same connections: two claiming, one deleting; no SDK): the SDK's own overhead at equal parallelism, \
-    below 1 a cost, above 1 a gain.";
-const DEF_IDLE_CPU: &str =
-    "Process CPU time (getrusage: user + system, all threads) over the idle window \
-    divided by its wall time, in percent of one core; several busy threads could exceed 100.";
-const DEF_IDLE_EMPTY: &str =
-    "pgmq.read calls that returned nothing, per second of the idle window (worker counter).";
-const DEF_IDLE_WAKE: &str =
-    "Claim-loop wake-ups (poll timer plus NOTIFY) per second of the idle window.";
-const DEF_WAKEUP: &str =
-    "Send call start to handler start for one message sent to an idle worker, monotonic \
-    clock; the figure is the percentile over one run's samples, median over runs.";
-const DEF_SUS_PROD: &str =
-    "Messages the producers sent over the producer window, divided by its seconds.";
-const DEF_SUS_HAND: &str =
-    "Distinct messages handled over the producer window, divided by its seconds \
-    (messages left at the end are drained afterwards, outside the window).";
-const DEF_SUS_SLOPE: &str =
-    "Least-squares slope of the sampled backlog (pgmq.metrics queue length, in flight \
-    included) after the sustained warm-up: at most 10 msg/s passes.";
-const DEF_SUS_SEARCH: &str = "--rate-search: sustained runs at --rate, then each --rate-step times faster, \
-    until a run's verdict fails (backlog slope above 10 msg/s, or a message not handled): the highest target \
-    rate whose run passed (0 when the first failed). The resolution is the step factor.";
-const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
-const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \
-    queue of this many messages: distinct messages handled divided by the seconds from spawning the worker to \
-    the end of the handler that completed the last one.";
-const DEF_BACKLOG_RATIO: &str =
-    "This backlog's drain rate divided by the smallest backlog's drain rate of the \
-    same round: 1 when the rate holds as the backlog grows.";
-const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's process-worker, --backlog-workers \
-    handlers each, own pools) draining one preloaded, vacuumed queue of --messages: distinct messages handled by \
-    all of them divided by the slowest process's seconds from its start signal to its last handler's end.";
-const DEF_PROC_EVEN: &str =
-    "The smallest process's handled count divided by the largest's: 1 when the work \
-    was shared evenly (Jain's index is in the run record).";
 const DEF_MEM: &str =
     "Peak resident set size of the bench process during the section's runs (largest run of \
     the round); see protocol.memory_method.";
 
-fn measured<T>(runs: &[T], warmup: impl Fn(&T) -> bool) -> impl Iterator<Item = &T> {
+/// The runs of `runs` that are not warm-up runs.
+pub(crate) fn measured<T>(runs: &[T], warmup: impl Fn(&T) -> bool) -> impl Iterator<Item = &T> {
     runs.iter().filter(move |r| !warmup(r))
 }
 
-/// Every figure of the measured runs.
-pub fn build(s: &Sections) -> Vec<Figure> {
+/// Every figure of the measured runs: each section's, in the order a round
+/// runs them, then the memory figures.
+pub(crate) fn build(s: &Sections) -> Vec<Figure> {
     let mut f = Figures(Vec::new());
-    let worker_counts = consume_counts(s);
-    sends(&mut f, s);
-    consume_scaling(&mut f, s, &worker_counts);
-    baselines(&mut f, s);
-    ratios(&mut f, s, &worker_counts);
-    idle(&mut f, s);
-    wakeup(&mut f, s);
-    sustained(&mut f, s);
-    backlog_scaling(&mut f, s);
-    worker_processes(&mut f, s);
+    for section in REGISTRY {
+        section.figures(s, &mut f);
+    }
     memory(&mut f, s);
     f.0
-}
-
-/// The handler counts of consume_scaling, ascending.
-fn consume_counts(s: &Sections) -> Vec<u32> {
-    let mut worker_counts: Vec<u32> = s.consume_scaling.iter().map(|r| r.workers).collect();
-    worker_counts.sort_unstable();
-    worker_counts.dedup();
-    worker_counts
-}
-
-/// The measured baseline runs of one loop.
-fn baseline_runs<'a>(
-    s: &'a Sections,
-    kind: &'static str,
-) -> impl Iterator<Item = &'a BaselineRun> + 'a {
-    measured(&s.baseline, |r| r.warmup).filter(move |r| r.kind == kind)
-}
-
-/// send_single and send_batch: the SDK rates.
-fn sends(f: &mut Figures, s: &Sections) {
-    f.rate(
-        "send_single.rate",
-        "send_single",
-        "Single send",
-        DEF_SEND_SINGLE,
-        measured(&s.send_single, |r| r.warmup).map(|r| (r.round, &r.rate)),
-    );
-    f.rate(
-        "send_batch.rate",
-        "send_batch",
-        "Batch send",
-        DEF_SEND_BATCH,
-        measured(&s.send_batch, |r| r.warmup).map(|r| (r.round, &r.rate)),
-    );
-}
-
-/// consume_scaling: throughput and latency percentiles per handler count.
-fn consume_scaling(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
-    for w in worker_counts {
-        let runs = || measured(&s.consume_scaling, |r| r.warmup).filter(move |r| r.workers == *w);
-        let p = format!("consume_scaling.w{w}");
-        f.rate(
-            &format!("{p}.throughput"),
-            "consume_scaling",
-            &format!("Worker throughput, {w} handlers"),
-            DEF_THROUGHPUT,
-            runs().map(|r| (r.round, &r.rate)),
-        );
-        f.percentiles(
-            &format!("{p}.handler"),
-            "consume_scaling",
-            &format!("Handler duration, {w} handlers,"),
-            DEF_HANDLER,
-            runs().map(|r| (r.round, &r.handler_ms)),
-        );
-        f.percentiles(
-            &format!("{p}.queue_wait_db"),
-            "consume_scaling",
-            &format!("Queue wait (database), {w} handlers,"),
-            DEF_WAIT_DB,
-            runs().map(|r| (r.round, &r.queue_wait_db_ms)),
-        );
-        f.percentiles(
-            &format!("{p}.queue_wait_local"),
-            "consume_scaling",
-            &format!("Queue wait (local), {w} handlers,"),
-            DEF_WAIT_LOCAL,
-            runs().map(|r| (r.round, &r.queue_wait_local_ms)),
-        );
-    }
-}
-
-/// The baseline loops: one rate per loop and round.
-fn baselines(f: &mut Figures, s: &Sections) {
-    let base = |kind: &'static str| baseline_runs(s, kind);
-    // One value per round: a round with several runs of a loop (the
-    // consume loop beside each worker run) counts their messages over their
-    // seconds together.
-    for (kind, label, def) in [
-        ("send_single", "Baseline single send", DEF_BASE_SINGLE),
-        ("send_batch", "Baseline batch send", DEF_BASE_BATCH),
-        ("consume", "Baseline read + delete", DEF_BASE_CONSUME),
-        (
-            "consume_equal_layout",
-            "Equal-layout read + delete (2 claim, 1 delete connection)",
-            DEF_BASE_EQUAL,
-        ),
-    ] {
-        let mut per_round: BTreeMap<u32, (u64, f64)> = BTreeMap::new();
-        for r in base(kind) {
-            let e = per_round.entry(r.round).or_default();
-            e.0 += r.rate.count;
-            e.1 += r.rate.elapsed_s;
-        }
-        let rates: Vec<(u32, Rate)> = per_round
-            .into_iter()
-            .map(|(round, (count, secs))| (round, Rate::new(count, secs)))
-            .collect();
-        f.rate(
-            &format!("baseline.{kind}.rate"),
-            "baseline",
-            label,
-            def,
-            rates.iter().map(|(round, rate)| (*round, rate)),
-        );
-    }
-}
-
-/// Every SDK figure over its reference loop: sends, and the worker per
-/// handler count against the consume loop and the equal-layout loop.
-fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
-    let ratio = |sdk: Vec<(u32, f64)>, kind: &'static str, workers: Option<u32>| -> Vec<Sample> {
-        sdk.into_iter()
-            .filter_map(|(round, v)| {
-                reference_rate(s, kind, round, workers).map(|b| Sample::value(round, v / b))
-            })
-            .collect()
-    };
-    let sdk_single = measured(&s.send_single, |r| r.warmup)
-        .map(|r| (r.round, r.rate.rate_per_s))
-        .collect();
-    f.add(
-        "send_single.vs_baseline".into(),
-        "send_single",
-        "Single send vs baseline".into(),
-        "x",
-        Better::Higher,
-        DEF_RATIO,
-        ratio(sdk_single, "send_single", None),
-    );
-    let sdk_batch = measured(&s.send_batch, |r| r.warmup)
-        .map(|r| (r.round, r.rate.rate_per_s))
-        .collect();
-    f.add(
-        "send_batch.vs_baseline".into(),
-        "send_batch",
-        "Batch send vs baseline".into(),
-        "x",
-        Better::Higher,
-        DEF_RATIO,
-        ratio(sdk_batch, "send_batch", None),
-    );
-    for w in worker_counts {
-        let sdk = measured(&s.consume_scaling, |r| r.warmup)
-            .filter(|r| r.workers == *w)
-            .map(|r| (r.round, r.rate.rate_per_s))
-            .collect();
-        f.add(
-            format!("consume_scaling.w{w}.vs_baseline"),
-            "consume_scaling",
-            format!("Worker, {w} handlers, vs baseline read + delete"),
-            "x",
-            Better::Higher,
-            DEF_RATIO,
-            ratio(sdk, "consume", Some(*w)),
-        );
-        let sdk = measured(&s.consume_scaling, |r| r.warmup)
-            .filter(|r| r.workers == *w)
-            .map(|r| (r.round, r.rate.rate_per_s))
-            .collect();
-        f.add(
-            format!("consume_scaling.w{w}.vs_equal_layout"),
-            "consume_scaling",
-            format!("Worker, {w} handlers, vs equal-layout no-SDK loop (SDK overhead)"),
-            "x",
-            Better::Higher,
-            DEF_RATIO_EQUAL,
-            ratio(sdk, "consume_equal_layout", None),
-        );
-    }
-}
-
-/// The reference of a ratio: for a worker run, the mean of the consume
-/// loops run just before and just after it (either alone when the other is
-/// missing, as in older documents); for a send run, the mean of the round's
-/// runs of its loop (one before and one after it). None when the loop did
-/// not run in that round or measured nothing.
-fn reference_rate(
-    s: &Sections,
-    kind: &'static str,
-    round: u32,
-    workers: Option<u32>,
-) -> Option<f64> {
-    let of_round = || baseline_runs(s, kind).filter(move |r| r.round == round);
-    let mean_rate = |keep: &dyn Fn(&BaselineRun) -> bool| {
-        let (n, sum) = of_round()
-            .filter(|r| keep(r))
-            .fold((0u32, 0.0), |(n, sum), r| (n + 1, sum + r.rate.rate_per_s));
-        (n > 0).then(|| sum / f64::from(n))
-    };
-    let bracket = workers
-        .and_then(|w| mean_rate(&|r| r.paired_workers == Some(w) || r.follows_workers == Some(w)));
-    bracket
-        .or_else(|| mean_rate(&|r| r.paired_workers.is_none() && r.follows_workers.is_none()))
-        .or_else(|| of_round().next().map(|r| r.rate.rate_per_s))
-        .filter(|v| *v > 0.0)
-}
-
-/// idle_worker: CPU, empty reads and wake-ups.
-fn idle(f: &mut Figures, s: &Sections) {
-    let idle = || measured(&s.idle_worker, |r| r.warmup);
-    f.add(
-        "idle_worker.cpu_percent".into(),
-        "idle_worker",
-        "Idle process CPU".into(),
-        "%",
-        Better::Lower,
-        DEF_IDLE_CPU,
-        idle()
-            .map(|r| Sample::value(r.round, r.cpu_percent))
-            .collect(),
-    );
-    f.add(
-        "idle_worker.empty_reads_per_s".into(),
-        "idle_worker",
-        "Idle empty reads".into(),
-        "1/s",
-        Better::None,
-        DEF_IDLE_EMPTY,
-        idle()
-            .map(|r| Sample::rate(r.round, &r.empty_reads))
-            .collect(),
-    );
-    f.add(
-        "idle_worker.wakeups_per_s".into(),
-        "idle_worker",
-        "Idle wake-ups".into(),
-        "1/s",
-        Better::None,
-        DEF_IDLE_WAKE,
-        idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
-    );
-}
-
-/// wakeup_latency: percentiles per mode.
-fn wakeup(f: &mut Figures, s: &Sections) {
-    for mode in ["poll", "notify"] {
-        let label = if mode == "poll" {
-            "Wake-up, polling only,"
-        } else {
-            "Wake-up, LISTEN/NOTIFY,"
-        };
-        f.percentiles(
-            &format!("wakeup_latency.{mode}"),
-            "wakeup_latency",
-            label,
-            DEF_WAKEUP,
-            measured(&s.wakeup_latency, |r| r.warmup)
-                .filter(|r| r.mode == mode)
-                .map(|r| (r.round, &r.latency_ms)),
-        );
-    }
-}
-
-/// sustained: the rate search, the rates, the backlog slope and maximum.
-fn sustained(f: &mut Figures, s: &Sections) {
-    let sus = || measured(&s.sustained, |r| r.warmup || r.rate_search_step.is_some());
-    // The rate search: per round, the highest target rate whose verdict passed.
-    let mut best: BTreeMap<u32, f64> = BTreeMap::new();
-    for r in measured(&s.sustained, |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
-        let e = best.entry(r.round).or_insert(0.0);
-        if r.verdict.pass {
-            *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
-        }
-    }
-    f.add(
-        "sustained.rate_search.highest_passing".into(),
-        "sustained",
-        "Highest sustained producer rate that passed".into(),
-        "msg/s",
-        Better::Higher,
-        DEF_SUS_SEARCH,
-        best.into_iter()
-            .map(|(round, v)| Sample::value(round, v))
-            .collect(),
-    );
-    f.rate(
-        "sustained.produced_rate",
-        "sustained",
-        "Sustained produced",
-        DEF_SUS_PROD,
-        sus().map(|r| (r.round, &r.produced)),
-    );
-    f.rate(
-        "sustained.handled_rate",
-        "sustained",
-        "Sustained handled",
-        DEF_SUS_HAND,
-        sus().map(|r| (r.round, &r.handled)),
-    );
-    f.add(
-        "sustained.backlog_slope".into(),
-        "sustained",
-        "Sustained backlog slope".into(),
-        "msg/s",
-        Better::None,
-        DEF_SUS_SLOPE,
-        sus()
-            .filter_map(|r| r.backlog_slope_per_s.map(|v| Sample::value(r.round, v)))
-            .collect(),
-    );
-    f.add(
-        "sustained.backlog_max".into(),
-        "sustained",
-        "Sustained largest backlog".into(),
-        "msg",
-        Better::Lower,
-        DEF_SUS_MAX,
-        sus()
-            .map(|r| Sample::value(r.round, r.backlog_max as f64))
-            .collect(),
-    );
-}
-
-/// backlog_scaling: per size, the drain rate and its ratio to the
-/// smallest size's rate of the same round.
-fn backlog_scaling(f: &mut Figures, s: &Sections) {
-    let mut sizes: Vec<u64> = s
-        .backlog_scaling
-        .iter()
-        .map(|r| r.ledger.expected)
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let backlog = || measured(&s.backlog_scaling, |r| r.warmup);
-    for n in &sizes {
-        f.rate(
-            &format!("backlog_scaling.n{n}.throughput"),
-            "backlog_scaling",
-            &format!(
-                "Drain rate, backlog of {}",
-                crate::report::thousands(*n as f64)
-            ),
-            DEF_BACKLOG,
-            backlog()
-                .filter(|r| r.ledger.expected == *n)
-                .map(|r| (r.round, &r.rate)),
-        );
-    }
-    if let Some(smallest) = sizes.first() {
-        for n in sizes.iter().skip(1) {
-            let runs = backlog()
-                .filter(|r| r.ledger.expected == *n)
-                .filter_map(|r| {
-                    let base =
-                        backlog().find(|b| b.round == r.round && b.ledger.expected == *smallest)?;
-                    (base.rate.rate_per_s > 0.0)
-                        .then(|| Sample::value(r.round, r.rate.rate_per_s / base.rate.rate_per_s))
-                })
-                .collect();
-            f.add(
-                format!("backlog_scaling.n{n}.vs_smallest"),
-                "backlog_scaling",
-                format!(
-                    "Drain rate, backlog of {} vs {}",
-                    crate::report::thousands(*n as f64),
-                    crate::report::thousands(*smallest as f64)
-                ),
-                "x",
-                Better::Higher,
-                DEF_BACKLOG_RATIO,
-                runs,
-            );
-        }
-    }
-}
-
-/// worker_processes: combined rate and evenness per process count.
-fn worker_processes(f: &mut Figures, s: &Sections) {
-    let mut procs: Vec<u32> = s.worker_processes.iter().map(|r| r.processes).collect();
-    procs.sort_unstable();
-    procs.dedup();
-    let wp = || measured(&s.worker_processes, |r| r.warmup);
-    for n in &procs {
-        f.rate(
-            &format!("worker_processes.p{n}.throughput"),
-            "worker_processes",
-            &format!("Combined drain rate, {n} processes"),
-            DEF_PROC_RATE,
-            wp().filter(|r| r.processes == *n)
-                .map(|r| (r.round, &r.rate)),
-        );
-        f.add(
-            format!("worker_processes.p{n}.min_over_max"),
-            "worker_processes",
-            format!("Work share, smallest / largest process, {n} processes"),
-            "x",
-            Better::None,
-            DEF_PROC_EVEN,
-            wp().filter(|r| r.processes == *n)
-                .map(|r| Sample::value(r.round, r.min_over_max))
-                .collect(),
-        );
-    }
 }
 
 /// Peak RSS per section and round.
@@ -599,39 +124,17 @@ fn memory(f: &mut Figures, s: &Sections) {
 /// Per section, per measured round: the largest run peak.
 fn peaks_by_round(s: &Sections) -> BTreeMap<String, Vec<(u32, u64)>> {
     let mut out: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
-    let mut put = |section: &str, round: u32, warmup: bool, peak: u64| {
-        if !warmup {
-            let e = out
-                .entry(section.to_owned())
-                .or_default()
-                .entry(round)
-                .or_default();
-            *e = (*e).max(peak);
+    for section in REGISTRY {
+        for (round, warmup, peak) in section.peaks(s) {
+            if !warmup {
+                let e = out
+                    .entry(section.name().to_owned())
+                    .or_default()
+                    .entry(round)
+                    .or_default();
+                *e = (*e).max(peak);
+            }
         }
-    };
-    for r in &s.send_single {
-        put("send_single", r.round, r.warmup, r.peak_rss_bytes);
-    }
-    for r in &s.send_batch {
-        put("send_batch", r.round, r.warmup, r.peak_rss_bytes);
-    }
-    for r in &s.consume_scaling {
-        put("consume_scaling", r.round, r.warmup, r.peak_rss_bytes);
-    }
-    for r in &s.baseline {
-        put("baseline", r.round, r.warmup, r.peak_rss_bytes);
-    }
-    for r in &s.idle_worker {
-        put("idle_worker", r.round, r.warmup, r.peak_rss_bytes);
-    }
-    for r in &s.wakeup_latency {
-        put("wakeup_latency", r.round, r.warmup, r.peak_rss_bytes);
-    }
-    for r in &s.sustained {
-        put("sustained", r.round, r.warmup, r.peak_rss_bytes);
-    }
-    for r in &s.backlog_scaling {
-        put("backlog_scaling", r.round, r.warmup, r.peak_rss_bytes);
     }
     out.into_iter()
         .map(|(k, v)| (k, v.into_iter().collect()))
@@ -639,36 +142,14 @@ fn peaks_by_round(s: &Sections) -> BTreeMap<String, Vec<(u32, u64)>> {
 }
 
 /// Largest run peak per section, warm-up runs included.
-pub fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
+pub(crate) fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    let mut put = |section: &str, peak: u64| {
-        let e = out.entry(section.to_owned()).or_insert(0u64);
-        *e = (*e).max(peak);
-    };
-    s.send_single
-        .iter()
-        .for_each(|r| put("send_single", r.peak_rss_bytes));
-    s.send_batch
-        .iter()
-        .for_each(|r| put("send_batch", r.peak_rss_bytes));
-    s.consume_scaling
-        .iter()
-        .for_each(|r| put("consume_scaling", r.peak_rss_bytes));
-    s.baseline
-        .iter()
-        .for_each(|r| put("baseline", r.peak_rss_bytes));
-    s.idle_worker
-        .iter()
-        .for_each(|r| put("idle_worker", r.peak_rss_bytes));
-    s.wakeup_latency
-        .iter()
-        .for_each(|r| put("wakeup_latency", r.peak_rss_bytes));
-    s.sustained
-        .iter()
-        .for_each(|r| put("sustained", r.peak_rss_bytes));
-    s.backlog_scaling
-        .iter()
-        .for_each(|r| put("backlog_scaling", r.peak_rss_bytes));
+    for section in REGISTRY {
+        for (_, _, peak) in section.peaks(s) {
+            let e = out.entry(section.name().to_owned()).or_insert(0u64);
+            *e = (*e).max(peak);
+        }
+    }
     out
 }
 

@@ -98,11 +98,6 @@ impl Guard {
         Ok(())
     }
 
-    /// Names currently owned.
-    pub fn owned_names(&self) -> Vec<String> {
-        self.owned().iter().map(|q| q.as_str().to_owned()).collect()
-    }
-
     /// Drops every owned queue, best effort; returns the failures.
     pub async fn cleanup(&self) -> Vec<String> {
         let names: Vec<QueueName> = self.owned().iter().rev().cloned().collect();

@@ -100,6 +100,7 @@ impl Ledger {
     }
 
     /// Whether `id` was marked.
+    #[cfg(test)]
     pub fn contains(&self, id: u64) -> bool {
         let chunk = (id / CHUNK_BITS) as usize;
         if chunk >= MAX_CHUNKS {

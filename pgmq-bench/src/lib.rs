@@ -22,33 +22,35 @@
 //! ```
 //!
 //! Table of contents:
-//! - [`cli`], [`config`]: the command line and its validated settings;
+//! - [`cli`], `config`: the command line and its validated settings;
 //!   [`target`]: the database, its password resolved once (never in argv);
-//! - [`run`]: one run from start to document; [`scenarios`]: the sections,
-//!   one file each (send, consume, idle, wakeup, baseline, sustained);
-//! - [`document`]: the benchmark.v1 types; [`figures`]: runs to figures and
+//! - [`run`]: one run from start to document; [`sections`]: the sections,
+//!   one file each (its run, checks, figures and report part), listed in
+//!   one registry; `checks`: the checks they share and the run's outcome;
+//! - [`document`]: the benchmark.v1 types; `figures`: runs to figures and
 //!   targets; [`metadata`]: build, machine and server facts;
 //! - [`guard`]: the `pgmq_bench_*` queue guard; [`ledger`]: handled-id
-//!   accounting; [`process`]: peak RSS and CPU time; [`local_db`]: `--local`;
+//!   accounting; `process`: peak RSS and CPU time; `local_db`: `--local`;
 //! - [`report`]: Markdown, SVG, compare, check; [`commands`]: their entry points;
 //! - [`faults`]: the fault and bad-input suite (`pgmq-bench faults`).
 
+pub(crate) mod checks;
 pub mod cli;
 pub mod commands;
-pub mod config;
+pub(crate) mod config;
 pub mod document;
 mod error;
 pub mod faults;
-pub mod figures;
+pub(crate) mod figures;
 pub mod guard;
 pub mod ledger;
-pub mod local_db;
+pub(crate) mod local_db;
 pub mod metadata;
-pub mod process;
-pub mod progress;
+pub(crate) mod process;
+pub(crate) mod progress;
 pub mod report;
 pub mod run;
-pub mod scenarios;
+pub mod sections;
 pub mod stats;
 pub mod target;
 

@@ -123,11 +123,6 @@ impl LocalDb {
         &self.target
     }
 
-    /// The port it listens on.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// Stops the cluster and removes its folder.
     pub async fn stop(self) -> Result<()> {
         let out = script(&self.scripts, "db-stop.sh", self.port, &[]).await?;

@@ -38,7 +38,7 @@ fn main() {
             Some(Command::Aggregate(args)) => commands::aggregate(args).await,
             Some(Command::Summary(args)) => commands::summary(args).await,
             Some(Command::ProcessWorker(args)) => {
-                return pgmq_bench::scenarios::processes::child_main(args)
+                return pgmq_bench::sections::process_worker_main(args.argv)
                     .await
                     .unwrap_or_else(|e| {
                         eprintln!("pgmq-bench process-worker: {e}");

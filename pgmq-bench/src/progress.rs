@@ -20,19 +20,6 @@ impl Progress {
         }
     }
 
-    /// Never prints.
-    pub fn quiet() -> Progress {
-        Progress {
-            enabled: false,
-            start: Instant::now(),
-        }
-    }
-
-    /// Whether lines are printed.
-    pub fn enabled(&self) -> bool {
-        self.enabled
-    }
-
     /// Prints one line with the seconds since start.
     pub fn say(&self, line: impl AsRef<str>) {
         if self.enabled {

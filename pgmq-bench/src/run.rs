@@ -8,11 +8,12 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use pgmq_client::{redact_dsn, Client};
 
-use crate::cli::{HandlerKind, RunArgs, Section};
+use crate::checks;
+use crate::cli::{HandlerKind, RunArgs};
 use crate::config::Config;
 use crate::document::{
-    ConsumeRun, Database, Document, Durability, Host, LedgerReport, MemorySummary, ProcessesRun,
-    Protocol, RateSearch, RunOutcome, Sections, SustainedRun, Workload, SCHEMA,
+    Database, Document, Durability, Host, MemorySummary, Protocol, RateSearch, Sections, Workload,
+    SCHEMA,
 };
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
@@ -21,11 +22,7 @@ use crate::local_db::LocalDb;
 use crate::metadata;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
-use crate::scenarios::baseline::Loop;
-use crate::scenarios::wakeup::Mode;
-use crate::scenarios::{
-    self, backlog, baseline, consume, idle, processes, send, sustained, wakeup, Ctx, Sink,
-};
+use crate::sections::{self, Ctx, Round, Sink};
 use crate::target::{self, Target};
 
 /// Runs the benchmark; returns the exit status (0: every check passed,
@@ -153,7 +150,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
     let sink = open_sink(&cfg, &admin, &target).await?;
     let ctx = Arc::new(Ctx {
         sink,
-        pad: scenarios::padding(cfg.payload_bytes),
+        pad: sections::padding(cfg.payload_bytes),
         cfg,
         target,
         client,
@@ -195,11 +192,7 @@ fn say_versions(progress: &Progress, database: &Database, cfg: &Config) {
         database.server_version_num,
         database.pgmq_version,
         metadata::build().profile,
-        cfg.sections
-            .iter()
-            .map(|s| s.name())
-            .collect::<Vec<_>>()
-            .join(",")
+        cfg.section_names().join(",")
     ));
 }
 
@@ -238,7 +231,7 @@ async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
             messages: cfg.messages,
         },
     );
-    let outcome = evaluate(&sections, &metadata::build().profile);
+    let outcome = checks::evaluate(&sections, &metadata::build().profile);
     let mut host = c.host;
     host.load_average_end = metadata::load_average().await;
     Document {
@@ -306,7 +299,7 @@ async fn write_and_report(doc: &Document, cfg: &Config, progress: &Progress) -> 
 
 fn workload(cfg: &Config) -> Workload {
     Workload {
-        sections: cfg.sections.iter().map(|s| s.name().to_owned()).collect(),
+        sections: cfg.section_names().into_iter().map(str::to_owned).collect(),
         messages: cfg.messages,
         batch_messages: cfg.batch_messages,
         single_messages: cfg.single_messages,
@@ -339,68 +332,12 @@ fn workload(cfg: &Config) -> Workload {
     }
 }
 
-/// The baseline loops the `baseline` slot of a round runs: all three when
-/// only `baseline` is selected. Beside an SDK section, its loop runs next to
-/// it instead (see `rounds`).
-fn baseline_loops(cfg: &Config) -> Vec<Loop> {
-    let sdk = [
-        Section::SendSingle,
-        Section::SendBatch,
-        Section::ConsumeScaling,
-    ];
-    if sdk.iter().any(|s| cfg.has(*s)) {
-        Vec::new()
-    } else {
-        vec![
-            Loop::SendSingle,
-            Loop::SendBatch,
-            Loop::Consume,
-            Loop::ConsumeEqualLayout,
-        ]
-    }
-}
-
-/// The round a run belongs to: its index among warm-up or measured rounds,
-/// whether it is a warm-up round, and the tag naming it in progress lines.
-#[derive(Clone, Copy)]
-struct Round<'a> {
-    index: u32,
-    warm: bool,
-    tag: &'a str,
-}
-
-/// A baseline run made next to the SDK run it is a reference of (one just
-/// before it and one just after, the ratio taking their mean): on a shared
-/// host the load moves within seconds, and a loop run a minute apart would
-/// put that movement into the ratio.
-async fn neighbour(
-    ctx: &Ctx,
-    which: Loop,
-    at: Round<'_>,
-    s: &mut Sections,
-) -> Result<Option<usize>> {
-    if !ctx.cfg.has(Section::Baseline) {
-        return Ok(None);
-    }
-    baseline_once(ctx, which, at, s).await.map(Some)
-}
-
-/// One run of a baseline loop, recorded; its index in `s.baseline`.
-async fn baseline_once(ctx: &Ctx, which: Loop, at: Round<'_>, s: &mut Sections) -> Result<usize> {
-    let tag = at.tag;
-    let r = baseline::run(ctx, which, at.index, at.warm).await?;
-    ctx.progress.say(format!(
-        "{tag} baseline {}: {:.0} msg/s",
-        r.kind, r.rate.rate_per_s
-    ));
-    s.baseline.push(r);
-    Ok(s.baseline.len() - 1)
-}
-
+/// The warm-up rounds, then the measured ones: each runs every selected
+/// section once, in the registry's order (warm-up rounds only those that
+/// warm up).
 async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
     let cfg = &ctx.cfg;
     let mut s = Sections::default();
-    let p = &ctx.progress;
     for i in 0..cfg.warmup + cfg.repeat {
         let warm = i < cfg.warmup;
         let round = if warm { i } else { i - cfg.warmup };
@@ -418,389 +355,10 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             if warm && !section.in_warmup() {
                 continue;
             }
-            match section {
-                Section::SendSingle => {
-                    // Between two loop runs: the ratio's reference is their mean.
-                    neighbour(ctx, Loop::SendSingle, at, &mut s).await?;
-                    let r = send::single(ctx, round, warm).await?;
-                    p.say(format!("{tag} send_single: {:.0} msg/s", r.rate.rate_per_s));
-                    s.send_single.push(r);
-                    neighbour(ctx, Loop::SendSingle, at, &mut s).await?;
-                }
-                Section::SendBatch => {
-                    neighbour(ctx, Loop::SendBatch, at, &mut s).await?;
-                    let r = send::batch(ctx, round, warm).await?;
-                    p.say(format!("{tag} send_batch: {:.0} msg/s", r.rate.rate_per_s));
-                    s.send_batch.push(r);
-                    neighbour(ctx, Loop::SendBatch, at, &mut s).await?;
-                }
-                Section::ConsumeScaling => {
-                    consume_scaling(ctx, at, &mut s).await?;
-                }
-                Section::Baseline => {
-                    for l in baseline_loops(cfg) {
-                        baseline_once(ctx, l, at, &mut s).await?;
-                    }
-                }
-                Section::BacklogScaling => backlog_scaling(ctx, at, &mut s).await?,
-                Section::WorkerProcesses => worker_processes(ctx, at, &mut s).await?,
-                Section::IdleWorker => idle_worker(ctx, at, &mut s).await?,
-                Section::WakeupLatency => wakeup_latency(ctx, at, &mut s).await?,
-                Section::Sustained if cfg.rate_search => {
-                    sustained_rate_search(ctx, at, &mut s.sustained).await?;
-                }
-                Section::Sustained => sustained_once(ctx, at, &mut s).await?,
-            }
+            section.run_round(ctx, at, &mut s).await?;
         }
     }
     Ok(s)
-}
-
-/// One round of backlog_scaling: a run at each backlog size.
-async fn backlog_scaling(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    for n in &ctx.cfg.backlog_sizes {
-        let r = backlog::run(ctx, *n, at.index).await?;
-        ctx.progress.say(format!(
-            "{tag} backlog_scaling {n}: {:.0} msg/s",
-            r.rate.rate_per_s
-        ));
-        s.backlog_scaling.push(r);
-    }
-    Ok(())
-}
-
-/// One round of worker_processes: a run at each process count.
-async fn worker_processes(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    for n in &ctx.cfg.processes {
-        let r = processes::run(ctx, *n, at.index).await?;
-        ctx.progress.say(format!(
-            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
-            r.rate.rate_per_s, r.min_over_max
-        ));
-        s.worker_processes.push(r);
-    }
-    Ok(())
-}
-
-/// One round of idle_worker.
-async fn idle_worker(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let r = idle::run(ctx, at.index, at.warm).await?;
-    ctx.progress.say(format!(
-        "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
-        r.cpu_percent, r.empty_reads.rate_per_s
-    ));
-    s.idle_worker.push(r);
-    Ok(())
-}
-
-/// One round of wakeup_latency: polling, then notifications.
-async fn wakeup_latency(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    for mode in [Mode::Poll, Mode::Notify] {
-        let r = wakeup::run(ctx, mode, at.index, at.warm).await?;
-        ctx.progress.say(format!(
-            "{tag} wakeup_latency {}: p50 {:.2} ms",
-            r.mode, r.latency_ms.p50
-        ));
-        s.wakeup_latency.push(r);
-    }
-    Ok(())
-}
-
-/// One round of sustained without `--rate-search`: one run at `--rate`.
-async fn sustained_once(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let r = sustained::run(ctx, at.index, at.warm).await?;
-    ctx.progress.say(format!(
-        "{tag} sustained: {:.0} produced/s, {:.0} handled/s, slope {:.1}, {}",
-        r.produced.rate_per_s,
-        r.handled.rate_per_s,
-        r.backlog_slope_per_s.unwrap_or(f64::NAN),
-        if r.verdict.pass { "pass" } else { "FAIL" }
-    ));
-    s.sustained.push(r);
-    Ok(())
-}
-
-/// One round of consume_scaling: the worker at each handler count, each
-/// between two consume loops.
-async fn consume_scaling(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let p = &ctx.progress;
-    // A consume loop before each worker run and one after the last: every
-    // worker run sits between two loops, and its ratio's reference is their
-    // mean. The equal-layout loop once before the first worker run and once
-    // after the last: the reference of `vs_equal_layout` is the mean of the
-    // two.
-    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
-    let mut before: Option<u32> = None;
-    for w in &ctx.cfg.workers {
-        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            s.baseline[i].paired_workers = Some(*w);
-            s.baseline[i].follows_workers = before;
-        }
-        before = Some(*w);
-        let r = consume::run(ctx, *w, at.index, at.warm).await?;
-        p.say(format!(
-            "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
-            r.rate.rate_per_s, r.handler_ms.p99
-        ));
-        s.consume_scaling.push(r);
-    }
-    if let Some(w) = before {
-        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            s.baseline[i].follows_workers = Some(w);
-        }
-    }
-    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
-    Ok(())
-}
-
-/// One round of sustained with `--rate-search`: its runs go to `runs`.
-async fn sustained_rate_search(
-    ctx: &Arc<Ctx>,
-    at: Round<'_>,
-    runs: &mut Vec<SustainedRun>,
-) -> Result<()> {
-    let tag = at.tag;
-    let cfg = &ctx.cfg;
-    // Step the rate up until the slope verdict fails.
-    let base = cfg.rate.unwrap_or(1.0);
-    for k in 0..cfg.rate_steps_max {
-        let rate = base * cfg.rate_step.powi(k as i32);
-        let mut r = sustained::run_at(ctx, Some(rate), at.index, at.warm).await?;
-        r.rate_search_step = Some(k);
-        let pass = r.verdict.pass;
-        ctx.progress.say(format!(
-            "{tag} sustained rate search step {k}: {rate:.0} msg/s target, {:.0} handled/s, slope {:.1}, {}",
-            r.handled.rate_per_s,
-            r.backlog_slope_per_s.unwrap_or(f64::NAN),
-            if pass { "pass" } else { "fail: search ends" }
-        ));
-        runs.push(r);
-        if !pass {
-            break;
-        }
-    }
-    Ok(())
-}
-
-fn run_tag(round: u32, warmup: bool) -> String {
-    if warmup {
-        format!("warm-up round {round}")
-    } else {
-        format!("round {round}")
-    }
-}
-
-/// The run's own checks: every message accounted for, every drain verified,
-/// sustained verdicts; and warnings about weak numbers.
-pub fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
-    let mut failures = Vec::new();
-    let mut warnings = Vec::new();
-    send_checks(&mut failures, &mut warnings, s);
-    drained_checks(&mut failures, &mut warnings, s);
-    baseline_checks(&mut failures, &mut warnings, s);
-    sustained_checks(&mut failures, &mut warnings, s);
-    if profile != "release" {
-        warnings
-            .push("debug build: numbers show correctness, not representative throughput".into());
-    }
-    RunOutcome {
-        ok: failures.is_empty(),
-        failures,
-        warnings,
-    }
-}
-
-/// send_single and send_batch: short runs, and every message sent in the
-/// queue afterwards.
-fn send_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
-    for (name, runs) in [
-        ("send_single", &s.send_single),
-        ("send_batch", &s.send_batch),
-    ] {
-        for r in runs {
-            let tag = run_tag(r.round, r.warmup);
-            short_run_warning(warnings, &format!("{name} {tag}"), r.rate.elapsed_s);
-            if r.in_queue_after != r.rate.count as i64 {
-                failures.push(format!(
-                    "{name} {tag}: sent {} but the queue holds {}",
-                    r.rate.count, r.in_queue_after
-                ));
-            }
-        }
-    }
-}
-
-/// consume_scaling, backlog_scaling and worker_processes: the drain checks
-/// and worker counters of each run (of each process for worker_processes).
-fn drained_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
-    let consume = s
-        .consume_scaling
-        .iter()
-        .map(|r| (format!("consume_scaling w={}", r.workers), r));
-    let backlog = s
-        .backlog_scaling
-        .iter()
-        .map(|r| (format!("backlog_scaling {}", r.ledger.expected), r));
-    for (what, r) in consume.chain(backlog) {
-        let tag = format!("{what} {}", run_tag(r.round, r.warmup));
-        drained(failures, warnings, &tag, r);
-        counter_failures(failures, &tag, &r.worker);
-    }
-    for r in &s.worker_processes {
-        let tag = format!(
-            "worker_processes {} {}",
-            r.processes,
-            run_tag(r.round, r.warmup)
-        );
-        drained(failures, warnings, &tag, r);
-        for pr in &r.per_process {
-            if pr.stalled {
-                failures.push(format!("{tag}: process {} stalled", pr.index));
-            }
-            let who = format!("{tag}: process {}", pr.index);
-            counter_failures(failures, &who, &pr.worker);
-        }
-    }
-}
-
-/// The baseline loops: short runs; a consuming loop's ledger and empty
-/// queue, a sending loop's messages all in the queue.
-fn baseline_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
-    for r in &s.baseline {
-        let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
-        short_run_warning(warnings, &tag, r.rate.elapsed_s);
-        if let Some(l) = &r.ledger {
-            if l.missing > 0 {
-                failures.push(format!("{tag}: {} messages never handled", l.missing));
-            }
-            ledger_failures(failures, &tag, l);
-            if r.in_queue_after != 0 {
-                failures.push(format!(
-                    "{tag}: {} messages left in the queue",
-                    r.in_queue_after
-                ));
-            }
-        } else if r.in_queue_after != r.rate.count as i64 {
-            failures.push(format!(
-                "{tag}: sent {} but the queue holds {}",
-                r.rate.count, r.in_queue_after
-            ));
-        }
-    }
-}
-
-/// sustained: a slope too coarse to judge, the verdict (only lost messages
-/// for a rate-search step), the ledger and the worker counters.
-fn sustained_checks(failures: &mut Vec<String>, warnings: &mut Vec<String>, s: &Sections) {
-    for r in &s.sustained {
-        let tag = format!("sustained {}", run_tag(r.round, r.warmup));
-        if let Some(se) = r.backlog_slope_stderr_per_s {
-            if se > r.verdict.slope_limit_per_s / 2.0 {
-                warnings.push(format!(
-                    "{tag}: the backlog slope's standard error is {se:.1} msg/s, too coarse to judge the \
-                     {} msg/s limit; use a longer --duration",
-                    r.verdict.slope_limit_per_s
-                ));
-            }
-        }
-        if r.rate_search_step.is_some() {
-            // A rate search ends on a failing step by design: only messages
-            // not accounted for fail the run.
-            if r.ledger.missing > 0 {
-                failures.push(format!(
-                    "{tag} (rate search step): {} messages never handled",
-                    r.ledger.missing
-                ));
-            }
-        } else if !r.verdict.pass {
-            failures.push(format!("{tag}: {}", r.verdict.reasons.join("; ")));
-        }
-        ledger_failures(failures, &tag, &r.ledger);
-        counter_failures(failures, &tag, &r.worker);
-    }
-}
-
-/// A warning for a timed run under one second.
-fn short_run_warning(warnings: &mut Vec<String>, what: &str, elapsed: f64) {
-    if elapsed < 1.0 {
-        warnings.push(format!(
-            "{what} lasted {elapsed:.3} s, under 1 s: the rate measures start-up as much as steady state"
-        ));
-    }
-}
-
-/// A worker run that drained a preloaded queue.
-trait Drained {
-    /// Its timed seconds, its ledger and the messages left after it.
-    fn drain(&self) -> (f64, &LedgerReport, i64);
-}
-
-impl Drained for ConsumeRun {
-    fn drain(&self) -> (f64, &LedgerReport, i64) {
-        (self.rate.elapsed_s, &self.ledger, self.remaining_after)
-    }
-}
-
-impl Drained for ProcessesRun {
-    fn drain(&self) -> (f64, &LedgerReport, i64) {
-        (self.rate.elapsed_s, &self.ledger, self.remaining_after)
-    }
-}
-
-/// The checks of a worker run that drained a preloaded queue: a warning
-/// when it was short, and its drain checks.
-fn drained(failures: &mut Vec<String>, warnings: &mut Vec<String>, tag: &str, r: &impl Drained) {
-    let (elapsed, l, remaining_after) = r.drain();
-    short_run_warning(warnings, tag, elapsed);
-    drain_failures(failures, tag, l, remaining_after);
-}
-
-/// The worker's counters that do not add up, each a failure of `tag`.
-fn counter_failures(failures: &mut Vec<String>, tag: &str, w: &crate::document::WorkerCounters) {
-    for i in w.inconsistencies() {
-        failures.push(format!("{tag}: {i}"));
-    }
-}
-
-/// The checks of a run that drained a preloaded queue: every message handled
-/// once, and nothing left in the queue once the workers stopped.
-fn drain_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport, remaining_after: i64) {
-    if l.missing > 0 {
-        failures.push(format!(
-            "{tag}: {} of {} messages never handled (first: {:?})",
-            l.missing, l.expected, l.missing_ids
-        ));
-    }
-    if remaining_after != 0 {
-        failures.push(format!(
-            "{tag}: {remaining_after} messages still in the queue after the workers stopped (acknowledgements not drained)"
-        ));
-    }
-    ledger_failures(failures, tag, l);
-}
-
-/// Duplicates and unexpected ids in a ledger fail the run: with a
-/// visibility timeout longer than a run and a drained queue, a message
-/// handled twice or an id the bench never sent is a fault, not noise.
-fn ledger_failures(failures: &mut Vec<String>, tag: &str, l: &LedgerReport) {
-    if l.duplicates > 0 {
-        failures.push(format!(
-            "{tag}: {} duplicate deliveries (first: {:?})",
-            l.duplicates, l.duplicate_ids
-        ));
-    }
-    if l.unexpected > 0 {
-        failures.push(format!(
-            "{tag}: {} handled ids outside the ids sent",
-            l.unexpected
-        ));
-    }
 }
 
 /// Writes the document next to `path` and renames it into place.
@@ -813,80 +371,4 @@ pub async fn write_document(doc: &Document, path: &Path) -> Result<()> {
     tokio::fs::rename(&tmp, path)
         .await
         .map_err(|e| Error::io(format!("renaming {} into place", tmp.display()), e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The sections of a committed document, with a backlog_scaling run
-    /// and a worker_processes run made from its first consume run.
-    fn sections() -> Sections {
-        let mut v: serde_json::Value =
-            serde_json::from_str(include_str!("../../docs/results/dev-machine-3a1360c.json"))
-                .unwrap();
-        let s = &mut v["sections"];
-        let consume = s["consume_scaling"][0].clone();
-        s["backlog_scaling"] = serde_json::json!([consume.clone()]);
-        s["worker_processes"] = serde_json::json!([{
-            "round": 0, "warmup": false, "processes": 2, "workers_per_process": 2,
-            "handler": "empty", "handler_work_ms": 0,
-            "count": consume["count"], "elapsed_s": 2.0, "rate_per_s": 1.0,
-            "per_process": [{
-                "index": 1, "rate": {"count": 1, "elapsed_s": 2.0, "rate_per_s": 0.5},
-                "share": 1.0, "stalled": false, "worker": consume["worker"],
-                "handler_ms": consume["handler_ms"], "peak_rss_bytes": 1
-            }],
-            "min_over_max": 1.0, "jain_index": 1.0,
-            "ledger": consume["ledger"], "remaining_after": 0, "preload_s": 0.1, "vacuum_s": 0.1
-        }]);
-        serde_json::from_value(v["sections"].clone()).unwrap()
-    }
-
-    /// Every drained run is checked the same way, its failures named by
-    /// section, size or count, and round.
-    #[test]
-    fn drained_runs_fail_on_what_they_lost_or_left() {
-        let clean = evaluate(&sections(), "release");
-        assert!(clean.ok, "{:?}", clean.failures);
-        let mut s = sections();
-        s.consume_scaling[0].ledger.missing = 3;
-        s.backlog_scaling[0].remaining_after = 5;
-        s.backlog_scaling[0].worker.deleted += 1;
-        s.worker_processes[0].per_process[0].worker.failed = 1;
-        s.worker_processes[0].per_process[0].stalled = true;
-        let expected = s.backlog_scaling[0].ledger.expected;
-        let out = evaluate(&s, "release");
-        let has = |needle: &str| out.failures.iter().any(|f| f.starts_with(needle));
-        assert!(!out.ok);
-        assert!(
-            has("consume_scaling w=1 warm-up round 0: 3 of"),
-            "{:?}",
-            out.failures
-        );
-        assert!(
-            has(&format!(
-                "backlog_scaling {expected} warm-up round 0: 5 messages still in the queue"
-            )),
-            "{:?}",
-            out.failures
-        );
-        assert!(
-            has(&format!(
-                "backlog_scaling {expected} warm-up round 0: worker counters do not add up"
-            )),
-            "{:?}",
-            out.failures
-        );
-        assert!(
-            has("worker_processes 2 round 0: process 1 stalled"),
-            "{:?}",
-            out.failures
-        );
-        assert!(
-            has("worker_processes 2 round 0: process 1: worker counters: 1 failed"),
-            "{:?}",
-            out.failures
-        );
-    }
 }

@@ -41,7 +41,7 @@ fn measured_metadata_on_a_real_server() {
         if on_this_host {
             // A server on this host: its storage is read, and its clock is this host's.
             assert!(st.filesystem.is_some(), "{st:?}");
-            let offset = pgmq_bench::scenarios::sustained::db_clock_offset_us(&client)
+            let offset = pgmq_bench::sections::db_clock_offset_us(&client)
                 .await
                 .unwrap();
             assert!(offset.abs() < 50_000, "offset {offset} µs on one host");

@@ -20,9 +20,19 @@ use tokio::sync::mpsc;
 
 use crate::document::WakeupRun;
 use crate::error::{Error, Result};
-use crate::scenarios::consume::with_claim_reads;
-use crate::scenarios::{counters, Ctx, InBody};
+use crate::sections::consume::with_claim_reads;
+use crate::sections::{counters, Ctx, InBody};
 use crate::stats::percentiles_of;
+use std::fmt::Write as _;
+
+use futures::future::BoxFuture;
+
+use crate::checks::Checks;
+use crate::document::{Document, Sections};
+use crate::figures::{measured, Figures};
+use crate::report::markdown::{cell, definitions, fig};
+use crate::sections::{Round, Section};
+use std::sync::Arc;
 
 /// Polling only, or LISTEN/NOTIFY.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,4 +241,110 @@ async fn take_samples(
         }
     }
     Ok(Ok(samples))
+}
+
+/// The wakeup_latency section: send-to-handler latency, polling only and
+/// with LISTEN/NOTIFY.
+pub(crate) struct WakeupLatency;
+
+impl Section for WakeupLatency {
+    fn name(&self) -> &'static str {
+        "wakeup_latency"
+    }
+
+    fn about(&self) -> &'static str {
+        "Send-to-handler latency, polling only and LISTEN/NOTIFY"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, _: &Sections, _: &mut Checks) {}
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        add_figures(f, s);
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        s.wakeup_latency
+            .iter()
+            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
+            .collect()
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+}
+
+/// One round of wakeup_latency: polling, then notifications.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    for mode in [Mode::Poll, Mode::Notify] {
+        let r = run(ctx, mode, at.index, at.warm).await?;
+        ctx.progress.say(format!(
+            "{tag} wakeup_latency {}: p50 {:.2} ms",
+            r.mode, r.latency_ms.p50
+        ));
+        s.wakeup_latency.push(r);
+    }
+    Ok(())
+}
+
+const DEF_WAKEUP: &str =
+    "Send call start to handler start for one message sent to an idle worker, monotonic \
+    clock; the figure is the percentile over one run's samples, median over runs.";
+
+/// wakeup_latency: percentiles per mode.
+fn add_figures(f: &mut Figures, s: &Sections) {
+    for mode in ["poll", "notify"] {
+        let label = if mode == "poll" {
+            "Wake-up, polling only,"
+        } else {
+            "Wake-up, LISTEN/NOTIFY,"
+        };
+        f.percentiles(
+            &format!("wakeup_latency.{mode}"),
+            "wakeup_latency",
+            label,
+            DEF_WAKEUP,
+            measured(&s.wakeup_latency, |r| r.warmup)
+                .filter(|r| r.mode == mode)
+                .map(|r| (r.round, &r.latency_ms)),
+        );
+    }
+}
+
+/// wakeup_latency: send-to-handler latency, polling and NOTIFY.
+fn report_part(out: &mut String, d: &Document) {
+    if fig(d, "wakeup_latency.poll.p50_ms").is_none()
+        && fig(d, "wakeup_latency.notify.p50_ms").is_none()
+    {
+        return;
+    }
+    let w = &d.metadata.workload;
+    let _ = writeln!(
+        out,
+        "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
+         | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
+        w.wakeup_samples, w.wakeup_poll_ms
+    );
+    for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
+        let _ = writeln!(
+            out,
+            "| {label} | {} | {} | {} | {} |",
+            cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
+            cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
+            cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
+            cell(d, &format!("wakeup_latency.{mode}.max_ms"))
+        );
+    }
+    out.push('\n');
+    definitions(out, d, &["wakeup_latency.poll.p50_ms".into()]);
 }

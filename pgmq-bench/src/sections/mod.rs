@@ -1,72 +1,172 @@
-//! The sections, one file each, and what they share: the run context, the
-//! message bodies, preloading and vacuuming a queue.
+//! The benchmark's sections, one file each, and the registry that lists
+//! them: `REGISTRY` is where the command line's section names, the order a
+//! round runs them in, the run's checks, the document's figures and the
+//! Markdown report's parts come from. A section's file holds its run, its
+//! `Section` implementation (how a round runs it, its checks, its figures,
+//! its part of the report), so adding a section is one file and one line in
+//! the `registry!` list below (a section without a field of its own in
+//! [`Sections`] keeps its runs in [`Sections::extra`]).
+//!
+//! What the sections share is here too: the run context, the message
+//! bodies, preloading and vacuuming a queue.
 //!
 //! Every message body is `{"id": n, "pad": "xxx…"}`: `id` is assigned by the
-//! bench from 0 so that handlers can record it in a [`Ledger`](crate::ledger::Ledger),
+//! bench from 0 so that handlers can record it in a `Ledger`,
 //! and `pad` brings the body to `--payload-bytes`.
-
-pub mod backlog;
-pub mod baseline;
-pub mod consume;
-pub mod idle;
-pub mod processes;
-pub mod send;
-pub mod sustained;
-pub mod wakeup;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use futures::future::BoxFuture;
 use pgmq_client::{Client, QueueName};
 use serde::{Deserialize, Serialize};
 
+use crate::checks::Checks;
 use crate::config::Config;
-use crate::document::WorkerCounters;
+use crate::document::{Document, Sections, WorkerCounters};
 use crate::error::Result;
+use crate::figures::Figures;
 use crate::guard::Guard;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
 
+/// Declares the section modules and [`REGISTRY`], the sections in the
+/// order a round runs them: one line per file, naming the sections it holds.
+macro_rules! registry {
+    ($($vis:vis $module:ident => [$($section:ident),+],)+) => {
+        $($vis mod $module;)+
+
+        /// Every section, in the order a round runs them: the one list a
+        /// section is registered in.
+        pub(crate) const REGISTRY: &[&dyn Section] = &[$($(&$module::$section,)+)+];
+    };
+}
+
+registry! {
+    send => [SendSingle, SendBatch],
+    consume => [ConsumeScaling],
+    baseline => [Baseline],
+    backlog => [BacklogScaling],
+    processes => [WorkerProcesses],
+    idle => [IdleWorker],
+    wakeup => [WakeupLatency],
+    sustained => [Sustained],
+}
+
+pub use processes::child_main_argv as process_worker_main;
+pub use sustained::db_clock_offset_us;
+
+/// The names of the registered sections, in the order a round runs them
+/// (what `--sections` accepts and `sections` in a document holds).
+///
+/// ```
+/// let names: Vec<&str> = pgmq_bench::sections::names().collect();
+/// assert_eq!(names.first(), Some(&"send_single"));
+/// assert!(names.contains(&"worker_processes"));
+/// ```
+pub fn names() -> impl Iterator<Item = &'static str> {
+    REGISTRY.iter().map(|s| s.name())
+}
+
+/// One benchmark section: its name on the command line and in the
+/// document, how a round runs it, the run's checks of its runs, its figures
+/// and its part of the Markdown report.
+pub(crate) trait Section: Sync {
+    /// The name on the command line and in the document (`sections.<name>`).
+    fn name(&self) -> &'static str;
+
+    /// One line for `--help`.
+    fn about(&self) -> &'static str;
+
+    /// Whether warm-up rounds run it (only throughput sections do).
+    fn in_warmup(&self) -> bool {
+        false
+    }
+
+    /// Runs the section once for the round `at`, recording its runs in `s`.
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    /// Adds the failures and warnings of its runs in `s`.
+    fn check(&self, s: &Sections, out: &mut Checks);
+
+    /// Adds the figures of its measured runs in `s`.
+    fn figures(&self, s: &Sections, f: &mut Figures);
+
+    /// Each run's peak RSS as (round, warm-up, bytes), for the memory
+    /// figures and summary; none by default.
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        let _ = s;
+        Vec::new()
+    }
+
+    /// Appends its part of the Markdown report of `d` (nothing when `d`
+    /// holds none of its figures).
+    fn report(&self, d: &Document, out: &mut String);
+}
+
+impl std::fmt::Debug for dyn Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The round a run belongs to: its index among warm-up or measured rounds,
+/// whether it is a warm-up round, and the tag naming it in progress lines.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Round<'a> {
+    /// Index among the warm-up rounds, or among the measured ones.
+    pub(crate) index: u32,
+    /// A warm-up round (its runs are recorded but not in the figures).
+    pub(crate) warm: bool,
+    /// `warm-up 1/1` or `round 2/3`.
+    pub(crate) tag: &'a str,
+}
+
 /// Everything a section needs.
 #[derive(Debug)]
-pub struct Ctx {
+pub(crate) struct Ctx {
     /// The settings.
-    pub cfg: Config,
+    pub(crate) cfg: Config,
     /// The database (its password resolved once; never printed).
-    pub target: crate::target::Target,
+    pub(crate) target: crate::target::Target,
     /// The SDK client (pool).
-    pub client: Client,
+    pub(crate) client: Client,
     /// A dedicated plain connection for preloads, VACUUM and metadata.
-    pub admin: tokio_postgres::Client,
+    pub(crate) admin: tokio_postgres::Client,
     /// The owned-queue registry.
-    pub guard: Guard,
+    pub(crate) guard: Guard,
     /// Per-run peak RSS.
-    pub meter: MemoryMeter,
+    pub(crate) meter: MemoryMeter,
     /// Progress lines.
-    pub progress: Progress,
+    pub(crate) progress: Progress,
     /// The padding string of every body.
-    pub pad: String,
+    pub(crate) pad: String,
     /// With `--handler db-write`: the handlers' own connections.
-    pub sink: Option<Arc<Sink>>,
+    pub(crate) sink: Option<Arc<Sink>>,
 }
 
 /// The table `--handler db-write` inserts into (created at the start of a
 /// run, dropped at its end).
-pub const SINK_TABLE: &str = "pgmq_bench_handler_sink";
+pub(crate) const SINK_TABLE: &str = "pgmq_bench_handler_sink";
 
 /// `--handler db-write`: a pool of plain connections of its own (not the
 /// SDK's), each with the insert prepared; handler calls take them round robin
 /// and pipeline on them.
 #[derive(Debug)]
-pub struct Sink {
+pub(crate) struct Sink {
     conns: Vec<(tokio_postgres::Client, tokio_postgres::Statement)>,
     next: AtomicUsize,
 }
 
 impl Sink {
     /// Creates the table (idempotent) with `admin`.
-    pub async fn create_table(admin: &tokio_postgres::Client) -> Result<()> {
+    pub(crate) async fn create_table(admin: &tokio_postgres::Client) -> Result<()> {
         admin
             .batch_execute(&format!(
                 "CREATE TABLE IF NOT EXISTS {SINK_TABLE} (id bigint NOT NULL, \
@@ -77,7 +177,7 @@ impl Sink {
     }
 
     /// Drops the table.
-    pub async fn drop_table(admin: &tokio_postgres::Client) -> Result<()> {
+    pub(crate) async fn drop_table(admin: &tokio_postgres::Client) -> Result<()> {
         admin
             .batch_execute(&format!("DROP TABLE IF EXISTS {SINK_TABLE}"))
             .await?;
@@ -85,7 +185,7 @@ impl Sink {
     }
 
     /// `size` connections to `dsn`.
-    pub async fn connect(target: &crate::target::Target, size: u32) -> Result<Arc<Sink>> {
+    pub(crate) async fn connect(target: &crate::target::Target, size: u32) -> Result<Arc<Sink>> {
         let mut conns = Vec::new();
         for _ in 0..size.clamp(1, 16) {
             let (pg, _notifications) = target
@@ -105,7 +205,7 @@ impl Sink {
     }
 
     /// Inserts one row.
-    pub async fn write(&self, id: u64) -> std::result::Result<(), tokio_postgres::Error> {
+    pub(crate) async fn write(&self, id: u64) -> std::result::Result<(), tokio_postgres::Error> {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
         let (pg, stmt) = &self.conns[i];
         pg.execute(stmt, &[&(id as i64)]).await.map(|_| ())
@@ -114,27 +214,22 @@ impl Sink {
 
 /// A message body as sent.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct OutBody<'a> {
+pub(crate) struct OutBody<'a> {
     /// The bench's id of the message.
-    pub id: u64,
+    pub(crate) id: u64,
     /// Padding to the payload size.
-    pub pad: &'a str,
+    pub(crate) pad: &'a str,
 }
 
 /// A message body as handlers read it (the padding is skipped).
 #[derive(Debug, Clone, Copy, Deserialize)]
-pub struct InBody {
+pub(crate) struct InBody {
     /// The bench's id of the message.
-    pub id: u64,
+    pub(crate) id: u64,
 }
 
 /// The id ranges `0..n` in batches of `size`.
-///
-/// ```
-/// let v: Vec<_> = pgmq_bench::scenarios::id_batches(5, 2).collect();
-/// assert_eq!(v, vec![0..2, 2..4, 4..5]);
-/// ```
-pub fn id_batches(n: u64, size: u64) -> impl Iterator<Item = std::ops::Range<u64>> {
+pub(crate) fn id_batches(n: u64, size: u64) -> impl Iterator<Item = std::ops::Range<u64>> {
     let size = size.max(1);
     (0..n.div_ceil(size)).map(move |b| b * size..((b + 1) * size).min(n))
 }
@@ -143,7 +238,7 @@ pub fn id_batches(n: u64, size: u64) -> impl Iterator<Item = std::ops::Range<u64
 const BODY_OVERHEAD: u32 = 25;
 
 /// The padding that brings a body to about `payload_bytes`.
-pub fn padding(payload_bytes: u32) -> String {
+pub(crate) fn padding(payload_bytes: u32) -> String {
     "x".repeat(payload_bytes.saturating_sub(BODY_OVERHEAD) as usize)
 }
 
@@ -157,12 +252,12 @@ const PRELOAD_CHUNK: u64 = 10_000;
 
 impl Ctx {
     /// A body.
-    pub fn body(&self, id: u64) -> OutBody<'_> {
+    pub(crate) fn body(&self, id: u64) -> OutBody<'_> {
         OutBody { id, pad: &self.pad }
     }
 
     /// Loads ids `0..n` into `q` on the server; returns the seconds taken.
-    pub async fn preload(&self, q: &QueueName, n: u64) -> Result<f64> {
+    pub(crate) async fn preload(&self, q: &QueueName, n: u64) -> Result<f64> {
         let t = Instant::now();
         for ids in id_batches(n, PRELOAD_CHUNK) {
             let (first, last) = (ids.start as i64, ids.end as i64 - 1);
@@ -174,7 +269,7 @@ impl Ctx {
     }
 
     /// `VACUUM (ANALYZE)` of the queue table; returns the seconds taken.
-    pub async fn vacuum(&self, q: &QueueName) -> Result<f64> {
+    pub(crate) async fn vacuum(&self, q: &QueueName) -> Result<f64> {
         let t = Instant::now();
         // `QueueName` admits only [a-z0-9_], so the table name is a plain identifier.
         self.admin
@@ -184,7 +279,7 @@ impl Ctx {
     }
 
     /// A fresh queue holding ids `0..n`, vacuumed: (queue, preload s, vacuum s).
-    pub async fn fresh_loaded(&self, suffix: &str, n: u64) -> Result<(QueueName, f64, f64)> {
+    pub(crate) async fn fresh_loaded(&self, suffix: &str, n: u64) -> Result<(QueueName, f64, f64)> {
         let q = self.guard.fresh(suffix).await?;
         let preload_s = self.preload(&q, n).await?;
         let vacuum_s = self.vacuum(&q).await?;
@@ -192,20 +287,20 @@ impl Ctx {
     }
 
     /// Messages left in `q`, then drops it (the run is over).
-    pub async fn finish_queue(&self, q: &QueueName) -> Result<i64> {
+    pub(crate) async fn finish_queue(&self, q: &QueueName) -> Result<i64> {
         let left = self.queue_length(q).await?;
         self.guard.release(q).await?;
         Ok(left)
     }
 
     /// Messages in `q` (visible or not).
-    pub async fn queue_length(&self, q: &QueueName) -> Result<i64> {
+    pub(crate) async fn queue_length(&self, q: &QueueName) -> Result<i64> {
         Ok(self.client.metrics(q).await?.queue_length)
     }
 }
 
 /// The worker's counters, as the document records them.
-pub fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
+pub(crate) fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
     WorkerCounters {
         claimed: s.claimed,
         handled: s.handled,
@@ -223,14 +318,15 @@ pub fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
     }
 }
 
-/// Seconds of a duration as f64.
-pub fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_batches_cover_every_id_once() {
+        let v: Vec<_> = id_batches(5, 2).collect();
+        assert_eq!(v, vec![0..2, 2..4, 4..5]);
+    }
 
     #[test]
     fn body_size_is_close_to_the_target() {

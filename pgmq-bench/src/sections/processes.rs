@@ -39,9 +39,19 @@ use crate::document::{Percentiles, ProcessShare, ProcessesRun, Rate, WorkerCount
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::process::MemoryMeter;
-use crate::scenarios::consume::{with_claim_reads, worker_on, Tally};
-use crate::scenarios::{counters, Ctx, InBody, Sink};
+use crate::sections::consume::{with_claim_reads, worker_on, Tally};
+use crate::sections::{counters, Ctx, InBody, Sink};
 use crate::stats::percentiles_us_to_ms;
+use std::fmt::Write as _;
+
+use futures::future::BoxFuture;
+
+use crate::checks::{run_tag, Checks};
+use crate::document::{Better, Document, Sample, Sections};
+use crate::figures::{measured, Figures};
+use crate::report::markdown::{cell, definitions, figure_keys};
+use crate::report::{fmt_value, thousands};
+use crate::sections::{Round, Section};
 
 /// Arguments of the hidden `process-worker` subcommand. The DSN comes from
 /// `PGMQ_BENCH_DSN` in its environment, never from the command line.
@@ -97,6 +107,21 @@ pub struct ChildReport {
     pub peak_rss_bytes: u64,
     /// Whether it stopped on a stall instead of an empty queue.
     pub stalled: bool,
+}
+
+/// Parses the arguments the parent passed to `process-worker`, then runs
+/// `child_main`.
+pub async fn child_main_argv(argv: Vec<String>) -> Result<i32> {
+    #[derive(clap::Parser)]
+    #[command(name = "pgmq-bench process-worker")]
+    struct Child {
+        #[command(flatten)]
+        args: ChildArgs,
+    }
+    let argv = std::iter::once("process-worker".to_owned()).chain(argv);
+    let child =
+        <Child as clap::Parser>::try_parse_from(argv).map_err(|e| Error::Config(e.to_string()))?;
+    child_main(child.args).await
 }
 
 /// The child: drain until the queue is empty, report, exit.
@@ -472,4 +497,162 @@ async fn lines_ready(lines: &mut tokio::io::Lines<BufReader<tokio::process::Chil
         tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await,
         Ok(Ok(Some(l))) if l.trim() == "ready"
     )
+}
+
+/// The worker_processes section: `--processes` separate worker processes
+/// draining one queue. Its runs record each process's peak RSS, not the
+/// bench process's, so it adds no memory figure.
+pub(crate) struct WorkerProcesses;
+
+impl Section for WorkerProcesses {
+    fn name(&self) -> &'static str {
+        "worker_processes"
+    }
+
+    fn about(&self) -> &'static str {
+        "Separate worker processes draining one queue (`--processes`)"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        for r in &s.worker_processes {
+            let tag = format!(
+                "worker_processes {} {}",
+                r.processes,
+                run_tag(r.round, r.warmup)
+            );
+            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+            for pr in &r.per_process {
+                if pr.stalled {
+                    out.fail(format!("{tag}: process {} stalled", pr.index));
+                }
+                out.counters(&format!("{tag}: process {}", pr.index), &pr.worker);
+            }
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        add_figures(f, s);
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+}
+
+/// One round of worker_processes: a run at each process count.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    for n in &ctx.cfg.processes {
+        let r = run(ctx, *n, at.index).await?;
+        ctx.progress.say(format!(
+            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
+            r.rate.rate_per_s, r.min_over_max
+        ));
+        s.worker_processes.push(r);
+    }
+    Ok(())
+}
+
+const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's process-worker, --backlog-workers \
+    handlers each, own pools) draining one preloaded, vacuumed queue of --messages: distinct messages handled by \
+    all of them divided by the slowest process's seconds from its start signal to its last handler's end.";
+
+const DEF_PROC_EVEN: &str =
+    "The smallest process's handled count divided by the largest's: 1 when the work \
+    was shared evenly (Jain's index is in the run record).";
+
+/// worker_processes: combined rate and evenness per process count.
+fn add_figures(f: &mut Figures, s: &Sections) {
+    let mut procs: Vec<u32> = s.worker_processes.iter().map(|r| r.processes).collect();
+    procs.sort_unstable();
+    procs.dedup();
+    let wp = || measured(&s.worker_processes, |r| r.warmup);
+    for n in &procs {
+        f.rate(
+            &format!("worker_processes.p{n}.throughput"),
+            "worker_processes",
+            &format!("Combined drain rate, {n} processes"),
+            DEF_PROC_RATE,
+            wp().filter(|r| r.processes == *n)
+                .map(|r| (r.round, &r.rate)),
+        );
+        f.add(
+            format!("worker_processes.p{n}.min_over_max"),
+            "worker_processes",
+            format!("Work share, smallest / largest process, {n} processes"),
+            "x",
+            Better::None,
+            DEF_PROC_EVEN,
+            wp().filter(|r| r.processes == *n)
+                .map(|r| Sample::value(r.round, r.min_over_max))
+                .collect(),
+        );
+    }
+}
+
+/// worker_processes: the combined rate per process count, each process's
+/// own rate, and how evenly they shared the work.
+fn report_part(out: &mut String, d: &Document) {
+    let counts = figure_keys(d, "worker_processes.p", ".throughput");
+    if counts.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Worker processes (worker_processes)\n\n\
+         | Processes | Combined rate (msg/s) | Per-process rates (msg/s), per round | Smallest / largest | Jain's index |\n\
+         | --- | --- | --- | --- | --- |"
+    );
+    let mut ids = Vec::new();
+    for n in &counts {
+        let runs: Vec<_> = d
+            .sections
+            .worker_processes
+            .iter()
+            .filter(|r| !r.warmup && u64::from(r.processes) == *n)
+            .collect();
+        let per_process = runs
+            .iter()
+            .map(|r| {
+                r.per_process
+                    .iter()
+                    .map(|p| thousands(p.rate.rate_per_s))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let jain: Vec<f64> = runs.iter().map(|r| r.jain_index).collect();
+        let rate = format!("worker_processes.p{n}.throughput");
+        let even = format!("worker_processes.p{n}.min_over_max");
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {} | {} | {} |",
+            cell(d, &rate),
+            if per_process.is_empty() {
+                "–".to_owned()
+            } else {
+                per_process
+            },
+            cell(d, &even),
+            crate::stats::median_min_max(&jain)
+                .map_or("–".to_owned(), |(med, _, _)| fmt_value(med, "x"))
+        );
+        ids.extend([rate, even]);
+    }
+    let _ = writeln!(
+        out,
+        "\nJain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when even, \
+         1/n when one process did everything.\n"
+    );
+    definitions(out, d, &ids);
 }

@@ -26,8 +26,19 @@ use tokio::sync::Notify;
 use crate::document::{ConsumeRun, Rate};
 use crate::error::Result;
 use crate::ledger::Ledger;
-use crate::scenarios::{counters, Ctx, InBody, Sink};
+use crate::sections::{counters, Ctx, InBody, Sink};
 use crate::stats::{percentiles_us_to_ms, us_histogram};
+use std::fmt::Write as _;
+
+use futures::future::BoxFuture;
+
+use crate::checks::{run_tag, Checks};
+use crate::document::{Document, Sections};
+use crate::figures::{measured, Figures};
+use crate::report::fmt_value;
+use crate::report::markdown::{cell, definitions, fig, worker_counts};
+use crate::sections::baseline::{neighbour, Loop};
+use crate::sections::{Round, Section};
 
 /// What every handler call shares.
 #[derive(Debug)]
@@ -251,7 +262,7 @@ impl pgmq_worker::TransactionalHandler<InBody> for TxSink {
     }
 }
 
-/// The insert of `--handler db-write-tx`, into [`SINK_TABLE`](crate::scenarios::SINK_TABLE).
+/// The insert of `--handler db-write-tx`, into [`SINK_TABLE`](crate::sections::SINK_TABLE).
 const TX_INSERT: &str = "INSERT INTO pgmq_bench_handler_sink (id) VALUES ($1)";
 
 /// One run at `workers` handlers.
@@ -302,4 +313,206 @@ pub async fn drain(
         peak_rss_bytes: peak,
         handler: Some(ctx.cfg.handler.name().to_owned()),
     })
+}
+
+/// The consume_scaling section: the worker draining a preloaded queue at
+/// each `--workers` handler count, each run between two consume loops.
+pub(crate) struct ConsumeScaling;
+
+impl Section for ConsumeScaling {
+    fn name(&self) -> &'static str {
+        "consume_scaling"
+    }
+
+    fn about(&self) -> &'static str {
+        "The worker draining a preloaded queue at each handler count"
+    }
+
+    fn in_warmup(&self) -> bool {
+        true
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        for r in &s.consume_scaling {
+            let tag = format!(
+                "consume_scaling w={} {}",
+                r.workers,
+                run_tag(r.round, r.warmup)
+            );
+            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+            out.counters(&tag, &r.worker);
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        add_figures(f, s, &consume_counts(s));
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        s.consume_scaling
+            .iter()
+            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
+            .collect()
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+}
+
+/// One round of consume_scaling: the worker at each handler count, each
+/// between two consume loops.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    let p = &ctx.progress;
+    // A consume loop before each worker run and one after the last: every
+    // worker run sits between two loops, and its ratio's reference is their
+    // mean. The equal-layout loop once before the first worker run and once
+    // after the last: the reference of `vs_equal_layout` is the mean of the
+    // two.
+    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
+    let mut before: Option<u32> = None;
+    for w in &ctx.cfg.workers {
+        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
+            s.baseline[i].paired_workers = Some(*w);
+            s.baseline[i].follows_workers = before;
+        }
+        before = Some(*w);
+        let r = run(ctx, *w, at.index, at.warm).await?;
+        p.say(format!(
+            "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
+            r.rate.rate_per_s, r.handler_ms.p99
+        ));
+        s.consume_scaling.push(r);
+    }
+    if let Some(w) = before {
+        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
+            s.baseline[i].follows_workers = Some(w);
+        }
+    }
+    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
+    Ok(())
+}
+
+const DEF_THROUGHPUT: &str = "Worker runtime draining a preloaded, vacuumed queue with N handlers: distinct \
+    messages handled divided by the seconds from spawning the worker to the end of the handler that completed \
+    the last one. The final acknowledgement drain is verified afterwards and not included.";
+
+const DEF_HANDLER: &str =
+    "Handler duration from the worker's histogram: handler start to handler end, \
+    acknowledgement excluded (microsecond histogram, two significant digits).";
+
+const DEF_WAIT_DB: &str =
+    "Queue wait, database segment: enqueued_at to last_read_at of each claimed message, \
+    both stamped by the database clock (no host/database clock skew).";
+
+const DEF_WAIT_LOCAL: &str =
+    "Queue wait, local segment: claim registered in the worker to handler start, \
+    on the monotonic clock. The reply's transit between the two segments is in neither.";
+
+/// The handler counts of consume_scaling, ascending.
+pub(crate) fn consume_counts(s: &Sections) -> Vec<u32> {
+    let mut worker_counts: Vec<u32> = s.consume_scaling.iter().map(|r| r.workers).collect();
+    worker_counts.sort_unstable();
+    worker_counts.dedup();
+    worker_counts
+}
+
+/// consume_scaling: throughput and latency percentiles per handler count.
+fn add_figures(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
+    for w in worker_counts {
+        let runs = || measured(&s.consume_scaling, |r| r.warmup).filter(move |r| r.workers == *w);
+        let p = format!("consume_scaling.w{w}");
+        f.rate(
+            &format!("{p}.throughput"),
+            "consume_scaling",
+            &format!("Worker throughput, {w} handlers"),
+            DEF_THROUGHPUT,
+            runs().map(|r| (r.round, &r.rate)),
+        );
+        f.percentiles(
+            &format!("{p}.handler"),
+            "consume_scaling",
+            &format!("Handler duration, {w} handlers,"),
+            DEF_HANDLER,
+            runs().map(|r| (r.round, &r.handler_ms)),
+        );
+        f.percentiles(
+            &format!("{p}.queue_wait_db"),
+            "consume_scaling",
+            &format!("Queue wait (database), {w} handlers,"),
+            DEF_WAIT_DB,
+            runs().map(|r| (r.round, &r.queue_wait_db_ms)),
+        );
+        f.percentiles(
+            &format!("{p}.queue_wait_local"),
+            "consume_scaling",
+            &format!("Queue wait (local), {w} handlers,"),
+            DEF_WAIT_LOCAL,
+            runs().map(|r| (r.round, &r.queue_wait_local_ms)),
+        );
+    }
+}
+
+/// consume_scaling: throughput, its ratio to the baseline loop and the
+/// latency percentiles per handler count.
+fn report_part(out: &mut String, d: &Document) {
+    let counts = worker_counts(d);
+    if counts.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Worker scaling (consume_scaling)\n\n\
+         | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
+         Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
+         | --- | --- | --- | --- | --- | --- |"
+    );
+    let mut ids = Vec::new();
+    for w in &counts {
+        let p = format!("consume_scaling.w{w}");
+        let pct = |what: &str| {
+            ["p50", "p95", "p99", "max"]
+                .iter()
+                .map(|q| {
+                    fig(d, &format!("{p}.{what}.{q}_ms"))
+                        .map(|f| fmt_value(f.median, "ms"))
+                        .unwrap_or_else(|| "–".into())
+                })
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let _ = writeln!(
+            out,
+            "| {w} | {} | {} | {} | {} | {} |",
+            cell(d, &format!("{p}.throughput")),
+            cell(d, &format!("{p}.vs_baseline")),
+            pct("handler"),
+            pct("queue_wait_db"),
+            pct("queue_wait_local")
+        );
+        ids.extend([
+            format!("{p}.throughput"),
+            format!("{p}.vs_baseline"),
+            format!("{p}.handler.p50_ms"),
+            format!("{p}.queue_wait_db.p50_ms"),
+            format!("{p}.queue_wait_local.p50_ms"),
+        ]);
+    }
+    let _ = writeln!(
+        out,
+        "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
+        cell(d, "baseline.consume.rate")
+    );
+    ids.push("baseline.consume.rate".into());
+    definitions(out, d, &ids);
 }

@@ -26,9 +26,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::document::{BacklogSample, DbCounters, Interval, Rate, SustainedRun, Verdict};
 use crate::error::{Error, Result};
-use crate::scenarios::consume::{worker, QueueWaits, Tally};
-use crate::scenarios::{counters, Ctx};
+use crate::sections::consume::{worker, QueueWaits, Tally};
+use crate::sections::{counters, Ctx};
 use crate::stats::{histogram_delta, interval_percentiles_ms, least_squares_fit};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use futures::future::BoxFuture;
+
+use crate::checks::{run_tag, Checks};
+use crate::document::{Better, Document, Sample, Sections};
+use crate::figures::{measured, Figures};
+use crate::report::markdown::MIB;
+use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{fmt_value, thousands};
+use crate::sections::{Round, Section};
 
 /// The largest backlog slope that passes, messages/s.
 pub const SLOPE_LIMIT: f64 = 10.0;
@@ -422,4 +434,393 @@ fn failure_reasons(
         ));
     }
     reasons
+}
+
+/// The sustained section: producers and the worker together for
+/// `--duration` (with `--rate-search`, at rising rates until a step fails).
+pub(crate) struct Sustained;
+
+impl Section for Sustained {
+    fn name(&self) -> &'static str {
+        "sustained"
+    }
+
+    fn about(&self) -> &'static str {
+        "Producers and the worker together for `--duration`"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            if ctx.cfg.rate_search {
+                sustained_rate_search(ctx, at, &mut s.sustained).await
+            } else {
+                sustained_once(ctx, at, s).await
+            }
+        })
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        for r in &s.sustained {
+            let tag = format!("sustained {}", run_tag(r.round, r.warmup));
+            if let Some(se) = r.backlog_slope_stderr_per_s {
+                if se > r.verdict.slope_limit_per_s / 2.0 {
+                    out.warn(format!(
+                        "{tag}: the backlog slope's standard error is {se:.1} msg/s, too coarse to judge the \
+                         {} msg/s limit; use a longer --duration",
+                        r.verdict.slope_limit_per_s
+                    ));
+                }
+            }
+            if r.rate_search_step.is_some() {
+                // A rate search ends on a failing step by design: only messages
+                // not accounted for fail the run.
+                if r.ledger.missing > 0 {
+                    out.fail(format!(
+                        "{tag} (rate search step): {} messages never handled",
+                        r.ledger.missing
+                    ));
+                }
+            } else if !r.verdict.pass {
+                out.fail(format!("{tag}: {}", r.verdict.reasons.join("; ")));
+            }
+            out.ledger(&tag, &r.ledger);
+            out.counters(&tag, &r.worker);
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        add_figures(f, s);
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        s.sustained
+            .iter()
+            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
+            .collect()
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+}
+
+/// One round of sustained without `--rate-search`: one run at `--rate`.
+async fn sustained_once(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    let r = run(ctx, at.index, at.warm).await?;
+    ctx.progress.say(format!(
+        "{tag} sustained: {:.0} produced/s, {:.0} handled/s, slope {:.1}, {}",
+        r.produced.rate_per_s,
+        r.handled.rate_per_s,
+        r.backlog_slope_per_s.unwrap_or(f64::NAN),
+        if r.verdict.pass { "pass" } else { "FAIL" }
+    ));
+    s.sustained.push(r);
+    Ok(())
+}
+
+/// One round of sustained with `--rate-search`: its runs go to `runs`.
+async fn sustained_rate_search(
+    ctx: &Arc<Ctx>,
+    at: Round<'_>,
+    runs: &mut Vec<SustainedRun>,
+) -> Result<()> {
+    let tag = at.tag;
+    let cfg = &ctx.cfg;
+    // Step the rate up until the slope verdict fails.
+    let base = cfg.rate.unwrap_or(1.0);
+    for k in 0..cfg.rate_steps_max {
+        let rate = base * cfg.rate_step.powi(k as i32);
+        let mut r = run_at(ctx, Some(rate), at.index, at.warm).await?;
+        r.rate_search_step = Some(k);
+        let pass = r.verdict.pass;
+        ctx.progress.say(format!(
+            "{tag} sustained rate search step {k}: {rate:.0} msg/s target, {:.0} handled/s, slope {:.1}, {}",
+            r.handled.rate_per_s,
+            r.backlog_slope_per_s.unwrap_or(f64::NAN),
+            if pass { "pass" } else { "fail: search ends" }
+        ));
+        runs.push(r);
+        if !pass {
+            break;
+        }
+    }
+    Ok(())
+}
+
+const DEF_SUS_PROD: &str =
+    "Messages the producers sent over the producer window, divided by its seconds.";
+
+const DEF_SUS_HAND: &str =
+    "Distinct messages handled over the producer window, divided by its seconds \
+    (messages left at the end are drained afterwards, outside the window).";
+
+const DEF_SUS_SLOPE: &str =
+    "Least-squares slope of the sampled backlog (pgmq.metrics queue length, in flight \
+    included) after the sustained warm-up: at most 10 msg/s passes.";
+
+const DEF_SUS_SEARCH: &str = "--rate-search: sustained runs at --rate, then each --rate-step times faster, \
+    until a run's verdict fails (backlog slope above 10 msg/s, or a message not handled): the highest target \
+    rate whose run passed (0 when the first failed). The resolution is the step factor.";
+
+const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
+
+/// sustained: the rate search, the rates, the backlog slope and maximum.
+fn add_figures(f: &mut Figures, s: &Sections) {
+    let sus = || measured(&s.sustained, |r| r.warmup || r.rate_search_step.is_some());
+    // The rate search: per round, the highest target rate whose verdict passed.
+    let mut best: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in measured(&s.sustained, |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
+        let e = best.entry(r.round).or_insert(0.0);
+        if r.verdict.pass {
+            *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
+        }
+    }
+    f.add(
+        "sustained.rate_search.highest_passing".into(),
+        "sustained",
+        "Highest sustained producer rate that passed".into(),
+        "msg/s",
+        Better::Higher,
+        DEF_SUS_SEARCH,
+        best.into_iter()
+            .map(|(round, v)| Sample::value(round, v))
+            .collect(),
+    );
+    f.rate(
+        "sustained.produced_rate",
+        "sustained",
+        "Sustained produced",
+        DEF_SUS_PROD,
+        sus().map(|r| (r.round, &r.produced)),
+    );
+    f.rate(
+        "sustained.handled_rate",
+        "sustained",
+        "Sustained handled",
+        DEF_SUS_HAND,
+        sus().map(|r| (r.round, &r.handled)),
+    );
+    f.add(
+        "sustained.backlog_slope".into(),
+        "sustained",
+        "Sustained backlog slope".into(),
+        "msg/s",
+        Better::None,
+        DEF_SUS_SLOPE,
+        sus()
+            .filter_map(|r| r.backlog_slope_per_s.map(|v| Sample::value(r.round, v)))
+            .collect(),
+    );
+    f.add(
+        "sustained.backlog_max".into(),
+        "sustained",
+        "Sustained largest backlog".into(),
+        "msg",
+        Better::Lower,
+        DEF_SUS_MAX,
+        sus()
+            .map(|r| Sample::value(r.round, r.backlog_max as f64))
+            .collect(),
+    );
+}
+
+/// Per run, what its one-second intervals recorded: the median interval
+/// and the worst one, so a stall or a creeping RSS shows without printing
+/// every second (the document has them all).
+fn sustained_intervals(out: &mut String, d: &Document) {
+    let runs: Vec<_> = d
+        .sections
+        .sustained
+        .iter()
+        .filter(|r| {
+            r.intervals
+                .iter()
+                .any(|i| i.handler_ms.is_some() || i.rss_bytes.is_some())
+        })
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Per one-second interval (median over the run's intervals / worst interval):\n\n\
+         | Round | Intervals | Handler p50 (ms) | Handler p99 (ms) | Queue wait p50 (ms) | Queue wait p99 (ms) | RSS first → last (largest), MiB |\n\
+         | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let both = |vals: Vec<f64>| match crate::stats::median_min_max(&vals) {
+        Some((med, _, max)) => format!("{} / {}", fmt_value(med, "ms"), fmt_value(max, "ms")),
+        None => "–".to_owned(),
+    };
+    for r in runs {
+        let iv = &r.intervals;
+        let pick = |f: &dyn Fn(&crate::document::Interval) -> Option<f64>| {
+            both(iv.iter().filter_map(f).collect())
+        };
+        let rss: Vec<u64> = iv.iter().filter_map(|i| i.rss_bytes).collect();
+        let rss = match (rss.first(), rss.last(), rss.iter().max()) {
+            (Some(a), Some(b), Some(m)) => format!(
+                "{:.1} → {:.1} ({:.1})",
+                *a as f64 / MIB,
+                *b as f64 / MIB,
+                *m as f64 / MIB
+            ),
+            _ => "–".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {rss} |",
+            sustained_round(r),
+            iv.len(),
+            pick(&|i| i.handler_ms.map(|p| p.p50)),
+            pick(&|i| i.handler_ms.map(|p| p.p99)),
+            pick(&|i| i.queue_wait_ms.map(|p| p.p50)),
+            pick(&|i| i.queue_wait_ms.map(|p| p.p99)),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n- *Handler p50/p99 per interval*: handler run time (start to end of the handler call, as the worker \
+         measures it) of the calls recorded in that second.\n\
+         - *Queue wait p50/p99 per interval*: the message's `enqueued_at` (database clock) to the start of its \
+         handler call (this host's clock, moved onto the database's by an offset measured before the run), of \
+         the calls that started in that second.\n\
+         - *RSS*: the bench process's resident set size at the end of each interval.\n"
+    );
+}
+
+/// A sustained run's round, flagged when a warm-up or a rate-search step.
+fn sustained_round(r: &crate::document::SustainedRun) -> String {
+    let mut s = r.round.to_string();
+    if r.warmup {
+        s.push_str(" (warm-up)");
+    }
+    if let Some(k) = r.rate_search_step {
+        let _ = write!(s, " (search step {k})");
+    }
+    s
+}
+
+/// sustained: each run's rates, slope and verdict, its intervals, the
+/// database's counters and the rate search's result.
+fn report_part(out: &mut String, d: &Document) {
+    if d.sections.sustained.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
+         Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for r in &d.sections.sustained {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            sustained_round(r),
+            r.duration_s,
+            r.target_rate_per_s
+                .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
+            thousands(r.produced.rate_per_s),
+            thousands(r.handled.rate_per_s),
+            match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
+                (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
+                (Some(v), None) => format!("{v:+.2}"),
+                _ => "n/a".to_owned(),
+            },
+            thousands(r.backlog_max as f64),
+            if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
+                format!("yes ({})", thousands(r.produced.count as f64))
+            } else {
+                format!(
+                    "NO ({} produced, {} handled)",
+                    r.produced.count, r.ledger.distinct
+                )
+            },
+            if r.verdict.pass { "pass" } else { "FAIL" }
+        );
+    }
+    out.push('\n');
+    rate_search(out, d);
+    sustained_intervals(out, d);
+    db_counters_table(out, d);
+    definitions(
+        out,
+        d,
+        &[
+            "sustained.produced_rate".into(),
+            "sustained.handled_rate".into(),
+            "sustained.backlog_slope".into(),
+            "sustained.rate_search.highest_passing".into(),
+        ],
+    );
+}
+
+/// The rate search's highest passing producer rate, when it ran.
+fn rate_search(out: &mut String, d: &Document) {
+    let id = "sustained.rate_search.highest_passing";
+    if fig(d, id).is_none() {
+        return;
+    }
+    let settings = d
+        .metadata
+        .workload
+        .rate_search
+        .as_ref()
+        .map_or(String::new(), |s| {
+            format!(
+                " (steps {}× apart, at most {})",
+                fmt_value(s.step, "x"),
+                s.steps_max
+            )
+        });
+    let _ = writeln!(
+        out,
+        "Rate search{settings}: highest producer rate that passed {} msg/s.\n",
+        cell(d, id)
+    );
+}
+
+/// The database's own counters over each sustained run that read them.
+fn db_counters_table(out: &mut String, d: &Document) {
+    let runs: Vec<_> = d
+        .sections
+        .sustained
+        .iter()
+        .filter_map(|r| r.db_counters.as_ref().map(|c| (r, c)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Database counters over each run:\n\n\
+         | Round | WAL written (MiB) | Checkpoints | Queue autovacuums | Queue autoanalyzes | Queue dead tuples at end |\n\
+         | --- | --- | --- | --- | --- | --- |"
+    );
+    let n = |v: Option<u64>| v.map_or("–".to_owned(), |v| thousands(v as f64));
+    for (r, c) in runs {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            sustained_round(r),
+            c.wal_bytes
+                .map_or("–".to_owned(), |b| format!("{:.1}", b as f64 / MIB)),
+            n(c.checkpoints),
+            n(c.queue_autovacuum_count),
+            n(c.queue_autoanalyze_count),
+            n(c.queue_dead_tuples)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n- *WAL written*: the whole cluster's (other databases' activity included), from the difference of \
+         `pg_current_wal_lsn()`.\n\
+         - *Queue autovacuums, autoanalyzes, dead tuples*: `pg_stat_user_tables` of the run's queue table (a new \
+         table per run).\n"
+    );
 }

@@ -1,0 +1,200 @@
+//! backlog_scaling: the worker draining fresh queues of several backlog sizes
+//! (`--backlog-sizes`, default 100,000 and 1,000,000; `--backlog-10m` adds
+//! 10,000,000) with `--backlog-workers` handlers, once per size per measured
+//! round. Each size gets a fresh queue, preloaded on the server and vacuumed
+//! (`VACUUM (ANALYZE)`) before the timed interval, exactly as a consume_scaling
+//! run; the figure per size is its drain rate, and `vs_smallest` divides it by
+//! the smallest size's rate of the same round: 1.0 means the rate holds as the
+//! backlog grows.
+
+use crate::document::ConsumeRun;
+use crate::error::Result;
+use crate::sections::consume::drain;
+use crate::sections::Ctx;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::checks::{run_tag, Checks};
+use crate::document::{Better, Document, Sample, Sections};
+use crate::figures::{measured, Figures};
+use crate::report::markdown::{cell, definitions, figure_keys};
+use crate::report::thousands;
+use crate::sections::{Round, Section};
+
+/// One drain of a backlog of `n` messages.
+pub async fn run(ctx: &Ctx, n: u64, round: u32) -> Result<ConsumeRun> {
+    drain(ctx, "backlog", n, ctx.cfg.backlog_workers, round, false).await
+}
+
+/// The backlog_scaling section: the worker draining fresh queues of each
+/// `--backlog-sizes` size.
+pub(crate) struct BacklogScaling;
+
+impl Section for BacklogScaling {
+    fn name(&self) -> &'static str {
+        "backlog_scaling"
+    }
+
+    fn about(&self) -> &'static str {
+        "The worker draining fresh queues of several backlog sizes (`--backlog-sizes`)"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        for r in &s.backlog_scaling {
+            let tag = format!(
+                "backlog_scaling {} {}",
+                r.ledger.expected,
+                run_tag(r.round, r.warmup)
+            );
+            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+            out.counters(&tag, &r.worker);
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        add_figures(f, s);
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        s.backlog_scaling
+            .iter()
+            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
+            .collect()
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+}
+
+/// One round of backlog_scaling: a run at each backlog size.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    for n in &ctx.cfg.backlog_sizes {
+        let r = run(ctx, *n, at.index).await?;
+        ctx.progress.say(format!(
+            "{tag} backlog_scaling {n}: {:.0} msg/s",
+            r.rate.rate_per_s
+        ));
+        s.backlog_scaling.push(r);
+    }
+    Ok(())
+}
+
+const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \
+    queue of this many messages: distinct messages handled divided by the seconds from spawning the worker to \
+    the end of the handler that completed the last one.";
+
+const DEF_BACKLOG_RATIO: &str =
+    "This backlog's drain rate divided by the smallest backlog's drain rate of the \
+    same round: 1 when the rate holds as the backlog grows.";
+
+/// backlog_scaling: per size, the drain rate and its ratio to the
+/// smallest size's rate of the same round.
+fn add_figures(f: &mut Figures, s: &Sections) {
+    let mut sizes: Vec<u64> = s
+        .backlog_scaling
+        .iter()
+        .map(|r| r.ledger.expected)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let backlog = || measured(&s.backlog_scaling, |r| r.warmup);
+    for n in &sizes {
+        f.rate(
+            &format!("backlog_scaling.n{n}.throughput"),
+            "backlog_scaling",
+            &format!(
+                "Drain rate, backlog of {}",
+                crate::report::thousands(*n as f64)
+            ),
+            DEF_BACKLOG,
+            backlog()
+                .filter(|r| r.ledger.expected == *n)
+                .map(|r| (r.round, &r.rate)),
+        );
+    }
+    if let Some(smallest) = sizes.first() {
+        for n in sizes.iter().skip(1) {
+            let runs = backlog()
+                .filter(|r| r.ledger.expected == *n)
+                .filter_map(|r| {
+                    let base =
+                        backlog().find(|b| b.round == r.round && b.ledger.expected == *smallest)?;
+                    (base.rate.rate_per_s > 0.0)
+                        .then(|| Sample::value(r.round, r.rate.rate_per_s / base.rate.rate_per_s))
+                })
+                .collect();
+            f.add(
+                format!("backlog_scaling.n{n}.vs_smallest"),
+                "backlog_scaling",
+                format!(
+                    "Drain rate, backlog of {} vs {}",
+                    crate::report::thousands(*n as f64),
+                    crate::report::thousands(*smallest as f64)
+                ),
+                "x",
+                Better::Higher,
+                DEF_BACKLOG_RATIO,
+                runs,
+            );
+        }
+    }
+}
+
+/// backlog_scaling: the drain rate per backlog size and its ratio to the
+/// smallest size's rate.
+fn report_part(out: &mut String, d: &Document) {
+    let sizes = figure_keys(d, "backlog_scaling.n", ".throughput");
+    let Some(smallest) = sizes.first() else {
+        return;
+    };
+    let w = &d.metadata.workload;
+    let mut how = Vec::new();
+    if let Some(n) = w.backlog_workers {
+        how.push(format!("{n} handlers"));
+    }
+    if let Some(c) = &w.claim_reads {
+        how.push(format!("claim reads `{c}`"));
+    }
+    let _ = writeln!(
+        out,
+        "## Backlog scaling (backlog_scaling)\n\n{}| Backlog (messages) | Drain rate (msg/s) | vs {} |\n| --- | --- | --- |",
+        if how.is_empty() {
+            String::new()
+        } else {
+            format!("{}.\n\n", how.join(", "))
+        },
+        thousands(*smallest as f64)
+    );
+    let mut ids = Vec::new();
+    for n in &sizes {
+        let rate = format!("backlog_scaling.n{n}.throughput");
+        let ratio = format!("backlog_scaling.n{n}.vs_smallest");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            thousands(*n as f64),
+            cell(d, &rate),
+            if n == smallest {
+                "1 (the reference)".to_owned()
+            } else {
+                cell(d, &ratio)
+            }
+        );
+        ids.extend([rate, ratio]);
+    }
+    out.push('\n');
+    definitions(out, d, &ids);
+}

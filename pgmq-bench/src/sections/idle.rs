@@ -1,0 +1,190 @@
+//! idle_worker: a worker on an empty queue, polling only (`--idle-poll-ms`,
+//! 250 ms by default), no notifications, for `--idle` (3 s by default).
+//!
+//! The window opens once the worker has run for two poll intervals (start-up
+//! excluded). Over it: process CPU time from getrusage(2) (user + system, all
+//! threads of this process, which holds nothing else at that moment) divided
+//! by wall time, as percent of one core; the worker's own read, empty-read and
+//! wake-up counters divided by the same wall time.
+
+use std::time::Instant;
+
+use pgmq_worker::WakeUp;
+
+use crate::document::{IdleRun, Rate};
+use crate::error::Result;
+use crate::process::cpu_time;
+use crate::sections::consume::{worker, Tally};
+use crate::sections::Ctx;
+use std::fmt::Write as _;
+
+use futures::future::BoxFuture;
+
+use crate::checks::Checks;
+use crate::document::{Better, Document, Sample, Sections};
+use crate::figures::{measured, Figures};
+use crate::report::markdown::{cell, definitions, fig};
+use crate::sections::{Round, Section};
+use std::sync::Arc;
+
+/// One idle run.
+pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
+    let q = ctx.guard.fresh("idle").await?;
+    let tally = Tally::new(u64::MAX, ctx.cfg.handler_work);
+    let poll = ctx.cfg.idle_poll;
+    let w = worker(ctx, &q, 1, &tally)
+        .poll_interval(poll)
+        .wake_up(WakeUp::Poll)
+        .build()?;
+    ctx.meter.begin();
+    let handle = w.spawn();
+    tokio::time::sleep(poll * 2).await;
+    let s0 = handle.stats();
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    tokio::time::sleep(ctx.cfg.idle).await;
+    let s1 = handle.stats();
+    let cpu1 = cpu_time();
+    let elapsed = t0.elapsed().as_secs_f64();
+    handle.shutdown().await?;
+    let peak = ctx.meter.end();
+    ctx.guard.release(&q).await?;
+    let cpu_s = (cpu1.saturating_sub(cpu0)).as_secs_f64();
+    let wakeups = (s1.wakeups_poll + s1.wakeups_notify) - (s0.wakeups_poll + s0.wakeups_notify);
+    Ok(IdleRun {
+        round,
+        warmup,
+        poll_interval_ms: poll.as_millis() as u64,
+        elapsed_s: elapsed,
+        cpu_s,
+        cpu_percent: cpu_s / elapsed * 100.0,
+        reads: Rate::new(s1.reads - s0.reads, elapsed),
+        empty_reads: Rate::new(s1.empty_reads - s0.empty_reads, elapsed),
+        wakeups: Rate::new(wakeups, elapsed),
+        peak_rss_bytes: peak,
+    })
+}
+
+/// The idle_worker section: a worker on an empty queue for `--idle`.
+pub(crate) struct IdleWorker;
+
+impl Section for IdleWorker {
+    fn name(&self) -> &'static str {
+        "idle_worker"
+    }
+
+    fn about(&self) -> &'static str {
+        "The worker with no work: CPU, empty reads, wake-ups"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, _: &Sections, _: &mut Checks) {}
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        add_figures(f, s);
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        s.idle_worker
+            .iter()
+            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
+            .collect()
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+}
+
+/// One round of idle_worker.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let tag = at.tag;
+    let r = run(ctx, at.index, at.warm).await?;
+    ctx.progress.say(format!(
+        "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
+        r.cpu_percent, r.empty_reads.rate_per_s
+    ));
+    s.idle_worker.push(r);
+    Ok(())
+}
+
+const DEF_IDLE_CPU: &str =
+    "Process CPU time (getrusage: user + system, all threads) over the idle window \
+    divided by its wall time, in percent of one core; several busy threads could exceed 100.";
+
+const DEF_IDLE_EMPTY: &str =
+    "pgmq.read calls that returned nothing, per second of the idle window (worker counter).";
+
+const DEF_IDLE_WAKE: &str =
+    "Claim-loop wake-ups (poll timer plus NOTIFY) per second of the idle window.";
+
+/// idle_worker: CPU, empty reads and wake-ups.
+fn add_figures(f: &mut Figures, s: &Sections) {
+    let idle = || measured(&s.idle_worker, |r| r.warmup);
+    f.add(
+        "idle_worker.cpu_percent".into(),
+        "idle_worker",
+        "Idle process CPU".into(),
+        "%",
+        Better::Lower,
+        DEF_IDLE_CPU,
+        idle()
+            .map(|r| Sample::value(r.round, r.cpu_percent))
+            .collect(),
+    );
+    f.add(
+        "idle_worker.empty_reads_per_s".into(),
+        "idle_worker",
+        "Idle empty reads".into(),
+        "1/s",
+        Better::None,
+        DEF_IDLE_EMPTY,
+        idle()
+            .map(|r| Sample::rate(r.round, &r.empty_reads))
+            .collect(),
+    );
+    f.add(
+        "idle_worker.wakeups_per_s".into(),
+        "idle_worker",
+        "Idle wake-ups".into(),
+        "1/s",
+        Better::None,
+        DEF_IDLE_WAKE,
+        idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
+    );
+}
+
+/// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
+fn report_part(out: &mut String, d: &Document) {
+    if fig(d, "idle_worker.cpu_percent").is_none() {
+        return;
+    }
+    let w = &d.metadata.workload;
+    let _ = writeln!(
+        out,
+        "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
+         | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
+        w.idle_seconds,
+        w.idle_poll_ms,
+        cell(d, "idle_worker.cpu_percent"),
+        cell(d, "idle_worker.empty_reads_per_s"),
+        cell(d, "idle_worker.wakeups_per_s")
+    );
+    definitions(
+        out,
+        d,
+        &[
+            "idle_worker.cpu_percent".into(),
+            "idle_worker.empty_reads_per_s".into(),
+            "idle_worker.wakeups_per_s".into(),
+        ],
+    );
+}

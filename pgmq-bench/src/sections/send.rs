@@ -1,0 +1,262 @@
+//! send_single and send_batch: sequential SDK sends into a fresh queue.
+//!
+//! Timed from the first call to the last reply; each call is awaited before
+//! the next (one call in flight). Afterwards the queue length must equal the
+//! count sent, or the run fails.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+
+use crate::checks::{run_tag, Checks};
+use crate::document::{Document, Rate, Sections, SendRun};
+use crate::error::Result;
+use crate::figures::{measured, Figures};
+use crate::report::markdown::{cell, definitions, fig};
+use crate::sections::baseline::{neighbour, Loop};
+use crate::sections::{id_batches, Ctx, Round, Section};
+
+/// One send_single run: `--single-messages` calls of `Client::send`.
+pub async fn single(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
+    let q = ctx.guard.fresh("send_single").await?;
+    let n = ctx.cfg.single_messages;
+    ctx.meter.begin();
+    let t = Instant::now();
+    for id in 0..n {
+        ctx.client.send(&q, &ctx.body(id)).await?;
+    }
+    finish(
+        ctx,
+        &q,
+        Rate::new(n, t.elapsed().as_secs_f64()),
+        1,
+        round,
+        warmup,
+    )
+    .await
+}
+
+/// Ends a send run: peak RSS, the queue length check, the queue dropped.
+async fn finish(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    rate: Rate,
+    batch_size: u32,
+    round: u32,
+    warmup: bool,
+) -> Result<SendRun> {
+    let peak_rss_bytes = ctx.meter.end();
+    Ok(SendRun {
+        round,
+        warmup,
+        rate,
+        batch_size,
+        in_queue_after: ctx.finish_queue(q).await?,
+        peak_rss_bytes,
+    })
+}
+
+/// One send_batch run: `--messages` in calls of `Client::send_batch` of `--batch-size`.
+pub async fn batch(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
+    let q = ctx.guard.fresh("send_batch").await?;
+    let n = ctx.cfg.batch_messages;
+    let size = u64::from(ctx.cfg.batch_size);
+    let mut bodies = Vec::with_capacity(size as usize);
+    ctx.meter.begin();
+    let t = Instant::now();
+    for ids in id_batches(n, size) {
+        bodies.clear();
+        bodies.extend(ids.map(|i| ctx.body(i)));
+        ctx.client.send_batch(&q, &bodies).await?;
+    }
+    let rate = Rate::new(n, t.elapsed().as_secs_f64());
+    finish(ctx, &q, rate, ctx.cfg.batch_size, round, warmup).await
+}
+
+/// The send_single section: `--single-messages` sends of one message,
+/// between two runs of the baseline's single-send loop.
+pub(crate) struct SendSingle;
+
+/// The send_batch section: `--batch-messages` messages in batch sends,
+/// between two runs of the baseline's batch-send loop.
+pub(crate) struct SendBatch;
+
+const DEF_SEND_SINGLE: &str =
+    "SDK Client::send, one message per call, each call awaited before the next: \
+    messages divided by the seconds from the first call to the last reply.";
+
+const DEF_SEND_BATCH: &str =
+    "SDK Client::send_batch of --batch-size messages per call, each awaited before the \
+    next: messages divided by the seconds from the first call to the last reply.";
+
+impl Section for SendSingle {
+    fn name(&self) -> &'static str {
+        "send_single"
+    }
+
+    fn about(&self) -> &'static str {
+        "Sequential one-message SDK sends"
+    }
+
+    fn in_warmup(&self) -> bool {
+        true
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            // Between two loop runs: the ratio's reference is their mean.
+            neighbour(ctx, Loop::SendSingle, at, s).await?;
+            let r = single(ctx, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{} send_single: {:.0} msg/s",
+                at.tag, r.rate.rate_per_s
+            ));
+            s.send_single.push(r);
+            neighbour(ctx, Loop::SendSingle, at, s).await?;
+            Ok(())
+        })
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        check_sends(out, self.name(), &s.send_single);
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        f.rate(
+            "send_single.rate",
+            "send_single",
+            "Single send",
+            DEF_SEND_SINGLE,
+            measured(&s.send_single, |r| r.warmup).map(|r| (r.round, &r.rate)),
+        );
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        peaks(&s.send_single)
+    }
+
+    /// The Sends table, of both send sections.
+    fn report(&self, d: &Document, out: &mut String) {
+        report_sends(out, d);
+    }
+}
+
+impl Section for SendBatch {
+    fn name(&self) -> &'static str {
+        "send_batch"
+    }
+
+    fn about(&self) -> &'static str {
+        "Sequential SDK batch sends"
+    }
+
+    fn in_warmup(&self) -> bool {
+        true
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            neighbour(ctx, Loop::SendBatch, at, s).await?;
+            let r = batch(ctx, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{} send_batch: {:.0} msg/s",
+                at.tag, r.rate.rate_per_s
+            ));
+            s.send_batch.push(r);
+            neighbour(ctx, Loop::SendBatch, at, s).await?;
+            Ok(())
+        })
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        check_sends(out, self.name(), &s.send_batch);
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        f.rate(
+            "send_batch.rate",
+            "send_batch",
+            "Batch send",
+            DEF_SEND_BATCH,
+            measured(&s.send_batch, |r| r.warmup).map(|r| (r.round, &r.rate)),
+        );
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        peaks(&s.send_batch)
+    }
+
+    /// Nothing of its own: its row is in send_single's Sends table.
+    fn report(&self, _: &Document, _: &mut String) {}
+}
+
+/// The checks of a send section's runs: a warning for a short run, and a
+/// failure unless every message sent is in the queue afterwards.
+fn check_sends(out: &mut Checks, name: &str, runs: &[SendRun]) {
+    for r in runs {
+        let tag = run_tag(r.round, r.warmup);
+        out.short_run(&format!("{name} {tag}"), r.rate.elapsed_s);
+        if r.in_queue_after != r.rate.count as i64 {
+            out.fail(format!(
+                "{name} {tag}: sent {} but the queue holds {}",
+                r.rate.count, r.in_queue_after
+            ));
+        }
+    }
+}
+
+/// Each send run's peak RSS.
+fn peaks(runs: &[SendRun]) -> Vec<(u32, bool, u64)> {
+    runs.iter()
+        .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
+        .collect()
+}
+
+/// Single and batch sends beside their baseline loops.
+fn report_sends(out: &mut String, d: &Document) {
+    let send_ids: Vec<String> = [
+        "send_single.rate",
+        "send_single.vs_baseline",
+        "baseline.send_single.rate",
+        "send_batch.rate",
+        "send_batch.vs_baseline",
+        "baseline.send_batch.rate",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    if !send_ids.iter().any(|id| fig(d, id).is_some()) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "## Sends\n\n| | SDK (msg/s) | baseline, no SDK (msg/s) | SDK / baseline |\n| --- | --- | --- | --- |"
+    );
+    for (label, kind) in [("Single send", "send_single"), ("Batch send", "send_batch")] {
+        if fig(d, &format!("{kind}.rate")).is_some()
+            || fig(d, &format!("baseline.{kind}.rate")).is_some()
+        {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} |",
+                cell(d, &format!("{kind}.rate")),
+                cell(d, &format!("baseline.{kind}.rate")),
+                cell(d, &format!("{kind}.vs_baseline"))
+            );
+        }
+    }
+    out.push('\n');
+    definitions(out, d, &send_ids);
+}
