@@ -13,7 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Public `WorkerBuilder` methods that are not settings: the final call,
 /// and the hidden test hooks.
-const NOT_SETTINGS: &[&str] = &["build", "panic_once_in", "resume_handler_panics"];
+const NOT_SETTINGS: &[&str] = &[
+    "build",
+    "panic_once_in",
+    "resume_handler_panics",
+    "fence_off",
+];
 
 /// The settings table, relative to this package's root.
 const SETTINGS_MD: &str = "docs/settings.md";
