@@ -146,6 +146,7 @@ pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::{
     pgpass_lookup, read_dsn_file, redact as redact_dsn, ConnInfo, DsnError, DsnFileError,
+    RAW_CREDENTIALS as DSN_RAW_CREDENTIALS,
 };
 pub use error::{CommitOutcome, Error, Result};
 pub use executor::Executor;

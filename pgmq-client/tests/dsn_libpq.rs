@@ -174,6 +174,20 @@ fn agree(dsn: &str) -> Result<bool, TestCaseError> {
         again
     );
     let redacted = ConnInfo::parse(dsn).unwrap().redacted();
+    if redacted == pgmq_client::DSN_RAW_CREDENTIALS {
+        // The named difference of redaction: a URL whose '@' libpq does
+        // not take as the end of the user information (a '/' before it) is
+        // not shown, since a password with a raw '/' would be.
+        let authority = &dsn[dsn.find("://").unwrap() + 3..];
+        let authority = &authority[..authority.find('/').unwrap()];
+        prop_assert!(
+            !authority.contains('@') && authority.contains(':'),
+            "DSN {:?} hidden as raw credentials",
+            dsn
+        );
+        prop_assert_eq!(pgmq_client::redact_dsn(dsn), redacted);
+        return Ok(true);
+    }
     if let Some(pw) = expected.get_mut("password") {
         *pw = b"***".to_vec();
     }

@@ -47,6 +47,31 @@ fn hidden(dsn: &str, password: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A password with a raw `/` in a URL's user information: libpq finds no
+/// user information (it reads host, port and database name from it), and
+/// the redacted form must not show those fields either.
+#[test]
+fn a_raw_slash_in_a_url_password_is_not_shown() {
+    for dsn in [
+        "postgresql://app:Zq/AA@db/app",
+        "postgres://app:123/x@db/app",
+        "postgres://u:pa/ss?application_name=x@h/db",
+    ] {
+        let shown = redact_dsn(dsn);
+        assert_eq!(shown, pgmq_client::DSN_RAW_CREDENTIALS, "{dsn}");
+    }
+    // Encoded as libpq requires, the same passwords redact as usual.
+    assert_eq!(
+        redact_dsn("postgresql://app:Zq%2FAA@db/app"),
+        "postgresql://app:***@db/app"
+    );
+    // Without a ':' before the '/', nothing looks like a password.
+    assert_eq!(
+        redact_dsn("postgres://db/app?application_name=ops@acme"),
+        "postgres://db/app?application_name=ops%40acme"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 

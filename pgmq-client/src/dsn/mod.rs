@@ -4,7 +4,7 @@
 pub(crate) mod config;
 mod parse;
 
-pub use parse::{ConnInfo, DsnError};
+pub use parse::{ConnInfo, DsnError, RAW_CREDENTIALS};
 
 /// Returns `dsn` with its password replaced by `***`, rendered from the
 /// DSN as libpq parses it ([`ConnInfo::redacted`]), in its own form (URL or

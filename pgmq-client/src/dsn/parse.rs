@@ -104,6 +104,13 @@ pub enum DsnError {
     },
 }
 
+/// What [`ConnInfo::redacted`] (and [`redact_dsn`](crate::redact_dsn))
+/// show for a URL with a `/` before the `@` of what looks like its user
+/// information: libpq finds no user information there, so a password with
+/// a raw `/` would be shown as host, port and database name.
+pub const RAW_CREDENTIALS: &str =
+    "<DSN not shown: a '/' before its '@' (in a password, write it as %2F)>";
+
 /// A DSN parsed as libpq parses it: the keywords it sets and their values,
 /// percent-escapes and quoting undone, in either form.
 ///
@@ -143,6 +150,12 @@ pub struct ConnInfo {
     /// The URL scheme (with `://`) for the URL form.
     url: Option<&'static str>,
     params: Vec<(&'static str, String)>,
+    /// A URL whose user information libpq did not find because a `/` came
+    /// before its `@` (`postgres://app:pa/ss@db/app`): libpq reads
+    /// `app:pa` as host and port and the rest as the database name, so a
+    /// password with a raw `/` would be shown as those fields. Such a DSN
+    /// is never rendered redacted (see [`ConnInfo::redacted`]).
+    raw_credentials: bool,
 }
 
 impl PartialEq for ConnInfo {
@@ -219,6 +232,7 @@ impl Parsing {
             info: ConnInfo {
                 url,
                 params: Vec::new(),
+                raw_credentials: false,
             },
             not_utf8: Vec::new(),
         }
@@ -364,7 +378,26 @@ impl ConnInfo {
 
     /// The DSN rendered from its parsed values in its own form, the
     /// password (if any) shown as `***`: what to log or print.
+    ///
+    /// A URL with a `/` inside what looks like its user information, such
+    /// as `postgres://app:pa/ss@db/app`, has no user information for
+    /// libpq (it reads host `app`, port `pa`, database `ss@db/app`), so a
+    /// password written there with a raw `/` would appear in those
+    /// fields: such a URL is shown as [`DSN_RAW_CREDENTIALS`](crate::DSN_RAW_CREDENTIALS) instead (write
+    /// the `/` as `%2F`).
+    ///
+    /// ```
+    /// use pgmq_client::ConnInfo;
+    /// let info = ConnInfo::parse("postgres://app:pa/ss@db/app")?;
+    /// assert_eq!(info.redacted(), pgmq_client::DSN_RAW_CREDENTIALS);
+    /// let info = ConnInfo::parse("postgres://app:pa%2Fss@db/app")?;
+    /// assert_eq!(info.redacted(), "postgres://app:***@db/app");
+    /// # Ok::<(), pgmq_client::DsnError>(())
+    /// ```
     pub fn redacted(&self) -> String {
+        if self.raw_credentials {
+            return RAW_CREDENTIALS.to_owned();
+        }
         self.render(false)
     }
 
@@ -493,6 +526,11 @@ fn parse_url(dsn: &str, scheme: &'static str) -> Result<ConnInfo, DsnError> {
             }
         }
         p = q + 1;
+    } else {
+        // No user information: a `user:pass/word@host` the user meant as
+        // one (a ':' in what libpq takes as the authority, an '@' after
+        // it) is kept from the redacted form.
+        info.info.raw_credentials = dsn[p..q].contains(':') && q < n && dsn[q..].contains('@');
     }
     // host[:port] pairs, comma-separated.
     let hosts_at = p;
