@@ -111,7 +111,9 @@ pub enum ClaimReads {
     /// A statement on the queue table ([`Pgmq::read_from`]) that continues
     /// after the highest `msg_id` the claimers have read, so that a read
     /// does not walk over the deleted head of a draining queue, with reads
-    /// from the start at least once per `poll_interval` and whenever a
+    /// from the start once per `poll_interval` (stretched by the number of
+    /// workers it sees sharing the queue, at most 16 times, so that a fleet
+    /// makes about as many as one worker) and whenever a
     /// bounded read comes back short (see the crate docs for the ordering
     /// this gives). Falls back to [`Function`](Self::Function) when the
     /// queue table's layout could not be checked at start (`check_queue`

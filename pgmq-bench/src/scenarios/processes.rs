@@ -8,8 +8,9 @@
 //! connects, builds its worker and says `ready`; when all are ready the
 //! parent says `go` to each, and each child's clock starts there. A child
 //! stops when the queue is empty (`pgmq.metrics` queue length 0: every
-//! message deleted, in flight included) or after `--stall-timeout` without
-//! progress, shuts its worker down (acknowledgements drained), writes the ids
+//! message deleted, in flight included; asked only once its handlers went
+//! quiet, so that the probe's table scans do not grow with the processes)
+//! or after `--stall-timeout` without progress, shuts its worker down (acknowledgements drained), writes the ids
 //! it handled to a file and prints one JSON line: its handled count, its
 //! seconds from `go` to its last handler's end, its worker counters and peak
 //! RSS.
@@ -200,8 +201,16 @@ async fn wait_for_go() -> Result<bool> {
     Ok(go.trim() == "go")
 }
 
-/// Polls every 20 ms until `q` is empty (in flight included) or nothing was
+/// Looks every 20 ms until `q` is empty (in flight included) or nothing was
 /// handled for `stall`; true when it stopped on the stall.
+///
+/// It asks the database only once its handlers finished nothing for
+/// [`QUIET`], and then at most once per [`QUIET`]: `pgmq.metrics` counts the
+/// whole queue table (a scan of every page, dead ones included), and such a
+/// probe per process every tick would load the database in proportion to
+/// the number of processes, the very thing this section measures. A
+/// process still handling messages is not done, and its clock stops at its
+/// last handler's end, so a probe made later costs the figures nothing.
 async fn drain_until_empty(
     client: &pgmq_client::Client,
     q: &QueueName,
@@ -209,19 +218,30 @@ async fn drain_until_empty(
     stall: Duration,
 ) -> Result<bool> {
     let (mut last, mut last_change) = (0u64, Instant::now());
+    let mut last_probe = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        if client.metrics(q).await?.queue_length == 0 {
-            return Ok(false);
-        }
         let now = tally.ledger.handled();
         if now != last {
             (last, last_change) = (now, Instant::now());
-        } else if last_change.elapsed() >= stall {
+            continue;
+        }
+        if last_change.elapsed() < QUIET || last_probe.elapsed() < QUIET {
+            continue;
+        }
+        last_probe = Instant::now();
+        if client.metrics(q).await?.queue_length == 0 {
+            return Ok(false);
+        }
+        if last_change.elapsed() >= stall {
             return Ok(true);
         }
     }
 }
+
+/// How long a process's handlers must be quiet before it asks whether the
+/// queue is empty, and how often it asks while they stay quiet.
+const QUIET: Duration = Duration::from_millis(100);
 
 /// Writes the handled ids to `path` for the parent, little-endian u64 each.
 async fn write_ids(path: &std::path::Path, ids: &[u64]) -> Result<()> {
