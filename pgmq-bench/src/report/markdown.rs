@@ -644,7 +644,44 @@ fn worker_processes(out: &mut String, d: &Document) {
         "\nJain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when even, \
          1/n when one process did everything.\n"
     );
+    processes_server(out, d, &counts);
     definitions(out, d, &ids);
+}
+
+/// worker_processes: the database's own counters per message, per process
+/// count and round (why the rates are what they are).
+fn processes_server(out: &mut String, d: &Document, counts: &[u64]) {
+    let runs: Vec<_> = d
+        .sections
+        .worker_processes
+        .iter()
+        .filter(|r| !r.warmup && counts.contains(&u64::from(r.processes)))
+        .filter_map(|r| r.server.as_ref().map(|s| (r, s)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "The database's own counters per message handled (queue table and its indexes; \
+         transactions in the database):\n\n\
+         | Processes | Round | Shared buffers | Index rows fetched | Transactions | Reads per process |\n\
+         | --- | --- | --- | --- | --- | --- |"
+    );
+    for (r, s) in runs {
+        let reads = r
+            .per_process
+            .iter()
+            .map(|p| thousands(p.worker.reads as f64))
+            .collect::<Vec<_>>()
+            .join(" / ");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.2} | {:.3} | {reads} |",
+            r.processes, r.round, s.buffers_per_msg, s.index_rows_per_msg, s.transactions_per_msg
+        );
+    }
+    out.push('\n');
 }
 
 /// idle_worker: CPU, empty reads and wake-ups of a worker with no work.

@@ -36,7 +36,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
 use crate::cli::{ClaimReadsArg, HandlerKind};
-use crate::document::{Percentiles, ProcessShare, ProcessesRun, Rate, WorkerCounters};
+use crate::document::{
+    Percentiles, ProcessShare, ProcessesRun, ProcessesServer, Rate, WorkerCounters,
+};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::process::MemoryMeter;
@@ -278,12 +280,14 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         let ids_out = dir.join(format!("ids-{round}-{n_proc}-{i}.bin"));
         children.push(spawn_child(ctx, &exe, &q, ids_out).await?);
     }
+    let server_before = server_snapshot(ctx, &q).await;
     start_children(&mut children).await?;
     let ledger = Ledger::new();
     let mut reports = Vec::new();
     for (child, ids_out, _, lines) in children {
         reports.push(collect_child(child, &ids_out, lines, &ledger).await?);
     }
+    let server = server_counters(ctx, &q, server_before, ledger.handled()).await;
     let _ = tokio::fs::remove_dir(&dir).await;
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(n);
@@ -317,6 +321,62 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         remaining_after,
         preload_s,
         vacuum_s,
+        server,
+    })
+}
+
+/// The queue table's and the database's counters at one moment:
+/// `idx_tup_fetch`, `n_tup_upd`, `n_tup_del`, buffers, transactions.
+type ServerSnapshot = [i64; 5];
+
+const SERVER_SNAPSHOT_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
+     coalesce(t.n_tup_upd, 0)::int8, coalesce(t.n_tup_del, 0)::int8, \
+     (coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0) \
+      + coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0))::int8, \
+     (SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database \
+      WHERE datname = current_database()) \
+     FROM pg_stat_user_tables t JOIN pg_statio_user_tables io USING (relid) \
+     WHERE t.schemaname = 'pgmq' AND t.relname = $1";
+
+/// The counters now; None when they cannot be read.
+async fn server_snapshot(ctx: &Ctx, q: &QueueName) -> Option<ServerSnapshot> {
+    let table = format!("q_{}", q.as_str());
+    let row = ctx
+        .admin
+        .query_opt(SERVER_SNAPSHOT_SQL, &[&table])
+        .await
+        .ok()??;
+    let mut out = [0i64; 5];
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = row.try_get::<_, i64>(i).ok()?;
+    }
+    Some(out)
+}
+
+/// The counters' growth since `before`, per message of `handled`. The
+/// processes' backends report their statistics when they end, which may
+/// follow the processes' exit by a moment: this waits a second first.
+async fn server_counters(
+    ctx: &Ctx,
+    q: &QueueName,
+    before: Option<ServerSnapshot>,
+    handled: u64,
+) -> Option<ProcessesServer> {
+    let before = before?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = server_snapshot(ctx, q).await?;
+    let d: Vec<u64> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| u64::try_from(a - b).unwrap_or(0))
+        .collect();
+    let per = |v: u64| v as f64 / handled.max(1) as f64;
+    Some(ProcessesServer {
+        index_rows_per_msg: per(d[0]),
+        rows_updated: d[1],
+        rows_deleted: d[2],
+        buffers_per_msg: per(d[3]),
+        transactions_per_msg: per(d[4]),
     })
 }
 
