@@ -155,7 +155,7 @@ async fn a_fleet_of_workers_handles_each_message_once_and_every_retry() {
                         *c += 1;
                         *c
                     };
-                    if m.body.n % 50 == 0 && n == 1 {
+                    if m.body.n.is_multiple_of(50) && n == 1 {
                         return Ok(Outcome::Retry(Duration::ZERO));
                     }
                     Ok(Outcome::Delete)
@@ -177,7 +177,7 @@ async fn a_fleet_of_workers_handles_each_message_once_and_every_retry() {
     let runs = runs.lock().unwrap();
     assert_eq!(runs.len() as u64, COUNT);
     for (n, c) in runs.iter() {
-        let want = if n % 50 == 0 { 2 } else { 1 };
+        let want = if n.is_multiple_of(50) { 2 } else { 1 };
         assert_eq!(*c, want, "message {n} ran {c} times");
     }
 }
