@@ -764,6 +764,32 @@ pub struct ProcessesRun {
     pub preload_s: f64,
     /// Seconds of VACUUM (not timed).
     pub vacuum_s: f64,
+    /// The database's own counters over the run (absent when unreadable,
+    /// and in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ProcessesServer>,
+}
+
+/// The database's own counters over a worker_processes run, from the
+/// processes' `go` to their exit: the queue table's statistics
+/// (`pg_stat_user_tables`, `pg_statio_user_tables`) and the database's
+/// transactions (`pg_stat_database`), per message handled. Unlike the rates
+/// they do not depend on how loaded the machine was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ProcessesServer {
+    /// Shared buffers (hit or read) of the queue table and its indexes.
+    pub buffers_per_msg: f64,
+    /// Rows the queue table's index scans fetched (`idx_tup_fetch`): rows
+    /// examined, the claimed and the skipped.
+    pub index_rows_per_msg: f64,
+    /// Committed and rolled-back transactions in the database (every
+    /// statement of a worker is one).
+    pub transactions_per_msg: f64,
+    /// Rows updated in the queue table (claims, extensions).
+    pub rows_updated: u64,
+    /// Rows deleted from the queue table (acknowledgements).
+    pub rows_deleted: u64,
 }
 
 /// One process of a worker_processes run.

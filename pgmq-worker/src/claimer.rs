@@ -48,13 +48,26 @@
 //! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are
 //! visible again (a retry, an expired claim, a row whose sending
 //! transaction committed late) are found by a read from the start, made
-//! when one is due ([`Cursor::plan`]): at least once per `poll_interval`,
+//! when one is due ([`Cursor::plan`]): periodically (once per
+//! `poll_interval` for a worker alone on its queue; see below for a fleet),
 //! after any bounded read that came back short (the tail is drained: only
 //! a read from the start can tell whether the queue is), and again at once
 //! while reads from the start come back full below the bound (a backlog of
 //! old messages is drained before the tail). Only a short read from the
 //! start parks a loop. The statement needs the queue table's layout, checked
 //! at start; without it the loops call `pgmq.read`.
+//!
+//! **A fleet reads from the start about as often as one worker.** A read
+//! from the start walks every row below the bound that is claimed (by any
+//! worker) or deleted and not yet vacuumed, so its cost grows with the
+//! number of workers on the queue; if each of N workers made one per
+//! interval, the database would pay about N² such walks. Each worker
+//! therefore estimates how many share its queue from its own reads (the
+//! `msg_id`s its bound moved over, per message it claimed:
+//! [`Cursor::fleet_factor`]) and stretches its periodic interval by that
+//! factor, at most 16 times. A message that becomes visible below the bound
+//! while a backlog lasts is then claimed within about `poll_interval` by
+//! one of the fleet, and within 16 `poll_interval`s at worst.
 //!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
@@ -141,7 +154,9 @@ pub enum ClaimReads {
     /// A statement on the queue table ([`Pgmq::read_from`]) that continues
     /// after the highest `msg_id` the claimers have read, so that a read
     /// does not walk over the deleted head of a draining queue, with reads
-    /// from the start at least once per `poll_interval` and whenever a
+    /// from the start once per `poll_interval` (stretched by the number of
+    /// workers it sees sharing the queue, at most 16 times, so that a fleet
+    /// makes about as many as one worker) and whenever a
     /// bounded read comes back short (see the crate docs for the ordering
     /// this gives). Falls back to [`Function`](Self::Function) when the
     /// queue table's layout could not be checked at start (`check_queue`
@@ -215,6 +230,12 @@ enum Plan {
     Table(ReadFrom),
 }
 
+/// The most a worker stretches its interval between reads from the start
+/// for the other workers on its queue (see [`Cursor::fleet_factor`]): it
+/// bounds how long a message that became visible below the bound waits
+/// while a backlog lasts, whatever the share estimate says.
+const MAX_FLEET_FACTOR: u64 = 16;
+
 /// The claim loops' shared lower bound on `msg_id` and when a read from the
 /// start is due (see the module docs).
 pub(crate) struct Cursor {
@@ -225,6 +246,10 @@ pub(crate) struct Cursor {
     last_start_us: AtomicU64,
     /// A read from the start is due now.
     start_due: AtomicBool,
+    /// `after` when the last read from the start was planned.
+    after_at_start: AtomicI64,
+    /// Messages these loops claimed since the last read from the start.
+    claimed_since_start: AtomicU64,
 }
 
 impl Cursor {
@@ -234,6 +259,8 @@ impl Cursor {
             after: AtomicI64::new(0),
             last_start_us: AtomicU64::new(0),
             start_due: AtomicBool::new(false),
+            after_at_start: AtomicI64::new(0),
+            claimed_since_start: AtomicU64::new(0),
         }
     }
 
@@ -248,11 +275,35 @@ impl Cursor {
         }
         let after = self.after.load(Relaxed);
         let since = now_us.saturating_sub(self.last_start_us.load(Relaxed));
-        if after == 0 || self.start_due.swap(false, Relaxed) || since >= interval_us {
+        let periodic = interval_us.saturating_mul(self.fleet_factor(after));
+        if after == 0 || self.start_due.swap(false, Relaxed) || since >= periodic {
             self.last_start_us.store(now_us, Relaxed);
+            self.after_at_start.store(after, Relaxed);
+            self.claimed_since_start.store(0, Relaxed);
             return Plan::Table(ReadFrom::Start);
         }
         Plan::Table(ReadFrom::After(after))
+    }
+
+    /// How many workers read this queue, as this one sees it: the `msg_id`s
+    /// its bound moved over since the last read from the start, over the
+    /// messages it claimed meanwhile (1 alone; about N when N workers drain
+    /// one backlog, since the others claim the ids in between), between 1
+    /// and [`MAX_FLEET_FACTOR`].
+    ///
+    /// The periodic read from the start is stretched by this factor, so that
+    /// a fleet of N workers makes about one per `poll_interval` together, as
+    /// one worker does, rather than N. It matters because such a read walks
+    /// every claimed and deleted row below the bound, and the claimed ones
+    /// are those of the whole fleet: N workers each reading from the start
+    /// once per interval would cost the database about N² walks.
+    fn fleet_factor(&self, after: i64) -> u64 {
+        let spanned = after.saturating_sub(self.after_at_start.load(Relaxed));
+        let claimed = self.claimed_since_start.load(Relaxed);
+        match (u64::try_from(spanned), claimed) {
+            (Ok(spanned), claimed) if claimed > 0 => (spanned / claimed).clamp(1, MAX_FLEET_FACTOR),
+            _ => 1,
+        }
     }
 
     /// Records a read made as `plan` that returned `n` of the `qty` messages
@@ -267,6 +318,7 @@ impl Cursor {
         if self.path != ReadPath::Bounded {
             return !full;
         }
+        self.claimed_since_start.fetch_add(n as u64, Relaxed);
         let before = self.after.fetch_max(top, Relaxed);
         match from {
             // A full batch entirely below the bound: older messages are
@@ -622,17 +674,55 @@ mod tests {
         let c = bounded();
         let p = c.plan(1_000, IV);
         c.done(p, 100, 100, 5_000);
+        // (100 claimed over 5,000 ids looks like a fleet: the periodic read
+        // from the start comes at the longest stretch.)
+        let t = 1_000 + MAX_FLEET_FACTOR * IV;
         // Retries below the bound fill a read from the start: read from the
         // start again at once, until one reaches past the bound.
-        let p = c.plan(1_000 + IV, IV);
+        let p = c.plan(t, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
         assert!(!c.done(p, 100, 100, 400));
-        let p = c.plan(1_000 + IV + 1, IV);
+        let p = c.plan(t + 1, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
         assert!(!c.done(p, 100, 100, 5_100));
+        assert_eq!(c.plan(t + 2, IV), Plan::Table(ReadFrom::After(5_100)));
+    }
+
+    #[test]
+    fn a_worker_sharing_the_backlog_stretches_its_reads_from_the_start() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Start));
+        c.done(p, 100, 100, 100);
+        // Three others claim the ids in between: each bounded read of 100
+        // moves the bound over 400 ids.
+        for top in [500, 900, 1_300] {
+            let p = c.plan(2_000, IV);
+            assert_eq!(p, Plan::Table(ReadFrom::After(top - 400)));
+            c.done(p, 100, 100, top);
+        }
+        // 1,200 ids over 400 claimed since the read from the start: 3 workers.
+        assert_eq!(c.fleet_factor(1_300), 3);
         assert_eq!(
-            c.plan(1_000 + IV + 2, IV),
-            Plan::Table(ReadFrom::After(5_100))
+            c.plan(1_000 + 2 * IV, IV),
+            Plan::Table(ReadFrom::After(1_300))
+        );
+        assert_eq!(c.plan(1_000 + 3 * IV, IV), Plan::Table(ReadFrom::Start));
+        // The estimate starts over at each read from the start.
+        assert_eq!(c.fleet_factor(1_300), 1);
+    }
+
+    #[test]
+    fn the_stretch_is_capped() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        let p = c.plan(2_000, IV);
+        c.done(p, 100, 100, 1_000_000);
+        assert_eq!(c.fleet_factor(1_000_000), MAX_FLEET_FACTOR);
+        assert_eq!(
+            c.plan(1_000 + MAX_FLEET_FACTOR * IV, IV),
+            Plan::Table(ReadFrom::Start)
         );
     }
 

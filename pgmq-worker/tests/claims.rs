@@ -1,7 +1,7 @@
 //! How the claimers read: every claim path drains a queue once per message,
 //! and with the default bounded reads a message retried below the bound is
 //! claimed again by the next read from the start, long before the backlog
-//! above it is drained.
+//! above it is drained, also with several workers (cursors) on one queue.
 
 mod common;
 
@@ -124,4 +124,60 @@ async fn a_retry_below_the_bound_is_claimed_again_while_the_backlog_lasts() {
         "the retried message waited for {} others to run first",
         runs[1]
     );
+}
+
+/// Four workers (each its own cursor, as separate processes have) drain one
+/// queue; every 50th message fails once and is retried at once, below the
+/// bounds by then, found only by reads from the start, which a worker that
+/// sees others on its queue makes less often. Every message is deleted,
+/// each runs once, the retried ones exactly twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_workers_handles_each_message_once_and_every_retry() {
+    const COUNT: u64 = 4000;
+    let admin = client().await;
+    let q = unique("fleet");
+    let _g = Queues::new(&admin, &[&q]).await;
+    send_jobs(&admin, &q, COUNT).await;
+    let runs = Arc::new(Mutex::new(HashMap::<u64, u32>::new()));
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        let r = Arc::clone(&runs);
+        let worker: Worker<Job> = Worker::builder(client().await, q.clone())
+            .batch_size(50)
+            .poll_interval(Duration::from_millis(50))
+            .retry_jitter(false)
+            .handler(move |m: Message<Job>| {
+                let r = Arc::clone(&r);
+                async move {
+                    let n = {
+                        let mut runs = r.lock().unwrap();
+                        let c = runs.entry(m.body.n).or_default();
+                        *c += 1;
+                        *c
+                    };
+                    if m.body.n.is_multiple_of(50) && n == 1 {
+                        return Ok(Outcome::Retry(Duration::ZERO));
+                    }
+                    Ok(Outcome::Delete)
+                }
+            })
+            .build()
+            .unwrap();
+        handles.push(worker.spawn());
+    }
+    let retried = COUNT / 50;
+    wait_for(WAIT, "every message deleted", || async {
+        handles.iter().map(|h| h.acked()).sum::<u64>() == COUNT + retried
+    })
+    .await;
+    for h in handles {
+        h.shutdown().await.unwrap();
+    }
+    assert_eq!(queue_len(&admin, &q).await, 0);
+    let runs = runs.lock().unwrap();
+    assert_eq!(runs.len() as u64, COUNT);
+    for (n, c) in runs.iter() {
+        let want = if n.is_multiple_of(50) { 2 } else { 1 };
+        assert_eq!(*c, want, "message {n} ran {c} times");
+    }
 }

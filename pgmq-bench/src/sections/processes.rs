@@ -8,8 +8,9 @@
 //! connects, builds its worker and says `ready`; when all are ready the
 //! parent says `go` to each, and each child's clock starts there. A child
 //! stops when the queue is empty (`pgmq.metrics` queue length 0: every
-//! message deleted, in flight included) or after `--stall-timeout` without
-//! progress, shuts its worker down (acknowledgements drained), writes the ids
+//! message deleted, in flight included; asked only once its handlers went
+//! quiet, so that the probe's table scans do not grow with the processes)
+//! or after `--stall-timeout` without progress, shuts its worker down (acknowledgements drained), writes the ids
 //! it handled to a file and prints one JSON line: its handled count, its
 //! seconds from `go` to its last handler's end, its worker counters and peak
 //! RSS.
@@ -35,7 +36,9 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::Command;
 
 use crate::cli::{ClaimReadsArg, HandlerKind};
-use crate::document::{Percentiles, ProcessShare, ProcessesRun, Rate, WorkerCounters};
+use crate::document::{
+    Percentiles, ProcessShare, ProcessesRun, ProcessesServer, Rate, WorkerCounters,
+};
 use crate::error::{Error, Result};
 use crate::ledger::Ledger;
 use crate::process::MemoryMeter;
@@ -225,8 +228,16 @@ async fn wait_for_go() -> Result<bool> {
     Ok(go.trim() == "go")
 }
 
-/// Polls every 20 ms until `q` is empty (in flight included) or nothing was
+/// Looks every 20 ms until `q` is empty (in flight included) or nothing was
 /// handled for `stall`; true when it stopped on the stall.
+///
+/// It asks the database only once its handlers finished nothing for
+/// [`QUIET`], and then at most once per [`QUIET`]: `pgmq.metrics` counts the
+/// whole queue table (a scan of every page, dead ones included), and such a
+/// probe per process every tick would load the database in proportion to
+/// the number of processes, the very thing this section measures. A
+/// process still handling messages is not done, and its clock stops at its
+/// last handler's end, so a probe made later costs the figures nothing.
 async fn drain_until_empty(
     client: &pgmq_client::Client,
     q: &QueueName,
@@ -234,19 +245,30 @@ async fn drain_until_empty(
     stall: Duration,
 ) -> Result<bool> {
     let (mut last, mut last_change) = (0u64, Instant::now());
+    let mut last_probe = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        if client.metrics(q).await?.queue_length == 0 {
-            return Ok(false);
-        }
         let now = tally.ledger.handled();
         if now != last {
             (last, last_change) = (now, Instant::now());
-        } else if last_change.elapsed() >= stall {
+            continue;
+        }
+        if last_change.elapsed() < QUIET || last_probe.elapsed() < QUIET {
+            continue;
+        }
+        last_probe = Instant::now();
+        if client.metrics(q).await?.queue_length == 0 {
+            return Ok(false);
+        }
+        if last_change.elapsed() >= stall {
             return Ok(true);
         }
     }
 }
+
+/// How long a process's handlers must be quiet before it asks whether the
+/// queue is empty, and how often it asks while they stay quiet.
+const QUIET: Duration = Duration::from_millis(100);
 
 /// Writes the handled ids to `path` for the parent, little-endian u64 each.
 async fn write_ids(path: &std::path::Path, ids: &[u64]) -> Result<()> {
@@ -283,12 +305,14 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         let ids_out = dir.join(format!("ids-{round}-{n_proc}-{i}.bin"));
         children.push(spawn_child(ctx, &exe, &q, ids_out).await?);
     }
+    let server_before = server_snapshot(ctx, &q).await;
     start_children(&mut children).await?;
     let ledger = Ledger::new();
     let mut reports = Vec::new();
     for (child, ids_out, _, lines) in children {
         reports.push(collect_child(child, &ids_out, lines, &ledger).await?);
     }
+    let server = server_counters(ctx, &q, server_before, ledger.handled()).await;
     let _ = tokio::fs::remove_dir(&dir).await;
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(n);
@@ -322,6 +346,62 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         remaining_after,
         preload_s,
         vacuum_s,
+        server,
+    })
+}
+
+/// The queue table's and the database's counters at one moment:
+/// `idx_tup_fetch`, `n_tup_upd`, `n_tup_del`, buffers, transactions.
+type ServerSnapshot = [i64; 5];
+
+const SERVER_SNAPSHOT_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
+     coalesce(t.n_tup_upd, 0)::int8, coalesce(t.n_tup_del, 0)::int8, \
+     (coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0) \
+      + coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0))::int8, \
+     (SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database \
+      WHERE datname = current_database()) \
+     FROM pg_stat_user_tables t JOIN pg_statio_user_tables io USING (relid) \
+     WHERE t.schemaname = 'pgmq' AND t.relname = $1";
+
+/// The counters now; None when they cannot be read.
+async fn server_snapshot(ctx: &Ctx, q: &QueueName) -> Option<ServerSnapshot> {
+    let table = format!("q_{}", q.as_str());
+    let row = ctx
+        .admin
+        .query_opt(SERVER_SNAPSHOT_SQL, &[&table])
+        .await
+        .ok()??;
+    let mut out = [0i64; 5];
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = row.try_get::<_, i64>(i).ok()?;
+    }
+    Some(out)
+}
+
+/// The counters' growth since `before`, per message of `handled`. The
+/// processes' backends report their statistics when they end, which may
+/// follow the processes' exit by a moment: this waits a second first.
+async fn server_counters(
+    ctx: &Ctx,
+    q: &QueueName,
+    before: Option<ServerSnapshot>,
+    handled: u64,
+) -> Option<ProcessesServer> {
+    let before = before?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = server_snapshot(ctx, q).await?;
+    let d: Vec<u64> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| u64::try_from(a - b).unwrap_or(0))
+        .collect();
+    let per = |v: u64| v as f64 / handled.max(1) as f64;
+    Some(ProcessesServer {
+        index_rows_per_msg: per(d[0]),
+        rows_updated: d[1],
+        rows_deleted: d[2],
+        buffers_per_msg: per(d[3]),
+        transactions_per_msg: per(d[4]),
     })
 }
 
@@ -654,5 +734,42 @@ fn report_part(out: &mut String, d: &Document) {
         "\nJain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when even, \
          1/n when one process did everything.\n"
     );
+    processes_server(out, d, &counts);
     definitions(out, d, &ids);
+}
+
+/// worker_processes: the database's own counters per message, per process
+/// count and round (why the rates are what they are).
+fn processes_server(out: &mut String, d: &Document, counts: &[u64]) {
+    let runs: Vec<_> = d
+        .sections
+        .worker_processes
+        .iter()
+        .filter(|r| !r.warmup && counts.contains(&u64::from(r.processes)))
+        .filter_map(|r| r.server.as_ref().map(|s| (r, s)))
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "The database's own counters per message handled (queue table and its indexes; \
+         transactions in the database):\n\n\
+         | Processes | Round | Shared buffers | Index rows fetched | Transactions | Reads per process |\n\
+         | --- | --- | --- | --- | --- | --- |"
+    );
+    for (r, s) in runs {
+        let reads = r
+            .per_process
+            .iter()
+            .map(|p| thousands(p.worker.reads as f64))
+            .collect::<Vec<_>>()
+            .join(" / ");
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.2} | {:.3} | {reads} |",
+            r.processes, r.round, s.buffers_per_msg, s.index_rows_per_msg, s.transactions_per_msg
+        );
+    }
+    out.push('\n');
 }
