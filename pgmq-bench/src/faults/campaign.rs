@@ -1100,7 +1100,12 @@ async fn run_seed(
         let start = Utc::now();
         let mut error = None;
         let held = match nemesis
-            .inject(kind, p.process, &queue_names[p.queue.index()])
+            .inject(
+                kind,
+                p.process,
+                &queue_names[p.queue.index()],
+                Duration::from_millis(p.duration_ms),
+            )
             .await
         {
             Ok(h) => Some(h),

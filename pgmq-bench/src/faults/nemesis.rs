@@ -95,6 +95,16 @@ pub(crate) const KINDS: &[Kind] = &[
         holds_backends: true,
     },
     Kind {
+        name: "latency",
+        injects: "the proxy delays every chunk, either way, by 30-300 ms (heartbeat extensions, retries and acknowledgements land late)",
+        clears: "the proxy forwards at once again",
+        min_ms: 1_000,
+        max_ms: 8_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: true,
+    },
+    Kind {
         name: "reset",
         injects: "the proxy resets every connection and refuses new ones",
         clears: "the proxy accepts again",
@@ -247,12 +257,15 @@ pub(crate) struct Nemesis<'a> {
 }
 
 impl Nemesis<'_> {
-    /// Starts the fault; `process` and `queue` are the drawn targets.
+    /// Starts the fault; `process` and `queue` are the drawn targets, and
+    /// `duration` its drawn length (a latency fault's delay derives from it,
+    /// so that the seed fixes the delay too).
     pub(crate) async fn inject(
         &self,
         kind: &Kind,
         process: usize,
         queue: &QueueName,
+        duration: Duration,
     ) -> Result<Held, BoxError> {
         Ok(match kind.name {
             "kill" => {
@@ -288,6 +301,11 @@ impl Nemesis<'_> {
             }
             "blackhole" => {
                 self.proxy.set_blackhole(true);
+                Held::Nothing
+            }
+            "latency" => {
+                let ms = 30 + duration.as_millis() as u64 % 271;
+                self.proxy.set_latency(Duration::from_millis(ms));
                 Held::Nothing
             }
             "reset" => {
@@ -399,6 +417,7 @@ impl Nemesis<'_> {
                 self.ctx.wait_server(Duration::from_secs(60)).await?;
             }
             "blackhole" => self.proxy.set_blackhole(false),
+            "latency" => self.proxy.set_latency(Duration::ZERO),
             "hook-panic" => {
                 self.workload
                     .probes

@@ -1,7 +1,8 @@
 //! A TCP proxy between clients and the server that can cut every live
 //! connection at once, refuse new ones for a while, or blackhole everything
 //! (forward nothing in either direction while keeping every connection open,
-//! as a silently dropping network path would): network faults on demand.
+//! as a silently dropping network path would), or delay every chunk (a slow
+//! path: requests and replies land late): network faults on demand.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,6 +20,8 @@ struct Shared {
     cut: watch::Sender<u64>,
     /// While true nothing is forwarded either way; bytes wait, nothing closes.
     blackhole: watch::Sender<bool>,
+    /// Milliseconds every chunk waits before it is written, either way.
+    latency_ms: AtomicU64,
     live: AtomicUsize,
     cut_total: AtomicU64,
     refused_total: AtomicU64,
@@ -43,6 +46,7 @@ impl Proxy {
             accepting: AtomicBool::new(true),
             cut,
             blackhole,
+            latency_ms: AtomicU64::new(0),
             live: AtomicUsize::new(0),
             cut_total: AtomicU64::new(0),
             refused_total: AtomicU64::new(0),
@@ -95,6 +99,15 @@ impl Proxy {
         self.shared.blackhole.send_replace(on);
     }
 
+    /// Delays every chunk read from either side by `latency` before it is
+    /// written to the other, on every connection, live and new (zero: none).
+    /// Chunks stay in order; a connection's throughput drops with it.
+    pub(crate) fn set_latency(&self, latency: std::time::Duration) {
+        self.shared
+            .latency_ms
+            .store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Live connections.
     pub(crate) fn live(&self) -> usize {
         self.shared.live.load(Ordering::SeqCst)
@@ -128,8 +141,8 @@ async fn forward(s: Arc<Shared>, mut client: TcpStream) {
     s.live.fetch_add(1, Ordering::SeqCst);
     let (mut client_rx, mut client_tx) = client.split();
     let (mut server_rx, mut server_tx) = server.split();
-    let up = pump(&mut client_rx, &mut server_tx, s.blackhole.subscribe());
-    let down = pump(&mut server_rx, &mut client_tx, s.blackhole.subscribe());
+    let up = pump(&mut client_rx, &mut server_tx, s.blackhole.subscribe(), &s);
+    let down = pump(&mut server_rx, &mut client_tx, s.blackhole.subscribe(), &s);
     tokio::select! {
         _ = futures::future::join(up, down) => {}
         _ = cut.changed() => {
@@ -144,8 +157,9 @@ async fn forward(s: Arc<Shared>, mut client: TcpStream) {
 
 /// Copies one direction until EOF or an error, holding every chunk while the
 /// blackhole is on (before reading, so that the kernel buffers fill and the
-/// sender stalls, and before writing what was read).
-async fn pump<R, W>(rx: &mut R, tx: &mut W, mut blackhole: watch::Receiver<bool>)
+/// sender stalls, and before writing what was read), and delaying every
+/// chunk by the latency set when it was read.
+async fn pump<R, W>(rx: &mut R, tx: &mut W, mut blackhole: watch::Receiver<bool>, s: &Shared)
 where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin,
@@ -162,6 +176,10 @@ where
             }
             Ok(n) => n,
         };
+        let latency = s.latency_ms.load(Ordering::SeqCst);
+        if latency > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
+        }
         if blackhole.wait_for(|on| !on).await.is_err() {
             return;
         }
@@ -233,5 +251,14 @@ mod tests {
         let mut held = [0u8; 4];
         c.read_exact(&mut held).await.unwrap();
         assert_eq!(&held, b"held");
+
+        // Delayed: the echo comes back, no sooner than twice the latency.
+        proxy.set_latency(std::time::Duration::from_millis(100));
+        let t = std::time::Instant::now();
+        c.write_all(b"slow").await.unwrap();
+        c.read_exact(&mut held).await.unwrap();
+        assert_eq!(&held, b"slow");
+        assert!(t.elapsed() >= std::time::Duration::from_millis(200));
+        proxy.set_latency(std::time::Duration::ZERO);
     }
 }
