@@ -27,6 +27,15 @@
 //! queue, for a number of rounds. The worker cannot beat the second figure;
 //! how close it gets is its overhead.
 //! The DSN comes from PGMQ_TEST_DSN (default: the throwaway cluster on 55432).
+//!
+//! Why it is kept beside the benchmark: its rates repeat the consume_scaling,
+//! baseline, idle_worker and wakeup_latency sections (which are the figures
+//! of record), but two things it does are in no section: where a drain's time
+//! goes, per message (this process's and the server backends' CPU, index
+//! entries and buffers touched, and the pg_stat_statements top statements),
+//! and the `DRAIN_*` worker settings (claimers, flushers, capacity, ack batch,
+//! flush delay), which the benchmark's workers do not expose. It is the tool
+//! for profiling and tuning the worker's drain, not for measuring it.
 
 use std::time::{Duration, Instant};
 

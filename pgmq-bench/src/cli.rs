@@ -325,21 +325,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 10)]
     pub pool_size: u32,
 
-    /// idle_worker window.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
-    pub idle: Duration,
-
-    /// idle_worker poll interval, milliseconds.
-    #[arg(long, default_value_t = 250)]
-    pub idle_poll_ms: u64,
-
-    /// wakeup_latency samples per mode (at least 20).
-    #[arg(long, default_value_t = 20)]
-    pub wakeup_samples: u32,
-
-    /// wakeup_latency poll interval, and the NOTIFY mode's polling fallback, milliseconds.
-    #[arg(long, default_value_t = 500)]
-    pub wakeup_poll_ms: u64,
+    /// The options the sections declare (each in its own file).
+    #[command(flatten)]
+    pub options: crate::sections::SectionArgs,
 
     /// sustained: how long producers run (30s, 5m, 30m).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]

@@ -5,10 +5,7 @@ use std::time::Duration;
 
 use crate::cli::{ClaimReadsArg, HandlerKind, RunArgs};
 use crate::error::{Error, Result};
-use crate::sections::{Section, REGISTRY};
-
-/// The fewest wake-up samples per mode.
-pub const MIN_WAKEUP_SAMPLES: u32 = 20;
+use crate::sections::{Section, SectionConfigs, REGISTRY};
 
 /// The run's settings, checked.
 #[derive(Debug, Clone)]
@@ -38,14 +35,8 @@ pub struct Config {
     pub warmup: u32,
     /// SDK pool size.
     pub pool_size: u32,
-    /// idle_worker window.
-    pub idle: Duration,
-    /// idle_worker poll interval.
-    pub idle_poll: Duration,
-    /// Wake-up samples per mode.
-    pub wakeup_samples: u32,
-    /// Wake-up poll interval / fallback.
-    pub wakeup_poll: Duration,
+    /// The settings the sections declare (each in its own file).
+    pub(crate) options: SectionConfigs,
     /// sustained producer window.
     pub duration: Duration,
     /// sustained start left out of the fit.
@@ -120,10 +111,7 @@ impl Config {
             repeat: a.repeat,
             warmup: a.warmup,
             pool_size: pool_size(a),
-            idle: a.idle,
-            idle_poll: Duration::from_millis(a.idle_poll_ms),
-            wakeup_samples: a.wakeup_samples,
-            wakeup_poll: Duration::from_millis(a.wakeup_poll_ms),
+            options: SectionConfigs::from_args(&a.options)?,
             duration: a.duration,
             sustained_warmup: a.sustained_warmup,
             rate: (a.rate > 0.0).then_some(a.rate),
@@ -184,14 +172,6 @@ fn check_scalars(a: &RunArgs) -> Result<()> {
     if a.workers.is_empty() || a.workers.iter().any(|w| !(1..=1024).contains(w)) {
         return Err(bad("--workers takes handler counts between 1 and 1024"));
     }
-    if a.wakeup_samples < MIN_WAKEUP_SAMPLES {
-        return Err(bad(format!(
-            "--wakeup-samples must be at least {MIN_WAKEUP_SAMPLES}"
-        )));
-    }
-    if a.idle_poll_ms == 0 || a.wakeup_poll_ms == 0 {
-        return Err(bad("poll intervals must be at least 1 ms"));
-    }
     if a.duration.is_zero() || a.sustained_warmup >= a.duration {
         return Err(bad(
             "--duration must be longer than --sustained-warmup (and not zero)",
@@ -207,9 +187,6 @@ fn check_scalars(a: &RunArgs) -> Result<()> {
     }
     if a.pool_size < 2 {
         return Err(bad("--pool-size must be at least 2"));
-    }
-    if a.idle.is_zero() {
-        return Err(bad("--idle must be longer than zero"));
     }
     Ok(())
 }

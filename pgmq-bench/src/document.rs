@@ -425,14 +425,9 @@ pub struct Workload {
     pub unlogged: bool,
     /// Connection pool size of the SDK client.
     pub pool_size: u32,
-    /// idle_worker window, seconds.
-    pub idle_seconds: f64,
-    /// idle_worker poll interval, milliseconds.
-    pub idle_poll_ms: u64,
-    /// wakeup_latency samples per mode.
-    pub wakeup_samples: u32,
-    /// wakeup_latency poll interval (and NOTIFY fallback), milliseconds.
-    pub wakeup_poll_ms: u64,
+    /// What the sections record of the options they declare.
+    #[serde(flatten)]
+    pub options: crate::sections::SectionWorkloads,
     /// sustained duration, seconds.
     pub sustained_duration_s: f64,
     /// sustained: seconds at the start excluded from the slope fit.

@@ -227,7 +227,7 @@ async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
         TargetContext {
             handler: cfg.handler,
             handler_work_ms: cfg.handler_work.as_millis() as u64,
-            idle_poll_ms: cfg.idle_poll.as_millis() as u64,
+            idle_poll_ms: cfg.options.idle.poll.as_millis() as u64,
             messages: cfg.messages,
         },
     );
@@ -310,10 +310,7 @@ fn workload(cfg: &Config) -> Workload {
         handler_work_ms: cfg.handler_work.as_millis() as u64,
         unlogged: cfg.unlogged,
         pool_size: cfg.pool_size,
-        idle_seconds: cfg.idle.as_secs_f64(),
-        idle_poll_ms: cfg.idle_poll.as_millis() as u64,
-        wakeup_samples: cfg.wakeup_samples,
-        wakeup_poll_ms: cfg.wakeup_poll.as_millis() as u64,
+        options: cfg.options.workload(),
         sustained_duration_s: cfg.duration.as_secs_f64(),
         sustained_warmup_s: cfg.sustained_warmup.as_secs_f64(),
         sustained_rate: cfg.rate,

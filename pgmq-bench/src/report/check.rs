@@ -70,7 +70,7 @@ pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
         TargetContext {
             handler: handler_of(doc),
             handler_work_ms: w.handler_work_ms,
-            idle_poll_ms: w.idle_poll_ms,
+            idle_poll_ms: w.options.idle.idle_poll_ms,
             messages: w.messages,
         },
     )

@@ -7,12 +7,14 @@
 //! by wall time, as percent of one core; the worker's own read, empty-read and
 //! wake-up counters divided by the same wall time.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use clap::Args;
 use pgmq_worker::WakeUp;
+use serde::{Deserialize, Serialize};
 
 use crate::document::{IdleRun, Rate};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::process::cpu_time;
 use crate::sections::consume::{worker, Tally};
 use crate::sections::Ctx;
@@ -24,14 +26,72 @@ use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
-use crate::sections::{Round, Section};
+use crate::sections::{Options, Round, Section};
 use std::sync::Arc;
+
+/// The idle_worker options.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct IdleOptions {
+    /// idle_worker window.
+    #[arg(long, default_value = "3s", value_parser = crate::cli::parse_duration)]
+    pub idle: Duration,
+
+    /// idle_worker poll interval, milliseconds.
+    #[arg(long, default_value_t = 250)]
+    pub idle_poll_ms: u64,
+}
+
+/// The idle_worker settings, checked.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct IdleConfig {
+    /// The measured window.
+    pub window: Duration,
+    /// The worker's poll interval.
+    pub poll: Duration,
+}
+
+/// What the document's workload records of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct IdleWorkload {
+    /// idle_worker window, seconds.
+    pub idle_seconds: f64,
+    /// idle_worker poll interval, milliseconds.
+    pub idle_poll_ms: u64,
+}
+
+impl Options for IdleOptions {
+    type Config = IdleConfig;
+    type Workload = IdleWorkload;
+
+    fn config(&self) -> Result<IdleConfig> {
+        if self.idle_poll_ms == 0 {
+            return Err(Error::Config("poll intervals must be at least 1 ms".into()));
+        }
+        if self.idle.is_zero() {
+            return Err(Error::Config("--idle must be longer than zero".into()));
+        }
+        Ok(IdleConfig {
+            window: self.idle,
+            poll: Duration::from_millis(self.idle_poll_ms),
+        })
+    }
+
+    fn workload(c: &IdleConfig) -> IdleWorkload {
+        IdleWorkload {
+            idle_seconds: c.window.as_secs_f64(),
+            idle_poll_ms: c.poll.as_millis() as u64,
+        }
+    }
+}
 
 /// One idle run.
 pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let q = ctx.guard.fresh("idle").await?;
     let tally = Tally::new(u64::MAX, ctx.cfg.handler_work);
-    let poll = ctx.cfg.idle_poll;
+    let poll = ctx.cfg.options.idle.poll;
     let w = worker(ctx, &q, 1, &tally)
         .poll_interval(poll)
         .wake_up(WakeUp::Poll)
@@ -42,7 +102,7 @@ pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let s0 = handle.stats();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    tokio::time::sleep(ctx.cfg.idle).await;
+    tokio::time::sleep(ctx.cfg.options.idle.window).await;
     let s1 = handle.stats();
     let cpu1 = cpu_time();
     let elapsed = t0.elapsed().as_secs_f64();
@@ -167,7 +227,7 @@ fn report_part(out: &mut String, d: &Document) {
     if fig(d, "idle_worker.cpu_percent").is_none() {
         return;
     }
-    let w = &d.metadata.workload;
+    let w = &d.metadata.workload.options.idle;
     let _ = writeln!(
         out,
         "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\

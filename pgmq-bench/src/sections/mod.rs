@@ -5,7 +5,14 @@
 //! `Section` implementation (how a round runs it, its checks, its figures,
 //! its part of the report), so adding a section is one file and one line in
 //! the `registry!` list below (a section without a field of its own in
-//! [`Sections`] keeps its runs in [`Sections::extra`]).
+//! [`Sections`] keeps its runs in [`Sections::extra`]). A section with
+//! options of its own declares them in its file as a type implementing
+//! [`Options`] (its flags, the checked settings derived from them, and what
+//! the document's workload records of them) and names it in its registry
+//! line (`idle => [IdleWorker] with IdleOptions`): the registry flattens it
+//! into the command line ([`SectionArgs`]), the run's settings
+//! ([`SectionConfigs`], `ctx.cfg.options.<module>`) and the workload
+//! ([`SectionWorkloads`]).
 //!
 //! What the sections share is here too: the run context, the message
 //! bodies, preloading and vacuuming a queue.
@@ -32,14 +39,66 @@ use crate::process::MemoryMeter;
 use crate::progress::Progress;
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
-/// order a round runs them: one line per file, naming the sections it holds.
+/// order a round runs them: one line per file, naming the sections it holds
+/// and, after `with`, the [`Options`] type of the options it declares.
 macro_rules! registry {
-    ($($vis:vis $module:ident => [$($section:ident),+],)+) => {
+    ($($vis:vis $module:ident => [$($section:ident),+] $(with $opts:ident)?,)+) => {
         $($vis mod $module;)+
 
         /// Every section, in the order a round runs them: the one list a
         /// section is registered in.
         pub(crate) const REGISTRY: &[&dyn Section] = &[$($(&$module::$section,)+)+];
+
+        /// The options the sections declare, one group per section file
+        /// that has any (flattened into the benchmark's command line).
+        #[derive(Debug, Clone, clap::Args)]
+        #[non_exhaustive]
+        pub struct SectionArgs {
+            $($(
+                #[allow(missing_docs)]
+                #[command(flatten)]
+                pub $module: $module::$opts,
+            )?)+
+        }
+
+        /// The sections' checked settings, one per section file that
+        /// declares options.
+        #[derive(Debug, Clone)]
+        #[non_exhaustive]
+        pub struct SectionConfigs {
+            $($(
+                #[allow(missing_docs)]
+                pub $module: <$module::$opts as Options>::Config,
+            )?)+
+        }
+
+        /// What the document's workload records of the sections' options
+        /// (flattened into [`Workload`](crate::document::Workload)).
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[non_exhaustive]
+        pub struct SectionWorkloads {
+            $($(
+                #[allow(missing_docs)]
+                #[serde(flatten)]
+                pub $module: <$module::$opts as Options>::Workload,
+            )?)+
+        }
+
+        impl SectionConfigs {
+            /// Checks every section's options.
+            pub(crate) fn from_args(a: &SectionArgs) -> Result<SectionConfigs> {
+                Ok(SectionConfigs {
+                    $($($module: <$module::$opts as Options>::config(&a.$module)?,)?)+
+                })
+            }
+
+            /// What the workload records of them.
+            pub(crate) fn workload(&self) -> SectionWorkloads {
+                SectionWorkloads {
+                    $($($module: <$module::$opts as Options>::workload(&self.$module),)?)+
+                }
+            }
+        }
     };
 }
 
@@ -49,9 +108,27 @@ registry! {
     baseline => [Baseline],
     backlog => [BacklogScaling],
     processes => [WorkerProcesses],
-    idle => [IdleWorker],
-    wakeup => [WakeupLatency],
+    idle => [IdleWorker] with IdleOptions,
+    wakeup => [WakeupLatency] with WakeupOptions,
     sustained => [Sustained],
+}
+
+/// The options a section file declares: its command-line flags (a clap
+/// [`Args`](clap::Args) group, flattened into the benchmark's), the checked
+/// settings its run reads, and the part of the document's workload that
+/// records them.
+pub trait Options: clap::Args {
+    /// The checked settings (`ctx.cfg.options.<module>`).
+    type Config: std::fmt::Debug + Clone;
+    /// The workload fields (flattened into the document's workload, so
+    /// their names must not clash with another section's).
+    type Workload: std::fmt::Debug + Clone + Serialize + for<'de> Deserialize<'de>;
+
+    /// Checks the flags (a typed `Error::Config` naming the flag when bad).
+    fn config(&self) -> Result<Self::Config>;
+
+    /// What the document records of `config`.
+    fn workload(config: &Self::Config) -> Self::Workload;
 }
 
 pub use processes::child_main_argv as process_worker_main;

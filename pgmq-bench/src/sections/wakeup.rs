@@ -14,7 +14,9 @@
 
 use std::time::{Duration, Instant};
 
+use clap::Args;
 use pgmq_client::Message;
+use serde::{Deserialize, Serialize};
 use pgmq_worker::{Outcome, WakeUp, Worker};
 use tokio::sync::mpsc;
 
@@ -31,8 +33,71 @@ use crate::checks::Checks;
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
-use crate::sections::{Round, Section};
+use crate::sections::{Options, Round, Section};
 use std::sync::Arc;
+
+/// The fewest wake-up samples per mode.
+pub(crate) const MIN_WAKEUP_SAMPLES: u32 = 20;
+
+/// The wakeup_latency options.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct WakeupOptions {
+    /// wakeup_latency samples per mode (at least 20).
+    #[arg(long, default_value_t = 20)]
+    pub wakeup_samples: u32,
+
+    /// wakeup_latency poll interval, and the NOTIFY mode's polling fallback, milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub wakeup_poll_ms: u64,
+}
+
+/// The wakeup_latency settings, checked.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WakeupConfig {
+    /// Samples per mode.
+    pub samples: u32,
+    /// The poll interval (and the NOTIFY mode's fallback).
+    pub poll: Duration,
+}
+
+/// What the document's workload records of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WakeupWorkload {
+    /// wakeup_latency samples per mode.
+    pub wakeup_samples: u32,
+    /// wakeup_latency poll interval (and NOTIFY fallback), milliseconds.
+    pub wakeup_poll_ms: u64,
+}
+
+impl Options for WakeupOptions {
+    type Config = WakeupConfig;
+    type Workload = WakeupWorkload;
+
+    fn config(&self) -> Result<WakeupConfig> {
+        if self.wakeup_samples < MIN_WAKEUP_SAMPLES {
+            return Err(Error::Config(format!(
+                "--wakeup-samples must be at least {MIN_WAKEUP_SAMPLES}"
+            )));
+        }
+        if self.wakeup_poll_ms == 0 {
+            return Err(Error::Config("poll intervals must be at least 1 ms".into()));
+        }
+        Ok(WakeupConfig {
+            samples: self.wakeup_samples,
+            poll: Duration::from_millis(self.wakeup_poll_ms),
+        })
+    }
+
+    fn workload(c: &WakeupConfig) -> WakeupWorkload {
+        WakeupWorkload {
+            wakeup_samples: c.samples,
+            wakeup_poll_ms: c.poll.as_millis() as u64,
+        }
+    }
+}
 
 /// Polling only, or LISTEN/NOTIFY.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +155,7 @@ const SETTLE_ID: u64 = u64::MAX >> 1;
 /// One run of one mode.
 pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<WakeupRun> {
     let q = ctx.guard.fresh(&format!("wakeup_{}", mode.name())).await?;
-    let poll = ctx.cfg.wakeup_poll;
+    let poll = ctx.cfg.options.wakeup.poll;
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
     let w = build_worker(ctx, &q, mode, tx)?;
     ctx.meter.begin();
@@ -145,7 +210,7 @@ fn build_worker(
         .concurrency(1)
         .batch_size(ctx.cfg.batch_size as usize)
         .visibility_timeout(ctx.cfg.vt)
-        .poll_interval(ctx.cfg.wakeup_poll)
+        .poll_interval(ctx.cfg.options.wakeup.poll)
         .wake_up(match mode {
             Mode::Poll => WakeUp::Poll,
             Mode::Notify => WakeUp::Notify,
@@ -223,8 +288,8 @@ async fn take_samples(
     let mut phases = Phases(
         0x9E37_79B9_7F4A_7C15 ^ (u64::from(p.round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D),
     );
-    let mut samples = Vec::with_capacity(ctx.cfg.wakeup_samples as usize);
-    for id in 0..u64::from(ctx.cfg.wakeup_samples) {
+    let mut samples = Vec::with_capacity(ctx.cfg.options.wakeup.samples as usize);
+    for id in 0..u64::from(ctx.cfg.options.wakeup.samples) {
         // Then a random phase: of the poll timer when polling; NOTIFY does
         // not wait for the timer.
         let spread = match p.mode {
@@ -328,7 +393,7 @@ fn report_part(out: &mut String, d: &Document) {
     {
         return;
     }
-    let w = &d.metadata.workload;
+    let w = &d.metadata.workload.options.wakeup;
     let _ = writeln!(
         out,
         "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
