@@ -59,6 +59,15 @@ pub(crate) const FIFO_SPAN: i64 = 100_000;
 pub(crate) const VT_SECS: u64 = 4;
 /// Bound of every database call of the workers.
 pub(crate) const DB_TIMEOUT: Duration = Duration::from_secs(3);
+/// Largest retry delay of every campaign worker, milliseconds.
+const BACKOFF_MAX_MS: u64 = 1_500;
+/// How far out a message handed back by a requeue (retry, snooze, release)
+/// may have its visibility timeout: the longest delay a campaign worker
+/// requeues with ([`BACKOFF_MAX_MS`] plus pgmq-worker's 20 % jitter; a
+/// snooze is 200 ms, a release 0) and a margin of 1 s, less than one
+/// visibility timeout, so that an extension of the ended delivery landing
+/// after the requeue is seen.
+pub(crate) const REQUEUE_BOUND: Duration = Duration::from_millis(BACKOFF_MAX_MS * 6 / 5 + 1_000);
 
 /// The three queues of a seed's run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -447,7 +456,7 @@ fn slot_args(
     a.claim_capacity = 40;
     a.max_attempts = if role == Role::Plain { 8 } else { 5 };
     a.backoff_ms = 300;
-    a.backoff_max_ms = 1_500;
+    a.backoff_max_ms = BACKOFF_MAX_MS;
     a.heartbeat = true;
     a.grace_ms = 3_000;
     a.poll_ms = 100;
@@ -773,6 +782,32 @@ pub(crate) struct Sample {
     pub far_vt: [i64; 3],
     /// Messages per queue invisible under a delivery older than 30 s.
     pub held_long: [i64; 3],
+    /// Invisible messages per queue that a requeue handed back (see
+    /// [`Watch::requeued`]).
+    pub requeued: [i64; 3],
+    /// Those of them whose visibility timeout was beyond now +
+    /// [`REQUEUE_BOUND`]: queue, message id and how far out, ms.
+    pub requeued_far: Vec<(Role, i64, i64)>,
+}
+
+/// Whether a message seen invisible (`now`) was handed back by a requeue:
+/// no delivery holds it, or since it was last seen (`was`) under the same
+/// read its attempts header rose (a retry) or its `read_ct` fell (a snooze
+/// or release undid the read).
+fn handed_back(was: Option<&Seen>, now: &Seen) -> bool {
+    now.read_at.is_none()
+        || was.is_some_and(|was| {
+            was.read_at == now.read_at
+                && (was.requeued || now.attempts > was.attempts || now.read_ct < was.read_ct)
+        })
+}
+
+/// An invisible message as the sampler last saw it.
+struct Seen {
+    read_at: Option<DateTime<Utc>>,
+    read_ct: i32,
+    attempts: Option<i64>,
+    requeued: bool,
 }
 
 /// A monitoring session of the campaign's own, with a statement timeout,
@@ -780,6 +815,8 @@ pub(crate) struct Sample {
 struct Watch {
     dsn: String,
     conn: Option<tokio_postgres::Client>,
+    /// Per queue and message id, what the last sample saw.
+    seen: HashMap<(usize, i64), Seen>,
 }
 
 impl Watch {
@@ -835,12 +872,65 @@ impl Watch {
                 held_long[i] = r.get(1);
             }
         }
+        let (requeued, requeued_far) = self.requeued(queues).await;
         Some(Sample {
             at,
             conns,
             far_vt,
             held_long,
+            requeued,
+            requeued_far,
         })
+    }
+
+    /// The invisible messages that a requeue handed back, per queue, and
+    /// those whose visibility timeout is beyond now + [`REQUEUE_BOUND`]. A
+    /// message was handed back when no delivery holds it (`last_read_at`
+    /// NULL), or when, since an earlier sample, its attempts header rose (a
+    /// retry) or its `read_ct` fell (a snooze or release) while
+    /// `last_read_at` stayed that of the same read: the delivery ended, and
+    /// nothing but a new read may hold the message past its delay.
+    async fn requeued(&mut self, queues: &[QueueName; 3]) -> ([i64; 3], Vec<(Role, i64, i64)>) {
+        let mut counts = [0; 3];
+        let mut far = Vec::new();
+        let bound = REQUEUE_BOUND.as_millis() as f64;
+        for (i, q) in queues.iter().enumerate() {
+            let Some(c) = self.conn.as_ref() else {
+                break;
+            };
+            // A validated QueueName: [a-z0-9_] only.
+            let sql = format!(
+                "select msg_id, read_ct, last_read_at, headers ->> $1::text, \
+                        extract(epoch from vt - clock_timestamp())::float8 * 1000 \
+                 from {} where vt > clock_timestamp()",
+                q.table()
+            );
+            let Ok(rows) = c
+                .query(sql.as_str(), &[&pgmq_worker::ATTEMPTS_HEADER])
+                .await
+            else {
+                continue;
+            };
+            for r in rows {
+                let id: i64 = r.get(0);
+                let now = Seen {
+                    read_ct: r.get(1),
+                    read_at: r.get(2),
+                    attempts: r.get::<_, Option<String>>(3).and_then(|a| a.parse().ok()),
+                    requeued: false,
+                };
+                let ahead: f64 = r.get(4);
+                let requeued = handed_back(self.seen.get(&(i, id)), &now);
+                if requeued {
+                    counts[i] += 1;
+                    if ahead > bound {
+                        far.push((Role::ALL[i], id, ahead as i64));
+                    }
+                }
+                self.seen.insert((i, id), Seen { requeued, ..now });
+            }
+        }
+        (counts, far)
     }
 }
 
@@ -1030,7 +1120,11 @@ async fn run_seed(
         let dsn = ctx.cluster.dsn();
         let queues = queue_names.clone();
         tokio::spawn(async move {
-            let mut watch = Watch { dsn, conn: None };
+            let mut watch = Watch {
+                dsn,
+                conn: None,
+                seen: HashMap::new(),
+            };
             let mut samples = Vec::new();
             loop {
                 slots.tend().await;
@@ -1279,6 +1373,37 @@ fn merge(ts: &[Tally]) -> Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_requeue_is_told_from_a_held_delivery() {
+        let read = Some(Utc::now());
+        let seen = |read_at, read_ct, attempts: Option<i64>, requeued| Seen {
+            read_at,
+            read_ct,
+            attempts,
+            requeued,
+        };
+        let held = seen(read, 2, Some(1), false);
+        // The same delivery, extended by the heartbeat: still held.
+        assert!(!handed_back(Some(&held), &seen(read, 2, Some(1), false)));
+        assert!(!handed_back(None, &held));
+        // A retry landed (attempts header rose), a snooze or release
+        // (read undone), or the requeue ended the delivery (no read).
+        assert!(handed_back(Some(&held), &seen(read, 2, Some(2), false)));
+        assert!(handed_back(Some(&held), &seen(read, 1, Some(1), false)));
+        assert!(handed_back(None, &seen(None, 1, Some(1), false)));
+        // Still the ended delivery's read at the next sample: still handed back.
+        let after = seen(read, 2, Some(2), true);
+        assert!(handed_back(Some(&after), &seen(read, 2, Some(2), false)));
+        // A new read holds it again.
+        let again = seen(
+            Some(Utc::now() + chrono::Duration::seconds(1)),
+            3,
+            Some(2),
+            false,
+        );
+        assert!(!handed_back(Some(&after), &again));
+    }
 
     #[test]
     fn a_seed_draws_the_same_schedule() {

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::campaign::{
     expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT, FIFO_BASE,
-    FIFO_SPAN, VT_SECS,
+    FIFO_SPAN, REQUEUE_BOUND, VT_SECS,
 };
 use super::ledger::{Handling, Start, Tally};
 use super::report::Check;
@@ -44,7 +44,7 @@ pub(crate) const PROGRESS_BOUND: Duration = Duration::from_secs(25);
 const CONN_SETTLE: Duration = Duration::from_secs(6);
 
 /// The invariants' names, in the order judged.
-pub(crate) const NAMES: [&str; 13] = [
+pub(crate) const NAMES: [&str; 14] = [
     "nothing lost",
     "transactional rows exactly once",
     "only the current delivery commits",
@@ -58,6 +58,7 @@ pub(crate) const NAMES: [&str; 13] = [
     "shutdown reports agree with the ledger",
     "connections within the configured maximum",
     "workers stayed up",
+    "a requeued message comes back after its delay",
 ];
 
 /// Every invariant, judged.
@@ -78,6 +79,7 @@ pub(crate) fn check_all(e: &Evidence) -> Vec<Check> {
     out.push(reports(e));
     out.push(connections(e));
     out.push(workers_up(e));
+    out.push(requeue_delay(e));
     let errors: Vec<&String> = e.events.iter().filter_map(|x| x.error.as_ref()).collect();
     out.push(Check::new(
         "faults injected and cleared",
@@ -582,6 +584,41 @@ fn connections(e: &Evidence) -> Check {
             "{judged} samples judged, {} above a process's maximum{}",
             over.len(),
             sample(&over)
+        ),
+    )
+}
+
+/// A message a requeue handed back (retry, snooze, release) is invisible
+/// for its delay only: in no sample is its visibility timeout beyond now +
+/// [`REQUEUE_BOUND`], under a visibility timeout. One further out is an
+/// extension of the ended delivery (a heartbeat write that landed after
+/// the requeue) holding the message while nobody handles it.
+fn requeue_delay(e: &Evidence) -> Check {
+    let judged: i64 = e
+        .samples
+        .iter()
+        .map(|s| s.requeued.iter().sum::<i64>())
+        .sum();
+    let far: Vec<String> = e
+        .samples
+        .iter()
+        .flat_map(|s| {
+            s.requeued_far.iter().map(move |(role, id, ms)| {
+                format!(
+                    "{role:?} message {id}: {ms} ms out at {}",
+                    s.at.format("%H:%M:%S")
+                )
+            })
+        })
+        .collect();
+    Check::new(
+        NAMES[13],
+        far.is_empty(),
+        format!(
+            "{judged} sightings of a requeued message, {} with a visibility timeout beyond now + {} ms{}",
+            far.len(),
+            REQUEUE_BOUND.as_millis(),
+            sample(&far)
         ),
     )
 }
