@@ -317,6 +317,11 @@ struct HandlerCtx {
     sabotage: Sabotage,
     /// Ledger rows this process committed outside a handler's transaction.
     ledger_rows: AtomicU64,
+    /// Ledger inserts outside a transaction that failed after the
+    /// connection was had: the row may have been written all the same (a
+    /// reply lost to a fault), so the ledger may hold up to this many rows
+    /// more than `ledger_rows`.
+    ledger_unsure: AtomicU64,
     /// Snoozes returned (successes without a ledger row).
     snoozed: AtomicU64,
     /// The runtime, for the blocking handler's thread.
@@ -404,6 +409,7 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
         record_starts: args.record_starts,
         sabotage: args.sabotage,
         ledger_rows: AtomicU64::new(0),
+        ledger_unsure: AtomicU64::new(0),
         snoozed: AtomicU64::new(0),
         rt: tokio::runtime::Handle::current(),
     });
@@ -604,6 +610,10 @@ fn report_json(report: &ShutdownReport, h: &HandlerCtx) -> serde_json::Value {
                 serde_json::json!(h.ledger_rows.load(Ordering::Relaxed)),
             ),
             (
+                "ledger_unsure",
+                serde_json::json!(h.ledger_unsure.load(Ordering::Relaxed)),
+            ),
+            (
                 "snoozed",
                 serde_json::json!(h.snoozed.load(Ordering::Relaxed)),
             ),
@@ -640,6 +650,7 @@ fn stats_json(st: &pgmq_worker::StatsSnapshot) -> serde_json::Value {
         "heartbeats": st.heartbeats,
         "claims_lost": st.claims_lost,
         "timed_out": st.timed_out,
+        "tx_unavailable": st.tx_unavailable,
     })
 }
 
@@ -775,7 +786,10 @@ async fn obey_and_record(
         }
         None => {
             let conn = h.ledger.connection().await?;
-            conn.execute(INSERT_HANDLING, &row).await?;
+            if let Err(e) = conn.execute(INSERT_HANDLING, &row).await {
+                h.ledger_unsure.fetch_add(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
             h.ledger_rows.fetch_add(1, Ordering::Relaxed);
         }
     }
