@@ -29,10 +29,10 @@ use crate::statements::Stmt;
 /// [`KeptConnections`](crate::KeptConnections), and references to any of
 /// them.
 ///
-/// The trait is sealed: its methods are this crate's internals (the
-/// statements it prepares and how it runs them), hidden from the docs and
-/// not part of the stable API, and no type outside this crate can implement
-/// it. For connections kept between calls and calls bounded in time, use
+/// The trait is sealed: no type outside this crate can implement it, and
+/// its hidden methods (the statements it prepares and how it runs them) are
+/// not part of the stable API; [`Executor::query_text`] runs SQL of your
+/// own on the same call path. For connections kept between calls and calls bounded in time, use
 /// [`KeptConnections`](crate::KeptConnections) and
 /// [`HeldConnection`](crate::HeldConnection), which are executors too.
 ///
@@ -77,18 +77,34 @@ pub trait Executor: Sealed + Send + Sync {
         false
     }
 
-    /// Runs SQL text that is not one of the `Stmt`s (each parameter comes
-    /// with its type). On this crate's connections and transactions the text
-    /// is prepared once per connection and cached by its text, like the
-    /// `Stmt`s; on a caller's own `tokio_postgres` client it runs
-    /// unprepared in one round trip (`query_typed`).
+    /// Runs SQL text of the caller's own, each parameter with its type, on
+    /// the same call path as PGMQ's functions: on this crate's connections
+    /// and transactions the text is prepared once per connection and cached
+    /// by its text; on a caller's own `tokio_postgres` client it runs
+    /// unprepared in one round trip (`query_typed`). A failure is classified
+    /// like any call's ([`Error::is_transient`], [`CommitOutcome`](crate::CommitOutcome)),
+    /// and on [`KeptConnections`](crate::KeptConnections) the call is bounded
+    /// by its time limit.
     ///
-    /// For the few calls that are not PGMQ functions and therefore name a
-    /// queue's table in their text, built only from a validated
-    /// [`QueueName`](crate::QueueName): [`Pgmq::release_batch`](crate::Pgmq::release_batch),
-    /// [`Pgmq::read_from`](crate::Pgmq::read_from) and the fenced writes
-    /// ([`Receipt`](crate::Receipt)).
-    #[doc(hidden)]
+    /// This crate uses it for the statements that are not PGMQ functions and
+    /// therefore name a queue's table ([`Pgmq::release_batch`](crate::Pgmq::release_batch),
+    /// [`Pgmq::read_from`](crate::Pgmq::read_from), the fenced writes of
+    /// [`Receipt`](crate::Receipt)); pgmq-worker for its dead-letter move.
+    /// Build a table's name only from a validated
+    /// [`QueueName`](crate::QueueName) ([`QueueName::quoted_table`](crate::QueueName::quoted_table)),
+    /// never from unchecked text.
+    ///
+    /// ```no_run
+    /// # async fn f(client: &pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::reexports::tokio_postgres::types::Type;
+    /// use pgmq_client::{Executor, QueueName};
+    ///
+    /// let q = QueueName::new("orders")?;
+    /// let sql = format!("SELECT count(*) FROM {} WHERE read_ct > $1", q.quoted_table());
+    /// let rows = client.executor().query_text(&sql, &[(&3i32, Type::INT4)]).await?;
+    /// let retried: i64 = rows[0].get(0);
+    /// # Ok(()) }
+    /// ```
     fn query_text(
         &self,
         sql: &str,

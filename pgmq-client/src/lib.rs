@@ -142,6 +142,7 @@ pub mod trace;
 mod version;
 
 pub use args::{MAX_BATCH, MAX_SECONDS};
+pub use call::TypedParams;
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
 pub use dsn::{
