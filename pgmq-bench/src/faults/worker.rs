@@ -183,6 +183,11 @@ pub enum Sabotage {
     /// delivery fence: a stale delivery's acknowledgement lands (needs the
     /// `fault-injection` feature).
     FenceOff,
+    /// A `--fifo` blocking worker acknowledges a run abandoned at
+    /// `handler_timeout` without waiting for its thread to return: the
+    /// retry and the group's next message run beside it (needs the
+    /// `fault-injection` feature).
+    FifoBlockingOverlap,
 }
 
 impl Sabotage {
@@ -195,6 +200,7 @@ impl Sabotage {
             Sabotage::FifoUnordered => "fifo-unordered",
             Sabotage::PanicUncaught => "panic-uncaught",
             Sabotage::FenceOff => "fence-off",
+            Sabotage::FifoBlockingOverlap => "fifo-blocking-overlap",
         }
     }
 }
@@ -552,8 +558,10 @@ fn sabotaged(
         Sabotage::PanicUncaught => builder.resume_handler_panics(),
         #[cfg(feature = "fault-injection")]
         Sabotage::FenceOff => builder.fence_off(),
+        #[cfg(feature = "fault-injection")]
+        Sabotage::FifoBlockingOverlap => builder.fifo_blocking_wait_off(),
         #[cfg(not(feature = "fault-injection"))]
-        Sabotage::PanicUncaught | Sabotage::FenceOff => {
+        Sabotage::PanicUncaught | Sabotage::FenceOff | Sabotage::FifoBlockingOverlap => {
             return Err(format!(
                 "--sabotage {} needs pgmq-bench built with --features fault-injection",
                 args.sabotage.as_arg()
@@ -728,21 +736,29 @@ async fn obey_and_record(
     let started_at = Utc::now();
     let attempt = msg.read_ct;
     let act = msg.body.act.unwrap_or_default();
-    // The ledger row's values; a start record takes the first six.
-    let row: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+    // The attempts the worker's retries recorded before this delivery: a
+    // later delivery with as many came back without a retry (its claim
+    // expired or was lost), one with more after a retry.
+    let attempts = msg
+        .header(pgmq_worker::ATTEMPTS_HEADER)
+        .and_then(serde_json::Value::as_i64)
+        .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX));
+    // The ledger row's values; a start record takes the first seven.
+    let row: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
         &h.run_id,
         &h.scenario,
         &msg.body.key,
         &msg.msg_id,
         &h.pid,
         &msg.read_ct,
+        &attempts,
         &msg.last_read_at,
         &msg.vt,
         &started_at,
     ];
     if h.record_starts {
         let conn = h.ledger.connection().await?;
-        conn.execute(INSERT_START, &row[..6]).await?;
+        conn.execute(INSERT_START, &row[..7]).await?;
     }
     if attempt < act.hang_before {
         tracing::info!(key = msg.body.key, "planned hang");
