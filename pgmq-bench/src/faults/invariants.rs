@@ -549,10 +549,16 @@ fn reports(e: &Evidence) -> Check {
             }
             // Every row and snooze is a success the worker counted,
             // but for runs it gave up on (timed out, abandoned at the
-            // shutdown) whose handler still finished: a blocking
+            // shutdown, or, for a blocking handler, cancelled when its
+            // claim was lost) whose handler still finished: a blocking
             // handler cannot see its cancellation.
-            let given_up =
-                get("timed_out") + report["abandoned"].as_array().map_or(0, |a| a.len() as u64);
+            let lost = match x.kind {
+                ProcKind::Blocking | ProcKind::FifoBlocking => get("claims_lost"),
+                _ => 0,
+            };
+            let given_up = get("timed_out")
+                + report["abandoned"].as_array().map_or(0, |a| a.len() as u64)
+                + lost;
             if get("succeeded") + given_up < get("ledger_rows") + get("snoozed") {
                 bad.push(format!(
                     "{} ({}): {} successes reported (+ {given_up} given up), {} rows + {} snoozes",

@@ -323,10 +323,11 @@ struct HandlerCtx {
     sabotage: Sabotage,
     /// Ledger rows this process committed outside a handler's transaction.
     ledger_rows: AtomicU64,
-    /// Ledger inserts outside a transaction that failed after the
-    /// connection was had: the row may have been written all the same (a
-    /// reply lost to a fault), so the ledger may hold up to this many rows
-    /// more than `ledger_rows`.
+    /// Ledger inserts outside a transaction begun and never seen to
+    /// succeed: they failed (a reply lost to a fault) or their run was
+    /// dropped while they were in flight (at `handler_timeout`). The row
+    /// may have been written all the same, so the ledger may hold up to
+    /// this many rows more than `ledger_rows`.
     ledger_unsure: AtomicU64,
     /// Snoozes returned (successes without a ledger row).
     snoozed: AtomicU64,
@@ -802,11 +803,15 @@ async fn obey_and_record(
         }
         None => {
             let conn = h.ledger.connection().await?;
-            if let Err(e) = conn.execute(INSERT_HANDLING, &row).await {
-                h.ledger_unsure.fetch_add(1, Ordering::Relaxed);
-                return Err(e.into());
-            }
+            // Unsure until the insert returns: should it fail, or should the
+            // run be dropped meanwhile (the worker drops an async handler's
+            // future at handler_timeout), the row may be there all the same.
+            h.ledger_unsure.fetch_add(1, Ordering::Relaxed);
+            conn.execute(INSERT_HANDLING, &row).await?;
+            // Counted before it stops being unsure: a report read between
+            // the two counts the row at most twice, never not at all.
             h.ledger_rows.fetch_add(1, Ordering::Relaxed);
+            h.ledger_unsure.fetch_sub(1, Ordering::Relaxed);
         }
     }
     Ok(Outcome::Delete)
