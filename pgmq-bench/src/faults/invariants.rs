@@ -244,12 +244,14 @@ fn dead_only_planned(e: &Evidence) -> Check {
 /// row was written. On the transactional FIFO queue a row commits with its
 /// delivery's fenced delete, so every pair counts. On the FIFO blocking
 /// queue rows are written outside any transaction (at least once: a
-/// message may have two, in sequence), and a pair is explained, reported
-/// and not failed, when the run of the two that began first had lost its
-/// claim ([`claim_lapsed`]): a blocking handler cannot see that, and runs
-/// on beside the message's next delivery. A run abandoned at
-/// `handler_timeout` whose retry was written while it still ran is never
-/// explained: the loop must wait for it.
+/// message may have two, in sequence), and a pair counts only when the
+/// worker wrote the retry of the run of the two that began first
+/// ([`retry_written`]): a run abandoned at `handler_timeout` is
+/// acknowledged with a retry, and the loop must wait for the run to end
+/// before it writes it. Any other such pair is explained, reported and not
+/// failed: the run lost its claim (its visibility timeout ran out under a
+/// fault), which a blocking handler cannot see, and ran on beside the
+/// message's next delivery.
 fn fifo(e: &Evidence) -> (Check, Check) {
     let mut out_of_order = Vec::new();
     let mut overlaps = Vec::new();
@@ -261,7 +263,7 @@ fn fifo(e: &Evidence) -> (Check, Check) {
         };
         let rows = &e.handlings[role.index()];
         let starts = &e.starts[role.index()];
-        let excused = |h: &Handling| role == Role::FifoBlocking && claim_lapsed(h, starts, rows);
+        let excused = |h: &Handling| role == Role::FifoBlocking && !retry_written(h, starts, rows);
         let mut groups: HashMap<i64, Vec<&Handling>> = HashMap::new();
         for h in rows {
             groups
@@ -346,19 +348,22 @@ fn fifo(e: &Evidence) -> (Check, Check) {
     )
 }
 
-/// Whether the delivery that wrote `h` lost its claim: a later delivery of
-/// its message (a recorded start or a ledger row with a higher `read_ct`)
-/// began with as many attempts used, so no retry was written in between:
-/// the message came back on its own (its visibility timeout ran out under
-/// the run, or a fault took its acknowledgement). A run abandoned at
-/// `handler_timeout` is acknowledged with a retry, which adds an attempt.
-fn claim_lapsed(h: &Handling, starts: &[Start], rows: &[Handling]) -> bool {
+/// Whether the worker wrote the retry of the delivery that wrote `h`: the
+/// next delivery of its message (a recorded start or a ledger row with a
+/// `read_ct` one higher; a retry keeps the read, a release or snooze undoes
+/// it) began with more attempts used. A retry is fenced on its delivery, so
+/// only the worker handling that delivery wrote it, when it acknowledged
+/// the run. Otherwise (as many attempts: the message came back on its own,
+/// its claim lost under the run; or the next delivery not recorded, its
+/// start refused by a fault too) nothing says the worker let the message
+/// go while the run went on.
+fn retry_written(h: &Handling, starts: &[Start], rows: &[Handling]) -> bool {
     starts
         .iter()
         .map(|s| (s.key, s.read_ct, s.attempts))
         .chain(rows.iter().map(|r| (r.key, r.read_ct, r.attempts)))
         .any(|(key, read_ct, attempts)| {
-            key == h.key && read_ct > h.read_ct && attempts == h.attempts
+            key == h.key && read_ct == h.read_ct + 1 && attempts > h.attempts
         })
 }
 
@@ -786,7 +791,8 @@ mod tests {
         }
     }
 
-    /// The FIFO checks over these rows of the FIFO blocking queue.
+    /// The FIFO checks over these rows of the FIFO blocking queue (each
+    /// with its recorded start).
     fn judge(rows: Vec<Handling>) -> (Check, Check) {
         let starts: Vec<Start> = rows.iter().map(start).collect();
         let mut handlings = vec![Vec::new(); ROLES];
@@ -857,5 +863,15 @@ mod tests {
         assert!(order.pass, "{}", order.detail);
         assert!(overlap.pass, "{}", overlap.detail);
         assert!(overlap.detail.contains("explained"), "{}", overlap.detail);
+        // The same, its next delivery unrecorded (failed before its start
+        // was written) and retried: the third delivery's attempt is that
+        // retry's, not the first run's.
+        let (order, overlap) = judge(vec![
+            row(3, 1, 0, 20, 11_020),
+            row(3, 3, 1, 8_400, 8_410),
+            row(4, 1, 0, 8_420, 8_430),
+        ]);
+        assert!(order.pass, "{}", order.detail);
+        assert!(overlap.pass, "{}", overlap.detail);
     }
 }
