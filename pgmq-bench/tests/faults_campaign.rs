@@ -4,15 +4,25 @@
 //! the seed.
 //!
 //! Each test starts its own throwaway cluster and proxy on ports of the
-//! fault suite's own (55440-55445), so that they can run side by side.
-//! Without a sabotage the same campaign passes.
+//! fault suite's own (55440-55445, 55448-55449), so that they can run side
+//! by side. Without a sabotage the same campaign passes.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 /// Runs `pgmq-bench faults --campaign` with `sabotage` on `port` (its proxy
-/// on `port + 1`) and returns the exit code, stderr and the JSON document.
+/// on `port + 1`), three processes (plain, transactional, FIFO), and
+/// returns the exit code, stderr and the JSON document.
 fn campaign(sabotage: &str, port: u16) -> (Option<i32>, String, serde_json::Value) {
+    campaign_of(sabotage, port, 3)
+}
+
+/// The same with `processes` worker processes (6: one of each kind).
+fn campaign_of(
+    sabotage: &str,
+    port: u16,
+    processes: usize,
+) -> (Option<i32>, String, serde_json::Value) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // Everything the run writes goes into one folder, removed below.
     let dir = std::env::temp_dir().join(format!("pgmq-campaign-{sabotage}-{}", std::process::id()));
@@ -21,7 +31,12 @@ fn campaign(sabotage: &str, port: u16) -> (Option<i32>, String, serde_json::Valu
     let json = dir.join("campaign.json");
     let out = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"))
         .args(["faults", "--campaign", "--seed", "11", "--duration", "25s"])
-        .args(["--processes", "3", "--fault-kinds", "none"])
+        .args([
+            "--processes",
+            &processes.to_string(),
+            "--fault-kinds",
+            "none",
+        ])
         .args(["--sabotage", sabotage])
         .args(["--port", &port.to_string()])
         .args(["--proxy-port", &(port + 1).to_string()])
@@ -123,4 +138,31 @@ fn an_uncaught_panic_fails_no_stall_and_unfenced_acks_fail_current_delivery() {
     // Its delete ends the message: still one row per key, none lost.
     assert!(verdict(&doc, "transactional rows exactly once"), "{doc}");
     assert!(verdict(&doc, "nothing lost"), "{doc}");
+}
+
+/// The bug of pgmq-worker's FIFO blocking loops before d4a46e7 (feature
+/// `fault-injection`): a run abandoned at `handler_timeout` is acknowledged
+/// without waiting for its thread, so its retry and its group's next
+/// message run while it goes on (the FIFO blocking process, the sixth, on
+/// which some messages hang past the timeout). Then, on the same ports,
+/// the six processes without it pass.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn fifo_blocking_runs_not_waited_for_fail_the_fifo_invariants_and_waited_for_pass() {
+    let (code, stderr, doc) = campaign_of("fifo-blocking-overlap", 55448, 6);
+    assert_failed(code, &stderr, &doc);
+    // The abandoned run records its handling when its hang ends, after
+    // the retry and the group's next messages recorded theirs.
+    assert!(!verdict(&doc, "FIFO runs never overlap"), "{doc}");
+    assert!(!verdict(&doc, "FIFO successes in sequence"), "{doc}");
+    assert!(verdict(&doc, "nothing lost"), "{doc}");
+    assert!(verdict(&doc, "transactional rows exactly once"), "{doc}");
+
+    let (code, stderr, doc) = campaign_of("none", 55448, 6);
+    assert_eq!(
+        code,
+        Some(0),
+        "the campaign of six processes without a sabotage must pass\n{stderr}\n{doc}"
+    );
+    assert_eq!(doc["pass"], true, "{doc}");
 }

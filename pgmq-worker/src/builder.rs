@@ -71,6 +71,9 @@ pub(crate) struct Config {
     /// Test hook: deletes and archives of successes are not fenced.
     #[cfg(feature = "fault-injection")]
     pub fence_off: bool,
+    /// Test hook: a FIFO blocking loop does not wait for its abandoned run.
+    #[cfg(feature = "fault-injection")]
+    pub fifo_blocking_wait_off: bool,
     pub claim_reads: ClaimReads,
 }
 
@@ -146,6 +149,8 @@ impl Plan {
                 max_abandoned_blocking_threads: c.max_abandoned_blocking_threads,
                 #[cfg(feature = "fault-injection")]
                 fence_off: c.fence_off,
+                #[cfg(feature = "fault-injection")]
+                fifo_blocking_wait_off: c.fifo_blocking_wait_off,
             },
             completer: completer::Settings {
                 queue: c.queue.clone(),
@@ -300,6 +305,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 resume_panics: false,
                 #[cfg(feature = "fault-injection")]
                 fence_off: false,
+                #[cfg(feature = "fault-injection")]
+                fifo_blocking_wait_off: false,
                 claim_reads: ClaimReads::Bounded,
             },
             max_deliveries: None,
@@ -574,6 +581,19 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     #[doc(hidden)]
     pub fn fence_off(mut self) -> Self {
         self.config.fence_off = true;
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): with
+    /// [`ClaimReads::FifoGroups`] and a blocking handler, a run abandoned
+    /// at `handler_timeout` is acknowledged at once instead of after its
+    /// thread returned (the behaviour before the fix), so that its message's
+    /// retry and its group's next message run beside it; to prove that a
+    /// fault campaign sees it.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn fifo_blocking_wait_off(mut self) -> Self {
+        self.config.fifo_blocking_wait_off = true;
         self
     }
 

@@ -53,6 +53,10 @@ pub(crate) struct Settings {
     /// Test hook: a transactional success acknowledged without the fence.
     #[cfg(feature = "fault-injection")]
     pub fence_off: bool,
+    /// Test hook: a FIFO blocking loop acknowledges its abandoned run
+    /// without waiting for its thread.
+    #[cfg(feature = "fault-injection")]
+    pub fifo_blocking_wait_off: bool,
 }
 
 impl Settings {
@@ -64,6 +68,18 @@ impl Settings {
             return true;
         }
         false
+    }
+
+    /// Whether a blocking loop waits for its abandoned run's thread before
+    /// acknowledging it: with FIFO groups, unless the
+    /// `fifo_blocking_wait_off` test hook (feature `fault-injection`) says
+    /// otherwise.
+    fn waits_for_abandoned(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        if self.fifo_blocking_wait_off {
+            return false;
+        }
+        self.fifo_groups
     }
 }
 
@@ -475,7 +491,7 @@ impl<T: Send + 'static, H: BlockingHandler<T>> Run<T> for BlockingRun<H> {
     /// thread is then free for the next message. Otherwise the thread is
     /// dealt with in [`Run::before_next`], after the acknowledgement.
     async fn after_run(&self, thread: &mut BlockingThread, env: &RunEnv) {
-        if !env.settings.fifo_groups {
+        if !env.settings.waits_for_abandoned() {
             return;
         }
         if let Some(end) = thread.abandoned.take() {

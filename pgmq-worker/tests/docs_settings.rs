@@ -18,6 +18,7 @@ const NOT_SETTINGS: &[&str] = &[
     "panic_once_in",
     "resume_handler_panics",
     "fence_off",
+    "fifo_blocking_wait_off",
 ];
 
 /// The settings table, relative to this package's root.

@@ -3,18 +3,30 @@
 //! several worker processes on one database, checked against invariants
 //! ([`invariants`](super::invariants)), reproducible from its seed.
 //!
-//! One seed's run: fresh queues (plain, transactional, FIFO groups, each with
-//! a dead-letter queue); worker processes of several kinds (a context
-//! handler with hooks, the same inside a `WorkerGroup`, a blocking handler,
-//! a transactional handler, a FIFO-groups transactional handler) connected
-//! through the suite's proxy; a producer sending a mix of messages (plain,
-//! failing, retried, snoozed, slow, hanging, panicking in the handler, in a
-//! hook or in `Deserialize`, poison), some batches in a transaction; the
-//! faults of the schedule, one after another; a sampler watching
-//! connections and held messages every second. Then the producer stops, the
-//! queues must drain, the workers are stopped gracefully, and every
-//! invariant is judged. The schedule is drawn up front from the seed and
-//! printed; a failing seed prints the command that replays it.
+//! One seed's run: fresh queues (plain, transactional, FIFO groups with a
+//! transactional handler, FIFO groups with a blocking handler, each with a
+//! dead-letter queue); worker processes of several kinds, one of each with
+//! the default `--processes` 6 (a context handler with hooks, a
+//! transactional handler, a FIFO-groups transactional handler, a context
+//! handler inside a `WorkerGroup`, a blocking handler, a FIFO-groups
+//! blocking handler) connected through the suite's proxy; a producer
+//! sending a mix of messages (plain, failing, retried, snoozed, slow,
+//! hanging, panicking in the handler, in a hook or in `Deserialize`,
+//! poison), some batches in a transaction; the faults of the schedule, one
+//! after another; a sampler watching connections and held messages every
+//! second. Then the producer stops, the queues must drain, the workers are
+//! stopped gracefully, and every invariant is judged. The schedule is drawn
+//! up front from the seed and printed; a failing seed prints the command
+//! that replays it.
+//!
+//! The FIFO blocking queue is there for one defect: a blocking run
+//! abandoned at `handler_timeout` goes on on its thread, and unless the
+//! handler loop waits for it, its message's retry and its group's next
+//! message run beside it. Every 30th message of each of its groups (from
+//! the fourth) hangs 10-12 s on its first delivery, past the 8 s
+//! `handler_timeout`; its run still records its handling when the hang
+//! ends (a blocking handler cannot see its cancellation), so the FIFO
+//! invariants see it overlap whatever ran meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,6 +67,20 @@ pub(crate) fn expires_once(key: i64) -> bool {
 /// First key of the FIFO queue; key = FIFO_BASE + group * FIFO_SPAN + seq.
 pub(crate) const FIFO_BASE: i64 = 20_000_000;
 pub(crate) const FIFO_SPAN: i64 = 100_000;
+/// First key of the FIFO blocking queue (groups as on the FIFO queue).
+pub(crate) const FIFO_BLOCKING_BASE: i64 = 30_000_000;
+/// On the FIFO blocking queue, the message of each group with this
+/// sequence number modulo [`HANG_EVERY`] (the first of its burst) hangs on
+/// its first delivery past `handler_timeout`: the fourth of each group
+/// first, so that a short run has a hang in most groups.
+const HANG_AT: i64 = 3;
+const HANG_EVERY: i64 = 30;
+/// How long those hangs last, milliseconds (drawn per message): past
+/// [`HANDLER_TIMEOUT_MS`], and short enough that the group's backlog and
+/// the drain stay small.
+const FIFO_HANG_MS: std::ops::RangeInclusive<u64> = 10_000..=12_000;
+/// `handler_timeout` of every campaign worker, milliseconds.
+pub(crate) const HANDLER_TIMEOUT_MS: u64 = 8_000;
 /// Visibility timeout of every campaign worker, seconds.
 pub(crate) const VT_SECS: u64 = 4;
 /// Bound of every database call of the workers.
@@ -69,23 +95,30 @@ const BACKOFF_MAX_MS: u64 = 1_500;
 /// after the requeue is seen.
 pub(crate) const REQUEUE_BOUND: Duration = Duration::from_millis(BACKOFF_MAX_MS * 6 / 5 + 1_000);
 
-/// The three queues of a seed's run.
+/// How many queues a seed's run has.
+pub(crate) const ROLES: usize = 4;
+
+/// The queues of a seed's run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Role {
     Plain,
     Tx,
+    /// FIFO groups, transactional handler.
     Fifo,
+    /// FIFO groups, blocking handler.
+    FifoBlocking,
 }
 
 impl Role {
-    pub(crate) const ALL: [Role; 3] = [Role::Plain, Role::Tx, Role::Fifo];
+    pub(crate) const ALL: [Role; ROLES] = [Role::Plain, Role::Tx, Role::Fifo, Role::FifoBlocking];
 
     pub(crate) fn index(self) -> usize {
         match self {
             Role::Plain => 0,
             Role::Tx => 1,
             Role::Fifo => 2,
+            Role::FifoBlocking => 3,
         }
     }
 
@@ -94,6 +127,17 @@ impl Role {
             Role::Plain => "p",
             Role::Tx => "t",
             Role::Fifo => "f",
+            Role::FifoBlocking => "b",
+        }
+    }
+
+    /// The first key of a FIFO-groups queue (key = base + group *
+    /// [`FIFO_SPAN`] + sequence number); None for the others.
+    pub(crate) fn fifo_base(self) -> Option<i64> {
+        match self {
+            Role::Fifo => Some(FIFO_BASE),
+            Role::FifoBlocking => Some(FIFO_BLOCKING_BASE),
+            Role::Plain | Role::Tx => None,
         }
     }
 }
@@ -112,23 +156,37 @@ pub(crate) enum ProcKind {
     Group,
     /// Blocking handler with hooks, on the plain queue.
     Blocking,
+    /// FIFO-groups claims, blocking handler, on the FIFO blocking queue.
+    FifoBlocking,
 }
 
-const PROC_ORDER: [ProcKind; 5] = [
+const PROC_ORDER: [ProcKind; 6] = [
     ProcKind::Plain,
     ProcKind::Tx,
     ProcKind::Fifo,
     ProcKind::Group,
     ProcKind::Blocking,
+    ProcKind::FifoBlocking,
 ];
+
+/// `--processes` by default: one of each kind.
+pub(crate) const DEFAULT_PROCESSES: usize = PROC_ORDER.len();
 
 impl ProcKind {
     pub(crate) fn role(self) -> Role {
         match self {
             ProcKind::Tx => Role::Tx,
             ProcKind::Fifo => Role::Fifo,
-            _ => Role::Plain,
+            ProcKind::FifoBlocking => Role::FifoBlocking,
+            ProcKind::Plain | ProcKind::Group | ProcKind::Blocking => Role::Plain,
         }
+    }
+
+    /// Whether its handler writes its ledger row in the handler's
+    /// transaction (with the message's delete) rather than on a pool of
+    /// its own, where the handler counts the rows it wrote.
+    pub(crate) fn transactional(self) -> bool {
+        matches!(self, ProcKind::Tx | ProcKind::Fifo)
     }
 }
 
@@ -232,7 +290,7 @@ pub(crate) fn draw(
         let kind = kinds[rng.gen_range(0..kinds.len())];
         let d = rng.gen_range(kind.min_ms..=kind.max_ms).min(end - t);
         let process = rng.gen_range(0..processes);
-        let queue = Role::ALL[rng.gen_range(0..3)];
+        let queue = Role::ALL[rng.gen_range(0..ROLES)];
         // Drawn for every kind, so that the seed's sequence does not depend
         // on which kinds aim at what; kept only where they mean something.
         let process = if kind.at_process { process } else { 0 };
@@ -442,7 +500,7 @@ pub(crate) fn max_connections(a: &WorkerArgs) -> i64 {
 /// The settings of a slot's process.
 fn slot_args(
     kind: ProcKind,
-    qs: &[Queues; 3],
+    qs: &[Queues; ROLES],
     run_id: &str,
     scenario: &str,
     sabotage: Sabotage,
@@ -460,33 +518,36 @@ fn slot_args(
     a.heartbeat = true;
     a.grace_ms = 3_000;
     a.poll_ms = 100;
-    a.handler_timeout_ms = 8_000;
+    a.handler_timeout_ms = HANDLER_TIMEOUT_MS;
     a.db_timeout_ms = DB_TIMEOUT.as_millis() as u64;
     a.stats_ms = 1_000;
     a.sabotage = sabotage;
     // The transactional process's pool is smaller than its 4 handlers'
     // transactions and the worker's own 4 connections need: checkouts then
-    // wait, and must not be counted as attempts. The FIFO process has a
-    // handler per group and a pool for all of them.
+    // wait, and must not be counted as attempts. The FIFO processes have a
+    // handler per group; the transactional one a pool for all of them, the
+    // blocking one (whose handlers write on the ledger's pool) the
+    // worker's own 4.
     a.pool_size = match role {
-        Role::Plain => 4,
+        Role::Plain | Role::FifoBlocking => 4,
         Role::Tx => 6,
         Role::Fifo => 4 + GROUPS as u32,
     };
-    if role == Role::Fifo {
+    if role.fifo_base().is_some() {
         a.concurrency = GROUPS as usize;
     }
     a.kind = match kind {
         ProcKind::Tx | ProcKind::Fifo => HandlerKind::Transactional,
-        ProcKind::Blocking => HandlerKind::Blocking,
-        _ => HandlerKind::Context,
+        ProcKind::Blocking | ProcKind::FifoBlocking => HandlerKind::Blocking,
+        ProcKind::Plain | ProcKind::Group => HandlerKind::Context,
     };
-    a.fifo = kind == ProcKind::Fifo;
+    a.fifo = role.fifo_base().is_some();
     if kind == ProcKind::Blocking {
         a.max_abandoned = BLOCKING_CAP;
     }
-    // The transactional queue's starts judge which delivery committed.
-    a.record_starts = role == Role::Tx;
+    // The transactional queue's starts judge which delivery committed; the
+    // FIFO blocking queue's, which runs lost their claim.
+    a.record_starts = matches!(role, Role::Tx | Role::FifoBlocking);
     a.hooks = role == Role::Plain;
     a.group = kind == ProcKind::Group;
     a
@@ -497,17 +558,22 @@ pub(crate) fn scenario_of(seed_label: &str, role: Role) -> String {
     format!("c{seed_label}{}", role.label())
 }
 
-/// The producer: a mix of messages to the three queues, every 300 ms, some
+/// The producer: a mix of messages to the four queues, every 300 ms, some
 /// batches in one transaction across two queues.
 struct Producer {
     client: Client,
     probes: Arc<Workload>,
     rng: StdRng,
-    queues: [QueueName; 3],
-    produced: [Produced; 3],
+    queues: [QueueName; ROLES],
+    produced: [Produced; ROLES],
     plans: HashMap<i64, Plan>,
-    next: [i64; 3],
-    fifo_seq: [i64; GROUPS as usize],
+    /// The next key of the plain and transactional queues.
+    next: [i64; 2],
+    /// The next sequence number per group of the FIFO queue and of the
+    /// FIFO blocking queue.
+    fifo_seq: [[i64; GROUPS as usize]; 2],
+    /// The queues some process consumes.
+    consumed: [bool; ROLES],
 }
 
 impl Producer {
@@ -632,28 +698,62 @@ impl Producer {
         (job, serde_json::json!({ KEY_HEADER: key }), plan)
     }
 
-    fn fifo_jobs(&mut self) -> Vec<(Job, serde_json::Value, Plan)> {
+    /// A burst of three consecutive messages of one group, to the FIFO
+    /// queue or the FIFO blocking queue.
+    fn fifo_jobs(&mut self, role: Role) -> Vec<(Job, serde_json::Value, Plan)> {
+        let (base, seqs) = match role {
+            Role::FifoBlocking => (FIFO_BLOCKING_BASE, 1),
+            _ => (FIFO_BASE, 0),
+        };
         let g = self.rng.gen_range(0..GROUPS);
         (0..3)
             .map(|_| {
-                let seq = self.fifo_seq[g as usize];
-                self.fifo_seq[g as usize] += 1;
-                let key = FIFO_BASE + g * FIFO_SPAN + seq;
+                let seq = self.fifo_seq[seqs][g as usize];
+                self.fifo_seq[seqs][g as usize] += 1;
+                let key = base + g * FIFO_SPAN + seq;
                 let r: u32 = self.rng.gen_range(0..100);
-                let act = match r {
-                    0..=93 => None,
-                    94..=96 => Some(Act {
-                        fail_before: 2,
-                        ..Act::default()
-                    }),
-                    97..=98 => Some(Act {
-                        sleep_ms: 5_000,
-                        ..Act::default()
-                    }),
-                    _ => Some(Act {
-                        hang_before: 2,
-                        ..Act::default()
-                    }),
+                let mut plan = Plan {
+                    dead_letter: false,
+                    may_repeat: false,
+                    until_redriven: false,
+                };
+                let act = if role == Role::FifoBlocking {
+                    if seq % HANG_EVERY == HANG_AT {
+                        // Abandoned at the timeout, its run goes on and
+                        // records its handling when the hang ends; the
+                        // retry records another. The loop must wait for
+                        // the first before the retry (or the group's next
+                        // message) runs.
+                        plan.may_repeat = true;
+                        Some(Act {
+                            hang_before: 2,
+                            hang_ms: self.rng.gen_range(FIFO_HANG_MS),
+                            ..Act::default()
+                        })
+                    } else if r >= 97 {
+                        Some(Act {
+                            fail_before: 2,
+                            ..Act::default()
+                        })
+                    } else {
+                        None
+                    }
+                } else {
+                    match r {
+                        0..=93 => None,
+                        94..=96 => Some(Act {
+                            fail_before: 2,
+                            ..Act::default()
+                        }),
+                        97..=98 => Some(Act {
+                            sleep_ms: 5_000,
+                            ..Act::default()
+                        }),
+                        _ => Some(Act {
+                            hang_before: 2,
+                            ..Act::default()
+                        }),
+                    }
                 };
                 let job = Job {
                     act,
@@ -661,38 +761,47 @@ impl Producer {
                 };
                 let headers =
                     serde_json::json!({ KEY_HEADER: key, FIFO_GROUP_HEADER: format!("g{g}") });
-                let plan = Plan {
-                    dead_letter: false,
-                    may_repeat: false,
-                    until_redriven: false,
-                };
                 (job, headers, plan)
             })
             .collect()
     }
 
     /// One tick: a batch to the plain and transactional queues (every
-    /// fourth tick in one transaction), and every other tick a burst to
-    /// the FIFO queue (whose groups are handled one message at a time).
+    /// fourth tick in one transaction), and a burst to a FIFO queue (whose
+    /// groups are handled one message at a time): the FIFO queue on even
+    /// ticks, the FIFO blocking queue on odd ones.
+    /// Queues no process consumes (fewer `--processes` than kinds) get
+    /// nothing: the plain queue always has one (the first kind).
     async fn tick(&mut self, n: u64) {
         let plain: Vec<_> = (0..4).map(|_| self.plain_job()).collect();
-        let tx: Vec<_> = (0..3).map(|_| self.tx_job()).collect();
-        let fifo = if n.is_multiple_of(2) {
-            self.fifo_jobs()
+        let tx: Vec<_> = if self.consumed[Role::Tx.index()] {
+            (0..3).map(|_| self.tx_job()).collect()
+        } else {
+            Vec::new()
+        };
+        let fifo_role = if n.is_multiple_of(2) {
+            Role::Fifo
+        } else {
+            Role::FifoBlocking
+        };
+        let fifo = if self.consumed[fifo_role.index()] {
+            self.fifo_jobs(fifo_role)
         } else {
             Vec::new()
         };
         for (job, _, plan) in plain.iter().chain(&tx).chain(&fifo) {
             self.plans.insert(job.key, *plan);
         }
-        if n % 4 == 3 {
+        if tx.is_empty() {
+            self.send(Role::Plain, &plain).await;
+        } else if n % 4 == 3 {
             self.send_in_transaction(&plain, &tx).await;
         } else {
             self.send(Role::Plain, &plain).await;
             self.send(Role::Tx, &tx).await;
         }
         if !fifo.is_empty() {
-            self.send(Role::Fifo, &fifo).await;
+            self.send(fifo_role, &fifo).await;
         }
     }
 
@@ -735,7 +844,7 @@ impl Producer {
         };
         let res = tokio::time::timeout(Duration::from_secs(20), call).await;
         let (p, t) = {
-            let [p, t, _] = &mut self.produced;
+            let [p, t, _, _] = &mut self.produced;
             (p, t)
         };
         match res {
@@ -779,12 +888,12 @@ pub(crate) struct Sample {
     /// Connections per application name of the live worker processes.
     pub conns: Vec<(String, i64, i64)>,
     /// Messages per queue with a visibility timeout beyond now + 15 s.
-    pub far_vt: [i64; 3],
+    pub far_vt: [i64; ROLES],
     /// Messages per queue invisible under a delivery older than 30 s.
-    pub held_long: [i64; 3],
+    pub held_long: [i64; ROLES],
     /// Invisible messages per queue that a requeue handed back (see
     /// [`Watch::requeued`]).
-    pub requeued: [i64; 3],
+    pub requeued: [i64; ROLES],
     /// Those of them whose visibility timeout was beyond now +
     /// [`REQUEUE_BOUND`]: queue, message id and how far out, ms.
     pub requeued_far: Vec<(Role, i64, i64)>,
@@ -834,7 +943,7 @@ impl Watch {
 
     async fn sample(
         &mut self,
-        queues: &[QueueName; 3],
+        queues: &[QueueName; ROLES],
         limits: &HashMap<String, i64>,
     ) -> Option<Sample> {
         let at = Utc::now();
@@ -855,8 +964,8 @@ impl Watch {
                 limits.get(&name).map(|max| (name, n, *max))
             })
             .collect();
-        let mut far_vt = [0; 3];
-        let mut held_long = [0; 3];
+        let mut far_vt = [0; ROLES];
+        let mut held_long = [0; ROLES];
         for (i, q) in queues.iter().enumerate() {
             // A validated QueueName: [a-z0-9_] only.
             let sql = format!(
@@ -890,8 +999,11 @@ impl Watch {
     /// retry) or its `read_ct` fell (a snooze or release) while
     /// `last_read_at` stayed that of the same read: the delivery ended, and
     /// nothing but a new read may hold the message past its delay.
-    async fn requeued(&mut self, queues: &[QueueName; 3]) -> ([i64; 3], Vec<(Role, i64, i64)>) {
-        let mut counts = [0; 3];
+    async fn requeued(
+        &mut self,
+        queues: &[QueueName; ROLES],
+    ) -> ([i64; ROLES], Vec<(Role, i64, i64)>) {
+        let mut counts = [0; ROLES];
         let mut far = Vec::new();
         let bound = REQUEUE_BOUND.as_millis() as f64;
         for (i, q) in queues.iter().enumerate() {
@@ -1079,13 +1191,19 @@ async fn run_seed(
         );
     }
     let label = index.to_string();
+    let consumed = Role::ALL.map(|r| kinds.iter().any(|k| k.role() == r));
     let qs = [
         ctx.queues(&format!("c{index}p")).await?,
         ctx.queues(&format!("c{index}t")).await?,
         ctx.queues(&format!("c{index}f")).await?,
+        ctx.queues(&format!("c{index}b")).await?,
     ];
-    ctx.client.create_fifo_index(&qs[2].q).await?;
-    let queue_names = [qs[0].q.clone(), qs[1].q.clone(), qs[2].q.clone()];
+    for role in Role::ALL {
+        if role.fifo_base().is_some() {
+            ctx.client.create_fifo_index(&qs[role.index()].q).await?;
+        }
+    }
+    let queue_names: [QueueName; ROLES] = std::array::from_fn(|i| qs[i].q.clone());
 
     let tag = format!("{index}");
     let slots = Arc::new(Slots {
@@ -1161,8 +1279,9 @@ async fn run_seed(
         queues: queue_names.clone(),
         produced: Default::default(),
         plans: HashMap::new(),
-        next: [1, TX_BASE, FIFO_BASE],
-        fifo_seq: [0; GROUPS as usize],
+        next: [1, TX_BASE],
+        fifo_seq: [[0; GROUPS as usize]; 2],
+        consumed,
     };
     let run_end = started + opts.duration;
     let (prod_stop_tx, mut prod_stop_rx) = tokio::sync::watch::channel(false);
@@ -1237,7 +1356,7 @@ async fn run_seed(
     // Every fault is over: the queues must drain.
     let drain_bound = Duration::from_secs(60);
     let t = Instant::now();
-    let mut drained = [false; 3];
+    let mut drained = [false; ROLES];
     while t.elapsed() < drain_bound && !drained.iter().all(|d| *d) {
         for (i, q) in queue_names.iter().enumerate() {
             if !drained[i] {
@@ -1280,8 +1399,10 @@ async fn run_seed(
         handlings.push(hs);
         dead.push(reasons);
     }
-    let tx_starts =
-        ledger::starts(&ctx.client, &ctx.run_id, &scenario_of(&label, Role::Tx)).await?;
+    let mut starts = Vec::new();
+    for role in Role::ALL {
+        starts.push(ledger::starts(&ctx.client, &ctx.run_id, &scenario_of(&label, role)).await?);
+    }
     for q in &qs {
         ctx.drop_queues(q).await;
     }
@@ -1295,12 +1416,13 @@ async fn run_seed(
         redriven: &redriven,
         plans: &producer.plans,
         handlings: &handlings,
-        tx_starts: &tx_starts,
+        starts: &starts,
         dead: &dead,
         tallies: &tallies,
         events: &events,
         samples: &samples,
         exits: &exits,
+        consumed,
         drained,
         drain_took,
         drain_bound,
@@ -1310,8 +1432,8 @@ async fn run_seed(
     let tally = merge(&tallies);
     let bound = DupBound {
         max: tally.handlings,
-        why: "plain queue: at least once under faults, each duplicate judged by \
-              'duplicates only under faults'; transactional queues: exactly once"
+        why: "plain and FIFO blocking queues: at least once under faults, each duplicate \
+              judged by 'duplicates only under faults'; transactional queues: exactly once"
             .into(),
     };
     let mut faults_by_kind = std::collections::BTreeMap::new();

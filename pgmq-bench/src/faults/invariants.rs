@@ -9,8 +9,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::campaign::{
-    expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT, FIFO_BASE,
-    FIFO_SPAN, REQUEUE_BOUND, VT_SECS,
+    expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT, FIFO_SPAN,
+    REQUEUE_BOUND, ROLES, VT_SECS,
 };
 use super::ledger::{Handling, Start, Tally};
 use super::report::Check;
@@ -22,15 +22,18 @@ pub(crate) struct Evidence<'a> {
     pub redriven: &'a HashSet<i64>,
     /// Ledger rows per queue ([`Role::index`]).
     pub handlings: &'a [Vec<Handling>],
-    /// The transactional queue's handler starts.
-    pub tx_starts: &'a [Start],
+    /// Handler starts per queue ([`Role::index`]): recorded on the
+    /// transactional and FIFO blocking queues, empty on the others.
+    pub starts: &'a [Vec<Start>],
     /// Dead letters per queue: key and reason.
     pub dead: &'a [HashMap<i64, String>],
     pub tallies: &'a [Tally],
     pub events: &'a [FaultEvent],
     pub samples: &'a [Sample],
     pub exits: &'a [ProcExit],
-    pub drained: [bool; 3],
+    /// The queues some process consumed (the others got no messages).
+    pub consumed: [bool; ROLES],
+    pub drained: [bool; ROLES],
     pub drain_took: Duration,
     pub drain_bound: Duration,
     /// When the producer stopped (and every fault was over).
@@ -149,8 +152,9 @@ fn exactly_once(e: &Evidence) -> Check {
 /// `read_ct`) had started. Such a row is a stale delivery's
 /// acknowledgement that landed.
 fn current_delivery_commits(e: &Evidence) -> Check {
+    let tx_starts = &e.starts[Role::Tx.index()];
     let mut later: HashMap<i64, Vec<&Start>> = HashMap::new();
-    for s in e.tx_starts {
+    for s in tx_starts {
         later.entry(s.key).or_default().push(s);
     }
     let mut stale: Vec<String> = e.handlings[Role::Tx.index()]
@@ -177,7 +181,7 @@ fn current_delivery_commits(e: &Evidence) -> Check {
         format!(
             "{} rows of the transactional queue judged against {} recorded starts, {} committed by a stale delivery{}",
             e.handlings[Role::Tx.index()].len(),
-            e.tx_starts.len(),
+            tx_starts.len(),
             stale.len(),
             sample(&stale)
         ),
@@ -235,42 +239,99 @@ fn dead_only_planned(e: &Evidence) -> Check {
     )
 }
 
-/// Per FIFO group: committed runs (rows written with the delete) in
-/// sequence order, and none starting before the previous one ended.
+/// Per FIFO group of each FIFO queue: successes (ledger rows, in the order
+/// written) in sequence order, and none starting before the previous one's
+/// row was written. On the transactional FIFO queue a row commits with its
+/// delivery's fenced delete, so every pair counts. On the FIFO blocking
+/// queue rows are written outside any transaction (at least once: a
+/// message may have two, in sequence), and a pair counts only when the
+/// worker wrote the retry of the run of the two that began first
+/// ([`retry_written`]): a run abandoned at `handler_timeout` is
+/// acknowledged with a retry, and the loop must wait for the run to end
+/// before it writes it. Any other such pair is explained, reported and not
+/// failed: the run lost its claim (its visibility timeout ran out under a
+/// fault), which a blocking handler cannot see, and ran on beside the
+/// message's next delivery.
 fn fifo(e: &Evidence) -> (Check, Check) {
-    let mut groups: HashMap<i64, Vec<&Handling>> = HashMap::new();
-    for h in &e.handlings[Role::Fifo.index()] {
-        groups
-            .entry((h.key - FIFO_BASE) / FIFO_SPAN)
-            .or_default()
-            .push(h);
-    }
     let mut out_of_order = Vec::new();
     let mut overlaps = Vec::new();
-    for (g, hs) in groups.iter_mut() {
-        hs.sort_by_key(|h| h.handled_at);
-        for w in hs.windows(2) {
-            if w[1].key < w[0].key {
-                out_of_order.push(format!("group {g}: {} after {}", w[1].key, w[0].key));
-            }
-            if w[1].started_at < w[0].handled_at {
-                overlaps.push(format!(
-                    "group {g}: {} started {} ms before {} ended",
-                    w[1].key,
-                    (w[0].handled_at - w[1].started_at).num_milliseconds(),
-                    w[0].key
-                ));
+    let mut explained = Vec::new();
+    let mut counts = Vec::new();
+    for role in Role::ALL.into_iter().filter(|r| e.consumed[r.index()]) {
+        let Some(base) = role.fifo_base() else {
+            continue;
+        };
+        let rows = &e.handlings[role.index()];
+        let starts = &e.starts[role.index()];
+        let excused = |h: &Handling| role == Role::FifoBlocking && !retry_written(h, starts, rows);
+        let mut groups: HashMap<i64, Vec<&Handling>> = HashMap::new();
+        for h in rows {
+            groups
+                .entry((h.key - base) / FIFO_SPAN)
+                .or_default()
+                .push(h);
+        }
+        for (g, hs) in groups.iter_mut() {
+            hs.sort_by_key(|h| h.handled_at);
+            for w in hs.windows(2) {
+                let first = if w[1].started_at < w[0].started_at {
+                    w[1]
+                } else {
+                    w[0]
+                };
+                if w[1].key < w[0].key {
+                    let what = format!("{role:?} group {g}: {} after {}", w[1].key, w[0].key);
+                    if excused(first) {
+                        explained.push(what);
+                    } else {
+                        out_of_order.push(what);
+                    }
+                }
+                if w[1].started_at < w[0].handled_at {
+                    let what = format!(
+                        "{role:?} group {g}: {} (delivery {}) started {} ms before {} (delivery {}) ended",
+                        w[1].key,
+                        w[1].read_ct,
+                        (w[0].handled_at - w[1].started_at).num_milliseconds(),
+                        w[0].key,
+                        w[0].read_ct
+                    );
+                    if excused(first) {
+                        explained.push(what);
+                    } else {
+                        overlaps.push(what);
+                    }
+                }
             }
         }
+        let mut per_key: HashMap<i64, u32> = HashMap::new();
+        for h in rows {
+            *per_key.entry(h.key).or_default() += 1;
+        }
+        let repeated = per_key.values().filter(|n| **n > 1).count();
+        counts.push(format!(
+            "{role:?}: {} successes of {} keys ({repeated} more than once) in {} groups",
+            rows.len(),
+            per_key.len(),
+            groups.len()
+        ));
     }
-    let n = e.handlings[Role::Fifo.index()].len();
+    let explained = if explained.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} pairs explained by a claim lost under a blocking run{}",
+            explained.len(),
+            sample(&explained)
+        )
+    };
     (
         Check::new(
             NAMES[5],
             out_of_order.is_empty(),
             format!(
-                "{n} successes in {} groups, {} out of sequence{}",
-                groups.len(),
+                "{}, {} out of sequence{}{explained}",
+                counts.join(", "),
                 out_of_order.len(),
                 sample(&out_of_order)
             ),
@@ -279,12 +340,31 @@ fn fifo(e: &Evidence) -> (Check, Check) {
             NAMES[6],
             overlaps.is_empty(),
             format!(
-                "{} successes of a group that began before the previous one ended{}",
+                "{} successes of a group that began before the previous one ended{}{explained}",
                 overlaps.len(),
                 sample(&overlaps)
             ),
         ),
     )
+}
+
+/// Whether the worker wrote the retry of the delivery that wrote `h`: the
+/// next delivery of its message (a recorded start or a ledger row with a
+/// `read_ct` one higher; a retry keeps the read, a release or snooze undoes
+/// it) began with more attempts used. A retry is fenced on its delivery, so
+/// only the worker handling that delivery wrote it, when it acknowledged
+/// the run. Otherwise (as many attempts: the message came back on its own,
+/// its claim lost under the run; or the next delivery not recorded, its
+/// start refused by a fault too) nothing says the worker let the message
+/// go while the run went on.
+fn retry_written(h: &Handling, starts: &[Start], rows: &[Handling]) -> bool {
+    starts
+        .iter()
+        .map(|s| (s.key, s.read_ct, s.attempts))
+        .chain(rows.iter().map(|r| (r.key, r.read_ct, r.attempts)))
+        .any(|(key, read_ct, attempts)| {
+            key == h.key && read_ct == h.read_ct + 1 && attempts > h.attempts
+        })
 }
 
 /// Every queue drained once the faults were over; no visibility timeout
@@ -332,13 +412,14 @@ fn quiet(events: &[FaultEvent], t: DateTime<Utc>, after: Duration) -> bool {
     !events.iter().any(|f| f.start <= t && t <= f.end + after)
 }
 
-/// After each fault clears, every queue handles a message within
-/// [`PROGRESS_BOUND`], not counting time spent in the next faults.
+/// After each fault clears, every queue a process consumes handles a
+/// message within [`PROGRESS_BOUND`], not counting time spent in the next
+/// faults.
 fn progress(e: &Evidence) -> Check {
     let bound = chrono::Duration::from_std(PROGRESS_BOUND).unwrap_or_default();
     let mut stuck = Vec::new();
     let mut worst = chrono::Duration::zero();
-    for role in Role::ALL {
+    for role in Role::ALL.into_iter().filter(|r| e.consumed[r.index()]) {
         let mut done: Vec<DateTime<Utc>> = e.handlings[role.index()]
             .iter()
             .map(|h| h.handled_at)
@@ -391,14 +472,19 @@ fn progress(e: &Evidence) -> Check {
     )
 }
 
-/// A plain message handled twice must have had its first handling near a
-/// fault (its acknowledgement could then be lost, or its claim expire).
+/// A message of the plain or FIFO blocking queue (whose handlers write
+/// their rows outside any transaction) handled twice must have had its
+/// first handling near a fault (its acknowledgement could then be lost, or
+/// its claim expire), unless its plan allows a repeat.
 fn duplicates_under_faults(e: &Evidence) -> Check {
     let slack = chrono::Duration::seconds(VT_SECS as i64 + 4);
     let mut first: HashMap<i64, &Handling> = HashMap::new();
     let mut unexplained = Vec::new();
     let mut dups = 0;
-    for h in &e.handlings[Role::Plain.index()] {
+    let rows = [Role::Plain, Role::FifoBlocking]
+        .into_iter()
+        .flat_map(|r| &e.handlings[r.index()]);
+    for h in rows {
         let Some(f) = first.get(&h.key) else {
             first.insert(h.key, h);
             continue;
@@ -420,7 +506,7 @@ fn duplicates_under_faults(e: &Evidence) -> Check {
         NAMES[9],
         unexplained.is_empty(),
         format!(
-            "{dups} repeated handlings on the plain queue, {} with no fault near the first{}",
+            "{dups} repeated handlings on the plain and FIFO blocking queues, {} with no fault near the first{}",
             unexplained.len(),
             sample(&unexplained)
         ),
@@ -452,67 +538,71 @@ fn reports(e: &Evidence) -> Check {
         let rows = by_pid.get(&pid).map(Vec::as_slice).unwrap_or(&[]);
         let n = rows.len() as u64;
         let get = |k: &str| report[k].as_u64().unwrap_or(0);
-        match x.kind.role() {
-            Role::Plain => {
-                // Rows the handler committed outside a transaction, as it
-                // counted them: the ledger holds those, plus at most one per
-                // insert whose reply a fault cut off (it cannot know).
-                let counted = get("ledger_rows");
-                if n < counted || n > counted + get("ledger_unsure") {
-                    bad.push(format!(
-                        "{} ({}): {n} ledger rows, its handler counted {counted} (+ up to {} unsure)",
-                        x.app_name,
-                        x.how,
-                        get("ledger_unsure")
-                    ));
-                }
-                // Every row and snooze is a success the worker counted,
-                // but for runs it gave up on (timed out, abandoned at the
-                // shutdown) whose handler still finished: a blocking
-                // handler cannot see its cancellation.
-                let given_up =
-                    get("timed_out") + report["abandoned"].as_array().map_or(0, |a| a.len() as u64);
-                if get("succeeded") + given_up < get("ledger_rows") + get("snoozed") {
-                    bad.push(format!(
-                        "{} ({}): {} successes reported (+ {given_up} given up), {} rows + {} snoozes",
-                        x.app_name,
-                        x.how,
-                        get("succeeded"),
-                        get("ledger_rows"),
-                        get("snoozed")
-                    ));
-                }
+        // Plain and FIFO blocking: rows written on the ledger's own pool.
+        if !x.kind.transactional() {
+            // Rows the handler committed outside a transaction, as it
+            // counted them: the ledger holds those, plus at most one per
+            // insert whose reply a fault cut off (it cannot know).
+            let counted = get("ledger_rows");
+            if n < counted || n > counted + get("ledger_unsure") {
+                bad.push(format!(
+                    "{} ({}): {n} ledger rows, its handler counted {counted} (+ up to {} unsure)",
+                    x.app_name,
+                    x.how,
+                    get("ledger_unsure")
+                ));
             }
-            Role::Tx | Role::Fifo => {
-                // A row per delete that committed in a handler's
-                // transaction, plus at most one per transaction whose
-                // COMMIT outcome the worker could not know (counted in
-                // `tx_unavailable`, with its other infrastructure failures:
-                // the reply was lost, the commit may have landed).
-                let deleted = get("deleted");
-                if n < deleted || n > deleted + get("tx_unavailable") {
-                    bad.push(format!(
-                        "{} ({}): {n} ledger rows, {deleted} deletes reported (+ up to {} with no database)",
-                        x.app_name,
-                        x.how,
-                        get("tx_unavailable")
-                    ));
-                }
-                let abandoned: HashSet<i64> = report["abandoned"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
-                    .unwrap_or_default();
-                let with_rows: Vec<i64> = rows
-                    .iter()
-                    .filter(|h| abandoned.contains(&h.msg_id))
-                    .map(|h| h.msg_id)
-                    .collect();
-                if !with_rows.is_empty() {
-                    bad.push(format!(
-                        "{}: abandoned messages {with_rows:?} have committed rows",
-                        x.app_name
-                    ));
-                }
+            // Every row and snooze is a success the worker counted,
+            // but for runs it gave up on (timed out, abandoned at the
+            // shutdown, or, for a blocking handler, cancelled when its
+            // claim was lost) whose handler still finished: a blocking
+            // handler cannot see its cancellation.
+            let lost = match x.kind {
+                ProcKind::Blocking | ProcKind::FifoBlocking => get("claims_lost"),
+                _ => 0,
+            };
+            let given_up = get("timed_out")
+                + report["abandoned"].as_array().map_or(0, |a| a.len() as u64)
+                + lost;
+            if get("succeeded") + given_up < get("ledger_rows") + get("snoozed") {
+                bad.push(format!(
+                    "{} ({}): {} successes reported (+ {given_up} given up), {} rows + {} snoozes",
+                    x.app_name,
+                    x.how,
+                    get("succeeded"),
+                    get("ledger_rows"),
+                    get("snoozed")
+                ));
+            }
+        } else {
+            // A row per delete that committed in a handler's
+            // transaction, plus at most one per transaction whose
+            // COMMIT outcome the worker could not know (counted in
+            // `tx_unavailable`, with its other infrastructure failures:
+            // the reply was lost, the commit may have landed).
+            let deleted = get("deleted");
+            if n < deleted || n > deleted + get("tx_unavailable") {
+                bad.push(format!(
+                    "{} ({}): {n} ledger rows, {deleted} deletes reported (+ up to {} with no database)",
+                    x.app_name,
+                    x.how,
+                    get("tx_unavailable")
+                ));
+            }
+            let abandoned: HashSet<i64> = report["abandoned"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
+                .unwrap_or_default();
+            let with_rows: Vec<i64> = rows
+                .iter()
+                .filter(|h| abandoned.contains(&h.msg_id))
+                .map(|h| h.msg_id)
+                .collect();
+            if !with_rows.is_empty() {
+                bad.push(format!(
+                    "{}: abandoned messages {with_rows:?} have committed rows",
+                    x.app_name
+                ));
             }
         }
         // A clean graceful shutdown: every acknowledgement written and none
@@ -520,8 +610,9 @@ fn reports(e: &Evidence) -> Check {
         // messages whose claim expires under their handler), so nothing it
         // handled is delivered again.
         let planned_lost = e
-            .tx_starts
+            .starts
             .iter()
+            .flatten()
             .filter(|s| s.worker_pid == pid && s.read_ct == 1 && expires_once(s.key))
             .count() as u64;
         let clean = x.exit.as_ref().is_some_and(|ex| ex.clean())
@@ -664,4 +755,123 @@ fn workers_up(e: &Evidence) -> Check {
             sample(&unclean_end)
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::campaign::FIFO_BLOCKING_BASE;
+
+    fn t(ms: i64) -> DateTime<Utc> {
+        DateTime::<Utc>::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()
+    }
+
+    /// A row of the FIFO blocking queue, group 0.
+    fn row(seq: i64, read_ct: i32, attempts: i32, start_ms: i64, end_ms: i64) -> Handling {
+        Handling {
+            key: FIFO_BLOCKING_BASE + seq,
+            msg_id: seq,
+            worker_pid: 1,
+            read_ct,
+            attempts,
+            read_at: Some(t(start_ms)),
+            vt: t(start_ms + 4_000),
+            started_at: t(start_ms),
+            handled_at: t(end_ms),
+        }
+    }
+
+    fn start(h: &Handling) -> Start {
+        Start {
+            key: h.key,
+            worker_pid: h.worker_pid,
+            read_ct: h.read_ct,
+            attempts: h.attempts,
+            started_at: h.started_at,
+        }
+    }
+
+    /// The FIFO checks over these rows of the FIFO blocking queue (each
+    /// with its recorded start).
+    fn judge(rows: Vec<Handling>) -> (Check, Check) {
+        let starts: Vec<Start> = rows.iter().map(start).collect();
+        let mut handlings = vec![Vec::new(); ROLES];
+        handlings[Role::FifoBlocking.index()] = rows;
+        let mut all_starts = vec![Vec::new(); ROLES];
+        all_starts[Role::FifoBlocking.index()] = starts;
+        let e = Evidence {
+            plans: &HashMap::new(),
+            redriven: &HashSet::new(),
+            handlings: &handlings,
+            starts: &all_starts,
+            dead: &[],
+            tallies: &[],
+            events: &[],
+            samples: &[],
+            exits: &[],
+            consumed: [true; ROLES],
+            drained: [true; ROLES],
+            drain_took: Duration::ZERO,
+            drain_bound: Duration::ZERO,
+            produced_until: t(0),
+        };
+        fifo(&e)
+    }
+
+    #[test]
+    fn a_run_abandoned_at_the_timeout_is_waited_for() {
+        // Message 3 hangs 11 s; abandoned at 8 s, its run records at 11 s;
+        // the loop waits for it, then the retry (one more attempt) and
+        // message 4 run: two rows of 3, in sequence, none overlapping.
+        let (order, overlap) = judge(vec![
+            row(2, 1, 0, 0, 10),
+            row(3, 1, 0, 20, 11_020),
+            row(3, 2, 1, 11_400, 11_410),
+            row(4, 1, 0, 11_420, 11_430),
+        ]);
+        assert!(order.pass, "{}", order.detail);
+        assert!(overlap.pass, "{}", overlap.detail);
+        assert!(
+            order.detail.contains("1 more than once"),
+            "{}",
+            order.detail
+        );
+    }
+
+    #[test]
+    fn a_run_abandoned_at_the_timeout_and_not_waited_for_fails() {
+        // The retry (one more attempt) and message 4 run at 8.4 s while
+        // the abandoned run goes on until 11 s.
+        let (order, overlap) = judge(vec![
+            row(3, 1, 0, 20, 11_020),
+            row(3, 2, 1, 8_400, 8_410),
+            row(4, 1, 0, 8_420, 8_430),
+        ]);
+        assert!(!order.pass, "{}", order.detail);
+        assert!(!overlap.pass, "{}", overlap.detail);
+    }
+
+    #[test]
+    fn a_run_whose_claim_lapsed_explains_its_overlap() {
+        // The claim ran out under the run (a frozen process, a network
+        // cut): delivered again with as many attempts, no retry written.
+        let (order, overlap) = judge(vec![
+            row(3, 1, 0, 20, 11_020),
+            row(3, 2, 0, 8_400, 8_410),
+            row(4, 1, 0, 8_420, 8_430),
+        ]);
+        assert!(order.pass, "{}", order.detail);
+        assert!(overlap.pass, "{}", overlap.detail);
+        assert!(overlap.detail.contains("explained"), "{}", overlap.detail);
+        // The same, its next delivery unrecorded (failed before its start
+        // was written) and retried: the third delivery's attempt is that
+        // retry's, not the first run's.
+        let (order, overlap) = judge(vec![
+            row(3, 1, 0, 20, 11_020),
+            row(3, 3, 1, 8_400, 8_410),
+            row(4, 1, 0, 8_420, 8_430),
+        ]);
+        assert!(order.pass, "{}", order.detail);
+        assert!(overlap.pass, "{}", overlap.detail);
+    }
 }

@@ -21,11 +21,13 @@ create table if not exists pgmq_fault_ledger (
     msg_id bigint not null,
     worker_pid integer not null,
     read_ct integer not null,
+    attempts integer,
     read_at timestamptz,
     vt timestamptz not null,
     started_at timestamptz not null,
     handled_at timestamptz not null default clock_timestamp()
 );
+alter table pgmq_fault_ledger add column if not exists attempts integer;
 create index if not exists pgmq_fault_ledger_run on pgmq_fault_ledger (run_id, scenario, key);
 create table if not exists pgmq_fault_produced (
     run_id text not null,
@@ -44,20 +46,23 @@ create table if not exists pgmq_fault_starts (
     msg_id bigint not null,
     worker_pid integer not null,
     read_ct integer not null,
+    attempts integer,
     started_at timestamptz not null default clock_timestamp()
 );
+alter table pgmq_fault_starts add column if not exists attempts integer;
 create index if not exists pgmq_fault_starts_run on pgmq_fault_starts (run_id, scenario, key);
 ";
 
 /// A handler's start, written first thing when the worker runs with
 /// `--record-starts` (server clock, like the ledger's `handled_at`).
 pub(crate) const INSERT_START: &str = "insert into pgmq_fault_starts \
-    (run_id, scenario, key, msg_id, worker_pid, read_ct) values ($1, $2, $3, $4, $5, $6)";
+    (run_id, scenario, key, msg_id, worker_pid, read_ct, attempts) \
+    values ($1, $2, $3, $4, $5, $6, $7)";
 
 /// One handling, written by the handler before it returns success.
 pub(crate) const INSERT_HANDLING: &str = "insert into pgmq_fault_ledger \
-    (run_id, scenario, key, msg_id, worker_pid, read_ct, read_at, vt, started_at) \
-    values ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+    (run_id, scenario, key, msg_id, worker_pid, read_ct, attempts, read_at, vt, started_at) \
+    values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 /// What became of one produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -265,6 +270,9 @@ pub(crate) struct Handling {
     pub msg_id: i64,
     pub worker_pid: i32,
     pub read_ct: i32,
+    /// The attempts the message's header said were used before this
+    /// delivery (the worker's retries write it; 0 without one).
+    pub attempts: i32,
     pub read_at: Option<DateTime<Utc>>,
     pub vt: DateTime<Utc>,
     pub started_at: DateTime<Utc>,
@@ -280,7 +288,8 @@ pub(crate) async fn handlings(
     let conn = client.connection().await?;
     let rows = conn
         .query(
-            "select key, msg_id, worker_pid, read_ct, read_at, vt, started_at, handled_at \
+            "select key, msg_id, worker_pid, read_ct, read_at, vt, started_at, handled_at, \
+                    coalesce(attempts, 0) \
              from pgmq_fault_ledger where run_id = $1 and scenario = $2 order by handled_at",
             &[&run_id, &scenario],
         )
@@ -296,6 +305,7 @@ pub(crate) async fn handlings(
             vt: r.get(5),
             started_at: r.get(6),
             handled_at: r.get(7),
+            attempts: r.get(8),
         })
         .collect())
 }
@@ -346,6 +356,8 @@ pub(crate) struct Start {
     pub key: i64,
     pub worker_pid: i32,
     pub read_ct: i32,
+    /// The attempts used before this delivery (see [`Handling::attempts`]).
+    pub attempts: i32,
     pub started_at: DateTime<Utc>,
 }
 
@@ -358,8 +370,8 @@ pub(crate) async fn starts(
     let conn = client.connection().await?;
     let rows = conn
         .query(
-            "select key, worker_pid, read_ct, started_at from pgmq_fault_starts \
-             where run_id = $1 and scenario = $2",
+            "select key, worker_pid, read_ct, started_at, coalesce(attempts, 0) \
+             from pgmq_fault_starts where run_id = $1 and scenario = $2",
             &[&run_id, &scenario],
         )
         .await?;
@@ -370,6 +382,7 @@ pub(crate) async fn starts(
             worker_pid: r.get(1),
             read_ct: r.get(2),
             started_at: r.get(3),
+            attempts: r.get(4),
         })
         .collect())
 }
@@ -601,6 +614,7 @@ mod tests {
             msg_id: key,
             worker_pid: pid,
             read_ct: 1,
+            attempts: 0,
             read_at: Some(t(read_s)),
             vt: t(vt_s),
             started_at: t(start_s),

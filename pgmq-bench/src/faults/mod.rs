@@ -95,7 +95,8 @@ pub struct FaultsArgs {
 
     /// Plant a bug in the fault worker (`skip-ledger`: one message in a
     /// thousand acknowledged without being recorded; `heartbeat-off`,
-    /// `fifo-unordered`, `panic-uncaught`, `fence-off` for the campaign).
+    /// `fifo-unordered`, `panic-uncaught`, `fence-off`,
+    /// `fifo-blocking-overlap` for the campaign).
     /// The run must then fail: this is how the suite is seen to go red.
     #[arg(long, value_enum, default_value_t = Sabotage::None)]
     pub sabotage: Sabotage,
@@ -117,8 +118,9 @@ pub struct FaultsArgs {
     pub duration: Option<Duration>,
 
     /// Worker processes of the campaign (kinds in turn: context handler,
-    /// transactional, FIFO groups, WorkerGroup, blocking).
-    #[arg(long, default_value_t = 5)]
+    /// transactional, FIFO groups, WorkerGroup, blocking, FIFO groups with
+    /// a blocking handler).
+    #[arg(long, default_value_t = campaign::DEFAULT_PROCESSES)]
     pub processes: usize,
 
     /// Campaign fault kinds to draw from (default all; `none` for a run

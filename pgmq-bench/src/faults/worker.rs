@@ -183,6 +183,11 @@ pub enum Sabotage {
     /// delivery fence: a stale delivery's acknowledgement lands (needs the
     /// `fault-injection` feature).
     FenceOff,
+    /// A `--fifo` blocking worker acknowledges a run abandoned at
+    /// `handler_timeout` without waiting for its thread to return: the
+    /// retry and the group's next message run beside it (needs the
+    /// `fault-injection` feature).
+    FifoBlockingOverlap,
 }
 
 impl Sabotage {
@@ -195,6 +200,7 @@ impl Sabotage {
             Sabotage::FifoUnordered => "fifo-unordered",
             Sabotage::PanicUncaught => "panic-uncaught",
             Sabotage::FenceOff => "fence-off",
+            Sabotage::FifoBlockingOverlap => "fifo-blocking-overlap",
         }
     }
 }
@@ -317,10 +323,11 @@ struct HandlerCtx {
     sabotage: Sabotage,
     /// Ledger rows this process committed outside a handler's transaction.
     ledger_rows: AtomicU64,
-    /// Ledger inserts outside a transaction that failed after the
-    /// connection was had: the row may have been written all the same (a
-    /// reply lost to a fault), so the ledger may hold up to this many rows
-    /// more than `ledger_rows`.
+    /// Ledger inserts outside a transaction begun and never seen to
+    /// succeed: they failed (a reply lost to a fault) or their run was
+    /// dropped while they were in flight (at `handler_timeout`). The row
+    /// may have been written all the same, so the ledger may hold up to
+    /// this many rows more than `ledger_rows`.
     ledger_unsure: AtomicU64,
     /// Snoozes returned (successes without a ledger row).
     snoozed: AtomicU64,
@@ -552,8 +559,10 @@ fn sabotaged(
         Sabotage::PanicUncaught => builder.resume_handler_panics(),
         #[cfg(feature = "fault-injection")]
         Sabotage::FenceOff => builder.fence_off(),
+        #[cfg(feature = "fault-injection")]
+        Sabotage::FifoBlockingOverlap => builder.fifo_blocking_wait_off(),
         #[cfg(not(feature = "fault-injection"))]
-        Sabotage::PanicUncaught | Sabotage::FenceOff => {
+        Sabotage::PanicUncaught | Sabotage::FenceOff | Sabotage::FifoBlockingOverlap => {
             return Err(format!(
                 "--sabotage {} needs pgmq-bench built with --features fault-injection",
                 args.sabotage.as_arg()
@@ -728,21 +737,29 @@ async fn obey_and_record(
     let started_at = Utc::now();
     let attempt = msg.read_ct;
     let act = msg.body.act.unwrap_or_default();
-    // The ledger row's values; a start record takes the first six.
-    let row: [&(dyn tokio_postgres::types::ToSql + Sync); 9] = [
+    // The attempts the worker's retries recorded before this delivery: a
+    // later delivery with as many came back without a retry (its claim
+    // expired or was lost), one with more after a retry.
+    let attempts = msg
+        .header(pgmq_worker::ATTEMPTS_HEADER)
+        .and_then(serde_json::Value::as_i64)
+        .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX));
+    // The ledger row's values; a start record takes the first seven.
+    let row: [&(dyn tokio_postgres::types::ToSql + Sync); 10] = [
         &h.run_id,
         &h.scenario,
         &msg.body.key,
         &msg.msg_id,
         &h.pid,
         &msg.read_ct,
+        &attempts,
         &msg.last_read_at,
         &msg.vt,
         &started_at,
     ];
     if h.record_starts {
         let conn = h.ledger.connection().await?;
-        conn.execute(INSERT_START, &row[..6]).await?;
+        conn.execute(INSERT_START, &row[..7]).await?;
     }
     if attempt < act.hang_before {
         tracing::info!(key = msg.body.key, "planned hang");
@@ -786,11 +803,15 @@ async fn obey_and_record(
         }
         None => {
             let conn = h.ledger.connection().await?;
-            if let Err(e) = conn.execute(INSERT_HANDLING, &row).await {
-                h.ledger_unsure.fetch_add(1, Ordering::Relaxed);
-                return Err(e.into());
-            }
+            // Unsure until the insert returns: should it fail, or should the
+            // run be dropped meanwhile (the worker drops an async handler's
+            // future at handler_timeout), the row may be there all the same.
+            h.ledger_unsure.fetch_add(1, Ordering::Relaxed);
+            conn.execute(INSERT_HANDLING, &row).await?;
+            // Counted before it stops being unsure: a report read between
+            // the two counts the row at most twice, never not at all.
             h.ledger_rows.fetch_add(1, Ordering::Relaxed);
+            h.ledger_unsure.fetch_sub(1, Ordering::Relaxed);
         }
     }
     Ok(Outcome::Delete)
