@@ -217,28 +217,9 @@ fn all_sections() -> Vec<String> {
     crate::sections::names().map(str::to_owned).collect()
 }
 
-/// Parses `30`, `30s`, `500ms`, `5m`, `1h` into a duration.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => (&s[..i], s[i..].trim()),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 1h)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?} (ms, s, m, h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("{s:?} is not a duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+/// Parses `30`, `30s`, `500ms`, `5m`, `1h` into a duration (the fault
+/// suite's `--duration` takes the same).
+pub use pgmq_testkit::parse_duration;
 
 /// Options of a benchmark run.
 ///
@@ -481,17 +462,6 @@ pub struct CheckMemoryArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
-    }
 
     #[test]
     fn defaults_parse() {
