@@ -46,6 +46,9 @@ Before a run against your own database (--dsn-file, PGMQ_BENCH_DSN):
           still going on the same database";
 
 /// The subcommands.
+// One value per process, parsed once: `Run`'s size beside the small
+// variants costs nothing worth a `Box`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the benchmark and write a benchmark.v1 JSON document.
@@ -59,11 +62,6 @@ pub enum Command {
     Check(CheckArgs),
     /// Check the memory target from two documents (e.g. 100,000 and 1,000,000 messages).
     CheckMemory(CheckMemoryArgs),
-    /// Run the fault and bad-input suite (on its own throwaway cluster).
-    Faults(crate::faults::FaultsArgs),
-    /// The worker process of the fault suite (started by `faults`, not by hand).
-    #[command(hide = true)]
-    FaultWorker(crate::faults::WorkerArgs),
     /// One worker process of the worker_processes section (started by the
     /// benchmark, not by hand).
     #[command(hide = true)]

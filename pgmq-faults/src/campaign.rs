@@ -1338,10 +1338,7 @@ async fn run_seed(
         faults_by_kind,
         fault_errors: events.iter().filter_map(|e| e.error.clone()).collect(),
         pass: row.pass,
-        replay: format!(
-            "pgmq-bench faults --campaign --seed {seed} {}",
-            opts.replay_tail
-        ),
+        replay: format!("pgmq-faults --campaign --seed {seed} {}", opts.replay_tail),
     };
     Ok(SeedRun { row, summary })
 }

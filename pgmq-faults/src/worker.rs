@@ -380,8 +380,8 @@ impl Running {
 /// (running handlers abandoned; returns exit code 3 once the report is out).
 ///
 /// ```no_run
-/// # async fn f(args: pgmq_bench::faults::WorkerArgs) -> Result<(), pgmq_bench::faults::BoxError> {
-/// let code = pgmq_bench::faults::worker_main(args).await?;
+/// # async fn f(args: pgmq_faults::WorkerArgs) -> Result<(), pgmq_faults::BoxError> {
+/// let code = pgmq_faults::worker_main(args).await?;
 /// # let _ = code; Ok(()) }
 /// ```
 pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
@@ -555,7 +555,7 @@ fn sabotaged(
         #[cfg(not(feature = "fault-injection"))]
         Sabotage::PanicUncaught | Sabotage::FenceOff => {
             return Err(format!(
-                "--sabotage {} needs pgmq-bench built with --features fault-injection",
+                "--sabotage {} needs pgmq-faults built with --features fault-injection",
                 args.sabotage.as_arg()
             )
             .into())

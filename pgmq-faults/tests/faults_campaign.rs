@@ -19,8 +19,8 @@ fn campaign(sabotage: &str, port: u16) -> (Option<i32>, String, serde_json::Valu
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
     let json = dir.join("campaign.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"))
-        .args(["faults", "--campaign", "--seed", "11", "--duration", "25s"])
+    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-faults"))
+        .args(["--campaign", "--seed", "11", "--duration", "25s"])
         .args(["--processes", "3", "--fault-kinds", "none"])
         .args(["--sabotage", sabotage])
         .args(["--port", &port.to_string()])
@@ -67,7 +67,7 @@ fn assert_failed(code: Option<i32>, stderr: &str, doc: &serde_json::Value) {
     );
     assert_eq!(doc["pass"], false);
     assert!(
-        stderr.contains("replay with: pgmq-bench faults --campaign --seed 11 --duration 25s"),
+        stderr.contains("replay with: pgmq-faults --campaign --seed 11 --duration 25s"),
         "a failed seed must print its replay command:\n{stderr}"
     );
 }

@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use tokio::process::Command;
 
-use super::BoxError;
+use crate::BoxError;
 
 /// The port of the development cluster other tools use: never touched here.
 const SHARED_PORT: u16 = 55432;
 
 /// A cluster on its own port.
 #[derive(Debug, Clone)]
-pub(crate) struct Cluster {
+pub struct Cluster {
     root: PathBuf,
     port: u16,
     /// The DSN db-start.sh printed, parsed (its password is generated with
@@ -25,7 +25,7 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     /// Refuses the shared development cluster's port.
-    pub(crate) fn new(root: &Path, port: u16) -> Result<Self, BoxError> {
+    pub fn new(root: &Path, port: u16) -> Result<Self, BoxError> {
         if port == SHARED_PORT {
             return Err(format!(
                 "port {SHARED_PORT} is the shared development cluster; the fault suite kills \
@@ -41,18 +41,18 @@ impl Cluster {
     }
 
     /// The DSN of database `pgmq` (PGMQ installed).
-    pub(crate) fn dsn(&self) -> String {
+    pub fn dsn(&self) -> String {
         self.dsn_for("pgmq")
     }
 
     /// The DSN of another database of the cluster (`pgmq_none`: no PGMQ).
-    pub(crate) fn dsn_for(&self, db: &str) -> String {
+    pub fn dsn_for(&self, db: &str) -> String {
         self.dsn_at(self.port, db)
     }
 
     /// The DSN of database `db` on `port` of 127.0.0.1 (the cluster's own,
     /// or a proxy's in front of it), with the cluster's user and password.
-    pub(crate) fn dsn_at(&self, port: u16, db: &str) -> String {
+    pub fn dsn_at(&self, port: u16, db: &str) -> String {
         let mut info =
             pgmq_client::ConnInfo::parse(&format!("postgres://pgmq@127.0.0.1:{port}/{db}"))
                 .expect("a DSN of known parts");
@@ -67,12 +67,12 @@ impl Cluster {
     }
 
     /// The port.
-    pub(crate) fn port(&self) -> u16 {
+    pub fn port(&self) -> u16 {
         self.port
     }
 
     /// Starts (or recovers) the cluster; idempotent.
-    pub(crate) async fn start(&self) -> Result<(), BoxError> {
+    pub async fn start(&self) -> Result<(), BoxError> {
         let printed = self.script("db-start.sh", &[]).await?;
         // postgres://user:password@127.0.0.1:port/pgmq
         let login = printed
@@ -85,17 +85,17 @@ impl Cluster {
     }
 
     /// `pg_ctl stop -m immediate`: a crash.
-    pub(crate) async fn kill(&self) -> Result<(), BoxError> {
+    pub async fn kill(&self) -> Result<(), BoxError> {
         self.script("db-ctl.sh", &["kill"]).await.map(drop)
     }
 
     /// Starts a killed server again (crash recovery runs).
-    pub(crate) async fn restart_after_kill(&self) -> Result<(), BoxError> {
+    pub async fn restart_after_kill(&self) -> Result<(), BoxError> {
         self.script("db-ctl.sh", &["start"]).await.map(drop)
     }
 
     /// Stops the cluster and removes its folder.
-    pub(crate) async fn remove(&self) -> Result<(), BoxError> {
+    pub async fn remove(&self) -> Result<(), BoxError> {
         self.script("db-stop.sh", &[]).await.map(drop)
     }
 
@@ -141,7 +141,7 @@ impl Cluster {
 
 /// Finds the workspace root: the given folder, else the current folder, else
 /// the workspace this binary was built from.
-pub(crate) async fn find_root(given: Option<&Path>) -> Result<PathBuf, BoxError> {
+pub async fn find_root(given: Option<&Path>) -> Result<PathBuf, BoxError> {
     async fn has_scripts(p: &Path) -> bool {
         let script = p.join("scripts").join("db-start.sh");
         tokio::fs::try_exists(&script).await.unwrap_or(false)

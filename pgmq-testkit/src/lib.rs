@@ -1,14 +1,25 @@
 //! What the benchmark (pgmq-bench) and the fault suite (pgmq-faults) share;
 //! not published.
 //!
+//! - [`cluster`]: a throwaway PostgreSQL + PGMQ cluster on a port of its
+//!   own, driven through the workspace's `scripts/db-*.sh` (the fault
+//!   suite's cluster, and the benchmark's `--local`);
+//! - [`proxy`]: a TCP proxy that cuts, refuses, blackholes or delays
+//!   connections on demand (the fault suite's network faults);
 //! - [`environment`]: what both record about where a run happened (the SDK
 //!   build, the compiler and profile, the server and its durability), the
 //!   same JSON in the benchmark.v1 document and in the fault report;
 //! - [`parse_duration`]: the `30s`, `5m` of their command lines.
 
+pub mod cluster;
 pub mod environment;
+pub mod proxy;
 
 use std::time::Duration;
+
+/// The error type of the cluster's and the fault suite's harness: any
+/// failure of the harness itself.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Parses `30`, `30s`, `500ms`, `5m`, `1h` into a duration.
 ///
