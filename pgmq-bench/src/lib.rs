@@ -34,8 +34,9 @@
 //! - [`report`]: Markdown, SVG, compare, check; [`commands`]: their entry points.
 //!
 //! The fault and bad-input suite is the crate pgmq-faults (binary
-//! `pgmq-faults`); what the two share (the environment metadata,
-//! `parse_duration`) is in pgmq-testkit.
+//! `pgmq-faults`); what the two share (the throwaway cluster behind
+//! `--local`, the environment metadata, `parse_duration`) is in
+//! pgmq-testkit.
 
 pub(crate) mod checks;
 pub mod cli;

@@ -1,5 +1,7 @@
-//! The suite's own throwaway cluster, driven through the workspace scripts
-//! (`scripts/db-start.sh`, `db-ctl.sh`, `db-stop.sh`) with `PGMQ_DB_PORT` set.
+//! A throwaway cluster on a port of its own, driven through the workspace
+//! scripts (`scripts/db-start.sh`, `db-ctl.sh`, `db-stop.sh`) with
+//! `PGMQ_DB_PORT` set: the fault suite's (which kills and restarts its
+//! server), and the benchmark's `--local` ([`Cluster::attended`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -11,20 +13,30 @@ use tokio::process::Command;
 use crate::BoxError;
 
 /// The port of the development cluster other tools use: never touched here.
-const SHARED_PORT: u16 = 55432;
+pub const SHARED_PORT: u16 = 55432;
+
+/// How long a script may take when nobody watches it ([`Cluster::new`]).
+const SCRIPT_LIMIT: Duration = Duration::from_secs(300);
 
 /// A cluster on its own port.
 #[derive(Debug, Clone)]
 pub struct Cluster {
-    root: PathBuf,
+    /// The folder holding db-start.sh, db-ctl.sh and db-stop.sh.
+    scripts: PathBuf,
     port: u16,
     /// The DSN db-start.sh printed, parsed (its password is generated with
     /// the cluster).
     login: Arc<OnceLock<pgmq_client::ConnInfo>>,
+    /// The scripts' stderr goes to this process's, without a time limit
+    /// ([`Cluster::attended`]); otherwise it is captured into the error of
+    /// a script that failed, and a script gets [`SCRIPT_LIMIT`].
+    attended: bool,
 }
 
 impl Cluster {
-    /// Refuses the shared development cluster's port.
+    /// The fault suite's cluster, with the scripts of the workspace `root`:
+    /// their output is captured (and in the error of one that fails), each
+    /// may take 5 minutes. Refuses the shared development cluster's port.
     pub fn new(root: &Path, port: u16) -> Result<Self, BoxError> {
         if port == SHARED_PORT {
             return Err(format!(
@@ -34,9 +46,31 @@ impl Cluster {
             .into());
         }
         Ok(Cluster {
-            root: root.to_owned(),
+            scripts: root.join("scripts"),
             port,
             login: Arc::default(),
+            attended: false,
+        })
+    }
+
+    /// A cluster someone watches being made (the benchmark's `--local`), with
+    /// the scripts in the folder `scripts`: their stderr goes to this
+    /// process's, so that what they do and why one failed is in the output,
+    /// and they take as long as they take (db-start.sh may first install
+    /// PostgreSQL with apt-get). Refuses the shared development cluster's port.
+    pub fn attended(scripts: &Path, port: u16) -> Result<Self, BoxError> {
+        if port == SHARED_PORT {
+            return Err(format!(
+                "port {SHARED_PORT} is the shared development cluster; a throwaway cluster \
+                 is removed afterwards, so it needs its own port"
+            )
+            .into());
+        }
+        Ok(Cluster {
+            scripts: scripts.to_owned(),
+            port,
+            login: Arc::default(),
+            attended: true,
         })
     }
 
@@ -71,17 +105,20 @@ impl Cluster {
         self.port
     }
 
-    /// Starts (or recovers) the cluster; idempotent.
-    pub async fn start(&self) -> Result<(), BoxError> {
+    /// Whether a server runs on the port (`db-ctl.sh status`).
+    pub async fn running(&self) -> Result<bool, BoxError> {
+        Ok(self.run("db-ctl.sh", &["status"]).await?.status.success())
+    }
+
+    /// Starts (or recovers) the cluster; idempotent. Returns the DSN
+    /// db-start.sh printed, with the cluster's password: never to be logged.
+    pub async fn start(&self) -> Result<String, BoxError> {
         let printed = self.script("db-start.sh", &[]).await?;
         // postgres://user:password@127.0.0.1:port/pgmq
-        let login = printed
-            .lines()
-            .last()
-            .and_then(|dsn| pgmq_client::ConnInfo::parse(dsn.trim()).ok())
-            .ok_or("db-start.sh printed no DSN")?;
+        let dsn = printed.lines().last().unwrap_or_default().trim();
+        let login = pgmq_client::ConnInfo::parse(dsn).map_err(|_| "db-start.sh printed no DSN")?;
         let _ = self.login.set(login);
-        Ok(())
+        Ok(dsn.to_owned())
     }
 
     /// `pg_ctl stop -m immediate`: a crash.
@@ -100,35 +137,24 @@ impl Cluster {
     }
 
     /// Runs a script; returns its stdout (db-start.sh prints the DSN, with
-    /// the password: never logged).
+    /// the password: never logged), or an error when it failed.
     async fn script(&self, name: &str, args: &[&str]) -> Result<String, BoxError> {
-        let path = self.root.join("scripts").join(name);
+        let path = self.scripts.join(name);
         let started = Instant::now();
-        let out = Command::new("bash")
-            .arg(&path)
-            .args(args)
-            .env("PGMQ_DB_PORT", self.port.to_string())
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(300), out)
-            .await
-            .map_err(|_| {
-                format!(
-                    "{} {} did not finish within 300 s",
-                    path.display(),
-                    args.join(" ")
-                )
-            })??;
+        let out = self.run(name, args).await?;
         if !out.status.success() {
-            return Err(format!(
-                "{} {} failed ({}): {}",
-                path.display(),
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )
-            .into());
+            // Attended, the script's stderr is already in ours.
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let why = match stderr.trim() {
+                "" => String::new(),
+                s => format!(": {s}"),
+            };
+            let command = [path.display().to_string()]
+                .into_iter()
+                .chain(args.iter().map(|a| a.to_string()))
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Err(format!("{command} failed ({}){why}", out.status).into());
         }
         tracing::debug!(
             script = name,
@@ -136,6 +162,40 @@ impl Cluster {
             "cluster script done"
         );
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs a script and waits for it, whatever its exit status; its stdout
+    /// captured, its stderr captured or (attended) this process's.
+    async fn run(&self, name: &str, args: &[&str]) -> Result<std::process::Output, BoxError> {
+        let path = self.scripts.join(name);
+        let mut cmd = Command::new("bash");
+        cmd.arg(&path)
+            .args(args)
+            .env("PGMQ_DB_PORT", self.port.to_string())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let running = |e: std::io::Error| format!("running {}: {e}", path.display());
+        if self.attended {
+            // stdout (db-start.sh's DSN) is captured; stderr goes to ours.
+            // `Command::output` would capture both, whatever `stderr` was
+            // set to, and the reason a script failed would be lost.
+            let child = cmd
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(running)?;
+            return Ok(child.wait_with_output().await.map_err(running)?);
+        }
+        match tokio::time::timeout(SCRIPT_LIMIT, cmd.output()).await {
+            Ok(out) => Ok(out.map_err(running)?),
+            Err(_) => Err(format!(
+                "{} {} did not finish within {} s",
+                path.display(),
+                args.join(" "),
+                SCRIPT_LIMIT.as_secs()
+            )
+            .into()),
+        }
     }
 }
 
