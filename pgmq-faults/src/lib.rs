@@ -80,9 +80,21 @@ pub struct FaultsArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Scenarios to run, e.g. `1,2,11` (default: all, 1 to 12).
-    #[arg(long, value_delimiter = ',')]
+    /// Scenarios to run, e.g. `1,2,11` (default: all). The help, the
+    /// numbers accepted and the default come from the scenarios' table.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = scenarios::parse_number,
+        help = scenarios::help(),
+        long_help = scenarios::long_help()
+    )]
     pub scenarios: Vec<u8>,
+
+    /// Print the scenarios (number, rows, what each injects and when, what
+    /// must hold) as a Markdown table, and exit.
+    #[arg(long)]
+    pub list_scenarios: bool,
 
     /// Also write the table as JSON to this file.
     #[arg(long)]
@@ -144,6 +156,10 @@ pub struct FaultsArgs {
 /// # let _ = code; Ok(()) }
 /// ```
 pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
+    if args.list_scenarios {
+        print!("{}", scenarios::markdown());
+        return Ok(0);
+    }
     if args.campaign {
         return run_campaign(args).await;
     }
@@ -160,13 +176,14 @@ pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
     let mut rows = Vec::new();
     for s in selected {
         let t = Instant::now();
-        eprintln!("faults: scenario {s} ...");
-        match scenarios::run_one(&ctx, s).await {
+        eprintln!("faults: scenario {} ({}) ...", s.number, s.name);
+        match (s.run)(&ctx).await {
             Ok(mut r) => rows.append(&mut r),
-            Err(e) => rows.push(report::Row::harness_failure(s, &e.to_string())),
+            Err(e) => rows.push(report::Row::harness_failure(s.number, &e.to_string())),
         }
         eprintln!(
-            "faults: scenario {s} done in {:.1} s",
+            "faults: scenario {} done in {:.1} s",
+            s.number,
             t.elapsed().as_secs_f64()
         );
     }
