@@ -1,4 +1,4 @@
-//! The fault campaign (`pgmq-bench faults --campaign`): a seeded random
+//! The fault campaign (`pgmq-faults --campaign`): a seeded random
 //! schedule of faults ([`nemesis`](super::nemesis)) over a mixed workload of
 //! several worker processes on one database, checked against invariants
 //! ([`invariants`](super::invariants)), reproducible from its seed.
@@ -954,7 +954,7 @@ pub(crate) struct SeedSummary {
     pub replay: String,
 }
 
-/// The campaign's options, from `pgmq-bench faults --campaign ...`.
+/// The campaign's options, from `pgmq-faults --campaign ...`.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     pub seeds: Vec<u64>,

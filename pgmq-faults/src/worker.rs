@@ -1,4 +1,4 @@
-//! The worker process (`pgmq-bench fault-worker`, hidden): a pgmq-worker
+//! The worker process (`pgmq-faults worker`, hidden): a pgmq-worker
 //! whose handler obeys each message's [`Act`] and records every successful
 //! handling in the ledger before returning.
 //!
@@ -32,7 +32,7 @@ use super::BoxError;
 /// Exit code of a worker whose shutdown a second SIGTERM escalated.
 pub(crate) const FORCED_EXIT: u8 = 3;
 
-/// Options of the hidden `fault-worker` subcommand (set by the suite).
+/// Options of the hidden `worker` subcommand (set by the suite).
 #[derive(Debug, Clone, clap::Args)]
 #[non_exhaustive]
 pub struct WorkerArgs {

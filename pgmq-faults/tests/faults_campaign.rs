@@ -32,7 +32,7 @@ fn campaign(sabotage: &str, port: u16) -> (Option<i32>, String, serde_json::Valu
         .arg("--log-dir")
         .arg(dir.join("logs"))
         .output()
-        .expect("run pgmq-bench faults --campaign");
+        .expect("run pgmq-faults --campaign");
     let document = std::fs::read(&json);
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
