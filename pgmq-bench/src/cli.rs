@@ -46,6 +46,9 @@ Before a run against your own database (--dsn-file, PGMQ_BENCH_DSN):
           still going on the same database";
 
 /// The subcommands.
+// One value per process, parsed once: `Run`'s size beside the small
+// variants costs nothing worth a `Box`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the benchmark and write a benchmark.v1 JSON document.
@@ -59,11 +62,6 @@ pub enum Command {
     Check(CheckArgs),
     /// Check the memory target from two documents (e.g. 100,000 and 1,000,000 messages).
     CheckMemory(CheckMemoryArgs),
-    /// Run the fault and bad-input suite (on its own throwaway cluster).
-    Faults(crate::faults::FaultsArgs),
-    /// The worker process of the fault suite (started by `faults`, not by hand).
-    #[command(hide = true)]
-    FaultWorker(crate::faults::WorkerArgs),
     /// One worker process of the worker_processes section (started by the
     /// benchmark, not by hand).
     #[command(hide = true)]
@@ -217,28 +215,9 @@ fn all_sections() -> Vec<String> {
     crate::sections::names().map(str::to_owned).collect()
 }
 
-/// Parses `30`, `30s`, `500ms`, `5m`, `1h` into a duration.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
-        Some(i) => (&s[..i], s[i..].trim()),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 30s, 5m, 1h)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" | "min" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?} (ms, s, m, h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("{s:?} is not a duration"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
+/// Parses `30`, `30s`, `500ms`, `5m`, `1h` into a duration (the fault
+/// suite's `--duration` takes the same).
+pub use pgmq_testkit::parse_duration;
 
 /// Options of a benchmark run.
 ///
@@ -481,17 +460,6 @@ pub struct CheckMemoryArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("1.5h").unwrap(), Duration::from_secs(5400));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("").is_err());
-    }
 
     #[test]
     fn defaults_parse() {

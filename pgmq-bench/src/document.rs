@@ -16,6 +16,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
+// What the fault suite's report records too (the SDK build, the compiler,
+// the server, its durability): defined in pgmq-testkit, the same JSON here.
+pub use pgmq_testkit::environment::{
+    Build, Database, Durability, DurabilityClass, RoundTrip, Sdk, Setting, Storage,
+};
+
 /// The value of [`Document::schema`].
 pub const SCHEMA: &str = "pgmq-bench.benchmark.v1";
 
@@ -173,32 +179,6 @@ pub struct RunOutcome {
     pub warnings: Vec<String>,
 }
 
-/// Durable or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DurabilityClass {
-    /// fsync, synchronous_commit, full_page_writes and autovacuum on; logged queues.
-    Durable,
-    /// Any of them off, or unlogged queues: not comparable with durable results.
-    NonDurable,
-}
-
-/// The durability settings read from the server.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Durability {
-    /// The class.
-    pub class: DurabilityClass,
-    /// True only for durable results; `compare` refuses to mix the two classes.
-    pub comparable: bool,
-    /// fsync, synchronous_commit, full_page_writes, autovacuum as the server reported them.
-    pub settings: BTreeMap<String, String>,
-    /// Whether the queues were created unlogged (`--unlogged`).
-    pub unlogged_queues: bool,
-    /// Why the result is non-durable (empty when durable).
-    pub reasons: Vec<String>,
-}
-
 /// Versions and conditions.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -231,41 +211,6 @@ pub struct RuntimeInfo {
     /// Worker threads of the multi-threaded runtime the sections ran on
     /// (`Handle::metrics().num_workers()`, read at run time).
     pub tokio_worker_threads: u32,
-}
-
-/// The SDK build.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Sdk {
-    /// Version of pgmq-client / pgmq-worker / pgmq-bench (one workspace version).
-    pub version: String,
-    /// `git rev-parse HEAD` at build time, if the source was a git checkout.
-    pub git_commit: Option<String>,
-    /// Whether tracked files differed from that commit at build time.
-    pub git_dirty: Option<bool>,
-}
-
-/// Compiler and profile.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Build {
-    /// `debug` or `release` (debug assertions off).
-    pub profile: String,
-    /// `rustc -V` at build time.
-    pub rustc: Option<String>,
-    /// Target triple.
-    pub target: Option<String>,
-    /// The flags rustc was given for this crate (`CARGO_ENCODED_RUSTFLAGS` at
-    /// build time, separated by spaces; empty when none). Null when the
-    /// build did not say (and in older documents).
-    #[serde(default)]
-    pub rustflags: Option<String>,
-    /// The profile's `opt-level` at build time (`OPT_LEVEL`: `0`–`3`, `s`, `z`).
-    #[serde(default)]
-    pub opt_level: Option<String>,
-    /// The profile's `debug` setting at build time (`DEBUG`: `true`/`false`).
-    #[serde(default)]
-    pub debug_info: Option<String>,
 }
 
 /// The machine.
@@ -319,84 +264,6 @@ pub struct Virtualization {
     pub sys_vendor: Option<String>,
     /// /sys/class/dmi/id/product_name.
     pub product_name: Option<String>,
-}
-
-/// The server.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Database {
-    /// The DSN with the password removed.
-    pub dsn: String,
-    /// Whether `--local` started a throwaway cluster for this run.
-    pub local_cluster: bool,
-    /// `SELECT version()`.
-    pub server_version: String,
-    /// `server_version_num`.
-    pub server_version_num: i32,
-    /// The PGMQ version found.
-    pub pgmq_version: String,
-    /// `extension` or `sql_only`.
-    pub pgmq_install: String,
-    /// The `pg_settings` rows named in
-    /// [`RECORDED_SETTINGS`](crate::metadata::RECORDED_SETTINGS) (an
-    /// allow-list of performance and durability settings), whatever their
-    /// source; no other setting.
-    pub settings: Vec<Setting>,
-    /// The storage under the server's data directory (absent in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub storage: Option<Storage>,
-    /// `SELECT 1` round trips on one connection (absent in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub select1_round_trip: Option<RoundTrip>,
-}
-
-/// The filesystem and block device holding the server's data directory,
-/// read on this host; each field null when unknown, with `reason` saying why.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Storage {
-    /// Filesystem type of the mount holding the data directory (`ext4`, `xfs`, `overlay`, ...).
-    pub filesystem: Option<String>,
-    /// The block device under it (its name in /sys/block, e.g. `nvme0n1`,
-    /// `vda`; the whole disk when the filesystem is on a partition).
-    pub block_device: Option<String>,
-    /// The bus the device hangs off, from its sysfs path: `nvme`, `virtio`,
-    /// `scsi`, `ata`, `usb`, `mmc`, or `virtual` (device mapper, zram, loop, md).
-    pub device_bus: Option<String>,
-    /// `/sys/block/<dev>/queue/rotational`: true for a spinning disk. A
-    /// virtual disk reports what its driver says, not what is underneath.
-    pub rotational: Option<bool>,
-    /// Why some of the above are null (server not on this host, data
-    /// directory not readable, no block device under the filesystem).
-    pub reason: Option<String>,
-}
-
-/// Round trips of a trivial prepared statement, microseconds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct RoundTrip {
-    /// Timed round trips (after the warm-up ones).
-    pub samples: u32,
-    /// Median.
-    pub p50_us: f64,
-    /// 99th percentile.
-    pub p99_us: f64,
-    /// Mean.
-    pub mean_us: f64,
-}
-
-/// One row of `pg_settings`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Setting {
-    /// Name.
-    pub name: String,
-    /// Value, in `unit`.
-    pub setting: String,
-    /// Unit, if any.
-    pub unit: Option<String>,
-    /// Where it was set (configuration file, client, ...).
-    pub source: String,
 }
 
 /// What was measured.

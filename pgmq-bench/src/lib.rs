@@ -31,8 +31,12 @@
 //!   targets; [`metadata`]: build, machine and server facts;
 //! - [`guard`]: the `pgmq_bench_*` queue guard; [`ledger`]: handled-id
 //!   accounting; `process`: peak RSS and CPU time; `local_db`: `--local`;
-//! - [`report`]: Markdown, SVG, compare, check; [`commands`]: their entry points;
-//! - [`faults`]: the fault and bad-input suite (`pgmq-bench faults`).
+//! - [`report`]: Markdown, SVG, compare, check; [`commands`]: their entry points.
+//!
+//! The fault and bad-input suite is the crate pgmq-faults (binary
+//! `pgmq-faults`); what the two share (the throwaway cluster behind
+//! `--local`, the environment metadata, `parse_duration`) is in
+//! pgmq-testkit.
 
 pub(crate) mod checks;
 pub mod cli;
@@ -40,7 +44,6 @@ pub mod commands;
 pub(crate) mod config;
 pub mod document;
 mod error;
-pub mod faults;
 pub(crate) mod figures;
 pub mod guard;
 pub mod ledger;

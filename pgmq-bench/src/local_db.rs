@@ -1,12 +1,13 @@
 //! `--local`: a throwaway PostgreSQL + PGMQ cluster started with the
 //! repository's `scripts/db-start.sh` on its own port (55436 by default, so
 //! the development cluster on 55432 is never touched), and removed with
-//! `scripts/db-stop.sh` when the benchmark ends.
+//! `scripts/db-stop.sh` when the benchmark ends. The scripts are run by
+//! pgmq-testkit's [`Cluster`] (the fault suite's cluster too), attended:
+//! their stderr is the benchmark's.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
-use tokio::process::Command;
+use pgmq_testkit::cluster::Cluster;
 
 use crate::error::{Error, Result};
 use crate::target::Target;
@@ -15,12 +16,12 @@ use crate::target::Target;
 pub const DEFAULT_PORT: u16 = 55436;
 
 /// The port of the shared development cluster, which `--local` never uses.
-pub const SHARED_PORT: u16 = 55432;
+pub use pgmq_testkit::cluster::SHARED_PORT;
 
 /// A running throwaway cluster; [`LocalDb::stop`] removes it.
 #[derive(Debug)]
 pub struct LocalDb {
-    scripts: PathBuf,
+    cluster: Cluster,
     port: u16,
     target: Target,
 }
@@ -36,29 +37,6 @@ pub fn scripts_dir() -> PathBuf {
         return built;
     }
     PathBuf::from("scripts")
-}
-
-async fn script(
-    scripts: &Path,
-    name: &str,
-    port: u16,
-    args: &[&str],
-) -> Result<std::process::Output> {
-    let path = scripts.join(name);
-    let io_err = |e| Error::io(format!("running {}", path.display()), e);
-    // stdout (db-start.sh's DSN) is captured; stderr goes to ours, so that
-    // why a script failed is in the output. `Command::output` would capture
-    // both, whatever `stderr` was set to, and the reason would be lost.
-    let child = Command::new("bash")
-        .arg(&path)
-        .args(args)
-        .env("PGMQ_DB_PORT", port.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(io_err)?;
-    child.wait_with_output().await.map_err(io_err)
 }
 
 impl LocalDb {
@@ -78,41 +56,32 @@ impl LocalDb {
                 scripts.join("db-start.sh").display()
             )));
         }
-        let status = script(&scripts, "db-ctl.sh", port, &["status"]).await?;
-        if status.status.success() {
+        let local = |e: pgmq_testkit::BoxError| Error::Local(e.to_string());
+        let cluster = Cluster::attended(&scripts, port).map_err(local)?;
+        if cluster.running().await.map_err(local)? {
             return Err(Error::Refused(format!(
                 "a cluster is already running on port {port}; --local starts its own and removes it \
                  afterwards. Stop that one (PGMQ_DB_PORT={port} bash scripts/db-stop.sh) or pick \
                  another --local-port"
             )));
         }
-        let out = script(&scripts, "db-start.sh", port, &[]).await?;
-        if !out.status.success() {
-            // Remove whatever half-started.
-            let _ = script(&scripts, "db-stop.sh", port, &[]).await;
-            return Err(Error::Local(format!(
-                "db-start.sh failed on port {port} ({})",
-                out.status
-            )));
-        }
-        let dsn = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
-        if dsn.is_empty() {
-            return Err(Error::Local("db-start.sh printed no DSN".into()));
-        }
+        let dsn = match cluster.start().await {
+            Ok(dsn) => dsn,
+            Err(e) => {
+                // Remove whatever half-started.
+                let _ = cluster.remove().await;
+                return Err(Error::Local(format!("port {port}: {e}")));
+            }
+        };
         let target = match Target::resolve(&dsn) {
             Ok(t) => t,
             Err(e) => {
-                let _ = script(&scripts, "db-stop.sh", port, &[]).await;
+                let _ = cluster.remove().await;
                 return Err(e);
             }
         };
         Ok(LocalDb {
-            scripts,
+            cluster,
             port,
             target,
         })
@@ -125,14 +94,9 @@ impl LocalDb {
 
     /// Stops the cluster and removes its folder.
     pub async fn stop(self) -> Result<()> {
-        let out = script(&self.scripts, "db-stop.sh", self.port, &[]).await?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(Error::Local(format!(
-                "db-stop.sh failed on port {}",
-                self.port
-            )))
-        }
+        self.cluster
+            .remove()
+            .await
+            .map_err(|e| Error::Local(format!("port {}: {e}", self.port)))
     }
 }

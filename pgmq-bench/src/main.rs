@@ -2,14 +2,11 @@
 
 use clap::Parser;
 use pgmq_bench::cli::{Cli, Command};
-use pgmq_bench::{commands, faults, run};
+use pgmq_bench::{commands, run};
 
 fn main() {
     let cli = Cli::parse();
-    // The fault worker sets up its own logging.
-    if !matches!(cli.command, Some(Command::FaultWorker(_))) {
-        pgmq_bench::init_tracing();
-    }
+    pgmq_bench::init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -28,13 +25,6 @@ fn main() {
             Some(Command::Report(args)) => commands::report(args).await,
             Some(Command::Check(args)) => commands::check(args).await,
             Some(Command::CheckMemory(args)) => commands::check_memory(args).await,
-            Some(Command::Faults(args)) => {
-                // 1: a scenario failed; 2: the suite itself could not run.
-                return faults::run(args).await.unwrap_or_else(|e| {
-                    eprintln!("pgmq-bench faults: {e}");
-                    2
-                });
-            }
             Some(Command::Aggregate(args)) => commands::aggregate(args).await,
             Some(Command::Summary(args)) => commands::summary(args).await,
             Some(Command::ProcessWorker(args)) => {
@@ -44,12 +34,6 @@ fn main() {
                         eprintln!("pgmq-bench process-worker: {e}");
                         1
                     })
-            }
-            Some(Command::FaultWorker(args)) => {
-                return faults::worker_main(args).await.unwrap_or_else(|e| {
-                    eprintln!("pgmq-bench fault-worker: {e}");
-                    1
-                })
             }
         };
         result.unwrap_or_else(|e| {

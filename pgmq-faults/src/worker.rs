@@ -1,4 +1,4 @@
-//! The worker process (`pgmq-bench fault-worker`, hidden): a pgmq-worker
+//! The worker process (`pgmq-faults worker`, hidden): a pgmq-worker
 //! whose handler obeys each message's [`Act`] and records every successful
 //! handling in the ledger before returning.
 //!
@@ -32,7 +32,7 @@ use super::BoxError;
 /// Exit code of a worker whose shutdown a second SIGTERM escalated.
 pub(crate) const FORCED_EXIT: u8 = 3;
 
-/// Options of the hidden `fault-worker` subcommand (set by the suite).
+/// Options of the hidden `worker` subcommand (set by the suite).
 #[derive(Debug, Clone, clap::Args)]
 #[non_exhaustive]
 pub struct WorkerArgs {
@@ -387,8 +387,8 @@ impl Running {
 /// (running handlers abandoned; returns exit code 3 once the report is out).
 ///
 /// ```no_run
-/// # async fn f(args: pgmq_bench::faults::WorkerArgs) -> Result<(), pgmq_bench::faults::BoxError> {
-/// let code = pgmq_bench::faults::worker_main(args).await?;
+/// # async fn f(args: pgmq_faults::WorkerArgs) -> Result<(), pgmq_faults::BoxError> {
+/// let code = pgmq_faults::worker_main(args).await?;
 /// # let _ = code; Ok(()) }
 /// ```
 pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
@@ -564,7 +564,7 @@ fn sabotaged(
         #[cfg(not(feature = "fault-injection"))]
         Sabotage::PanicUncaught | Sabotage::FenceOff | Sabotage::FifoBlockingOverlap => {
             return Err(format!(
-                "--sabotage {} needs pgmq-bench built with --features fault-injection",
+                "--sabotage {} needs pgmq-faults built with --features fault-injection",
                 args.sabotage.as_arg()
             )
             .into())

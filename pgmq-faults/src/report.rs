@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::ctx::Ctx;
 use super::ledger::Tally;
-use crate::document::{Build, Database, Durability, Sdk};
+use pgmq_testkit::environment::{Build, Database, Durability, Sdk};
 
 /// One check of a scenario beyond the per-key counts.
 #[derive(Debug, Clone, Serialize)]
@@ -128,7 +128,7 @@ pub(crate) struct Document {
     /// Build profile (the suite's timings mean little in a debug build).
     pub build: Build,
     /// The suite's cluster: PostgreSQL and PGMQ versions, the allow-listed settings
-    /// ([`RECORDED_SETTINGS`](crate::metadata::RECORDED_SETTINGS)).
+    /// ([`RECORDED_SETTINGS`](pgmq_testkit::environment::RECORDED_SETTINGS)).
     pub database: Database,
     /// fsync, synchronous_commit, full_page_writes, autovacuum: a crash test
     /// on a server without them proves less.
@@ -154,8 +154,8 @@ impl Document {
             pass: rows.iter().all(|r| r.pass),
             machine: ctx.machine.clone(),
             server: ctx.server.clone(),
-            sdk: crate::metadata::sdk(),
-            build: crate::metadata::build(),
+            sdk: pgmq_testkit::environment::sdk(),
+            build: pgmq_testkit::environment::build(),
             database: ctx.database.clone(),
             durability: ctx.durability.clone(),
             sabotage: ctx.sabotage_name(),

@@ -1,4 +1,4 @@
-//! The fault campaign (`pgmq-bench faults --campaign`): a seeded random
+//! The fault campaign (`pgmq-faults --campaign`): a seeded random
 //! schedule of faults ([`nemesis`](super::nemesis)) over a mixed workload of
 //! several worker processes on one database, checked against invariants
 //! ([`invariants`](super::invariants)), reproducible from its seed.
@@ -1066,7 +1066,7 @@ pub(crate) struct SeedSummary {
     pub replay: String,
 }
 
-/// The campaign's options, from `pgmq-bench faults --campaign ...`.
+/// The campaign's options, from `pgmq-faults --campaign ...`.
 #[derive(Debug, Clone)]
 pub(crate) struct Options {
     pub seeds: Vec<u64>,
@@ -1460,10 +1460,7 @@ async fn run_seed(
         faults_by_kind,
         fault_errors: events.iter().filter_map(|e| e.error.clone()).collect(),
         pass: row.pass,
-        replay: format!(
-            "pgmq-bench faults --campaign --seed {seed} {}",
-            opts.replay_tail
-        ),
+        replay: format!("pgmq-faults --campaign --seed {seed} {}", opts.replay_tail),
     };
     Ok(SeedRun { row, summary })
 }

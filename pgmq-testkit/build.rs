@@ -1,7 +1,8 @@
-//! Records what the benchmark document's metadata needs from build time: the
-//! git commit of the source tree (and whether it had uncommitted changes) and
-//! the rustc version, target, rustflags, and the profile's opt-level and
-//! debug setting. Each is optional: a build outside a git checkout, or
+//! Records what the environment metadata (`src/environment.rs`: `sdk` and
+//! `build` of the benchmark document and of the fault report) needs from
+//! build time: the git commit of the source tree (and whether it had
+//! uncommitted changes) and the rustc version, target, rustflags, and the
+//! profile's opt-level and debug setting. Each is optional: a build outside a git checkout, or
 //! without git installed, simply records nothing.
 
 use std::path::Path;
@@ -42,11 +43,15 @@ fn main() {
             }
         }
     }
-    // And when the SDK's sources change, so that `git_dirty` follows edits.
+    // And when the sources of the SDK, or of the programs that record it
+    // (the benchmark, the fault suite), change, so that `git_dirty` follows
+    // edits.
     for src in [
         "src",
         "../pgmq-client/src",
         "../pgmq-worker/src",
+        "../pgmq-bench/src",
+        "../pgmq-faults/src",
         "build.rs",
     ] {
         let p = Path::new(&manifest).join(src);
@@ -55,7 +60,7 @@ fn main() {
         }
     }
     if let Some(commit) = run("git", &["-C", &manifest, "rev-parse", "HEAD"]) {
-        println!("cargo:rustc-env=PGMQ_BENCH_GIT_COMMIT={commit}");
+        println!("cargo:rustc-env=PGMQ_TESTKIT_GIT_COMMIT={commit}");
         // Tracked files changed since that commit (untracked files do not count).
         if let Some(status) = run(
             "git",
@@ -68,15 +73,15 @@ fn main() {
             ],
         ) {
             let dirty = if status.is_empty() { "false" } else { "true" };
-            println!("cargo:rustc-env=PGMQ_BENCH_GIT_DIRTY={dirty}");
+            println!("cargo:rustc-env=PGMQ_TESTKIT_GIT_DIRTY={dirty}");
         }
     }
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     if let Some(v) = run(&rustc, &["-V"]) {
-        println!("cargo:rustc-env=PGMQ_BENCH_RUSTC={v}");
+        println!("cargo:rustc-env=PGMQ_TESTKIT_RUSTC={v}");
     }
     if let Ok(target) = std::env::var("TARGET") {
-        println!("cargo:rustc-env=PGMQ_BENCH_TARGET={target}");
+        println!("cargo:rustc-env=PGMQ_TESTKIT_TARGET={target}");
     }
     // The flags this crate is compiled with: cargo passes them to build
     // scripts as CARGO_ENCODED_RUSTFLAGS, separated by 0x1f (whatever their
@@ -89,13 +94,13 @@ fn main() {
             .filter(|f| !f.is_empty())
             .collect::<Vec<_>>()
             .join(" ");
-        println!("cargo:rustc-env=PGMQ_BENCH_RUSTFLAGS={flags}");
+        println!("cargo:rustc-env=PGMQ_TESTKIT_RUSTFLAGS={flags}");
     }
     // The profile's opt-level and debug setting, as cargo gives them to build scripts.
     if let Ok(v) = std::env::var("OPT_LEVEL") {
-        println!("cargo:rustc-env=PGMQ_BENCH_OPT_LEVEL={v}");
+        println!("cargo:rustc-env=PGMQ_TESTKIT_OPT_LEVEL={v}");
     }
     if let Ok(v) = std::env::var("DEBUG") {
-        println!("cargo:rustc-env=PGMQ_BENCH_DEBUG={v}");
+        println!("cargo:rustc-env=PGMQ_TESTKIT_DEBUG={v}");
     }
 }

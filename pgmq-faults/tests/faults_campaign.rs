@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Runs `pgmq-bench faults --campaign` with `sabotage` on `port` (its proxy
+/// Runs `pgmq-faults --campaign` with `sabotage` on `port` (its proxy
 /// on `port + 1`), three processes (plain, transactional, FIFO), and
 /// returns the exit code, stderr and the JSON document.
 fn campaign(sabotage: &str, port: u16) -> (Option<i32>, String, serde_json::Value) {
@@ -29,8 +29,8 @@ fn campaign_of(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
     let json = dir.join("campaign.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"))
-        .args(["faults", "--campaign", "--seed", "11", "--duration", "25s"])
+    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-faults"))
+        .args(["--campaign", "--seed", "11", "--duration", "25s"])
         .args([
             "--processes",
             &processes.to_string(),
@@ -47,7 +47,7 @@ fn campaign_of(
         .arg("--log-dir")
         .arg(dir.join("logs"))
         .output()
-        .expect("run pgmq-bench faults --campaign");
+        .expect("run pgmq-faults --campaign");
     let document = std::fs::read(&json);
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -82,7 +82,7 @@ fn assert_failed(code: Option<i32>, stderr: &str, doc: &serde_json::Value) {
     );
     assert_eq!(doc["pass"], false);
     assert!(
-        stderr.contains("replay with: pgmq-bench faults --campaign --seed 11 --duration 25s"),
+        stderr.contains("replay with: pgmq-faults --campaign --seed 11 --duration 25s"),
         "a failed seed must print its replay command:\n{stderr}"
     );
 }

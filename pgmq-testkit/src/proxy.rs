@@ -28,7 +28,7 @@ struct Shared {
 }
 
 /// A running proxy; dropping it stops it and cuts its connections.
-pub(crate) struct Proxy {
+pub struct Proxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept_task: JoinHandle<()>,
@@ -36,7 +36,7 @@ pub(crate) struct Proxy {
 
 impl Proxy {
     /// Listens on `listen` and forwards every connection to `upstream`.
-    pub(crate) async fn start(listen: SocketAddr, upstream: SocketAddr) -> std::io::Result<Proxy> {
+    pub async fn start(listen: SocketAddr, upstream: SocketAddr) -> std::io::Result<Proxy> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let (cut, _) = watch::channel(0u64);
@@ -75,12 +75,12 @@ impl Proxy {
     }
 
     /// The address clients connect to.
-    pub(crate) fn addr(&self) -> SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Resets every live connection (both sides); returns how many there were.
-    pub(crate) fn cut_all(&self) -> usize {
+    pub fn cut_all(&self) -> usize {
         let n = self.shared.live.load(Ordering::SeqCst);
         self.shared.cut.send_modify(|g| *g += 1);
         self.shared.cut_total.fetch_add(n as u64, Ordering::Relaxed);
@@ -88,33 +88,33 @@ impl Proxy {
     }
 
     /// Whether new connections are forwarded (true) or reset at once (false).
-    pub(crate) fn set_accepting(&self, yes: bool) {
+    pub fn set_accepting(&self, yes: bool) {
         self.shared.accepting.store(yes, Ordering::SeqCst);
     }
 
     /// Blackholes (true) or restores (false) every connection, live and new:
     /// while on, no byte is forwarded in either direction and no connection
     /// is closed or reset; what was sent meanwhile is delivered on restore.
-    pub(crate) fn set_blackhole(&self, on: bool) {
+    pub fn set_blackhole(&self, on: bool) {
         self.shared.blackhole.send_replace(on);
     }
 
     /// Delays every chunk read from either side by `latency` before it is
     /// written to the other, on every connection, live and new (zero: none).
     /// Chunks stay in order; a connection's throughput drops with it.
-    pub(crate) fn set_latency(&self, latency: std::time::Duration) {
+    pub fn set_latency(&self, latency: std::time::Duration) {
         self.shared
             .latency_ms
             .store(latency.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// Live connections.
-    pub(crate) fn live(&self) -> usize {
+    pub fn live(&self) -> usize {
         self.shared.live.load(Ordering::SeqCst)
     }
 
     /// Connections cut and refused so far.
-    pub(crate) fn totals(&self) -> (u64, u64) {
+    pub fn totals(&self) -> (u64, u64) {
         (
             self.shared.cut_total.load(Ordering::Relaxed),
             self.shared.refused_total.load(Ordering::Relaxed),

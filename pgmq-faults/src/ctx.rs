@@ -32,8 +32,8 @@ pub(crate) struct Ctx {
     /// PostgreSQL and PGMQ versions of the suite's cluster.
     pub server: String,
     /// The cluster as the benchmark document records it.
-    pub database: crate::document::Database,
-    pub durability: crate::document::Durability,
+    pub database: pgmq_testkit::environment::Database,
+    pub durability: pgmq_testkit::environment::Durability,
     /// The fault worker's deliberate bug (`--sabotage`).
     pub sabotage: Sabotage,
     tag: String,
@@ -82,14 +82,14 @@ impl Ctx {
             .connect_timeout(Duration::from_secs(5))
             .connect_dedicated()
             .await?;
-        let database = crate::metadata::database(
+        let database = pgmq_testkit::environment::database(
             &admin,
             pgmq_client::redact_dsn(&cluster.dsn()),
             true,
             client.install(),
         )
         .await?;
-        let durability = crate::metadata::durability(&admin, false).await?;
+        let durability = pgmq_testkit::environment::durability(&admin, false).await?;
         drop(admin);
         let started_at = Utc::now();
         let tag = format!("{}", started_at.timestamp() % 1_000_000_000);

@@ -1,9 +1,9 @@
-//! The fault and bad-input suite behind `pgmq-bench faults`.
+//! The fault and bad-input suite behind the `pgmq-faults` binary.
 //!
 //! It proves that nothing is lost and nothing crashes by really breaking
 //! things: the suite starts its own throwaway cluster (port 55433 by default,
 //! never the development cluster on 55432), runs the worker as a separate OS
-//! process (this same binary, re-executed with the hidden `fault-worker`
+//! process (this same binary, re-executed with the hidden `worker`
 //! subcommand) so that it can be SIGKILLed or SIGTERMed, puts a TCP proxy it
 //! controls between clients and server to cut connections, and kills and
 //! restarts the server with `pg_ctl stop -m immediate`.
@@ -15,28 +15,29 @@
 //! (no unique constraint, so duplicates are counted). Lost, duplicated,
 //! unexpected and dead-lettered messages are then counted exactly, per key.
 //!
-//! Files: `cluster.rs` (the suite's own cluster), `proxy.rs` (the TCP proxy),
-//! `ledger.rs` (ledger tables and the per-key accounting), `child.rs` (the
+//! Files: `ledger.rs` (ledger tables and the per-key accounting), `child.rs` (the
 //! worker process, seen from the suite), `worker.rs` (the worker process
 //! itself), `report.rs` (the table), `scenarios/` (the fixed scenarios 1 to
 //! 19), and the randomized campaign (`--campaign`): `campaign.rs` (the
 //! seeded schedule, the mixed workload, the run), `nemesis.rs` (the fault
-//! kinds, one table), `invariants.rs` (the checks).
+//! kinds, one table), `invariants.rs` (the checks); `cli.rs` (the command
+//! line of the binary). The suite's own cluster and the TCP proxy are
+//! pgmq-testkit's ([`pgmq_testkit::cluster`], [`pgmq_testkit::proxy`]),
+//! shared with the benchmark.
 //!
 //! ```text
-//! pgmq-bench faults --root . --quick --scenarios 2,9,10
-//! pgmq-bench faults --root . --campaign --seed 1234 --duration 90s
+//! pgmq-faults --root . --quick --scenarios 2,9,10
+//! pgmq-faults --root . --campaign --seed 1234 --duration 90s
 //! ```
 
 mod campaign;
 mod child;
-mod cluster;
+pub mod cli;
 mod ctx;
 mod invariants;
 mod job;
 mod ledger;
 mod nemesis;
-mod proxy;
 mod report;
 mod scenarios;
 mod worker;
@@ -44,13 +45,17 @@ mod worker;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+// The suite's cluster and proxy, under the names the modules use
+// (`super::proxy::Proxy`, `super::cluster::Cluster`).
+use pgmq_testkit::{cluster, proxy};
+
 pub use worker::{worker_main, HandlerKind, Sabotage, WorkerArgs};
 
 /// The error type of the suite's entry points: any failure of the harness
 /// itself (a scenario's verdict is reported in the table, not as an error).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use pgmq_testkit::BoxError;
 
-/// Options of `pgmq-bench faults`.
+/// Options of `pgmq-faults` (the suite, or with `--campaign` the campaign).
 #[derive(Debug, Clone, clap::Args)]
 #[non_exhaustive]
 pub struct FaultsArgs {
@@ -75,9 +80,21 @@ pub struct FaultsArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Scenarios to run, e.g. `1,2,11` (default: all, 1 to 12).
-    #[arg(long, value_delimiter = ',')]
+    /// Scenarios to run, e.g. `1,2,11` (default: all). The help, the
+    /// numbers accepted and the default come from the scenarios' table.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = scenarios::parse_number,
+        help = scenarios::help(),
+        long_help = scenarios::long_help()
+    )]
     pub scenarios: Vec<u8>,
+
+    /// Print the scenarios (number, rows, what each injects and when, what
+    /// must hold) as a Markdown table, and exit.
+    #[arg(long)]
+    pub list_scenarios: bool,
 
     /// Also write the table as JSON to this file.
     #[arg(long)]
@@ -114,7 +131,7 @@ pub struct FaultsArgs {
 
     /// How long each seed's faults and producers run (default 25s with
     /// --quick, 30m otherwise); the drain and the checks come after.
-    #[arg(long, value_parser = crate::cli::parse_duration)]
+    #[arg(long, value_parser = pgmq_testkit::parse_duration)]
     pub duration: Option<Duration>,
 
     /// Worker processes of the campaign (kinds in turn: context handler,
@@ -136,11 +153,15 @@ pub struct FaultsArgs {
 /// say), for which `main` exits 2.
 ///
 /// ```no_run
-/// # async fn f(args: pgmq_bench::faults::FaultsArgs) -> Result<(), pgmq_bench::faults::BoxError> {
-/// let code = pgmq_bench::faults::run(args).await?;
+/// # async fn f(args: pgmq_faults::FaultsArgs) -> Result<(), pgmq_faults::BoxError> {
+/// let code = pgmq_faults::run(args).await?;
 /// # let _ = code; Ok(()) }
 /// ```
 pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
+    if args.list_scenarios {
+        print!("{}", scenarios::markdown());
+        return Ok(0);
+    }
     if args.campaign {
         return run_campaign(args).await;
     }
@@ -157,13 +178,14 @@ pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
     let mut rows = Vec::new();
     for s in selected {
         let t = Instant::now();
-        eprintln!("faults: scenario {s} ...");
-        match scenarios::run_one(&ctx, s).await {
+        eprintln!("faults: scenario {} ({}) ...", s.number, s.name);
+        match (s.run)(&ctx).await {
             Ok(mut r) => rows.append(&mut r),
-            Err(e) => rows.push(report::Row::harness_failure(s, &e.to_string())),
+            Err(e) => rows.push(report::Row::harness_failure(s.number, &e.to_string())),
         }
         eprintln!(
-            "faults: scenario {s} done in {:.1} s",
+            "faults: scenario {} done in {:.1} s",
+            s.number,
             t.elapsed().as_secs_f64()
         );
     }

@@ -19,8 +19,8 @@ fn sabotaged_worker_makes_the_suite_fail() {
     std::fs::create_dir(&dir).unwrap();
     let json = dir.join("faults.json");
     let logs = dir.join("logs");
-    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-bench"))
-        .args(["faults", "--quick", "--scenarios", "8"])
+    let out = Command::new(env!("CARGO_BIN_EXE_pgmq-faults"))
+        .args(["--quick", "--scenarios", "8"])
         .args(["--sabotage", "skip-ledger"])
         .args(["--port", "55435", "--proxy-port", "55434"])
         .arg("--root")
@@ -30,7 +30,7 @@ fn sabotaged_worker_makes_the_suite_fail() {
         .arg("--log-dir")
         .arg(&logs)
         .output()
-        .expect("run pgmq-bench faults");
+        .expect("run pgmq-faults");
     let document = std::fs::read(&json);
     let logs_kept = logs.is_dir();
     let _ = std::fs::remove_dir_all(&dir);

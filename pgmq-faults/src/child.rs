@@ -75,7 +75,7 @@ impl Exit {
 }
 
 impl WorkerProc {
-    /// Starts `current_exe fault-worker <args>` with `dsn` in its environment,
+    /// Starts `current_exe worker <args>` with `dsn` in its environment,
     /// its stderr in `log_dir/<name>.log`, and waits until it says `ready`.
     pub(crate) async fn spawn(
         log_dir: &Path,
@@ -88,7 +88,7 @@ impl WorkerProc {
         let log_path = log_dir.join(format!("{name}.log"));
         let log = tokio::fs::File::create(&log_path).await?.into_std().await;
         let mut cmd = Command::new(exe);
-        cmd.arg("fault-worker")
+        cmd.arg("worker")
             .args(args.to_argv())
             .env("PGMQ_FAULT_DSN", dsn)
             .env_remove("PGMQ_FAULT_LEDGER_DSN")

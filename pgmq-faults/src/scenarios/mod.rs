@@ -1,0 +1,858 @@
+//! The scenarios of the fault suite, and the steps they share.
+//!
+//! [`SCENARIOS`] is the one list of them: each entry's number, row labels,
+//! what it injects and when, what must hold, and the function that runs it.
+//! `--scenarios` (its help, its check, the default of all) and
+//! `--list-scenarios` read it; docs/reliability.md's table must list the
+//! same rows (a test checks it). Adding a scenario is one entry and its
+//! function, in the file of its kind:
+//!
+//! | file | scenarios |
+//! | --- | --- |
+//! | `crash.rs` | 1 server killed, 2 worker SIGKILLed, 3 connections cut, 8 two workers, 16 killed mid-ack |
+//! | `handlers.rs` | 4 poison payloads, 5 panics and failures, 6 handlers outliving their vt, 15 hung handlers, 19 edge-case bodies |
+//! | `outages.rs` | 13 network blackhole, 14 paused worker, 17 database down, 18 database read-only |
+//! | `shutdown.rs` | 7 graceful shutdown 20 times, 12 SIGTERM and a second SIGTERM |
+//! | `inputs.rs` | 9 hostile queue names, 10 connect failures |
+//! | `produce.rs` | 11 producers under connection cuts |
+
+mod crash;
+mod handlers;
+mod inputs;
+mod outages;
+mod produce;
+
+pub(crate) use outages::read_only;
+mod shutdown;
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use super::child::{Exit, WorkerProc};
+use super::ctx::{Ctx, Queues};
+use super::job::Job;
+use super::ledger::{Handling, Produced};
+use super::report::{Check, DupBound, Row};
+use super::worker::WorkerArgs;
+use super::BoxError;
+
+/// What a scenario's function returns, boxed: its rows (most make one;
+/// 6 and 12 make two, a and b).
+pub(crate) type Rows<'a> = Pin<Box<dyn Future<Output = Result<Vec<Row>, BoxError>> + Send + 'a>>;
+
+/// One scenario of the suite: what it does, what it checks, and the function
+/// that runs it. The table [`SCENARIOS`] lists them all; `--scenarios`, its
+/// help and the default selection come from it, and docs/reliability.md's
+/// table ("The scenarios") must list the same rows (a test checks it).
+pub(crate) struct Scenario {
+    /// Its number: what `--scenarios` names.
+    pub number: u8,
+    /// The labels of the rows it writes in the report (its number, or
+    /// `6a` and `6b`).
+    pub rows: &'static [&'static str],
+    /// A short name.
+    pub name: &'static str,
+    /// The fault it injects (or the bad input it sends).
+    pub injects: &'static str,
+    /// When.
+    pub when: &'static str,
+    /// What must hold.
+    pub checks: &'static str,
+    /// Runs it on the suite's cluster.
+    pub run: for<'a> fn(&'a Ctx) -> Rows<'a>,
+}
+
+/// Every scenario, in the order a full run takes them. A new scenario is
+/// one entry here and its function.
+pub(crate) static SCENARIOS: &[Scenario] = &[
+    Scenario {
+        number: 1,
+        rows: &["1"],
+        name: "server killed 3x mid-ack",
+        injects: "the server killed (pg_ctl stop -m immediate), started again after a second",
+        when: "at 25%, 50% and 75% of the handlings, once an acknowledgement waits on a lock \
+               the suite holds on the worker's messages (up to 5 tries of 3 s)",
+        checks: "each kill landed with an acknowledgement in flight; the worker survives and \
+                 resumes; nothing lost; duplicates within the bound",
+        run: |ctx| Box::pin(async move { Ok(vec![crash::server_killed(ctx).await?]) }),
+    },
+    Scenario {
+        number: 2,
+        rows: &["2"],
+        name: "worker SIGKILLed 2x",
+        injects: "SIGKILL to the worker (vt 3 s, handlers of 20 ms); a new one started at once",
+        when: "at a third and at two thirds of the handlings, once it is seen holding claims",
+        checks: "the killed worker held claims at each kill; they come back after their vt; \
+                 duplicates only of those keys and no more than them",
+        run: |ctx| Box::pin(async move { Ok(vec![crash::worker_killed(ctx).await?]) }),
+    },
+    Scenario {
+        number: 3,
+        rows: &["3"],
+        name: "connections cut 3x (proxy)",
+        injects: "the TCP proxy resets every live connection of the worker and refuses new \
+                  ones for a second",
+        when: "at 25%, 50% and 75% of the handlings",
+        checks: "the worker survives and resumes; nothing lost; duplicates within the bound",
+        run: |ctx| Box::pin(async move { Ok(vec![crash::connections_cut(ctx).await?]) }),
+    },
+    Scenario {
+        number: 4,
+        rows: &["4"],
+        name: "poison payloads",
+        injects: "10 of each poison among 10,000 good messages, sent as raw JSON by SQL: a key \
+                  of the wrong type, no key, null, arrays nested 10,000 deep (body, field, \
+                  headers), a 1 MiB body",
+        when: "queued before the worker starts",
+        checks: "undecodable bodies dead-lettered and never handled; the 1 MiB body handled; \
+                 the deep headers handled or dead-lettered; the worker keeps running; every \
+                 good message handled",
+        run: |ctx| Box::pin(async move { Ok(vec![handlers::poison(ctx).await?]) }),
+    },
+    Scenario {
+        number: 5,
+        rows: &["5"],
+        name: "handlers panic (1%) / fail until 3rd try",
+        injects: "handlers that panic (1% of 10,000 messages) or fail (5%; max_attempts 5)",
+        when: "panics on every delivery, failures on the first two",
+        checks: "panics caught and counted; exactly the 1% dead-lettered; the failing 5% \
+                 handled on delivery 3; nothing else lost",
+        run: |ctx| Box::pin(async move { Ok(vec![handlers::panics_and_failures(ctx).await?]) }),
+    },
+    Scenario {
+        number: 6,
+        rows: &["6a", "6b"],
+        name: "handler outlives vt, heartbeat off (a) and on (b)",
+        injects: "seven handlers of 4.5 s under a vt of 2 s (max_deliveries 3)",
+        when: "on every delivery of those seven messages; 6a without the heartbeat, 6b with it",
+        checks: "6a: the slow messages are redelivered, their late acknowledgements fenced out \
+                 (claims_lost > 0), only they dead-lettered (max_deliveries) and duplicated, \
+                 at most once per delivery; 6b: no redelivery at all",
+        run: |ctx| {
+            Box::pin(async move {
+                Ok(vec![
+                    handlers::outliving_vt(ctx, false).await?,
+                    handlers::outliving_vt(ctx, true).await?,
+                ])
+            })
+        },
+    },
+    Scenario {
+        number: 7,
+        rows: &["7"],
+        name: "graceful shutdown under load 20x",
+        injects: "SIGTERM to a worker under load (vt 30 s), 20 times in a row; then a last \
+                  worker drains the rest",
+        when: "0.4 s after each worker starts",
+        checks: "every shutdown exits 0 with a report; after each, no message left invisible \
+                 (released claims visible at once, not after the vt); no duplicates",
+        run: |ctx| Box::pin(async move { Ok(vec![shutdown::graceful_repeated(ctx).await?]) }),
+    },
+    Scenario {
+        number: 8,
+        rows: &["8"],
+        name: "two workers, one queue",
+        injects: "a second worker process on the same queue",
+        when: "both from the start",
+        checks: "both consume; no key read by one while another's claim on it holds; no \
+                 overlapping handling windows; no duplicates",
+        run: |ctx| Box::pin(async move { Ok(vec![crash::two_workers(ctx).await?]) }),
+    },
+    Scenario {
+        number: 9,
+        rows: &["9"],
+        name: "hostile queue names",
+        injects: "17 hostile queue names (quotes, `;`, `--`, comments, 200 and 48 characters, \
+                  non-Latin letters, emoji, control characters, `$`, empty)",
+        when: "through QueueName::new, parse, TryFrom and serde",
+        checks: "each refused with Error::InvalidQueueName before any SQL; pgmq.meta and the \
+                 schema unchanged; the longest legal name (47) works",
+        run: |ctx| Box::pin(async move { Ok(vec![inputs::hostile_names(ctx).await?]) }),
+    },
+    Scenario {
+        number: 10,
+        rows: &["10"],
+        name: "bad password / closed port / silent server / no PGMQ",
+        injects: "a wrong password, a closed port, a listener that never answers (LISTEN too), \
+                  a database without PGMQ",
+        when: "at connect (connect timeout 2 s)",
+        checks: "a typed error (Connect, PgmqMissing) within the timeout, no hang, a text that \
+                 says what happened, the password in neither Display nor Debug",
+        run: |ctx| Box::pin(async move { Ok(vec![inputs::connect_failures(ctx).await?]) }),
+    },
+    Scenario {
+        number: 11,
+        rows: &["11"],
+        name: "producers under connection cuts",
+        injects: "the proxy resets every connection of four producers (send, send_batch of 10) \
+                  and every fifth time refuses new ones for 100 ms",
+        when: "every 100 ms while they produce",
+        checks: "every committed produce in the queue, no rejected one; each unknown one \
+                 classified; a batch all there or all absent; then consumed, nothing lost or \
+                 duplicated",
+        run: |ctx| Box::pin(async move { Ok(vec![produce::producers_under_cuts(ctx).await?]) }),
+    },
+    Scenario {
+        number: 12,
+        rows: &["12a", "12b"],
+        name: "SIGTERM to a busy worker (a); a second SIGTERM while a handler hangs (b)",
+        injects: "12a: SIGTERM to a busy worker; 12b: SIGTERM (grace 120 s) while a handler \
+                  hangs, then a second SIGTERM",
+        when: "12a: after a third of the messages; 12b: once the handler hangs",
+        checks: "12a: it drains and exits 0, unstarted claims visible at once, no duplicates; \
+                 12b: the second SIGTERM escalates (ShutdownHandle::immediate): a report within \
+                 2 s, exit 3, the hung message handled once on a later delivery",
+        run: |ctx| {
+            Box::pin(async move {
+                Ok(vec![
+                    shutdown::sigterm_busy(ctx).await?,
+                    shutdown::second_sigterm(ctx).await?,
+                ])
+            })
+        },
+    },
+    Scenario {
+        number: 13,
+        rows: &["13"],
+        name: "network blackhole past the vt",
+        injects: "the proxy blackholes every connection of the worker (vt 3 s, db_timeout 2 s), \
+                  live and new, for 6 s; then 100 more messages",
+        when: "at 25% of the handlings",
+        checks: "the worker notices within db_timeout + 1 s, acknowledges again once the \
+                 network is back, loses nothing; duplicates within the bound",
+        run: |ctx| Box::pin(async move { Ok(vec![outages::blackhole(ctx).await?]) }),
+    },
+    Scenario {
+        number: 14,
+        rows: &["14"],
+        name: "worker paused (SIGSTOP) past its vt",
+        injects: "SIGSTOP to one of two workers (vt 3 s, heartbeat on) for 6 s, then SIGCONT",
+        when: "at 25% of the handlings",
+        checks: "the running worker takes the frozen one's claims over; the frozen one reports \
+                 claims_lost > 0; nothing dead-lettered; duplicates only of the messages held \
+                 at the SIGSTOP",
+        run: |ctx| Box::pin(async move { Ok(vec![outages::paused_worker(ctx).await?]) }),
+    },
+    Scenario {
+        number: 15,
+        rows: &["15"],
+        name: "handlers hang (16), handler_timeout 1 s",
+        injects: "16 handlers that hang (handler_timeout 1 s, heartbeat on, max_attempts 3)",
+        when: "on every delivery of those 16 messages",
+        checks: "each hung run cancelled at the timeout and counted (timed_out = 48); each hung \
+                 message dead-lettered with `handler timed out`, never handled; the others flow",
+        run: |ctx| Box::pin(async move { Ok(vec![handlers::hung_handlers(ctx).await?]) }),
+    },
+    Scenario {
+        number: 16,
+        rows: &["16"],
+        name: "worker killed mid-ack batch",
+        injects: "SIGKILL to the worker (vt 3 s); a new worker drains",
+        when: "once its acknowledgement batch waits on a lock the suite holds on its messages",
+        checks: "the kill landed mid-batch every time; nothing lost; duplicates only of the \
+                 messages held then",
+        run: |ctx| Box::pin(async move { Ok(vec![crash::killed_mid_ack(ctx).await?]) }),
+    },
+    Scenario {
+        number: 17,
+        rows: &["17"],
+        name: "database down past the vt, default settings",
+        injects: "the server killed and kept down for 6 s, under a worker with pgmq-worker's \
+                  defaults (vt 3 s); then 100 more messages",
+        when: "at 25% of the handlings",
+        checks: "the worker keeps running, acknowledges again after the restart, loses \
+                 nothing, dead-letters nothing; duplicates within the bound",
+        run: |ctx| Box::pin(async move { Ok(vec![outages::database_down(ctx).await?]) }),
+    },
+    Scenario {
+        number: 18,
+        rows: &["18"],
+        name: "database refuses writes",
+        injects: "the cluster read-only (default_transaction_read_only = on) for 6 s under a \
+                  worker (vt 3 s); then 100 more messages",
+        when: "at 25% of the handlings",
+        checks: "failed reads retried with backoff, refused ledger writes retried, \
+                 acknowledgements again once writes are back; nothing lost or dead-lettered",
+        run: |ctx| Box::pin(async move { Ok(vec![outages::read_only_database(ctx).await?]) }),
+    },
+    Scenario {
+        number: 19,
+        rows: &["19"],
+        name: "edge-case bodies",
+        injects: "edge-case bodies among good messages: null, an array, 1e400, a key beyond \
+                  i64, `\\u0000`, `\\u0001`, 16 MiB, nesting 100 and 200 deep",
+        when: "queued before the worker starts",
+        checks: "`\\u0000` refused at the send; the storable ones handled; the undecodable \
+                 ones dead-lettered undecoded; never a crash, nothing else lost",
+        run: |ctx| Box::pin(async move { Ok(vec![handlers::bodies(ctx).await?]) }),
+    },
+];
+
+/// The scenario numbered `n`.
+fn scenario(n: u8) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.number == n)
+}
+
+/// The scenarios' numbers for a message: `1 to 19` while they run on
+/// without a gap, else the list.
+fn numbers() -> String {
+    let mut ns: Vec<u8> = SCENARIOS.iter().map(|s| s.number).collect();
+    ns.sort_unstable();
+    match (ns.first(), ns.last()) {
+        (Some(a), Some(b)) if usize::from(b - a) + 1 == ns.len() => format!("{a} to {b}"),
+        _ => ns.iter().map(u8::to_string).collect::<Vec<_>>().join(", "),
+    }
+}
+
+/// `--scenarios`'s help.
+pub(crate) fn help() -> String {
+    format!(
+        "Scenarios to run, e.g. `1,2,11` (default: all, {})",
+        numbers()
+    )
+}
+
+/// `--scenarios`'s long help (`--help`): the help and every scenario's name.
+pub(crate) fn long_help() -> String {
+    let mut s = format!("{}:", help());
+    for sc in SCENARIOS {
+        s.push_str(&format!("\n{:>4}  {}", sc.number, sc.name));
+    }
+    s
+}
+
+/// `--list-scenarios`: the table as Markdown, one row per scenario.
+pub(crate) fn markdown() -> String {
+    let mut s = String::from(
+        "| # | rows | scenario | injects | when | what must hold |\n| ---: | --- | --- | --- | --- | --- |\n",
+    );
+    for sc in SCENARIOS {
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            sc.number,
+            sc.rows.join(", "),
+            sc.name,
+            sc.injects,
+            sc.when,
+            sc.checks
+        ));
+    }
+    s
+}
+
+/// `--scenarios`'s parser: a number of the table.
+pub(crate) fn parse_number(s: &str) -> Result<u8, String> {
+    let n: u8 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a scenario number ({})", numbers()))?;
+    match scenario(n) {
+        Some(_) => Ok(n),
+        None => Err(format!("no scenario {n}: scenarios are {}", numbers())),
+    }
+}
+
+/// The scenarios asked for (all when none were named), each once, in the
+/// order asked.
+pub(crate) fn selection(asked: &[u8]) -> Result<Vec<&'static Scenario>, BoxError> {
+    if asked.is_empty() {
+        return Ok(SCENARIOS.iter().collect());
+    }
+    let mut out: Vec<&'static Scenario> = Vec::new();
+    for &n in asked {
+        let s =
+            scenario(n).ok_or_else(|| format!("no scenario {n}: scenarios are {}", numbers()))?;
+        if !out.iter().any(|o| o.number == n) {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+/// How long a queue may take to drain once the faults are over.
+pub(crate) fn drain_limit(ctx: &Ctx) -> Duration {
+    Duration::from_secs(30 + (ctx.n as u64 / 500))
+}
+
+/// One consuming scenario under way: its queues, what it produced, its checks.
+pub(crate) struct Run<'a> {
+    pub ctx: &'a Ctx,
+    pub label: &'static str,
+    pub qs: Queues,
+    pub produced: Produced,
+    pub checks: Vec<Check>,
+    /// Whether messages may end in the dead-letter queue here (poison,
+    /// panics); elsewhere a dead letter is a message that was never handled.
+    pub dead_letters_expected: bool,
+    /// Duplicates the faults can explain, added up fault by fault
+    /// ([`Run::allow_duplicates`]); without any, none are allowed.
+    bound: Option<DupBound>,
+    /// The keys each fault left held (claimed or unacknowledged), when the
+    /// scenario can know them: every duplicated key must be one of them.
+    suspects: Option<HashSet<i64>>,
+    started: Instant,
+}
+
+impl<'a> Run<'a> {
+    /// Fresh queues for scenario `label`.
+    pub(crate) async fn start(ctx: &'a Ctx, label: &'static str) -> Result<Run<'a>, BoxError> {
+        Ok(Run {
+            ctx,
+            label,
+            qs: ctx.queues(&format!("s{label}")).await?,
+            produced: Produced::default(),
+            checks: Vec::new(),
+            dead_letters_expected: false,
+            bound: None,
+            suspects: None,
+            started: Instant::now(),
+        })
+    }
+
+    /// Produces `jobs` (unfaulted).
+    pub(crate) async fn produce(&mut self, jobs: &[Job]) {
+        let p = self.ctx.produce(&self.qs.q, jobs).await;
+        self.produced.merge(p);
+    }
+
+    /// Produces `n` plain jobs, keys `0..n`.
+    pub(crate) async fn produce_plain(&mut self, n: usize) {
+        let jobs = self.ctx.plain_jobs(n);
+        self.produce(&jobs).await;
+    }
+
+    /// Produces `k` more plain jobs after the scenario's first `ctx.n`
+    /// (keys `ctx.n..ctx.n + k`), sent once a fault is over.
+    pub(crate) async fn produce_after_fault(&mut self, k: usize) {
+        let first = self.ctx.n as i64;
+        let jobs: Vec<Job> = (first..first + k as i64).map(Job::plain).collect();
+        self.produce(&jobs).await;
+    }
+
+    /// Default worker settings for this scenario.
+    pub(crate) fn worker_args(&self) -> WorkerArgs {
+        self.ctx.worker_args(&self.qs, self.label)
+    }
+
+    /// Starts a worker process straight on the cluster.
+    pub(crate) async fn spawn(&self, args: &WorkerArgs) -> Result<WorkerProc, BoxError> {
+        self.ctx.spawn_worker(args).await
+    }
+
+    /// Allows `n` more duplicates, with what explains them (one fault).
+    pub(crate) fn allow_duplicates(&mut self, n: u64, why: impl Into<String>) {
+        let why = why.into();
+        match &mut self.bound {
+            Some(b) => {
+                b.max += n;
+                b.why.push_str("; ");
+                b.why.push_str(&why);
+            }
+            None => self.bound = Some(DupBound { max: n, why }),
+        }
+    }
+
+    /// Records keys a fault left held: duplicates may only be among them.
+    pub(crate) fn suspect(&mut self, keys: impl IntoIterator<Item = i64>) {
+        self.suspects.get_or_insert_with(HashSet::new).extend(keys);
+    }
+
+    /// The keys of the messages invisible right now: claimed by some worker
+    /// (running, queued for a handler, or handled and not yet acknowledged).
+    pub(crate) async fn held_keys(&self) -> Result<Vec<i64>, BoxError> {
+        held_keys(self.ctx, &self.qs.q).await
+    }
+
+    /// Allows, for one fault, the messages held then plus one read batch per
+    /// claim loop that may have been in flight (its claims not yet visible
+    /// in the table when it was sampled), and records the held keys.
+    pub(crate) fn allow_fault(&mut self, fault: &str, held: &[i64], args: &WorkerArgs) {
+        let reads = CLAIM_LOOPS * args.batch_size as u64;
+        self.allow_duplicates(
+            held.len() as u64 + reads,
+            format!(
+                "{fault}: {} held + {CLAIM_LOOPS} reads x {} in flight",
+                held.len(),
+                args.batch_size
+            ),
+        );
+    }
+
+    /// Adds a check.
+    pub(crate) fn check(&mut self, name: &str, pass: bool, detail: impl Into<String>) {
+        self.checks.push(Check::new(name, pass, detail));
+    }
+
+    /// Waits until `i` quarters of the messages were handled; returns the
+    /// handlings counted then.
+    pub(crate) async fn wait_quarter(&self, i: i64) -> Result<i64, BoxError> {
+        self.wait_handled(self.ctx.n as i64 * i / 4).await
+    }
+
+    /// Waits until `rows` handlings are in the ledger; returns the count then.
+    pub(crate) async fn wait_handled(&self, rows: i64) -> Result<i64, BoxError> {
+        self.ctx
+            .wait_progress(self.label, rows, Duration::from_secs(120))
+            .await?;
+        Ok(self.ctx.progress(self.label).await.unwrap_or(rows))
+    }
+
+    /// Waits for the queue to drain (the worker keeps running).
+    pub(crate) async fn wait_drained(&self) -> bool {
+        self.ctx
+            .wait_drained(&self.qs.q, drain_limit(self.ctx))
+            .await
+    }
+
+    /// The end of every consuming scenario: wait for the queue to drain,
+    /// stop the workers gracefully, count, drop the queues, make the row.
+    pub(crate) async fn finish(
+        mut self,
+        title: &str,
+        workers: Vec<WorkerProc>,
+    ) -> Result<Finished, BoxError> {
+        let ctx = self.ctx;
+        let exits = self.drain_and_stop(workers).await;
+        let acc = ctx.account(self.label, &self.qs, &self.produced).await?;
+        ctx.drop_queues(&self.qs).await;
+        if !self.dead_letters_expected {
+            let n = acc.dead.len();
+            self.check(
+                "nothing dead-lettered",
+                n == 0,
+                format!("{n} messages in the dead-letter queue, none of which ever failed"),
+            );
+        }
+        if let Some(suspects) = &self.suspects {
+            let check = suspects_check(&acc.handlings, suspects);
+            self.checks.push(check);
+        }
+        let row = Row::new(
+            self.label,
+            title,
+            acc.tally,
+            self.bound,
+            self.checks,
+            self.started.elapsed(),
+        );
+        Ok(Finished {
+            dead_reasons: acc.dead_reasons,
+            row,
+            handlings: acc.handlings,
+            dead: acc.dead,
+            exits: exits.into_iter().filter_map(Result::ok).collect(),
+        })
+    }
+
+    /// Waits for the queue to drain, checks that every worker is still
+    /// running, then stops them all and checks that each stopped cleanly.
+    async fn drain_and_stop(
+        &mut self,
+        mut workers: Vec<WorkerProc>,
+    ) -> Vec<Result<Exit, BoxError>> {
+        let drained = self.wait_drained().await;
+        let detail = if drained {
+            format!(
+                "empty {:.1} s after the start",
+                self.started.elapsed().as_secs_f64()
+            )
+        } else {
+            format!("not empty after {} s", drain_limit(self.ctx).as_secs())
+        };
+        self.check("queue drained", drained, detail);
+        let alive = workers
+            .iter_mut()
+            .map(|w| w.running())
+            .filter(|r| *r)
+            .count();
+        self.check(
+            "workers ran to the end",
+            alive == workers.len(),
+            format!(
+                "{alive} of {} worker processes still running (none crashed)",
+                workers.len()
+            ),
+        );
+        let exits = stop_all(workers).await;
+        let clean = exits
+            .iter()
+            .filter(|e| e.as_ref().is_ok_and(|e| e.clean()))
+            .count();
+        self.check(
+            "workers stopped cleanly",
+            clean == exits.len(),
+            format!(
+                "{clean} of {} exited 0 after SIGTERM with a shutdown report{}",
+                exits.len(),
+                describe_exits(&exits)
+            ),
+        );
+        exits
+    }
+}
+
+/// Every key handled more than once must be one a fault left held.
+fn suspects_check(handlings: &[Handling], suspects: &HashSet<i64>) -> Check {
+    let mut seen = HashSet::new();
+    let odd: Vec<i64> = handlings
+        .iter()
+        .filter(|h| !seen.insert(h.key) && !suspects.contains(&h.key))
+        .map(|h| h.key)
+        .collect();
+    Check::new(
+        "duplicates only of messages held at a fault",
+        odd.is_empty(),
+        format!(
+            "{} duplicated handlings of keys no fault left held (e.g. {:?}); {} keys held at the faults",
+            odd.len(),
+            &odd[..odd.len().min(5)],
+            suspects.len()
+        ),
+    )
+}
+
+/// What [`Run::finish`] found.
+pub(crate) struct Finished {
+    pub row: Row,
+    pub handlings: Vec<Handling>,
+    /// Keys in the dead-letter queue.
+    pub dead: HashSet<i64>,
+    /// The reason pgmq-worker wrote on each keyed dead letter.
+    pub dead_reasons: std::collections::HashMap<i64, String>,
+    /// The workers' exits (those that could be waited for).
+    pub exits: Vec<Exit>,
+}
+
+impl Finished {
+    /// The shutdown report of the first worker that gave one.
+    pub(crate) fn report(&self) -> Option<&serde_json::Value> {
+        self.exits.iter().find_map(|e| e.said.report.as_ref())
+    }
+}
+
+/// Claim loops per worker (pgmq-worker's default, which the fault worker keeps).
+pub(crate) const CLAIM_LOOPS: u64 = 2;
+
+/// The keys of the messages of `q` invisible right now (claimed and not yet
+/// deleted, released or expired), read from the table without reading them.
+pub(crate) async fn held_keys(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<Vec<i64>, BoxError> {
+    let conn = ctx.client.connection().await?;
+    // A validated QueueName: [a-z0-9_] only.
+    let sql = format!(
+        "select coalesce((headers->>'{}')::bigint, -1) from {} where vt > clock_timestamp()",
+        super::job::KEY_HEADER,
+        q.table()
+    );
+    let rows = conn.query(sql.as_str(), &[]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// SIGTERMs every worker at once and waits for them.
+pub(crate) async fn stop_all(workers: Vec<WorkerProc>) -> Vec<Result<Exit, BoxError>> {
+    let stops = workers.into_iter().map(|w| w.stop(Duration::from_secs(30)));
+    futures::future::join_all(stops).await
+}
+
+fn describe_exits(exits: &[Result<Exit, BoxError>]) -> String {
+    let bad: Vec<String> = exits
+        .iter()
+        .filter_map(|e| match e {
+            Ok(e) if e.clean() => None,
+            Ok(e) => Some(e.describe()),
+            Err(e) => Some(e.to_string()),
+        })
+        .collect();
+    if bad.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", bad.join("; "))
+    }
+}
+
+/// A transaction of the suite's own that holds row locks on every message
+/// held by a worker right now: an acknowledgement (delete, archive, set_vt)
+/// of any of them then waits on the lock, so that a crash can be made to
+/// land in the middle of one. Rolled back when dropped or when its server
+/// dies.
+pub(crate) struct AckHold {
+    conn: tokio_postgres::Client,
+    /// The keys locked.
+    pub keys: Vec<i64>,
+}
+
+impl AckHold {
+    /// Locks the held (invisible) messages of `q`.
+    pub(crate) async fn lock(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<AckHold, BoxError> {
+        let (conn, _notes) = pgmq_client::ClientBuilder::new(&ctx.cluster.dsn())
+            .application_name("pgmq-faults-lock")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_dedicated()
+            .await?;
+        conn.batch_execute("begin").await?;
+        // A validated QueueName: [a-z0-9_] only.
+        let sql = format!(
+            "select coalesce((headers->>'{}')::bigint, -1) from {} \
+             where vt > clock_timestamp() for update",
+            super::job::KEY_HEADER,
+            q.table()
+        );
+        let keys = conn
+            .query(sql.as_str(), &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        Ok(AckHold { conn, keys })
+    }
+
+    /// Lets the waiting acknowledgements through.
+    pub(crate) async fn release(self) {
+        let _ = self.conn.batch_execute("rollback").await;
+    }
+}
+
+/// How many of the fault workers' acknowledgements (delete, archive,
+/// set_vt: the ledger's inserts and the reads do not match) are running in
+/// the server right now, and how many of those wait on a lock.
+pub(crate) async fn acks_in_flight(ctx: &Ctx) -> Result<(i64, i64), BoxError> {
+    let conn = ctx.client.connection().await?;
+    let row = conn
+        .query_one(
+            "select count(*), count(*) filter (where wait_event_type = 'Lock') \
+             from pg_stat_activity \
+             where application_name = 'pgmq-fault-worker' and state = 'active' \
+               and query ~* '(delete|archive|set_vt)'",
+            &[],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// Polls until an acknowledgement waits on a lock; false after `limit`.
+pub(crate) async fn wait_ack_blocked(ctx: &Ctx, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if matches!(acks_in_flight(ctx).await, Ok((_, n)) if n > 0) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Locks the held messages until an acknowledgement waits on the lock,
+/// trying up to `tries` times (a try fails when no acknowledgement reached
+/// the locked rows within 3 s); returns the hold and the try that worked.
+pub(crate) async fn block_an_ack(
+    ctx: &Ctx,
+    q: &pgmq_client::QueueName,
+    tries: u32,
+) -> Result<(AckHold, u32), BoxError> {
+    for i in 1..=tries {
+        let hold = AckHold::lock(ctx, q).await?;
+        if wait_ack_blocked(ctx, Duration::from_secs(3)).await {
+            return Ok((hold, i));
+        }
+        hold.release().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("no acknowledgement waited on the locked messages in {tries} tries").into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_row_labels_are_unique_and_complete() {
+        let mut numbers = HashSet::new();
+        let mut labels = HashSet::new();
+        for s in SCENARIOS {
+            assert!(numbers.insert(s.number), "scenario {} twice", s.number);
+            assert!(!s.rows.is_empty(), "scenario {} writes no row", s.number);
+            for r in s.rows {
+                assert!(labels.insert(*r), "row {r} twice");
+                // A row's label is its scenario's number, or that and a letter.
+                let digits = r.trim_end_matches(|c: char| c.is_ascii_lowercase());
+                assert_eq!(
+                    digits,
+                    s.number.to_string(),
+                    "row {r} of scenario {}",
+                    s.number
+                );
+            }
+            for (what, text) in [
+                ("name", s.name),
+                ("injects", s.injects),
+                ("when", s.when),
+                ("checks", s.checks),
+            ] {
+                assert!(!text.trim().is_empty(), "scenario {}: no {what}", s.number);
+                // One cell of a Markdown table (--list-scenarios).
+                assert!(!text.contains('|'), "scenario {}: `|` in {what}", s.number);
+            }
+        }
+    }
+
+    #[test]
+    fn the_selection_and_the_help_come_from_the_table() {
+        let all: Vec<u8> = selection(&[]).unwrap().iter().map(|s| s.number).collect();
+        let table: Vec<u8> = SCENARIOS.iter().map(|s| s.number).collect();
+        assert_eq!(all, table);
+        let some: Vec<u8> = selection(&[12, 2, 12])
+            .unwrap()
+            .iter()
+            .map(|s| s.number)
+            .collect();
+        assert_eq!(some, vec![12, 2]);
+        let last = SCENARIOS.iter().map(|s| s.number).max().unwrap();
+        assert!(selection(&[last + 1]).is_err());
+        assert!(parse_number(&(last + 1).to_string()).is_err());
+        assert!(parse_number("0").is_err() && parse_number("x").is_err());
+        assert_eq!(parse_number(" 2"), Ok(2));
+        assert_eq!(numbers(), format!("1 to {last}"));
+        assert!(help().contains(&format!("1 to {last}")), "{}", help());
+        assert_eq!(long_help().lines().count(), SCENARIOS.len() + 1);
+        assert_eq!(markdown().lines().count(), SCENARIOS.len() + 2);
+    }
+
+    /// The table of docs/reliability.md ("The scenarios") lists exactly the
+    /// rows of [`SCENARIOS`], in the same order.
+    #[test]
+    fn reliability_md_lists_exactly_the_scenarios() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reliability.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let section = text
+            .split("\n## The scenarios\n")
+            .nth(1)
+            .expect("docs/reliability.md has a section \"The scenarios\"");
+        let section = section.split("\n## ").next().unwrap_or(section);
+        let documented: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix('|')?.split('|').next())
+            .map(str::trim)
+            .filter(|c| c.starts_with(|ch: char| ch.is_ascii_digit()))
+            .collect();
+        let table: Vec<&str> = SCENARIOS
+            .iter()
+            .flat_map(|s| s.rows.iter().copied())
+            .collect();
+        assert_eq!(
+            documented, table,
+            "docs/reliability.md's scenario table and SCENARIOS differ"
+        );
+        let mut numbers: Vec<u8> = documented
+            .iter()
+            .map(|l| {
+                l.trim_end_matches(|c: char| c.is_ascii_lowercase())
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        numbers.dedup();
+        let table: Vec<u8> = SCENARIOS.iter().map(|s| s.number).collect();
+        assert_eq!(numbers, table);
+    }
+}
