@@ -760,7 +760,7 @@ fn workers_up(e: &Evidence) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::campaign::FIFO_BLOCKING_BASE;
+    use crate::campaign::FIFO_BLOCKING_BASE;
 
     fn t(ms: i64) -> DateTime<Utc> {
         DateTime::<Utc>::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()
