@@ -186,6 +186,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod batch_loop;
 mod builder;
 mod claim_queue;
 mod claimer;
@@ -225,7 +226,8 @@ pub use error::Error;
 pub use group::{GroupShutdown, WorkerGroup};
 pub use handle::{Monitor, WorkerHandle};
 pub use handler::{
-    BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
+    BatchHandler, BlockingHandler, Handler, HandlerError, HandlerWithContext, MessageResult,
+    Outcome, TransactionalBatchHandler, TransactionalHandler,
 };
 pub use health::Health;
 pub use hooks::Hook;
