@@ -420,6 +420,17 @@ fn run_is_complete_accounted_for_and_clean() {
             .sum();
         assert_eq!(sum, 2000);
     }
+    // batch_handler: its three modes in every round, each effect once.
+    let bh = s["batch_handler"].as_array().unwrap();
+    assert_eq!(bh.len(), 9);
+    for r in bh {
+        assert_eq!(r["ledger"]["distinct"], 2000);
+        assert_eq!(
+            (r["sink_rows"].as_i64(), r["sink_distinct"].as_i64()),
+            (Some(2000), Some(2000))
+        );
+        assert_eq!(r["remaining_after"], 0);
+    }
     assert_eq!(doc["durability"]["class"], "durable");
     assert!(doc["durability"]["settings"]["fsync"].is_string());
     assert!(

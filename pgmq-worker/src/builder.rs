@@ -12,8 +12,12 @@ use crate::db::Source;
 use crate::notifier::WakeUp;
 use serde::de::DeserializeOwned;
 
+use crate::batch_loop::{batch_spawner, transactional_batch_spawner};
 use crate::error::Error;
-use crate::handler::{BlockingHandler, Handler, HandlerWithContext, TransactionalHandler};
+use crate::handler::{
+    BatchHandler, BlockingHandler, Handler, HandlerWithContext, TransactionalBatchHandler,
+    TransactionalHandler,
+};
 use crate::handler_loop::{
     async_spawner, blocking_spawner, context_spawner, transactional_spawner, Spawner,
 };
@@ -62,6 +66,9 @@ pub(crate) struct Config {
     pub metrics_interval: Duration,
     /// Hooks around each handler call, in the order added.
     pub hooks: crate::hooks::HookList,
+    /// A batch handler's most messages per run and the window it waits
+    /// for more after the first (None for the other handlers).
+    pub handler_batch: Option<(usize, Duration)>,
     /// Test hook: the internal task that panics once, at its start.
     #[cfg(feature = "fault-injection")]
     pub panic_once_in: Option<&'static str>,
@@ -103,6 +110,7 @@ pub(crate) struct Plan {
 impl Plan {
     fn of(c: Config) -> Self {
         let fifo = c.claim_reads == ClaimReads::FifoGroups;
+        let (batch_max, batch_window) = c.handler_batch.unwrap_or((1, Duration::ZERO));
         Plan {
             preflight: preflight::Settings {
                 queue: c.queue.clone(),
@@ -124,6 +132,7 @@ impl Plan {
                 batch_size: c.batch_size,
                 claim_capacity: c.claim_capacity,
                 concurrency: c.concurrency,
+                run_size: batch_max,
                 visibility_timeout: c.visibility_timeout,
                 poll_interval: c.poll_interval,
                 db_timeout: c.db_timeout,
@@ -139,6 +148,8 @@ impl Plan {
                 retry_jitter: c.retry_jitter,
                 hooks: c.hooks.clone(),
                 wake_claimers: fifo,
+                batch_max,
+                batch_window,
                 #[cfg(feature = "fault-injection")]
                 resume_panics: c.resume_panics,
             },
@@ -299,6 +310,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 db_timeout: Duration::from_secs(10),
                 metrics_interval: Duration::from_secs(5),
                 hooks: crate::hooks::HookList::default(),
+                handler_batch: None,
                 #[cfg(feature = "fault-injection")]
                 panic_once_in: None,
                 #[cfg(feature = "fault-injection")]
@@ -617,6 +629,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// [`Handler`].
     pub fn handler<H: Handler<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(async_spawner(handler));
+        self.config.handler_batch = None;
         self.transactional = false;
         self
     }
@@ -640,6 +653,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// ```
     pub fn handler_with_context<H: HandlerWithContext<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(context_spawner(handler));
+        self.config.handler_batch = None;
         self.transactional = false;
         self
     }
@@ -664,6 +678,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// server, never handed out again.
     pub fn transactional_handler<H: TransactionalHandler<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(transactional_spawner(handler));
+        self.config.handler_batch = None;
         self.transactional = true;
         self
     }
@@ -730,7 +745,111 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// ```
     pub fn blocking_handler<H: BlockingHandler<T>>(mut self, handler: H) -> Self {
         self.spawner = Some(blocking_spawner(handler));
+        self.config.handler_batch = None;
         self.transactional = false;
+        self
+    }
+
+    /// A batch handler: each run takes up to `max` messages, or what arrived
+    /// within `window` of the first (zero: what is claimed and waiting at
+    /// that moment), and returns a result per message (see
+    /// [`BatchHandler`]). For work that is cheaper in bulk: a multi-row
+    /// insert, an API that takes batches. `concurrency` batches run at
+    /// once.
+    ///
+    /// Each message keeps its own lease, attempts and outcome: one
+    /// message's `Err` retries it alone, with backoff, and its `Delete`
+    /// joins the batched acknowledgements. An `Err` for the whole batch, a
+    /// panic or a run past `handler_timeout` fails every message of the
+    /// batch (an attempt each). Hooks run around each message (a `before`
+    /// that refuses one keeps it out of the batch, failed). `build` refuses
+    /// a `max` of 0 or above `claim_capacity` (the batch could never
+    /// fill), and a `window` of a quarter of the visibility timeout or
+    /// more.
+    ///
+    /// ```no_run
+    /// # fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
+    /// use std::time::Duration;
+    /// use pgmq_client::{Message, QueueName};
+    /// use pgmq_worker::{MessageResult, Outcome, Worker};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Event { name: String }
+    ///
+    /// let worker: Worker<Event> = Worker::builder(client, QueueName::new("events")?)
+    ///     // Up to 100 at once; after the first, wait 20 ms at most for more.
+    ///     .batch_handler(100, Duration::from_millis(20), |batch: Vec<Message<Event>>| async move {
+    ///         let names: Vec<&str> = batch.iter().map(|m| m.body.name.as_str()).collect();
+    ///         println!("one call for {} events: {names:?}", batch.len());
+    ///         Ok(batch.iter().map(|_| Ok(Outcome::Delete)).collect::<Vec<MessageResult>>())
+    ///     })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn batch_handler<H: BatchHandler<T>>(
+        mut self,
+        max: usize,
+        window: Duration,
+        handler: H,
+    ) -> Self {
+        self.spawner = Some(batch_spawner(handler));
+        self.config.handler_batch = Some((max, window));
+        self.transactional = false;
+        self
+    }
+
+    /// A batch handler whose database writes commit in one transaction
+    /// with the deletes (or archives) of the batch's successes: the batch
+    /// of [`batch_handler`](Self::batch_handler), the guarantee of
+    /// [`transactional_handler`](Self::transactional_handler), one commit
+    /// per batch (see [`TransactionalBatchHandler`]).
+    ///
+    /// The batch's rows are locked in the transaction, fenced on their
+    /// deliveries, before the handler runs: it gets only the messages this
+    /// worker still owns (one whose claim was lost is left out and counted
+    /// in `claims_lost`), and no claim can be lost while it runs. The
+    /// transaction commits the handler's writes whenever one message
+    /// succeeded: write only for the messages whose result is a success.
+    /// Each running batch holds a pooled connection: the pool needs
+    /// `concurrency` + `claimers` + `ack_flushers` + 1 connections, checked
+    /// by [`build`](Self::build) as for a transactional handler. The worker's
+    /// own database work failing (checkout, BEGIN, the lock, the
+    /// acknowledgement or COMMIT losing its connection or timing out)
+    /// snoozes the batch without using an attempt (`tx_unavailable`).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use pgmq_client::{Client, Message, QueueName, Transaction};
+    /// use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler, Worker};
+    ///
+    /// struct Rows;
+    /// impl TransactionalBatchHandler<i64> for Rows {
+    ///     async fn handle(&self, batch: Vec<Message<i64>>, tx: &Transaction<'_>)
+    ///         -> Result<Vec<MessageResult>, HandlerError>
+    ///     {
+    ///         let values: Vec<i64> = batch.iter().map(|m| m.body).collect();
+    ///         tx.execute("INSERT INTO rows (v) SELECT unnest($1::bigint[])", &[&values]).await?;
+    ///         Ok(batch.iter().map(|_| Ok(Outcome::Delete)).collect())
+    ///     }
+    /// }
+    ///
+    /// let client = Client::builder("postgres://app@db/app").max_size(16).connect().await?;
+    /// let worker: Worker<i64> = Worker::builder(client, QueueName::new("rows")?)
+    ///     .concurrency(4)
+    ///     .transactional_batch_handler(200, Duration::from_millis(10), Rows)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn transactional_batch_handler<H: TransactionalBatchHandler<T>>(
+        mut self,
+        max: usize,
+        window: Duration,
+        handler: H,
+    ) -> Self {
+        self.spawner = Some(transactional_batch_spawner(handler));
+        self.config.handler_batch = Some((max, window));
+        self.transactional = true;
         self
     }
 
@@ -787,11 +906,24 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         if c.db_timeout < Duration::from_millis(100) {
             return bad("db_timeout must be at least 100 ms");
         }
+        if let Some((max, window)) = c.handler_batch {
+            if max == 0 {
+                return bad("a batch handler's max must be at least 1");
+            }
+            if max > c.claim_capacity {
+                return bad("a batch handler's max must be at most claim_capacity (raise claim_capacity): the batch could never fill");
+            }
+            if window >= c.visibility_timeout / 4 {
+                return bad("a batch handler's window must be shorter than a quarter of visibility_timeout (its messages wait in it)");
+            }
+        }
         if c.dead_letter_queue.as_ref() == Some(&c.queue) {
             return bad("the dead-letter queue must not be the queue itself (messages would loop)");
         }
         let Some(spawner) = self.spawner else {
-            return bad("no handler: call .handler(..) or .blocking_handler(..)");
+            return bad(
+                "no handler: call .handler(..), .blocking_handler(..) or .batch_handler(..)",
+            );
         };
         check_pool(&self.source, &c, self.transactional, self.allow_small_pool)?;
         Ok(Worker::from_parts(self.source, Plan::of(c), spawner))

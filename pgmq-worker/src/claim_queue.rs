@@ -277,6 +277,21 @@ impl<T> ClaimQueue<T> {
         Some((item, left))
     }
 
+    /// Moves what is queued now into `out`, until it holds `max` (a batch
+    /// handler's batch), under one lock; their permits go back to the room.
+    /// Returns how many are left queued.
+    pub(crate) fn try_pop_many(&self, out: &mut Vec<T>, max: usize) -> usize {
+        let mut st = self.lock();
+        let take = max.saturating_sub(out.len()).min(st.items.len());
+        out.extend(st.items.drain(..take));
+        let left = st.items.len();
+        drop(st);
+        if take > 0 {
+            self.room.free(take);
+        }
+        left
+    }
+
     /// The next message, waiting for one (its permit goes back to the
     /// room); `None` once the queue is closed
     /// and empty. Cancel-safe: a wake-up received by a loop that stops
@@ -442,6 +457,20 @@ mod tests {
             .expect("the waiting loop was not woken")
             .unwrap();
         assert_eq!(got, Some(7));
+    }
+
+    /// A batch takes what is queued, up to its size, and says what is left.
+    #[test]
+    fn a_batch_takes_up_to_its_size() {
+        let q = ClaimQueue::<u32>::new(10, 2);
+        assert!(q.push_batch([1, 2, 3, 4, 5]));
+        let mut batch = vec![0];
+        assert_eq!(q.try_pop_many(&mut batch, 3), 3);
+        assert_eq!(batch, vec![0, 1, 2]);
+        assert_eq!(q.try_pop_many(&mut batch, 10), 0);
+        assert_eq!(batch, vec![0, 1, 2, 3, 4, 5]);
+        // Every permit is back: the room is whole again.
+        assert!(q.room().try_take(10).is_some());
     }
 
     /// Closing refuses pushes and ends waits; what was queued can still be

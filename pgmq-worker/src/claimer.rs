@@ -21,7 +21,10 @@
 //! 4) / average handler time` (a moving average), kept between `concurrency`
 //! and `claim_capacity`. Until the first handler finishes the average is
 //! unknown and only `concurrency` messages are claimed. For handlers faster
-//! than a few milliseconds the limit is simply `claim_capacity`.
+//! than a few milliseconds the limit is simply `claim_capacity`. With a batch
+//! handler the average is its run time per message, and the floor is
+//! `concurrency` full batches (`concurrency * batch max`), so that every
+//! batch loop can fill its batch.
 //!
 //! **One connection per loop while the backlog lasts.** A loop keeps the
 //! pooled connection of its last read for the next one ([`Kept`], as the
@@ -110,6 +113,9 @@ pub(crate) struct Settings {
     pub claim_capacity: usize,
     /// The number of handler loops (the floor of the claim limit).
     pub concurrency: usize,
+    /// The most messages one handler run takes: a batch handler's batch
+    /// size, 1 otherwise (the floor is `concurrency` runs of it).
+    pub run_size: usize,
     pub visibility_timeout: Duration,
     pub poll_interval: Duration,
     pub db_timeout: Duration,
@@ -342,7 +348,10 @@ impl Cursor {
 /// How many messages may wait in the claim queue now, at the handlers'
 /// average run time `avg_us` (see the module docs).
 fn claim_limit(cfg: &Settings, avg_us: u64) -> usize {
-    let floor = cfg.concurrency.clamp(1, cfg.claim_capacity);
+    let floor = cfg
+        .concurrency
+        .saturating_mul(cfg.run_size.max(1))
+        .clamp(1, cfg.claim_capacity);
     if avg_us == 0 {
         return floor;
     }

@@ -210,6 +210,161 @@ pub trait TransactionalHandler<T>: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send;
 }
 
+/// What a batch handler returns for one message of its batch: that
+/// message's [`Outcome`], or an error that fails that message's attempt
+/// alone (retried with backoff, dead-lettered on its last attempt, as a
+/// single handler's error is).
+pub type MessageResult = Result<Outcome, HandlerError>;
+
+/// An async handler of batches: up to `max` messages at once, or what
+/// arrived within a short window after the first (see
+/// [`WorkerBuilder::batch_handler`](crate::WorkerBuilder::batch_handler)),
+/// for work that is cheaper in bulk: a multi-row insert, an API that takes
+/// batches.
+///
+/// It returns one [`MessageResult`] per message, in the batch's order, and
+/// each goes through the same mapping as a single handler's result: a
+/// `Delete` is batched with the other acknowledgements, an `Err` retries
+/// that message alone. An `Err` for the whole call, a panic, a run past
+/// `handler_timeout`, or a result count that differs from the batch's
+/// length fails every message of the batch (each an attempt used).
+///
+/// Implemented for every `Fn(Vec<Message<T>>) -> impl Future<Output =
+/// Result<Vec<MessageResult>, HandlerError>>`:
+///
+/// ```
+/// use pgmq_client::Message;
+/// use pgmq_worker::{BatchHandler, MessageResult, Outcome};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Reading { sensor: String, value: f64 }
+///
+/// fn assert_batch_handler<H: BatchHandler<Reading>>(_: H) {}
+///
+/// assert_batch_handler(|batch: Vec<Message<Reading>>| async move {
+///     // One call for the whole batch (say, an API that takes batches);
+///     // a reading without a sensor fails alone and is retried.
+///     let results: Vec<MessageResult> = batch
+///         .iter()
+///         .map(|m| if m.body.sensor.is_empty() {
+///             Err("no sensor".into())
+///         } else {
+///             Ok(Outcome::Delete)
+///         })
+///         .collect();
+///     println!("{} readings", batch.len());
+///     Ok(results)
+/// });
+/// ```
+pub trait BatchHandler<T>: Send + Sync + 'static {
+    /// Handles one batch; one result per message, in order.
+    fn handle(
+        &self,
+        batch: Vec<Message<T>>,
+    ) -> impl Future<Output = Result<Vec<MessageResult>, HandlerError>> + Send;
+}
+
+impl<T, F, Fut> BatchHandler<T> for F
+where
+    T: Send + 'static,
+    F: Fn(Vec<Message<T>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<MessageResult>, HandlerError>> + Send,
+{
+    async fn handle(&self, batch: Vec<Message<T>>) -> Result<Vec<MessageResult>, HandlerError> {
+        (self)(batch).await
+    }
+}
+
+/// A batch handler whose database writes commit in one transaction with
+/// the deletes (or archives) of the batch's successes: effectively once
+/// for bulk work in the same database, at a commit per batch instead of
+/// one per message.
+///
+/// The worker opens a transaction on a pooled connection and, **before the
+/// handler runs**, locks the batch's messages in it, fenced on their
+/// deliveries (`SELECT ... FOR UPDATE` of the rows that still carry this
+/// worker's `msg_id` and `last_read_at`). The handler gets only the
+/// messages it still owns: one whose claim was lost before the lock
+/// (another delivery holds it now) is left out, counted in `claims_lost`,
+/// and none of its effects can be written here. While the transaction
+/// holds the locks no other consumer can claim those messages, even past
+/// their visibility timeout (PGMQ's reads skip locked rows), so no claim
+/// is lost during the run; the heartbeat leaves them alone meanwhile.
+///
+/// When the handler returns, the fenced deletes (and archives) of the
+/// messages whose result is `Ok(Outcome::Delete)` (or `Archive`) run in
+/// the same transaction, then it commits: the batch's writes and those
+/// acknowledgements happen together or not at all. A crash, a lost
+/// connection or a `handler_timeout` before the commit rolls both back.
+/// The other messages' results (retry, snooze, dead letter, an error) are
+/// written afterwards by the worker's batched acknowledgements, as for a
+/// single handler.
+///
+/// **Write only for the successes.** The transaction commits whenever at
+/// least one message of the batch succeeded, and with it every write the
+/// handler made in it. A message that fails (or is retried, snoozed or
+/// dead-lettered) must not leave writes in `tx`: decide each message's
+/// result before writing the batch, or wrap a message's writes in a
+/// savepoint (`SAVEPOINT` / `ROLLBACK TO SAVEPOINT`) and undo them when it
+/// fails. When no message succeeded, the transaction is rolled back.
+///
+/// An `Err` for the whole batch, a panic, a run past `handler_timeout` or
+/// a result count that differs from the batch's length rolls the
+/// transaction back and fails every message of the batch (an attempt
+/// each). A failure of the worker's own database work (no connection
+/// within `db_timeout`; BEGIN, the lock, the acknowledgement or COMMIT
+/// losing its connection or timing out) is not the handler's: the batch is
+/// snoozed for the first retry delay, no attempt used (`tx_unavailable`).
+///
+/// Give it to
+/// [`WorkerBuilder::transactional_batch_handler`](crate::WorkerBuilder::transactional_batch_handler).
+///
+/// ```
+/// use pgmq_client::{Message, Transaction};
+/// use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Payment { order: i64, cents: i64 }
+///
+/// struct Ledger;
+///
+/// impl TransactionalBatchHandler<Payment> for Ledger {
+///     async fn handle(
+///         &self,
+///         batch: Vec<Message<Payment>>,
+///         tx: &Transaction<'_>,
+///     ) -> Result<Vec<MessageResult>, HandlerError> {
+///         // Decide first: a negative amount fails alone, and writes nothing.
+///         let results: Vec<MessageResult> = batch
+///             .iter()
+///             .map(|m| if m.body.cents < 0 {
+///                 Err("negative amount".into())
+///             } else {
+///                 Ok(Outcome::Delete)
+///             })
+///             .collect();
+///         let good: Vec<&Message<Payment>> = batch.iter().filter(|m| m.body.cents >= 0).collect();
+///         let orders: Vec<i64> = good.iter().map(|m| m.body.order).collect();
+///         let cents: Vec<i64> = good.iter().map(|m| m.body.cents).collect();
+///         // One statement for the batch; it commits with the deletes.
+///         tx.execute(
+///             "INSERT INTO payments (order_id, cents) SELECT * FROM unnest($1::bigint[], $2::bigint[])",
+///             &[&orders, &cents],
+///         )
+///         .await?;
+///         Ok(results)
+///     }
+/// }
+/// ```
+pub trait TransactionalBatchHandler<T>: Send + Sync + 'static {
+    /// Handles one batch inside `tx`; one result per message, in order.
+    fn handle(
+        &self,
+        batch: Vec<Message<T>>,
+        tx: &pgmq_client::Transaction<'_>,
+    ) -> impl Future<Output = Result<Vec<MessageResult>, HandlerError>> + Send;
+}
+
 /// A blocking (CPU-bound) message handler, run on a dedicated thread.
 ///
 /// Implemented for every `Fn(Message<T>) -> Result<O, HandlerError>` where

@@ -44,7 +44,7 @@ use crate::hooks::{self, HookList};
 use crate::lease::{Leases, State};
 use crate::protocol::{attempts_used, truncate_reason};
 use crate::runners::{AsyncRun, BlockingRun, ContextRun, Run, RunEnv, RunResult, Settled, TxRun};
-use crate::stats::{bump, micros, record, HandlerCounters, LocalHistograms, Stats};
+use crate::stats::{bump, micros, record, record_n, HandlerCounters, LocalHistograms, Stats};
 use crate::supervise::{PanicOnce, Supervisor};
 use crate::wake::Wake;
 
@@ -63,6 +63,11 @@ pub(crate) struct Settings {
     /// Wake the claimers when a run acknowledged its message itself
     /// (group-ordered claims: the group's next message is claimable).
     pub wake_claimers: bool,
+    /// Batch handlers: the most messages one run takes (1 otherwise).
+    pub batch_max: usize,
+    /// Batch handlers: how long a run waits for more messages after the
+    /// first (zero: what is queued at once).
+    pub batch_window: Duration,
     /// Test hook: a handler's caught panic is raised again in its loop.
     #[cfg(feature = "fault-injection")]
     pub resume_panics: bool,
@@ -285,8 +290,8 @@ impl Drop for Holding<'_> {
 
 /// A handler loop's own timing records: merged into the shared statistics
 /// now and then, so the per-message path takes no lock.
-struct LoopTiming {
-    local: LocalHistograms,
+pub(crate) struct LoopTiming {
+    pub(crate) local: LocalHistograms,
     /// Handler runs so far.
     runs: u64,
     #[cfg(feature = "metrics")]
@@ -294,7 +299,7 @@ struct LoopTiming {
 }
 
 impl LoopTiming {
-    fn new(ctx: &HandlerLoops) -> Self {
+    pub(crate) fn new(ctx: &HandlerLoops) -> Self {
         #[cfg(not(feature = "metrics"))]
         let _ = ctx;
         LoopTiming {
@@ -306,7 +311,7 @@ impl LoopTiming {
     }
 
     /// How long a message waited in the claim queue.
-    fn record_wait(&mut self, waited: Duration) {
+    pub(crate) fn record_wait(&mut self, waited: Duration) {
         record(&mut self.local.h.queue_wait_local, micros(waited));
         #[cfg(feature = "metrics")]
         self.metrics.wait.record(waited.as_secs_f64());
@@ -315,38 +320,52 @@ impl LoopTiming {
     /// A handler run that started at `started` and just ended: its latency,
     /// and the moving average the claim limit follows.
     fn record_run(&mut self, shared: &HandlerLoops, started: Instant) {
+        self.record_runs(shared, started, 1);
+    }
+
+    /// A run of `n` messages (a batch handler's) that started at `started`
+    /// and just ended: its latency for each of them, and its time per
+    /// message in the moving average (the rate the claim limit follows).
+    pub(crate) fn record_runs(&mut self, shared: &HandlerLoops, started: Instant, n: usize) {
         let ended = Instant::now();
         let took_us = micros(ended - started);
-        record(&mut self.local.h.handler_latency, took_us);
+        let n = n.max(1);
+        record_n(&mut self.local.h.handler_latency, took_us, n as u64);
         #[cfg(feature = "metrics")]
-        self.metrics.handler.record((ended - started).as_secs_f64());
+        for _ in 0..n {
+            self.metrics.handler.record((ended - started).as_secs_f64());
+        }
         // The claim limit (claimer.rs) follows slow handlers at once; for
         // fast ones the first and every 16th run are enough (and spare a
         // shared write per message).
         self.runs += 1;
-        if self.runs == 1 || took_us >= 500 || self.runs.is_multiple_of(16) {
-            shared.queue.record_run(took_us);
+        let per_msg_us = took_us / n as u64;
+        if self.runs == 1 || per_msg_us >= 500 || self.runs.is_multiple_of(16) {
+            shared.queue.record_run(per_msg_us);
         }
         self.local.maybe_merge(&shared.stats, ended);
     }
 }
 
 /// One message taken by a handler loop.
-struct Delivery {
-    receipt: Receipt,
+pub(crate) struct Delivery {
+    pub(crate) receipt: Receipt,
     /// When the read that claimed it returned.
-    claimed_at: Instant,
+    pub(crate) claimed_at: Instant,
     /// When the loop took it.
-    started: Instant,
+    pub(crate) started: Instant,
     /// This run's attempt number (from the attempts header).
-    attempt: u32,
+    pub(crate) attempt: u32,
     /// PGMQ's `read_ct`.
-    deliveries: u32,
+    pub(crate) deliveries: u32,
 }
 
 /// The next message and how many are left behind it, waiting when the
 /// claim queue is empty; None once `stop` fires or the queue closes.
-async fn next_claimed(ctx: &HandlerLoops, local: &mut LocalHistograms) -> Option<(Claimed, usize)> {
+pub(crate) async fn next_claimed(
+    ctx: &HandlerLoops,
+    local: &mut LocalHistograms,
+) -> Option<(Claimed, usize)> {
     if ctx.stop.is_cancelled() {
         return None;
     }
@@ -373,7 +392,7 @@ async fn next_claimed(ctx: &HandlerLoops, local: &mut LocalHistograms) -> Option
 
 /// The dead-letter reason of a message that must not run again: delivered
 /// more than `max_deliveries` times, or with its attempts used up.
-fn past_limits(cfg: &Settings, d: &Delivery) -> Option<String> {
+pub(crate) fn past_limits(cfg: &Settings, d: &Delivery) -> Option<String> {
     if d.deliveries > cfg.max_deliveries {
         // Delivered again and again without an attempt being recorded:
         // likely a message whose handler crashes the process.
@@ -493,7 +512,7 @@ async fn run_message<T: Send, R: Run<T>>(
 /// Hands the acknowledgement to the completer; false when it no longer
 /// takes any (the shutdown gave up on this abandoned handler: the message
 /// comes back after its visibility timeout).
-async fn send_ack(
+pub(crate) async fn send_ack(
     ctx: &HandlerLoops,
     counts: &HandlerCounters,
     d: &Delivery,
@@ -517,7 +536,7 @@ async fn send_ack(
 }
 
 /// Records a message a transactional run acknowledged itself.
-fn settle(shared: &HandlerLoops, queue: &QueueName, receipt: Receipt, settled: Settled) {
+pub(crate) fn settle(shared: &HandlerLoops, queue: &QueueName, receipt: Receipt, settled: Settled) {
     let c = &shared.stats.c;
     let already_lost = !shared.leases.finish([receipt]).is_empty();
     if matches!(settled, Settled::Written(_)) && shared.settings.wake_claimers {
@@ -537,7 +556,7 @@ fn settle(shared: &HandlerLoops, queue: &QueueName, receipt: Receipt, settled: S
 }
 
 /// Maps what the handler returned to what the completer writes.
-fn outcome_to_ack(
+pub(crate) fn outcome_to_ack(
     shared: &HandlerLoops,
     counts: &HandlerCounters,
     result: RunResult,

@@ -18,6 +18,14 @@
 //! ([`HeartbeatSignals::after_write`](crate::heartbeat::HeartbeatSignals::after_write)), so
 //! no extension lands after the retry's own write.
 //!
+//! `Locked` (a transactional batch holds the message's row locked in its
+//! transaction) is not extended either: no other consumer can claim a
+//! locked row (PGMQ's reads skip them), and the extension's `UPDATE` would
+//! wait for the transaction. It counts as running for the shutdown (its
+//! handler runs). The batch loop marks leases `Locked` and then waits for
+//! any heartbeat write in flight before it takes the locks, as the
+//! completer does for `Settling`.
+//!
 //! **Lost claims.** A fenced write that matches nothing means another
 //! delivery holds the message now. The heartbeat reports a lost claim only
 //! for leases still `Running` after its write returned (a lease whose
@@ -38,6 +46,8 @@ pub(crate) enum State {
     Running,
     Acking,
     Settling,
+    /// Running, its row locked by a transactional batch: not extended.
+    Locked,
 }
 
 struct Lease {
@@ -112,7 +122,8 @@ impl Leases {
     pub(crate) fn due(&self, before: Instant, out: &mut Vec<Receipt>) {
         out.clear();
         for (id, l) in self.lock().iter() {
-            if l.state != State::Settling && !l.lost && l.deadline <= before {
+            let extend = matches!(l.state, State::Running | State::Acking);
+            if extend && !l.lost && l.deadline <= before {
                 out.push(Receipt {
                     msg_id: *id,
                     read_at: l.read_at,
@@ -155,7 +166,7 @@ impl Leases {
         let mut ids: Vec<i64> = self
             .lock()
             .iter()
-            .filter(|(_, l)| l.state == State::Running)
+            .filter(|(_, l)| matches!(l.state, State::Running | State::Locked))
             .map(|(id, _)| *id)
             .collect();
         ids.sort_unstable();
@@ -165,7 +176,7 @@ impl Leases {
     /// Fires the cancellation of every running handler (immediate shutdown).
     pub(crate) fn cancel_running(&self) {
         for l in self.lock().values() {
-            if l.state == State::Running {
+            if matches!(l.state, State::Running | State::Locked) {
                 l.cancel.cancel();
             }
         }
@@ -207,9 +218,13 @@ mod tests {
         leases.start(c, at(t0, 100), tokens[2].clone());
         leases.set_state([b], State::Acking);
         leases.set_state([c], State::Settling);
+        let d = receipt(4, 40);
+        leases.start(d, at(t0, 100), CancellationToken::new());
+        leases.set_state([d], State::Locked);
         let mut due = Vec::new();
         leases.due(at(t0, 1000), &mut due);
         due.sort_by_key(|r| r.msg_id);
+        // Neither the settling one nor the locked one is extended.
         assert_eq!(due, vec![a, b]);
         // Neither matched: the running one is lost, the acking one is left
         // to its own write.
@@ -221,6 +236,9 @@ mod tests {
         leases.due(at(t0, 1000), &mut due);
         assert_eq!(due, vec![b]);
         assert_eq!(leases.finish([a, b]), vec![1]);
+        // A locked lease's handler runs: the shutdown lists it.
+        assert_eq!(leases.running(), vec![4]);
+        leases.finish([c, d]);
         assert!(leases.running().is_empty());
     }
 

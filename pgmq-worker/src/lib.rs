@@ -90,6 +90,16 @@
 //!   lost, timeout, immediate shutdown), deadline, attempt, queue.
 //!   [`blocking_handler`](WorkerBuilder::blocking_handler) runs CPU-bound
 //!   handlers on dedicated threads.
+//! - **Batch handlers.** [`batch_handler`](WorkerBuilder::batch_handler)
+//!   runs a [`BatchHandler`] on up to `max` messages at once (or what
+//!   arrived within a short window) and takes a [`MessageResult`] per
+//!   message: each keeps its own lease, attempts and outcome, so one
+//!   failure retries that message alone.
+//!   [`transactional_batch_handler`](WorkerBuilder::transactional_batch_handler)
+//!   runs a [`TransactionalBatchHandler`] in one transaction per batch that
+//!   locks the batch's rows (fenced on their deliveries) before the handler
+//!   runs and commits the handler's writes with the fenced deletes of the
+//!   successes: one commit per batch.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
 //!   one transaction, with headers `reason`, `attempts`, `deliveries`,
 //!   `source_queue`, `original_msg_id` and `original_headers`. The copy is
@@ -186,6 +196,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod batch_loop;
 mod builder;
 mod claim_queue;
 mod claimer;
@@ -225,7 +236,8 @@ pub use error::Error;
 pub use group::{GroupShutdown, WorkerGroup};
 pub use handle::{Monitor, WorkerHandle};
 pub use handler::{
-    BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome, TransactionalHandler,
+    BatchHandler, BlockingHandler, Handler, HandlerError, HandlerWithContext, MessageResult,
+    Outcome, TransactionalBatchHandler, TransactionalHandler,
 };
 pub use health::Health;
 pub use hooks::Hook;

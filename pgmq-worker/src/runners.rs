@@ -62,7 +62,7 @@ pub(crate) struct Settings {
 impl Settings {
     /// Whether successes are acknowledged without the fence (the
     /// `fence_off` test hook; never without feature `fault-injection`).
-    fn unfenced(&self) -> bool {
+    pub(crate) fn unfenced(&self) -> bool {
         #[cfg(feature = "fault-injection")]
         if self.fence_off {
             return true;
@@ -169,7 +169,7 @@ pub(crate) enum Settled {
 /// failure at COMMIT, a transaction the handler left aborted) is the
 /// handler's: it uses an attempt, so that a message that always fails that
 /// way is dead-lettered in the end.
-fn worker_side(e: &pgmq_client::Error) -> bool {
+pub(crate) fn worker_side(e: &pgmq_client::Error) -> bool {
     matches!(
         e,
         pgmq_client::Error::PoolTimeout
@@ -179,7 +179,7 @@ fn worker_side(e: &pgmq_client::Error) -> bool {
 }
 
 /// `call` within `limit`; past it, [`pgmq_client::Error::timed_out`].
-async fn within<T>(
+pub(crate) async fn within<T>(
     limit: Duration,
     call: impl Future<Output = Result<T, pgmq_client::Error>>,
 ) -> Result<T, pgmq_client::Error> {
@@ -193,9 +193,9 @@ async fn within<T>(
 /// was cut off (at `db_timeout`, at `handler_timeout`, at an immediate
 /// shutdown) never goes back to the pool with a statement still running on
 /// it, and the server stops that statement.
-struct TxConn {
-    conn: crate::db::Held,
-    clean: bool,
+pub(crate) struct TxConn {
+    pub(crate) conn: crate::db::Held,
+    pub(crate) clean: bool,
 }
 
 impl Drop for TxConn {

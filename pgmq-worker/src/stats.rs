@@ -308,6 +308,11 @@ pub(crate) fn record(h: &mut Histogram<u64>, us: u64) {
     h.saturating_record(us.clamp(1, HIST_MAX_US));
 }
 
+/// Records `us` `n` times (a batch's run time, once per message).
+pub(crate) fn record_n(h: &mut Histogram<u64>, us: u64, n: u64) {
+    h.saturating_record_n(us.clamp(1, HIST_MAX_US), n);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,7 +34,8 @@ use pgmq_client::Message;
 
 use crate::context::Context;
 use crate::handler::{
-    panic_text, BlockingHandler, Handler, HandlerError, HandlerWithContext, Outcome,
+    panic_text, BatchHandler, BlockingHandler, Handler, HandlerError, HandlerWithContext,
+    MessageResult, Outcome,
 };
 
 /// Runs an async [`Handler`] on `msg`; a panic comes back as an error with
@@ -71,6 +72,42 @@ pub fn run_blocking_handler<T, H: BlockingHandler<T>>(
         .unwrap_or_else(|p| Err(panic_text(&*p).into()))
 }
 
+/// Runs a [`BatchHandler`] on `batch`; a panic comes back as an error
+/// with its message. The worker fails every message of a batch whose
+/// handler errs, panics or returns a result count other than the batch's
+/// length; check the count in your test.
+///
+/// ```
+/// use pgmq_client::Message;
+/// use pgmq_worker::testing::run_batch_handler;
+/// use pgmq_worker::{HandlerError, MessageResult, Outcome};
+///
+/// async fn handle(batch: Vec<Message<i64>>) -> Result<Vec<MessageResult>, HandlerError> {
+///     Ok(batch
+///         .iter()
+///         .map(|m| if m.body < 0 { Err("negative".into()) } else { Ok(Outcome::Delete) })
+///         .collect())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let results = run_batch_handler(&handle, vec![Message::new(1, 5), Message::new(2, -1)])
+///     .await
+///     .unwrap();
+/// assert_eq!(results.len(), 2);
+/// assert_eq!(results[0].as_ref().unwrap(), &Outcome::Delete);
+/// assert!(results[1].is_err());
+/// # }
+/// ```
+pub async fn run_batch_handler<T, H: BatchHandler<T>>(
+    handler: &H,
+    batch: Vec<Message<T>>,
+) -> Result<Vec<MessageResult>, HandlerError> {
+    AssertUnwindSafe(handler.handle(batch))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|p| Err(panic_text(&*p).into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,5 +141,19 @@ mod tests {
             run_blocking_handler(&b, Message::new(1, 5u32)).unwrap(),
             Outcome::Archive
         );
+        let h = |batch: Vec<Message<u32>>| async move {
+            if batch.len() > 1 {
+                panic!("batch boom");
+            }
+            Ok(vec![Ok(Outcome::Delete)])
+        };
+        let err = run_batch_handler(&h, vec![Message::new(1, 5u32), Message::new(2, 6)])
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("batch boom"));
+        let one = run_batch_handler(&h, vec![Message::new(1, 5u32)])
+            .await
+            .unwrap();
+        assert_eq!(one.len(), 1);
     }
 }

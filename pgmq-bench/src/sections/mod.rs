@@ -111,6 +111,7 @@ registry! {
     idle => [IdleWorker] with IdleOptions,
     wakeup => [WakeupLatency] with WakeupOptions,
     sustained => [Sustained],
+    batch_handler => [BatchHandlerSection] with BatchHandlerOptions,
 }
 
 /// The options a section file declares: its command-line flags (a clap

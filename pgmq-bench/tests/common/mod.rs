@@ -316,5 +316,9 @@ pub fn short_run_args(output: &str) -> Vec<&str> {
         "2",
         "--processes",
         "1,2",
+        "--batch-handler-messages",
+        "2000",
+        "--batch-handler-workers",
+        "2",
     ]
 }
