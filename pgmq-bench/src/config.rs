@@ -294,6 +294,8 @@ fn quick_profile(a: &RunArgs) -> RunArgs {
         pick(&mut a.duration, secs(30), secs(20));
         pick(&mut a.sustained_warmup, secs(5), secs(3));
         pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+        let bh = &mut a.options.batch_handler;
+        pick(&mut bh.batch_handler_messages, 60_000, 5_000);
     } else if a.standard {
         pick(&mut a.repeat, 3, 2);
         pick(&mut a.messages, 150_000, 50_000);
@@ -301,6 +303,8 @@ fn quick_profile(a: &RunArgs) -> RunArgs {
         pick(&mut a.single_messages, 10_000, 5_000);
         pick(&mut a.duration, secs(30), secs(20));
         pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+        let bh = &mut a.options.batch_handler;
+        pick(&mut bh.batch_handler_messages, 60_000, 20_000);
     }
     a
 }
@@ -347,6 +351,8 @@ mod tests {
         let full = Config::from_args(&args(&[])).unwrap();
         assert!(quick.messages < standard.messages && standard.messages < full.messages);
         assert!(quick.repeat < standard.repeat && standard.repeat < full.repeat);
+        let bh = |c: &Config| c.options.batch_handler.messages;
+        assert!(bh(&quick) < bh(&standard) && bh(&standard) < bh(&full));
         assert_eq!(standard.backlog_sizes, STANDARD_BACKLOG_SIZES.to_vec());
         // One profile at a time.
         let both = crate::cli::Cli::try_parse_from(["pgmq-bench", "--quick", "--standard"]);
