@@ -17,12 +17,16 @@ async fn index_count(pg: &tokio_postgres::Client, table: &str) -> i64 {
     .get(0)
 }
 
+/// In a database of its own: `create_fifo_indexes_all` builds an index on
+/// every queue of the database, and CREATE INDEX waits for every
+/// transaction on a table (a grouped read polling for 20 s, in another
+/// test) while the other test's writes queue behind it.
 #[tokio::test]
 async fn create_non_partitioned_and_fifo_indexes_on_every_queue() {
-    let client = common::client().await;
-    let pg = common::raw().await;
-    let qs = common::Queues::new();
-    let q = qs.name("nonpart");
+    let db = common::OwnDb::new("fifo_all").await;
+    let client = db.client().await;
+    let pg = common::raw_to(&db.dsn()).await;
+    let q = pgmq_client::QueueName::new("nonpart").unwrap();
     client.create_non_partitioned(&q).await.unwrap();
     assert!(client.queue_exists(&q).await.unwrap());
     let before = index_count(&pg, &format!("q_{}", q.as_str())).await;

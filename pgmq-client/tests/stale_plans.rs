@@ -7,66 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use pgmq_client::{Client, ClientBuilder, Pgmq, QueueName, ReadFrom, ReadOptions};
+use pgmq_client::{Pgmq, QueueName, ReadFrom, ReadOptions};
 use serde_json::json;
-
-/// A database of its own with PGMQ, dropped (with its connections) when
-/// the guard goes, also when the test panicked.
-struct OwnDb {
-    name: String,
-}
-
-impl OwnDb {
-    async fn new(prefix: &str) -> OwnDb {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let name = format!("t_{prefix}_{}_{nanos:x}", std::process::id());
-        let admin = common::raw().await;
-        admin
-            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
-            .await
-            .unwrap();
-        let db = OwnDb { name };
-        common::raw_to(&db.dsn())
-            .await
-            .batch_execute("CREATE EXTENSION pgmq")
-            .await
-            .unwrap();
-        db
-    }
-
-    fn dsn(&self) -> String {
-        common::dsn_for(&self.name)
-    }
-
-    /// A pool of one connection, so that every call reuses its statements.
-    async fn client(&self) -> Client {
-        ClientBuilder::new(&self.dsn())
-            .max_size(1)
-            .connect()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for OwnDb {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        common::run_detached(move || async move {
-            common::raw()
-                .await
-                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                .await
-                .unwrap();
-        });
-    }
-}
 
 #[tokio::test]
 async fn metrics_survive_a_field_added_to_pgmqs_metrics_type() {
-    let db = OwnDb::new("stale_metrics").await;
+    let db = common::OwnDb::new("stale_metrics").await;
     let client = db.client().await;
     let q = QueueName::new("jobs").unwrap();
     client.create(&q).await.unwrap();
@@ -105,7 +51,7 @@ const RESHAPE_DELETE: &str = "ALTER FUNCTION pgmq.delete(text, bigint[]) RENAME 
 #[cfg(feature = "deadpool")]
 #[tokio::test]
 async fn deadpools_cache_is_prepared_again_too() {
-    let db = OwnDb::new("stale_deadpool").await;
+    let db = common::OwnDb::new("stale_deadpool").await;
     let config: tokio_postgres::Config = db.dsn().parse().unwrap();
     let manager = deadpool_postgres::Manager::new(config, tokio_postgres::NoTls);
     let pool = deadpool_postgres::Pool::builder(manager)
@@ -127,7 +73,7 @@ async fn deadpools_cache_is_prepared_again_too() {
 
 #[tokio::test]
 async fn a_statement_whose_result_type_changed_is_prepared_again() {
-    let db = OwnDb::new("stale_stmt").await;
+    let db = common::OwnDb::new("stale_stmt").await;
     let client = db.client().await;
     let q = QueueName::new("jobs").unwrap();
     client.create(&q).await.unwrap();

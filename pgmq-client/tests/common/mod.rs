@@ -256,3 +256,57 @@ pub fn ok<T>(batch: Vec<pgmq_client::Decoded<T>>) -> Vec<pgmq_client::Message<T>
         .map(|m| m.unwrap_or_else(|u| panic!("{u}")))
         .collect()
 }
+
+/// A database of its own with PGMQ, dropped (with its connections) when
+/// the guard goes, also when the test panicked.
+pub struct OwnDb {
+    name: String,
+}
+
+impl OwnDb {
+    pub async fn new(prefix: &str) -> OwnDb {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("t_{prefix}_{}_{nanos:x}", std::process::id());
+        let admin = raw().await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .await
+            .unwrap();
+        let db = OwnDb { name };
+        raw_to(&db.dsn())
+            .await
+            .batch_execute("CREATE EXTENSION pgmq")
+            .await
+            .unwrap();
+        db
+    }
+
+    pub fn dsn(&self) -> String {
+        dsn_for(&self.name)
+    }
+
+    /// A pool of one connection, so that every call reuses its statements.
+    pub async fn client(&self) -> Client {
+        pgmq_client::ClientBuilder::new(&self.dsn())
+            .max_size(1)
+            .connect()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for OwnDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        run_detached(move || async move {
+            raw()
+                .await
+                .batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                .await
+                .unwrap();
+        });
+    }
+}
