@@ -37,7 +37,6 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
@@ -45,7 +44,6 @@ use std::time::Instant;
 use futures::FutureExt;
 use pgmq_client::{Message, Pgmq, QueueName, Receipt};
 use serde::de::DeserializeOwned;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -57,8 +55,8 @@ use crate::handler::{
     panic_text, BatchHandler, HandlerError, MessageResult, Outcome, TransactionalBatchHandler,
 };
 use crate::handler_loop::{
-    next_claimed, outcome_to_ack, past_limits, send_ack, settle, Delivery, HandlerLoops,
-    LoopTiming, Spawner,
+    next_claimed, outcome_to_ack, past_limits, send_ack, settle, spawn_loops, Delivery,
+    HandlerLoops, LoopTiming, Spawner,
 };
 use crate::hooks::{self, Refusal};
 use crate::lease::State;
@@ -93,38 +91,15 @@ pub(crate) trait BatchRun<T: Send>: Send + Sync + 'static {
     ) -> impl Future<Output = Vec<Each>> + Send;
 }
 
-/// Spawns `concurrency` batch loops over one [`BatchRun`].
-pub(crate) struct BatchSpawner<T, R> {
-    run: Arc<R>,
-    _t: PhantomData<fn() -> T>,
-}
-
-impl<T: DeserializeOwned + Send + 'static, R: BatchRun<T>> Spawner<T> for BatchSpawner<T, R> {
-    fn spawn(self: Box<Self>, ctx: Arc<HandlerLoops>) -> Vec<JoinHandle<()>> {
-        (0..ctx.settings.concurrency)
-            .map(|i| {
-                let ctx2 = Arc::clone(&ctx);
-                let run = Arc::clone(&self.run);
-                ctx.supervisor.spawn("handler loop", move || {
-                    batch_loop::<T, R>(Arc::clone(&ctx2), i, Arc::clone(&run))
-                })
-            })
-            .collect()
-    }
-}
-
-fn spawner<T, R>(run: R) -> BatchSpawner<T, R> {
-    BatchSpawner {
-        run: Arc::new(run),
-        _t: PhantomData,
-    }
+fn spawner<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(run: R) -> Box<dyn Spawner<T>> {
+    spawn_loops(run, batch_loop::<T, R>)
 }
 
 /// The loops of a [`BatchHandler`].
 pub(crate) fn batch_spawner<T: DeserializeOwned + Send + 'static, H: BatchHandler<T>>(
     handler: H,
 ) -> Box<dyn Spawner<T>> {
-    Box::new(spawner::<T, _>(AsyncBatch(handler)))
+    spawner::<T, _>(AsyncBatch(handler))
 }
 
 /// The loops of a [`TransactionalBatchHandler`].
@@ -134,7 +109,7 @@ pub(crate) fn transactional_batch_spawner<
 >(
     handler: H,
 ) -> Box<dyn Spawner<T>> {
-    Box::new(spawner::<T, _>(TxBatch(handler)))
+    spawner::<T, _>(TxBatch(handler))
 }
 
 /// Up to `batch_max` claimed messages: the first waited for (None once

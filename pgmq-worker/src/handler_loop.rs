@@ -20,7 +20,7 @@
 //! every time (no attempt is ever written), after `max_deliveries`
 //! deliveries without running.
 
-use std::marker::PhantomData;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,33 +95,39 @@ pub(crate) trait Spawner<T>: Send {
     fn spawn(self: Box<Self>, ctx: Arc<HandlerLoops>) -> Vec<JoinHandle<()>>;
 }
 
-/// Spawns `concurrency` handler loops over one [`Run`].
-pub(crate) struct RunSpawner<T, R> {
-    run: Arc<R>,
-    _t: PhantomData<fn() -> T>,
+impl<T, F> Spawner<T> for F
+where
+    F: FnOnce(Arc<HandlerLoops>) -> Vec<JoinHandle<()>> + Send,
+{
+    fn spawn(self: Box<Self>, ctx: Arc<HandlerLoops>) -> Vec<JoinHandle<()>> {
+        (*self)(ctx)
+    }
 }
 
-impl<T: DeserializeOwned + Send + 'static, R: Run<T>> Spawner<T> for RunSpawner<T, R> {
-    fn spawn(self: Box<Self>, ctx: Arc<HandlerLoops>) -> Vec<JoinHandle<()>> {
+/// A [`Spawner`] of `concurrency` loops, each `body(ctx, index, run)`, all
+/// sharing one runner. Supervised as the other internal tasks are: a loop
+/// that panics anyway is restarted, counted and shown in health.
+pub(crate) fn spawn_loops<T, R, F, Fut>(run: R, body: F) -> Box<dyn Spawner<T>>
+where
+    R: Send + Sync + 'static,
+    F: Fn(Arc<HandlerLoops>, usize, Arc<R>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (run, body) = (Arc::new(run), Arc::new(body));
+    Box::new(move |ctx: Arc<HandlerLoops>| {
         (0..ctx.settings.concurrency)
             .map(|i| {
-                let ctx2 = Arc::clone(&ctx);
-                let run = Arc::clone(&self.run);
-                // Supervised as the other internal tasks are: a loop that
-                // panics anyway is restarted, counted and shown in health.
+                let (ctx2, run, body) = (Arc::clone(&ctx), Arc::clone(&run), Arc::clone(&body));
                 ctx.supervisor.spawn("handler loop", move || {
-                    handler_loop::<T, R>(Arc::clone(&ctx2), i, Arc::clone(&run))
+                    body(Arc::clone(&ctx2), i, Arc::clone(&run))
                 })
             })
             .collect()
-    }
+    })
 }
 
-fn spawner<T, R>(run: R) -> RunSpawner<T, R> {
-    RunSpawner {
-        run: Arc::new(run),
-        _t: PhantomData,
-    }
+fn spawner<T: DeserializeOwned + Send + 'static, R: Run<T>>(run: R) -> Box<dyn Spawner<T>> {
+    spawn_loops(run, handler_loop::<T, R>)
 }
 
 /// The loops of a [`TransactionalHandler`].
@@ -131,28 +137,28 @@ pub(crate) fn transactional_spawner<
 >(
     handler: H,
 ) -> Box<dyn Spawner<T>> {
-    Box::new(spawner::<T, _>(TxRun(handler)))
+    spawner::<T, _>(TxRun(handler))
 }
 
 /// The loops of an async [`Handler`].
 pub(crate) fn async_spawner<T: DeserializeOwned + Send + 'static, H: Handler<T>>(
     handler: H,
 ) -> Box<dyn Spawner<T>> {
-    Box::new(spawner::<T, _>(AsyncRun(handler)))
+    spawner::<T, _>(AsyncRun(handler))
 }
 
 /// The loops of a [`HandlerWithContext`].
 pub(crate) fn context_spawner<T: DeserializeOwned + Send + 'static, H: HandlerWithContext<T>>(
     handler: H,
 ) -> Box<dyn Spawner<T>> {
-    Box::new(spawner::<T, _>(ContextRun(handler)))
+    spawner::<T, _>(ContextRun(handler))
 }
 
 /// The loops of a [`BlockingHandler`].
 pub(crate) fn blocking_spawner<T: DeserializeOwned + Send + 'static, H: BlockingHandler<T>>(
     handler: H,
 ) -> Box<dyn Spawner<T>> {
-    Box::new(spawner::<T, _>(BlockingRun::new(handler)))
+    spawner::<T, _>(BlockingRun::new(handler))
 }
 
 /// One handler loop: take a message, run it, acknowledge, until `stop`.
