@@ -264,49 +264,86 @@ fn check_rate_search(a: &RunArgs) -> Result<()> {
 }
 
 /// `args` with the profile (`--quick`, `--standard` or `--long`) applied:
-/// each option the profile sets is replaced when it holds its default value.
-/// (An option given explicitly with its default value is replaced too:
-/// clap's derive API does not say where a value came from.) The backlog
-/// sizes of a profile are in [`backlog_sizes`].
+/// each option the profile sets is replaced when it holds its default value
+/// ([`pick`]); the sections' own options take it in their files. The
+/// backlog sizes of a profile are in [`backlog_sizes`].
 fn quick_profile(a: &RunArgs) -> RunArgs {
-    fn pick<T: PartialEq>(v: &mut T, default: T, profile: T) {
-        if *v == default {
-            *v = profile;
-        }
-    }
     let mut a = a.clone();
     let secs = Duration::from_secs;
-    if a.long {
-        pick(&mut a.repeat, 3, 5);
-        pick(&mut a.messages, 150_000, 300_000);
-        pick(&mut a.batch_messages, 250_000, 500_000);
-        pick(&mut a.single_messages, 10_000, 20_000);
-        if a.duration < secs(300) {
-            a.duration = secs(300);
+    let profile = Profile::of(&a);
+    match profile {
+        Profile::Long => {
+            pick(&mut a.repeat, 3, 5);
+            pick(&mut a.messages, 150_000, 300_000);
+            pick(&mut a.batch_messages, 250_000, 500_000);
+            pick(&mut a.single_messages, 10_000, 20_000);
+            if a.duration < secs(300) {
+                a.duration = secs(300);
+            }
+            pick(&mut a.sustained_warmup, secs(5), secs(30));
         }
-        pick(&mut a.sustained_warmup, secs(5), secs(30));
-    } else if a.quick {
-        pick(&mut a.repeat, 3, 1);
-        pick(&mut a.warmup, 1, 0);
-        pick(&mut a.messages, 150_000, 20_000);
-        pick(&mut a.batch_messages, 250_000, 20_000);
-        pick(&mut a.single_messages, 10_000, 2_000);
-        pick(&mut a.duration, secs(30), secs(20));
-        pick(&mut a.sustained_warmup, secs(5), secs(3));
-        pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
-        let bh = &mut a.options.batch_handler;
-        pick(&mut bh.batch_handler_messages, 60_000, 5_000);
-    } else if a.standard {
-        pick(&mut a.repeat, 3, 2);
-        pick(&mut a.messages, 150_000, 50_000);
-        pick(&mut a.batch_messages, 250_000, 100_000);
-        pick(&mut a.single_messages, 10_000, 5_000);
-        pick(&mut a.duration, secs(30), secs(20));
-        pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
-        let bh = &mut a.options.batch_handler;
-        pick(&mut bh.batch_handler_messages, 60_000, 20_000);
+        Profile::Quick => {
+            pick(&mut a.repeat, 3, 1);
+            pick(&mut a.warmup, 1, 0);
+            pick(&mut a.messages, 150_000, 20_000);
+            pick(&mut a.batch_messages, 250_000, 20_000);
+            pick(&mut a.single_messages, 10_000, 2_000);
+            pick(&mut a.duration, secs(30), secs(20));
+            pick(&mut a.sustained_warmup, secs(5), secs(3));
+            pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+        }
+        Profile::Standard => {
+            pick(&mut a.repeat, 3, 2);
+            pick(&mut a.messages, 150_000, 50_000);
+            pick(&mut a.batch_messages, 250_000, 100_000);
+            pick(&mut a.single_messages, 10_000, 5_000);
+            pick(&mut a.duration, secs(30), secs(20));
+            pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+        }
+        Profile::Full => {}
     }
+    // Each section's own options take the profile in the section's file.
+    a.options.apply_profile(profile);
     a
+}
+
+/// The run's profile: `--quick`, `--standard`, `--long`, or none (the
+/// full defaults). A section's [`Options`](crate::sections::Options) may
+/// shorten or lengthen its own runs for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// `--quick`: a smoke run of a minute or two.
+    Quick,
+    /// `--standard`: a shorter run than the full one.
+    Standard,
+    /// No profile flag: the documented defaults.
+    Full,
+    /// `--long`: longer runs and more rounds.
+    Long,
+}
+
+impl Profile {
+    fn of(a: &RunArgs) -> Profile {
+        if a.long {
+            Profile::Long
+        } else if a.quick {
+            Profile::Quick
+        } else if a.standard {
+            Profile::Standard
+        } else {
+            Profile::Full
+        }
+    }
+}
+
+/// Sets `v` to `profile` when it holds `default`: how a profile replaces
+/// an option the command line left at its default. (An option given
+/// explicitly with its default value is replaced too: clap's derive API
+/// does not say where a value came from.)
+pub(crate) fn pick<T: PartialEq>(v: &mut T, default: T, profile: T) {
+    if *v == default {
+        *v = profile;
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ use pgmq_client::{Message, Transaction};
 use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler, Worker};
 use serde::{Deserialize, Serialize};
 
+use crate::config::{pick, Profile};
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
@@ -136,6 +137,14 @@ impl Options for BatchHandlerOptions {
             batch_handler_workers: c.workers,
             batch_handler_max: c.max,
             batch_handler_window_ms: c.window.as_millis() as u64,
+        }
+    }
+
+    fn apply_profile(&mut self, profile: Profile) {
+        match profile {
+            Profile::Quick => pick(&mut self.batch_handler_messages, 60_000, 5_000),
+            Profile::Standard => pick(&mut self.batch_handler_messages, 60_000, 20_000),
+            Profile::Full | Profile::Long => {}
         }
     }
 }

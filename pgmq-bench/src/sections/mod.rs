@@ -30,7 +30,7 @@ use pgmq_client::{Client, QueueName};
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Checks;
-use crate::config::Config;
+use crate::config::{Config, Profile};
 use crate::document::{Document, Sections, WorkerCounters};
 use crate::error::Result;
 use crate::figures::Figures;
@@ -84,6 +84,13 @@ macro_rules! registry {
             )?)+
         }
 
+        impl SectionArgs {
+            /// Applies the run's profile to every section's options.
+            pub(crate) fn apply_profile(&mut self, profile: Profile) {
+                $($(<$module::$opts as Options>::apply_profile(&mut self.$module, profile);)?)+
+            }
+        }
+
         impl SectionConfigs {
             /// Checks every section's options.
             pub(crate) fn from_args(a: &SectionArgs) -> Result<SectionConfigs> {
@@ -130,6 +137,14 @@ pub trait Options: clap::Args {
 
     /// What the document records of `config`.
     fn workload(config: &Self::Config) -> Self::Workload;
+
+    /// Replaces the flags that `profile` (`--quick`, `--standard`,
+    /// `--long`) sets for this section, each only while it holds its
+    /// default ([`pick`](crate::config::pick)). By default a profile
+    /// changes none.
+    fn apply_profile(&mut self, profile: Profile) {
+        let _ = profile;
+    }
 }
 
 pub use processes::child_main_argv as process_worker_main;
