@@ -334,7 +334,7 @@ fn a_fresh_cluster_keeps_other_users_out() {
 
 /// Whether `port` is in net.ipv4.ip_local_reserved_ports.
 fn reserved(port: u16) -> bool {
-    let list = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_reserved_ports").unwrap();
+    let list = read_reserved();
     list.trim()
         .split(',')
         .filter(|s| !s.is_empty())
@@ -345,6 +345,19 @@ fn reserved(port: u16) -> bool {
 }
 
 const RESERVED: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
+
+/// The kernel's reserved-port list, read in one `read(2)`: the sysctl
+/// answers a read only at offset 0, so `read_to_string`'s small first read
+/// followed by a second one at its offset returns a list cut after 32 bytes.
+fn read_reserved() -> String {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; 1 << 16];
+    let n = std::fs::File::open(RESERVED)
+        .unwrap()
+        .read(&mut buf)
+        .unwrap();
+    String::from_utf8(buf[..n].to_vec()).unwrap()
+}
 
 /// Held by the tests that change or check net.ipv4.ip_local_reserved_ports
 /// (nextest runs each test in a process of its own): a listening socket
@@ -380,14 +393,14 @@ struct ReservedPorts {
 fn hold_reserved_ports() -> ReservedPorts {
     let lock = reserved_ports_lock();
     ReservedPorts {
-        before: std::fs::read_to_string(RESERVED).unwrap(),
+        before: read_reserved(),
         _lock: lock,
     }
 }
 
 impl Drop for ReservedPorts {
     fn drop(&mut self) {
-        if std::fs::read_to_string(RESERVED).ok().as_deref() != Some(self.before.as_str()) {
+        if read_reserved() != self.before {
             let _ = std::fs::write(RESERVED, self.before.trim());
         }
     }
@@ -443,7 +456,7 @@ fn a_bad_port_is_refused_before_anything_is_written() {
             assert!(out.stdout.is_empty());
             assert!(!dir.exists(), "{script} {port:?} made the folder");
             assert_eq!(
-                std::fs::read_to_string(RESERVED).unwrap(),
+                read_reserved(),
                 before,
                 "{script} {port:?} changed the reserved ports"
             );
