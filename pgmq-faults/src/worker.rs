@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
+use pgmq_testkit::child::{say, say_json, say_ready, spec_from_arg, Line};
 use pgmq_worker::{
     Backoff, ClaimReads, Context, GroupShutdown, HandlerError, Hook, Monitor, Outcome,
     ShutdownReport, TransactionalHandler, WakeUp, Worker, WorkerBuilder, WorkerGroup, WorkerHandle,
 };
-use pgmq_testkit::child::{say, say_json, say_ready, spec_from_arg, Line};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::job::{Job, HOOK_PANIC_HEADER};
@@ -129,7 +129,15 @@ pub(crate) enum HandlerKind {
 
 /// A deliberate bug in the fault worker's handler (`--sabotage`).
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
 )]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
