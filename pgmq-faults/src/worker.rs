@@ -305,7 +305,7 @@ impl Running {
 /// [`ShutdownHandle::immediate`](pgmq_worker::ShutdownHandle::immediate)
 /// (running handlers abandoned; returns exit code 3 once the report is out).
 ///
-/// `spec` is the suite's [`WorkerSpec`] as JSON; the DSNs are read from
+/// `spec` is the suite's `WorkerSpec` as JSON; the DSNs are read from
 /// `PGMQ_FAULT_DSN` and `PGMQ_FAULT_LEDGER_DSN`.
 ///
 /// ```no_run
