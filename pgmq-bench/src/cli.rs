@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
 
 use crate::local_db;
 
@@ -65,7 +66,10 @@ pub enum Command {
     /// One worker process of the worker_processes section (started by the
     /// benchmark, not by hand).
     #[command(hide = true)]
-    ProcessWorker(ChildArgv),
+    ProcessWorker {
+        /// Its settings, as JSON (pgmq-testkit's child protocol).
+        spec: String,
+    },
     /// Merge the documents of N invocations into one aggregate document that
     /// keeps every run; its figures hold one median per invocation.
     Aggregate(AggregateArgs),
@@ -75,19 +79,10 @@ pub enum Command {
     Summary(SummaryArgs),
 }
 
-/// The arguments of a section's child process (`process-worker`), which
-/// the section that starts it parses.
-#[derive(Debug, Clone, Args)]
-#[non_exhaustive]
-pub struct ChildArgv {
-    /// The child's arguments, as the section passed them.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub argv: Vec<String>,
-}
-
 /// What each handler call does besides recording its id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[value(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub enum HandlerKind {
     /// Nothing (plus `--handler-work-ms`).
     Empty,
@@ -129,8 +124,9 @@ impl HandlerKind {
 /// How the workers' claimers read the queue (`--claim-reads`): the
 /// worker's [`ClaimReads`](pgmq_worker::ClaimReads) paths that a benchmark
 /// compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[value(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
 pub enum ClaimReadsArg {
     /// A statement on the queue table that continues after the highest
     /// `msg_id` read, skipping the deleted head of a draining queue.

@@ -27,8 +27,8 @@ fn main() {
             Some(Command::CheckMemory(args)) => commands::check_memory(args).await,
             Some(Command::Aggregate(args)) => commands::aggregate(args).await,
             Some(Command::Summary(args)) => commands::summary(args).await,
-            Some(Command::ProcessWorker(args)) => {
-                return pgmq_bench::sections::process_worker_main(args.argv)
+            Some(Command::ProcessWorker { spec }) => {
+                return pgmq_bench::sections::process_worker_main(&spec)
                     .await
                     .unwrap_or_else(|e| {
                         eprintln!("pgmq-bench process-worker: {e}");

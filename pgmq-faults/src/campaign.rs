@@ -47,7 +47,7 @@ use super::ledger::{self, Produced, Tally};
 use super::nemesis::{self, Kind, Nemesis};
 use super::proxy::Proxy;
 use super::report::{Check, DupBound, Row};
-use super::worker::{HandlerKind, Sabotage, WorkerArgs};
+use super::worker::{HandlerKind, Sabotage, WorkerSpec};
 use super::{BoxError, FaultsArgs};
 
 /// The fixed seeds of a quick campaign (a fresh one is added).
@@ -337,7 +337,7 @@ pub(crate) struct Plan {
 /// One worker process, as the campaign keeps it.
 struct Slot {
     kind: ProcKind,
-    args: WorkerArgs,
+    args: WorkerSpec,
     proc: Option<WorkerProc>,
     /// Emptied by a fault (kill, term): refilled only when it clears.
     held_down: bool,
@@ -378,7 +378,7 @@ impl Slots {
             .app_name
             .trim_start_matches("pgmq-campaign-")
             .to_owned();
-        let p = WorkerProc::spawn(&self.log_dir, &name, &self.dsn, None, &slot.args).await?;
+        let p = super::child::spawn(&self.log_dir, &name, &self.dsn, None, &slot.args).await?;
         slot.proc = Some(p);
         Ok(())
     }
@@ -493,7 +493,7 @@ impl Slots {
 }
 
 /// The connections a worker process may hold: its pool and its ledger's.
-pub(crate) fn max_connections(a: &WorkerArgs) -> i64 {
+pub(crate) fn max_connections(a: &WorkerSpec) -> i64 {
     i64::from(a.pool_size) + a.concurrency as i64 + 1
 }
 
@@ -504,10 +504,10 @@ fn slot_args(
     run_id: &str,
     scenario: &str,
     sabotage: Sabotage,
-) -> WorkerArgs {
+) -> WorkerSpec {
     let role = kind.role();
     let q = &qs[role.index()];
-    let mut a = WorkerArgs::for_queue(&q.q, &q.dlq, run_id, &scenario_of(scenario, role));
+    let mut a = WorkerSpec::for_queue(&q.q, &q.dlq, run_id, &scenario_of(scenario, role));
     a.vt_secs = VT_SECS;
     a.concurrency = 4;
     a.batch_size = 20;

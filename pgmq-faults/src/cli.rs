@@ -4,7 +4,7 @@
 
 use clap::{Parser, Subcommand};
 
-use super::{FaultsArgs, WorkerArgs};
+use super::FaultsArgs;
 
 /// `pgmq-faults`: the fault and bad-input suite, and the randomized fault
 /// campaign, on a throwaway cluster of its own.
@@ -35,7 +35,10 @@ pub struct Cli {
 pub enum Command {
     /// The worker process of the suite (started by the suite, not by hand).
     #[command(hide = true)]
-    Worker(WorkerArgs),
+    Worker {
+        /// Its settings, as JSON (pgmq-testkit's child protocol).
+        spec: String,
+    },
 }
 
 #[cfg(test)]
@@ -68,17 +71,15 @@ mod tests {
     }
 
     #[test]
-    fn the_worker_subcommand_takes_what_the_suite_passes() {
+    fn the_worker_subcommand_takes_one_json_spec() {
         let q = pgmq_client::QueueName::new("faults_q").unwrap();
         let dlq = pgmq_client::QueueName::new("faults_q_dlq").unwrap();
-        let args = WorkerArgs::for_queue(&q, &dlq, "run-1", "2");
-        let mut argv = vec!["pgmq-faults".to_owned(), "worker".to_owned()];
-        argv.extend(args.to_argv());
-        argv.extend(["--dsn".to_owned(), "postgres://x@127.0.0.1/x".to_owned()]);
-        let cli = Cli::try_parse_from(argv).unwrap();
-        let Some(Command::Worker(w)) = cli.command else {
+        let args = crate::worker::WorkerSpec::for_queue(&q, &dlq, "run-1", "2");
+        let json = serde_json::to_string(&args).unwrap();
+        let cli = Cli::try_parse_from(["pgmq-faults", "worker", json.as_str()]).unwrap();
+        let Some(Command::Worker { spec }) = cli.command else {
             panic!("not the worker subcommand");
         };
-        assert_eq!((w.queue, w.run_id), (args.queue, args.run_id));
+        assert_eq!(spec, json);
     }
 }

@@ -14,7 +14,7 @@ use super::child::WorkerProc;
 use super::cluster::{find_root, Cluster};
 use super::job::{key_headers, Job};
 use super::ledger::{self, Produced, Tally};
-use super::worker::{Sabotage, WorkerArgs};
+use super::worker::{Sabotage, WorkerSpec};
 use super::{BoxError, FaultsArgs};
 
 /// Shared state of one run of the suite.
@@ -187,8 +187,8 @@ impl Ctx {
     }
 
     /// Worker settings for a scenario's queues (with the run's sabotage).
-    pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> WorkerArgs {
-        let mut a = WorkerArgs::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
+    pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> WorkerSpec {
+        let mut a = WorkerSpec::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
         a.sabotage = self.sabotage;
         a
     }
@@ -199,20 +199,20 @@ impl Ctx {
     }
 
     /// Starts a worker process connected straight to the cluster.
-    pub(crate) async fn spawn_worker(&self, args: &WorkerArgs) -> Result<WorkerProc, BoxError> {
+    pub(crate) async fn spawn_worker(&self, args: &WorkerSpec) -> Result<WorkerProc, BoxError> {
         self.spawn_worker_via(args, &self.cluster.dsn(), None).await
     }
 
     /// Starts a worker process with its own DSNs (through the proxy, say).
     pub(crate) async fn spawn_worker_via(
         &self,
-        args: &WorkerArgs,
+        args: &WorkerSpec,
         dsn: &str,
         ledger_dsn: Option<&str>,
     ) -> Result<WorkerProc, BoxError> {
         let i = self.workers.fetch_add(1, Ordering::Relaxed);
         let name = format!("s{}-w{i}", args.scenario);
-        WorkerProc::spawn(&self.log_dir, &name, dsn, ledger_dsn, args).await
+        super::child::spawn(&self.log_dir, &name, dsn, ledger_dsn, args).await
     }
 
     /// Ledger rows of a scenario so far; None while the server is unreachable.

@@ -54,7 +54,7 @@ create index if not exists pgmq_fault_starts_run on pgmq_fault_starts (run_id, s
 ";
 
 /// A handler's start, written first thing when the worker runs with
-/// `--record-starts` (server clock, like the ledger's `handled_at`).
+/// `record_starts` (server clock, like the ledger's `handled_at`).
 pub(crate) const INSERT_START: &str = "insert into pgmq_fault_starts \
     (run_id, scenario, key, msg_id, worker_pid, read_ct, attempts) \
     values ($1, $2, $3, $4, $5, $6, $7)";
@@ -310,7 +310,7 @@ pub(crate) async fn handlings(
         .collect())
 }
 
-/// One handler run as `--record-starts` and the ledger saw it: its start and,
+/// One handler run as `record_starts` and the ledger saw it: its start and,
 /// when it completed, its end (both by the server's clock).
 #[derive(Debug, Clone)]
 pub(crate) struct Window {
@@ -349,7 +349,7 @@ pub(crate) async fn windows(
         .collect())
 }
 
-/// One recorded handler start (`--record-starts`): which delivery of which
+/// One recorded handler start (`record_starts`): which delivery of which
 /// key began when (server clock).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Start {

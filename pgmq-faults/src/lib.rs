@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 // (`super::proxy::Proxy`, `super::cluster::Cluster`).
 use pgmq_testkit::{cluster, proxy};
 
-pub use worker::{worker_main, HandlerKind, Sabotage, WorkerArgs};
+pub use worker::{worker_main, Sabotage};
 
 /// The error type of the suite's entry points: any failure of the harness
 /// itself (a scenario's verdict is reported in the table, not as an error).

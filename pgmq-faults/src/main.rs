@@ -29,8 +29,8 @@ fn main() {
                 eprintln!("pgmq-faults: {e}");
                 2
             }),
-            Some(Command::Worker(args)) => {
-                pgmq_faults::worker_main(args).await.unwrap_or_else(|e| {
+            Some(Command::Worker { spec }) => {
+                pgmq_faults::worker_main(&spec).await.unwrap_or_else(|e| {
                     eprintln!("pgmq-faults worker: {e}");
                     1
                 })

@@ -2,23 +2,26 @@
 //! whose handler obeys each message's [`Act`] and records every successful
 //! handling in the ledger before returning.
 //!
-//! Protocol with the suite, on stdout: `ready <pid>` once the worker runs,
-//! `stats <json>` every `--stats-ms` (the worker's counters, so that the
-//! suite sees when it notices a fault and when it resumes), `draining` after
-//! the first SIGTERM (a graceful shutdown starts), `forced` after a second
-//! SIGTERM (the shutdown is escalated with pgmq-worker's own
+//! It speaks pgmq-testkit's child protocol ([`pgmq_testkit::child`]): its
+//! [`WorkerSpec`] is the subcommand's one JSON argument, its DSNs are in
+//! [`DSN_ENV`] and [`LEDGER_DSN_ENV`]. On stdout: `ready <pid>` once the
+//! worker runs, `stats <json>` every `stats_ms` (the worker's counters, so
+//! that the suite sees when it notices a fault and when it resumes),
+//! `draining` after the first SIGTERM (a graceful shutdown starts), `forced`
+//! after a second SIGTERM (the shutdown is escalated with pgmq-worker's own
 //! `ShutdownHandle::immediate`), then `report <json>` once the shutdown
 //! returned: exit code 0 after a graceful shutdown, 3 after an escalated one.
-//! Logs go to stderr.
+//! It needs no `go`: the suite starts each worker on its own. Logs go to
+//! stderr.
 
 use std::collections::HashSet;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
+use pgmq_testkit::child::{say, say_json, say_ready, spec_from_arg, Line};
 use pgmq_worker::{
     Backoff, ClaimReads, Context, GroupShutdown, HandlerError, Hook, Monitor, Outcome,
     ShutdownReport, TransactionalHandler, WakeUp, Worker, WorkerBuilder, WorkerGroup, WorkerHandle,
@@ -32,114 +35,87 @@ use super::BoxError;
 /// Exit code of a worker whose shutdown a second SIGTERM escalated.
 pub(crate) const FORCED_EXIT: u8 = 3;
 
-/// Options of the hidden `worker` subcommand (set by the suite).
-#[derive(Debug, Clone, clap::Args)]
-#[non_exhaustive]
-pub struct WorkerArgs {
-    /// The DSN (from the environment, so that it stays out of `ps`).
-    #[arg(long, env = "PGMQ_FAULT_DSN", hide_env_values = true)]
-    pub dsn: String,
-    /// The DSN of the ledger (defaults to --dsn).
-    #[arg(long, env = "PGMQ_FAULT_LEDGER_DSN", hide_env_values = true)]
-    pub ledger_dsn: Option<String>,
+/// The environment variable that holds the worker's DSN.
+pub(crate) const DSN_ENV: &str = "PGMQ_FAULT_DSN";
+
+/// The environment variable that holds the ledger's DSN (default: the
+/// worker's).
+pub(crate) const LEDGER_DSN_ENV: &str = "PGMQ_FAULT_LEDGER_DSN";
+
+/// The settings of a worker process, which the suite passes as the `worker`
+/// subcommand's one JSON argument. The DSNs are not among them: they come
+/// in [`DSN_ENV`] and [`LEDGER_DSN_ENV`], so that they stay out of `ps`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct WorkerSpec {
     /// Queue to consume.
-    #[arg(long)]
-    pub queue: String,
+    pub(crate) queue: String,
     /// Dead-letter queue.
-    #[arg(long)]
-    pub dlq: String,
+    pub(crate) dlq: String,
     /// Run id written to the ledger.
-    #[arg(long)]
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// Scenario label written to the ledger.
-    #[arg(long)]
-    pub scenario: String,
+    pub(crate) scenario: String,
     /// Visibility timeout, seconds.
-    #[arg(long, default_value_t = 5)]
-    pub vt_secs: u64,
+    pub(crate) vt_secs: u64,
     /// Concurrent handlers.
-    #[arg(long, default_value_t = 8)]
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Messages per read.
-    #[arg(long, default_value_t = 100)]
-    pub batch_size: usize,
+    pub(crate) batch_size: usize,
     /// Bounded claim queue.
-    #[arg(long, default_value_t = 200)]
-    pub claim_capacity: usize,
+    pub(crate) claim_capacity: usize,
     /// Attempts before dead-lettering.
-    #[arg(long, default_value_t = 5)]
-    pub max_attempts: u32,
+    pub(crate) max_attempts: u32,
     /// First retry delay, milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub backoff_ms: u64,
+    pub(crate) backoff_ms: u64,
     /// Largest retry delay, milliseconds.
-    #[arg(long, default_value_t = 2000)]
-    pub backoff_max_ms: u64,
+    pub(crate) backoff_max_ms: u64,
     /// Extend the visibility timeout of long handlers.
-    #[arg(long)]
-    pub heartbeat: bool,
+    pub(crate) heartbeat: bool,
     /// How long a graceful shutdown waits for running handlers, milliseconds.
-    #[arg(long, default_value_t = 10_000)]
-    pub grace_ms: u64,
+    pub(crate) grace_ms: u64,
     /// Poll interval, milliseconds.
-    #[arg(long, default_value_t = 100)]
-    pub poll_ms: u64,
+    pub(crate) poll_ms: u64,
     /// Extra sleep in every handler, milliseconds.
-    #[arg(long, default_value_t = 0)]
-    pub sleep_ms: u64,
+    pub(crate) sleep_ms: u64,
     /// `handler_timeout`, milliseconds (0: pgmq-worker's default).
-    #[arg(long, default_value_t = 0)]
-    pub handler_timeout_ms: u64,
+    pub(crate) handler_timeout_ms: u64,
     /// `max_deliveries` (0: pgmq-worker's default).
-    #[arg(long, default_value_t = 0)]
-    pub max_deliveries: u32,
+    pub(crate) max_deliveries: u32,
     /// `max_abandoned_blocking_threads` (0: pgmq-worker's default).
-    #[arg(long, default_value_t = 0)]
-    pub max_abandoned: u64,
+    pub(crate) max_abandoned: u64,
     /// `db_timeout`, milliseconds (0: pgmq-worker's default).
-    #[arg(long, default_value_t = 0)]
-    pub db_timeout_ms: u64,
+    pub(crate) db_timeout_ms: u64,
     /// Build the worker with pgmq-worker's defaults for everything but the
     /// queue, the dead-letter queue and the visibility timeout (the options
     /// above that tune concurrency, batches, attempts, backoff, heartbeat,
     /// polling and grace are then ignored).
-    #[arg(long)]
-    pub sdk_defaults: bool,
+    pub(crate) sdk_defaults: bool,
     /// Also record each handler's start (`pgmq_fault_starts`), so that two
     /// handlers of one message running at once can be measured.
-    #[arg(long)]
-    pub record_starts: bool,
+    pub(crate) record_starts: bool,
     /// How often to print the worker's counters, milliseconds.
-    #[arg(long, default_value_t = 200)]
-    pub stats_ms: u64,
+    pub(crate) stats_ms: u64,
     /// Break the handler on purpose, to prove that the suite goes red.
-    #[arg(long, value_enum, default_value_t = Sabotage::None)]
-    pub sabotage: Sabotage,
+    pub(crate) sabotage: Sabotage,
     /// Which kind of handler runs the queue.
-    #[arg(long, value_enum, default_value_t = HandlerKind::Context)]
-    pub kind: HandlerKind,
+    pub(crate) kind: HandlerKind,
     /// Claim in FIFO-group order (`ClaimReads::FifoGroups`).
-    #[arg(long)]
-    pub fifo: bool,
+    pub(crate) fifo: bool,
     /// Install the hook that panics where a message's `fault_hook_panic`
     /// header says (`before` or `after`, first attempt only).
-    #[arg(long)]
-    pub hooks: bool,
+    pub(crate) hooks: bool,
     /// Run the worker inside a `WorkerGroup` (of this one worker).
-    #[arg(long)]
-    pub group: bool,
+    pub(crate) group: bool,
     /// Connections of the worker's pool (the ledger's pool is separate).
-    #[arg(long, default_value_t = 4)]
-    pub pool_size: u32,
+    pub(crate) pool_size: u32,
     /// `application_name` of every connection of this process.
-    #[arg(long, default_value = "pgmq-fault-worker")]
-    pub app_name: String,
+    pub(crate) app_name: String,
 }
 
 /// The handler a fault worker runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-#[non_exhaustive]
-pub enum HandlerKind {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum HandlerKind {
     /// An async handler with a `Context`; the ledger row is written on a
     /// pool of its own before the handler returns.
     #[default]
@@ -151,18 +127,19 @@ pub enum HandlerKind {
     Blocking,
 }
 
-impl HandlerKind {
-    fn as_arg(self) -> &'static str {
-        match self {
-            HandlerKind::Context => "context",
-            HandlerKind::Transactional => "transactional",
-            HandlerKind::Blocking => "blocking",
-        }
-    }
-}
-
 /// A deliberate bug in the fault worker's handler (`--sabotage`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Sabotage {
     /// The handler is correct.
@@ -171,10 +148,10 @@ pub enum Sabotage {
     /// One message in a thousand (keys ending in 999) is acknowledged
     /// without its ledger row: exactly what a lost message looks like.
     SkipLedger,
-    /// The worker runs without its heartbeat, whatever `--heartbeat` says:
+    /// The worker runs without its heartbeat, whatever `heartbeat` says:
     /// a handler outliving its visibility timeout is delivered twice.
     HeartbeatOff,
-    /// A `--fifo` worker claims with plain reads: FIFO groups unordered.
+    /// A `fifo` worker claims with plain reads: FIFO groups unordered.
     FifoUnordered,
     /// A handler's panic is not caught: it ends the handler loop (needs the
     /// `fault-injection` feature, which passes it to pgmq-worker).
@@ -183,7 +160,7 @@ pub enum Sabotage {
     /// delivery fence: a stale delivery's acknowledgement lands (needs the
     /// `fault-injection` feature).
     FenceOff,
-    /// A `--fifo` blocking worker acknowledges a run abandoned at
+    /// A `fifo` blocking worker acknowledges a run abandoned at
     /// `handler_timeout` without waiting for its thread to return: the
     /// retry and the group's next message run beside it (needs the
     /// `fault-injection` feature).
@@ -210,7 +187,7 @@ pub(crate) fn skipped_by_sabotage(key: i64) -> bool {
     key.rem_euclid(1000) == 999
 }
 
-impl WorkerArgs {
+impl WorkerSpec {
     /// Defaults for a queue of a scenario (the DSN is passed by environment).
     pub(crate) fn for_queue(
         queue: &QueueName,
@@ -218,9 +195,7 @@ impl WorkerArgs {
         run_id: &str,
         scenario: &str,
     ) -> Self {
-        WorkerArgs {
-            dsn: String::new(),
-            ledger_dsn: None,
+        WorkerSpec {
             queue: queue.as_str().to_owned(),
             dlq: dlq.as_str().to_owned(),
             run_id: run_id.to_owned(),
@@ -251,62 +226,6 @@ impl WorkerArgs {
             pool_size: 4,
             app_name: "pgmq-fault-worker".to_owned(),
         }
-    }
-
-    /// The command line (after the subcommand), without the DSNs.
-    pub(crate) fn to_argv(&self) -> Vec<String> {
-        let mut v = vec![
-            "--queue".into(),
-            self.queue.clone(),
-            "--dlq".into(),
-            self.dlq.clone(),
-            "--run-id".into(),
-            self.run_id.clone(),
-            "--scenario".into(),
-            self.scenario.clone(),
-        ];
-        for (flag, value) in [
-            ("--vt-secs", self.vt_secs),
-            ("--concurrency", self.concurrency as u64),
-            ("--batch-size", self.batch_size as u64),
-            ("--claim-capacity", self.claim_capacity as u64),
-            ("--max-attempts", u64::from(self.max_attempts)),
-            ("--backoff-ms", self.backoff_ms),
-            ("--backoff-max-ms", self.backoff_max_ms),
-            ("--grace-ms", self.grace_ms),
-            ("--poll-ms", self.poll_ms),
-            ("--sleep-ms", self.sleep_ms),
-            ("--stats-ms", self.stats_ms),
-            ("--handler-timeout-ms", self.handler_timeout_ms),
-            ("--db-timeout-ms", self.db_timeout_ms),
-            ("--max-deliveries", u64::from(self.max_deliveries)),
-            ("--max-abandoned", self.max_abandoned),
-            ("--pool-size", u64::from(self.pool_size)),
-        ] {
-            v.push(flag.into());
-            v.push(value.to_string());
-        }
-        for (flag, on) in [
-            ("--heartbeat", self.heartbeat),
-            ("--sdk-defaults", self.sdk_defaults),
-            ("--record-starts", self.record_starts),
-            ("--fifo", self.fifo),
-            ("--hooks", self.hooks),
-            ("--group", self.group),
-        ] {
-            if on {
-                v.push(flag.into());
-            }
-        }
-        for (flag, value) in [
-            ("--sabotage", self.sabotage.as_arg()),
-            ("--kind", self.kind.as_arg()),
-            ("--app-name", self.app_name.as_str()),
-        ] {
-            v.push(flag.into());
-            v.push(value.into());
-        }
-        v
     }
 }
 
@@ -386,19 +305,25 @@ impl Running {
 /// [`ShutdownHandle::immediate`](pgmq_worker::ShutdownHandle::immediate)
 /// (running handlers abandoned; returns exit code 3 once the report is out).
 ///
+/// `spec` is the suite's `WorkerSpec` as JSON; the DSNs are read from
+/// `PGMQ_FAULT_DSN` and `PGMQ_FAULT_LEDGER_DSN`.
+///
 /// ```no_run
-/// # async fn f(args: pgmq_faults::WorkerArgs) -> Result<(), pgmq_faults::BoxError> {
-/// let code = pgmq_faults::worker_main(args).await?;
+/// # async fn f(spec: &str) -> Result<(), pgmq_faults::BoxError> {
+/// let code = pgmq_faults::worker_main(spec).await?;
 /// # let _ = code; Ok(()) }
 /// ```
-pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
+pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
     init_logging();
     // Registered first, so that a SIGTERM arriving during start-up is not lost.
     let mut term = signal(SignalKind::terminate())?;
+    let args: WorkerSpec = spec_from_arg(spec)?;
+    let dsn = std::env::var(DSN_ENV).map_err(|_| format!("the worker needs {DSN_ENV}"))?;
+    let ledger_dsn = std::env::var(LEDGER_DSN_ENV).ok();
     let queue = QueueName::new(&args.queue)?;
     let dlq = QueueName::new(&args.dlq)?;
-    let client = connect_retrying(&args.dsn, args.pool_size, true, &args.app_name).await?;
-    let ledger_dsn = args.ledger_dsn.as_deref().unwrap_or(&args.dsn);
+    let client = connect_retrying(&dsn, args.pool_size, true, &args.app_name).await?;
+    let ledger_dsn = ledger_dsn.as_deref().unwrap_or(&dsn);
     let ledger = connect_retrying(
         ledger_dsn,
         args.concurrency as u32 + 1,
@@ -458,14 +383,14 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
         Running::One(worker.spawn())
     };
     let escalate = running.escalate();
-    say(&format!("ready {}", std::process::id()));
+    say_ready();
 
     // The counters, printed until the process ends.
     let stats_every = Duration::from_millis(args.stats_ms.max(10));
     let stats = print_stats(running, stats_every);
 
     term.recv().await;
-    say("draining");
+    say(Line::Draining);
     let (tx, task) = stats;
     let _ = tx.send(());
     let running = task.await?;
@@ -475,13 +400,13 @@ pub async fn worker_main(args: WorkerArgs) -> Result<i32, BoxError> {
     // still comes back, and the process exits 3 to say it was cut short.
     let escalation = tokio::spawn(async move {
         term.recv().await;
-        say("forced");
+        say(Line::Forced);
         escalate();
     });
     let report = running.shutdown().await?;
     escalation.abort();
     let json = report_json(&report, &hctx);
-    say(&format!("report {json}"));
+    say_json(Line::Report, &json)?;
     Ok(if report.immediate {
         i32::from(FORCED_EXIT)
     } else {
@@ -501,9 +426,9 @@ fn init_logging() {
         .try_init();
 }
 
-/// Applies the tuning options of `args` (all ignored with `--sdk-defaults`,
+/// Applies the tuning options of `args` (all ignored with `sdk_defaults`,
 /// except the handler timeout, `max_deliveries` and `db_timeout`).
-fn tuned(builder: WorkerBuilder<Job>, args: &WorkerArgs) -> WorkerBuilder<Job> {
+fn tuned(builder: WorkerBuilder<Job>, args: &WorkerSpec) -> WorkerBuilder<Job> {
     let builder = if args.sdk_defaults {
         builder
     } else {
@@ -548,7 +473,7 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerArgs) -> WorkerBuilder<Job> {
 /// sabotage, `skip-ledger`, is in [`obey_and_record`]).
 fn sabotaged(
     builder: WorkerBuilder<Job>,
-    args: &WorkerArgs,
+    args: &WorkerSpec,
 ) -> Result<WorkerBuilder<Job>, BoxError> {
     Ok(match args.sabotage {
         Sabotage::None | Sabotage::SkipLedger => builder,
@@ -584,7 +509,7 @@ fn print_stats(
     let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         loop {
-            say(&format!("stats {}", stats_json(&handle.stats())));
+            let _ = say_json(Line::Stats, &stats_json(&handle.stats()));
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = &mut rx => return handle,
@@ -661,13 +586,6 @@ fn stats_json(st: &pgmq_worker::StatsSnapshot) -> serde_json::Value {
         "timed_out": st.timed_out,
         "tx_unavailable": st.tx_unavailable,
     })
-}
-
-/// One line to the suite.
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
 
 /// Connects, retrying for up to 30 s (the server may be restarting).
@@ -820,7 +738,7 @@ async fn obey_and_record(
 /// [`Act::expire_once`]: on a message's first delivery, its claim expires
 /// under the running handler (its visibility set to now, as a heartbeat
 /// that came too late would leave it), and the handler waits, up to 3 s,
-/// until the next delivery has started (`--record-starts`) before it goes
+/// until the next delivery has started (`record_starts`) before it goes
 /// on to record and succeed: its acknowledgement is then a stale one, which
 /// the delivery fence must refuse. Later deliveries wait 1 s, so that the
 /// stale acknowledgement comes first.
@@ -899,19 +817,12 @@ impl Hook for FaultHook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        w: WorkerArgs,
-    }
 
     #[test]
-    fn argv_round_trips() {
+    fn the_spec_round_trips_as_json() {
         let q = QueueName::new("q").unwrap();
         let d = QueueName::new("q_dlq").unwrap();
-        let mut a = WorkerArgs::for_queue(&q, &d, "run", "7");
+        let mut a = WorkerSpec::for_queue(&q, &d, "run", "7");
         a.heartbeat = true;
         a.vt_secs = 3;
         a.record_starts = true;
@@ -921,9 +832,10 @@ mod tests {
         a.group = true;
         a.pool_size = 6;
         a.app_name = "pgmq-campaign-w0s1g2".into();
-        let mut argv = vec!["x".to_owned(), "--dsn".into(), "postgres://u@h/db".into()];
-        argv.extend(a.to_argv());
-        let parsed = Cli::try_parse_from(argv).unwrap().w;
+        let json = serde_json::to_string(&a).unwrap();
+        assert!(!json.contains("postgres"), "no DSN in the spec: {json}");
+        assert!(json.contains(r#""sabotage":"skip-ledger""#), "{json}");
+        let parsed: WorkerSpec = spec_from_arg(&json).unwrap();
         assert!(parsed.heartbeat);
         assert_eq!(parsed.vt_secs, 3);
         assert_eq!(parsed.scenario, "7");
@@ -935,6 +847,6 @@ mod tests {
             (parsed.pool_size, parsed.app_name.as_str()),
             (6, "pgmq-campaign-w0s1g2")
         );
-        assert_eq!(parsed.to_argv(), a.to_argv());
+        assert_eq!(serde_json::to_string(&parsed).unwrap(), json);
     }
 }

@@ -4,6 +4,9 @@
 //! - [`cluster`]: a throwaway PostgreSQL + PGMQ cluster on a port of its
 //!   own, driven through the workspace's `scripts/db-*.sh` (the fault
 //!   suite's cluster, and the benchmark's `--local`);
+//! - [`child`]: the one protocol between a harness and the worker
+//!   processes it starts from its own binary (a JSON spec, `ready`, `go`,
+//!   `stats`, `report` lines), both sides;
 //! - [`proxy`]: a TCP proxy that cuts, refuses, blackholes or delays
 //!   connections on demand (the fault suite's network faults);
 //! - [`environment`]: what both record about where a run happened (the SDK
@@ -11,6 +14,7 @@
 //!   same JSON in the benchmark.v1 document and in the fault report;
 //! - [`parse_duration`]: the `30s`, `5m` of their command lines.
 
+pub mod child;
 pub mod cluster;
 pub mod environment;
 pub mod proxy;

@@ -10,10 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{archive_len, client, dsn, queue_len, unique, wait_for, Queues};
 use pgmq_client::{Client, Message};
+use pgmq_testkit::proxy::Proxy;
 use pgmq_worker::{Backoff, Context, Outcome, WakeUp, Worker};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -199,59 +198,6 @@ async fn a_dead_letter_queue_dropped_while_running_archives_with_the_reason() {
     assert_eq!(archive_len(&client, &q).await, 1);
 }
 
-/// A TCP proxy that can stop forwarding in both directions without closing
-/// anything: a blackhole, as a network partition or a paused host looks to
-/// the client (a half-open connection, no reset).
-struct Blackhole {
-    port: u16,
-    frozen: Arc<AtomicBool>,
-}
-
-impl Blackhole {
-    async fn start(upstream: String) -> Blackhole {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let frozen = Arc::new(AtomicBool::new(false));
-        let f = Arc::clone(&frozen);
-        tokio::spawn(async move {
-            while let Ok((down, _)) = listener.accept().await {
-                let Ok(up) = TcpStream::connect(&upstream).await else {
-                    continue;
-                };
-                let (dr, dw) = down.into_split();
-                let (ur, uw) = up.into_split();
-                tokio::spawn(pipe(dr, uw, Arc::clone(&f)));
-                tokio::spawn(pipe(ur, dw, Arc::clone(&f)));
-            }
-        });
-        Blackhole { port, frozen }
-    }
-}
-
-async fn pipe(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    frozen: Arc<AtomicBool>,
-) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        while frozen.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        // Bytes read just before a freeze are held, not forwarded.
-        while frozen.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
     let direct = client().await;
@@ -260,8 +206,16 @@ async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
     let cfg: tokio_postgres::Config = dsn().parse().unwrap();
     let host = "127.0.0.1";
     let port = cfg.get_ports().first().copied().unwrap_or(5432);
-    let hole = Blackhole::start(format!("{host}:{port}")).await;
-    let via = dsn().replace(&format!(":{port}/"), &format!(":{}/", hole.port));
+    // pgmq-testkit's proxy, blackholed below: it stops forwarding in both
+    // directions without closing anything, as a network partition or a
+    // paused host looks to the client (a half-open connection, no reset).
+    let hole = Proxy::start(
+        "127.0.0.1:0".parse().unwrap(),
+        format!("{host}:{port}").parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let via = dsn().replace(&format!(":{port}/"), &format!(":{}/", hole.addr().port()));
     assert_ne!(via, dsn(), "the test DSN names its port");
     let client = Client::builder(&via)
         .connect_timeout(Duration::from_secs(1))
@@ -288,7 +242,7 @@ async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
     .await;
     assert!(handle.health().is_healthy(), "{:?}", handle.health());
 
-    hole.frozen.store(true, Ordering::SeqCst);
+    hole.set_blackhole(true);
     let frozen_at = Instant::now();
     direct.send_batch(&q, &msgs).await.unwrap();
     wait_for(WAIT, "the blackhole noticed", || async {
@@ -299,7 +253,7 @@ async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
     // Three bounded reads (1 s each) and their backoff: well under 30 s.
     assert!(noticed < Duration::from_secs(15), "{noticed:?}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    hole.frozen.store(false, Ordering::SeqCst);
+    hole.set_blackhole(false);
     let resumed_at = Instant::now();
     wait_for(WAIT, "every message handled", || async {
         handle.stats().deleted >= 40

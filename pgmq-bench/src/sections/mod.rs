@@ -147,7 +147,7 @@ pub trait Options: clap::Args {
     }
 }
 
-pub use processes::child_main_argv as process_worker_main;
+pub use processes::child_main as process_worker_main;
 pub use sustained::db_clock_offset_us;
 
 /// The names of the registered sections, in the order a round runs them

@@ -11,9 +11,11 @@
 //! message deleted, in flight included; asked only once its handlers went
 //! quiet, so that the probe's table scans do not grow with the processes)
 //! or after `--stall-timeout` without progress, shuts its worker down (acknowledgements drained), writes the ids
-//! it handled to a file and prints one JSON line: its handled count, its
-//! seconds from `go` to its last handler's end, its worker counters and peak
-//! RSS.
+//! it handled to a file and says `report` with one JSON value: its handled
+//! count, its seconds from `go` to its last handler's end, its worker
+//! counters and peak RSS. The spec, the lines and the handshake are
+//! pgmq-testkit's child protocol ([`pgmq_testkit::child`]), the fault
+//! suite's too.
 //!
 //! The parent merges every child's ids into one ledger (a message handled by
 //! two processes is a duplicate, and fails the run), and reports the combined
@@ -23,17 +25,13 @@
 //! `(Σx)² / (n·Σx²)` (1 when all handled the same number, 1/n when one did
 //! everything).
 
-use std::io::BufRead as _;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Args;
 use pgmq_client::QueueName;
+use pgmq_testkit::child::{say_json, say_ready, spec_from_arg, wait_for_go, Line, Spawn, Stderr};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::process::Command;
 
 use crate::cli::{ClaimReadsArg, HandlerKind};
 use crate::document::{
@@ -56,44 +54,42 @@ use crate::report::markdown::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
 
-/// Arguments of the hidden `process-worker` subcommand. The DSN comes from
-/// `PGMQ_BENCH_DSN` in its environment, never from the command line.
-#[derive(Debug, Clone, Args)]
-#[non_exhaustive]
-pub struct ChildArgs {
+/// The settings of a worker process, which the section passes as the
+/// hidden `process-worker` subcommand's one JSON argument
+/// (pgmq-testkit's child protocol). The DSN is not among them: it comes in
+/// [`DSN_ENV`], never on the command line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ChildSpec {
     /// The queue to drain.
-    #[arg(long)]
-    pub queue: String,
+    queue: String,
     /// Handler concurrency.
-    #[arg(long)]
-    pub workers: u32,
+    workers: u32,
     /// Claim batch size.
-    #[arg(long)]
-    pub batch_size: u32,
+    batch_size: u32,
     /// Visibility timeout, seconds.
-    #[arg(long)]
-    pub vt: u32,
+    vt: u32,
     /// SDK pool size.
-    #[arg(long)]
-    pub pool_size: u32,
+    pool_size: u32,
     /// What handlers do.
-    #[arg(long, value_enum)]
-    pub handler: HandlerKind,
+    handler: HandlerKind,
     /// Simulated I/O per handler call, milliseconds.
-    #[arg(long, default_value_t = 0)]
-    pub handler_work_ms: u64,
+    handler_work_ms: u64,
     /// How the worker reads the queue (absent: the worker's default).
-    #[arg(long, value_enum)]
-    pub claim_reads: Option<ClaimReadsArg>,
+    claim_reads: Option<ClaimReadsArg>,
     /// Give up after this many seconds without progress.
-    #[arg(long)]
-    pub stall_timeout_s: f64,
+    stall_timeout_s: f64,
     /// Where to write the handled ids (little-endian u64 each).
-    #[arg(long)]
-    pub ids_out: PathBuf,
+    ids_out: PathBuf,
 }
 
-/// What a child prints on its last stdout line.
+/// The environment variable that holds a worker process's DSN.
+const DSN_ENV: &str = "PGMQ_BENCH_DSN";
+
+/// A started worker process: its `report` line is a [`ChildReport`], it
+/// writes no `stats`.
+type WorkerChild = pgmq_testkit::child::Child<(), ChildReport>;
+
+/// What a child says on its `report` line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChildReport {
     /// Handler calls.
@@ -112,25 +108,14 @@ pub struct ChildReport {
     pub stalled: bool,
 }
 
-/// Parses the arguments the parent passed to `process-worker`, then runs
-/// `child_main`.
-pub async fn child_main_argv(argv: Vec<String>) -> Result<i32> {
-    #[derive(clap::Parser)]
-    #[command(name = "pgmq-bench process-worker")]
-    struct Child {
-        #[command(flatten)]
-        args: ChildArgs,
-    }
-    let argv = std::iter::once("process-worker".to_owned()).chain(argv);
-    let child =
-        <Child as clap::Parser>::try_parse_from(argv).map_err(|e| Error::Config(e.to_string()))?;
-    child_main(child.args).await
-}
-
-/// The child: drain until the queue is empty, report, exit.
-pub async fn child_main(a: ChildArgs) -> Result<i32> {
-    let dsn = std::env::var("PGMQ_BENCH_DSN")
-        .map_err(|_| Error::Config("process-worker needs PGMQ_BENCH_DSN".into()))?;
+/// The `process-worker` subcommand: `spec` is the section's settings for
+/// the child as JSON (pgmq-testkit's child protocol), its DSN in
+/// `PGMQ_BENCH_DSN`. Drains until the queue is empty, reports, exits (2 when the
+/// parent did not say `go`).
+pub async fn child_main(spec: &str) -> Result<i32> {
+    let a: ChildSpec = spec_from_arg(spec).map_err(|e| Error::Config(e.to_string()))?;
+    let dsn = std::env::var(DSN_ENV)
+        .map_err(|_| Error::Config(format!("process-worker needs {DSN_ENV}")))?;
     let q = QueueName::new(&a.queue)?;
     let ChildWorker {
         client,
@@ -138,8 +123,11 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
         worker: w,
     } = child_worker(&a, &dsn, &q).await?;
     let meter = MemoryMeter::start();
-    println!("ready");
-    if !wait_for_go().await? {
+    say_ready();
+    if !wait_for_go()
+        .await
+        .map_err(|e| Error::Config(format!("reading stdin: {e}")))?
+    {
         return Ok(2);
     }
     meter.begin();
@@ -165,10 +153,7 @@ pub async fn child_main(a: ChildArgs) -> Result<i32> {
         peak_rss_bytes: peak,
         stalled,
     };
-    println!(
-        "{}",
-        serde_json::to_string(&out).map_err(|e| Error::json("the child report", e))?
-    );
+    say_json(Line::Report, &out).map_err(|e| Error::Config(format!("the child report: {e}")))?;
     Ok(0)
 }
 
@@ -182,7 +167,7 @@ struct ChildWorker {
 
 /// Connects the child's client (and, with `--handler db-write`, its sink
 /// pool) and builds its worker on `q` as the arguments say.
-async fn child_worker(a: &ChildArgs, dsn: &str, q: &QueueName) -> Result<ChildWorker> {
+async fn child_worker(a: &ChildSpec, dsn: &str, q: &QueueName) -> Result<ChildWorker> {
     // The password where the parent found it (the DSN, PGPASSWORD or the
     // password file, all inherited).
     let target = crate::target::Target::resolve(dsn)?;
@@ -213,19 +198,6 @@ async fn child_worker(a: &ChildArgs, dsn: &str, q: &QueueName) -> Result<ChildWo
         tally,
         worker,
     })
-}
-
-/// Waits for the parent's `go` line on stdin; false on any other line or
-/// when stdin closed (the parent ended).
-async fn wait_for_go() -> Result<bool> {
-    let go = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).map(|_| line)
-    })
-    .await
-    .map_err(|e| Error::Config(format!("stdin reader: {e}")))?
-    .map_err(|e| Error::io("reading stdin", e))?;
-    Ok(go.trim() == "go")
 }
 
 /// Looks every 20 ms until `q` is empty (in flight included) or nothing was
@@ -281,15 +253,6 @@ async fn write_ids(path: &std::path::Path, ids: &[u64]) -> Result<()> {
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }
 
-/// A started worker process: the child, the file its ids go to, whether it
-/// said `ready`, and the rest of its stdout.
-type StartedChild = (
-    tokio::process::Child,
-    PathBuf,
-    bool,
-    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-);
-
 /// One run with `n_proc` processes.
 pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun> {
     let cfg = &ctx.cfg;
@@ -303,14 +266,20 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
     let mut children = Vec::new();
     for i in 0..n_proc {
         let ids_out = dir.join(format!("ids-{round}-{n_proc}-{i}.bin"));
-        children.push(spawn_child(ctx, &exe, &q, ids_out).await?);
+        let child = spawn_child(ctx, &exe, &q, &ids_out, i).await?;
+        children.push((child, ids_out));
     }
     let server_before = server_snapshot(ctx, &q).await;
-    start_children(&mut children).await?;
+    for (child, _) in &mut children {
+        child
+            .go()
+            .await
+            .map_err(|e| Error::Config(format!("starting a worker process: {e}")))?;
+    }
     let ledger = Ledger::new();
     let mut reports = Vec::new();
-    for (child, ids_out, _, lines) in children {
-        reports.push(collect_child(child, &ids_out, lines, &ledger).await?);
+    for (child, ids_out) in children {
+        reports.push(collect_child(child, &ids_out, &ledger).await?);
     }
     let server = server_counters(ctx, &q, server_before, ledger.handled()).await;
     let _ = tokio::fs::remove_dir(&dir).await;
@@ -423,92 +392,54 @@ async fn spawn_child(
     ctx: &Ctx,
     exe: &std::path::Path,
     q: &QueueName,
-    ids_out: PathBuf,
-) -> Result<StartedChild> {
-    let cfg = &ctx.cfg;
-    let mut child = Command::new(exe)
-        .arg("process-worker")
-        .args(["--queue", q.as_str()])
-        .args(["--workers", &cfg.backlog_workers.to_string()])
-        .args(["--batch-size", &cfg.batch_size.to_string()])
-        .args(["--vt", &cfg.vt.as_secs().to_string()])
-        .args(["--pool-size", &cfg.pool_size.to_string()])
-        .args(["--handler", cfg.handler.name()])
-        .args([
-            "--handler-work-ms",
-            &cfg.handler_work.as_millis().to_string(),
-        ])
-        .args([
-            "--stall-timeout-s",
-            &cfg.stall_timeout.as_secs_f64().to_string(),
-        ])
-        .args(
-            cfg.claim_reads
-                .iter()
-                .flat_map(|how| ["--claim-reads", how.name()]),
-        )
-        .arg("--ids-out")
-        .arg(&ids_out)
-        .env("PGMQ_BENCH_DSN", ctx.target.dsn_for_child_env())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| Error::io("starting a worker process", e))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| Error::Config("no stdout".into()))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = lines_ready(&mut lines).await;
-    Ok((child, ids_out, ready, lines))
-}
-
-/// Fails unless every child said `ready`, then says `go` to each.
-async fn start_children(children: &mut [StartedChild]) -> Result<()> {
-    for (_, _, ready, _) in children.iter() {
-        if !ready {
-            return Err(Error::Config(
-                "a worker process did not start (see its stderr)".into(),
-            ));
-        }
-    }
-    for (child, ..) in children.iter_mut() {
-        if let Some(stdin) = child.stdin.as_mut() {
-            stdin
-                .write_all(b"go\n")
-                .await
-                .map_err(|e| Error::io("starting a worker process", e))?;
-            stdin.flush().await.ok();
-        }
-    }
-    Ok(())
-}
-
-/// Waits for a child to exit, reads its report (its last stdout line), and
-/// marks the ids it handled in `ledger`.
-async fn collect_child(
-    mut child: tokio::process::Child,
     ids_out: &std::path::Path,
-    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    index: u32,
+) -> Result<WorkerChild> {
+    let cfg = &ctx.cfg;
+    let spec = ChildSpec {
+        queue: q.as_str().to_owned(),
+        workers: cfg.backlog_workers,
+        batch_size: cfg.batch_size,
+        vt: u32::try_from(cfg.vt.as_secs()).unwrap_or(u32::MAX),
+        pool_size: cfg.pool_size,
+        handler: cfg.handler,
+        handler_work_ms: cfg.handler_work.as_millis() as u64,
+        claim_reads: cfg.claim_reads,
+        stall_timeout_s: cfg.stall_timeout.as_secs_f64(),
+        ids_out: ids_out.to_path_buf(),
+    };
+    let name = format!("worker process {index}");
+    Spawn::new(exe, "process-worker", &spec, &name)
+        .map_err(|e| Error::Config(e.to_string()))?
+        .env(DSN_ENV, ctx.target.dsn_for_child_env())
+        .stderr(Stderr::Inherit)
+        .with_go()
+        .start()
+        .await
+        .map_err(|e| Error::Config(format!("a worker process did not start: {e}")))
+}
+
+/// Waits for a child to exit, takes its report, and marks the ids it
+/// handled in `ledger`.
+async fn collect_child(
+    child: WorkerChild,
+    ids_out: &std::path::Path,
     ledger: &Ledger,
 ) -> Result<ChildReport> {
-    let mut last = None;
-    while let Some(l) = lines
-        .next_line()
+    let exit = child
+        .wait_exit()
         .await
-        .map_err(|e| Error::io("reading a worker process", e))?
-    {
-        last = Some(l);
-    }
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| Error::io("waiting for a worker process", e))?;
-    let report: ChildReport = match (&last, status.success()) {
-        (Some(l), true) => {
-            serde_json::from_str(l).map_err(|e| Error::json("a worker process's report", e))?
+        .map_err(|e| Error::Config(format!("waiting for a worker process: {e}")))?;
+    let status = exit.status;
+    let report = match (exit.said.report, status.success()) {
+        (Some(r), true) => r,
+        (_, true) => {
+            return Err(Error::Config(format!(
+                "a worker process exited 0 without a report{}",
+                exit.said
+                    .garbled
+                    .map_or(String::new(), |g| format!(" (it said {g})"))
+            )))
         }
         _ => {
             return Err(Error::Config(format!(
@@ -570,13 +501,6 @@ impl Fairness {
             jain_index,
         }
     }
-}
-
-async fn lines_ready(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> bool {
-    matches!(
-        tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await,
-        Ok(Ok(Some(l))) if l.trim() == "ready"
-    )
 }
 
 /// The worker_processes section: `--processes` separate worker processes

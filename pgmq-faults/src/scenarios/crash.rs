@@ -10,12 +10,12 @@ use chrono::{DateTime, Utc};
 use super::super::ledger::cross_process;
 use super::super::proxy::Proxy;
 use super::super::report::{Check, Row};
-use super::super::worker::WorkerArgs;
+use super::super::worker::WorkerSpec;
 use super::{BoxError, Ctx, Run};
 
 /// Settings for a worker that must ride out an outage: handlers fail while
 /// the server is unreachable, and that must not exhaust the attempts.
-pub(crate) fn outage_tolerant(mut args: WorkerArgs) -> WorkerArgs {
+pub(crate) fn outage_tolerant(mut args: WorkerSpec) -> WorkerSpec {
     args.max_attempts = 1000;
     args.backoff_ms = 200;
     args.backoff_max_ms = 1000;

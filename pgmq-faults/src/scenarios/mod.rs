@@ -35,7 +35,7 @@ use super::ctx::{Ctx, Queues};
 use super::job::Job;
 use super::ledger::{Handling, Produced};
 use super::report::{Check, DupBound, Row};
-use super::worker::WorkerArgs;
+use super::worker::WorkerSpec;
 use super::BoxError;
 
 /// What a scenario's function returns, boxed: its rows (most make one;
@@ -432,12 +432,12 @@ impl<'a> Run<'a> {
     }
 
     /// Default worker settings for this scenario.
-    pub(crate) fn worker_args(&self) -> WorkerArgs {
+    pub(crate) fn worker_args(&self) -> WorkerSpec {
         self.ctx.worker_args(&self.qs, self.label)
     }
 
     /// Starts a worker process straight on the cluster.
-    pub(crate) async fn spawn(&self, args: &WorkerArgs) -> Result<WorkerProc, BoxError> {
+    pub(crate) async fn spawn(&self, args: &WorkerSpec) -> Result<WorkerProc, BoxError> {
         self.ctx.spawn_worker(args).await
     }
 
@@ -468,7 +468,7 @@ impl<'a> Run<'a> {
     /// Allows, for one fault, the messages held then plus one read batch per
     /// claim loop that may have been in flight (its claims not yet visible
     /// in the table when it was sampled), and records the held keys.
-    pub(crate) fn allow_fault(&mut self, fault: &str, held: &[i64], args: &WorkerArgs) {
+    pub(crate) fn allow_fault(&mut self, fault: &str, held: &[i64], args: &WorkerSpec) {
         let reads = CLAIM_LOOPS * args.batch_size as u64;
         self.allow_duplicates(
             held.len() as u64 + reads,

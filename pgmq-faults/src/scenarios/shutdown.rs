@@ -191,7 +191,7 @@ async fn sigterm_twice(run: &mut Run<'_>, mut w: WorkerProc, vt_secs: u64) -> Re
     let abandoned = report["abandoned"].as_array().map_or(0, Vec::len);
     run.check(
         "second SIGTERM escalates the SDK's shutdown",
-        exit.forced() && abandoned == 1 && forced_in < Duration::from_secs(2),
+        super::super::child::forced(&exit) && abandoned == 1 && forced_in < Duration::from_secs(2),
         format!(
             "{} {} ms after the second SIGTERM; report: immediate {}, abandoned {abandoned} \
              handler(s), {} released, {} acked",
