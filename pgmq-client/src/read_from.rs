@@ -54,16 +54,25 @@ pub enum ReadFrom {
 /// The read's SQL for `queue`: `$1` the visibility timeout in seconds
 /// (float8, whole seconds as PGMQ's integer), `$2` the quantity, and for a
 /// bounded read `$3` the `msg_id` to start after.
+///
+/// The update finds the claimed rows by `msg_id = ANY` of the claimed ids
+/// rather than by a join with them. The statement is prepared, and a
+/// prepared statement may run a generic plan, planned without the
+/// quantity: the planner then takes `LIMIT $2` for a tenth of the table,
+/// and for that many rows a join picks a merge join over a full scan of
+/// the primary key (or a hash join over the whole table), which walks
+/// every row and every deleted, unvacuumed entry on every read. The array
+/// leaves the planner one plan for any estimate: one primary-key probe
+/// per claimed id.
 fn read_sql(queue: &QueueName, bounded: bool) -> String {
     format!(
-        "WITH cte AS (SELECT msg_id FROM {t} \
-         WHERE vt <= pg_catalog.clock_timestamp(){bound} \
-         ORDER BY msg_id ASC LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         UPDATE {t} AS m SET \
+        "UPDATE {t} AS m SET \
          last_read_at = pg_catalog.clock_timestamp(), \
          vt = pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $1), \
          read_ct = m.read_ct + 1 \
-         FROM cte WHERE m.msg_id = cte.msg_id \
+         WHERE m.msg_id = ANY(ARRAY(SELECT msg_id FROM {t} \
+         WHERE vt <= pg_catalog.clock_timestamp(){bound} \
+         ORDER BY msg_id ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) \
          RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.last_read_at, m.vt, m.message, m.headers",
         t = queue.quoted_table(),
         bound = if bounded { " AND msg_id > $3" } else { "" },
@@ -172,6 +181,11 @@ mod tests {
         let bounded = read_sql(&q, true);
         for sql in [&full, &bounded] {
             assert!(sql.contains("FROM pgmq.\"q_jobs\" WHERE"), "{sql}");
+            // The claimed rows are probed by id, never joined (see read_sql).
+            assert!(
+                sql.contains("WHERE m.msg_id = ANY(ARRAY(SELECT msg_id"),
+                "{sql}"
+            );
             assert!(sql.contains("UPDATE pgmq.\"q_jobs\" AS m"), "{sql}");
             assert!(sql.contains("vt <= pg_catalog.clock_timestamp()"), "{sql}");
             assert!(sql.contains("ORDER BY msg_id ASC LIMIT $2 FOR UPDATE SKIP LOCKED"));

@@ -252,3 +252,64 @@ async fn a_missing_queue_and_a_huge_quantity_are_refused() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
 }
+
+/// The read as prepared, under a generic plan (what PostgreSQL runs once a
+/// prepared statement's custom plans cost no less): planned without the
+/// quantity, the planner takes `LIMIT $2` for a tenth of the table, and a
+/// join of the claimed rows back to the table then scans the whole table
+/// or its whole primary key (dead entries included) on every read. Both
+/// reads must probe the primary key by id instead: no join, no sequential
+/// scan, whatever the estimate.
+#[tokio::test]
+async fn the_prepared_read_probes_ids_under_a_generic_plan() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "rf_generic").await;
+    let bodies: Vec<Value> = (0..5_000).map(|i| json!({"i": i})).collect();
+    client.send_batch(&q, &bodies).await.unwrap();
+    let conn = pgmq_client::Connection::new(common::raw().await);
+    conn.batch_execute(&format!(
+        "ANALYZE {}; SET plan_cache_mode = force_generic_plan",
+        q.quoted_table()
+    ))
+    .await
+    .unwrap();
+    let pgmq = pgmq_client::Pgmq::on(&conn);
+    for from in [ReadFrom::Start, ReadFrom::After(0)] {
+        let got = pgmq
+            .read_from_raw(&q, from, &ReadOptions::new(VT).qty(10))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 10);
+    }
+    let prepared = conn
+        .query(
+            "SELECT name, cardinality(parameter_types), statement FROM pg_prepared_statements \
+             WHERE statement LIKE '%FOR UPDATE SKIP LOCKED%' AND statement LIKE '%' || $1 || '%'",
+            &[&q.as_str()],
+        )
+        .await
+        .unwrap();
+    let texts: Vec<String> = prepared.iter().map(|r| r.get(2)).collect();
+    assert_eq!(
+        prepared.len(),
+        2,
+        "both reads are prepared statements: {texts:?}"
+    );
+    for row in prepared {
+        let (name, params): (String, i32) = (row.get(0), row.get(1));
+        let args = if params == 3 { "30, 10, 0" } else { "30, 10" };
+        let plan: Value = conn
+            .query_one(
+                &format!("EXPLAIN (FORMAT JSON) EXECUTE {name}({args})"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let plan = plan.to_string();
+        for node in ["Nested Loop", "Hash Join", "Merge Join", "Seq Scan"] {
+            assert!(!plan.contains(node), "{node} in the generic plan: {plan}");
+        }
+    }
+}

@@ -254,11 +254,7 @@ impl Section for BatchHandlerSection {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.runs::<BatchHandlerRun>(NAME)
-            .unwrap_or_default()
-            .iter()
-            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
-            .collect()
+        super::extra_peaks::<BatchHandlerRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
     }
 
     fn report(&self, d: &Document, out: &mut String) {

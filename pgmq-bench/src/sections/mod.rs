@@ -119,6 +119,7 @@ registry! {
     wakeup => [WakeupLatency] with WakeupOptions,
     sustained => [Sustained],
     batch_handler => [BatchHandlerSection] with BatchHandlerOptions,
+    pub(crate) steady => [SteadyStream] with SteadyOptions,
 }
 
 /// The options a section file declares: its command-line flags (a clap
@@ -390,6 +391,20 @@ impl Ctx {
     pub(crate) async fn queue_length(&self, q: &QueueName) -> Result<i64> {
         Ok(self.client.metrics(q).await?.queue_length)
     }
+}
+
+/// Each run's peak RSS as (round, warm-up, bytes), for a section that keeps
+/// its runs in [`Sections::extra`] under `name` (none when they do not parse).
+pub(crate) fn extra_peaks<T: serde::de::DeserializeOwned>(
+    s: &Sections,
+    name: &str,
+    peak: fn(&T) -> (u32, bool, u64),
+) -> Vec<(u32, bool, u64)> {
+    s.runs::<T>(name)
+        .unwrap_or_default()
+        .iter()
+        .map(peak)
+        .collect()
 }
 
 /// The worker's counters, as the document records them.

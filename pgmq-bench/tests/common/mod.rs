@@ -320,5 +320,15 @@ pub fn short_run_args(output: &str) -> Vec<&str> {
         "2000",
         "--batch-handler-workers",
         "2",
+        "--steady-handlers",
+        "2,8",
+        "--steady-rates",
+        "0",
+        "--steady-depth",
+        "200",
+        "--steady-duration-s",
+        "1",
+        "--steady-warmup-s",
+        "0.5",
     ]
 }

@@ -1,0 +1,971 @@
+//! steady_stream: a producer and the worker together at a steady depth,
+//! once per handler count, so that the worker's rate can be followed as
+//! its concurrency grows on a queue that never drains.
+//!
+//! Per run: a fresh queue; one producer task that keeps the depth (messages
+//! sent minus messages whose handler finished) at `--steady-depth`, topping
+//! it up with one `send_batch` whenever it is at least a batch below it and,
+//! with a rate from `--steady-rates` other than 0, never faster than that
+//! many messages a second; and a worker on a client of its own (a pool of
+//! `--steady-pool`), with the run's handler count, `--steady-poll-ms` and
+//! every other setting at its default, whose handler sleeps the run's
+//! `--steady-sleep-ms` and returns `Archive` or `Delete` as the run's
+//! `--steady-ack` says. Bodies are `--steady-body-bytes` long.
+//!
+//! The first `--steady-warmup-s` are excluded; over the following
+//! `--steady-duration-s` the section records the messages completed a
+//! second, the claim latency (the message's `enqueued_at` to the start of
+//! its handler call, as the sustained section's queue wait), the depth, and
+//! the database's counters over the window: the server's CPU per message
+//! (every process of a local PostgreSQL cluster, `/proc`), the queue
+//! table's dead tuples (peak of one-second samples), and its index tuples
+//! fetched and buffers touched per message.
+//!
+//! The worker keeps up with its producer when the producer was paced, the
+//! worker completed at least 95% of the paced rate and the mean depth
+//! stayed below half the target: only then is the
+//! claim latency a property of the worker rather than of the depth (at a
+//! full target depth a message waits depth ÷ rate by Little's law).
+//! The two targets on these runs are judged on figures of each round: the
+//! step rule (per sleep, ack and rate, each handler count completes at least
+//! 0.95× the best rate of the smaller counts before it) and claim latency
+//! p99 at most 100 ms on the runs that kept up.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::future::BoxFuture;
+use pgmq_client::{Message, QueueName};
+use pgmq_worker::{Outcome, Worker};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::checks::{run_tag, Checks};
+use crate::config::{pick, Profile};
+use crate::document::{Better, Document, Percentiles, Rate, Sample, Sections, WorkerCounters};
+use crate::error::{Error, Result};
+use crate::figures::{measured, Figures};
+use crate::report::markdown::definitions;
+use crate::report::{fmt_value, thousands};
+use crate::sections::consume::{QueueWaits, Tally};
+use crate::sections::sustained::db_clock_offset_us;
+use crate::sections::{counters, padding, Ctx, InBody, OutBody, Options, Round, Section};
+
+/// The section's name, in the document and on the command line.
+const NAME: &str = "steady_stream";
+
+/// The worker's pool's application name.
+const APP: &str = "pgmq-bench-steady";
+
+/// The least share of the best rate before it a handler count must reach.
+pub const STEP_FLOOR: f64 = 0.95;
+
+/// The claim latency p99 target on runs that kept up, milliseconds.
+pub const CLAIM_P99_LIMIT_MS: f64 = 100.0;
+
+/// The least share of the paced rate completed for a run to keep up.
+const KEEP_UP: f64 = 0.95;
+
+/// The most messages of one top-up.
+const TOP_UP_MAX: u64 = 1_000;
+
+/// How the handler acknowledges a success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SteadyAck {
+    /// `Outcome::Archive`: moved to the archive table.
+    Archive,
+    /// `Outcome::Delete`.
+    Delete,
+}
+
+impl SteadyAck {
+    fn name(self) -> &'static str {
+        match self {
+            SteadyAck::Archive => "archive",
+            SteadyAck::Delete => "delete",
+        }
+    }
+
+    fn outcome(self) -> Outcome {
+        match self {
+            SteadyAck::Archive => Outcome::Archive,
+            SteadyAck::Delete => Outcome::Delete,
+        }
+    }
+}
+
+/// The steady_stream options.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct SteadyOptions {
+    /// steady_stream: the handler counts, one run each (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "16,64,256,1024")]
+    pub steady_handlers: Vec<u32>,
+
+    /// steady_stream: what each handler call sleeps, milliseconds
+    /// (comma-separated: one series each).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub steady_sleep_ms: Vec<u64>,
+
+    /// steady_stream: how a success is acknowledged (comma-separated:
+    /// one series each).
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "archive")]
+    pub steady_ack: Vec<SteadyAck>,
+
+    /// steady_stream: the producer's most messages a second (0: only the
+    /// depth bounds it), comma-separated: one series each.
+    #[arg(long, value_delimiter = ',', default_value = "0,2000")]
+    pub steady_rates: Vec<u64>,
+
+    /// steady_stream: the depth the producer keeps (sent minus completed).
+    #[arg(long, default_value_t = 4_000)]
+    pub steady_depth: u64,
+
+    /// steady_stream: seconds measured per run, after the warm-up.
+    #[arg(long, default_value_t = 20.0)]
+    pub steady_duration_s: f64,
+
+    /// steady_stream: seconds at the start of each run left out.
+    #[arg(long, default_value_t = 5.0)]
+    pub steady_warmup_s: f64,
+
+    /// steady_stream: the worker's poll interval, milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub steady_poll_ms: u64,
+
+    /// steady_stream: bytes of each message body.
+    #[arg(long, default_value_t = 256)]
+    pub steady_body_bytes: u32,
+
+    /// steady_stream: connections in the worker's pool.
+    #[arg(long, default_value_t = 10)]
+    pub steady_pool: u32,
+}
+
+/// The steady_stream settings, checked.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SteadyConfig {
+    /// Handler counts, ascending.
+    pub handlers: Vec<u32>,
+    /// Handler sleeps.
+    pub sleeps: Vec<Duration>,
+    /// Acknowledgements.
+    pub acks: Vec<SteadyAck>,
+    /// Producer rates (0: unpaced).
+    pub rates: Vec<u64>,
+    /// Depth kept.
+    pub depth: u64,
+    /// Measured window.
+    pub duration: Duration,
+    /// Warm-up left out.
+    pub warmup: Duration,
+    /// Poll interval.
+    pub poll: Duration,
+    /// Body bytes.
+    pub body_bytes: u32,
+    /// Pool size.
+    pub pool: u32,
+}
+
+/// What the document's workload records of them (empty in documents older
+/// than the section).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct SteadyWorkload {
+    /// steady_stream handler counts.
+    pub steady_handlers: Vec<u32>,
+    /// steady_stream handler sleeps, milliseconds.
+    pub steady_sleep_ms: Vec<u64>,
+    /// steady_stream acknowledgements.
+    pub steady_ack: Vec<SteadyAck>,
+    /// steady_stream producer rates (0: unpaced).
+    pub steady_rates: Vec<u64>,
+    /// steady_stream depth.
+    pub steady_depth: u64,
+    /// steady_stream measured seconds per run.
+    pub steady_duration_s: f64,
+    /// steady_stream warm-up seconds per run.
+    pub steady_warmup_s: f64,
+    /// steady_stream poll interval, milliseconds.
+    pub steady_poll_ms: u64,
+    /// steady_stream body bytes.
+    pub steady_body_bytes: u32,
+    /// steady_stream pool size.
+    pub steady_pool: u32,
+}
+
+fn seconds(v: f64, flag: &str) -> Result<Duration> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(Error::Config(format!("{flag} must be a number of seconds")))
+    }
+}
+
+impl Options for SteadyOptions {
+    type Config = SteadyConfig;
+    type Workload = SteadyWorkload;
+
+    fn config(&self) -> Result<SteadyConfig> {
+        let bad = |m: &str| Err(Error::Config(m.into()));
+        if self.steady_handlers.is_empty()
+            || self.steady_handlers.iter().any(|n| !(1..=4096).contains(n))
+        {
+            return bad("--steady-handlers must list handler counts between 1 and 4096");
+        }
+        if self.steady_sleep_ms.is_empty() || self.steady_ack.is_empty() {
+            return bad("--steady-sleep-ms and --steady-ack need at least one value");
+        }
+        if self.steady_rates.is_empty() {
+            return bad("--steady-rates needs at least one value (0: unpaced)");
+        }
+        if self.steady_depth == 0 {
+            return bad("--steady-depth must be at least 1");
+        }
+        if self.steady_poll_ms == 0 || self.steady_pool < 4 {
+            return bad("--steady-poll-ms must be at least 1 and --steady-pool at least 4");
+        }
+        let duration = seconds(self.steady_duration_s, "--steady-duration-s")?;
+        if duration < Duration::from_millis(500) {
+            return bad("--steady-duration-s must be at least 0.5");
+        }
+        let mut handlers = self.steady_handlers.clone();
+        handlers.sort_unstable();
+        handlers.dedup();
+        Ok(SteadyConfig {
+            handlers,
+            sleeps: self
+                .steady_sleep_ms
+                .iter()
+                .map(|ms| Duration::from_millis(*ms))
+                .collect(),
+            acks: self.steady_ack.clone(),
+            rates: self.steady_rates.clone(),
+            depth: self.steady_depth,
+            duration,
+            warmup: seconds(self.steady_warmup_s, "--steady-warmup-s")?,
+            poll: Duration::from_millis(self.steady_poll_ms),
+            body_bytes: self.steady_body_bytes,
+            pool: self.steady_pool,
+        })
+    }
+
+    fn workload(c: &SteadyConfig) -> SteadyWorkload {
+        SteadyWorkload {
+            steady_handlers: c.handlers.clone(),
+            steady_sleep_ms: c.sleeps.iter().map(|d| d.as_millis() as u64).collect(),
+            steady_ack: c.acks.clone(),
+            steady_rates: c.rates.clone(),
+            steady_depth: c.depth,
+            steady_duration_s: c.duration.as_secs_f64(),
+            steady_warmup_s: c.warmup.as_secs_f64(),
+            steady_poll_ms: c.poll.as_millis() as u64,
+            steady_body_bytes: c.body_bytes,
+            steady_pool: c.pool,
+        }
+    }
+
+    fn apply_profile(&mut self, profile: Profile) {
+        let full = [16, 64, 256, 1024];
+        match profile {
+            Profile::Quick => {
+                pick(&mut self.steady_handlers, full.to_vec(), vec![16, 256]);
+                pick(&mut self.steady_duration_s, 20.0, 3.0);
+                pick(&mut self.steady_warmup_s, 5.0, 1.0);
+            }
+            Profile::Standard => {
+                pick(&mut self.steady_duration_s, 20.0, 10.0);
+                pick(&mut self.steady_warmup_s, 5.0, 3.0);
+            }
+            Profile::Full | Profile::Long => {}
+        }
+    }
+}
+
+/// One run: one handler count, sleep, acknowledgement and producer rate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SteadyRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// Handlers.
+    pub handlers: u32,
+    /// Handler sleep, milliseconds.
+    pub sleep_ms: u64,
+    /// `archive` or `delete`.
+    pub ack: SteadyAck,
+    /// The producer's most messages a second (None: unpaced).
+    pub rate_limit_per_s: Option<f64>,
+    /// Messages whose handler finished within the measured window.
+    pub completed: Rate,
+    /// Messages sent within the measured window.
+    pub produced: Rate,
+    /// Mean and largest depth (sent minus completed) over one-second samples.
+    pub depth_mean: f64,
+    /// Largest depth sampled.
+    pub depth_max: u64,
+    /// Paced, completed at least 95% of the pace, mean depth below half
+    /// the target.
+    pub kept_up: bool,
+    /// Claim latency (`enqueued_at` to handler start) over the window, ms.
+    pub claim_ms: Percentiles,
+    /// Completions per second of the window.
+    pub per_second: Vec<f64>,
+    /// The database's counters over the window, per message completed.
+    pub server: SteadyServer,
+    /// The worker's counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Messages the worker archived (its `archived` counter at shutdown).
+    pub archived: u64,
+    /// Peak RSS of the bench process during the run.
+    pub peak_rss_bytes: u64,
+}
+
+/// The database's counters over one run's window (None: not readable).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SteadyServer {
+    /// CPU of every process of the cluster (local only), microseconds per
+    /// message completed.
+    pub cpu_us_per_msg: Option<f64>,
+    /// The queue table's `n_dead_tup`, largest of one-second samples.
+    pub dead_tuples_peak: Option<u64>,
+    /// Index tuples fetched (`idx_tup_fetch`) of the queue table per message.
+    pub idx_tup_fetch_per_msg: Option<f64>,
+    /// Heap and index buffers of the queue table touched (hit or read) per message.
+    pub buffers_per_msg: Option<f64>,
+}
+
+/// The steady_stream section (see the module docs).
+pub(crate) struct SteadyStream;
+
+impl Section for SteadyStream {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "A producer keeping a depth and the worker, per handler count"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        let runs = match s.runs::<SteadyRun>(NAME) {
+            Ok(r) => r,
+            Err(e) => return out.fail(format!("{NAME}: {e}")),
+        };
+        for r in &runs {
+            let tag = format!("{NAME} {} {}", series_key(r), run_tag(r.round, r.warmup));
+            out.short_run(&tag, r.completed.elapsed_s);
+            match r.ack {
+                SteadyAck::Delete => out.counters(&tag, &r.worker),
+                // The shared check counts deletes; archives are counted apart.
+                SteadyAck::Archive if r.archived != r.worker.succeeded => out.fail(format!(
+                    "{tag}: {} handler successes but {} archived",
+                    r.worker.succeeded, r.archived
+                )),
+                SteadyAck::Archive => {}
+            }
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        if let Ok(runs) = s.runs::<SteadyRun>(NAME) {
+            add_figures(f, &runs);
+        }
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        super::extra_peaks::<SteadyRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+}
+
+/// One round: every series, each handler count in ascending order.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let c = ctx.cfg.options.steady.clone();
+    for &ack in &c.acks {
+        for &sleep in &c.sleeps {
+            for &rate in &c.rates {
+                for &n in &c.handlers {
+                    let r = run(ctx, &c, Series { ack, sleep, rate }, n, at).await?;
+                    ctx.progress.say(format!(
+                        "{} {NAME} {} h{n}: {:.0} completed/s, claim p99 {:.1} ms, {} µs server CPU/msg",
+                        at.tag,
+                        series_key(&r),
+                        r.completed.rate_per_s,
+                        r.claim_ms.p99,
+                        r.server
+                            .cpu_us_per_msg
+                            .map_or("–".to_owned(), |v| format!("{v:.0}"))
+                    ));
+                    s.record(NAME, &r)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a series holds fixed.
+#[derive(Debug, Clone, Copy)]
+struct Series {
+    ack: SteadyAck,
+    sleep: Duration,
+    rate: u64,
+}
+
+/// One run of `n` handlers.
+async fn run(
+    ctx: &Arc<Ctx>,
+    c: &SteadyConfig,
+    series: Series,
+    n: u32,
+    at: Round<'_>,
+) -> Result<SteadyRun> {
+    let q = ctx.guard.fresh("steady").await?;
+    let client = ctx
+        .target
+        .builder()
+        .max_size(c.pool)
+        .application_name(APP)
+        .connect()
+        .await?;
+    let offset_us = db_clock_offset_us(&ctx.admin).await?;
+    let tally = Tally::with_waits(u64::MAX, series.sleep, QueueWaits::new(offset_us));
+    let t = tally.clone();
+    let outcome = series.ack.outcome();
+    let w = Worker::<InBody>::builder(client.clone(), q.clone())
+        .concurrency(n as usize)
+        .poll_interval(c.poll)
+        .handler(move |msg: Message<InBody>| {
+            let (t, outcome) = (t.clone(), outcome.clone());
+            async move {
+                t.started(msg.enqueued_at);
+                t.handle(msg.body.id).await;
+                Ok(outcome)
+            }
+        })
+        .build()?;
+    let produced = Arc::new(AtomicU64::new(0));
+    let stop = CancellationToken::new();
+    ctx.meter.begin();
+    let handle = w.spawn();
+    let producer = tokio::spawn(produce(
+        ctx.clone(),
+        q.clone(),
+        c.depth,
+        padding(c.body_bytes),
+        series.rate,
+        Arc::clone(&produced),
+        Arc::clone(&tally),
+        stop.clone(),
+    ));
+    let window = watch_window(ctx, c, &q, &tally, &produced, &producer).await;
+    stop.cancel();
+    let joined = producer.await;
+    let report = handle.shutdown().await?;
+    let peak = ctx.meter.end();
+    drop(client);
+    ctx.guard.release(&q).await?;
+    match joined {
+        Ok(r) => r?,
+        Err(e) => return Err(Error::Panicked(format!("steady producer: {e}"))),
+    }
+    let w = window?;
+    let completed = Rate::new(w.completed, w.elapsed_s);
+    let rate_limit = (series.rate > 0).then_some(series.rate as f64);
+    let depth_mean = w.depths.iter().sum::<u64>() as f64 / w.depths.len().max(1) as f64;
+    Ok(SteadyRun {
+        round: at.index,
+        warmup: at.warm,
+        handlers: n,
+        sleep_ms: series.sleep.as_millis() as u64,
+        ack: series.ack,
+        rate_limit_per_s: rate_limit,
+        kept_up: rate_limit.is_some_and(|r| completed.rate_per_s >= KEEP_UP * r)
+            && (depth_mean as u64) < c.depth / 2,
+        completed,
+        produced: Rate::new(w.produced, w.elapsed_s),
+        depth_mean,
+        depth_max: w.depths.iter().copied().max().unwrap_or(0),
+        claim_ms: crate::stats::percentiles_us_to_ms(&w.claims),
+        per_second: w.per_second,
+        server: w.server,
+        worker: counters(&report.stats),
+        archived: report.stats.archived,
+        peak_rss_bytes: peak,
+    })
+}
+
+/// Keeps the depth (sent minus completed) at `depth`, in top-ups of at
+/// least a twentieth of it (so that sends stay batches rather than one
+/// message per completion), at most `rate` messages a second when not 0.
+#[allow(clippy::too_many_arguments)]
+async fn produce(
+    ctx: Arc<Ctx>,
+    q: QueueName,
+    depth: u64,
+    pad: String,
+    rate: u64,
+    produced: Arc<AtomicU64>,
+    tally: Arc<Tally>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let least = (depth / 20).clamp(1, 100);
+    let start = tokio::time::Instant::now();
+    let mut bodies = Vec::new();
+    while !stop.is_cancelled() {
+        let sent = produced.load(Ordering::Acquire);
+        let below = depth.saturating_sub(sent.saturating_sub(tally.distinct()));
+        let allowed = if rate == 0 {
+            u64::MAX
+        } else {
+            ((start.elapsed().as_secs_f64() * rate as f64) as u64).saturating_sub(sent)
+        };
+        let n = below.min(allowed).min(TOP_UP_MAX);
+        if n == 0 || n < least {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(1)) => {}
+                () = stop.cancelled() => break,
+            }
+            continue;
+        }
+        bodies.clear();
+        bodies.extend((sent..sent + n).map(|id| OutBody { id, pad: &pad }));
+        ctx.client.send_batch(&q, &bodies).await?;
+        produced.fetch_add(n, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+/// What the measured window of a run saw.
+struct Window {
+    elapsed_s: f64,
+    completed: u64,
+    produced: u64,
+    depths: Vec<u64>,
+    per_second: Vec<f64>,
+    claims: hdrhistogram::Histogram<u64>,
+    server: SteadyServer,
+}
+
+/// Waits out the warm-up, then samples every second for the window: the
+/// depth, the completions, the queue table's dead tuples, and the
+/// database's counters at both ends.
+async fn watch_window(
+    ctx: &Ctx,
+    c: &SteadyConfig,
+    q: &QueueName,
+    tally: &Tally,
+    produced: &AtomicU64,
+    producer: &tokio::task::JoinHandle<Result<()>>,
+) -> Result<Window> {
+    let waits = tally.waits.as_ref().expect("a tally with waits");
+    tokio::time::sleep(c.warmup).await;
+    waits.take();
+    let before = DbSnapshot::read(ctx, q).await;
+    let start = Instant::now();
+    let (c0, p0) = (tally.distinct(), produced.load(Ordering::Acquire));
+    let (mut depths, mut per_second, mut dead_peak) = (Vec::new(), Vec::new(), None::<u64>);
+    let mut last = c0;
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    while start.elapsed() < c.duration && !producer.is_finished() {
+        let left = c.duration.saturating_sub(start.elapsed());
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = tokio::time::sleep(left) => {}
+        }
+        let done = tally.distinct();
+        depths.push(produced.load(Ordering::Acquire).saturating_sub(done));
+        per_second.push((done - last) as f64);
+        last = done;
+        if let Some(d) = dead_tuples(ctx, q).await {
+            dead_peak = Some(dead_peak.map_or(d, |p| p.max(d)));
+        }
+    }
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let completed = tally.distinct() - c0;
+    let produced_n = produced.load(Ordering::Acquire) - p0;
+    let claims = waits.take();
+    let after = DbSnapshot::read(ctx, q).await;
+    let mut server = before.per_msg(&after, completed);
+    server.dead_tuples_peak = dead_peak;
+    Ok(Window {
+        elapsed_s,
+        completed,
+        produced: produced_n,
+        depths,
+        per_second,
+        claims,
+        server,
+    })
+}
+
+/// The queue table's statistics and the cluster's CPU at one moment.
+struct DbSnapshot {
+    cpu: Option<Duration>,
+    /// idx_tup_fetch, buffers (heap and index, hit and read).
+    table: Option<(i64, i64)>,
+}
+
+const TABLE_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
+     (coalesce(s.heap_blks_hit, 0) + coalesce(s.heap_blks_read, 0) \
+      + coalesce(s.idx_blks_hit, 0) + coalesce(s.idx_blks_read, 0))::int8 \
+     FROM pg_stat_user_tables t JOIN pg_statio_user_tables s USING (relid) \
+     WHERE t.schemaname = 'pgmq' AND t.relname = $1";
+
+impl DbSnapshot {
+    async fn read(ctx: &Ctx, q: &QueueName) -> DbSnapshot {
+        // Table counters reach the shared statistics when a backend's
+        // transaction ends, at most once a second per backend: a fresh
+        // snapshot sees the others' latest flush.
+        let _ = ctx.admin.batch_execute("SELECT pg_stat_clear_snapshot()").await;
+        let table = ctx
+            .admin
+            .query_opt(TABLE_SQL, &[&format!("q_{}", q.as_str())])
+            .await
+            .ok()
+            .flatten()
+            .map(|r| (r.get(0), r.get(1)));
+        DbSnapshot {
+            cpu: cluster_cpu(&ctx.admin).await,
+            table,
+        }
+    }
+
+    fn per_msg(&self, after: &DbSnapshot, n: u64) -> SteadyServer {
+        let n = n.max(1) as f64;
+        let (cpu, table) = (
+            self.cpu.zip(after.cpu),
+            self.table.zip(after.table),
+        );
+        SteadyServer {
+            cpu_us_per_msg: cpu.map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / n),
+            dead_tuples_peak: None,
+            idx_tup_fetch_per_msg: table.map(|(a, b)| (b.0 - a.0).max(0) as f64 / n),
+            buffers_per_msg: table.map(|(a, b)| (b.1 - a.1).max(0) as f64 / n),
+        }
+    }
+}
+
+/// The queue table's `n_dead_tup`.
+async fn dead_tuples(ctx: &Ctx, q: &QueueName) -> Option<u64> {
+    let _ = ctx.admin.batch_execute("SELECT pg_stat_clear_snapshot()").await;
+    let row = ctx
+        .admin
+        .query_opt(
+            "SELECT n_dead_tup::int8 FROM pg_stat_user_tables \
+             WHERE schemaname = 'pgmq' AND relname = $1",
+            &[&format!("q_{}", q.as_str())],
+        )
+        .await
+        .ok()??;
+    Some(row.get::<_, i64>(0).max(0) as u64)
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on Linux).
+const USER_HZ: u64 = 100;
+
+/// CPU used so far by the whole PostgreSQL cluster `admin` is connected
+/// to, when it runs on this host: the postmaster's own time, the time of
+/// the children it reaped (backends that ended), and the time of its live
+/// children. None when the server's process is not visible here.
+async fn cluster_cpu(admin: &tokio_postgres::Client) -> Option<Duration> {
+    let backend: i32 = admin.query_one("SELECT pg_backend_pid()", &[]).await.ok()?.get(0);
+    let postmaster = stat_fields(backend as u32).await?.ppid;
+    let comm = tokio::fs::read_to_string(format!("/proc/{postmaster}/comm")).await.ok()?;
+    if !comm.trim().starts_with("postgres") {
+        return None;
+    }
+    let pm = stat_fields(postmaster).await?;
+    let mut ticks = pm.own + pm.reaped;
+    let mut dir = tokio::fs::read_dir("/proc").await.ok()?;
+    while let Ok(Some(e)) = dir.next_entry().await {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(s) = stat_fields(pid).await {
+            if s.ppid == postmaster {
+                ticks += s.own;
+            }
+        }
+    }
+    Some(Duration::from_millis(ticks * 1000 / USER_HZ))
+}
+
+/// The fields of `/proc/<pid>/stat` this section reads.
+struct StatFields {
+    ppid: u32,
+    /// utime + stime, ticks.
+    own: u64,
+    /// cutime + cstime (children waited for), ticks.
+    reaped: u64,
+}
+
+async fn stat_fields(pid: u32) -> Option<StatFields> {
+    let text = tokio::fs::read_to_string(format!("/proc/{pid}/stat")).await.ok()?;
+    parse_stat(&text)
+}
+
+/// Parses `/proc/<pid>/stat`: the fields after the command name, which
+/// is in parentheses and may hold spaces.
+fn parse_stat(text: &str) -> Option<StatFields> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+    let num = |i: usize| f.get(i)?.parse::<u64>().ok();
+    Some(StatFields {
+        ppid: f.get(1)?.parse().ok()?,
+        own: num(11)? + num(12)?,
+        reaped: num(13)? + num(14)?,
+    })
+}
+
+/// `archive/sleep1ms/unpaced` or `delete/sleep10ms/rate2000`.
+fn series_key(r: &SteadyRun) -> String {
+    format!(
+        "{}/sleep{}ms/{}",
+        r.ack.name(),
+        r.sleep_ms,
+        r.rate_limit_per_s
+            .map_or("unpaced".to_owned(), |v| format!("rate{v:.0}"))
+    )
+}
+
+/// The figure id of `what` for the run's series and handler count.
+fn id(r: &SteadyRun, what: &str) -> String {
+    format!("{NAME}.{}.h{}.{what}", series_key(r).replace('/', "."), r.handlers)
+}
+
+const DEF_RATE: &str = "Messages whose handler finished within the measured window (after the \
+    warm-up) ÷ its seconds, with a producer keeping the depth at --steady-depth (and, when paced, \
+    sending at most its rate).";
+
+const DEF_P99: &str = "99th percentile of the claim latency: the message's enqueued_at (database \
+    clock) to the start of its handler call (this host's clock moved onto the database's), over \
+    the measured window.";
+
+const DEF_P50: &str = "Median claim latency over the measured window (see the p99's definition).";
+
+const DEF_CPU: &str = "CPU time of every process of the PostgreSQL cluster over the measured \
+    window (/proc: the postmaster, its live children and the children it reaped) ÷ messages \
+    completed; only when the server runs on the bench's host. It includes the producer's sends.";
+
+const DEF_DEAD: &str = "Largest n_dead_tup of the run's queue table over one-second samples.";
+
+const DEF_STEP: &str = "Per round, the smallest ratio, over every series (ack, sleep, rate) and \
+    handler count, of its completed rate to the best completed rate of the smaller handler counts \
+    of the series (target: at least 0.95).";
+
+const DEF_KEPT: &str = "Per round, the largest claim latency p99 of the paced runs whose worker \
+    completed at least 95% of the producer's rate (target: at most 100 ms).";
+
+/// Per run its rate, claim latency, server CPU and dead tuples; per round
+/// the step rule's smallest ratio and the worst p99 of runs that kept up.
+fn add_figures(f: &mut Figures, runs: &[SteadyRun]) {
+    let mut ids: BTreeMap<String, Vec<&SteadyRun>> = BTreeMap::new();
+    for r in measured(runs, |r| r.warmup) {
+        ids.entry(id(r, "")).or_default().push(r);
+    }
+    for group in ids.values() {
+        let r0 = group[0];
+        let label = format!("{}, {} handlers", series_key(r0), r0.handlers);
+        f.rate(
+            &id(r0, "completed_rate"),
+            NAME,
+            &format!("Completed, {label}"),
+            DEF_RATE,
+            group.iter().map(|r| (r.round, &r.completed)),
+        );
+        let values = |pick: fn(&SteadyRun) -> Option<f64>| {
+            group
+                .iter()
+                .filter_map(|r| pick(r).map(|v| Sample::value(r.round, v)))
+                .collect()
+        };
+        type Pick = fn(&SteadyRun) -> Option<f64>;
+        let picks: [(&str, &str, &str, Better, &str, Pick); 4] = [
+            ("claim_p50_ms", "claim p50", "ms", Better::Lower, DEF_P50, |r| {
+                Some(r.claim_ms.p50)
+            }),
+            ("claim_p99_ms", "claim p99", "ms", Better::Lower, DEF_P99, |r| {
+                Some(r.claim_ms.p99)
+            }),
+            ("server_cpu_us_per_msg", "server CPU per message", "µs/msg", Better::Lower, DEF_CPU, |r| {
+                r.server.cpu_us_per_msg
+            }),
+            ("dead_tuples_peak", "dead tuples peak", "msg", Better::Lower, DEF_DEAD, |r| {
+                r.server.dead_tuples_peak.map(|v| v as f64)
+            }),
+        ];
+        for (what, name, unit, better, def, pick) in picks {
+            f.add(id(r0, what), NAME, format!("{label}, {name}"), unit, better, def, values(pick));
+        }
+    }
+    let mut step: Vec<Sample> = Vec::new();
+    let mut kept: Vec<Sample> = Vec::new();
+    let rounds: std::collections::BTreeSet<u32> =
+        measured(runs, |r| r.warmup).map(|r| r.round).collect();
+    for round in rounds {
+        let of: Vec<&SteadyRun> = measured(runs, |r| r.warmup).filter(|r| r.round == round).collect();
+        if let Some(v) = step_ratio_min(&of) {
+            step.push(Sample::value(round, v));
+        }
+        if let Some(v) = of
+            .iter()
+            .filter(|r| r.kept_up)
+            .map(|r| r.claim_ms.p99)
+            .reduce(f64::max)
+        {
+            kept.push(Sample::value(round, v));
+        }
+    }
+    f.add(
+        format!("{NAME}.step_ratio_min"),
+        NAME,
+        "Steady stream: smallest step ratio".into(),
+        "x",
+        Better::Higher,
+        DEF_STEP,
+        step,
+    );
+    f.add(
+        format!("{NAME}.claim_p99_kept_up_ms"),
+        NAME,
+        "Steady stream: worst claim p99 while keeping up".into(),
+        "ms",
+        Better::Lower,
+        DEF_KEPT,
+        kept,
+    );
+}
+
+/// The smallest ratio of a run's rate to the best rate of the smaller
+/// handler counts of its series, over the runs of one round (None: no
+/// series with two handler counts).
+fn step_ratio_min(runs: &[&SteadyRun]) -> Option<f64> {
+    let mut series: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    for r in runs {
+        series
+            .entry(series_key(r))
+            .or_default()
+            .push((r.handlers, r.completed.rate_per_s));
+    }
+    let mut min: Option<f64> = None;
+    for mut s in series.into_values() {
+        s.sort_by_key(|(n, _)| *n);
+        let mut best = 0.0f64;
+        for (i, (_, rate)) in s.iter().enumerate() {
+            if i > 0 && best > 0.0 {
+                let ratio = rate / best;
+                min = Some(min.map_or(ratio, |m| m.min(ratio)));
+            }
+            best = best.max(*rate);
+        }
+    }
+    min
+}
+
+/// The section's table: one row per run, then the two round figures.
+fn report_part(out: &mut String, d: &Document) {
+    let Ok(runs) = d.sections.runs::<SteadyRun>(NAME) else {
+        return;
+    };
+    if runs.is_empty() {
+        return;
+    }
+    let w = &d.metadata.workload.options.steady;
+    let _ = writeln!(
+        out,
+        "## Steady stream (steady_stream)\n\n\
+         A producer keeping {} messages queued, bodies of {} bytes, poll interval {} ms, pool {}; \
+         {} s measured per run after {} s of warm-up.\n\n\
+         | Round | Series | Handlers | Completed/s | Produced/s | Mean depth | Claim p50 / p95 / p99 (ms) | Kept up | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        thousands(w.steady_depth as f64),
+        w.steady_body_bytes,
+        w.steady_poll_ms,
+        w.steady_pool,
+        w.steady_duration_s,
+        w.steady_warmup_s
+    );
+    let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
+    for r in &runs {
+        let mut round = r.round.to_string();
+        if r.warmup {
+            round.push_str(" (warm-up)");
+        }
+        let _ = writeln!(
+            out,
+            "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} |",
+            series_key(r),
+            r.handlers,
+            thousands(r.completed.rate_per_s),
+            thousands(r.produced.rate_per_s),
+            thousands(r.depth_mean),
+            r.claim_ms.p50,
+            r.claim_ms.p95,
+            r.claim_ms.p99,
+            if r.rate_limit_per_s.is_none() {
+                "–"
+            } else if r.kept_up {
+                "yes"
+            } else {
+                "no"
+            },
+            r.server
+                .cpu_us_per_msg
+                .map_or("–".to_owned(), |v| format!("{v:.0}")),
+            opt(r.server.idx_tup_fetch_per_msg),
+            opt(r.server.buffers_per_msg),
+            r.server
+                .dead_tuples_peak
+                .map_or("–".to_owned(), |v| thousands(v as f64)),
+        );
+    }
+    out.push('\n');
+    definitions(
+        out,
+        d,
+        &[
+            format!("{NAME}.step_ratio_min"),
+            format!("{NAME}.claim_p99_kept_up_ms"),
+        ],
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_stat_after_a_name_with_spaces() {
+        let text = "42 (postgres: a b) S 7 42 42 0 -1 4194560 100 0 0 0 250 30 5 6 20 0 1 0";
+        let s = parse_stat(text).unwrap();
+        assert_eq!((s.ppid, s.own, s.reaped), (7, 280, 11));
+    }
+}
