@@ -48,7 +48,16 @@
 //! more than the rest of the read. So
 //! by default ([`ClaimReads::Bounded`]) the
 //! loops read with a statement on the queue table that starts after the
-//! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are
+//! highest `msg_id` any loop has read ([`Cursor`], shared by the loops), or
+//! after the queue's claim frontier when that is higher
+//! ([`ReadFrom::AfterFrontier`]: the highest `msg_id` among the newest
+//! claims of any worker, one descent of the `vt` index in the same
+//! statement). A worker sharing its queue with others would otherwise walk
+//! over every row they claimed since its own last read, a heap fetch each
+//! that fails the visibility test: about N - 1 batches per read with N
+//! workers draining one backlog. The frontier only ever passes claimed
+//! rows, so it skips nothing the worker's own bound would not have
+//! skipped once the others' claims moved it. Messages below that bound that are
 //! visible again (a retry, an expired claim, a row whose sending
 //! transaction committed late) are found by a read from the start, made
 //! when one is due ([`Cursor::plan`]): periodically (once per
@@ -158,8 +167,10 @@ pub(crate) fn spawn(
 #[non_exhaustive]
 pub enum ClaimReads {
     /// A statement on the queue table ([`Pgmq::read_from`]) that continues
-    /// after the highest `msg_id` the claimers have read, so that a read
-    /// does not walk over the deleted head of a draining queue, with reads
+    /// after the highest `msg_id` the claimers have read (or after the
+    /// queue's claim frontier when other workers claimed past it), so that
+    /// a read walks neither over the deleted head of a draining queue nor
+    /// over the rows other workers claimed, with reads
     /// from the start once per `poll_interval` (stretched by the number of
     /// workers it sees sharing the queue, at most 16 times, so that a fleet
     /// makes about as many as one worker) and whenever a
@@ -288,7 +299,7 @@ impl Cursor {
             self.claimed_since_start.store(0, Relaxed);
             return Plan::Table(ReadFrom::Start);
         }
-        Plan::Table(ReadFrom::After(after))
+        Plan::Table(ReadFrom::AfterFrontier(after))
     }
 
     /// How many workers read this queue, as this one sees it: the `msg_id`s
@@ -336,11 +347,11 @@ impl Cursor {
             ReadFrom::Start => !full,
             // The tail beyond the bound is drained for now: whether the
             // queue is, only a read from the start can tell.
-            ReadFrom::After(_) if !full => {
+            ReadFrom::After(_) | ReadFrom::AfterFrontier(_) if !full => {
                 self.start_due.store(true, Relaxed);
                 false
             }
-            ReadFrom::After(_) => false,
+            ReadFrom::After(_) | ReadFrom::AfterFrontier(_) => false,
         }
     }
 }
@@ -639,11 +650,11 @@ mod tests {
         let p = c.plan(1_000, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
         assert!(!c.done(p, 100, 100, 600));
-        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::After(600)));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::AfterFrontier(600)));
         // Another loop's batch moved the bound; a lower top does not lower it.
-        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 800));
-        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 700));
-        assert_eq!(c.plan(3_000, IV), Plan::Table(ReadFrom::After(800)));
+        assert!(!c.done(Plan::Table(ReadFrom::AfterFrontier(600)), 100, 100, 800));
+        assert!(!c.done(Plan::Table(ReadFrom::AfterFrontier(600)), 100, 100, 700));
+        assert_eq!(c.plan(3_000, IV), Plan::Table(ReadFrom::AfterFrontier(800)));
     }
 
     #[test]
@@ -653,13 +664,13 @@ mod tests {
         c.done(p, 100, 100, 100);
         assert_eq!(
             c.plan(1_000 + IV - 1, IV),
-            Plan::Table(ReadFrom::After(100))
+            Plan::Table(ReadFrom::AfterFrontier(100))
         );
         assert_eq!(c.plan(1_000 + IV, IV), Plan::Table(ReadFrom::Start));
         // Made: the next loop reads after the bound again.
         assert_eq!(
             c.plan(1_000 + IV + 1, IV),
-            Plan::Table(ReadFrom::After(100))
+            Plan::Table(ReadFrom::AfterFrontier(100))
         );
     }
 
@@ -670,7 +681,7 @@ mod tests {
         c.done(p, 100, 100, 100);
         // The tail ran out: not drained, and the next read is from the start.
         let p = c.plan(2_000, IV);
-        assert_eq!(p, Plan::Table(ReadFrom::After(100)));
+        assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(100)));
         assert!(!c.done(p, 100, 3, 103));
         let p = c.plan(3_000, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
@@ -694,7 +705,10 @@ mod tests {
         let p = c.plan(t + 1, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
         assert!(!c.done(p, 100, 100, 5_100));
-        assert_eq!(c.plan(t + 2, IV), Plan::Table(ReadFrom::After(5_100)));
+        assert_eq!(
+            c.plan(t + 2, IV),
+            Plan::Table(ReadFrom::AfterFrontier(5_100))
+        );
     }
 
     #[test]
@@ -707,14 +721,14 @@ mod tests {
         // moves the bound over 400 ids.
         for top in [500, 900, 1_300] {
             let p = c.plan(2_000, IV);
-            assert_eq!(p, Plan::Table(ReadFrom::After(top - 400)));
+            assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(top - 400)));
             c.done(p, 100, 100, top);
         }
         // 1,200 ids over 400 claimed since the read from the start: 3 workers.
         assert_eq!(c.fleet_factor(1_300), 3);
         assert_eq!(
             c.plan(1_000 + 2 * IV, IV),
-            Plan::Table(ReadFrom::After(1_300))
+            Plan::Table(ReadFrom::AfterFrontier(1_300))
         );
         assert_eq!(c.plan(1_000 + 3 * IV, IV), Plan::Table(ReadFrom::Start));
         // The estimate starts over at each read from the start.
