@@ -81,6 +81,20 @@
 //! while a backlog lasts is then claimed within about `poll_interval` by
 //! one of the fleet, and within 16 `poll_interval`s at worst.
 //!
+//! **A fleet runs about as many claim loops as one worker.** The reads of
+//! all workers on a queue start at the same frontier, and `FOR UPDATE SKIP
+//! LOCKED` passes over the rows that every other read still in flight has
+//! locked, one heap fetch and lock test each: a read's walk grows with the
+//! number of reads in flight on the queue, not with what it returns, and on
+//! a database with few cores reads beyond a couple in flight only wait for
+//! CPU there. So a worker that sees others on its queue (the estimate
+//! above, taken at each read from the start) runs only `claimers` divided
+//! by that number of its loops, rounded up, at least one
+//! ([`Cursor::reading_loops`]); the others stand down, looking again once
+//! per `poll_interval`, and read again when the estimate falls (the other
+//! workers left) or when no loop of the worker started a read for two
+//! poll intervals (the reading loop is stuck on a connection).
+//!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
 //! keeps its own timer, so that no single loop (stuck on a connection, say)
@@ -267,6 +281,10 @@ pub(crate) struct Cursor {
     after_at_start: AtomicI64,
     /// Messages these loops claimed since the last read from the start.
     claimed_since_start: AtomicU64,
+    /// How many workers share the queue, as last seen:
+    /// [`fleet_factor`](Self::fleet_factor) when the last read from the
+    /// start was planned after claims (1 until then).
+    fleet: AtomicU64,
 }
 
 impl Cursor {
@@ -278,6 +296,7 @@ impl Cursor {
             start_due: AtomicBool::new(false),
             after_at_start: AtomicI64::new(0),
             claimed_since_start: AtomicU64::new(0),
+            fleet: AtomicU64::new(1),
         }
     }
 
@@ -294,6 +313,9 @@ impl Cursor {
         let since = now_us.saturating_sub(self.last_start_us.load(Relaxed));
         let periodic = interval_us.saturating_mul(self.fleet_factor(after));
         if after == 0 || self.start_due.swap(false, Relaxed) || since >= periodic {
+            if self.claimed_since_start.load(Relaxed) > 0 {
+                self.fleet.store(self.fleet_factor(after), Relaxed);
+            }
             self.last_start_us.store(now_us, Relaxed);
             self.after_at_start.store(after, Relaxed);
             self.claimed_since_start.store(0, Relaxed);
@@ -305,8 +327,8 @@ impl Cursor {
     /// How many workers read this queue, as this one sees it: the `msg_id`s
     /// its bound moved over since the last read from the start, over the
     /// messages it claimed meanwhile (1 alone; about N when N workers drain
-    /// one backlog, since the others claim the ids in between), between 1
-    /// and [`MAX_FLEET_FACTOR`].
+    /// one backlog, since the others claim the ids in between; rounded to
+    /// the nearest), between 1 and [`MAX_FLEET_FACTOR`].
     ///
     /// The periodic read from the start is stretched by this factor, so that
     /// a fleet of N workers makes about one per `poll_interval` together, as
@@ -318,9 +340,19 @@ impl Cursor {
         let spanned = after.saturating_sub(self.after_at_start.load(Relaxed));
         let claimed = self.claimed_since_start.load(Relaxed);
         match (u64::try_from(spanned), claimed) {
-            (Ok(spanned), claimed) if claimed > 0 => (spanned / claimed).clamp(1, MAX_FLEET_FACTOR),
+            (Ok(spanned), claimed) if claimed > 0 => {
+                (spanned.saturating_add(claimed / 2) / claimed).clamp(1, MAX_FLEET_FACTOR)
+            }
             _ => 1,
         }
+    }
+
+    /// How many of the worker's `claimers` loops read (see the module
+    /// docs): `claimers` divided by the number of workers last seen on the
+    /// queue, rounded up, at least 1; the others stand down meanwhile.
+    fn reading_loops(&self, claimers: usize) -> usize {
+        let fleet = usize::try_from(self.fleet.load(Relaxed)).unwrap_or(1);
+        claimers.div_ceil(fleet.max(1)).max(1)
     }
 
     /// Records a read made as `plan` that returned `n` of the `qty` messages
@@ -402,6 +434,12 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
     part.panic_once.maybe_panic("claim loop");
     let mut lp = ClaimLoop::new(part, index);
     loop {
+        if lp.stands_down() {
+            if lp.stand_down(&stop).await {
+                break;
+            }
+            continue;
+        }
         let Some(permits) = lp.take_room(&stop).await else {
             break;
         };
@@ -477,6 +515,33 @@ impl ClaimLoop {
             at_least: (batch / 2).max(1),
             queue: Arc::clone(&part.queue),
             part,
+        }
+    }
+
+    /// Whether this loop is one of those a fleet does not need (see the
+    /// module docs): its index is past [`Cursor::reading_loops`], and
+    /// another loop started a read less than two poll intervals ago (so a
+    /// loop stuck on its read does not leave the worker without a reader).
+    fn stands_down(&self) -> bool {
+        let part = &self.part;
+        if self.index < part.claims.cursor.reading_loops(part.settings.claimers) {
+            return false;
+        }
+        let since = part
+            .claims
+            .now_us()
+            .saturating_sub(part.claims.last_read_start_us.load(Relaxed));
+        since < micros(part.settings.poll_interval).saturating_mul(2)
+    }
+
+    /// Waits one poll interval without a connection, then the loop looks
+    /// again; true when `stop` fired meanwhile.
+    async fn stand_down(&self, stop: &CancellationToken) -> bool {
+        self.kept.idle();
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => true,
+            _ = tokio::time::sleep(self.part.settings.poll_interval) => false,
         }
     }
 
@@ -747,6 +812,54 @@ mod tests {
             c.plan(1_000 + MAX_FLEET_FACTOR * IV, IV),
             Plan::Table(ReadFrom::Start)
         );
+    }
+
+    #[test]
+    fn the_fleet_seen_at_a_read_from_the_start_sets_the_reading_loops() {
+        let c = bounded();
+        // Alone (nothing measured yet): every loop reads.
+        assert_eq!(c.reading_loops(2), 2);
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        // Three others claim the ids in between each bounded read.
+        for top in [500, 900, 1_300] {
+            let p = c.plan(2_000, IV);
+            c.done(p, 100, 100, top);
+        }
+        assert_eq!(c.reading_loops(2), 2);
+        // Read from the start (a short bounded read asked for one): the
+        // estimate of that window is kept, 1,310 ids over 410 claimed: 3.
+        let p = c.plan(3_000, IV);
+        assert!(!c.done(p, 100, 10, 1_310));
+        assert_eq!(c.plan(4_000, IV), Plan::Table(ReadFrom::Start));
+        assert_eq!(c.reading_loops(2), 1);
+        assert_eq!(c.reading_loops(8), 3);
+        assert_eq!(c.reading_loops(1), 1);
+        // Alone again: the next window says 1, and both loops read.
+        let p = c.plan(5_000, IV);
+        c.done(p, 100, 100, 1_410);
+        c.start_due.store(true, Relaxed);
+        assert_eq!(c.plan(6_000, IV), Plan::Table(ReadFrom::Start));
+        assert_eq!(c.reading_loops(2), 2);
+    }
+
+    #[test]
+    fn the_share_estimate_rounds_to_the_nearest() {
+        // One window from a read from the start at id 100 to a read
+        // reaching `top`, 100 messages claimed.
+        let window = |top| {
+            let c = bounded();
+            let p = c.plan(1_000, IV);
+            c.done(p, 100, 100, 100);
+            c.start_due.store(true, Relaxed);
+            let p = c.plan(2_000, IV);
+            assert_eq!(p, Plan::Table(ReadFrom::Start));
+            c.done(p, 100, 100, top);
+            c.fleet_factor(top)
+        };
+        // 190 ids over 100 claimed: 2 workers; 140: 1.
+        assert_eq!(window(290), 2);
+        assert_eq!(window(240), 1);
     }
 
     #[test]
