@@ -11,7 +11,10 @@
 //! below the bound (retries, expired claims, rows whose sending transaction
 //! committed late), so a consumer that reads after a bound must also read
 //! from the start ([`ReadFrom::Start`]) now and then; see the worker's
-//! claimer for one way to do that.
+//! claimer for one way to do that. A consumer sharing the queue with others
+//! can start after the queue's claim frontier instead
+//! ([`ReadFrom::AfterFrontier`]), and so also skip the rows the others
+//! claimed since its own last read.
 //!
 //! The statement is PGMQ 1.13's own `read` (without its JSON filter): the
 //! same visibility test (`vt <= clock_timestamp()`), order (`msg_id`),
@@ -44,11 +47,30 @@ use crate::Pgmq;
 /// claims, rows whose sending transaction committed late). A consumer that
 /// reads after a bound must therefore also read from the start now and then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ReadFrom {
     /// From the lowest `msg_id`, as `pgmq.read` does.
     Start,
     /// Only messages with a `msg_id` greater than this.
     After(i64),
+    /// Only messages with a `msg_id` greater than this or than the queue's
+    /// claim frontier, whichever is higher: the highest `msg_id` among the
+    /// few messages most recently claimed by any consumer, looked up in the
+    /// same statement with one descent of the queue's `vt` index.
+    ///
+    /// A consumer that shares a queue with others and reads after its own
+    /// highest `msg_id` walks over every row the others claimed since (each
+    /// an index entry and a heap fetch that fails the visibility test); the
+    /// frontier lets its read start where the fleet's claims end instead.
+    /// The frontier is the `msg_id` of a message that was read (its
+    /// `last_read_at` is set) and whose `vt` is no later than this read's
+    /// own visibility timeout from now, so a message sent with a longer
+    /// delay never moves it; a claimed message's id is never above the
+    /// highest id any consumer claimed, so the bound skips nothing a read
+    /// after the fleet's own bounds would have found. Below it the same
+    /// rule as for [`After`](ReadFrom::After) holds: read from the start
+    /// now and then.
+    AfterFrontier(i64),
 }
 
 /// The read's SQL for `queue`: `$1` the visibility timeout in seconds
@@ -64,7 +86,24 @@ pub enum ReadFrom {
 /// every row and every deleted, unvacuumed entry on every read. The array
 /// leaves the planner one plan for any estimate: one primary-key probe
 /// per claimed id.
-fn read_sql(queue: &QueueName, bounded: bool) -> String {
+fn read_sql(queue: &QueueName, from: ReadFrom) -> String {
+    let bound = match from {
+        ReadFrom::Start => String::new(),
+        ReadFrom::After(_) => " AND msg_id > $3".to_owned(),
+        // The newest claims have the highest `vt` at or below now plus the
+        // visibility timeout (a claim sets `vt` to its time plus the
+        // timeout); a few of them, not one, so that one extended, released
+        // or delayed row at the top does not hide the frontier. GREATEST
+        // ignores the NULL of an empty queue.
+        ReadFrom::AfterFrontier(_) => format!(
+            " AND msg_id > GREATEST($3, (SELECT max(f.msg_id) FROM \
+             (SELECT msg_id, last_read_at FROM {t} \
+             WHERE vt <= pg_catalog.now() + pg_catalog.make_interval(secs => $1 + 1) \
+             ORDER BY vt DESC LIMIT {FRONTIER_ROWS}) AS f \
+             WHERE f.last_read_at IS NOT NULL))",
+            t = queue.quoted_table(),
+        ),
+    };
     format!(
         "UPDATE {t} AS m SET \
          last_read_at = pg_catalog.clock_timestamp(), \
@@ -75,9 +114,11 @@ fn read_sql(queue: &QueueName, bounded: bool) -> String {
          ORDER BY msg_id ASC LIMIT $2 FOR UPDATE SKIP LOCKED)) \
          RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.last_read_at, m.vt, m.message, m.headers",
         t = queue.quoted_table(),
-        bound = if bounded { " AND msg_id > $3" } else { "" },
     )
 }
+
+/// How many of the most recent claims [`ReadFrom::AfterFrontier`] looks at.
+const FRONTIER_ROWS: u32 = 4;
 
 impl<E: Executor> Pgmq<E> {
     /// Reads up to `opts.qty` visible messages starting at `from` and
@@ -152,15 +193,15 @@ impl<E: Executor> Pgmq<E> {
         match from {
             ReadFrom::Start => {
                 self.run_text(
-                    &read_sql(queue, false),
+                    &read_sql(queue, from),
                     queue.as_str(),
                     &[(&vt, Type::FLOAT8), (&n, Type::INT4)],
                 )
                 .await
             }
-            ReadFrom::After(id) => {
+            ReadFrom::After(id) | ReadFrom::AfterFrontier(id) => {
                 self.run_text(
-                    &read_sql(queue, true),
+                    &read_sql(queue, from),
                     queue.as_str(),
                     &[(&vt, Type::FLOAT8), (&n, Type::INT4), (&id, Type::INT8)],
                 )
@@ -177,9 +218,10 @@ mod tests {
     #[test]
     fn the_statement_is_pgmqs_read_on_the_quoted_table() {
         let q = QueueName::new("jobs").unwrap();
-        let full = read_sql(&q, false);
-        let bounded = read_sql(&q, true);
-        for sql in [&full, &bounded] {
+        let full = read_sql(&q, ReadFrom::Start);
+        let bounded = read_sql(&q, ReadFrom::After(1));
+        let frontier = read_sql(&q, ReadFrom::AfterFrontier(1));
+        for sql in [&full, &bounded, &frontier] {
             assert!(sql.contains("FROM pgmq.\"q_jobs\" WHERE"), "{sql}");
             // The claimed rows are probed by id, never joined (see read_sql).
             assert!(
@@ -197,5 +239,8 @@ mod tests {
         }
         assert!(!full.contains("$3"));
         assert!(bounded.contains("AND msg_id > $3"));
+        assert!(frontier.contains("AND msg_id > GREATEST($3, (SELECT max(f.msg_id)"));
+        assert!(frontier.contains("ORDER BY vt DESC LIMIT 4"));
+        assert!(frontier.contains("WHERE f.last_read_at IS NOT NULL"));
     }
 }

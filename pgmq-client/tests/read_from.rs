@@ -233,6 +233,63 @@ async fn a_retry_below_the_bound_is_found_by_a_read_from_the_start() {
     assert_eq!(got.iter().map(|m| m.msg_id).collect::<Vec<_>>(), [later]);
 }
 
+/// `AfterFrontier` starts after the newest claims of any consumer: it
+/// skips a visible message below them (found from the start), counts no
+/// delayed message that was never read, and on a queue nobody read yet is
+/// its own bound.
+#[tokio::test]
+async fn a_read_after_the_frontier_starts_after_the_newest_claims() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "rf_frontier").await;
+    let ids = client
+        .send_batch(&q, &(0..10).map(|i| json!({"i": i})).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let opts = |n| ReadOptions::new(VT).qty(n);
+    let got = |v: Vec<Message<RawJson>>| sorted(v).iter().map(|m| m.msg_id).collect::<Vec<_>>();
+
+    // Nothing claimed yet: the bound alone.
+    let first = client
+        .read_from_raw(&q, ReadFrom::AfterFrontier(ids[0]), &opts(3))
+        .await
+        .unwrap();
+    assert_eq!(got(first), ids[1..4]);
+    // The lowest message is visible again, below the claims: a read after
+    // the frontier starts past the newest claim, whatever its own bound.
+    client.set_vt(&q, ids[0], Delay::NONE).await.unwrap();
+    let next = client
+        .read_from_raw(&q, ReadFrom::AfterFrontier(0), &opts(2))
+        .await
+        .unwrap();
+    assert_eq!(got(next), ids[4..6]);
+    // A bound above the frontier wins.
+    let above = client
+        .read_from_raw(&q, ReadFrom::AfterFrontier(ids[7]), &opts(10))
+        .await
+        .unwrap();
+    assert_eq!(got(above), ids[8..]);
+    // A message sent with a delay (never read) does not move the frontier,
+    // even when its `vt` is the newest within the visibility timeout.
+    let plain = client.send(&q, &json!({"i": 10})).await.unwrap();
+    let delayed = SendOptions::new().delay(VT);
+    client
+        .send_with(&q, &json!({"i": 11}), &delayed)
+        .await
+        .unwrap();
+    let after_delayed = client
+        .read_from_raw(&q, ReadFrom::AfterFrontier(0), &opts(10))
+        .await
+        .unwrap();
+    assert_eq!(got(after_delayed), [plain]);
+    // The messages below the frontier are found from the start.
+    let start = client
+        .read_from_raw(&q, ReadFrom::Start, &opts(10))
+        .await
+        .unwrap();
+    assert_eq!(got(start), [ids[0], ids[6], ids[7]]);
+}
+
 #[tokio::test]
 async fn a_missing_queue_and_a_huge_quantity_are_refused() {
     let client = common::client().await;

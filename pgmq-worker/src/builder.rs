@@ -364,7 +364,9 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// Number of concurrent claim loops, each with one read in flight
     /// (default 2): two claim connections drain faster than one while
     /// each waits on its round trip; more mostly add lock contention on the
-    /// same rows.
+    /// same rows. A worker that sees N workers on its queue lets only
+    /// `n / N` of them read (rounded up, at least one), so that a fleet
+    /// keeps about as many reads in flight as one worker.
     pub fn claimers(mut self, n: usize) -> Self {
         self.config.claimers = n;
         self

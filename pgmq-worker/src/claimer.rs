@@ -48,7 +48,16 @@
 //! more than the rest of the read. So
 //! by default ([`ClaimReads::Bounded`]) the
 //! loops read with a statement on the queue table that starts after the
-//! highest `msg_id` any loop has read ([`Cursor`], shared by the loops). Messages below that bound that are
+//! highest `msg_id` any loop has read ([`Cursor`], shared by the loops), or
+//! after the queue's claim frontier when that is higher
+//! ([`ReadFrom::AfterFrontier`]: the highest `msg_id` among the newest
+//! claims of any worker, one descent of the `vt` index in the same
+//! statement). A worker sharing its queue with others would otherwise walk
+//! over every row they claimed since its own last read, a heap fetch each
+//! that fails the visibility test: about N - 1 batches per read with N
+//! workers draining one backlog. The frontier only ever passes claimed
+//! rows, so it skips nothing the worker's own bound would not have
+//! skipped once the others' claims moved it. Messages below that bound that are
 //! visible again (a retry, an expired claim, a row whose sending
 //! transaction committed late) are found by a read from the start, made
 //! when one is due ([`Cursor::plan`]): periodically (once per
@@ -71,6 +80,20 @@
 //! factor, at most 16 times. A message that becomes visible below the bound
 //! while a backlog lasts is then claimed within about `poll_interval` by
 //! one of the fleet, and within 16 `poll_interval`s at worst.
+//!
+//! **A fleet runs about as many claim loops as one worker.** The reads of
+//! all workers on a queue start at the same frontier, and `FOR UPDATE SKIP
+//! LOCKED` passes over the rows that every other read still in flight has
+//! locked, one heap fetch and lock test each: a read's walk grows with the
+//! number of reads in flight on the queue, not with what it returns, and on
+//! a database with few cores reads beyond a couple in flight only wait for
+//! CPU there. So a worker that sees others on its queue (the estimate
+//! above, taken at each read from the start) runs only `claimers` divided
+//! by that number of its loops, rounded up, at least one
+//! ([`Cursor::reading_loops`]); the others stand down, looking again once
+//! per `poll_interval`, and read again when the estimate falls (the other
+//! workers left) or when no loop of the worker started a read for two
+//! poll intervals (the reading loop is stuck on a connection).
 //!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
@@ -158,8 +181,10 @@ pub(crate) fn spawn(
 #[non_exhaustive]
 pub enum ClaimReads {
     /// A statement on the queue table ([`Pgmq::read_from`]) that continues
-    /// after the highest `msg_id` the claimers have read, so that a read
-    /// does not walk over the deleted head of a draining queue, with reads
+    /// after the highest `msg_id` the claimers have read (or after the
+    /// queue's claim frontier when other workers claimed past it), so that
+    /// a read walks neither over the deleted head of a draining queue nor
+    /// over the rows other workers claimed, with reads
     /// from the start once per `poll_interval` (stretched by the number of
     /// workers it sees sharing the queue, at most 16 times, so that a fleet
     /// makes about as many as one worker) and whenever a
@@ -256,6 +281,10 @@ pub(crate) struct Cursor {
     after_at_start: AtomicI64,
     /// Messages these loops claimed since the last read from the start.
     claimed_since_start: AtomicU64,
+    /// How many workers share the queue, as last seen:
+    /// [`fleet_factor`](Self::fleet_factor) when the last read from the
+    /// start was planned after claims (1 until then).
+    fleet: AtomicU64,
 }
 
 impl Cursor {
@@ -267,6 +296,7 @@ impl Cursor {
             start_due: AtomicBool::new(false),
             after_at_start: AtomicI64::new(0),
             claimed_since_start: AtomicU64::new(0),
+            fleet: AtomicU64::new(1),
         }
     }
 
@@ -283,19 +313,22 @@ impl Cursor {
         let since = now_us.saturating_sub(self.last_start_us.load(Relaxed));
         let periodic = interval_us.saturating_mul(self.fleet_factor(after));
         if after == 0 || self.start_due.swap(false, Relaxed) || since >= periodic {
+            if self.claimed_since_start.load(Relaxed) > 0 {
+                self.fleet.store(self.fleet_factor(after), Relaxed);
+            }
             self.last_start_us.store(now_us, Relaxed);
             self.after_at_start.store(after, Relaxed);
             self.claimed_since_start.store(0, Relaxed);
             return Plan::Table(ReadFrom::Start);
         }
-        Plan::Table(ReadFrom::After(after))
+        Plan::Table(ReadFrom::AfterFrontier(after))
     }
 
     /// How many workers read this queue, as this one sees it: the `msg_id`s
     /// its bound moved over since the last read from the start, over the
     /// messages it claimed meanwhile (1 alone; about N when N workers drain
-    /// one backlog, since the others claim the ids in between), between 1
-    /// and [`MAX_FLEET_FACTOR`].
+    /// one backlog, since the others claim the ids in between; rounded to
+    /// the nearest), between 1 and [`MAX_FLEET_FACTOR`].
     ///
     /// The periodic read from the start is stretched by this factor, so that
     /// a fleet of N workers makes about one per `poll_interval` together, as
@@ -307,9 +340,19 @@ impl Cursor {
         let spanned = after.saturating_sub(self.after_at_start.load(Relaxed));
         let claimed = self.claimed_since_start.load(Relaxed);
         match (u64::try_from(spanned), claimed) {
-            (Ok(spanned), claimed) if claimed > 0 => (spanned / claimed).clamp(1, MAX_FLEET_FACTOR),
+            (Ok(spanned), claimed) if claimed > 0 => {
+                (spanned.saturating_add(claimed / 2) / claimed).clamp(1, MAX_FLEET_FACTOR)
+            }
             _ => 1,
         }
+    }
+
+    /// How many of the worker's `claimers` loops read (see the module
+    /// docs): `claimers` divided by the number of workers last seen on the
+    /// queue, rounded up, at least 1; the others stand down meanwhile.
+    fn reading_loops(&self, claimers: usize) -> usize {
+        let fleet = usize::try_from(self.fleet.load(Relaxed)).unwrap_or(1);
+        claimers.div_ceil(fleet.max(1)).max(1)
     }
 
     /// Records a read made as `plan` that returned `n` of the `qty` messages
@@ -334,13 +377,14 @@ impl Cursor {
                 false
             }
             ReadFrom::Start => !full,
-            // The tail beyond the bound is drained for now: whether the
-            // queue is, only a read from the start can tell.
-            ReadFrom::After(_) if !full => {
+            // A read after a bound came back short: the tail beyond the
+            // bound is drained for now; whether the queue is, only a read
+            // from the start can tell.
+            _ if !full => {
                 self.start_due.store(true, Relaxed);
                 false
             }
-            ReadFrom::After(_) => false,
+            _ => false,
         }
     }
 }
@@ -391,6 +435,12 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
     part.panic_once.maybe_panic("claim loop");
     let mut lp = ClaimLoop::new(part, index);
     loop {
+        if lp.stands_down() {
+            if lp.stand_down(&stop).await {
+                break;
+            }
+            continue;
+        }
         let Some(permits) = lp.take_room(&stop).await else {
             break;
         };
@@ -466,6 +516,33 @@ impl ClaimLoop {
             at_least: (batch / 2).max(1),
             queue: Arc::clone(&part.queue),
             part,
+        }
+    }
+
+    /// Whether this loop is one of those a fleet does not need (see the
+    /// module docs): its index is past [`Cursor::reading_loops`], and
+    /// another loop started a read less than two poll intervals ago (so a
+    /// loop stuck on its read does not leave the worker without a reader).
+    fn stands_down(&self) -> bool {
+        let part = &self.part;
+        if self.index < part.claims.cursor.reading_loops(part.settings.claimers) {
+            return false;
+        }
+        let since = part
+            .claims
+            .now_us()
+            .saturating_sub(part.claims.last_read_start_us.load(Relaxed));
+        since < micros(part.settings.poll_interval).saturating_mul(2)
+    }
+
+    /// Waits one poll interval without a connection, then the loop looks
+    /// again; true when `stop` fired meanwhile.
+    async fn stand_down(&self, stop: &CancellationToken) -> bool {
+        self.kept.idle();
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => true,
+            _ = tokio::time::sleep(self.part.settings.poll_interval) => false,
         }
     }
 
@@ -639,11 +716,11 @@ mod tests {
         let p = c.plan(1_000, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
         assert!(!c.done(p, 100, 100, 600));
-        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::After(600)));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::AfterFrontier(600)));
         // Another loop's batch moved the bound; a lower top does not lower it.
-        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 800));
-        assert!(!c.done(Plan::Table(ReadFrom::After(600)), 100, 100, 700));
-        assert_eq!(c.plan(3_000, IV), Plan::Table(ReadFrom::After(800)));
+        assert!(!c.done(Plan::Table(ReadFrom::AfterFrontier(600)), 100, 100, 800));
+        assert!(!c.done(Plan::Table(ReadFrom::AfterFrontier(600)), 100, 100, 700));
+        assert_eq!(c.plan(3_000, IV), Plan::Table(ReadFrom::AfterFrontier(800)));
     }
 
     #[test]
@@ -653,13 +730,13 @@ mod tests {
         c.done(p, 100, 100, 100);
         assert_eq!(
             c.plan(1_000 + IV - 1, IV),
-            Plan::Table(ReadFrom::After(100))
+            Plan::Table(ReadFrom::AfterFrontier(100))
         );
         assert_eq!(c.plan(1_000 + IV, IV), Plan::Table(ReadFrom::Start));
         // Made: the next loop reads after the bound again.
         assert_eq!(
             c.plan(1_000 + IV + 1, IV),
-            Plan::Table(ReadFrom::After(100))
+            Plan::Table(ReadFrom::AfterFrontier(100))
         );
     }
 
@@ -670,7 +747,7 @@ mod tests {
         c.done(p, 100, 100, 100);
         // The tail ran out: not drained, and the next read is from the start.
         let p = c.plan(2_000, IV);
-        assert_eq!(p, Plan::Table(ReadFrom::After(100)));
+        assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(100)));
         assert!(!c.done(p, 100, 3, 103));
         let p = c.plan(3_000, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
@@ -694,7 +771,10 @@ mod tests {
         let p = c.plan(t + 1, IV);
         assert_eq!(p, Plan::Table(ReadFrom::Start));
         assert!(!c.done(p, 100, 100, 5_100));
-        assert_eq!(c.plan(t + 2, IV), Plan::Table(ReadFrom::After(5_100)));
+        assert_eq!(
+            c.plan(t + 2, IV),
+            Plan::Table(ReadFrom::AfterFrontier(5_100))
+        );
     }
 
     #[test]
@@ -707,14 +787,14 @@ mod tests {
         // moves the bound over 400 ids.
         for top in [500, 900, 1_300] {
             let p = c.plan(2_000, IV);
-            assert_eq!(p, Plan::Table(ReadFrom::After(top - 400)));
+            assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(top - 400)));
             c.done(p, 100, 100, top);
         }
         // 1,200 ids over 400 claimed since the read from the start: 3 workers.
         assert_eq!(c.fleet_factor(1_300), 3);
         assert_eq!(
             c.plan(1_000 + 2 * IV, IV),
-            Plan::Table(ReadFrom::After(1_300))
+            Plan::Table(ReadFrom::AfterFrontier(1_300))
         );
         assert_eq!(c.plan(1_000 + 3 * IV, IV), Plan::Table(ReadFrom::Start));
         // The estimate starts over at each read from the start.
@@ -733,6 +813,54 @@ mod tests {
             c.plan(1_000 + MAX_FLEET_FACTOR * IV, IV),
             Plan::Table(ReadFrom::Start)
         );
+    }
+
+    #[test]
+    fn the_fleet_seen_at_a_read_from_the_start_sets_the_reading_loops() {
+        let c = bounded();
+        // Alone (nothing measured yet): every loop reads.
+        assert_eq!(c.reading_loops(2), 2);
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        // Three others claim the ids in between each bounded read.
+        for top in [500, 900, 1_300] {
+            let p = c.plan(2_000, IV);
+            c.done(p, 100, 100, top);
+        }
+        assert_eq!(c.reading_loops(2), 2);
+        // Read from the start (a short bounded read asked for one): the
+        // estimate of that window is kept, 1,310 ids over 410 claimed: 3.
+        let p = c.plan(3_000, IV);
+        assert!(!c.done(p, 100, 10, 1_310));
+        assert_eq!(c.plan(4_000, IV), Plan::Table(ReadFrom::Start));
+        assert_eq!(c.reading_loops(2), 1);
+        assert_eq!(c.reading_loops(8), 3);
+        assert_eq!(c.reading_loops(1), 1);
+        // Alone again: the next window says 1, and both loops read.
+        let p = c.plan(5_000, IV);
+        c.done(p, 100, 100, 1_410);
+        c.start_due.store(true, Relaxed);
+        assert_eq!(c.plan(6_000, IV), Plan::Table(ReadFrom::Start));
+        assert_eq!(c.reading_loops(2), 2);
+    }
+
+    #[test]
+    fn the_share_estimate_rounds_to_the_nearest() {
+        // One window from a read from the start at id 100 to a read
+        // reaching `top`, 100 messages claimed.
+        let window = |top| {
+            let c = bounded();
+            let p = c.plan(1_000, IV);
+            c.done(p, 100, 100, 100);
+            c.start_due.store(true, Relaxed);
+            let p = c.plan(2_000, IV);
+            assert_eq!(p, Plan::Table(ReadFrom::Start));
+            c.done(p, 100, 100, top);
+            c.fleet_factor(top)
+        };
+        // 190 ids over 100 claimed: 2 workers; 140: 1.
+        assert_eq!(window(290), 2);
+        assert_eq!(window(240), 1);
     }
 
     #[test]

@@ -526,7 +526,7 @@ mod tests {
             "| 1,000 | 1,000 | 1 (the reference) |",
             "| 3,000 | 500 | 0.50 |",
             "## Worker processes (worker_processes)",
-            "| 2 | 500 | 300 / 200 | 0.67 | 0.96 |",
+            "| 2 | 500 | – | 300 / 200 | 0.67 | 0.96 |",
             "## Worker vs the equal-layout loop",
             "| 8 | 1.25 |",
             "Rate search (steps 1.50× apart, at most 8): highest producer rate that passed 1,000 msg/s.",

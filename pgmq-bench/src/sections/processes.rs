@@ -613,9 +613,10 @@ fn report_part(out: &mut String, d: &Document) {
     let _ = writeln!(
         out,
         "## Worker processes (worker_processes)\n\n\
-         | Processes | Combined rate (msg/s) | Per-process rates (msg/s), per round | Smallest / largest | Jain's index |\n\
-         | --- | --- | --- | --- | --- |"
+         | Processes | Combined rate (msg/s) | Of 1 process | Per-process rates (msg/s), per round | Smallest / largest | Jain's index |\n\
+         | --- | --- | --- | --- | --- | --- |"
     );
+    let one = median_rate(d, 1);
     let mut ids = Vec::new();
     for n in &counts {
         let runs: Vec<_> = d
@@ -638,9 +639,13 @@ fn report_part(out: &mut String, d: &Document) {
         let jain: Vec<f64> = runs.iter().map(|r| r.jain_index).collect();
         let rate = format!("worker_processes.p{n}.throughput");
         let even = format!("worker_processes.p{n}.min_over_max");
+        let of_one = match (median_rate(d, *n), one) {
+            (Some(r), Some(one)) if one > 0.0 => format!("{:.2}x", r / one),
+            _ => "–".to_owned(),
+        };
         let _ = writeln!(
             out,
-            "| {n} | {} | {} | {} | {} |",
+            "| {n} | {} | {of_one} | {} | {} | {} |",
             cell(d, &rate),
             if per_process.is_empty() {
                 "–".to_owned()
@@ -655,11 +660,24 @@ fn report_part(out: &mut String, d: &Document) {
     }
     let _ = writeln!(
         out,
-        "\nJain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when even, \
-         1/n when one process did everything.\n"
+        "\nOf 1 process is the median combined rate over the median with one process, measured in the same \
+         document. Jain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when \
+         even, 1/n when one process did everything.\n"
     );
     processes_server(out, d, &counts);
     definitions(out, d, &ids);
+}
+
+/// The median combined rate of the measured runs with `n` processes.
+fn median_rate(d: &Document, n: u64) -> Option<f64> {
+    let rates: Vec<f64> = d
+        .sections
+        .worker_processes
+        .iter()
+        .filter(|r| !r.warmup && u64::from(r.processes) == n)
+        .map(|r| r.rate.rate_per_s)
+        .collect();
+    crate::stats::median_min_max(&rates).map(|(med, _, _)| med)
 }
 
 /// worker_processes: the database's own counters per message, per process
