@@ -461,7 +461,7 @@ mod tests {
     fn defaults_parse() {
         let cli = Cli::try_parse_from(["pgmq-bench"]).unwrap();
         assert!(cli.command.is_none());
-        assert_eq!(cli.run.sections.len(), 11);
+        assert_eq!(cli.run.sections.len(), crate::sections::REGISTRY.len());
         assert_eq!(cli.run.workers, vec![1, 2, 4, 8]);
         let cli = Cli::try_parse_from([
             "pgmq-bench",

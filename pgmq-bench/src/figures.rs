@@ -166,8 +166,10 @@ pub struct TargetContext {
     pub messages: u64,
 }
 
+/// One target's verdict: `observed` against `limit` by `pass`, or none
+/// with the reason when it does not apply or was not measured.
 #[allow(clippy::too_many_arguments)]
-fn check(
+pub(crate) fn check(
     id: &str,
     description: &str,
     observed: Option<f64>,
@@ -223,41 +225,15 @@ pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
     let mut checks = handler_count_checks(figures, ctx, &empty_handler);
     checks.extend(idle_and_wakeup_checks(figures, ctx));
     checks.extend(rate_and_memory_checks(figures, ctx, &empty_handler));
-    checks.extend(steady_checks(figures));
+    // The targets a section states of its own figures, in its file.
+    for section in REGISTRY {
+        checks.extend(section.targets(figures));
+    }
     checks
 }
 
-/// The targets on the steady stream: completions never fall as handlers
-/// grow, and claim latency stays low while the worker keeps up.
-fn steady_checks(figures: &[Figure]) -> Vec<TargetCheck> {
-    use crate::sections::steady::{CLAIM_P99_LIMIT_MS, STEP_FLOOR};
-    let med = |id: &str| median_of(figures, id);
-    vec![
-        check(
-            "steady_step_rule",
-            "Steady stream: each handler count completes at least 0.95x the best rate of the smaller counts of its series",
-            med("steady_stream.step_ratio_min"),
-            STEP_FLOOR,
-            "x",
-            |v| v >= STEP_FLOOR,
-            Ok(()),
-            "median over rounds of each round's smallest ratio over every series",
-        ),
-        check(
-            "steady_claim_p99",
-            "Steady stream: claim latency p99 at most 100 ms while the worker keeps up with a paced producer",
-            med("steady_stream.claim_p99_kept_up_ms"),
-            CLAIM_P99_LIMIT_MS,
-            "ms",
-            |v| v <= CLAIM_P99_LIMIT_MS,
-            Ok(()),
-            "median over rounds of each round's worst p99 among the paced runs that completed at least 95% of the rate",
-        ),
-    ]
-}
-
 /// The median of the figure `id`, if the document has it.
-fn median_of(figures: &[Figure], id: &str) -> Option<f64> {
+pub(crate) fn median_of(figures: &[Figure], id: &str) -> Option<f64> {
     figures.iter().find(|f| f.id == id).map(|f| f.median)
 }
 

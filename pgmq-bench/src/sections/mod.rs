@@ -202,6 +202,13 @@ pub(crate) trait Section: Sync {
     /// Appends its part of the Markdown report of `d` (nothing when `d`
     /// holds none of its figures).
     fn report(&self, d: &Document, out: &mut String);
+
+    /// Its performance targets, evaluated on a document's `figures` (see
+    /// [`targets`](crate::figures::targets)); none by default.
+    fn targets(&self, figures: &[crate::document::Figure]) -> Vec<crate::document::TargetCheck> {
+        let _ = figures;
+        Vec::new()
+    }
 }
 
 impl std::fmt::Debug for dyn Section {

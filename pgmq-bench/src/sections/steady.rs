@@ -48,7 +48,8 @@ use crate::checks::{run_tag, Checks};
 use crate::config::{pick, Profile};
 use crate::document::{Better, Document, Percentiles, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
-use crate::figures::{measured, Figures};
+use crate::document::{Figure, TargetCheck};
+use crate::figures::{check, measured, median_of, Figures};
 use crate::report::markdown::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::sections::consume::{QueueWaits, Tally};
@@ -398,6 +399,34 @@ impl Section for SteadyStream {
 
     fn report(&self, d: &Document, out: &mut String) {
         report_part(out, d);
+    }
+
+    /// Completions never fall as handlers grow, and claim latency stays
+    /// low while the worker keeps up.
+    fn targets(&self, figures: &[Figure]) -> Vec<TargetCheck> {
+        let med = |id: &str| median_of(figures, id);
+        vec![
+            check(
+                "steady_step_rule",
+                "Steady stream: each handler count completes at least 0.95x the best rate of the smaller counts of its series",
+                med("steady_stream.step_ratio_min"),
+                STEP_FLOOR,
+                "x",
+                |v| v >= STEP_FLOOR,
+                Ok(()),
+                "median over rounds of each round's smallest ratio over every series",
+            ),
+            check(
+                "steady_claim_p99",
+                "Steady stream: claim latency p99 at most 100 ms while the worker keeps up with a paced producer",
+                med("steady_stream.claim_p99_kept_up_ms"),
+                CLAIM_P99_LIMIT_MS,
+                "ms",
+                |v| v <= CLAIM_P99_LIMIT_MS,
+                Ok(()),
+                "median over rounds of each round's worst p99 among the paced runs that completed at least 95% of the rate",
+            ),
+        ]
     }
 }
 
