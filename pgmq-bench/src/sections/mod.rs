@@ -141,7 +141,7 @@ pub trait Options: clap::Args {
 
     /// Replaces the flags that `profile` (`--quick`, `--standard`,
     /// `--long`) sets for this section, each only while it holds its
-    /// default ([`pick`](crate::config::pick)). By default a profile
+    /// default (`config::pick`). By default a profile
     /// changes none.
     fn apply_profile(&mut self, profile: Profile) {
         let _ = profile;
