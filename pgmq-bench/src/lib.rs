@@ -23,13 +23,13 @@
 //!
 //! Table of contents:
 //! - [`cli`], `config`: the command line and its validated settings;
-//!   `target`: the database, its password resolved once (never in argv);
+//!   [`target`]: the database, its password resolved once (never in argv);
 //! - [`run`]: one run from start to document; [`sections`]: the sections,
 //!   one file each (its run, checks, figures and report part), listed in
 //!   one registry; `checks`: the checks they share and the run's outcome;
 //! - [`document`]: the benchmark.v1 types; `figures`: runs to figures and
 //!   targets; [`metadata`]: build, machine and server facts;
-//! - [`guard`]: the `pgmq_bench_*` queue guard; `ledger`: handled-id
+//! - [`guard`]: the `pgmq_bench_*` queue guard; [`ledger`]: handled-id
 //!   accounting; `process`: peak RSS and CPU time; `local_db`: `--local`;
 //! - [`report`]: Markdown, SVG, compare, check; [`commands`]: their entry points.
 //!
@@ -46,7 +46,7 @@ pub mod document;
 mod error;
 pub(crate) mod figures;
 pub mod guard;
-pub(crate) mod ledger;
+pub mod ledger;
 pub(crate) mod local_db;
 pub mod metadata;
 pub(crate) mod process;
@@ -54,8 +54,8 @@ pub(crate) mod progress;
 pub mod report;
 pub mod run;
 pub mod sections;
-pub(crate) mod stats;
-pub(crate) mod target;
+pub mod stats;
+pub mod target;
 
 pub use error::{Error, Result};
 

@@ -1,10 +1,10 @@
 //! Reading documents back: the Markdown summary, the SVG chart, the
 //! comparison of two documents, and the target checks.
 
-pub(crate) mod check;
+pub mod check;
 pub mod compare;
-pub(crate) mod markdown;
-pub(crate) mod svg;
+pub mod markdown;
+pub mod svg;
 
 use crate::document::Figure;
 
