@@ -14,8 +14,15 @@
 //! claim expired and another delivery holds the message: nothing is written
 //! for it here, and it is counted in `claims_lost` (logged once, at WARN).
 //! When an earlier try of the same write failed with an unknown outcome (the
-//! connection broke after sending it), a message it no longer matches may
-//! have been written by that try: such messages are not counted as lost.
+//! connection broke after sending it, or it outlived `db_timeout`), a
+//! message the retry no longer matches may have been written by that try,
+//! or lost to another delivery meanwhile (the claim can expire while the
+//! database is away). For a delete, an archive or a dead-letter move the
+//! completer then asks which of those rows are still in the queue table:
+//! such a write removes its row and message ids are never reused, so a row
+//! still there is a lost claim (counted in `claims_lost`), and a row gone
+//! was written by the earlier try (counted as written). A requeue leaves
+//! its row either way, so such a requeue is counted neither way.
 //!
 //! **When a batch goes out.** When every writer is busy, acknowledgements
 //! wait in the channel; as soon as a writer is free it takes what has
@@ -288,10 +295,10 @@ struct Written {
 
 impl Written {
     /// The ids of `asked` this write did not match: claims lost to another
-    /// delivery. None when an earlier try had an unknown outcome (that try
-    /// may have written them).
+    /// delivery, unless an earlier try had an unknown outcome (that try may
+    /// have written them; [`Writer::removed`] tells them apart).
     fn unmatched(&self, asked: &[Receipt]) -> Vec<i64> {
-        if self.ambiguous || self.ids.len() >= asked.len() {
+        if self.ids.len() >= asked.len() {
             return Vec::new();
         }
         let wrote: std::collections::HashSet<i64> = self.ids.iter().copied().collect();
@@ -389,7 +396,8 @@ impl Writer {
                 )
             })
             .await;
-        self.note(written, deletes, &self.part.stats.c.deleted, lost);
+        self.note(written, deletes, &self.part.stats.c.deleted, lost)
+            .await;
     }
 
     /// The fenced archive.
@@ -409,7 +417,8 @@ impl Writer {
                 )
             })
             .await;
-        self.note(written, archives, &self.part.stats.c.archived, lost);
+        self.note(written, archives, &self.part.stats.c.archived, lost)
+            .await;
     }
 
     /// One fenced requeue for retries, snoozes and releases, each one
@@ -433,7 +442,9 @@ impl Writer {
                 bump(counter, 1);
             }
         }
-        lost.extend(written.unmatched(&asked));
+        if !written.ambiguous {
+            lost.extend(written.unmatched(&asked));
+        }
     }
 
     /// The dead letters, moved in one statement ([`dead_letter`]).
@@ -447,21 +458,77 @@ impl Writer {
                 dead_letter(&self.part.settings, &self.kept, dead)
             })
             .await;
-        self.note(written, &asked, &self.part.stats.c.dead_lettered, lost);
+        self.note(written, &asked, &self.part.stats.c.dead_lettered, lost)
+            .await;
     }
 
-    /// Counts what a write of `asked` wrote in `done`, and adds what it did
-    /// not match to `lost`.
-    fn note(
+    /// Counts what a terminal write (delete, archive, dead-letter move) of
+    /// `asked` wrote in `done`, and adds the claims it found lost to `lost`:
+    /// what it did not match, or, after a try with an unknown outcome, what
+    /// it did not match and is still in the queue table ([`Self::removed`]).
+    async fn note(
         &self,
         written: Option<Written>,
         asked: &[Receipt],
         done: &AtomicU64,
         lost: &mut Vec<i64>,
     ) {
-        if let Some(w) = written {
-            bump(done, w.ids.len() as u64);
-            lost.extend(w.unmatched(asked));
+        let Some(w) = written else { return };
+        bump(done, w.ids.len() as u64);
+        let unmatched = w.unmatched(asked);
+        if unmatched.is_empty() {
+            return;
+        }
+        if !w.ambiguous {
+            lost.extend(unmatched);
+            return;
+        }
+        match self.still_queued(&unmatched).await {
+            Some(present) => {
+                bump(done, (unmatched.len() - present.len()) as u64);
+                lost.extend(present);
+            }
+            None => tracing::warn!(
+                queue = %self.part.settings.queue, messages = unmatched.len(),
+                "could not tell whether an acknowledgement with an unknown outcome was written or its claims were lost; counted neither way"
+            ),
+        }
+    }
+
+    /// Which of `ids` are still rows of the queue table, asked within the
+    /// acknowledgement's retry time; None when that cannot be known.
+    async fn still_queued(&self, ids: &[i64]) -> Option<Vec<i64>> {
+        use pgmq_client::reexports::tokio_postgres::types::Type;
+        use pgmq_client::Executor;
+        let part = &self.part;
+        let sql = format!(
+            "SELECT pg_catalog.array_agg(msg_id) FROM {} WHERE msg_id = ANY($1::bigint[])",
+            part.settings.queue.quoted_table()
+        );
+        let give_up = Instant::now() + part.settings.ack_retry_timeout;
+        let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        loop {
+            let res = self
+                .kept
+                .query_text(&sql, &[(&ids, Type::INT8_ARRAY)])
+                .await;
+            match res {
+                Ok(rows) => {
+                    return Some(
+                        rows.first()
+                            .and_then(|r| r.try_get::<_, Option<Vec<i64>>>(0).ok().flatten())
+                            .unwrap_or_default(),
+                    )
+                }
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    let deadline = self.close.deadline().map_or(give_up, |d| d.min(give_up));
+                    if !e.is_transient() || Instant::now() + delay >= deadline {
+                        return None;
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
         }
     }
 

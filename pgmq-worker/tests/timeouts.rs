@@ -271,6 +271,134 @@ async fn a_blackholed_connection_is_noticed_and_the_worker_resumes() {
     assert_eq!(report.stats.deleted, 40);
 }
 
+/// A worker on `q` through a proxy that blackholes itself in the handler of
+/// the message `{"cut": true}`, after 20 warm-up messages were deleted (so
+/// the pool holds idle connections: the cut delete is sent on one, rather
+/// than waiting for a connection the blackhole would never open, and gets
+/// no answer within `db_timeout`). The heartbeat is off, so only the
+/// completer judges the delete. Returns the proxy, the worker and the cut
+/// message's id.
+async fn cut_after_handler(
+    direct: &Client,
+    q: &pgmq_client::QueueName,
+    vt: Duration,
+) -> (Arc<Proxy>, pgmq_worker::WorkerHandle, i64) {
+    let cfg: tokio_postgres::Config = dsn().parse().unwrap();
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let hole = Arc::new(
+        Proxy::start(
+            "127.0.0.1:0".parse().unwrap(),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+        )
+        .await
+        .unwrap(),
+    );
+    let via = dsn().replace(&format!(":{port}/"), &format!(":{}/", hole.addr().port()));
+    assert_ne!(via, dsn(), "the test DSN names its port");
+    let client = Client::builder(&via)
+        .connect_timeout(Duration::from_secs(1))
+        .pool_timeout(Duration::from_secs(1))
+        .connect()
+        .await
+        .unwrap();
+    let h = Arc::clone(&hole);
+    let worker: Worker<Value> = Worker::builder(client, q.clone())
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(50))
+        .visibility_timeout(vt)
+        .db_timeout(Duration::from_secs(1))
+        .heartbeat(false)
+        .ack_retry_timeout(Duration::from_secs(60))
+        .handler(move |m: Message<Value>| {
+            if m.body["cut"] == true {
+                h.set_blackhole(true);
+            }
+            async { Ok(Outcome::Delete) }
+        })
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    let warm: Vec<Value> = (0..20).map(|n| json!({ "n": n })).collect();
+    direct.send_batch(q, &warm).await.unwrap();
+    wait_for(WAIT, "the first 20", || async {
+        handle.stats().deleted == 20
+    })
+    .await;
+    let cut = direct.send(q, &json!({ "cut": true })).await.unwrap();
+    wait_for(WAIT, "the delete tried without an answer", || async {
+        handle.stats().ack_retries >= 1
+    })
+    .await;
+    (hole, handle, cut)
+}
+
+/// A delete with no answer (so it may or may not have landed) while the
+/// claim expires and another consumer takes the message: once the database
+/// is back the retried delete matches nothing, and the worker counts the
+/// claim lost rather than the message acknowledged (the row is still
+/// there, so no earlier try removed it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_lost_while_a_delete_had_no_answer_is_counted_lost() {
+    let direct = client().await;
+    let q = unique("unanswered");
+    let _g = Queues::new(&direct, &[&q]).await;
+    let (hole, handle, cut) = cut_after_handler(&direct, &q, Duration::from_secs(2)).await;
+    // The claim (2 s) expires under the waiting delete; another consumer
+    // takes the message and holds it.
+    let start = Instant::now();
+    loop {
+        let got = direct
+            .read::<Value>(&q, Duration::from_secs(120), 1)
+            .await
+            .unwrap();
+        if let Some(m) = got.first() {
+            assert_eq!(m.as_ref().unwrap().msg_id, cut);
+            break;
+        }
+        assert!(start.elapsed() < WAIT, "the claim never expired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // What the blackhole held (the first delete) is delivered now: fenced,
+    // it matches nothing either.
+    hole.set_blackhole(false);
+    wait_for(WAIT, "the lost claim counted", || async {
+        handle.stats().claims_lost == 1
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.claims_lost, 1);
+    assert_eq!(report.acks_failed, 0);
+    assert_eq!(
+        report.stats.deleted, 20,
+        "the cut message was not deleted here"
+    );
+    assert_eq!(
+        queue_len(&direct, &q).await,
+        1,
+        "the other consumer holds it"
+    );
+}
+
+/// The other way round: the delete with no answer lands (the blackhole
+/// delivers it when it lifts, within the claim), and the retry matches
+/// nothing because of it. The message is counted deleted, not lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_landed_without_an_answer_is_counted_deleted() {
+    let direct = client().await;
+    let q = unique("landed");
+    let _g = Queues::new(&direct, &[&q]).await;
+    let (hole, handle, _cut) = cut_after_handler(&direct, &q, Duration::from_secs(30)).await;
+    hole.set_blackhole(false);
+    wait_for(WAIT, "the cut message counted deleted", || async {
+        handle.stats().deleted == 21
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.claims_lost, 0);
+    assert_eq!(report.acks_failed, 0);
+    assert_eq!(queue_len(&direct, &q).await, 0);
+}
+
 /// A blocking handler that hangs on every message, past `handler_timeout`:
 /// the threads left running are capped by `max_abandoned_blocking_threads`
 /// (at most `concurrency` + that many runs at once, not one thread per
