@@ -140,12 +140,19 @@ impl Drop for Sandbox {
     }
 }
 
-/// A port of the spare range 55450-55459 that nothing listens on.
+/// A port of the spare range 55450-55459 that no socket uses: bound
+/// without `SO_REUSEADDR` (std's listener sets it, and would pass over a
+/// port whose connections of an earlier cluster are still in TIME_WAIT,
+/// which a test that binds a client socket to the port then trips on).
 fn free_port() -> u16 {
     let start = 55450 + (std::process::id() % 10) as u16;
     (0..10)
         .map(|i| 55450 + (start - 55450 + i) % 10)
-        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .find(|&p| {
+            tokio::net::TcpSocket::new_v4()
+                .and_then(|s| s.bind(([127, 0, 0, 1], p).into()))
+                .is_ok()
+        })
         .expect("a free port in 55450-55459")
 }
 
