@@ -120,6 +120,7 @@ registry! {
     sustained => [Sustained],
     batch_handler => [BatchHandlerSection] with BatchHandlerOptions,
     pub(crate) steady => [SteadyStream] with SteadyOptions,
+    pinned => [PinnedHorizon] with PinnedOptions,
 }
 
 /// The options a section file declares: its command-line flags (a clap

@@ -655,7 +655,7 @@ async fn watch_window(
 }
 
 /// The queue table's statistics and the cluster's CPU at one moment.
-struct DbSnapshot {
+pub(crate) struct DbSnapshot {
     cpu: Option<Duration>,
     /// idx_tup_fetch, buffers (heap and index, hit and read).
     table: Option<(i64, i64)>,
@@ -668,7 +668,7 @@ const TABLE_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
      WHERE t.schemaname = 'pgmq' AND t.relname = $1";
 
 impl DbSnapshot {
-    async fn read(ctx: &Ctx, q: &QueueName) -> DbSnapshot {
+    pub(crate) async fn read(ctx: &Ctx, q: &QueueName) -> DbSnapshot {
         // Table counters reach the shared statistics when a backend's
         // transaction ends, at most once a second per backend: a fresh
         // snapshot sees the others' latest flush.
@@ -686,7 +686,7 @@ impl DbSnapshot {
         }
     }
 
-    fn per_msg(&self, after: &DbSnapshot, n: u64) -> SteadyServer {
+    pub(crate) fn per_msg(&self, after: &DbSnapshot, n: u64) -> SteadyServer {
         let n = n.max(1) as f64;
         let (cpu, table) = (
             self.cpu.zip(after.cpu),
@@ -702,7 +702,7 @@ impl DbSnapshot {
 }
 
 /// The queue table's `n_dead_tup`.
-async fn dead_tuples(ctx: &Ctx, q: &QueueName) -> Option<u64> {
+pub(crate) async fn dead_tuples(ctx: &Ctx, q: &QueueName) -> Option<u64> {
     let _ = ctx.admin.batch_execute("SELECT pg_stat_clear_snapshot()").await;
     let row = ctx
         .admin

@@ -330,5 +330,13 @@ pub fn short_run_args(output: &str) -> Vec<&str> {
         "1",
         "--steady-warmup-s",
         "0.5",
+        "--pinned-handlers",
+        "4",
+        "--pinned-calibrate-s",
+        "1",
+        "--pinned-phase-s",
+        "1",
+        "--pinned-readers",
+        "2",
     ]
 }

@@ -1,0 +1,911 @@
+//! pinned_horizon: a paced stream drained while long transactions pin the
+//! MVCC horizon, so that no dead tuple of the queue can be vacuumed.
+//!
+//! Per run (one per `--pinned-claim-reads` path, so the worker's own reads
+//! and `pgmq.read` are compared in one sitting): a fresh queue and a worker
+//! on a client of its own with `--pinned-handlers` handlers, each sleeping
+//! `--pinned-sleep-ms` and returning `Delete`, other settings at their
+//! defaults but the claim reads.
+//!
+//! 1. **Calibration.** A producer keeps 4,000 messages queued (sent minus
+//!    completed) for `--pinned-calibrate-s`; the completions over its last
+//!    three quarters are the clean unpaced rate. Unless `--pinned-rate` is
+//!    set, the producer's rate from then on is `--pinned-share` of it.
+//!    The backlog left is drained before the phases start.
+//! 2. **Phases**, `--pinned-phase-s` each, the producer sending at that
+//!    rate throughout: *clean*; *pinned*, while one session sits idle in a
+//!    transaction that holds an xid (from the phase's start) and
+//!    `--pinned-readers` sessions repeat `REPEATABLE READ` transactions that
+//!    count the queue table's rows and stay open a second after; and
+//!    *recovered*, after the holder commits and the readers stop.
+//!
+//! Each phase records the produced and completed rates, the backlog (sent
+//! minus completed, one-second samples) and its least-squares slope, the
+//! claim latency (`enqueued_at` to handler start), and the database's
+//! counters over the phase as steady_stream reads them (the cluster's CPU,
+//! the queue table's index tuples and buffers per message, the peak of
+//! `n_dead_tup`). The run records how long after the pin cleared the
+//! backlog was back to the clean phase's (at most twice its largest sample).
+//!
+//! Two targets, on the runs of the worker's own reads (`bounded`): while
+//! pinned the worker completes at least 95% of what was produced in the
+//! phase (it keeps up: the backlog's slope stays near zero), and after the
+//! pin clears its backlog is back within 30 s.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::future::BoxFuture;
+use pgmq_client::{Message, QueueName};
+use pgmq_worker::{Outcome, Worker};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::checks::{run_tag, Checks};
+use crate::cli::ClaimReadsArg;
+use crate::config::{pick, Profile};
+use crate::document::{
+    Better, Document, Figure, Percentiles, Rate, Sample, Sections, TargetCheck, WorkerCounters,
+};
+use crate::error::{Error, Result};
+use crate::figures::{check, measured, median_of, Figures};
+use crate::report::markdown::definitions;
+use crate::report::{fmt_value, thousands};
+use crate::sections::consume::{QueueWaits, Tally};
+use crate::sections::steady::{dead_tuples, DbSnapshot, SteadyServer};
+use crate::sections::sustained::db_clock_offset_us;
+use crate::sections::{counters, padding, Ctx, InBody, OutBody, Options, Round, Section};
+
+/// The section's name, in the document and on the command line.
+const NAME: &str = "pinned_horizon";
+
+/// The worker's pool's application name.
+const APP: &str = "pgmq-bench-pinned";
+
+/// The least share of the pinned phase's produced messages completed in it.
+pub const KEEP_UP_FLOOR: f64 = 0.95;
+
+/// The most seconds after the pin clears for the backlog to be back.
+pub const RECOVERY_LIMIT_S: f64 = 30.0;
+
+/// The depth the calibration's producer keeps.
+const CALIBRATION_DEPTH: u64 = 4_000;
+
+/// The most messages of one send.
+const SEND_MAX: u64 = 1_000;
+
+/// The pinned_horizon options.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct PinnedOptions {
+    /// pinned_horizon: the worker's handlers.
+    #[arg(long, default_value_t = 64)]
+    pub pinned_handlers: u32,
+
+    /// pinned_horizon: what each handler call sleeps, milliseconds.
+    #[arg(long, default_value_t = 1)]
+    pub pinned_sleep_ms: u64,
+
+    /// pinned_horizon: the producer's messages a second in the phases (0:
+    /// `--pinned-share` of the clean rate the calibration measured).
+    #[arg(long, default_value_t = 0)]
+    pub pinned_rate: u64,
+
+    /// pinned_horizon: the share of the calibrated clean rate the producer
+    /// sends at when `--pinned-rate` is 0.
+    #[arg(long, default_value_t = 0.7)]
+    pub pinned_share: f64,
+
+    /// pinned_horizon: seconds of the unpaced calibration.
+    #[arg(long, default_value_t = 10.0)]
+    pub pinned_calibrate_s: f64,
+
+    /// pinned_horizon: seconds of each phase (clean, pinned, recovered).
+    #[arg(long, default_value_t = 20.0)]
+    pub pinned_phase_s: f64,
+
+    /// pinned_horizon: sessions repeating `REPEATABLE READ` scans of the
+    /// queue table while pinned.
+    #[arg(long, default_value_t = 4)]
+    pub pinned_readers: u32,
+
+    /// pinned_horizon: the claim reads compared, one run each
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "bounded,function")]
+    pub pinned_claim_reads: Vec<ClaimReadsArg>,
+}
+
+/// The pinned_horizon settings, checked.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PinnedConfig {
+    /// Handlers.
+    pub handlers: u32,
+    /// Handler sleep.
+    pub sleep: Duration,
+    /// Fixed producer rate (None: the share of the calibrated rate).
+    pub rate: Option<u64>,
+    /// Share of the calibrated rate.
+    pub share: f64,
+    /// Calibration.
+    pub calibrate: Duration,
+    /// Each phase.
+    pub phase: Duration,
+    /// Repeating readers while pinned.
+    pub readers: u32,
+    /// Claim reads compared.
+    pub claim_reads: Vec<ClaimReadsArg>,
+}
+
+/// What the document's workload records of them (empty in documents older
+/// than the section).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct PinnedWorkload {
+    /// pinned_horizon handlers.
+    pub pinned_handlers: u32,
+    /// pinned_horizon handler sleep, milliseconds.
+    pub pinned_sleep_ms: u64,
+    /// pinned_horizon fixed rate (0: the share of the calibrated rate).
+    pub pinned_rate: u64,
+    /// pinned_horizon share of the calibrated rate.
+    pub pinned_share: f64,
+    /// pinned_horizon calibration seconds.
+    pub pinned_calibrate_s: f64,
+    /// pinned_horizon seconds per phase.
+    pub pinned_phase_s: f64,
+    /// pinned_horizon repeating readers.
+    pub pinned_readers: u32,
+    /// pinned_horizon claim reads compared.
+    pub pinned_claim_reads: Vec<ClaimReadsArg>,
+}
+
+fn seconds(v: f64, flag: &str, least: f64) -> Result<Duration> {
+    if v.is_finite() && v >= least {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(Error::Config(format!(
+            "{flag} must be a number of seconds, at least {least}"
+        )))
+    }
+}
+
+impl Options for PinnedOptions {
+    type Config = PinnedConfig;
+    type Workload = PinnedWorkload;
+
+    fn config(&self) -> Result<PinnedConfig> {
+        let bad = |m: &str| Err(Error::Config(m.into()));
+        if !(1..=4096).contains(&self.pinned_handlers) {
+            return bad("--pinned-handlers must be between 1 and 4096");
+        }
+        if !(self.pinned_share > 0.0 && self.pinned_share <= 1.0) {
+            return bad("--pinned-share must be above 0 and at most 1");
+        }
+        if self.pinned_readers > 64 {
+            return bad("--pinned-readers must be at most 64");
+        }
+        if self.pinned_claim_reads.is_empty() {
+            return bad("--pinned-claim-reads needs at least one value");
+        }
+        let mut claim_reads = self.pinned_claim_reads.clone();
+        claim_reads.dedup();
+        Ok(PinnedConfig {
+            handlers: self.pinned_handlers,
+            sleep: Duration::from_millis(self.pinned_sleep_ms),
+            rate: (self.pinned_rate > 0).then_some(self.pinned_rate),
+            share: self.pinned_share,
+            calibrate: seconds(self.pinned_calibrate_s, "--pinned-calibrate-s", 0.5)?,
+            phase: seconds(self.pinned_phase_s, "--pinned-phase-s", 1.0)?,
+            readers: self.pinned_readers,
+            claim_reads,
+        })
+    }
+
+    fn workload(c: &PinnedConfig) -> PinnedWorkload {
+        PinnedWorkload {
+            pinned_handlers: c.handlers,
+            pinned_sleep_ms: c.sleep.as_millis() as u64,
+            pinned_rate: c.rate.unwrap_or(0),
+            pinned_share: c.share,
+            pinned_calibrate_s: c.calibrate.as_secs_f64(),
+            pinned_phase_s: c.phase.as_secs_f64(),
+            pinned_readers: c.readers,
+            pinned_claim_reads: c.claim_reads.clone(),
+        }
+    }
+
+    fn apply_profile(&mut self, profile: Profile) {
+        match profile {
+            Profile::Quick => {
+                pick(&mut self.pinned_calibrate_s, 10.0, 2.0);
+                pick(&mut self.pinned_phase_s, 20.0, 3.0);
+            }
+            Profile::Standard => {
+                pick(&mut self.pinned_calibrate_s, 10.0, 5.0);
+                pick(&mut self.pinned_phase_s, 20.0, 10.0);
+            }
+            Profile::Full | Profile::Long => {}
+        }
+    }
+}
+
+/// One run: one claim-reads path through the three phases.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PinnedRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// How the worker claimed.
+    pub claim_reads: ClaimReadsArg,
+    /// Handlers.
+    pub handlers: u32,
+    /// Handler sleep, milliseconds.
+    pub sleep_ms: u64,
+    /// Completions of the unpaced calibration (its last three quarters).
+    pub clean_unpaced: Rate,
+    /// The producer's rate in the phases, messages a second.
+    pub rate_per_s: f64,
+    /// Clean, pinned, recovered.
+    pub phases: Vec<PinnedPhase>,
+    /// Seconds from the pin's release to the first one-second sample of
+    /// the backlog at most twice the clean phase's largest (None: not
+    /// within the recovered phase).
+    pub recovery_s: Option<f64>,
+    /// The worker's counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Peak RSS of the bench process during the run.
+    pub peak_rss_bytes: u64,
+}
+
+/// One phase of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PinnedPhase {
+    /// `clean`, `pinned` or `recovered`.
+    pub phase: String,
+    /// Messages sent in the phase.
+    pub produced: Rate,
+    /// Messages whose handler finished in the phase.
+    pub completed: Rate,
+    /// Completed ÷ produced.
+    pub kept_ratio: f64,
+    /// Backlog (sent minus completed) at the phase's start.
+    pub backlog_start: u64,
+    /// Backlog sampled each second of the phase.
+    pub backlog: Vec<u64>,
+    /// Least-squares slope of the samples, messages a second (positive:
+    /// the backlog grows).
+    pub backlog_slope_per_s: f64,
+    /// Claim latency (`enqueued_at` to handler start) in the phase, ms.
+    pub claim_ms: Percentiles,
+    /// The database's counters over the phase, per message completed.
+    pub server: SteadyServer,
+}
+
+/// The pinned_horizon section (see the module docs).
+pub(crate) struct PinnedHorizon;
+
+impl Section for PinnedHorizon {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "A paced stream while long transactions pin the MVCC horizon"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        let runs = match s.runs::<PinnedRun>(NAME) {
+            Ok(r) => r,
+            Err(e) => return out.fail(format!("{NAME}: {e}")),
+        };
+        for r in &runs {
+            let tag = format!("{NAME} {} {}", r.claim_reads.name(), run_tag(r.round, r.warmup));
+            out.counters(&tag, &r.worker);
+            if r.phases.len() != 3 {
+                out.fail(format!("{tag}: {} phases, not 3", r.phases.len()));
+            }
+            for p in &r.phases {
+                out.short_run(&format!("{tag} {}", p.phase), p.completed.elapsed_s);
+            }
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        if let Ok(runs) = s.runs::<PinnedRun>(NAME) {
+            add_figures(f, &runs);
+        }
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        super::extra_peaks::<PinnedRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+
+    /// The worker's own reads keep up while pinned and recover after.
+    fn targets(&self, figures: &[Figure]) -> Vec<TargetCheck> {
+        let med = |id: &str| median_of(figures, id);
+        vec![
+            check(
+                "pinned_keeps_up",
+                "Pinned horizon: the worker completes at least 95% of what the producer sent while the horizon is pinned",
+                med(&format!("{NAME}.bounded.pinned.kept_ratio")),
+                KEEP_UP_FLOOR,
+                "x",
+                |v| v >= KEEP_UP_FLOOR,
+                Ok(()),
+                "median over rounds of the pinned phase's completed ÷ produced, the worker's own claim reads",
+            ),
+            check(
+                "pinned_recovery",
+                "Pinned horizon: the backlog is back to the clean phase's within 30 s of the pin clearing",
+                med(&format!("{NAME}.bounded.recovery_s")),
+                RECOVERY_LIMIT_S,
+                "s",
+                |v| v <= RECOVERY_LIMIT_S,
+                Ok(()),
+                "median over rounds, the worker's own claim reads; a run that did not recover within its recovered phase counts as that phase's length plus one second",
+            ),
+        ]
+    }
+}
+
+/// One round: a run per claim-reads path.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    let c = ctx.cfg.options.pinned.clone();
+    for &reads in &c.claim_reads {
+        let r = run(ctx, &c, reads, at).await?;
+        let say = |i: usize| {
+            r.phases.get(i).map_or("–".to_owned(), |p| {
+                format!(
+                    "{:.0}/s (p99 {:.0} ms)",
+                    p.completed.rate_per_s, p.claim_ms.p99
+                )
+            })
+        };
+        ctx.progress.say(format!(
+            "{} {NAME} {}: clean {:.0}/s unpaced, paced at {:.0}/s: clean {}, pinned {}, recovered {}, back in {}",
+            at.tag,
+            reads.name(),
+            r.clean_unpaced.rate_per_s,
+            r.rate_per_s,
+            say(0),
+            say(1),
+            say(2),
+            r.recovery_s.map_or("–".to_owned(), |v| format!("{v:.0} s"))
+        ));
+        s.record(NAME, &r)?;
+    }
+    Ok(())
+}
+
+/// What the producer and the phases share.
+struct Stream {
+    /// Messages sent so far (each body's id is its number).
+    sent: AtomicU64,
+    tally: Arc<Tally>,
+}
+
+impl Stream {
+    fn backlog(&self) -> u64 {
+        self.sent
+            .load(Ordering::Acquire)
+            .saturating_sub(self.tally.distinct())
+    }
+}
+
+/// How the producer paces itself.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// Keep the backlog at this depth, as fast as it drains.
+    Depth(u64),
+    /// This many messages a second, whatever the backlog.
+    Rate(f64),
+}
+
+/// Sends until `stop`, as `pace` says.
+async fn produce(
+    ctx: Arc<Ctx>,
+    q: QueueName,
+    pad: String,
+    pace: Pace,
+    stream: Arc<Stream>,
+    stop: CancellationToken,
+) -> Result<()> {
+    let start = tokio::time::Instant::now();
+    let first = stream.sent.load(Ordering::Acquire);
+    let mut bodies = Vec::new();
+    while !stop.is_cancelled() {
+        let sent = stream.sent.load(Ordering::Acquire);
+        let n = match pace {
+            Pace::Depth(d) => d.saturating_sub(stream.backlog()),
+            Pace::Rate(r) => {
+                ((start.elapsed().as_secs_f64() * r) as u64).saturating_sub(sent - first)
+            }
+        }
+        .min(SEND_MAX);
+        // Batches of at least 20, but for the last ones of a slow rate.
+        if n == 0 || (n < 20 && matches!(pace, Pace::Depth(_))) {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(2)) => {}
+                () = stop.cancelled() => break,
+            }
+            continue;
+        }
+        bodies.clear();
+        bodies.extend((sent..sent + n).map(|id| OutBody { id, pad: &pad }));
+        ctx.client.send_batch(&q, &bodies).await?;
+        stream.sent.fetch_add(n, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+/// One run of the claim reads `reads` (see the module docs).
+async fn run(
+    ctx: &Arc<Ctx>,
+    c: &PinnedConfig,
+    reads: ClaimReadsArg,
+    at: Round<'_>,
+) -> Result<PinnedRun> {
+    let q = ctx.guard.fresh("pinned").await?;
+    let client = ctx
+        .target
+        .builder()
+        .application_name(APP)
+        .connect()
+        .await?;
+    let offset_us = db_clock_offset_us(&ctx.admin).await?;
+    let tally = Tally::with_waits(u64::MAX, c.sleep, QueueWaits::new(offset_us));
+    let t = tally.clone();
+    let w = Worker::<InBody>::builder(client.clone(), q.clone())
+        .concurrency(c.handlers as usize)
+        .claim_reads(reads.into())
+        .handler(move |msg: Message<InBody>| {
+            let t = t.clone();
+            async move {
+                t.started(msg.enqueued_at);
+                t.handle(msg.body.id).await;
+                Ok(Outcome::Delete)
+            }
+        })
+        .build()?;
+    let stream = Arc::new(Stream {
+        sent: AtomicU64::new(0),
+        tally,
+    });
+    ctx.meter.begin();
+    let handle = w.spawn();
+    let pad = padding(ctx.cfg.payload_bytes);
+    let spawn = |pace: Pace, stop: &CancellationToken| {
+        tokio::spawn(produce(
+            ctx.clone(),
+            q.clone(),
+            pad.clone(),
+            pace,
+            Arc::clone(&stream),
+            stop.clone(),
+        ))
+    };
+
+    // Calibration: unpaced, its first quarter left out.
+    let stop = CancellationToken::new();
+    let producer = spawn(Pace::Depth(CALIBRATION_DEPTH), &stop);
+    tokio::time::sleep(c.calibrate / 4).await;
+    let (d0, t0) = (stream.tally.distinct(), Instant::now());
+    tokio::time::sleep(c.calibrate - c.calibrate / 4).await;
+    let clean_unpaced = Rate::new(stream.tally.distinct() - d0, t0.elapsed().as_secs_f64());
+    stop.cancel();
+    joined(producer.await)?;
+    let rate = c
+        .rate
+        .map_or(clean_unpaced.rate_per_s * c.share, |r| r as f64)
+        .max(1.0);
+    let drained = Instant::now();
+    while stream.backlog() > 0 && drained.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The phases, the producer paced throughout.
+    let stop = CancellationToken::new();
+    let producer = spawn(Pace::Rate(rate), &stop);
+    let waits = stream.tally.waits.as_ref().expect("a tally with waits");
+    waits.take();
+    let mut phases = vec![phase(ctx, c, &q, &stream, "clean").await];
+    let pin = Pin::start(ctx, &q, c.readers).await?;
+    phases.push(phase(ctx, c, &q, &stream, "pinned").await);
+    pin.release().await?;
+    let clean_max = phases[0].backlog.iter().copied().max().unwrap_or(0);
+    let back = (2 * clean_max).max(1);
+    let recovered = phase(ctx, c, &q, &stream, "recovered").await;
+    let recovery_s = if recovered.backlog_start <= back {
+        Some(0.0)
+    } else {
+        recovered
+            .backlog
+            .iter()
+            .position(|b| *b <= back)
+            .map(|i| (i + 1) as f64)
+    };
+    phases.push(recovered);
+    stop.cancel();
+    let produced = producer.await;
+    let report = handle.shutdown().await?;
+    let peak = ctx.meter.end();
+    drop(client);
+    ctx.guard.release(&q).await?;
+    joined(produced)?;
+    Ok(PinnedRun {
+        round: at.index,
+        warmup: at.warm,
+        claim_reads: reads,
+        handlers: c.handlers,
+        sleep_ms: c.sleep.as_millis() as u64,
+        clean_unpaced,
+        rate_per_s: rate,
+        phases,
+        recovery_s,
+        worker: counters(&report.stats),
+        peak_rss_bytes: peak,
+    })
+}
+
+fn joined(r: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
+    match r {
+        Ok(r) => r,
+        Err(e) => Err(Error::Panicked(format!("pinned producer: {e}"))),
+    }
+}
+
+/// One phase: `c.phase` seconds of one-second samples.
+async fn phase(
+    ctx: &Ctx,
+    c: &PinnedConfig,
+    q: &QueueName,
+    stream: &Stream,
+    name: &str,
+) -> PinnedPhase {
+    let waits = stream.tally.waits.as_ref().expect("a tally with waits");
+    waits.take();
+    let before = DbSnapshot::read(ctx, q).await;
+    let start = Instant::now();
+    let (s0, d0) = (stream.sent.load(Ordering::Acquire), stream.tally.distinct());
+    let backlog_start = s0.saturating_sub(d0);
+    let (mut backlog, mut dead_peak) = (Vec::new(), None::<u64>);
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    while start.elapsed() + Duration::from_millis(500) < c.phase {
+        tick.tick().await;
+        backlog.push(stream.backlog());
+        if let Some(d) = dead_tuples(ctx, q).await {
+            dead_peak = Some(dead_peak.map_or(d, |p| p.max(d)));
+        }
+    }
+    tokio::time::sleep(c.phase.saturating_sub(start.elapsed())).await;
+    let elapsed_s = start.elapsed().as_secs_f64();
+    let produced = stream.sent.load(Ordering::Acquire) - s0;
+    let completed = stream.tally.distinct() - d0;
+    let claims = waits.take();
+    let after = DbSnapshot::read(ctx, q).await;
+    let mut server = before.per_msg(&after, completed);
+    server.dead_tuples_peak = dead_peak;
+    PinnedPhase {
+        phase: name.to_owned(),
+        produced: Rate::new(produced, elapsed_s),
+        completed: Rate::new(completed, elapsed_s),
+        kept_ratio: completed as f64 / produced.max(1) as f64,
+        backlog_start,
+        backlog_slope_per_s: slope(&backlog),
+        backlog,
+        claim_ms: crate::stats::percentiles_us_to_ms(&claims),
+        server,
+    }
+}
+
+/// Least-squares slope of one-second samples (0 for fewer than two).
+fn slope(samples: &[u64]) -> f64 {
+    let n = samples.len() as f64;
+    if samples.len() < 2 {
+        return 0.0;
+    }
+    let mean_x = (n - 1.0) / 2.0;
+    let mean_y = samples.iter().map(|v| *v as f64).sum::<f64>() / n;
+    let (mut num, mut den) = (0.0, 0.0);
+    for (i, y) in samples.iter().enumerate() {
+        let dx = i as f64 - mean_x;
+        num += dx * (*y as f64 - mean_y);
+        den += dx * dx;
+    }
+    num / den
+}
+
+/// What pins the horizon: one session idle in a transaction holding an
+/// xid, and readers repeating `REPEATABLE READ` scans of the queue table.
+struct Pin {
+    holder: tokio_postgres::Client,
+    stop: CancellationToken,
+    readers: Vec<tokio::task::JoinHandle<Result<()>>>,
+}
+
+impl Pin {
+    async fn start(ctx: &Ctx, q: &QueueName, readers: u32) -> Result<Pin> {
+        let session = || async {
+            let (pg, _notifications) = ctx
+                .target
+                .builder()
+                .application_name("pgmq-bench-pin")
+                .connect_dedicated()
+                .await?;
+            Ok::<_, Error>(pg)
+        };
+        let holder = session().await?;
+        holder
+            .batch_execute("BEGIN; SELECT pg_catalog.txid_current()")
+            .await?;
+        let stop = CancellationToken::new();
+        let scan = format!("SELECT count(*) FROM {}", q.quoted_table());
+        let mut tasks = Vec::new();
+        for _ in 0..readers {
+            let (pg, stop, scan) = (session().await?, stop.clone(), scan.clone());
+            tasks.push(tokio::spawn(async move {
+                while !stop.is_cancelled() {
+                    pg.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ").await?;
+                    pg.batch_execute(&scan).await?;
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        () = stop.cancelled() => {}
+                    }
+                    pg.batch_execute("COMMIT").await?;
+                }
+                Ok(())
+            }));
+        }
+        Ok(Pin {
+            holder,
+            stop,
+            readers: tasks,
+        })
+    }
+
+    async fn release(self) -> Result<()> {
+        self.holder.batch_execute("COMMIT").await?;
+        self.stop.cancel();
+        for t in self.readers {
+            match t.await {
+                Ok(r) => r?,
+                Err(e) => return Err(Error::Panicked(format!("pinned reader: {e}"))),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The figure id of `what` for the run's claim reads.
+fn id(r: &PinnedRun, what: &str) -> String {
+    format!("{NAME}.{}.{what}", r.claim_reads.name())
+}
+
+const DEF_CLEAN: &str = "Completions per second of the unpaced calibration (the producer keeping \
+    4,000 queued), over its last three quarters: the rate the paced phases take their share of.";
+
+const DEF_RATE: &str = "Messages whose handler finished within the phase ÷ its seconds, the \
+    producer sending at the run's rate.";
+
+const DEF_KEPT: &str = "Messages completed in the phase ÷ messages produced in it (at least 0.95 \
+    while pinned: target pinned_keeps_up, on the worker's own claim reads).";
+
+const DEF_SLOPE: &str = "Least-squares slope of the backlog (sent minus completed) sampled each \
+    second of the phase: near zero when the worker keeps up.";
+
+const DEF_P99: &str = "99th percentile of the claim latency (enqueued_at to the handler's start) \
+    in the phase.";
+
+const DEF_CPU: &str = "CPU of every process of the PostgreSQL cluster over the phase ÷ messages \
+    completed (only when the server runs on the bench's host; includes the producer's sends, the \
+    pin's readers and autovacuum).";
+
+const DEF_DEAD: &str = "Largest n_dead_tup of the queue table over the phase's one-second samples.";
+
+const DEF_RECOVERY: &str = "Seconds from the pin's release to the first one-second sample with \
+    the backlog at most twice the clean phase's largest (0: never above it); a run still above it \
+    at the end of its recovered phase counts as the phase's seconds plus one (target \
+    pinned_recovery: at most 30 s).";
+
+/// Per claim-reads path: the calibrated rate, per phase its rate, kept
+/// ratio, backlog slope, claim p99, server CPU and dead tuples, and the
+/// recovery time.
+fn add_figures(f: &mut Figures, runs: &[PinnedRun]) {
+    let mut paths: Vec<ClaimReadsArg> = Vec::new();
+    for r in measured(runs, |r| r.warmup) {
+        if !paths.contains(&r.claim_reads) {
+            paths.push(r.claim_reads);
+        }
+    }
+    for path in paths {
+        let group: Vec<&PinnedRun> = measured(runs, |r| r.warmup)
+            .filter(|r| r.claim_reads == path)
+            .collect();
+        let r0 = group[0];
+        let label = format!("Pinned horizon, {} reads", path.name());
+        f.rate(
+            &id(r0, "clean_unpaced_rate"),
+            NAME,
+            &format!("{label}, clean unpaced"),
+            DEF_CLEAN,
+            group.iter().map(|r| (r.round, &r.clean_unpaced)),
+        );
+        for (i, phase) in ["clean", "pinned", "recovered"].into_iter().enumerate() {
+            let of: Vec<(u32, &PinnedPhase)> = group
+                .iter()
+                .filter_map(|r| r.phases.get(i).map(|p| (r.round, p)))
+                .collect();
+            f.rate(
+                &id(r0, &format!("{phase}.completed_rate")),
+                NAME,
+                &format!("{label}, {phase}, completed"),
+                DEF_RATE,
+                of.iter().map(|(round, p)| (*round, &p.completed)),
+            );
+            type Pick = fn(&PinnedPhase) -> Option<f64>;
+            let picks: [(&str, &str, &str, Better, &str, Pick); 5] = [
+                ("kept_ratio", "completed ÷ produced", "x", Better::Higher, DEF_KEPT, |p| {
+                    Some(p.kept_ratio)
+                }),
+                ("backlog_slope", "backlog slope", "msg/s", Better::Lower, DEF_SLOPE, |p| {
+                    Some(p.backlog_slope_per_s)
+                }),
+                ("claim_p99_ms", "claim p99", "ms", Better::Lower, DEF_P99, |p| {
+                    Some(p.claim_ms.p99)
+                }),
+                ("server_cpu_us_per_msg", "server CPU per message", "µs/msg", Better::Lower, DEF_CPU, |p| {
+                    p.server.cpu_us_per_msg
+                }),
+                ("dead_tuples_peak", "dead tuples peak", "msg", Better::Lower, DEF_DEAD, |p| {
+                    p.server.dead_tuples_peak.map(|v| v as f64)
+                }),
+            ];
+            for (what, name, unit, better, def, pick) in picks {
+                let samples = of
+                    .iter()
+                    .filter_map(|(round, p)| pick(p).map(|v| Sample::value(*round, v)))
+                    .collect();
+                f.add(
+                    id(r0, &format!("{phase}.{what}")),
+                    NAME,
+                    format!("{label}, {phase}, {name}"),
+                    unit,
+                    better,
+                    def,
+                    samples,
+                );
+            }
+        }
+        let recovery = group
+            .iter()
+            .map(|r| {
+                let phase_s = r.phases.get(2).map_or(0.0, |p| p.completed.elapsed_s);
+                Sample::value(r.round, r.recovery_s.unwrap_or(phase_s.round() + 1.0))
+            })
+            .collect();
+        f.add(
+            id(r0, "recovery_s"),
+            NAME,
+            format!("{label}, recovery"),
+            "s",
+            Better::Lower,
+            DEF_RECOVERY,
+            recovery,
+        );
+    }
+}
+
+/// The section's table: one row per phase of each run.
+fn report_part(out: &mut String, d: &Document) {
+    let Ok(runs) = d.sections.runs::<PinnedRun>(NAME) else {
+        return;
+    };
+    if runs.is_empty() {
+        return;
+    }
+    let w = &d.metadata.workload.options.pinned;
+    let _ = writeln!(
+        out,
+        "## Pinned MVCC horizon (pinned_horizon)\n\n\
+         {} handlers sleeping {} ms; a producer at {} of the clean unpaced rate (or --pinned-rate), \
+         phases of {} s: clean, pinned (an idle transaction holding an xid and {} repeating \
+         REPEATABLE READ scans of the queue table), recovered.\n\n\
+         | Round | Claim reads | Phase | Produced/s | Completed/s | Completed ÷ produced | Backlog slope (msg/s) | Backlog max | Claim p50 / p99 (ms) | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        w.pinned_handlers,
+        w.pinned_sleep_ms,
+        w.pinned_share,
+        w.pinned_phase_s,
+        w.pinned_readers,
+    );
+    let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
+    for r in &runs {
+        let mut round = r.round.to_string();
+        if r.warmup {
+            round.push_str(" (warm-up)");
+        }
+        for p in &r.phases {
+            let _ = writeln!(
+                out,
+                "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} | {} | {} | {} |",
+                r.claim_reads.name(),
+                p.phase,
+                thousands(p.produced.rate_per_s),
+                thousands(p.completed.rate_per_s),
+                p.kept_ratio,
+                p.backlog_slope_per_s,
+                thousands(p.backlog.iter().copied().max().unwrap_or(0) as f64),
+                p.claim_ms.p50,
+                p.claim_ms.p99,
+                p.server
+                    .cpu_us_per_msg
+                    .map_or("–".to_owned(), |v| format!("{v:.0}")),
+                opt(p.server.idx_tup_fetch_per_msg),
+                opt(p.server.buffers_per_msg),
+                p.server
+                    .dead_tuples_peak
+                    .map_or("–".to_owned(), |v| thousands(v as f64)),
+            );
+        }
+    }
+    out.push('\n');
+    for r in &runs {
+        let _ = writeln!(
+            out,
+            "- Round {}{}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
+            r.round,
+            if r.warmup { " (warm-up)" } else { "" },
+            r.claim_reads.name(),
+            thousands(r.clean_unpaced.rate_per_s),
+            thousands(r.rate_per_s),
+            r.recovery_s.map_or("not within the recovered phase".to_owned(), |v| format!(
+                "{v:.0} s after the pin cleared"
+            )),
+        );
+    }
+    out.push('\n');
+    definitions(
+        out,
+        d,
+        &[
+            format!("{NAME}.bounded.pinned.kept_ratio"),
+            format!("{NAME}.bounded.recovery_s"),
+        ],
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slope_of_a_line_and_of_a_flat_series() {
+        assert!((slope(&[10, 20, 30, 40]) - 10.0).abs() < 1e-9);
+        assert_eq!(slope(&[5, 5, 5]), 0.0);
+        assert_eq!(slope(&[7]), 0.0);
+    }
+}
