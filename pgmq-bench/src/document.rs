@@ -652,6 +652,15 @@ pub struct ProcessesServer {
     pub rows_updated: u64,
     /// Rows deleted from the queue table (acknowledgements).
     pub rows_deleted: u64,
+    /// CPU of every process of the PostgreSQL cluster, microseconds per
+    /// message (None: the server does not run on the bench's host, and in
+    /// older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_msg: Option<f64>,
+    /// CPU of the worker processes (user and system, from their start to
+    /// their exit), microseconds per message (None in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_cpu_us_per_msg: Option<f64>,
 }
 
 /// One process of a worker_processes run.

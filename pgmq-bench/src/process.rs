@@ -152,7 +152,17 @@ impl Drop for MemoryMeter {
 
 /// User plus system CPU time of the whole process (all threads) so far.
 pub fn cpu_time() -> Duration {
-    match getrusage(UsageWho::RUSAGE_SELF) {
+    usage(UsageWho::RUSAGE_SELF)
+}
+
+/// User plus system CPU time of this process's children that ended and
+/// were waited for, so far (the worker processes of a run, once reaped).
+pub fn children_cpu_time() -> Duration {
+    usage(UsageWho::RUSAGE_CHILDREN)
+}
+
+fn usage(who: UsageWho) -> Duration {
+    match getrusage(who) {
         Ok(u) => {
             let tv = |t: nix::sys::time::TimeVal| {
                 Duration::from_secs(t.tv_sec().max(0) as u64)

@@ -223,7 +223,12 @@ impl Options for PinnedOptions {
         match profile {
             Profile::Quick => {
                 pick(&mut self.pinned_calibrate_s, 10.0, 2.0);
-                pick(&mut self.pinned_phase_s, 20.0, 3.0);
+                pick(&mut self.pinned_phase_s, 20.0, 2.0);
+                pick(
+                    &mut self.pinned_claim_reads,
+                    vec![ClaimReadsArg::Bounded, ClaimReadsArg::Function],
+                    vec![ClaimReadsArg::Bounded],
+                );
             }
             Profile::Standard => {
                 pick(&mut self.pinned_calibrate_s, 10.0, 5.0);

@@ -270,6 +270,10 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         children.push((child, ids_out));
     }
     let server_before = server_snapshot(ctx, &q).await;
+    let cpu_before = (
+        crate::sections::steady::cluster_cpu(&ctx.admin).await,
+        crate::process::children_cpu_time(),
+    );
     for (child, _) in &mut children {
         child
             .go()
@@ -281,7 +285,7 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
     for (child, ids_out) in children {
         reports.push(collect_child(child, &ids_out, &ledger).await?);
     }
-    let server = server_counters(ctx, &q, server_before, ledger.handled()).await;
+    let server = server_counters(ctx, &q, server_before, cpu_before, ledger.handled()).await;
     let _ = tokio::fs::remove_dir(&dir).await;
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(n);
@@ -347,16 +351,23 @@ async fn server_snapshot(ctx: &Ctx, q: &QueueName) -> Option<ServerSnapshot> {
     Some(out)
 }
 
-/// The counters' growth since `before`, per message of `handled`. The
-/// processes' backends report their statistics when they end, which may
-/// follow the processes' exit by a moment: this waits a second first.
+/// The counters' growth since `before`, per message of `handled`, with
+/// the CPU of the database cluster and of the worker processes since
+/// `cpu_before` (the cluster's, when it runs on this host; the reaped
+/// children's). The processes' backends report their statistics when they
+/// end, which may follow the processes' exit by a moment: this waits a
+/// second first (the cluster's CPU is read before that wait).
 async fn server_counters(
     ctx: &Ctx,
     q: &QueueName,
     before: Option<ServerSnapshot>,
+    cpu_before: (Option<Duration>, Duration),
     handled: u64,
 ) -> Option<ProcessesServer> {
     let before = before?;
+    let cluster = crate::sections::steady::cluster_cpu(&ctx.admin).await;
+    let workers = crate::process::children_cpu_time().saturating_sub(cpu_before.1);
+    let us_per_msg = |d: Duration| d.as_secs_f64() * 1e6 / handled.max(1) as f64;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = server_snapshot(ctx, q).await?;
     let d: Vec<u64> = after
@@ -371,6 +382,11 @@ async fn server_counters(
         rows_deleted: d[2],
         buffers_per_msg: per(d[3]),
         transactions_per_msg: per(d[4]),
+        server_cpu_us_per_msg: cpu_before
+            .0
+            .zip(cluster)
+            .map(|(a, b)| us_per_msg(b.saturating_sub(a))),
+        workers_cpu_us_per_msg: Some(us_per_msg(workers)),
     })
 }
 
@@ -697,8 +713,8 @@ fn processes_server(out: &mut String, d: &Document, counts: &[u64]) {
         out,
         "The database's own counters per message handled (queue table and its indexes; \
          transactions in the database):\n\n\
-         | Processes | Round | Shared buffers | Index rows fetched | Transactions | Reads per process |\n\
-         | --- | --- | --- | --- | --- | --- |"
+         | Processes | Round | Shared buffers | Index rows fetched | Transactions | Server CPU (µs) | Worker processes' CPU (µs) | Reads per process |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for (r, s) in runs {
         let reads = r
@@ -707,10 +723,17 @@ fn processes_server(out: &mut String, d: &Document, counts: &[u64]) {
             .map(|p| thousands(p.worker.reads as f64))
             .collect::<Vec<_>>()
             .join(" / ");
+        let cpu = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.1}"));
         let _ = writeln!(
             out,
-            "| {} | {} | {:.1} | {:.2} | {:.3} | {reads} |",
-            r.processes, r.round, s.buffers_per_msg, s.index_rows_per_msg, s.transactions_per_msg
+            "| {} | {} | {:.1} | {:.2} | {:.3} | {} | {} | {reads} |",
+            r.processes,
+            r.round,
+            s.buffers_per_msg,
+            s.index_rows_per_msg,
+            s.transactions_per_msg,
+            cpu(s.server_cpu_us_per_msg),
+            cpu(s.workers_cpu_us_per_msg),
         );
     }
     out.push('\n');

@@ -723,7 +723,7 @@ const USER_HZ: u64 = 100;
 /// to, when it runs on this host: the postmaster's own time, the time of
 /// the children it reaped (backends that ended), and the time of its live
 /// children. None when the server's process is not visible here.
-async fn cluster_cpu(admin: &tokio_postgres::Client) -> Option<Duration> {
+pub(crate) async fn cluster_cpu(admin: &tokio_postgres::Client) -> Option<Duration> {
     let backend: i32 = admin.query_one("SELECT pg_backend_pid()", &[]).await.ok()?.get(0);
     let postmaster = stat_fields(backend as u32).await?.ppid;
     let comm = tokio::fs::read_to_string(format!("/proc/{postmaster}/comm")).await.ok()?;
