@@ -356,7 +356,9 @@ async fn server_snapshot(ctx: &Ctx, q: &QueueName) -> Option<ServerSnapshot> {
 /// `cpu_before` (the cluster's, when it runs on this host; the reaped
 /// children's). The processes' backends report their statistics when they
 /// end, which may follow the processes' exit by a moment: this waits a
-/// second first (the cluster's CPU is read before that wait).
+/// second first. The cluster's CPU is read after that wait too: a backend
+/// ending while it is read would be counted neither among the live
+/// processes nor among those the postmaster reaped.
 async fn server_counters(
     ctx: &Ctx,
     q: &QueueName,
@@ -365,10 +367,10 @@ async fn server_counters(
     handled: u64,
 ) -> Option<ProcessesServer> {
     let before = before?;
-    let cluster = crate::sections::steady::cluster_cpu(&ctx.admin).await;
     let workers = crate::process::children_cpu_time().saturating_sub(cpu_before.1);
     let us_per_msg = |d: Duration| d.as_secs_f64() * 1e6 / handled.max(1) as f64;
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let cluster = crate::sections::steady::cluster_cpu(&ctx.admin).await;
     let after = server_snapshot(ctx, q).await?;
     let d: Vec<u64> = after
         .iter()
