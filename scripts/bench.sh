@@ -4,7 +4,7 @@
 # with apt-get when missing, removed afterwards), write the benchmark.v1 JSON
 # document, and print its Markdown summary (plus an SVG chart beside the JSON).
 #
-#   bash scripts/bench.sh                     # the full run: about 15 minutes on 2 cores
+#   bash scripts/bench.sh                     # the full run: about 26 minutes on 2 cores
 #   bash scripts/bench.sh --long              # pgmq-bench --long: 5 rounds, larger runs, 5-minute sustained
 #   bash scripts/bench.sh --standard          # pgmq-bench --standard: between --quick and the full run
 #   bash scripts/bench.sh --quick             # pgmq-bench --quick: smoke test, 1 round, small runs

@@ -38,7 +38,7 @@ Before a run against your own database (--dsn-file, PGMQ_BENCH_DSN):
           VACUUM and ANALYZE their tables (their owner), and create triggers
           (wakeup_latency enables PGMQ's insert notifications); --handler
           db-write also creates the table pgmq_bench_handler_sink
-  costs   a full run takes about 15 minutes on 2 cores and writes the WAL of
+  costs   a full run takes about 26 minutes on 2 cores and writes the WAL of
           several million messages sent and deleted (the 1,000,000-message
           backlog most of them); --standard runs smaller sizes without that
           backlog, --quick is a smoke test
