@@ -498,38 +498,22 @@ impl Writer {
     /// Which of `ids` are still rows of the queue table, asked within the
     /// acknowledgement's retry time; None when that cannot be known.
     async fn still_queued(&self, ids: &[i64]) -> Option<Vec<i64>> {
-        use pgmq_client::reexports::tokio_postgres::types::Type;
+        use pgmq_client::reexports::tokio_postgres::types::{ToSql, Type};
         use pgmq_client::Executor;
         let part = &self.part;
         let sql = format!(
             "SELECT pg_catalog.array_agg(msg_id) FROM {} WHERE msg_id = ANY($1::bigint[])",
             part.settings.queue.quoted_table()
         );
-        let give_up = Instant::now() + part.settings.ack_retry_timeout;
-        let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
-        loop {
-            let res = self
-                .kept
-                .query_text(&sql, &[(&ids, Type::INT8_ARRAY)])
-                .await;
-            match res {
-                Ok(rows) => {
-                    return Some(
-                        rows.first()
-                            .and_then(|r| r.try_get::<_, Option<Vec<i64>>>(0).ok().flatten())
-                            .unwrap_or_default(),
-                    )
-                }
-                Err(e) => {
-                    let delay = backoff.next_delay();
-                    let deadline = self.close.deadline().map_or(give_up, |d| d.min(give_up));
-                    if !e.is_transient() || Instant::now() + delay >= deadline {
-                        return None;
-                    }
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
+        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&ids, Type::INT8_ARRAY)];
+        let rows = self
+            .retrying(|| self.kept.query_text(&sql, &params), |_, _| {})
+            .await?;
+        Some(
+            rows.first()
+                .and_then(|r| r.try_get::<_, Option<Vec<i64>>>(0).ok().flatten())
+                .unwrap_or_default(),
+        )
     }
 
     /// The batch is written: drops its leases, counts its lost claims (not
@@ -557,36 +541,63 @@ impl Writer {
     /// runs out (`ack_retry_timeout`, or the shutdown's drain deadline when
     /// sooner); returns what it wrote (None when given up, counted in
     /// `acks_failed`).
-    async fn write<F, Fut>(&self, what: &'static str, count: usize, mut call: F) -> Option<Written>
+    async fn write<F, Fut>(&self, what: &'static str, count: usize, call: F) -> Option<Written>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<Vec<i64>, pgmq_client::Error>>,
     {
         let part = &self.part;
-        let give_up = Instant::now() + part.settings.ack_retry_timeout;
-        let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
         let mut ambiguous = false;
-        loop {
-            match call().await {
-                Ok(ids) => {
-                    part.health.ack_ok();
-                    return Some(Written { ids, ambiguous });
-                }
-                Err(e) => {
-                    part.health.ack_failed();
-                    ambiguous |= e.outcome() == pgmq_client::CommitOutcome::Unknown;
-                    let delay = backoff.next_delay();
-                    let deadline = self.close.deadline().map_or(give_up, |d| d.min(give_up));
-                    if !e.is_transient() || Instant::now() + delay >= deadline {
+        let ids = self
+            .retrying(call, |e, retry_in| {
+                part.health.ack_failed();
+                ambiguous |= e.outcome() == pgmq_client::CommitOutcome::Unknown;
+                match retry_in {
+                    Some(delay) => {
+                        bump(&part.stats.c.ack_retries, 1);
+                        tracing::warn!(error = %e, messages = count, action = what, retry_in = ?delay, "acknowledgement failed; retrying");
+                    }
+                    None => {
                         bump(&part.stats.c.acks_failed, count as u64);
                         tracing::error!(
                             error = %e, messages = count, action = what,
                             "acknowledgement given up; the messages come back after their visibility timeout"
                         );
+                    }
+                }
+            })
+            .await?;
+        part.health.ack_ok();
+        Some(Written { ids, ambiguous })
+    }
+
+    /// Runs `call` until it succeeds (its result), fails permanently or the
+    /// retry time runs out (None): `ack_retry_timeout`, or the shutdown's
+    /// drain deadline when sooner, with backoff between tries. `failed` sees
+    /// each error with the delay before the next try, or None when it was
+    /// the last.
+    async fn retrying<T, F, Fut>(
+        &self,
+        mut call: F,
+        mut failed: impl FnMut(&pgmq_client::Error, Option<Duration>),
+    ) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, pgmq_client::Error>>,
+    {
+        let give_up = Instant::now() + self.part.settings.ack_retry_timeout;
+        let mut backoff = ErrorBackoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        loop {
+            match call().await {
+                Ok(v) => return Some(v),
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    let deadline = self.close.deadline().map_or(give_up, |d| d.min(give_up));
+                    if !e.is_transient() || Instant::now() + delay >= deadline {
+                        failed(&e, None);
                         return None;
                     }
-                    bump(&part.stats.c.ack_retries, 1);
-                    tracing::warn!(error = %e, messages = count, action = what, retry_in = ?delay, "acknowledgement failed; retrying");
+                    failed(&e, Some(delay));
                     tokio::time::sleep(delay).await;
                 }
             }

@@ -339,6 +339,22 @@ pub(crate) fn id_batches(n: u64, size: u64) -> impl Iterator<Item = std::ops::Ra
 /// Bytes of `{"id": 123456, "pad": ""}` as PostgreSQL prints jsonb.
 const BODY_OVERHEAD: u32 = 25;
 
+/// A section flag's seconds, checked: finite and at least `least` (a typed
+/// `Error::Config` naming `flag` otherwise).
+pub(crate) fn seconds(v: f64, flag: &str, least: f64) -> Result<std::time::Duration> {
+    if v.is_finite() && v >= least {
+        return Ok(std::time::Duration::from_secs_f64(v));
+    }
+    let at_least = if least > 0.0 {
+        format!(", at least {least}")
+    } else {
+        String::new()
+    };
+    Err(crate::error::Error::Config(format!(
+        "{flag} must be a number of seconds{at_least}"
+    )))
+}
+
 /// The padding that brings a body to about `payload_bytes`.
 pub(crate) fn padding(payload_bytes: u32) -> String {
     "x".repeat(payload_bytes.saturating_sub(BODY_OVERHEAD) as usize)

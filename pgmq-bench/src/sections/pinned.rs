@@ -57,7 +57,9 @@ use crate::report::{fmt_value, thousands};
 use crate::sections::consume::{QueueWaits, Tally};
 use crate::sections::steady::{dead_tuples, DbSnapshot, SteadyServer};
 use crate::sections::sustained::db_clock_offset_us;
-use crate::sections::{counters, padding, Ctx, InBody, OutBody, Options, Round, Section};
+use crate::sections::{
+    counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
+};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "pinned_horizon";
@@ -162,16 +164,6 @@ pub struct PinnedWorkload {
     pub pinned_readers: u32,
     /// pinned_horizon claim reads compared.
     pub pinned_claim_reads: Vec<ClaimReadsArg>,
-}
-
-fn seconds(v: f64, flag: &str, least: f64) -> Result<Duration> {
-    if v.is_finite() && v >= least {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(Error::Config(format!(
-            "{flag} must be a number of seconds, at least {least}"
-        )))
-    }
 }
 
 impl Options for PinnedOptions {

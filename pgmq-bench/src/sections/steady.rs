@@ -54,7 +54,9 @@ use crate::report::markdown::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::sections::consume::{QueueWaits, Tally};
 use crate::sections::sustained::db_clock_offset_us;
-use crate::sections::{counters, padding, Ctx, InBody, OutBody, Options, Round, Section};
+use crate::sections::{
+    counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
+};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "steady_stream";
@@ -202,14 +204,6 @@ pub struct SteadyWorkload {
     pub steady_pool: u32,
 }
 
-fn seconds(v: f64, flag: &str) -> Result<Duration> {
-    if v.is_finite() && v >= 0.0 {
-        Ok(Duration::from_secs_f64(v))
-    } else {
-        Err(Error::Config(format!("{flag} must be a number of seconds")))
-    }
-}
-
 impl Options for SteadyOptions {
     type Config = SteadyConfig;
     type Workload = SteadyWorkload;
@@ -233,7 +227,7 @@ impl Options for SteadyOptions {
         if self.steady_poll_ms == 0 || self.steady_pool < 4 {
             return bad("--steady-poll-ms must be at least 1 and --steady-pool at least 4");
         }
-        let duration = seconds(self.steady_duration_s, "--steady-duration-s")?;
+        let duration = seconds(self.steady_duration_s, "--steady-duration-s", 0.0)?;
         if duration < Duration::from_millis(500) {
             return bad("--steady-duration-s must be at least 0.5");
         }
@@ -251,7 +245,7 @@ impl Options for SteadyOptions {
             rates: self.steady_rates.clone(),
             depth: self.steady_depth,
             duration,
-            warmup: seconds(self.steady_warmup_s, "--steady-warmup-s")?,
+            warmup: seconds(self.steady_warmup_s, "--steady-warmup-s", 0.0)?,
             poll: Duration::from_millis(self.steady_poll_ms),
             body_bytes: self.steady_body_bytes,
             pool: self.steady_pool,
