@@ -88,8 +88,12 @@
 //! number of reads in flight on the queue, not with what it returns, and on
 //! a database with few cores reads beyond a couple in flight only wait for
 //! CPU there. So a worker that sees others on its queue (the estimate
-//! above, taken at each read from the start) runs only `claimers` divided
-//! by that number of its loops, rounded up, at least one
+//! above, taken at each read from the start, and raised as soon as the
+//! reads since then have claimed [`FLEET_SAMPLE`] messages: a fleet that
+//! starts together on a backlog would otherwise run every loop until its
+//! first read from the start, which the estimate itself puts off) runs
+//! only `claimers` divided by that number of its loops, rounded up, at
+//! least one
 //! ([`Cursor::reading_loops`]); the others stand down, looking again once
 //! per `poll_interval`, and read again when the estimate falls (the other
 //! workers left) or when no loop of the worker started a read for two
@@ -267,6 +271,12 @@ enum Plan {
 /// while a backlog lasts, whatever the share estimate says.
 const MAX_FLEET_FACTOR: u64 = 16;
 
+/// How many messages a window of reads since the last read from the start
+/// must have claimed before its share estimate may raise the number of
+/// workers seen ([`Cursor::done`]): a few full batches, so that one read
+/// that happened to follow another worker's does not halve the loops.
+const FLEET_SAMPLE: u64 = 400;
+
 /// The claim loops' shared lower bound on `msg_id` and when a read from the
 /// start is due (see the module docs).
 pub(crate) struct Cursor {
@@ -367,8 +377,15 @@ impl Cursor {
         if self.path != ReadPath::Bounded {
             return !full;
         }
-        self.claimed_since_start.fetch_add(n as u64, Relaxed);
+        let claimed = self.claimed_since_start.fetch_add(n as u64, Relaxed) + n as u64;
         let before = self.after.fetch_max(top, Relaxed);
+        if claimed >= FLEET_SAMPLE && matches!(from, ReadFrom::AfterFrontier(_)) {
+            // Enough of this window to see others: fewer loops read from
+            // now on, rather than from the next read from the start (which
+            // the estimate itself puts off).
+            self.fleet
+                .fetch_max(self.fleet_factor(before.max(top)), Relaxed);
+        }
         match from {
             // A full batch entirely below the bound: older messages are
             // waiting; keep reading from the start until they are drained.
@@ -816,18 +833,23 @@ mod tests {
     }
 
     #[test]
-    fn the_fleet_seen_at_a_read_from_the_start_sets_the_reading_loops() {
+    fn the_fleet_seen_sets_the_reading_loops() {
         let c = bounded();
         // Alone (nothing measured yet): every loop reads.
         assert_eq!(c.reading_loops(2), 2);
         let p = c.plan(1_000, IV);
         c.done(p, 100, 100, 100);
-        // Three others claim the ids in between each bounded read.
-        for top in [500, 900, 1_300] {
+        // Three others claim the ids in between each bounded read. Below
+        // FLEET_SAMPLE messages claimed the window says nothing yet...
+        for top in [500, 900] {
             let p = c.plan(2_000, IV);
             c.done(p, 100, 100, top);
         }
         assert_eq!(c.reading_loops(2), 2);
+        // ...from there on it does, before any read from the start.
+        let p = c.plan(2_000, IV);
+        c.done(p, 100, 100, 1_300);
+        assert_eq!(c.reading_loops(2), 1);
         // Read from the start (a short bounded read asked for one): the
         // estimate of that window is kept, 1,310 ids over 410 claimed: 3.
         let p = c.plan(3_000, IV);
