@@ -237,23 +237,27 @@ pub(crate) fn median_of(figures: &[Figure], id: &str) -> Option<f64> {
     figures.iter().find(|f| f.id == id).map(|f| f.median)
 }
 
+/// The numbers `N` of the figures whose ids are `{prefix}N{suffix}`,
+/// ascending, each once.
+pub(crate) fn counts_in_ids(figures: &[Figure], prefix: &str, suffix: &str) -> Vec<u64> {
+    let mut v: Vec<u64> = figures
+        .iter()
+        .filter_map(|f| {
+            f.id.strip_prefix(prefix)?
+                .strip_suffix(suffix)?
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// The smallest median worker / one-connection-loop ratio over the handler
 /// counts run.
 fn min_vs_baseline(figures: &[Figure]) -> Option<f64> {
-    let counts: Vec<u32> = {
-        let mut v: Vec<u32> = figures
-            .iter()
-            .filter_map(|f| {
-                f.id.strip_prefix("consume_scaling.w")?
-                    .strip_suffix(".vs_baseline")?
-                    .parse()
-                    .ok()
-            })
-            .collect();
-        v.sort_unstable();
-        v
-    };
-    counts
+    counts_in_ids(figures, "consume_scaling.w", ".vs_baseline")
         .iter()
         .filter_map(|w| median_of(figures, &format!("consume_scaling.w{w}.vs_baseline")))
         .reduce(f64::min)

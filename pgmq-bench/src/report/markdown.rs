@@ -338,19 +338,7 @@ fn outcome(out: &mut String, d: &Document) {
 
 /// The numbers `<prefix><n><suffix>` among the figure ids, ascending.
 pub(crate) fn figure_keys(d: &Document, prefix: &str, suffix: &str) -> Vec<u64> {
-    let mut v: Vec<u64> = d
-        .figures
-        .iter()
-        .filter_map(|f| {
-            f.id.strip_prefix(prefix)?
-                .strip_suffix(suffix)?
-                .parse()
-                .ok()
-        })
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+    crate::figures::counts_in_ids(&d.figures, prefix, suffix)
 }
 
 /// Peak RSS per section.

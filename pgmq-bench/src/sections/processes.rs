@@ -48,8 +48,8 @@ use std::fmt::Write as _;
 use futures::future::BoxFuture;
 
 use crate::checks::{run_tag, Checks};
-use crate::document::{Better, Document, Sample, Sections};
-use crate::figures::{measured, Figures};
+use crate::document::{Better, Document, Figure, Sample, Sections, TargetCheck};
+use crate::figures::{check, counts_in_ids, measured, median_of, Figures};
 use crate::report::markdown::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
@@ -568,6 +568,55 @@ impl Section for WorkerProcesses {
     fn report(&self, d: &Document, out: &mut String) {
         report_part(out, d);
     }
+
+    /// A fleet drains about as fast as one process, and shares the work.
+    fn targets(&self, figures: &[Figure]) -> Vec<TargetCheck> {
+        let fleet = fleet_counts(figures);
+        let one = median_of(figures, "worker_processes.p1.throughput");
+        let pace = one.filter(|v| *v > 0.0).and_then(|one| {
+            fleet
+                .iter()
+                .filter_map(|n| median_of(figures, &format!("worker_processes.p{n}.throughput")))
+                .map(|v| v / one)
+                .reduce(f64::min)
+        });
+        let share = fleet
+            .iter()
+            .filter_map(|n| median_of(figures, &format!("worker_processes.p{n}.min_over_max")))
+            .reduce(f64::min);
+        vec![
+            check(
+                "fleet_keeps_pace",
+                "Worker processes: every count of two or more drains at least 0.9x the rate of one process",
+                pace,
+                FLEET_FLOOR,
+                "x",
+                |v| v >= FLEET_FLOOR,
+                Ok(()),
+                "the smallest, over the process counts run, of the median combined rate over the median rate of one process (needs --processes with 1 and a larger count)",
+            ),
+            check(
+                "fleet_shares_evenly",
+                "Worker processes: the smallest process handles at least 0.9 of the largest's messages at every count",
+                share,
+                FLEET_FLOOR,
+                "x",
+                |v| v >= FLEET_FLOOR,
+                Ok(()),
+                "the smallest, over the process counts of two or more, of the median smallest / largest share",
+            ),
+        ]
+    }
+}
+
+/// The floor of both fleet targets.
+const FLEET_FLOOR: f64 = 0.9;
+
+/// The process counts of two or more that the figures hold.
+fn fleet_counts(figures: &[Figure]) -> Vec<u64> {
+    let mut v = counts_in_ids(figures, "worker_processes.p", ".throughput");
+    v.retain(|n| *n > 1);
+    v
 }
 
 /// One round of worker_processes: a run at each process count.
@@ -739,4 +788,63 @@ fn processes_server(out: &mut String, d: &Document, counts: &[u64]) {
         );
     }
     out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figure(id: &str, value: f64) -> Figure {
+        Figure::from_runs(
+            id,
+            "worker_processes",
+            id,
+            "x",
+            Better::None,
+            "",
+            vec![Sample::value(0, value)],
+        )
+        .unwrap()
+    }
+
+    fn fleet(rates: &[(u32, f64)], shares: &[(u32, f64)]) -> Vec<TargetCheck> {
+        let mut f: Vec<Figure> = rates
+            .iter()
+            .map(|(n, v)| figure(&format!("worker_processes.p{n}.throughput"), *v))
+            .collect();
+        f.extend(
+            shares
+                .iter()
+                .map(|(n, v)| figure(&format!("worker_processes.p{n}.min_over_max"), *v)),
+        );
+        WorkerProcesses.targets(&f)
+    }
+
+    #[test]
+    fn the_fleet_targets_take_the_worst_count() {
+        let t = fleet(
+            &[(1, 100.0), (2, 98.0), (4, 95.0), (8, 85.0)],
+            &[(1, 1.0), (2, 0.99), (4, 0.91), (8, 0.95)],
+        );
+        let pace = t.iter().find(|t| t.id == "fleet_keeps_pace").unwrap();
+        assert!((pace.observed.unwrap() - 0.85).abs() < 1e-9);
+        assert_eq!(pace.pass, Some(false));
+        let share = t.iter().find(|t| t.id == "fleet_shares_evenly").unwrap();
+        assert!((share.observed.unwrap() - 0.91).abs() < 1e-9);
+        assert_eq!(share.pass, Some(true));
+    }
+
+    #[test]
+    fn the_fleet_targets_need_one_process_and_a_fleet() {
+        for t in fleet(&[(2, 98.0), (4, 95.0)], &[])
+            .iter()
+            .chain(&fleet(&[(1, 100.0)], &[(1, 1.0)]))
+        {
+            if t.id == "fleet_keeps_pace" || t.id == "fleet_shares_evenly" {
+                assert_eq!(t.pass, None, "{t:?}");
+            }
+        }
+        let t = fleet(&[(1, 100.0), (2, 95.0)], &[(2, 0.97)]);
+        assert!(t.iter().all(|t| t.pass == Some(true)), "{t:?}");
+    }
 }
