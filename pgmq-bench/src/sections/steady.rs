@@ -338,6 +338,12 @@ pub struct SteadyServer {
     pub idx_tup_fetch_per_msg: Option<f64>,
     /// Heap and index buffers of the queue table touched (hit or read) per message.
     pub buffers_per_msg: Option<f64>,
+    /// CPU of the bench process itself (producer, worker, measuring; user
+    /// and system, every thread), microseconds per message completed: the
+    /// client side of the same two cores when the server runs on the
+    /// bench's host (None in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bench_cpu_us_per_msg: Option<f64>,
 }
 
 /// The steady_stream section (see the module docs).
@@ -651,6 +657,8 @@ async fn watch_window(
 /// The queue table's statistics and the cluster's CPU at one moment.
 pub(crate) struct DbSnapshot {
     cpu: Option<Duration>,
+    /// The bench process's own CPU time.
+    bench_cpu: Duration,
     /// idx_tup_fetch, buffers (heap and index, hit and read).
     table: Option<(i64, i64)>,
 }
@@ -676,6 +684,7 @@ impl DbSnapshot {
             .map(|r| (r.get(0), r.get(1)));
         DbSnapshot {
             cpu: cluster_cpu(&ctx.admin).await,
+            bench_cpu: crate::process::cpu_time(),
             table,
         }
     }
@@ -691,6 +700,9 @@ impl DbSnapshot {
             dead_tuples_peak: None,
             idx_tup_fetch_per_msg: table.map(|(a, b)| (b.0 - a.0).max(0) as f64 / n),
             buffers_per_msg: table.map(|(a, b)| (b.1 - a.1).max(0) as f64 / n),
+            bench_cpu_us_per_msg: Some(
+                after.bench_cpu.saturating_sub(self.bench_cpu).as_secs_f64() * 1e6 / n,
+            ),
         }
     }
 }
@@ -927,8 +939,8 @@ fn report_part(out: &mut String, d: &Document) {
         "## Steady stream (steady_stream)\n\n\
          A producer keeping {} messages queued, bodies of {} bytes, poll interval {} ms, pool {}; \
          {} s measured per run after {} s of warm-up.\n\n\
-         | Round | Series | Handlers | Completed/s | Produced/s | Mean depth | Claim p50 / p95 / p99 (ms) | Kept up | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+         | Round | Series | Handlers | Completed/s | Produced/s | Mean depth | Claim p50 / p95 / p99 (ms) | Kept up | Server CPU/msg (µs) | Bench CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         thousands(w.steady_depth as f64),
         w.steady_body_bytes,
         w.steady_poll_ms,
@@ -944,7 +956,7 @@ fn report_part(out: &mut String, d: &Document) {
         }
         let _ = writeln!(
             out,
-            "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} |",
+            "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
             series_key(r),
             r.handlers,
             thousands(r.completed.rate_per_s),
@@ -962,6 +974,9 @@ fn report_part(out: &mut String, d: &Document) {
             },
             r.server
                 .cpu_us_per_msg
+                .map_or("–".to_owned(), |v| format!("{v:.0}")),
+            r.server
+                .bench_cpu_us_per_msg
                 .map_or("–".to_owned(), |v| format!("{v:.0}")),
             opt(r.server.idx_tup_fetch_per_msg),
             opt(r.server.buffers_per_msg),
