@@ -126,7 +126,7 @@ use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::db::Kept;
 use crate::db::Source;
 use crate::health::HealthState;
-use crate::stats::{bump, micros, record, LocalHistograms, Stats};
+use crate::stats::{bump, micros, LocalHistograms, Stats};
 use crate::supervise::{PanicOnce, Supervisor};
 use crate::wake::Wake;
 
@@ -651,7 +651,7 @@ impl ClaimLoop {
         for msg in &msgs {
             if let Some(read_at) = msg.last_read_at {
                 let waited = (read_at - msg.enqueued_at).num_microseconds().unwrap_or(0);
-                record(&mut self.local.h.queue_wait_db, waited.max(0) as u64);
+                self.local.h.queue_wait_db.record(waited.max(0) as u64);
             }
         }
         // The whole batch at once; every message in the queue holds a permit

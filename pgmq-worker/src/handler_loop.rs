@@ -44,7 +44,7 @@ use crate::hooks::{self, HookList};
 use crate::lease::{Leases, State};
 use crate::protocol::{attempts_used, truncate_reason};
 use crate::runners::{AsyncRun, BlockingRun, ContextRun, Run, RunEnv, RunResult, Settled, TxRun};
-use crate::stats::{bump, micros, record, record_n, HandlerCounters, LocalHistograms, Stats};
+use crate::stats::{bump, micros, HandlerCounters, LocalHistograms, Stats};
 use crate::supervise::{PanicOnce, Supervisor};
 use crate::wake::Wake;
 
@@ -318,7 +318,7 @@ impl LoopTiming {
 
     /// How long a message waited in the claim queue.
     pub(crate) fn record_wait(&mut self, waited: Duration) {
-        record(&mut self.local.h.queue_wait_local, micros(waited));
+        self.local.h.queue_wait_local.record(micros(waited));
         #[cfg(feature = "metrics")]
         self.metrics.wait.record(waited.as_secs_f64());
     }
@@ -336,7 +336,7 @@ impl LoopTiming {
         let ended = Instant::now();
         let took_us = micros(ended - started);
         let n = n.max(1);
-        record_n(&mut self.local.h.handler_latency, took_us, n as u64);
+        self.local.h.handler_latency.record_n(took_us, n as u64);
         #[cfg(feature = "metrics")]
         for _ in 0..n {
             self.metrics.handler.record((ended - started).as_secs_f64());

@@ -1,14 +1,17 @@
 //! Counters and histograms, and their cheap snapshot.
 //!
 //! Counters are relaxed atomics bumped once per message or per batch. The
-//! histograms are recorded into per-task local copies and merged into the
-//! shared ones under a mutex at most every [`MERGE_EVERY`], so the
-//! per-message path takes no lock. A handler loop that goes idle with values
-//! left merges them once its wait outlasts [`MERGE_EVERY`], not after every
-//! batch: a merge walks and clears three histograms of thousands of buckets,
-//! too much to do per claimed batch in every loop. A claim loop merges when
-//! it parks. A snapshot of a worker idle for
-//! [`MERGE_EVERY`] is therefore complete, and the shutdown report always is.
+//! histograms' values are gathered per task in plain vectors and recorded
+//! into the shared histograms under a mutex at most every [`MERGE_EVERY`],
+//! so the per-message path takes no lock. A merge costs what was gathered,
+//! not the histograms' size: a per-task histogram would have to be walked
+//! and cleared at each merge (three of thousands of buckets), a cost every
+//! loop pays every [`MERGE_EVERY`] however few messages it ran, so that a
+//! worker of 1,024 handler loops spent more of its CPU merging than
+//! handling. A handler loop that goes idle with values left merges them once
+//! its wait outlasts [`MERGE_EVERY`], not after every batch. A claim loop
+//! merges when it parks. A snapshot of a worker idle for [`MERGE_EVERY`] is
+//! therefore complete, and the shutdown report always is.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -156,7 +159,45 @@ impl Histograms {
             queue_wait_local: new_histogram(),
         }
     }
+}
 
+/// Values waiting to be recorded into a shared histogram: (microseconds,
+/// how many times), in the order they came.
+#[derive(Default)]
+pub(crate) struct Values(Vec<(u64, u64)>);
+
+impl Values {
+    /// Adds one value of `us`.
+    pub(crate) fn record(&mut self, us: u64) {
+        self.0.push((us, 1));
+    }
+
+    /// Adds `n` values of `us` (a batch's run time, once per message).
+    pub(crate) fn record_n(&mut self, us: u64, n: u64) {
+        self.0.push((us, n));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Records every value into `h` and empties itself (keeping its room).
+    fn drain_into(&mut self, h: &mut Histogram<u64>) {
+        for (us, n) in self.0.drain(..) {
+            record_n(h, us, n);
+        }
+    }
+}
+
+/// One task's values of the three histograms since its last merge.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub handler_latency: Values,
+    pub queue_wait_db: Values,
+    pub queue_wait_local: Values,
+}
+
+impl Pending {
     fn is_empty(&self) -> bool {
         self.handler_latency.is_empty()
             && self.queue_wait_db.is_empty()
@@ -164,13 +205,10 @@ impl Histograms {
     }
 
     fn merge_into(&mut self, shared: &mut Histograms) {
-        // Same bounds everywhere: adding cannot fail.
-        let _ = shared.handler_latency.add(&self.handler_latency);
-        let _ = shared.queue_wait_db.add(&self.queue_wait_db);
-        let _ = shared.queue_wait_local.add(&self.queue_wait_local);
-        self.handler_latency.reset();
-        self.queue_wait_db.reset();
-        self.queue_wait_local.reset();
+        self.handler_latency.drain_into(&mut shared.handler_latency);
+        self.queue_wait_db.drain_into(&mut shared.queue_wait_db);
+        self.queue_wait_local
+            .drain_into(&mut shared.queue_wait_local);
     }
 }
 
@@ -247,7 +285,7 @@ impl Stats {
         sent.saturating_sub(read(&self.acks_resolved))
     }
 
-    fn merge(&self, local: &mut Histograms) {
+    fn merge(&self, local: &mut Pending) {
         if local.is_empty() {
             return;
         }
@@ -256,16 +294,17 @@ impl Stats {
     }
 }
 
-/// A task's own histograms, merged into the shared ones now and then.
+/// A task's own histogram values, merged into the shared histograms now
+/// and then.
 pub(crate) struct LocalHistograms {
-    pub h: Histograms,
+    pub h: Pending,
     last_merge: Instant,
 }
 
 impl LocalHistograms {
     pub(crate) fn new() -> Self {
         LocalHistograms {
-            h: Histograms::new(),
+            h: Pending::default(),
             last_merge: Instant::now(),
         }
     }
@@ -304,12 +343,8 @@ pub(crate) fn read(counter: &AtomicU64) -> u64 {
     counter.load(Relaxed)
 }
 
-pub(crate) fn record(h: &mut Histogram<u64>, us: u64) {
-    h.saturating_record(us.clamp(1, HIST_MAX_US));
-}
-
 /// Records `us` `n` times (a batch's run time, once per message).
-pub(crate) fn record_n(h: &mut Histogram<u64>, us: u64, n: u64) {
+fn record_n(h: &mut Histogram<u64>, us: u64, n: u64) {
     h.saturating_record_n(us.clamp(1, HIST_MAX_US), n);
 }
 
@@ -321,13 +356,17 @@ mod tests {
     fn local_histograms_merge_into_snapshot() {
         let stats = Stats::new(2);
         let mut local = LocalHistograms::new();
-        record(&mut local.h.handler_latency, 250);
-        record(&mut local.h.queue_wait_local, 0);
+        local.h.handler_latency.record(250);
+        local.h.queue_wait_local.record(0);
+        local.h.queue_wait_local.record_n(7, 3);
         assert!(stats.snapshot().handler_latency.is_empty());
         local.merge(&stats, Instant::now());
         let snap = stats.snapshot();
         assert_eq!(snap.handler_latency.len(), 1);
-        assert_eq!(snap.queue_wait_local.len(), 1);
+        assert_eq!(snap.queue_wait_local.len(), 4);
+        // A zero is recorded as the histogram's lowest value, 1 µs.
+        assert_eq!(snap.queue_wait_local.min(), 1);
+        assert_eq!(snap.queue_wait_local.count_at(7), 3);
         assert!(local.h.is_empty());
         bump(&stats.c.deleted, 3);
         bump(&stats.per_handler[0].handled, 2);
