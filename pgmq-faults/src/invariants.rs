@@ -556,14 +556,18 @@ fn reports(e: &Evidence) -> Check {
             // but for runs it gave up on (timed out, abandoned at the
             // shutdown, or, for a blocking handler, cancelled when its
             // claim was lost) whose handler still finished: a blocking
-            // handler cannot see its cancellation.
+            // handler cannot see its cancellation. And a run whose
+            // handler succeeded but whose hook's `after` panicked is a
+            // failed attempt by the worker's contract (counted in
+            // `panicked`, retried), though its row was written.
             let lost = match x.kind {
                 ProcKind::Blocking | ProcKind::FifoBlocking => get("claims_lost"),
                 _ => 0,
             };
             let given_up = get("timed_out")
                 + report["abandoned"].as_array().map_or(0, |a| a.len() as u64)
-                + lost;
+                + lost
+                + get("panicked");
             if get("succeeded") + given_up < get("ledger_rows") + get("snoozed") {
                 bad.push(format!(
                     "{} ({}): {} successes reported (+ {given_up} given up), {} rows + {} snoozes",
