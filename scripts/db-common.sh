@@ -144,8 +144,9 @@ make_db_dir() {
 }
 
 # The ports this project's servers listen on: the clusters (55432-55438), the
-# fault suite's proxy (55434), PgBouncer (55439) and the setup-script tests
-# (55450-55459). They lie inside Linux's ephemeral range (32768-60999), so an
+# fault suite's proxy (55434), PgBouncer (55439), the campaign tests
+# (55440-55449), the setup-script tests (55450-55459) and the tests that kill
+# a cluster of their own (55460-55469). They lie inside Linux's ephemeral range (32768-60999), so an
 # outgoing connection of any process may take one of them as its local port;
 # while that socket is open, and for 60 s after it closes (TIME_WAIT), no
 # server can listen there ("could not bind IPv4 address: Address already in
@@ -156,7 +157,7 @@ make_db_dir() {
 # ephemeral port; entries already there are kept, it lasts until reboot, and
 # what it added is logged. PGMQ_DB_RESERVE_PORTS=0 leaves the setting alone.
 # Without root nothing changes, and start_server's wait covers a busy port.
-PGMQ_PORT_BLOCK="55432-55459"
+PGMQ_PORT_BLOCK="55432-55469"
 
 # Succeeds when port $1 is in the reserved list $2 (the kernel's format:
 # comma-separated ports and ranges).

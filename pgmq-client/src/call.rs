@@ -250,7 +250,7 @@ pub(crate) async fn on_pool(
 ) -> Result<Vec<Row>, Error> {
     let mut retried = false;
     loop {
-        let conn = checkout(pool.state().connections, || pool.get()).await?;
+        let conn = checkout(pool, || pool.get()).await?;
         match on_connection(&conn, call).await {
             Err(e) if !retried && e.outcome() == CommitOutcome::NotSent && e.is_lost() => {
                 tracing::debug!("connection lost before the call was sent; once more");
@@ -261,14 +261,26 @@ pub(crate) async fn on_pool(
     }
 }
 
-/// Checks a connection out of the pool, passing over connections already
+/// Checks a connection out of `pool`, passing over connections already
 /// known to be closed (the server restarted, or ended them while idle): that
 /// costs no round trip, and spares a call a connection that cannot work. After
-/// `open` closed ones (the connections open at the start) the next is returned
-/// as is, and a call on it fails with [`Error::ConnectionLost`] and
+/// as many closed ones as were open at the start the next is returned as is,
+/// and a call on it fails with [`Error::ConnectionLost`] and
 /// [`CommitOutcome::NotSent`].
+///
+/// The checkout as a whole is bounded by the pool's `connection_timeout`,
+/// and a waiting checkout asks the pool again after pauses that double from
+/// [`ASK_AGAIN_FIRST`] to [`ASK_AGAIN_MAX`]. A checkout that finds no idle
+/// connection makes bb8 start one connection attempt; when that attempt
+/// fails (the server is down or restarting), bb8 starts no other for it, and
+/// the checkout would wait out its whole timeout even with the server back a
+/// second later. Asking again starts a new attempt whenever the pool has room
+/// for one (bb8 never has more attempts pending than checkouts waiting), so a
+/// call made during an outage goes through within [`ASK_AGAIN_MAX`] of the
+/// server's return. While every connection is busy, asking again only
+/// queues the checkout anew.
 pub(crate) async fn checkout<'a, F, Fut>(
-    open: u32,
+    pool: &bb8::Pool<ConnectionManager>,
     get: F,
 ) -> Result<bb8::PooledConnection<'a, ConnectionManager>, Error>
 where
@@ -280,16 +292,36 @@ where
         >,
     >,
 {
-    for _ in 0..open {
-        let conn = get().await?;
+    let deadline = tokio::time::Instant::now() + pool.config().connection_timeout;
+    let ask = async || {
+        let mut pause = ASK_AGAIN_FIRST;
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(Error::PoolTimeout);
+            }
+            match tokio::time::timeout_at(deadline.min(now + pause), get()).await {
+                Ok(got) => return got.map_err(Error::from),
+                Err(_) => pause = (pause * 2).min(ASK_AGAIN_MAX),
+            }
+        }
+    };
+    for _ in 0..pool.state().connections {
+        let conn = ask().await?;
         if !conn.is_broken() {
             return Ok(conn);
         }
         // Dropped: bb8 sees `has_broken` and discards it.
         tracing::debug!("passing over a closed pooled connection");
     }
-    Ok(get().await?)
+    ask().await
 }
+
+/// The first pause before a waiting checkout asks the pool again.
+const ASK_AGAIN_FIRST: Duration = Duration::from_millis(100);
+/// The longest pause between two asks: how long after the server is back,
+/// at most, a waiting checkout starts a connection attempt that can work.
+const ASK_AGAIN_MAX: Duration = Duration::from_secs(1);
 
 /// Runs `sql` on a connection of a caller's deadpool pool with deadpool's
 /// statement cache (`types`: prepared with those parameter types); a stale

@@ -192,7 +192,7 @@ impl Client {
     /// [`transaction`](crate::Connection::transaction).
     pub async fn connection(&self) -> Result<bb8::PooledConnection<'_, ConnectionManager>, Error> {
         let pool = &self.executor().inner;
-        call::checkout(pool.state().connections, || pool.get()).await
+        call::checkout(pool, || pool.get()).await
     }
 
     /// Checks out a pooled connection that does not borrow the client.
@@ -200,7 +200,7 @@ impl Client {
         &self,
     ) -> Result<bb8::PooledConnection<'static, ConnectionManager>, Error> {
         let pool = &self.executor().inner;
-        call::checkout(pool.state().connections, || pool.get_owned()).await
+        call::checkout(pool, || pool.get_owned()).await
     }
 
     /// The bb8 pool.
@@ -220,7 +220,7 @@ impl Client {
 /// | --- | --- | --- |
 /// | `max_size` | 10 | room for a worker's claimer, completer and heartbeat plus producers |
 /// | `min_idle` | none | connections open on demand |
-/// | `pool_timeout` | 10 s | how long a call waits for a free connection |
+/// | `pool_timeout` | 10 s | how long a call waits for a free connection; one waiting through an outage asks again at least every second, so it goes through within about a second of the server's return instead of waiting out the timeout |
 /// | `connect_timeout` | 10 s (unless the DSN sets it) | bound on each attempt (TCP, TLS, authentication), per host and address as in libpq: a host that drops packets is given up for the next one; no hang on a dead host |
 /// | TCP keepalive | idle 10 s, then every 5 s, 3 probes (unless the DSN sets `keepalives_idle`) | an idle connection to a host that vanished is dropped within about 25 s instead of the kernel's two hours |
 /// | `tcp_user_timeout` | 30 s (unless the DSN sets it) | a connection whose sent data stays unacknowledged that long (a blackholed network) is closed by the kernel; callers with their own bound (the worker's `db_timeout`) notice sooner |

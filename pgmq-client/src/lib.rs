@@ -71,7 +71,10 @@
 //!   A pool call that failed before its request was sent is repeated once on
 //!   another connection; a call that hits a connection lost mid-flight returns
 //!   [`Error::ConnectionLost`] with [`CommitOutcome::Unknown`], which
-//!   [`Error::is_transient`] reports as retryable.
+//!   [`Error::is_transient`] reports as retryable. A checkout that waits
+//!   through an outage asks the pool again at least every second, so the
+//!   call goes through within about a second of the server's return rather
+//!   than at its `pool_timeout`.
 //! - **Connection order.** The pool hands out the most recently returned
 //!   connection first, so calls made one after another stay on one warm
 //!   backend instead of rotating through every idle connection.

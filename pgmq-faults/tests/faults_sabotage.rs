@@ -3,9 +3,9 @@
 //! being recorded), one scenario reports FAIL, the lost message is counted,
 //! and the process exits 1.
 //!
-//! It starts its own throwaway cluster on port 55435 (the suite's cluster in
-//! CI is 55433; 55436-55438 belong to the benchmarks and the TLS tests), and
-//! runs scenario 8, which uses no proxy.
+//! It starts its own throwaway cluster on port 55462 (the suite's cluster in
+//! CI is 55433; pgmq-worker's restart test, which may run at the same time,
+//! takes 55435), and runs scenario 8, which uses no proxy.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,7 +22,7 @@ fn sabotaged_worker_makes_the_suite_fail() {
     let out = Command::new(env!("CARGO_BIN_EXE_pgmq-faults"))
         .args(["--quick", "--scenarios", "8"])
         .args(["--sabotage", "skip-ledger"])
-        .args(["--port", "55435", "--proxy-port", "55434"])
+        .args(["--port", "55462", "--proxy-port", "55463"])
         .arg("--root")
         .arg(&root)
         .arg("--json")

@@ -136,6 +136,16 @@ impl Cluster {
         self.script("db-stop.sh", &[]).await.map(drop)
     }
 
+    /// Stops the cluster and removes its folder, blocking the thread: for a
+    /// guard's `Drop`, which must clean up even when a test panicked.
+    pub fn remove_blocking(&self) {
+        let _ = std::process::Command::new("bash")
+            .arg(self.scripts.join("db-stop.sh"))
+            .env("PGMQ_DB_PORT", self.port.to_string())
+            .stdin(Stdio::null())
+            .output();
+    }
+
     /// Runs a script; returns its stdout (db-start.sh prints the DSN, with
     /// the password: never logged), or an error when it failed.
     async fn script(&self, name: &str, args: &[&str]) -> Result<String, BoxError> {

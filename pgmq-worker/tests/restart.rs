@@ -14,45 +14,25 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pgmq_client::{Client, Message, QueueName};
+use pgmq_testkit::cluster::Cluster;
 use pgmq_worker::{Outcome, Worker};
 use serde::Deserialize;
 use serde_json::json;
 
-const PORT: &str = "55435";
+const PORT: u16 = 55435;
 static CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Runs `scripts/<script> <args>` against the port-55435 cluster; returns stdout.
-async fn db_script(script: &str, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("bash")
-        .arg(workspace().join("scripts").join(script))
-        .args(args)
-        .env("PGMQ_DB_PORT", PORT)
-        .current_dir(workspace())
-        .output()
-        .await
-        .expect("bash runs");
-    assert!(
-        out.status.success(),
-        "{script} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
 /// Removes the cluster when the test ends, even when it fails.
-struct ClusterGuard;
+struct ClusterGuard(Cluster);
 
 impl Drop for ClusterGuard {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(workspace().join("scripts/db-stop.sh"))
-            .env("PGMQ_DB_PORT", PORT)
-            .output();
+        self.0.remove_blocking();
     }
+}
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 #[derive(Deserialize)]
@@ -71,10 +51,8 @@ async fn every_message_survives_a_server_crash_mid_consume() {
         .with_test_writer()
         .try_init();
     let t0 = Instant::now();
-    let dsn = db_script("db-start.sh", &[]).await;
-    let dsn = dsn.lines().last().unwrap().to_owned();
-    let _cluster = ClusterGuard;
-    assert!(dsn.contains(PORT), "{dsn}");
+    let cluster = ClusterGuard(Cluster::new(&workspace(), PORT).unwrap());
+    let dsn = cluster.0.start().await.unwrap();
 
     let client = Client::builder(&dsn)
         .pool_timeout(Duration::from_secs(2))
@@ -125,7 +103,8 @@ async fn every_message_survives_a_server_crash_mid_consume() {
     let at_crash = count(&handled);
     let started_before = postmaster_start(&client).await;
     println!("consuming after {:?}; crashing", t0.elapsed());
-    db_script("db-ctl.sh", &["restart"]).await;
+    cluster.0.kill().await.unwrap();
+    cluster.0.restart_after_kill().await.unwrap();
     println!("restarted after {:?}", t0.elapsed());
     let after_restart = count(&handled);
     assert!(
