@@ -31,7 +31,13 @@ pub(crate) fn outage_tolerant(mut args: WorkerSpec) -> WorkerSpec {
 pub(crate) async fn server_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "1").await?;
     run.produce_plain(ctx.n).await;
-    let args = outage_tolerant(run.worker_args());
+    let mut args = outage_tolerant(run.worker_args());
+    // Slow enough (8 handlers: about 400 a second) that a quarter of the
+    // messages outlasts the restart and the lock's tries: with 1 ms
+    // handlers on a loaded host, the worker could finish the rest between
+    // the quarter being seen and the lock, leaving no acknowledgement to
+    // block.
+    args.sleep_ms = 20;
     let w = run.spawn(&args).await?;
     let mut kills = Vec::new();
     let mut landed = 0;

@@ -71,7 +71,8 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         number: 1,
         rows: &["1"],
         name: "server killed 3x mid-ack",
-        injects: "the server killed (pg_ctl stop -m immediate), started again after a second",
+        injects: "the server killed (pg_ctl stop -m immediate), started again after a second \
+                  (handlers of 20 ms)",
         when: "at 25%, 50% and 75% of the handlings, once an acknowledgement waits on a lock \
                the suite holds on the worker's messages (up to 5 tries of 3 s)",
         checks: "each kill landed with an acknowledgement in flight; the worker survives and \
@@ -750,15 +751,22 @@ pub(crate) async fn block_an_ack(
     q: &pgmq_client::QueueName,
     tries: u32,
 ) -> Result<(AckHold, u32), BoxError> {
+    let mut locked = Vec::new();
     for i in 1..=tries {
         let hold = AckHold::lock(ctx, q).await?;
         if wait_ack_blocked(ctx, Duration::from_secs(3)).await {
             return Ok((hold, i));
         }
+        locked.push(hold.keys.len().to_string());
         hold.release().await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(format!("no acknowledgement waited on the locked messages in {tries} tries").into())
+    Err(format!(
+        "no acknowledgement waited on the locked messages in {tries} tries \
+         (messages locked at each try: {})",
+        locked.join(", ")
+    )
+    .into())
 }
 
 #[cfg(test)]
