@@ -797,6 +797,10 @@ pub struct WorkerCounters {
     /// Acknowledgements given up on (absent in older documents).
     #[serde(default)]
     pub acks_failed: u64,
+    /// Of `reads`, those that started at the queue's head (absent in older
+    /// documents).
+    #[serde(default)]
+    pub reads_from_start: u64,
 }
 
 impl WorkerCounters {

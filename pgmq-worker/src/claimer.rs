@@ -641,6 +641,9 @@ impl ClaimLoop {
         let top = msgs.iter().map(|m| m.msg_id).max().unwrap_or(0);
         let drained = part.claims.cursor.done(plan, qty, n, top);
         bump(&part.stats.c.reads, 1);
+        if plan == Plan::Table(ReadFrom::Start) {
+            bump(&part.stats.c.reads_from_start, 1);
+        }
         bump(&part.stats.c.claimed, n as u64);
         // The permits of the messages travel with them; a handler gives each
         // back when it takes the message. The rest go back now.

@@ -111,7 +111,7 @@ async fn run(part: Arc<Metrics>, stop: CancellationToken) {
 
 /// Every counter published, by name (`pgmq_worker_<name>_total`), with its
 /// value in `s`.
-fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 28] {
+fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 29] {
     [
         ("claimed", s.claimed),
         ("handled", s.handled),
@@ -131,6 +131,7 @@ fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 28] {
         ("ack_retries", s.ack_retries),
         ("read_errors", s.read_errors),
         ("reads", s.reads),
+        ("reads_from_start", s.reads_from_start),
         ("empty_reads", s.empty_reads),
         ("heartbeats", s.heartbeats),
         ("task_restarts", s.task_restarts),

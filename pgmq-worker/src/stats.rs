@@ -111,6 +111,15 @@ counters! {
     expired_released,
     /// Claim reads that succeeded.
     reads,
+    /// Of `reads`, those that started at the queue's head: the periodic
+    /// and after-a-short-read ones of [`ClaimReads::Bounded`], or every
+    /// read of [`ClaimReads::FromStart`]. Each one walks whatever dead rows
+    /// the head holds (many, while a long transaction pins the MVCC
+    /// horizon); the bounded reads between them do not.
+    ///
+    /// [`ClaimReads::Bounded`]: crate::ClaimReads::Bounded
+    /// [`ClaimReads::FromStart`]: crate::ClaimReads::FromStart
+    reads_from_start,
     /// Reads that returned nothing.
     empty_reads,
     /// Reads that failed (the claimer backed off and retried).

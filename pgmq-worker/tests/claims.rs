@@ -70,6 +70,16 @@ async fn every_claim_path_drains_each_message_once() {
             "{how:?}: a message ran twice"
         );
         assert_eq!(report.stats.claimed, 1000, "{how:?}");
+        // The reads that started at the queue's head: every one of the
+        // path that always does, none of `pgmq.read`'s (not counted: it is
+        // not a statement on the table), and for the bounded path at least
+        // the first (how many more depends on the drain's timing).
+        let (reads, from_start) = (report.stats.reads, report.stats.reads_from_start);
+        match how {
+            ClaimReads::FromStart => assert_eq!(from_start, reads),
+            ClaimReads::Function => assert_eq!(from_start, 0),
+            _ => assert!((1..=reads).contains(&from_start), "{from_start} of {reads}"),
+        }
     }
 }
 

@@ -447,6 +447,7 @@ pub(crate) fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
         wakeups_notify: s.wakeups_notify,
         expired_unstarted: s.expired_unstarted,
         acks_failed: s.acks_failed,
+        reads_from_start: s.reads_from_start,
     }
 }
 

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use futures::future::BoxFuture;
 use pgmq_client::{Message, QueueName};
-use pgmq_worker::{Outcome, Worker};
+use pgmq_worker::{Outcome, Worker, WorkerHandle};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -282,6 +282,13 @@ pub struct PinnedPhase {
     pub backlog_slope_per_s: f64,
     /// Claim latency (`enqueued_at` to handler start) in the phase, ms.
     pub claim_ms: Percentiles,
+    /// The worker's claim reads in the phase (absent in older documents).
+    #[serde(default)]
+    pub reads: u64,
+    /// Of those, the reads that started at the queue's head: each walks the
+    /// dead rows a pinned horizon keeps there (absent in older documents).
+    #[serde(default)]
+    pub reads_from_start: u64,
     /// The database's counters over the phase, per message completed.
     pub server: SteadyServer,
 }
@@ -526,13 +533,14 @@ async fn run(
     let producer = spawn(Pace::Rate(rate), &stop);
     let waits = stream.tally.waits.as_ref().expect("a tally with waits");
     waits.take();
-    let mut phases = vec![phase(ctx, c, &q, &stream, "clean").await];
+    let on = (&q, &*stream, &handle);
+    let mut phases = vec![phase(ctx, c, on, "clean").await];
     let pin = Pin::start(ctx, &q, c.readers).await?;
-    phases.push(phase(ctx, c, &q, &stream, "pinned").await);
+    phases.push(phase(ctx, c, on, "pinned").await);
     pin.release().await?;
     let clean_max = phases[0].backlog.iter().copied().max().unwrap_or(0);
     let back = (2 * clean_max).max(1);
-    let recovered = phase(ctx, c, &q, &stream, "recovered").await;
+    let recovered = phase(ctx, c, on, "recovered").await;
     let recovery_s = if recovered.backlog_start <= back {
         Some(0.0)
     } else {
@@ -572,16 +580,17 @@ fn joined(r: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<
     }
 }
 
-/// One phase: `c.phase` seconds of one-second samples.
+/// One phase: `c.phase` seconds of one-second samples of the stream into
+/// the queue and the worker draining it (`on`).
 async fn phase(
     ctx: &Ctx,
     c: &PinnedConfig,
-    q: &QueueName,
-    stream: &Stream,
+    (q, stream, worker): (&QueueName, &Stream, &WorkerHandle),
     name: &str,
 ) -> PinnedPhase {
     let waits = stream.tally.waits.as_ref().expect("a tally with waits");
     waits.take();
+    let reads_before = worker.stats();
     let before = DbSnapshot::read(ctx, q).await;
     let start = Instant::now();
     let (s0, d0) = (stream.sent.load(Ordering::Acquire), stream.tally.distinct());
@@ -603,6 +612,7 @@ async fn phase(
     let produced = stream.sent.load(Ordering::Acquire) - s0;
     let completed = stream.tally.distinct() - d0;
     let claims = waits.take();
+    let reads_after = worker.stats();
     let after = DbSnapshot::read(ctx, q).await;
     let mut server = before.per_msg(&after, completed);
     server.dead_tuples_peak = dead_peak;
@@ -615,6 +625,8 @@ async fn phase(
         backlog_slope_per_s: slope(&backlog),
         backlog,
         claim_ms: crate::stats::percentiles_us_to_ms(&claims),
+        reads: reads_after.reads - reads_before.reads,
+        reads_from_start: reads_after.reads_from_start - reads_before.reads_from_start,
         server,
     }
 }
@@ -831,8 +843,8 @@ fn report_part(out: &mut String, d: &Document) {
          {} handlers sleeping {} ms; a producer at {} of the clean unpaced rate (or --pinned-rate), \
          phases of {} s: clean, pinned (an idle transaction holding an xid and {} repeating \
          REPEATABLE READ scans of the queue table), recovered.\n\n\
-         | Round | Claim reads | Phase | Produced/s | Completed/s | Completed ÷ produced | Backlog slope (msg/s) | Backlog max | Claim p50 / p99 (ms) | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+         | Round | Claim reads | Phase | Produced/s | Completed/s | Completed ÷ produced | Backlog slope (msg/s) | Backlog max | Claim p50 / p99 (ms) | Reads (from the start) | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         w.pinned_handlers,
         w.pinned_sleep_ms,
         w.pinned_share,
@@ -848,7 +860,7 @@ fn report_part(out: &mut String, d: &Document) {
         for p in &r.phases {
             let _ = writeln!(
                 out,
-                "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} | {} | {} | {} |",
+                "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
                 r.claim_reads.name(),
                 p.phase,
                 thousands(p.produced.rate_per_s),
@@ -858,6 +870,8 @@ fn report_part(out: &mut String, d: &Document) {
                 thousands(p.backlog.iter().copied().max().unwrap_or(0) as f64),
                 p.claim_ms.p50,
                 p.claim_ms.p99,
+                thousands(p.reads as f64),
+                thousands(p.reads_from_start as f64),
                 p.server
                     .cpu_us_per_msg
                     .map_or("–".to_owned(), |v| format!("{v:.0}")),
