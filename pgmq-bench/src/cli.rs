@@ -367,7 +367,7 @@ pub struct RunArgs {
     pub backlog_workers: u32,
 
     /// worker_processes: numbers of worker processes (comma-separated).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 2, 4])]
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 2, 4, 8])]
     pub processes: Vec<u32>,
 
     /// What handlers do in consume_scaling, sustained and worker_processes.

@@ -290,7 +290,7 @@ fn quick_profile(a: &RunArgs) -> RunArgs {
             pick(&mut a.single_messages, 10_000, 2_000);
             pick(&mut a.duration, secs(30), secs(20));
             pick(&mut a.sustained_warmup, secs(5), secs(3));
-            pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+            pick(&mut a.processes, vec![1, 2, 4, 8], vec![1, 2]);
         }
         Profile::Standard => {
             pick(&mut a.repeat, 3, 2);
@@ -298,7 +298,7 @@ fn quick_profile(a: &RunArgs) -> RunArgs {
             pick(&mut a.batch_messages, 250_000, 100_000);
             pick(&mut a.single_messages, 10_000, 5_000);
             pick(&mut a.duration, secs(30), secs(20));
-            pick(&mut a.processes, vec![1, 2, 4], vec![1, 2]);
+            pick(&mut a.processes, vec![1, 2, 4, 8], vec![1, 2]);
         }
         Profile::Full => {}
     }

@@ -1,4 +1,4 @@
-//! worker_processes: `--processes 1,2,4` separate worker processes draining
+//! worker_processes: `--processes 1,2,4,8` separate worker processes draining
 //! one queue. Operators size deployments in processes, not threads.
 //!
 //! Per run: a fresh queue of `--messages` is preloaded and vacuumed; the bench
