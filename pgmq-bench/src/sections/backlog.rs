@@ -249,13 +249,15 @@ mod tests {
 
     #[test]
     fn the_reference_pools_every_drain_of_the_smallest_size() {
-        let mut s = Sections::default();
-        s.backlog_scaling = vec![
-            drain_of(100, 0, 100, 1.0),
-            drain_of(100, 0, 100, 2.0),
-            drain_of(100, 0, 100, 1.0),
-            drain_of(1_000, 0, 1_000, 20.0),
-        ];
+        let s = Sections {
+            backlog_scaling: vec![
+                drain_of(100, 0, 100, 1.0),
+                drain_of(100, 0, 100, 2.0),
+                drain_of(100, 0, 100, 1.0),
+                drain_of(1_000, 0, 1_000, 20.0),
+            ],
+            ..Sections::default()
+        };
         let figures = build(&s);
         // 300 messages in 4 s: 75/s; 1,000 in 20 s: 50/s. The first
         // drain alone (100/s) would have made it 0.5.
