@@ -34,7 +34,8 @@ fn the_function_read_path_drains_backlogs_and_processes() {
     assert_eq!(doc["metadata"]["workload"]["claim_reads"], "function");
     let s = &doc["sections"];
     let backlog = s["backlog_scaling"].as_array().unwrap();
-    assert_eq!(backlog.len(), 2);
+    // The smallest size three times (the pooled reference), then the other.
+    assert_eq!(backlog.len(), 4);
     let processes = s["worker_processes"].as_array().unwrap();
     assert_eq!(processes.len(), 1);
     for r in backlog.iter().chain(processes) {

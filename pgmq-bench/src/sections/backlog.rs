@@ -23,7 +23,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::checks::{run_tag, Checks};
-use crate::document::{Better, Document, Sample, Sections};
+use crate::document::{Better, Document, Rate, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, figure_keys};
 use crate::report::thousands;
@@ -113,7 +113,8 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
 
 const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \
     queue of this many messages: distinct messages handled divided by the seconds from spawning the worker to \
-    the end of the handler that completed the last one.";
+    the end of the handler that completed the last one (the smallest size, drained 3 times a round when there \
+    are larger ones: its drains pooled, their messages over their seconds).";
 
 const DEF_BACKLOG_RATIO: &str =
     "This backlog's drain rate divided by the smallest backlog's pooled drain rate of the \
@@ -131,6 +132,25 @@ fn add_figures(f: &mut Figures, s: &Sections) {
     sizes.sort_unstable();
     sizes.dedup();
     let backlog = || measured(&s.backlog_scaling, |r| r.warmup);
+    // One rate per size and measured round: the round's drains of that size
+    // pooled (their messages over their seconds); only the smallest size is
+    // drained more than once.
+    let pooled = |n: u64| -> Vec<(u32, Rate)> {
+        let mut rounds: Vec<u32> = backlog()
+            .filter(|r| r.ledger.expected == n)
+            .map(|r| r.round)
+            .collect();
+        rounds.dedup();
+        rounds
+            .into_iter()
+            .map(|round| {
+                let (count, secs) = backlog()
+                    .filter(|r| r.round == round && r.ledger.expected == n)
+                    .fold((0, 0.0), |(c, t), r| (c + r.rate.count, t + r.rate.elapsed_s));
+                (round, Rate::new(count, secs))
+            })
+            .collect()
+    };
     for n in &sizes {
         f.rate(
             &format!("backlog_scaling.n{n}.throughput"),
@@ -140,28 +160,18 @@ fn add_figures(f: &mut Figures, s: &Sections) {
                 crate::report::thousands(*n as f64)
             ),
             DEF_BACKLOG,
-            backlog()
-                .filter(|r| r.ledger.expected == *n)
-                .map(|r| (r.round, &r.rate)),
+            pooled(*n).iter().map(|(round, rate)| (*round, rate)),
         );
     }
     if let Some(smallest) = sizes.first() {
-        // The reference of a round: every drain of the smallest size in it,
-        // pooled (their messages over their seconds).
-        let reference = |round: u32| {
-            let (count, secs) = backlog()
-                .filter(|b| b.round == round && b.ledger.expected == *smallest)
-                .fold((0u64, 0.0f64), |(c, t), b| {
-                    (c + b.rate.count, t + b.rate.elapsed_s)
-                });
-            (count > 0 && secs > 0.0).then(|| count as f64 / secs)
-        };
+        let reference = pooled(*smallest);
         for n in sizes.iter().skip(1) {
-            let runs = backlog()
-                .filter(|r| r.ledger.expected == *n)
-                .filter_map(|r| {
-                    let base = reference(r.round)?;
-                    Some(Sample::value(r.round, r.rate.rate_per_s / base))
+            let runs = pooled(*n)
+                .iter()
+                .filter_map(|(round, rate)| {
+                    let (_, base) = reference.iter().find(|(r, _)| r == round)?;
+                    (base.rate_per_s > 0.0)
+                        .then(|| Sample::value(*round, rate.rate_per_s / base.rate_per_s))
                 })
                 .collect();
             f.add(
@@ -230,7 +240,7 @@ fn report_part(out: &mut String, d: &Document) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::document::{ConsumeRun, Rate};
+    use crate::document::ConsumeRun;
     use crate::figures::{build, median_of};
 
     /// A recorded backlog run (from a committed document) with the size,
@@ -263,6 +273,13 @@ mod tests {
         // drain alone (100/s) would have made it 0.5.
         let ratio = median_of(&figures, "backlog_scaling.n1000.vs_smallest").unwrap();
         assert!((ratio - 50.0 / 75.0).abs() < 1e-9, "{ratio}");
+        // One value a round for the smallest size too: the pooled rate.
+        let small = figures
+            .iter()
+            .find(|f| f.id == "backlog_scaling.n100.throughput")
+            .unwrap();
+        assert_eq!(small.runs.len(), 1);
+        assert!((small.median - 75.0).abs() < 1e-9, "{}", small.median);
         assert!(DEF_BACKLOG_RATIO.contains(&format!("drained {REFERENCE_DRAINS} times")));
     }
 }
