@@ -370,6 +370,12 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 2, 4, 8])]
     pub processes: Vec<u32>,
 
+    /// worker_processes: messages in the queue each run drains (longer than
+    /// a consume run's, so that at 8 processes each still makes hundreds of
+    /// reads and the shares measure the claiming, not read-count noise).
+    #[arg(long, default_value_t = 400_000)]
+    pub processes_messages: u64,
+
     /// What handlers do in consume_scaling, sustained and worker_processes.
     #[arg(long, value_enum, default_value_t = HandlerKind::Empty)]
     pub handler: HandlerKind,

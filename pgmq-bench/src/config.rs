@@ -61,6 +61,8 @@ pub struct Config {
     pub backlog_workers: u32,
     /// worker_processes counts.
     pub processes: Vec<u32>,
+    /// Messages per worker_processes run.
+    pub processes_messages: u64,
     /// What handlers do.
     pub handler: HandlerKind,
     /// How the workers read the queue (None: the worker's default).
@@ -124,6 +126,7 @@ impl Config {
             backlog_sizes,
             backlog_workers: a.backlog_workers,
             processes,
+            processes_messages: a.processes_messages,
             handler: a.handler,
             claim_reads: a.claim_reads,
             rate_search: a.rate_search,
@@ -158,9 +161,14 @@ fn check_scalars(a: &RunArgs) -> Result<()> {
     if a.repeat == 0 {
         return Err(bad("--repeat must be at least 1"));
     }
-    if a.messages == 0 || a.batch_messages == 0 || a.single_messages == 0 {
+    if a.messages == 0
+        || a.batch_messages == 0
+        || a.single_messages == 0
+        || a.processes_messages == 0
+    {
         return Err(bad(
-            "--messages, --batch-messages and --single-messages must be at least 1",
+            "--messages, --batch-messages, --single-messages and --processes-messages must be at \
+             least 1",
         ));
     }
     if !(1..=10_000).contains(&a.batch_size) {
@@ -291,6 +299,7 @@ fn quick_profile(a: &RunArgs) -> RunArgs {
             pick(&mut a.duration, secs(30), secs(20));
             pick(&mut a.sustained_warmup, secs(5), secs(3));
             pick(&mut a.processes, vec![1, 2, 4, 8], vec![1, 2]);
+            pick(&mut a.processes_messages, 400_000, 20_000);
         }
         Profile::Standard => {
             pick(&mut a.repeat, 3, 2);
@@ -299,6 +308,7 @@ fn quick_profile(a: &RunArgs) -> RunArgs {
             pick(&mut a.single_messages, 10_000, 5_000);
             pick(&mut a.duration, secs(30), secs(20));
             pick(&mut a.processes, vec![1, 2, 4, 8], vec![1, 2]);
+            pick(&mut a.processes_messages, 400_000, 50_000);
         }
         Profile::Full => {}
     }

@@ -319,6 +319,10 @@ pub struct Workload {
     /// worker_processes process counts, ascending (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<u32>>,
+    /// Messages per worker_processes run (absent in older documents, whose
+    /// runs drained `messages`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_messages: Option<u64>,
     /// How the workers' claimers read the queue (`--claim-reads`, else the
     /// worker's default): `bounded`, `from-start` or `function`; absent in
     /// older documents.

@@ -320,6 +320,7 @@ fn workload(cfg: &Config) -> Workload {
         backlog_sizes: Some(cfg.backlog_sizes.clone()),
         backlog_workers: Some(cfg.backlog_workers),
         processes: Some(cfg.processes.clone()),
+        processes_messages: Some(cfg.processes_messages),
         claim_reads: cfg.claim_reads_name().map(str::to_owned),
         rate_search: Some(RateSearch {
             enabled: cfg.rate_search,

@@ -23,6 +23,8 @@ fn the_function_read_path_drains_backlogs_and_processes() {
             "400",
             "--processes",
             "2",
+            "--processes-messages",
+            "400",
             "--repeat",
             "1",
             "--warmup",

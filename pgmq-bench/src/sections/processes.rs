@@ -1,7 +1,7 @@
 //! worker_processes: `--processes 1,2,4,8` separate worker processes draining
 //! one queue. Operators size deployments in processes, not threads.
 //!
-//! Per run: a fresh queue of `--messages` is preloaded and vacuumed; the bench
+//! Per run: a fresh queue of `--processes-messages` (400,000) is preloaded and vacuumed; the bench
 //! starts N copies of its own binary (`pgmq-bench process-worker`, hidden),
 //! each with its own SDK client, pool and worker of `--backlog-workers`
 //! handlers (and, with `--handler db-write`, its own sink pool). Each child
@@ -256,7 +256,7 @@ async fn write_ids(path: &std::path::Path, ids: &[u64]) -> Result<()> {
 /// One run with `n_proc` processes.
 pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun> {
     let cfg = &ctx.cfg;
-    let n = cfg.messages;
+    let n = cfg.processes_messages;
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded("processes", n).await?;
     let exe = bench_exe()?;
     let dir = std::env::temp_dir().join(format!("pgmq-bench-processes-{}", std::process::id()));
@@ -634,7 +634,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
 }
 
 const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's process-worker, --backlog-workers \
-    handlers each, own pools) draining one preloaded, vacuumed queue of --messages: distinct messages handled by \
+    handlers each, own pools) draining one preloaded, vacuumed queue of --processes-messages: distinct messages handled by \
     all of them divided by the slowest process's seconds from its start signal to its last handler's end.";
 
 const DEF_PROC_EVEN: &str =

@@ -316,6 +316,8 @@ pub fn short_run_args(output: &str) -> Vec<&str> {
         "2",
         "--processes",
         "1,2",
+        "--processes-messages",
+        "2000",
         "--batch-handler-messages",
         "2000",
         "--batch-handler-workers",
