@@ -91,6 +91,20 @@ pub enum Error {
         minimum: String,
     },
 
+    /// A call needs the SDK's own `pgmq_sdk` schema (idempotent sends,
+    /// pause and resume, fleet-wide limits), which this database lacks or
+    /// has in an older version: install it with `pgmq install-sdk` or
+    /// [`Client::install_sdk_schema`](crate::Client::install_sdk_schema).
+    /// Nothing was sent.
+    #[error(
+        "{feature} needs the pgmq_sdk schema, which this database lacks: run `pgmq install-sdk` \
+         (or Client::install_sdk_schema, or apply pgmq_client::sdk_schema::sql())"
+    )]
+    SdkSchemaMissing {
+        /// The feature that needs it.
+        feature: &'static str,
+    },
+
     /// A body, headers or text argument holds a character PostgreSQL cannot
     /// store: a NUL (`\u0000` in JSON, which `jsonb` refuses; a zero byte
     /// in text), or, refused by the server, one the database's encoding
@@ -336,6 +350,7 @@ impl Error {
             | Error::QueueNotFound { .. }
             | Error::PgmqMissing { .. }
             | Error::PgmqTooOld { .. }
+            | Error::SdkSchemaMissing { .. }
             | Error::UnstorableText {
                 source: Some(_), ..
             } => CommitOutcome::Rejected,
@@ -455,6 +470,23 @@ impl Error {
         }
     }
 
+    /// Turns a missing `pgmq_sdk` schema, function or table into
+    /// [`Error::SdkSchemaMissing`] for `feature`.
+    pub(crate) fn in_sdk(self, feature: &'static str) -> Error {
+        if let Error::Database { source } = &self {
+            if let Some(db) = source.as_db_error() {
+                let code = db.code();
+                let missing = *code == SqlState::INVALID_SCHEMA_NAME
+                    || *code == SqlState::UNDEFINED_FUNCTION
+                    || *code == SqlState::UNDEFINED_TABLE;
+                if missing && db.message().contains("pgmq_sdk") {
+                    return Error::SdkSchemaMissing { feature };
+                }
+            }
+        }
+        self
+    }
+
     /// Turns "relation pgmq.q_<queue> does not exist" (and PGMQ's own
     /// "Queue ... does not exist" exceptions) into [`Error::QueueNotFound`].
     pub(crate) fn in_queue(self, queue: &str) -> Error {
@@ -569,6 +601,10 @@ impl fmt::Debug for Error {
                 .debug_struct("PgmqTooOld")
                 .field("found", found)
                 .field("minimum", minimum)
+                .finish(),
+            Error::SdkSchemaMissing { feature } => f
+                .debug_struct("SdkSchemaMissing")
+                .field("feature", feature)
                 .finish(),
             Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
             Error::Deserialize { msg_id, source } => f

@@ -56,6 +56,18 @@ statements! {
     SendAt = "SELECT * FROM pgmq.send($1::text, $2::jsonb, $3::jsonb, $4::timestamptz)";
     SendBatch = "SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[], $3::jsonb[], pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $4::integer))";
     SendBatchAt = "SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[], $3::jsonb[], $4::timestamptz)";
+    // keyed.rs: idempotent sends, in the pgmq_sdk schema. The window is in
+    // milliseconds.
+    SendKeyed = "SELECT msg_id, duplicate FROM pgmq_sdk.send_batch_keyed($1::text, $2::text[], $3::jsonb[], $4::jsonb[], pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5::integer), pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
+    SendKeyedAt = "SELECT msg_id, duplicate FROM pgmq_sdk.send_batch_keyed($1::text, $2::text[], $3::jsonb[], $4::jsonb[], $5::timestamptz, pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
+    SendTopicKeyed = "SELECT queues, duplicate FROM pgmq_sdk.send_topic_keyed($1::text, $2::text, $3::jsonb, $4::jsonb, $5::integer, pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
+    // pause.rs, in the pgmq_sdk schema.
+    PauseQueue = "SELECT pgmq_sdk.pause_queue($1::text, $2::text)";
+    ResumeQueue = "SELECT pgmq_sdk.resume_queue($1::text)";
+    QueuePaused = "SELECT EXISTS (SELECT 1 FROM pgmq_sdk.paused_queues WHERE queue_name = $1::text)";
+    ListPaused = "SELECT queue_name, paused_at, reason FROM pgmq_sdk.paused_queues ORDER BY queue_name";
+    // limits.rs, in the pgmq_sdk schema.
+    ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
     // read.rs
     Read = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer)");
     ReadWhere = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer, $4::jsonb)");
@@ -161,6 +173,8 @@ fn parse_param_types(sql: &str) -> Vec<tokio_postgres::types::Type> {
             "jsonb" => Type::JSONB,
             "jsonb[]" => Type::JSONB_ARRAY,
             "timestamptz" => Type::TIMESTAMPTZ,
+            "text[]" => Type::TEXT_ARRAY,
+            "float8" => Type::FLOAT8,
             other => panic!("statement parameter ${n} has a cast this crate does not map: {other}"),
         };
         if types.len() < n {
@@ -292,7 +306,7 @@ mod tests {
     fn every_statement_uses_parameters_for_names() {
         for s in Stmt::ALL {
             let sql = s.sql();
-            assert!(sql.contains("pgmq."), "{s:?}");
+            assert!(sql.contains("pgmq.") || sql.contains("pgmq_sdk."), "{s:?}");
             // The one literal is a field name of PGMQ's own type.
             let sql_ = sql.replace("'default_partition_length'", "");
             assert!(!sql_.contains('\''), "{s:?} has a literal");

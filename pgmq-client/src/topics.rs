@@ -107,14 +107,7 @@ impl<E: Executor> Pgmq<E> {
     ) -> Result<i32, Error> {
         let body = to_json(body, "body")?;
         let headers = self.headers_json(opts)?;
-        let delay = match opts.delay {
-            Delay::After(d) => secs(d, "delay")?,
-            Delay::At(_) => {
-                return Err(Error::InvalidArgument(
-                    "send_topic takes a delay in seconds, not a timestamp".into(),
-                ))
-            }
-        };
+        let delay = topic_delay(opts)?;
         let rows = self
             .run(
                 Stmt::SendTopic,
@@ -227,5 +220,16 @@ impl<E: Executor> Pgmq<E> {
                 })
             })
             .collect()
+    }
+}
+
+/// The delay of a single topic send in seconds: PGMQ's `send_topic` takes
+/// no timestamp, so a [`Delay::At`] is refused.
+pub(crate) fn topic_delay(opts: &SendOptions) -> Result<i32, Error> {
+    match opts.delay {
+        Delay::After(d) => secs(d, "delay"),
+        Delay::At(_) => Err(Error::InvalidArgument(
+            "send_topic takes a delay in seconds, not a timestamp".into(),
+        )),
     }
 }

@@ -17,6 +17,8 @@
 //! pgmq delete <queue> <msg_id>...  |  pgmq archive <queue> <msg_id>...
 //! pgmq redrive <dead_letter_queue> [--to Q] [--batch N] [--limit N] [--dry-run]
 //! pgmq notify enable <queue> [--throttle-ms MS] | notify disable <queue> | notify list
+//! pgmq install-sdk [--print]                 create or upgrade the pgmq_sdk schema
+//! pgmq pause <queue> [--reason TEXT] | pgmq resume <queue> | pgmq paused
 //! ```
 
 mod input;
@@ -146,6 +148,29 @@ enum Command {
         #[command(subcommand)]
         action: NotifyAction,
     },
+    /// Create the pgmq_sdk schema (idempotent sends, pause and resume,
+    /// fleet-wide limits), or upgrade it; a no-op when it is current.
+    /// Prints {"before": V, "now": V}.
+    ///
+    /// With --print, prints the SQL instead (for a migration tool) and
+    /// connects to nothing.
+    InstallSdk {
+        #[arg(long)]
+        print: bool,
+    },
+    /// Pause a queue for every pgmq-worker worker: they stop claiming from
+    /// it within a poll interval; running handlers finish. Prints
+    /// {"queue", "paused": true, "changed": bool}.
+    Pause {
+        queue: String,
+        /// Why, kept beside the flag (shown by `pgmq paused`).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Resume a paused queue. Prints {"queue", "paused": false, "changed": bool}.
+    Resume { queue: String },
+    /// List paused queues, one JSON object per queue.
+    Paused,
 }
 
 // The arguments of `pgmq create` (its help text is the variant's doc above).
@@ -375,6 +400,14 @@ async fn tls_trusting(
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     let mut out = Out(BufWriter::new(tokio::io::stdout()));
+    if let Command::InstallSdk { print: true } = cli.command {
+        use tokio::io::AsyncWriteExt as _;
+        out.0
+            .write_all(pgmq_client::sdk_schema::sql().as_bytes())
+            .await
+            .map_err(|e| format!("writing stdout: {e}"))?;
+        return out.flush().await;
+    }
     let client = connect(&cli).await?;
     match cli.command {
         Command::List { table } => list(&client, table, &mut out).await?,
@@ -406,6 +439,34 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Redrive(args) => redrive(&client, args, &mut out).await?,
         Command::Notify { action } => notify(&client, action, &mut out).await?,
+        Command::InstallSdk { .. } => {
+            let done = client.install_sdk_schema().await?;
+            out.line(&json!({ "before": done.before, "now": done.now }))
+                .await?;
+        }
+        Command::Pause {
+            queue: name,
+            reason,
+        } => {
+            let changed = client.pause(&queue(&name)?, reason.as_deref()).await?;
+            out.line(&json!({ "queue": name, "paused": true, "changed": changed }))
+                .await?;
+        }
+        Command::Resume { queue: name } => {
+            let changed = client.resume(&queue(&name)?).await?;
+            out.line(&json!({ "queue": name, "paused": false, "changed": changed }))
+                .await?;
+        }
+        Command::Paused => {
+            for p in client.paused_queues().await? {
+                out.line(&json!({
+                    "queue": p.queue_name,
+                    "paused_at": p.paused_at,
+                    "reason": p.reason,
+                }))
+                .await?;
+            }
+        }
     }
     out.flush().await
 }

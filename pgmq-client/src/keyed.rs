@@ -1,0 +1,308 @@
+//! Idempotent sends: a send that carries a deduplication key enqueues
+//! nothing when the key was taken within its window, and returns the id of
+//! the key's first message instead.
+//!
+//! The keys live in the `pgmq_sdk` schema ([`crate::sdk_schema`]), taken in
+//! the same transaction as the send: a send inside a caller's transaction
+//! ([`Pgmq::on`]) that rolls back leaves its key free, and two producers
+//! sending one key at once store one message (the second waits for the
+//! first's transaction, then sees the key taken, or takes it if the first
+//! rolled back). This is what makes a producer's retry safe after
+//! [`CommitOutcome::Unknown`](crate::CommitOutcome::Unknown): send again
+//! with the same key, and the queue holds the message once whichever way
+//! the first try ended.
+//!
+//! A key's window runs from its first send; after it, the key is free
+//! again. Every keyed send also deletes a few expired keys (at most its own
+//! number of keys plus 16), so the table holds about the keys taken within
+//! one window, without a separate cleanup job.
+//!
+//! What a key costs: one row and one index entry in `pgmq_sdk.send_keys`
+//! per message, written in the send's transaction (see docs/client.md in
+//! the repository for the measured cost against a plain batch send).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::args::secs;
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::message::{Delay, SendOptions};
+use crate::queue_name::QueueName;
+use crate::rows::col;
+use crate::send::{to_json, JsonBatch};
+use crate::statements::Stmt;
+use crate::Pgmq;
+
+/// The longest key accepted, in bytes (it is stored in a B-tree index).
+pub const MAX_DEDUP_KEY_LEN: usize = 512;
+
+/// The feature name in [`Error::SdkSchemaMissing`].
+const FEATURE: &str = "an idempotent send";
+
+/// A deduplication key and how long it holds from its first send.
+///
+/// ```
+/// use pgmq_client::DedupKey;
+/// use std::time::Duration;
+/// let key = DedupKey::new("order-42/created", Duration::from_secs(3600));
+/// assert_eq!(key.key, "order-42/created");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DedupKey {
+    /// The key: any text of 1 to [`MAX_DEDUP_KEY_LEN`] bytes without NUL,
+    /// unique per queue (per routing key for a topic send).
+    pub key: String,
+    /// How long the key holds after its first send (at least 1 ms).
+    pub window: Duration,
+}
+
+impl DedupKey {
+    /// A key that holds for `window`.
+    pub fn new(key: impl Into<String>, window: Duration) -> Self {
+        DedupKey {
+            key: key.into(),
+            window,
+        }
+    }
+}
+
+/// What a keyed send did.
+///
+/// ```
+/// let sent = pgmq_client::Sent { msg_id: 7, duplicate: false };
+/// assert!(!sent.duplicate);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// The message's id: the new message's, or for a duplicate the id the
+    /// key's first send returned (that message may since have been read
+    /// and deleted).
+    pub msg_id: i64,
+    /// True when the key was taken and nothing was enqueued.
+    pub duplicate: bool,
+}
+
+/// What a keyed topic send did.
+///
+/// ```
+/// let sent = pgmq_client::TopicSent { queues: 2, duplicate: true };
+/// assert_eq!(sent.queues, 2);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicSent {
+    /// How many queues the message reached (for a duplicate: how many the
+    /// key's first send reached).
+    pub queues: i32,
+    /// True when the key was taken and nothing was sent.
+    pub duplicate: bool,
+}
+
+fn check_key(key: &str) -> Result<(), Error> {
+    if key.is_empty() || key.len() > MAX_DEDUP_KEY_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "a deduplication key takes 1 to {MAX_DEDUP_KEY_LEN} bytes, not {}",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(Error::unstorable(None, "deduplication key"));
+    }
+    Ok(())
+}
+
+/// The window in milliseconds, at least 1.
+fn window_ms(window: Duration) -> Result<i64, Error> {
+    let ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    if ms < 1 {
+        return Err(Error::InvalidArgument(format!(
+            "a deduplication window of {window:?} is shorter than 1 ms"
+        )));
+    }
+    // make_interval takes seconds as a double: stay well inside it.
+    const MAX_MS: i64 = 100 * 365 * 24 * 3600 * 1000;
+    if ms > MAX_MS {
+        return Err(Error::InvalidArgument(format!(
+            "a deduplication window of {window:?} is longer than 100 years"
+        )));
+    }
+    Ok(ms)
+}
+
+impl<E: Executor> Pgmq<E> {
+    /// Sends one message under a deduplication key: when the key was taken
+    /// within its window, enqueues nothing and returns the first message's
+    /// id with `duplicate: true`. Needs the `pgmq_sdk` schema
+    /// ([`Error::SdkSchemaMissing`] otherwise). See the module docs.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{DedupKey, QueueName};
+    /// use std::time::Duration;
+    /// let q = QueueName::new("orders")?;
+    /// let key = DedupKey::new("order-42", Duration::from_secs(3600));
+    /// let first = client.send_keyed(&q, &key, &serde_json::json!({"order": 42})).await?;
+    /// let again = client.send_keyed(&q, &key, &serde_json::json!({"order": 42})).await?;
+    /// assert!(again.duplicate && again.msg_id == first.msg_id);
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_keyed<T: Serialize + ?Sized + Sync>(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        body: &T,
+    ) -> Result<Sent, Error> {
+        self.send_keyed_with(queue, key, body, &SendOptions::default())
+            .await
+    }
+
+    /// [`send_keyed`](Self::send_keyed) with a delay and/or headers.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{DedupKey, QueueName, SendOptions};
+    /// use std::time::Duration;
+    /// let q = QueueName::new("reminders")?;
+    /// let key = DedupKey::new("remind-7", Duration::from_secs(600));
+    /// let opts = SendOptions::new().delay(Duration::from_secs(60));
+    /// client.send_keyed_with(&q, &key, &serde_json::json!({"remind": 7}), &opts).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_keyed_with<T: Serialize + ?Sized + Sync>(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        body: &T,
+        opts: &SendOptions,
+    ) -> Result<Sent, Error> {
+        crate::send::one_headers(opts)?;
+        let body = serde_json::value::to_raw_value(body).map_err(Error::Serialize)?;
+        let mut sent = self
+            .send_batch_keyed(queue, &[key.key.as_str()], key.window, &[body], opts)
+            .await?;
+        sent.pop()
+            .ok_or_else(|| Error::InvalidArgument("send_batch_keyed returned no row".into()))
+    }
+
+    /// Sends a batch, each message under its own key (`keys[i]` for
+    /// `bodies[i]`), all keys with one window; returns one [`Sent`] per
+    /// message, in order. A key taken before, or by an earlier message of
+    /// the same batch, sends nothing for its message. One statement.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{QueueName, SendOptions};
+    /// use std::time::Duration;
+    /// let q = QueueName::new("orders")?;
+    /// let keys = ["order-1", "order-2"];
+    /// let bodies = [serde_json::json!({"order": 1}), serde_json::json!({"order": 2})];
+    /// let sent = client
+    ///     .send_batch_keyed(&q, &keys, Duration::from_secs(3600), &bodies, &SendOptions::new())
+    ///     .await?;
+    /// let new = sent.iter().filter(|s| !s.duplicate).count();
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq_sdk.send_batch_keyed", skip_all, fields(queue = %queue, batch = bodies.len()))]
+    pub async fn send_batch_keyed<T: Serialize + Sync, K: AsRef<str> + Sync>(
+        &self,
+        queue: &QueueName,
+        keys: &[K],
+        window: Duration,
+        bodies: &[T],
+        opts: &SendOptions,
+    ) -> Result<Vec<Sent>, Error> {
+        if keys.len() != bodies.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} deduplication keys for {} messages",
+                keys.len(),
+                bodies.len()
+            )));
+        }
+        let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+        for k in &keys {
+            check_key(k)?;
+        }
+        let window = window_ms(window)?;
+        let Some((bodies, headers)) =
+            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
+        else {
+            return Ok(Vec::new());
+        };
+        let q = queue.as_str();
+        let rows = match opts.delay {
+            Delay::At(at) => {
+                self.run(
+                    Stmt::SendKeyedAt,
+                    Some(q),
+                    &[&q, &keys, &bodies, &headers, &at, &window],
+                )
+                .await
+            }
+            Delay::After(d) => {
+                let s = secs(d, "delay")?;
+                self.run(
+                    Stmt::SendKeyed,
+                    Some(q),
+                    &[&q, &keys, &bodies, &headers, &s, &window],
+                )
+                .await
+            }
+        }
+        .map_err(|e| e.in_sdk(FEATURE))?;
+        rows.iter()
+            .map(|r| {
+                Ok(Sent {
+                    msg_id: col::<i64>(r, 0)?,
+                    duplicate: col::<bool>(r, 1)?,
+                })
+            })
+            .collect()
+    }
+
+    /// [`send_topic_with`](Self::send_topic_with) under a deduplication key
+    /// (held per routing key): when the key was taken within its window,
+    /// sends nothing and says how many queues the first send reached.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{DedupKey, SendOptions};
+    /// use std::time::Duration;
+    /// let key = DedupKey::new("order-42/created", Duration::from_secs(3600));
+    /// let sent = client
+    ///     .send_topic_keyed("orders.eu.created", &key, &serde_json::json!({"id": 42}), &SendOptions::new())
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq_sdk.send_topic_keyed", skip_all)]
+    pub async fn send_topic_keyed<T: Serialize + ?Sized + Sync>(
+        &self,
+        routing_key: &str,
+        key: &DedupKey,
+        body: &T,
+        opts: &SendOptions,
+    ) -> Result<TopicSent, Error> {
+        check_key(&key.key)?;
+        let window = window_ms(key.window)?;
+        let body = to_json(body, "body")?;
+        let headers = self.headers_json(opts)?;
+        let delay = crate::topics::topic_delay(opts)?;
+        let k = key.key.as_str();
+        let rows = self
+            .run(
+                Stmt::SendTopicKeyed,
+                None,
+                &[&routing_key, &k, &body, &headers, &delay, &window],
+            )
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        let r = rows
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("send_topic_keyed returned no row".into()))?;
+        Ok(TopicSent {
+            queues: col::<Option<i32>>(r, 0)?.unwrap_or(0),
+            duplicate: col::<bool>(r, 1)?,
+        })
+    }
+}

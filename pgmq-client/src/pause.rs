@@ -1,0 +1,126 @@
+//! Pausing a queue for every worker: a flag in the `pgmq_sdk` schema
+//! ([`crate::sdk_schema`]) that pgmq-worker's workers read at least once
+//! per poll interval, and stop claiming from the queue while it is set
+//! (running handlers finish and their acknowledgements are written). A
+//! worker started while its queue is paused starts paused.
+//!
+//! Pausing touches none of PGMQ's objects: senders keep sending, and a
+//! plain `pgmq.read` (another client's, say) still reads.
+
+use chrono::{DateTime, Utc};
+
+use crate::error::Error;
+use crate::executor::Executor;
+use crate::queue_name::QueueName;
+use crate::rows::{col, first_col};
+use crate::statements::Stmt;
+use crate::Pgmq;
+
+const FEATURE: &str = "pausing a queue";
+
+/// A paused queue, as [`Pgmq::paused_queues`] lists it.
+///
+/// ```no_run
+/// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+/// for p in client.paused_queues().await? {
+///     println!("{} paused since {} ({:?})", p.queue_name, p.paused_at, p.reason);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PausedQueue {
+    /// The queue.
+    pub queue_name: String,
+    /// When it was paused.
+    pub paused_at: DateTime<Utc>,
+    /// Why, as the pauser said.
+    pub reason: Option<String>,
+}
+
+impl<E: Executor> Pgmq<E> {
+    /// Pauses `queue` for every worker; true when it was not paused
+    /// already. [`Error::QueueNotFound`] for a queue that does not exist,
+    /// [`Error::SdkSchemaMissing`] without the `pgmq_sdk` schema.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// client.pause(&q, Some("migrating the orders table")).await?;
+    /// // ... every worker on `orders` stops claiming within a poll interval ...
+    /// client.resume(&q).await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq_sdk.pause", skip_all, fields(queue = %queue))]
+    pub async fn pause(&self, queue: &QueueName, reason: Option<&str>) -> Result<bool, Error> {
+        let q = queue.as_str();
+        if reason.is_some_and(|r| r.contains('\0')) {
+            return Err(Error::unstorable(None, "reason"));
+        }
+        let rows = self
+            .run(Stmt::PauseQueue, Some(q), &[&q, &reason])
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
+    }
+
+    /// Resumes `queue`; true when it was paused.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// if !client.resume(&q).await? {
+    ///     println!("orders was not paused");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq_sdk.resume", skip_all, fields(queue = %queue))]
+    pub async fn resume(&self, queue: &QueueName) -> Result<bool, Error> {
+        let q = queue.as_str();
+        let rows = self
+            .run(Stmt::ResumeQueue, Some(q), &[&q])
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
+    }
+
+    /// Whether `queue` is paused.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// println!("paused: {}", client.is_paused(&q).await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_paused(&self, queue: &QueueName) -> Result<bool, Error> {
+        let q = queue.as_str();
+        let rows = self
+            .run(Stmt::QueuePaused, None, &[&q])
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
+    }
+
+    /// Every paused queue, by name.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let paused = client.paused_queues().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn paused_queues(&self) -> Result<Vec<PausedQueue>, Error> {
+        let rows = self
+            .run(Stmt::ListPaused, None, &[])
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        rows.iter()
+            .map(|r| {
+                Ok(PausedQueue {
+                    queue_name: col(r, 0)?,
+                    paused_at: col(r, 1)?,
+                    reason: col(r, 2)?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,342 @@
+//! Idempotent sends against the real database: duplicates within the
+//! window, the window's end, batches, topics, transactions that commit or
+//! roll back, producers racing on one key, the cleanup of expired keys,
+//! and bad input.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgmq_client::{Client, DedupKey, Error, Pgmq, SendOptions};
+use serde_json::json;
+
+use common::Queues;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+async fn client() -> Client {
+    let client = common::client().await;
+    client.install_sdk_schema().await.unwrap();
+    client
+}
+
+/// A key no other test (or run) uses.
+fn key(name: &str) -> String {
+    format!("{name}-{}", common::unique("k").as_str())
+}
+
+async fn count(q: &pgmq_client::QueueName) -> i64 {
+    common::scalar(
+        &common::raw().await,
+        &format!("SELECT count(*) FROM pgmq.q_{}", q.as_str()),
+        &[],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_second_send_with_the_key_enqueues_nothing() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_one").await;
+    let other = qs.fresh(&client, "ky_other").await;
+    let k = DedupKey::new(key("order"), HOUR);
+
+    let first = client.send_keyed(&q, &k, &json!({"n": 1})).await.unwrap();
+    assert!(!first.duplicate);
+    let again = client.send_keyed(&q, &k, &json!({"n": 2})).await.unwrap();
+    assert_eq!(again.msg_id, first.msg_id);
+    assert!(again.duplicate);
+    assert_eq!(count(&q).await, 1);
+    let msgs = client
+        .read::<serde_json::Value>(&q, HOUR, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        common::ok(msgs)[0].body,
+        json!({"n": 1}),
+        "the first body is kept"
+    );
+
+    // The key is per queue.
+    let elsewhere = client.send_keyed(&other, &k, &json!(3)).await.unwrap();
+    assert!(!elsewhere.duplicate);
+    // A duplicate still answers after its message was consumed.
+    client.delete(&q, first.msg_id).await.unwrap();
+    let late = client.send_keyed(&q, &k, &json!(4)).await.unwrap();
+    assert_eq!((late.msg_id, late.duplicate), (first.msg_id, true));
+    assert_eq!(count(&q).await, 0);
+}
+
+#[tokio::test]
+async fn after_the_window_the_key_is_free_again() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_window").await;
+    let k = DedupKey::new(key("w"), Duration::from_millis(300));
+    let first = client.send_keyed(&q, &k, &json!(1)).await.unwrap();
+    let within = client.send_keyed(&q, &k, &json!(2)).await.unwrap();
+    assert!(within.duplicate);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let after = client.send_keyed(&q, &k, &json!(3)).await.unwrap();
+    assert!(!after.duplicate);
+    assert_ne!(after.msg_id, first.msg_id);
+    assert_eq!(count(&q).await, 2);
+}
+
+#[tokio::test]
+async fn a_batch_sends_each_free_key_once_in_order() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_batch").await;
+    let (a, b, c) = (key("a"), key("b"), key("c"));
+    let earlier = client
+        .send_keyed(&q, &DedupKey::new(b.clone(), HOUR), &json!("b0"))
+        .await
+        .unwrap();
+    let keys = [a.clone(), b.clone(), a.clone(), c.clone()];
+    let bodies = [json!("a1"), json!("b1"), json!("a2"), json!("c1")];
+    let opts = SendOptions::new().headers_each(vec![
+        json!({"h": 1}),
+        json!({"h": 2}),
+        json!({"h": 3}),
+        json!({"h": 4}),
+    ]);
+    let sent = client
+        .send_batch_keyed(&q, &keys, HOUR, &bodies, &opts)
+        .await
+        .unwrap();
+    let dup: Vec<bool> = sent.iter().map(|s| s.duplicate).collect();
+    assert_eq!(dup, [false, true, true, false]);
+    assert_eq!(sent[1].msg_id, earlier.msg_id);
+    assert_eq!(
+        sent[2].msg_id, sent[0].msg_id,
+        "the batch's own earlier message"
+    );
+    assert!(sent[3].msg_id > sent[0].msg_id);
+    let msgs = common::ok(
+        client
+            .read::<serde_json::Value>(&q, HOUR, 10)
+            .await
+            .unwrap(),
+    );
+    let mut got: Vec<(serde_json::Value, serde_json::Value)> = msgs
+        .iter()
+        .map(|m| (m.body.clone(), m.headers.clone().unwrap_or_default()))
+        .collect();
+    got.sort_by_key(|(b, _)| b.to_string());
+    assert_eq!(
+        got,
+        [
+            (json!("a1"), json!({"h": 1})),
+            (json!("b0"), json!(null)),
+            (json!("c1"), json!({"h": 4}))
+        ]
+    );
+    // Empty batch: nothing, no SQL needed.
+    let none: Vec<String> = Vec::new();
+    let empty: Vec<serde_json::Value> = Vec::new();
+    assert!(client
+        .send_batch_keyed(&q, &none, HOUR, &empty, &SendOptions::new())
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_rolled_back_send_leaves_its_key_free() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_tx").await;
+    let k = DedupKey::new(key("tx"), HOUR);
+    {
+        let mut conn = client.connection().await.unwrap();
+        let tx = conn.transaction().await.unwrap();
+        let s = Pgmq::on(&tx).send_keyed(&q, &k, &json!(1)).await.unwrap();
+        assert!(!s.duplicate);
+        tx.rollback().await.unwrap();
+    }
+    assert_eq!(count(&q).await, 0);
+    let first = {
+        let mut conn = client.connection().await.unwrap();
+        let tx = conn.transaction().await.unwrap();
+        let s = Pgmq::on(&tx).send_keyed(&q, &k, &json!(2)).await.unwrap();
+        assert!(!s.duplicate, "the rolled-back key is free");
+        tx.commit().await.unwrap();
+        s
+    };
+    let again = client.send_keyed(&q, &k, &json!(3)).await.unwrap();
+    assert_eq!((again.msg_id, again.duplicate), (first.msg_id, true));
+    assert_eq!(count(&q).await, 1);
+}
+
+#[tokio::test]
+async fn producers_racing_on_one_key_store_one_message() {
+    let client = pgmq_client::ClientBuilder::new(&common::dsn())
+        .max_size(16)
+        .connect()
+        .await
+        .unwrap();
+    client.install_sdk_schema().await.unwrap();
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_race").await;
+    for round in 0..5 {
+        let k = DedupKey::new(key(&format!("race{round}")), HOUR);
+        let start = Arc::new(tokio::sync::Barrier::new(16));
+        let tasks: Vec<_> = (0..16)
+            .map(|i| {
+                let (client, q, k, start) = (client.clone(), q.clone(), k.clone(), start.clone());
+                tokio::spawn(async move {
+                    // Hold a connection first, so the 16 sends go out together.
+                    let conn = client.connection_owned().await.unwrap();
+                    start.wait().await;
+                    Pgmq::on(&*conn)
+                        .send_keyed(&q, &k, &json!(i))
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut sent = Vec::new();
+        for t in tasks {
+            sent.push(t.await.unwrap());
+        }
+        assert_eq!(sent.iter().filter(|s| !s.duplicate).count(), 1, "{sent:?}");
+        assert!(sent.iter().all(|s| s.msg_id == sent[0].msg_id), "{sent:?}");
+    }
+    assert_eq!(count(&q).await, 5);
+
+    // A sender whose transaction is still open makes the others wait; they
+    // take the key when it rolls back.
+    let k = DedupKey::new(key("held"), HOUR);
+    let mut conn = client.connection().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    Pgmq::on(&tx)
+        .send_keyed(&q, &k, &json!("held"))
+        .await
+        .unwrap();
+    let waiter = {
+        let (client, q, k) = (client.clone(), q.clone(), k.clone());
+        tokio::spawn(async move { client.send_keyed(&q, &k, &json!("waiter")).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the second send waits on the key");
+    tx.rollback().await.unwrap();
+    let w = waiter.await.unwrap();
+    assert!(!w.duplicate);
+    assert_eq!(count(&q).await, 6);
+}
+
+#[tokio::test]
+async fn a_topic_send_under_a_key_routes_once() {
+    let client = client().await;
+    let qs = Queues::new();
+    let a = qs.fresh(&client, "ky_ta").await;
+    let b = qs.fresh(&client, "ky_tb").await;
+    let rk = format!("k{}", a.as_str());
+    client.bind_topic(&format!("{rk}.#"), &a).await.unwrap();
+    client.bind_topic(&format!("{rk}.#"), &b).await.unwrap();
+    let k = DedupKey::new(key("topic"), HOUR);
+    let opts = SendOptions::new();
+    let first = client
+        .send_topic_keyed(&format!("{rk}.created"), &k, &json!(1), &opts)
+        .await
+        .unwrap();
+    assert_eq!((first.queues, first.duplicate), (2, false));
+    let again = client
+        .send_topic_keyed(&format!("{rk}.created"), &k, &json!(2), &opts)
+        .await
+        .unwrap();
+    assert_eq!((again.queues, again.duplicate), (2, true));
+    // Another routing key is another scope.
+    let other = client
+        .send_topic_keyed(&format!("{rk}.updated"), &k, &json!(3), &opts)
+        .await
+        .unwrap();
+    assert!(!other.duplicate);
+    assert_eq!((count(&a).await, count(&b).await), (2, 2));
+    client.unbind_topic(&format!("{rk}.#"), &a).await.unwrap();
+    client.unbind_topic(&format!("{rk}.#"), &b).await.unwrap();
+}
+
+#[tokio::test]
+async fn expired_keys_are_deleted_by_later_sends() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_expire").await;
+    let keys: Vec<String> = (0..50).map(|i| key(&format!("e{i}"))).collect();
+    let bodies: Vec<i32> = (0..50).collect();
+    client
+        .send_batch_keyed(
+            &q,
+            &keys,
+            Duration::from_millis(1),
+            &bodies,
+            &SendOptions::new(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let pg = common::raw().await;
+    let scope = format!("queue:{}", q.as_str());
+    let left = || async {
+        common::scalar::<i64>(
+            &pg,
+            "SELECT count(*) FROM pgmq_sdk.send_keys WHERE scope = $1",
+            &[&scope],
+        )
+        .await
+    };
+    // Each keyed send deletes up to its keys + 16 expired ones (oldest
+    // first, any queue's): a bounded number of sends clears these.
+    let mut sends = 0;
+    while left().await > 1 && sends < 200 {
+        client
+            .send_keyed(
+                &q,
+                &DedupKey::new(key("x"), Duration::from_millis(1)),
+                &json!(0),
+            )
+            .await
+            .unwrap();
+        sends += 1;
+    }
+    assert!(left().await <= 1, "expired keys stay after {sends} sends");
+}
+
+#[tokio::test]
+async fn bad_keys_and_windows_are_refused_before_any_sql() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_bad").await;
+    let cases = [
+        DedupKey::new("", HOUR),
+        DedupKey::new("x".repeat(513), HOUR),
+        DedupKey::new("ok", Duration::ZERO),
+    ];
+    for k in &cases {
+        let e = client.send_keyed(&q, k, &json!(1)).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    }
+    let e = client
+        .send_keyed(&q, &DedupKey::new("nul\0", HOUR), &json!(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::UnstorableText { .. }), "{e:?}");
+    let e = client
+        .send_batch_keyed(&q, &["a"], HOUR, &[1, 2], &SendOptions::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let e = client
+        .send_keyed(
+            &pgmq_client::QueueName::new("ky_missing_q").unwrap(),
+            &DedupKey::new(key("m"), HOUR),
+            &json!(1),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::QueueNotFound { .. }), "{e:?}");
+    assert_eq!(count(&q).await, 0);
+}
