@@ -78,6 +78,12 @@
 //! - **Connection order.** The pool hands out the most recently returned
 //!   connection first, so calls made one after another stay on one warm
 //!   backend instead of rotating through every idle connection.
+//! - **SDK objects only by an explicit step.** Idempotent sends
+//!   ([`Pgmq::send_keyed`]), pausing a queue ([`Pgmq::pause`]) and
+//!   fleet-wide limits ([`FleetLimit`]) keep their state in the SDK's own
+//!   schema `pgmq_sdk`, never in PGMQ's tables, created by
+//!   [`Client::install_sdk_schema`] or `pgmq install-sdk` (see
+//!   [`sdk_schema`]); without it they fail with [`Error::SdkSchemaMissing`].
 //! - **TLS as libpq.** The DSN's `sslmode` and `sslrootcert` decide, as in
 //!   libpq's table: `disable`; `allow`, `prefer` (the default) and `require`
 //!   encrypt and check the chain only when a root certificate is configured;
@@ -101,7 +107,9 @@
 //! With the `cli` feature the crate builds `pgmq`, a tool for operators: list
 //! queues with metrics, create, drop, purge, send JSON lines from stdin or a
 //! file, read or pop as JSON lines, delete or archive by id, move dead letters
-//! back to their source queue (`redrive`), and switch insert notifications.
+//! back to their source queue (`redrive`), switch insert notifications,
+//! install the `pgmq_sdk` schema (`install-sdk`), and pause or resume a
+//! queue for every worker.
 //! `pgmq --help` describes each command.
 //!
 //! ```text

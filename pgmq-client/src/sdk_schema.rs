@@ -1,8 +1,8 @@
 //! The `pgmq_sdk` schema: the objects this SDK keeps beside PGMQ's own, and
 //! the step that installs or upgrades them.
 //!
-//! Idempotent sends ([`Pgmq::send_keyed`]), pausing a queue
-//! ([`Pgmq::pause`]) and the worker's fleet-wide limits store their state in
+//! Idempotent sends ([`Pgmq::send_keyed`](crate::Pgmq::send_keyed)), pausing a queue
+//! ([`Pgmq::pause`](crate::Pgmq::pause)) and the worker's fleet-wide limits store their state in
 //! tables and functions of the schema `pgmq_sdk`, never in PGMQ's tables.
 //! Nothing creates them implicitly: an operator (or a deploy step) runs
 //! [`Client::install_sdk_schema`] or `pgmq install-sdk`, or applies the SQL

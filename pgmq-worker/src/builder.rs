@@ -23,7 +23,7 @@ use crate::handler_loop::{
 };
 use crate::worker::Worker;
 use crate::{
-    claim_queue, claimer, completer, handler_loop, heartbeat, notifier, preflight, runners,
+    claim_queue, claimer, completer, handler_loop, heartbeat, notifier, pause, preflight, runners,
     shutdown, supervise,
 };
 
@@ -82,6 +82,8 @@ pub(crate) struct Config {
     #[cfg(feature = "fault-injection")]
     pub fifo_blocking_wait_off: bool,
     pub claim_reads: ClaimReads,
+    /// A limit shared by every process on the queue (None: none).
+    pub fleet_limit: Option<pgmq_client::FleetLimit>,
 }
 
 /// What [`build`](WorkerBuilder::build) derives from the settings: each
@@ -94,6 +96,7 @@ pub(crate) struct Plan {
     pub preflight: preflight::Settings,
     pub claim_queue: claim_queue::Settings,
     pub claimer: claimer::Settings,
+    pub pause: pause::Settings,
     pub handler_loop: handler_loop::Settings,
     pub runners: runners::Settings,
     pub completer: completer::Settings,
@@ -110,6 +113,9 @@ pub(crate) struct Plan {
 impl Plan {
     fn of(c: Config) -> Self {
         let fifo = c.claim_reads == ClaimReads::FifoGroups;
+        // Under a fleet-wide limit, an acknowledgement frees a place the
+        // claim loops may fill at once.
+        let wake_claimers = fifo || c.fleet_limit.is_some();
         let (batch_max, batch_window) = c.handler_batch.unwrap_or((1, Duration::ZERO));
         Plan {
             preflight: preflight::Settings {
@@ -117,6 +123,7 @@ impl Plan {
                 dead_letter_queue: c.dead_letter_queue.clone(),
                 check_queue: c.check_queue,
                 claim_reads: c.claim_reads,
+                fleet_limit: c.fleet_limit.is_some(),
                 db_timeout: c.db_timeout,
                 notify: c.wake_up == WakeUp::Notify,
                 notify_throttle: c.notify_throttle,
@@ -136,6 +143,12 @@ impl Plan {
                 visibility_timeout: c.visibility_timeout,
                 poll_interval: c.poll_interval,
                 db_timeout: c.db_timeout,
+                fleet_limit: c.fleet_limit,
+            },
+            pause: pause::Settings {
+                queue: c.queue.clone(),
+                poll_interval: c.poll_interval,
+                db_timeout: c.db_timeout,
             },
             handler_loop: handler_loop::Settings {
                 queue: Arc::new(c.queue.clone()),
@@ -147,7 +160,7 @@ impl Plan {
                 retry_backoff: c.retry_backoff,
                 retry_jitter: c.retry_jitter,
                 hooks: c.hooks.clone(),
-                wake_claimers: fifo,
+                wake_claimers,
                 batch_max,
                 batch_window,
                 #[cfg(feature = "fault-injection")]
@@ -172,7 +185,7 @@ impl Plan {
                 ack_flush_interval: c.ack_flush_interval,
                 ack_retry_timeout: c.ack_retry_timeout,
                 db_timeout: c.db_timeout,
-                wake_claimers: fifo,
+                wake_claimers,
                 #[cfg(feature = "fault-injection")]
                 fence_off: c.fence_off,
             },
@@ -320,6 +333,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 #[cfg(feature = "fault-injection")]
                 fifo_blocking_wait_off: false,
                 claim_reads: ClaimReads::Bounded,
+                fleet_limit: None,
             },
             max_deliveries: None,
             claim_capacity: None,
@@ -619,6 +633,36 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
+    /// A limit that holds across every process on the queue (default none):
+    /// at most `max_running` messages claimed and not yet acknowledged, and
+    /// at most `per_second` claims per second, counted in the database
+    /// (see [`FleetLimit`](pgmq_client::FleetLimit) and
+    /// [`Pgmq::read_limited_raw`](pgmq_client::Pgmq::read_limited_raw)).
+    /// Give every process the same limit; a process joins or leaves with no
+    /// other setting, and a crashed process's places are freed within its
+    /// visibility timeout. Needs the `pgmq_sdk` schema (`pgmq
+    /// install-sdk`; the start fails without it) and claims with
+    /// `pgmq.read` under a lock per queue, so use it where the limit, not
+    /// the claim path, bounds the pace. Not with [`ClaimReads::FifoGroups`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
+    /// use pgmq_client::{FleetLimit, Message, QueueName};
+    /// use pgmq_worker::{Outcome, Worker};
+    ///
+    /// // At most 10 calls to the partner's API at once, 50 a second, from
+    /// // however many processes run this worker.
+    /// let worker: Worker<serde_json::Value> = Worker::builder(client, QueueName::new("partner_calls")?)
+    ///     .fleet_limit(FleetLimit::max_running(10).with_per_second(50.0))
+    ///     .handler(|_m: Message<serde_json::Value>| async move { Ok(Outcome::Delete) })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fleet_limit(mut self, limit: pgmq_client::FleetLimit) -> Self {
+        self.config.fleet_limit = limit.is_limited().then_some(limit);
+        self
+    }
+
     /// Whether to check at start that the queue and dead-letter queue exist
     /// (default true). It also checks the queue table's layout, which the
     /// default claim reads need; without the check claims call `pgmq.read`.
@@ -882,6 +926,14 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         }
         if c.poll_interval.is_zero() {
             return bad("poll_interval must be above zero");
+        }
+        if let Some(limit) = &c.fleet_limit {
+            if let Err(e) = limit.check() {
+                return Err(Error::Config(format!("fleet_limit: {e}")));
+            }
+            if c.claim_reads == ClaimReads::FifoGroups {
+                return bad("fleet_limit does not combine with ClaimReads::FifoGroups");
+            }
         }
         c.claim_capacity = self.claim_capacity.unwrap_or(3 * c.batch_size);
         if c.claim_capacity == 0 {

@@ -116,7 +116,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Message, Pgmq, RawJson, ReadFrom, ReadOptions, Receipt};
+use pgmq_client::{FleetLimit, Message, Pgmq, RawJson, ReadFrom, ReadOptions, Receipt};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -126,6 +126,7 @@ use crate::claim_queue::{ClaimQueue, Claimed};
 use crate::db::Kept;
 use crate::db::Source;
 use crate::health::HealthState;
+use crate::pause::Paused;
 use crate::stats::{bump, micros, LocalHistograms, Stats};
 use crate::supervise::{PanicOnce, Supervisor};
 use crate::wake::Wake;
@@ -146,6 +147,8 @@ pub(crate) struct Settings {
     pub visibility_timeout: Duration,
     pub poll_interval: Duration,
     pub db_timeout: Duration,
+    /// The fleet-wide limit the reads take part in (None: none).
+    pub fleet_limit: Option<FleetLimit>,
 }
 
 /// The claim loops: their settings, their shared cursor, and the handles
@@ -159,6 +162,8 @@ pub(crate) struct Claimer {
     pub stats: Arc<Stats>,
     pub health: Arc<HealthState>,
     pub panic_once: Arc<PanicOnce>,
+    /// Whether the queue is paused for the fleet ([`crate::pause`]).
+    pub paused: Arc<Paused>,
 }
 
 /// Starts the `claimers` supervised claim loops; they run until `stop`.
@@ -255,6 +260,8 @@ pub(crate) enum ReadPath {
     FromStart,
     /// The table statement after [`Cursor`]'s bound, from the start when due.
     Bounded,
+    /// `pgmq_sdk.read_limited`: `pgmq.read` under the fleet-wide limit.
+    Limited,
 }
 
 /// One read to make: where it starts.
@@ -262,6 +269,7 @@ pub(crate) enum ReadPath {
 enum Plan {
     Function,
     Grouped,
+    Limited,
     Table(ReadFrom),
 }
 
@@ -316,6 +324,7 @@ impl Cursor {
         match self.path {
             ReadPath::Function => return Plan::Function,
             ReadPath::Grouped => return Plan::Grouped,
+            ReadPath::Limited => return Plan::Limited,
             ReadPath::FromStart => return Plan::Table(ReadFrom::Start),
             ReadPath::Bounded => {}
         }
@@ -443,6 +452,10 @@ async fn read(
                 .await
         }
         Plan::Table(from) => pg.read_from_raw(q, from, &opts).await,
+        Plan::Limited => {
+            let limit = cfg.fleet_limit.unwrap_or_default();
+            pg.read_limited_raw(q, &limit, &opts).await
+        }
     }
 }
 
@@ -452,6 +465,15 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
     part.panic_once.maybe_panic("claim loop");
     let mut lp = ClaimLoop::new(part, index);
     loop {
+        if lp.part.paused.is_paused() {
+            // Paused for the fleet: no read until resumed, and no
+            // connection held meanwhile.
+            lp.kept.idle();
+            if lp.part.paused.wait_resumed(&stop).await {
+                break;
+            }
+            continue;
+        }
         if lp.stands_down() {
             if lp.stand_down(&stop).await {
                 break;
@@ -483,9 +505,17 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
             // Closed only when the worker is being torn down.
             After::Closed => return,
         }
-        // Short read: the queue is drained for now. Park, without a connection.
+        // Short read: the queue is drained for now, or the fleet is at its
+        // limit. Park, without a connection.
         lp.kept.idle();
-        if park(&lp.part, &mut lp.wake, &stop).await {
+        if park(
+            &lp.part,
+            &mut lp.wake,
+            &stop,
+            park_interval(&lp.part.settings),
+        )
+        .await
+        {
             break;
         }
     }
@@ -690,14 +720,26 @@ impl ClaimLoop {
     }
 }
 
-/// Parks an idle loop until a wake-up or its poll timer (see the module
-/// docs); true when `stop` fired instead.
+/// How long a loop parks after a short read: `poll_interval`, or under a
+/// rate limit the time one claim's token takes when that is shorter (the
+/// read was short because the bucket ran dry). Under a concurrency limit
+/// the loop is woken when the worker's own acknowledgements free places,
+/// and sees places freed by other processes at its poll timer.
+fn park_interval(cfg: &Settings) -> Duration {
+    match cfg.fleet_limit.and_then(|l| l.token_interval()) {
+        Some(token) => token.min(cfg.poll_interval),
+        None => cfg.poll_interval,
+    }
+}
+
+/// Parks an idle loop until a wake-up or its poll timer of `interval` (see
+/// the module docs); true when `stop` fired instead.
 async fn park(
     part: &Claimer,
     wake: &mut tokio::sync::watch::Receiver<u64>,
     stop: &CancellationToken,
+    interval: Duration,
 ) -> bool {
-    let interval = part.settings.poll_interval;
     let interval_us = micros(interval);
     let mut sleep_for = interval;
     loop {

@@ -20,6 +20,8 @@ pub(crate) struct HealthState {
     ack_ok_us: AtomicU64,
     ack_errors: AtomicU64,
     running: AtomicBool,
+    /// The queue is paused for the fleet (the pause watch's last read).
+    paused: AtomicBool,
     /// Handler loops waiting for an abandoned blocking thread to end.
     blocking_waiting: AtomicU64,
     /// Set when an internal task failed and the worker stops with an error.
@@ -40,6 +42,7 @@ impl HealthState {
             ack_ok_us: AtomicU64::new(0),
             ack_errors: AtomicU64::new(0),
             running: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             blocking_waiting: AtomicU64::new(0),
             failure: Mutex::new(None),
             restarts: AtomicU64::new(0),
@@ -92,6 +95,10 @@ impl HealthState {
 
     /// An internal task failed for good: records why (the first reason
     /// wins) and fires [`failed`](Self::failed), which stops the worker.
+    pub(crate) fn set_paused(&self, on: bool) {
+        self.paused.store(on, Relaxed);
+    }
+
     pub(crate) fn fail(&self, why: String) {
         let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         f.get_or_insert(why);
@@ -133,6 +140,7 @@ impl HealthState {
             running,
             claiming: running && read_errors < DOWN_AFTER,
             acknowledging: running && ack_errors < DOWN_AFTER,
+            paused: self.paused.load(Relaxed),
             connected: read_errors < DOWN_AFTER && ack_errors < DOWN_AFTER,
             since_last_read: self.ago(self.read_ok_us.load(Relaxed)),
             since_last_ack: self.ago(self.ack_ok_us.load(Relaxed)),
@@ -183,6 +191,10 @@ pub struct Health {
     pub acknowledging: bool,
     /// The database answers: neither reads nor writes are failing.
     pub connected: bool,
+    /// The queue is paused for the fleet (`pgmq pause`): the worker makes
+    /// no claims until it is resumed, so `since_last_read` grows without
+    /// anything being wrong. A paused worker is still healthy.
+    pub paused: bool,
     /// Time since the last successful read (None: none yet).
     pub since_last_read: Option<Duration>,
     /// Time since the last successful acknowledgement write (None: none yet).

@@ -215,6 +215,7 @@ mod lease;
 #[cfg(feature = "metrics")]
 mod metrics;
 mod notifier;
+mod pause;
 mod preflight;
 mod protocol;
 mod runners;

@@ -75,6 +75,7 @@ async fn run(part: Arc<Metrics>, stop: CancellationToken) {
     let running = gauge!("pgmq_worker_running_handlers", "queue" => q.clone());
     let pending = gauge!("pgmq_worker_acks_pending", "queue" => q.clone());
     let healthy = gauge!("pgmq_worker_healthy", "queue" => q.clone());
+    let paused = gauge!("pgmq_worker_paused", "queue" => q.clone());
     let length = gauge!("pgmq_queue_length", "queue" => q.clone());
     let visible = gauge!("pgmq_queue_visible_length", "queue" => q.clone());
     let oldest = gauge!("pgmq_queue_oldest_msg_age_seconds", "queue" => q.clone());
@@ -86,11 +87,9 @@ async fn run(part: Arc<Metrics>, stop: CancellationToken) {
         depth.set(queue.len() as f64);
         running.set(part.leases.running().len() as f64);
         pending.set(s.acks_pending as f64);
-        healthy.set(if part.health.snapshot().is_healthy() {
-            1.0
-        } else {
-            0.0
-        });
+        let health = part.health.snapshot();
+        healthy.set(if health.is_healthy() { 1.0 } else { 0.0 });
+        paused.set(if health.paused { 1.0 } else { 0.0 });
         // Bounded by db_timeout; a sample past it is abandoned (its
         // connection discarded, its statement cancelled on the server).
         let once = crate::db::Kept::new(part.source.clone(), 0, cfg.db_timeout);

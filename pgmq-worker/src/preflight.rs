@@ -22,6 +22,9 @@ pub(crate) struct Settings {
     pub dead_letter_queue: Option<QueueName>,
     pub check_queue: bool,
     pub claim_reads: ClaimReads,
+    /// Whether the claims take part in a fleet-wide limit (which needs the
+    /// `pgmq_sdk` schema).
+    pub fleet_limit: bool,
     pub db_timeout: std::time::Duration,
     /// Wake-ups by notification ([`WakeUp::Notify`](crate::WakeUp::Notify)).
     pub notify: bool,
@@ -41,6 +44,10 @@ pub(crate) async fn check_queues(source: &Source, cfg: &Settings) -> Result<Read
             check_queue(source, dlq, cfg.db_timeout).await?;
         }
     }
+    if cfg.fleet_limit {
+        check_sdk_schema(source, cfg.db_timeout).await?;
+        return Ok(ReadPath::Limited);
+    }
     let layout_known = cfg.check_queue && check_layout(source, cfg).await?;
     Ok(match cfg.claim_reads {
         ClaimReads::Function => ReadPath::Function,
@@ -52,6 +59,35 @@ pub(crate) async fn check_queues(source: &Source, cfg: &Settings) -> Result<Read
         ClaimReads::FromStart => ReadPath::FromStart,
         _ => ReadPath::Bounded,
     })
+}
+
+/// Fails the start when the `pgmq_sdk` schema's limited read is missing
+/// (the fleet limit would fail every read); a transient error only warns.
+async fn check_sdk_schema(source: &Source, limit: std::time::Duration) -> Result<(), Error> {
+    let sql = "SELECT pg_catalog.to_regprocedure('pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision)') IS NOT NULL";
+    let found = async {
+        let conn = source.checkout(limit).await?;
+        conn.bounded(limit, async {
+            conn.client()
+                .query_one(sql, &[])
+                .await
+                .map_err(pgmq_client::Error::from)
+        })
+        .await
+        .map(|row| row.get::<_, bool>(0))
+    };
+    match found.await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(pgmq_client::Error::SdkSchemaMissing {
+            feature: "a fleet-wide limit",
+        }
+        .into()),
+        Err(e) if e.is_transient() => {
+            tracing::warn!(error = %e, "could not check for the pgmq_sdk schema; starting anyway");
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// With [`WakeUp::Notify`](crate::WakeUp::Notify): enables the queue's insert trigger (returning its

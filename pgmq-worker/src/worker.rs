@@ -313,7 +313,23 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         };
         let handlers = self.spawner.spawn(Arc::new(loops));
 
+        // The pause flag is read once before any claim: a worker started
+        // while its queue is paused starts paused.
+        let paused = Arc::new(crate::pause::Paused::default());
+        let watch = Arc::new(crate::pause::PauseWatch::new(
+            plan.pause,
+            shared.source.clone(),
+            Arc::clone(&paused),
+            Arc::clone(&shared.health),
+            shared.wake.clone(),
+        ));
+        watch
+            .check(crate::pause::FIRST_CHECK_LIMIT.min(watch.settings.db_timeout))
+            .await;
+        crate::pause::spawn(watch, &shared.supervisor, &stop);
+
         let part = Claimer {
+            paused,
             settings: plan.claimer.clone(),
             claims: Claims::new(path),
             source: shared.source.clone(),

@@ -35,7 +35,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufWriter, Stdout};
 
 /// Operate PGMQ queues: list, create, drop, purge, send, read, pop, delete,
-/// archive, redrive dead letters, and switch insert notifications.
+/// archive, redrive dead letters, switch insert notifications, install the
+/// pgmq_sdk schema, and pause or resume a queue for every worker.
 ///
 /// Output is JSON lines (pipe it into jq). The database is `--dsn` or
 /// `DATABASE_URL`; `sslmode` in the DSN works as in libpq.

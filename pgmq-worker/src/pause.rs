@@ -1,0 +1,183 @@
+//! Pause and resume for the whole fleet: the pause watch.
+//!
+//! A queue is paused by a row in `pgmq_sdk.paused_queues`
+//! ([`Pgmq::pause`](pgmq_client::Pgmq::pause), `pgmq pause`). The watch
+//! reads that flag once per `poll_interval` (and once before the claim
+//! loops start, so a worker started while its queue is paused starts
+//! paused). While the queue is paused the claim loops start no read: a
+//! read already in flight finishes and its messages are handled, running
+//! handlers finish, and their acknowledgements are written as usual. On
+//! resume the watch wakes the claim loops. Every worker on the queue
+//! therefore stops claiming within about one `poll_interval` of a pause.
+//!
+//! Without the `pgmq_sdk` schema a queue cannot be paused: the watch then
+//! asks the catalog whether the schema exists (a query that cannot fail,
+//! so the server's log gets no error per poll) and reads the flag once it
+//! does. A watch that cannot reach the database keeps the last state it
+//! read.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pgmq_client::{Pgmq, QueueName};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::db::Source;
+use crate::health::HealthState;
+use crate::supervise::Supervisor;
+use crate::wake::Wake;
+
+/// What the pause watch reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub queue: QueueName,
+    pub poll_interval: Duration,
+    pub db_timeout: Duration,
+}
+
+/// Whether the queue is paused, as the watch last read it; the claim loops
+/// look at it before each read.
+#[derive(Debug)]
+pub(crate) struct Paused {
+    tx: watch::Sender<bool>,
+}
+
+impl Default for Paused {
+    fn default() -> Self {
+        Paused {
+            tx: watch::channel(false).0,
+        }
+    }
+}
+
+impl Paused {
+    /// Whether claims are paused now.
+    pub(crate) fn is_paused(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Waits until the queue is resumed; true when `stop` fired first.
+    pub(crate) async fn wait_resumed(&self, stop: &CancellationToken) -> bool {
+        let mut rx = self.tx.subscribe();
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => true,
+            r = rx.wait_for(|paused| !*paused) => r.is_err(),
+        }
+    }
+
+    /// Records what the watch read; true when it changed.
+    fn set(&self, paused: bool) -> bool {
+        self.tx
+            .send_if_modified(|p| std::mem::replace(p, paused) != paused)
+    }
+}
+
+/// The pause watch: its settings and the handles it touches.
+pub(crate) struct PauseWatch {
+    pub settings: Settings,
+    pub source: Source,
+    pub paused: Arc<Paused>,
+    pub health: Arc<HealthState>,
+    pub wake: Wake,
+    /// Whether the `pgmq_sdk` schema was there at the last look.
+    schema: AtomicBool,
+}
+
+impl PauseWatch {
+    pub(crate) fn new(
+        settings: Settings,
+        source: Source,
+        paused: Arc<Paused>,
+        health: Arc<HealthState>,
+        wake: Wake,
+    ) -> Self {
+        PauseWatch {
+            settings,
+            source,
+            paused,
+            health,
+            wake,
+            schema: AtomicBool::new(false),
+        }
+    }
+
+    /// Reads the flag once, within `limit`, and records it (see the module
+    /// docs); a failed read changes nothing.
+    pub(crate) async fn check(&self, limit: Duration) {
+        match self.read(limit).await {
+            Ok(paused) => self.record(paused),
+            Err(e) => {
+                tracing::debug!(error = %e, queue = %self.settings.queue, "could not read whether the queue is paused");
+            }
+        }
+    }
+
+    async fn read(&self, limit: Duration) -> Result<bool, pgmq_client::Error> {
+        let conn = self.source.checkout(limit).await?;
+        if !self.schema.load(Relaxed) {
+            let sql = "SELECT pg_catalog.to_regclass('pgmq_sdk.paused_queues') IS NOT NULL";
+            let row = conn
+                .bounded(limit, async {
+                    conn.client()
+                        .query_one(sql, &[])
+                        .await
+                        .map_err(pgmq_client::Error::from)
+                })
+                .await?;
+            if !row.get::<_, bool>(0) {
+                return Ok(false);
+            }
+            self.schema.store(true, Relaxed);
+        }
+        let pg = Pgmq::on(&conn);
+        match conn
+            .bounded(limit, pg.is_paused(&self.settings.queue))
+            .await
+        {
+            Err(pgmq_client::Error::SdkSchemaMissing { .. }) => {
+                self.schema.store(false, Relaxed);
+                Ok(false)
+            }
+            res => res,
+        }
+    }
+
+    fn record(&self, paused: bool) {
+        if !self.paused.set(paused) {
+            return;
+        }
+        self.health.set_paused(paused);
+        let queue = &self.settings.queue;
+        if paused {
+            tracing::info!(%queue, "queue paused: no new claims until it is resumed");
+        } else {
+            tracing::info!(%queue, "queue resumed: claiming again");
+            self.wake.wake();
+        }
+    }
+}
+
+/// The bound on the read before the claim loops start: a database that is
+/// away at start delays the start by this at most (the claim loops then
+/// start unpaused, and the watch reads again one poll interval later).
+pub(crate) const FIRST_CHECK_LIMIT: Duration = Duration::from_secs(2);
+
+/// Starts the supervised watch; it runs until `stop`.
+pub(crate) fn spawn(part: Arc<PauseWatch>, supervisor: &Supervisor, stop: &CancellationToken) {
+    let stop = stop.clone();
+    supervisor.spawn("pause watch", move || run(Arc::clone(&part), stop.clone()));
+}
+
+async fn run(part: Arc<PauseWatch>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(part.settings.poll_interval) => {}
+        }
+        part.check(part.settings.db_timeout).await;
+    }
+}
