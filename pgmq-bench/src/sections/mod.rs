@@ -121,6 +121,7 @@ registry! {
     batch_handler => [BatchHandlerSection] with BatchHandlerOptions,
     pub(crate) steady => [SteadyStream] with SteadyOptions,
     pinned => [PinnedHorizon] with PinnedOptions,
+    fleet_limit => [FleetLimit] with FleetLimitOptions,
 }
 
 /// The options a section file declares: its command-line flags (a clap

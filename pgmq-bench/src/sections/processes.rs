@@ -80,6 +80,10 @@ pub(crate) struct ChildSpec {
     stall_timeout_s: f64,
     /// Where to write the handled ids (little-endian u64 each).
     ids_out: PathBuf,
+    /// Places of a fleet-wide limit shared by every process (fleet_limit);
+    /// absent: no limit.
+    #[serde(default)]
+    fleet_places: Option<u32>,
 }
 
 /// The environment variable that holds a worker process's DSN.
@@ -87,7 +91,7 @@ const DSN_ENV: &str = "PGMQ_BENCH_DSN";
 
 /// A started worker process: its `report` line is a [`ChildReport`], it
 /// writes no `stats`.
-type WorkerChild = pgmq_testkit::child::Child<(), ChildReport>;
+pub(crate) type WorkerChild = pgmq_testkit::child::Child<(), ChildReport>;
 
 /// What a child says on its `report` line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -192,7 +196,11 @@ async fn child_worker(a: &ChildSpec, dsn: &str, q: &QueueName) -> Result<ChildWo
         sink,
         a.handler == HandlerKind::DbWriteTx,
     );
-    let worker = with_claim_reads(w, a.claim_reads).build()?;
+    let mut w = with_claim_reads(w, a.claim_reads);
+    if let Some(places) = a.fleet_places {
+        w = w.fleet_limit(pgmq_client::FleetLimit::max_running(places));
+    }
+    let worker = w.build()?;
     Ok(ChildWorker {
         client,
         tally,
@@ -393,7 +401,7 @@ async fn server_counters(
 }
 
 /// The binary the worker processes run.
-fn bench_exe() -> Result<PathBuf> {
+pub(crate) fn bench_exe() -> Result<PathBuf> {
     // /proc/self/exe runs this very binary even when its file was replaced
     // or removed since it started (a rebuild in a shared target directory);
     // current_exe() would name the new file, or none.
@@ -413,8 +421,13 @@ async fn spawn_child(
     ids_out: &std::path::Path,
     index: u32,
 ) -> Result<WorkerChild> {
+    start_child(ctx, exe, child_spec(ctx, q, ids_out), index).await
+}
+
+/// A worker process's settings as the run's configuration says.
+pub(crate) fn child_spec(ctx: &Ctx, q: &QueueName, ids_out: &std::path::Path) -> ChildSpec {
     let cfg = &ctx.cfg;
-    let spec = ChildSpec {
+    ChildSpec {
         queue: q.as_str().to_owned(),
         workers: cfg.backlog_workers,
         batch_size: cfg.batch_size,
@@ -425,7 +438,35 @@ async fn spawn_child(
         claim_reads: cfg.claim_reads,
         stall_timeout_s: cfg.stall_timeout.as_secs_f64(),
         ids_out: ids_out.to_path_buf(),
-    };
+        fleet_places: None,
+    }
+}
+
+impl ChildSpec {
+    /// The same worker with `workers` handlers of `work` each, under a
+    /// fleet-wide limit of `places`.
+    pub(crate) fn limited(mut self, workers: u32, work: Duration, places: u32) -> Self {
+        self.workers = workers;
+        self.handler = HandlerKind::Empty;
+        self.handler_work_ms = work.as_millis() as u64;
+        self.fleet_places = Some(places);
+        self
+    }
+
+    /// The same worker without the fleet-wide limit.
+    pub(crate) fn without_limit(mut self) -> Self {
+        self.fleet_places = None;
+        self
+    }
+}
+
+/// Starts a `process-worker` child running `spec` and waits for its `ready`.
+pub(crate) async fn start_child(
+    ctx: &Ctx,
+    exe: &std::path::Path,
+    spec: ChildSpec,
+    index: u32,
+) -> Result<WorkerChild> {
     let name = format!("worker process {index}");
     Spawn::new(exe, "process-worker", &spec, &name)
         .map_err(|e| Error::Config(e.to_string()))?
@@ -439,7 +480,7 @@ async fn spawn_child(
 
 /// Waits for a child to exit, takes its report, and marks the ids it
 /// handled in `ledger`.
-async fn collect_child(
+pub(crate) async fn collect_child(
     child: WorkerChild,
     ids_out: &std::path::Path,
     ledger: &Ledger,

@@ -1,0 +1,427 @@
+//! fleet_limit: `--fleet-limit-processes` (4) worker processes drain one
+//! queue under one fleet-wide limit of `--fleet-limit-places` (16) places
+//! (`WorkerBuilder::fleet_limit`), each process with as many handlers as
+//! the limit has places, every handler call `--fleet-limit-work-ms` (100 ms)
+//! of simulated I/O: a call to a service that a fleet-wide limit protects.
+//! A place stays taken from the claim until the acknowledgement commits, so
+//! the database's round trips of each cycle (the acknowledgement, the next
+//! limited claim) count against the places; with calls much shorter than
+//! those round trips the share used falls whatever the SDK does.
+//!
+//! Per round, two runs on fresh queues of `--fleet-limit-messages`
+//! (1,600), the processes started as worker_processes starts them
+//! (pgmq-bench's hidden `process-worker`, pgmq-testkit's child protocol):
+//!
+//! - `limited`: under the limit. While it runs the parent samples the
+//!   queue table every 10 ms for the messages claimed and not yet
+//!   acknowledged (a delivery with its visibility timeout ahead): the most
+//!   seen must not pass the limit.
+//! - `static`: no limit, the places split evenly between the processes
+//!   (places / processes handlers each): what a fleet gets without the
+//!   SDK's limit, by configuring each process for its share.
+//!
+//! The figure of each is the share of the places used: the messages times
+//! one call's work, over places times the run's time (from `go` to the last
+//! handler's end in any process). It counts the ramp at the start and the
+//! tail at the end against the fleet, so it is a floor.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use futures::future::BoxFuture;
+use pgmq_client::QueueName;
+use serde::{Deserialize, Serialize};
+
+use crate::checks::{run_tag, Checks};
+use crate::config::{pick, Profile};
+use crate::document::{Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
+use crate::error::{Error, Result};
+use crate::figures::{check, measured, median_of, Figures};
+use crate::ledger::Ledger;
+use crate::report::markdown::{cell, definitions, fig};
+use crate::sections::processes::{bench_exe, child_spec, collect_child, start_child};
+use crate::sections::{Ctx, Options, Round, Section};
+
+/// The section's name, in the document and on the command line.
+const NAME: &str = "fleet_limit";
+
+/// The least share of the places a limited fleet uses with a backlog.
+const USED_FLOOR: f64 = 0.9;
+
+/// The fleet_limit options.
+#[derive(Debug, Clone, Args)]
+#[non_exhaustive]
+pub struct FleetLimitOptions {
+    /// fleet_limit: worker processes.
+    #[arg(long, default_value_t = 4)]
+    pub fleet_limit_processes: u32,
+
+    /// fleet_limit: the limit's places (handlers running at once across
+    /// every process).
+    #[arg(long, default_value_t = 16)]
+    pub fleet_limit_places: u32,
+
+    /// fleet_limit: messages per run.
+    #[arg(long, default_value_t = 1_600)]
+    pub fleet_limit_messages: u64,
+
+    /// fleet_limit: simulated I/O per handler call, milliseconds.
+    #[arg(long, default_value_t = 100)]
+    pub fleet_limit_work_ms: u64,
+}
+
+/// The fleet_limit settings, checked.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FleetLimitConfig {
+    /// Worker processes.
+    pub processes: u32,
+    /// The limit's places.
+    pub places: u32,
+    /// Messages per run.
+    pub messages: u64,
+    /// One handler call's work.
+    pub work: Duration,
+}
+
+/// What the document's workload records of them (zero in documents older
+/// than the section).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct FleetLimitWorkload {
+    /// fleet_limit worker processes.
+    pub fleet_limit_processes: u32,
+    /// fleet_limit places.
+    pub fleet_limit_places: u32,
+    /// fleet_limit messages per run.
+    pub fleet_limit_messages: u64,
+    /// fleet_limit work per handler call, milliseconds.
+    pub fleet_limit_work_ms: u64,
+}
+
+impl Options for FleetLimitOptions {
+    type Config = FleetLimitConfig;
+    type Workload = FleetLimitWorkload;
+
+    fn config(&self) -> Result<FleetLimitConfig> {
+        if !(1..=64).contains(&self.fleet_limit_processes) {
+            return Err(Error::Config(
+                "--fleet-limit-processes must be between 1 and 64".into(),
+            ));
+        }
+        if self.fleet_limit_places < self.fleet_limit_processes || self.fleet_limit_places > 1024 {
+            return Err(Error::Config(
+                "--fleet-limit-places must be between --fleet-limit-processes and 1024".into(),
+            ));
+        }
+        if self.fleet_limit_messages == 0 || self.fleet_limit_work_ms == 0 {
+            return Err(Error::Config(
+                "--fleet-limit-messages and --fleet-limit-work-ms must be at least 1".into(),
+            ));
+        }
+        Ok(FleetLimitConfig {
+            processes: self.fleet_limit_processes,
+            places: self.fleet_limit_places,
+            messages: self.fleet_limit_messages,
+            work: Duration::from_millis(self.fleet_limit_work_ms),
+        })
+    }
+
+    fn workload(c: &FleetLimitConfig) -> FleetLimitWorkload {
+        FleetLimitWorkload {
+            fleet_limit_processes: c.processes,
+            fleet_limit_places: c.places,
+            fleet_limit_messages: c.messages,
+            fleet_limit_work_ms: c.work.as_millis() as u64,
+        }
+    }
+
+    fn apply_profile(&mut self, profile: Profile) {
+        match profile {
+            Profile::Quick => pick(&mut self.fleet_limit_messages, 1_600, 400),
+            Profile::Standard | Profile::Full | Profile::Long => {}
+        }
+    }
+}
+
+/// One run: a fleet draining one queue, limited or split statically.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct FleetLimitRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// `limited` or `static`.
+    pub mode: String,
+    /// Worker processes.
+    pub processes: u32,
+    /// The places (the limit, or the handlers of all processes together).
+    pub places: u32,
+    /// Handlers per process.
+    pub workers_per_process: u32,
+    /// Simulated I/O per handler call, milliseconds.
+    pub work_ms: u64,
+    /// Distinct messages over the slowest process's seconds.
+    pub rate: Rate,
+    /// Messages x work over places x seconds.
+    pub used: f64,
+    /// The most claims running at once the queue table showed (sampled every
+    /// 10 ms; limited runs only).
+    pub most_running_seen: Option<i64>,
+    /// Every message handled once?
+    pub ledger: LedgerReport,
+    /// Messages left in the queue after the run.
+    pub remaining_after: i64,
+}
+
+/// One run of `mode` on a fresh queue.
+async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<FleetLimitRun> {
+    let o = &ctx.cfg.options.fleet_limit;
+    let limited = mode == "limited";
+    let workers = if limited {
+        o.places
+    } else {
+        o.places / o.processes
+    };
+    let (q, _, _) = ctx.fresh_loaded(NAME, o.messages).await?;
+    let exe = bench_exe()?;
+    let dir = std::env::temp_dir().join(format!("pgmq-bench-fleet-limit-{}", std::process::id()));
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let mut children = Vec::new();
+    for i in 0..o.processes {
+        let ids_out = dir.join(format!("ids-{round}-{mode}-{i}.bin"));
+        let mut spec = child_spec(ctx, &q, &ids_out).limited(workers, o.work, o.places);
+        if !limited {
+            spec = spec.without_limit();
+        }
+        children.push((start_child(ctx, &exe, spec, i).await?, ids_out));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicI64::new(0));
+    let sampler = limited.then(|| {
+        tokio::spawn(sample_running(
+            Arc::clone(ctx),
+            q.clone(),
+            Arc::clone(&stop),
+            Arc::clone(&most),
+        ))
+    });
+    for (child, _) in &mut children {
+        child
+            .go()
+            .await
+            .map_err(|e| Error::Config(format!("starting a worker process: {e}")))?;
+    }
+    let ledger = Ledger::new();
+    let mut elapsed = 0.0f64;
+    for (child, ids_out) in children {
+        elapsed = elapsed.max(collect_child(child, &ids_out, &ledger).await?.elapsed_s);
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(s) = sampler {
+        s.await
+            .map_err(|e| Error::Config(format!("the sampler failed: {e}")))??;
+    }
+    let _ = tokio::fs::remove_dir(&dir).await;
+    let remaining_after = ctx.finish_queue(&q).await?;
+    let ledger = ledger.report(o.messages);
+    let work_s = o.work.as_secs_f64();
+    Ok(FleetLimitRun {
+        round,
+        warmup,
+        mode: mode.to_owned(),
+        processes: o.processes,
+        places: o.places,
+        workers_per_process: workers,
+        work_ms: o.work.as_millis() as u64,
+        rate: Rate::new(ledger.distinct, elapsed),
+        used: ledger.distinct as f64 * work_s / (f64::from(o.places) * elapsed.max(1e-9)),
+        most_running_seen: limited.then(|| most.load(Ordering::Relaxed)),
+        ledger,
+        remaining_after,
+    })
+}
+
+/// Every 10 ms until `stop`, the messages of `q` claimed and not yet
+/// acknowledged; keeps the most seen in `most`.
+async fn sample_running(
+    ctx: Arc<Ctx>,
+    q: QueueName,
+    stop: Arc<AtomicBool>,
+    most: Arc<AtomicI64>,
+) -> Result<()> {
+    let sql = format!(
+        "SELECT count(*) FROM {} WHERE last_read_at IS NOT NULL AND vt > pg_catalog.clock_timestamp()",
+        q.table()
+    );
+    while !stop.load(Ordering::Relaxed) {
+        let n: i64 = ctx.admin.query_one(&sql, &[]).await?.get(0);
+        most.fetch_max(n, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// The fleet_limit section.
+pub(crate) struct FleetLimit;
+
+impl Section for FleetLimit {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "Worker processes under one fleet-wide limit: the limit holds, and the share of it used"
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(one_round(ctx, at, s))
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        let runs = match s.runs::<FleetLimitRun>(NAME) {
+            Ok(r) => r,
+            Err(e) => return out.fail(format!("{NAME}: {e}")),
+        };
+        for r in &runs {
+            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
+            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+            if let Some(most) = r.most_running_seen {
+                if most > i64::from(r.places) {
+                    out.fail(format!(
+                        "{tag}: the queue table showed {most} claims running, over the limit of {}",
+                        r.places
+                    ));
+                }
+            }
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        if let Ok(runs) = s.runs::<FleetLimitRun>(NAME) {
+            add_figures(f, &runs);
+        }
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        report_part(out, d);
+    }
+
+    fn targets(&self, figures: &[Figure]) -> Vec<TargetCheck> {
+        vec![check(
+            "fleet_limit_used",
+            "Fleet limit: with a backlog, a fleet of worker processes under one limit uses at least 0.9 of its places",
+            median_of(figures, "fleet_limit.limited.used"),
+            USED_FLOOR,
+            "x",
+            |v| v >= USED_FLOOR,
+            Ok(()),
+            "the median, over rounds, of messages x work per call over places x the run's time",
+        )]
+    }
+}
+
+/// One round: the limited run, then the static split.
+async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    ctx.client.install_sdk_schema().await?;
+    for mode in ["limited", "static"] {
+        let r = run(ctx, mode, at.index, at.warm).await?;
+        let seen = r
+            .most_running_seen
+            .map_or(String::new(), |m| format!(", at most {m} running seen"));
+        ctx.progress.say(format!(
+            "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
+            at.tag, r.rate.rate_per_s, r.used, r.places
+        ));
+        s.record(NAME, &r)?;
+    }
+    Ok(())
+}
+
+const DEF_USED: &str = "Messages handled times the simulated I/O of one call, over the places \
+    times the run's time (from go to the last handler's end in any process): the share of the \
+    places kept busy, ramp and tail included.";
+
+const DEF_RATE: &str = "Distinct messages handled over the run's time.";
+
+const DEF_MOST: &str = "The most messages of the queue claimed and not yet acknowledged at once, \
+    as the queue table showed them to a sample every 10 ms during the limited run.";
+
+fn add_figures(f: &mut Figures, runs: &[FleetLimitRun]) {
+    for mode in ["limited", "static"] {
+        let of = || measured(runs, |r| r.warmup).filter(move |r| r.mode == mode);
+        f.add(
+            format!("{NAME}.{mode}.used"),
+            NAME,
+            format!("Places used, {mode}"),
+            "x",
+            Better::Higher,
+            DEF_USED,
+            of().map(|r| Sample::value(r.round, r.used)).collect(),
+        );
+        f.add(
+            format!("{NAME}.{mode}.throughput"),
+            NAME,
+            format!("Throughput, {mode}"),
+            "msg/s",
+            Better::Higher,
+            DEF_RATE,
+            of().map(|r| Sample::rate(r.round, &r.rate)).collect(),
+        );
+    }
+    let limited = || measured(runs, |r| r.warmup).filter(|r| r.mode == "limited");
+    f.add(
+        format!("{NAME}.limited.most_running_seen"),
+        NAME,
+        "Most running seen, limited".into(),
+        "msg",
+        Better::Lower,
+        DEF_MOST,
+        limited()
+            .filter_map(|r| r.most_running_seen.map(|m| Sample::value(r.round, m as f64)))
+            .collect(),
+    );
+}
+
+fn report_part(out: &mut String, d: &Document) {
+    if fig(d, "fleet_limit.limited.used").is_none() {
+        return;
+    }
+    let w = &d.metadata.workload.options.fleet_limit;
+    let _ = writeln!(
+        out,
+        "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\
+         | | Places used | msg/s | Most running seen |\n| --- | --- | --- | --- |\n\
+         | under one limit | {} | {} | {} |\n| split statically | {} | {} | |\n",
+        w.fleet_limit_processes,
+        w.fleet_limit_places,
+        w.fleet_limit_messages,
+        w.fleet_limit_work_ms,
+        cell(d, "fleet_limit.limited.used"),
+        cell(d, "fleet_limit.limited.throughput"),
+        cell(d, "fleet_limit.limited.most_running_seen"),
+        cell(d, "fleet_limit.static.used"),
+        cell(d, "fleet_limit.static.throughput"),
+    );
+    definitions(
+        out,
+        d,
+        &[
+            "fleet_limit.limited.used".into(),
+            "fleet_limit.limited.throughput".into(),
+            "fleet_limit.limited.most_running_seen".into(),
+        ],
+    );
+}
