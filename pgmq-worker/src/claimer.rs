@@ -159,6 +159,8 @@ pub(crate) struct Claimer {
     pub stats: Arc<Stats>,
     pub health: Arc<HealthState>,
     pub panic_once: Arc<PanicOnce>,
+    /// In a prioritized group: the policy's say on how much to claim.
+    pub share: Option<crate::priority::Share>,
 }
 
 /// Starts the `claimers` supervised claim loops; they run until `stop`.
@@ -467,6 +469,9 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
         }
         let qty = permits.num_permits();
         let (plan, res) = lp.read(qty).await;
+        if let Some(share) = &lp.part.share {
+            share.read(qty, res.as_ref().map_or(0, Vec::len));
+        }
         let msgs = match res {
             Ok(msgs) => msgs,
             Err(e) => {
@@ -583,6 +588,18 @@ impl ClaimLoop {
             }
         };
         room.top_up(&mut permits, self.batch - first);
+        if let Some(share) = &self.part.share {
+            // A prioritized group: claim only what the policy grants now.
+            let n = permits.num_permits();
+            let granted = match share.try_claim(n) {
+                Some(g) => g,
+                None => {
+                    self.kept.idle();
+                    share.claim(n, stop).await?
+                }
+            };
+            drop(permits.split(n - granted));
+        }
         Some(permits)
     }
 

@@ -88,6 +88,9 @@ pub(crate) struct HandlerLoops {
     pub wake: Wake,
     pub supervisor: Supervisor,
     pub panic_once: Arc<PanicOnce>,
+    /// In a prioritized group: each message's capacity goes back when its
+    /// handling ends (`priority.rs`).
+    pub share: Option<crate::priority::Share>,
 }
 
 /// Starts the handler loops of one worker; type-erased over the handler.
@@ -179,6 +182,9 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let mut timing = LoopTiming::new(&ctx);
     let mut run_local = R::Local::default();
     while let Some((item, left)) = next_claimed(&ctx, &mut timing.local).await {
+        // The group's capacity this message holds, given back when its
+        // handling ends, however the iteration ends.
+        let slot = ctx.share.as_ref().map(|s| s.slot(1));
         let Claimed {
             msg,
             receipt,
@@ -265,6 +271,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         if !send_ack(&ctx, counts, &d, kind).await {
             break;
         }
+        drop(slot);
         run.before_next(&mut run_local, &ctx.runs, &ctx.stop).await;
     }
     timing.local.merge(stats, Instant::now());

@@ -1,0 +1,602 @@
+//! Priorities across queues: how a [`WorkerGroup`](crate::WorkerGroup)
+//! divides one handler capacity among its queues.
+//!
+//! PGMQ has no message priorities; a group with a [`Priority`] policy gives
+//! some of its queues precedence over others. The group holds one
+//! capacity, `concurrency` messages in flight (claimed and not yet finished
+//! by their handler), shared by all its workers, and the policy decides
+//! which worker's claim loops may claim when capacity frees up:
+//!
+//! - [`Priority::strict`]: the worker of the highest priority that has
+//!   messages ready gets all of it; a lower one claims only while every
+//!   higher one has nothing ready (its last read came back short).
+//! - [`Priority::weighted`]: each worker with messages ready gets a share
+//!   of the capacity in proportion to its weight (stride scheduling on the
+//!   messages granted); a worker with nothing ready gives its share to the
+//!   others.
+//!
+//! **Claims, not only handler starts.** The policy gates the claims: a
+//! claim loop asks the group's [`Gate`] for permission before its read
+//! (after taking room in its worker's claim queue) and reads only what it
+//! was granted; the grant is held until the handler of each message ends
+//! (the handler loop's [`Slot`]), and what the read did not fill goes back
+//! at once. So a queue whose turn has not come holds no claimed message
+//! whose visibility timeout runs while it waits, and with a backlog on
+//! every queue the claimed share and the handled share are the same.
+//!
+//! **Backlog, as the claim loops see it.** A worker counts as having
+//! messages ready while one of its claim loops waits at the gate, or while
+//! its last read came back full (its loop is reading again). Capacity freed
+//! while the worker next in turn is between two reads is kept for it
+//! (strict), or lent to another worker unless that one is already more than
+//! a round of capacity ahead (weighted), so that the share follows the
+//! policy without leaving the capacity idle for long.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How a [`WorkerGroup`](crate::WorkerGroup) divides its handler capacity
+/// among its queues: [`strict`](Self::strict) or
+/// [`weighted`](Self::weighted) (the default), over a group-wide
+/// [`concurrency`](Self::concurrency).
+///
+/// Each worker's number, given with
+/// [`WorkerGroup::with_worker_priority`](crate::WorkerGroup::with_worker_priority),
+/// is its weight (weighted) or its rank (strict, higher first); a worker
+/// added with [`WorkerGroup::with_worker`](crate::WorkerGroup::with_worker)
+/// to a prioritized group has 1.
+///
+/// ```no_run
+/// # async fn f(client: pgmq_client::Client, high: pgmq_worker::Worker<u64>,
+/// #   mid: pgmq_worker::Worker<u64>, low: pgmq_worker::Worker<u64>) -> Result<(), pgmq_worker::Error> {
+/// use pgmq_worker::{Priority, WorkerGroup};
+///
+/// // With a backlog on every queue: 4/7, 2/7 and 1/7 of 8 handlers.
+/// let group = WorkerGroup::new(client)
+///     .priority(Priority::weighted().concurrency(8))
+///     .with_worker_priority(high, 4)
+///     .with_worker_priority(mid, 2)
+///     .with_worker_priority(low, 1);
+/// group.run_until_signal().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Priority {
+    strict: bool,
+    concurrency: Option<usize>,
+}
+
+impl Default for Priority {
+    /// [`Priority::weighted`].
+    fn default() -> Self {
+        Priority::weighted()
+    }
+}
+
+impl Priority {
+    /// Strict priorities: a worker claims only while every worker of a
+    /// higher rank has no message ready; workers of equal rank share
+    /// equally.
+    ///
+    /// ```
+    /// use pgmq_worker::Priority;
+    /// let p = Priority::strict();
+    /// assert!(p.is_strict());
+    /// ```
+    pub fn strict() -> Self {
+        Priority {
+            strict: true,
+            concurrency: None,
+        }
+    }
+
+    /// Weighted shares: with a backlog on every queue, each worker gets
+    /// `weight / sum of weights` of the capacity (so weights 4, 2, 1 give
+    /// 57 %, 29 %, 14 %), and no queue with messages ready is starved; a
+    /// worker with nothing ready leaves its share to the others.
+    ///
+    /// ```
+    /// use pgmq_worker::Priority;
+    /// let p = Priority::weighted();
+    /// assert!(!p.is_strict());
+    /// assert_eq!(p, Priority::default());
+    /// ```
+    pub fn weighted() -> Self {
+        Priority {
+            strict: false,
+            concurrency: None,
+        }
+    }
+
+    /// The group's capacity: the most messages claimed and not yet
+    /// finished by their handler, across all its queues, at once (0 counts
+    /// as 1). Default: the smallest `concurrency` among the group's
+    /// workers, so that any one of them can use all of it when the others
+    /// have nothing ready. A worker never runs more handlers than its own
+    /// `concurrency`: give each at least the group's.
+    ///
+    /// ```
+    /// use pgmq_worker::Priority;
+    /// let p = Priority::strict().concurrency(16);
+    /// assert_eq!(p.capacity(), Some(16));
+    /// ```
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = Some(n.max(1));
+        self
+    }
+
+    /// Whether this is [`Priority::strict`].
+    ///
+    /// ```
+    /// assert!(pgmq_worker::Priority::strict().is_strict());
+    /// ```
+    pub fn is_strict(&self) -> bool {
+        self.strict
+    }
+
+    /// The capacity set with [`concurrency`](Self::concurrency), if any.
+    ///
+    /// ```
+    /// assert_eq!(pgmq_worker::Priority::weighted().capacity(), None);
+    /// ```
+    pub fn capacity(&self) -> Option<usize> {
+        self.concurrency
+    }
+}
+
+/// Pass units per message granted at weight 1 (stride scheduling).
+const SCALE: u64 = 1 << 20;
+
+/// One worker's standing in the [`Policy`].
+#[derive(Debug, Clone)]
+struct Standing {
+    /// Its weight (weighted) or rank (strict).
+    level: u32,
+    /// Virtual time: advances by `SCALE / weight` per message granted.
+    pass: u64,
+    /// Its last read came back full: its loop will be back at once.
+    backlog: bool,
+    /// Its claim loops waiting at the gate now.
+    waiting: usize,
+}
+
+/// The policy's arithmetic, without clocks or locks: who claims next.
+#[derive(Debug, Clone)]
+pub(crate) struct Policy {
+    strict: bool,
+    /// How far (in pass units) a waiting worker may run ahead of the one
+    /// in turn that is between reads before capacity is kept for the
+    /// latter (weighted).
+    slack: u64,
+    members: Vec<Standing>,
+}
+
+impl Policy {
+    /// A policy over workers of these levels (weights or ranks, 0 counts
+    /// as 1), for a capacity of `capacity` messages.
+    pub(crate) fn new(strict: bool, levels: &[u32], capacity: usize) -> Self {
+        let total: u64 = levels.iter().map(|l| u64::from((*l).max(1))).sum();
+        Policy {
+            strict,
+            // One round of the capacity at the average weight.
+            slack: SCALE * capacity as u64 * levels.len().max(1) as u64 / total.max(1),
+            members: levels
+                .iter()
+                .map(|l| Standing {
+                    level: (*l).max(1),
+                    pass: 0,
+                    backlog: false,
+                    waiting: 0,
+                })
+                .collect(),
+        }
+    }
+
+    fn eligible(s: &Standing) -> bool {
+        s.backlog || s.waiting > 0
+    }
+
+    /// Worker `i`'s loop starts waiting for a grant. A worker that had
+    /// nothing ready starts at the pass of those that did, so that time
+    /// without messages earns it no burst afterwards.
+    pub(crate) fn enter(&mut self, i: usize) {
+        if !Self::eligible(&self.members[i]) {
+            let floor = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(j, s)| *j != i && Self::eligible(s))
+                .map(|(_, s)| s.pass)
+                .min();
+            if let Some(floor) = floor {
+                let me = &mut self.members[i];
+                me.pass = me.pass.max(floor);
+            }
+        }
+        let me = &mut self.members[i];
+        me.waiting += 1;
+        me.backlog = true;
+    }
+
+    /// Worker `i`'s loop stops waiting (granted, or stopped).
+    pub(crate) fn leave(&mut self, i: usize) {
+        let me = &mut self.members[i];
+        me.waiting = me.waiting.saturating_sub(1);
+    }
+
+    /// Worker `i` was granted `n` messages.
+    pub(crate) fn granted(&mut self, i: usize, n: usize) {
+        let me = &mut self.members[i];
+        let stride = if self.strict {
+            SCALE
+        } else {
+            SCALE / u64::from(me.level)
+        };
+        me.pass = me.pass.saturating_add(stride.saturating_mul(n as u64));
+    }
+
+    /// Worker `i`'s read of `asked` messages returned `got`: short means
+    /// nothing more is ready for now.
+    pub(crate) fn read(&mut self, i: usize, asked: usize, got: usize) {
+        self.members[i].backlog = got >= asked;
+    }
+
+    /// Whether any loop waits.
+    pub(crate) fn anyone_waiting(&self) -> bool {
+        self.members.iter().any(|s| s.waiting > 0)
+    }
+
+    /// The waiting worker that may claim now, if any: among the workers
+    /// with messages ready (of the highest rank, when strict), the one
+    /// furthest behind (lowest pass); when that one is between reads, a
+    /// waiting worker of the same rank within `slack` of it (weighted
+    /// only), else nobody (the capacity is kept for it).
+    pub(crate) fn next(&self) -> Option<usize> {
+        let top = if self.strict {
+            self.members
+                .iter()
+                .filter(|s| Self::eligible(s))
+                .map(|s| s.level)
+                .max()?
+        } else {
+            0
+        };
+        let candidates = || {
+            self.members
+                .iter()
+                .enumerate()
+                .filter(move |(_, s)| Self::eligible(s) && (!self.strict || s.level == top))
+        };
+        let (due, due_s) = candidates().min_by_key(|(j, s)| (s.pass, *j))?;
+        if due_s.waiting > 0 {
+            return Some(due);
+        }
+        let (other, other_s) = candidates()
+            .filter(|(_, s)| s.waiting > 0)
+            .min_by_key(|(j, s)| (s.pass, *j))?;
+        let slack = if self.strict { 0 } else { self.slack };
+        (other_s.pass - due_s.pass <= slack).then_some(other)
+    }
+}
+
+/// The group's capacity and its policy, shared by every member's claim
+/// loops and handler loops.
+pub(crate) struct Gate {
+    state: Mutex<State>,
+    /// Loops waiting at the gate look again.
+    changed: Notify,
+    /// The least a grant gives (unless the loop asked for less), so that a
+    /// claim is not one read per message.
+    at_least: usize,
+}
+
+struct State {
+    /// Capacity not granted.
+    free: usize,
+    policy: Policy,
+}
+
+impl Gate {
+    /// A gate of `capacity` messages over workers of these levels.
+    pub(crate) fn new(policy: &Priority, levels: &[u32], capacity: usize) -> Arc<Gate> {
+        let capacity = capacity.max(1);
+        Arc::new(Gate {
+            state: Mutex::new(State {
+                free: capacity,
+                policy: Policy::new(policy.strict, levels, capacity),
+            }),
+            changed: Notify::new(),
+            at_least: (capacity / 4).max(1),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `n` messages no longer in flight.
+    fn give_back(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let waiting = {
+            let mut st = self.lock();
+            st.free += n;
+            st.policy.anyone_waiting()
+        };
+        if waiting {
+            self.changed.notify_waiters();
+        }
+    }
+}
+
+/// One member's handle on its group's [`Gate`].
+#[derive(Clone)]
+pub(crate) struct Share {
+    gate: Arc<Gate>,
+    index: usize,
+}
+
+impl Share {
+    pub(crate) fn new(gate: &Arc<Gate>, index: usize) -> Self {
+        Share {
+            gate: Arc::clone(gate),
+            index,
+        }
+    }
+
+    /// A grant of up to `want` messages (at least one) if this worker may
+    /// claim now; else None, and the loop must [`claim`](Self::claim).
+    pub(crate) fn try_claim(&self, want: usize) -> Option<usize> {
+        let mut st = self.gate.lock();
+        st.policy.enter(self.index);
+        let got = self.grant(&mut st, want);
+        if got.is_none() {
+            st.policy.leave(self.index);
+        }
+        got
+    }
+
+    /// Under the lock: grants up to `want` when this worker is next and
+    /// enough capacity is free.
+    fn grant(&self, st: &mut State, want: usize) -> Option<usize> {
+        let want = want.max(1);
+        if st.policy.next() != Some(self.index) || st.free < want.min(self.gate.at_least) {
+            return None;
+        }
+        let n = want.min(st.free);
+        st.free -= n;
+        st.policy.granted(self.index, n);
+        st.policy.leave(self.index);
+        Some(n)
+    }
+
+    /// Waits for a grant of up to `want` messages (at least one); None when
+    /// `stop` fired first.
+    pub(crate) async fn claim(&self, want: usize, stop: &CancellationToken) -> Option<usize> {
+        let gate = &*self.gate;
+        gate.lock().policy.enter(self.index);
+        // Leaves the queue of waiters however this future ends.
+        let mut waiting = Waiting {
+            share: self,
+            armed: true,
+        };
+        loop {
+            let notified = gate.changed.notified();
+            tokio::pin!(notified);
+            // Registered before looking, so a change after the look wakes it.
+            notified.as_mut().enable();
+            let got = self.grant(&mut gate.lock(), want);
+            if let Some(n) = got {
+                waiting.armed = false;
+                // Another worker may be next now.
+                gate.changed.notify_waiters();
+                return Some(n);
+            }
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return None,
+                _ = notified => {}
+            }
+        }
+    }
+
+    /// A read granted `asked` messages and returned `got`: the rest go back,
+    /// and a short read means this worker has nothing more ready for now.
+    pub(crate) fn read(&self, asked: usize, got: usize) {
+        let got = got.min(asked);
+        self.gate.lock().policy.read(self.index, asked, got);
+        self.gate.give_back(asked - got);
+        // A worker that just ran out may have been the one in turn.
+        if got < asked {
+            self.gate.changed.notify_waiters();
+        }
+    }
+
+    /// `n` messages a handler loop took: their capacity goes back when the
+    /// slot is dropped (their handling ended).
+    pub(crate) fn slot(&self, n: usize) -> Slot {
+        Slot {
+            gate: Arc::clone(&self.gate),
+            n,
+        }
+    }
+}
+
+/// Takes a loop out of the waiters when its wait ends without a grant.
+struct Waiting<'a> {
+    share: &'a Share,
+    armed: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.share.gate.lock().policy.leave(self.share.index);
+            self.share.gate.changed.notify_waiters();
+        }
+    }
+}
+
+/// Messages a handler loop holds; their capacity goes back to the group
+/// when it is dropped.
+pub(crate) struct Slot {
+    gate: Arc<Gate>,
+    n: usize,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.gate.give_back(self.n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every member always has a backlog and a loop waiting; grants of one
+    /// message go to whoever is next. Returns the messages each got.
+    fn backlogged(strict: bool, levels: &[u32], grants: usize) -> Vec<usize> {
+        let mut p = Policy::new(strict, levels, 8);
+        for i in 0..levels.len() {
+            p.enter(i);
+        }
+        let mut got = vec![0; levels.len()];
+        for _ in 0..grants {
+            let i = p.next().expect("someone is waiting");
+            p.granted(i, 1);
+            got[i] += 1;
+        }
+        got
+    }
+
+    #[test]
+    fn weighted_shares_follow_the_weights_exactly() {
+        assert_eq!(
+            backlogged(false, &[4, 2, 1], 7_000),
+            vec![4_000, 2_000, 1_000]
+        );
+        assert_eq!(backlogged(false, &[1, 1], 1_000), vec![500, 500]);
+        // Weight 0 counts as 1.
+        assert_eq!(backlogged(false, &[4, 0], 500), vec![400, 100]);
+    }
+
+    #[test]
+    fn weighted_grants_interleave() {
+        // Within any window of 7 grants, 4:2:1 within one message.
+        let mut p = Policy::new(false, &[4, 2, 1], 8);
+        (0..3).for_each(|i| p.enter(i));
+        let order: Vec<usize> = (0..70)
+            .map(|_| {
+                let i = p.next().unwrap();
+                p.granted(i, 1);
+                i
+            })
+            .collect();
+        for w in order.windows(7) {
+            let c = |k| w.iter().filter(|&&i| i == k).count();
+            assert!((3..=5).contains(&c(0)), "{w:?}");
+            assert!((1..=3).contains(&c(1)), "{w:?}");
+            assert!(c(2) <= 2, "{w:?}");
+        }
+    }
+
+    #[test]
+    fn strict_serves_the_highest_rank_with_messages_ready() {
+        assert_eq!(backlogged(true, &[1, 5, 3], 500), vec![0, 500, 0]);
+        // Equal ranks share equally.
+        assert_eq!(backlogged(true, &[2, 2, 1], 500), vec![250, 250, 0]);
+    }
+
+    #[test]
+    fn strict_falls_through_once_the_higher_rank_runs_out() {
+        let mut p = Policy::new(true, &[2, 1], 8);
+        p.enter(0);
+        p.enter(1);
+        assert_eq!(p.next(), Some(0));
+        p.granted(0, 8);
+        p.leave(0);
+        // High is reading (its last read was full): the capacity is kept
+        // for it, not given to low.
+        assert_eq!(p.next(), None);
+        // Its read came back short: low's turn.
+        p.read(0, 8, 3);
+        assert_eq!(p.next(), Some(1));
+        // High has messages again: it goes first.
+        p.enter(0);
+        assert_eq!(p.next(), Some(0));
+    }
+
+    #[test]
+    fn a_worker_with_nothing_ready_gives_its_share_away() {
+        let mut p = Policy::new(false, &[4, 1], 8);
+        p.enter(1);
+        // Only the low-weight worker has messages: it gets every grant.
+        for _ in 0..100 {
+            assert_eq!(p.next(), Some(1));
+            p.granted(1, 1);
+        }
+        // The heavy worker comes back: no credit for its idle time beyond
+        // the other's pass, so it does not monopolize; shares resume 4:1.
+        p.enter(0);
+        let mut got = [0usize; 2];
+        for _ in 0..500 {
+            let i = p.next().unwrap();
+            p.granted(i, 1);
+            got[i] += 1;
+        }
+        assert_eq!(got, [400, 100]);
+    }
+
+    #[test]
+    fn weighted_lends_capacity_within_the_slack_only() {
+        // Capacity 8, two workers of weight 1: slack is 8 messages.
+        let mut p = Policy::new(false, &[1, 1], 8);
+        p.enter(0);
+        p.enter(1);
+        p.leave(0); // worker 0 is reading; its last read was full
+                    // Worker 1 may run ahead of it by up to 8 messages.
+        let mut lent = 0;
+        while p.next() == Some(1) {
+            p.granted(1, 1);
+            lent += 1;
+        }
+        assert_eq!(lent, 9);
+        assert_eq!(p.next(), None);
+        // Worker 0 is back: its turn.
+        p.enter(0);
+        assert_eq!(p.next(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn the_gate_grants_capacity_and_takes_it_back() {
+        let gate = Gate::new(&Priority::weighted(), &[1], 8);
+        let share = Share::new(&gate, 0);
+        assert_eq!(share.try_claim(5), Some(5));
+        share.read(5, 2);
+        // Three went back: six free.
+        assert_eq!(share.try_claim(100), Some(6));
+        share.read(6, 6);
+        // Nothing free: waits until a slot goes.
+        assert_eq!(share.try_claim(1), None);
+        let slot = share.slot(2);
+        let stop = CancellationToken::new();
+        let waiter = {
+            let share = share.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move { share.claim(10, &stop).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        drop(slot);
+        assert_eq!(waiter.await.unwrap(), Some(2));
+        // A stopped wait leaves the waiters.
+        stop.cancel();
+        assert_eq!(share.claim(1, &stop).await, None);
+        assert!(!gate.lock().policy.anyone_waiting());
+    }
+}
