@@ -41,6 +41,9 @@ struct Member {
     priority: Option<u32>,
     /// Its handler loops (the default group capacity is the smallest).
     concurrency: usize,
+    /// Its visibility timeout (claims wait for a run within a quarter of
+    /// the shortest).
+    visibility: Duration,
 }
 
 /// Several workers, each on its own queue with its own handler type,
@@ -176,6 +179,7 @@ impl WorkerGroup {
         let stop = worker.shutdown_handle();
         let monitor = worker.monitor();
         let concurrency = worker.concurrency();
+        let visibility = worker.visibility_timeout();
         let run: Run = Box::new(move |signal: CancellationToken, hub, share| {
             Box::pin(async move {
                 worker
@@ -192,6 +196,7 @@ impl WorkerGroup {
             run,
             priority: None,
             concurrency,
+            visibility,
         });
         self
     }
@@ -289,7 +294,13 @@ impl WorkerGroup {
             .collect();
         let smallest = self.members.iter().map(|m| m.concurrency).min();
         let capacity = policy.capacity().or(smallest).unwrap_or(1);
-        Some(Gate::new(&policy, &levels, capacity))
+        let visibility = self.members.iter().map(|m| m.visibility).min();
+        Some(Gate::new(
+            &policy,
+            &levels,
+            capacity,
+            visibility.unwrap_or(Duration::MAX),
+        ))
     }
 
     /// Runs until SIGINT or SIGTERM, then shuts every worker down

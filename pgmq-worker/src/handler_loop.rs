@@ -182,9 +182,13 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let mut timing = LoopTiming::new(&ctx);
     let mut run_local = R::Local::default();
     while let Some((item, left)) = next_claimed(&ctx, &mut timing.local).await {
-        // The group's capacity this message holds, given back when its
-        // handling ends, however the iteration ends.
-        let slot = ctx.share.as_ref().map(|s| s.slot(1));
+        // In a prioritized group: waits for a run of the group's
+        // concurrency; the slot gives the run and the message's claim back
+        // when its handling ends, however the iteration ends.
+        let slot = match &ctx.share {
+            Some(s) => Some(s.start(1).await),
+            None => None,
+        };
         let Claimed {
             msg,
             receipt,

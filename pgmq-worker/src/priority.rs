@@ -33,8 +33,9 @@
 //! policy without leaving the capacity idle for long.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// How a [`WorkerGroup`](crate::WorkerGroup) divides its handler capacity
@@ -286,45 +287,101 @@ impl Policy {
 /// loops and handler loops.
 pub(crate) struct Gate {
     state: Mutex<State>,
+    /// Handler runs across the group: `concurrency` permits, taken in the
+    /// order the messages were taken from the claim queues (FIFO), so that
+    /// the running share follows the claimed share.
+    running: Arc<Semaphore>,
+    /// The most one run takes of `running`.
+    concurrency: usize,
     /// Loops waiting at the gate look again.
     changed: Notify,
-    /// The least a grant gives (unless the loop asked for less), so that a
-    /// claim is not one read per message.
-    at_least: usize,
+    /// How long a claimed message may wait for its run: a quarter of the
+    /// shortest visibility timeout among the group's workers, in µs.
+    ahead_us: u64,
 }
 
 struct State {
-    /// Capacity not granted.
-    free: usize,
+    /// Messages granted and not yet finished (being read, queued or
+    /// running).
+    in_flight: usize,
+    /// The moving average of a run's time per message, in µs (0 until the
+    /// first run ends).
+    avg_run_us: u64,
     policy: Policy,
 }
 
+/// How many messages a group keeps in flight (claimed, queued or running):
+/// its `concurrency`, plus what its handlers start within `ahead_us` at
+/// the average run time `avg_run_us` (Little's law, as the claimers' own
+/// claim limit), at most `CLAIM_AHEAD - 1` times `concurrency`, and
+/// nothing ahead until the first run ended. The messages beyond the
+/// running ones wait, already claimed, for a run, so that the handlers do
+/// not idle while the next claims are read.
+pub(crate) fn claim_budget(concurrency: usize, ahead_us: u64, avg_run_us: u64) -> usize {
+    let most = concurrency * (CLAIM_AHEAD - 1);
+    // Nothing ahead while the run time is not known (0).
+    let ahead = (concurrency as u64)
+        .saturating_mul(ahead_us)
+        .checked_div(avg_run_us)
+        .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX).min(most));
+    concurrency + ahead
+}
+
 impl Gate {
-    /// A gate of `capacity` messages over workers of these levels.
-    pub(crate) fn new(policy: &Priority, levels: &[u32], capacity: usize) -> Arc<Gate> {
-        let capacity = capacity.max(1);
+    /// A gate of `concurrency` handler runs and of the claims
+    /// [`claim_budget`] allows, over workers of these levels, the shortest
+    /// of whose visibility timeouts is `visibility`.
+    pub(crate) fn new(
+        policy: &Priority,
+        levels: &[u32],
+        concurrency: usize,
+        visibility: Duration,
+    ) -> Arc<Gate> {
+        let concurrency = concurrency.max(1);
         Arc::new(Gate {
             state: Mutex::new(State {
-                free: capacity,
-                policy: Policy::new(policy.strict, levels, capacity),
+                in_flight: 0,
+                avg_run_us: 0,
+                policy: Policy::new(policy.strict, levels, concurrency * CLAIM_AHEAD),
             }),
+            running: Arc::new(Semaphore::new(concurrency)),
+            concurrency,
             changed: Notify::new(),
-            at_least: (capacity / 4).max(1),
+            ahead_us: u64::try_from(visibility.as_micros() / 4).unwrap_or(u64::MAX),
         })
+    }
+
+    /// What may be granted now.
+    fn free(&self, st: &State) -> usize {
+        claim_budget(self.concurrency, self.ahead_us, st.avg_run_us).saturating_sub(st.in_flight)
+    }
+
+    /// The least a grant gives (unless the loop asked for less), so that a
+    /// claim is not one read per message: half the budget.
+    fn at_least(&self, st: &State) -> usize {
+        (claim_budget(self.concurrency, self.ahead_us, st.avg_run_us) / 2).max(1)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `n` messages no longer in flight.
-    fn give_back(&self, n: usize) {
+    /// `n` messages no longer in flight; `run_us` per message when they
+    /// ran (folded into the average, weight 1/8).
+    fn give_back(&self, n: usize, run_us: Option<u64>) {
         if n == 0 {
             return;
         }
         let waiting = {
             let mut st = self.lock();
-            st.free += n;
+            st.in_flight = st.in_flight.saturating_sub(n);
+            if let Some(us) = run_us {
+                let us = us.max(1);
+                st.avg_run_us = match st.avg_run_us {
+                    0 => us,
+                    old => (old * 7 + us) / 8,
+                };
+            }
             st.policy.anyone_waiting()
         };
         if waiting {
@@ -332,6 +389,11 @@ impl Gate {
         }
     }
 }
+
+/// The most a group keeps in flight, in multiples of its `concurrency`
+/// ([`claim_budget`]): with short handlers, a read takes about as long as
+/// a run, and claims of less than this leave handlers idle.
+const CLAIM_AHEAD: usize = 4;
 
 /// One member's handle on its group's [`Gate`].
 #[derive(Clone)]
@@ -364,11 +426,12 @@ impl Share {
     /// enough capacity is free.
     fn grant(&self, st: &mut State, want: usize) -> Option<usize> {
         let want = want.max(1);
-        if st.policy.next() != Some(self.index) || st.free < want.min(self.gate.at_least) {
+        let free = self.gate.free(st);
+        if st.policy.next() != Some(self.index) || free < want.min(self.gate.at_least(st)) {
             return None;
         }
-        let n = want.min(st.free);
-        st.free -= n;
+        let n = want.min(free);
+        st.in_flight += n;
         st.policy.granted(self.index, n);
         st.policy.leave(self.index);
         Some(n)
@@ -409,19 +472,28 @@ impl Share {
     pub(crate) fn read(&self, asked: usize, got: usize) {
         let got = got.min(asked);
         self.gate.lock().policy.read(self.index, asked, got);
-        self.gate.give_back(asked - got);
+        self.gate.give_back(asked - got, None);
         // A worker that just ran out may have been the one in turn.
         if got < asked {
             self.gate.changed.notify_waiters();
         }
     }
 
-    /// `n` messages a handler loop took: their capacity goes back when the
-    /// slot is dropped (their handling ended).
-    pub(crate) fn slot(&self, n: usize) -> Slot {
+    /// `n` messages a handler loop took, once the group lets them run
+    /// (waiting for a run of its `concurrency`, in turn); their claim and
+    /// their run go back to the group when the slot is dropped (their
+    /// handling ended).
+    pub(crate) async fn start(&self, n: usize) -> Slot {
+        let runs = n.clamp(1, self.gate.concurrency) as u32;
+        let run = Arc::clone(&self.gate.running)
+            .acquire_many_owned(runs)
+            .await
+            .ok();
         Slot {
             gate: Arc::clone(&self.gate),
             n,
+            started: Instant::now(),
+            _run: run,
         }
     }
 }
@@ -446,11 +518,16 @@ impl Drop for Waiting<'_> {
 pub(crate) struct Slot {
     gate: Arc<Gate>,
     n: usize,
+    /// When its run started.
+    started: Instant,
+    /// The handler runs it holds (never closed, so always `Some`).
+    _run: Option<OwnedSemaphorePermit>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.gate.give_back(self.n);
+        let us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.gate.give_back(self.n, Some(us / self.n.max(1) as u64));
     }
 }
 
@@ -572,28 +649,55 @@ mod tests {
         assert_eq!(p.next(), Some(0));
     }
 
+    #[test]
+    fn the_claims_ahead_follow_the_run_time() {
+        // Not known yet: only the runs themselves.
+        assert_eq!(claim_budget(8, 7_500_000, 0), 8);
+        // Short runs: three times the concurrency ahead at most.
+        assert_eq!(claim_budget(8, 7_500_000, 1_500), 32);
+        // 10 s runs, a 30 s visibility timeout: what starts within 7.5 s.
+        assert_eq!(claim_budget(8, 7_500_000, 10_000_000), 14);
+        // 60 s runs: one ahead; 80 s runs: nothing.
+        assert_eq!(claim_budget(8, 7_500_000, 60_000_000), 9);
+        assert_eq!(claim_budget(8, 7_500_000, 80_000_000), 8);
+    }
+
     #[tokio::test]
     async fn the_gate_grants_capacity_and_takes_it_back() {
-        let gate = Gate::new(&Priority::weighted(), &[1], 8);
+        // 4 runs at once; until a run ended, 4 claims in flight.
+        let gate = Gate::new(&Priority::weighted(), &[1], 4, Duration::from_secs(30));
         let share = Share::new(&gate, 0);
-        assert_eq!(share.try_claim(5), Some(5));
-        share.read(5, 2);
-        // Three went back: six free.
-        assert_eq!(share.try_claim(100), Some(6));
-        share.read(6, 6);
-        // Nothing free: waits until a slot goes.
+        assert_eq!(share.try_claim(5), Some(4));
+        share.read(4, 1);
+        // Three went back.
+        assert_eq!(share.try_claim(100), Some(3));
+        share.read(3, 3);
+        // Nothing free: waits until a run ends.
         assert_eq!(share.try_claim(1), None);
-        let slot = share.slot(2);
+        // Runs: four at once; a fifth waits for one to end.
+        let four: Vec<Slot> = futures::future::join_all((0..4).map(|_| share.start(1))).await;
+        let fifth = {
+            let share = share.clone();
+            tokio::spawn(async move { share.start(1).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!fifth.is_finished());
+        drop(four);
+        let fifth = fifth.await.unwrap();
+        // Four runs of about 20 ms ended: their claims went back, and the
+        // budget now holds what starts within 7.5 s ahead (at most 3 x 4).
+        assert_eq!(share.try_claim(100), Some(16));
+        share.read(16, 16);
         let stop = CancellationToken::new();
         let waiter = {
             let share = share.clone();
             let stop = stop.clone();
-            tokio::spawn(async move { share.claim(10, &stop).await })
+            tokio::spawn(async move { share.claim(1, &stop).await })
         };
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiter.is_finished());
-        drop(slot);
-        assert_eq!(waiter.await.unwrap(), Some(2));
+        drop(fifth);
+        assert_eq!(waiter.await.unwrap(), Some(1));
         // A stopped wait leaves the waiters.
         stop.cancel();
         assert_eq!(share.claim(1, &stop).await, None);

@@ -124,6 +124,11 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         self.plan.handler_loop.concurrency
     }
 
+    /// Its visibility timeout, for a prioritized group's claims ahead.
+    pub(crate) fn visibility_timeout(&self) -> std::time::Duration {
+        self.plan.claimer.visibility_timeout
+    }
+
     /// Claims and handles within a prioritized group's capacity.
     pub(crate) fn with_share(mut self, share: Option<Share>) -> Self {
         self.share = share;

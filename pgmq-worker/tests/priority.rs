@@ -412,3 +412,69 @@ fn priority_child_process() {
         std::process::exit(0);
     });
 }
+
+/// Not a check: the figures of docs/worker.md, "Priorities across queues"
+/// (what the gate costs). Drains `N` messages from each of three queues
+/// with handlers of `PRIO_BENCH_MS` ms (default 1), once with a weighted
+/// group of capacity 8 and once with three plain workers of concurrency
+/// 3, 3 and 2, and prints the throughput of each. Run with
+/// `--run-ignored only --no-capture`, in release for real figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn throughput_against_plain_workers() {
+    const N: u64 = 5_000;
+    let ms: u64 = std::env::var("PRIO_BENCH_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let client = pooled(3).await;
+    for prioritized in [true, false, true, false] {
+        let qs = [unique("prio_b1"), unique("prio_b2"), unique("prio_b3")];
+        let _g = Queues::new(&client, &[&qs[0], &qs[1], &qs[2]]).await;
+        for q in &qs {
+            fill(&client, q, N).await;
+        }
+        let counts: Vec<Arc<Counts>> = (0..3).map(|_| Arc::default()).collect();
+        let mut group = WorkerGroup::new(client.clone());
+        if prioritized {
+            group = group.priority(Priority::weighted().concurrency(8));
+        }
+        for (i, (q, c)) in qs.iter().zip(&counts).enumerate() {
+            let concurrency = if prioritized { 8 } else { [3, 3, 2][i] };
+            let wk = worker(&client, q, concurrency, Duration::from_secs(30), ms, c);
+            group = if prioritized {
+                group.with_worker_priority(wk, [4, 2, 1][i])
+            } else {
+                group.with_worker(wk)
+            };
+        }
+        let monitors = group.monitors();
+        let stop = group.shutdown_handle();
+        let started = std::time::Instant::now();
+        let running = tokio::spawn(group.run_until(std::future::pending::<()>()));
+        // The steady rate, while every queue has a backlog, and the time to
+        // drain them all.
+        until_total(&counts, 1_500, "1,500 handled").await;
+        let window = std::time::Instant::now();
+        until_total(&counts, 7_500, "7,500 handled").await;
+        let steady = 6_000.0 / window.elapsed().as_secs_f64();
+        until_total(&counts, 3 * N, "every message handled").await;
+        let took = started.elapsed();
+        stop.graceful();
+        running.await.unwrap().unwrap();
+        let reads: u64 = monitors.iter().map(|(_, m)| m.stats().reads).sum();
+        eprintln!(
+            "{}: {steady:.0} msg/s with a backlog on every queue, {:.0} msg/s to drain \
+             {} messages in {:?} (handler {ms} ms, {:.1} messages a read)",
+            if prioritized {
+                "weighted group, capacity 8"
+            } else {
+                "3 plain workers, 3+3+2"
+            },
+            (3 * N) as f64 / took.as_secs_f64(),
+            3 * N,
+            took,
+            (3 * N) as f64 / reads as f64,
+        );
+    }
+}
