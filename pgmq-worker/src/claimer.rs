@@ -470,7 +470,14 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
         let qty = permits.num_permits();
         let (plan, res) = lp.read(qty).await;
         if let Some(share) = &lp.part.share {
-            share.read(qty, res.as_ref().map_or(0, Vec::len));
+            // A short read after the bound ran out of the tail only; one
+            // from the start follows at once.
+            let tail = res.is_ok()
+                && !matches!(
+                    plan,
+                    Plan::Table(ReadFrom::Start) | Plan::Function | Plan::Grouped
+                );
+            share.read(qty, res.as_ref().map_or(0, Vec::len), tail);
         }
         let msgs = match res {
             Ok(msgs) => msgs,

@@ -3,26 +3,36 @@
 //!
 //! PGMQ has no message priorities; a group with a [`Priority`] policy gives
 //! some of its queues precedence over others. The group holds one
-//! capacity, `concurrency` messages in flight (claimed and not yet finished
-//! by their handler), shared by all its workers, and the policy decides
-//! which worker's claim loops may claim when capacity frees up:
+//! capacity shared by all its workers, and the policy decides which
+//! worker's claim loops may claim when some of it frees up:
 //!
-//! - [`Priority::strict`]: the worker of the highest priority that has
+//! - [`Priority::strict`]: the worker of the highest rank that has
 //!   messages ready gets all of it; a lower one claims only while every
 //!   higher one has nothing ready (its last read came back short).
 //! - [`Priority::weighted`]: each worker with messages ready gets a share
-//!   of the capacity in proportion to its weight (stride scheduling on the
-//!   messages granted); a worker with nothing ready gives its share to the
-//!   others.
+//!   in proportion to its weight (stride scheduling on the messages
+//!   granted); a worker with nothing ready gives its share to the others.
 //!
-//! **Claims, not only handler starts.** The policy gates the claims: a
-//! claim loop asks the group's [`Gate`] for permission before its read
-//! (after taking room in its worker's claim queue) and reads only what it
-//! was granted; the grant is held until the handler of each message ends
-//! (the handler loop's [`Slot`]), and what the read did not fill goes back
-//! at once. So a queue whose turn has not come holds no claimed message
-//! whose visibility timeout runs while it waits, and with a backlog on
-//! every queue the claimed share and the handled share are the same.
+//! **Claims, not only handler starts.** The capacity is counted in
+//! messages in flight (being read, queued in a claim queue, or running):
+//! a claim loop asks the group's [`Gate`] before its read (after taking
+//! room in its worker's claim queue) and reads only what it was granted;
+//! what the read did not fill goes back at once, the rest when each
+//! message's handling ends (the handler loop's [`Slot`]). So a queue whose
+//! turn has not come holds no claimed message whose visibility timeout
+//! runs while it waits, and with a backlog on every queue the claimed share
+//! and the handled share are the same.
+//!
+//! **Runs and claims ahead.** At most `concurrency` handlers run at once
+//! across the group: a handler loop that took a message waits for one of
+//! the group's runs, a FIFO semaphore, so that runs start in the order the
+//! messages were claimed. The claims may run ahead of the runs by what the
+//! handlers start within a quarter of the shortest visibility timeout
+//! among the workers (Little's law on the group's moving average of run
+//! time, as a worker's own claim limit does; at most 3 × `concurrency`,
+//! none until the first run ended, [`claim_budget`]): with short handlers
+//! a read takes about as long as a run, and without claims ahead the
+//! handlers would idle while the next ones are read.
 //!
 //! **Backlog, as the claim loops see it.** A worker counts as having
 //! messages ready while one of its claim loops waits at the gate, or while
@@ -38,8 +48,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-/// How a [`WorkerGroup`](crate::WorkerGroup) divides its handler capacity
-/// among its queues: [`strict`](Self::strict) or
+/// How a [`WorkerGroup`](crate::WorkerGroup) divides its handlers among
+/// its queues: [`strict`](Self::strict) or
 /// [`weighted`](Self::weighted) (the default), over a group-wide
 /// [`concurrency`](Self::concurrency).
 ///
@@ -112,12 +122,14 @@ impl Priority {
         }
     }
 
-    /// The group's capacity: the most messages claimed and not yet
-    /// finished by their handler, across all its queues, at once (0 counts
-    /// as 1). Default: the smallest `concurrency` among the group's
-    /// workers, so that any one of them can use all of it when the others
-    /// have nothing ready. A worker never runs more handlers than its own
-    /// `concurrency`: give each at least the group's.
+    /// The group's concurrency: the most handlers running at once across
+    /// all its queues (0 counts as 1); the claims run ahead of it by what
+    /// the handlers start within a quarter of the shortest visibility
+    /// timeout, at most 3 × this many. Default: the smallest `concurrency`
+    /// among the group's workers, so that any one of them can use all of
+    /// it when the others have nothing ready. A worker never runs more
+    /// handlers than its own `concurrency`: give each at least the
+    /// group's.
     ///
     /// ```
     /// use pgmq_worker::Priority;
@@ -158,7 +170,9 @@ struct Standing {
     level: u32,
     /// Virtual time: advances by `SCALE / weight` per message granted.
     pass: u64,
-    /// Its last read came back full: its loop will be back at once.
+    /// Its last read came back full (its loop will be back at once), or it
+    /// has not read yet (its messages are not known: a worker that starts
+    /// late does not find the capacity taken by a lower priority).
     backlog: bool,
     /// Its claim loops waiting at the gate now.
     waiting: usize,
@@ -189,7 +203,7 @@ impl Policy {
                 .map(|l| Standing {
                     level: (*l).max(1),
                     pass: 0,
-                    backlog: false,
+                    backlog: true,
                     waiting: 0,
                 })
                 .collect(),
@@ -240,9 +254,10 @@ impl Policy {
     }
 
     /// Worker `i`'s read of `asked` messages returned `got`: short means
-    /// nothing more is ready for now.
-    pub(crate) fn read(&mut self, i: usize, asked: usize, got: usize) {
-        self.members[i].backlog = got >= asked;
+    /// nothing more is ready for now, unless it read only the `tail` of
+    /// the queue (after its bound; a read from the start follows).
+    pub(crate) fn read(&mut self, i: usize, asked: usize, got: usize, tail: bool) {
+        self.members[i].backlog = got >= asked || tail;
     }
 
     /// Whether any loop waits.
@@ -468,10 +483,12 @@ impl Share {
     }
 
     /// A read granted `asked` messages and returned `got`: the rest go back,
-    /// and a short read means this worker has nothing more ready for now.
-    pub(crate) fn read(&self, asked: usize, got: usize) {
+    /// and a short read means this worker has nothing more ready for now,
+    /// unless it read only the `tail` of the queue (after the claim loops'
+    /// bound: a read from the start follows at once).
+    pub(crate) fn read(&self, asked: usize, got: usize, tail: bool) {
         let got = got.min(asked);
-        self.gate.lock().policy.read(self.index, asked, got);
+        self.gate.lock().policy.read(self.index, asked, got, tail);
         self.gate.give_back(asked - got, None);
         // A worker that just ran out may have been the one in turn.
         if got < asked {
@@ -600,8 +617,12 @@ mod tests {
         // High is reading (its last read was full): the capacity is kept
         // for it, not given to low.
         assert_eq!(p.next(), None);
-        // Its read came back short: low's turn.
-        p.read(0, 8, 3);
+        // A short read of the tail only (after the bound): a read from the
+        // start follows, so high still counts as ready.
+        p.read(0, 8, 3, true);
+        assert_eq!(p.next(), None);
+        // Its read from the start came back short: low's turn.
+        p.read(0, 8, 3, false);
         assert_eq!(p.next(), Some(1));
         // High has messages again: it goes first.
         p.enter(0);
@@ -611,7 +632,13 @@ mod tests {
     #[test]
     fn a_worker_with_nothing_ready_gives_its_share_away() {
         let mut p = Policy::new(false, &[4, 1], 8);
+        // Until its first read, the heavy worker's capacity is kept for it
+        // (beyond the slack).
         p.enter(1);
+        p.granted(1, 9);
+        assert_eq!(p.next(), None);
+        // Its first read finds nothing.
+        p.read(0, 8, 0, false);
         // Only the low-weight worker has messages: it gets every grant.
         for _ in 0..100 {
             assert_eq!(p.next(), Some(1));
@@ -668,10 +695,10 @@ mod tests {
         let gate = Gate::new(&Priority::weighted(), &[1], 4, Duration::from_secs(30));
         let share = Share::new(&gate, 0);
         assert_eq!(share.try_claim(5), Some(4));
-        share.read(4, 1);
+        share.read(4, 1, false);
         // Three went back.
         assert_eq!(share.try_claim(100), Some(3));
-        share.read(3, 3);
+        share.read(3, 3, false);
         // Nothing free: waits until a run ends.
         assert_eq!(share.try_claim(1), None);
         // Runs: four at once; a fifth waits for one to end.
@@ -687,7 +714,7 @@ mod tests {
         // Four runs of about 20 ms ended: their claims went back, and the
         // budget now holds what starts within 7.5 s ahead (at most 3 x 4).
         assert_eq!(share.try_claim(100), Some(16));
-        share.read(16, 16);
+        share.read(16, 16, false);
         let stop = CancellationToken::new();
         let waiter = {
             let share = share.clone();
