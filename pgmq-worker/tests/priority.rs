@@ -29,6 +29,43 @@ struct Counts {
     handled: AtomicU64,
     /// Runs of a message delivered before (`read_ct` > 1).
     redelivered: AtomicU64,
+    /// This queue's handlers running at once, now and at most.
+    running: Gauge,
+    /// The group's handlers running at once, when shared with the other
+    /// queues' counts ([`Counts::sharing`]).
+    group: Arc<Gauge>,
+}
+
+impl Counts {
+    /// Counts whose group gauge is `group`.
+    fn sharing(group: &Arc<Gauge>) -> Arc<Counts> {
+        Arc::new(Counts {
+            group: Arc::clone(group),
+            ..Counts::default()
+        })
+    }
+}
+
+/// Runs in progress, and the most seen at once.
+#[derive(Default)]
+struct Gauge {
+    now: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Gauge {
+    fn enter(&self) {
+        let now = self.now.fetch_add(1, Relaxed) + 1;
+        self.peak.fetch_max(now, Relaxed);
+    }
+
+    fn leave(&self) {
+        self.now.fetch_sub(1, Relaxed);
+    }
+
+    fn peak(&self) -> u64 {
+        self.peak.load(Relaxed)
+    }
 }
 
 /// A worker on `q` whose handler takes `ms` and counts into `counts`.
@@ -48,7 +85,11 @@ fn worker(
         .handler(move |m: Message<u64>| {
             let counts = Arc::clone(&counts);
             async move {
+                counts.running.enter();
+                counts.group.enter();
                 tokio::time::sleep(Duration::from_millis(ms)).await;
+                counts.group.leave();
+                counts.running.leave();
                 if m.read_ct > 1 {
                     counts.redelivered.fetch_add(1, Relaxed);
                 }
@@ -198,6 +239,40 @@ async fn weighted_equal_weights_share_equally() {
         .with_worker_priority(first, 1)
         .with_worker_priority(second, 1);
     measure_and_drain(&client, &qs, group, &counts, &[1, 1], (300, 3_300), N).await;
+}
+
+/// Work conserving, and one limit for the group: while the heavy queue
+/// has nothing, the light one runs on all of the group's 6 handlers (its
+/// own `concurrency` is 8), never more; once the heavy queue has messages,
+/// the group still runs at most 6 at once across both queues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_queue_leaves_its_share_to_the_others() {
+    const N: u64 = 1_500;
+    let client = pooled(2).await;
+    let qs = [unique("prio_idle"), unique("prio_busy")];
+    let _g = Queues::new(&client, &[&qs[0], &qs[1]]).await;
+    fill(&client, &qs[1], N).await;
+    let group_gauge = Arc::new(Gauge::default());
+    let counts: Vec<Arc<Counts>> = (0..2).map(|_| Counts::sharing(&group_gauge)).collect();
+    let heavy = worker(&client, &qs[0], 8, Duration::from_secs(30), 3, &counts[0]);
+    let light = worker(&client, &qs[1], 8, Duration::from_secs(30), 3, &counts[1]);
+    let group = WorkerGroup::new(client.clone())
+        .priority(Priority::weighted().concurrency(6))
+        .with_worker_priority(heavy, 4)
+        .with_worker_priority(light, 1);
+    let stop = group.shutdown_handle();
+    let running = tokio::spawn(group.run_until(std::future::pending::<()>()));
+    until_total(&counts, N / 2, "half the light queue handled").await;
+    assert_eq!(counts[0].handled.load(Relaxed), 0);
+    assert_eq!(
+        counts[1].running.peak(),
+        6,
+        "the light queue alone did not get the whole group"
+    );
+    // The heavy queue's messages arrive while the light one has a backlog.
+    fill(&client, &qs[0], N).await;
+    drain_and_stop(&client, &qs, &counts, stop, running, &[N, N]).await;
+    assert_eq!(group_gauge.peak(), 6, "the group ran more than 6 at once");
 }
 
 /// Strict: the low queue gets (almost) nothing while the high one has a
