@@ -88,8 +88,9 @@ pub(crate) struct HandlerLoops {
     pub wake: Wake,
     pub supervisor: Supervisor,
     pub panic_once: Arc<PanicOnce>,
-    /// In a prioritized group: each message's capacity goes back when its
-    /// handling ends (`priority.rs`).
+    /// In a prioritized group: each message waits for one of the group's
+    /// runs, and gives it and its claim back when its handling ends
+    /// (`priority.rs`).
     pub share: Option<crate::priority::Share>,
 }
 
