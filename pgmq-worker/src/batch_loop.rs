@@ -186,6 +186,13 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
     let stale_after = cfg.visibility_timeout * 3 / 4;
     let mut timing = LoopTiming::new(&ctx);
     'batches: while let Some(items) = next_batch(&ctx, &mut timing.local).await {
+        // In a prioritized group: waits for runs of the group's
+        // concurrency; they and the messages' claims go back when this
+        // batch's handling ends.
+        let _slots = match &ctx.share {
+            Some(s) => Some(s.start(items.len()).await),
+            None => None,
+        };
         let started = Instant::now();
         let mut holding = Holding {
             loops: shared,

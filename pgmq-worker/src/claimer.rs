@@ -164,6 +164,8 @@ pub(crate) struct Claimer {
     pub panic_once: Arc<PanicOnce>,
     /// Whether the queue is paused for the fleet ([`crate::pause`]).
     pub paused: Arc<Paused>,
+    /// In a prioritized group: the policy's say on how much to claim.
+    pub share: Option<crate::priority::Share>,
 }
 
 /// Starts the `claimers` supervised claim loops; they run until `stop`.
@@ -489,6 +491,16 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
         }
         let qty = permits.num_permits();
         let (plan, res) = lp.read(qty).await;
+        if let Some(share) = &lp.part.share {
+            // A short read after the bound ran out of the tail only; one
+            // from the start follows at once.
+            let tail = res.is_ok()
+                && !matches!(
+                    plan,
+                    Plan::Table(ReadFrom::Start) | Plan::Function | Plan::Grouped
+                );
+            share.read(qty, res.as_ref().map_or(0, Vec::len), tail);
+        }
         let msgs = match res {
             Ok(msgs) => msgs,
             Err(e) => {
@@ -613,6 +625,18 @@ impl ClaimLoop {
             }
         };
         room.top_up(&mut permits, self.batch - first);
+        if let Some(share) = &self.part.share {
+            // A prioritized group: claim only what the policy grants now.
+            let n = permits.num_permits();
+            let granted = match share.try_claim(n) {
+                Some(g) => g,
+                None => {
+                    self.kept.idle();
+                    share.claim(n, stop).await?
+                }
+            };
+            drop(permits.split(n - granted));
+        }
         Some(permits)
     }
 

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -16,6 +17,7 @@ use crate::backoff::ErrorBackoff;
 use crate::error::Error;
 use crate::handle::Monitor;
 use crate::notifier::HubEvent;
+use crate::priority::{Gate, Priority, Share};
 use crate::shutdown::{ShutdownHandle, ShutdownReport, Signals};
 use crate::worker::Worker;
 
@@ -23,6 +25,7 @@ type Run = Box<
     dyn FnOnce(
             CancellationToken,
             Option<mpsc::UnboundedReceiver<HubEvent>>,
+            Option<Share>,
         ) -> Pin<Box<dyn Future<Output = Result<ShutdownReport, Error>> + Send>>
         + Send,
 >;
@@ -33,6 +36,14 @@ struct Member {
     stop: ShutdownHandle,
     monitor: Monitor,
     run: Run,
+    /// Its weight or rank under the group's [`Priority`]; None when added
+    /// with `with_worker` (1 in a prioritized group).
+    priority: Option<u32>,
+    /// Its handler loops (the default group capacity is the smallest).
+    concurrency: usize,
+    /// Its visibility timeout (claims wait for a run within a quarter of
+    /// the shortest).
+    visibility: Duration,
 }
 
 /// Several workers, each on its own queue with its own handler type,
@@ -81,6 +92,7 @@ struct Member {
 pub struct WorkerGroup {
     client: Client,
     members: Vec<Member>,
+    priority: Option<Priority>,
 }
 
 impl std::fmt::Debug for WorkerGroup {
@@ -88,6 +100,7 @@ impl std::fmt::Debug for WorkerGroup {
         let queues: Vec<&str> = self.members.iter().map(|m| m.queue.as_str()).collect();
         f.debug_struct("WorkerGroup")
             .field("queues", &queues)
+            .field("priority", &self.priority)
             .finish_non_exhaustive()
     }
 }
@@ -98,7 +111,64 @@ impl WorkerGroup {
         WorkerGroup {
             client,
             members: Vec::new(),
+            priority: None,
         }
+    }
+
+    /// Divides one handler capacity among the group's queues by
+    /// priority: [`Priority::strict`] or [`Priority::weighted`] (see
+    /// [`Priority`] and docs/worker.md, "Priorities across queues"). Each
+    /// worker's weight or rank is the number given to
+    /// [`with_worker_priority`](Self::with_worker_priority) (1 for
+    /// [`with_worker`](Self::with_worker)). Without it every worker claims
+    /// and handles on its own, as far as its own `concurrency` goes.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, urgent: pgmq_worker::Worker<u64>,
+    /// #   bulk: pgmq_worker::Worker<u64>) -> Result<(), pgmq_worker::Error> {
+    /// use pgmq_worker::{Priority, WorkerGroup};
+    ///
+    /// // `bulk` gets handlers only while `urgent` has no message ready.
+    /// let group = WorkerGroup::new(client)
+    ///     .priority(Priority::strict())
+    ///     .with_worker_priority(urgent, 2)
+    ///     .with_worker_priority(bulk, 1);
+    /// group.run_until_signal().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn priority(mut self, policy: Priority) -> Self {
+        self.priority = Some(policy);
+        self
+    }
+
+    /// Adds a worker with its `priority`: its weight under
+    /// [`Priority::weighted`] (its share is its weight over the sum of the
+    /// group's weights; 0 counts as 1), its rank under
+    /// [`Priority::strict`] (higher first). A group given no
+    /// [`priority`](Self::priority) policy becomes [`Priority::weighted`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, orders: pgmq_worker::Worker<u64>,
+    /// #   reports: pgmq_worker::Worker<u64>) -> Result<(), pgmq_worker::Error> {
+    /// use pgmq_worker::WorkerGroup;
+    ///
+    /// // Weighted 3:1 over the workers' smallest `concurrency`.
+    /// let group = WorkerGroup::new(client)
+    ///     .with_worker_priority(orders, 3)
+    ///     .with_worker_priority(reports, 1);
+    /// group.run_until_signal().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_worker_priority<T: DeserializeOwned + Send + 'static>(
+        mut self,
+        worker: Worker<T>,
+        priority: u32,
+    ) -> Self {
+        self = self.with_worker(worker);
+        if let Some(m) = self.members.last_mut() {
+            m.priority = Some(priority);
+        }
+        self
     }
 
     /// Adds a worker (built from a clone of the group's client, so that it
@@ -108,8 +178,15 @@ impl WorkerGroup {
         let notified = worker.notified();
         let stop = worker.shutdown_handle();
         let monitor = worker.monitor();
-        let run: Run = Box::new(move |signal: CancellationToken, hub| {
-            Box::pin(async move { worker.run_with(signal.cancelled_owned(), hub).await })
+        let concurrency = worker.concurrency();
+        let visibility = worker.visibility_timeout();
+        let run: Run = Box::new(move |signal: CancellationToken, hub, share| {
+            Box::pin(async move {
+                worker
+                    .with_share(share)
+                    .run_with(signal.cancelled_owned(), hub)
+                    .await
+            })
         });
         self.members.push(Member {
             queue,
@@ -117,6 +194,9 @@ impl WorkerGroup {
             stop,
             monitor,
             run,
+            priority: None,
+            concurrency,
+            visibility,
         });
         self
     }
@@ -147,6 +227,7 @@ impl WorkerGroup {
         let hub_stop = CancellationToken::new();
         let mut subscribers = Vec::new();
         let mut runs = FuturesUnordered::new();
+        let gate = self.gate();
         for (i, m) in self.members.into_iter().enumerate() {
             let events = if m.notified {
                 let (tx, rx) = mpsc::unbounded_channel();
@@ -155,7 +236,8 @@ impl WorkerGroup {
             } else {
                 None
             };
-            let task = tokio::spawn((m.run)(stop_all.clone(), events));
+            let share = gate.as_ref().map(|g| Share::new(g, i));
+            let task = tokio::spawn((m.run)(stop_all.clone(), events, share));
             runs.push(async move { (i, task.await) });
         }
         let hub = (!subscribers.is_empty())
@@ -196,6 +278,29 @@ impl WorkerGroup {
             Some(e) => Err(e),
             None => Ok(reports.into_iter().flatten().collect()),
         }
+    }
+
+    /// The shared capacity of a prioritized group; None without priorities.
+    fn gate(&self) -> Option<Arc<Gate>> {
+        let explicit = self.members.iter().any(|m| m.priority.is_some());
+        let policy = self
+            .priority
+            .clone()
+            .or_else(|| explicit.then(Priority::default))?;
+        let levels: Vec<u32> = self
+            .members
+            .iter()
+            .map(|m| m.priority.unwrap_or(1))
+            .collect();
+        let smallest = self.members.iter().map(|m| m.concurrency).min();
+        let capacity = policy.capacity().or(smallest).unwrap_or(1);
+        let visibility = self.members.iter().map(|m| m.visibility).min();
+        Some(Gate::new(
+            &policy,
+            &levels,
+            capacity,
+            visibility.unwrap_or(Duration::MAX),
+        ))
     }
 
     /// Runs until SIGINT or SIGTERM, then shuts every worker down

@@ -88,6 +88,10 @@ pub(crate) struct HandlerLoops {
     pub wake: Wake,
     pub supervisor: Supervisor,
     pub panic_once: Arc<PanicOnce>,
+    /// In a prioritized group: each message waits for one of the group's
+    /// runs, and gives it and its claim back when its handling ends
+    /// (`priority.rs`).
+    pub share: Option<crate::priority::Share>,
 }
 
 /// Starts the handler loops of one worker; type-erased over the handler.
@@ -179,6 +183,13 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let mut timing = LoopTiming::new(&ctx);
     let mut run_local = R::Local::default();
     while let Some((item, left)) = next_claimed(&ctx, &mut timing.local).await {
+        // In a prioritized group: waits for a run of the group's
+        // concurrency; the slot gives the run and the message's claim back
+        // when its handling ends, however the iteration ends.
+        let slot = match &ctx.share {
+            Some(s) => Some(s.start(1).await),
+            None => None,
+        };
         let Claimed {
             msg,
             receipt,
@@ -265,6 +276,7 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
         if !send_ack(&ctx, counts, &d, kind).await {
             break;
         }
+        drop(slot);
         run.before_next(&mut run_local, &ctx.runs, &ctx.stop).await;
     }
     timing.local.merge(stats, Instant::now());

@@ -217,6 +217,7 @@ mod metrics;
 mod notifier;
 mod pause;
 mod preflight;
+mod priority;
 mod protocol;
 mod runners;
 mod shutdown;
@@ -243,6 +244,7 @@ pub use handler::{
 pub use health::Health;
 pub use hooks::Hook;
 pub use notifier::WakeUp;
+pub use priority::Priority;
 pub use protocol::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;

@@ -20,6 +20,7 @@ use crate::heartbeat::{self, Heartbeat, HeartbeatSignals};
 use crate::lease::Leases;
 use crate::notifier::{self, Notifier, WakeUp};
 use crate::preflight;
+use crate::priority::Share;
 use crate::runners::RunEnv;
 use crate::shutdown::Signals;
 use crate::shutdown::{Running, Shutdown, ShutdownHandle, ShutdownReport};
@@ -62,6 +63,8 @@ pub struct Worker<T> {
     spawner: Box<dyn Spawner<T>>,
     stats: Arc<Stats>,
     stop: ShutdownHandle,
+    /// Its share of a prioritized group's capacity (`priority.rs`).
+    share: Option<Share>,
 }
 
 impl<T> std::fmt::Debug for Worker<T> {
@@ -90,6 +93,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             spawner,
             stats,
             stop: ShutdownHandle::new(),
+            share: None,
         }
     }
 
@@ -115,6 +119,22 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     }
 
     /// Whether this worker wakes on notifications ([`WakeUp::Notify`]).
+    /// Its handler loops, for a prioritized group's default capacity.
+    pub(crate) fn concurrency(&self) -> usize {
+        self.plan.handler_loop.concurrency
+    }
+
+    /// Its visibility timeout, for a prioritized group's claims ahead.
+    pub(crate) fn visibility_timeout(&self) -> std::time::Duration {
+        self.plan.claimer.visibility_timeout
+    }
+
+    /// Claims and handles within a prioritized group's capacity.
+    pub(crate) fn with_share(mut self, share: Option<Share>) -> Self {
+        self.share = share;
+        self
+    }
+
     pub(crate) fn notified(&self) -> bool {
         self.plan.wake_up == WakeUp::Notify
     }
@@ -310,6 +330,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             wake: shared.wake.clone(),
             supervisor: shared.supervisor.clone(),
             panic_once: Arc::clone(&shared.panic_once),
+            share: self.share.clone(),
         };
         let handlers = self.spawner.spawn(Arc::new(loops));
 
@@ -338,6 +359,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             stats: Arc::clone(&shared.stats),
             health: Arc::clone(&shared.health),
             panic_once: Arc::clone(&shared.panic_once),
+            share: self.share,
         };
         let claimers = claimer::spawn(part, &shared.supervisor, &stop);
 
