@@ -87,6 +87,22 @@ const DEF_MEM: &str =
     "Peak resident set size of the bench process during the section's runs (largest run of \
     the round); see protocol.memory_method.";
 
+/// A run's round, whether it is a warm-up run, its mode and its rate.
+pub(crate) type RunKey<T> = fn(&T) -> (u32, bool, &str, f64);
+
+/// Per measured round, the rate of the run of mode `mode` ÷ the rate of
+/// the run of mode `base` of the same round (none where the latter is 0).
+pub(crate) fn paired_ratios<T>(runs: &[T], key: RunKey<T>, mode: &str, base: &str) -> Vec<Sample> {
+    let measured = || runs.iter().map(key).filter(|k| !k.1);
+    measured()
+        .filter(|k| k.2 == mode)
+        .filter_map(|(round, _, _, rate)| {
+            let (_, _, _, b) = measured().find(|b| b.0 == round && b.2 == base)?;
+            (b > 0.0).then(|| Sample::value(round, rate / b))
+        })
+        .collect()
+}
+
 /// The runs of `runs` that are not warm-up runs.
 pub(crate) fn measured<T>(runs: &[T], warmup: impl Fn(&T) -> bool) -> impl Iterator<Item = &T> {
     runs.iter().filter(move |r| !warmup(r))

@@ -31,14 +31,17 @@ CREATE TABLE pgmq_sdk.send_keys (
 CREATE INDEX send_keys_expires_at ON pgmq_sdk.send_keys (expires_at);
 
 -- Deletes up to `max_rows` expired keys, passing over rows another
--- transaction holds; returns how many it deleted.
+-- transaction holds; returns how many it deleted. The time is taken once,
+-- in a subquery: compared with clock_timestamp() itself (volatile), the
+-- index on expires_at would be read whole as a filter, every key checked
+-- on every send, instead of only the expired ones.
 CREATE FUNCTION pgmq_sdk.expire_send_keys(max_rows integer) RETURNS integer
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     WITH gone AS (
         DELETE FROM pgmq_sdk.send_keys k
         WHERE k.ctid = ANY (ARRAY(
             SELECT e.ctid FROM pgmq_sdk.send_keys e
-            WHERE e.expires_at <= clock_timestamp()
+            WHERE e.expires_at <= (SELECT clock_timestamp())
             ORDER BY e.expires_at
             LIMIT max_rows
             FOR UPDATE SKIP LOCKED))

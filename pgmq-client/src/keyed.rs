@@ -17,9 +17,10 @@
 //! number of keys plus 16), so the table holds about the keys taken within
 //! one window, without a separate cleanup job.
 //!
-//! What a key costs: one row and one index entry in `pgmq_sdk.send_keys`
-//! per message, written in the send's transaction (see docs/client.md in
-//! the repository for the measured cost against a plain batch send).
+//! What a key costs: one row and two index entries in `pgmq_sdk.send_keys`
+//! per message, written in the send's transaction (see docs/concepts.md in
+//! the repository, "Idempotent sends", for the measured cost against a
+//! plain batch send).
 
 use std::time::Duration;
 

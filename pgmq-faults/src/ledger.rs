@@ -152,10 +152,16 @@ impl Produced {
                 }
             }
             Err(e) => {
-                *self.errors.entry(error_kind(e)).or_default() += 1;
+                self.note_error(e);
                 self.record_as(keys, ProduceOutcome::of_error(e));
             }
         }
+    }
+
+    /// Counts a failed call by its kind, without recording a produce (a
+    /// try that is retried).
+    pub(crate) fn note_error(&mut self, e: &pgmq_client::Error) {
+        *self.errors.entry(error_kind(e)).or_default() += 1;
     }
 
     /// Records a produce call without message ids: one that shared another
@@ -449,6 +455,16 @@ pub(crate) async fn keys_in_queue(
     client: &Client,
     queue: &QueueName,
 ) -> Result<(Vec<i64>, u64), BoxError> {
+    let (rows, unkeyed) = ids_in_queue(client, queue).await?;
+    Ok((rows.into_iter().map(|(k, _)| k).collect(), unkeyed))
+}
+
+/// [`keys_in_queue`] with each message's id: `(key, msg_id)` per keyed
+/// message, and how many have no key.
+pub(crate) async fn ids_in_queue(
+    client: &Client,
+    queue: &QueueName,
+) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
     let conn = client.connection().await?;
     // The name is a validated QueueName: only [a-z0-9_], so the identifier is safe.
     let sql = format!(
@@ -457,7 +473,8 @@ pub(crate) async fn keys_in_queue(
              case when jsonb_typeof(headers->'original_headers'->'{h}') = 'number'
                   then (headers->'original_headers'->>'{h}')::bigint end,
              case when jsonb_typeof(message) = 'object' and jsonb_typeof(message->'key') = 'number'
-                  then (message->>'key')::bigint end)
+                  then (message->>'key')::bigint end),
+             msg_id
          from {}",
         queue.table(),
         h = KEY_HEADER,
@@ -467,7 +484,7 @@ pub(crate) async fn keys_in_queue(
     let mut unkeyed = 0;
     for r in &rows {
         match r.get::<_, Option<i64>>(0) {
-            Some(k) => keys.push(k),
+            Some(k) => keys.push((k, r.get(1))),
             None => unkeyed += 1,
         }
     }

@@ -35,7 +35,7 @@ use crate::config::{pick, Profile};
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
-use crate::figures::{measured, Figures};
+use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::{fmt_value, thousands};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::consume::{with_claim_reads, worker_on, Tally};
@@ -550,15 +550,9 @@ fn add_figures(f: &mut Figures, runs: &[BatchHandlerRun]) {
         ("batch_tx", "batch_tx_vs_per_message", DEF_RATIO),
         ("per_message_tx", "per_message_tx_vs_per_message", DEF_RATIO_TX),
     ] {
-        let samples = measured(runs, |r| r.warmup)
-            .filter(|r| r.mode == mode)
-            .filter_map(|r| {
-                let base = measured(runs, |b| b.warmup)
-                    .find(|b| b.round == r.round && b.mode == "per_message")?;
-                (base.rate.rate_per_s > 0.0)
-                    .then(|| Sample::value(r.round, r.rate.rate_per_s / base.rate.rate_per_s))
-            })
-            .collect();
+        let key: RunKey<BatchHandlerRun> =
+            |r| (r.round, r.warmup, r.mode.as_str(), r.rate.rate_per_s);
+        let samples = paired_ratios(runs, key, mode, "per_message");
         f.add(
             format!("{NAME}.{what}"),
             NAME,

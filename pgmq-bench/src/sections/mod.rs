@@ -111,6 +111,7 @@ macro_rules! registry {
 
 registry! {
     send => [SendSingle, SendBatch],
+    send_keyed => [SendBatchKeyed],
     consume => [ConsumeScaling],
     baseline => [Baseline],
     backlog => [BacklogScaling],

@@ -14,7 +14,7 @@
 //! | `outages.rs` | 13 network blackhole, 14 paused worker, 17 database down, 18 database read-only |
 //! | `shutdown.rs` | 7 graceful shutdown 20 times, 12 SIGTERM and a second SIGTERM |
 //! | `inputs.rs` | 9 hostile queue names, 10 connect failures |
-//! | `produce.rs` | 11 producers under connection cuts |
+//! | `produce.rs` | 11 producers under connection cuts, plain (11) and keyed and retried (11b) |
 
 mod crash;
 mod handlers;
@@ -39,7 +39,7 @@ use super::worker::WorkerSpec;
 use super::BoxError;
 
 /// What a scenario's function returns, boxed: its rows (most make one;
-/// 6 and 12 make two, a and b).
+/// 6, 11 and 12 make two).
 pub(crate) type Rows<'a> = Pin<Box<dyn Future<Output = Result<Vec<Row>, BoxError>> + Send + 'a>>;
 
 /// One scenario of the suite: what it does, what it checks, and the function
@@ -185,15 +185,25 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         number: 11,
-        rows: &["11"],
-        name: "producers under connection cuts",
-        injects: "the proxy resets every connection of four producers (send, send_batch of 10) \
-                  and every fifth time refuses new ones for 100 ms",
+        rows: &["11", "11b"],
+        name: "producers under connection cuts; keyed and retried through them (b)",
+        injects: "the proxy resets every connection of four producers (send, send_batch of 10; \
+                  11b: send_keyed, send_batch_keyed of 10, on the pgmq_sdk schema installed \
+                  first) and every fifth time refuses new ones for 100 ms",
         when: "every 100 ms while they produce",
-        checks: "every committed produce in the queue, no rejected one; each unknown one \
-                 classified; a batch all there or all absent; then consumed, nothing lost or \
-                 duplicated",
-        run: |ctx| Box::pin(async move { Ok(vec![produce::producers_under_cuts(ctx).await?]) }),
+        checks: "11: every committed produce in the queue, no rejected one; each unknown one \
+                 classified; a batch all there or all absent; 11b: every failed try retried \
+                 with its keys until it succeeds, then every message in the queue exactly \
+                 once under the id its send returned, a batch all new or all duplicate; \
+                 both: then consumed, nothing lost or duplicated",
+        run: |ctx| {
+            Box::pin(async move {
+                Ok(vec![
+                    produce::producers_under_cuts(ctx).await?,
+                    produce::keyed_producers_under_cuts(ctx).await?,
+                ])
+            })
+        },
     },
     Scenario {
         number: 12,

@@ -1,13 +1,18 @@
 //! 11: producers whose connections are cut while `send` and `send_batch` are
 //! in flight. Every produce is classified by [`pgmq_client::Error::outcome`];
 //! the queue then shows whether the classification was right.
+//!
+//! 11b: the same cuts under producers that send with deduplication keys
+//! (`send_keyed`, `send_batch_keyed`) and retry every failed try with the
+//! same keys until it succeeds: the queue must then hold every message
+//! exactly once, whatever each cut try did.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use pgmq_client::{Client, QueueName};
+use pgmq_client::{Client, CommitOutcome, QueueName, SendOptions};
 
 use super::super::job::{key_headers, Job};
 use super::super::ledger::{self, ProduceOutcome, Produced};
@@ -22,21 +27,14 @@ async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) ->
     for chunk in keys.chunks(batch) {
         let res = if batch == 1 {
             let k = chunk[0];
-            let opts = pgmq_client::SendOptions::new().headers(key_headers(k));
+            let opts = SendOptions::new().headers(key_headers(k));
             client
                 .send_with(&q, &Job::plain(k), &opts)
                 .await
                 .map(|id| vec![id])
         } else {
-            let jobs: Vec<Job> = chunk.iter().map(|k| Job::plain(*k)).collect();
-            let headers: Vec<serde_json::Value> = chunk.iter().map(|k| key_headers(*k)).collect();
-            client
-                .send_batch_with(
-                    &q,
-                    &jobs,
-                    &pgmq_client::SendOptions::new().headers_each(headers),
-                )
-                .await
+            let (jobs, opts) = batch_of(chunk);
+            client.send_batch_with(&q, &jobs, &opts).await
         };
         let failed = res.is_err();
         produced.record(chunk, &res);
@@ -48,11 +46,150 @@ async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) ->
     produced
 }
 
+/// The jobs of `keys` and the options that put each key in its headers.
+fn batch_of(keys: &[i64]) -> (Vec<Job>, SendOptions) {
+    let jobs = keys.iter().map(|k| Job::plain(*k)).collect();
+    let headers: Vec<serde_json::Value> = keys.iter().map(|k| key_headers(*k)).collect();
+    (jobs, SendOptions::new().headers_each(headers))
+}
+
+/// The deduplication key of a fault key.
+fn dedup_key(k: i64) -> String {
+    format!("fault-{k}")
+}
+
+/// How long a deduplication key holds: longer than the scenario runs.
+const KEY_WINDOW: Duration = Duration::from_secs(3600);
+
+/// How long a keyed producer retries one call before it gives up (and the
+/// scenario fails): far longer than a cut or a refusal lasts.
+const RETRY_LIMIT: Duration = Duration::from_secs(60);
+
+/// What the tries of the keyed producers came to.
+#[derive(Debug, Default)]
+struct Tries {
+    /// Tries made: first sends and retries.
+    tries: u64,
+    /// Failed tries whose outcome was unknown (in flight at a cut).
+    unknown: u64,
+    /// Failed tries without effect (not sent, or refused), retried too.
+    no_effect: u64,
+    /// Calls whose successful retry answered every key a duplicate: an
+    /// earlier, unknown try had committed.
+    committed_before: u64,
+    /// Calls answered with duplicates on their first try, or with some
+    /// duplicates and some new messages: neither can happen to fresh keys
+    /// sent in one statement.
+    torn: u64,
+    /// Calls given up: an error neither transient nor of unknown outcome,
+    /// or still failing after [`RETRY_LIMIT`].
+    gave_up: u64,
+}
+
+impl Tries {
+    fn merge(&mut self, o: &Tries) {
+        self.tries += o.tries;
+        self.unknown += o.unknown;
+        self.no_effect += o.no_effect;
+        self.committed_before += o.committed_before;
+        self.torn += o.torn;
+        self.gave_up += o.gave_up;
+    }
+}
+
+/// One keyed producer: sends its keys one by one (`send_keyed`, `batch` 1)
+/// or in batches (`send_batch_keyed`), each message under the
+/// deduplication key of its fault key, and retries every try that fails
+/// with a transient error or an unknown outcome, with the same keys, until
+/// it succeeds.
+async fn keyed_producer(
+    client: Client,
+    q: QueueName,
+    keys: Vec<i64>,
+    batch: usize,
+) -> (Produced, Tries) {
+    let mut produced = Produced::default();
+    let mut tries = Tries::default();
+    for chunk in keys.chunks(batch) {
+        let dedup: Vec<String> = chunk.iter().map(|k| dedup_key(*k)).collect();
+        let started = Instant::now();
+        let mut first = true;
+        let res = loop {
+            tries.tries += 1;
+            let res = if batch == 1 {
+                let key = pgmq_client::DedupKey::new(dedup[0].clone(), KEY_WINDOW);
+                let opts = SendOptions::new().headers(key_headers(chunk[0]));
+                client
+                    .send_keyed_with(&q, &key, &Job::plain(chunk[0]), &opts)
+                    .await
+                    .map(|s| vec![s])
+            } else {
+                let (jobs, opts) = batch_of(chunk);
+                client
+                    .send_batch_keyed(&q, &dedup, KEY_WINDOW, &jobs, &opts)
+                    .await
+            };
+            let e = match res {
+                Ok(sent) => {
+                    let dups = sent.iter().filter(|s| s.duplicate).count();
+                    if dups != 0 && (first || dups != sent.len()) {
+                        tries.torn += 1;
+                    } else if dups != 0 {
+                        tries.committed_before += 1;
+                    }
+                    break Ok(sent.iter().map(|s| s.msg_id).collect());
+                }
+                Err(e) => e,
+            };
+            produced.note_error(&e);
+            let unknown = e.outcome() == CommitOutcome::Unknown;
+            if unknown {
+                tries.unknown += 1;
+            } else {
+                tries.no_effect += 1;
+            }
+            if !(unknown || e.is_transient()) || started.elapsed() > RETRY_LIMIT {
+                tries.gave_up += 1;
+                break Err(e);
+            }
+            first = false;
+            // A producer backs off briefly before it tries again.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        match res {
+            Ok(ids) => produced.record(chunk, &Ok(ids)),
+            // Counted once already, as a try.
+            Err(e) => produced.record_as(chunk, ProduceOutcome::of_error(&e)),
+        }
+    }
+    (produced, tries)
+}
+
+/// How the producers of a run send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sends {
+    /// Plain sends, each failure classified and not retried (11).
+    Plain,
+    /// Keyed sends, each failure retried with the same keys (11b).
+    Keyed,
+}
+
 /// 11: four producers (two single, two batches of 10) through the proxy,
 /// which cuts every connection every 100 ms and refuses new ones for 100 ms
 /// every fifth time.
 pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
-    let mut run = Run::start(ctx, "11").await?;
+    under_cuts(ctx, "11", Sends::Plain).await
+}
+
+/// 11b: the producers of 11 with deduplication keys, each failed try
+/// retried with the same keys; on the pgmq_sdk schema, installed first.
+pub(crate) async fn keyed_producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
+    ctx.client.install_sdk_schema().await?;
+    under_cuts(ctx, "11b", Sends::Keyed).await
+}
+
+async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row, BoxError> {
+    let mut run = Run::start(ctx, label).await?;
     let proxy = start_proxy(ctx).await?;
     let client = Client::builder(&proxied_dsn(ctx, &proxy))
         .max_size(4)
@@ -65,7 +202,16 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
     let done = Arc::new(AtomicBool::new(false));
     let faults = cut_until_done(proxy, done.clone());
     let producers = futures::future::join_all(plan.into_iter().map(|(keys, batch)| {
-        tokio::spawn(producer(client.clone(), run.qs.q.clone(), keys, batch))
+        let (client, q) = (client.clone(), run.qs.q.clone());
+        tokio::spawn(async move {
+            match sends {
+                Sends::Plain => (producer(client, q, keys, batch).await, None),
+                Sends::Keyed => {
+                    let (p, t) = keyed_producer(client, q, keys, batch).await;
+                    (p, Some(t))
+                }
+            }
+        })
     }));
     let producers = async {
         let r = producers.await;
@@ -73,8 +219,13 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
         r
     };
     let (results, (cuts, proxy)) = tokio::join!(producers, faults);
+    let mut tries = Tries::default();
     for r in results {
-        run.produced.merge(r?);
+        let (p, t) = r?;
+        run.produced.merge(p);
+        if let Some(t) = t {
+            tries.merge(&t);
+        }
     }
     let (cut_conns, refused) = proxy.totals();
     drop(proxy);
@@ -86,17 +237,26 @@ pub(crate) async fn producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxError> {
     };
 
     // Before anything consumes: which keys made it into the queue?
-    let (present, unkeyed) = ledger::keys_in_queue(&ctx.client, &run.qs.q).await?;
-    let present: HashSet<i64> = present.into_iter().collect();
-    run.produced.classify_unknown(&present);
-    let checks = produce_checks(&run.produced, &present, unkeyed, &cut_stats);
-    run.checks.extend(checks);
+    let (ids, unkeyed) = ledger::ids_in_queue(&ctx.client, &run.qs.q).await?;
+    match sends {
+        Sends::Plain => {
+            let present: HashSet<i64> = ids.iter().map(|(k, _)| *k).collect();
+            run.produced.classify_unknown(&present);
+            let checks = produce_checks(&run.produced, &present, unkeyed, &cut_stats);
+            run.checks.extend(checks);
+        }
+        Sends::Keyed => {
+            let checks = keyed_checks(&run.produced, &tries, &ids, unkeyed, &cut_stats);
+            run.checks.extend(checks);
+        }
+    }
     // Then consume everything (unfaulted) and count per key.
+    let title = match sends {
+        Sends::Plain => "producers under connection cuts",
+        Sends::Keyed => "keyed producers retrying through connection cuts",
+    };
     let w = run.spawn(&run.worker_args()).await?;
-    Ok(run
-        .finish("producers under connection cuts", vec![w])
-        .await?
-        .row)
+    Ok(run.finish(title, vec![w]).await?.row)
 }
 
 /// The keys of the four producers, each with its batch size: two send one
@@ -142,6 +302,21 @@ struct CutStats {
     refused: u64,
 }
 
+impl CutStats {
+    /// Whether the proxy cut any connection at all.
+    fn cut_any(&self) -> bool {
+        self.cuts > 0 && self.cut_conns > 0
+    }
+
+    /// The cuts, the connections they reset and the connects refused.
+    fn describe(&self) -> String {
+        format!(
+            "{} cuts resetting {} connections, {} connects refused",
+            self.cuts, self.cut_conns, self.refused
+        )
+    }
+}
+
 /// The checks of each produce's classification against the keys `present`
 /// in the queue before anything consumed.
 fn produce_checks(
@@ -150,11 +325,6 @@ fn produce_checks(
     unkeyed: u64,
     cut_stats: &CutStats,
 ) -> [Check; 4] {
-    let CutStats {
-        cuts,
-        cut_conns,
-        refused,
-    } = *cut_stats;
     let committed_missing = produced
         .records
         .iter()
@@ -183,11 +353,11 @@ fn produce_checks(
     [
         Check::new(
             "connections cut while produces were in flight",
-            cuts > 0 && cut_conns > 0 && unknown > 0,
+            cut_stats.cut_any() && unknown > 0,
             format!(
-                "{cuts} cuts resetting {cut_conns} connections, {refused} connects refused; \
-                 {unknown} produces in flight at a cut, {recovered} of them committed; \
+                "{}; {unknown} produces in flight at a cut, {recovered} of them committed; \
                  failed calls: {:?}",
+                cut_stats.describe(),
                 produced.errors
             ),
         ),
@@ -223,4 +393,145 @@ fn unknown_per_call(produced: &Produced, present: &HashSet<i64>) -> HashMap<u64,
         e.1 += usize::from(present.contains(&r.key));
     }
     per_call
+}
+
+/// The checks of 11b against the messages in the queue before anything
+/// consumed (`ids`: key and message id of each): every produced key there
+/// exactly once, under the id its producer was given.
+fn keyed_checks(
+    produced: &Produced,
+    tries: &Tries,
+    ids: &[(i64, i64)],
+    unkeyed: u64,
+    cut_stats: &CutStats,
+) -> [Check; 4] {
+    let mut copies: HashMap<i64, u64> = HashMap::new();
+    let mut id_of: HashMap<i64, i64> = HashMap::new();
+    for (k, id) in ids {
+        *copies.entry(*k).or_default() += 1;
+        id_of.insert(*k, *id);
+    }
+    let sent: HashSet<i64> = produced.records.iter().map(|r| r.key).collect();
+    let not_committed = produced
+        .records
+        .iter()
+        .filter(|r| r.outcome != ProduceOutcome::Committed)
+        .count();
+    let missing = sent.iter().filter(|k| !copies.contains_key(k)).count();
+    let doubled = copies.values().filter(|n| **n > 1).count();
+    let stray = copies.keys().filter(|k| !sent.contains(k)).count();
+    let wrong_id = produced
+        .records
+        .iter()
+        .filter(|r| r.msg_id.is_some() && r.msg_id != id_of.get(&r.key).copied())
+        .count();
+    [
+        Check::new(
+            "connections cut while keyed sends were in flight",
+            cut_stats.cut_any() && tries.unknown > 0,
+            format!(
+                "{}; {} tries for {} messages: {} failed with the outcome unknown, {} without \
+                 effect, all retried with their keys; {} retried calls found their keys \
+                 taken (an unknown try had committed); failed tries: {:?}",
+                cut_stats.describe(),
+                tries.tries,
+                sent.len(),
+                tries.unknown,
+                tries.no_effect,
+                tries.committed_before,
+                produced.errors
+            ),
+        ),
+        Check::new(
+            "every keyed message in the queue exactly once",
+            not_committed == 0
+                && tries.gave_up == 0
+                && missing == 0
+                && doubled == 0
+                && stray == 0
+                && unkeyed == 0,
+            format!(
+                "{} keys sent, {} messages in the queue: {missing} missing, {doubled} twice or \
+                 more, {stray} never sent, {unkeyed} without a key; {} calls given up",
+                sent.len(),
+                ids.len() as u64 + unkeyed,
+                tries.gave_up
+            ),
+        ),
+        Check::new(
+            "each send answered with its message's id",
+            wrong_id == 0,
+            format!(
+                "{wrong_id} keys whose send (or retry) returned an id other than the queued \
+                 message's"
+            ),
+        ),
+        Check::new(
+            "keyed batches all new or all duplicate",
+            tries.torn == 0,
+            format!(
+                "{} calls answered partly duplicate, or duplicate on their first try",
+                tries.torn
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cuts() -> CutStats {
+        CutStats {
+            cuts: 3,
+            cut_conns: 5,
+            refused: 0,
+        }
+    }
+
+    /// Keys 1 to 3 sent as ids 11 to 13, after one unknown try.
+    fn sent() -> (Produced, Tries) {
+        let mut p = Produced::default();
+        p.record(&[1, 2, 3], &Ok(vec![11, 12, 13]));
+        let t = Tries {
+            tries: 2,
+            unknown: 1,
+            ..Tries::default()
+        };
+        (p, t)
+    }
+
+    fn passes(checks: &[Check]) -> Vec<bool> {
+        checks.iter().map(|c| c.pass).collect()
+    }
+
+    #[test]
+    fn keyed_checks_pass_when_each_message_is_there_once() {
+        let (p, t) = sent();
+        let ids = [(1, 11), (2, 12), (3, 13)];
+        assert_eq!(passes(&keyed_checks(&p, &t, &ids, 0, &cuts())), [true; 4]);
+    }
+
+    #[test]
+    fn keyed_checks_fail_on_a_duplicate_a_loss_or_a_wrong_id() {
+        let (p, t) = sent();
+        let doubled = [(1, 11), (2, 12), (3, 13), (3, 14)];
+        assert!(!keyed_checks(&p, &t, &doubled, 0, &cuts())[1].pass);
+        let missing = [(1, 11), (2, 12)];
+        assert!(!keyed_checks(&p, &t, &missing, 0, &cuts())[1].pass);
+        let stray = [(1, 11), (2, 12), (3, 13), (9, 19)];
+        assert!(!keyed_checks(&p, &t, &stray, 0, &cuts())[1].pass);
+        let wrong = [(1, 11), (2, 12), (3, 14)];
+        assert!(!keyed_checks(&p, &t, &wrong, 0, &cuts())[2].pass);
+        let torn = Tries {
+            torn: 1,
+            ..sent().1
+        };
+        assert!(!keyed_checks(&p, &torn, &[(1, 11), (2, 12), (3, 13)], 0, &cuts())[3].pass);
+        let no_cut = Tries {
+            unknown: 0,
+            ..sent().1
+        };
+        assert!(!keyed_checks(&p, &no_cut, &[(1, 11), (2, 12), (3, 13)], 0, &cuts())[0].pass);
+    }
 }

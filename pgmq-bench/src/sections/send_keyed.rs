@@ -1,0 +1,243 @@
+//! send_batch_keyed: the cost of deduplication keys. Per round, the same
+//! `--batch-messages` are batch-sent twice into fresh queues, in calls of
+//! `--batch-size`: once with `Client::send_batch` (`plain`), once with
+//! `Client::send_batch_keyed` (`keyed`), every message under a fresh key of
+//! its own with a window of one hour, so that every key is taken and every
+//! message sent. The two runs swap order from round to round, so that a
+//! drift of the machine does not favour either.
+//!
+//! Timed like send_batch, from the first call to the last reply, each call
+//! awaited before the next. The keyed sends need the `pgmq_sdk` schema: the
+//! section installs it first (`Client::install_sdk_schema`, which does
+//! nothing when it is current). After a keyed run its keys are counted in
+//! `pgmq_sdk.send_keys` (every message's, once) and deleted, so that every
+//! round starts from the same key table.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::checks::{run_tag, Checks};
+use crate::document::{Better, Document, Rate, Sections};
+use crate::error::Result;
+use crate::figures::{measured, paired_ratios, Figures, RunKey};
+use crate::report::markdown::{cell, definitions, fig};
+use crate::sections::{id_batches, Ctx, Round, Section};
+
+/// The section's name, in the document and on the command line.
+const NAME: &str = "send_batch_keyed";
+
+/// The two ways of sending, in the order of an even round.
+const MODES: [&str; 2] = ["plain", "keyed"];
+
+/// How long each key holds: longer than any run.
+const WINDOW: Duration = Duration::from_secs(3600);
+
+/// One run: `--batch-messages` sent in batches one way.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct KeyedSendRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// `plain` (`send_batch`) or `keyed` (`send_batch_keyed`).
+    pub mode: String,
+    /// Messages per call.
+    pub batch_size: u32,
+    /// Messages sent over the seconds from the first call to the last reply.
+    pub rate: Rate,
+    /// Messages a keyed send answered as duplicates (must be 0: every key
+    /// is fresh); 0 for `plain`.
+    pub duplicates: u64,
+    /// Messages in the queue after the run (must be the count sent).
+    pub in_queue_after: i64,
+    /// The run's keys in `pgmq_sdk.send_keys` after it (must be the count
+    /// sent for `keyed`, 0 for `plain`).
+    pub keys_after: i64,
+    /// Peak RSS of the bench process during the run.
+    pub peak_rss_bytes: u64,
+}
+
+/// The key table's scope of a queue (as `pgmq_sdk.send_batch_keyed` writes it).
+fn scope(q: &pgmq_client::QueueName) -> String {
+    format!("queue:{}", q.as_str())
+}
+
+/// One run of `mode` into a fresh queue.
+async fn run(ctx: &Ctx, mode: &str, round: u32, warmup: bool) -> Result<KeyedSendRun> {
+    let q = ctx.guard.fresh(NAME).await?;
+    let n = ctx.cfg.batch_messages;
+    let size = u64::from(ctx.cfg.batch_size);
+    let opts = pgmq_client::SendOptions::new();
+    let mut bodies = Vec::with_capacity(size as usize);
+    let mut keys: Vec<String> = Vec::with_capacity(size as usize);
+    let mut duplicates = 0u64;
+    ctx.meter.begin();
+    let t = Instant::now();
+    for ids in id_batches(n, size) {
+        bodies.clear();
+        bodies.extend(ids.clone().map(|i| ctx.body(i)));
+        if mode == "keyed" {
+            keys.clear();
+            keys.extend(ids.map(|i| format!("m{i}")));
+            let sent = ctx
+                .client
+                .send_batch_keyed(&q, &keys, WINDOW, &bodies, &opts)
+                .await?;
+            duplicates += sent.iter().filter(|s| s.duplicate).count() as u64;
+        } else {
+            ctx.client.send_batch(&q, &bodies).await?;
+        }
+    }
+    let rate = Rate::new(n, t.elapsed().as_secs_f64());
+    let peak_rss_bytes = ctx.meter.end();
+    let scope = scope(&q);
+    let keys_after: i64 = ctx
+        .admin
+        .query_one(
+            "SELECT count(*) FROM pgmq_sdk.send_keys WHERE scope = $1",
+            &[&scope],
+        )
+        .await?
+        .get(0);
+    ctx.admin
+        .execute("DELETE FROM pgmq_sdk.send_keys WHERE scope = $1", &[&scope])
+        .await?;
+    Ok(KeyedSendRun {
+        round,
+        warmup,
+        mode: mode.to_owned(),
+        batch_size: ctx.cfg.batch_size,
+        rate,
+        duplicates,
+        in_queue_after: ctx.finish_queue(&q).await?,
+        keys_after,
+        peak_rss_bytes,
+    })
+}
+
+/// The send_batch_keyed section (see the module docs).
+pub(crate) struct SendBatchKeyed;
+
+const DEF_RATE: &str = "--batch-messages sent in calls of --batch-size, each awaited before the \
+    next, into a fresh queue: messages ÷ seconds from the first call to the last reply. plain: \
+    Client::send_batch; keyed: Client::send_batch_keyed, every message under a fresh key \
+    (window 1 h), its key row written in the send's transaction.";
+
+const DEF_RATIO: &str = "keyed throughput ÷ plain throughput of the same round: what keys cost \
+    a batch send (1: nothing).";
+
+impl Section for SendBatchKeyed {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn about(&self) -> &'static str {
+        "Batch sends with deduplication keys against the same batches without"
+    }
+
+    fn in_warmup(&self) -> bool {
+        true
+    }
+
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            ctx.client.install_sdk_schema().await?;
+            let mut modes = MODES;
+            if at.index % 2 == 1 {
+                modes.reverse();
+            }
+            for mode in modes {
+                let r = run(ctx, mode, at.index, at.warm).await?;
+                ctx.progress.say(format!(
+                    "{} {NAME} {mode}: {:.0} msg/s",
+                    at.tag, r.rate.rate_per_s
+                ));
+                s.record(NAME, &r)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        let runs = match s.runs::<KeyedSendRun>(NAME) {
+            Ok(r) => r,
+            Err(e) => return out.fail(format!("{NAME}: {e}")),
+        };
+        for r in &runs {
+            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
+            out.short_run(&tag, r.rate.elapsed_s);
+            let sent = r.rate.count as i64;
+            let keys = if r.mode == "keyed" { sent } else { 0 };
+            if r.in_queue_after != sent || r.keys_after != keys || r.duplicates != 0 {
+                out.fail(format!(
+                    "{tag}: sent {sent} but the queue holds {}, the key table {} of its keys \
+                     (expected {keys}), {} answered as duplicates",
+                    r.in_queue_after, r.keys_after, r.duplicates
+                ));
+            }
+        }
+    }
+
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        let Ok(runs) = s.runs::<KeyedSendRun>(NAME) else {
+            return;
+        };
+        for mode in MODES {
+            f.rate(
+                &format!("{NAME}.{mode}.rate"),
+                NAME,
+                &format!("Batch send, {mode}"),
+                DEF_RATE,
+                measured(&runs, |r| r.warmup)
+                    .filter(|r| r.mode == mode)
+                    .map(|r| (r.round, &r.rate)),
+            );
+        }
+        let key: RunKey<KeyedSendRun> =
+            |r| (r.round, r.warmup, r.mode.as_str(), r.rate.rate_per_s);
+        let samples = paired_ratios(&runs, key, "keyed", "plain");
+        f.add(
+            format!("{NAME}.keyed_vs_plain"),
+            NAME,
+            "keyed ÷ plain".to_owned(),
+            "x",
+            Better::Higher,
+            DEF_RATIO,
+            samples,
+        );
+    }
+
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        super::extra_peaks::<KeyedSendRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
+    }
+
+    fn report(&self, d: &Document, out: &mut String) {
+        let ids: Vec<String> = ["plain.rate", "keyed.rate", "keyed_vs_plain"]
+            .iter()
+            .map(|w| format!("{NAME}.{w}"))
+            .collect();
+        if fig(d, &ids[2]).is_none() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## Keyed batch sends (send_batch_keyed)\n\n\
+             | send_batch (msg/s) | send_batch_keyed (msg/s) | keyed ÷ plain |\n\
+             | --- | --- | --- |\n| {} | {} | {} |\n",
+            cell(d, &ids[0]),
+            cell(d, &ids[1]),
+            cell(d, &ids[2])
+        );
+        definitions(out, d, &ids);
+    }
+}
