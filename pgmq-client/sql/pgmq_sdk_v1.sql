@@ -57,6 +57,11 @@ $fn$;
 -- Two transactions sending one key at once: the second waits on the first's
 -- key row (INSERT ... ON CONFLICT), then sees it taken if the first
 -- committed, or takes it if the first rolled back.
+--
+-- After the insert, keys are looked up one by one on the primary key
+-- rather than joined: a session caches its plans with the statistics of
+-- the moment, and a join planned while send_keys was empty (just
+-- installed, not yet analyzed) scans the whole table on every later call.
 CREATE FUNCTION pgmq_sdk.send_batch_keyed(
     queue_name text,
     keys text[],
@@ -70,6 +75,7 @@ DECLARE
     scope_name text := 'queue:' || queue_name;
     fresh integer[];
     ids bigint[];
+    p integer;
 BEGIN
     IF cardinality(keys) IS DISTINCT FROM cardinality(msgs)
         OR (headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs)) THEN
@@ -115,15 +121,17 @@ BEGIN
             END,
             delay
         ) WITH ORDINALITY AS t(id, n);
-        UPDATE pgmq_sdk.send_keys s SET result = x.id
-        FROM unnest(fresh, ids) AS x(i, id)
-        WHERE s.scope = scope_name AND s.key = keys[x.i];
+        FOR p IN 1 .. cardinality(fresh) LOOP
+            UPDATE pgmq_sdk.send_keys s SET result = ids[p]
+            WHERE s.scope = scope_name AND s.key = keys[fresh[p]];
+        END LOOP;
     END IF;
 
     RETURN QUERY
-        SELECT s.result, NOT coalesce(u.i = ANY (fresh), false)
+        SELECT (SELECT s.result FROM pgmq_sdk.send_keys s
+                WHERE s.scope = scope_name AND s.key = u.k),
+               NOT coalesce(u.i = ANY (fresh), false)
         FROM unnest(keys) WITH ORDINALITY AS u(k, i)
-        JOIN pgmq_sdk.send_keys s ON s.scope = scope_name AND s.key = u.k
         ORDER BY u.i;
 END
 $fn$;
