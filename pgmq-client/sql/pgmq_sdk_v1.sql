@@ -31,12 +31,16 @@ CREATE TABLE pgmq_sdk.send_keys (
 CREATE INDEX send_keys_expires_at ON pgmq_sdk.send_keys (expires_at);
 
 -- Deletes up to `max_rows` expired keys, passing over rows another
--- transaction holds; returns how many it deleted. The time is taken once,
--- in a subquery: compared with clock_timestamp() itself (volatile), the
--- index on expires_at would be read whole as a filter, every key checked
--- on every send, instead of only the expired ones.
+-- transaction holds; returns how many it deleted. enable_seqscan is off
+-- inside it, so that the scan is always a range of the expires_at index:
+-- a plan made while the table's statistics said it was empty (analyzed
+-- just after the install, or after a mass delete) would otherwise read the
+-- whole table on every keyed send, however large it grew. The time is
+-- taken once, in a subquery: compared with clock_timestamp() itself
+-- (volatile), the index on expires_at would be read whole as a filter,
+-- every key checked on every send, instead of only the expired ones.
 CREATE FUNCTION pgmq_sdk.expire_send_keys(max_rows integer) RETURNS integer
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
     WITH gone AS (
         DELETE FROM pgmq_sdk.send_keys k
         WHERE k.ctid = ANY (ARRAY(
@@ -59,9 +63,10 @@ $fn$;
 -- committed, or takes it if the first rolled back.
 --
 -- After the insert, keys are looked up one by one on the primary key
--- rather than joined: a session caches its plans with the statistics of
--- the moment, and a join planned while send_keys was empty (just
--- installed, not yet analyzed) scans the whole table on every later call.
+-- rather than joined, and enable_seqscan is off inside it: a session
+-- caches its plans with the statistics of the moment, and a plan made
+-- while send_keys was empty (just installed, or analyzed after a mass
+-- delete) would otherwise scan the whole table on every later call.
 CREATE FUNCTION pgmq_sdk.send_batch_keyed(
     queue_name text,
     keys text[],
@@ -70,7 +75,7 @@ CREATE FUNCTION pgmq_sdk.send_batch_keyed(
     delay timestamptz,
     key_window interval
 ) RETURNS TABLE (msg_id bigint, duplicate boolean)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
 DECLARE
     scope_name text := 'queue:' || queue_name;
     fresh integer[];
@@ -146,7 +151,7 @@ CREATE FUNCTION pgmq_sdk.send_topic_keyed(
     delay integer,
     key_window interval
 ) RETURNS TABLE (queues integer, duplicate boolean)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
 DECLARE
     scope_name text := 'topic:' || routing_key;
     fresh boolean := false;
