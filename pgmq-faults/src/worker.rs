@@ -110,6 +110,10 @@ pub(crate) struct WorkerSpec {
     pub(crate) pool_size: u32,
     /// `application_name` of every connection of this process.
     pub(crate) app_name: String,
+    /// Places of a fleet-wide limit (`WorkerBuilder::fleet_limit`) shared
+    /// by every worker of the queue; 0: no limit.
+    #[serde(default)]
+    pub(crate) fleet_places: u32,
 }
 
 /// The handler a fault worker runs.
@@ -225,6 +229,7 @@ impl WorkerSpec {
             group: false,
             pool_size: 4,
             app_name: "pgmq-fault-worker".to_owned(),
+            fleet_places: 0,
         }
     }
 }
@@ -450,6 +455,10 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerSpec) -> WorkerBuilder<Job> {
         builder.claim_reads(ClaimReads::FifoGroups)
     } else {
         builder
+    };
+    let builder = match args.fleet_places {
+        0 => builder,
+        n => builder.fleet_limit(pgmq_client::FleetLimit::max_running(n)),
     };
     let builder = match args.handler_timeout_ms {
         0 => builder,

@@ -340,5 +340,13 @@ pub fn short_run_args(output: &str) -> Vec<&str> {
         "1",
         "--pinned-readers",
         "2",
+        "--fleet-limit-processes",
+        "2",
+        "--fleet-limit-places",
+        "4",
+        "--fleet-limit-messages",
+        "200",
+        "--fleet-limit-work-ms",
+        "10",
     ]
 }

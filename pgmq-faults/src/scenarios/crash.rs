@@ -89,21 +89,7 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut holding = 0;
     for i in 1..=2 {
         let at = run.wait_handled(ctx.n as i64 * i / 3).await?;
-        // Kill while it holds claims: look until it does (between two reads
-        // it may hold none for a moment), for at most a second.
-        for _ in 0..200 {
-            if !run.held_keys().await?.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let killed_at = Utc::now();
-        let exit = w.sigkill().await?;
-        // What the dead worker held: the invisible messages once a read it
-        // left in flight has had time to finish in the server (their vt is
-        // 3 s, so none has expired yet), before the next worker claims any.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let held = run.held_keys().await?;
+        let (killed_at, exit, held) = kill_holding(&run, w).await?;
         if !held.is_empty() {
             holding += 1;
         }
@@ -146,6 +132,35 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         format!("{redelivered} handlings of redelivered messages (read_ct > 1)"),
     ));
     Ok(row)
+}
+
+/// SIGKILLs `w` while it holds claims (it is looked at until it does,
+/// between two reads it may hold none for a moment, for at most a second);
+/// returns when, how it exited, and the keys it held: the invisible
+/// messages once a read it left in flight has had time to finish in the
+/// server (their vt is 3 s, so none has expired yet), before the next
+/// worker claims any.
+async fn kill_holding(
+    run: &Run<'_>,
+    w: super::super::child::WorkerProc,
+) -> Result<
+    (
+        DateTime<Utc>,
+        pgmq_testkit::child::Exit<serde_json::Value, serde_json::Value>,
+        Vec<i64>,
+    ),
+    BoxError,
+> {
+    for _ in 0..200 {
+        if !run.held_keys().await?.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let killed_at = Utc::now();
+    let exit = w.sigkill().await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok((killed_at, exit, run.held_keys().await?))
 }
 
 /// How long after `since` a redelivered message (read_ct > 1) was first
@@ -295,4 +310,91 @@ pub(crate) async fn start_proxy(ctx: &Ctx) -> Result<Proxy, BoxError> {
 /// The cluster's DSN through the proxy.
 pub(crate) fn proxied_dsn(ctx: &Ctx, proxy: &Proxy) -> String {
     ctx.cluster.dsn_at(proxy.addr().port(), "pgmq")
+}
+
+/// 20: one worker under a fleet-wide limit of 4 places (8 handlers of 10
+/// ms, vt 3 s) SIGKILLed at a third of the handlings while it holds
+/// places; a second worker with the same limit started at once. The
+/// queue table is sampled every 10 ms for the claims running.
+pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
+    const PLACES: u32 = 4;
+    ctx.client.install_sdk_schema().await?;
+    let mut run = Run::start(ctx, "20").await?;
+    // 4 places of 10 ms each: about 400 handlings a second.
+    let n = ctx.n.min(2_000);
+    run.produce_plain(n).await;
+    let mut args = run.worker_args();
+    args.vt_secs = 3;
+    args.sleep_ms = 10;
+    args.fleet_places = PLACES;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (stop, q) = (std::sync::Arc::clone(&stop), run.qs.q.clone());
+        let client = ctx.client.clone();
+        tokio::spawn(async move {
+            let sql = format!(
+                "select count(*) from {} where vt > clock_timestamp()",
+                q.table()
+            );
+            let mut most = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(conn) = client.connection().await {
+                    if let Ok(row) = conn.query_one(sql.as_str(), &[]).await {
+                        most = most.max(row.get::<_, i64>(0));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            most
+        })
+    };
+    let w = run.spawn(&args).await?;
+    let at = run.wait_handled(n as i64 / 3).await?;
+    let (killed_at, exit, held) = kill_holding(&run, w).await?;
+    run.allow_duplicates(
+        held.len() as u64,
+        format!("SIGKILL: {} places held", held.len()),
+    );
+    run.suspect(held.iter().copied());
+    let w = run.spawn(&args).await?;
+    let freed = first_redelivery(
+        ctx,
+        run.label,
+        killed_at,
+        Duration::from_secs(args.vt_secs + 10),
+    )
+    .await;
+    run.check(
+        "killed while holding places",
+        !held.is_empty(),
+        format!(
+            "SIGKILL after {at} handlings ({}), holding {} places",
+            exit.status,
+            held.len()
+        ),
+    );
+    run.check(
+        "the dead worker's places freed within its vt",
+        freed.is_some_and(|d| d <= Duration::from_secs(args.vt_secs + 2)),
+        match freed {
+            Some(d) => format!(
+                "its first message read again {:.1} s after the kill (vt {} s)",
+                d.as_secs_f64(),
+                args.vt_secs
+            ),
+            None => "no message of the dead worker read again".into(),
+        },
+    );
+    let f = run
+        .finish("fleet limit: worker SIGKILLed holding places", vec![w])
+        .await?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let most = sampler.await.unwrap_or(i64::MAX);
+    let mut row = f.row;
+    row.push_check(Check::new(
+        "never more claims running than the limit",
+        most <= i64::from(PLACES),
+        format!("at most {most} running in the 10 ms samples (limit {PLACES})"),
+    ));
+    Ok(row)
 }

@@ -299,6 +299,18 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
                  ones dead-lettered undecoded; never a crash, nothing else lost",
         run: |ctx| Box::pin(async move { Ok(vec![handlers::bodies(ctx).await?]) }),
     },
+    Scenario {
+        number: 20,
+        rows: &["20"],
+        name: "fleet limit: worker SIGKILLed holding places",
+        injects: "SIGKILL to a worker under a fleet-wide limit of 4 places (8 handlers of 10 ms, \
+                  vt 3 s); a second worker with the same limit started at once",
+        when: "at a third of the handlings, once it is seen holding places",
+        checks: "never more than 4 claims running (the queue table sampled every 10 ms); the \
+                 dead worker's places freed within its vt; nothing lost; duplicates only of \
+                 the places it held",
+        run: |ctx| Box::pin(async move { Ok(vec![crash::fleet_limit_killed(ctx).await?]) }),
+    },
 ];
 
 /// The scenario numbered `n`.
