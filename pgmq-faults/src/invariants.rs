@@ -637,15 +637,27 @@ fn reports(e: &Evidence) -> Check {
             // A ledger insert whose reply a fault cut off may have committed
             // while the handler saw an error: that run failed, its message
             // was delivered again, and the process counted it in
-            // `ledger_unsure`. Up to that many such rows are explained.
-            if again.len() as u64 > get("ledger_unsure") {
+            // `ledger_unsure`. A claim lost to a fault (a database down
+            // past the vt while its acknowledgement waited: counted in
+            // `claims_lost`, which the planned expiries may leave within
+            // their bound) and a run given up (`timed_out`, `abandoned`)
+            // leave a written row whose message is delivered again too.
+            // Up to that many such rows are explained.
+            let explained = get("ledger_unsure")
+                + get("claims_lost")
+                + get("timed_out")
+                + report["abandoned"].as_array().map_or(0, |a| a.len() as u64);
+            if again.len() as u64 > explained {
                 bad.extend(again.iter().map(|key| {
                     format!(
                         "{} ({}): key {key} handled and acknowledged, delivered again \
-                         ({} ledger inserts unsure)",
+                         ({} ledger inserts unsure, {} claims lost, {} runs given up)",
                         x.app_name,
                         x.how,
-                        get("ledger_unsure")
+                        get("ledger_unsure"),
+                        get("claims_lost"),
+                        get("timed_out")
+                            + report["abandoned"].as_array().map_or(0, |a| a.len() as u64)
                     )
                 }));
             }
