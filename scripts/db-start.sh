@@ -134,6 +134,13 @@ if [ "$fresh" = 1 ] || ! pg_file .pgmq-ready; then
   db_log "cluster ready: PostgreSQL $(psql_su -d pgmq -c 'show server_version'), PGMQ $version"
 fi
 
+# The security tests (pgmq-client/tests/sdk_security.rs) play other roles
+# on this throwaway cluster (tenants, a role that squats a schema): role
+# pgmq creates and drops them. Idempotent, so older clusters get it too.
+if pg_file .pgmq-nosuperuser; then
+  psql_su -d postgres -c "ALTER ROLE pgmq CREATEROLE" >/dev/null
+fi
+
 # pg_partman, when its package is installed (it may arrive after the cluster did).
 if [ -f "$("$PG_CONFIG" --sharedir)/extension/pg_partman.control" ]; then
   psql_su -d pgmq -c "CREATE SCHEMA IF NOT EXISTS partman; CREATE EXTENSION IF NOT EXISTS pg_partman SCHEMA partman" >/dev/null

@@ -123,6 +123,14 @@ async fn cached<C: GenericClient + Sync>(
     params: Params<'_>,
     retry: bool,
 ) -> Result<Vec<Row>, Error> {
+    if stmt.is_sdk() && !cache.sdk_trusted.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::sdk_schema::check_trust(client)
+            .await
+            .map_err(|e| mark_lost(lost, e))?;
+        cache
+            .sdk_trusted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let once = || async {
         if cache.unnamed {
             let typed: Vec<(&(dyn ToSql + Sync), Type)> = params
@@ -173,6 +181,9 @@ pub(crate) async fn uncached<C: GenericClient + Sync>(
     stmt: Stmt,
     params: Params<'_>,
 ) -> Result<Vec<Row>, Error> {
+    if stmt.is_sdk() {
+        crate::sdk_schema::check_trust(client).await?;
+    }
     let prepared = prepare(client.prepare(stmt.sql())).await?;
     request(client, client.query(&prepared, params)).await
 }

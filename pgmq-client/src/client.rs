@@ -99,6 +99,44 @@ pub struct Pool {
     dedicated: Option<Arc<(tokio_postgres::Config, MakeRustlsConnect)>>,
     /// Sends carry the current trace context in their headers (feature `otel`).
     trace_context: bool,
+    /// When the pool's last housekeeping pass ran (see
+    /// `Executor::housekeeping_due`).
+    housekeeping: Arc<Housekeeping>,
+}
+
+/// Spaces the housekeeping passes a pool runs after keyed sends (deleting
+/// expired deduplication keys, in a transaction of their own) at least
+/// [`Housekeeping::EVERY`] apart.
+#[derive(Debug)]
+pub(crate) struct Housekeeping {
+    start: std::time::Instant,
+    /// Milliseconds after `start` of the last pass; `u64::MAX` before the
+    /// first.
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Housekeeping {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new() -> Arc<Self> {
+        Arc::new(Housekeeping {
+            start: std::time::Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// True for one caller at most once per [`Housekeeping::EVERY`].
+    fn due(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.start.elapsed().as_millis() as u64;
+        let last = self.last_ms.load(Relaxed);
+        if last != u64::MAX && now.saturating_sub(last) < Self::EVERY.as_millis() as u64 {
+            return false;
+        }
+        self.last_ms
+            .compare_exchange(last, now, Relaxed, Relaxed)
+            .is_ok()
+    }
 }
 
 impl std::fmt::Debug for Pool {
@@ -131,6 +169,10 @@ impl Executor for Pool {
 
     fn autocommit(&self) -> bool {
         true
+    }
+
+    fn housekeeping_due(&self) -> bool {
+        self.housekeeping.due()
     }
 
     fn trace_context(&self) -> bool {
@@ -185,6 +227,7 @@ impl Client {
             install: Some(Arc::new(install)),
             dedicated: None,
             trace_context: false,
+            housekeeping: Housekeeping::new(),
         }))
     }
 
@@ -579,6 +622,7 @@ impl ClientBuilder {
             install,
             dedicated,
             trace_context: self.trace_context,
+            housekeeping: Housekeeping::new(),
         }))
     }
 }

@@ -105,6 +105,24 @@ pub enum Error {
         feature: &'static str,
     },
 
+    /// The `pgmq_sdk` schema cannot be trusted, so nothing of it was run:
+    /// it is owned by a role the connected user does not trust (not the
+    /// user itself, a role it is a member of, a superuser, or the owner of
+    /// the `pgmq` extension), or it holds an object another role owns, or
+    /// another role may create objects in it. The install step
+    /// ([`Client::install_sdk_schema`](crate::Client::install_sdk_schema))
+    /// refuses such a schema too, and installs only into a schema the
+    /// installing role owns. `reason` names the owner and what was found
+    /// (role and object names only).
+    #[error(
+        "the pgmq_sdk schema cannot be trusted ({reason}); nothing of it was run: \
+         drop it and install it with `pgmq install-sdk` as the role that should own it"
+    )]
+    SdkSchemaUntrusted {
+        /// Who owns the schema and what in it another role owns.
+        reason: String,
+    },
+
     /// A body, headers or text argument holds a character PostgreSQL cannot
     /// store: a NUL (`\u0000` in JSON, which `jsonb` refuses; a zero byte
     /// in text), or, refused by the server, one the database's encoding
@@ -605,6 +623,10 @@ impl fmt::Debug for Error {
             Error::SdkSchemaMissing { feature } => f
                 .debug_struct("SdkSchemaMissing")
                 .field("feature", feature)
+                .finish(),
+            Error::SdkSchemaUntrusted { reason } => f
+                .debug_struct("SdkSchemaUntrusted")
+                .field("reason", reason)
                 .finish(),
             Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
             Error::Deserialize { msg_id, source } => f

@@ -69,6 +69,15 @@ pub trait Executor: Sealed + Send + Sync {
         false
     }
 
+    /// Whether a housekeeping pass (deleting expired deduplication keys)
+    /// should run now, in a transaction of its own: true at most once a
+    /// second on a [`Pool`](crate::Pool), never elsewhere (a caller's
+    /// transaction would hold the deleted keys' locks until it commits).
+    #[doc(hidden)]
+    fn housekeeping_due(&self) -> bool {
+        false
+    }
+
     /// Whether sends on it put the current trace context into the
     /// messages' headers ([`ClientBuilder::trace_context`](crate::ClientBuilder),
     /// feature `otel`). False (the default) but for a [`Pool`](crate::Pool)
@@ -148,6 +157,10 @@ impl<E: Executor + ?Sized> Executor for &E {
         (**self).autocommit()
     }
 
+    fn housekeeping_due(&self) -> bool {
+        (**self).housekeeping_due()
+    }
+
     fn trace_context(&self) -> bool {
         (**self).trace_context()
     }
@@ -223,6 +236,9 @@ impl Executor for tokio_postgres::Transaction<'_> {
 impl Executor for deadpool_postgres::Pool {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
         let conn = self.get().await.map_err(call::from_deadpool)?;
+        if stmt.is_sdk() {
+            crate::sdk_schema::check_trust(&**conn).await?;
+        }
         call::deadpool(&conn, stmt.sql(), None, params).await
     }
 
@@ -242,6 +258,9 @@ impl Executor for deadpool_postgres::Pool {
 #[cfg(feature = "deadpool")]
 impl Executor for deadpool_postgres::Object {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
+        if stmt.is_sdk() {
+            crate::sdk_schema::check_trust(&***self).await?;
+        }
         call::deadpool(self, stmt.sql(), None, params).await
     }
 

@@ -12,15 +12,35 @@
 //! with the same key, and the queue holds the message once whichever way
 //! the first try ended.
 //!
-//! A key's window runs from its first send; after it, the key is free
-//! again. Every keyed send also deletes a few expired keys (at most its own
-//! number of keys plus 16), so the table holds about the keys taken within
-//! one window, without a separate cleanup job.
+//! # The window, and whose key it is
 //!
-//! What a key costs: one row and two index entries in `pgmq_sdk.send_keys`
-//! per message, written in the send's transaction (see docs/concepts.md in
-//! the repository, "Idempotent sends", for the measured cost against a
-//! plain batch send).
+//! A key's window runs from the moment its first send's statement ran, by
+//! the database server's clock; after it, the key is free again. A window
+//! shorter than the sending transaction is no window: a second sender that
+//! waited for the first's commit finds the key already expired and sends
+//! again. Choose windows far longer than any transaction that sends.
+//!
+//! A queue's keys belong to the queue's table: `Orders` and `orders` (one
+//! PGMQ queue) share them, a queue dropped and created again starts with
+//! none, and [`Pgmq::purge_queue`] forgets them with the messages they
+//! named. Taking and reading a queue's keys needs what sending needs,
+//! INSERT on the queue's table; a role without it sees none of them. Keys
+//! of topic sends are held per routing key and per role (the role that took
+//! the key, and its members).
+//!
+//! # Expired keys
+//!
+//! A send takes over an expired key in place; it never touches another
+//! key, so it waits only on transactions that send one of its own keys,
+//! and batches sharing keys lock them in one order. Expired rows are
+//! deleted apart from the sends: after a send through a [`Client`](crate::Client)
+//! (at most once a second per client, in a transaction of its own), or by
+//! [`Pgmq::expire_send_keys`].
+//!
+//! What a key costs: one row and two index entries in
+//! `pgmq_sdk.queue_keys` per message, written in the send's transaction
+//! (see docs/concepts.md in the repository, "Idempotent sends", for the
+//! measured cost against a plain batch send).
 
 use std::time::Duration;
 
@@ -41,6 +61,9 @@ pub const MAX_DEDUP_KEY_LEN: usize = 512;
 
 /// The feature name in [`Error::SdkSchemaMissing`].
 const FEATURE: &str = "an idempotent send";
+
+/// How many expired keys of each kind one housekeeping pass deletes.
+const EXPIRE_BATCH: i32 = 5_000;
 
 /// A deduplication key and how long it holds from its first send.
 ///
@@ -252,6 +275,11 @@ impl<E: Executor> Pgmq<E> {
             }
         }
         .map_err(|e| e.in_sdk(FEATURE))?;
+        if self.executor().housekeeping_due() {
+            if let Err(e) = self.expire_send_keys(EXPIRE_BATCH).await {
+                tracing::debug!(error = %e, "could not delete expired deduplication keys");
+            }
+        }
         rows.iter()
             .map(|r| {
                 Ok(Sent {
@@ -298,6 +326,11 @@ impl<E: Executor> Pgmq<E> {
             )
             .await
             .map_err(|e| e.in_sdk(FEATURE))?;
+        if self.executor().housekeeping_due() {
+            if let Err(e) = self.expire_send_keys(EXPIRE_BATCH).await {
+                tracing::debug!(error = %e, "could not delete expired deduplication keys");
+            }
+        }
         let r = rows
             .first()
             .ok_or_else(|| Error::InvalidArgument("send_topic_keyed returned no row".into()))?;
@@ -305,5 +338,34 @@ impl<E: Executor> Pgmq<E> {
             queues: col::<Option<i32>>(r, 0)?.unwrap_or(0),
             duplicate: col::<bool>(r, 1)?,
         })
+    }
+
+    /// Deletes up to `max_rows` expired deduplication keys of each kind
+    /// (queue and topic keys), passing over keys another transaction holds,
+    /// and the leftover pause flags and limit state of dropped queues;
+    /// returns how many rows it deleted. A [`Client`](crate::Client) calls
+    /// it on its own after keyed sends, at most once a second; call it
+    /// yourself when you send only inside your own transactions (it is
+    /// meant to run in a transaction of its own: inside a longer one it
+    /// holds the deleted keys' locks until that commits).
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// let deleted = client.expire_send_keys(10_000).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn expire_send_keys(&self, max_rows: i32) -> Result<i64, Error> {
+        if max_rows < 1 {
+            return Err(Error::InvalidArgument(format!(
+                "expire_send_keys takes 1 or more rows, not {max_rows}"
+            )));
+        }
+        let rows = self
+            .run(Stmt::ExpireKeys, None, &[&max_rows])
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        Ok(i64::from(
+            crate::rows::first_col::<Option<i32>>(&rows, 0, None)?.unwrap_or(0),
+        ))
     }
 }

@@ -6,6 +6,13 @@
 //!
 //! Pausing touches none of PGMQ's objects: senders keep sending, and a
 //! plain `pgmq.read` (another client's, say) still reads.
+//!
+//! The flag is kept per queue table, so every spelling of a queue's name
+//! (`Orders`, `orders`) is the same queue, and a queue dropped and created
+//! again starts resumed. Pausing and resuming need UPDATE on the queue's
+//! table (the right that already lets a role hide every message by moving
+//! its visibility timeout); reading the flag needs SELECT on it, and a role
+//! without it gets a permission error (SQLSTATE 42501), never "not paused".
 
 use chrono::{DateTime, Utc};
 
@@ -41,7 +48,9 @@ pub struct PausedQueue {
 impl<E: Executor> Pgmq<E> {
     /// Pauses `queue` for every worker; true when it was not paused
     /// already. [`Error::QueueNotFound`] for a queue that does not exist,
-    /// [`Error::SdkSchemaMissing`] without the `pgmq_sdk` schema.
+    /// [`Error::SdkSchemaMissing`] without the `pgmq_sdk` schema, a
+    /// database error with SQLSTATE 42501 for a role without UPDATE on the
+    /// queue's table.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
@@ -84,7 +93,8 @@ impl<E: Executor> Pgmq<E> {
         Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
     }
 
-    /// Whether `queue` is paused.
+    /// Whether `queue` is paused. A role without SELECT on the queue's
+    /// table gets a database error with SQLSTATE 42501.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
@@ -95,13 +105,14 @@ impl<E: Executor> Pgmq<E> {
     pub async fn is_paused(&self, queue: &QueueName) -> Result<bool, Error> {
         let q = queue.as_str();
         let rows = self
-            .run(Stmt::QueuePaused, None, &[&q])
+            .run(Stmt::QueuePaused, Some(q), &[&q])
             .await
             .map_err(|e| e.in_sdk(FEATURE))?;
         Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
     }
 
-    /// Every paused queue, by name.
+    /// Every paused queue the caller may read (SELECT on its table), by
+    /// name.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {

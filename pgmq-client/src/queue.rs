@@ -114,12 +114,25 @@ impl<E: Executor> Pgmq<E> {
         Ok(first_col::<Option<bool>>(&rows, 0, None)?.unwrap_or(false))
     }
 
-    /// Deletes every message of a queue (TRUNCATE); returns how many there were.
+    /// Deletes every message of a queue (TRUNCATE); returns how many there
+    /// were. When the `pgmq_sdk` schema is installed it also forgets the
+    /// queue's deduplication keys ([`Pgmq::send_keyed`]): they named
+    /// messages that are gone, and a producer sending one again after the
+    /// purge means it to be stored. (PGMQ's own `pgmq.purge_queue`, called
+    /// directly, leaves the keys.) Inside a caller's transaction both
+    /// commit together.
     #[tracing::instrument(name = "pgmq.purge_queue", skip_all, fields(queue = %queue))]
     pub async fn purge_queue(&self, queue: &QueueName) -> Result<i64, Error> {
         let q = queue.as_str();
         let rows = self.run(Stmt::PurgeQueue, Some(q), &[&q]).await?;
-        Ok(first_col::<Option<i64>>(&rows, 0, None)?.unwrap_or(0))
+        let purged = first_col::<Option<i64>>(&rows, 0, None)?.unwrap_or(0);
+        let present = self.run(Stmt::SdkPresent, None, &[]).await?;
+        if first_col::<bool>(&present, 0, false)? {
+            self.run(Stmt::ForgetQueueKeys, Some(q), &[&q])
+                .await
+                .map_err(|e| e.in_sdk("forgetting a purged queue's keys"))?;
+        }
+        Ok(purged)
     }
 
     /// Deprecated by PGMQ (a no-op since 1.10; archives are kept on drop): kept

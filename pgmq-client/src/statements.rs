@@ -61,13 +61,48 @@ statements! {
     SendKeyed = "SELECT msg_id, duplicate FROM pgmq_sdk.send_batch_keyed($1::text, $2::text[], $3::jsonb[], $4::jsonb[], pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5::integer), pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
     SendKeyedAt = "SELECT msg_id, duplicate FROM pgmq_sdk.send_batch_keyed($1::text, $2::text[], $3::jsonb[], $4::jsonb[], $5::timestamptz, pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
     SendTopicKeyed = "SELECT queues, duplicate FROM pgmq_sdk.send_topic_keyed($1::text, $2::text, $3::jsonb, $4::jsonb, $5::integer, pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
+    // Expired keys go in a transaction of their own (keyed.rs).
+    ExpireKeys = "SELECT pgmq_sdk.expire_keys($1::integer)";
+    // After a purge (queue.rs), when the schema is there.
+    ForgetQueueKeys = "SELECT pgmq_sdk.forget_queue_keys($1::text)";
+    // Whether the schema's forget_queue_keys is there: a catalog look that
+    // cannot fail, so that a purge inside a caller's transaction never
+    // aborts it by calling a missing function.
+    SdkPresent = "SELECT pg_catalog.to_regprocedure('pgmq_sdk.forget_queue_keys(text)') IS NOT NULL";
     // pause.rs, in the pgmq_sdk schema.
     PauseQueue = "SELECT pgmq_sdk.pause_queue($1::text, $2::text)";
     ResumeQueue = "SELECT pgmq_sdk.resume_queue($1::text)";
-    QueuePaused = "SELECT EXISTS (SELECT 1 FROM pgmq_sdk.paused_queues WHERE queue_name = $1::text)";
-    ListPaused = "SELECT queue_name, paused_at, reason FROM pgmq_sdk.paused_queues ORDER BY queue_name";
+    QueuePaused = "SELECT pgmq_sdk.queue_paused($1::text)";
+    ListPaused = "SELECT queue_name, paused_at, reason FROM pgmq_sdk.paused ORDER BY queue_name";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
+    // sdk_schema.rs: who owns the pgmq_sdk schema and what is in it, from
+    // the catalogs only (nothing of the schema is run). One row when the
+    // schema exists: its owner; whether that is the current user; whether
+    // the current user may trust it (see sdk_schema::trust); and what in it
+    // another role owns or may create, as text (NULL: nothing).
+    SdkTrust = "SELECT n.nspowner::pg_catalog.regrole::text AS owner, \
+        n.nspowner = u.oid AS owner_is_me, \
+        (n.nspowner = u.oid OR o.rolsuper \
+          OR n.nspowner = (SELECT e.extowner FROM pg_catalog.pg_extension e WHERE e.extname = 'pgmq') \
+          OR (NOT u.rolsuper AND pg_catalog.pg_has_role(u.oid, n.nspowner, 'MEMBER'))) AS trusted, \
+        (SELECT pg_catalog.string_agg(x.what, ', ' ORDER BY x.what) FROM ( \
+          SELECT 'table ' || c.oid::pg_catalog.regclass::text || ' owned by ' || c.relowner::pg_catalog.regrole::text AS what \
+            FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid AND c.relowner <> n.nspowner \
+          UNION ALL SELECT 'function ' || p.oid::pg_catalog.regprocedure::text || ' owned by ' || p.proowner::pg_catalog.regrole::text \
+            FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND p.proowner <> n.nspowner \
+          UNION ALL SELECT 'type ' || t.oid::pg_catalog.regtype::text || ' owned by ' || t.typowner::pg_catalog.regrole::text \
+            FROM pg_catalog.pg_type t WHERE t.typnamespace = n.oid AND t.typowner <> n.nspowner \
+          UNION ALL SELECT 'operator ' || op.oid::pg_catalog.regoperator::text || ' owned by ' || op.oprowner::pg_catalog.regrole::text \
+            FROM pg_catalog.pg_operator op WHERE op.oprnamespace = n.oid AND op.oprowner <> n.nspowner \
+          UNION ALL SELECT 'CREATE on the schema granted to ' \
+              || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END \
+            FROM pg_catalog.aclexplode(n.nspacl) a WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner \
+        ) x) AS foreign_objects \
+        FROM pg_catalog.pg_namespace n \
+        JOIN pg_catalog.pg_roles o ON o.oid = n.nspowner \
+        CROSS JOIN (SELECT r.oid, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) u \
+        WHERE n.nspname = 'pgmq_sdk'";
     // read.rs
     Read = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer)");
     ReadWhere = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer, $4::jsonb)");
@@ -131,6 +166,25 @@ statements! {
 }
 
 impl Stmt {
+    /// Whether the statement runs something of the `pgmq_sdk` schema: a
+    /// connection checks who owns that schema before its first such call
+    /// ([`crate::sdk_schema`], "Trust").
+    pub(crate) fn is_sdk(self) -> bool {
+        matches!(
+            self,
+            Stmt::SendKeyed
+                | Stmt::SendKeyedAt
+                | Stmt::SendTopicKeyed
+                | Stmt::ExpireKeys
+                | Stmt::ForgetQueueKeys
+                | Stmt::PauseQueue
+                | Stmt::ResumeQueue
+                | Stmt::QueuePaused
+                | Stmt::ListPaused
+                | Stmt::ReadLimited
+        )
+    }
+
     /// The types of the statement's parameters, read off the casts its SQL
     /// puts on each (`$1::text`): for running it unnamed (`query_typed`),
     /// where the server is told the types instead of inferring them.
@@ -208,6 +262,9 @@ pub(crate) struct StatementCache {
     pub(crate) unnamed: bool,
     slots: Box<[std::sync::Mutex<Option<Statement>>]>,
     texts: std::sync::Mutex<std::collections::HashMap<Box<str>, Statement>>,
+    /// Whether this connection found the `pgmq_sdk` schema trustworthy
+    /// (`sdk_schema::check_trust`); checked again after [`clear`](Self::clear).
+    pub(crate) sdk_trusted: std::sync::atomic::AtomicBool,
 }
 
 /// Locks `m`, recovering from a poisoned lock (the guarded map or slot is
@@ -223,6 +280,7 @@ impl StatementCache {
             unnamed,
             slots: (0..COUNT).map(|_| std::sync::Mutex::new(None)).collect(),
             texts: std::sync::Mutex::new(std::collections::HashMap::new()),
+            sdk_trusted: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -278,6 +336,8 @@ impl StatementCache {
             lock(s).take();
         }
         lock(&self.texts).clear();
+        self.sdk_trusted
+            .store(false, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

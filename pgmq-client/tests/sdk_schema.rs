@@ -51,10 +51,12 @@ async fn installing_twice_at_once_installs_once() {
     let mut befores = [x.before, y.before];
     befores.sort_unstable();
     assert_eq!(befores, [0, pgmq_client::sdk_schema::VERSION]);
-    assert_eq!((x.now, y.now), (1, 1));
+    let v = pgmq_client::sdk_schema::VERSION;
+    assert_eq!((x.now, y.now), (v, v));
     let again = a.install_sdk_schema().await.unwrap();
-    assert_eq!((again.before, again.now), (1, 1));
-    assert_eq!(a.sdk_schema_version().await.unwrap(), 1);
+    assert_eq!((again.before, again.now), (v, v));
+    assert!(again.repaired.is_empty(), "{:?}", again.repaired);
+    assert_eq!(a.sdk_schema_version().await.unwrap(), v);
 }
 
 #[tokio::test]
@@ -66,9 +68,11 @@ async fn the_printed_sql_installs_the_same_schema() {
         .await
         .unwrap();
     let client = db.client().await;
-    assert_eq!(client.sdk_schema_version().await.unwrap(), 1);
+    let v = pgmq_client::sdk_schema::VERSION;
+    assert_eq!(client.sdk_schema_version().await.unwrap(), v);
     let done = client.install_sdk_schema().await.unwrap();
-    assert_eq!(done.before, 1, "nothing left to apply");
+    assert_eq!(done.before, v, "nothing left to apply");
+    assert!(done.repaired.is_empty(), "{:?}", done.repaired);
     let q = QueueName::new("orders").unwrap();
     client.create(&q).await.unwrap();
     let key = DedupKey::new("k", Duration::from_secs(60));

@@ -1,6 +1,6 @@
 //! Pause and resume for the whole fleet: the pause watch.
 //!
-//! A queue is paused by a row in `pgmq_sdk.paused_queues`
+//! A queue is paused by a row in `pgmq_sdk.paused`
 //! ([`Pgmq::pause`](pgmq_client::Pgmq::pause), `pgmq pause`). The watch
 //! reads that flag once per `poll_interval` (and once before the claim
 //! loops start, so a worker started while its queue is paused starts
@@ -118,7 +118,7 @@ impl PauseWatch {
     async fn read(&self, limit: Duration) -> Result<bool, pgmq_client::Error> {
         let conn = self.source.checkout(limit).await?;
         if !self.schema.load(Relaxed) {
-            let sql = "SELECT pg_catalog.to_regclass('pgmq_sdk.paused_queues') IS NOT NULL";
+            let sql = "SELECT pg_catalog.to_regclass('pgmq_sdk.paused') IS NOT NULL";
             let row = conn
                 .bounded(limit, async {
                     conn.client()

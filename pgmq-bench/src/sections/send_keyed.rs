@@ -10,7 +10,7 @@
 //! awaited before the next. The keyed sends need the `pgmq_sdk` schema: the
 //! section installs it first (`Client::install_sdk_schema`, which does
 //! nothing when it is current). After a keyed run its keys are counted in
-//! `pgmq_sdk.send_keys` (every message's, once) and deleted, so that every
+//! `pgmq_sdk.queue_keys` (every message's, once) and deleted, so that every
 //! round starts from the same key table.
 
 use std::fmt::Write as _;
@@ -55,17 +55,13 @@ pub struct KeyedSendRun {
     pub duplicates: u64,
     /// Messages in the queue after the run (must be the count sent).
     pub in_queue_after: i64,
-    /// The run's keys in `pgmq_sdk.send_keys` after it (must be the count
+    /// The run's keys in `pgmq_sdk.queue_keys` after it (must be the count
     /// sent for `keyed`, 0 for `plain`).
     pub keys_after: i64,
     /// Peak RSS of the bench process during the run.
     pub peak_rss_bytes: u64,
 }
 
-/// The key table's scope of a queue (as `pgmq_sdk.send_batch_keyed` writes it).
-fn scope(q: &pgmq_client::QueueName) -> String {
-    format!("queue:{}", q.as_str())
-}
 
 /// One run of `mode` into a fresh queue.
 async fn run(ctx: &Ctx, mode: &str, round: u32, warmup: bool) -> Result<KeyedSendRun> {
@@ -95,17 +91,20 @@ async fn run(ctx: &Ctx, mode: &str, round: u32, warmup: bool) -> Result<KeyedSen
     }
     let rate = Rate::new(n, t.elapsed().as_secs_f64());
     let peak_rss_bytes = ctx.meter.end();
-    let scope = scope(&q);
+    let name = q.as_str();
     let keys_after: i64 = ctx
         .admin
         .query_one(
-            "SELECT count(*) FROM pgmq_sdk.send_keys WHERE scope = $1",
-            &[&scope],
+            "SELECT count(*) FROM pgmq_sdk.queue_keys WHERE queue_relid = pgmq_sdk.queue_table($1)",
+            &[&name],
         )
         .await?
         .get(0);
     ctx.admin
-        .execute("DELETE FROM pgmq_sdk.send_keys WHERE scope = $1", &[&scope])
+        .execute(
+            "DELETE FROM pgmq_sdk.queue_keys WHERE queue_relid = pgmq_sdk.queue_table($1)",
+            &[&name],
+        )
         .await?;
     Ok(KeyedSendRun {
         round,

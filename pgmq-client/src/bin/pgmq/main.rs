@@ -442,7 +442,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Notify { action } => notify(&client, action, &mut out).await?,
         Command::InstallSdk { .. } => {
             let done = client.install_sdk_schema().await?;
-            out.line(&json!({ "before": done.before, "now": done.now }))
+            out.line(&json!({ "before": done.before, "now": done.now, "repaired": done.repaired }))
                 .await?;
         }
         Command::Pause {
