@@ -41,13 +41,14 @@ use tokio::sync::Mutex;
 
 use super::child::{Exit, WorkerProc};
 use super::ctx::{Ctx, Queues};
-use super::invariants::{self, Evidence};
+use super::fleet::{FleetProducer, FleetState};
+use super::invariants::{self, Evidence, FleetEvidence};
 use super::job::{Act, Boom, Job, HOOK_PANIC_HEADER, KEY_HEADER};
 use super::ledger::{self, Produced, Tally};
 use super::nemesis::{self, Kind, Nemesis};
 use super::proxy::Proxy;
 use super::report::{Check, DupBound, Row};
-use super::worker::{HandlerKind, Sabotage, WorkerSpec};
+use super::worker::{HandlerKind, PrioSpec, Sabotage, WorkerSpec};
 use super::{BoxError, FaultsArgs};
 
 /// The fixed seeds of a quick campaign (a fresh one is added).
@@ -96,10 +97,10 @@ const BACKOFF_MAX_MS: u64 = 1_500;
 pub(crate) const REQUEUE_BOUND: Duration = Duration::from_millis(BACKOFF_MAX_MS * 6 / 5 + 1_000);
 
 /// How many queues a seed's run has.
-pub(crate) const ROLES: usize = 4;
+pub(crate) const ROLES: usize = 7;
 
 /// The queues of a seed's run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Role {
     Plain,
@@ -108,10 +109,23 @@ pub(crate) enum Role {
     Fifo,
     /// FIFO groups, blocking handler.
     FifoBlocking,
+    /// Keyed sends through the proxy; fleet-limited workers.
+    Keyed,
+    /// The prioritized group's high and low queues.
+    High,
+    Low,
 }
 
 impl Role {
-    pub(crate) const ALL: [Role; ROLES] = [Role::Plain, Role::Tx, Role::Fifo, Role::FifoBlocking];
+    pub(crate) const ALL: [Role; ROLES] = [
+        Role::Plain,
+        Role::Tx,
+        Role::Fifo,
+        Role::FifoBlocking,
+        Role::Keyed,
+        Role::High,
+        Role::Low,
+    ];
 
     pub(crate) fn index(self) -> usize {
         match self {
@@ -119,6 +133,9 @@ impl Role {
             Role::Tx => 1,
             Role::Fifo => 2,
             Role::FifoBlocking => 3,
+            Role::Keyed => 4,
+            Role::High => 5,
+            Role::Low => 6,
         }
     }
 
@@ -128,6 +145,9 @@ impl Role {
             Role::Tx => "t",
             Role::Fifo => "f",
             Role::FifoBlocking => "b",
+            Role::Keyed => "k",
+            Role::High => "h",
+            Role::Low => "l",
         }
     }
 
@@ -137,7 +157,7 @@ impl Role {
         match self {
             Role::Fifo => Some(FIFO_BASE),
             Role::FifoBlocking => Some(FIFO_BLOCKING_BASE),
-            Role::Plain | Role::Tx => None,
+            _ => None,
         }
     }
 }
@@ -158,18 +178,27 @@ pub(crate) enum ProcKind {
     Blocking,
     /// FIFO-groups claims, blocking handler, on the FIFO blocking queue.
     FifoBlocking,
+    /// Context handler under a fleet-wide limit, on the keyed queue (two of
+    /// them share the limit).
+    Fleet,
+    /// A `WorkerGroup` of the high and low queues under
+    /// `Priority::weighted()`.
+    Prio,
 }
 
-const PROC_ORDER: [ProcKind; 6] = [
+const PROC_ORDER: [ProcKind; 9] = [
     ProcKind::Plain,
     ProcKind::Tx,
     ProcKind::Fifo,
     ProcKind::Group,
     ProcKind::Blocking,
     ProcKind::FifoBlocking,
+    ProcKind::Fleet,
+    ProcKind::Fleet,
+    ProcKind::Prio,
 ];
 
-/// `--processes` by default: one of each kind.
+/// `--processes` by default: one of each kind (two fleet-limited ones).
 pub(crate) const DEFAULT_PROCESSES: usize = PROC_ORDER.len();
 
 impl ProcKind {
@@ -178,7 +207,17 @@ impl ProcKind {
             ProcKind::Tx => Role::Tx,
             ProcKind::Fifo => Role::Fifo,
             ProcKind::FifoBlocking => Role::FifoBlocking,
+            ProcKind::Fleet => Role::Keyed,
+            ProcKind::Prio => Role::High,
             ProcKind::Plain | ProcKind::Group | ProcKind::Blocking => Role::Plain,
+        }
+    }
+
+    /// Every queue it consumes.
+    pub(crate) fn roles(self) -> Vec<Role> {
+        match self {
+            ProcKind::Prio => vec![Role::High, Role::Low],
+            k => vec![k.role()],
         }
     }
 
@@ -353,6 +392,8 @@ pub(crate) struct ProcExit {
     /// `kill`, `term`, `crashed` or `end` (the final graceful stop).
     pub how: &'static str,
     pub exit: Option<Exit>,
+    /// When it was ended (or, for a crash, found ended).
+    pub at: DateTime<Utc>,
 }
 
 /// The worker processes, for the nemesis, the sampler and the end.
@@ -384,12 +425,15 @@ impl Slots {
     }
 
     async fn record(&self, slot: &Slot, pid: u32, how: &'static str, exit: Option<Exit>) {
+        // `at` is taken after the process ended: for a kill, a few
+        // milliseconds after the signal.
         self.exits.lock().await.push(ProcExit {
             kind: slot.kind,
             app_name: slot.args.app_name.clone(),
             pid,
             how,
             exit,
+            at: Utc::now(),
         });
     }
 
@@ -503,7 +547,7 @@ fn slot_args(
     qs: &[Queues; ROLES],
     run_id: &str,
     scenario: &str,
-    sabotage: Sabotage,
+    sabotage: &[Sabotage],
 ) -> WorkerSpec {
     let role = kind.role();
     let q = &qs[role.index()];
@@ -512,16 +556,22 @@ fn slot_args(
     a.concurrency = 4;
     a.batch_size = 20;
     a.claim_capacity = 40;
-    a.max_attempts = if role == Role::Plain { 8 } else { 5 };
+    // The context handlers' ledger writes fail under faults (read-only,
+    // outages), each a used attempt: the plain queue's and the fleet
+    // workload's have more.
+    a.max_attempts = match role {
+        Role::Plain | Role::Keyed | Role::High | Role::Low => 8,
+        Role::Tx | Role::Fifo | Role::FifoBlocking => 5,
+    };
     a.backoff_ms = 300;
     a.backoff_max_ms = BACKOFF_MAX_MS;
     a.heartbeat = true;
     a.grace_ms = 3_000;
-    a.poll_ms = 100;
+    a.poll_ms = super::fleet::POLL.as_millis() as u64;
     a.handler_timeout_ms = HANDLER_TIMEOUT_MS;
     a.db_timeout_ms = DB_TIMEOUT.as_millis() as u64;
     a.stats_ms = 1_000;
-    a.sabotage = sabotage;
+    a.sabotage = sabotage.to_vec();
     // The transactional process's pool is smaller than its 4 handlers'
     // transactions and the worker's own 4 connections need: checkouts then
     // wait, and must not be counted as attempts. The FIFO processes have a
@@ -529,9 +579,11 @@ fn slot_args(
     // blocking one (whose handlers write on the ledger's pool) the
     // worker's own 4.
     a.pool_size = match role {
-        Role::Plain | Role::FifoBlocking => 4,
+        Role::Plain | Role::FifoBlocking | Role::Keyed => 4,
         Role::Tx => 6,
         Role::Fifo => 4 + GROUPS as u32,
+        // Two workers' claim loops, acknowledgements and pause watches.
+        Role::High | Role::Low => 6,
     };
     if role.fifo_base().is_some() {
         a.concurrency = GROUPS as usize;
@@ -539,7 +591,9 @@ fn slot_args(
     a.kind = match kind {
         ProcKind::Tx | ProcKind::Fifo => HandlerKind::Transactional,
         ProcKind::Blocking | ProcKind::FifoBlocking => HandlerKind::Blocking,
-        ProcKind::Plain | ProcKind::Group => HandlerKind::Context,
+        ProcKind::Plain | ProcKind::Group | ProcKind::Fleet | ProcKind::Prio => {
+            HandlerKind::Context
+        }
     };
     a.fifo = role.fifo_base().is_some();
     if kind == ProcKind::Blocking {
@@ -550,6 +604,25 @@ fn slot_args(
     a.record_starts = matches!(role, Role::Tx | Role::FifoBlocking);
     a.hooks = role == Role::Plain;
     a.group = kind == ProcKind::Group;
+    if kind == ProcKind::Fleet {
+        // The starts judge the runs at once and the places a killed
+        // process held.
+        a.fleet_places = super::fleet::FLEET_PLACES;
+        a.record_starts = true;
+        if sabotage.contains(&Sabotage::FleetLongVt) {
+            a.vt_secs = 40;
+        }
+    }
+    if kind == ProcKind::Prio {
+        let low = &qs[Role::Low.index()];
+        a.prio = Some(PrioSpec {
+            queue: low.q.as_str().to_owned(),
+            dlq: low.dlq.as_str().to_owned(),
+            scenario: scenario_of(scenario, Role::Low),
+            weight: super::fleet::HIGH_WEIGHT,
+            other_weight: super::fleet::LOW_WEIGHT,
+        });
+    }
     a
 }
 
@@ -806,16 +879,17 @@ impl Producer {
     }
 
     async fn send(&mut self, role: Role, batch: &[(Job, serde_json::Value, Plan)]) {
-        let keys: Vec<i64> = batch.iter().map(|b| b.0.key).collect();
         let jobs: Vec<&Job> = batch.iter().map(|b| &b.0).collect();
         let headers: Vec<serde_json::Value> = batch.iter().map(|b| b.1.clone()).collect();
         let q = &self.queues[role.index()];
-        let opts = SendOptions::new().headers_each(headers);
-        let call = self.client.send_batch_with(q, &jobs, &opts);
-        match tokio::time::timeout(Duration::from_secs(20), call).await {
-            Ok(res) => self.produced[role.index()].record(&keys, &res),
-            Err(_) => self.produced[role.index()].record_unknown(&keys),
-        }
+        send_recorded(
+            &self.client,
+            q,
+            &jobs,
+            headers,
+            &mut self.produced[role.index()],
+        )
+        .await;
     }
 
     async fn send_in_transaction(
@@ -844,7 +918,7 @@ impl Producer {
         };
         let res = tokio::time::timeout(Duration::from_secs(20), call).await;
         let (p, t) = {
-            let [p, t, _, _] = &mut self.produced;
+            let [p, t, ..] = &mut self.produced;
             (p, t)
         };
         match res {
@@ -875,6 +949,24 @@ impl Producer {
     }
 }
 
+/// Sends `jobs` (with their headers) in one batch and records the outcome
+/// for their keys; a call still running after 20 s is recorded unknown.
+pub(crate) async fn send_recorded(
+    client: &Client,
+    q: &QueueName,
+    jobs: &[&Job],
+    headers: Vec<serde_json::Value>,
+    produced: &mut Produced,
+) {
+    let keys: Vec<i64> = jobs.iter().map(|j| j.key).collect();
+    let opts = SendOptions::new().headers_each(headers);
+    let call = client.send_batch_with(q, jobs, &opts);
+    match tokio::time::timeout(Duration::from_secs(20), call).await {
+        Ok(res) => produced.record(&keys, &res),
+        Err(_) => produced.record_unknown(&keys),
+    }
+}
+
 /// Where a transactional produce failed.
 enum Phase {
     Before,
@@ -891,6 +983,8 @@ pub(crate) struct Sample {
     pub far_vt: [i64; ROLES],
     /// Messages per queue invisible under a delivery older than 30 s.
     pub held_long: [i64; ROLES],
+    /// Messages per queue ready to be read (visible).
+    pub ready: [i64; ROLES],
     /// Invisible messages per queue that a requeue handed back (see
     /// [`Watch::requeued`]).
     pub requeued: [i64; ROLES],
@@ -966,12 +1060,14 @@ impl Watch {
             .collect();
         let mut far_vt = [0; ROLES];
         let mut held_long = [0; ROLES];
+        let mut ready = [0; ROLES];
         for (i, q) in queues.iter().enumerate() {
             // A validated QueueName: [a-z0-9_] only.
             let sql = format!(
                 "select count(*) filter (where vt > clock_timestamp() + interval '15 s'), \
                         count(*) filter (where vt > clock_timestamp() \
-                                           and last_read_at < clock_timestamp() - interval '30 s') \
+                                           and last_read_at < clock_timestamp() - interval '30 s'), \
+                        count(*) filter (where vt <= clock_timestamp()) \
                  from {}",
                 q.table()
             );
@@ -979,6 +1075,7 @@ impl Watch {
             if let Ok(r) = c.query_one(sql.as_str(), &[]).await {
                 far_vt[i] = r.get(0);
                 held_long[i] = r.get(1);
+                ready[i] = r.get(2);
             }
         }
         let (requeued, requeued_far) = self.requeued(queues).await;
@@ -987,6 +1084,7 @@ impl Watch {
             conns,
             far_vt,
             held_long,
+            ready,
             requeued,
             requeued_far,
         })
@@ -1073,7 +1171,7 @@ pub(crate) struct Options {
     pub duration: Duration,
     pub processes: usize,
     pub kinds: Vec<&'static Kind>,
-    pub sabotage: Sabotage,
+    pub sabotage: Vec<Sabotage>,
     /// The replay command's tail (what besides the seed must be repeated).
     pub replay_tail: String,
 }
@@ -1103,15 +1201,18 @@ impl Options {
         if !args.fault_kinds.is_empty() {
             tail.push_str(&format!(" --fault-kinds {}", args.fault_kinds.join(",")));
         }
-        if args.sabotage != Sabotage::None {
-            tail.push_str(&format!(" --sabotage {}", args.sabotage.as_arg()));
+        if args.sabotage.iter().any(|s| *s != Sabotage::None) {
+            tail.push_str(&format!(
+                " --sabotage {}",
+                Sabotage::list_arg(&args.sabotage)
+            ));
         }
         Ok(Options {
             seeds,
             duration,
             processes,
             kinds,
-            sabotage: args.sabotage,
+            sabotage: args.sabotage.clone(),
             replay_tail: tail,
         })
     }
@@ -1126,8 +1227,9 @@ fn fresh_seed() -> u64 {
     h.finish() % 1_000_000
 }
 
-/// Runs every seed; returns one row each.
-pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<Vec<SeedRun>, BoxError> {
+/// Runs every seed, then the extension cell; returns one row per seed and
+/// the cell's row.
+pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Row), BoxError> {
     let upstream = format!("127.0.0.1:{}", ctx.cluster.port()).parse()?;
     let listen = format!("127.0.0.1:{}", ctx.proxy_port).parse()?;
     let proxy = Proxy::start(listen, upstream).await?;
@@ -1150,7 +1252,27 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<Vec<SeedRun>, BoxEr
         }
         out.push(run);
     }
-    Ok(out)
+    // After the last seed: re-creating PGMQ drops every queue, so no
+    // seed's workload can share it, and until install-sdk has repaired the
+    // pgmq_sdk schema no later seed could use its fleet limit.
+    let t = Instant::now();
+    eprintln!("campaign: extension cell (DROP EXTENSION pgmq CASCADE, CREATE EXTENSION pgmq, install-sdk) ...");
+    let checks = super::fleet::extension_cell(ctx, &opts.sabotage).await;
+    let cell = Row::new(
+        "extension re-created",
+        "PGMQ dropped (CASCADE) and created again, the pgmq_sdk schema installed again, then a \
+         worker under a fleet limit",
+        Tally::default(),
+        None,
+        checks,
+        t.elapsed(),
+    );
+    eprintln!(
+        "campaign: extension cell {} in {:.0} s",
+        if cell.pass { "passed" } else { "FAILED" },
+        t.elapsed().as_secs_f64()
+    );
+    Ok((out, cell))
 }
 
 async fn run_seed(
@@ -1191,13 +1313,14 @@ async fn run_seed(
         );
     }
     let label = index.to_string();
-    let consumed = Role::ALL.map(|r| kinds.iter().any(|k| k.role() == r));
-    let qs = [
-        ctx.queues(&format!("c{index}p")).await?,
-        ctx.queues(&format!("c{index}t")).await?,
-        ctx.queues(&format!("c{index}f")).await?,
-        ctx.queues(&format!("c{index}b")).await?,
-    ];
+    let consumed = Role::ALL.map(|r| kinds.iter().any(|k| k.roles().contains(&r)));
+    // Keyed sends, pauses and fleet limits live in the pgmq_sdk schema.
+    ctx.client.install_sdk_schema().await?;
+    let mut made = Vec::new();
+    for role in Role::ALL {
+        made.push(ctx.queues(&scenario_of(&label, role)).await?);
+    }
+    let qs: [Queues; ROLES] = made.try_into().map_err(|_| "one queue pair per role")?;
     for role in Role::ALL {
         if role.fifo_base().is_some() {
             ctx.client.create_fifo_index(&qs[role.index()].q).await?;
@@ -1212,7 +1335,7 @@ async fn run_seed(
                 .iter()
                 .map(|k| Slot {
                     kind: *k,
-                    args: slot_args(*k, &qs, &ctx.run_id, &label, opts.sabotage),
+                    args: slot_args(*k, &qs, &ctx.run_id, &label, &opts.sabotage),
                     proc: None,
                     held_down: false,
                     generation: 0,
@@ -1267,6 +1390,7 @@ async fn run_seed(
         .application_name("pgmq-campaign-producer")
         .connect()
         .await?;
+    let direct_client = producer_client.clone();
     let workload = Arc::new(Workload {
         probes: std::sync::atomic::AtomicU8::new(0),
         redriven: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -1284,19 +1408,68 @@ async fn run_seed(
         consumed,
     };
     let run_end = started + opts.duration;
-    let (prod_stop_tx, mut prod_stop_rx) = tokio::sync::watch::channel(false);
-    let producing = tokio::spawn(async move {
-        let mut n = 0u64;
-        while !*prod_stop_rx.borrow() {
-            producer.tick(n).await;
-            n += 1;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(300)) => {}
-                _ = prod_stop_rx.changed() => {}
+    let (prod_stop_tx, prod_stop_rx) = tokio::sync::watch::channel(false);
+    let producing = {
+        let mut stop = prod_stop_rx.clone();
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !*stop.borrow() {
+                producer.tick(n).await;
+                n += 1;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                    _ = stop.changed() => {}
+                }
             }
-        }
-        producer
+            producer
+        })
+    };
+
+    // The fleet workload: its own producer (keyed sends through the proxy,
+    // the prioritized group's queues) and the fleet limit's fast sampler.
+    let fleet = Arc::new(FleetState {
+        queues: queue_names.clone(),
+        consumed,
+        epoch: tokio::sync::RwLock::new(0),
+        windows: Default::default(),
+        sabotage: opts.sabotage.clone(),
     });
+    let keyed_client = Client::builder(&ctx.cluster.dsn_at(proxy.addr().port(), "pgmq"))
+        .max_size(2)
+        .connect_timeout(Duration::from_secs(3))
+        .pool_timeout(Duration::from_secs(3))
+        .application_name("pgmq-campaign-keyed")
+        .connect()
+        .await?;
+    let mut fleet_producer = FleetProducer::new(
+        keyed_client,
+        direct_client,
+        fleet.clone(),
+        StdRng::seed_from_u64(seed ^ 0x5851_F42D_4C95_7F2D),
+    );
+    let fleet_producing = {
+        let mut stop = prod_stop_rx.clone();
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !*stop.borrow() {
+                fleet_producer.tick(n).await;
+                n += 1;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+            fleet_producer
+        })
+    };
+    let (fleet_stop_tx, fleet_stop_rx) = tokio::sync::watch::channel(false);
+    let fleet_sampler = super::fleet::sample_fleet(
+        ctx.cluster.dsn(),
+        queue_names[Role::Keyed.index()].table(),
+        i64::from(super::fleet::FLEET_PLACES),
+        Duration::from_millis(100),
+        fleet_stop_rx,
+    );
 
     // The faults, one after another.
     let nemesis = Nemesis {
@@ -1304,6 +1477,7 @@ async fn run_seed(
         proxy,
         slots: &slots,
         workload: &workload,
+        fleet: &fleet,
     };
     let mut events = Vec::new();
     for p in &schedule {
@@ -1316,7 +1490,7 @@ async fn run_seed(
             .inject(
                 kind,
                 p.process,
-                &queue_names[p.queue.index()],
+                p.queue,
                 Duration::from_millis(p.duration_ms),
             )
             .await
@@ -1351,6 +1525,7 @@ async fn run_seed(
     tokio::time::sleep_until(run_end.into()).await;
     let _ = prod_stop_tx.send(true);
     let mut producer = producing.await?;
+    let fleet_producer = fleet_producing.await?;
     let produced_until = Utc::now();
 
     // Every fault is over: the queues must drain.
@@ -1367,10 +1542,29 @@ async fn run_seed(
     }
     let drain_took = t.elapsed();
     let _ = stop_tx.send(true);
+    let _ = fleet_stop_tx.send(true);
     let samples = sampler.await?;
+    let fleet_samples = fleet_sampler.await?;
     slots.stop_all().await;
 
     // Accounting per queue.
+    let FleetProducer {
+        produced: mut fleet_produced,
+        log: keyed_log,
+        ..
+    } = fleet_producer;
+    for role in [Role::Keyed, Role::High, Role::Low] {
+        let i = role.index();
+        producer.produced[i].merge(std::mem::take(&mut fleet_produced[i]));
+    }
+    let final_epoch = *fleet.epoch.read().await;
+    let mut fleet_evidence = FleetEvidence {
+        final_epoch,
+        kinds: kinds.clone(),
+        samples: fleet_samples,
+        windows: fleet.windows.lock().map(|w| w.clone()).unwrap_or_default(),
+        ..FleetEvidence::default()
+    };
     let mut handlings = Vec::new();
     let mut dead = Vec::new();
     let mut tallies = Vec::new();
@@ -1379,10 +1573,33 @@ async fn run_seed(
         let scenario = scenario_of(&label, role);
         let hs = ledger::handlings(&ctx.client, &ctx.run_id, &scenario).await?;
         let (dl, dl_unkeyed) = ledger::keys_in_queue(&ctx.client, &qs[i].dlq).await?;
-        let (left, left_unkeyed) = ledger::keys_in_queue(&ctx.client, &qs[i].q).await?;
+        let (left_ids, left_unkeyed) = ledger::ids_in_queue(&ctx.client, &qs[i].q).await?;
+        let left: Vec<i64> = left_ids.iter().map(|(k, _)| *k).collect();
         let mut present: std::collections::HashSet<i64> = hs.iter().map(|h| h.key).collect();
         present.extend(dl.iter().copied());
         present.extend(left.iter().copied());
+        if role == Role::Keyed {
+            // A dropped queue's messages went with it: only those found
+            // must be accounted for.
+            producer.produced[i].records.retain(|r| {
+                keyed_log
+                    .epochs
+                    .get(&r.key)
+                    .is_none_or(|e| *e == final_epoch)
+                    || present.contains(&r.key)
+            });
+            let (archived, _) = ledger::ids_in_table(&ctx.client, &qs[i].q.archive_table()).await?;
+            for (k, id) in hs
+                .iter()
+                .map(|h| (h.key, h.msg_id))
+                .chain(left_ids.iter().copied())
+                .chain(archived)
+            {
+                fleet_evidence.stored.entry(k).or_default().insert(id);
+            }
+            fleet_evidence.dead = dl.iter().copied().collect();
+            fleet_evidence.runs = ledger::windows(&ctx.client, &ctx.run_id, &scenario).await?;
+        }
         producer.produced[i].classify_unknown(&present);
         producer.produced[i]
             .persist(&ctx.client, &ctx.run_id, &scenario)
@@ -1412,6 +1629,8 @@ async fn run_seed(
         .lock()
         .map(|r| r.clone())
         .unwrap_or_default();
+    fleet_evidence.produced = std::mem::take(&mut producer.produced[Role::Keyed.index()]);
+    fleet_evidence.log = keyed_log;
     let evidence = Evidence {
         redriven: &redriven,
         plans: &producer.plans,
@@ -1427,6 +1646,7 @@ async fn run_seed(
         drain_took,
         drain_bound,
         produced_until,
+        fleet: &fleet_evidence,
     };
     let checks: Vec<Check> = invariants::check_all(&evidence);
     let tally = merge(&tallies);
@@ -1522,6 +1742,23 @@ mod tests {
             false,
         );
         assert!(!handed_back(Some(&after), &again));
+    }
+
+    /// The fault kinds and seed of the fleet sabotage test
+    /// (`tests/faults_campaign.rs`): every kind drawn, and a kill aimed at
+    /// a fleet-limited process (slots 6 and 7 of nine).
+    #[test]
+    fn the_fleet_sabotage_seed_draws_every_fleet_fault() {
+        let names = ["pause", "drop-queue", "revoke-grants", "kill"];
+        let kinds: Vec<&Kind> = names.iter().filter_map(|n| nemesis::kind(n)).collect();
+        let good = |seed| {
+            let s = draw(seed, Duration::from_secs(25), &kinds, DEFAULT_PROCESSES);
+            names.iter().all(|n| s.iter().any(|p| p.kind == *n))
+                && s.iter()
+                    .any(|p| p.kind == "kill" && PROC_ORDER[p.process] == ProcKind::Fleet)
+        };
+        let first = (1..10_000u64).find(|s| good(*s));
+        assert!(good(7), "seed 7 does not; the first that does: {first:?}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub(crate) struct Ctx {
     pub database: pgmq_testkit::environment::Database,
     pub durability: pgmq_testkit::environment::Durability,
     /// The fault worker's deliberate bug (`--sabotage`).
-    pub sabotage: Sabotage,
+    pub sabotage: Vec<Sabotage>,
     tag: String,
     workers: AtomicU32,
 }
@@ -122,7 +122,7 @@ impl Ctx {
             server,
             database,
             durability,
-            sabotage: args.sabotage,
+            sabotage: args.sabotage.clone(),
             tag,
             workers: AtomicU32::new(0),
         })
@@ -189,13 +189,19 @@ impl Ctx {
     /// Worker settings for a scenario's queues (with the run's sabotage).
     pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> WorkerSpec {
         let mut a = WorkerSpec::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
-        a.sabotage = self.sabotage;
+        a.sabotage = self.sabotage.clone();
         a
     }
 
     /// The sabotage's name, when there is one.
     pub(crate) fn sabotage_name(&self) -> Option<String> {
-        (self.sabotage != Sabotage::None).then(|| format!("{:?}", self.sabotage))
+        let names: Vec<String> = self
+            .sabotage
+            .iter()
+            .filter(|s| **s != Sabotage::None)
+            .map(|s| format!("{s:?}"))
+            .collect();
+        (!names.is_empty()).then(|| names.join(", "))
     }
 
     /// Starts a worker process connected straight to the cluster.

@@ -3,7 +3,7 @@
 //! shutdown reports. Each gives one [`Check`]; the names are stable (the
 //! sabotage tests and docs/reliability.md refer to them).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -12,7 +12,11 @@ use super::campaign::{
     expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT, FIFO_SPAN,
     REQUEUE_BOUND, ROLES, VT_SECS,
 };
-use super::ledger::{Handling, Start, Tally};
+use super::fleet::{
+    most_at_once, ClaimWindow, FleetSamples, KeyedLog, CLAIM_BOUND, FLEET_PLACES, STARVE_BOUND,
+};
+use super::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
+use super::nemesis;
 use super::report::Check;
 
 /// Everything a seed's run left to judge.
@@ -38,6 +42,32 @@ pub(crate) struct Evidence<'a> {
     pub drain_bound: Duration,
     /// When the producer stopped (and every fault was over).
     pub produced_until: DateTime<Utc>,
+    pub fleet: &'a FleetEvidence,
+}
+
+/// What the fleet workload ([`fleet`](super::fleet)) left to judge.
+#[derive(Debug, Default)]
+pub(crate) struct FleetEvidence {
+    /// The keyed producer's tries and the keys it sent again.
+    pub log: KeyedLog,
+    /// The keyed queue's produces (those of a dropped queue's life left
+    /// out unless their message was found).
+    pub produced: Produced,
+    /// The keyed queue's life at the end ([`FleetState::epoch`](super::fleet::FleetState)).
+    pub final_epoch: u32,
+    /// Per key of the keyed queue, the ids of the messages stored under it:
+    /// handled (ledger), still in the queue, archived.
+    pub stored: HashMap<i64, BTreeSet<i64>>,
+    /// Keys of the keyed queue found in its dead-letter queue.
+    pub dead: HashSet<i64>,
+    /// The fleet limit's fast sampler.
+    pub samples: FleetSamples,
+    /// Every recorded run of the keyed queue (start, end).
+    pub runs: Vec<Window>,
+    /// The `pause` and `revoke-grants` faults' windows.
+    pub windows: Vec<ClaimWindow>,
+    /// Each slot's process kind.
+    pub kinds: Vec<ProcKind>,
 }
 
 /// How long after a fault clears the workers must be making progress again.
@@ -47,7 +77,7 @@ pub(crate) const PROGRESS_BOUND: Duration = Duration::from_secs(25);
 const CONN_SETTLE: Duration = Duration::from_secs(6);
 
 /// The invariants' names, in the order judged.
-pub(crate) const NAMES: [&str; 14] = [
+pub(crate) const NAMES: [&str; 21] = [
     "nothing lost",
     "transactional rows exactly once",
     "only the current delivery commits",
@@ -62,6 +92,13 @@ pub(crate) const NAMES: [&str; 14] = [
     "connections within the configured maximum",
     "workers stayed up",
     "a requeued message comes back after its delay",
+    "keyed sends store each key once",
+    "a key sent after its queue's re-creation stores a new message",
+    "never more runs than the fleet limit",
+    "a killed process's places come back within its vt",
+    "no claim after a pause took effect",
+    "no claim while the pause flag cannot be read",
+    "no queue of the weighted group starved",
 ];
 
 /// Every invariant, judged.
@@ -83,6 +120,12 @@ pub(crate) fn check_all(e: &Evidence) -> Vec<Check> {
     out.push(connections(e));
     out.push(workers_up(e));
     out.push(requeue_delay(e));
+    out.extend(keyed(e));
+    out.push(fleet_limit(e));
+    out.push(places_back(e));
+    out.push(claim_windows(e, "pause", NAMES[18]));
+    out.push(claim_windows(e, "revoke-grants", NAMES[19]));
+    out.push(starvation(e));
     let errors: Vec<&String> = e.events.iter().filter_map(|x| x.error.as_ref()).collect();
     out.push(Check::new(
         "faults injected and cleared",
@@ -784,6 +827,319 @@ fn workers_up(e: &Evidence) -> Check {
     )
 }
 
+/// Keyed sends (the keyed queue, through the proxy, each try of unknown
+/// outcome retried with the same key): every key's messages, counted by
+/// id from the ledger, the queue and its archive, are at most one (one
+/// per key and queue life: a key sent again after a re-creation has a new
+/// fault key), and the id each send returned, new or duplicate, is that
+/// message's; a key sent again within the queue's life is answered
+/// duplicate with its first id. Then: every key sent again after the
+/// queue's re-creation stored a new message (no "duplicate" answer, whose
+/// id would be a dropped message's).
+fn keyed(e: &Evidence) -> [Check; 2] {
+    let f = e.fleet;
+    let mut twice: Vec<String> = f
+        .stored
+        .iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .map(|(k, ids)| format!("key {k} stored as {ids:?}"))
+        .collect();
+    twice.sort();
+    let mut wrong_id = Vec::new();
+    let mut committed = 0;
+    for r in &f.produced.records {
+        let (ProduceOutcome::Committed, Some(id)) = (r.outcome, r.msg_id) else {
+            continue;
+        };
+        committed += 1;
+        match f.stored.get(&r.key) {
+            Some(ids) if !ids.contains(&id) => {
+                wrong_id.push(format!("key {} sent as {id}, stored as {ids:?}", r.key))
+            }
+            _ => {}
+        }
+    }
+    let mut again_wrong = Vec::new();
+    let (mut again, mut fresh, mut stale) = (0, 0, Vec::new());
+    for r in &f.log.resends {
+        let Some(got) = r.got else { continue };
+        if r.fresh {
+            fresh += 1;
+            if got.duplicate {
+                stale.push(format!(
+                    "{} (as key {}): answered duplicate with id {}",
+                    r.dedup, r.key, got.msg_id
+                ));
+            }
+        } else {
+            again += 1;
+            if !got.duplicate || Some(got.msg_id) != r.first_id {
+                again_wrong.push(format!(
+                    "{} (key {}): first id {:?}, sent again: {got:?}",
+                    r.dedup, r.key, r.first_id
+                ));
+            }
+        }
+    }
+    wrong_id.sort();
+    let log = &f.log;
+    [
+        Check::new(
+            NAMES[14],
+            twice.is_empty() && wrong_id.is_empty() && again_wrong.is_empty(),
+            format!(
+                "{} keys stored ({committed} sends committed) over {} tries, {} of unknown \
+                 outcome retried with their keys, {} calls given up, {} given up at a \
+                 re-creation; {} keys stored more than once{}; {} sends answered with another \
+                 message's id{}; {again} keys sent again, {} not answered duplicate with their \
+                 first id{}",
+                f.stored.len(),
+                log.tries,
+                log.unknown,
+                log.gave_up,
+                log.crossed,
+                twice.len(),
+                sample(&twice),
+                wrong_id.len(),
+                sample(&wrong_id),
+                again_wrong.len(),
+                sample(&again_wrong)
+            ),
+        ),
+        Check::new(
+            NAMES[15],
+            stale.is_empty(),
+            format!(
+                "{} re-creations of the keyed queue; {fresh} keys of a dropped queue sent \
+                 again, {} answered duplicate{}",
+                f.final_epoch,
+                stale.len(),
+                sample(&stale)
+            ),
+        ),
+    ]
+}
+
+/// At no instant more claims of the keyed queue running than the fleet
+/// limit: by the database's clock (the fast sampler), and by the handlers'
+/// own records (each run from its start to its ledger row, both inside the
+/// time its claim held a place; runs without a row are left out).
+fn fleet_limit(e: &Evidence) -> Check {
+    let f = e.fleet;
+    let (runs, at) = most_at_once(&f.runs);
+    let over: Vec<String> = f
+        .samples
+        .over
+        .iter()
+        .map(|(t, n)| format!("{n} at {}", t.format("%H:%M:%S%.3f")))
+        .collect();
+    let ended = f.runs.iter().filter(|w| w.end.is_some()).count();
+    Check::new(
+        NAMES[16],
+        over.is_empty() && runs <= FLEET_PLACES as usize,
+        format!(
+            "limit {FLEET_PLACES}: at most {} claims running in {} samples every 100 ms ({} \
+             above{}); at most {runs} of {ended} recorded runs at once{}",
+            f.samples.most,
+            f.samples.samples,
+            over.len(),
+            sample(&over),
+            at.map(|t| format!(" (at {})", t.format("%H:%M:%S%.3f")))
+                .unwrap_or_default()
+        ),
+    )
+}
+
+/// After a SIGKILL of a fleet-limited process, each message it had started
+/// and not finished is started again (by any process, a later delivery)
+/// within its visibility timeout and 5 s, not counting time inside later
+/// faults: the dead process's places came back and the queue kept going.
+/// A kill followed by a re-creation of the queue within that time is not
+/// judged (the messages went with the queue).
+fn places_back(e: &Evidence) -> Check {
+    let bound = chrono::Duration::seconds(VT_SECS as i64 + 5);
+    let starts = &e.starts[Role::Keyed.index()];
+    let rows = &e.handlings[Role::Keyed.index()];
+    let mut late = Vec::new();
+    let (mut kills, mut held) = (0, 0);
+    for x in e
+        .exits
+        .iter()
+        .filter(|x| x.kind == ProcKind::Fleet && x.how == "kill")
+    {
+        let pid = x.pid as i32;
+        let dropped = e
+            .events
+            .iter()
+            .any(|f| f.kind == "drop-queue" && f.end >= x.at && f.start <= x.at + bound);
+        if dropped {
+            continue;
+        }
+        kills += 1;
+        for s in starts.iter().filter(|s| s.worker_pid == pid) {
+            let finished = rows
+                .iter()
+                .any(|h| h.key == s.key && h.worker_pid == pid && h.read_ct == s.read_ct);
+            if finished {
+                continue;
+            }
+            held += 1;
+            let again = starts
+                .iter()
+                .filter(|n| n.key == s.key && n.read_ct > s.read_ct)
+                .map(|n| n.started_at)
+                .chain(
+                    rows.iter()
+                        .filter(|h| h.key == s.key && h.read_ct > s.read_ct)
+                        .map(|h| h.started_at),
+                )
+                .min();
+            let took = again.map(|t| t - x.at - faulted_between(e.events, x.at, t));
+            if took.is_none_or(|d| d > bound) {
+                late.push(format!(
+                    "key {} of {}: {}",
+                    s.key,
+                    x.app_name,
+                    took.map_or("never started again".into(), |d| format!(
+                        "started again {} ms after the kill",
+                        d.num_milliseconds()
+                    ))
+                ));
+            }
+        }
+    }
+    late.sort();
+    Check::new(
+        NAMES[17],
+        late.is_empty(),
+        format!(
+            "{kills} kills of a fleet-limited process holding {held} started runs; {} not \
+             started again within {} s{}",
+            late.len(),
+            bound.num_seconds(),
+            sample(&late)
+        ),
+    )
+}
+
+/// The time inside faults that started after `from` and before `to`.
+fn faulted_between(
+    events: &[FaultEvent],
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> chrono::Duration {
+    events
+        .iter()
+        .filter(|g| g.start > from && g.start < to)
+        .map(|g| g.end.min(to) - g.start)
+        .fold(chrono::Duration::zero(), |a, b| a + b)
+}
+
+/// No claim of a queue stopped by a fault of `kind` (a `pause` of one
+/// queue; a `revoke-grants`, after which no worker can read the pause flag
+/// and every queue must stop) later than [`CLAIM_BOUND`] after the fault
+/// took effect and before it was cleared: by the database's timestamps of
+/// each delivery (`last_read_at`), from the ledger and from the fault's
+/// watcher, which saw the queue tables every 100 ms.
+fn claim_windows(e: &Evidence, kind: &str, name: &str) -> Check {
+    let bound = chrono::Duration::from_std(CLAIM_BOUND).unwrap_or_default();
+    let mut late: Vec<String> = Vec::new();
+    let mut n = 0;
+    for w in e.fleet.windows.iter().filter(|w| w.kind == kind) {
+        n += 1;
+        let Some(until) = w.until else { continue };
+        let from = w.from + bound;
+        let mut seen: BTreeSet<(Role, i64, DateTime<Utc>)> = w.seen.iter().copied().collect();
+        for role in &w.roles {
+            for h in &e.handlings[role.index()] {
+                if let Some(r) = h.read_at.filter(|r| *r > from && *r < until) {
+                    seen.insert((*role, h.msg_id, r));
+                }
+            }
+        }
+        late.extend(seen.iter().map(|(role, id, at)| {
+            format!(
+                "{role:?} message {id} read {} ms after the {kind} took effect",
+                (*at - w.from).num_milliseconds()
+            )
+        }));
+    }
+    Check::new(
+        name,
+        late.is_empty(),
+        format!(
+            "{n} {kind} faults; {} claims later than {} ms after one took effect{}",
+            late.len(),
+            CLAIM_BOUND.as_millis(),
+            sample(&late)
+        ),
+    )
+}
+
+/// Under `Priority::weighted()`, each queue of the group that had messages
+/// ready in a sample had one claimed (a ledger row's `last_read_at`)
+/// within [`STARVE_BOUND`] after it: neither a backlog of the other queue,
+/// nor its pause, nor its emptiness holds it. Not judged while the queue
+/// itself is paused, nor within 10 s after a fault that disturbs the
+/// group's process: one aimed at it, at a table of the group's queues, or
+/// at the server, the network or the grants.
+fn starvation(e: &Evidence) -> Check {
+    let bound = chrono::Duration::from_std(STARVE_BOUND).unwrap_or_default();
+    let settle = chrono::Duration::seconds(10);
+    let prio_slots: Vec<usize> = (0..e.fleet.kinds.len())
+        .filter(|i| e.fleet.kinds[*i] == ProcKind::Prio)
+        .collect();
+    let mut starved = Vec::new();
+    let mut judged = 0;
+    for role in [Role::High, Role::Low] {
+        if !e.consumed[role.index()] || prio_slots.is_empty() {
+            continue;
+        }
+        let mut reads: Vec<DateTime<Utc>> = e.handlings[role.index()]
+            .iter()
+            .filter_map(|h| h.read_at)
+            .collect();
+        reads.sort_unstable();
+        for s in e.samples.iter().filter(|s| s.ready[role.index()] > 0) {
+            let (a, b) = (s.at - settle, s.at + bound);
+            let disturbed = e.events.iter().any(|f| {
+                let k = nemesis::kind(f.kind);
+                // A lock or snapshot on either queue of the group, or a
+                // pause of this one.
+                let group_queue = matches!(f.queue, Role::High | Role::Low);
+                let aimed = k.is_some_and(|k| {
+                    k.disturbs
+                        || (k.at_process && prio_slots.contains(&f.process))
+                        || (k.at_queue && group_queue && (f.kind != "pause" || f.queue == role))
+                });
+                aimed && f.start <= b && a <= f.end
+            });
+            if disturbed || s.at + bound > e.produced_until {
+                continue;
+            }
+            judged += 1;
+            let claimed = reads.iter().any(|r| *r >= s.at && *r <= b);
+            if !claimed {
+                starved.push(format!(
+                    "{role:?}: {} ready at {}, none claimed within {} s",
+                    s.ready[role.index()],
+                    s.at.format("%H:%M:%S"),
+                    STARVE_BOUND.as_secs()
+                ));
+            }
+        }
+    }
+    Check::new(
+        NAMES[20],
+        starved.is_empty(),
+        format!(
+            "{judged} samples of a group queue with messages ready judged, {} starved{}",
+            starved.len(),
+            sample(&starved)
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -841,6 +1197,7 @@ mod tests {
             drain_took: Duration::ZERO,
             drain_bound: Duration::ZERO,
             produced_until: t(0),
+            fleet: &FleetEvidence::default(),
         };
         fifo(&e)
     }

@@ -465,8 +465,17 @@ pub(crate) async fn ids_in_queue(
     client: &Client,
     queue: &QueueName,
 ) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
+    ids_in_table(client, &queue.table()).await
+}
+
+/// [`ids_in_queue`] of a queue's table or its archive's
+/// ([`QueueName::table`], [`QueueName::archive_table`]).
+pub(crate) async fn ids_in_table(
+    client: &Client,
+    table: &str,
+) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
     let conn = client.connection().await?;
-    // The name is a validated QueueName: only [a-z0-9_], so the identifier is safe.
+    // The name is a validated QueueName's: only [a-z0-9_], so the identifier is safe.
     let sql = format!(
         "select coalesce(
              case when jsonb_typeof(headers->'{h}') = 'number' then (headers->>'{h}')::bigint end,
@@ -475,8 +484,7 @@ pub(crate) async fn ids_in_queue(
              case when jsonb_typeof(message) = 'object' and jsonb_typeof(message->'key') = 'number'
                   then (message->>'key')::bigint end),
              msg_id
-         from {}",
-        queue.table(),
+         from {table}",
         h = KEY_HEADER,
     );
     let rows = conn.query(sql.as_str(), &[]).await?;

@@ -19,8 +19,10 @@
 //! worker process, seen from the suite), `worker.rs` (the worker process
 //! itself), `report.rs` (the table), `scenarios/` (the fixed scenarios 1 to
 //! 19), and the randomized campaign (`--campaign`): `campaign.rs` (the
-//! seeded schedule, the mixed workload, the run), `nemesis.rs` (the fault
-//! kinds, one table), `invariants.rs` (the checks); `cli.rs` (the command
+//! seeded schedule, the mixed workload, the run), `fleet.rs` (the fleet
+//! features' workload: keyed sends, fleet limits, pauses, priorities, the
+//! extension cell), `nemesis.rs` (the fault kinds, one table),
+//! `invariants.rs` (the checks); `cli.rs` (the command
 //! line of the binary). The suite's own cluster and the TCP proxy are
 //! pgmq-testkit's ([`pgmq_testkit::cluster`], [`pgmq_testkit::proxy`]),
 //! shared with the benchmark.
@@ -34,6 +36,7 @@ mod campaign;
 mod child;
 pub mod cli;
 mod ctx;
+mod fleet;
 mod invariants;
 mod job;
 mod ledger;
@@ -110,13 +113,15 @@ pub struct FaultsArgs {
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
 
-    /// Plant a bug in the fault worker (`skip-ledger`: one message in a
+    /// Plant bugs, a comma-separated list (`skip-ledger`: one message in a
     /// thousand acknowledged without being recorded; `heartbeat-off`,
     /// `fifo-unordered`, `panic-uncaught`, `fence-off`,
-    /// `fifo-blocking-overlap` for the campaign).
+    /// `fifo-blocking-overlap`, `keyed-fresh-keys`, `fleet-over`,
+    /// `pause-ignored`, `prio-strict`, `stale-keys`, `sdk-not-reinstalled`,
+    /// `revoke-skipped` for the campaign; `none`, the default, for none).
     /// The run must then fail: this is how the suite is seen to go red.
-    #[arg(long, value_enum, default_value_t = Sabotage::None)]
-    pub sabotage: Sabotage,
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub sabotage: Vec<Sabotage>,
 
     /// Run the randomized fault campaign instead of the fixed scenarios: a
     /// seeded schedule of faults over a mixed workload of several worker
@@ -214,12 +219,14 @@ async fn run_campaign(args: FaultsArgs) -> Result<i32, BoxError> {
             return Err(e);
         }
     };
+    let (runs, cell) = runs;
     let mut rows = Vec::new();
     let mut seeds = Vec::new();
     for r in runs {
         rows.push(r.row);
         seeds.push(r.summary);
     }
+    rows.push(cell);
     let mut doc = report::Document::new(&ctx, rows, started.elapsed());
     doc.campaign = Some(seeds);
     finish(&ctx, &args, doc).await

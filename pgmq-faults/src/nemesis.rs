@@ -6,10 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use pgmq_client::QueueName;
-
-use super::campaign::{Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
+use super::campaign::{Role, Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
 use super::ctx::Ctx;
+use super::fleet::{FleetState, Watching};
 use super::proxy::Proxy;
 use super::BoxError;
 
@@ -30,6 +29,9 @@ pub(crate) struct Kind {
     /// the workers closed may linger: the proxy holds them open, or the
     /// server has not noticed yet. The connection bound is not judged then.
     pub holds_backends: bool,
+    /// It disturbs every worker process (the server, the network, the
+    /// grants): a process's own pace is not judged while it lasts.
+    pub disturbs: bool,
 }
 
 /// Every fault kind of the campaign.
@@ -43,6 +45,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: true,
         at_queue: false,
         holds_backends: true,
+        disturbs: false,
     },
     Kind {
         name: "stop",
@@ -53,6 +56,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: true,
         at_queue: false,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "term",
@@ -63,6 +67,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: true,
         at_queue: false,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "pg-crash",
@@ -73,6 +78,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: true,
+        disturbs: true,
     },
     Kind {
         name: "terminate-backend",
@@ -83,6 +89,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: true,
+        disturbs: true,
     },
     Kind {
         name: "blackhole",
@@ -93,6 +100,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: true,
+        disturbs: true,
     },
     Kind {
         name: "latency",
@@ -103,6 +111,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: true,
+        disturbs: true,
     },
     Kind {
         name: "reset",
@@ -113,6 +122,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: true,
+        disturbs: true,
     },
     Kind {
         name: "lock-table",
@@ -123,6 +133,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: true,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "xmin-pin",
@@ -133,6 +144,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: true,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "rr-reader",
@@ -143,6 +155,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: true,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "pool-exhaustion",
@@ -153,6 +166,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: false,
+        disturbs: true,
     },
     Kind {
         name: "hook-panic",
@@ -163,6 +177,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "decode-panic",
@@ -173,6 +188,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "blocking-hangs",
@@ -183,6 +199,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "redrive",
@@ -193,6 +210,7 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: false,
+        disturbs: false,
     },
     Kind {
         name: "read-only",
@@ -203,6 +221,40 @@ pub(crate) const KINDS: &[Kind] = &[
         at_process: false,
         at_queue: false,
         holds_backends: false,
+        disturbs: true,
+    },
+    Kind {
+        name: "pause",
+        injects: "a queue paused (Pgmq::pause) for every worker",
+        clears: "the queue resumed",
+        min_ms: 5_000,
+        max_ms: 8_000,
+        at_process: false,
+        at_queue: true,
+        holds_backends: false,
+        disturbs: false,
+    },
+    Kind {
+        name: "drop-queue",
+        injects: "the keyed queue dropped and created again under its keyed producer (its messages lost)",
+        clears: "nothing to clear",
+        min_ms: 0,
+        max_ms: 1_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+        disturbs: false,
+    },
+    Kind {
+        name: "revoke-grants",
+        injects: "the workers' role's USAGE on the pgmq_sdk schema revoked: no worker can read the pause flag",
+        clears: "the grant restored",
+        min_ms: 5_000,
+        max_ms: 8_000,
+        at_process: false,
+        at_queue: false,
+        holds_backends: false,
+        disturbs: true,
     },
 ];
 
@@ -246,6 +298,8 @@ pub(crate) enum Held {
     ),
     /// Idle sessions filling the server.
     Sessions(Vec<tokio_postgres::Client>),
+    /// A pause or a revocation, and the watcher of its queues.
+    Watching(Watching),
 }
 
 /// Injects and clears faults on the campaign's cluster, proxy and workers.
@@ -254,6 +308,7 @@ pub(crate) struct Nemesis<'a> {
     pub proxy: &'a Proxy,
     pub slots: &'a Slots,
     pub workload: &'a Workload,
+    pub fleet: &'a FleetState,
 }
 
 impl Nemesis<'_> {
@@ -264,9 +319,10 @@ impl Nemesis<'_> {
         &self,
         kind: &Kind,
         process: usize,
-        queue: &QueueName,
+        role: Role,
         duration: Duration,
     ) -> Result<Held, BoxError> {
+        let queue = &self.fleet.queues[role.index()];
         Ok(match kind.name {
             "kill" => {
                 self.slots.kill(process).await?;
@@ -380,6 +436,12 @@ impl Nemesis<'_> {
                 self.workload.probes.fetch_or(PROBE_HANG, Ordering::SeqCst);
                 Held::Nothing
             }
+            "pause" => Held::Watching(self.fleet.pause(&self.ctx.cluster.dsn(), role).await?),
+            "drop-queue" => {
+                self.fleet.recreate(self.ctx).await?;
+                Held::Nothing
+            }
+            "revoke-grants" => Held::Watching(self.fleet.revoke(&self.ctx.cluster.dsn()).await?),
             other => return Err(format!("fault kind {other} has no injection").into()),
         })
     }
@@ -408,6 +470,7 @@ impl Nemesis<'_> {
                 let _ = handle.await;
             }
             Held::Sessions(v) => drop(v),
+            Held::Watching(w) => self.fleet.unwatch(&self.ctx.cluster.dsn(), w).await?,
         }
         match kind.name {
             "kill" | "term" => self.slots.respawn(process).await?,

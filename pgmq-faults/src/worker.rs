@@ -23,7 +23,7 @@ use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
 use pgmq_testkit::child::{say, say_json, say_ready, spec_from_arg, Line};
 use pgmq_worker::{
-    Backoff, ClaimReads, Context, GroupShutdown, HandlerError, Hook, Monitor, Outcome,
+    Backoff, ClaimReads, Context, GroupShutdown, HandlerError, Hook, Monitor, Outcome, Priority,
     ShutdownReport, TransactionalHandler, WakeUp, Worker, WorkerBuilder, WorkerGroup, WorkerHandle,
 };
 use tokio::signal::unix::{signal, SignalKind};
@@ -95,8 +95,9 @@ pub(crate) struct WorkerSpec {
     pub(crate) record_starts: bool,
     /// How often to print the worker's counters, milliseconds.
     pub(crate) stats_ms: u64,
-    /// Break the handler on purpose, to prove that the suite goes red.
-    pub(crate) sabotage: Sabotage,
+    /// Bugs planted on purpose, to prove that the suite goes red (those of
+    /// the list that concern this process apply).
+    pub(crate) sabotage: Vec<Sabotage>,
     /// Which kind of handler runs the queue.
     pub(crate) kind: HandlerKind,
     /// Claim in FIFO-group order (`ClaimReads::FifoGroups`).
@@ -114,6 +115,24 @@ pub(crate) struct WorkerSpec {
     /// by every worker of the queue; 0: no limit.
     #[serde(default)]
     pub(crate) fleet_places: u32,
+    /// A second queue: the worker of [`queue`](Self::queue) and one of this
+    /// queue run in one `WorkerGroup` under a priority policy.
+    #[serde(default)]
+    pub(crate) prio: Option<PrioSpec>,
+}
+
+/// The second queue of a prioritized group ([`WorkerSpec::prio`]) and the
+/// policy: [`WorkerSpec::queue`] has `weight`, this queue `other_weight`,
+/// under `Priority::weighted()` (`Priority::strict()` with the
+/// `prio-strict` sabotage).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PrioSpec {
+    pub(crate) queue: String,
+    pub(crate) dlq: String,
+    /// Its ledger's scenario label.
+    pub(crate) scenario: String,
+    pub(crate) weight: u32,
+    pub(crate) other_weight: u32,
 }
 
 /// The handler a fault worker runs.
@@ -169,6 +188,36 @@ pub enum Sabotage {
     /// retry and the group's next message run beside it (needs the
     /// `fault-injection` feature).
     FifoBlockingOverlap,
+    /// The campaign's keyed producer retries a send of unknown outcome, and
+    /// sends a key again, under a fresh deduplication key: a key stored
+    /// twice.
+    KeyedFreshKeys,
+    /// The campaign's fleet-limited workers run without their
+    /// `fleet_limit`: more runs at once than the limit.
+    FleetOver,
+    /// The campaign's fleet-limited workers take a visibility timeout of
+    /// 40 s instead of the campaign's: a killed process's places come back
+    /// that much later.
+    FleetLongVt,
+    /// The campaign's `pause` fault records a pause but never sets the
+    /// flag: to the invariant, workers that go on claiming from a paused
+    /// queue.
+    PauseIgnored,
+    /// The campaign's prioritized group runs under `Priority::strict()`
+    /// instead of `Priority::weighted()`: its low queue starves while the
+    /// high one has a backlog.
+    PrioStrict,
+    /// The campaign's `drop-queue` fault puts the dropped queue's
+    /// deduplication keys back after the re-creation: sends under them are
+    /// answered "duplicate" with the dropped messages' ids.
+    StaleKeys,
+    /// The campaign's extension cell re-creates PGMQ without installing the
+    /// `pgmq_sdk` schema again: the fleet limit has no function to call.
+    SdkNotReinstalled,
+    /// The campaign's `revoke-grants` fault records a revocation but never
+    /// revokes: to the invariant, workers that go on claiming while they
+    /// cannot read the pause flag.
+    RevokeSkipped,
 }
 
 impl Sabotage {
@@ -182,6 +231,28 @@ impl Sabotage {
             Sabotage::PanicUncaught => "panic-uncaught",
             Sabotage::FenceOff => "fence-off",
             Sabotage::FifoBlockingOverlap => "fifo-blocking-overlap",
+            Sabotage::KeyedFreshKeys => "keyed-fresh-keys",
+            Sabotage::FleetOver => "fleet-over",
+            Sabotage::FleetLongVt => "fleet-long-vt",
+            Sabotage::PauseIgnored => "pause-ignored",
+            Sabotage::PrioStrict => "prio-strict",
+            Sabotage::StaleKeys => "stale-keys",
+            Sabotage::SdkNotReinstalled => "sdk-not-reinstalled",
+            Sabotage::RevokeSkipped => "revoke-skipped",
+        }
+    }
+
+    /// The command-line spelling of a list (`none` for an empty one).
+    pub(crate) fn list_arg(list: &[Sabotage]) -> String {
+        let names: Vec<&str> = list
+            .iter()
+            .filter(|s| **s != Sabotage::None)
+            .map(|s| s.as_arg())
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(",")
         }
     }
 }
@@ -222,7 +293,7 @@ impl WorkerSpec {
             sdk_defaults: false,
             record_starts: false,
             stats_ms: 200,
-            sabotage: Sabotage::None,
+            sabotage: Vec::new(),
             kind: HandlerKind::Context,
             fifo: false,
             hooks: false,
@@ -230,6 +301,7 @@ impl WorkerSpec {
             pool_size: 4,
             app_name: "pgmq-fault-worker".to_owned(),
             fleet_places: 0,
+            prio: None,
         }
     }
 }
@@ -244,7 +316,8 @@ struct HandlerCtx {
     pid: i32,
     sleep: Duration,
     record_starts: bool,
-    sabotage: Sabotage,
+    /// Whether `--sabotage skip-ledger` drops some rows.
+    skip_ledger: bool,
     /// Ledger rows this process committed outside a handler's transaction.
     ledger_rows: AtomicU64,
     /// Ledger inserts outside a transaction begun and never seen to
@@ -259,21 +332,25 @@ struct HandlerCtx {
     rt: tokio::runtime::Handle,
 }
 
-/// The worker as it runs: alone, or as the one member of a `WorkerGroup`.
+/// The worker as it runs: alone, or as the members of a `WorkerGroup`.
 enum Running {
     One(WorkerHandle),
     Group {
-        monitor: Monitor,
+        monitors: Vec<Monitor>,
         stop: GroupShutdown,
         task: tokio::task::JoinHandle<Result<Vec<ShutdownReport>, pgmq_worker::Error>>,
     },
 }
 
 impl Running {
-    fn stats(&self) -> pgmq_worker::StatsSnapshot {
+    /// The counters the suite reads, as JSON (a group's summed).
+    fn stats(&self) -> serde_json::Value {
         match self {
-            Running::One(h) => h.stats(),
-            Running::Group { monitor, .. } => monitor.stats(),
+            Running::One(h) => stats_json(&h.stats()),
+            Running::Group { monitors, .. } => monitors
+                .iter()
+                .map(|m| stats_json(&m.stats()))
+                .fold(serde_json::json!({}), merge_json),
         }
     }
 
@@ -291,18 +368,80 @@ impl Running {
         }
     }
 
-    async fn shutdown(self) -> Result<ShutdownReport, BoxError> {
+    /// Every member's report, in the order the members were added.
+    async fn shutdown(self) -> Result<Vec<ShutdownReport>, BoxError> {
         match self {
-            Running::One(h) => Ok(h.shutdown().await?),
+            Running::One(h) => Ok(vec![h.shutdown().await?]),
             Running::Group { stop, task, .. } => {
                 stop.graceful();
-                let mut reports = task.await??;
-                reports
-                    .pop()
-                    .ok_or_else(|| "the group returned no report".into())
+                let reports = task.await??;
+                if reports.is_empty() {
+                    return Err("the group returned no report".into());
+                }
+                Ok(reports)
             }
         }
     }
+}
+
+/// Adds `b` into `a`: numbers summed, arrays appended, booleans or-ed, the
+/// rest kept from `a` (or taken from `b` where `a` has none). A process
+/// running several workers reports their counters as one.
+fn merge_json(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as V;
+    if let (V::Object(am), V::Object(bm)) = (&mut a, b) {
+        for (k, bv) in bm {
+            let merged = match (am.remove(&k), bv) {
+                (None, bv) => bv,
+                (Some(V::Number(x)), V::Number(y)) => match (x.as_u64(), y.as_u64()) {
+                    (Some(x), Some(y)) => V::from(x + y),
+                    _ => V::from(x.as_f64().unwrap_or(0.0) + y.as_f64().unwrap_or(0.0)),
+                },
+                (Some(V::Array(mut x)), V::Array(y)) => {
+                    x.extend(y);
+                    V::Array(x)
+                }
+                (Some(V::Bool(x)), V::Bool(y)) => V::Bool(x || y),
+                (Some(x), _) => x,
+            };
+            am.insert(k, merged);
+        }
+    }
+    a
+}
+
+/// Builds the worker of one queue of the process, its handler obeying each
+/// message's act and recording in `h`'s ledger scenario.
+fn build_worker(
+    client: &Client,
+    queue: QueueName,
+    dlq: QueueName,
+    args: &WorkerSpec,
+    h: Arc<HandlerCtx>,
+) -> Result<Worker<Job>, BoxError> {
+    // The suite sizes pools on purpose: the campaign's transactional
+    // process gets fewer connections than its handlers' transactions need,
+    // to prove that a checkout timeout uses no attempt.
+    let builder = Worker::<Job>::builder(client.clone(), queue)
+        .visibility_timeout(Duration::from_secs(args.vt_secs))
+        .dead_letter_queue(dlq)
+        .allow_small_pool(true);
+    let builder = sabotaged(tuned(builder, args), args)?;
+    let builder = if args.hooks {
+        builder.hook(FaultHook::default())
+    } else {
+        builder
+    };
+    let builder = match args.kind {
+        HandlerKind::Context => builder
+            .handler_with_context(move |msg: Message<Job>, cx: Context| handle(h.clone(), msg, cx)),
+        HandlerKind::Transactional => builder.transactional_handler(TxHandler(h)),
+        HandlerKind::Blocking => builder.blocking_handler(move |msg: Message<Job>| {
+            let h2 = h.clone();
+            h.rt.block_on(obey_and_record(&h2, msg, None, None))
+        }),
+    };
+    Ok(builder.build()?)
 }
 
 /// Runs the worker process until SIGTERM (graceful: returns exit code 0); a
@@ -336,51 +475,55 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
         &args.app_name,
     )
     .await?;
-    let hctx = Arc::new(HandlerCtx {
-        ledger,
-        queue: queue.clone(),
-        run_id: args.run_id.clone(),
-        scenario: args.scenario.clone(),
-        pid: std::process::id() as i32,
-        sleep: Duration::from_millis(args.sleep_ms),
-        record_starts: args.record_starts,
-        sabotage: args.sabotage,
-        ledger_rows: AtomicU64::new(0),
-        ledger_unsure: AtomicU64::new(0),
-        snoozed: AtomicU64::new(0),
-        rt: tokio::runtime::Handle::current(),
-    });
-    // The suite sizes pools on purpose: the campaign's transactional
-    // process gets fewer connections than its handlers' transactions need,
-    // to prove that a checkout timeout uses no attempt.
-    let builder = Worker::<Job>::builder(client.clone(), queue)
-        .visibility_timeout(Duration::from_secs(args.vt_secs))
-        .dead_letter_queue(dlq)
-        .allow_small_pool(true);
-    let builder = sabotaged(tuned(builder, &args), &args)?;
-    let builder = if args.hooks {
-        builder.hook(FaultHook::default())
-    } else {
-        builder
+    let pid = std::process::id() as i32;
+    let rt = tokio::runtime::Handle::current();
+    let handler_ctx = |queue: &QueueName, scenario: &str| {
+        Arc::new(HandlerCtx {
+            ledger: ledger.clone(),
+            queue: queue.clone(),
+            run_id: args.run_id.clone(),
+            scenario: scenario.to_owned(),
+            pid,
+            sleep: Duration::from_millis(args.sleep_ms),
+            record_starts: args.record_starts,
+            skip_ledger: args.sabotage.contains(&Sabotage::SkipLedger),
+            ledger_rows: AtomicU64::new(0),
+            ledger_unsure: AtomicU64::new(0),
+            snoozed: AtomicU64::new(0),
+            rt: rt.clone(),
+        })
     };
-    let h = hctx.clone();
-    let builder = match args.kind {
-        HandlerKind::Context => builder
-            .handler_with_context(move |msg: Message<Job>, cx: Context| handle(h.clone(), msg, cx)),
-        HandlerKind::Transactional => builder.transactional_handler(TxHandler(h)),
-        HandlerKind::Blocking => builder.blocking_handler(move |msg: Message<Job>| {
-            let h2 = h.clone();
-            h.rt.block_on(obey_and_record(&h2, msg, None, None))
-        }),
-    };
-    let worker = builder.build()?;
-    let running = if args.group {
-        let monitor = worker.monitor();
+    let mut hctxs = vec![handler_ctx(&queue, &args.scenario)];
+    let worker = build_worker(&client, queue, dlq, &args, hctxs[0].clone())?;
+    let running = if let Some(p) = &args.prio {
+        // Two queues in one group under a priority policy.
+        let (q2, dlq2) = (QueueName::new(&p.queue)?, QueueName::new(&p.dlq)?);
+        hctxs.push(handler_ctx(&q2, &p.scenario));
+        let other = build_worker(&client, q2, dlq2, &args, hctxs[1].clone())?;
+        let policy = if args.sabotage.contains(&Sabotage::PrioStrict) {
+            Priority::strict()
+        } else {
+            Priority::weighted()
+        };
+        let monitors = vec![worker.monitor(), other.monitor()];
+        let group = WorkerGroup::new(client)
+            .priority(policy)
+            .with_worker_priority(worker, p.weight)
+            .with_worker_priority(other, p.other_weight);
+        let stop = group.shutdown_handle();
+        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
+        Running::Group {
+            monitors,
+            stop,
+            task,
+        }
+    } else if args.group {
+        let monitors = vec![worker.monitor()];
         let group = WorkerGroup::new(client).with_worker(worker);
         let stop = group.shutdown_handle();
         let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
         Running::Group {
-            monitor,
+            monitors,
             stop,
             task,
         }
@@ -408,15 +551,16 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
         say(Line::Forced);
         escalate();
     });
-    let report = running.shutdown().await?;
+    let reports = running.shutdown().await?;
     escalation.abort();
-    let json = report_json(&report, &hctx);
+    let immediate = reports.iter().any(|r| r.immediate);
+    let json = reports
+        .iter()
+        .zip(&hctxs)
+        .map(|(r, h)| report_json(r, h))
+        .fold(serde_json::json!({}), merge_json);
     say_json(Line::Report, &json)?;
-    Ok(if report.immediate {
-        i32::from(FORCED_EXIT)
-    } else {
-        0
-    })
+    Ok(if immediate { i32::from(FORCED_EXIT) } else { 0 })
 }
 
 /// Logs to stderr (stdout is the protocol with the suite), `info` unless
@@ -457,6 +601,8 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerSpec) -> WorkerBuilder<Job> {
         builder
     };
     let builder = match args.fleet_places {
+        // The planted bug: the fleet's limit left out.
+        _ if args.sabotage.contains(&Sabotage::FleetOver) => builder,
         0 => builder,
         n => builder.fleet_limit(pgmq_client::FleetLimit::max_running(n)),
     };
@@ -484,26 +630,32 @@ fn sabotaged(
     builder: WorkerBuilder<Job>,
     args: &WorkerSpec,
 ) -> Result<WorkerBuilder<Job>, BoxError> {
-    Ok(match args.sabotage {
-        Sabotage::None | Sabotage::SkipLedger => builder,
-        Sabotage::HeartbeatOff => builder.heartbeat(false),
-        Sabotage::FifoUnordered if args.fifo => builder.claim_reads(ClaimReads::Bounded),
-        Sabotage::FifoUnordered => builder,
-        #[cfg(feature = "fault-injection")]
-        Sabotage::PanicUncaught => builder.resume_handler_panics(),
-        #[cfg(feature = "fault-injection")]
-        Sabotage::FenceOff => builder.fence_off(),
-        #[cfg(feature = "fault-injection")]
-        Sabotage::FifoBlockingOverlap => builder.fifo_blocking_wait_off(),
-        #[cfg(not(feature = "fault-injection"))]
-        Sabotage::PanicUncaught | Sabotage::FenceOff | Sabotage::FifoBlockingOverlap => {
-            return Err(format!(
-                "--sabotage {} needs pgmq-faults built with --features fault-injection",
-                args.sabotage.as_arg()
-            )
-            .into())
-        }
-    })
+    let mut builder = builder;
+    for s in &args.sabotage {
+        builder = match s {
+            Sabotage::HeartbeatOff => builder.heartbeat(false),
+            Sabotage::FifoUnordered if args.fifo => builder.claim_reads(ClaimReads::Bounded),
+            #[cfg(feature = "fault-injection")]
+            Sabotage::PanicUncaught => builder.resume_handler_panics(),
+            #[cfg(feature = "fault-injection")]
+            Sabotage::FenceOff => builder.fence_off(),
+            #[cfg(feature = "fault-injection")]
+            Sabotage::FifoBlockingOverlap => builder.fifo_blocking_wait_off(),
+            #[cfg(not(feature = "fault-injection"))]
+            Sabotage::PanicUncaught | Sabotage::FenceOff | Sabotage::FifoBlockingOverlap => {
+                return Err(format!(
+                    "--sabotage {} needs pgmq-faults built with --features fault-injection",
+                    s.as_arg()
+                )
+                .into())
+            }
+            // The handler's own (skip-ledger), the fleet limit's and the
+            // group's (in `tuned` and `worker_main`), and the campaign's
+            // own producer, nemesis and extension cell.
+            _ => builder,
+        };
+    }
+    Ok(builder)
 }
 
 /// Prints the worker's counters every `every` until the sender is used (or
@@ -518,7 +670,7 @@ fn print_stats(
     let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         loop {
-            let _ = say_json(Line::Stats, &stats_json(&handle.stats()));
+            let _ = say_json(Line::Stats, &handle.stats());
             tokio::select! {
                 _ = tokio::time::sleep(every) => {}
                 _ = &mut rx => return handle,
@@ -720,7 +872,7 @@ async fn obey_and_record(
     if cx.is_some_and(Context::is_cancelled) {
         return Err(format!("key {}: delivery cancelled before its record", msg.body.key).into());
     }
-    if h.sabotage == Sabotage::SkipLedger && skipped_by_sabotage(msg.body.key) {
+    if h.skip_ledger && skipped_by_sabotage(msg.body.key) {
         // The planted bug: acknowledged, never recorded.
         return Ok(Outcome::Delete);
     }
@@ -835,7 +987,7 @@ mod tests {
         a.heartbeat = true;
         a.vt_secs = 3;
         a.record_starts = true;
-        a.sabotage = Sabotage::SkipLedger;
+        a.sabotage = vec![Sabotage::SkipLedger];
         a.kind = HandlerKind::Transactional;
         a.fifo = true;
         a.group = true;
@@ -843,13 +995,13 @@ mod tests {
         a.app_name = "pgmq-campaign-w0s1g2".into();
         let json = serde_json::to_string(&a).unwrap();
         assert!(!json.contains("postgres"), "no DSN in the spec: {json}");
-        assert!(json.contains(r#""sabotage":"skip-ledger""#), "{json}");
+        assert!(json.contains(r#""sabotage":["skip-ledger"]"#), "{json}");
         let parsed: WorkerSpec = spec_from_arg(&json).unwrap();
         assert!(parsed.heartbeat);
         assert_eq!(parsed.vt_secs, 3);
         assert_eq!(parsed.scenario, "7");
         assert!(parsed.record_starts && !parsed.sdk_defaults);
-        assert_eq!(parsed.sabotage, Sabotage::SkipLedger);
+        assert_eq!(parsed.sabotage, [Sabotage::SkipLedger]);
         assert_eq!(parsed.kind, HandlerKind::Transactional);
         assert!(parsed.fifo && parsed.group && !parsed.hooks);
         assert_eq!(

@@ -4,7 +4,7 @@
 //! the seed.
 //!
 //! Each test starts its own throwaway cluster and proxy on ports of the
-//! fault suite's own (55440-55445, 55448-55449), so that they can run side
+//! fault suite's own (55440-55445, 55448-55451), so that they can run side
 //! by side. Without a sabotage the same campaign passes.
 
 use std::path::PathBuf;
@@ -17,25 +17,43 @@ fn campaign(sabotage: &str, port: u16) -> (Option<i32>, String, serde_json::Valu
     campaign_of(sabotage, port, 3)
 }
 
-/// The same with `processes` worker processes (6: one of each kind).
+/// The same with `processes` worker processes (6: the core workload's
+/// kinds).
 fn campaign_of(
     sabotage: &str,
     port: u16,
     processes: usize,
 ) -> (Option<i32>, String, serde_json::Value) {
+    campaign_with(sabotage, port, processes, "none", 11)
+}
+
+/// The same with the fault kinds `kinds` and the seed `seed`.
+fn campaign_with(
+    sabotage: &str,
+    port: u16,
+    processes: usize,
+    kinds: &str,
+    seed: u64,
+) -> (Option<i32>, String, serde_json::Value) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     // Everything the run writes goes into one folder, removed below.
-    let dir = std::env::temp_dir().join(format!("pgmq-campaign-{sabotage}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("pgmq-campaign-{port}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).unwrap();
     let json = dir.join("campaign.json");
     let out = Command::new(env!("CARGO_BIN_EXE_pgmq-faults"))
-        .args(["--campaign", "--seed", "11", "--duration", "25s"])
+        .args([
+            "--campaign",
+            "--seed",
+            &seed.to_string(),
+            "--duration",
+            "25s",
+        ])
         .args([
             "--processes",
             &processes.to_string(),
             "--fault-kinds",
-            "none",
+            kinds,
         ])
         .args(["--sabotage", sabotage])
         .args(["--port", &port.to_string()])
@@ -73,8 +91,20 @@ fn verdict(doc: &serde_json::Value, name: &str) -> bool {
         .unwrap()
 }
 
+/// The verdict of the extension cell's check (the last row).
+fn cell_verdict(doc: &serde_json::Value) -> bool {
+    let rows = doc["rows"].as_array().unwrap();
+    let cell = rows.last().unwrap();
+    assert_eq!(cell["scenario"], "extension re-created", "{doc}");
+    cell["pass"].as_bool().unwrap()
+}
+
 /// The common part: exit 1, a failed seed, its replay line.
 fn assert_failed(code: Option<i32>, stderr: &str, doc: &serde_json::Value) {
+    assert_failed_seed(code, stderr, doc, 11);
+}
+
+fn assert_failed_seed(code: Option<i32>, stderr: &str, doc: &serde_json::Value, seed: u64) {
     assert_eq!(
         code,
         Some(1),
@@ -82,7 +112,9 @@ fn assert_failed(code: Option<i32>, stderr: &str, doc: &serde_json::Value) {
     );
     assert_eq!(doc["pass"], false);
     assert!(
-        stderr.contains("replay with: pgmq-faults --campaign --seed 11 --duration 25s"),
+        stderr.contains(&format!(
+            "replay with: pgmq-faults --campaign --seed {seed} --duration 25s"
+        )),
         "a failed seed must print its replay command:\n{stderr}"
     );
 }
@@ -166,3 +198,44 @@ fn fifo_blocking_runs_not_waited_for_fail_the_fifo_invariants_and_waited_for_pas
     );
     assert_eq!(doc["pass"], true, "{doc}");
 }
+
+/// The fleet features' invariants, each failed by its own planted bug, in
+/// one run of the nine processes (the fleet-limited pair and the
+/// prioritized group among them) under the fleet's fault kinds, which the
+/// seed draws each at least once (`campaign::tests`): keyed retries and
+/// repeats under fresh keys store a key twice; fleet-limited workers
+/// without their limit run more at once, and with a long visibility
+/// timeout hold a killed one's places past the campaign's; a pause or a revocation that
+/// never took effect leaves the workers claiming; a strict group starves
+/// its low queue behind the high one's backlog; a re-created queue given
+/// its old keys answers "duplicate" with dropped ids; PGMQ re-created
+/// without install-sdk leaves the fleet limit nothing to call.
+#[test]
+fn fleet_sabotages_fail_their_invariants() {
+    let sabotages = "keyed-fresh-keys,fleet-over,fleet-long-vt,pause-ignored,prio-strict,\
+                     stale-keys,sdk-not-reinstalled,revoke-skipped";
+    let seed = FLEET_SEED;
+    let (code, stderr, doc) = campaign_with(
+        sabotages,
+        55450,
+        9,
+        "pause,drop-queue,revoke-grants,kill",
+        seed,
+    );
+    assert_failed_seed(code, &stderr, &doc, seed);
+    for name in [
+        "keyed sends store each key once",
+        "a key sent after its queue's re-creation stores a new message",
+        "never more runs than the fleet limit",
+        "a killed process's places come back within its vt",
+        "no claim after a pause took effect",
+        "no claim while the pause flag cannot be read",
+        "no queue of the weighted group starved",
+    ] {
+        assert!(!verdict(&doc, name), "{name} must fail:\n{doc}");
+    }
+    assert!(!cell_verdict(&doc), "{doc}");
+}
+
+/// The seed of [`fleet_sabotages_fail_their_invariants`] (see there).
+const FLEET_SEED: u64 = 7;

@@ -1,0 +1,800 @@
+//! The campaign's fleet workload: what runs beside the core workload of
+//! [`campaign`](super::campaign) in every seed, on queues of its own.
+//!
+//! - **Keyed producer** ([`FleetProducer`]): sends to the keyed queue with
+//!   deduplication keys (`send_batch_keyed`) through the campaign's fault
+//!   proxy, and retries every try whose outcome is unknown (or transient)
+//!   with the same keys; each tick it also sends one key again: within the
+//!   queue's life it must be answered "duplicate" with the key's first id,
+//!   and after a `drop-queue` fault re-created the queue it must store a new
+//!   message.
+//! - **Fleet-limited workers**: two processes on the keyed queue under one
+//!   `fleet_limit(FleetLimit::max_running(FLEET_PLACES))`, their handlers
+//!   long enough that bursts of the producer fill the places; a fast
+//!   sampler ([`FleetSampler`]) counts the claims running by the database's
+//!   clock.
+//! - **Prioritized group**: one process whose `WorkerGroup` runs a high and a
+//!   low queue under `Priority::weighted()`; the producer keeps a backlog on
+//!   the high queue in pressure windows, and sends to the low one steadily.
+//! - **Claim windows** ([`ClaimWindow`]): the `pause` and `revoke-grants`
+//!   faults record when they took effect by the database's clock and watch
+//!   the queue tables for claims made after that.
+//! - **Extension cell** ([`extension_cell`]): after the last seed, `DROP
+//!   EXTENSION pgmq CASCADE`, `CREATE EXTENSION pgmq` and
+//!   `Client::install_sdk_schema`, then a fleet-limited worker must work
+//!   again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use pgmq_client::{Client, CommitOutcome, Pgmq, QueueName, SendOptions, Sent};
+use rand::rngs::StdRng;
+use rand::Rng;
+use tokio::sync::RwLock;
+
+use super::campaign::{send_recorded, Role, DB_TIMEOUT, ROLES};
+use super::ctx::Ctx;
+use super::job::{key_headers, Act, Job};
+use super::ledger::{self, ProduceOutcome, Produced};
+use super::nemesis;
+use super::report::Check;
+use super::worker::{Sabotage, WorkerSpec};
+use super::BoxError;
+
+/// Places of the keyed queue's fleet-wide limit.
+pub(crate) const FLEET_PLACES: u32 = 3;
+/// How long a keyed message's handler runs, milliseconds: long enough that
+/// a burst fills the places.
+const FLEET_RUN_MS: u64 = 150;
+/// First key of the keyed queue.
+pub(crate) const KEYED_BASE: i64 = 40_000_000;
+/// First keys of the prioritized group's high and low queues.
+const HIGH_BASE: i64 = 50_000_000;
+const LOW_BASE: i64 = 60_000_000;
+/// How long a message of the group's queues runs, milliseconds.
+const PRIO_RUN_MS: u64 = 200;
+/// The weights of the group's high and low queues.
+pub(crate) const HIGH_WEIGHT: u32 = 3;
+pub(crate) const LOW_WEIGHT: u32 = 1;
+/// In a pressure window the high queue is kept at this many messages.
+const HIGH_BACKLOG: i64 = 20;
+/// Producer ticks in and out of a pressure window (300 ms each): keyed
+/// bursts, and the high queue's backlog.
+const PRESSURE_ON: u64 = 27;
+const PRESSURE_OFF: u64 = 13;
+/// How long a deduplication key holds: longer than any run.
+const KEY_WINDOW: Duration = Duration::from_secs(3600);
+/// One keyed try's bound: past it, its outcome is unknown.
+const TRY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the keyed producer retries one call before it gives up.
+const RETRY_LIMIT: Duration = Duration::from_secs(30);
+/// `poll_interval` of every campaign worker.
+pub(crate) const POLL: Duration = Duration::from_millis(100);
+/// How long after a pause (or a revocation of the workers' grants) took
+/// effect a claim may still be made: one poll interval (the pause watch
+/// reads the flag once per poll interval) and a read already sent, which
+/// lands within its `db_timeout`.
+pub(crate) const CLAIM_BOUND: Duration =
+    Duration::from_millis(POLL.as_millis() as u64 + DB_TIMEOUT.as_millis() as u64);
+/// A queue of the prioritized group with messages ready must have one
+/// claimed within this long.
+pub(crate) const STARVE_BOUND: Duration = Duration::from_secs(3);
+
+/// Whether tick `n` is inside a pressure window.
+fn pressure(n: u64) -> bool {
+    n % (PRESSURE_ON + PRESSURE_OFF) < PRESSURE_ON
+}
+
+/// A keyed message's handler: it runs [`FLEET_RUN_MS`], then records.
+fn fleet_job(key: i64) -> Job {
+    Job::with(
+        key,
+        Act {
+            sleep_ms: FLEET_RUN_MS,
+            ..Act::default()
+        },
+    )
+}
+
+/// When a `pause` or `revoke-grants` fault took effect (database clock,
+/// read in the transaction that did it, before its commit), until when
+/// (read before the clearing), which queues it stops, and the claims the
+/// fault's watcher saw later than [`CLAIM_BOUND`] after it took effect.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimWindow {
+    pub kind: &'static str,
+    pub roles: Vec<Role>,
+    pub from: DateTime<Utc>,
+    pub until: Option<DateTime<Utc>>,
+    /// Queue, message id and `last_read_at` of each late claim seen.
+    pub seen: Vec<(Role, i64, DateTime<Utc>)>,
+}
+
+/// What the fleet workload shares with the nemesis.
+pub(crate) struct FleetState {
+    /// Every queue of the seed, by [`Role::index`].
+    pub queues: [QueueName; ROLES],
+    /// The queues some process consumes.
+    pub consumed: [bool; ROLES],
+    /// The keyed queue's life: bumped by each re-creation. The producer
+    /// holds it shared for each try; `drop-queue` holds it exclusively.
+    pub epoch: RwLock<u32>,
+    pub windows: Arc<std::sync::Mutex<Vec<ClaimWindow>>>,
+    pub sabotage: Vec<Sabotage>,
+}
+
+/// A pause or revocation as the nemesis holds it: its window's index, and
+/// the watcher.
+pub(crate) struct Watching {
+    index: usize,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    queue: Option<QueueName>,
+}
+
+impl FleetState {
+    /// `pause`: pauses `role`'s queue (unless sabotaged) and watches it.
+    pub(crate) async fn pause(&self, dsn: &str, role: Role) -> Result<Watching, BoxError> {
+        let q = self.queues[role.index()].clone();
+        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        c.batch_execute("begin").await?;
+        if !self.sabotage.contains(&Sabotage::PauseIgnored) {
+            Pgmq::on(&c).pause(&q, Some("campaign")).await?;
+        }
+        let from = effect_time(&c).await?;
+        Ok(self.watch(dsn, "pause", vec![role], from, Some(q)))
+    }
+
+    /// `revoke-grants`: revokes the use of the `pgmq_sdk` schema, where the
+    /// pause flag is, from the workers' role and from PUBLIC (unless
+    /// sabotaged), and watches every queue consumed.
+    pub(crate) async fn revoke(&self, dsn: &str) -> Result<Watching, BoxError> {
+        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        c.batch_execute("begin").await?;
+        if !self.sabotage.contains(&Sabotage::RevokeSkipped) {
+            c.batch_execute("revoke usage on schema pgmq_sdk from public, current_user")
+                .await?;
+        }
+        let from = effect_time(&c).await?;
+        let roles = Role::ALL
+            .into_iter()
+            .filter(|r| self.consumed[r.index()])
+            .collect();
+        Ok(self.watch(dsn, "revoke-grants", roles, from, None))
+    }
+
+    /// Ends a pause (resume) or a revocation (grant), recording when; the
+    /// server may be busy, so a few tries.
+    pub(crate) async fn unwatch(&self, dsn: &str, w: Watching) -> Result<(), BoxError> {
+        let _ = w.stop.send(());
+        let _ = w.task.await;
+        let mut last = None;
+        for _ in 0..20 {
+            match self.end_window(dsn, w.index, w.queue.as_ref()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        Err(last.unwrap_or_else(|| "not cleared".into()))
+    }
+
+    async fn end_window(
+        &self,
+        dsn: &str,
+        index: usize,
+        queue: Option<&QueueName>,
+    ) -> Result<(), BoxError> {
+        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        let until: DateTime<Utc> = c.query_one("select clock_timestamp()", &[]).await?.get(0);
+        if let Ok(mut ws) = self.windows.lock() {
+            ws[index].until = Some(until);
+        }
+        match queue {
+            Some(q) => {
+                Pgmq::on(&c).resume(q).await?;
+            }
+            None => {
+                c.batch_execute("grant usage on schema pgmq_sdk to public, current_user")
+                    .await?
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the window and starts its watcher: every 100 ms, the claims
+    /// of its queues later than [`CLAIM_BOUND`] after `from`.
+    fn watch(
+        &self,
+        dsn: &str,
+        kind: &'static str,
+        roles: Vec<Role>,
+        from: DateTime<Utc>,
+        queue: Option<QueueName>,
+    ) -> Watching {
+        let index = {
+            let mut ws = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+            ws.push(ClaimWindow {
+                kind,
+                roles: roles.clone(),
+                from,
+                until: None,
+                seen: Vec::new(),
+            });
+            ws.len() - 1
+        };
+        let late = from + chrono::Duration::from_std(CLAIM_BOUND).unwrap_or_default();
+        let tables: Vec<(Role, String)> = roles
+            .iter()
+            .map(|r| (*r, self.queues[r.index()].table()))
+            .collect();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let dsn = dsn.to_owned();
+        let windows = self.windows.clone();
+        let task = tokio::spawn(async move {
+            let mut conn: Option<tokio_postgres::Client> = None;
+            loop {
+                if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                    conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+                }
+                for (role, table) in &tables {
+                    let Some(c) = &conn else { break };
+                    // A validated QueueName: [a-z0-9_] only.
+                    let sql =
+                        format!("select msg_id, last_read_at from {table} where last_read_at > $1");
+                    let Ok(rows) = c.query(sql.as_str(), &[&late]).await else {
+                        continue;
+                    };
+                    let mut ws = windows.lock().unwrap_or_else(|e| e.into_inner());
+                    let seen = &mut ws[index].seen;
+                    for r in rows {
+                        let x = (*role, r.get::<_, i64>(0), r.get(1));
+                        if !seen.contains(&x) {
+                            seen.push(x);
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = &mut stopped => break,
+                }
+            }
+        });
+        Watching {
+            index,
+            stop,
+            task,
+            queue,
+        }
+    }
+}
+
+/// The database's clock inside the fault's transaction, which then commits.
+async fn effect_time(c: &tokio_postgres::Client) -> Result<DateTime<Utc>, BoxError> {
+    let at: DateTime<Utc> = c.query_one("select clock_timestamp()", &[]).await?.get(0);
+    c.batch_execute("commit").await?;
+    Ok(at)
+}
+
+impl FleetState {
+    /// `drop-queue`: drops the keyed queue and creates it again (its
+    /// messages are lost, as with any drop), between two tries of the keyed
+    /// producer. With `stale-keys`, the dropped queue's deduplication keys
+    /// are put back afterwards, under the new queue's table.
+    pub(crate) async fn recreate(&self, ctx: &Ctx) -> Result<(), BoxError> {
+        let q = &self.queues[Role::Keyed.index()];
+        let table = q.table();
+        let mut epoch = self.epoch.write().await;
+        let stale = self.sabotage.contains(&Sabotage::StaleKeys);
+        let conn = ctx.client.connection().await?;
+        let keys: Option<serde_json::Value> = if stale {
+            let row = conn
+                .query_one(
+                    "select coalesce(jsonb_agg(to_jsonb(k)), '[]') from pgmq_sdk.queue_keys k \
+                     where k.queue_relid = $1::text::regclass",
+                    &[&table],
+                )
+                .await?;
+            Some(row.get(0))
+        } else {
+            None
+        };
+        ctx.client.drop_queue(q).await?;
+        ctx.client.create(q).await?;
+        if let Some(keys) = keys {
+            conn.execute(
+                "insert into pgmq_sdk.queue_keys \
+                 select * from jsonb_populate_recordset(null::pgmq_sdk.queue_keys, \
+                     (select coalesce(jsonb_agg(jsonb_set(k, '{queue_relid}', \
+                                 to_jsonb($2::text::regclass::oid))), '[]') \
+                      from jsonb_array_elements($1) k)) \
+                 on conflict do nothing",
+                &[&keys, &table],
+            )
+            .await?;
+        }
+        *epoch += 1;
+        Ok(())
+    }
+}
+
+/// A keyed message the producer sent and saw committed.
+#[derive(Debug, Clone)]
+struct KeyedEntry {
+    key: i64,
+    dedup: String,
+    epoch: u32,
+    msg_id: i64,
+}
+
+/// A deduplication key sent again, and its answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Resend {
+    /// The fault key of the message sent.
+    pub key: i64,
+    pub dedup: String,
+    /// Sent after the key's queue was re-created: a new message is due.
+    pub fresh: bool,
+    /// Otherwise, the id the key's first send returned.
+    pub first_id: Option<i64>,
+    /// The answer (None: the call failed).
+    pub got: Option<Sent>,
+}
+
+/// What the keyed producer's tries came to.
+#[derive(Debug, Default)]
+pub(crate) struct KeyedLog {
+    pub tries: u64,
+    /// Tries whose outcome was unknown (a cut, a timeout), retried.
+    pub unknown: u64,
+    /// Calls given up (an error neither transient nor of unknown outcome,
+    /// or past the retry limit).
+    pub gave_up: u64,
+    /// Calls given up because the queue was re-created between two tries.
+    pub crossed: u64,
+    pub resends: Vec<Resend>,
+    /// The queue's life each fault key was sent in.
+    pub epochs: HashMap<i64, u32>,
+}
+
+/// The fleet workload's producer (see the module docs).
+pub(crate) struct FleetProducer {
+    /// Through the campaign's fault proxy.
+    pub keyed_client: Client,
+    /// Straight to the cluster.
+    pub client: Client,
+    pub state: Arc<FleetState>,
+    pub rng: StdRng,
+    /// Per queue ([`Role::index`]): the keyed, high and low queues'.
+    pub produced: [Produced; ROLES],
+    pub log: KeyedLog,
+    next: [i64; 3],
+    committed: Vec<KeyedEntry>,
+}
+
+impl FleetProducer {
+    pub(crate) fn new(
+        keyed_client: Client,
+        client: Client,
+        state: Arc<FleetState>,
+        rng: StdRng,
+    ) -> Self {
+        FleetProducer {
+            keyed_client,
+            client,
+            state,
+            rng,
+            produced: Default::default(),
+            log: KeyedLog::default(),
+            next: [KEYED_BASE, HIGH_BASE, LOW_BASE],
+            committed: Vec::new(),
+        }
+    }
+
+    /// One tick: a keyed batch (bigger in a pressure window) and one key
+    /// sent again; a message to the low queue, and to the high queue one or,
+    /// in a pressure window, what keeps its backlog.
+    pub(crate) async fn tick(&mut self, n: u64) {
+        if self.state.consumed[Role::Keyed.index()] {
+            self.keyed_tick(n).await;
+        }
+        if self.state.consumed[Role::High.index()] {
+            self.prio_tick(n).await;
+        }
+    }
+
+    fn next_key(&mut self, i: usize) -> i64 {
+        let k = self.next[i];
+        self.next[i] += 1;
+        k
+    }
+
+    async fn keyed_tick(&mut self, n: u64) {
+        let epoch = *self.state.epoch.read().await;
+        let size = if pressure(n) { 8 } else { 2 };
+        let items: Vec<(i64, String)> = (0..size)
+            .map(|_| {
+                let k = self.next_key(0);
+                (k, format!("k{k}"))
+            })
+            .collect();
+        let keys: Vec<i64> = items.iter().map(|(k, _)| *k).collect();
+        for k in &keys {
+            self.log.epochs.insert(*k, epoch);
+        }
+        let p = Role::Keyed.index();
+        match self.send_keyed(&items, epoch).await {
+            Ok(sent) => {
+                let ids = sent.iter().map(|s| s.msg_id).collect();
+                self.produced[p].record(&keys, &Ok(ids));
+                for ((key, dedup), s) in items.into_iter().zip(sent) {
+                    self.committed.push(KeyedEntry {
+                        key,
+                        dedup,
+                        epoch,
+                        msg_id: s.msg_id,
+                    });
+                }
+            }
+            Err(o) => self.produced[p].record_as(&keys, o),
+        }
+        if self.committed.is_empty() {
+            return;
+        }
+        // One key sent again: within the queue's life, the same message
+        // (answered duplicate); after its re-creation, a new one.
+        let i = self.rng.gen_range(0..self.committed.len());
+        let e = self.committed[i].clone();
+        if e.epoch == epoch {
+            let dedup = if self.state.sabotage.contains(&Sabotage::KeyedFreshKeys) {
+                format!("{}-again{n}", e.dedup)
+            } else {
+                e.dedup.clone()
+            };
+            let got = self.send_keyed(&[(e.key, dedup)], epoch).await;
+            self.log.resends.push(Resend {
+                key: e.key,
+                dedup: e.dedup,
+                fresh: false,
+                first_id: Some(e.msg_id),
+                got: got.ok().and_then(|v| v.first().copied()),
+            });
+        } else {
+            let k = self.next_key(0);
+            self.log.epochs.insert(k, epoch);
+            let res = self.send_keyed(&[(k, e.dedup.clone())], epoch).await;
+            let got = res.as_ref().ok().and_then(|v| v.first().copied());
+            match (res, got) {
+                (Ok(_), Some(s)) if !s.duplicate => {
+                    self.produced[p].record(&[k], &Ok(vec![s.msg_id]));
+                    self.committed[i] = KeyedEntry {
+                        key: k,
+                        dedup: e.dedup.clone(),
+                        epoch,
+                        msg_id: s.msg_id,
+                    };
+                }
+                // Answered "duplicate": nothing was stored under `k`.
+                (Ok(_), _) => {}
+                (Err(o), _) => self.produced[p].record_as(&[k], o),
+            }
+            self.log.resends.push(Resend {
+                key: k,
+                dedup: e.dedup,
+                fresh: true,
+                first_id: None,
+                got,
+            });
+        }
+    }
+
+    /// Sends `items` (fault key, deduplication key) in one keyed batch
+    /// through the proxy, retrying every try that fails with an unknown
+    /// outcome or a transient error, with the same keys (but with
+    /// `keyed-fresh-keys`), for up to [`RETRY_LIMIT`]; gives up when the
+    /// queue is re-created between two tries (the call's key may belong to
+    /// the dropped queue). On failure, the outcome to record.
+    async fn send_keyed(
+        &mut self,
+        items: &[(i64, String)],
+        epoch: u32,
+    ) -> Result<Vec<Sent>, ProduceOutcome> {
+        let q = self.state.queues[Role::Keyed.index()].clone();
+        let jobs: Vec<Job> = items.iter().map(|(k, _)| fleet_job(*k)).collect();
+        let opts =
+            SendOptions::new().headers_each(items.iter().map(|(k, _)| key_headers(*k)).collect());
+        let fresh_keys = self.state.sabotage.contains(&Sabotage::KeyedFreshKeys);
+        let produced = &mut self.produced[Role::Keyed.index()];
+        let started = Instant::now();
+        let mut unknown = false;
+        let mut tries = 0u32;
+        loop {
+            let guard = self.state.epoch.read().await;
+            if *guard != epoch {
+                self.log.crossed += 1;
+                return Err(if unknown {
+                    ProduceOutcome::Unknown
+                } else {
+                    ProduceOutcome::NotSent
+                });
+            }
+            let dedup: Vec<String> = items
+                .iter()
+                .map(|(_, d)| match tries {
+                    n if fresh_keys && n > 0 => format!("{d}-retry{n}"),
+                    _ => d.clone(),
+                })
+                .collect();
+            tries += 1;
+            self.log.tries += 1;
+            let call = self
+                .keyed_client
+                .send_batch_keyed(&q, &dedup, KEY_WINDOW, &jobs, &opts);
+            let res = tokio::time::timeout(TRY_TIMEOUT, call).await;
+            drop(guard);
+            let retry = match res {
+                Ok(Ok(sent)) => return Ok(sent),
+                Ok(Err(e)) => {
+                    produced.note_error(&e);
+                    let unsure = e.outcome() == CommitOutcome::Unknown;
+                    unknown |= unsure;
+                    self.log.unknown += u64::from(unsure);
+                    if !(unsure || e.is_transient()) {
+                        self.log.gave_up += 1;
+                        return Err(if unknown {
+                            ProduceOutcome::Unknown
+                        } else {
+                            ProduceOutcome::of_error(&e)
+                        });
+                    }
+                    true
+                }
+                Err(_) => {
+                    *produced.errors.entry("Timeout".into()).or_default() += 1;
+                    unknown = true;
+                    self.log.unknown += 1;
+                    true
+                }
+            };
+            if retry && started.elapsed() > RETRY_LIMIT {
+                self.log.gave_up += 1;
+                return Err(ProduceOutcome::Unknown);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn prio_tick(&mut self, n: u64) {
+        let (high, low) = (Role::High, Role::Low);
+        let lq = self.state.queues[low.index()].clone();
+        let key = self.next_key(2);
+        let job = prio_job(key);
+        send_recorded(
+            &self.client,
+            &lq,
+            &[&job],
+            vec![key_headers(key)],
+            &mut self.produced[low.index()],
+        )
+        .await;
+        let hq = self.state.queues[high.index()].clone();
+        let count = if pressure(n) {
+            match self.client.metrics(&hq).await {
+                Ok(m) => (HIGH_BACKLOG - m.queue_length).clamp(0, 2 * HIGH_BACKLOG),
+                Err(_) => 1,
+            }
+        } else {
+            1
+        };
+        let keys: Vec<i64> = (0..count).map(|_| self.next_key(1)).collect();
+        if keys.is_empty() {
+            return;
+        }
+        let jobs: Vec<Job> = keys.iter().map(|k| prio_job(*k)).collect();
+        let refs: Vec<&Job> = jobs.iter().collect();
+        let headers = keys.iter().map(|k| key_headers(*k)).collect();
+        send_recorded(
+            &self.client,
+            &hq,
+            &refs,
+            headers,
+            &mut self.produced[high.index()],
+        )
+        .await;
+    }
+}
+
+/// A message of the prioritized group's queues: it runs [`PRIO_RUN_MS`].
+fn prio_job(key: i64) -> Job {
+    Job::with(
+        key,
+        Act {
+            sleep_ms: PRIO_RUN_MS,
+            ..Act::default()
+        },
+    )
+}
+
+/// What the fast sampler saw of a fleet-limited queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FleetSamples {
+    pub samples: u64,
+    /// The most claims running in one sample.
+    pub most: i64,
+    /// Samples with more than the limit: when, and how many.
+    pub over: Vec<(DateTime<Utc>, i64)>,
+}
+
+/// Samples `table` every `every` until `stop`: the claims running by the
+/// database's clock (a visibility timeout ahead and a delivery current, as
+/// a fleet limit counts them), against `limit`.
+pub(crate) fn sample_fleet(
+    dsn: String,
+    table: String,
+    limit: i64,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<FleetSamples> {
+    tokio::spawn(async move {
+        let mut out = FleetSamples::default();
+        let mut conn: Option<tokio_postgres::Client> = None;
+        // A validated QueueName: [a-z0-9_] only.
+        let sql = format!(
+            "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
+                    clock_timestamp() from {table}"
+        );
+        while !*stop.borrow() {
+            if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+            }
+            if let Some(c) = &conn {
+                if let Ok(r) = c.query_one(sql.as_str(), &[]).await {
+                    let n: i64 = r.get(0);
+                    out.samples += 1;
+                    out.most = out.most.max(n);
+                    if n > limit {
+                        out.over.push((r.get(1), n));
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => {}
+            }
+        }
+        out
+    })
+}
+
+/// The most runs at once among `windows` (start to end; runs without an
+/// end are left out, their end unknown), and when.
+pub(crate) fn most_at_once(windows: &[ledger::Window]) -> (usize, Option<DateTime<Utc>>) {
+    let mut edges: Vec<(DateTime<Utc>, i32)> = Vec::new();
+    for w in windows {
+        if let Some(end) = w.end {
+            edges.push((w.start, 1));
+            edges.push((end, -1));
+        }
+    }
+    // An end before a start at the same instant.
+    edges.sort();
+    let (mut now, mut most, mut at) = (0i32, 0i32, None);
+    for (t, d) in edges {
+        now += d;
+        if now > most {
+            most = now;
+            at = Some(t);
+        }
+    }
+    (most.max(0) as usize, at)
+}
+
+/// The extension cell, after the last seed: `DROP EXTENSION pgmq CASCADE`
+/// (every queue goes, so no seed's workload can share it), `CREATE
+/// EXTENSION pgmq`, `Client::install_sdk_schema` (left out with
+/// `sdk-not-reinstalled`), then a worker process under a fleet limit of 2
+/// places drains 24 messages of 100 ms: every one handled, never more
+/// than 2 running (sampled every 20 ms and from the handlers' start and
+/// end records).
+pub(crate) async fn extension_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
+    const PLACES: u32 = 2;
+    const N: usize = 24;
+    let name = "the fleet limit works again after PGMQ is re-created";
+    let recreate = async {
+        let conn = ctx.client.connection().await?;
+        conn.batch_execute("drop extension pgmq cascade; create extension pgmq")
+            .await?;
+        drop(conn);
+        if !sabotage.contains(&Sabotage::SdkNotReinstalled) {
+            ctx.client.install_sdk_schema().await?;
+        }
+        Ok::<_, BoxError>(())
+    };
+    if let Err(e) = recreate.await {
+        return vec![Check::new(
+            name,
+            false,
+            format!("re-creating PGMQ failed: {e}"),
+        )];
+    }
+    match limited_drain(ctx, PLACES, N).await {
+        Ok((handled, samples, runs)) => vec![Check::new(
+            name,
+            handled >= N as i64 && samples.most <= i64::from(PLACES) && runs <= PLACES as usize,
+            format!(
+                "extension dropped and created again, pgmq_sdk {}; {handled} of {N} messages \
+                 handled; at most {} claims running in {} samples and {runs} runs at once \
+                 (limit {PLACES})",
+                if sabotage.contains(&Sabotage::SdkNotReinstalled) {
+                    "not installed again (sabotage)"
+                } else {
+                    "installed again"
+                },
+                samples.most,
+                samples.samples
+            ),
+        )],
+        Err(e) => vec![Check::new(
+            name,
+            false,
+            format!("the limited worker could not run: {e}"),
+        )],
+    }
+}
+
+/// Runs a worker process under a fleet limit of `places` over `n` fresh
+/// messages: how many were handled, the sampler's view and the most runs
+/// at once.
+async fn limited_drain(
+    ctx: &Ctx,
+    places: u32,
+    n: usize,
+) -> Result<(i64, FleetSamples, usize), BoxError> {
+    let scenario = "cx";
+    let qs = ctx.queues(scenario).await?;
+    let jobs: Vec<Job> = (0..n as i64)
+        .map(|k| {
+            Job::with(
+                k,
+                Act {
+                    sleep_ms: 100,
+                    ..Act::default()
+                },
+            )
+        })
+        .collect();
+    ctx.produce(&qs.q, &jobs).await;
+    let mut spec = WorkerSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
+    spec.fleet_places = places;
+    spec.record_starts = true;
+    spec.concurrency = 4;
+    spec.poll_ms = 50;
+    spec.vt_secs = 4;
+    spec.app_name = "pgmq-campaign-cell".into();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sampler = sample_fleet(
+        ctx.cluster.dsn(),
+        qs.q.table(),
+        i64::from(places),
+        Duration::from_millis(20),
+        stop_rx,
+    );
+    let w = super::child::spawn(&ctx.log_dir, "cell", &ctx.cluster.dsn(), None, &spec).await?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut handled = 0;
+    while Instant::now() < deadline {
+        handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
+        if handled >= n as i64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = w.stop(Duration::from_secs(10)).await;
+    let _ = stop_tx.send(true);
+    let samples = sampler.await?;
+    let windows = ledger::windows(&ctx.client, &ctx.run_id, scenario).await?;
+    ctx.drop_queues(&qs).await;
+    Ok((handled, samples, most_at_once(&windows).0))
+}
