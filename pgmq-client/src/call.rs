@@ -124,7 +124,7 @@ async fn cached<C: GenericClient + Sync>(
     retry: bool,
 ) -> Result<Vec<Row>, Error> {
     if stmt.is_sdk() && !cache.sdk_trusted.load(std::sync::atomic::Ordering::Relaxed) {
-        crate::sdk_schema::check_trust(client)
+        crate::sdk_trust::check(client)
             .await
             .map_err(|e| mark_lost(lost, e))?;
         cache
@@ -182,7 +182,7 @@ pub(crate) async fn uncached<C: GenericClient + Sync>(
     params: Params<'_>,
 ) -> Result<Vec<Row>, Error> {
     if stmt.is_sdk() {
-        crate::sdk_schema::check_trust(client).await?;
+        crate::sdk_trust::check(client).await?;
     }
     let prepared = prepare(client.prepare(stmt.sql())).await?;
     request(client, client.query(&prepared, params)).await

@@ -237,7 +237,7 @@ impl Executor for deadpool_postgres::Pool {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
         let conn = self.get().await.map_err(call::from_deadpool)?;
         if stmt.is_sdk() {
-            crate::sdk_schema::check_trust(&**conn).await?;
+            crate::sdk_trust::check(&**conn).await?;
         }
         call::deadpool(&conn, stmt.sql(), None, params).await
     }
@@ -259,7 +259,7 @@ impl Executor for deadpool_postgres::Pool {
 impl Executor for deadpool_postgres::Object {
     async fn query(&self, stmt: Stmt, params: Params<'_>) -> Result<Vec<Row>, Error> {
         if stmt.is_sdk() {
-            crate::sdk_schema::check_trust(&***self).await?;
+            crate::sdk_trust::check(&***self).await?;
         }
         call::deadpool(self, stmt.sql(), None, params).await
     }

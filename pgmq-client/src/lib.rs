@@ -149,6 +149,7 @@ mod read;
 mod read_from;
 mod rows;
 pub mod sdk_schema;
+mod sdk_trust;
 mod send;
 mod statements;
 pub mod tls;

@@ -126,7 +126,8 @@ impl<E: Executor> Pgmq<E> {
         let q = queue.as_str();
         let rows = self.run(Stmt::PurgeQueue, Some(q), &[&q]).await?;
         let purged = first_col::<Option<i64>>(&rows, 0, None)?.unwrap_or(0);
-        let present = self.run(Stmt::SdkPresent, None, &[]).await?;
+        let probe = "pgmq_sdk.forget_queue_keys(text)";
+        let present = self.run(Stmt::SdkPresent, None, &[&probe]).await?;
         if first_col::<bool>(&present, 0, false)? {
             self.run(Stmt::ForgetQueueKeys, Some(q), &[&q])
                 .await

@@ -44,7 +44,7 @@ use tokio_postgres::GenericClient;
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::statements::Stmt;
+use crate::sdk_trust::{check as check_trust, find};
 
 /// The schema's name.
 pub const SCHEMA: &str = "pgmq_sdk";
@@ -119,55 +119,6 @@ pub struct Installed {
     /// The functions an installed schema lacked and the install put back
     /// (empty on a fresh install or upgrade), by signature.
     pub repaired: Vec<String>,
-}
-
-/// Who owns the schema and what is in it, as [`check_trust`] and the
-/// install read it.
-struct Found {
-    owner: String,
-    owner_is_me: bool,
-    trusted: bool,
-    foreign_objects: Option<String>,
-}
-
-async fn find<C: GenericClient + Sync>(pg: &C) -> Result<Option<Found>, Error> {
-    let rows = pg
-        .query_typed(Stmt::SdkTrust.sql(), &[])
-        .await
-        .map_err(Error::from_pg)?;
-    let Some(r) = rows.first() else {
-        return Ok(None);
-    };
-    let col = |e: tokio_postgres::Error| Error::UnexpectedRow { source: e };
-    Ok(Some(Found {
-        owner: r.try_get(0).map_err(col)?,
-        owner_is_me: r.try_get(1).map_err(col)?,
-        trusted: r.try_get(2).map_err(col)?,
-        foreign_objects: r.try_get(3).map_err(col)?,
-    }))
-}
-
-/// Checks, from the catalogs, that the `pgmq_sdk` schema may be run by the
-/// connected user (see the module docs, "Trust"). A database without the
-/// schema passes: the call then fails as [`Error::SdkSchemaMissing`].
-pub(crate) async fn check_trust<C: GenericClient + Sync>(pg: &C) -> Result<(), Error> {
-    let Some(found) = find(pg).await? else {
-        return Ok(());
-    };
-    if !found.trusted {
-        return Err(Error::SdkSchemaUntrusted {
-            reason: format!(
-                "it is owned by role {}, which the connected user does not trust",
-                found.owner
-            ),
-        });
-    }
-    if let Some(objects) = found.foreign_objects {
-        return Err(Error::SdkSchemaUntrusted {
-            reason: format!("owner {}; found {objects}", found.owner),
-        });
-    }
-    Ok(())
 }
 
 impl Client {

@@ -68,7 +68,7 @@ statements! {
     // Whether the schema's forget_queue_keys is there: a catalog look that
     // cannot fail, so that a purge inside a caller's transaction never
     // aborts it by calling a missing function.
-    SdkPresent = "SELECT pg_catalog.to_regprocedure('pgmq_sdk.forget_queue_keys(text)') IS NOT NULL";
+    SdkPresent = "SELECT pg_catalog.to_regprocedure($1::text) IS NOT NULL";
     // pause.rs, in the pgmq_sdk schema.
     PauseQueue = "SELECT pgmq_sdk.pause_queue($1::text, $2::text)";
     ResumeQueue = "SELECT pgmq_sdk.resume_queue($1::text)";
@@ -76,33 +76,6 @@ statements! {
     ListPaused = "SELECT queue_name, paused_at, reason FROM pgmq_sdk.paused ORDER BY queue_name";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
-    // sdk_schema.rs: who owns the pgmq_sdk schema and what is in it, from
-    // the catalogs only (nothing of the schema is run). One row when the
-    // schema exists: its owner; whether that is the current user; whether
-    // the current user may trust it (see sdk_schema::trust); and what in it
-    // another role owns or may create, as text (NULL: nothing).
-    SdkTrust = "SELECT n.nspowner::pg_catalog.regrole::text AS owner, \
-        n.nspowner = u.oid AS owner_is_me, \
-        (n.nspowner = u.oid OR o.rolsuper \
-          OR n.nspowner = (SELECT e.extowner FROM pg_catalog.pg_extension e WHERE e.extname = 'pgmq') \
-          OR (NOT u.rolsuper AND pg_catalog.pg_has_role(u.oid, n.nspowner, 'MEMBER'))) AS trusted, \
-        (SELECT pg_catalog.string_agg(x.what, ', ' ORDER BY x.what) FROM ( \
-          SELECT 'table ' || c.oid::pg_catalog.regclass::text || ' owned by ' || c.relowner::pg_catalog.regrole::text AS what \
-            FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid AND c.relowner <> n.nspowner \
-          UNION ALL SELECT 'function ' || p.oid::pg_catalog.regprocedure::text || ' owned by ' || p.proowner::pg_catalog.regrole::text \
-            FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND p.proowner <> n.nspowner \
-          UNION ALL SELECT 'type ' || t.oid::pg_catalog.regtype::text || ' owned by ' || t.typowner::pg_catalog.regrole::text \
-            FROM pg_catalog.pg_type t WHERE t.typnamespace = n.oid AND t.typowner <> n.nspowner \
-          UNION ALL SELECT 'operator ' || op.oid::pg_catalog.regoperator::text || ' owned by ' || op.oprowner::pg_catalog.regrole::text \
-            FROM pg_catalog.pg_operator op WHERE op.oprnamespace = n.oid AND op.oprowner <> n.nspowner \
-          UNION ALL SELECT 'CREATE on the schema granted to ' \
-              || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::text END \
-            FROM pg_catalog.aclexplode(n.nspacl) a WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner \
-        ) x) AS foreign_objects \
-        FROM pg_catalog.pg_namespace n \
-        JOIN pg_catalog.pg_roles o ON o.oid = n.nspowner \
-        CROSS JOIN (SELECT r.oid, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) u \
-        WHERE n.nspname = 'pgmq_sdk'";
     // read.rs
     Read = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer)");
     ReadWhere = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer, $4::jsonb)");
@@ -366,7 +339,11 @@ mod tests {
     fn every_statement_uses_parameters_for_names() {
         for s in Stmt::ALL {
             let sql = s.sql();
-            assert!(sql.contains("pgmq.") || sql.contains("pgmq_sdk."), "{s:?}");
+            // PGMQ's or the SDK's objects, or (SdkPresent) a catalog probe.
+            assert!(
+                sql.contains("pgmq.") || sql.contains("pgmq_sdk.") || *s == Stmt::SdkPresent,
+                "{s:?}"
+            );
             // The one literal is a field name of PGMQ's own type.
             let sql_ = sql.replace("'default_partition_length'", "");
             assert!(!sql_.contains('\''), "{s:?} has a literal");
