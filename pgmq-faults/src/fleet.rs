@@ -87,12 +87,12 @@ fn pressure(n: u64) -> bool {
     n % (PRESSURE_ON + PRESSURE_OFF) < PRESSURE_ON
 }
 
-/// A keyed message's handler: it runs [`FLEET_RUN_MS`], then records.
-fn fleet_job(key: i64) -> Job {
+/// A message whose handler runs `ms`, then records its handling.
+fn sleeping_job(key: i64, ms: u64) -> Job {
     Job::with(
         key,
         Act {
-            sleep_ms: FLEET_RUN_MS,
+            sleep_ms: ms,
             ..Act::default()
         },
     )
@@ -502,7 +502,10 @@ impl FleetProducer {
         epoch: u32,
     ) -> Result<Vec<Sent>, ProduceOutcome> {
         let q = self.state.queues[Role::Keyed.index()].clone();
-        let jobs: Vec<Job> = items.iter().map(|(k, _)| fleet_job(*k)).collect();
+        let jobs: Vec<Job> = items
+            .iter()
+            .map(|(k, _)| sleeping_job(*k, FLEET_RUN_MS))
+            .collect();
         let opts =
             SendOptions::new().headers_each(items.iter().map(|(k, _)| key_headers(*k)).collect());
         let fresh_keys = self.state.sabotage.contains(&Sabotage::KeyedFreshKeys);
@@ -570,7 +573,7 @@ impl FleetProducer {
         let (high, low) = (Role::High, Role::Low);
         let lq = self.state.queues[low.index()].clone();
         let key = self.next_key(2);
-        let job = prio_job(key);
+        let job = sleeping_job(key, PRIO_RUN_MS);
         send_recorded(
             &self.client,
             &lq,
@@ -592,7 +595,7 @@ impl FleetProducer {
         if keys.is_empty() {
             return;
         }
-        let jobs: Vec<Job> = keys.iter().map(|k| prio_job(*k)).collect();
+        let jobs: Vec<Job> = keys.iter().map(|k| sleeping_job(*k, PRIO_RUN_MS)).collect();
         let refs: Vec<&Job> = jobs.iter().collect();
         let headers = keys.iter().map(|k| key_headers(*k)).collect();
         send_recorded(
@@ -604,17 +607,6 @@ impl FleetProducer {
         )
         .await;
     }
-}
-
-/// A message of the prioritized group's queues: it runs [`PRIO_RUN_MS`].
-fn prio_job(key: i64) -> Job {
-    Job::with(
-        key,
-        Act {
-            sleep_ms: PRIO_RUN_MS,
-            ..Act::default()
-        },
-    )
 }
 
 /// What the fast sampler saw of a fleet-limited queue.
@@ -693,8 +685,8 @@ pub(crate) fn most_at_once(windows: &[ledger::Window]) -> (usize, Option<DateTim
 
 /// The extension cell, after the last seed: `DROP EXTENSION pgmq CASCADE`
 /// (every queue goes, so no seed's workload can share it), `CREATE
-/// EXTENSION pgmq`, `Client::install_sdk_schema` (left out with
-/// `sdk-not-reinstalled`), then a worker process under a fleet limit of 2
+/// EXTENSION pgmq`, `Client::install_sdk_schema` (with
+/// `sdk-not-reinstalled`, the `pgmq_sdk` schema dropped instead), then a worker process under a fleet limit of 2
 /// places drains 24 messages of 100 ms: every one handled, never more
 /// than 2 running (sampled every 20 ms and from the handlers' start and
 /// end records).
@@ -706,8 +698,12 @@ pub(crate) async fn extension_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Chec
         let conn = ctx.client.connection().await?;
         conn.batch_execute("drop extension pgmq cascade; create extension pgmq")
             .await?;
-        drop(conn);
-        if !sabotage.contains(&Sabotage::SdkNotReinstalled) {
+        if sabotage.contains(&Sabotage::SdkNotReinstalled) {
+            // The planted bug: the pgmq_sdk schema gone with PGMQ (as a
+            // CASCADE that reached it would leave it) and not installed
+            // again.
+            conn.batch_execute("drop schema pgmq_sdk cascade").await?;
+        } else {
             ctx.client.install_sdk_schema().await?;
         }
         Ok::<_, BoxError>(())
@@ -754,17 +750,7 @@ async fn limited_drain(
 ) -> Result<(i64, FleetSamples, usize), BoxError> {
     let scenario = "cx";
     let qs = ctx.queues(scenario).await?;
-    let jobs: Vec<Job> = (0..n as i64)
-        .map(|k| {
-            Job::with(
-                k,
-                Act {
-                    sleep_ms: 100,
-                    ..Act::default()
-                },
-            )
-        })
-        .collect();
+    let jobs: Vec<Job> = (0..n as i64).map(|k| sleeping_job(k, 100)).collect();
     ctx.produce(&qs.q, &jobs).await;
     let mut spec = WorkerSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
     spec.fleet_places = places;

@@ -211,8 +211,9 @@ pub enum Sabotage {
     /// deduplication keys back after the re-creation: sends under them are
     /// answered "duplicate" with the dropped messages' ids.
     StaleKeys,
-    /// The campaign's extension cell re-creates PGMQ without installing the
-    /// `pgmq_sdk` schema again: the fleet limit has no function to call.
+    /// The campaign's extension cell drops the `pgmq_sdk` schema with PGMQ
+    /// (as a CASCADE that reached it would) and does not install it again:
+    /// the fleet limit has no function to call.
     SdkNotReinstalled,
     /// The campaign's `revoke-grants` fault records a revocation but never
     /// revokes: to the invariant, workers that go on claiming while they
