@@ -890,14 +890,15 @@ fn keyed(e: &Evidence) -> [Check; 2] {
             format!(
                 "{} keys stored ({committed} sends committed) over {} tries, {} of unknown \
                  outcome retried with their keys, {} calls given up, {} given up at a \
-                 re-creation; {} keys stored more than once{}; {} sends answered with another \
-                 message's id{}; {again} keys sent again, {} not answered duplicate with their \
-                 first id{}",
+                 re-creation (failed tries: {:?}); {} keys stored more than once{}; {} sends \
+                 answered with another message's id{}; {again} keys sent again, {} not answered \
+                 duplicate with their first id{}",
                 f.stored.len(),
                 log.tries,
                 log.unknown,
                 log.gave_up,
                 log.crossed,
+                f.produced.errors,
                 twice.len(),
                 sample(&twice),
                 wrong_id.len(),
