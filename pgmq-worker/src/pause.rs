@@ -2,13 +2,22 @@
 //!
 //! A queue is paused by a row in `pgmq_sdk.paused_queues`
 //! ([`Pgmq::pause`](pgmq_client::Pgmq::pause), `pgmq pause`). The watch
-//! reads that flag once per `poll_interval` (and once before the claim
-//! loops start, so a worker started while its queue is paused starts
-//! paused). While the queue is paused the claim loops start no read: a
-//! read already in flight finishes and its messages are handled, running
+//! reads that flag once per `poll_interval`, on a fixed beat (and once
+//! before the claim loops start, so a worker started while its queue is
+//! paused starts paused). While the queue is paused the claim loops start
+//! no read: they look at the flag right before every read, after whatever
+//! they waited for (room in the claim queue, a priority grant, the poll
+//! timer), and a wait for room or for a grant ends when the pause is seen.
+//! A read already in flight finishes and its messages are handled, running
 //! handlers finish, and their acknowledgements are written as usual. On
-//! resume the watch wakes the claim loops. Every worker on the queue
-//! therefore stops claiming within about one `poll_interval` of a pause.
+//! resume the watch wakes the claim loops.
+//!
+//! **The promise.** No claim read starts later than one `poll_interval`
+//! plus one read of the flag after the pause committed (the first read of
+//! the flag that starts after the commit sees it); only a claim read
+//! already in flight then may still claim, so every claim's `last_read_at`
+//! is within that bound plus one claim read. In a prioritized group a
+//! paused queue holds no capacity for itself ([`crate::priority`]).
 //!
 //! Without the `pgmq_sdk` schema a queue cannot be paused: the watch then
 //! asks the catalog whether the schema exists (a query that cannot fail,
@@ -65,6 +74,15 @@ impl Paused {
             biased;
             _ = stop.cancelled() => true,
             r = rx.wait_for(|paused| !*paused) => r.is_err(),
+        }
+    }
+
+    /// Completes once claims are paused (at once if they are now).
+    pub(crate) async fn until_paused(&self) {
+        let mut rx = self.tx.subscribe();
+        if rx.wait_for(|paused| *paused).await.is_err() {
+            // The watch is gone: never paused from now on.
+            std::future::pending::<()>().await;
         }
     }
 
@@ -171,12 +189,19 @@ pub(crate) fn spawn(part: Arc<PauseWatch>, supervisor: &Supervisor, stop: &Cance
     supervisor.spawn("pause watch", move || run(Arc::clone(&part), stop.clone()));
 }
 
+/// Reads the flag once per `poll_interval`, the reads starting on a fixed
+/// beat (not an interval after the last read ended), so that a pause
+/// committed at any moment is read by a read that starts within one
+/// interval of it.
 async fn run(part: Arc<PauseWatch>, stop: CancellationToken) {
+    let every = part.settings.poll_interval;
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(part.settings.poll_interval) => {}
+            _ = beat.tick() => {}
         }
         part.check(part.settings.db_timeout).await;
     }
