@@ -22,8 +22,20 @@
 //! Without the `pgmq_sdk` schema a queue cannot be paused: the watch then
 //! asks the catalog whether the schema exists (a query that cannot fail,
 //! so the server's log gets no error per poll) and reads the flag once it
-//! does. A watch that cannot reach the database keeps the last state it
-//! read.
+//! does. A watch that cannot reach the database (or gets any other error
+//! that is not about rights) keeps the last state it read.
+//!
+//! **A flag the worker may not read fails closed.** A worker that could
+//! not read the flag would claim while the queue is paused, so a refusal
+//! for want of a right (SQLSTATE 42501: the schema is there, but the
+//! worker's role lacks USAGE on it or SELECT on the flag's table) is never
+//! taken as "not paused". At start the worker refuses to start
+//! ([`Error::PauseFlagUnreadable`], naming the grants). While running, the
+//! watch treats the queue as paused (no new claims), says so in
+//! `Health::pause_flag_unreadable` (the worker is then not healthy) and in
+//! the `pgmq_worker_pause_flag_unreadable` gauge, and logs a warning when
+//! it starts (and a line when it ends); the worker claims again once a
+//! read of the flag succeeds.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -31,9 +43,11 @@ use std::time::Duration;
 
 use pgmq_client::{Pgmq, QueueName};
 use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::Source;
+use crate::error::Error;
 use crate::health::HealthState;
 use crate::supervise::Supervisor;
 use crate::wake::Wake;
@@ -46,8 +60,19 @@ pub(crate) struct Settings {
     pub db_timeout: Duration,
 }
 
-/// Whether the queue is paused, as the watch last read it; the claim loops
-/// look at it before each read.
+/// The grants a worker's role needs to read the pause flag, as an
+/// operator runs them.
+pub(crate) const GRANTS: &str = "GRANT USAGE ON SCHEMA pgmq_sdk TO <the worker's role>; \
+     GRANT SELECT ON pgmq_sdk.paused_queues TO <the worker's role>";
+
+/// Whether `e` is the server refusing the read for want of a right.
+fn denied(e: &pgmq_client::Error) -> bool {
+    e.sqlstate() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+}
+
+/// Whether claims are held, as the watch last made it out (the queue is
+/// paused, or its flag may not be read); the claim loops look at it before
+/// each read.
 #[derive(Debug)]
 pub(crate) struct Paused {
     tx: watch::Sender<bool>,
@@ -102,6 +127,10 @@ pub(crate) struct PauseWatch {
     pub wake: Wake,
     /// Whether the `pgmq_sdk` schema was there at the last look.
     schema: AtomicBool,
+    /// The flag, as last read.
+    flag: AtomicBool,
+    /// The last read was refused for want of a right.
+    unreadable: AtomicBool,
 }
 
 impl PauseWatch {
@@ -119,14 +148,40 @@ impl PauseWatch {
             health,
             wake,
             schema: AtomicBool::new(false),
+            flag: AtomicBool::new(false),
+            unreadable: AtomicBool::new(false),
+        }
+    }
+
+    /// The read before the claim loops start, within `limit`: as
+    /// [`check`](Self::check), except that a refusal for want of a right
+    /// fails the start.
+    pub(crate) async fn first_check(&self, limit: Duration) -> Result<(), Error> {
+        match self.read(limit).await {
+            Err(e) if denied(&e) => Err(Error::PauseFlagUnreadable {
+                queue: self.settings.queue.to_string(),
+                grants: GRANTS,
+                source: e,
+            }),
+            res => {
+                self.take(res);
+                Ok(())
+            }
         }
     }
 
     /// Reads the flag once, within `limit`, and records it (see the module
-    /// docs); a failed read changes nothing.
+    /// docs): a refusal for want of a right holds the claims, any other
+    /// failure changes nothing.
     pub(crate) async fn check(&self, limit: Duration) {
-        match self.read(limit).await {
-            Ok(paused) => self.record(paused),
+        let res = self.read(limit).await;
+        self.take(res);
+    }
+
+    fn take(&self, res: Result<bool, pgmq_client::Error>) {
+        match res {
+            Ok(paused) => self.record(Ok(paused)),
+            Err(e) if denied(&e) => self.record(Err(&e)),
             Err(e) => {
                 tracing::debug!(error = %e, queue = %self.settings.queue, "could not read whether the queue is paused");
             }
@@ -163,16 +218,35 @@ impl PauseWatch {
         }
     }
 
-    fn record(&self, paused: bool) {
-        if !self.paused.set(paused) {
-            return;
-        }
-        self.health.set_paused(paused);
+    /// Records a read of the flag: its value, or the refusal that makes
+    /// the watch hold the claims; logs each change once.
+    fn record(&self, read: Result<bool, &pgmq_client::Error>) {
         let queue = &self.settings.queue;
-        if paused {
-            tracing::info!(%queue, "queue paused: no new claims until it is resumed");
-        } else {
-            tracing::info!(%queue, "queue resumed: claiming again");
+        match read {
+            Ok(paused) => {
+                if self.unreadable.swap(false, Relaxed) {
+                    self.health.set_pause_flag_unreadable(false);
+                    tracing::info!(%queue, "the pause flag is readable again");
+                }
+                if self.flag.swap(paused, Relaxed) != paused {
+                    self.health.set_paused(paused);
+                    if paused {
+                        tracing::info!(%queue, "queue paused: no new claims until it is resumed");
+                    } else {
+                        tracing::info!(%queue, "queue resumed");
+                    }
+                }
+            }
+            Err(e) => {
+                if !self.unreadable.swap(true, Relaxed) {
+                    self.health.set_pause_flag_unreadable(true);
+                    tracing::warn!(%queue, error = %e, grants = GRANTS, "this worker's role may not read whether the queue is paused: no new claims until it may");
+                }
+            }
+        }
+        let hold = self.flag.load(Relaxed) || self.unreadable.load(Relaxed);
+        if self.paused.set(hold) && !hold {
+            tracing::info!(%queue, "claiming again");
             self.wake.wake();
         }
     }

@@ -8,10 +8,15 @@
 //!   for a grant at a prioritized group's gate.
 //! - A paused queue of a prioritized group holds none of the others: they
 //!   drain while it is paused, under strict and weighted priorities.
+//! - A worker whose role cannot read the pause flag does not start
+//!   (`Error::PauseFlagUnreadable`), and one that loses the right while
+//!   running stops claiming (`Health::pause_flag_unreadable`) until the
+//!   flag is readable again. The role is the test's own (it may create
+//!   databases, not roles): it revokes its own right in its database.
 //!
 //! Each test runs in a database of its own (`common::OwnDatabase`), so that
 //! pausing sees this build's `pgmq_sdk` schema whatever the shared
-//! database has.
+//! database has, and a right revoked there is revoked for nobody else.
 
 mod common;
 
@@ -327,4 +332,105 @@ async fn no_claim_after_the_pause_from_a_priority_gate() {
     .await;
     stop.graceful();
     running.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_cannot_read_the_pause_flag_does_not_start() {
+    let db = OwnDatabase::create("wpz_start").await;
+    let client = db.client(8).await;
+    let q = QueueName::new("pz_noright").unwrap();
+    client.create(&q).await.unwrap();
+    fill(&client, &q, 5).await;
+    // Without SELECT on the flag's table, then without USAGE on its schema.
+    for (revoke, grant) in [
+        (
+            "REVOKE ALL ON pgmq_sdk.paused_queues FROM CURRENT_USER",
+            "GRANT ALL ON pgmq_sdk.paused_queues TO CURRENT_USER",
+        ),
+        (
+            "REVOKE USAGE ON SCHEMA pgmq_sdk FROM CURRENT_USER",
+            "GRANT USAGE ON SCHEMA pgmq_sdk TO CURRENT_USER",
+        ),
+    ] {
+        db.execute(revoke).await;
+        let worker: Worker<u64> = Worker::builder(client.clone(), q.clone())
+            .poll_interval(POLL)
+            .handler(|_m: Message<u64>| async move { Ok(Outcome::Delete) })
+            .build()
+            .unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(15), common::start_error(worker))
+            .await
+            .expect("the worker refused to start within 15 s");
+        eprintln!("{revoke}: {err}");
+        assert!(
+            matches!(err, pgmq_worker::Error::PauseFlagUnreadable { .. }),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("GRANT") && text.contains("pgmq_sdk.paused_queues"),
+            "{text}"
+        );
+        db.execute(grant).await;
+        assert_eq!(queue_len(&client, &q).await, 5, "nothing claimed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_loses_the_right_to_read_the_pause_flag_stops_claiming() {
+    const N: u64 = 300;
+    let db = OwnDatabase::create("wpz_lost").await;
+    let client = db.client(8).await;
+    let q = QueueName::new("pz_lost").unwrap();
+    client.create(&q).await.unwrap();
+    fill(&client, &q, N).await;
+    let rec = Arc::new(Record::default());
+    let worker = {
+        let rec = Arc::clone(&rec);
+        Worker::builder(client.clone(), q.clone())
+            .concurrency(2)
+            .batch_size(5)
+            .poll_interval(POLL)
+            .handler(move |m: Message<u64>| {
+                let rec = Arc::clone(&rec);
+                async move {
+                    let read_at = m.last_read_at.map_or(0, |t| t.timestamp_micros());
+                    rec.claims.lock().unwrap().push(read_at);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    rec.handled.fetch_add(1, Relaxed);
+                    Ok(Outcome::Delete)
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let handle = worker.spawn();
+    wait_for(Duration::from_secs(30), "some messages handled", || async {
+        rec.handled() >= 20
+    })
+    .await;
+    db.execute("REVOKE ALL ON pgmq_sdk.paused_queues FROM CURRENT_USER")
+        .await;
+    let revoked_at = db_now(&client).await;
+    wait_for(Duration::from_secs(10), "health to say so", || async {
+        handle.health().pause_flag_unreadable
+    })
+    .await;
+    assert!(!handle.health().is_healthy());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_no_claim_after(&client, &q, &rec, revoked_at, "the revoke").await;
+    assert!(
+        queue_len(&client, &q).await > 0,
+        "drained before the revoke"
+    );
+    db.execute("GRANT ALL ON pgmq_sdk.paused_queues TO CURRENT_USER")
+        .await;
+    wait_for(Duration::from_secs(60), "the queue drained", || async {
+        rec.handled() == N
+    })
+    .await;
+    let h = handle.health();
+    assert!(!h.pause_flag_unreadable && h.is_healthy(), "{h:?}");
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.handled, N);
 }
