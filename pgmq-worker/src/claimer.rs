@@ -509,6 +509,7 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
             drop(permits);
             continue;
         }
+        let sent_at = Instant::now();
         let (plan, res) = lp.read(qty).await;
         if let Some(share) = &lp.part.share {
             // A short read after the bound ran out of the tail only; one
@@ -530,7 +531,7 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
                 continue;
             }
         };
-        match lp.enqueue(msgs, permits, plan, qty) {
+        match lp.enqueue(msgs, permits, plan, qty, sent_at) {
             After::ReadAgain => continue,
             After::Park => {}
             // Closed only when the worker is being torn down.
@@ -722,14 +723,16 @@ impl ClaimLoop {
         }
     }
 
-    /// Queues what a read as `plan` for `qty` messages returned, with their
-    /// permits (the rest go back), and says what the loop does next.
+    /// Queues what a read as `plan` for `qty` messages, sent at
+    /// `sent_at`, returned, with their permits (the rest go back), and
+    /// says what the loop does next.
     fn enqueue(
         &mut self,
         msgs: Vec<Message<RawJson>>,
         mut permits: OwnedSemaphorePermit,
         plan: Plan,
         qty: usize,
+        sent_at: Instant,
     ) -> After {
         let part = &self.part;
         self.backoff.reset();
@@ -766,6 +769,7 @@ impl ClaimLoop {
             }),
             msg,
             claimed_at: now,
+            sent_at,
         });
         if !self.queue.push_batch(batch) {
             return After::Closed;

@@ -116,7 +116,7 @@ async fn run(part: Arc<Metrics>, stop: CancellationToken) {
 
 /// Every counter published, by name (`pgmq_worker_<name>_total`), with its
 /// value in `s`.
-fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 29] {
+fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 30] {
     [
         ("claimed", s.claimed),
         ("handled", s.handled),
@@ -147,5 +147,6 @@ fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 29] {
         ("wakeups_poll", s.wakeups_poll),
         ("wakeups_after_throttle", s.wakeups_after_throttle),
         ("still_running_at_deadline", s.still_running_at_deadline),
+        ("stopped_at_claim_end", s.stopped_at_claim_end),
     ]
 }

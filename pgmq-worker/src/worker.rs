@@ -293,7 +293,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             stats: self.stats,
             wake: Wake::default(),
             heartbeat: Arc::default(),
-            leases: Arc::default(),
+            leases: Arc::new(Leases::new(plan.handler_loop.fence)),
             health: Arc::clone(&self.health),
         };
         // The pause flag is read once before any task starts: a worker
