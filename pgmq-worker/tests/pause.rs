@@ -344,12 +344,13 @@ async fn a_worker_that_cannot_read_the_pause_flag_does_not_start() {
     // Without SELECT on the flag's table, then without USAGE on its schema.
     for (revoke, grant) in [
         (
-            "REVOKE ALL ON pgmq_sdk.paused_queues FROM CURRENT_USER",
-            "GRANT ALL ON pgmq_sdk.paused_queues TO CURRENT_USER",
+            "REVOKE ALL ON pgmq_sdk.paused FROM PUBLIC, CURRENT_USER",
+            "GRANT ALL ON pgmq_sdk.paused TO CURRENT_USER; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.paused TO PUBLIC",
         ),
         (
-            "REVOKE USAGE ON SCHEMA pgmq_sdk FROM CURRENT_USER",
-            "GRANT USAGE ON SCHEMA pgmq_sdk TO CURRENT_USER",
+            "REVOKE USAGE ON SCHEMA pgmq_sdk FROM PUBLIC, CURRENT_USER",
+            "GRANT USAGE ON SCHEMA pgmq_sdk TO PUBLIC, CURRENT_USER",
         ),
     ] {
         db.execute(revoke).await;
@@ -368,7 +369,7 @@ async fn a_worker_that_cannot_read_the_pause_flag_does_not_start() {
         );
         let text = err.to_string();
         assert!(
-            text.contains("GRANT") && text.contains("pgmq_sdk.paused_queues"),
+            text.contains("GRANT") && text.contains("install-sdk"),
             "{text}"
         );
         db.execute(grant).await;
@@ -409,7 +410,7 @@ async fn a_worker_that_loses_the_right_to_read_the_pause_flag_stops_claiming() {
         rec.handled() >= 20
     })
     .await;
-    db.execute("REVOKE ALL ON pgmq_sdk.paused_queues FROM CURRENT_USER")
+    db.execute("REVOKE ALL ON pgmq_sdk.paused FROM PUBLIC, CURRENT_USER")
         .await;
     let revoked_at = db_now(&client).await;
     wait_for(Duration::from_secs(10), "health to say so", || async {
@@ -423,8 +424,11 @@ async fn a_worker_that_loses_the_right_to_read_the_pause_flag_stops_claiming() {
         queue_len(&client, &q).await > 0,
         "drained before the revoke"
     );
-    db.execute("GRANT ALL ON pgmq_sdk.paused_queues TO CURRENT_USER")
-        .await;
+    db.execute(
+        "GRANT ALL ON pgmq_sdk.paused TO CURRENT_USER; \
+         GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.paused TO PUBLIC",
+    )
+    .await;
     wait_for(Duration::from_secs(60), "the queue drained", || async {
         rec.handled() == N
     })
