@@ -48,8 +48,9 @@
 //!   broken, before any SQL runs; names travel as bound parameters. The
 //!   calls that are statements on PGMQ's tables rather than PGMQ functions
 //!   ([`Pgmq::read_from`], the fenced writes [`Pgmq::delete_fenced`],
-//!   [`Pgmq::archive_fenced`] and [`Pgmq::requeue_fenced`], and
-//!   [`Pgmq::release_batch`]) name the queue's tables in their SQL as PGMQ
+//!   [`Pgmq::archive_fenced`] and [`Pgmq::requeue_fenced`],
+//!   [`Pgmq::release_batch`], the looks [`Pgmq::peek_raw`] and
+//!   [`Pgmq::peek_archive_raw`], and [`Pgmq::prune_archive_batch`]) name the queue's tables in their SQL as PGMQ
 //!   folds them (lowercase), always as quoted identifiers ([`quote_ident`]).
 //! - **Catalog functions qualified.** The SQL this crate writes itself calls
 //!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
@@ -143,6 +144,7 @@ mod limits;
 mod message;
 mod notify;
 mod pause;
+mod peek;
 mod queue;
 mod queue_name;
 mod read;
@@ -175,6 +177,7 @@ pub use limits::FleetLimit;
 pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use pause::PausedQueue;
+pub use peek::ArchivedMessage;
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{quote_ident, QueueName, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE};
 pub use read::ReadOptions;
