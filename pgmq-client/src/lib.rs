@@ -106,17 +106,22 @@
 //! # Command-line tool
 //!
 //! With the `cli` feature the crate builds `pgmq`, a tool for operators: list
-//! queues with metrics, create, drop, purge, send JSON lines from stdin or a
-//! file, read or pop as JSON lines, delete or archive by id, move dead letters
-//! back to their source queue (`redrive`), switch insert notifications,
-//! install the `pgmq_sdk` schema (`install-sdk`), and pause or resume a
-//! queue for every worker.
+//! queues with metrics and watch them refresh, look at messages without
+//! claiming them (`peek`), create, drop, purge, send JSON lines from stdin or
+//! a file, read or pop as JSON lines, delete or archive by id, change a
+//! message's visibility (`set-vt`), list and prune archives, move dead
+//! letters back to their source queue (`redrive`), bind topics, switch
+//! insert notifications, install the `pgmq_sdk` schema (`install-sdk`), and
+//! pause or resume a queue for every worker. Lists print as JSON lines, or
+//! as a table with `--table`; the exit status tells a bad command line (2),
+//! a missing queue (3), a refusal (4) and an unreachable database (5) apart.
 //! `pgmq --help` describes each command.
 //!
 //! ```text
 //! cargo install --path pgmq-client --features cli
 //! export DATABASE_URL=postgres://app@db/app   # password from PGPASSWORD or ~/.pgpass
 //! pgmq list --table
+//! pgmq peek orders -n 5                       # changes neither vt nor read_ct
 //! jq -c '.[]' orders.json | pgmq send orders
 //! pgmq read orders -n 10 | jq .body
 //! pgmq redrive orders_dlq --dry-run
