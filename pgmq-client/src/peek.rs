@@ -86,13 +86,8 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         qty: usize,
     ) -> Result<Vec<Message<RawJson>>, Error> {
-        let n = i64::from(self::qty(qty)?);
         let rows = self
-            .run_text(
-                &peek_sql(&queue.quoted_table(), ""),
-                queue.as_str(),
-                &[(&n, Type::INT8)],
-            )
+            .peek_rows(queue, &queue.quoted_table(), "", qty)
             .await?;
         rows.iter().map(raw_from_row).collect()
     }
@@ -115,13 +110,8 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         qty: usize,
     ) -> Result<Vec<ArchivedMessage>, Error> {
-        let n = i64::from(self::qty(qty)?);
         let rows = self
-            .run_text(
-                &peek_sql(&queue.quoted_archive_table(), ", archived_at"),
-                queue.as_str(),
-                &[(&n, Type::INT8)],
-            )
+            .peek_rows(queue, &queue.quoted_archive_table(), ", archived_at", qty)
             .await?;
         rows.iter()
             .map(|r| {
@@ -131,6 +121,19 @@ impl<E: Executor> Pgmq<E> {
                 })
             })
             .collect()
+    }
+
+    /// The first `qty` rows of `table` (one of `queue`'s), by [`peek_sql`].
+    async fn peek_rows(
+        &self,
+        queue: &QueueName,
+        table: &str,
+        extra: &str,
+        qty: usize,
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        let n = i64::from(self::qty(qty)?);
+        self.run_text(&peek_sql(table, extra), queue.as_str(), &[(&n, Type::INT8)])
+            .await
     }
 
     /// Deletes up to `batch` rows of `queue`'s archive that were archived

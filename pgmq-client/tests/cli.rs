@@ -687,6 +687,10 @@ async fn notify_enable_list_disable() {
         .find(|r| r["queue_name"] == q.as_str())
         .expect("listed");
     assert_eq!(row["throttle_interval_ms"], 40);
+    let table = pgmq(&["notify", "list", "--table"], "").await.ok().stdout;
+    let rows = table_rows(&table, "QUEUE THROTTLE_MS LAST_NOTIFIED_AT");
+    let row = rows.iter().find(|r| r[0] == q.as_str()).expect("listed");
+    assert_eq!(row[1], "40");
     pgmq(&["notify", "disable", q.as_str()], "").await.ok();
     let listed = pgmq(&["notify", "list"], "").await.ok().lines();
     assert!(!listed.iter().any(|r| r["queue_name"] == q.as_str()));
@@ -867,12 +871,7 @@ async fn exact_states(
         "SELECT msg_id, read_ct, vt, last_read_at FROM {} ORDER BY msg_id",
         q.quoted_table()
     );
-    pg.query(&sql, &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect()
+    common::fetch(pg, &sql, &[], |r| (r.get(0), r.get(1), r.get(2), r.get(3))).await
 }
 
 /// The rows of a `--table` output after its heading (whose first columns
@@ -1325,21 +1324,6 @@ async fn permission_denied_is_refused() {
         .await
         .failed_with(4, "permission denied");
     assert_eq!(client.metrics(&q).await.unwrap().queue_length, 1);
-}
-
-#[tokio::test]
-async fn notify_list_as_a_table() {
-    let client = common::client().await;
-    let qs = Queues::new();
-    let q = qs.fresh(&client, "cli_ntable").await;
-    pgmq(&["notify", "enable", q.as_str(), "--throttle-ms", "70"], "")
-        .await
-        .ok();
-    let table = pgmq(&["notify", "list", "--table"], "").await.ok().stdout;
-    let rows = table_rows(&table, "QUEUE  ");
-    let row = rows.iter().find(|r| r[0] == q.as_str()).expect("listed");
-    assert_eq!(row[1], "70");
-    pgmq(&["notify", "disable", q.as_str()], "").await.ok();
 }
 
 #[tokio::test]

@@ -514,7 +514,7 @@ const ARCHIVE_COLS: [Col; 5] = [
     json_col("BODY", "body"),
 ];
 
-/// The table of `list`.
+/// The table of `list`: that of `metrics`, and the kind of queue.
 const LIST_COLS: [Col; 7] = [
     col("QUEUE", "queue_name"),
     col("LENGTH", "queue_length"),
@@ -523,16 +523,6 @@ const LIST_COLS: [Col; 7] = [
     col("NEWEST_S", "newest_msg_age_sec"),
     col("TOTAL", "total_messages"),
     col("KIND", "kind"),
-];
-
-/// The table of `metrics`.
-const METRICS_COLS: [Col; 6] = [
-    col("QUEUE", "queue_name"),
-    col("LENGTH", "queue_length"),
-    col("VISIBLE", "queue_visible_length"),
-    col("OLDEST_S", "oldest_msg_age_sec"),
-    col("NEWEST_S", "newest_msg_age_sec"),
-    col("TOTAL", "total_messages"),
 ];
 
 /// A queue as `list` prints it.
@@ -632,7 +622,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Some(name) => vec![client.metrics(&queue(&name)?).await?],
                 None => client.metrics_all().await?,
             };
-            out.rows(table, &METRICS_COLS, &metrics).await?;
+            // The table of `list` less its KIND.
+            let cols = &LIST_COLS[..LIST_COLS.len() - 1];
+            out.rows(table, cols, &metrics).await?;
         }
         Command::Watch { interval, count } => {
             watch::run(&client, Duration::from_secs_f64(interval), count, &mut out).await?
