@@ -32,6 +32,28 @@ PGMQ_DB_PORT="${PGMQ_DB_PORT:-55432}"
 
 db_log() { printf 'pgmq-db: %s\n' "$*" >&2; }
 
+# The Debian packages installed now, one name a line, sorted.
+installed_packages() {
+  dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | awk '$1 == "ii" { print $2 }' | sort
+}
+
+# Installs Debian packages "$@" with apt-get (as root), saying on stderr
+# before that it changes the host, and after which packages it added (the
+# named ones and their dependencies). The package lists are updated only
+# when the first try cannot find a package.
+apt_install() {
+  local before added
+  before="$(installed_packages)"
+  db_log "host change: apt-get install $* (with their dependencies)"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -qq "$@" >/dev/null 2>&1; then
+    apt-get update -qq >&2 || true
+    apt-get install -y -qq "$@" >&2 || { db_log "apt-get install $* failed"; return 1; }
+  fi
+  added="$(comm -13 <(printf '%s\n' "$before") <(installed_packages) | tr '\n' ' ')"
+  db_log "host change: apt-get installed ${added:-no new package}"
+}
+
 # Succeeds when $1 is a TCP port number in 1024-65535 (digits only, no
 # leading zero).
 valid_port() {
@@ -186,7 +208,7 @@ reserve_ports() {
   port_listed "$PGMQ_DB_PORT" "$cur${add:+,$add}" || add="${add:+$add,}$PGMQ_DB_PORT"
   [ -z "$add" ] && return 0
   if printf '%s\n' "${cur:+$cur,}$add" >"$f" 2>/dev/null; then
-    db_log "reserved ports $add against ephemeral use: net.ipv4.ip_local_reserved_ports was '${cur}', now '$(tr -d ' \n' <"$f")' (until reboot; PGMQ_DB_RESERVE_PORTS=0 turns this off)"
+    db_log "host change: reserved ports $add against ephemeral use: net.ipv4.ip_local_reserved_ports was '${cur}', now '$(tr -d ' \n' <"$f")' (until reboot; PGMQ_DB_RESERVE_PORTS=0 turns this off)"
   fi
 }
 

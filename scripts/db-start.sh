@@ -3,7 +3,9 @@
 # on stdout (unless stdout is a terminal; the DSN, with the generated password,
 # is also in $PGMQ_DB_DIR/dsn, mode 0600). Idempotent: a running cluster is
 # reused; a stale one (killed server, half-made folder) is recovered. Installs the PostgreSQL server with apt-get when
-# its binaries are missing (root only). See db-common.sh for the settings.
+# its binaries are missing (root only). Every change it makes to the host outside
+# its folder is said on stderr as "pgmq-db: host change: ...". See db-common.sh
+# for the settings.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$here/db-common.sh"
@@ -14,11 +16,16 @@ if [ -z "$bindir" ]; then
     db_log "PostgreSQL server binaries not found; install them (apt-get install postgresql) and retry"
     exit 1
   fi
-  db_log "PostgreSQL server binaries not found: installing with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq postgresql >&2
+  db_log "PostgreSQL server binaries not found: installing them"
+  apt_install postgresql
   bindir="$(find_pg_bin)"
+  # Debian's package makes a cluster of its own (on port 5432) and may
+  # start it; these scripts never use or stop it: say it is there.
+  if command -v pg_lsclusters >/dev/null 2>&1; then
+    while read -r ver name port state _; do
+      db_log "host change: Debian's postgresql package made its own cluster $ver/$name on port $port ($state); these scripts leave it alone (pg_dropcluster --stop $ver $name removes it)"
+    done < <(pg_lsclusters --no-header 2>/dev/null || true)
+  fi
 fi
 export PG_CONFIG="$bindir/pg_config"
 [ -x "$PG_CONFIG" ] || PG_CONFIG="$(command -v pg_config)"
@@ -27,7 +34,10 @@ export PG_CONFIG="$bindir/pg_config"
 "$here/install-pgmq.sh"
 
 if [ "$(id -u)" = 0 ]; then
-  id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
+  if ! id postgres >/dev/null 2>&1; then
+    db_log "host change: creating the system user postgres (home /var/lib/postgresql), the OS user the cluster runs as"
+    useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres
+  fi
 fi
 make_db_dir
 

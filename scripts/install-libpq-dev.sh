@@ -10,6 +10,8 @@
 # this before starting any cluster; when it did upgrade the server package,
 # it says so and exits 3, and the caller restarts what was running.
 set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$here/db-common.sh"
 have() { [ -e "$(pg_config --includedir 2>/dev/null)/libpq-fe.h" ]; }
 if have; then
   exit 0
@@ -20,10 +22,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 server_version() { dpkg-query -W -f='${Version}' 'postgresql-[0-9]*' 2>/dev/null | tr '\n' ' '; }
 before="$(server_version)"
-echo "install-libpq-dev: installing libpq-dev with apt-get" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq libpq-dev >/dev/null
+apt_install libpq-dev
 have || { echo "install-libpq-dev: libpq-fe.h still missing after the install" >&2; exit 1; }
 after="$(server_version)"
 if [ "$before" != "$after" ]; then

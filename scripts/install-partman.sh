@@ -11,9 +11,4 @@ sharedir="$("$bindir/pg_config" --sharedir 2>/dev/null || pg_config --sharedir)"
 [ -f "$sharedir/extension/pg_partman.control" ] && exit 0
 [ "$(id -u)" = 0 ] || { db_log "pg_partman missing (not root: not installing)"; exit 0; }
 major="$("$bindir/pg_config" --version | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')"
-db_log "installing postgresql-$major-partman"
-export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y -qq "postgresql-$major-partman" >/dev/null 2>&1; then
-  apt-get update -qq >/dev/null 2>&1 || true
-  apt-get install -y -qq "postgresql-$major-partman" >/dev/null 2>&1 || db_log "pg_partman could not be installed"
-fi
+apt_install "postgresql-$major-partman" || db_log "pg_partman could not be installed"

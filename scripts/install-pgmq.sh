@@ -67,4 +67,4 @@ if [ ! -w "$dest" ]; then
   exit 1
 fi
 cp "$out"/pgmq.control "$out"/pgmq--*.sql "$dest/"
-log "PGMQ $pgmq_version installed into $dest"
+log "host change: PGMQ $pgmq_version installed into $dest (pgmq.control and pgmq--*.sql)"

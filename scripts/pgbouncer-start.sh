@@ -17,10 +17,8 @@ if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
     db_log "pgbouncer not found; install it (apt-get install pgbouncer) and retry"
     exit 1
   fi
-  db_log "pgbouncer not found: installing with apt-get"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2 || true
-  apt-get install -y -qq pgbouncer >&2
+  db_log "pgbouncer not found: installing it"
+  apt_install pgbouncer
 fi
 bouncer="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
 

@@ -21,6 +21,11 @@
 //! that delivery still on its way (which would otherwise push the
 //! visibility a whole timeout out after a release).
 //!
+//! An extension ([`Requeue::keep_claim`]) also needs the claim still
+//! running: once its visibility timeout has passed the message is free for
+//! anyone to read (and counts no more against a fleet-wide limit), so a
+//! late extension matches nothing rather than revive it.
+//!
 //! These are statements on PGMQ's queue and archive tables (`pgmq."q_<name>"`,
 //! `pgmq."a_<name>"`), with the same effect as PGMQ's functions plus the
 //! fence, prepared once per connection. The table names come only from a
@@ -199,7 +204,7 @@ fn requeue_sql(queue: &QueueName) -> String {
          pg_catalog.unnest($3::float8[]), pg_catalog.unnest($4::bool[]), pg_catalog.unnest($5::jsonb[]), \
          pg_catalog.unnest($6::bool[])) \
          AS r(id, read_at, delay, undo, patch, keep) \
-         WHERE {f} RETURNING m.msg_id) \
+         WHERE {f} AND (NOT r.keep OR m.vt > pg_catalog.clock_timestamp()) RETURNING m.msg_id) \
          SELECT pg_catalog.array_agg(u.msg_id) FROM u",
         t = queue.quoted_table(),
         f = fence!()

@@ -48,8 +48,9 @@
 //!   broken, before any SQL runs; names travel as bound parameters. The
 //!   calls that are statements on PGMQ's tables rather than PGMQ functions
 //!   ([`Pgmq::read_from`], the fenced writes [`Pgmq::delete_fenced`],
-//!   [`Pgmq::archive_fenced`] and [`Pgmq::requeue_fenced`], and
-//!   [`Pgmq::release_batch`]) name the queue's tables in their SQL as PGMQ
+//!   [`Pgmq::archive_fenced`] and [`Pgmq::requeue_fenced`],
+//!   [`Pgmq::release_batch`], the looks [`Pgmq::peek_raw`] and
+//!   [`Pgmq::peek_archive_raw`], and [`Pgmq::prune_archive_batch`]) name the queue's tables in their SQL as PGMQ
 //!   folds them (lowercase), always as quoted identifiers ([`quote_ident`]).
 //! - **Catalog functions qualified.** The SQL this crate writes itself calls
 //!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
@@ -105,17 +106,22 @@
 //! # Command-line tool
 //!
 //! With the `cli` feature the crate builds `pgmq`, a tool for operators: list
-//! queues with metrics, create, drop, purge, send JSON lines from stdin or a
-//! file, read or pop as JSON lines, delete or archive by id, move dead letters
-//! back to their source queue (`redrive`), switch insert notifications,
-//! install the `pgmq_sdk` schema (`install-sdk`), and pause or resume a
-//! queue for every worker.
+//! queues with metrics and watch them refresh, look at messages without
+//! claiming them (`peek`), create, drop, purge, send JSON lines from stdin or
+//! a file, read or pop as JSON lines, delete or archive by id, change a
+//! message's visibility (`set-vt`), list and prune archives, move dead
+//! letters back to their source queue (`redrive`), bind topics, switch
+//! insert notifications, install the `pgmq_sdk` schema (`install-sdk`), and
+//! pause or resume a queue for every worker. Lists print as JSON lines, or
+//! as a table with `--table`; the exit status tells a bad command line (2),
+//! a missing queue (3), a refusal (4) and an unreachable database (5) apart.
 //! `pgmq --help` describes each command.
 //!
 //! ```text
 //! cargo install --path pgmq-client --features cli
 //! export DATABASE_URL=postgres://app@db/app   # password from PGPASSWORD or ~/.pgpass
 //! pgmq list --table
+//! pgmq peek orders -n 5                       # changes neither vt nor read_ct
 //! jq -c '.[]' orders.json | pgmq send orders
 //! pgmq read orders -n 10 | jq .body
 //! pgmq redrive orders_dlq --dry-run
@@ -143,6 +149,7 @@ mod limits;
 mod message;
 mod notify;
 mod pause;
+mod peek;
 mod queue;
 mod queue_name;
 mod read;
@@ -175,6 +182,7 @@ pub use limits::FleetLimit;
 pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
 pub use pause::PausedQueue;
+pub use peek::ArchivedMessage;
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{quote_ident, QueueName, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE};
 pub use read::ReadOptions;

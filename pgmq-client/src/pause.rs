@@ -134,4 +134,21 @@ impl<E: Executor> Pgmq<E> {
             })
             .collect()
     }
+
+    /// Whether the `pgmq_sdk` schema's pause flag can be asked for on this
+    /// database: a catalog look that cannot fail (so a worker polling it
+    /// leaves no error in the server's log while the schema is missing).
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// if !client.sdk_schema_present().await? {
+    ///     println!("run `pgmq install-sdk` to pause queues");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn sdk_schema_present(&self) -> Result<bool, Error> {
+        let probe = "pgmq_sdk.queue_paused(text)";
+        let rows = self.run(Stmt::SdkPresent, None, &[&probe]).await?;
+        first_col::<bool>(&rows, 0, false)
+    }
 }

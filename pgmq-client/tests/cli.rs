@@ -32,9 +32,15 @@ impl Run {
         self
     }
 
+    /// Exit status 1 ("anything else") with `needle` in the message.
     fn failed(self, needle: &str) -> Self {
+        self.failed_with(1, needle)
+    }
+
+    /// Exit status `code` with `needle` in the message.
+    fn failed_with(self, code: i32, needle: &str) -> Self {
         assert_eq!(
-            self.code, 1,
+            self.code, code,
             "stdout: {} stderr: {}",
             self.stdout, self.stderr
         );
@@ -115,13 +121,16 @@ async fn create_list_purge_drop() {
         .expect("a row for the queue");
     assert!(line.ends_with("logged"), "{line}");
 
-    let purged = pgmq(&["purge", plain.as_str()], "").await.ok().lines();
-    assert_eq!(purged, [json!({"purged": 3})]);
-    pgmq(&["drop", plain.as_str()], "").await.ok();
-    pgmq(&["drop", plain.as_str()], "")
+    let purged = pgmq(&["purge", plain.as_str(), "--yes"], "")
         .await
-        .failed("does not exist");
-    pgmq(&["drop", plain.as_str(), "--if-exists"], "")
+        .ok()
+        .lines();
+    assert_eq!(purged, [json!({"purged": 3})]);
+    pgmq(&["drop", plain.as_str(), "--yes"], "").await.ok();
+    pgmq(&["drop", plain.as_str(), "--yes"], "")
+        .await
+        .failed_with(3, "does not exist");
+    pgmq(&["drop", plain.as_str(), "--if-exists", "--yes"], "")
         .await
         .ok();
     assert!(!client.queue_exists(&plain).await.unwrap());
@@ -151,7 +160,7 @@ async fn create_partitioned_when_pg_partman_is_installed() {
         .find(|r| r["queue_name"] == q.as_str())
         .unwrap();
     assert_eq!(row["is_partitioned"], true);
-    pgmq(&["drop", q.as_str()], "").await.ok();
+    pgmq(&["drop", q.as_str(), "--yes"], "").await.ok();
 }
 
 #[tokio::test]
@@ -338,7 +347,7 @@ async fn bad_lines_are_reported_without_their_content() {
     .failed("must be a JSON object");
     pgmq(&["read", q.as_str(), "--filter", "{nope"], "")
         .await
-        .failed("--filter is not JSON");
+        .failed_with(2, "--filter is not JSON");
     pgmq(&["send", q.as_str(), "--file", "/nonexistent/x.jsonl"], "")
         .await
         .failed("opening /nonexistent/x.jsonl");
@@ -397,12 +406,13 @@ async fn every_error_is_a_message_and_a_non_zero_exit() {
 
     pgmq_with(&["list"], "", &[("DATABASE_URL", None)])
         .await
-        .failed("set DATABASE_URL, or pass --dsn-file or --dsn");
+        .failed_with(2, "set DATABASE_URL, or pass --dsn-file or --dsn");
+    // A login the server turns down is refused (4), not unreachable.
     for run in [
         pgmq_with(&["list"], "", &[("DATABASE_URL", Some(&wrong))]).await,
         pgmq(&["--dsn", &wrong, "list"], "").await,
     ] {
-        let run = run.failed("password authentication failed");
+        let run = run.failed_with(4, "password authentication failed");
         assert!(!run.stderr.contains(secret) && !run.stdout.contains(secret));
     }
     // --help shows where the DSN comes from, never its value.
@@ -410,21 +420,34 @@ async fn every_error_is_a_message_and_a_non_zero_exit() {
     assert_eq!(help.code, 0);
     assert!(help.stdout.contains("DATABASE_URL") && !help.stdout.contains(secret));
 
-    pgmq(&["read", missing.as_str()], "")
-        .await
-        .failed("does not exist");
+    // A missing queue: 3.
+    for args in [
+        &["read", missing.as_str()][..],
+        &["purge", missing.as_str()],
+        &["purge", missing.as_str(), "--yes"],
+        &["peek", missing.as_str()],
+        &["peek", missing.as_str(), "--archive"],
+        &["metrics", missing.as_str()],
+        &["archive", "list", missing.as_str()],
+        &["archive", "prune", missing.as_str(), "--older-than", "1d"],
+        &["set-vt", missing.as_str(), "1", "0"],
+        &["redrive", missing.as_str()],
+    ] {
+        pgmq(args, "").await.failed_with(3, "does not exist");
+    }
     pgmq(&["send", missing.as_str()], "1\n")
         .await
-        .failed("does not exist");
-    pgmq(&["purge", missing.as_str()], "")
-        .await
-        .failed("does not exist");
+        .failed_with(3, "does not exist");
+    // A bad queue name is a bad command line: 2.
     pgmq(&["create", "Bad$Name"], "")
         .await
-        .failed("invalid queue name");
+        .failed_with(2, "invalid queue name");
     pgmq(&["create", "x'; drop table pgmq.meta; --"], "")
         .await
-        .failed("invalid queue name");
+        .failed_with(2, "invalid queue name");
+    pgmq(&["peek", "x'; drop table pgmq.meta; --"], "")
+        .await
+        .failed_with(2, "invalid queue name");
     pgmq(&["--dsn", &common::dsn_for("pgmq_none"), "list"], "")
         .await
         .failed("CREATE EXTENSION pgmq");
@@ -436,9 +459,10 @@ async fn every_error_is_a_message_and_a_non_zero_exit() {
             .unwrap()
             .port()
     );
+    // Nothing listening: unreachable, 5.
     pgmq(&["--dsn", &dead, "list"], "")
         .await
-        .failed("could not connect");
+        .failed_with(5, "could not connect");
     pgmq(&["--ca-file", "/nonexistent.pem", "list"], "")
         .await
         .failed("reading /nonexistent.pem");
@@ -633,7 +657,9 @@ async fn redrive_to_several_queues_needs_yes() {
             .await
             .unwrap();
     }
-    let run = pgmq(&["redrive", dlq.as_str()], "").await.failed("--yes");
+    let run = pgmq(&["redrive", dlq.as_str()], "")
+        .await
+        .failed_with(4, "--yes");
     assert!(run.stderr.contains(a.as_str()) && run.stderr.contains(b.as_str()));
     assert_eq!(client.metrics(&dlq).await.unwrap().queue_visible_length, 2);
     // --limit 1 names one queue only.
@@ -661,12 +687,16 @@ async fn notify_enable_list_disable() {
         .find(|r| r["queue_name"] == q.as_str())
         .expect("listed");
     assert_eq!(row["throttle_interval_ms"], 40);
+    let table = pgmq(&["notify", "list", "--table"], "").await.ok().stdout;
+    let rows = table_rows(&table, "QUEUE THROTTLE_MS LAST_NOTIFIED_AT");
+    let row = rows.iter().find(|r| r[0] == q.as_str()).expect("listed");
+    assert_eq!(row[1], "40");
     pgmq(&["notify", "disable", q.as_str()], "").await.ok();
     let listed = pgmq(&["notify", "list"], "").await.ok().lines();
     assert!(!listed.iter().any(|r| r["queue_name"] == q.as_str()));
     pgmq(&["notify", "enable", qs.name("cli_nq").as_str()], "")
         .await
-        .failed("does not exist");
+        .failed_with(3, "does not exist");
 }
 
 #[tokio::test]
@@ -697,7 +727,7 @@ async fn the_password_stays_off_the_command_line() {
         ],
     )
     .await
-    .failed("");
+    .failed_with(4, "");
     // PGPASSWORD.
     pgmq_with(
         &["list"],
@@ -725,7 +755,7 @@ async fn the_password_stays_off_the_command_line() {
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o644)).unwrap();
-        pgmq_with(&["list"], "", &env).await.failed("");
+        pgmq_with(&["list"], "", &env).await.failed_with(4, "");
         std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     pgmq_with(&["list"], "", &env).await.ok();
@@ -824,4 +854,548 @@ async fn dsn_file_must_be_private_and_wins_over_database_url() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `(msg_id, read_ct, vt, last_read_at)` of every message of `q`, exactly,
+/// straight from its table.
+async fn exact_states(
+    pg: &tokio_postgres::Client,
+    q: &pgmq_client::QueueName,
+) -> Vec<(
+    i64,
+    i32,
+    chrono::DateTime<chrono::Utc>,
+    Option<chrono::DateTime<chrono::Utc>>,
+)> {
+    let sql = format!(
+        "SELECT msg_id, read_ct, vt, last_read_at FROM {} ORDER BY msg_id",
+        q.quoted_table()
+    );
+    common::fetch(pg, &sql, &[], |r| (r.get(0), r.get(1), r.get(2), r.get(3))).await
+}
+
+/// The rows of a `--table` output after its heading (whose first columns
+/// are those of `heading`), split on blanks.
+fn table_rows(stdout: &str, heading: &str) -> Vec<Vec<String>> {
+    let mut lines = stdout.lines();
+    let head: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let want: Vec<&str> = heading.split_whitespace().collect();
+    assert!(head.starts_with(&want), "{stdout}");
+    lines
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+#[tokio::test]
+async fn peek_changes_neither_vt_nor_read_ct() {
+    let client = common::client().await;
+    let pg = common::raw().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_peek").await;
+    let ids = client
+        .send_batch(&q, &[json!({"n": 1}), json!({"n": 2}), json!({"n": 3})])
+        .await
+        .unwrap();
+    // One claimed (hidden, read once), two visible and never read.
+    let claimed: Vec<Message> =
+        common::ok(client.read(&q, Duration::from_secs(600), 1).await.unwrap());
+    assert_eq!(claimed[0].msg_id, ids[0]);
+    let before = exact_states(&pg, &q).await;
+
+    let run = pgmq(&["peek", q.as_str()], "").await.ok();
+    let lines = run.lines();
+    let got: Vec<i64> = lines
+        .iter()
+        .map(|l| l["msg_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(got, ids, "every message, hidden or not, by msg_id");
+    assert_eq!(lines[0]["read_ct"], 1);
+    assert_eq!(lines[1]["read_ct"], 0);
+    assert_eq!(lines[1]["body"], json!({"n": 2}));
+    assert!(lines[0]["vt"].is_string() && lines[0]["headers"].is_null());
+    let two = pgmq(&["peek", q.as_str(), "-n", "2"], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(two.len(), 2);
+    let table = pgmq(&["peek", q.as_str(), "--table"], "").await.ok().stdout;
+    let rows = table_rows(&table, "MSG_ID  READ_CT  ENQUEUED_AT");
+    assert_eq!(rows.len(), 3, "{table}");
+    assert_eq!(rows[0][0], ids[0].to_string());
+    assert_eq!(rows[0][1], "1");
+
+    assert_eq!(
+        exact_states(&pg, &q).await,
+        before,
+        "peek changed the queue"
+    );
+    let m = client.metrics(&q).await.unwrap();
+    assert_eq!((m.queue_length, m.queue_visible_length), (3, 2));
+    // read --table, for comparison, claims.
+    let read = pgmq(&["read", q.as_str(), "--table", "--vt", "0"], "")
+        .await
+        .ok()
+        .stdout;
+    let rows = table_rows(&read, "MSG_ID  READ_CT");
+    assert_eq!(
+        (rows[0][0].clone(), rows[0][1].as_str()),
+        (ids[1].to_string(), "1")
+    );
+}
+
+#[tokio::test]
+async fn archive_by_id_list_and_prune_in_batches() {
+    let client = common::client().await;
+    let pg = common::raw().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_arch").await;
+    let ids = client
+        .send_batch(&q, &[json!(1), json!(2), json!(3), json!(4), json!(5)])
+        .await
+        .unwrap();
+    let id_args: Vec<String> = ids[..4].iter().map(i64::to_string).collect();
+    // The archive-by-id form still works next to the subcommands.
+    let mut args = vec!["archive", q.as_str()];
+    args.extend(id_args.iter().map(String::as_str));
+    assert_eq!(pgmq(&args, "").await.ok().lines().len(), 4);
+    // Three of them archived ten days ago.
+    pg.execute(
+        &format!(
+            "UPDATE {} SET archived_at = archived_at - interval '10 days' WHERE msg_id = ANY($1)",
+            q.quoted_archive_table()
+        ),
+        &[&ids[..3].to_vec()],
+    )
+    .await
+    .unwrap();
+
+    let listed = pgmq(&["archive", "list", q.as_str()], "")
+        .await
+        .ok()
+        .lines();
+    let got: Vec<i64> = listed
+        .iter()
+        .map(|l| l["msg_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(got, ids[..4]);
+    assert!(listed.iter().all(|l| l["archived_at"].is_string()));
+    assert_eq!(listed[0]["body"], json!(1));
+    let peeked = pgmq(&["peek", q.as_str(), "--archive", "-n", "2"], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(peeked, listed[..2]);
+    let table = pgmq(&["archive", "list", q.as_str(), "--table", "-n", "1"], "")
+        .await
+        .ok()
+        .stdout;
+    assert_eq!(
+        table_rows(&table, "MSG_ID  READ_CT  ENQUEUED_AT  ").len(),
+        1,
+        "{table}"
+    );
+
+    // Batches of one: three short transactions, and a fourth that finds none.
+    let pruned = pgmq(
+        &[
+            "archive",
+            "prune",
+            q.as_str(),
+            "--older-than",
+            "7d",
+            "--batch",
+            "1",
+        ],
+        "",
+    )
+    .await
+    .ok()
+    .lines();
+    assert_eq!(pruned, [json!({"queue": q.as_str(), "pruned": 3})]);
+    let left: Vec<i64> = common::archive_rows(&pg, &q)
+        .await
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(left, [ids[3]]);
+    let again = pgmq(&["archive", "prune", q.as_str(), "--older-than", "7d"], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(again[0]["pruned"], 0);
+    // The queue itself is untouched.
+    assert_eq!(common::queue_rows(&pg, &q).await.len(), 1);
+
+    // Usage mistakes: exit status 2.
+    for bad in [
+        &["archive", "prune", q.as_str()][..],
+        &["archive", "prune", q.as_str(), "--older-than", "7 days"],
+        &[
+            "archive",
+            "prune",
+            q.as_str(),
+            "--older-than",
+            "1d",
+            "--batch",
+            "0",
+        ],
+        &["archive", q.as_str()],
+    ] {
+        let run = pgmq(bad, "").await;
+        assert_eq!(run.code, 2, "{bad:?}: {}", run.stderr);
+    }
+    // `--` makes `list` a queue name (here one that does not exist).
+    pgmq(&["archive", "--", "list", "1"], "")
+        .await
+        .failed_with(3, "\"list\" does not exist");
+}
+
+#[tokio::test]
+async fn metrics_of_one_queue_and_of_all() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_metrics").await;
+    client.send_batch(&q, &[json!(1), json!(2)]).await.unwrap();
+    let one = pgmq(&["metrics", q.as_str()], "").await.ok().lines();
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0]["queue_name"], q.as_str());
+    assert_eq!(one[0]["queue_length"], 2);
+    assert_eq!(one[0]["total_messages"], 2);
+    let all = pgmq(&["metrics"], "").await.ok().lines();
+    assert!(all.iter().any(|m| m["queue_name"] == q.as_str()));
+    let table = pgmq(&["metrics", q.as_str(), "--table"], "")
+        .await
+        .ok()
+        .stdout;
+    let rows = table_rows(&table, "QUEUE  ");
+    assert_eq!(rows[0][..3], [q.as_str(), "2", "2"]);
+}
+
+#[tokio::test]
+async fn watch_refreshes_then_stops_after_count() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_watch").await;
+    client.send_batch(&q, &[json!(1), json!(2)]).await.unwrap();
+    client
+        .read_raw(&q, Duration::from_secs(600), 1)
+        .await
+        .unwrap();
+    // Paused when the database has the pgmq_sdk schema; `-` without it.
+    let paused = match client.pause(&q, Some("watch test")).await {
+        Ok(_) => "yes",
+        Err(pgmq_client::Error::SdkSchemaMissing { .. }) => "-",
+        Err(e) => panic!("{e}"),
+    };
+    let start = Instant::now();
+    let run = pgmq(&["watch", "--interval", "0.3", "--count", "2"], "")
+        .await
+        .ok();
+    assert!(start.elapsed() < Duration::from_secs(60));
+    let tables: Vec<&str> = run.stdout.split("\n\n").collect();
+    assert_eq!(tables.len(), 2, "{}", run.stdout);
+    for (i, t) in tables.iter().enumerate() {
+        let mut lines = t.lines();
+        assert!(lines.next().unwrap().contains("every 0.3 s"), "{t}");
+        let heading = lines.next().unwrap();
+        assert_eq!(
+            heading.split_whitespace().collect::<Vec<_>>(),
+            [
+                "QUEUE",
+                "DEPTH",
+                "VISIBLE",
+                "IN_FLIGHT",
+                "OLDEST_S",
+                "IN/S",
+                "OUT/S",
+                "PAUSED"
+            ],
+            "{t}"
+        );
+        let row: Vec<&str> = lines
+            .find(|l| l.starts_with(&format!("{} ", q.as_str())))
+            .expect("a row for the queue")
+            .split_whitespace()
+            .collect();
+        // QUEUE DEPTH VISIBLE IN_FLIGHT OLDEST_S IN/S OUT/S PAUSED
+        assert_eq!(row[1..4], ["2", "1", "1"], "{t}");
+        // Rates from the second refresh on.
+        if i == 0 {
+            assert_eq!(row[5..7], ["-", "-"], "{t}");
+        } else {
+            assert_eq!(row[5..7], ["0.0", "0.0"], "{t}");
+        }
+        assert_eq!(row[7], paused, "{t}");
+    }
+    if paused == "yes" {
+        let listed = pgmq(&["paused", "--table"], "").await.ok().stdout;
+        let rows = table_rows(&listed, "QUEUE  PAUSED_AT");
+        let row = rows.iter().find(|r| r[0] == q.as_str()).expect("listed");
+        assert_eq!(row[3..], ["watch", "test"]);
+        client.resume(&q).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn set_vt_hides_and_shows_a_message() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_setvt").await;
+    let id = client.send(&q, &json!({"v": 1})).await.unwrap().to_string();
+    let hidden = pgmq(&["set-vt", q.as_str(), &id, "3600"], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(hidden[0]["msg_id"].to_string(), id);
+    let vt: chrono::DateTime<chrono::Utc> = hidden[0]["vt"].as_str().unwrap().parse().unwrap();
+    assert!(vt > chrono::Utc::now() + chrono::Duration::minutes(59));
+    assert_eq!(client.metrics(&q).await.unwrap().queue_visible_length, 0);
+    pgmq(&["set-vt", q.as_str(), &id, "0"], "").await.ok();
+    assert_eq!(client.metrics(&q).await.unwrap().queue_visible_length, 1);
+    pgmq(&["set-vt", q.as_str(), "999999999", "0"], "")
+        .await
+        .failed_with(3, "message 999999999 is not in queue");
+    let usage = pgmq(&["set-vt", q.as_str(), &id, "-5"], "").await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+}
+
+#[tokio::test]
+async fn topic_bind_list_test_unbind() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_topic").await;
+    let pattern = format!("{}.*", q.as_str());
+    let bound = pgmq(&["topic", "bind", &pattern, q.as_str()], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(bound, [json!({"pattern": pattern, "queue": q.as_str()})]);
+    let listed = pgmq(&["topic", "list", "--queue", q.as_str()], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["pattern"], pattern.as_str());
+    assert_eq!(listed[0]["queue_name"], q.as_str());
+    let all = pgmq(&["topic", "list", "--table"], "").await.ok().stdout;
+    let rows = table_rows(&all, "PATTERN  ");
+    assert!(
+        rows.iter().any(|r| r[0] == pattern && r[1] == q.as_str()),
+        "{all}"
+    );
+
+    let key = format!("{}.created", q.as_str());
+    let matched = pgmq(&["topic", "test", &key], "").await.ok().lines();
+    assert_eq!(matched.len(), 1);
+    assert_eq!(matched[0]["queue_name"], q.as_str());
+    let table = pgmq(&["topic", "test", &key, "--table"], "")
+        .await
+        .ok()
+        .stdout;
+    assert_eq!(table_rows(&table, "PATTERN  QUEUE").len(), 1);
+    assert_eq!(
+        client.metrics(&q).await.unwrap().queue_length,
+        0,
+        "test sends nothing"
+    );
+
+    let removed = pgmq(&["topic", "unbind", &pattern, q.as_str()], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(removed[0]["removed"], true);
+    let again = pgmq(&["topic", "unbind", &pattern, q.as_str()], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(again[0]["removed"], false);
+    assert!(pgmq(&["topic", "list", "--queue", q.as_str()], "")
+        .await
+        .ok()
+        .lines()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn purge_and_drop_are_refused_without_yes() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_yes").await;
+    client
+        .send_batch(&q, &[json!(1), json!(2), json!(3)])
+        .await
+        .unwrap();
+    let run = pgmq(&["purge", q.as_str()], "")
+        .await
+        .failed_with(4, "without --yes");
+    assert!(run.stderr.contains("3 message(s)"), "{}", run.stderr);
+    let run = pgmq(&["drop", q.as_str()], "")
+        .await
+        .failed_with(4, "without --yes");
+    assert!(
+        run.stderr.contains("3 message(s)") && run.stderr.contains(&q.archive_table()),
+        "{}",
+        run.stderr
+    );
+    // --if-exists is no confirmation.
+    pgmq(&["drop", q.as_str(), "--if-exists"], "")
+        .await
+        .failed_with(4, "without --yes");
+    assert!(run.stdout.is_empty());
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 3);
+    // Nothing to remove: no confirmation needed to say so.
+    let missing = qs.name("cli_yes_missing");
+    pgmq(&["drop", missing.as_str()], "")
+        .await
+        .failed_with(3, "does not exist");
+    pgmq(&["drop", missing.as_str(), "--if-exists"], "")
+        .await
+        .ok();
+}
+
+/// A role that may log in and use schema pgmq but read no queue table,
+/// dropped when the guard goes.
+struct Unprivileged {
+    name: String,
+}
+
+impl Unprivileged {
+    async fn new() -> Unprivileged {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("r_cli_{}_{nanos:x}", std::process::id());
+        let db = pgmq_client::ConnInfo::parse(&common::dsn()).unwrap();
+        let db = db.get("dbname").unwrap().to_owned();
+        common::raw()
+            .await
+            .batch_execute(&format!(
+                "CREATE ROLE \"{name}\" LOGIN PASSWORD 'pw-{name}'; \
+                 GRANT CONNECT ON DATABASE \"{db}\" TO \"{name}\"; \
+                 GRANT USAGE ON SCHEMA pgmq TO \"{name}\""
+            ))
+            .await
+            .unwrap();
+        Unprivileged { name }
+    }
+
+    fn dsn(&self) -> String {
+        let mut info = pgmq_client::ConnInfo::parse(&common::dsn()).unwrap();
+        info.set("user", &self.name).unwrap();
+        info.set("password", &format!("pw-{}", self.name)).unwrap();
+        info.to_dsn()
+    }
+}
+
+impl Drop for Unprivileged {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        common::run_detached(move || async move {
+            let _ = common::raw()
+                .await
+                .batch_execute(&format!(
+                    "REVOKE ALL ON SCHEMA pgmq FROM \"{name}\"; DROP OWNED BY \"{name}\"; \
+                     DROP ROLE IF EXISTS \"{name}\""
+                ))
+                .await;
+        });
+    }
+}
+
+/// Permission denied (SQLSTATE 42501) is refused: exit status 4.
+#[tokio::test]
+async fn permission_denied_is_refused() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_denied").await;
+    client.send(&q, &json!(1)).await.unwrap();
+    let role = Unprivileged::new().await;
+    let env = [("DATABASE_URL", Some(role.dsn()))];
+    let env: Vec<(&str, Option<&str>)> = env.iter().map(|(k, v)| (*k, v.as_deref())).collect();
+    pgmq_with(&["peek", q.as_str()], "", &env)
+        .await
+        .failed_with(4, "permission denied");
+    pgmq_with(&["archive", "list", q.as_str()], "", &env)
+        .await
+        .failed_with(4, "permission denied");
+    assert_eq!(client.metrics(&q).await.unwrap().queue_length, 1);
+}
+
+#[tokio::test]
+async fn completions_for_each_shell_need_no_database() {
+    let env = [("DATABASE_URL", None)];
+    for (shell, marker) in [
+        ("bash", "_pgmq()"),
+        ("zsh", "#compdef pgmq"),
+        ("fish", "complete -c pgmq"),
+    ] {
+        let run = pgmq_with(&["completions", shell], "", &env).await.ok();
+        assert!(run.stdout.contains(marker), "{shell}: {}", run.stdout);
+        for cmd in ["peek", "watch", "set-vt", "prune", "bind"] {
+            assert!(run.stdout.contains(cmd), "{shell} lacks {cmd}");
+        }
+    }
+    let usage = pgmq_with(&["completions", "tcsh"], "", &env).await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+}
+
+/// `--help` speaks to operators: the exit statuses are there, developer
+/// notes are not.
+#[tokio::test]
+async fn help_lists_exit_statuses_and_no_developer_notes() {
+    let top = pgmq(&["--help"], "").await.ok().stdout;
+    for code in [
+        "0 done",
+        "2 bad command line",
+        "3 not found",
+        "4 refused",
+        "5 database unreachable",
+    ] {
+        assert!(top.contains(code), "{code} missing from --help");
+    }
+    let commands = [
+        "list",
+        "peek",
+        "metrics",
+        "watch",
+        "create",
+        "drop",
+        "purge",
+        "send",
+        "read",
+        "pop",
+        "delete",
+        "archive",
+        "set-vt",
+        "redrive",
+        "topic",
+        "notify",
+        "install-sdk",
+        "pause",
+        "resume",
+        "paused",
+        "completions",
+    ];
+    let mut helps = vec![top];
+    for c in commands {
+        helps.push(pgmq(&[c, "--help"], "").await.ok().stdout);
+    }
+    for sub in [
+        ["archive", "list"],
+        ["archive", "prune"],
+        ["topic", "bind"],
+        ["topic", "test"],
+    ] {
+        helps.push(pgmq(&[sub[0], sub[1], "--help"], "").await.ok().stdout);
+    }
+    for h in &helps {
+        for note in ["clap", "`connect`", "Failure", "crate::", "(see `"] {
+            assert!(!h.contains(note), "{note:?} in help:\n{h}");
+        }
+    }
 }

@@ -150,7 +150,7 @@ async fn redrive_to_the_dead_letter_queue_itself_is_refused() {
         .unwrap();
     let run = pgmq(&["redrive", dlq.as_str(), "--to", dlq.as_str()]).await;
     assert!(run.code.is_some(), "redrive --to itself did not end");
-    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert_eq!(run.code, Some(2), "a bad command line: {}", run.stderr);
     assert!(
         run.stderr.starts_with("pgmq: error: ") && run.stderr.contains("--to"),
         "{}",

@@ -51,15 +51,16 @@ use crate::backoff::retry_delay;
 use crate::claim_queue::Claimed;
 use crate::completer::{acknowledge, AckKind};
 use crate::context::Context;
+use crate::fence;
 use crate::handler::{
     panic_text, BatchHandler, HandlerError, MessageResult, Outcome, TransactionalBatchHandler,
 };
 use crate::handler_loop::{
     next_claimed, outcome_to_ack, past_limits, send_ack, settle, spawn_loops, Delivery,
-    HandlerLoops, LoopTiming, Spawner,
+    HandlerLoops, LoopTiming, Spawner, STOPPED,
 };
 use crate::hooks::{self, Refusal};
-use crate::lease::State;
+use crate::lease::{Expiry, State};
 use crate::protocol::{attempts_used, truncate_reason};
 use crate::runners::{within, worker_side, RunResult, Settled, TxConn};
 use crate::stats::{bump, HandlerCounters, LocalHistograms};
@@ -77,6 +78,9 @@ pub(crate) enum Each {
     /// The worker's own database work around the run failed: snoozed, no
     /// attempt used.
     Unavailable(String),
+    /// The run was stopped by the fence at the earliest of its messages'
+    /// claims' ends (`fence.rs`): not acknowledged by this worker.
+    Stopped,
 }
 
 /// One way of running a batch handler.
@@ -165,6 +169,8 @@ impl Drop for Holding<'_> {
 /// One message of a batch about to run (its body goes to the run).
 struct Member {
     d: Delivery,
+    /// When its claim may end.
+    expiry: Arc<Expiry>,
     /// Its run's context (for the hooks).
     ctx: Context,
     /// How many hooks' `before` ran.
@@ -206,11 +212,13 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
             msg,
             receipt,
             claimed_at,
+            sent_at,
         } in items
         {
             let d = Delivery {
                 receipt,
                 claimed_at,
+                sent_at,
                 started,
                 attempt: attempts_used(msg.headers.as_ref()).saturating_add(1),
                 deliveries: u32::try_from(msg.read_ct).unwrap_or(0),
@@ -259,9 +267,10 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
             let waited = started.duration_since(claimed_at);
             // Its lease, from now until its acknowledgement is written.
             let cancel = CancellationToken::new();
+            let expiry = Expiry::new(d.sent_at + cfg.visibility_timeout);
             shared
                 .leases
-                .start(receipt, claimed_at + cfg.visibility_timeout, cancel.clone());
+                .start(receipt, Arc::clone(&expiry), cancel.clone());
             holding.receipts.push(receipt);
             if waited >= cfg.visibility_timeout / 2 {
                 shared.heartbeat.nudge();
@@ -295,6 +304,7 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
             msgs.push(typed);
             members.push(Member {
                 d,
+                expiry,
                 ctx: hctx,
                 hooks_ran,
             });
@@ -351,6 +361,18 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
                         true,
                     );
                     settle(shared, &cfg.queue, receipt, Settled::Lost);
+                }
+                Each::Stopped => {
+                    let _ = after_hooks(
+                        shared,
+                        counts,
+                        m.hooks_ran,
+                        &m.ctx,
+                        Ok(Err(STOPPED.into())),
+                        &m.d,
+                        true,
+                    );
+                    settle(shared, &cfg.queue, receipt, Settled::Stopped);
                 }
                 Each::Unavailable(why) => {
                     let _ = after_hooks(
@@ -440,6 +462,20 @@ async fn run_batch<T: Send, R: BatchRun<T>>(
     let receipts: Vec<Receipt> = members.iter().map(|m| m.d.receipt).collect();
     let span = tracing::debug_span!("pgmq_worker.handle_batch", queue = %cfg.queue, messages = n);
     let call = run.run(ctx, msgs, &receipts).instrument(span);
+    let ends = || members.iter().map(|m| Arc::clone(&m.expiry)).collect();
+    let call = async {
+        match fence::bounded(call, cfg.fence, ends).await {
+            Some(out) => out,
+            None => {
+                // Stopped at the earliest claim's end; work it spawned is
+                // told.
+                for m in members {
+                    m.ctx.cancel.cancel();
+                }
+                (0..n).map(|_| Each::Stopped).collect()
+            }
+        }
+    };
     let mut out = match cfg.handler_timeout {
         None => call.await,
         Some(limit) => match tokio::time::timeout(limit, call).await {

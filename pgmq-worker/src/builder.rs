@@ -117,6 +117,12 @@ impl Plan {
         // claim loops may fill at once.
         let wake_claimers = fifo || c.fleet_limit.is_some();
         let (batch_max, batch_window) = c.handler_batch.unwrap_or((1, Duration::ZERO));
+        // Under a limit of places, runs stop when their claims may have
+        // ended (fence.rs).
+        let fence = c
+            .fleet_limit
+            .and_then(|l| l.max_running)
+            .map(|_| crate::fence::margin(c.visibility_timeout));
         Plan {
             preflight: preflight::Settings {
                 queue: c.queue.clone(),
@@ -163,6 +169,7 @@ impl Plan {
                 wake_claimers,
                 batch_max,
                 batch_window,
+                fence,
                 #[cfg(feature = "fault-injection")]
                 resume_panics: c.resume_panics,
             },
@@ -170,6 +177,7 @@ impl Plan {
                 queue: c.queue.clone(),
                 db_timeout: c.db_timeout,
                 fifo_groups: fifo,
+                fenced: fence.is_some(),
                 max_abandoned_blocking_threads: c.max_abandoned_blocking_threads,
                 #[cfg(feature = "fault-injection")]
                 fence_off: c.fence_off,
@@ -640,7 +648,12 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// [`Pgmq::read_limited_raw`](pgmq_client::Pgmq::read_limited_raw)).
     /// Give every process the same limit; a process joins or leaves with no
     /// other setting, and a crashed process's places are freed within its
-    /// visibility timeout. Needs the `pgmq_sdk` schema (`pgmq
+    /// visibility timeout. Under `max_running` a handler run stops once
+    /// its claim may have ended without being extended (a process stopped
+    /// or cut off for about a visibility timeout), so that it never runs
+    /// beside the process that took its place; a blocking handler's thread
+    /// cannot be stopped (docs/worker.md, "Limits across a fleet", says
+    /// what holds). Needs the `pgmq_sdk` schema (`pgmq
     /// install-sdk`; the start fails without it) and claims with
     /// `pgmq.read` under a lock per queue, so use it where the limit, not
     /// the claim path, bounds the pace. Not with [`ClaimReads::FifoGroups`].

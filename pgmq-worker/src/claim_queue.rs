@@ -42,6 +42,11 @@ pub(crate) struct Claimed {
     pub receipt: Receipt,
     /// When the read that claimed it returned.
     pub claimed_at: Instant,
+    /// When the read that claimed it was sent: the database set the
+    /// message's visibility timeout after this, so the claim lasts at
+    /// least until this plus the timeout (the fence, `fence.rs`, counts
+    /// from it).
+    pub sent_at: Instant,
 }
 
 /// How long a woken loop may take to work through its share of a batch

@@ -105,7 +105,10 @@
 //! can stop the polling; a loop whose timer fires skips the read when
 //! another loop started one less than a poll interval ago, so an idle worker
 //! still polls about once per interval whatever the number of loops. Once
-//! shutdown begins no loop starts a new read. A wake-up is a notification from the
+//! shutdown begins no loop starts a new read, nor once the queue is seen
+//! paused ([`crate::pause`]): a loop looks at the pause flag right before
+//! every read, after whatever it waited for (room, a priority grant, its
+//! timer), and a wait for room or for a grant ends when the pause is seen. A wake-up is a notification from the
 //! notifier, or any loop reading a full batch (the backlog is back). Wake-ups
 //! are a counter in a watch channel, marked seen just before each read: one
 //! that arrives during a read makes the loop read again instead of parking,
@@ -468,9 +471,13 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
     let mut lp = ClaimLoop::new(part, index);
     loop {
         if lp.part.paused.is_paused() {
-            // Paused for the fleet: no read until resumed, and no
-            // connection held meanwhile.
+            // Paused for the fleet: no read until resumed, no connection
+            // held meanwhile, and in a prioritized group nothing held for
+            // this queue.
             lp.kept.idle();
+            if let Some(share) = &lp.part.share {
+                share.pause();
+            }
             if lp.part.paused.wait_resumed(&stop).await {
                 break;
             }
@@ -482,14 +489,27 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
             }
             continue;
         }
-        let Some(permits) = lp.take_room(&stop).await else {
-            break;
+        let permits = match lp.take_room(&stop).await {
+            Room::Taken(p) => p,
+            Room::Paused => continue,
+            Room::Stopped => break,
         };
         if stop.is_cancelled() {
             // Shutdown began: no new read.
             break;
         }
         let qty = permits.num_permits();
+        if lp.part.paused.is_paused() {
+            // Seen once more after the waits for room and for a grant,
+            // right before the read: no read starts once the pause is
+            // seen. The room and the grant go back.
+            if let Some(share) = &lp.part.share {
+                share.forgo(qty);
+            }
+            drop(permits);
+            continue;
+        }
+        let sent_at = Instant::now();
         let (plan, res) = lp.read(qty).await;
         if let Some(share) = &lp.part.share {
             // A short read after the bound ran out of the tail only; one
@@ -511,7 +531,7 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
                 continue;
             }
         };
-        match lp.enqueue(msgs, permits, plan, qty) {
+        match lp.enqueue(msgs, permits, plan, qty, sent_at) {
             After::ReadAgain => continue,
             After::Park => {}
             // Closed only when the worker is being torn down.
@@ -532,6 +552,16 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
         }
     }
     lp.local.merge(&lp.part.stats, Instant::now());
+}
+
+/// What a claim loop's wait for room (and a grant) ended with.
+enum Room {
+    /// The permits of the room (and grant) to read with.
+    Taken(OwnedSemaphorePermit),
+    /// The queue was seen paused: nothing taken.
+    Paused,
+    /// `stop` fired, or the claim queue closed.
+    Stopped,
 }
 
 /// What a claim loop does once a read's messages are queued.
@@ -606,9 +636,11 @@ impl ClaimLoop {
     }
 
     /// Room in the claim queue: at least half a batch (or half the claim
-    /// limit when smaller), topped up to a batch; waits for it without
-    /// holding a connection. None when `stop` fired meanwhile.
-    async fn take_room(&self, stop: &CancellationToken) -> Option<OwnedSemaphorePermit> {
+    /// limit when smaller), topped up to a batch, and in a prioritized
+    /// group the policy's grant; waits for them without holding a
+    /// connection, until `stop` fires or the queue is seen paused.
+    async fn take_room(&self, stop: &CancellationToken) -> Room {
+        let paused = &self.part.paused;
         let room = self.queue.room();
         let limit = claim_limit(&self.part.settings, self.queue.average_run_us());
         room.limit_to(limit);
@@ -619,8 +651,12 @@ impl ClaimLoop {
                 self.kept.idle();
                 tokio::select! {
                     biased;
-                    _ = stop.cancelled() => return None,
-                    p = room.take(first) => p?,
+                    _ = stop.cancelled() => return Room::Stopped,
+                    () = paused.until_paused() => return Room::Paused,
+                    p = room.take(first) => match p {
+                        Some(p) => p,
+                        None => return Room::Stopped,
+                    },
                 }
             }
         };
@@ -632,12 +668,21 @@ impl ClaimLoop {
                 Some(g) => g,
                 None => {
                     self.kept.idle();
-                    share.claim(n, stop).await?
+                    // A pause seen while waiting leaves the gate (the
+                    // wait's end takes this loop out of the waiters).
+                    tokio::select! {
+                        biased;
+                        () = paused.until_paused() => return Room::Paused,
+                        g = share.claim(n, stop) => match g {
+                            Some(g) => g,
+                            None => return Room::Stopped,
+                        },
+                    }
                 }
             };
             drop(permits.split(n - granted));
         }
-        Some(permits)
+        Room::Taken(permits)
     }
 
     /// Plans where the read starts (recording when it started) and reads up
@@ -678,14 +723,16 @@ impl ClaimLoop {
         }
     }
 
-    /// Queues what a read as `plan` for `qty` messages returned, with their
-    /// permits (the rest go back), and says what the loop does next.
+    /// Queues what a read as `plan` for `qty` messages, sent at
+    /// `sent_at`, returned, with their permits (the rest go back), and
+    /// says what the loop does next.
     fn enqueue(
         &mut self,
         msgs: Vec<Message<RawJson>>,
         mut permits: OwnedSemaphorePermit,
         plan: Plan,
         qty: usize,
+        sent_at: Instant,
     ) -> After {
         let part = &self.part;
         self.backoff.reset();
@@ -722,6 +769,7 @@ impl ClaimLoop {
             }),
             msg,
             claimed_at: now,
+            sent_at,
         });
         if !self.queue.push_batch(batch) {
             return After::Closed;

@@ -53,6 +53,24 @@ pub enum Error {
         holders: String,
     },
 
+    /// The worker's role may not read whether its queue is paused: the
+    /// `pgmq_sdk` schema is there, but reading its pause flag failed with
+    /// SQLSTATE 42501 (insufficient privilege). Such a worker would claim
+    /// while the queue is paused, so it does not start; `grants` are the
+    /// statements that give the role what it lacks. (A right revoked while
+    /// the worker runs makes it stop claiming instead, see
+    /// [`Health::pause_flag_unreadable`](crate::Health::pause_flag_unreadable).)
+    #[error("the worker's role may not read whether queue {queue} is paused ({source}); it would claim while the queue is paused, so it does not start: {grants}")]
+    #[non_exhaustive]
+    PauseFlagUnreadable {
+        /// The queue.
+        queue: String,
+        /// The grants the role lacks, as an operator runs them.
+        grants: &'static str,
+        /// The refused read.
+        source: pgmq_client::Error,
+    },
+
     /// A task of the worker itself ended abnormally (a bug: please report it).
     #[error("worker task failed: {0}")]
     Task(String),

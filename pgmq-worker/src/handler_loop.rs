@@ -36,12 +36,13 @@ use crate::backoff::{retry_delay, Backoff};
 use crate::claim_queue::{ClaimQueue, Claimed, WAKE_BUDGET};
 use crate::completer::{Ack, AckKind};
 use crate::context::Context;
+use crate::fence;
 use crate::handler::{
     panic_text_of, BlockingHandler, Handler, HandlerWithContext, Outcome, TransactionalHandler,
 };
 use crate::heartbeat::HeartbeatSignals;
 use crate::hooks::{self, HookList};
-use crate::lease::{Leases, State};
+use crate::lease::{Expiry, Leases, State};
 use crate::protocol::{attempts_used, truncate_reason};
 use crate::runners::{AsyncRun, BlockingRun, ContextRun, Run, RunEnv, RunResult, Settled, TxRun};
 use crate::stats::{bump, micros, HandlerCounters, LocalHistograms, Stats};
@@ -68,6 +69,9 @@ pub(crate) struct Settings {
     /// Batch handlers: how long a run waits for more messages after the
     /// first (zero: what is queued at once).
     pub batch_window: Duration,
+    /// Under a fleet-wide limit of places: runs are fenced on their
+    /// claims' ends, stopping this margin before (`fence.rs`).
+    pub fence: Option<Duration>,
     /// Test hook: a handler's caught panic is raised again in its loop.
     #[cfg(feature = "fault-injection")]
     pub resume_panics: bool,
@@ -194,10 +198,12 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             msg,
             receipt,
             claimed_at,
+            sent_at,
         } = item;
         let d = Delivery {
             receipt,
             claimed_at,
+            sent_at,
             started: Instant::now(),
             attempt: attempts_used(msg.headers.as_ref()).saturating_add(1),
             deliveries: u32::try_from(msg.read_ct).unwrap_or(0),
@@ -247,6 +253,12 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
                     let (result, settled) =
                         run_message(&ctx, &*run, &mut run_local, typed, &d, counts).await;
                     run.after_run(&mut run_local, &ctx.runs).await;
+                    if let Some(Settled::Stopped) = settled {
+                        // Its claim may have ended: not acknowledged here.
+                        holding.disarm();
+                        settle(shared, &cfg.queue, receipt, Settled::Stopped);
+                        continue;
+                    }
                     shared.leases.set_state([receipt], State::Acking);
                     timing.record_run(shared, d.started);
                     shared.panic_once.maybe_panic("handler loop");
@@ -370,6 +382,9 @@ pub(crate) struct Delivery {
     pub(crate) receipt: Receipt,
     /// When the read that claimed it returned.
     pub(crate) claimed_at: Instant,
+    /// When the read that claimed it was sent (its claim's end counts
+    /// from it).
+    pub(crate) sent_at: Instant,
     /// When the loop took it.
     pub(crate) started: Instant,
     /// This run's attempt number (from the attempts header).
@@ -449,9 +464,11 @@ async fn run_message<T: Send, R: Run<T>>(
     let cfg = &ctx.settings;
     let msg_id = d.receipt.msg_id;
     let attempt = d.attempt;
-    let lease_end = d.claimed_at + cfg.visibility_timeout;
+    let expiry = Expiry::new(d.sent_at + cfg.visibility_timeout);
     let cancel = CancellationToken::new();
-    shared.leases.start(d.receipt, lease_end, cancel.clone());
+    shared
+        .leases
+        .start(d.receipt, Arc::clone(&expiry), cancel.clone());
     if d.started.duration_since(d.claimed_at) >= cfg.visibility_timeout / 2 {
         // Past half its timeout already: extend it now rather than at the
         // heartbeat's next tick.
@@ -480,6 +497,16 @@ async fn run_message<T: Send, R: Run<T>>(
     let call = run
         .run_settling(run_local, typed, hctx, &ctx.runs, d.receipt)
         .instrument(span);
+    let call = async {
+        match fence::bounded(call, cfg.fence, || vec![expiry]).await {
+            Some(out) => out,
+            None => {
+                // Stopped at its claim's end; work it spawned is told.
+                cancel.cancel();
+                (Ok(Err(STOPPED.into())), Some(Settled::Stopped))
+            }
+        }
+    };
     let (result, settled) = if let Some(why) = refused {
         drop(call);
         match why {
@@ -553,7 +580,13 @@ pub(crate) async fn send_ack(
     false
 }
 
-/// Records a message a transactional run acknowledged itself.
+/// What a run stopped by its fence returned, as the hooks see it.
+pub(crate) const STOPPED: &str =
+    "stopped at its claim's end: the claim was not extended in time, so another worker may hold the message";
+
+/// Records a message a transactional run acknowledged itself, or one that
+/// is not acknowledged here (its claim lost, or its run stopped by the
+/// fence).
 pub(crate) fn settle(shared: &HandlerLoops, queue: &QueueName, receipt: Receipt, settled: Settled) {
     let c = &shared.stats.c;
     let already_lost = !shared.leases.finish([receipt]).is_empty();
@@ -567,6 +600,10 @@ pub(crate) fn settle(shared: &HandlerLoops, queue: &QueueName, receipt: Receipt,
         Settled::Lost if !already_lost => {
             bump(&c.claims_lost, 1);
             tracing::warn!(queue = %queue, msg_id = receipt.msg_id, "claim lost: the message was delivered again; the handler's transaction was rolled back");
+        }
+        Settled::Stopped => {
+            bump(&c.stopped_at_claim_end, 1);
+            tracing::warn!(queue = %queue, msg_id = receipt.msg_id, "handler run stopped at its claim's end: the claim was not extended in time (the process was stopped or could not reach the database), so another worker may hold the message now; its outcome will not be written here");
         }
         // Snoozed by the handler loop instead; never settled here.
         Settled::Lost | Settled::Unavailable(_) => {}

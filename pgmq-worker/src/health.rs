@@ -22,6 +22,8 @@ pub(crate) struct HealthState {
     running: AtomicBool,
     /// The queue is paused for the fleet (the pause watch's last read).
     paused: AtomicBool,
+    /// The pause watch's last read was refused for want of a right.
+    pause_flag_unreadable: AtomicBool,
     /// Handler loops waiting for an abandoned blocking thread to end.
     blocking_waiting: AtomicU64,
     /// Set when an internal task failed and the worker stops with an error.
@@ -43,6 +45,7 @@ impl HealthState {
             ack_errors: AtomicU64::new(0),
             running: AtomicBool::new(false),
             paused: AtomicBool::new(false),
+            pause_flag_unreadable: AtomicBool::new(false),
             blocking_waiting: AtomicU64::new(0),
             failure: Mutex::new(None),
             restarts: AtomicU64::new(0),
@@ -93,12 +96,19 @@ impl HealthState {
         self.running.store(on, Relaxed);
     }
 
-    /// An internal task failed for good: records why (the first reason
-    /// wins) and fires [`failed`](Self::failed), which stops the worker.
+    /// The queue is paused (`on`) or not, as the pause watch read it.
     pub(crate) fn set_paused(&self, on: bool) {
         self.paused.store(on, Relaxed);
     }
 
+    /// The pause watch's reads are refused for want of a right (`on`), or
+    /// succeed again.
+    pub(crate) fn set_pause_flag_unreadable(&self, on: bool) {
+        self.pause_flag_unreadable.store(on, Relaxed);
+    }
+
+    /// An internal task failed for good: records why (the first reason
+    /// wins) and fires [`failed`](Self::failed), which stops the worker.
     pub(crate) fn fail(&self, why: String) {
         let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         f.get_or_insert(why);
@@ -141,6 +151,7 @@ impl HealthState {
             claiming: running && read_errors < DOWN_AFTER,
             acknowledging: running && ack_errors < DOWN_AFTER,
             paused: self.paused.load(Relaxed),
+            pause_flag_unreadable: self.pause_flag_unreadable.load(Relaxed),
             connected: read_errors < DOWN_AFTER && ack_errors < DOWN_AFTER,
             since_last_read: self.ago(self.read_ok_us.load(Relaxed)),
             since_last_ack: self.ago(self.ack_ok_us.load(Relaxed)),
@@ -195,6 +206,14 @@ pub struct Health {
     /// no claims until it is resumed, so `since_last_read` grows without
     /// anything being wrong. A paused worker is still healthy.
     pub paused: bool,
+    /// The worker's role may not read whether the queue is paused (the
+    /// read of the pause flag failed with SQLSTATE 42501: a right revoked
+    /// while the worker runs). The worker then claims nothing, as if
+    /// paused, until a read succeeds, and is not healthy meanwhile: grant
+    /// the role SELECT on the queue's table (`pgmq install-sdk` grants the
+    /// rest of `pgmq_sdk` to PUBLIC). (At start, the same refusal fails the
+    /// start with [`Error::PauseFlagUnreadable`](crate::Error::PauseFlagUnreadable).)
+    pub pause_flag_unreadable: bool,
     /// Time since the last successful read (None: none yet).
     pub since_last_read: Option<Duration>,
     /// Time since the last successful acknowledgement write (None: none yet).
@@ -219,8 +238,13 @@ pub struct Health {
 }
 
 impl Health {
-    /// Running, claiming, acknowledging and connected.
+    /// Running, claiming, acknowledging and connected, and the pause flag
+    /// readable.
     pub fn is_healthy(&self) -> bool {
-        self.running && self.claiming && self.acknowledging && self.connected
+        self.running
+            && self.claiming
+            && self.acknowledging
+            && self.connected
+            && !self.pause_flag_unreadable
     }
 }

@@ -11,6 +11,11 @@
 //! message): it is counted in `claims_lost`, logged once, and its
 //! [`Context`](crate::Context) is cancelled.
 //!
+//! Under a fleet-wide limit of places the runs are fenced on their claims'
+//! ends (`fence.rs`): a lease whose claim may have ended is not extended
+//! any more, and an extension that returned too late extends nothing
+//! ([`crate::lease`]), so a run stopped by its fence is not revived.
+//!
 //! **Order with retries.** A retry, snooze or release sets the visibility
 //! itself; an extension landing after it would overwrite its delay. So the
 //! heartbeat holds [`HeartbeatSignals`]' write lock from collecting the leases until
@@ -115,7 +120,7 @@ async fn run(hb: Arc<Heartbeat>, stop: CancellationToken) {
         }
         // Held until the write returned (see the module docs).
         let _writing = hb.signals.write.lock().await;
-        hb.leases.due(Instant::now() + vt / 2, &mut due);
+        hb.leases.due(Instant::now(), vt / 2, &mut due);
         if due.is_empty() {
             continue;
         }
@@ -137,7 +142,9 @@ async fn run(hb: Arc<Heartbeat>, stop: CancellationToken) {
             Ok(extended) => {
                 // The server set vt = its now + vt, its now being after `sent`:
                 // `sent + vt` is a safe (early) local estimate.
-                let lost = hb.leases.extended(&due, &extended, sent + vt);
+                let lost = hb
+                    .leases
+                    .extended(&due, &extended, sent + vt, Instant::now());
                 bump(&hb.stats.c.heartbeats, extended.len() as u64);
                 if !lost.is_empty() {
                     bump(&hb.stats.c.claims_lost, lost.len() as u64);

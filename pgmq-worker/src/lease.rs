@@ -31,10 +31,22 @@
 //! for leases still `Running` after its write returned (a lease whose
 //! acknowledgement is on the way is judged by that write alone), and marks
 //! it lost so that nothing counts it twice.
+//!
+//! **The claim's end.** Each lease carries an [`Expiry`]: when its claim
+//! may end, by this process's monotonic clock, counted from the instant the
+//! read that claimed it was sent (or the last extension was sent) plus the
+//! visibility timeout; the database set the timeout after that instant, so
+//! the claim is this worker's at least until then. A worker under a
+//! fleet-wide limit of places fences its runs on it (`fence.rs`): for it
+//! (`fence` set), a lease whose end less the fence's margin has passed is
+//! not extended any more, and an extension that returned after that
+//! moment moves nothing, since the claim may have ended (and its place
+//! been counted free) before the extension landed.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use pgmq_client::Receipt;
@@ -50,10 +62,70 @@ pub(crate) enum State {
     Locked,
 }
 
+/// When a delivery's claim may end, by this process's monotonic clock (a
+/// local estimate on the early side: see the module docs); shared by its
+/// lease, which the heartbeat extends, and its fenced run, which reads it
+/// on every poll.
+#[derive(Debug)]
+pub(crate) struct Expiry {
+    origin: Instant,
+    /// The end, in µs after `origin`; it only moves later.
+    after_us: AtomicU64,
+}
+
+impl Expiry {
+    /// A claim that ends at `at` unless extended.
+    pub(crate) fn new(at: Instant) -> Arc<Expiry> {
+        Arc::new(Expiry {
+            origin: at,
+            after_us: AtomicU64::new(0),
+        })
+    }
+
+    /// When the claim may end, as last extended.
+    pub(crate) fn at(&self) -> Instant {
+        self.origin + Duration::from_micros(self.after_us.load(Ordering::Acquire))
+    }
+
+    /// Whether the claim may have ended by `now`, less `margin`.
+    pub(crate) fn passed(&self, now: Instant, margin: Duration) -> bool {
+        now + margin >= self.at()
+    }
+
+    /// An extension sent so as to end at `to` (its send instant plus the
+    /// visibility timeout) returned at `returned`: moves the end to `to`
+    /// if later, except under a fence of `margin` when the extension
+    /// returned after the end less the margin (the claim may have ended
+    /// before it landed). False when refused so.
+    fn extend(&self, to: Instant, returned: Instant, margin: Option<Duration>) -> bool {
+        let to_us = u64::try_from(to.saturating_duration_since(self.origin).as_micros())
+            .unwrap_or(u64::MAX);
+        let mut cur = self.after_us.load(Ordering::Acquire);
+        loop {
+            let end = self.origin + Duration::from_micros(cur);
+            if margin.is_some_and(|m| returned + m >= end) {
+                return false;
+            }
+            if to_us <= cur {
+                return true;
+            }
+            match self.after_us.compare_exchange_weak(
+                cur,
+                to_us,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+}
+
 struct Lease {
     read_at: DateTime<Utc>,
-    /// When the visibility timeout ends (a local estimate, on the early side).
-    deadline: Instant,
+    /// When the claim may end.
+    expiry: Arc<Expiry>,
     state: State,
     /// The handler run's cancellation (fired when the claim is lost).
     cancel: CancellationToken,
@@ -64,20 +136,32 @@ struct Lease {
 #[derive(Default)]
 pub(crate) struct Leases {
     map: Mutex<HashMap<i64, Lease>>,
+    /// The fence's margin, for a worker whose runs are fenced on their
+    /// claims' ends (`fence.rs`); None otherwise.
+    fence: Option<Duration>,
 }
 
 impl Leases {
+    /// The leases of a worker fenced with `fence`'s margin (None: not
+    /// fenced).
+    pub(crate) fn new(fence: Option<Duration>) -> Self {
+        Leases {
+            map: Mutex::default(),
+            fence,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Lease>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A handler starts on this delivery.
-    pub(crate) fn start(&self, r: Receipt, deadline: Instant, cancel: CancellationToken) {
+    /// A handler starts on this delivery, whose claim ends at `expiry`.
+    pub(crate) fn start(&self, r: Receipt, expiry: Arc<Expiry>, cancel: CancellationToken) {
         self.lock().insert(
             r.msg_id,
             Lease {
                 read_at: r.read_at,
-                deadline,
+                expiry,
                 state: State::Running,
                 cancel,
                 lost: false,
@@ -117,13 +201,15 @@ impl Leases {
         already_lost
     }
 
-    /// The leases to extend now: `Running` or `Acking`, not lost, ending
-    /// before `before`.
-    pub(crate) fn due(&self, before: Instant, out: &mut Vec<Receipt>) {
+    /// The leases to extend at `now`: `Running` or `Acking`, not lost,
+    /// ending within `ahead`; under a fence, not those whose end less the
+    /// margin has passed (their runs are stopped: see the module docs).
+    pub(crate) fn due(&self, now: Instant, ahead: Duration, out: &mut Vec<Receipt>) {
         out.clear();
         for (id, l) in self.lock().iter() {
             let extend = matches!(l.state, State::Running | State::Acking);
-            if extend && !l.lost && l.deadline <= before {
+            let lapsed = self.fence.is_some_and(|m| l.expiry.passed(now, m));
+            if extend && !l.lost && !lapsed && l.expiry.at() <= now + ahead {
                 out.push(Receipt {
                     msg_id: *id,
                     read_at: l.read_at,
@@ -132,14 +218,16 @@ impl Leases {
         }
     }
 
-    /// Records the heartbeat's result: `extended` got `deadline`; of the
-    /// others, the ones still `Running` are lost (marked, cancelled and
-    /// returned).
+    /// Records the heartbeat's result, returned at `returned`: `extended`
+    /// end at `deadline` now (unless the fence refuses it: see the module
+    /// docs); of the others, the ones still `Running` are lost (marked,
+    /// cancelled and returned).
     pub(crate) fn extended(
         &self,
         asked: &[Receipt],
         extended: &[i64],
         deadline: Instant,
+        returned: Instant,
     ) -> Vec<i64> {
         let mut map = self.lock();
         let mut lost = Vec::new();
@@ -151,7 +239,7 @@ impl Leases {
                 continue;
             }
             if extended.contains(&r.msg_id) {
-                l.deadline = l.deadline.max(deadline);
+                l.expiry.extend(deadline, returned, self.fence);
             } else if l.state == State::Running && !l.lost {
                 l.lost = true;
                 l.cancel.cancel();
@@ -213,27 +301,27 @@ mod tests {
         let t0 = Instant::now();
         let (a, b, c) = (receipt(1, 10), receipt(2, 20), receipt(3, 30));
         let tokens: Vec<_> = (0..3).map(|_| CancellationToken::new()).collect();
-        leases.start(a, at(t0, 100), tokens[0].clone());
-        leases.start(b, at(t0, 100), tokens[1].clone());
-        leases.start(c, at(t0, 100), tokens[2].clone());
+        leases.start(a, Expiry::new(at(t0, 100)), tokens[0].clone());
+        leases.start(b, Expiry::new(at(t0, 100)), tokens[1].clone());
+        leases.start(c, Expiry::new(at(t0, 100)), tokens[2].clone());
         leases.set_state([b], State::Acking);
         leases.set_state([c], State::Settling);
         let d = receipt(4, 40);
-        leases.start(d, at(t0, 100), CancellationToken::new());
+        leases.start(d, Expiry::new(at(t0, 100)), CancellationToken::new());
         leases.set_state([d], State::Locked);
         let mut due = Vec::new();
-        leases.due(at(t0, 1000), &mut due);
+        leases.due(t0, Duration::from_micros(1000), &mut due);
         due.sort_by_key(|r| r.msg_id);
         // Neither the settling one nor the locked one is extended.
         assert_eq!(due, vec![a, b]);
         // Neither matched: the running one is lost, the acking one is left
         // to its own write.
-        let lost = leases.extended(&due, &[], at(t0, 2000));
+        let lost = leases.extended(&due, &[], at(t0, 2000), t0);
         assert_eq!(lost, vec![1]);
         assert!(tokens[0].is_cancelled() && !tokens[1].is_cancelled());
         assert!(leases.is_lost(a) && !leases.is_lost(b));
         // Reported once: not due again, and flagged when finished.
-        leases.due(at(t0, 1000), &mut due);
+        leases.due(t0, Duration::from_micros(1000), &mut due);
         assert_eq!(due, vec![b]);
         assert_eq!(leases.finish([a, b]), vec![1]);
         // A locked lease's handler runs: the shutdown lists it.
@@ -243,11 +331,42 @@ mod tests {
     }
 
     #[test]
+    fn under_a_fence_a_lapsed_claim_is_neither_due_nor_extended() {
+        let margin = Duration::from_millis(50);
+        let leases = Leases::new(Some(margin));
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let (a, b) = (receipt(1, 10), receipt(2, 20));
+        let (ea, eb) = (Expiry::new(ms(1000)), Expiry::new(ms(1000)));
+        leases.start(a, Arc::clone(&ea), CancellationToken::new());
+        leases.start(b, Arc::clone(&eb), CancellationToken::new());
+        let mut due = Vec::new();
+        leases.due(ms(600), Duration::from_millis(500), &mut due);
+        due.sort_by_key(|r| r.msg_id);
+        assert_eq!(due, vec![a, b]);
+        // One extension returned in time, the other after the end less
+        // the margin: that one moves nothing.
+        leases.extended(&[a], &[1], ms(2600), ms(900));
+        leases.extended(&[b], &[2], ms(2600), ms(960));
+        assert_eq!((ea.at(), eb.at()), (ms(2600), ms(1000)));
+        assert!(eb.passed(ms(950), margin) && !ea.passed(ms(950), margin));
+        // The lapsed one is not due any more; the other is, later.
+        leases.due(ms(2200), Duration::from_millis(500), &mut due);
+        assert_eq!(due, vec![a]);
+        // Without a fence, a late extension still counts (as before).
+        let plain = Leases::default();
+        let e = Expiry::new(ms(1000));
+        plain.start(b, Arc::clone(&e), CancellationToken::new());
+        plain.extended(&[b], &[2], ms(2600), ms(1500));
+        assert_eq!(e.at(), ms(2600));
+    }
+
+    #[test]
     fn a_newer_delivery_of_the_same_message_is_not_touched_by_the_old_one() {
         let leases = Leases::default();
         let old = receipt(5, 1);
         let new = receipt(5, 2);
-        leases.start(new, Instant::now(), CancellationToken::new());
+        leases.start(new, Expiry::new(Instant::now()), CancellationToken::new());
         leases.set_state([old], State::Settling);
         assert!(leases.finish([old]).is_empty());
         assert_eq!(leases.running(), vec![5]);

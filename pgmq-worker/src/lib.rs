@@ -204,6 +204,7 @@ mod completer;
 mod context;
 mod db;
 mod error;
+mod fence;
 mod group;
 mod handle;
 mod handler;

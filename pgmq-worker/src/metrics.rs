@@ -76,6 +76,7 @@ async fn run(part: Arc<Metrics>, stop: CancellationToken) {
     let pending = gauge!("pgmq_worker_acks_pending", "queue" => q.clone());
     let healthy = gauge!("pgmq_worker_healthy", "queue" => q.clone());
     let paused = gauge!("pgmq_worker_paused", "queue" => q.clone());
+    let unreadable = gauge!("pgmq_worker_pause_flag_unreadable", "queue" => q.clone());
     let length = gauge!("pgmq_queue_length", "queue" => q.clone());
     let visible = gauge!("pgmq_queue_visible_length", "queue" => q.clone());
     let oldest = gauge!("pgmq_queue_oldest_msg_age_seconds", "queue" => q.clone());
@@ -90,6 +91,11 @@ async fn run(part: Arc<Metrics>, stop: CancellationToken) {
         let health = part.health.snapshot();
         healthy.set(if health.is_healthy() { 1.0 } else { 0.0 });
         paused.set(if health.paused { 1.0 } else { 0.0 });
+        unreadable.set(if health.pause_flag_unreadable {
+            1.0
+        } else {
+            0.0
+        });
         // Bounded by db_timeout; a sample past it is abandoned (its
         // connection discarded, its statement cancelled on the server).
         let once = crate::db::Kept::new(part.source.clone(), 0, cfg.db_timeout);
@@ -110,7 +116,7 @@ async fn run(part: Arc<Metrics>, stop: CancellationToken) {
 
 /// Every counter published, by name (`pgmq_worker_<name>_total`), with its
 /// value in `s`.
-fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 29] {
+fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 30] {
     [
         ("claimed", s.claimed),
         ("handled", s.handled),
@@ -141,5 +147,6 @@ fn counter_values(s: &StatsSnapshot) -> [(&'static str, u64); 29] {
         ("wakeups_poll", s.wakeups_poll),
         ("wakeups_after_throttle", s.wakeups_after_throttle),
         ("still_running_at_deadline", s.still_running_at_deadline),
+        ("stopped_at_claim_end", s.stopped_at_claim_end),
     ]
 }

@@ -2,19 +2,40 @@
 //!
 //! A queue is paused by a row in `pgmq_sdk.paused`
 //! ([`Pgmq::pause`](pgmq_client::Pgmq::pause), `pgmq pause`). The watch
-//! reads that flag once per `poll_interval` (and once before the claim
-//! loops start, so a worker started while its queue is paused starts
-//! paused). While the queue is paused the claim loops start no read: a
-//! read already in flight finishes and its messages are handled, running
+//! reads that flag once per `poll_interval`, on a fixed beat (and once
+//! before the claim loops start, so a worker started while its queue is
+//! paused starts paused). While the queue is paused the claim loops start
+//! no read: they look at the flag right before every read, after whatever
+//! they waited for (room in the claim queue, a priority grant, the poll
+//! timer), and a wait for room or for a grant ends when the pause is seen.
+//! A read already in flight finishes and its messages are handled, running
 //! handlers finish, and their acknowledgements are written as usual. On
-//! resume the watch wakes the claim loops. Every worker on the queue
-//! therefore stops claiming within about one `poll_interval` of a pause.
+//! resume the watch wakes the claim loops.
+//!
+//! **The promise.** No claim read starts later than one `poll_interval`
+//! plus one read of the flag after the pause committed (the first read of
+//! the flag that starts after the commit sees it); only a claim read
+//! already in flight then may still claim, so every claim's `last_read_at`
+//! is within that bound plus one claim read. In a prioritized group a
+//! paused queue holds no capacity for itself ([`crate::priority`]).
 //!
 //! Without the `pgmq_sdk` schema a queue cannot be paused: the watch then
 //! asks the catalog whether the schema exists (a query that cannot fail,
 //! so the server's log gets no error per poll) and reads the flag once it
-//! does. A watch that cannot reach the database keeps the last state it
-//! read.
+//! does. A watch that cannot reach the database (or gets any other error
+//! that is not about rights) keeps the last state it read.
+//!
+//! **A flag the worker may not read fails closed.** A worker that could
+//! not read the flag would claim while the queue is paused, so a refusal
+//! for want of a right (SQLSTATE 42501: the schema is there, but the
+//! worker's role lacks USAGE on it or SELECT on the flag's table) is never
+//! taken as "not paused". At start the worker refuses to start
+//! ([`Error::PauseFlagUnreadable`], naming the grants). While running, the
+//! watch treats the queue as paused (no new claims), says so in
+//! `Health::pause_flag_unreadable` (the worker is then not healthy) and in
+//! the `pgmq_worker_pause_flag_unreadable` gauge, and logs a warning when
+//! it starts (and a line when it ends); the worker claims again once a
+//! read of the flag succeeds.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -22,9 +43,11 @@ use std::time::Duration;
 
 use pgmq_client::{Pgmq, QueueName};
 use tokio::sync::watch;
+use tokio_postgres::error::SqlState;
 use tokio_util::sync::CancellationToken;
 
 use crate::db::Source;
+use crate::error::Error;
 use crate::health::HealthState;
 use crate::supervise::Supervisor;
 use crate::wake::Wake;
@@ -37,8 +60,20 @@ pub(crate) struct Settings {
     pub db_timeout: Duration,
 }
 
-/// Whether the queue is paused, as the watch last read it; the claim loops
-/// look at it before each read.
+/// The grants a worker's role needs to read the pause flag, as an
+/// operator runs them.
+pub(crate) const GRANTS: &str = "GRANT SELECT ON pgmq.q_<queue> TO <the worker's role> \
+     (the flag is readable by whoever may read the queue; the rest of pgmq_sdk is granted to \
+     PUBLIC by `pgmq install-sdk`: run it again if a grant on pgmq_sdk was revoked)";
+
+/// Whether `e` is the server refusing the read for want of a right.
+fn denied(e: &pgmq_client::Error) -> bool {
+    e.sqlstate() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+}
+
+/// Whether claims are held, as the watch last made it out (the queue is
+/// paused, or its flag may not be read); the claim loops look at it before
+/// each read.
 #[derive(Debug)]
 pub(crate) struct Paused {
     tx: watch::Sender<bool>,
@@ -68,6 +103,15 @@ impl Paused {
         }
     }
 
+    /// Completes once claims are paused (at once if they are now).
+    pub(crate) async fn until_paused(&self) {
+        let mut rx = self.tx.subscribe();
+        if rx.wait_for(|paused| *paused).await.is_err() {
+            // The watch is gone: never paused from now on.
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Records what the watch read; true when it changed.
     fn set(&self, paused: bool) -> bool {
         self.tx
@@ -84,6 +128,10 @@ pub(crate) struct PauseWatch {
     pub wake: Wake,
     /// Whether the `pgmq_sdk` schema was there at the last look.
     schema: AtomicBool,
+    /// The flag, as last read.
+    flag: AtomicBool,
+    /// The last read was refused for want of a right.
+    unreadable: AtomicBool,
 }
 
 impl PauseWatch {
@@ -101,14 +149,40 @@ impl PauseWatch {
             health,
             wake,
             schema: AtomicBool::new(false),
+            flag: AtomicBool::new(false),
+            unreadable: AtomicBool::new(false),
+        }
+    }
+
+    /// The read before the claim loops start, within `limit`: as
+    /// [`check`](Self::check), except that a refusal for want of a right
+    /// fails the start.
+    pub(crate) async fn first_check(&self, limit: Duration) -> Result<(), Error> {
+        match self.read(limit).await {
+            Err(e) if denied(&e) => Err(Error::PauseFlagUnreadable {
+                queue: self.settings.queue.to_string(),
+                grants: GRANTS,
+                source: e,
+            }),
+            res => {
+                self.take(res);
+                Ok(())
+            }
         }
     }
 
     /// Reads the flag once, within `limit`, and records it (see the module
-    /// docs); a failed read changes nothing.
+    /// docs): a refusal for want of a right holds the claims, any other
+    /// failure changes nothing.
     pub(crate) async fn check(&self, limit: Duration) {
-        match self.read(limit).await {
-            Ok(paused) => self.record(paused),
+        let res = self.read(limit).await;
+        self.take(res);
+    }
+
+    fn take(&self, res: Result<bool, pgmq_client::Error>) {
+        match res {
+            Ok(paused) => self.record(Ok(paused)),
+            Err(e) if denied(&e) => self.record(Err(&e)),
             Err(e) => {
                 tracing::debug!(error = %e, queue = %self.settings.queue, "could not read whether the queue is paused");
             }
@@ -117,22 +191,13 @@ impl PauseWatch {
 
     async fn read(&self, limit: Duration) -> Result<bool, pgmq_client::Error> {
         let conn = self.source.checkout(limit).await?;
+        let pg = Pgmq::on(&conn);
         if !self.schema.load(Relaxed) {
-            let sql = "SELECT pg_catalog.to_regclass('pgmq_sdk.paused') IS NOT NULL";
-            let row = conn
-                .bounded(limit, async {
-                    conn.client()
-                        .query_one(sql, &[])
-                        .await
-                        .map_err(pgmq_client::Error::from)
-                })
-                .await?;
-            if !row.get::<_, bool>(0) {
+            if !conn.bounded(limit, pg.sdk_schema_present()).await? {
                 return Ok(false);
             }
             self.schema.store(true, Relaxed);
         }
-        let pg = Pgmq::on(&conn);
         match conn
             .bounded(limit, pg.is_paused(&self.settings.queue))
             .await
@@ -145,16 +210,35 @@ impl PauseWatch {
         }
     }
 
-    fn record(&self, paused: bool) {
-        if !self.paused.set(paused) {
-            return;
-        }
-        self.health.set_paused(paused);
+    /// Records a read of the flag: its value, or the refusal that makes
+    /// the watch hold the claims; logs each change once.
+    fn record(&self, read: Result<bool, &pgmq_client::Error>) {
         let queue = &self.settings.queue;
-        if paused {
-            tracing::info!(%queue, "queue paused: no new claims until it is resumed");
-        } else {
-            tracing::info!(%queue, "queue resumed: claiming again");
+        match read {
+            Ok(paused) => {
+                if self.unreadable.swap(false, Relaxed) {
+                    self.health.set_pause_flag_unreadable(false);
+                    tracing::info!(%queue, "the pause flag is readable again");
+                }
+                if self.flag.swap(paused, Relaxed) != paused {
+                    self.health.set_paused(paused);
+                    if paused {
+                        tracing::info!(%queue, "queue paused: no new claims until it is resumed");
+                    } else {
+                        tracing::info!(%queue, "queue resumed");
+                    }
+                }
+            }
+            Err(e) => {
+                if !self.unreadable.swap(true, Relaxed) {
+                    self.health.set_pause_flag_unreadable(true);
+                    tracing::warn!(%queue, error = %e, grants = GRANTS, "this worker's role may not read whether the queue is paused: no new claims until it may");
+                }
+            }
+        }
+        let hold = self.flag.load(Relaxed) || self.unreadable.load(Relaxed);
+        if self.paused.set(hold) && !hold {
+            tracing::info!(%queue, "claiming again");
             self.wake.wake();
         }
     }
@@ -171,12 +255,19 @@ pub(crate) fn spawn(part: Arc<PauseWatch>, supervisor: &Supervisor, stop: &Cance
     supervisor.spawn("pause watch", move || run(Arc::clone(&part), stop.clone()));
 }
 
+/// Reads the flag once per `poll_interval`, the reads starting on a fixed
+/// beat (not an interval after the last read ended), so that a pause
+/// committed at any moment is read by a read that starts within one
+/// interval of it.
 async fn run(part: Arc<PauseWatch>, stop: CancellationToken) {
+    let every = part.settings.poll_interval;
+    let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(part.settings.poll_interval) => {}
+            _ = beat.tick() => {}
         }
         part.check(part.settings.db_timeout).await;
     }

@@ -41,6 +41,13 @@
 //! (strict), or lent to another worker unless that one is already more than
 //! a round of capacity ahead (weighted), so that the share follows the
 //! policy without leaving the capacity idle for long.
+//!
+//! **A paused queue holds nothing.** A worker whose queue is paused
+//! ([`crate::pause`]) counts as having nothing ready: its loops leave the
+//! gate (a wait for a grant ends when the pause is seen, and a grant seen
+//! after it goes back unread) and clear its backlog, so the others get its
+//! share, under either policy. Once resumed, its loops ask for grants again
+//! and it is ready as before.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -251,6 +258,13 @@ impl Policy {
             SCALE / u64::from(me.level)
         };
         me.pass = me.pass.saturating_add(stride.saturating_mul(n as u64));
+    }
+
+    /// Worker `i` claims nothing for now (its queue is paused): it has no
+    /// messages ready until one of its loops next waits for a grant, so it
+    /// holds no capacity for itself meanwhile.
+    pub(crate) fn idle(&mut self, i: usize) {
+        self.members[i].backlog = false;
     }
 
     /// Worker `i`'s read of `asked` messages returned `got`: short means
@@ -496,6 +510,22 @@ impl Share {
         }
     }
 
+    /// This worker's queue is paused: it claims nothing until resumed, so
+    /// it leaves the workers with messages ready (as one whose last read
+    /// came back empty) and the others get its share; it is ready again
+    /// when one of its loops next asks for a grant.
+    pub(crate) fn pause(&self) {
+        self.gate.lock().policy.idle(self.index);
+        self.gate.changed.notify_waiters();
+    }
+
+    /// A grant of `granted` messages the loop did not read with (it saw
+    /// its queue paused after the grant): it goes back, and this worker
+    /// counts as having nothing ready.
+    pub(crate) fn forgo(&self, granted: usize) {
+        self.read(granted, 0, false);
+    }
+
     /// `n` messages a handler loop took, once the group lets them run
     /// (waiting for a run of its `concurrency`, in turn); their claim and
     /// their run go back to the group when the slot is dropped (their
@@ -627,6 +657,31 @@ mod tests {
         // High has messages again: it goes first.
         p.enter(0);
         assert_eq!(p.next(), Some(0));
+    }
+
+    #[test]
+    fn a_paused_worker_holds_no_capacity_for_itself() {
+        for strict in [true, false] {
+            let mut p = Policy::new(strict, &[4, 1], 8);
+            p.enter(1);
+            // The heavy worker has not read yet (or its last read was
+            // full): while it is between reads, the capacity is kept for
+            // it (weighted: beyond the slack).
+            assert_eq!(p.next(), if strict { None } else { Some(1) });
+            for _ in 0..50 {
+                p.granted(1, 1);
+            }
+            assert_eq!(p.next(), None, "strict {strict}");
+            // Paused: the other gets everything.
+            p.idle(0);
+            for _ in 0..100 {
+                assert_eq!(p.next(), Some(1), "strict {strict}");
+                p.granted(1, 1);
+            }
+            // Resumed: its loop asks again, and it is ready as before.
+            p.enter(0);
+            assert_eq!(p.next(), Some(0), "strict {strict}");
+        }
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub(crate) struct Settings {
     pub db_timeout: Duration,
     /// Group-ordered claims: a blocking loop waits for its abandoned run.
     pub fifo_groups: bool,
+    /// Runs fenced on their claims' ends (a fleet-wide limit of places): a
+    /// blocking loop waits for its abandoned run too.
+    pub fenced: bool,
     pub max_abandoned_blocking_threads: usize,
     /// Test hook: a transactional success acknowledged without the fence.
     #[cfg(feature = "fault-injection")]
@@ -71,10 +74,15 @@ impl Settings {
     }
 
     /// Whether a blocking loop waits for its abandoned run's thread before
-    /// acknowledging it: with FIFO groups, unless the
-    /// `fifo_blocking_wait_off` test hook (feature `fault-injection`) says
-    /// otherwise.
+    /// acknowledging it (or leaving it unacknowledged) and taking another
+    /// message: with FIFO groups, unless the `fifo_blocking_wait_off` test
+    /// hook (feature `fault-injection`) says otherwise, and under a fence,
+    /// so that a run that cannot be stopped is not joined by another on
+    /// its loop.
     fn waits_for_abandoned(&self) -> bool {
+        if self.fenced {
+            return true;
+        }
         #[cfg(feature = "fault-injection")]
         if self.fifo_blocking_wait_off {
             return false;
@@ -160,6 +168,9 @@ pub(crate) enum Settled {
     /// lost its connection or timed out): not the handler's failure, so no
     /// attempt is used; the message is snoozed (see [`worker_side`]).
     Unavailable(String),
+    /// Stopped by the fence at its claim's end (`fence.rs`): not
+    /// acknowledged by this worker.
+    Stopped,
 }
 
 /// Whether `e`, met by the worker's own call around a transactional

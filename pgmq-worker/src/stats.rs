@@ -152,6 +152,11 @@ counters! {
     /// within `db_timeout`, BEGIN, the acknowledgement or COMMIT lost its
     /// connection or timed out): snoozed without using an attempt.
     tx_unavailable,
+    /// Under a fleet-wide limit of places: handler runs stopped because
+    /// their claim may have ended before it was extended (the process was
+    /// stopped, or could not reach the database, for about a visibility
+    /// timeout); their messages are not acknowledged by this worker.
+    stopped_at_claim_end,
 }
 
 pub(crate) struct Histograms {

@@ -153,7 +153,9 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
     /// (with `check_queue`, the default), when the queue's table is not the
     /// layout this crate writes to, or when [`WakeUp::Notify`] cannot open its
     /// listener for good (a client from [`Client::from_pool`](pgmq_client::Client::from_pool) has no DSN to
-    /// open it with). Database faults while running are retried, never
+    /// open it with), or when the worker's role may not read whether the
+    /// queue is paused ([`Error::PauseFlagUnreadable`]). Database faults
+    /// while running are retried, never
     /// returned; an internal task that fails for good (the completer
     /// panicked: a bug) stops the worker, which then returns
     /// [`Error::Task`] after its shutdown.
@@ -291,9 +293,23 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             stats: self.stats,
             wake: Wake::default(),
             heartbeat: Arc::default(),
-            leases: Arc::default(),
+            leases: Arc::new(Leases::new(plan.handler_loop.fence)),
             health: Arc::clone(&self.health),
         };
+        // The pause flag is read once before any task starts: a worker
+        // started while its queue is paused starts paused, and one whose
+        // role may not read the flag does not start.
+        let paused = Arc::new(crate::pause::Paused::default());
+        let watch = Arc::new(crate::pause::PauseWatch::new(
+            plan.pause,
+            shared.source.clone(),
+            Arc::clone(&paused),
+            Arc::clone(&shared.health),
+            shared.wake.clone(),
+        ));
+        watch
+            .first_check(crate::pause::FIRST_CHECK_LIMIT.min(watch.settings.db_timeout))
+            .await?;
         // One root, so that dropping a running worker stops every task.
         let root = CancellationToken::new();
         let stop = root.child_token();
@@ -334,19 +350,6 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         };
         let handlers = self.spawner.spawn(Arc::new(loops));
 
-        // The pause flag is read once before any claim: a worker started
-        // while its queue is paused starts paused.
-        let paused = Arc::new(crate::pause::Paused::default());
-        let watch = Arc::new(crate::pause::PauseWatch::new(
-            plan.pause,
-            shared.source.clone(),
-            Arc::clone(&paused),
-            Arc::clone(&shared.health),
-            shared.wake.clone(),
-        ));
-        watch
-            .check(crate::pause::FIRST_CHECK_LIMIT.min(watch.settings.db_timeout))
-            .await;
         crate::pause::spawn(watch, &shared.supervisor, &stop);
 
         let part = Claimer {

@@ -19,7 +19,7 @@ use pgmq_worker::{Outcome, Worker};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
-use common::Queues;
+use common::OwnDatabase;
 
 const SPEC_ENV: &str = "PGMQ_FLEET_CHILD";
 const RUNS_PREFIX: &str = "FLEET_RUNS ";
@@ -27,6 +27,8 @@ const RUNS_PREFIX: &str = "FLEET_RUNS ";
 /// What a child process runs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Spec {
+    /// The database (the test's own, see `setup`).
+    dsn: String,
     queue: String,
     concurrency: usize,
     batch_size: usize,
@@ -38,6 +40,13 @@ struct Spec {
     max_running: Option<u32>,
     per_second: Option<f64>,
     burst: Option<f64>,
+    /// Handlers run in `steps` steps of `step_ms`, each recorded as a row
+    /// of this table (`pid`, `msg_id`, `step`, and the database's
+    /// `clock_timestamp()`), and the end as step `steps`, instead of
+    /// sleeping `handler_ms`.
+    steps_table: Option<String>,
+    steps: u32,
+    step_ms: u64,
 }
 
 /// One handler run, as a child reports it.
@@ -65,7 +74,7 @@ async fn fleet_child() {
         return;
     };
     let spec: Spec = serde_json::from_str(&spec).unwrap();
-    let client = pgmq_client::ClientBuilder::new(&common::dsn())
+    let client = pgmq_client::ClientBuilder::new(&spec.dsn)
         .max_size(8)
         .connect()
         .await
@@ -81,6 +90,16 @@ async fn fleet_child() {
     if let Some(b) = spec.burst {
         limit = limit.with_burst(b);
     }
+    let steps = match &spec.steps_table {
+        Some(_) => Some(
+            pgmq_client::ClientBuilder::new(&spec.dsn)
+                .max_size(4)
+                .connect()
+                .await
+                .unwrap(),
+        ),
+        None => None,
+    };
     let handler_runs = Arc::clone(&runs);
     let worker: Worker<serde_json::Value> =
         Worker::builder(client, QueueName::new(&spec.queue).unwrap())
@@ -93,10 +112,25 @@ async fn fleet_child() {
             .handler(move |m: Message<serde_json::Value>| {
                 let runs = Arc::clone(&handler_runs);
                 let spec = spec.clone();
+                let steps = steps.clone();
                 async move {
                     let start_us = now_us();
                     if spec.hang {
                         tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                    if let (Some(table), Some(steps)) = (&spec.steps_table, &steps) {
+                        let sql =
+                            format!("INSERT INTO {table} (pid, msg_id, step) VALUES ($1, $2, $3)");
+                        let pid = std::process::id() as i32;
+                        for step in 0..=spec.steps {
+                            let conn = steps.connection().await?;
+                            conn.execute(&sql, &[&pid, &m.msg_id, &(step as i32)])
+                                .await?;
+                            drop(conn);
+                            if step < spec.steps {
+                                tokio::time::sleep(Duration::from_millis(spec.step_ms)).await;
+                            }
+                        }
                     }
                     tokio::time::sleep(Duration::from_millis(spec.handler_ms)).await;
                     let read_at_us = m.last_read_at.map_or(0, |t| t.timestamp_micros());
@@ -127,7 +161,7 @@ impl Child {
         let inner = tokio::process::Command::new(std::env::current_exe().unwrap())
             .args(["fleet_child", "--exact", "--nocapture", "--test-threads=1"])
             .env(SPEC_ENV, serde_json::to_string(spec).unwrap())
-            .env("PGMQ_TEST_DSN", common::dsn())
+            .env("PGMQ_TEST_DSN", &spec.dsn)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -176,8 +210,9 @@ async fn stop_fleet(children: impl IntoIterator<Item = Child>) -> Vec<Run> {
     runs
 }
 
-fn spec(queue: &QueueName) -> Spec {
+fn spec(db: &OwnDatabase, queue: &QueueName) -> Spec {
     Spec {
+        dsn: db.dsn.clone(),
         queue: queue.as_str().to_owned(),
         concurrency: 4,
         batch_size: 10,
@@ -188,25 +223,31 @@ fn spec(queue: &QueueName) -> Spec {
         max_running: None,
         per_second: None,
         burst: None,
+        steps_table: None,
+        steps: 0,
+        step_ms: 0,
     }
 }
 
-async fn setup(prefix: &str, messages: usize) -> (Client, QueueName, Queues) {
-    let client = common::client().await;
-    client.install_sdk_schema().await.unwrap();
+/// A queue of `messages` messages in a database of the test's own (this
+/// build's `pgmq_sdk` schema, whatever version the shared database has).
+async fn setup(prefix: &str, messages: usize) -> (Client, QueueName, OwnDatabase) {
+    let db = OwnDatabase::create(&format!("w{prefix}")).await;
+    let client = db.client(8).await;
     let q = common::unique(prefix);
-    let guard = Queues::new(&client, &[&q]).await;
+    client.create(&q).await.unwrap();
     let bodies: Vec<usize> = (0..messages).collect();
     for chunk in bodies.chunks(1000) {
         client.send_batch(&q, chunk).await.unwrap();
     }
-    (client, q, guard)
+    (client, q, db)
 }
 
 /// Samples, every 10 ms until `done` is set, how many of the queue's
 /// messages are claimed and not yet acknowledged (a delivery with its
 /// visibility timeout ahead); returns the most seen.
 fn sample_running(
+    dsn: &str,
     q: &QueueName,
     done: Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<i64> {
@@ -214,8 +255,9 @@ fn sample_running(
         "SELECT count(*) FROM pgmq.q_{} WHERE last_read_at IS NOT NULL AND vt > pg_catalog.clock_timestamp()",
         q.as_str()
     );
+    let dsn = dsn.to_owned();
     tokio::spawn(async move {
-        let pg = common::client().await;
+        let pg = Client::connect(&dsn).await.unwrap();
         let conn = pg.connection().await.unwrap();
         let mut most = 0;
         while !done.load(std::sync::atomic::Ordering::Relaxed) {
@@ -254,13 +296,13 @@ async fn wait_drained(client: &Client, q: &QueueName, max: Duration) {
 async fn four_processes_never_pass_the_concurrency_limit() {
     const LIMIT: u32 = 6;
     const N: usize = 200;
-    let (client, q, _guard) = setup("fl_conc", N).await;
+    let (client, q, db) = setup("fl_conc", N).await;
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = sample_running(&q, Arc::clone(&done));
+    let sampler = sample_running(&db.dsn, &q, Arc::clone(&done));
     let s = Spec {
         max_running: Some(LIMIT),
         handler_ms: 150,
-        ..spec(&q)
+        ..spec(&db, &q)
     };
     let children = start_fleet(&s, 4).await;
     wait_drained(&client, &q, Duration::from_secs(90)).await;
@@ -298,12 +340,12 @@ async fn four_processes_never_pass_the_concurrency_limit() {
 #[tokio::test]
 async fn a_killed_process_frees_its_places_within_its_vt() {
     const VT: u64 = 3;
-    let (client, q, _guard) = setup("fl_kill", 20).await;
+    let (client, q, db) = setup("fl_kill", 20).await;
     let base = Spec {
         max_running: Some(2),
         vt_secs: VT,
         concurrency: 2,
-        ..spec(&q)
+        ..spec(&db, &q)
     };
     let mut hung = Child::start(&Spec {
         hang: true,
@@ -344,13 +386,13 @@ async fn four_processes_keep_to_the_rate_limit() {
     const RATE: f64 = 20.0;
     const BURST: f64 = 2.0;
     const N: usize = 100;
-    let (client, q, _guard) = setup("fl_rate", N).await;
+    let (client, q, db) = setup("fl_rate", N).await;
     let s = Spec {
         per_second: Some(RATE),
         burst: Some(BURST),
         concurrency: 8,
         handler_ms: 5,
-        ..spec(&q)
+        ..spec(&db, &q)
     };
     let children = start_fleet(&s, 4).await;
     wait_drained(&client, &q, Duration::from_secs(60)).await;
@@ -390,12 +432,12 @@ async fn four_processes_keep_to_the_rate_limit() {
 async fn pause_stops_every_process_and_resume_restarts_them() {
     const N: usize = 600;
     const POLL: u64 = 200;
-    let (client, q, _guard) = setup("fl_pause", N).await;
+    let (client, q, db) = setup("fl_pause", N).await;
     let s = Spec {
         concurrency: 2,
         handler_ms: 20,
         poll_ms: POLL,
-        ..spec(&q)
+        ..spec(&db, &q)
     };
     let children = start_fleet(&s, 2).await;
     common::wait_for(Duration::from_secs(60), "some messages handled", || async {
@@ -439,7 +481,7 @@ async fn pause_stops_every_process_and_resume_restarts_them() {
 
 #[tokio::test]
 async fn a_worker_started_while_paused_starts_paused_and_says_so() {
-    let (client, q, _guard) = setup("fl_start_paused", 20).await;
+    let (client, q, _db) = setup("fl_start_paused", 20).await;
     client.pause(&q, None).await.unwrap();
     let worker: Worker<serde_json::Value> = Worker::builder(client.clone(), q.clone())
         .poll_interval(Duration::from_millis(100))
@@ -496,4 +538,152 @@ async fn a_limit_that_cannot_work_is_refused_by_build() {
             "{limit:?}"
         );
     }
+}
+
+/// One handler step a child recorded (the database's clock).
+struct Step {
+    pid: i32,
+    msg_id: i64,
+    step: i32,
+    at_us: i64,
+}
+
+/// The spans in which each (process, message) run was executing: between
+/// two consecutive steps of it at most `gap_us` apart (a longer gap is a
+/// process that was stopped, not executing).
+fn active_spans(steps: &[Step], gap_us: i64) -> Vec<(i32, i64, i64)> {
+    let mut runs: std::collections::BTreeMap<(i32, i64), Vec<i64>> = Default::default();
+    for s in steps {
+        runs.entry((s.pid, s.msg_id)).or_default().push(s.at_us);
+    }
+    let mut spans = Vec::new();
+    for ((pid, _), mut at) in runs {
+        at.sort_unstable();
+        for w in at.windows(2) {
+            if w[1] - w[0] <= gap_us {
+                spans.push((pid, w[0], w[1]));
+            }
+        }
+    }
+    spans
+}
+
+/// How long (µs) handler runs of two different processes executed at the
+/// same time, and how many steps of one process fell inside a span in
+/// which another's run was executing.
+fn overlap(steps: &[Step], gap_us: i64) -> (i64, usize) {
+    let spans = active_spans(steps, gap_us);
+    let mut both = 0;
+    for (i, a) in spans.iter().enumerate() {
+        for b in &spans[i + 1..] {
+            if a.0 != b.0 {
+                both += (a.2.min(b.2) - a.1.max(b.1)).max(0);
+            }
+        }
+    }
+    let inside = steps
+        .iter()
+        .filter(|s| {
+            spans
+                .iter()
+                .any(|(pid, from, to)| *pid != s.pid && *from < s.at_us && s.at_us < *to)
+        })
+        .count();
+    (both, inside)
+}
+
+/// The fence of a limited worker: one of two processes under
+/// `max_running(1)`, vt 2 s, is SIGSTOPped in the middle of a handler run
+/// and held past its visibility timeout, so that the other takes the
+/// place; after SIGCONT its run must not go on beside the other's. The
+/// handlers record each 100 ms step in the database, and the steps of two
+/// processes' runs never overlap (tolerance: one step's span, a poll
+/// already in progress when the process was stopped, and 50 ms). The work
+/// all gets done.
+#[tokio::test]
+async fn a_stopped_process_never_runs_a_handler_beside_another() {
+    const VT: u64 = 2;
+    const N: usize = 6;
+    const STEPS: u32 = 20;
+    const STEP_MS: u64 = 100;
+    let (client, q, db) = setup("fl_fence", N).await;
+    let table = format!("public.steps_{}", q.as_str());
+    db.execute(&format!(
+        "CREATE TABLE {table} (pid int NOT NULL, msg_id bigint NOT NULL, step int NOT NULL, \
+         at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp())"
+    ))
+    .await;
+    let base = Spec {
+        max_running: Some(1),
+        vt_secs: VT,
+        concurrency: 1,
+        batch_size: 1,
+        handler_ms: 0,
+        steps_table: Some(table.clone()),
+        steps: STEPS,
+        step_ms: STEP_MS,
+        ..spec(&db, &q)
+    };
+    let children = start_fleet(&base, 2).await;
+    let pg = client.connection().await.unwrap();
+    // A run with at least 1.2 s of steps left, in whichever process.
+    let latest = format!("SELECT pid, step FROM {table} ORDER BY at DESC LIMIT 1");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let stopped: i32 = loop {
+        if let Some(row) = pg.query_opt(&latest, &[]).await.unwrap() {
+            let (pid, step): (i32, i32) = (row.get(0), row.get(1));
+            if (2..=8).contains(&step) {
+                break pid;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no run in its first steps within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let signal = |sig: &str| {
+        let status = std::process::Command::new("kill")
+            .args([sig, &stopped.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    // Past its visibility timeout: the other process takes the place.
+    tokio::time::sleep(Duration::from_secs(VT + 2)).await;
+    signal("-CONT");
+    wait_drained(&client, &q, Duration::from_secs(90)).await;
+    stop_fleet(children).await;
+    let steps: Vec<Step> = pg
+        .query(&format!("SELECT pid, msg_id, step, at FROM {table}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| Step {
+            pid: r.get(0),
+            msg_id: r.get(1),
+            step: r.get(2),
+            at_us: r
+                .get::<_, chrono::DateTime<chrono::Utc>>(3)
+                .timestamp_micros(),
+        })
+        .collect();
+    let finished: HashSet<i64> = steps
+        .iter()
+        .filter(|s| s.step == STEPS as i32)
+        .map(|s| s.msg_id)
+        .collect();
+    assert_eq!(finished.len(), N, "every message's run finished somewhere");
+    let after_stop = steps.iter().filter(|s| s.pid == stopped).count();
+    let (both_us, inside) = overlap(&steps, 4 * STEP_MS as i64 * 1000);
+    println!(
+        "process {stopped} stopped: {after_stop} steps of its own; two processes' runs overlapped {} ms, {inside} steps inside another's run",
+        both_us / 1000
+    );
+    assert!(
+        both_us <= (STEP_MS as i64 + 50) * 1000 && inside <= 1,
+        "two processes' handlers ran at once for {} ms ({inside} steps inside another's run)",
+        both_us / 1000
+    );
 }

@@ -229,3 +229,95 @@ impl Ledger {
         (row.get(0), row.get(1))
     }
 }
+
+/// A database of one test's own on the test cluster, with PGMQ and this
+/// build's `pgmq_sdk` schema, dropped when the guard goes (even on panic):
+/// for tests that change the `pgmq_sdk` schema's rights, and for tests of
+/// the schema's features whatever version of it the shared database has.
+/// The test role may create databases (and extensions in them), not roles.
+pub struct OwnDatabase {
+    name: String,
+    pub dsn: String,
+}
+
+impl OwnDatabase {
+    pub async fn create(prefix: &str) -> OwnDatabase {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let name = format!("{prefix}_{}_{nanos:x}", std::process::id());
+        let admin = client().await;
+        admin
+            .connection()
+            .await
+            .unwrap()
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let base = dsn();
+        let (head, _) = base
+            .rsplit_once('/')
+            .expect("the test DSN is a URL ending in /<database>");
+        let db = OwnDatabase {
+            dsn: format!("{head}/{name}"),
+            name,
+        };
+        let bare = Client::builder(&db.dsn)
+            .check_pgmq(false)
+            .connect()
+            .await
+            .unwrap();
+        bare.connection()
+            .await
+            .unwrap()
+            .batch_execute("CREATE EXTENSION pgmq")
+            .await
+            .unwrap();
+        db.client(2).await.install_sdk_schema().await.unwrap();
+        db
+    }
+
+    /// A client of its own there, its pool `max_size` connections.
+    pub async fn client(&self, max_size: u32) -> Client {
+        Client::builder(&self.dsn)
+            .max_size(max_size)
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Runs `sql` there, as the test's role, on a connection of its own.
+    pub async fn execute(&self, sql: &str) {
+        let c = self.client(1).await;
+        c.connection()
+            .await
+            .unwrap()
+            .batch_execute(sql)
+            .await
+            .unwrap();
+    }
+}
+
+impl Drop for OwnDatabase {
+    fn drop(&mut self) {
+        let name = std::mem::take(&mut self.name);
+        // On a fresh thread with its own runtime, as `Queues` does.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok(c) = Client::connect(&dsn()).await {
+                    if let Ok(conn) = c.connection().await {
+                        let _ = conn
+                            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                            .await;
+                    }
+                }
+            });
+        })
+        .join();
+    }
+}

@@ -9,7 +9,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::{fail, Failure, Out};
+use crate::out::exit_for;
+use crate::{fail, Exit, Failure, Out};
 
 pub(crate) struct SendOpts {
     pub envelope: bool,
@@ -94,11 +95,11 @@ fn parse(
     let default_delay = Delay::After(Duration::from_secs(opts.delay.map_or(0, u64::from)));
     if !opts.envelope {
         let body: Box<RawValue> = serde_json::from_str(line)
-            .map_err(|e| Failure(format!("line {n}: {}", describe(&e))))?;
+            .map_err(|e| Failure::new(Exit::Other, format!("line {n}: {}", describe(&e))))?;
         return Ok((default_delay, body, None));
     }
     let env: Envelope = serde_json::from_str(line).map_err(|e| {
-        Failure(format!(
+        Failure::new(Exit::Other, format!(
             "line {n}: {}; with --envelope each line is {{\"body\": ..., \"headers\": {{...}}, \"delay\": seconds or RFC 3339 time}}",
             describe(&e)
         ))
@@ -131,7 +132,7 @@ async fn flush(
     let ids = client
         .send_batch_with(q, &b.bodies, &opts)
         .await
-        .map_err(|e| Failure(batch_failure(&e, &b.lines, *sent)))?;
+        .map_err(|e| Failure::new(exit_for(&e), batch_failure(&e, &b.lines, *sent)))?;
     *sent += ids.len();
     for id in ids {
         out.line(&id).await?;
@@ -169,9 +170,9 @@ pub(crate) async fn send_lines(
         }
         let (delay, body, headers) = match parse(&line, n, opts) {
             Ok(parsed) => parsed,
-            Err(Failure(msg)) => {
+            Err(f) => {
                 flush(client, q, &mut batch, &mut sent, out).await?;
-                return fail(format!("{msg} ({sent} message(s) before it were sent)"));
+                return fail(format!("{} ({sent} message(s) before it were sent)", f.msg));
             }
         };
         let fits = batch.as_ref().is_some_and(|b| {

@@ -3,53 +3,70 @@
 //! Built with `cargo build -p pgmq-client --features cli --bin pgmq`. The
 //! database comes from `DATABASE_URL`, `--dsn-file` or `--dsn`, the password
 //! from the DSN, `PGPASSWORD` or `~/.pgpass`. Output is JSON lines
-//! (one JSON value per line, ready for `jq`); errors go to stderr as
-//! `pgmq: error: ...` with exit status 1 (2 for a bad command line).
+//! (one JSON value per line, ready for `jq`), or with `--table` an aligned
+//! table for people; errors go to stderr as `pgmq: error: ...` with the exit
+//! status of their kind ([`out::Exit`]: 1 other, 2 usage, 3 not found,
+//! 4 refused, 5 database unreachable).
 //!
 //! ```text
 //! pgmq list [--table]                          queues with their metrics
+//! pgmq peek <queue> [-n N] [--archive] [--table]   look without claiming
+//! pgmq metrics [queue] [--table]  |  pgmq watch [--interval S] [--count N]
 //! pgmq create <queue> [--unlogged | --partitioned [--partition-interval N] [--retention-interval N]]
-//! pgmq drop <queue> [--if-exists]
-//! pgmq purge <queue>
+//! pgmq drop <queue> --yes [--if-exists]  |  pgmq purge <queue> --yes
 //! pgmq send <queue> [--file F] [--envelope] [--delay S] [--batch N]   JSON lines in, ids out
-//! pgmq read <queue> [-n N] [--vt S] [--poll S] [--filter JSON]       messages out
+//! pgmq read <queue> [-n N] [--vt S] [--poll S] [--filter JSON] [--table]
 //! pgmq pop <queue> [-n N]                    print, then delete what was printed
 //! pgmq delete <queue> <msg_id>...  |  pgmq archive <queue> <msg_id>...
+//! pgmq archive list <queue> [-n N] [--table]  |  pgmq archive prune <queue> --older-than 7d [--batch N]
+//! pgmq set-vt <queue> <msg_id> <seconds>
 //! pgmq redrive <dead_letter_queue> [--to Q] [--batch N] [--limit N] [--dry-run]
+//! pgmq topic bind <pattern> <queue> | topic unbind <pattern> <queue> | topic list | topic test <key>
 //! pgmq notify enable <queue> [--throttle-ms MS] | notify disable <queue> | notify list
 //! pgmq install-sdk [--print]                 create or upgrade the pgmq_sdk schema
 //! pgmq pause <queue> [--reason TEXT] | pgmq resume <queue> | pgmq paused
+//! pgmq completions <bash|zsh|fish|elvish|powershell>
 //! ```
 
+mod archive;
 mod input;
+mod out;
 mod redrive;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use pgmq_client::{Client, Message, QueueName, RawJson};
 use serde_json::{json, Value};
-use tokio::io::{AsyncWriteExt, BufWriter, Stdout};
 
-/// Operate PGMQ queues: list, create, drop, purge, send, read, pop, delete,
-/// archive, redrive dead letters, switch insert notifications, install the
-/// pgmq_sdk schema, and pause or resume a queue for every worker.
+use out::{col, json as json_col, time, Col};
+pub(crate) use out::{fail, Exit, Failure, Out};
+
+/// Operate PGMQ queues: list them and watch their metrics, look at messages
+/// without claiming them (peek), create, drop and purge queues, send, read,
+/// pop, delete and archive messages, change a message's visibility, list and
+/// prune archives, redrive dead letters, bind topics, switch insert
+/// notifications, install the pgmq_sdk schema, and pause or resume a queue
+/// for every worker.
 ///
-/// Output is JSON lines (pipe it into jq). The database is `--dsn` or
-/// `DATABASE_URL`; `sslmode` in the DSN works as in libpq.
+/// Output is JSON lines (pipe it into jq), or an aligned table with --table.
+/// The database is --dsn-file, --dsn or DATABASE_URL; `sslmode` in the DSN
+/// works as in libpq.
 #[derive(Parser)]
-#[command(name = "pgmq", version)]
+#[command(name = "pgmq", version, after_help = out::EXIT_CODES)]
 struct Cli {
     /// PostgreSQL DSN without the password, e.g.
     /// postgres://user@host:5432/db?sslmode=verify-full. The password comes
     /// from PGPASSWORD or ~/.pgpass (libpq's format), or put the whole DSN in
     /// DATABASE_URL or a file (--dsn-file): anything on the command line is
-    /// visible to other local users. Default: DATABASE_URL (read in
-    /// `connect`, not by clap, so that a DATABASE_URL merely set in the
-    /// environment does not conflict with --dsn-file).
+    /// visible to other local users. Default: DATABASE_URL.
+    // DATABASE_URL is read in `connect`, not by clap (`env = ...`), so that
+    // a DATABASE_URL merely set in the environment does not conflict with
+    // --dsn-file.
     #[arg(long, global = true)]
     dsn: Option<String>,
 
@@ -77,17 +94,62 @@ enum Command {
         #[arg(long)]
         table: bool,
     },
+    /// Look at a queue's messages without claiming them: neither their
+    /// visibility (vt) nor their read count (read_ct) changes, and no worker
+    /// is kept from them.
+    ///
+    /// Shows the first -n messages by msg_id, visible or not (those hidden
+    /// are being handled or were sent with a delay: their vt is in the
+    /// future). With --archive, the queue's archive instead (as
+    /// `archive list`).
+    Peek(PeekArgs),
+    /// Metrics of one queue, or of every queue: length, visible length,
+    /// age of the oldest and newest message in seconds, messages ever sent.
+    Metrics {
+        /// The queue (default: every queue).
+        queue: Option<String>,
+        /// An aligned table for people instead of JSON lines.
+        #[arg(long)]
+        table: bool,
+    },
+    /// A table of every queue, refreshed every --interval seconds until
+    /// interrupted (or --count times).
+    ///
+    /// DEPTH: messages in the queue; VISIBLE: ready to be read; IN_FLIGHT:
+    /// hidden until their vt (being handled, or sent with a delay);
+    /// OLDEST_S: age of the oldest message in seconds; IN/S and OUT/S:
+    /// messages per second sent, and deleted, archived or purged, since the
+    /// last refresh; PAUSED: paused for every worker (`-` when the database
+    /// has no pgmq_sdk schema).
+    Watch {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2.0, value_name = "SECONDS", value_parser = positive_secs)]
+        interval: f64,
+        /// Stop after this many refreshes.
+        #[arg(long)]
+        count: Option<u64>,
+    },
     /// Create a queue (a no-op when it exists).
     Create(CreateArgs),
-    /// Drop a queue, its archive and its bindings.
+    /// Drop a queue with its messages, its archive and its topic bindings.
+    /// Refused without --yes (exit status 4), saying what would be removed.
     Drop {
         queue: String,
         /// Succeed when the queue does not exist.
         #[arg(long)]
         if_exists: bool,
+        /// Drop it: without --yes nothing is removed.
+        #[arg(long)]
+        yes: bool,
     },
-    /// Delete every message of a queue; prints {"purged": N}.
-    Purge { queue: String },
+    /// Delete every message of a queue; prints {"purged": N}. Refused
+    /// without --yes (exit status 4), saying how many would go.
+    Purge {
+        queue: String,
+        /// Purge it: without --yes nothing is deleted.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Send messages read as JSON lines from stdin or --file; prints each new
     /// msg_id on a line.
     ///
@@ -98,7 +160,8 @@ enum Command {
     /// sent and the error names the line.
     Send(SendArgs),
     /// Read messages and print them as JSON lines. Read messages stay in the
-    /// queue, hidden for --vt seconds, and their read_ct goes up.
+    /// queue, hidden for --vt seconds, and their read_ct goes up (to look
+    /// without either, use peek).
     Read(ReadArgs),
     /// Take messages off a queue: print them as JSON lines, then delete them.
     ///
@@ -121,11 +184,21 @@ enum Command {
         #[arg(required = true)]
         msg_ids: Vec<i64>,
     },
-    /// Move messages by id to the queue's archive table; prints the ids archived.
-    Archive {
+    /// Move messages by id to the queue's archive (prints the ids
+    /// archived), or list or prune an archive.
+    ///
+    /// `pgmq archive QUEUE MSG_ID...` archives; `pgmq archive list QUEUE`
+    /// and `pgmq archive prune QUEUE --older-than AGE` work on the archive.
+    /// To archive from a queue named `list` or `prune`, put `--` before
+    /// it: `pgmq archive -- list 17`.
+    Archive(ArchiveArgs),
+    /// Set when a message becomes visible again: in SECONDS from now (0:
+    /// at once). Prints the message as it is now.
+    SetVt {
         queue: String,
-        #[arg(required = true)]
-        msg_ids: Vec<i64>,
+        msg_id: i64,
+        /// Seconds from now (0: visible at once).
+        seconds: u64,
     },
     /// Move a dead-letter queue's messages back to their source queue.
     ///
@@ -144,6 +217,12 @@ enum Command {
     /// COMMIT, the error says the batch's outcome is unknown and names the
     /// msg_ids to check in the target and the dead-letter queue.
     Redrive(RedriveArgs),
+    /// Topic bindings: route messages sent to a routing key to every queue
+    /// bound to a matching pattern (`*` one word, `#` zero or more).
+    Topic {
+        #[command(subcommand)]
+        action: TopicAction,
+    },
     /// Insert notifications (LISTEN channel pgmq.q_QUEUE.INSERT).
     Notify {
         #[command(subcommand)]
@@ -171,7 +250,113 @@ enum Command {
     /// Resume a paused queue. Prints {"queue", "paused": false, "changed": bool}.
     Resume { queue: String },
     /// List paused queues, one JSON object per queue.
-    Paused,
+    Paused {
+        /// An aligned table for people instead of JSON lines.
+        #[arg(long)]
+        table: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish or
+    /// powershell), e.g.
+    /// `pgmq completions bash > /etc/bash_completion.d/pgmq`, or for zsh
+    /// into a directory on $fpath as `_pgmq`, or for fish into
+    /// ~/.config/fish/completions/pgmq.fish.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `--interval`: a number of seconds above zero.
+fn positive_secs(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s >= 0.01 => Ok(s),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds of at least 0.01"
+        )),
+    }
+}
+
+// The arguments of `pgmq peek` (its help text is the variant's doc above).
+#[derive(clap::Args)]
+struct PeekArgs {
+    queue: String,
+    /// How many messages at most.
+    #[arg(long, short = 'n', default_value_t = 10)]
+    qty: usize,
+    /// The queue's archive instead of the queue.
+    #[arg(long)]
+    archive: bool,
+    /// An aligned table for people instead of JSON lines.
+    #[arg(long)]
+    table: bool,
+}
+
+// The arguments of `pgmq archive`: ids to archive, or a subcommand. A first
+// word `list` or `prune` is the subcommand; `--` before it makes it a queue
+// name (clap takes nothing after `--` as a subcommand).
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct ArchiveArgs {
+    #[command(subcommand)]
+    action: Option<ArchiveAction>,
+    /// The queue to archive from.
+    #[arg(required = true)]
+    queue: Option<String>,
+    /// The ids of the messages to archive.
+    #[arg(required = true)]
+    msg_ids: Vec<i64>,
+}
+
+#[derive(Subcommand)]
+enum ArchiveAction {
+    /// The first archived messages by msg_id, with when each was archived.
+    List {
+        queue: String,
+        /// How many at most.
+        #[arg(long, short = 'n', default_value_t = 10)]
+        qty: usize,
+        /// An aligned table for people instead of JSON lines.
+        #[arg(long)]
+        table: bool,
+    },
+    /// Delete archived messages archived longer ago than --older-than, in
+    /// batches of --batch rows, each batch its own short transaction;
+    /// prints {"queue", "pruned": N}.
+    Prune {
+        queue: String,
+        /// An age: a whole number and s, m, h, d or w (90s, 12h, 7d, 2w).
+        #[arg(long, value_name = "AGE", value_parser = archive::parse_age)]
+        older_than: Duration,
+        /// Rows deleted per transaction.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        batch: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum TopicAction {
+    /// Route routing keys matching PATTERN to QUEUE (e.g. `orders.*.eu`).
+    Bind { pattern: String, queue: String },
+    /// Remove a binding; prints {"pattern", "queue", "removed": bool}.
+    Unbind { pattern: String, queue: String },
+    /// The bindings, of every queue or of --queue.
+    List {
+        /// Only this queue's bindings.
+        #[arg(long)]
+        queue: Option<String>,
+        /// An aligned table for people instead of JSON lines.
+        #[arg(long)]
+        table: bool,
+    },
+    /// The bindings a routing key would match (nothing is sent).
+    Test {
+        /// A routing key, e.g. orders.eu.created.
+        routing_key: String,
+        /// An aligned table for people instead of JSON lines.
+        #[arg(long)]
+        table: bool,
+    },
 }
 
 // The arguments of `pgmq create` (its help text is the variant's doc above).
@@ -227,6 +412,9 @@ struct ReadArgs {
     /// Only messages whose body contains this JSON (jsonb @>).
     #[arg(long, value_name = "JSON")]
     filter: Option<String>,
+    /// An aligned table for people instead of JSON lines.
+    #[arg(long)]
+    table: bool,
 }
 
 // The arguments of `pgmq redrive` (its help text is the variant's doc above).
@@ -263,49 +451,18 @@ enum NotifyAction {
     /// Stop notifying.
     Disable { queue: String },
     /// Queues that notify, with their throttles.
-    List,
-}
-
-/// A failure to report: the message printed after `pgmq: error: `.
-#[derive(Debug)]
-pub(crate) struct Failure(String);
-
-impl<E: std::fmt::Display> From<E> for Failure {
-    fn from(e: E) -> Self {
-        Failure(e.to_string())
-    }
-}
-
-pub(crate) fn fail<T>(msg: impl Into<String>) -> Result<T, Failure> {
-    Err(Failure(msg.into()))
-}
-
-/// Buffered JSON-lines output on stdout.
-pub(crate) struct Out(BufWriter<Stdout>);
-
-impl Out {
-    pub(crate) async fn line(&mut self, v: &impl serde::Serialize) -> Result<(), Failure> {
-        let mut text = serde_json::to_vec(v)?;
-        text.push(b'\n');
-        self.0
-            .write_all(&text)
-            .await
-            .map_err(|e| Failure(format!("writing output: {e}")))
-    }
-
-    pub(crate) async fn flush(&mut self) -> Result<(), Failure> {
-        self.0
-            .flush()
-            .await
-            .map_err(|e| Failure(format!("writing output: {e}")))
-    }
+    List {
+        /// An aligned table for people instead of JSON lines.
+        #[arg(long)]
+        table: bool,
+    },
 }
 
 pub(crate) fn queue(name: &str) -> Result<QueueName, Failure> {
     Ok(QueueName::new(name)?)
 }
 
-/// A message as `read` and `pop` print it.
+/// A message as `read`, `pop`, `peek` and `set-vt` print it.
 #[derive(serde::Serialize)]
 struct MessageOut<'a> {
     msg_id: i64,
@@ -331,6 +488,43 @@ impl<'a> From<&'a Message<RawJson>> for MessageOut<'a> {
     }
 }
 
+/// An archived message as `archive list` prints it.
+#[derive(serde::Serialize)]
+struct ArchivedOut<'a> {
+    #[serde(flatten)]
+    message: MessageOut<'a>,
+    archived_at: DateTime<Utc>,
+}
+
+/// The table of messages (`read`, `peek`).
+const MESSAGE_COLS: [Col; 5] = [
+    col("MSG_ID", "msg_id"),
+    col("READ_CT", "read_ct"),
+    time("ENQUEUED_AT", "enqueued_at"),
+    time("VT", "vt"),
+    json_col("BODY", "body"),
+];
+
+/// The table of archived messages (`archive list`, `peek --archive`).
+const ARCHIVE_COLS: [Col; 5] = [
+    col("MSG_ID", "msg_id"),
+    col("READ_CT", "read_ct"),
+    time("ENQUEUED_AT", "enqueued_at"),
+    time("ARCHIVED_AT", "archived_at"),
+    json_col("BODY", "body"),
+];
+
+/// The table of `list`: that of `metrics`, and the kind of queue.
+const LIST_COLS: [Col; 7] = [
+    col("QUEUE", "queue_name"),
+    col("LENGTH", "queue_length"),
+    col("VISIBLE", "queue_visible_length"),
+    col("OLDEST_S", "oldest_msg_age_sec"),
+    col("NEWEST_S", "newest_msg_age_sec"),
+    col("TOTAL", "total_messages"),
+    col("KIND", "kind"),
+];
+
 /// A queue as `list` prints it.
 #[derive(serde::Serialize)]
 struct QueueOut {
@@ -349,7 +543,8 @@ async fn connect(cli: &Cli) -> Result<Client, Failure> {
     let from_file = match &cli.dsn_file {
         // Checked on the opened file: a regular file, mode 0600 or stricter.
         Some(path) => Some(
-            pgmq_client::read_dsn_file(path, "--dsn-file").map_err(|e| Failure(e.to_string()))?,
+            pgmq_client::read_dsn_file(path, "--dsn-file")
+                .map_err(|e| Failure::new(Exit::Other, e.to_string()))?,
         ),
         None => None,
     };
@@ -361,7 +556,10 @@ async fn connect(cli: &Cli) -> Result<Client, Failure> {
         .or(cli.dsn.as_deref())
         .or(from_env.as_deref())
     else {
-        return fail("no database: set DATABASE_URL, or pass --dsn-file or --dsn");
+        return Err(Failure::new(
+            Exit::Usage,
+            "no database: set DATABASE_URL, or pass --dsn-file or --dsn",
+        ));
     };
     let mut builder = Client::builder(dsn).max_size(2).libpq_password(true);
     if let Some(path) = &cli.ca_file {
@@ -378,13 +576,13 @@ async fn tls_trusting(
     use rustls::pki_types::CertificateDer;
     let pem = tokio::fs::read(path)
         .await
-        .map_err(|e| Failure(format!("reading {}: {e}", path.display())))?;
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+        let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
         roots
             .add(cert)
-            .map_err(|e| Failure(format!("{}: {e}", path.display())))?;
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if roots.is_empty() {
         return fail(format!("{}: no PEM certificates found", path.display()));
@@ -400,25 +598,59 @@ async fn tls_trusting(
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let mut out = Out(BufWriter::new(tokio::io::stdout()));
-    if let Command::InstallSdk { print: true } = cli.command {
-        use tokio::io::AsyncWriteExt as _;
-        out.0
-            .write_all(pgmq_client::sdk_schema::sql().as_bytes())
-            .await
-            .map_err(|e| format!("writing stdout: {e}"))?;
-        return out.flush().await;
+    let mut out = Out::stdout();
+    // What needs no database.
+    match &cli.command {
+        Command::InstallSdk { print: true } => {
+            out.text(&pgmq_client::sdk_schema::sql()).await?;
+            return out.flush().await;
+        }
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "pgmq", &mut script);
+            out.text(&String::from_utf8_lossy(&script)).await?;
+            return out.flush().await;
+        }
+        _ => {}
     }
     let client = connect(&cli).await?;
     match cli.command {
         Command::List { table } => list(&client, table, &mut out).await?,
+        Command::Peek(args) => peek(&client, args, &mut out).await?,
+        Command::Metrics { queue: name, table } => {
+            let metrics = match name {
+                Some(name) => vec![client.metrics(&queue(&name)?).await?],
+                None => client.metrics_all().await?,
+            };
+            // The table of `list` less its KIND.
+            let cols = &LIST_COLS[..LIST_COLS.len() - 1];
+            out.rows(table, cols, &metrics).await?;
+        }
+        Command::Watch { interval, count } => {
+            watch::run(&client, Duration::from_secs_f64(interval), count, &mut out).await?
+        }
         Command::Create(args) => create(&client, args).await?,
         Command::Drop {
             queue: name,
             if_exists,
-        } => drop_queue(&client, &queue(&name)?, if_exists).await?,
-        Command::Purge { queue: name } => {
-            let n = client.purge_queue(&queue(&name)?).await?;
+            yes,
+        } => drop_queue(&client, &queue(&name)?, if_exists, yes).await?,
+        Command::Purge { queue: name, yes } => {
+            let q = queue(&name)?;
+            if !yes {
+                let m = client.metrics(&q).await?;
+                return Err(Failure::new(
+                    Exit::Refused,
+                    format!(
+                        "not purging queue {q} without --yes: it would delete its {} message(s) \
+                         ({} visible, {} in flight)",
+                        m.queue_length,
+                        m.queue_visible_length,
+                        m.queue_length - m.queue_visible_length
+                    ),
+                ));
+            }
+            let n = client.purge_queue(&q).await?;
             out.line(&json!({ "purged": n })).await?;
         }
         Command::Send(args) => send(&client, args, &mut out).await?,
@@ -431,14 +663,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let ids = client.delete_batch(&queue(&name)?, &msg_ids).await?;
             print_ids(&ids, &mut out).await?;
         }
-        Command::Archive {
+        Command::Archive(args) => archive_cmd(&client, args, &mut out).await?,
+        Command::SetVt {
             queue: name,
-            msg_ids,
+            msg_id,
+            seconds,
         } => {
-            let ids = client.archive_batch(&queue(&name)?, &msg_ids).await?;
-            print_ids(&ids, &mut out).await?;
+            let q = queue(&name)?;
+            match client
+                .set_vt_raw(&q, msg_id, Duration::from_secs(seconds))
+                .await?
+            {
+                Some(m) => out.line(&MessageOut::from(&m)).await?,
+                None => {
+                    return Err(Failure::new(
+                        Exit::NotFound,
+                        format!("message {msg_id} is not in queue {q}"),
+                    ))
+                }
+            }
         }
         Command::Redrive(args) => redrive(&client, args, &mut out).await?,
+        Command::Topic { action } => topic(&client, action, &mut out).await?,
         Command::Notify { action } => notify(&client, action, &mut out).await?,
         Command::InstallSdk { .. } => {
             let done = client.install_sdk_schema().await?;
@@ -458,16 +704,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             out.line(&json!({ "queue": name, "paused": false, "changed": changed }))
                 .await?;
         }
-        Command::Paused => {
-            for p in client.paused_queues().await? {
-                out.line(&json!({
-                    "queue": p.queue_name,
-                    "paused_at": p.paused_at,
-                    "reason": p.reason,
-                }))
-                .await?;
-            }
+        Command::Paused { table } => {
+            let rows: Vec<Value> = client
+                .paused_queues()
+                .await?
+                .into_iter()
+                .map(|p| {
+                    json!({
+                        "queue": p.queue_name,
+                        "paused_at": p.paused_at,
+                        "reason": p.reason,
+                    })
+                })
+                .collect();
+            let cols = [
+                col("QUEUE", "queue"),
+                time("PAUSED_AT", "paused_at"),
+                col("REASON", "reason"),
+            ];
+            out.rows(table, &cols, &rows).await?;
         }
+        Command::Completions { .. } => unreachable!("answered before connecting"),
     }
     out.flush().await
 }
@@ -487,10 +744,32 @@ async fn create(client: &Client, args: CreateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `pgmq drop`: a queue that does not exist is an error unless `--if-exists`.
-async fn drop_queue(client: &Client, q: &QueueName, if_exists: bool) -> Result<(), Failure> {
+/// `pgmq drop`: a queue that does not exist is an error unless
+/// `--if-exists`; one that does is dropped only with `--yes`.
+async fn drop_queue(
+    client: &Client,
+    q: &QueueName,
+    if_exists: bool,
+    yes: bool,
+) -> Result<(), Failure> {
+    let missing = || Failure::new(Exit::NotFound, format!("queue {q} does not exist"));
+    if !yes {
+        if !client.queue_exists(q).await? {
+            return if if_exists { Ok(()) } else { Err(missing()) };
+        }
+        let m = client.metrics(q).await?;
+        return Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "not dropping queue {q} without --yes: it would remove the queue and its {} \
+                 message(s), its archive {} with every archived message, and its topic bindings",
+                m.queue_length,
+                q.archive_table()
+            ),
+        ));
+    }
     if !client.drop_queue(q).await? && !if_exists {
-        return fail(format!("queue {q} does not exist"));
+        return Err(missing());
     }
     Ok(())
 }
@@ -507,7 +786,7 @@ async fn send(client: &Client, args: SendArgs, out: &mut Out) -> Result<(), Fail
         Some(path) => {
             let f = tokio::fs::File::open(&path)
                 .await
-                .map_err(|e| Failure(format!("opening {}: {e}", path.display())))?;
+                .map_err(|e| format!("opening {}: {e}", path.display()))?;
             input::send_lines(client, &q, f, &opts, out).await
         }
         None => input::send_lines(client, &q, tokio::io::stdin(), &opts, out).await,
@@ -520,7 +799,8 @@ async fn read(client: &Client, args: ReadArgs, out: &mut Out) -> Result<(), Fail
     let mut opts = pgmq_client::ReadOptions::new(Duration::from_secs(args.vt)).qty(args.qty);
     opts.filter = match args.filter {
         Some(f) => Some(
-            serde_json::from_str(&f).map_err(|e| Failure(format!("--filter is not JSON: {e}")))?,
+            serde_json::from_str(&f)
+                .map_err(|e| Failure::new(Exit::Usage, format!("--filter is not JSON: {e}")))?,
         ),
         None => None,
     };
@@ -528,7 +808,58 @@ async fn read(client: &Client, args: ReadArgs, out: &mut Out) -> Result<(), Fail
         opts = opts.poll(Duration::from_secs(secs), Duration::from_millis(100));
     }
     let msgs = client.read_with_raw(&q, &opts).await?;
-    print_messages(&msgs, out).await
+    print_messages(&msgs, args.table, out).await
+}
+
+/// `pgmq peek`: the first messages of a queue or its archive, as they are.
+async fn peek(client: &Client, args: PeekArgs, out: &mut Out) -> Result<(), Failure> {
+    let q = queue(&args.queue)?;
+    if args.archive {
+        return archive_list(client, &q, args.qty, args.table, out).await;
+    }
+    let msgs = client.peek_raw(&q, args.qty).await?;
+    print_messages(&msgs, args.table, out).await
+}
+
+/// `pgmq archive`: ids archived, or `list`, or `prune`.
+async fn archive_cmd(client: &Client, args: ArchiveArgs, out: &mut Out) -> Result<(), Failure> {
+    match args.action {
+        Some(ArchiveAction::List {
+            queue: name,
+            qty,
+            table,
+        }) => archive_list(client, &queue(&name)?, qty, table, out).await,
+        Some(ArchiveAction::Prune {
+            queue: name,
+            older_than,
+            batch,
+        }) => archive::prune(client, &queue(&name)?, older_than, batch as usize, out).await,
+        None => {
+            // clap requires both without a subcommand.
+            let name = args.queue.unwrap_or_default();
+            let ids = client.archive_batch(&queue(&name)?, &args.msg_ids).await?;
+            print_ids(&ids, out).await
+        }
+    }
+}
+
+/// The first `qty` rows of `q`'s archive (`archive list`, `peek --archive`).
+async fn archive_list(
+    client: &Client,
+    q: &QueueName,
+    qty: usize,
+    table: bool,
+    out: &mut Out,
+) -> Result<(), Failure> {
+    let archived = client.peek_archive_raw(q, qty).await?;
+    let rows: Vec<ArchivedOut> = archived
+        .iter()
+        .map(|a| ArchivedOut {
+            message: MessageOut::from(&a.message),
+            archived_at: a.archived_at,
+        })
+        .collect();
+    out.rows(table, &ARCHIVE_COLS, &rows).await
 }
 
 /// How long `pop` hides what it read before deleting it: when the process
@@ -541,11 +872,11 @@ const POP_HOLD: Duration = Duration::from_secs(30);
 async fn pop(client: &Client, q: &QueueName, qty: usize, out: &mut Out) -> Result<(), Failure> {
     let msgs = client.read_raw(q, POP_HOLD, qty).await?;
     let ids: Vec<i64> = msgs.iter().map(|m| m.msg_id).collect();
-    let printed = match print_messages(&msgs, out).await {
+    let printed = match print_messages(&msgs, false, out).await {
         Ok(()) => out.flush().await,
         Err(e) => Err(e),
     };
-    if let Err(Failure(e)) = printed {
+    if let Err(f) = printed {
         let back = match client.set_vt_batch(q, &ids, Duration::ZERO).await {
             Ok(_) => "visible again now".to_owned(),
             Err(err) => format!(
@@ -553,18 +884,22 @@ async fn pop(client: &Client, q: &QueueName, qty: usize, out: &mut Out) -> Resul
                 POP_HOLD.as_secs()
             ),
         };
-        return fail(format!(
-            "{e}; no message was deleted: the {} read are {back}",
-            ids.len()
-        ));
+        return Err(f.map_msg(|e| {
+            format!(
+                "{e}; no message was deleted: the {} read are {back}",
+                ids.len()
+            )
+        }));
     }
     client.delete_batch(q, &ids).await.map_err(|e| {
-        Failure(format!(
-            "{e}; the {} message(s) printed may not have been deleted: those that were not \
-             are visible again within {} s",
-            ids.len(),
-            POP_HOLD.as_secs()
-        ))
+        Failure::from(e).map_msg(|e| {
+            format!(
+                "{e}; the {} message(s) printed may not have been deleted: those that were not \
+                 are visible again within {} s",
+                ids.len(),
+                POP_HOLD.as_secs()
+            )
+        })
     })?;
     Ok(())
 }
@@ -582,6 +917,43 @@ async fn redrive(client: &Client, args: RedriveArgs, out: &mut Out) -> Result<()
     redrive::run(client, &opts, out).await
 }
 
+/// `pgmq topic bind | unbind | list | test`.
+async fn topic(client: &Client, action: TopicAction, out: &mut Out) -> Result<(), Failure> {
+    const BINDING_COLS: [Col; 3] = [
+        col("PATTERN", "pattern"),
+        col("QUEUE", "queue_name"),
+        time("BOUND_AT", "bound_at"),
+    ];
+    match action {
+        TopicAction::Bind {
+            pattern,
+            queue: name,
+        } => {
+            client.bind_topic(&pattern, &queue(&name)?).await?;
+            out.line(&json!({ "pattern": pattern, "queue": name }))
+                .await
+        }
+        TopicAction::Unbind {
+            pattern,
+            queue: name,
+        } => {
+            let removed = client.unbind_topic(&pattern, &queue(&name)?).await?;
+            out.line(&json!({ "pattern": pattern, "queue": name, "removed": removed }))
+                .await
+        }
+        TopicAction::List { queue: name, table } => {
+            let q = name.as_deref().map(queue).transpose()?;
+            let bindings = client.list_topic_bindings(q.as_ref()).await?;
+            out.rows(table, &BINDING_COLS, &bindings).await
+        }
+        TopicAction::Test { routing_key, table } => {
+            let matches = client.test_routing(&routing_key).await?;
+            let cols = [col("PATTERN", "pattern"), col("QUEUE", "queue_name")];
+            out.rows(table, &cols, &matches).await
+        }
+    }
+}
+
 /// `pgmq notify enable | disable | list`.
 async fn notify(client: &Client, action: NotifyAction, out: &mut Out) -> Result<(), Failure> {
     match action {
@@ -596,21 +968,27 @@ async fn notify(client: &Client, action: NotifyAction, out: &mut Out) -> Result<
         NotifyAction::Disable { queue: name } => {
             client.disable_notify_insert(&queue(&name)?).await?
         }
-        NotifyAction::List => {
-            for t in client.list_notify_insert_throttles().await? {
-                out.line(&t).await?;
-            }
+        NotifyAction::List { table } => {
+            let throttles = client.list_notify_insert_throttles().await?;
+            let cols = [
+                col("QUEUE", "queue_name"),
+                col("THROTTLE_MS", "throttle_interval_ms"),
+                time("LAST_NOTIFIED_AT", "last_notified_at"),
+            ];
+            out.rows(table, &cols, &throttles).await?;
         }
     }
     Ok(())
 }
 
-/// Messages as JSON lines (`read`, `pop`).
-async fn print_messages(msgs: &[Message<RawJson>], out: &mut Out) -> Result<(), Failure> {
-    for m in msgs {
-        out.line(&MessageOut::from(m)).await?;
-    }
-    Ok(())
+/// Messages as JSON lines or a table (`read`, `pop`, `peek`).
+async fn print_messages(
+    msgs: &[Message<RawJson>],
+    table: bool,
+    out: &mut Out,
+) -> Result<(), Failure> {
+    let rows: Vec<MessageOut> = msgs.iter().map(MessageOut::from).collect();
+    out.rows(table, &MESSAGE_COLS, &rows).await
 }
 
 /// Message ids, one per line (`delete`, `archive`).
@@ -643,49 +1021,19 @@ async fn list(client: &Client, table: bool, out: &mut Out) -> Result<(), Failure
         })
         .collect();
     if !table {
-        for r in &rows {
-            out.line(r).await?;
-        }
-        return Ok(());
+        return out.rows(false, &LIST_COLS, &rows).await;
     }
-    let opt = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
-    let mut cells = vec![[
-        "QUEUE", "LENGTH", "VISIBLE", "OLDEST_S", "NEWEST_S", "TOTAL", "KIND",
-    ]
-    .map(str::to_owned)];
+    let mut values = Vec::with_capacity(rows.len());
     for r in &rows {
-        let kind = match (r.is_partitioned, r.is_unlogged) {
+        let mut v = serde_json::to_value(r)?;
+        v["kind"] = json!(match (r.is_partitioned, r.is_unlogged) {
             (true, _) => "partitioned",
             (_, true) => "unlogged",
             _ => "logged",
-        };
-        cells.push([
-            r.queue_name.clone(),
-            opt(r.queue_length),
-            opt(r.queue_visible_length),
-            opt(r.oldest_msg_age_sec.map(i64::from)),
-            opt(r.newest_msg_age_sec.map(i64::from)),
-            opt(r.total_messages),
-            kind.to_owned(),
-        ]);
+        });
+        values.push(v);
     }
-    let widths: Vec<usize> = (0..7)
-        .map(|i| cells.iter().map(|row| row[i].len()).max().unwrap_or(0))
-        .collect();
-    let mut text = String::new();
-    for row in &cells {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        text.push_str(line.join("  ").trim_end());
-        text.push('\n');
-    }
-    out.0
-        .write_all(text.as_bytes())
-        .await
-        .map_err(|e| Failure(format!("writing output: {e}")))
+    out.rows(true, &LIST_COLS, &values).await
 }
 
 fn main() -> ExitCode {
@@ -702,9 +1050,9 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure(msg)) => {
-            eprintln!("pgmq: error: {msg}");
-            ExitCode::FAILURE
+        Err(f) => {
+            eprintln!("pgmq: error: {}", f.msg);
+            ExitCode::from(f.code as u8)
         }
     }
 }

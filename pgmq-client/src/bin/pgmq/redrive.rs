@@ -14,7 +14,7 @@ use pgmq_client::{Client, CommitOutcome, Pgmq, QueueName, RawJson, SendOptions};
 use serde_json::{json, Value};
 use tokio_postgres::GenericClient;
 
-use crate::{fail, Failure, Out};
+use crate::{fail, Exit, Failure, Out};
 
 pub(crate) struct Opts {
     pub dlq: QueueName,
@@ -184,13 +184,13 @@ async fn one_batch(
     if opts.dry_run {
         let msgs = select(&**conn, opts, range, want, false)
             .await
-            .map_err(|f| f.0)?;
+            .map_err(|f| f.msg)?;
         return Ok((!msgs.is_empty()).then(|| described(plan(msgs, opts, existing))));
     }
     let tx = conn.transaction().await?;
     let msgs = select(&*tx, opts, range, want, true)
         .await
-        .map_err(|f| f.0)?;
+        .map_err(|f| f.msg)?;
     if msgs.is_empty() {
         return Ok(None);
     }
@@ -301,12 +301,23 @@ async fn named_queues(
 /// per message moved and a summary on stderr.
 pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(), Failure> {
     if opts.to.as_ref() == Some(&opts.dlq) {
-        return Err(Failure(format!(
-            "--to {} is the dead-letter queue itself: name the queue the messages go back to",
-            opts.dlq
-        )));
+        return Err(Failure::new(
+            Exit::Usage,
+            format!(
+                "--to {} is the dead-letter queue itself: name the queue the messages go back to",
+                opts.dlq
+            ),
+        ));
     }
     let existing = existing_queues(client).await?;
+    for q in std::iter::once(&opts.dlq).chain(&opts.to) {
+        if !existing.contains(q.as_str()) {
+            return Err(Failure::new(
+                Exit::NotFound,
+                format!("queue {q} does not exist"),
+            ));
+        }
+    }
     if opts.to.is_none() && !opts.yes {
         refuse_several_sources(client, opts, &existing).await?;
     }
@@ -371,12 +382,15 @@ async fn refuse_several_sources(
 ) -> Result<(), Failure> {
     let names = named_queues(client, opts, existing).await?;
     if names.len() > 1 {
-        return Err(Failure(format!(
-            "the messages name {} source queues ({}): pass --yes to move each back to its own, \
-             or --to QUEUE to send them all to one",
-            names.len(),
-            names.join(", ")
-        )));
+        return Err(Failure::new(
+            Exit::Refused,
+            format!(
+                "the messages name {} source queues ({}): pass --yes to move each back to its \
+                 own, or --to QUEUE to send them all to one",
+                names.len(),
+                names.join(", ")
+            ),
+        ));
     }
     Ok(())
 }
