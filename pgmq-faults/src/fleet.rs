@@ -34,7 +34,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::RwLock;
 
-use super::campaign::{send_recorded, Role, DB_TIMEOUT, ROLES};
+use super::campaign::{send_recorded, Role, ROLES};
 use super::ctx::Ctx;
 use super::job::{key_headers, Act, Job};
 use super::ledger::{self, ProduceOutcome, Produced};
@@ -74,10 +74,11 @@ const RETRY_LIMIT: Duration = Duration::from_secs(30);
 pub(crate) const POLL: Duration = Duration::from_millis(100);
 /// How long after a pause (or a revocation of the workers' grants) took
 /// effect a claim may still be made: one poll interval (the pause watch
-/// reads the flag once per poll interval) and a read already sent, which
-/// lands within its `db_timeout`.
-pub(crate) const CLAIM_BOUND: Duration =
-    Duration::from_millis(POLL.as_millis() as u64 + DB_TIMEOUT.as_millis() as u64);
+/// reads the flag once per poll interval, and a claim loop looks at it
+/// right before every read), and 1 s for that flag read and the read
+/// itself, which take milliseconds while no other fault is active (faults
+/// come one at a time), on a loaded machine.
+pub(crate) const CLAIM_BOUND: Duration = Duration::from_millis(POLL.as_millis() as u64 + 1_000);
 /// A queue of the prioritized group with messages ready must have one
 /// claimed within this long.
 pub(crate) const STARVE_BOUND: Duration = Duration::from_secs(3);
