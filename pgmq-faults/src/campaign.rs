@@ -647,6 +647,34 @@ struct Producer {
     fifo_seq: [[i64; GROUPS as usize]; 2],
     /// The queues some process consumes.
     consumed: [bool; ROLES],
+    /// From then on, the calm tail ([`CALM_TAIL`]).
+    calm_from: Instant,
+}
+
+/// The last seconds of a seed's production send only messages that
+/// succeed at once (no act, no panicking hook, no poison): the drain after
+/// the producer stops then waits for what was sent before, not for a hang
+/// or a slow handler sent at the last moment. Faults go on meanwhile.
+const CALM_TAIL: Duration = Duration::from_secs(5);
+
+/// `batch` with every message made one that succeeds at once.
+fn calmed(batch: Vec<(Job, serde_json::Value, Plan)>) -> Vec<(Job, serde_json::Value, Plan)> {
+    batch
+        .into_iter()
+        .map(|(mut job, mut headers, _)| {
+            job.act = None;
+            job.boom = None;
+            if let Some(h) = headers.as_object_mut() {
+                h.remove(HOOK_PANIC_HEADER);
+            }
+            let plan = Plan {
+                dead_letter: false,
+                may_repeat: false,
+                until_redriven: false,
+            };
+            (job, headers, plan)
+        })
+        .collect()
 }
 
 impl Producer {
@@ -846,8 +874,8 @@ impl Producer {
     /// Queues no process consumes (fewer `--processes` than kinds) get
     /// nothing: the plain queue always has one (the first kind).
     async fn tick(&mut self, n: u64) {
-        let plain: Vec<_> = (0..4).map(|_| self.plain_job()).collect();
-        let tx: Vec<_> = if self.consumed[Role::Tx.index()] {
+        let mut plain: Vec<_> = (0..4).map(|_| self.plain_job()).collect();
+        let mut tx: Vec<_> = if self.consumed[Role::Tx.index()] {
             (0..3).map(|_| self.tx_job()).collect()
         } else {
             Vec::new()
@@ -857,11 +885,16 @@ impl Producer {
         } else {
             Role::FifoBlocking
         };
-        let fifo = if self.consumed[fifo_role.index()] {
+        let mut fifo = if self.consumed[fifo_role.index()] {
             self.fifo_jobs(fifo_role)
         } else {
             Vec::new()
         };
+        if Instant::now() >= self.calm_from {
+            plain = calmed(plain);
+            tx = calmed(tx);
+            fifo = calmed(fifo);
+        }
         for (job, _, plan) in plain.iter().chain(&tx).chain(&fifo) {
             self.plans.insert(job.key, *plan);
         }
@@ -1432,6 +1465,7 @@ async fn run_seed(
         next: [1, TX_BASE],
         fifo_seq: [[0; GROUPS as usize]; 2],
         consumed,
+        calm_from: started + opts.duration.saturating_sub(CALM_TAIL),
     };
     let run_end = started + opts.duration;
     let (prod_stop_tx, prod_stop_rx) = tokio::sync::watch::channel(false);
