@@ -392,8 +392,6 @@ pub(crate) struct ProcExit {
     /// `kill`, `term`, `crashed` or `end` (the final graceful stop).
     pub how: &'static str,
     pub exit: Option<Exit>,
-    /// When it was ended (or, for a crash, found ended).
-    pub at: DateTime<Utc>,
 }
 
 /// The worker processes, for the nemesis, the sampler and the end.
@@ -425,16 +423,18 @@ impl Slots {
     }
 
     async fn record(&self, slot: &Slot, pid: u32, how: &'static str, exit: Option<Exit>) {
-        // `at` is taken after the process ended: for a kill, a few
-        // milliseconds after the signal.
         self.exits.lock().await.push(ProcExit {
             kind: slot.kind,
             app_name: slot.args.app_name.clone(),
             pid,
             how,
             exit,
-            at: Utc::now(),
         });
+    }
+
+    /// The kind of process slot `i` runs.
+    pub(crate) async fn kind(&self, i: usize) -> Option<ProcKind> {
+        self.slots.lock().await.get(i).map(|s| s.kind)
     }
 
     /// SIGKILL (the slot stays empty until [`respawn`](Self::respawn)).
@@ -1478,6 +1478,8 @@ async fn run_seed(
         consumed,
         epoch: tokio::sync::RwLock::new(0),
         windows: Default::default(),
+        places: Default::default(),
+        place_watchers: Default::default(),
         sabotage: opts.sabotage.clone(),
     });
     let proxied = ctx.cluster.dsn_at(proxy.addr().port(), "pgmq");
@@ -1585,11 +1587,21 @@ async fn run_seed(
         producer.produced[i].merge(std::mem::take(&mut fleet_produced[i]));
     }
     let final_epoch = *fleet.epoch.read().await;
+    // A kill's watch still going is judged as far as it looked.
+    for w in fleet
+        .place_watchers
+        .lock()
+        .map(|mut w| std::mem::take(&mut *w))
+        .unwrap_or_default()
+    {
+        w.abort();
+    }
     let mut fleet_evidence = FleetEvidence {
         final_epoch,
         kinds: kinds.clone(),
         samples: fleet_samples,
         windows: fleet.windows.lock().map(|w| w.clone()).unwrap_or_default(),
+        places: fleet.places.lock().map(|p| p.clone()).unwrap_or_default(),
         ..FleetEvidence::default()
     };
     let mut handlings = Vec::new();

@@ -34,7 +34,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::RwLock;
 
-use super::campaign::{send_recorded, Role, ROLES};
+use super::campaign::{send_recorded, Role, ROLES, VT_SECS};
 use super::ctx::Ctx;
 use super::job::{key_headers, Act, Job};
 use super::ledger::{self, ProduceOutcome, Produced};
@@ -123,8 +123,28 @@ pub(crate) struct FleetState {
     /// holds it shared for each try; `drop-queue` holds it exclusively.
     pub epoch: RwLock<u32>,
     pub windows: Arc<std::sync::Mutex<Vec<ClaimWindow>>>,
+    /// After each SIGKILL of a fleet-limited process, the claims then held
+    /// and when they came back ([`FleetState::watch_places`]).
+    pub places: Arc<std::sync::Mutex<Vec<PlacesBack>>>,
+    pub place_watchers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     pub sabotage: Vec<Sabotage>,
 }
+
+/// The keyed queue's claims running when a fleet-limited process was
+/// killed (the dead process's among them), and the last look that saw one
+/// of them still holding its place (its delivery not ended: not
+/// acknowledged, requeued or read again, and its visibility timeout still
+/// ahead). Database clock.
+#[derive(Debug, Clone)]
+pub(crate) struct PlacesBack {
+    pub at: DateTime<Utc>,
+    pub held: usize,
+    pub last_held: Option<DateTime<Utc>>,
+}
+
+/// How long after a kill the places it held must be back: the visibility
+/// timeout, and 5 s.
+pub(crate) const PLACES_BOUND: Duration = Duration::from_secs(VT_SECS + 5);
 
 /// A pause or revocation as the nemesis holds it: its window's index, and
 /// the watcher.
@@ -280,6 +300,73 @@ async fn effect_time(c: &tokio_postgres::Client) -> Result<DateTime<Utc>, BoxErr
 }
 
 impl FleetState {
+    /// After a SIGKILL of a fleet-limited process: records the keyed
+    /// queue's running claims and watches, every 250 ms, until none of them
+    /// holds its place any more, or until [`PLACES_BOUND`] and 10 s (for a
+    /// server down meanwhile) have passed.
+    pub(crate) async fn watch_places(&self, dsn: &str) {
+        let table = self.queues[Role::Keyed.index()].table();
+        let Ok(c) = nemesis::session(dsn, "pgmq-campaign-watch").await else {
+            return;
+        };
+        // A validated QueueName: [a-z0-9_] only.
+        let held_sql = format!(
+            "select array_agg(msg_id), array_agg(last_read_at), clock_timestamp() from {table} \
+             where vt > clock_timestamp() and last_read_at is not null"
+        );
+        let Ok(row) = c.query_one(held_sql.as_str(), &[]).await else {
+            return;
+        };
+        let ids: Vec<i64> = row.get::<_, Option<Vec<i64>>>(0).unwrap_or_default();
+        let reads: Vec<DateTime<Utc>> = row.get::<_, Option<_>>(1).unwrap_or_default();
+        let at: DateTime<Utc> = row.get(2);
+        let index = {
+            let mut p = self.places.lock().unwrap_or_else(|e| e.into_inner());
+            p.push(PlacesBack {
+                at,
+                held: ids.len(),
+                last_held: None,
+            });
+            p.len() - 1
+        };
+        let places = self.places.clone();
+        let deadline = at
+            + chrono::Duration::from_std(PLACES_BOUND + Duration::from_secs(10))
+                .unwrap_or_default();
+        let still_sql = format!(
+            "select count(*), clock_timestamp() from {table} m \
+             join unnest($1::bigint[], $2::timestamptz[]) h(id, read_at) \
+               on m.msg_id = h.id and m.last_read_at = h.read_at \
+             where m.vt > clock_timestamp()"
+        );
+        let dsn = dsn.to_owned();
+        let task = tokio::spawn(async move {
+            let mut conn = Some(c);
+            loop {
+                if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                    conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+                }
+                if let Some(c) = &conn {
+                    if let Ok(r) = c.query_one(still_sql.as_str(), &[&ids, &reads]).await {
+                        let (n, now): (i64, DateTime<Utc>) = (r.get(0), r.get(1));
+                        if n == 0 {
+                            return;
+                        }
+                        let mut p = places.lock().unwrap_or_else(|e| e.into_inner());
+                        p[index].last_held = Some(now);
+                        if now > deadline {
+                            return;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
+        if let Ok(mut w) = self.place_watchers.lock() {
+            w.push(task);
+        }
+    }
+
     /// `drop-queue`: drops the keyed queue and creates it again (its
     /// messages are lost, as with any drop), between two tries of the keyed
     /// producer. With `stale-keys`, the dropped queue's deduplication keys

@@ -13,7 +13,8 @@ use super::campaign::{
     REQUEUE_BOUND, ROLES, VT_SECS,
 };
 use super::fleet::{
-    most_at_once, ClaimWindow, FleetSamples, KeyedLog, CLAIM_BOUND, FLEET_PLACES, STARVE_BOUND,
+    most_at_once, ClaimWindow, FleetSamples, KeyedLog, PlacesBack, CLAIM_BOUND, FLEET_PLACES,
+    PLACES_BOUND, STARVE_BOUND,
 };
 use super::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
 use super::nemesis;
@@ -66,6 +67,8 @@ pub(crate) struct FleetEvidence {
     pub runs: Vec<Window>,
     /// The `pause` and `revoke-grants` faults' windows.
     pub windows: Vec<ClaimWindow>,
+    /// The claims held at each kill of a fleet-limited process.
+    pub places: Vec<PlacesBack>,
     /// Each slot's process kind.
     pub kinds: Vec<ProcKind>,
 }
@@ -951,71 +954,42 @@ fn fleet_limit(e: &Evidence) -> Check {
     )
 }
 
-/// After a SIGKILL of a fleet-limited process, each message it had started
-/// and not finished is started again (by any process, a later delivery)
-/// within its visibility timeout and 5 s, not counting time inside later
-/// faults: the dead process's places came back and the queue kept going.
-/// A kill followed by a re-creation of the queue within that time is not
-/// judged (the messages went with the queue).
+/// After a SIGKILL of a fleet-limited process, every claim of the keyed
+/// queue then running (the dead process's among them) stopped holding its
+/// place (its delivery ended, or its visibility timeout passed) within
+/// [`PLACES_BOUND`], by the database's clock, not counting time the server
+/// was down (no look could be made): the dead process's places came back,
+/// and *progress after every fault* says the queue kept draining. A
+/// `drop-queue` meanwhile ends the claims with the queue.
 fn places_back(e: &Evidence) -> Check {
-    let bound = chrono::Duration::seconds(VT_SECS as i64 + 5);
-    let starts = &e.starts[Role::Keyed.index()];
-    let rows = &e.handlings[Role::Keyed.index()];
-    let mut late = Vec::new();
-    let (mut kills, mut held) = (0, 0);
-    for x in e
-        .exits
+    let bound = chrono::Duration::from_std(PLACES_BOUND).unwrap_or_default();
+    let crashes: Vec<FaultEvent> = e
+        .events
         .iter()
-        .filter(|x| x.kind == ProcKind::Fleet && x.how == "kill")
-    {
-        let pid = x.pid as i32;
-        let dropped = e
-            .events
-            .iter()
-            .any(|f| f.kind == "drop-queue" && f.end >= x.at && f.start <= x.at + bound);
-        if dropped {
-            continue;
-        }
-        kills += 1;
-        for s in starts.iter().filter(|s| s.worker_pid == pid) {
-            let finished = rows
-                .iter()
-                .any(|h| h.key == s.key && h.worker_pid == pid && h.read_ct == s.read_ct);
-            if finished {
-                continue;
-            }
-            held += 1;
-            let again = starts
-                .iter()
-                .filter(|n| n.key == s.key && n.read_ct > s.read_ct)
-                .map(|n| n.started_at)
-                .chain(
-                    rows.iter()
-                        .filter(|h| h.key == s.key && h.read_ct > s.read_ct)
-                        .map(|h| h.started_at),
-                )
-                .min();
-            let took = again.map(|t| t - x.at - faulted_between(e.events, x.at, t));
-            if took.is_none_or(|d| d > bound) {
-                late.push(format!(
-                    "key {} of {}: {}",
-                    s.key,
-                    x.app_name,
-                    took.map_or("never started again".into(), |d| format!(
-                        "started again {} ms after the kill",
-                        d.num_milliseconds()
-                    ))
-                ));
-            }
+        .filter(|f| f.kind == "pg-crash")
+        .cloned()
+        .collect();
+    let mut late = Vec::new();
+    let held: usize = e.fleet.places.iter().map(|p| p.held).sum();
+    for p in &e.fleet.places {
+        let Some(last) = p.last_held else { continue };
+        let took = last - p.at - faulted_between(&crashes, p.at, last);
+        if took > bound {
+            late.push(format!(
+                "of {} claims held at {}, some still held {} ms later",
+                p.held,
+                p.at.format("%H:%M:%S"),
+                took.num_milliseconds()
+            ));
         }
     }
-    late.sort();
     Check::new(
         NAMES[17],
         late.is_empty(),
         format!(
-            "{kills} kills of a fleet-limited process holding {held} started runs; {} not \
-             started again within {} s{}",
+            "{} kills of a fleet-limited process, {held} claims running at them; {} with a \
+             place not back within {} s{}",
+            e.fleet.places.len(),
             late.len(),
             bound.num_seconds(),
             sample(&late)

@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::campaign::{Role, Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
+use super::campaign::{ProcKind, Role, Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
 use super::ctx::Ctx;
 use super::fleet::{FleetState, Watching};
 use super::proxy::Proxy;
@@ -326,6 +326,9 @@ impl Nemesis<'_> {
         Ok(match kind.name {
             "kill" => {
                 self.slots.kill(process).await?;
+                if self.slots.kind(process).await == Some(ProcKind::Fleet) {
+                    self.fleet.watch_places(&self.ctx.cluster.dsn()).await;
+                }
                 Held::Nothing
             }
             "stop" => {

@@ -192,8 +192,8 @@ pub enum Sabotage {
     /// sends a key again, under a fresh deduplication key: a key stored
     /// twice.
     KeyedFreshKeys,
-    /// The campaign's fleet-limited workers run without their
-    /// `fleet_limit`: more runs at once than the limit.
+    /// The campaign's fleet-limited workers run under a limit four times
+    /// theirs: more runs at once than the limit.
     FleetOver,
     /// The campaign's fleet-limited workers take a visibility timeout of
     /// 40 s instead of the campaign's: a killed process's places come back
@@ -602,9 +602,11 @@ fn tuned(builder: WorkerBuilder<Job>, args: &WorkerSpec) -> WorkerBuilder<Job> {
         builder
     };
     let builder = match args.fleet_places {
-        // The planted bug: the fleet's limit left out.
-        _ if args.sabotage.contains(&Sabotage::FleetOver) => builder,
         0 => builder,
+        // The planted bug: a limit four times the fleet's.
+        n if args.sabotage.contains(&Sabotage::FleetOver) => {
+            builder.fleet_limit(pgmq_client::FleetLimit::max_running(n * 4))
+        }
         n => builder.fleet_limit(pgmq_client::FleetLimit::max_running(n)),
     };
     let builder = match args.handler_timeout_ms {

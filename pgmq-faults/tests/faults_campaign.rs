@@ -197,9 +197,9 @@ fn fifo_blocking_runs_not_waited_for_fail_the_fifo_invariants_and_waited_for_pas
 /// nine processes (the fleet-limited pair and the prioritized group among
 /// them) under the fleet's fault kinds, which the seed draws each at least
 /// once (`campaign::tests`). Keyed retries and repeats under fresh keys
-/// store a key twice; fleet-limited workers without their limit run more
-/// at once, and with a long visibility timeout hold a killed one's places
-/// past the campaign's; a pause or a revocation that never took effect
+/// store a key twice; fleet-limited workers under a limit four times theirs
+/// run more at once, and with a long visibility timeout hold a killed one's
+/// places past the campaign's; a pause or a revocation that never took effect
 /// leaves the workers claiming; a strict group starves its low queue
 /// behind the high one's backlog; a re-created queue given its old keys
 /// answers "duplicate" with dropped ids; PGMQ re-created with the
