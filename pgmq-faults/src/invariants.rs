@@ -868,7 +868,14 @@ fn keyed(e: &Evidence) -> [Check; 2] {
         let Some(got) = r.got else { continue };
         if r.fresh {
             fresh += 1;
-            if got.duplicate {
+            // A duplicate is right when an earlier try of the same call
+            // (an unknown outcome, retried) stored this very key in the
+            // queue's new life: the id is then that message's.
+            let own = f
+                .stored
+                .get(&r.key)
+                .is_some_and(|ids| ids.contains(&got.msg_id));
+            if got.duplicate && !own {
                 stale.push(format!(
                     "{} (as key {}): answered duplicate with id {}",
                     r.dedup, r.key, got.msg_id
@@ -927,10 +934,22 @@ fn keyed(e: &Evidence) -> [Check; 2] {
 /// At no instant more claims of the keyed queue running than the fleet
 /// limit: by the database's clock (the fast sampler), and by the handlers'
 /// own records (each run from its start to its ledger row, both inside the
-/// time its claim held a place; runs without a row are left out).
+/// time its claim held a place; runs without a row are left out), counted
+/// per life of the queue: a queue dropped and created again is a new
+/// table whose places start free, and the runs of the dropped queue's
+/// messages still going then are not counted against it.
 fn fleet_limit(e: &Evidence) -> Check {
     let f = e.fleet;
-    let (runs, at) = most_at_once(&f.runs);
+    let mut lives: std::collections::BTreeMap<u32, Vec<Window>> = Default::default();
+    for w in &f.runs {
+        let life = f.log.epochs.get(&w.key).copied().unwrap_or(0);
+        lives.entry(life).or_default().push(w.clone());
+    }
+    let (runs, at) = lives
+        .values()
+        .map(|ws| most_at_once(ws))
+        .max_by_key(|(n, _)| *n)
+        .unwrap_or((0, None));
     let over: Vec<String> = f
         .samples
         .over
