@@ -564,8 +564,12 @@ impl FleetProducer {
                         msg_id: s.msg_id,
                     };
                 }
-                // Answered "duplicate": nothing was stored under `k`.
-                (Ok(_), _) => {}
+                // Answered "duplicate": either an earlier try of this call
+                // (an unknown outcome, retried) stored `k` and the answer
+                // names it, or nothing was stored under `k` (a stale key,
+                // which the keyed check judges). Unknown either way, so
+                // that `k` may be found in the ledger or not.
+                (Ok(_), _) => self.produced[p].record_as(&[k], ProduceOutcome::Unknown),
                 (Err(o), _) => self.produced[p].record_as(&[k], o),
             }
             self.log.resends.push(Resend {
