@@ -832,6 +832,145 @@ pub(crate) async fn extension_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Chec
     }
 }
 
+/// The kill cell, after the last seed of a campaign that kills: a worker
+/// process under a fleet limit of 2 places is killed (SIGKILL) while a
+/// handler runs in each place (each hangs on its first delivery); a second
+/// process under the same limit must start both messages again within
+/// [`PLACES_BOUND`] of the kill, by the database's clock: the dead
+/// process's places came back within its visibility timeout. The seeds'
+/// kills judge the same of whatever the killed process held; this cell
+/// kills a process known to hold every place.
+pub(crate) async fn kill_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
+    const PLACES: u32 = 2;
+    let name = "a killed process's places come back within its vt";
+    let bound = PLACES_BOUND.as_millis();
+    let check = match killed_places(ctx, PLACES, sabotage).await {
+        Ok(Some(took)) => Check::new(
+            name,
+            took <= PLACES_BOUND,
+            format!(
+                "a process running a handler in each of the {PLACES} places of a fleet limit \
+                 killed; both messages started again by a second process {} ms after the \
+                 kill (bound {bound} ms)",
+                took.as_millis()
+            ),
+        ),
+        Ok(None) => Check::new(
+            name,
+            false,
+            format!(
+                "a process running a handler in each of the {PLACES} places of a fleet limit \
+                 killed; both messages not started again by a second process within {} ms \
+                 (bound {bound} ms)",
+                (PLACES_BOUND + KILL_CELL_GRACE).as_millis()
+            ),
+        ),
+        Err(e) => Check::new(name, false, format!("the kill cell could not run: {e}")),
+    };
+    vec![check]
+}
+
+/// How long past [`PLACES_BOUND`] the kill cell waits before it calls the
+/// places lost.
+const KILL_CELL_GRACE: Duration = Duration::from_secs(5);
+
+/// The kill cell's run: how long after the kill the second process started
+/// the last of the messages the first held, if within the bound and
+/// [`KILL_CELL_GRACE`].
+async fn killed_places(
+    ctx: &Ctx,
+    places: u32,
+    sabotage: &[Sabotage],
+) -> Result<Option<Duration>, BoxError> {
+    let scenario = "ck";
+    let qs = ctx.queues(scenario).await?;
+    let result = async {
+        // Hang on the first delivery (read_ct 1), succeed on the next.
+        let hang = Act {
+            hang_before: 2,
+            ..Act::default()
+        };
+        let jobs: Vec<Job> = (0..i64::from(places)).map(|k| Job::with(k, hang)).collect();
+        ctx.produce(&qs.q, &jobs).await;
+        let vt = if sabotage.contains(&Sabotage::FleetLongVt) {
+            40
+        } else {
+            VT_SECS
+        };
+        let spec = cell_spec(ctx, &qs, scenario, places, vt, "pgmq-campaign-kill-cell");
+        let dsn = ctx.cluster.dsn();
+        let first = super::child::spawn(&ctx.log_dir, "kill-cell-1", &dsn, None, &spec).await?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let started = ledger::starts(&ctx.client, &ctx.run_id, scenario).await?;
+            if started.len() >= places as usize {
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = first.sigkill().await;
+                return Err(format!(
+                    "the first process started {} of {places} messages in 15 s",
+                    started.len()
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let first_pid = i32::try_from(first.pid())?;
+        first.sigkill().await?;
+        let killed_at: DateTime<Utc> = {
+            let conn = ctx.client.connection().await?;
+            conn.query_one("select clock_timestamp()", &[])
+                .await?
+                .get(0)
+        };
+        let second = super::child::spawn(&ctx.log_dir, "kill-cell-2", &dsn, None, &spec).await?;
+        let wait_until = Instant::now() + PLACES_BOUND + KILL_CELL_GRACE;
+        let mut took = None;
+        while Instant::now() < wait_until {
+            let windows = ledger::windows(&ctx.client, &ctx.run_id, scenario).await?;
+            let again: Vec<DateTime<Utc>> = windows
+                .iter()
+                .filter(|w| w.worker_pid != first_pid)
+                .map(|w| w.start)
+                .collect();
+            if again.len() >= places as usize {
+                took = again
+                    .into_iter()
+                    .max()
+                    .map(|last| (last - killed_at).to_std().unwrap_or_default());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = second.stop(Duration::from_secs(10)).await;
+        Ok(took)
+    }
+    .await;
+    ctx.drop_queues(&qs).await;
+    result
+}
+
+/// A cell's worker: `places` of a fleet limit, 4 handlers, start records,
+/// a 50 ms poll and a visibility timeout of `vt_secs`.
+fn cell_spec(
+    ctx: &Ctx,
+    qs: &super::ctx::Queues,
+    scenario: &str,
+    places: u32,
+    vt_secs: u64,
+    app_name: &str,
+) -> WorkerSpec {
+    let mut spec = WorkerSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
+    spec.fleet_places = places;
+    spec.record_starts = true;
+    spec.concurrency = 4;
+    spec.poll_ms = 50;
+    spec.vt_secs = vt_secs;
+    spec.app_name = app_name.into();
+    spec
+}
+
 /// Runs a worker process under a fleet limit of `places` over `n` fresh
 /// messages: how many were handled, the sampler's view and the most runs
 /// at once.
@@ -844,13 +983,7 @@ async fn limited_drain(
     let qs = ctx.queues(scenario).await?;
     let jobs: Vec<Job> = (0..n as i64).map(|k| sleeping_job(k, 100)).collect();
     ctx.produce(&qs.q, &jobs).await;
-    let mut spec = WorkerSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
-    spec.fleet_places = places;
-    spec.record_starts = true;
-    spec.concurrency = 4;
-    spec.poll_ms = 50;
-    spec.vt_secs = 4;
-    spec.app_name = "pgmq-campaign-cell".into();
+    let spec = cell_spec(ctx, &qs, scenario, places, 4, "pgmq-campaign-cell");
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sampler = sample_fleet(
         ctx.cluster.dsn(),

@@ -445,6 +445,24 @@ pub(crate) async fn handled_count(
     Ok(row.get(0))
 }
 
+/// Whether the worker process `pid` of the run is in a handler now: it
+/// recorded a start (`record_starts`) that it has not recorded as handled.
+pub(crate) async fn in_handler(client: &Client, run_id: &str, pid: u32) -> Result<bool, BoxError> {
+    let conn = client.connection().await?;
+    let pid = i32::try_from(pid)?;
+    let row = conn
+        .query_one(
+            "select exists (select 1 from pgmq_fault_starts s \
+               where s.run_id = $1 and s.worker_pid = $2 \
+                 and not exists (select 1 from pgmq_fault_ledger l \
+                   where l.run_id = s.run_id and l.scenario = s.scenario and l.key = s.key \
+                     and l.worker_pid = s.worker_pid and l.read_ct = s.read_ct))",
+            &[&run_id, &pid],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
 /// The keys of the messages in a queue's table right now (visible or not),
 /// without reading them (no `read_ct` change). The key is the `fault_key`
 /// header, or for a dead letter the one pgmq-worker keeps in

@@ -219,14 +219,14 @@ async fn run_campaign(args: FaultsArgs) -> Result<i32, BoxError> {
             return Err(e);
         }
     };
-    let (runs, cell) = runs;
+    let (runs, cells) = runs;
     let mut rows = Vec::new();
     let mut seeds = Vec::new();
     for r in runs {
         rows.push(r.row);
         seeds.push(r.summary);
     }
-    rows.push(cell);
+    rows.extend(cells);
     let mut doc = report::Document::new(&ctx, rows, started.elapsed());
     doc.campaign = Some(seeds);
     finish(&ctx, &args, doc).await

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::campaign::{ProcKind, Role, Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
 use super::ctx::Ctx;
 use super::fleet::{FleetState, Watching};
+use super::ledger;
 use super::proxy::Proxy;
 use super::BoxError;
 
@@ -302,6 +303,10 @@ pub(crate) enum Held {
     Watching(Watching),
 }
 
+/// How long a kill of a fleet-limited process waits for it to run a
+/// handler ([`Nemesis::await_handler`]).
+pub(crate) const KILL_AIM: Duration = Duration::from_secs(1);
+
 /// Injects and clears faults on the campaign's cluster, proxy and workers.
 pub(crate) struct Nemesis<'a> {
     pub ctx: &'a Ctx,
@@ -312,6 +317,24 @@ pub(crate) struct Nemesis<'a> {
 }
 
 impl Nemesis<'_> {
+    /// Before a SIGKILL of a fleet-limited process: waits, at most
+    /// [`KILL_AIM`], until it runs a handler, so that the kill catches it
+    /// holding places and *a killed process's places come back within its
+    /// vt* is judged on places really held. A process idle past the bound
+    /// (no burst of the producer meanwhile) is killed all the same.
+    async fn await_handler(&self, process: usize) {
+        let Some(pid) = self.slots.pid(process).await else {
+            return;
+        };
+        let until = tokio::time::Instant::now() + KILL_AIM;
+        while tokio::time::Instant::now() < until {
+            if let Ok(true) = ledger::in_handler(&self.ctx.client, &self.ctx.run_id, pid).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Starts the fault; `process` and `queue` are the drawn targets, and
     /// `duration` its drawn length (a latency fault's delay derives from it,
     /// so that the seed fixes the delay too).
@@ -325,8 +348,12 @@ impl Nemesis<'_> {
         let queue = &self.fleet.queues[role.index()];
         Ok(match kind.name {
             "kill" => {
+                let fleet = self.slots.kind(process).await == Some(ProcKind::Fleet);
+                if fleet {
+                    self.await_handler(process).await;
+                }
                 self.slots.kill(process).await?;
-                if self.slots.kind(process).await == Some(ProcKind::Fleet) {
+                if fleet {
                     self.fleet.watch_places(&self.ctx.cluster.dsn()).await;
                 }
                 Held::Nothing
