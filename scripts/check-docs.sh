@@ -97,7 +97,8 @@ def heading_text(raw):
     t = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", t)  # links: their text
     t = re.sub(r"<[^>]+>", "", t)                      # inline HTML
     t = t.replace("`", "")
-    t = re.sub(r"(\*\*|__|\*|_)(\S.*?\S|\S)\1", r"\2", t)
+    t = re.sub(r"(\*\*|\*)(\S.*?\S|\S)\1", r"\2", t)
+    t = re.sub(r"(?<!\w)(__|_)(\S.*?\S|\S)\1(?!\w)", r"\2", t)  # not intraword
     return t
 
 
