@@ -119,8 +119,7 @@ mod tests {
     /// and a worker_processes run made from its first consume run.
     fn sections() -> Sections {
         let mut v: serde_json::Value =
-            serde_json::from_str(include_str!("../../docs/results/dev-machine-fbd4125.json"))
-                .unwrap();
+            serde_json::from_str(include_str!("../tests/data/dev-machine-fbd4125.json")).unwrap();
         let s = &mut v["sections"];
         let consume = s["consume_scaling"][0].clone();
         s["backlog_scaling"] = serde_json::json!([consume.clone()]);

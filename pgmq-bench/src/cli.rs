@@ -220,7 +220,7 @@ pub use pgmq_testkit::parse_duration;
 /// Defaults are sized so that a timed run lasts long enough for its rate
 /// to measure steady state rather than start-up, even on a small machine
 /// (a run under one second is named in the document's warnings); see
-/// docs/benchmarks.md.
+/// docs/benchmark-options.md.
 #[derive(Debug, Clone, Args)]
 #[non_exhaustive]
 pub struct RunArgs {

@@ -231,7 +231,7 @@ fn empty_handler(ctx: TargetContext) -> Result<(), String> {
 /// handler count, so the two medians are the same figure twice up to the
 /// rounds' own spread, and a strict `>= 1.0` would fail on that spread
 /// alone; the fall the target guards against is far larger than this
-/// margin (docs/benchmarks.md, "The worker's performance targets").
+/// margin (docs/benchmark-targets.md, "The worker's performance targets").
 pub const W8_NOISE_FLOOR: f64 = 0.95;
 
 /// The pgmq-worker performance targets, evaluated on the medians of one

@@ -61,11 +61,11 @@ fn lower_is_better_for_latency_and_none_is_informational() {
     assert_eq!(judge(&zero, &new, 10.0), (None, Verdict::Informational));
 }
 
-/// A whole document (the committed 100k result) whose 8-handler throughput
-/// figure holds `values`, one per invocation.
+/// A whole document (a recorded full run, `tests/data/`) whose 8-handler
+/// throughput figure holds `values`, one per invocation.
 fn document_with(values: &[f64]) -> pgmq_bench::document::Document {
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results/memory-100k.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/dev-machine-fbd4125.json");
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let f = fig(Better::Higher, values);

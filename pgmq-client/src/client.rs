@@ -341,7 +341,7 @@ impl ClientBuilder {
     /// before 1.21 (Debian 12 ships 1.18), which cannot carry named prepared
     /// statements: a statement prepared on one server connection is not
     /// there on the next. The price is a plan per call instead of one per
-    /// connection; docs/operations.md, "Behind PgBouncer", says what that
+    /// connection; docs/operations-connections.md, "Behind PgBouncer", says what that
     /// costs.
     ///
     /// ```no_run

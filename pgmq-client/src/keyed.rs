@@ -39,8 +39,8 @@
 //!
 //! What a key costs: one row and two index entries in
 //! `pgmq_sdk.queue_keys` per message, written in the send's transaction
-//! (see docs/concepts.md in the repository, "Idempotent sends", for the
-//! measured cost against a plain batch send).
+//! (see docs/fleet-keyed-sends.md in the repository, "What a key costs",
+//! and docs/results for the measured cost against a plain batch send).
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The campaign's invariants, judged from the ledger, the queues, the
 //! sampler's observations, the faults as they happened and the workers'
 //! shutdown reports. Each gives one [`Check`]; the names are stable (the
-//! sabotage tests and docs/reliability.md refer to them).
+//! sabotage tests and docs/reliability-invariants.md refer to them).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;

@@ -125,7 +125,7 @@ pub struct FaultsArgs {
 
     /// Run the randomized fault campaign instead of the fixed scenarios: a
     /// seeded schedule of faults over a mixed workload of several worker
-    /// processes, checked against invariants (see docs/reliability.md).
+    /// processes, checked against invariants (see docs/reliability-campaign.md).
     #[arg(long)]
     pub campaign: bool,
 

@@ -652,7 +652,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// its claim may have ended without being extended (a process stopped
     /// or cut off for about a visibility timeout), so that it never runs
     /// beside the process that took its place; a blocking handler's thread
-    /// cannot be stopped (docs/worker.md, "Limits across a fleet", says
+    /// cannot be stopped (docs/fleet-limits.md says
     /// what holds). Needs the `pgmq_sdk` schema (`pgmq
     /// install-sdk`; the start fails without it) and claims with
     /// `pgmq.read` under a lock per queue, so use it where the limit, not

@@ -117,7 +117,7 @@ impl WorkerGroup {
 
     /// Divides one handler capacity among the group's queues by
     /// priority: [`Priority::strict`] or [`Priority::weighted`] (see
-    /// [`Priority`] and docs/worker.md, "Priorities across queues"). Each
+    /// [`Priority`] and docs/fleet-priorities.md). Each
     /// worker's weight or rank is the number given to
     /// [`with_worker_priority`](Self::with_worker_priority) (1 for
     /// [`with_worker`](Self::with_worker)). Without it every worker claims

@@ -488,8 +488,8 @@ fn priority_child_process() {
     });
 }
 
-/// Not a check: the figures of docs/worker.md, "Priorities across queues"
-/// (what the gate costs). Drains `N` messages from each of three queues
+/// Not a check: the figures of docs/results/README.md, "Priorities: what
+/// the gate costs". Drains `N` messages from each of three queues
 /// with handlers of `PRIO_BENCH_MS` ms (default 1), once with a weighted
 /// group of capacity 8 and once with three plain workers of concurrency
 /// 3, 3 and 2, and prints the throughput of each. Run with

@@ -11,7 +11,7 @@ use crate::report::fmt_value;
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// The machine the targets' limits were set on: the project's 2-core
-/// x86_64 development machine (docs/benchmarks.md, "The worker's
+/// x86_64 development machine (docs/benchmark-targets.md, "The worker's
 /// performance targets").
 pub const TARGETS_HOST: (&str, u32) = ("x86_64", 2);
 

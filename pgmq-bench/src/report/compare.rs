@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn differing_settings_print_with_their_units() {
-        let text = include_str!("../../../docs/results/dev-machine-fbd4125.json");
+        let text = include_str!("../../tests/data/dev-machine-fbd4125.json");
         let old = Document::from_json(text, "old").unwrap();
         let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
         for r in v["metadata"]["database"]["settings"]

@@ -383,10 +383,9 @@ mod tests {
 
     /// A committed document, edited as `edit` says, then rendered.
     fn rendered(edit: impl FnOnce(&mut serde_json::Value)) -> String {
-        let mut v: serde_json::Value = serde_json::from_str(include_str!(
-            "../../../docs/results/dev-machine-fbd4125.json"
-        ))
-        .unwrap();
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/data/dev-machine-fbd4125.json"))
+                .unwrap();
         edit(&mut v);
         render(&Document::from_json(&v.to_string(), "test").unwrap())
     }

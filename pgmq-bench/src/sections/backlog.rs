@@ -248,7 +248,7 @@ mod tests {
     fn drain_of(n: u64, round: u32, count: u64, secs: f64) -> ConsumeRun {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../docs/results/dev-machine-56f5c24.json"
+            "/tests/data/dev-machine-fbd4125.json"
         );
         let d: Document = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         let mut r = d.sections.backlog_scaling[0].clone();

@@ -3,7 +3,7 @@
 //! [`SCENARIOS`] is the one list of them: each entry's number, row labels,
 //! what it injects and when, what must hold, and the function that runs it.
 //! `--scenarios` (its help, its check, the default of all) and
-//! `--list-scenarios` read it; docs/reliability.md's table must list the
+//! `--list-scenarios` read it; docs/reliability-scenarios.md's table must list the
 //! same rows (a test checks it). Adding a scenario is one entry and its
 //! function, in the file of its kind:
 //!
@@ -44,7 +44,7 @@ pub(crate) type Rows<'a> = Pin<Box<dyn Future<Output = Result<Vec<Row>, BoxError
 
 /// One scenario of the suite: what it does, what it checks, and the function
 /// that runs it. The table [`SCENARIOS`] lists them all; `--scenarios`, its
-/// help and the default selection come from it, and docs/reliability.md's
+/// help and the default selection come from it, and docs/reliability-scenarios.md's
 /// table ("The scenarios") must list the same rows (a test checks it).
 pub(crate) struct Scenario {
     /// Its number: what `--scenarios` names.
@@ -848,16 +848,17 @@ mod tests {
         assert_eq!(markdown().lines().count(), SCENARIOS.len() + 2);
     }
 
-    /// The table of docs/reliability.md ("The scenarios") lists exactly the
+    /// The table of docs/reliability-scenarios.md ("The scenarios") lists exactly the
     /// rows of [`SCENARIOS`], in the same order.
     #[test]
     fn reliability_md_lists_exactly_the_scenarios() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reliability.md");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../docs/reliability-scenarios.md");
         let text = std::fs::read_to_string(&path).unwrap();
         let section = text
             .split("\n## The scenarios\n")
             .nth(1)
-            .expect("docs/reliability.md has a section \"The scenarios\"");
+            .expect("docs/reliability-scenarios.md has a section \"The scenarios\"");
         let section = section.split("\n## ").next().unwrap_or(section);
         let documented: Vec<&str> = section
             .lines()
@@ -871,7 +872,7 @@ mod tests {
             .collect();
         assert_eq!(
             documented, table,
-            "docs/reliability.md's scenario table and SCENARIOS differ"
+            "docs/reliability-scenarios.md's scenario table and SCENARIOS differ"
         );
         let mut numbers: Vec<u8> = documented
             .iter()
