@@ -97,8 +97,9 @@ pub trait Executor: Sealed + Send + Sync {
     ///
     /// This crate uses it for the statements that are not PGMQ functions and
     /// therefore name a queue's table ([`Pgmq::release_batch`](crate::Pgmq::release_batch),
-    /// [`Pgmq::read_from`](crate::Pgmq::read_from), the fenced writes of
-    /// [`Receipt`](crate::Receipt)); pgmq-worker for its dead-letter move.
+    /// [`Pgmq::read_from`](crate::Pgmq::read_from), the fenced writes and
+    /// locks of [`Receipt`](crate::Receipt), the dead-letter move
+    /// [`Pgmq::dead_letter_fenced`](crate::Pgmq::dead_letter_fenced)).
     /// Build a table's name only from a validated
     /// [`QueueName`](crate::QueueName) ([`QueueName::quoted_table`](crate::QueueName::quoted_table)),
     /// never from unchecked text.

@@ -40,6 +40,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::message::Message;
 use crate::queue_name::QueueName;
+use crate::rows::col0s;
 use crate::Pgmq;
 
 /// The longest delay a requeue takes (PGMQ's own visibility timeouts are
@@ -211,6 +212,39 @@ fn requeue_sql(queue: &QueueName) -> String {
     )
 }
 
+/// Locks the rows of `$1 ids, $2 read_ats` that still hold those
+/// deliveries, in id order (so that two lockers of overlapping batches
+/// take their locks in the same order), and returns their ids.
+fn lock_sql(queue: &QueueName) -> String {
+    format!(
+        "SELECT m.msg_id FROM {t} AS m, \
+         ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::timestamptz[])) AS r(id, read_at) \
+         WHERE {f} \
+         ORDER BY m.msg_id FOR UPDATE OF m",
+        t = queue.quoted_table(),
+        f = fence!()
+    )
+}
+
+/// Locks the rows of `$1 ids` by id alone, in id order, and returns their
+/// ids.
+fn lock_unfenced_sql(queue: &QueueName) -> String {
+    format!(
+        "SELECT m.msg_id FROM {t} AS m \
+         WHERE m.msg_id = ANY($1::bigint[]) \
+         ORDER BY m.msg_id FOR UPDATE OF m",
+        t = queue.quoted_table()
+    )
+}
+
+/// Which of `$1 ids` are rows of the queue table, as one `array_agg`.
+fn still_queued_sql(queue: &QueueName) -> String {
+    format!(
+        "SELECT pg_catalog.array_agg(msg_id) FROM {t} WHERE msg_id = ANY($1::bigint[])",
+        t = queue.quoted_table()
+    )
+}
+
 fn split(receipts: &[Receipt]) -> (Vec<i64>, Vec<DateTime<Utc>>) {
     receipts.iter().map(|r| (r.msg_id, r.read_at)).unzip()
 }
@@ -231,18 +265,7 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         receipts: &[Receipt],
     ) -> Result<Vec<i64>, Error> {
-        if receipts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (ids, reads) = split(receipts);
-        let rows = self
-            .run_text(
-                &delete_sql(queue),
-                queue.as_str(),
-                &[(&ids, Type::INT8_ARRAY), (&reads, Type::TIMESTAMPTZ_ARRAY)],
-            )
-            .await?;
-        written(&rows)
+        written(&self.on_receipts(delete_sql, queue, receipts).await?)
     }
 
     /// Archives the messages still held by these deliveries (as
@@ -342,8 +365,111 @@ impl<E: Executor> Pgmq<E> {
     }
 }
 
+impl<E: Executor> Pgmq<E> {
+    /// Locks (`SELECT ... FOR UPDATE`) the messages still held by these
+    /// deliveries, in ascending id order; returns the ids locked, in that
+    /// order. A receipt whose message was read again since, or is gone, is
+    /// left alone and missing from the result.
+    ///
+    /// The lock lasts until the transaction ends, so run it on a
+    /// [`Transaction`](crate::Transaction) (or a caller's own): the fenced
+    /// writes that follow in the same transaction then cannot be overtaken
+    /// by another consumer's read, which waits for the lock. On an
+    /// autocommit executor (a [`Client`](crate::Client)) the lock ends with
+    /// the call, and the result only says which deliveries still held.
+    ///
+    /// ```no_run
+    /// # async fn f(conn: &mut pgmq_client::Connection, q: pgmq_client::QueueName, receipts: Vec<pgmq_client::Receipt>) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::Pgmq;
+    /// let tx = conn.transaction().await?;
+    /// let pg = Pgmq::on(&tx);
+    /// let owned = pg.lock_fenced(&q, &receipts).await?;
+    /// // ... the caller's own writes, for the messages in `owned` ...
+    /// let held: Vec<_> = receipts.iter().copied().filter(|r| owned.contains(&r.msg_id)).collect();
+    /// pg.delete_fenced(&q, &held).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.lock_fenced", skip_all, fields(queue = %queue, batch = receipts.len()))]
+    pub async fn lock_fenced(
+        &self,
+        queue: &QueueName,
+        receipts: &[Receipt],
+    ) -> Result<Vec<i64>, Error> {
+        col0s(&self.on_receipts(lock_sql, queue, receipts).await?)
+    }
+
+    /// Locks the messages with these ids, whoever holds them (no fence: see
+    /// [`lock_fenced`](Self::lock_fenced)), in ascending id order; returns
+    /// the ids locked, in that order.
+    ///
+    /// ```no_run
+    /// # async fn f(conn: &mut pgmq_client::Connection, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// let tx = conn.transaction().await?;
+    /// let locked = pgmq_client::Pgmq::on(&tx).lock_batch(&q, &[1, 2, 3]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.lock_batch", skip_all, fields(queue = %queue, batch = ids.len()))]
+    pub async fn lock_batch(&self, queue: &QueueName, ids: &[i64]) -> Result<Vec<i64>, Error> {
+        col0s(&self.on_ids(lock_unfenced_sql, queue, ids).await?)
+    }
+
+    /// Which of `ids` are still rows of the queue's table, visible or not.
+    ///
+    /// A delete, an archive or a dead-letter move removes its rows, and
+    /// PGMQ never reuses a message id: after such a write whose outcome is
+    /// unknown (the connection broke once the request was sent), an id
+    /// still here was not written by it, and an id gone was.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, q: pgmq_client::QueueName) -> Result<(), pgmq_client::Error> {
+    /// let present = client.still_queued(&q, &[7, 8, 9]).await?;
+    /// println!("{} of them are still in the queue", present.len());
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq.still_queued", skip_all, fields(queue = %queue, batch = ids.len()))]
+    pub async fn still_queued(&self, queue: &QueueName, ids: &[i64]) -> Result<Vec<i64>, Error> {
+        written(&self.on_ids(still_queued_sql, queue, ids).await?)
+    }
+
+    /// Runs the statement `sql` makes for `queue` with the receipts as
+    /// `$1 ids, $2 read_ats`; no call (no rows) for none.
+    async fn on_receipts(
+        &self,
+        sql: fn(&QueueName) -> String,
+        queue: &QueueName,
+        receipts: &[Receipt],
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        if receipts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, reads) = split(receipts);
+        let params = [
+            (&ids as _, Type::INT8_ARRAY),
+            (&reads as _, Type::TIMESTAMPTZ_ARRAY),
+        ];
+        self.run_text(&sql(queue), queue.as_str(), &params).await
+    }
+
+    /// Runs the statement `sql` makes for `queue` with `$1 ids`; no call (no
+    /// rows) for none.
+    async fn on_ids(
+        &self,
+        sql: fn(&QueueName) -> String,
+        queue: &QueueName,
+        ids: &[i64],
+    ) -> Result<Vec<tokio_postgres::Row>, Error> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run_text(&sql(queue), queue.as_str(), &[(&ids, Type::INT8_ARRAY)])
+            .await
+    }
+}
+
 /// The ids of the one `array_agg` row (NULL when nothing matched).
-fn written(rows: &[tokio_postgres::Row]) -> Result<Vec<i64>, Error> {
+pub(crate) fn written(rows: &[tokio_postgres::Row]) -> Result<Vec<i64>, Error> {
     match rows.first() {
         None => Ok(Vec::new()),
         Some(row) => row
@@ -360,13 +486,23 @@ mod tests {
     #[test]
     fn statements_name_the_quoted_tables_and_qualify_catalog_functions() {
         let q = QueueName::new("jobs").unwrap();
-        for sql in [delete_sql(&q), archive_sql(&q), requeue_sql(&q)] {
+        for sql in [
+            delete_sql(&q),
+            archive_sql(&q),
+            requeue_sql(&q),
+            lock_sql(&q),
+        ] {
             assert!(sql.contains("pgmq.\"q_jobs\""), "{sql}");
             assert!(sql.contains("m.last_read_at = r.read_at"), "{sql}");
             assert!(sql.contains("pg_catalog.unnest"), "{sql}");
             assert!(!sql.contains(" unnest("), "{sql}");
         }
         assert!(archive_sql(&q).contains("pgmq.\"a_jobs\""));
+        assert!(lock_sql(&q).ends_with("ORDER BY m.msg_id FOR UPDATE OF m"));
+        for sql in [lock_unfenced_sql(&q), still_queued_sql(&q)] {
+            assert!(sql.contains("FROM pgmq.\"q_jobs\""), "{sql}");
+            assert!(sql.contains("msg_id = ANY($1::bigint[])"), "{sql}");
+        }
         // A requeue ends the delivery unless it keeps the claim.
         assert!(requeue_sql(&q).contains("last_read_at = CASE WHEN r.keep THEN m.last_read_at END"));
     }

@@ -48,10 +48,13 @@
 //!   broken, before any SQL runs; names travel as bound parameters. The
 //!   calls that are statements on PGMQ's tables rather than PGMQ functions
 //!   ([`Pgmq::read_from`], the fenced writes [`Pgmq::delete_fenced`],
-//!   [`Pgmq::archive_fenced`] and [`Pgmq::requeue_fenced`],
-//!   [`Pgmq::release_batch`], the looks [`Pgmq::peek_raw`] and
-//!   [`Pgmq::peek_archive_raw`], and [`Pgmq::prune_archive_batch`]) name the queue's tables in their SQL as PGMQ
-//!   folds them (lowercase), always as quoted identifiers ([`quote_ident`]).
+//!   [`Pgmq::archive_fenced`], [`Pgmq::requeue_fenced`] and
+//!   [`Pgmq::dead_letter_fenced`], the locks [`Pgmq::lock_fenced`] and
+//!   [`Pgmq::lock_batch`], [`Pgmq::release_batch`], the looks
+//!   [`Pgmq::peek_raw`], [`Pgmq::peek_archive_raw`] and
+//!   [`Pgmq::still_queued`], and [`Pgmq::prune_archive_batch`]) name the
+//!   queue's tables in their SQL as PGMQ folds them (lowercase), always as
+//!   quoted identifiers ([`quote_ident`]).
 //! - **Catalog functions qualified.** The SQL this crate writes itself calls
 //!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
 //!   and so on, so a function of the same name in a schema earlier on the
@@ -135,8 +138,10 @@
 mod ack;
 mod args;
 mod call;
+mod catalog;
 mod client;
 mod connection;
+mod dead_letter;
 mod dsn;
 mod error;
 mod executor;
@@ -166,8 +171,10 @@ mod version;
 
 pub use args::{MAX_BATCH, MAX_SECONDS};
 pub use call::TypedParams;
+pub use catalog::{LockHolder, TableColumn};
 pub use client::{Client, ClientBuilder, Pgmq, Pool};
 pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
+pub use dead_letter::DeadLetter;
 pub use dsn::{
     pgpass_lookup, read_dsn_file, redact as redact_dsn, ConnInfo, DsnError, DsnFileError,
     RAW_CREDENTIALS as DSN_RAW_CREDENTIALS,
@@ -181,7 +188,7 @@ pub use keyed::{DedupKey, Sent, TopicSent, MAX_DEDUP_KEY_LEN};
 pub use limits::FleetLimit;
 pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
 pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
-pub use pause::PausedQueue;
+pub use pause::{PausedQueue, PAUSE_FLAG_GRANTS};
 pub use peek::ArchivedMessage;
 pub use queue::{QueueInfo, QueueMetrics};
 pub use queue_name::{quote_ident, QueueName, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE};

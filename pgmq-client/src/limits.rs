@@ -24,6 +24,7 @@ use crate::executor::Executor;
 use crate::message::{raw_from_row, Message, RawJson};
 use crate::queue_name::QueueName;
 use crate::read::ReadOptions;
+use crate::rows::first_col;
 use crate::statements::Stmt;
 use crate::Pgmq;
 
@@ -190,4 +191,28 @@ impl<E: Executor> Pgmq<E> {
             .map_err(|e| e.in_sdk(FEATURE))?;
         rows.iter().map(raw_from_row).collect()
     }
+
+    /// Whether the `pgmq_sdk` schema's limited read
+    /// ([`read_limited_raw`](Self::read_limited_raw)) is installed on this
+    /// database: a catalog look that runs nothing of the schema and cannot
+    /// fail for its absence, for a start-up check before reads under a
+    /// [`FleetLimit`] begin.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// if !client.fleet_limit_available().await? {
+    ///     println!("run `pgmq install-sdk` to limit reads across the fleet");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn fleet_limit_available(&self) -> Result<bool, Error> {
+        let rows = self
+            .run(Stmt::SdkPresent, None, &[&READ_LIMITED_SIGNATURE])
+            .await?;
+        first_col::<bool>(&rows, 0, false)
+    }
 }
+
+/// The signature of `pgmq_sdk.read_limited`, as `to_regprocedure` takes it.
+const READ_LIMITED_SIGNATURE: &str =
+    "pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision)";

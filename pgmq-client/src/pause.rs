@@ -25,6 +25,17 @@ use crate::Pgmq;
 
 const FEATURE: &str = "pausing a queue";
 
+/// The grants a role needs to read a queue's pause flag
+/// ([`Pgmq::is_paused`]), as an operator runs them: for an error message
+/// that tells how to fix a read refused with SQLSTATE 42501.
+///
+/// ```
+/// assert!(pgmq_client::PAUSE_FLAG_GRANTS.starts_with("GRANT SELECT ON"));
+/// ```
+pub const PAUSE_FLAG_GRANTS: &str = "GRANT SELECT ON pgmq.q_<queue> TO <the worker's role> \
+     (the flag is readable by whoever may read the queue; the rest of pgmq_sdk is granted to \
+     PUBLIC by `pgmq install-sdk`: run it again if a grant on pgmq_sdk was revoked)";
+
 /// A paused queue, as [`Pgmq::paused_queues`] lists it.
 ///
 /// ```no_run

@@ -136,6 +136,18 @@ statements! {
     ValidateRoutingKey = "SELECT pgmq.validate_routing_key($1::text)";
     ValidateTopicPattern = "SELECT pgmq.validate_topic_pattern($1::text)";
     AcquireQueueLock = "SELECT pgmq.acquire_queue_lock($1::text)";
+    // catalog.rs: catalog looks about a queue's table, `$1` its quoted
+    // name, and the transaction-local timeouts for DDL on it.
+    QueueTableColumns = "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod) \
+        FROM pg_catalog.pg_attribute a \
+        WHERE a.attrelid = pg_catalog.to_regclass($1::text) AND a.attnum > 0 AND NOT a.attisdropped";
+    QueueTableLockHolders = "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''), l.mode, \
+        coalesce(extract(epoch FROM pg_catalog.now() - a.xact_start)::float8, 0) \
+        FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid \
+        WHERE l.locktype = 'relation' AND l.granted \
+        AND l.relation = pg_catalog.to_regclass($1::text) AND a.pid <> pg_catalog.pg_backend_pid() \
+        ORDER BY a.xact_start LIMIT $2::bigint";
+    SetLocalTimeouts = "SELECT pg_catalog.set_config('lock_timeout', $1::text, true), pg_catalog.set_config('statement_timeout', $2::text, true)";
 }
 
 impl Stmt {
@@ -335,20 +347,46 @@ mod tests {
         );
     }
 
+    /// The statements that look at the catalogs or set a setting rather
+    /// than call PGMQ or the SDK.
+    const CATALOG: [Stmt; 4] = [
+        Stmt::SdkPresent,
+        Stmt::QueueTableColumns,
+        Stmt::QueueTableLockHolders,
+        Stmt::SetLocalTimeouts,
+    ];
+
     #[test]
     fn every_statement_uses_parameters_for_names() {
         for s in Stmt::ALL {
             let sql = s.sql();
-            // PGMQ's or the SDK's objects, or (SdkPresent) a catalog probe.
+            // PGMQ's or the SDK's objects, or a catalog probe.
             assert!(
-                sql.contains("pgmq.") || sql.contains("pgmq_sdk.") || *s == Stmt::SdkPresent,
+                sql.contains("pgmq.") || sql.contains("pgmq_sdk.") || CATALOG.contains(s),
                 "{s:?}"
             );
-            // The one literal is a field name of PGMQ's own type.
-            let sql_ = sql.replace("'default_partition_length'", "");
+            // The literals are fixed words: a field name of PGMQ's own
+            // type, a lock type, the settings set, an empty default.
+            let mut sql_ = sql.to_owned();
+            for fixed in [
+                "'default_partition_length'",
+                "'relation'",
+                "'lock_timeout'",
+                "'statement_timeout'",
+                "''",
+            ] {
+                sql_ = sql_.replace(fixed, "");
+            }
             assert!(!sql_.contains('\''), "{s:?} has a literal");
         }
         assert_eq!(COUNT, Stmt::ALL.len());
+    }
+
+    #[test]
+    fn every_statement_on_the_sdk_schema_checks_trust_first() {
+        for s in Stmt::ALL {
+            assert_eq!(s.sql().contains("pgmq_sdk."), s.is_sdk(), "{s:?}");
+        }
     }
 
     #[test]
