@@ -48,10 +48,13 @@
 //!   broken, before any SQL runs; names travel as bound parameters. The
 //!   calls that are statements on PGMQ's tables rather than PGMQ functions
 //!   ([`Pgmq::read_from`], the fenced writes [`Pgmq::delete_fenced`],
-//!   [`Pgmq::archive_fenced`] and [`Pgmq::requeue_fenced`],
-//!   [`Pgmq::release_batch`], the looks [`Pgmq::peek_raw`] and
-//!   [`Pgmq::peek_archive_raw`], and [`Pgmq::prune_archive_batch`]) name the queue's tables in their SQL as PGMQ
-//!   folds them (lowercase), always as quoted identifiers ([`quote_ident`]).
+//!   [`Pgmq::archive_fenced`], [`Pgmq::requeue_fenced`] and
+//!   [`Pgmq::dead_letter_fenced`], the locks [`Pgmq::lock_fenced`] and
+//!   [`Pgmq::lock_batch`], [`Pgmq::release_batch`], the looks
+//!   [`Pgmq::peek_raw`], [`Pgmq::peek_archive_raw`] and
+//!   [`Pgmq::still_queued`], and [`Pgmq::prune_archive_batch`]) name the
+//!   queue's tables in their SQL as PGMQ folds them (lowercase), always as
+//!   quoted identifiers ([`quote_ident`]).
 //! - **Catalog functions qualified.** The SQL this crate writes itself calls
 //!   `pg_catalog.count`, `pg_catalog.clock_timestamp`, `pg_catalog.unnest`
 //!   and so on, so a function of the same name in a schema earlier on the
@@ -132,63 +135,36 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod ack;
-mod args;
-mod call;
-mod client;
-mod connection;
-mod dsn;
-mod error;
-mod executor;
-mod fenced;
-mod fifo;
-mod functions;
-mod kept;
-mod keyed;
-mod limits;
-mod message;
-mod notify;
-mod pause;
-mod peek;
-mod queue;
-mod queue_name;
-mod read;
-mod read_from;
-mod rows;
-pub mod sdk_schema;
-mod sdk_trust;
-mod send;
-mod statements;
-pub mod tls;
-mod topics;
-pub mod trace;
-mod version;
+// The layers, each on the ones before it: the connection and call path,
+// PGMQ's functions and tables, the SDK's own schema features. The public
+// API is the items re-exported here.
+mod conn;
+mod pgmq;
+mod sdk;
 
-pub use args::{MAX_BATCH, MAX_SECONDS};
-pub use call::TypedParams;
-pub use client::{Client, ClientBuilder, Pgmq, Pool};
-pub use connection::{Connection, ConnectionManager, Transaction, DEFAULT_CONNECT_TIMEOUT};
-pub use dsn::{
-    pgpass_lookup, read_dsn_file, redact as redact_dsn, ConnInfo, DsnError, DsnFileError,
-    RAW_CREDENTIALS as DSN_RAW_CREDENTIALS,
+#[doc(inline)]
+pub use conn::tls;
+#[doc(inline)]
+pub use pgmq::trace;
+#[doc(inline)]
+pub use sdk::sdk_schema;
+
+pub use conn::{
+    detect_pgmq, pgpass_lookup, read_dsn_file, redact_dsn, Client, ClientBuilder, CommitOutcome,
+    ConnInfo, Connection, ConnectionManager, ConnectionPool, DsnError, DsnFileError, Error,
+    Executor, HeldConnection, InstallMode, KeptConnections, Pgmq, PgmqInstall, Pool, Result,
+    Transaction, TypedParams, Version, DEFAULT_CONNECT_TIMEOUT, DSN_RAW_CREDENTIALS, MAX_BATCH,
+    MAX_SECONDS, MIN_SUPPORTED,
 };
-pub use error::{CommitOutcome, Error, Result};
-pub use executor::Executor;
-pub use fenced::{Receipt, Requeue, MAX_DELAY};
-pub use fifo::{GroupStrategy, FIFO_GROUP_HEADER};
-pub use kept::{ConnectionPool, HeldConnection, KeptConnections};
-pub use keyed::{DedupKey, Sent, TopicSent, MAX_DEDUP_KEY_LEN};
-pub use limits::FleetLimit;
-pub use message::{Decoded, Delay, Message, RawJson, SendOptions, Undecoded};
-pub use notify::{Listener, Notification, NotificationStream, NotifyThrottle};
-pub use pause::PausedQueue;
-pub use peek::ArchivedMessage;
-pub use queue::{QueueInfo, QueueMetrics};
-pub use queue_name::{quote_ident, QueueName, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE};
-pub use read::ReadOptions;
-pub use read_from::ReadFrom;
-pub use topics::{RouteMatch, TopicBinding};
-pub use version::{detect as detect_pgmq, InstallMode, PgmqInstall, Version, MIN_SUPPORTED};
+pub use pgmq::{
+    quote_ident, ArchivedMessage, DeadLetter, Decoded, Delay, GroupStrategy, Listener, LockHolder,
+    Message, Notification, NotificationStream, NotifyThrottle, QueueInfo, QueueMetrics, QueueName,
+    RawJson, ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableColumn,
+    TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE,
+};
+pub use sdk::{
+    DedupKey, FleetLimit, PausedQueue, Sent, TopicSent, MAX_DEDUP_KEY_LEN, PAUSE_FLAG_GRANTS,
+};
 
 /// This crate's README (its crates.io page), compiled as doc tests.
 #[cfg(doctest)]

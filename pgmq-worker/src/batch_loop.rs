@@ -606,50 +606,23 @@ fn tx_failed_all(n: usize, what: &str, e: pgmq_client::Error) -> Vec<Each> {
     }
 }
 
-/// Locks the rows of `$1 ids, $2 read_ats` that still hold those
-/// deliveries, in id order, and returns their ids. `{t}` is the quoted
-/// queue table.
-const LOCK_SQL: &str = "SELECT m.msg_id FROM {t} AS m, \
-    ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::timestamptz[])) AS r(id, read_at) \
-    WHERE m.msg_id = r.id AND m.last_read_at = r.read_at AND m.msg_id = ANY($1::bigint[]) \
-    ORDER BY m.msg_id FOR UPDATE OF m";
-
-/// [`LOCK_SQL`] without the fence (the `fence_off` test hook): by id alone.
-const LOCK_UNFENCED_SQL: &str = "SELECT m.msg_id FROM {t} AS m \
-    WHERE m.msg_id = ANY($1::bigint[]) AND $2::timestamptz[] IS NOT NULL \
-    ORDER BY m.msg_id FOR UPDATE OF m";
-
-/// Locks the batch's rows in `tx`, fenced on `receipts` (by id alone when
-/// `unfenced`); returns the ids locked: the messages this worker still
-/// owns.
+/// Locks the batch's rows in `tx`, fenced on `receipts`
+/// ([`Pgmq::lock_fenced`]; by id alone when `unfenced`); returns the ids
+/// locked: the messages this worker still owns.
 async fn lock_fenced(
     tx: &pgmq_client::Transaction<'_>,
     queue: &QueueName,
     unfenced: bool,
     receipts: &[Receipt],
 ) -> Result<HashSet<i64>, pgmq_client::Error> {
-    use pgmq_client::reexports::tokio_postgres::types::Type;
-    use pgmq_client::Executor;
-    let ids: Vec<i64> = receipts.iter().map(|r| r.msg_id).collect();
-    let reads: Vec<chrono::DateTime<chrono::Utc>> = receipts.iter().map(|r| r.read_at).collect();
-    let sql = if unfenced {
-        LOCK_UNFENCED_SQL
+    let pg = Pgmq::on(tx);
+    let locked = if unfenced {
+        let ids: Vec<i64> = receipts.iter().map(|r| r.msg_id).collect();
+        pg.lock_batch(queue, &ids).await?
     } else {
-        LOCK_SQL
+        pg.lock_fenced(queue, receipts).await?
     };
-    let sql = sql.replace("{t}", &queue.quoted_table());
-    let rows = tx
-        .query_text(
-            &sql,
-            &[(&ids, Type::INT8_ARRAY), (&reads, Type::TIMESTAMPTZ_ARRAY)],
-        )
-        .await?;
-    rows.iter()
-        .map(|r| {
-            r.try_get::<_, i64>(0)
-                .map_err(|source| pgmq_client::Error::UnexpectedRow { source })
-        })
-        .collect()
+    Ok(locked.into_iter().collect())
 }
 
 impl<H> TxBatch<H> {
@@ -804,15 +777,6 @@ impl<H> TxBatch<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_lock_names_the_table_and_fences_each_delivery() {
-        let q = QueueName::new("jobs").unwrap();
-        let sql = LOCK_SQL.replace("{t}", &q.quoted_table());
-        assert!(sql.contains("FROM pgmq.\"q_jobs\" AS m"));
-        assert!(sql.contains("m.last_read_at = r.read_at"));
-        assert!(sql.ends_with("FOR UPDATE OF m"));
-    }
 
     #[test]
     fn a_batch_that_fails_as_a_whole_fails_each_message() {

@@ -59,7 +59,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Pgmq, QueueName, Receipt, Requeue};
+use pgmq_client::{DeadLetter, Pgmq, QueueName, Receipt, Requeue};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -317,7 +317,7 @@ struct Sorted<'c> {
     archives: Vec<Receipt>,
     /// Retries, snoozes and releases, each with the counter it counts in.
     requeues: Vec<(Requeue, &'c AtomicU64)>,
-    dead: Vec<Dead>,
+    dead: Vec<DeadLetter>,
 }
 
 impl<'c> Sorted<'c> {
@@ -339,12 +339,11 @@ impl<'c> Sorted<'c> {
                     Requeue::new(r, Duration::ZERO).undo_read(),
                     &c.expired_released,
                 )),
-                AckKind::DeadLetter { reason } => batch.dead.push(Dead {
-                    receipt: r,
-                    attempts: ack.attempt,
-                    deliveries: ack.deliveries,
-                    reason,
-                }),
+                AckKind::DeadLetter { reason } => batch.dead.push(
+                    DeadLetter::new(r, reason)
+                        .attempts(ack.attempt)
+                        .deliveries(ack.deliveries),
+                ),
             }
         }
         batch
@@ -448,7 +447,7 @@ impl Writer {
     }
 
     /// The dead letters, moved in one statement ([`dead_letter`]).
-    async fn dead_letter(&self, dead: &[Dead], lost: &mut Vec<i64>) {
+    async fn dead_letter(&self, dead: &[DeadLetter], lost: &mut Vec<i64>) {
         if dead.is_empty() {
             return;
         }
@@ -495,25 +494,12 @@ impl Writer {
         }
     }
 
-    /// Which of `ids` are still rows of the queue table, asked within the
-    /// acknowledgement's retry time; None when that cannot be known.
+    /// Which of `ids` are still rows of the queue table
+    /// ([`Pgmq::still_queued`]), asked within the acknowledgement's retry
+    /// time; None when that cannot be known.
     async fn still_queued(&self, ids: &[i64]) -> Option<Vec<i64>> {
-        use pgmq_client::reexports::tokio_postgres::types::{ToSql, Type};
-        use pgmq_client::Executor;
-        let part = &self.part;
-        let sql = format!(
-            "SELECT pg_catalog.array_agg(msg_id) FROM {} WHERE msg_id = ANY($1::bigint[])",
-            part.settings.queue.quoted_table()
-        );
-        let params: [(&(dyn ToSql + Sync), Type); 1] = [(&ids, Type::INT8_ARRAY)];
-        let rows = self
-            .retrying(|| self.kept.query_text(&sql, &params), |_, _| {})
-            .await?;
-        Some(
-            rows.first()
-                .and_then(|r| r.try_get::<_, Option<Vec<i64>>>(0).ok().flatten())
-                .unwrap_or_default(),
-        )
+        let (pg, q) = (Pgmq::on(&self.kept), &self.part.settings.queue);
+        self.retrying(|| pg.still_queued(q, ids), |_, _| {}).await
     }
 
     /// The batch is written: drops its leases, counts its lost claims (not
@@ -605,62 +591,21 @@ impl Writer {
     }
 }
 
-/// One message to dead-letter.
-struct Dead {
-    receipt: Receipt,
-    attempts: u32,
-    deliveries: u32,
-    reason: String,
-}
-
-/// Moves the messages still held by these deliveries to the dead-letter
-/// queue in one statement (so in one transaction): the rows are locked,
-/// their `message` and `headers` go to `pgmq.send_batch` as stored, never
-/// through the client, so the copy is exact (numbers of any precision, any
-/// nesting), and they are deleted from the source. The one header the
-/// worker itself wrote into them, [`ATTEMPTS_HEADER`] (`$8`), is left out
-/// of `original_headers`: a dead letter sent back with its original
+/// Moves messages to the dead-letter queue in one statement, fenced
+/// ([`Pgmq::dead_letter_fenced`]), with headers `{reason, attempts,
+/// deliveries, source_queue, original_msg_id, original_headers}`. The one
+/// header the worker itself wrote into them, [`ATTEMPTS_HEADER`], is left
+/// out of `original_headers`: a dead letter sent back with its original
 /// headers (`pgmq redrive`) starts again with all of `max_attempts`.
-/// Returns the source ids moved. `{t}` is the quoted queue table.
-const DEAD_LETTER_SQL: &str = "\
-WITH dead AS (
-    SELECT * FROM ROWS FROM (pg_catalog.unnest($2::bigint[]), pg_catalog.unnest($3::timestamptz[]),
-        pg_catalog.unnest($4::text[]), pg_catalog.unnest($5::integer[]), pg_catalog.unnest($6::integer[]))
-        WITH ORDINALITY AS d(id, read_at, reason, attempts, deliveries, ord)
-), locked AS (
-    SELECT m.msg_id, m.message, m.headers, d.reason, d.attempts, d.deliveries, d.ord
-    FROM {t} AS m JOIN dead d ON m.msg_id = d.id AND m.last_read_at = d.read_at
-    WHERE m.msg_id = ANY($2::bigint[])
-    FOR UPDATE OF m
-), moved AS (
-    SELECT pg_catalog.array_agg(l.message ORDER BY l.ord) AS bodies,
-           pg_catalog.array_agg(pg_catalog.jsonb_build_object(
-               'reason', l.reason, 'attempts', l.attempts, 'deliveries', l.deliveries,
-               'source_queue', $1::text, 'original_msg_id', l.msg_id,
-               'original_headers', CASE WHEN pg_catalog.jsonb_typeof(l.headers) = 'object'
-                   THEN l.headers - $8::text ELSE l.headers END) ORDER BY l.ord) AS headers
-    FROM locked l
-    HAVING pg_catalog.count(*) > 0
-), sent AS (
-    SELECT pgmq.send_batch($7::text, moved.bodies, moved.headers, 0) AS id FROM moved
-), removed AS (
-    DELETE FROM {t} AS m USING locked l WHERE m.msg_id = l.msg_id RETURNING m.msg_id
-)
-SELECT (SELECT pg_catalog.array_agg(msg_id) FROM removed), (SELECT pg_catalog.count(*) FROM sent)";
-
-/// Moves messages to the dead-letter queue ([`DEAD_LETTER_SQL`]), with
-/// headers `{reason, attempts, deliveries, source_queue, original_msg_id,
-/// original_headers}`. Without a dead-letter queue, or when it no longer
-/// exists (dropped while the worker runs), they are archived instead, with
+/// Without a dead-letter queue, or when it no longer exists (dropped while
+/// the worker runs), they are archived instead, with
 /// `{"dead_letter_reason": reason, "attempts": n}` merged into their
 /// headers, so that a missing queue never sends them round again.
 async fn dead_letter(
     cfg: &Settings,
     kept: &Kept,
-    dead: &[Dead],
+    dead: &[DeadLetter],
 ) -> Result<Vec<i64>, pgmq_client::Error> {
-    use pgmq_client::reexports::tokio_postgres::types::Type;
-    use pgmq_client::Executor;
     for d in dead {
         tracing::warn!(msg_id = d.receipt.msg_id, attempts = d.attempts, reason = %d.reason, queue = %cfg.queue, "dead-lettering");
     }
@@ -668,57 +613,25 @@ async fn dead_letter(
         return archive_dead(kept, &cfg.queue, dead).await;
     };
     let dead = newest_per_id(dead);
-    let ids: Vec<i64> = dead.iter().map(|d| d.receipt.msg_id).collect();
-    let reads: Vec<chrono::DateTime<chrono::Utc>> =
-        dead.iter().map(|d| d.receipt.read_at).collect();
-    let reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
-    let attempts: Vec<i32> = dead.iter().map(|d| to_i32(d.attempts)).collect();
-    let deliveries: Vec<i32> = dead.iter().map(|d| to_i32(d.deliveries)).collect();
-    let sql = DEAD_LETTER_SQL.replace("{t}", &cfg.queue.quoted_table());
-    let q = cfg.queue.as_str();
-    let res = kept
-        .query_text(
-            &sql,
-            &[
-                (&q, Type::TEXT),
-                (&ids, Type::INT8_ARRAY),
-                (&reads, Type::TIMESTAMPTZ_ARRAY),
-                (&reasons, Type::TEXT_ARRAY),
-                (&attempts, Type::INT4_ARRAY),
-                (&deliveries, Type::INT4_ARRAY),
-                (&dlq.as_str(), Type::TEXT),
-                (&ATTEMPTS_HEADER, Type::TEXT),
-            ],
-        )
-        .await;
-    match res {
-        Ok(rows) => Ok(rows
-            .first()
-            .and_then(|r| r.try_get::<_, Option<Vec<i64>>>(0).ok().flatten())
-            .unwrap_or_default()),
+    match Pgmq::on(kept)
+        .dead_letter_fenced(&cfg.queue, dlq, &dead, &[ATTEMPTS_HEADER])
+        .await
+    {
         Err(e) if names_missing_table(&e, dlq) => {
             tracing::error!(queue = %cfg.queue, dead_letter_queue = %dlq, "the dead-letter queue does not exist (dropped?): archiving dead letters with their reason instead");
-            let owned: Vec<Dead> = dead
-                .iter()
-                .map(|d| Dead {
-                    receipt: d.receipt,
-                    attempts: d.attempts,
-                    deliveries: d.deliveries,
-                    reason: d.reason.clone(),
-                })
-                .collect();
-            archive_dead(kept, &cfg.queue, &owned).await
+            archive_dead(kept, &cfg.queue, &dead).await
         }
-        Err(e) => Err(e),
+        res => res,
     }
 }
 
 /// One dead letter per message id, whatever the batch holds (the move
-/// sends one copy per row it locked): of two deliveries of one message that
-/// meet in a batch (the first one's claim expired and the message was read
-/// again), the newest, the only one whose fence can still match.
-fn newest_per_id(dead: &[Dead]) -> Vec<&Dead> {
-    let mut newest: std::collections::HashMap<i64, &Dead> =
+/// sends one copy per delivery it is given): of two deliveries of one
+/// message that meet in a batch (the first one's claim expired and the
+/// message was read again), the newest, the only one whose fence can still
+/// match.
+fn newest_per_id(dead: &[DeadLetter]) -> Vec<DeadLetter> {
+    let mut newest: std::collections::HashMap<i64, &DeadLetter> =
         std::collections::HashMap::with_capacity(dead.len());
     for d in dead {
         newest
@@ -737,26 +650,14 @@ fn newest_per_id(dead: &[Dead]) -> Vec<&Dead> {
                 .get(&d.receipt.msg_id)
                 .is_some_and(|n| std::ptr::eq(*n, *d))
         })
+        .cloned()
         .collect()
 }
 
-fn to_i32(n: u32) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
-
-/// Whether `e` says that `queue`'s table does not exist.
+/// Whether `e` says that `queue` does not exist (the dead-letter move
+/// names the missing queue, the source or the dead-letter queue).
 fn names_missing_table(e: &pgmq_client::Error, queue: &QueueName) -> bool {
-    use pgmq_client::reexports::tokio_postgres::error::SqlState;
-    match e {
-        pgmq_client::Error::QueueNotFound { queue: q } => q == queue.as_str(),
-        _ => {
-            let text = e.to_string();
-            (e.sqlstate() == Some(&SqlState::UNDEFINED_TABLE)
-                || e.sqlstate() == Some(&SqlState::RAISE_EXCEPTION))
-                && (text.contains(&format!("q_{}", queue.as_str()))
-                    || text.contains(&format!("\"{}\"", queue.as_str())))
-        }
-    }
+    matches!(e, pgmq_client::Error::QueueNotFound { queue: q } if q == queue.as_str())
 }
 
 /// The fenced delete (or with `archive`, archive) of a success's
@@ -789,7 +690,7 @@ pub(crate) async fn acknowledge<E: pgmq_client::Executor>(
 async fn archive_dead(
     kept: &Kept,
     queue: &QueueName,
-    dead: &[Dead],
+    dead: &[DeadLetter],
 ) -> Result<Vec<i64>, pgmq_client::Error> {
     let items: Vec<(Receipt, Option<serde_json::Value>)> = dead
         .iter()
@@ -803,17 +704,4 @@ async fn archive_dead(
     Pgmq::on(kept)
         .archive_fenced_with_headers(queue, &items)
         .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_dead_letter_sql_names_the_table_once_filled_in() {
-        let q = QueueName::new("jobs").unwrap();
-        let sql = DEAD_LETTER_SQL.replace("{t}", &q.quoted_table());
-        assert!(sql.contains("FROM pgmq.\"q_jobs\" AS m"));
-        assert!(sql.contains("m.last_read_at = d.read_at"));
-    }
 }

@@ -107,7 +107,10 @@
 //!   (less the worker's own [`ATTEMPTS_HEADER`], so a redriven message gets
 //!   `max_attempts` again). Without a dead-letter queue (or when it has been
 //!   dropped) they are archived, with `dead_letter_reason` and `attempts`
-//!   merged into their headers in PGMQ's archive table.
+//!   merged into their headers in PGMQ's archive table. The move is
+//!   pgmq-client's [`Pgmq::dead_letter_fenced`](pgmq_client::Pgmq::dead_letter_fenced):
+//!   like every statement the worker runs, its SQL is the client's, behind
+//!   a named function; the worker holds none of its own.
 //! - **Fenced writes.** Every write (delete, archive, retry, snooze,
 //!   dead-letter move, heartbeat, release) matches the message *and the
 //!   delivery that claimed it* (`msg_id` and the `last_read_at` its read

@@ -62,9 +62,7 @@ pub(crate) struct Settings {
 
 /// The grants a worker's role needs to read the pause flag, as an
 /// operator runs them.
-pub(crate) const GRANTS: &str = "GRANT SELECT ON pgmq.q_<queue> TO <the worker's role> \
-     (the flag is readable by whoever may read the queue; the rest of pgmq_sdk is granted to \
-     PUBLIC by `pgmq install-sdk`: run it again if a grant on pgmq_sdk was revoked)";
+pub(crate) const GRANTS: &str = pgmq_client::PAUSE_FLAG_GRANTS;
 
 /// Whether `e` is the server refusing the read for want of a right.
 fn denied(e: &pgmq_client::Error) -> bool {

@@ -64,17 +64,10 @@ pub(crate) async fn check_queues(source: &Source, cfg: &Settings) -> Result<Read
 /// Fails the start when the `pgmq_sdk` schema's limited read is missing
 /// (the fleet limit would fail every read); a transient error only warns.
 async fn check_sdk_schema(source: &Source, limit: std::time::Duration) -> Result<(), Error> {
-    let sql = "SELECT pg_catalog.to_regprocedure('pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision)') IS NOT NULL";
     let found = async {
         let conn = source.checkout(limit).await?;
-        conn.bounded(limit, async {
-            conn.client()
-                .query_one(sql, &[])
-                .await
-                .map_err(pgmq_client::Error::from)
-        })
-        .await
-        .map(|row| row.get::<_, bool>(0))
+        conn.bounded(limit, Pgmq::on(&conn).fleet_limit_available())
+            .await
     };
     match found.await {
         Ok(true) => Ok(()),
@@ -145,9 +138,15 @@ async fn known_read(source: &Source, limit: std::time::Duration) -> bool {
 /// only warns).
 async fn check_layout(source: &Source, cfg: &Settings) -> Result<bool, Error> {
     let queue = &cfg.queue;
-    let sql = "SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)                FROM pg_catalog.pg_attribute a                WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";
-    let rows = match query_on_table(source, cfg, sql).await {
-        Ok(rows) => rows,
+    // On a connection of its own, within `db_timeout` (abandoned past it).
+    let columns = async {
+        let conn = source.checkout(cfg.db_timeout).await?;
+        let pg = Pgmq::on(&conn);
+        crate::db::bounded(cfg.db_timeout, &conn, pg.queue_table_columns(queue)).await
+    }
+    .await;
+    let have = match columns {
+        Ok(have) => have,
         Err(e) if e.is_transient() => {
             tracing::warn!(error = %e, queue = %queue, "could not check the queue table's layout; starting anyway");
             return Ok(false);
@@ -158,35 +157,14 @@ async fn check_layout(source: &Source, cfg: &Settings) -> Result<bool, Error> {
             )))
         }
     };
-    let have: Vec<(String, String)> = rows
-        .iter()
-        .filter_map(|r| Some((r.try_get(0).ok()?, r.try_get(1).ok()?)))
-        .collect();
     for (col, ty) in LAYOUT {
-        if !have.iter().any(|(c, t)| c == col && t == ty) {
+        if !have.iter().any(|c| c.name == *col && c.type_name == *ty) {
             return Err(Error::Config(format!(
                 "the table of queue {queue} has no column {col} of type {ty}: this PGMQ's layout is not one this worker writes to"
             )));
         }
     }
     Ok(true)
-}
-
-/// Runs `sql`, whose one parameter `$1` is the queue's quoted table name,
-/// on a connection of its own within `db_timeout` (abandoned past it);
-/// unnamed, in one round trip, so that it works behind PgBouncer's
-/// transaction mode too.
-async fn query_on_table(
-    source: &Source,
-    cfg: &Settings,
-    sql: &str,
-) -> Result<Vec<pgmq_client::reexports::tokio_postgres::Row>, pgmq_client::Error> {
-    use pgmq_client::reexports::tokio_postgres::types::{ToSql, Type};
-    let table = cfg.queue.quoted_table();
-    let conn = source.checkout(cfg.db_timeout).await?;
-    let params = [(&table as &(dyn ToSql + Sync), Type::TEXT)];
-    let query = async { Ok(conn.client().query_typed(sql, &params).await?) };
-    crate::db::bounded(cfg.db_timeout, &conn, query).await
 }
 
 /// Fails when `queue` does not exist; a transient error only warns (the
@@ -314,13 +292,8 @@ async fn trigger_ddl_once(
     let mut conn = source.checkout(cfg.db_timeout).await?;
     let run = async {
         let tx = conn.transaction().await?;
-        let ms = |d: std::time::Duration| format!("{}ms", d.as_millis());
-        tx.execute(
-            "SELECT pg_catalog.set_config('lock_timeout', $1, true), pg_catalog.set_config('statement_timeout', $2, true)",
-            &[&ms(lock_timeout), &ms(cfg.db_timeout)],
-        )
-        .await?;
         let pg = Pgmq::on(&tx);
+        pg.set_local_timeouts(lock_timeout, cfg.db_timeout).await?;
         match ddl {
             TriggerDdl::Enable => {
                 pg.enable_notify_insert(&cfg.queue, cfg.notify_throttle)
@@ -346,23 +319,27 @@ async fn trigger_ddl_once(
 /// their pid, application name, state and how long their transaction has
 /// been open (never their query text, which may quote data).
 async fn lock_holders(source: &Source, cfg: &Settings) -> String {
-    let sql = "SELECT a.pid, coalesce(a.application_name, ''), coalesce(a.state, ''), l.mode, \
-               coalesce(extract(epoch FROM now() - a.xact_start)::float8, 0) \
-               FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid \
-               WHERE l.locktype = 'relation' AND l.granted \
-               AND l.relation = pg_catalog.to_regclass($1) AND a.pid <> pg_catalog.pg_backend_pid() \
-               ORDER BY a.xact_start LIMIT 5";
-    let rows = query_on_table(source, cfg, sql).await;
-    match rows {
-        Ok(rows) if !rows.is_empty() => rows
+    let queue = &cfg.queue;
+    // On a connection of its own, within `db_timeout` (abandoned past it).
+    let holders = async {
+        let conn = source.checkout(cfg.db_timeout).await?;
+        let pg = Pgmq::on(&conn);
+        let look = pg.queue_table_lock_holders(queue, LOCK_HOLDERS_SHOWN);
+        crate::db::bounded(cfg.db_timeout, &conn, look).await
+    }
+    .await;
+    match holders {
+        Ok(holders) if !holders.is_empty() => holders
             .iter()
-            .map(|r| {
-                let pid: i32 = r.get(0);
-                let app: String = r.get(1);
-                let state: String = r.get(2);
-                let mode: String = r.get(3);
-                let open: f64 = r.get(4);
-                format!("pid {pid} (application_name '{app}', {state}, transaction open {open:.0} s, holding {mode})")
+            .map(|h| {
+                format!(
+                    "pid {} (application_name '{}', {}, transaction open {:.0} s, holding {})",
+                    h.pid,
+                    h.application_name,
+                    h.state,
+                    h.transaction_open.as_secs_f64(),
+                    h.mode
+                )
             })
             .collect::<Vec<_>>()
             .join(", "),
@@ -370,3 +347,7 @@ async fn lock_holders(source: &Source, cfg: &Settings) -> String {
         Err(e) => format!("unknown sessions (could not look them up: {e})"),
     }
 }
+
+/// How many of the sessions holding a lock on the queue table
+/// [`Error::Locked`] names, the longest-open transactions first.
+const LOCK_HOLDERS_SHOWN: usize = 5;

@@ -1,7 +1,9 @@
 //! docs/architecture.md's module tables name every file of
 //! `pgmq-worker/src/` and `pgmq-client/src/`, and only files that exist:
-//! each table row starts with a file (`` `db.rs` ``) or a folder
-//! (`` `bin/pgmq/` ``), compared with the entries of the crate's `src/`.
+//! each table row starts with a file (`` `db.rs` ``), a file of a layer
+//! (`` `conn/call.rs` ``: a folder of `src/` with a `mod.rs` is a layer,
+//! whose files have a row each) or another folder (`` `bin/pgmq/` ``,
+//! `` `conn/dsn/` ``), compared with the entries of the crate's `src/`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -29,14 +31,22 @@ fn table_rows(doc: &str, heading: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The `.rs` files of `dir`, and its folders as `name/` followed by their
-/// single subfolder when there is one (`bin/pgmq/`).
+/// The `.rs` files of `dir` (by their path from `dir`, with `prefix`
+/// before it), the files of its layers (folders with a `mod.rs`, at the
+/// top only) the same way, and its other folders as `name/` followed by
+/// their single subfolder when there is one (`bin/pgmq/`).
 fn source_entries(dir: &Path) -> BTreeSet<String> {
+    entries(dir, "", true)
+}
+
+fn entries(dir: &Path, prefix: &str, top: bool) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if path.is_dir() {
+        if path.is_dir() && top && path.join("mod.rs").is_file() {
+            out.extend(entries(&path, &format!("{prefix}{name}/"), false));
+        } else if path.is_dir() {
             let subdirs: Vec<String> = std::fs::read_dir(&path)
                 .unwrap()
                 .map(|e| e.unwrap().path())
@@ -44,11 +54,11 @@ fn source_entries(dir: &Path) -> BTreeSet<String> {
                 .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
                 .collect();
             match subdirs.as_slice() {
-                [only] => out.insert(format!("{name}/{only}/")),
-                _ => out.insert(format!("{name}/")),
+                [only] => out.insert(format!("{prefix}{name}/{only}/")),
+                _ => out.insert(format!("{prefix}{name}/")),
             };
         } else if name.ends_with(".rs") {
-            out.insert(name);
+            out.insert(format!("{prefix}{name}"));
         }
     }
     out
@@ -80,6 +90,38 @@ fn the_module_tables_match_the_source_files() {
         problems.extend(mismatches(&rows, &files, crate_dir));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_layers_files_have_a_row_each() {
+    let dir = std::env::temp_dir().join(format!("docs_architecture_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for folder in ["conn/dsn", "bin/pgmq", "assets"] {
+        std::fs::create_dir_all(dir.join(folder)).unwrap();
+    }
+    for file in [
+        "lib.rs",
+        "conn/mod.rs",
+        "conn/call.rs",
+        "conn/dsn/mod.rs",
+        "bin/pgmq/main.rs",
+        "assets/x.rs",
+    ] {
+        std::fs::write(dir.join(file), "").unwrap();
+    }
+    let found = source_entries(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let want: BTreeSet<String> = [
+        "lib.rs",
+        "conn/mod.rs",
+        "conn/call.rs",
+        "conn/dsn/",
+        "bin/pgmq/",
+        "assets/",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(found, want);
 }
 
 #[test]
