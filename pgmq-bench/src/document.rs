@@ -270,6 +270,11 @@ pub struct Virtualization {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Workload {
+    /// The profile the options were completed from: `default` (no profile
+    /// flag), `quick`, `standard`, `full` or `long`. Absent in older
+    /// documents, whose run without a profile flag was the full one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     /// Sections run, in order.
     pub sections: Vec<String>,
     /// Messages per consume run (consume_scaling, baseline read + delete).

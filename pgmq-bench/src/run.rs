@@ -299,6 +299,7 @@ async fn write_and_report(doc: &Document, cfg: &Config, progress: &Progress) -> 
 
 fn workload(cfg: &Config) -> Workload {
     Workload {
+        profile: Some(cfg.profile.name().to_owned()),
         sections: cfg.section_names().into_iter().map(str::to_owned).collect(),
         messages: cfg.messages,
         batch_messages: cfg.batch_messages,

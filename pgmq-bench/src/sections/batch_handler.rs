@@ -31,7 +31,7 @@ use pgmq_client::{Message, Transaction};
 use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler, Worker};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{pick, Profile};
+use crate::config::{pick, Apply, Profile};
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
@@ -140,10 +140,12 @@ impl Options for BatchHandlerOptions {
         }
     }
 
-    fn apply_profile(&mut self, profile: Profile) {
-        match profile {
-            Profile::Quick => pick(&mut self.batch_handler_messages, 60_000, 5_000),
-            Profile::Standard => pick(&mut self.batch_handler_messages, 60_000, 20_000),
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        match p.profile {
+            Profile::Quick | Profile::Default => {
+                pick!(p, self.batch_handler_messages, 60_000, 5_000)
+            }
+            Profile::Standard => pick!(p, self.batch_handler_messages, 60_000, 20_000),
             Profile::Full | Profile::Long => {}
         }
     }

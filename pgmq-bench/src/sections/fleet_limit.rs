@@ -36,7 +36,7 @@ use pgmq_client::QueueName;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
-use crate::config::{pick, Profile};
+use crate::config::{pick, Apply, Profile};
 use crate::document::{Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
@@ -140,9 +140,9 @@ impl Options for FleetLimitOptions {
         }
     }
 
-    fn apply_profile(&mut self, profile: Profile) {
-        match profile {
-            Profile::Quick => pick(&mut self.fleet_limit_messages, 1_600, 400),
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        match p.profile {
+            Profile::Quick | Profile::Default => pick!(p, self.fleet_limit_messages, 1_600, 400),
             Profile::Standard | Profile::Full | Profile::Long => {}
         }
     }

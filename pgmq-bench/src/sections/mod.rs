@@ -30,7 +30,7 @@ use pgmq_client::{Client, QueueName};
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Checks;
-use crate::config::{Config, Profile};
+use crate::config::{Apply, Config};
 use crate::document::{Document, Sections, WorkerCounters};
 use crate::error::Result;
 use crate::figures::Figures;
@@ -86,8 +86,8 @@ macro_rules! registry {
 
         impl SectionArgs {
             /// Applies the run's profile to every section's options.
-            pub(crate) fn apply_profile(&mut self, profile: Profile) {
-                $($(<$module::$opts as Options>::apply_profile(&mut self.$module, profile);)?)+
+            pub(crate) fn apply_profile(&mut self, p: &Apply<'_>) {
+                $($(<$module::$opts as Options>::apply_profile(&mut self.$module, p);)?)+
             }
         }
 
@@ -142,12 +142,12 @@ pub trait Options: clap::Args {
     /// What the document records of `config`.
     fn workload(config: &Self::Config) -> Self::Workload;
 
-    /// Replaces the flags that `profile` (`--quick`, `--standard`,
-    /// `--long`) sets for this section, each only while it holds its
-    /// default (`config::pick`). By default a profile
+    /// Replaces the flags that the profile `p.profile` (the default,
+    /// `--quick`, `--standard`, `--full`, `--long`) sets for this section,
+    /// each only when not given (`config::pick!`). By default a profile
     /// changes none.
-    fn apply_profile(&mut self, profile: Profile) {
-        let _ = profile;
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        let _ = p;
     }
 }
 

@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checks::{run_tag, Checks};
 use crate::cli::ClaimReadsArg;
-use crate::config::{pick, Profile};
+use crate::config::{pick, Apply, Profile};
 use crate::document::{
     Better, Document, Figure, Percentiles, Rate, Sample, Sections, TargetCheck, WorkerCounters,
 };
@@ -211,20 +211,21 @@ impl Options for PinnedOptions {
         }
     }
 
-    fn apply_profile(&mut self, profile: Profile) {
-        match profile {
-            Profile::Quick => {
-                pick(&mut self.pinned_calibrate_s, 10.0, 2.0);
-                pick(&mut self.pinned_phase_s, 20.0, 2.0);
-                pick(
-                    &mut self.pinned_claim_reads,
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        match p.profile {
+            Profile::Quick | Profile::Default => {
+                pick!(p, self.pinned_calibrate_s, 10.0, 2.0);
+                pick!(p, self.pinned_phase_s, 20.0, 2.0);
+                pick!(
+                    p,
+                    self.pinned_claim_reads,
                     vec![ClaimReadsArg::Bounded, ClaimReadsArg::Function],
-                    vec![ClaimReadsArg::Bounded],
+                    vec![ClaimReadsArg::Bounded]
                 );
             }
             Profile::Standard => {
-                pick(&mut self.pinned_calibrate_s, 10.0, 5.0);
-                pick(&mut self.pinned_phase_s, 20.0, 10.0);
+                pick!(p, self.pinned_calibrate_s, 10.0, 5.0);
+                pick!(p, self.pinned_phase_s, 20.0, 10.0);
             }
             Profile::Full | Profile::Long => {}
         }
