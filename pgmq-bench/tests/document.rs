@@ -1,7 +1,8 @@
 //! A real short run of every section on a throwaway database, then its
 //! document checked: the JSON Schema in docs/, every rate recomputable from
 //! its count and seconds, figure summaries consistent with their runs, no
-//! password, no queue left behind; and report/compare/check on it.
+//! password, no queue left behind; its progress lines on a pipe; and
+//! report/compare/check on it.
 
 mod common;
 
@@ -15,6 +16,8 @@ use serde_json::Value;
 struct ShortRun {
     text: String,
     leftover_queues: Vec<String>,
+    /// What the run wrote to stderr, a pipe.
+    stderr: String,
 }
 
 /// One short run shared by the tests of this file.
@@ -98,15 +101,10 @@ fn perform_short_run() -> ShortRun {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    // No progress lines when stderr is not a terminal.
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !err.contains("round 1/"),
-        "progress printed to a pipe: {err}"
-    );
     ShortRun {
         text: std::fs::read_to_string(&path).unwrap(),
         leftover_queues: db.bench_queues(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
 
@@ -121,6 +119,44 @@ fn only_slope_failures(doc: &Value) -> bool {
 
 fn doc() -> Value {
     serde_json::from_str(&short_run().text).unwrap()
+}
+
+/// Progress reaches a pipe as whole lines: every step `[k/N]` once and in
+/// order, each with its estimate of the time left, and each run's rate.
+#[test]
+fn progress_reaches_a_pipe_as_numbered_steps() {
+    let err = &short_run().stderr;
+    assert!(!err.contains('\r'), "a carriage return on a pipe");
+    // "profile default: 14 sections, 1 warm-up and 2 measured rounds, N steps; ..."
+    let n: usize = err
+        .lines()
+        .find_map(|l| {
+            l.split_once("profile default: 14 sections, 1 warm-up and 2 measured rounds, ")
+        })
+        .and_then(|(_, rest)| rest.split_once(" steps;"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no profile line: {err}"));
+    // 2 rounds of the 13 sections that run on their own (baseline's runs
+    // sit in the send and consume sections'), and the warm-up's few.
+    assert!(n > 2 * 13 && n < 3 * 13, "{n} steps");
+    let steps: Vec<(usize, usize)> = err
+        .lines()
+        .filter(|l| l.contains("left (an estimate)"))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("] [")?;
+            let (k, rest) = rest.split_once('/')?;
+            let (n, _) = rest.split_once(']')?;
+            Some((k.parse().ok()?, n.parse().ok()?))
+        })
+        .collect();
+    let want: Vec<(usize, usize)> = (1..=n).map(|k| (k, n)).collect();
+    assert_eq!(steps, want, "{err}");
+    for run in ["round 2/2 send_single: ", "round 1/2 consume_scaling w=2: "] {
+        assert!(
+            err.lines().any(|l| l.contains(run) && l.contains(" msg/s")),
+            "no rate of {run}: {err}"
+        );
+    }
 }
 
 #[test]
@@ -505,6 +541,7 @@ fn run_is_complete_accounted_for_and_clean() {
     let m = &doc["metadata"];
     let w = &m["workload"];
     assert_eq!(w["handler"], "empty");
+    assert_eq!(w["profile"], "default");
     assert_eq!(w["backlog_sizes"], serde_json::json!([1000, 3000]));
     assert_eq!(w["backlog_workers"], 2);
     assert_eq!(w["processes"], serde_json::json!([1, 2]));

@@ -44,6 +44,8 @@ use crate::ledger::Ledger;
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::processes::{bench_exe, child_spec, collect_child, start_child};
 use crate::sections::{Ctx, Options, Round, Section};
+use crate::config::Config;
+use crate::sections::plan;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "fleet_limit";
@@ -279,6 +281,13 @@ impl Section for FleetLimit {
 
     fn about(&self) -> &'static str {
         "Worker processes under one fleet-wide limit: the limit holds, and the share of it used"
+    }
+
+    fn planned_s(&self, cfg: &Config) -> f64 {
+        // limited and static: the work over the places, at about 70% use.
+        let o = &cfg.options.fleet_limit;
+        let work = o.messages as f64 * o.work.as_secs_f64() / f64::from(o.places.max(1)) / 0.7;
+        2.0 * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY) + work)
     }
 
     fn run_round<'a>(

@@ -37,6 +37,7 @@ use crate::figures::Figures;
 use crate::guard::Guard;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
+use crate::report::thousands;
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
 /// order a round runs them: one line per file, naming the sections it holds
@@ -176,6 +177,12 @@ pub(crate) trait Section: Sync {
     /// One line for `--help`.
     fn about(&self) -> &'static str;
 
+    /// The seconds one round of it is planned to take with `cfg` (see
+    /// [`plan`]): what the progress lines' estimate of the time left is
+    /// made of. 0 when its round runs nothing of its own (its runs are
+    /// made by other sections): it is then not a step of the run.
+    fn planned_s(&self, cfg: &Config) -> f64;
+
     /// Whether warm-up rounds run it (only throughput sections do).
     fn in_warmup(&self) -> bool {
         false
@@ -217,6 +224,49 @@ pub(crate) trait Section: Sync {
 impl std::fmt::Debug for dyn Section {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// What a round of a section is planned to take, from nominal speeds of a
+/// 2-core machine shared with other work. The estimate of the time left
+/// sums the planned seconds of the steps left and scales the sum by the
+/// pace the run has shown so far, so these need only be in proportion to
+/// each other, not right for any one machine.
+pub(crate) mod plan {
+    use super::baseline::Baseline;
+    use super::Section;
+    use crate::config::Config;
+
+    /// Sequential one-message sends a second.
+    pub(crate) const SINGLE_SENDS: f64 = 450.0;
+    /// Messages a second of sequential batch sends.
+    pub(crate) const BATCH_SENDS: f64 = 25_000.0;
+    /// Messages a second a worker drains from a preloaded queue.
+    pub(crate) const DRAIN: f64 = 20_000.0;
+    /// Messages a second the one-connection read + delete loop drains.
+    pub(crate) const LOOP_DRAIN: f64 = 8_000.0;
+    /// Messages a second a server-side preload writes.
+    pub(crate) const PRELOAD: f64 = 100_000.0;
+    /// Seconds of a run besides its messages: a fresh queue, its vacuum,
+    /// the checks after it, dropping it.
+    pub(crate) const SETUP: f64 = 0.3;
+    /// Seconds to start a worker process.
+    pub(crate) const PROCESS_START: f64 = 1.0;
+
+    /// Seconds of a run that preloads `n` messages and drains them at
+    /// `rate` a second.
+    pub(crate) fn drain(n: u64, rate: f64) -> f64 {
+        SETUP + n as f64 / PRELOAD + n as f64 / rate
+    }
+
+    /// `n` when the baseline section runs (its loops then sit around an
+    /// SDK section's runs, `n` of them per run), else 0.
+    pub(crate) fn loops_around(cfg: &Config, n: u32) -> f64 {
+        if cfg.has(Baseline.name()) {
+            f64::from(n)
+        } else {
+            0.0
+        }
     }
 }
 
@@ -370,6 +420,12 @@ const PRELOAD_SQL: &str = "SELECT count(*) FROM pgmq.send_batch($1::text, ARRAY(
 
 const PRELOAD_CHUNK: u64 = 10_000;
 
+/// A preload of at least this many messages is announced with its count.
+const PRELOAD_SAID: u64 = 100_000;
+
+/// How often a long preload says how far it got.
+const PRELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Ctx {
     /// A body.
     pub(crate) fn body(&self, id: u64) -> OutBody<'_> {
@@ -377,13 +433,31 @@ impl Ctx {
     }
 
     /// Loads ids `0..n` into `q` on the server; returns the seconds taken.
+    /// A large preload is announced, and a long one says every few seconds
+    /// how many messages it has written.
     pub(crate) async fn preload(&self, q: &QueueName, n: u64) -> Result<f64> {
         let t = Instant::now();
+        let mut said = t;
+        if n >= PRELOAD_SAID {
+            self.progress.say(format!(
+                "preloading {} messages into {q}",
+                thousands(n as f64)
+            ));
+        }
         for ids in id_batches(n, PRELOAD_CHUNK) {
             let (first, last) = (ids.start as i64, ids.end as i64 - 1);
             self.admin
                 .query_one(PRELOAD_SQL, &[&q.as_str(), &first, &last, &self.pad])
                 .await?;
+            if said.elapsed() >= PRELOAD_EVERY && ids.end < n {
+                said = Instant::now();
+                self.progress.say(format!(
+                    "preloaded {} of {} messages ({} msg/s)",
+                    thousands(ids.end as f64),
+                    thousands(n as f64),
+                    thousands(ids.end as f64 / t.elapsed().as_secs_f64())
+                ));
+            }
         }
         Ok(t.elapsed().as_secs_f64())
     }

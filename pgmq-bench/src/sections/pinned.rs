@@ -60,6 +60,7 @@ use crate::sections::sustained::db_clock_offset_us;
 use crate::sections::{
     counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
 };
+use crate::config::Config;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "pinned_horizon";
@@ -304,6 +305,12 @@ impl Section for PinnedHorizon {
 
     fn about(&self) -> &'static str {
         "A paced stream while long transactions pin the MVCC horizon"
+    }
+
+    fn planned_s(&self, cfg: &Config) -> f64 {
+        let o = &cfg.options.pinned;
+        let each = (o.calibrate + o.phase * 3).as_secs_f64() + 1.0;
+        o.claim_reads.len() as f64 * each
     }
 
     fn run_round<'a>(

@@ -57,6 +57,7 @@ use crate::sections::sustained::db_clock_offset_us;
 use crate::sections::{
     counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
 };
+use crate::config::Config;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "steady_stream";
@@ -357,6 +358,12 @@ impl Section for SteadyStream {
 
     fn about(&self) -> &'static str {
         "A producer keeping a depth and the worker, per handler count"
+    }
+
+    fn planned_s(&self, cfg: &Config) -> f64 {
+        let o = &cfg.options.steady;
+        let runs = o.handlers.len() * o.sleeps.len() * o.acks.len() * o.rates.len();
+        runs as f64 * ((o.warmup + o.duration).as_secs_f64() + 0.5)
     }
 
     fn run_round<'a>(

@@ -41,6 +41,7 @@ use crate::report::markdown::MIB;
 use crate::report::markdown::{cell, definitions, fig};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
+use crate::config::Config;
 
 /// The largest backlog slope that passes, messages/s.
 pub const SLOPE_LIMIT: f64 = 10.0;
@@ -447,6 +448,12 @@ impl Section for Sustained {
 
     fn about(&self) -> &'static str {
         "Producers and the worker together for `--duration`"
+    }
+
+    fn planned_s(&self, cfg: &Config) -> f64 {
+        // A rate search runs at most --rate-steps-max windows.
+        let windows = if cfg.rate_search { cfg.rate_steps_max } else { 1 };
+        f64::from(windows) * (cfg.duration.as_secs_f64() + 1.5)
     }
 
     fn run_round<'a>(
