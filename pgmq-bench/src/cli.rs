@@ -110,8 +110,9 @@ fn given(m: &ArgMatches) -> BTreeSet<String> {
 pub enum Command {
     /// Run the benchmark and write a benchmark.v1 JSON document.
     Run(RunArgs),
-    /// Compare two documents: a Markdown table and a verdict per figure;
-    /// exit 1 on a regression beyond the threshold.
+    /// Compare two documents: a Markdown table and a verdict per figure
+    /// (with --markdown one verdict line per headline figure); exit 1 on a
+    /// regression beyond the threshold.
     Compare(CompareArgs),
     /// Print a Markdown summary of a document, and optionally an SVG chart.
     Report(ReportArgs),
@@ -129,9 +130,11 @@ pub enum Command {
     /// Merge the documents of N invocations into one aggregate document that
     /// keeps every run; its figures hold one median per invocation.
     Aggregate(AggregateArgs),
-    /// Write a document's summary (schema pgmq-bench.summary.v1: every
-    /// figure's median and range, the targets, outcome, SDK and host; no
-    /// runs): small enough to attach to a changelog.
+    /// Write a document's summary: with --markdown at most 25 lines for a
+    /// release note (versions, machine, profile, the headline figures, the
+    /// targets); else JSON (schema pgmq-bench.summary.v1, described by
+    /// docs/benchmark-summary.v1.schema.json: every figure's median and
+    /// range, the targets, outcome, SDK, server and host; no runs).
     Summary(SummaryArgs),
 }
 
@@ -238,6 +241,11 @@ pub struct SummaryArgs {
     /// Where to write the summary (default: standard output).
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
+    /// Write the short Markdown summary instead of the JSON (at most 25
+    /// lines: versions, machine, profile, one row per headline figure,
+    /// the targets met and missed): what a release note pastes.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 /// Options of `aggregate`.
@@ -494,6 +502,11 @@ pub struct CompareArgs {
     /// Percent change beyond which a non-overlapping change counts.
     #[arg(long, default_value_t = 10.0)]
     pub threshold: f64,
+    /// Print one verdict line per headline figure (the rows of `summary
+    /// --markdown`) and the verdict over every figure, instead of the
+    /// table of every figure; the exit status is the same.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 /// Options of `report`.

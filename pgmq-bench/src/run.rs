@@ -288,8 +288,9 @@ fn protocol(cfg: &Config, memory_method: String) -> Protocol {
     }
 }
 
-/// Writes the document, prints its failures and the closing progress line;
-/// the exit status (0: ok, 1: the document records a failure).
+/// Writes the document, prints its failures and the closing progress line,
+/// then on stdout its short summary, its path and the command for the full
+/// report; the exit status (0: ok, 1: the document records a failure).
 async fn write_and_report(doc: &Document, cfg: &Config, progress: &Progress) -> Result<i32> {
     let replaces = cfg.output.exists();
     write_document(doc, &cfg.output).await?;
@@ -306,6 +307,14 @@ async fn write_and_report(doc: &Document, cfg: &Config, progress: &Progress) -> 
         },
         if doc.outcome.ok { "ok" } else { "FAILED" }
     ));
+    let program = std::env::args()
+        .next()
+        .unwrap_or_else(|| "pgmq-bench".into());
+    let path = cfg.output.display();
+    println!(
+        "{}\nDocument: {path}\nFull report: {program} report {path}",
+        crate::report::summary::markdown(doc)
+    );
     Ok(if doc.outcome.ok { 0 } else { 1 })
 }
 

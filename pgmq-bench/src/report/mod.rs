@@ -4,6 +4,7 @@
 pub mod check;
 pub mod compare;
 pub mod markdown;
+pub mod summary;
 pub mod svg;
 
 use crate::document::Figure;
