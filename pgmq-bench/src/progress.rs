@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::sections::plan::Plan;
+
 /// Writes progress lines to stderr, each prefixed with the seconds since
 /// the run started.
 #[derive(Debug, Clone)]
@@ -37,26 +39,27 @@ impl Default for Progress {
     }
 }
 
-/// The least and the most the pace seen so far may scale the plan by: the
-/// first steps are short and say little about the rest.
-const PACE_BOUNDS: (f64, f64) = (0.25, 4.0);
+/// The least and the most the pace of the work done may scale the work
+/// left by.
+const PACE_BOUNDS: (f64, f64) = (0.1, 10.0);
 
-/// The steps of a run, each a section in a round, with the seconds each is
+/// The steps of a run, each a section in a round, with what each is
 /// planned to take: which one is next, and an estimate of what is left.
 ///
-/// The estimate is the planned seconds of the steps left, scaled by the
-/// pace of the steps done (their seconds over their planned seconds); it is
-/// only an estimate, and says so where it is printed.
+/// The estimate is the fixed seconds of the steps left plus their work
+/// seconds scaled by the pace of the work done so far (the seconds the
+/// steps done took beyond their fixed seconds, over their work seconds);
+/// it is only an estimate, and says so where it is printed.
 #[derive(Debug)]
 pub(crate) struct Steps {
-    planned: Vec<f64>,
+    planned: Vec<Plan>,
     next: usize,
     first_started: Option<Instant>,
 }
 
 impl Steps {
-    /// The steps, with each one's planned seconds, in the order they run.
-    pub(crate) fn new(planned: Vec<f64>) -> Steps {
+    /// The steps, with each one's plan, in the order they run.
+    pub(crate) fn new(planned: Vec<Plan>) -> Steps {
         Steps {
             planned,
             next: 0,
@@ -71,7 +74,7 @@ impl Steps {
 
     /// The planned seconds of every step.
     pub(crate) fn planned_s(&self) -> f64 {
-        self.planned.iter().sum()
+        self.planned.iter().map(|p| p.total_s()).sum()
     }
 
     /// Starts the next step: its number, from 1, and the estimated seconds
@@ -79,15 +82,16 @@ impl Steps {
     pub(crate) fn start_next(&mut self) -> (usize, f64) {
         let now = Instant::now();
         let first = *self.first_started.get_or_insert(now);
-        let done: f64 = self.planned[..self.next].iter().sum();
-        let left: f64 = self.planned[self.next..].iter().sum();
-        let pace = if done > 0.0 {
-            (now.duration_since(first).as_secs_f64() / done).clamp(PACE_BOUNDS.0, PACE_BOUNDS.1)
+        let done: Plan = self.planned[..self.next].iter().copied().sum();
+        let left: Plan = self.planned[self.next..].iter().copied().sum();
+        let pace = if done.work_s > 0.0 {
+            let worked = now.duration_since(first).as_secs_f64() - done.fixed_s;
+            (worked / done.work_s).clamp(PACE_BOUNDS.0, PACE_BOUNDS.1)
         } else {
             1.0
         };
         self.next = (self.next + 1).min(self.planned.len());
-        (self.next, left * pace)
+        (self.next, left.fixed_s + left.work_s * pace)
     }
 }
 
@@ -112,17 +116,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_estimate_follows_the_pace_of_the_steps_done() {
-        let mut s = Steps::new(vec![0.01, 0.01, 1.0]);
+    fn the_estimate_scales_the_work_left_by_the_pace_of_the_work_done() {
+        let mut s = Steps::new(vec![
+            Plan::work(0.001),
+            Plan::work(0.01) + Plan::fixed(2.0),
+            Plan::fixed(1.0),
+        ]);
         assert_eq!(s.len(), 3);
-        assert!((s.planned_s() - 1.02).abs() < 1e-9);
+        assert!((s.planned_s() - 3.011).abs() < 1e-9);
         let (k, left) = s.start_next();
-        assert_eq!((k, left), (1, 1.02));
+        assert_eq!((k, left), (1, 3.011));
         std::thread::sleep(Duration::from_millis(40));
-        // 40 ms for 10 planned: 4 times slower, the most the pace scales by.
+        // 40 ms for 1 ms of work: 40 times slower, bounded to 10; the
+        // fixed seconds are not scaled.
         let (k, left) = s.start_next();
         assert_eq!(k, 2);
-        assert!((left - 1.01 * PACE_BOUNDS.1).abs() < 1e-9, "{left}");
+        assert!((left - (3.0 + 0.01 * PACE_BOUNDS.1)).abs() < 1e-9, "{left}");
         let (k, _) = s.start_next();
         assert_eq!(k, 3);
     }

@@ -22,6 +22,7 @@ use crate::local_db::LocalDb;
 use crate::metadata;
 use crate::process::MemoryMeter;
 use crate::progress::{about, Progress, Steps};
+use crate::sections::plan::Plan;
 use crate::sections::{self, Ctx, Round, Section, Sink};
 use crate::target::{self, Target};
 
@@ -359,18 +360,18 @@ fn workload(cfg: &Config) -> Workload {
 /// own (a plan of 0 s) is not a step.
 async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
     let cfg = &ctx.cfg;
-    let plan: Vec<(u32, &'static dyn Section, f64)> = (0..cfg.warmup + cfg.repeat)
+    let plan: Vec<(u32, &'static dyn Section, Plan)> = (0..cfg.warmup + cfg.repeat)
         .flat_map(|i| {
             cfg.sections
                 .iter()
                 .filter(move |s| i >= cfg.warmup || s.in_warmup())
-                .map(move |s| (i, *s, s.planned_s(cfg)))
+                .map(move |s| (i, *s, s.planned(cfg)))
         })
         .collect();
     let mut steps = Steps::new(
         plan.iter()
             .map(|(_, _, planned)| *planned)
-            .filter(|planned| *planned > 0.0)
+            .filter(|planned| planned.total_s() > 0.0)
             .collect(),
     );
     ctx.progress.say(format!(
@@ -396,7 +397,7 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             warm,
             tag: &tag,
         };
-        if planned > 0.0 {
+        if planned.total_s() > 0.0 {
             let (k, left) = steps.start_next();
             ctx.progress.say(format!(
                 "[{k}/{}] {tag} {}: {} left (an estimate)",

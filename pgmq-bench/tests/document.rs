@@ -250,7 +250,7 @@ fn summary_in_markdown_and_json() {
         "{md}"
     );
     assert!(
-        md.contains("\nTargets (limits set on a 2-core x86_64 machine): "),
+        md.contains("\nTargets (limits set for --full on a 2-core x86_64 machine): "),
         "{md}"
     );
     // The JSON form validates against its schema, and the schema is not

@@ -191,8 +191,8 @@ fn targets(out: &mut String, d: &Document) {
     let unevaluated = d.targets.iter().filter(|t| t.pass.is_none()).count();
     let _ = writeln!(
         out,
-        "Targets (limits set on a 2-core x86_64 machine): {met} met, {} missed{}, {unevaluated} not \
-         evaluated.",
+        "Targets (limits set for --full on a 2-core x86_64 machine): {met} met, {} missed{}, \
+         {unevaluated} not evaluated.",
         missed.len(),
         if missed.is_empty() {
             String::new()

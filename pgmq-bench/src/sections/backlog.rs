@@ -29,7 +29,7 @@ use crate::report::markdown::{cell, definitions, figure_keys};
 use crate::report::thousands;
 use crate::sections::{Round, Section};
 use crate::config::Config;
-use crate::sections::plan;
+use crate::sections::plan::{self, Plan};
 
 /// One drain of a backlog of `n` messages.
 pub async fn run(ctx: &Ctx, n: u64, round: u32) -> Result<ConsumeRun> {
@@ -49,11 +49,11 @@ impl Section for BacklogScaling {
         "The worker draining fresh queues of several backlog sizes (`--backlog-sizes`)"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         let sizes = &cfg.backlog_sizes;
         let reference = if sizes.len() > 1 { REFERENCE_DRAINS as f64 - 1.0 } else { 0.0 };
         let first = sizes.first().map_or(0.0, |n| reference * plan::drain(*n, plan::DRAIN));
-        first + sizes.iter().map(|n| plan::drain(*n, plan::DRAIN)).sum::<f64>()
+        Plan::work(first + sizes.iter().map(|n| plan::drain(*n, plan::DRAIN)).sum::<f64>())
     }
 
     fn run_round<'a>(

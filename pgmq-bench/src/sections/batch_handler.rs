@@ -41,7 +41,7 @@ use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::consume::{with_claim_reads, worker_on, Tally};
 use crate::sections::{counters, Ctx, InBody, Options, Round, Section, Sink, SINK_TABLE};
 use crate::config::Config;
-use crate::sections::plan;
+use crate::sections::plan::{self, Plan};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "batch_handler";
@@ -219,11 +219,11 @@ impl Section for BatchHandlerSection {
         "The db-write handler per message, per message in a transaction, and in transactional batches"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         // per_message, per_message_tx and batch_tx, each on a fresh queue.
         let n = cfg.options.batch_handler.messages;
-        let rates = [2_000.0, 1_300.0, 13_000.0];
-        rates.iter().map(|r| plan::drain(n, *r)).sum()
+        let rates = [4_000.0, 2_500.0, 25_000.0];
+        Plan::work(rates.iter().map(|r| plan::drain(n, *r)).sum())
     }
 
     fn in_warmup(&self) -> bool {

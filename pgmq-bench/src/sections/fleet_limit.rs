@@ -45,7 +45,7 @@ use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::processes::{bench_exe, child_spec, collect_child, start_child};
 use crate::sections::{Ctx, Options, Round, Section};
 use crate::config::Config;
-use crate::sections::plan;
+use crate::sections::plan::{self, Plan};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "fleet_limit";
@@ -283,11 +283,13 @@ impl Section for FleetLimit {
         "Worker processes under one fleet-wide limit: the limit holds, and the share of it used"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
-        // limited and static: the work over the places, at about 70% use.
+    fn planned(&self, cfg: &Config) -> Plan {
+        // limited and static: the handlers' simulated I/O over the places,
+        // at about half of them used.
         let o = &cfg.options.fleet_limit;
-        let work = o.messages as f64 * o.work.as_secs_f64() / f64::from(o.places.max(1)) / 0.7;
-        2.0 * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY) + work)
+        let io = o.messages as f64 * o.work.as_secs_f64() / f64::from(o.places.max(1));
+        Plan::fixed(2.0 * io / 0.5)
+            + Plan::work(2.0 * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY)))
     }
 
     fn run_round<'a>(

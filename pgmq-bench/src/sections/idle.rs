@@ -28,7 +28,7 @@ use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::{Options, Round, Section};
 use crate::config::Config;
-use crate::sections::plan;
+use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
 
 /// The idle_worker options.
@@ -139,9 +139,9 @@ impl Section for IdleWorker {
         "The worker with no work: CPU, empty reads, wake-ups"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.idle;
-        (o.window + o.poll * 2).as_secs_f64() + plan::SETUP
+        Plan::fixed((o.window + o.poll * 2).as_secs_f64()) + Plan::work(plan::SETUP)
     }
 
     fn run_round<'a>(

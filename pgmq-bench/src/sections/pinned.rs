@@ -61,6 +61,7 @@ use crate::sections::{
     counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
 };
 use crate::config::Config;
+use crate::sections::plan::Plan;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "pinned_horizon";
@@ -307,10 +308,10 @@ impl Section for PinnedHorizon {
         "A paced stream while long transactions pin the MVCC horizon"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.pinned;
-        let each = (o.calibrate + o.phase * 3).as_secs_f64() + 1.0;
-        o.claim_reads.len() as f64 * each
+        let runs = o.claim_reads.len() as f64;
+        Plan::fixed(runs * (o.calibrate + o.phase * 3).as_secs_f64()) + Plan::work(runs)
     }
 
     fn run_round<'a>(

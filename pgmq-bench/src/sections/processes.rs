@@ -54,7 +54,7 @@ use crate::report::markdown::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
 use crate::config::Config;
-use crate::sections::plan;
+use crate::sections::plan::{self, Plan};
 
 /// The settings of a worker process, which the section passes as the
 /// hidden `process-worker` subcommand's one JSON argument
@@ -578,9 +578,9 @@ impl Section for WorkerProcesses {
         "Separate worker processes draining one queue (`--processes`)"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         let each = plan::PROCESS_START + plan::drain(cfg.processes_messages, plan::DRAIN);
-        cfg.processes.len() as f64 * each
+        Plan::work(cfg.processes.len() as f64 * each)
     }
 
     fn run_round<'a>(

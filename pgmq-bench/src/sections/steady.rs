@@ -58,6 +58,7 @@ use crate::sections::{
     counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
 };
 use crate::config::Config;
+use crate::sections::plan::Plan;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "steady_stream";
@@ -360,10 +361,10 @@ impl Section for SteadyStream {
         "A producer keeping a depth and the worker, per handler count"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.steady;
-        let runs = o.handlers.len() * o.sleeps.len() * o.acks.len() * o.rates.len();
-        runs as f64 * ((o.warmup + o.duration).as_secs_f64() + 0.5)
+        let runs = (o.handlers.len() * o.sleeps.len() * o.acks.len() * o.rates.len()) as f64;
+        Plan::fixed(runs * (o.warmup + o.duration).as_secs_f64()) + Plan::work(runs * 0.5)
     }
 
     fn run_round<'a>(

@@ -42,6 +42,7 @@ use crate::report::markdown::{cell, definitions, fig};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
 use crate::config::Config;
+use crate::sections::plan::Plan;
 
 /// The largest backlog slope that passes, messages/s.
 pub const SLOPE_LIMIT: f64 = 10.0;
@@ -450,10 +451,10 @@ impl Section for Sustained {
         "Producers and the worker together for `--duration`"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         // A rate search runs at most --rate-steps-max windows.
-        let windows = if cfg.rate_search { cfg.rate_steps_max } else { 1 };
-        f64::from(windows) * (cfg.duration.as_secs_f64() + 1.5)
+        let windows = f64::from(if cfg.rate_search { cfg.rate_steps_max } else { 1 });
+        Plan::fixed(windows * cfg.duration.as_secs_f64()) + Plan::work(windows * 1.5)
     }
 
     fn run_round<'a>(

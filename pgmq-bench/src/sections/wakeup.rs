@@ -35,7 +35,7 @@ use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::{Options, Round, Section};
 use crate::config::Config;
-use crate::sections::plan;
+use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
 
 /// The fewest wake-up samples per mode.
@@ -323,13 +323,14 @@ impl Section for WakeupLatency {
         "Send-to-handler latency, polling only and LISTEN/NOTIFY"
     }
 
-    fn planned_s(&self, cfg: &Config) -> f64 {
+    fn planned(&self, cfg: &Config) -> Plan {
         // Polling: a gap of at least 100 ms plus a random share of the
         // interval, then about half an interval's wait; NOTIFY: the
         // throttle's gap and a few milliseconds.
         let o = &cfg.options.wakeup;
         let samples = f64::from(o.samples);
-        samples * (0.1 + o.poll.as_secs_f64()) + samples * 0.35 + 2.0 * plan::SETUP
+        Plan::fixed(samples * (0.1 + o.poll.as_secs_f64()) + samples * 0.35)
+            + Plan::work(2.0 * plan::SETUP)
     }
 
     fn run_round<'a>(
