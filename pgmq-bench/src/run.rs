@@ -22,6 +22,7 @@ use crate::local_db::LocalDb;
 use crate::metadata;
 use crate::process::MemoryMeter;
 use crate::progress::{about, Progress, Steps};
+use crate::report::count;
 use crate::sections::plan::Plan;
 use crate::sections::{self, Ctx, Round, Section, Sink};
 use crate::target::{self, Target};
@@ -375,12 +376,12 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             .collect(),
     );
     ctx.progress.say(format!(
-        "profile {}: {} sections, {} warm-up and {} measured rounds, {} steps; {} in all (an estimate)",
+        "profile {}: {}, {} and {}, {}; {} in all (an estimate)",
         cfg.profile.name(),
-        cfg.sections.len(),
-        cfg.warmup,
-        cfg.repeat,
-        steps.len(),
+        count(cfg.sections.len() as u32, "section"),
+        count(cfg.warmup, "warm-up round"),
+        count(cfg.repeat, "measured round"),
+        count(steps.len() as u32, "step"),
         about(steps.planned_s())
     ));
     let mut s = Sections::default();

@@ -134,11 +134,11 @@ fn doc() -> Value {
 fn progress_reaches_a_pipe_as_numbered_steps() {
     let err = &short_run().stderr;
     assert!(!err.contains('\r'), "a carriage return on a pipe");
-    // "profile default: 14 sections, 1 warm-up and 2 measured rounds, N steps; ..."
+    // "profile default: 14 sections, 1 warm-up round and 2 measured rounds, N steps; ..."
     let n: usize = err
         .lines()
         .find_map(|l| {
-            l.split_once("profile default: 14 sections, 1 warm-up and 2 measured rounds, ")
+            l.split_once("profile default: 14 sections, 1 warm-up round and 2 measured rounds, ")
         })
         .and_then(|(_, rest)| rest.split_once(" steps;"))
         .and_then(|(n, _)| n.parse().ok())

@@ -42,6 +42,12 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
     }
 }
 
+/// `1 measured round`, `2 measured rounds`: `n` and `what`, plural unless
+/// `n` is 1.
+pub(crate) fn count(n: u32, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `1234567.8` -> `1,234,568`.
 pub fn thousands(v: f64) -> String {
     let neg = v < 0.0;

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use crate::document::{Document, Figure};
-use crate::report::fmt_value;
+use crate::report::{count, fmt_value};
 
 /// The headline figures, `(figure id, label)` in the order of their rows: a
 /// small fixed set that every profile measures (a run of some sections
@@ -154,11 +154,6 @@ fn title(out: &mut String, d: &Document) {
         h.load_average_start
             .map_or("unknown".to_owned(), |l| format!("{l:.2}"))
     );
-}
-
-/// `1 measured round`, `2 measured rounds`.
-fn count(n: u32, what: &str) -> String {
-    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// `15.18` for `server_version_num` 150018 (`9.6.24` before 10).
