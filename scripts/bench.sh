@@ -8,7 +8,7 @@
 # the build, the cluster, each step as [k/N] with an estimate of the time
 # left, each run's rate, long preloads' counts.
 #
-#   bash scripts/bench.sh                     # every section at small sizes: about 4 minutes on 2 cores, plus the build
+#   bash scripts/bench.sh                     # every section at small sizes: about 3 minutes on 2 cores, plus the build
 #   bash scripts/bench.sh --full              # the release run: 3 rounds, full sizes, about 26 minutes on 2 cores
 #   bash scripts/bench.sh --long              # pgmq-bench --long: 5 rounds, larger runs, 5-minute sustained
 #   bash scripts/bench.sh --standard          # pgmq-bench --standard: between the default and --full

@@ -39,16 +39,17 @@ pub struct Cli {
 /// `--help` and at the start of such a run.
 pub const BEFORE_A_RUN: &str = "\
 Profiles: without a profile flag every section runs at small sizes, 2 rounds,
-in about 4 minutes on 2 cores; --full is the release run (the option defaults
---help shows), --long longer still, --standard in between, --quick a smoke
-test. A profile replaces only the options not given on the command line.
+in about 3 minutes on 2 cores (under 5 with other work on them); --full is
+the release run (the option defaults --help shows), --long longer still,
+--standard in between, --quick a smoke test. A profile replaces only the
+options not given on the command line.
 
 Before a run against your own database (--dsn-file, PGMQ_BENCH_DSN):
   needs   a role that may create and drop PGMQ queues (CREATE in schema pgmq),
           VACUUM and ANALYZE their tables (their owner), and create triggers
           (wakeup_latency enables PGMQ's insert notifications); --handler
           db-write also creates the table pgmq_bench_handler_sink
-  costs   the default run sends and deletes about a million messages; a
+  costs   the default run sends and deletes about two million messages; a
           --full run takes about 26 minutes on 2 cores and writes the WAL of
           several million (the 1,000,000-message backlog most of them)
   touches only queues named pgmq_bench_*; it refuses to start while any
@@ -425,12 +426,12 @@ pub struct RunArgs {
     /// profile runs every section at small sizes, 2 rounds and no warm-up
     /// (20,000 consumed and batch-sent messages, 1,000 single sends,
     /// backlogs of 20,000 and 100,000, processes 1,2, a 10 s sustained
-    /// window), in about 4 minutes.
+    /// window), in about 3 minutes.
     #[arg(long, conflicts_with_all = ["quick", "standard", "long"])]
     pub full: bool,
 
-    /// backlog_scaling: backlog sizes (comma-separated; default 100000,1000000,
-    /// 20000,100000 with --quick).
+    /// backlog_scaling: backlog sizes (comma-separated; 100000,1000000 with
+    /// --full and --long, 100000 with --standard, else 20000,100000).
     #[arg(long, value_delimiter = ',')]
     pub backlog_sizes: Option<Vec<u64>>,
 
