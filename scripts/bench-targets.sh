@@ -14,7 +14,8 @@
 #   3. backlog: draining 1,000,000 messages >= 0.85x the rate of draining
 #      100,000 (backlog_1m_vs_100k);
 #   4. memory: scripts/bench-memory.sh (1,000,000 vs 100,000 messages).
-# Each step writes its document to --out DIR and prints `pgmq-bench check`'s
+# Each run is of the full profile (--full), the sizes the targets were set
+# for. Each step writes its document to --out DIR and prints `pgmq-bench check`'s
 # table, every target named above required; the exit status is 1 when any
 # target is missed or was not measured.
 #
@@ -40,19 +41,19 @@ bench_cluster "${PGMQ_BENCH_TARGETS_PORT:-55437}"
 
 failed=0
 echo "## 1. Empty handler"
-"$bin" --sections send_batch,consume_scaling,baseline,idle_worker,wakeup_latency \
+"$bin" --full --sections send_batch,consume_scaling,baseline,idle_worker,wakeup_latency \
   --output "$out/targets-empty.json" || failed=1
 "$bin" check "$out/targets-empty.json" \
   --require worker_vs_baseline,w8_not_below_w1,consume_w8_vs_equal_layout,send_batch_vs_baseline,idle_cpu,idle_empty_reads,notify_wakeup_p50 \
   || failed=1
 
 echo "## 2. Handler awaiting 1 ms"
-"$bin" --sections consume_scaling --workers 1,8 --handler-work-ms 1 --messages 10000 \
+"$bin" --full --sections consume_scaling --workers 1,8 --handler-work-ms 1 --messages 10000 \
   --output "$out/targets-1ms.json" || failed=1
 "$bin" check "$out/targets-1ms.json" --require handler_1ms_w8_7x || failed=1
 
 echo "## 3. Backlog of 1,000,000 against 100,000"
-"$bin" --sections backlog_scaling --backlog-sizes 100000,1000000 \
+"$bin" --full --sections backlog_scaling --backlog-sizes 100000,1000000 \
   --output "$out/targets-backlog.json" || failed=1
 "$bin" check "$out/targets-backlog.json" --require backlog_1m_vs_100k || failed=1
 

@@ -1,10 +1,13 @@
 //! Command-line arguments of every subcommand (clap derive types).
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::local_db;
@@ -12,6 +15,8 @@ use crate::local_db;
 /// `pgmq-bench`: benchmark, report and compare pgmq-client and pgmq-worker.
 ///
 /// Without a subcommand it runs the benchmark (the same as `pgmq-bench run`).
+/// Parse it with [`Cli::parse_args`] (or [`Cli::try_parse_args`]), which
+/// records the options given, so that a profile leaves them alone.
 #[derive(Debug, Parser)]
 #[command(
     name = "pgmq-bench",
@@ -33,18 +38,70 @@ pub struct Cli {
 /// What a run against a database of one's own needs and costs: printed by
 /// `--help` and at the start of such a run.
 pub const BEFORE_A_RUN: &str = "\
+Profiles: without a profile flag every section runs at small sizes, 2 rounds,
+in about 3 minutes on 2 cores (under 5 with other work on them); --full is
+the release run (the option defaults --help shows), --long longer still,
+--standard in between, --quick a smoke test. A profile replaces only the
+options not given on the command line.
+
 Before a run against your own database (--dsn-file, PGMQ_BENCH_DSN):
   needs   a role that may create and drop PGMQ queues (CREATE in schema pgmq),
           VACUUM and ANALYZE their tables (their owner), and create triggers
           (wakeup_latency enables PGMQ's insert notifications); --handler
           db-write also creates the table pgmq_bench_handler_sink
-  costs   a full run takes about 26 minutes on 2 cores and writes the WAL of
-          several million messages sent and deleted (the 1,000,000-message
-          backlog most of them); --standard runs smaller sizes without that
-          backlog, --quick is a smoke test
+  costs   the default run sends and deletes about two million messages; a
+          --full run takes about 26 minutes on 2 cores and writes the WAL of
+          several million (the 1,000,000-message backlog most of them)
   touches only queues named pgmq_bench_*; it refuses to start while any
           exist, and --clean drops them first, including those of a run
           still going on the same database";
+
+impl Cli {
+    /// Parses the process's arguments ([`Cli::try_parse_args`]); prints the
+    /// error or help and exits as clap does.
+    pub fn parse_args() -> Cli {
+        Cli::try_parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parses `argv` as [`Parser::try_parse_from`] does, and records in the
+    /// benchmark's [`RunArgs::given`] the options the command line or the
+    /// environment set: a profile replaces only the others. (A `Cli` parsed
+    /// otherwise records none, and a profile then replaces every option
+    /// that holds its default value.)
+    ///
+    /// ```
+    /// use pgmq_bench::cli::Cli;
+    /// let cli = Cli::try_parse_args(["pgmq-bench", "--repeat", "3", "--quick"]).unwrap();
+    /// assert!(cli.run.given.contains("repeat") && !cli.run.given.contains("messages"));
+    /// ```
+    pub fn try_parse_args<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let matches = Cli::command().try_get_matches_from(argv)?;
+        let mut cli = Cli::from_arg_matches(&matches)?;
+        match (&mut cli.command, matches.subcommand()) {
+            (Some(Command::Run(args)), Some((_, sub))) => args.given = given(sub),
+            _ => cli.run.given = given(&matches),
+        }
+        Ok(cli)
+    }
+}
+
+/// The ids of the options in `m` that the command line or the environment
+/// set (not their defaults).
+fn given(m: &ArgMatches) -> BTreeSet<String> {
+    m.ids()
+        .filter(|id| {
+            matches!(
+                m.value_source(id.as_str()),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        })
+        .map(|id| id.as_str().to_owned())
+        .collect()
+}
 
 /// The subcommands.
 // One value per process, parsed once: `Run`'s size beside the small
@@ -54,8 +111,9 @@ Before a run against your own database (--dsn-file, PGMQ_BENCH_DSN):
 pub enum Command {
     /// Run the benchmark and write a benchmark.v1 JSON document.
     Run(RunArgs),
-    /// Compare two documents: a Markdown table and a verdict per figure;
-    /// exit 1 on a regression beyond the threshold.
+    /// Compare two documents: a Markdown table and a verdict per figure
+    /// (with --markdown one verdict line per headline figure); exit 1 on a
+    /// regression beyond the threshold.
     Compare(CompareArgs),
     /// Print a Markdown summary of a document, and optionally an SVG chart.
     Report(ReportArgs),
@@ -73,9 +131,11 @@ pub enum Command {
     /// Merge the documents of N invocations into one aggregate document that
     /// keeps every run; its figures hold one median per invocation.
     Aggregate(AggregateArgs),
-    /// Write a document's summary (schema pgmq-bench.summary.v1: every
-    /// figure's median and range, the targets, outcome, SDK and host; no
-    /// runs): small enough to attach to a changelog.
+    /// Write a document's summary: with --markdown at most 25 lines for a
+    /// release note (versions, machine, profile, the headline figures, the
+    /// targets); else JSON (schema pgmq-bench.summary.v1, described by
+    /// docs/benchmark-summary.v1.schema.json: every figure's median and
+    /// range, the targets, outcome, SDK, server and host; no runs).
     Summary(SummaryArgs),
 }
 
@@ -182,6 +242,11 @@ pub struct SummaryArgs {
     /// Where to write the summary (default: standard output).
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
+    /// Write the short Markdown summary instead of the JSON (at most 25
+    /// lines: versions, machine, profile, one row per headline figure,
+    /// the targets met and missed): what a release note pastes.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 /// Options of `aggregate`.
@@ -217,10 +282,12 @@ pub use pgmq_testkit::parse_duration;
 
 /// Options of a benchmark run.
 ///
-/// Defaults are sized so that a timed run lasts long enough for its rate
-/// to measure steady state rather than start-up, even on a small machine
-/// (a run under one second is named in the document's warnings); see
-/// docs/benchmark-options.md.
+/// The defaults shown are the full profile's (`--full`), sized so that a
+/// timed run lasts long enough for its rate to measure steady state rather
+/// than start-up, even on a small machine (a run under one second is named
+/// in the document's warnings); without a profile flag the default
+/// profile's smaller values replace those not given (see the `config`
+/// module and docs/benchmark-options.md).
 #[derive(Debug, Clone, Args)]
 #[non_exhaustive]
 pub struct RunArgs {
@@ -341,20 +408,30 @@ pub struct RunArgs {
     /// The quick profile, a smoke test: 1 round, no warm-up, small runs
     /// (20,000 consumed and batch-sent messages, 2,000 single sends, backlogs
     /// of 20,000 and 100,000, processes 1,2, a 20 s sustained window);
-    /// options left at their default take the profile's value.
-    #[arg(long, conflicts_with_all = ["standard", "long"])]
+    /// options not given take the profile's value.
+    #[arg(long, conflicts_with_all = ["standard", "full", "long"])]
     pub quick: bool,
 
-    /// The standard profile, between --quick and the full run: 2 rounds
+    /// The standard profile, between the default and --full: 2 rounds
     /// after 1 warm-up, 50,000 consumed and 100,000 batch-sent messages,
     /// 5,000 single sends, one backlog of 100,000 (no 1,000,000: most of a
     /// full run's time and WAL), processes 1,2, a 20 s sustained window;
-    /// options left at their default take the profile's value.
-    #[arg(long, conflicts_with_all = ["quick", "long"])]
+    /// options not given take the profile's value.
+    #[arg(long, conflicts_with_all = ["quick", "full", "long"])]
     pub standard: bool,
 
-    /// backlog_scaling: backlog sizes (comma-separated; default 100000,1000000,
-    /// 20000,100000 with --quick).
+    /// The full profile, the release run (about 26 minutes on 2 cores):
+    /// the option defaults shown here, 3 rounds after 1 warm-up, a
+    /// 1,000,000-message backlog. Without a profile flag the default
+    /// profile runs every section at small sizes, 2 rounds and no warm-up
+    /// (20,000 consumed and batch-sent messages, 1,000 single sends,
+    /// backlogs of 20,000 and 100,000, processes 1,2, a 10 s sustained
+    /// window), in about 3 minutes.
+    #[arg(long, conflicts_with_all = ["quick", "standard", "long"])]
+    pub full: bool,
+
+    /// backlog_scaling: backlog sizes (comma-separated; 100000,1000000 with
+    /// --full and --long, 100000 with --standard, else 20000,100000).
     #[arg(long, value_delimiter = ',')]
     pub backlog_sizes: Option<Vec<u64>>,
 
@@ -404,9 +481,15 @@ pub struct RunArgs {
     /// The long profile, for publishable figures: 5 rounds after 1 warm-up,
     /// 300,000 consumed and 500,000 batch-sent messages, 20,000 single
     /// sends, a sustained window of at least 5 minutes (30 s left out of the
-    /// fit); options left at their default take the profile's value.
-    #[arg(long, conflicts_with_all = ["quick", "standard"])]
+    /// fit); options not given take the profile's value.
+    #[arg(long, conflicts_with_all = ["quick", "standard", "full"])]
     pub long: bool,
+
+    /// The ids of the options given on the command line or in the
+    /// environment (filled by [`Cli::try_parse_args`]): a profile leaves
+    /// them alone.
+    #[arg(skip)]
+    pub given: BTreeSet<String>,
 }
 
 /// Options of `compare`.
@@ -420,6 +503,11 @@ pub struct CompareArgs {
     /// Percent change beyond which a non-overlapping change counts.
     #[arg(long, default_value_t = 10.0)]
     pub threshold: f64,
+    /// Print one verdict line per headline figure (the rows of `summary
+    /// --markdown`) and the verdict over every figure, instead of the
+    /// table of every figure; the exit status is the same.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 /// Options of `report`.

@@ -4,7 +4,7 @@
 use crate::cli::{AggregateArgs, CheckArgs, CheckMemoryArgs, CompareArgs, ReportArgs, SummaryArgs};
 use crate::document::{Document, Figure, MemorySummary, Sample, Sections};
 use crate::error::{Error, Result};
-use crate::report::{check, compare, markdown, svg};
+use crate::report::{check, compare, markdown, summary as short, svg};
 
 /// `report`: the Markdown summary on stdout, the SVG chart to `--svg`.
 pub async fn report(args: ReportArgs) -> Result<i32> {
@@ -18,11 +18,20 @@ pub async fn report(args: ReportArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `compare`: the table on stdout; 1 on a regression.
+/// `compare`: the table (or with `--markdown` the headline verdicts) on
+/// stdout; 1 on a regression.
 pub async fn compare(args: CompareArgs) -> Result<i32> {
     let old = Document::read(&args.old).await?;
     let new = Document::read(&args.new).await?;
-    let (text, regressed) = compare::compare(&old, &new, args.threshold)?;
+    let (text, regressed) = if args.markdown {
+        let names = (
+            args.old.display().to_string(),
+            args.new.display().to_string(),
+        );
+        compare::headline(&old, &new, args.threshold, (&names.0, &names.1))?
+    } else {
+        compare::compare(&old, &new, args.threshold)?
+    };
     print!("{text}");
     Ok(i32::from(regressed))
 }
@@ -37,12 +46,18 @@ pub async fn check(args: CheckArgs) -> Result<i32> {
     Ok(code)
 }
 
-/// `summary`: the document's summary as JSON, to a file or standard output.
+/// `summary`: the document's summary as JSON, or with `--markdown` the short
+/// Markdown, to a file or standard output.
 pub async fn summary(args: SummaryArgs) -> Result<i32> {
     let doc = Document::read(&args.run).await?;
-    let mut text =
-        serde_json::to_string_pretty(&doc.summary()).map_err(|e| Error::json("the summary", e))?;
-    text.push('\n');
+    let text = if args.markdown {
+        short::markdown(&doc)
+    } else {
+        let mut json = serde_json::to_string_pretty(&doc.summary())
+            .map_err(|e| Error::json("the summary", e))?;
+        json.push('\n');
+        json
+    };
     match &args.output {
         Some(path) => tokio::fs::write(path, text)
             .await
@@ -151,11 +166,7 @@ fn merge_outcomes(out: &mut Document, first: &Document, docs: &[Document]) {
             ));
         }
         for (k, a, b) in compare::differences(first, d) {
-            // Measured per invocation, not set: they differ every time.
-            let volatile = k.contains("load_average")
-                || k.contains("select1_round_trip")
-                || k == "metadata.sdk.git_dirty";
-            if !volatile {
+            if !compare::measured_condition(&k) {
                 out.outcome
                     .warnings
                     .push(format!("invocation {i}: {k} is {b}, invocation 0's is {a}"));

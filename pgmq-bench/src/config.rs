@@ -1,5 +1,9 @@
-//! The validated settings of one benchmark run.
+//! The validated settings of one benchmark run, and the profiles: the
+//! default (no flag: every section at small sizes, a few minutes), `--quick`,
+//! `--standard`, `--full` (the option defaults, the release run) and
+//! `--long`.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -7,10 +11,21 @@ use crate::cli::{ClaimReadsArg, HandlerKind, RunArgs};
 use crate::error::{Error, Result};
 use crate::sections::{Section, SectionConfigs, REGISTRY};
 
+/// `pick!(p, args.field, default, value)`: [`Apply::set`] on `args.field`,
+/// whose option id is the field's name (clap's id of a derived option).
+macro_rules! pick {
+    ($p:expr, $a:ident . $f:ident, $default:expr, $value:expr) => {
+        $p.set(stringify!($f), &mut $a.$f, $default, $value)
+    };
+}
+pub(crate) use pick;
+
 /// The run's settings, checked.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {
+    /// The profile the options were completed from.
+    pub profile: Profile,
     /// Sections, in round order, without repeats.
     pub(crate) sections: Vec<&'static dyn Section>,
     /// Messages per consume run.
@@ -77,8 +92,8 @@ pub struct Config {
 
 /// The backlog sizes of the full profile.
 pub const BACKLOG_SIZES: [u64; 2] = [100_000, 1_000_000];
-/// The backlog sizes of the quick profile.
-pub const QUICK_BACKLOG_SIZES: [u64; 2] = [20_000, 100_000];
+/// The backlog sizes of the quick and default profiles.
+pub const SMALL_BACKLOG_SIZES: [u64; 2] = [20_000, 100_000];
 /// The backlog sizes of the standard profile.
 pub const STANDARD_BACKLOG_SIZES: [u64; 1] = [100_000];
 
@@ -89,7 +104,8 @@ fn bad(msg: impl Into<String>) -> Error {
 impl Config {
     /// Checks `args`.
     pub fn from_args(a: &RunArgs) -> Result<Config> {
-        let a = &quick_profile(a);
+        let profile = Profile::of(a);
+        let a = &with_profile(a, profile);
         check_scalars(a)?;
         let sections = ordered_sections(a);
         let mut workers = a.workers.clone();
@@ -101,6 +117,7 @@ impl Config {
         let processes = process_counts(a)?;
         check_rate_search(a)?;
         Ok(Config {
+            profile,
             sections,
             messages: a.messages,
             batch_messages: a.batch_messages,
@@ -224,15 +241,14 @@ fn ordered_sections(a: &RunArgs) -> Vec<&'static dyn Section> {
 /// The backlog sizes: `--backlog-sizes` or the profile's, with 10M for
 /// `--backlog-10m`, ascending and each once; none may be 0.
 fn backlog_sizes(a: &RunArgs) -> Result<Vec<u64>> {
-    let mut backlog_sizes = a.backlog_sizes.clone().unwrap_or_else(|| {
-        if a.quick {
-            QUICK_BACKLOG_SIZES.to_vec()
-        } else if a.standard {
-            STANDARD_BACKLOG_SIZES.to_vec()
-        } else {
-            BACKLOG_SIZES.to_vec()
-        }
-    });
+    let mut backlog_sizes = a
+        .backlog_sizes
+        .clone()
+        .unwrap_or_else(|| match Profile::of(a) {
+            Profile::Quick | Profile::Default => SMALL_BACKLOG_SIZES.to_vec(),
+            Profile::Standard => STANDARD_BACKLOG_SIZES.to_vec(),
+            Profile::Full | Profile::Long => BACKLOG_SIZES.to_vec(),
+        });
     if a.backlog_10m {
         backlog_sizes.push(10_000_000);
     }
@@ -271,88 +287,137 @@ fn check_rate_search(a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// `args` with the profile (`--quick`, `--standard` or `--long`) applied:
-/// each option the profile sets is replaced when it holds its default value
-/// ([`pick`]); the sections' own options take it in their files. The
-/// backlog sizes of a profile are in [`backlog_sizes`].
-fn quick_profile(a: &RunArgs) -> RunArgs {
+/// `args` with `profile` applied: each option the profile sets is replaced
+/// unless it was given ([`Apply::set`]); the sections' own options take it
+/// in their files. The backlog sizes of a profile are in [`backlog_sizes`].
+fn with_profile(a: &RunArgs, profile: Profile) -> RunArgs {
     let mut a = a.clone();
+    let given = std::mem::take(&mut a.given);
+    let p = &Apply {
+        profile,
+        given: &given,
+    };
     let secs = Duration::from_secs;
-    let profile = Profile::of(&a);
     match profile {
         Profile::Long => {
-            pick(&mut a.repeat, 3, 5);
-            pick(&mut a.messages, 150_000, 300_000);
-            pick(&mut a.batch_messages, 250_000, 500_000);
-            pick(&mut a.single_messages, 10_000, 20_000);
+            pick!(p, a.repeat, 3, 5);
+            pick!(p, a.messages, 150_000, 300_000);
+            pick!(p, a.batch_messages, 250_000, 500_000);
+            pick!(p, a.single_messages, 10_000, 20_000);
             if a.duration < secs(300) {
                 a.duration = secs(300);
             }
-            pick(&mut a.sustained_warmup, secs(5), secs(30));
+            pick!(p, a.sustained_warmup, secs(5), secs(30));
         }
-        Profile::Quick => {
-            pick(&mut a.repeat, 3, 1);
-            pick(&mut a.warmup, 1, 0);
-            pick(&mut a.messages, 150_000, 20_000);
-            pick(&mut a.batch_messages, 250_000, 20_000);
-            pick(&mut a.single_messages, 10_000, 2_000);
-            pick(&mut a.duration, secs(30), secs(20));
-            pick(&mut a.sustained_warmup, secs(5), secs(3));
-            pick(&mut a.processes, vec![1, 2, 4, 8], vec![1, 2]);
-            pick(&mut a.processes_messages, 400_000, 20_000);
+        Profile::Quick | Profile::Default => {
+            // The default: the quick profile's sizes with two measured
+            // rounds (a median and a range), fewer single sends and a
+            // shorter sustained window; every section in a few minutes on
+            // 2 cores.
+            let quick = profile == Profile::Quick;
+            pick!(p, a.repeat, 3, if quick { 1 } else { 2 });
+            pick!(p, a.warmup, 1, 0);
+            pick!(p, a.messages, 150_000, 20_000);
+            pick!(p, a.batch_messages, 250_000, 20_000);
+            pick!(
+                p,
+                a.single_messages,
+                10_000,
+                if quick { 2_000 } else { 1_000 }
+            );
+            pick!(p, a.duration, secs(30), secs(if quick { 20 } else { 10 }));
+            pick!(
+                p,
+                a.sustained_warmup,
+                secs(5),
+                secs(if quick { 3 } else { 2 })
+            );
+            pick!(p, a.processes, vec![1, 2, 4, 8], vec![1, 2]);
+            pick!(p, a.processes_messages, 400_000, 20_000);
         }
         Profile::Standard => {
-            pick(&mut a.repeat, 3, 2);
-            pick(&mut a.messages, 150_000, 50_000);
-            pick(&mut a.batch_messages, 250_000, 100_000);
-            pick(&mut a.single_messages, 10_000, 5_000);
-            pick(&mut a.duration, secs(30), secs(20));
-            pick(&mut a.processes, vec![1, 2, 4, 8], vec![1, 2]);
-            pick(&mut a.processes_messages, 400_000, 50_000);
+            pick!(p, a.repeat, 3, 2);
+            pick!(p, a.messages, 150_000, 50_000);
+            pick!(p, a.batch_messages, 250_000, 100_000);
+            pick!(p, a.single_messages, 10_000, 5_000);
+            pick!(p, a.duration, secs(30), secs(20));
+            pick!(p, a.processes, vec![1, 2, 4, 8], vec![1, 2]);
+            pick!(p, a.processes_messages, 400_000, 50_000);
         }
         Profile::Full => {}
     }
     // Each section's own options take the profile in the section's file.
-    a.options.apply_profile(profile);
+    a.options.apply_profile(p);
+    a.given = given;
     a
 }
 
-/// The run's profile: `--quick`, `--standard`, `--long`, or none (the
-/// full defaults). A section's [`Options`](crate::sections::Options) may
+/// The run's profile: `--quick`, `--standard`, `--full`, `--long`, or none
+/// (the default). A section's [`Options`](crate::sections::Options) may
 /// shorten or lengthen its own runs for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
-    /// `--quick`: a smoke run of a minute or two.
+    /// `--quick`: a smoke run of a minute or two, one round.
     Quick,
-    /// `--standard`: a shorter run than the full one.
+    /// No profile flag: every section at small sizes, two rounds, a few
+    /// minutes.
+    Default,
+    /// `--standard`: between the default and the full run.
     Standard,
-    /// No profile flag: the documented defaults.
+    /// `--full`: the documented option defaults, the release run.
     Full,
     /// `--long`: longer runs and more rounds.
     Long,
 }
 
 impl Profile {
-    fn of(a: &RunArgs) -> Profile {
+    /// The profile `a` asks for.
+    pub(crate) fn of(a: &RunArgs) -> Profile {
         if a.long {
             Profile::Long
         } else if a.quick {
             Profile::Quick
         } else if a.standard {
             Profile::Standard
-        } else {
+        } else if a.full {
             Profile::Full
+        } else {
+            Profile::Default
+        }
+    }
+
+    /// Its name in the document (`metadata.workload.profile`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Quick => "quick",
+            Profile::Default => "default",
+            Profile::Standard => "standard",
+            Profile::Full => "full",
+            Profile::Long => "long",
         }
     }
 }
 
-/// Sets `v` to `profile` when it holds `default`: how a profile replaces
-/// an option the command line left at its default. (An option given
-/// explicitly with its default value is replaced too: clap's derive API
-/// does not say where a value came from.)
-pub(crate) fn pick<T: PartialEq>(v: &mut T, default: T, profile: T) {
-    if *v == default {
-        *v = profile;
+/// A profile being applied to the options: which one, and the ids of the
+/// options given on the command line or in the environment, which it
+/// leaves alone.
+#[derive(Debug)]
+pub struct Apply<'a> {
+    /// The profile.
+    pub profile: Profile,
+    given: &'a BTreeSet<String>,
+}
+
+impl Apply<'_> {
+    /// Sets `v`, the value of the option `id`, to `value` unless the option
+    /// was given or `v` no longer holds the option's `default`. (Options
+    /// parsed without [`Cli::try_parse_args`](crate::cli::Cli::try_parse_args)
+    /// record none as given: an option set to its default value on such a
+    /// command line is replaced too.)
+    pub(crate) fn set<T: PartialEq>(&self, id: &str, v: &mut T, default: T, value: T) {
+        if !self.given.contains(id) && *v == default {
+            *v = value;
+        }
     }
 }
 
@@ -364,7 +429,7 @@ mod tests {
     fn args(extra: &[&str]) -> RunArgs {
         let mut v = vec!["pgmq-bench"];
         v.extend_from_slice(extra);
-        crate::cli::Cli::try_parse_from(v).unwrap().run
+        crate::cli::Cli::try_parse_args(v).unwrap().run
     }
 
     #[test]
@@ -380,22 +445,68 @@ mod tests {
     fn quick_profile_replaces_defaults_only() {
         let c = Config::from_args(&args(&["--quick", "--messages", "5000"])).unwrap();
         assert_eq!((c.repeat, c.warmup, c.messages), (1, 0, 5000));
-        assert_eq!(c.backlog_sizes, QUICK_BACKLOG_SIZES.to_vec());
+        assert_eq!(c.backlog_sizes, SMALL_BACKLOG_SIZES.to_vec());
         assert_eq!(c.processes, vec![1, 2]);
         let c = Config::from_args(&args(&["--backlog-sizes", "300,100", "--backlog-10m"])).unwrap();
         assert_eq!(c.backlog_sizes, vec![100, 300, 10_000_000]);
         assert_eq!(c.backlog_sizes.len(), 3);
         let c = Config::from_args(&args(&["--long"])).unwrap();
+        assert_eq!(c.profile.name(), "long");
         assert!(c.duration >= Duration::from_secs(300));
         assert_eq!((c.repeat, c.messages), (5, 300_000));
         assert_eq!(c.backlog_sizes, BACKLOG_SIZES.to_vec());
     }
 
     #[test]
+    fn the_default_profile_is_small_and_keeps_what_is_given() {
+        let c = Config::from_args(&args(&[])).unwrap();
+        assert_eq!(c.profile, Profile::Default);
+        assert_eq!((c.repeat, c.warmup, c.messages), (2, 0, 20_000));
+        assert_eq!(c.backlog_sizes, SMALL_BACKLOG_SIZES.to_vec());
+        assert_eq!(c.section_names().len(), REGISTRY.len(), "every section");
+        // An option given with the full profile's value keeps it.
+        let c = Config::from_args(&args(&["--repeat", "3", "--warmup=1"])).unwrap();
+        assert_eq!((c.repeat, c.warmup, c.messages), (3, 1, 20_000));
+        let c = Config::from_args(&args(&["--steady-duration-s", "20"])).unwrap();
+        assert_eq!(c.options.steady.duration, Duration::from_secs(20));
+        // Parsed without recording what was given: a value equal to the
+        // default is the profile's.
+        let v = ["pgmq-bench", "--repeat", "3"];
+        let c = Config::from_args(&crate::cli::Cli::try_parse_from(v).unwrap().run).unwrap();
+        assert_eq!(c.repeat, 2);
+        let full = Config::from_args(&args(&["--full"])).unwrap();
+        assert_eq!(full.profile, Profile::Full);
+        assert_eq!((full.repeat, full.warmup, full.messages), (3, 1, 150_000));
+        assert_eq!(full.backlog_sizes, BACKLOG_SIZES.to_vec());
+    }
+
+    #[test]
+    fn the_schema_names_every_profile() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../docs/benchmark.v1.schema.json")).unwrap();
+        let names: Vec<&str> = [
+            Profile::Quick,
+            Profile::Default,
+            Profile::Standard,
+            Profile::Full,
+            Profile::Long,
+        ]
+        .map(Profile::name)
+        .to_vec();
+        let in_schema: Vec<&str> = schema["$defs"]["profile"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(in_schema, names);
+    }
+
+    #[test]
     fn the_standard_profile_lies_between_quick_and_full() {
         let quick = Config::from_args(&args(&["--quick"])).unwrap();
         let standard = Config::from_args(&args(&["--standard"])).unwrap();
-        let full = Config::from_args(&args(&[])).unwrap();
+        let full = Config::from_args(&args(&["--full"])).unwrap();
         assert!(quick.messages < standard.messages && standard.messages < full.messages);
         assert!(quick.repeat < standard.repeat && standard.repeat < full.repeat);
         let bh = |c: &Config| c.options.batch_handler.messages;

@@ -84,6 +84,19 @@ impl Document {
     pub fn figure(&self, id: &str) -> Option<&Figure> {
         self.figures.iter().find(|f| f.id == id)
     }
+
+    /// The run's profile: the one recorded, else (an older document) the
+    /// one its command line names, the full one when it names none.
+    pub fn profile(&self) -> String {
+        if let Some(p) = &self.metadata.workload.profile {
+            return p.clone();
+        }
+        ["quick", "standard", "long"]
+            .into_iter()
+            .find(|p| self.metadata.command.iter().any(|a| *a == format!("--{p}")))
+            .unwrap_or("full")
+            .to_owned()
+    }
 }
 
 /// The schema of [`Summary`], `pgmq-bench summary`'s output.
@@ -92,6 +105,7 @@ pub const SUMMARY_SCHEMA: &str = "pgmq-bench.summary.v1";
 /// A document's summary: small enough to attach to a changelog or a pull
 /// request (no runs, no sections, no invocations), and enough to read the
 /// results and compare them by eye. The full document stays the record.
+/// `docs/benchmark-summary.v1.schema.json` describes it.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Summary {
@@ -105,16 +119,44 @@ pub struct Summary {
     pub finished_at: DateTime<Utc>,
     /// The SDK's version and commit.
     pub sdk: Sdk,
+    /// The benchmark's profile ([`Document::profile`]).
+    pub profile: String,
+    /// Measured rounds (per invocation in an aggregate).
+    pub repeat: u32,
+    /// Invocations merged, in an aggregate document; null otherwise.
+    pub invocations: Option<u32>,
+    /// The compiler and build profile.
+    pub build: Build,
+    /// The server and PGMQ versions.
+    pub database: SummaryDatabase,
     /// The machine.
     pub host: Host,
     /// Whether the run passed its checks, and why not.
     pub outcome: RunOutcome,
     /// Whether the result may be compared with durable ones.
     pub durable_comparable: bool,
+    /// The ids of the headline figures the document has, in the order of
+    /// `summary --markdown`'s rows
+    /// ([`report::summary::HEADLINE`](crate::report::summary::HEADLINE)).
+    pub headline: Vec<String>,
     /// Every figure: id, unit, direction, median, range and run count.
     pub figures: Vec<SummaryFigure>,
     /// The performance targets as evaluated in the run.
     pub targets: Vec<TargetCheck>,
+}
+
+/// The server of a [`Summary`].
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct SummaryDatabase {
+    /// `SELECT version()`.
+    pub server_version: String,
+    /// `server_version_num`.
+    pub server_version_num: i32,
+    /// The PGMQ version.
+    pub pgmq_version: String,
+    /// `extension` or `sql_only`.
+    pub pgmq_install: String,
 }
 
 /// One figure of a [`Summary`].
@@ -123,6 +165,8 @@ pub struct Summary {
 pub struct SummaryFigure {
     /// The figure's stable key.
     pub id: String,
+    /// Its short label.
+    pub label: String,
     /// Its unit.
     pub unit: String,
     /// Which direction is an improvement.
@@ -146,14 +190,28 @@ impl Document {
             started_at: self.metadata.started_at,
             finished_at: self.metadata.finished_at,
             sdk: self.metadata.sdk.clone(),
+            profile: self.profile(),
+            repeat: self.protocol.repeat,
+            invocations: self.protocol.invocations,
+            build: self.metadata.build.clone(),
+            database: SummaryDatabase {
+                server_version: self.metadata.database.server_version.clone(),
+                server_version_num: self.metadata.database.server_version_num,
+                pgmq_version: self.metadata.database.pgmq_version.clone(),
+                pgmq_install: self.metadata.database.pgmq_install.clone(),
+            },
             host: self.metadata.host.clone(),
             outcome: self.outcome.clone(),
             durable_comparable: self.durability.comparable,
+            headline: crate::report::summary::headline(self)
+                .map(|(_, f)| f.id.clone())
+                .collect(),
             figures: self
                 .figures
                 .iter()
                 .map(|f| SummaryFigure {
                     id: f.id.clone(),
+                    label: f.label.clone(),
                     unit: f.unit.clone(),
                     better: f.better,
                     median: f.median,
@@ -270,6 +328,11 @@ pub struct Virtualization {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Workload {
+    /// The profile the options were completed from: `default` (no profile
+    /// flag), `quick`, `standard`, `full` or `long`. Absent in older
+    /// documents, whose run without a profile flag was the full one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     /// Sections run, in order.
     pub sections: Vec<String>,
     /// Messages per consume run (consume_scaling, baseline read + delete).

@@ -1,11 +1,10 @@
 //! `pgmq-bench`: parse, dispatch, exit. Everything else is in the library.
 
-use clap::Parser;
 use pgmq_bench::cli::{Cli, Command};
 use pgmq_bench::{commands, run};
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     pgmq_bench::init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -21,8 +21,10 @@ use crate::guard::Guard;
 use crate::local_db::LocalDb;
 use crate::metadata;
 use crate::process::MemoryMeter;
-use crate::progress::Progress;
-use crate::sections::{self, Ctx, Round, Sink};
+use crate::progress::{about, Progress, Steps};
+use crate::report::count;
+use crate::sections::plan::Plan;
+use crate::sections::{self, Ctx, Round, Section, Sink};
 use crate::target::{self, Target};
 
 /// Runs the benchmark; returns the exit status (0: every check passed,
@@ -58,6 +60,12 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         eprintln!("{}", crate::cli::BEFORE_A_RUN);
     }
     let progress = Progress::new();
+    if cfg.output.exists() {
+        progress.say(format!(
+            "{} exists: this run replaces it when it writes its document",
+            cfg.output.display()
+        ));
+    }
     let local = if args.local {
         progress.say(format!(
             "starting a throwaway cluster on port {}",
@@ -282,23 +290,39 @@ fn protocol(cfg: &Config, memory_method: String) -> Protocol {
     }
 }
 
-/// Writes the document, prints its failures and the closing progress line;
-/// the exit status (0: ok, 1: the document records a failure).
+/// Writes the document, prints its failures and the closing progress line,
+/// then on stdout its short summary, its path and the command for the full
+/// report; the exit status (0: ok, 1: the document records a failure).
 async fn write_and_report(doc: &Document, cfg: &Config, progress: &Progress) -> Result<i32> {
+    let replaces = cfg.output.exists();
     write_document(doc, &cfg.output).await?;
     for f in &doc.outcome.failures {
         eprintln!("pgmq-bench: FAILED: {f}");
     }
     progress.say(format!(
-        "wrote {} ({})",
+        "wrote {}{} ({})",
         cfg.output.display(),
+        if replaces {
+            ", replacing the earlier document"
+        } else {
+            ""
+        },
         if doc.outcome.ok { "ok" } else { "FAILED" }
     ));
+    let program = std::env::args()
+        .next()
+        .unwrap_or_else(|| "pgmq-bench".into());
+    let path = cfg.output.display();
+    println!(
+        "{}\nDocument: {path}\nFull report: {program} report {path}",
+        crate::report::summary::markdown(doc)
+    );
     Ok(if doc.outcome.ok { 0 } else { 1 })
 }
 
 fn workload(cfg: &Config) -> Workload {
     Workload {
+        profile: Some(cfg.profile.name().to_owned()),
         sections: cfg.section_names().into_iter().map(str::to_owned).collect(),
         messages: cfg.messages,
         batch_messages: cfg.batch_messages,
@@ -332,11 +356,36 @@ fn workload(cfg: &Config) -> Workload {
 
 /// The warm-up rounds, then the measured ones: each runs every selected
 /// section once, in the registry's order (warm-up rounds only those that
-/// warm up).
+/// warm up). Each such step starts with a progress line `[k/N]` and an
+/// estimate of the time left; a section whose round runs nothing of its
+/// own (a plan of 0 s) is not a step.
 async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
     let cfg = &ctx.cfg;
+    let plan: Vec<(u32, &'static dyn Section, Plan)> = (0..cfg.warmup + cfg.repeat)
+        .flat_map(|i| {
+            cfg.sections
+                .iter()
+                .filter(move |s| i >= cfg.warmup || s.in_warmup())
+                .map(move |s| (i, *s, s.planned(cfg)))
+        })
+        .collect();
+    let mut steps = Steps::new(
+        plan.iter()
+            .map(|(_, _, planned)| *planned)
+            .filter(|planned| planned.total_s() > 0.0)
+            .collect(),
+    );
+    ctx.progress.say(format!(
+        "profile {}: {}, {} and {}, {}; {} in all (an estimate)",
+        cfg.profile.name(),
+        count(cfg.sections.len() as u32, "section"),
+        count(cfg.warmup, "warm-up round"),
+        count(cfg.repeat, "measured round"),
+        count(steps.len() as u32, "step"),
+        about(steps.planned_s())
+    ));
     let mut s = Sections::default();
-    for i in 0..cfg.warmup + cfg.repeat {
+    for (i, section, planned) in plan {
         let warm = i < cfg.warmup;
         let round = if warm { i } else { i - cfg.warmup };
         let tag = if warm {
@@ -349,12 +398,16 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
             warm,
             tag: &tag,
         };
-        for section in &cfg.sections {
-            if warm && !section.in_warmup() {
-                continue;
-            }
-            section.run_round(ctx, at, &mut s).await?;
+        if planned.total_s() > 0.0 {
+            let (k, left) = steps.start_next();
+            ctx.progress.say(format!(
+                "[{k}/{}] {tag} {}: {} left (an estimate)",
+                steps.len(),
+                section.name(),
+                about(left)
+            ));
         }
+        section.run_round(ctx, at, &mut s).await?;
     }
     Ok(s)
 }

@@ -1,20 +1,29 @@
 //! A real short run of every section on a throwaway database, then its
 //! document checked: the JSON Schema in docs/, every rate recomputable from
 //! its count and seconds, figure summaries consistent with their runs, no
-//! password, no queue left behind; and report/compare/check on it.
+//! password, no queue left behind; its progress lines on a pipe, the short
+//! summary it ends with; and report/compare/check and the Markdown summary
+//! and comparison on it.
 
 mod common;
 
 use std::sync::OnceLock;
 
 use clap::ValueEnum;
-use common::{docs_dir, run, run_on, schema, short_run_args, temp_path, TempDb};
+use common::{
+    docs_dir, headline_labels, run, run_on, schema, short_run_args, summary_schema_errors,
+    summary_validator, temp_path, TempDb,
+};
 use serde_json::Value;
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ShortRun {
     text: String,
     leftover_queues: Vec<String>,
+    /// What the run wrote to stderr, a pipe.
+    stderr: String,
+    /// What it wrote to stdout.
+    stdout: String,
 }
 
 /// One short run shared by the tests of this file.
@@ -98,15 +107,11 @@ fn perform_short_run() -> ShortRun {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    // No progress lines when stderr is not a terminal.
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !err.contains("round 1/"),
-        "progress printed to a pipe: {err}"
-    );
     ShortRun {
         text: std::fs::read_to_string(&path).unwrap(),
         leftover_queues: db.bench_queues(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
     }
 }
 
@@ -121,6 +126,188 @@ fn only_slope_failures(doc: &Value) -> bool {
 
 fn doc() -> Value {
     serde_json::from_str(&short_run().text).unwrap()
+}
+
+/// Progress reaches a pipe as whole lines: every step `[k/N]` once and in
+/// order, each with its estimate of the time left, and each run's rate.
+#[test]
+fn progress_reaches_a_pipe_as_numbered_steps() {
+    let err = &short_run().stderr;
+    assert!(!err.contains('\r'), "a carriage return on a pipe");
+    // "profile default: 14 sections, 1 warm-up round and 2 measured rounds, N steps; ..."
+    let n: usize = err
+        .lines()
+        .find_map(|l| {
+            l.split_once("profile default: 14 sections, 1 warm-up round and 2 measured rounds, ")
+        })
+        .and_then(|(_, rest)| rest.split_once(" steps;"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no profile line: {err}"));
+    // 2 rounds of the 13 sections that run on their own (baseline's runs
+    // sit in the send and consume sections'), and the warm-up's few.
+    assert!(n > 2 * 13 && n < 3 * 13, "{n} steps");
+    let steps: Vec<(usize, usize)> = err
+        .lines()
+        .filter(|l| l.contains("left (an estimate)"))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("] [")?;
+            let (k, rest) = rest.split_once('/')?;
+            let (n, _) = rest.split_once(']')?;
+            Some((k.parse().ok()?, n.parse().ok()?))
+        })
+        .collect();
+    let want: Vec<(usize, usize)> = (1..=n).map(|k| (k, n)).collect();
+    assert_eq!(steps, want, "{err}");
+    for run in ["round 2/2 send_single: ", "round 1/2 consume_scaling w=2: "] {
+        assert!(
+            err.lines().any(|l| l.contains(run) && l.contains(" msg/s")),
+            "no rate of {run}: {err}"
+        );
+    }
+}
+
+/// The run ends with the short summary, the document's path and the
+/// command for the full report.
+#[test]
+fn the_run_ends_with_its_summary_and_the_full_report_command() {
+    let out = &short_run().stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("### pgmq-bench: SDK "), "{out}");
+    assert!(lines[0].contains(", default profile: "), "{out}");
+    assert!(lines.len() <= 25 + 3, "{out}");
+    let n = lines.len();
+    assert!(lines[n - 2].starts_with("Document: ") && lines[n - 2].ends_with("benchmark.json"));
+    assert!(lines[n - 1].starts_with("Full report: ") && lines[n - 1].contains(" report "));
+}
+
+/// A copy of the short run's document marked ok (its 2-second sustained
+/// fit may fail on noise: see `short_run`), in a file of its own.
+fn ok_copy() -> (Value, common::TempPath) {
+    let mut ok_doc = doc();
+    ok_doc["outcome"]["ok"] = Value::from(true);
+    ok_doc["outcome"]["failures"] = serde_json::json!([]);
+    let path = temp_path("ok.json");
+    std::fs::write(&path, serde_json::to_string(&ok_doc).unwrap()).unwrap();
+    (ok_doc, path)
+}
+
+/// A copy of `doc` whose throughputs (median, min and max) are divided by
+/// `by`, in a file of its own.
+fn slowed_copy(doc: &Value, by: f64) -> common::TempPath {
+    let mut slow = doc.clone();
+    for f in slow["figures"].as_array_mut().unwrap() {
+        if f["unit"] == "msg/s" && f["better"] == "higher" {
+            for k in ["median", "min", "max"] {
+                f[k] = Value::from(f[k].as_f64().unwrap() / by);
+            }
+        }
+    }
+    let path = temp_path("slow.json");
+    std::fs::write(&path, serde_json::to_string(&slow).unwrap()).unwrap();
+    path
+}
+
+/// The labels of the headline figures `doc` has.
+fn headline_of(doc: &Value) -> Vec<&'static str> {
+    let ids: Vec<&str> = doc["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap())
+        .collect();
+    pgmq_bench::report::summary::HEADLINE
+        .iter()
+        .filter(|(id, _)| ids.contains(id))
+        .map(|(_, label)| *label)
+        .collect()
+}
+
+#[test]
+fn summary_in_markdown_and_json() {
+    let (doc, path) = ok_copy();
+    let path = path.to_str().unwrap();
+    let out = run(&["summary", "--markdown", path]);
+    assert_eq!(out.status.code(), Some(0));
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        md.lines().count() <= 25,
+        "{} lines:\n{md}",
+        md.lines().count()
+    );
+    // The short run has 1 and 2 handlers: every headline figure but the
+    // 8-handler ones.
+    let labels = headline_of(&doc);
+    assert_eq!(labels.len(), headline_labels().len() - 2, "{labels:?}");
+    for label in headline_labels() {
+        assert_eq!(
+            md.contains(&format!("\n| {label} | ")),
+            labels.contains(&label),
+            "{label}:\n{md}"
+        );
+    }
+    assert!(
+        md.contains("PostgreSQL 15.") && md.contains(", PGMQ "),
+        "{md}"
+    );
+    assert!(
+        md.contains("\nTargets (limits set for --full on a 2-core x86_64 machine): "),
+        "{md}"
+    );
+    // The JSON form validates against its schema, and the schema is not
+    // vacuous.
+    let out = run(&["summary", path]);
+    assert_eq!(out.status.code(), Some(0));
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors = summary_schema_errors(&summary);
+    assert!(errors.is_empty(), "{errors:#?}");
+    assert_eq!(summary["profile"], "default");
+    assert_eq!(summary["headline"].as_array().unwrap().len(), labels.len());
+    let validator = summary_validator();
+    for (pointer, bad) in [
+        ("/figures/0/unit", Value::from("furlongs")),
+        ("/host/cpu_count", Value::from("two")),
+        ("/profile", Value::from("medium")),
+    ] {
+        let mut broken = summary.clone();
+        *broken.pointer_mut(pointer).unwrap() = bad;
+        assert!(!validator.is_valid(&broken), "{pointer}");
+    }
+}
+
+#[test]
+fn compare_in_markdown_gives_one_verdict_line_per_headline_figure() {
+    let (doc, ok_path) = ok_copy();
+    let ok = ok_path.to_str().unwrap();
+    let labels = headline_of(&doc);
+    let verdicts = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("- "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let out = run(&["compare", "--markdown", ok, ok]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines = verdicts(&text);
+    assert_eq!(lines.len(), labels.len(), "{text}");
+    for (line, label) in lines.iter().zip(&labels) {
+        assert!(line.starts_with(&format!("- {label}: ")), "{line}");
+        assert!(line.ends_with(": unchanged"), "{line}");
+    }
+    assert!(text.contains("**Verdict: no regression**"), "{text}");
+    // Every rate a tenth: the rate lines say REGRESSION, and the exit status.
+    let slow_path = slowed_copy(&doc, 10.0);
+    let out = run(&["compare", "--markdown", ok, slow_path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines = verdicts(&text);
+    assert_eq!(lines.len(), labels.len(), "{text}");
+    let single = lines
+        .iter()
+        .find(|l| l.starts_with("- Single send: "))
+        .unwrap();
+    assert!(single.ends_with("msg/s (-90.0%): REGRESSION"), "{single}");
+    assert!(text.contains("**Verdict: regression**"), "{text}");
 }
 
 #[test]
@@ -505,6 +692,7 @@ fn run_is_complete_accounted_for_and_clean() {
     let m = &doc["metadata"];
     let w = &m["workload"];
     assert_eq!(w["handler"], "empty");
+    assert_eq!(w["profile"], "default");
     assert_eq!(w["backlog_sizes"], serde_json::json!([1000, 3000]));
     assert_eq!(w["backlog_workers"], 2);
     assert_eq!(w["processes"], serde_json::json!([1, 2]));
@@ -544,11 +732,7 @@ fn report_compare_and_check_read_the_document() {
     // compare and check refuse a failed run; the short run's 2-second
     // sustained fit may fail on noise (see short_run), so the comparisons
     // below read a copy marked ok, and the original only when it is.
-    let mut ok_doc = doc();
-    ok_doc["outcome"]["ok"] = Value::from(true);
-    ok_doc["outcome"]["failures"] = serde_json::json!([]);
-    let ok_path = temp_path("ok.json");
-    std::fs::write(&ok_path, serde_json::to_string(&ok_doc).unwrap()).unwrap();
+    let (ok_doc, ok_path) = ok_copy();
     let mut failed = doc();
     failed["outcome"]["ok"] = Value::from(false);
     failed["outcome"]["failures"] = serde_json::json!(["consume_scaling: 3 duplicate deliveries"]);
@@ -613,16 +797,7 @@ fn report_compare_and_check_read_the_document() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("no regression"));
 
     // Halve every throughput in a copy: compare flags regressions and exits 1.
-    let mut slow: Value = ok_doc.clone();
-    for f in slow["figures"].as_array_mut().unwrap() {
-        if f["unit"] == "msg/s" && f["better"] == "higher" {
-            for k in ["median", "min", "max"] {
-                f[k] = Value::from(f[k].as_f64().unwrap() / 2.0);
-            }
-        }
-    }
-    let slow_path = temp_path("slow.json");
-    std::fs::write(&slow_path, serde_json::to_string(&slow).unwrap()).unwrap();
+    let slow_path = slowed_copy(&ok_doc, 2.0);
     let out = run(&["compare", &path, slow_path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("REGRESSION"));

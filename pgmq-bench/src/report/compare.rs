@@ -20,7 +20,8 @@ use std::fmt::Write as _;
 
 use crate::document::{Better, Document, DurabilityClass, Figure};
 use crate::error::{Error, Result};
-use crate::report::fmt_figure;
+use crate::report::summary::HEADLINE;
+use crate::report::{fmt_figure, fmt_value};
 use crate::stats::mann_whitney;
 
 /// A condition's value in a document that does not record it.
@@ -154,6 +155,15 @@ fn judge_inner(
     )
 }
 
+/// Whether the condition `key` (a path of [`differences`]) is measured
+/// during a run rather than set for it (the load, the `SELECT 1` round
+/// trip, uncommitted changes): it differs between any two runs.
+pub fn measured_condition(key: &str) -> bool {
+    key.contains("load_average")
+        || key.contains("select1_round_trip")
+        || key == "metadata.sdk.git_dirty"
+}
+
 /// Every condition that differs between the two documents: each leaf of
 /// `metadata` (times and the DSN aside; `pg_settings` rows keyed by name;
 /// the command line's options, the output path and DSN aside, as
@@ -279,8 +289,9 @@ pub fn refuse_failed(doc: &Document, what: &str) -> Result<()> {
     )))
 }
 
-/// The comparison: Markdown, and whether any figure regressed.
-pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(String, bool)> {
+/// Refuses what is not compared: a failed run, durable against
+/// non-durable, a threshold that is not a percentage.
+fn refuse_incomparable(old: &Document, new: &Document, threshold_pct: f64) -> Result<()> {
     refuse_failed(old, "the old document")?;
     refuse_failed(new, "the new document")?;
     refuse_mixed_durability(old, new)?;
@@ -289,6 +300,29 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
             "--threshold must be a percentage >= 0".into(),
         ));
     }
+    Ok(())
+}
+
+/// The verdict over every figure, and how many got each verdict.
+fn verdict_line(regressed: bool, counts: &std::collections::BTreeMap<&str, usize>) -> String {
+    format!(
+        "**Verdict: {}** ({}).",
+        if regressed {
+            "regression"
+        } else {
+            "no regression"
+        },
+        counts
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The comparison: Markdown, and whether any figure regressed.
+pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(String, bool)> {
+    refuse_incomparable(old, new, threshold_pct)?;
     let mut out = String::from("# pgmq-bench comparison\n\n");
     write_conditions(&mut out, &differences(old, new));
     let _ = writeln!(
@@ -301,19 +335,80 @@ pub fn compare(old: &Document, new: &Document, threshold_pct: f64) -> Result<(St
          | --- | --- | --- | --- | --- | --- | --- |"
     );
     let (regressed, counts) = write_figure_rows(&mut out, old, new, threshold_pct);
+    let _ = writeln!(out, "\n{}", verdict_line(regressed, &counts));
+    Ok((out, regressed))
+}
+
+/// `compare --markdown`: a heading, a line on the conditions, one verdict
+/// line per headline figure either document has (`- label: old → new unit
+/// (change): verdict`, like criterion's one line per benchmark), and the
+/// verdict over every figure, which decides the exit status as
+/// [`compare`]'s does. `old_name` and `new_name` name the documents (their
+/// paths).
+pub fn headline(
+    old: &Document,
+    new: &Document,
+    threshold_pct: f64,
+    (old_name, new_name): (&str, &str),
+) -> Result<(String, bool)> {
+    refuse_incomparable(old, new, threshold_pct)?;
+    let mut out = format!("### pgmq-bench compare: {old_name} → {new_name}\n\n");
+    let diffs: Vec<_> = differences(old, new)
+        .into_iter()
+        .filter(|(k, _, _)| !measured_condition(k))
+        .collect();
+    let short = |v: &str| match v.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &v[..i]),
+        None => v.to_owned(),
+    };
+    let shown: Vec<String> = diffs
+        .iter()
+        .filter(|(k, _, _)| k != COMMAND)
+        .take(2)
+        .map(|(k, a, b)| format!("{k} {} → {}", short(a), short(b)))
+        .collect();
     let _ = writeln!(
         out,
-        "\n**Verdict: {}** ({}).",
-        if regressed {
-            "regression"
-        } else {
-            "no regression"
-        },
-        counts
-            .iter()
-            .map(|(k, v)| format!("{v} {k}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        "Threshold {threshold_pct}%; {}.\n",
+        match diffs.len() {
+            0 => "same workload, build profile, versions and protocol".to_owned(),
+            n if n > shown.len() => format!(
+                "conditions differ: {} and {} more (`pgmq-bench compare` lists them)",
+                shown.join(", "),
+                n - shown.len()
+            ),
+            _ => format!("conditions differ: {}", shown.join(", ")),
+        }
+    );
+    for (id, label) in HEADLINE {
+        let line = match (old.figure(id), new.figure(id)) {
+            (Some(o), Some(n)) => {
+                let j = judge_with_test(o, n, threshold_pct);
+                let mut change = j
+                    .change_pct
+                    .map_or("no base".to_owned(), |c| format!("{c:+.1}%"));
+                if let Some(p) = j.p_value {
+                    let _ = write!(change, ", p = {p:.3}");
+                }
+                format!(
+                    "{} → {} {} ({change}): {}",
+                    fmt_value(o.median, &o.unit),
+                    fmt_value(n.median, &n.unit),
+                    n.unit,
+                    j.verdict.as_str()
+                )
+            }
+            (Some(_), None) => format!("only in {old_name}: {}", Verdict::Removed.as_str()),
+            (None, Some(_)) => format!("only in {new_name}: {}", Verdict::Added.as_str()),
+            (None, None) => continue,
+        };
+        let _ = writeln!(out, "- {label}: {line}");
+    }
+    let (regressed, counts) = write_figure_rows(&mut String::new(), old, new, threshold_pct);
+    let _ = writeln!(
+        out,
+        "\n{} Every figure's row: `pgmq-bench compare {old_name} {new_name}`.",
+        verdict_line(regressed, &counts)
     );
     Ok((out, regressed))
 }

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod compare;
 pub mod markdown;
+pub mod summary;
 pub mod svg;
 
 use crate::document::Figure;
@@ -39,6 +40,12 @@ pub fn fmt_value(v: f64, unit: &str) -> String {
         "MiB" => format!("{v:.1}"),
         _ => format!("{v:.3}"),
     }
+}
+
+/// `1 measured round`, `2 measured rounds`: `n` and `what`, plural unless
+/// `n` is 1.
+pub(crate) fn count(n: u32, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
 /// `1234567.8` -> `1,234,568`.

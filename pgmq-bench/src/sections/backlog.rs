@@ -28,6 +28,8 @@ use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, figure_keys};
 use crate::report::thousands;
 use crate::sections::{Round, Section};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 
 /// One drain of a backlog of `n` messages.
 pub async fn run(ctx: &Ctx, n: u64, round: u32) -> Result<ConsumeRun> {
@@ -45,6 +47,13 @@ impl Section for BacklogScaling {
 
     fn about(&self) -> &'static str {
         "The worker draining fresh queues of several backlog sizes (`--backlog-sizes`)"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        let sizes = &cfg.backlog_sizes;
+        let reference = if sizes.len() > 1 { REFERENCE_DRAINS as f64 - 1.0 } else { 0.0 };
+        let first = sizes.first().map_or(0.0, |n| reference * plan::drain(*n, plan::DRAIN));
+        Plan::work(first + sizes.iter().map(|n| plan::drain(*n, plan::DRAIN)).sum::<f64>())
     }
 
     fn run_round<'a>(

@@ -44,6 +44,7 @@ use crate::report::markdown::{cell, definitions, fig, worker_counts};
 use crate::sections::consume::{consume_counts, ConsumeScaling};
 use crate::sections::send::{SendBatch, SendSingle};
 use crate::sections::{Round, Section};
+use crate::sections::plan::{self, Plan};
 
 /// Which loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -385,6 +386,21 @@ impl Section for Baseline {
 
     fn about(&self) -> &'static str {
         "The same loops on plain prepared statements, one connection, no SDK"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        // Beside an SDK section its runs are that section's; alone, a round
+        // runs each loop once.
+        if baseline_loops(cfg).is_empty() {
+            return Plan::default();
+        }
+        Plan::work(
+            plan::SETUP * 2.0
+                + cfg.single_messages as f64 / plan::SINGLE_SENDS
+                + cfg.batch_messages as f64 / plan::BATCH_SENDS
+                + plan::drain(cfg.messages, plan::LOOP_DRAIN)
+                + plan::drain(cfg.messages, plan::DRAIN),
+        )
     }
 
     fn in_warmup(&self) -> bool {

@@ -31,7 +31,7 @@ use pgmq_client::{Message, Transaction};
 use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler, Worker};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{pick, Profile};
+use crate::config::{pick, Apply, Profile};
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
@@ -40,6 +40,8 @@ use crate::report::{fmt_value, thousands};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::consume::{with_claim_reads, worker_on, Tally};
 use crate::sections::{counters, Ctx, InBody, Options, Round, Section, Sink, SINK_TABLE};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "batch_handler";
@@ -140,10 +142,12 @@ impl Options for BatchHandlerOptions {
         }
     }
 
-    fn apply_profile(&mut self, profile: Profile) {
-        match profile {
-            Profile::Quick => pick(&mut self.batch_handler_messages, 60_000, 5_000),
-            Profile::Standard => pick(&mut self.batch_handler_messages, 60_000, 20_000),
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        match p.profile {
+            Profile::Quick | Profile::Default => {
+                pick!(p, self.batch_handler_messages, 60_000, 5_000)
+            }
+            Profile::Standard => pick!(p, self.batch_handler_messages, 60_000, 20_000),
             Profile::Full | Profile::Long => {}
         }
     }
@@ -213,6 +217,13 @@ impl Section for BatchHandlerSection {
 
     fn about(&self) -> &'static str {
         "The db-write handler per message, per message in a transaction, and in transactional batches"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        // per_message, per_message_tx and batch_tx, each on a fresh queue.
+        let n = cfg.options.batch_handler.messages;
+        let rates = [4_000.0, 2_500.0, 25_000.0];
+        Plan::work(rates.iter().map(|r| plan::drain(n, *r)).sum())
     }
 
     fn in_warmup(&self) -> bool {

@@ -39,6 +39,8 @@ use crate::report::fmt_value;
 use crate::report::markdown::{cell, definitions, fig, worker_counts};
 use crate::sections::baseline::{neighbour, Loop};
 use crate::sections::{Round, Section};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 
 /// What every handler call shares.
 #[derive(Debug)]
@@ -326,6 +328,14 @@ impl Section for ConsumeScaling {
 
     fn about(&self) -> &'static str {
         "The worker draining a preloaded queue at each handler count"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        let (n, w) = (cfg.messages, cfg.workers.len() as f64);
+        // Around the worker runs: a consume loop before each and after the
+        // last, the equal-layout loop before the first and after the last.
+        let loops = (w + 1.0) * plan::drain(n, plan::LOOP_DRAIN) + 2.0 * plan::drain(n, plan::DRAIN);
+        Plan::work(w * plan::drain(n, plan::DRAIN) + plan::loops_around(cfg, 1) * loops)
     }
 
     fn in_warmup(&self) -> bool {

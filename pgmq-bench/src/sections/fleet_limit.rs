@@ -36,7 +36,7 @@ use pgmq_client::QueueName;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
-use crate::config::{pick, Profile};
+use crate::config::{pick, Apply, Profile};
 use crate::document::{Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
@@ -44,6 +44,8 @@ use crate::ledger::Ledger;
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::processes::{bench_exe, child_spec, collect_child, start_child};
 use crate::sections::{Ctx, Options, Round, Section};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "fleet_limit";
@@ -140,9 +142,9 @@ impl Options for FleetLimitOptions {
         }
     }
 
-    fn apply_profile(&mut self, profile: Profile) {
-        match profile {
-            Profile::Quick => pick(&mut self.fleet_limit_messages, 1_600, 400),
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        match p.profile {
+            Profile::Quick | Profile::Default => pick!(p, self.fleet_limit_messages, 1_600, 400),
             Profile::Standard | Profile::Full | Profile::Long => {}
         }
     }
@@ -279,6 +281,15 @@ impl Section for FleetLimit {
 
     fn about(&self) -> &'static str {
         "Worker processes under one fleet-wide limit: the limit holds, and the share of it used"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        // limited and static: the handlers' simulated I/O over the places,
+        // at about half of them used.
+        let o = &cfg.options.fleet_limit;
+        let io = o.messages as f64 * o.work.as_secs_f64() / f64::from(o.places.max(1));
+        Plan::fixed(2.0 * io / 0.5)
+            + Plan::work(2.0 * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY)))
     }
 
     fn run_round<'a>(

@@ -27,6 +27,8 @@ use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::{Options, Round, Section};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
 
 /// The idle_worker options.
@@ -135,6 +137,11 @@ impl Section for IdleWorker {
 
     fn about(&self) -> &'static str {
         "The worker with no work: CPU, empty reads, wake-ups"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        let o = &cfg.options.idle;
+        Plan::fixed((o.window + o.poll * 2).as_secs_f64()) + Plan::work(plan::SETUP)
     }
 
     fn run_round<'a>(

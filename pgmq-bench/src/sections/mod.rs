@@ -30,13 +30,14 @@ use pgmq_client::{Client, QueueName};
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Checks;
-use crate::config::{Config, Profile};
+use crate::config::{Apply, Config};
 use crate::document::{Document, Sections, WorkerCounters};
 use crate::error::Result;
 use crate::figures::Figures;
 use crate::guard::Guard;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
+use crate::report::thousands;
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
 /// order a round runs them: one line per file, naming the sections it holds
@@ -86,8 +87,8 @@ macro_rules! registry {
 
         impl SectionArgs {
             /// Applies the run's profile to every section's options.
-            pub(crate) fn apply_profile(&mut self, profile: Profile) {
-                $($(<$module::$opts as Options>::apply_profile(&mut self.$module, profile);)?)+
+            pub(crate) fn apply_profile(&mut self, p: &Apply<'_>) {
+                $($(<$module::$opts as Options>::apply_profile(&mut self.$module, p);)?)+
             }
         }
 
@@ -142,12 +143,12 @@ pub trait Options: clap::Args {
     /// What the document records of `config`.
     fn workload(config: &Self::Config) -> Self::Workload;
 
-    /// Replaces the flags that `profile` (`--quick`, `--standard`,
-    /// `--long`) sets for this section, each only while it holds its
-    /// default (`config::pick`). By default a profile
+    /// Replaces the flags that the profile `p.profile` (the default,
+    /// `--quick`, `--standard`, `--full`, `--long`) sets for this section,
+    /// each only when not given (`config::pick!`). By default a profile
     /// changes none.
-    fn apply_profile(&mut self, profile: Profile) {
-        let _ = profile;
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        let _ = p;
     }
 }
 
@@ -175,6 +176,12 @@ pub(crate) trait Section: Sync {
 
     /// One line for `--help`.
     fn about(&self) -> &'static str;
+
+    /// What one round of it is planned to take with `cfg` (see [`plan`]):
+    /// what the progress lines' estimate of the time left is made of.
+    /// Nothing when its round runs nothing of its own (its runs are made
+    /// by other sections): it is then not a step of the run.
+    fn planned(&self, cfg: &Config) -> plan::Plan;
 
     /// Whether warm-up rounds run it (only throughput sections do).
     fn in_warmup(&self) -> bool {
@@ -217,6 +224,100 @@ pub(crate) trait Section: Sync {
 impl std::fmt::Debug for dyn Section {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// What a round of a section is planned to take: the seconds of its fixed
+/// windows (timed phases, sleeps, the gaps between samples: the same on
+/// any machine) and the seconds of its work at nominal speeds of a 2-core
+/// machine (sends, preloads, drains: faster or slower with the machine and
+/// its load). The estimate of the time left adds the fixed seconds of the
+/// steps left to their work seconds scaled by the pace of the work done
+/// so far, so the speeds need only be in proportion to each other.
+pub(crate) mod plan {
+    use super::baseline::Baseline;
+    use super::Section;
+    use crate::config::Config;
+
+    /// What one round of a section is planned to take.
+    #[derive(Debug, Clone, Copy, Default, PartialEq)]
+    pub(crate) struct Plan {
+        /// Seconds of fixed windows.
+        pub(crate) fixed_s: f64,
+        /// Seconds of work at the nominal speeds.
+        pub(crate) work_s: f64,
+    }
+
+    impl Plan {
+        /// `s` seconds of fixed windows.
+        pub(crate) fn fixed(s: f64) -> Plan {
+            Plan {
+                fixed_s: s,
+                work_s: 0.0,
+            }
+        }
+
+        /// `s` seconds of work at the nominal speeds.
+        pub(crate) fn work(s: f64) -> Plan {
+            Plan {
+                fixed_s: 0.0,
+                work_s: s,
+            }
+        }
+
+        /// Both, in seconds.
+        pub(crate) fn total_s(self) -> f64 {
+            self.fixed_s + self.work_s
+        }
+    }
+
+    impl std::ops::Add for Plan {
+        type Output = Plan;
+
+        fn add(self, other: Plan) -> Plan {
+            Plan {
+                fixed_s: self.fixed_s + other.fixed_s,
+                work_s: self.work_s + other.work_s,
+            }
+        }
+    }
+
+    impl std::iter::Sum for Plan {
+        fn sum<I: Iterator<Item = Plan>>(iter: I) -> Plan {
+            iter.fold(Plan::default(), |a, b| a + b)
+        }
+    }
+
+    /// Sequential one-message sends a second.
+    pub(crate) const SINGLE_SENDS: f64 = 1_500.0;
+    /// Messages a second of sequential batch sends.
+    pub(crate) const BATCH_SENDS: f64 = 50_000.0;
+    /// Messages a second a worker drains from a preloaded queue.
+    pub(crate) const DRAIN: f64 = 40_000.0;
+    /// Messages a second the one-connection read + delete loop drains.
+    pub(crate) const LOOP_DRAIN: f64 = 20_000.0;
+    /// Messages a second a server-side preload writes.
+    pub(crate) const PRELOAD: f64 = 150_000.0;
+    /// Seconds of a run besides its messages: a fresh queue, its vacuum,
+    /// the checks after it, dropping it.
+    pub(crate) const SETUP: f64 = 0.3;
+    /// Seconds to start a worker process.
+    pub(crate) const PROCESS_START: f64 = 1.0;
+
+    /// Seconds of a run that preloads `n` messages and drains them at
+    /// `rate` a second.
+    pub(crate) fn drain(n: u64, rate: f64) -> f64 {
+        SETUP + n as f64 / PRELOAD + n as f64 / rate
+    }
+
+    /// `n` when the baseline section runs (its loops then sit around an
+    /// SDK section's runs, `n` of them per run), else 0.
+    pub(crate) fn loops_around(cfg: &Config, n: u32) -> f64 {
+        if cfg.has(Baseline.name()) {
+            f64::from(n)
+        } else {
+            0.0
+        }
     }
 }
 
@@ -370,6 +471,12 @@ const PRELOAD_SQL: &str = "SELECT count(*) FROM pgmq.send_batch($1::text, ARRAY(
 
 const PRELOAD_CHUNK: u64 = 10_000;
 
+/// A preload of at least this many messages is announced with its count.
+const PRELOAD_SAID: u64 = 100_000;
+
+/// How often a long preload says how far it got.
+const PRELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Ctx {
     /// A body.
     pub(crate) fn body(&self, id: u64) -> OutBody<'_> {
@@ -377,13 +484,31 @@ impl Ctx {
     }
 
     /// Loads ids `0..n` into `q` on the server; returns the seconds taken.
+    /// A large preload is announced, and a long one says every few seconds
+    /// how many messages it has written.
     pub(crate) async fn preload(&self, q: &QueueName, n: u64) -> Result<f64> {
         let t = Instant::now();
+        let mut said = t;
+        if n >= PRELOAD_SAID {
+            self.progress.say(format!(
+                "preloading {} messages into {q}",
+                thousands(n as f64)
+            ));
+        }
         for ids in id_batches(n, PRELOAD_CHUNK) {
             let (first, last) = (ids.start as i64, ids.end as i64 - 1);
             self.admin
                 .query_one(PRELOAD_SQL, &[&q.as_str(), &first, &last, &self.pad])
                 .await?;
+            if said.elapsed() >= PRELOAD_EVERY && ids.end < n {
+                said = Instant::now();
+                self.progress.say(format!(
+                    "preloaded {} of {} messages ({} msg/s)",
+                    thousands(ids.end as f64),
+                    thousands(n as f64),
+                    thousands(ids.end as f64 / t.elapsed().as_secs_f64())
+                ));
+            }
         }
         Ok(t.elapsed().as_secs_f64())
     }

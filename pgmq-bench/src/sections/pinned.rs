@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checks::{run_tag, Checks};
 use crate::cli::ClaimReadsArg;
-use crate::config::{pick, Profile};
+use crate::config::{pick, Apply, Profile};
 use crate::document::{
     Better, Document, Figure, Percentiles, Rate, Sample, Sections, TargetCheck, WorkerCounters,
 };
@@ -60,6 +60,8 @@ use crate::sections::sustained::db_clock_offset_us;
 use crate::sections::{
     counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
 };
+use crate::config::Config;
+use crate::sections::plan::Plan;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "pinned_horizon";
@@ -211,20 +213,21 @@ impl Options for PinnedOptions {
         }
     }
 
-    fn apply_profile(&mut self, profile: Profile) {
-        match profile {
-            Profile::Quick => {
-                pick(&mut self.pinned_calibrate_s, 10.0, 2.0);
-                pick(&mut self.pinned_phase_s, 20.0, 2.0);
-                pick(
-                    &mut self.pinned_claim_reads,
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        match p.profile {
+            Profile::Quick | Profile::Default => {
+                pick!(p, self.pinned_calibrate_s, 10.0, 2.0);
+                pick!(p, self.pinned_phase_s, 20.0, 2.0);
+                pick!(
+                    p,
+                    self.pinned_claim_reads,
                     vec![ClaimReadsArg::Bounded, ClaimReadsArg::Function],
-                    vec![ClaimReadsArg::Bounded],
+                    vec![ClaimReadsArg::Bounded]
                 );
             }
             Profile::Standard => {
-                pick(&mut self.pinned_calibrate_s, 10.0, 5.0);
-                pick(&mut self.pinned_phase_s, 20.0, 10.0);
+                pick!(p, self.pinned_calibrate_s, 10.0, 5.0);
+                pick!(p, self.pinned_phase_s, 20.0, 10.0);
             }
             Profile::Full | Profile::Long => {}
         }
@@ -303,6 +306,12 @@ impl Section for PinnedHorizon {
 
     fn about(&self) -> &'static str {
         "A paced stream while long transactions pin the MVCC horizon"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        let o = &cfg.options.pinned;
+        let runs = o.claim_reads.len() as f64;
+        Plan::fixed(runs * (o.calibrate + o.phase * 3).as_secs_f64()) + Plan::work(runs)
     }
 
     fn run_round<'a>(

@@ -53,6 +53,8 @@ use crate::figures::{check, counts_in_ids, measured, median_of, Figures};
 use crate::report::markdown::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 
 /// The settings of a worker process, which the section passes as the
 /// hidden `process-worker` subcommand's one JSON argument
@@ -574,6 +576,11 @@ impl Section for WorkerProcesses {
 
     fn about(&self) -> &'static str {
         "Separate worker processes draining one queue (`--processes`)"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        let each = plan::PROCESS_START + plan::drain(cfg.processes_messages, plan::DRAIN);
+        Plan::work(cfg.processes.len() as f64 * each)
     }
 
     fn run_round<'a>(

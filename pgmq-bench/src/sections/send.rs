@@ -17,6 +17,8 @@ use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::baseline::{neighbour, Loop};
 use crate::sections::{id_batches, Ctx, Round, Section};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 
 /// One send_single run: `--single-messages` calls of `Client::send`.
 pub async fn single(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
@@ -100,6 +102,11 @@ impl Section for SendSingle {
         "Sequential one-message SDK sends"
     }
 
+    fn planned(&self, cfg: &Config) -> Plan {
+        let runs = 1.0 + plan::loops_around(cfg, 2);
+        Plan::work(runs * (plan::SETUP + cfg.single_messages as f64 / plan::SINGLE_SENDS))
+    }
+
     fn in_warmup(&self) -> bool {
         true
     }
@@ -155,6 +162,11 @@ impl Section for SendBatch {
 
     fn about(&self) -> &'static str {
         "Sequential SDK batch sends"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        let runs = 1.0 + plan::loops_around(cfg, 2);
+        Plan::work(runs * (plan::SETUP + cfg.batch_messages as f64 / plan::BATCH_SENDS))
     }
 
     fn in_warmup(&self) -> bool {

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::checks::{run_tag, Checks};
-use crate::config::{pick, Profile};
+use crate::config::{pick, Apply, Profile};
 use crate::document::{Better, Document, Percentiles, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::document::{Figure, TargetCheck};
@@ -57,6 +57,8 @@ use crate::sections::sustained::db_clock_offset_us;
 use crate::sections::{
     counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
 };
+use crate::config::Config;
+use crate::sections::plan::Plan;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "steady_stream";
@@ -267,17 +269,18 @@ impl Options for SteadyOptions {
         }
     }
 
-    fn apply_profile(&mut self, profile: Profile) {
+    fn apply_profile(&mut self, p: &Apply<'_>) {
         let full = [16, 64, 256, 1024];
-        match profile {
-            Profile::Quick => {
-                pick(&mut self.steady_handlers, full.to_vec(), vec![16, 256]);
-                pick(&mut self.steady_duration_s, 20.0, 3.0);
-                pick(&mut self.steady_warmup_s, 5.0, 1.0);
+        match p.profile {
+            Profile::Quick | Profile::Default => {
+                let seconds = if p.profile == Profile::Quick { 3.0 } else { 2.0 };
+                pick!(p, self.steady_handlers, full.to_vec(), vec![16, 256]);
+                pick!(p, self.steady_duration_s, 20.0, seconds);
+                pick!(p, self.steady_warmup_s, 5.0, 1.0);
             }
             Profile::Standard => {
-                pick(&mut self.steady_duration_s, 20.0, 10.0);
-                pick(&mut self.steady_warmup_s, 5.0, 3.0);
+                pick!(p, self.steady_duration_s, 20.0, 10.0);
+                pick!(p, self.steady_warmup_s, 5.0, 3.0);
             }
             Profile::Full | Profile::Long => {}
         }
@@ -356,6 +359,12 @@ impl Section for SteadyStream {
 
     fn about(&self) -> &'static str {
         "A producer keeping a depth and the worker, per handler count"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        let o = &cfg.options.steady;
+        let runs = (o.handlers.len() * o.sleeps.len() * o.acks.len() * o.rates.len()) as f64;
+        Plan::fixed(runs * (o.warmup + o.duration).as_secs_f64()) + Plan::work(runs * 0.5)
     }
 
     fn run_round<'a>(

@@ -41,6 +41,8 @@ use crate::report::markdown::MIB;
 use crate::report::markdown::{cell, definitions, fig};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
+use crate::config::Config;
+use crate::sections::plan::Plan;
 
 /// The largest backlog slope that passes, messages/s.
 pub const SLOPE_LIMIT: f64 = 10.0;
@@ -447,6 +449,12 @@ impl Section for Sustained {
 
     fn about(&self) -> &'static str {
         "Producers and the worker together for `--duration`"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        // A rate search runs at most --rate-steps-max windows.
+        let windows = f64::from(if cfg.rate_search { cfg.rate_steps_max } else { 1 });
+        Plan::fixed(windows * cfg.duration.as_secs_f64()) + Plan::work(windows * 1.5)
     }
 
     fn run_round<'a>(

@@ -34,6 +34,8 @@ use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::{Options, Round, Section};
+use crate::config::Config;
+use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
 
 /// The fewest wake-up samples per mode.
@@ -319,6 +321,16 @@ impl Section for WakeupLatency {
 
     fn about(&self) -> &'static str {
         "Send-to-handler latency, polling only and LISTEN/NOTIFY"
+    }
+
+    fn planned(&self, cfg: &Config) -> Plan {
+        // Polling: a gap of at least 100 ms plus a random share of the
+        // interval, then about half an interval's wait; NOTIFY: the
+        // throttle's gap and a few milliseconds.
+        let o = &cfg.options.wakeup;
+        let samples = f64::from(o.samples);
+        Plan::fixed(samples * (0.1 + o.poll.as_secs_f64()) + samples * 0.35)
+            + Plan::work(2.0 * plan::SETUP)
     }
 
     fn run_round<'a>(

@@ -280,6 +280,53 @@ pub fn schema_errors(doc: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// Reads the schemas a schema refers to from docs/, where they lie beside
+/// it (the summary schema refers to benchmark.v1.schema.json).
+struct DocsFolder;
+
+impl jsonschema::Retrieve for DocsFolder {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
+        let path = uri.as_str().split('#').next().unwrap_or("");
+        let name = path.rsplit('/').next().unwrap_or("");
+        Ok(serde_json::from_str(&std::fs::read_to_string(
+            docs_dir().join(name),
+        )?)?)
+    }
+}
+
+/// The validator of docs/benchmark-summary.v1.schema.json, what `pgmq-bench
+/// summary` writes as JSON.
+pub fn summary_validator() -> jsonschema::Validator {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(docs_dir().join("benchmark-summary.v1.schema.json")).unwrap(),
+    )
+    .unwrap();
+    jsonschema::options()
+        .with_retriever(DocsFolder)
+        .build(&schema)
+        .expect("the summary schema compiles")
+}
+
+/// Where a summary violates its schema (empty when it validates).
+pub fn summary_schema_errors(summary: &serde_json::Value) -> Vec<String> {
+    summary_validator()
+        .iter_errors(summary)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
+/// The headline figures' labels, in row order, as `summary --markdown`
+/// writes them.
+pub fn headline_labels() -> Vec<&'static str> {
+    pgmq_bench::report::summary::HEADLINE
+        .iter()
+        .map(|(_, label)| *label)
+        .collect()
+}
+
 /// The arguments of a short run of every section (the database goes in
 /// `PGMQ_BENCH_DSN`: see [`run_on`]).
 pub fn short_run_args(output: &str) -> Vec<&str> {
