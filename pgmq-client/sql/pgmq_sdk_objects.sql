@@ -132,6 +132,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET enable_seqscan = off 
 DECLARE
     relid oid;
     fresh integer[];
+    fresh_rows tid[];
     ids bigint[];
 BEGIN
     IF cardinality(keys) IS DISTINCT FROM cardinality(msgs)
@@ -163,9 +164,10 @@ BEGIN
         ON CONFLICT ON CONSTRAINT queue_keys_pkey DO UPDATE
             SET msg_id = NULL, sent_at = excluded.sent_at, expires_at = excluded.expires_at
             WHERE s.expires_at <= clock_timestamp()
-        RETURNING s.key
+        RETURNING s.key, s.ctid
     )
-    SELECT array_agg(f.i::integer ORDER BY f.i) INTO fresh
+    SELECT array_agg(f.i::integer ORDER BY f.i), array_agg(t.ctid ORDER BY f.i)
+    INTO fresh, fresh_rows
     FROM firsts f JOIN taken t ON t.key = f.k;
 
     IF fresh IS NOT NULL THEN
@@ -178,9 +180,14 @@ BEGIN
             END,
             delay
         ) WITH ORDINALITY AS t(id, n);
-        UPDATE pgmq_sdk.queue_keys s SET msg_id = v.id
-        FROM unnest(fresh, ids) AS v(i, id)
-        WHERE s.queue_relid = relid AND s.key = keys[v.i];
+        -- The key rows taken get their messages' ids, found by the row
+        -- versions the insert above wrote (this transaction holds them, so
+        -- they stay where they are): a TID scan, whatever the table's
+        -- statistics say. A lookup by queue and key would rest on them, and
+        -- for a queue whose keys the last ANALYZE did not see the planner
+        -- reads every key of the queue on each send.
+        UPDATE pgmq_sdk.queue_keys s SET msg_id = ids[array_position(fresh_rows, s.ctid)]
+        WHERE s.ctid = ANY (fresh_rows);
     END IF;
 
     RETURN QUERY
