@@ -9,6 +9,9 @@
 //!   `stats`, `report` lines), both sides;
 //! - [`proxy`]: a TCP proxy that cuts, refuses, blackholes or delays
 //!   connections on demand (the fault suite's network faults);
+//! - [`spec`]: one serializable description of a worker (its handler's
+//!   kind and every builder setting), which the harnesses put in their
+//!   children's specs;
 //! - [`environment`]: what both record about where a run happened (the SDK
 //!   build, the compiler and profile, the server and its durability), the
 //!   same JSON in the benchmark.v1 document and in the fault report;
@@ -18,6 +21,7 @@ pub mod child;
 pub mod cluster;
 pub mod environment;
 pub mod proxy;
+pub mod spec;
 
 use std::time::Duration;
 
