@@ -47,13 +47,11 @@
 //! done the channel closes and the completer writes what is left, then
 //! ends.
 //!
-//! **Connections kept while acknowledgements keep coming.** The writes run on
-//! [`Kept`] (shared with the claim loops): up to `ack_flushers` pooled connections that stay checked out
-//! from one write to the next as long as the completer has more to write (a
-//! checkout per write is client work on the hot path, and keeps the deletes
-//! on the same server backends). When the ack channel runs empty they all go
-//! back to the pool before the completer waits, so an idle worker holds
-//! none, and a small pool cannot deadlock the claims behind the acknowledgements.
+//! **Connections kept while acknowledgements keep coming.** The writes run
+//! on [`Kept`] ([`pgmq_client::KeptConnections`], whose docs say why): up
+//! to `ack_flushers` connections kept from one write to the next while the
+//! completer has more to write, all given back when the ack channel runs
+//! empty, before it waits.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
