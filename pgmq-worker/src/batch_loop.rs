@@ -589,7 +589,7 @@ impl<H> TxBatch<H> {
         loops.heartbeat.after_write().await;
         let owned = match within(
             limit,
-            lock_fenced(&tx, &cfg.queue, cfg.unfenced(), receipts),
+            lock_fenced(&tx, &cfg.queue, cfg.fence_off.unfenced(), receipts),
         )
         .await
         {
@@ -657,7 +657,7 @@ impl<H> TxBatch<H> {
             return (finish(out), clean);
         }
         let pg = Pgmq::on(&tx);
-        let (q, unfenced) = (&cfg.queue, cfg.unfenced());
+        let (q, unfenced) = (&cfg.queue, cfg.fence_off.unfenced());
         let written = within(limit, async {
             let d = acknowledge(&pg, q, unfenced, false, &deletes).await?;
             let a = acknowledge(&pg, q, unfenced, true, &archives).await?;

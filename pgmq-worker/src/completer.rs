@@ -92,16 +92,21 @@ pub(crate) struct Settings {
     /// next message is claimable once its head is gone).
     pub wake_claimers: bool,
     /// Test hook: successes acknowledged without the delivery fence.
-    #[cfg(feature = "fault-injection")]
-    pub fence_off: bool,
+    pub fence_off: FenceOff,
 }
 
-impl Settings {
-    /// Whether successes are acknowledged without the fence (the
-    /// `fence_off` test hook; never without feature `fault-injection`).
-    pub(crate) fn unfenced(&self) -> bool {
+/// The `fence_off` test hook (feature `fault-injection`): successes
+/// acknowledged without the delivery fence, to prove that the fence is
+/// what keeps a stale delivery's acknowledgement out. Without the feature
+/// it holds nothing, and every acknowledgement is fenced.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FenceOff(#[cfg(feature = "fault-injection")] pub(crate) bool);
+
+impl FenceOff {
+    /// Whether successes are acknowledged without the fence.
+    pub(crate) fn unfenced(self) -> bool {
         #[cfg(feature = "fault-injection")]
-        if self.fence_off {
+        if self.0 {
             return true;
         }
         false
@@ -387,7 +392,7 @@ impl Writer {
                 acknowledge(
                     &pg,
                     &self.part.settings.queue,
-                    self.part.settings.unfenced(),
+                    self.part.settings.fence_off.unfenced(),
                     false,
                     deletes,
                 )
@@ -408,7 +413,7 @@ impl Writer {
                 acknowledge(
                     &pg,
                     &self.part.settings.queue,
-                    self.part.settings.unfenced(),
+                    self.part.settings.fence_off.unfenced(),
                     true,
                     archives,
                 )
