@@ -20,9 +20,11 @@
 //! the crate root or a layer's `mod.rs` re-exports (`crate::Pgmq`,
 //! `crate::conn::Error`), followed to the file it comes from.
 //!
-//! **Circles.** [`ModuleGraph::circles`] finds every circle (each once,
-//! as `a -> b -> a`); [`ModuleGraph::layers`] is the graph with each module
-//! counted as its layer, to check the layers too.
+//! **Circles.** [`ModuleGraph::circles`] finds, for every module on a
+//! circle, the shortest circle through it (each circle named once, as
+//! `a -> b -> a`), so no module on a circle goes unnamed;
+//! [`ModuleGraph::layers`] is the graph with each module counted as its
+//! layer, to check the layers too.
 //!
 //! A crate's test:
 //!
@@ -584,8 +586,9 @@ impl ModuleGraph {
         }
     }
 
-    /// Every circle among the modules not in `exempt`, each once, from
-    /// its smallest module: `["a", "b", "a"]`.
+    /// The circles among the modules not in `exempt`: for each module on
+    /// one, the shortest circle through it, each circle once, from its
+    /// smallest module: `["a", "b", "a"]`. Empty when there is none.
     pub fn circles(&self, exempt: &[&str]) -> Vec<Vec<String>> {
         let allowed = |m: &str| !exempt.contains(&m);
         let mut found = BTreeSet::new();
