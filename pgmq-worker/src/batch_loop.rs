@@ -163,6 +163,9 @@ impl Drop for Holding<'_> {
     }
 }
 
+/// Acknowledgements for the completer, each with its message's delivery.
+type Acks = Vec<(Delivery, AckKind)>;
+
 /// One message of a batch about to run (its body goes to the run).
 struct Member {
     d: Delivery,
@@ -230,11 +233,7 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
 
 /// Hands each acknowledgement to the completer, in order; false when it
 /// takes no more (the rest are not sent).
-async fn send_acks(
-    shared: &HandlerLoops,
-    counts: &HandlerCounters,
-    acks: Vec<(Delivery, AckKind)>,
-) -> bool {
+async fn send_acks(shared: &HandlerLoops, counts: &HandlerCounters, acks: Acks) -> bool {
     for (d, kind) in acks {
         if !send_ack(shared, counts, &d, kind).await {
             return false;
@@ -246,14 +245,13 @@ async fn send_acks(
 /// Checks each message of a batch as the handler loop checks one
 /// ([`admit`]): those that may run, decoded, with their deliveries; and
 /// the acknowledgements of those that may not (sent before the run).
-#[allow(clippy::type_complexity)]
 fn admit_batch<T: DeserializeOwned>(
     shared: &HandlerLoops,
     counts: &HandlerCounters,
     timing: &mut LoopTiming,
     items: Vec<Claimed>,
     started: Instant,
-) -> (Vec<(Delivery, AckKind)>, Vec<(Message<T>, Delivery)>) {
+) -> (Acks, Vec<(Message<T>, Delivery)>) {
     let mut unstarted = Vec::new();
     let mut ready = Vec::with_capacity(items.len());
     for item in items {
@@ -273,7 +271,7 @@ struct Begun<T> {
     msgs: Vec<Message<T>>,
     /// The acknowledgements of those a hook refused (each fails alone,
     /// acknowledged with the batch's).
-    acks: Vec<(Delivery, AckKind)>,
+    acks: Acks,
 }
 
 /// Begins each ready message's run ([`begin_run`]: its lease, held by
@@ -330,7 +328,7 @@ fn settle_batch(
     counts: &HandlerCounters,
     members: Vec<Member>,
     results: Vec<Each>,
-    acks: &mut Vec<(Delivery, AckKind)>,
+    acks: &mut Acks,
 ) {
     let queue = &shared.settings.queue;
     let mut unavailable: Option<(usize, String)> = None;
