@@ -32,13 +32,12 @@
 //!   what counts as not sent) is one module's business: see
 //!   `docs/architecture.md`, "pgmq-client, module by module".
 //! - **Kept and bounded, for long-running loops.** [`KeptConnections`] keeps
-//!   up to a number of pooled connections from one call to the next while its
-//!   owner is busy and gives them back when it goes idle; each of its calls,
-//!   like [`HeldConnection::bounded`], runs within a limit, past which the
-//!   connection is abandoned (discarded, its statement cancelled on the
-//!   server) and the call fails with [`Error::timed_out`]. They work on a
-//!   [`Client`]'s pool or a deadpool pool ([`ConnectionPool`]); pgmq-worker
-//!   runs on them.
+//!   pooled connections between calls while its owner is busy (why: on the
+//!   type); each of its calls, like [`HeldConnection::bounded`], runs within
+//!   a limit, past which the connection is abandoned (discarded, its
+//!   statement cancelled on the server) and the call fails with
+//!   [`Error::timed_out`]. They work on a [`Client`]'s pool or a deadpool
+//!   pool ([`ConnectionPool`]); pgmq-worker runs on them.
 //! - **Prepared once.** Every call's SQL is prepared on first use on each
 //!   pooled connection and reused; a call is one round trip.
 //! - **Names are checked, never spliced unchecked.** [`QueueName`] accepts

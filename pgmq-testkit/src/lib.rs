@@ -15,11 +15,14 @@
 //! - [`environment`]: what both record about where a run happened (the SDK
 //!   build, the compiler and profile, the server and its durability), the
 //!   same JSON in the benchmark.v1 document and in the fault report;
+//! - [`modgraph`]: the import graph of a crate's modules, read from its
+//!   `src/`, for every crate's `tests/module_graph.rs`;
 //! - [`parse_duration`]: the `30s`, `5m` of their command lines.
 
 pub mod child;
 pub mod cluster;
 pub mod environment;
+pub mod modgraph;
 pub mod proxy;
 pub mod spec;
 

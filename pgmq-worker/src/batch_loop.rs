@@ -44,10 +44,8 @@ use std::time::Instant;
 use futures::FutureExt;
 use pgmq_client::{Message, Pgmq, QueueName, Receipt};
 use serde::de::DeserializeOwned;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backoff::retry_delay;
 use crate::claim_queue::Claimed;
 use crate::completer::{acknowledge, AckKind};
 use crate::context::Context;
@@ -56,12 +54,11 @@ use crate::handler::{
     panic_text, BatchHandler, HandlerError, MessageResult, Outcome, TransactionalBatchHandler,
 };
 use crate::handler_loop::{
-    next_claimed, outcome_to_ack, past_limits, send_ack, settle, spawn_loops, Delivery,
-    HandlerLoops, LoopTiming, Spawner, STOPPED,
+    admit, after_hooks, begin_run, next_claimed, outcome_to_ack, refused_result, send_ack, settle,
+    spawn_loops, unavailable_snooze, Delivery, HandlerLoops, LoopTiming, Spawner, STOPPED,
 };
-use crate::hooks::{self, Refusal};
+use crate::hooks;
 use crate::lease::{Expiry, State};
-use crate::protocol::{attempts_used, truncate_reason};
 use crate::runners::{within, worker_side, RunResult, Settled, TxConn};
 use crate::stats::{bump, HandlerCounters, LocalHistograms};
 
@@ -166,6 +163,9 @@ impl Drop for Holding<'_> {
     }
 }
 
+/// Acknowledgements for the completer, each with its message's delivery.
+type Acks = Vec<(Delivery, AckKind)>;
+
 /// One message of a batch about to run (its body goes to the run).
 struct Member {
     d: Delivery,
@@ -185,13 +185,9 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
     run: Arc<R>,
 ) {
     let shared = &*ctx;
-    let cfg = &ctx.settings;
     let counts = &ctx.stats.per_handler[index];
-    // As in the handler loop: a message that waited 3/4 of its visibility
-    // timeout locally is given back unstarted.
-    let stale_after = cfg.visibility_timeout * 3 / 4;
     let mut timing = LoopTiming::new(&ctx);
-    'batches: while let Some(items) = next_batch(&ctx, &mut timing.local).await {
+    while let Some(items) = next_batch(&ctx, &mut timing.local).await {
         // In a prioritized group: waits for runs of the group's
         // concurrency; they and the messages' claims go back when this
         // batch's handling ends.
@@ -204,247 +200,182 @@ async fn batch_loop<T: DeserializeOwned + Send + 'static, R: BatchRun<T>>(
             loops: shared,
             receipts: Vec::new(),
         };
-        // Acknowledgements decided before the run (not started, not
-        // runnable), sent before it starts.
-        let mut early: Vec<(Delivery, AckKind)> = Vec::new();
-        let mut ready: Vec<(Message<T>, Delivery)> = Vec::with_capacity(items.len());
-        for Claimed {
-            msg,
-            receipt,
-            claimed_at,
-            sent_at,
-        } in items
-        {
-            let d = Delivery {
-                receipt,
-                claimed_at,
-                sent_at,
-                started,
-                attempt: attempts_used(msg.headers.as_ref()).saturating_add(1),
-                deliveries: u32::try_from(msg.read_ct).unwrap_or(0),
-            };
-            let waited = started.duration_since(claimed_at);
-            if waited >= stale_after {
-                bump(&counts.expired_unstarted, 1);
-                early.push((d, AckKind::Release));
-                continue;
-            }
-            timing.record_wait(waited);
-            if let Some(reason) = past_limits(cfg, &d) {
-                early.push((d, AckKind::DeadLetter { reason }));
-                continue;
-            }
-            let typed = match std::panic::catch_unwind(AssertUnwindSafe(|| msg.decode::<T>())) {
-                Err(p) => {
-                    let why = crate::handler::panic_text_of("the body's Deserialize", &*p);
-                    let kind = outcome_to_ack(shared, counts, Err(why), d.attempt);
-                    early.push((d, kind));
-                    continue;
-                }
-                Ok(Err(e)) => {
-                    bump(&counts.decode_failures, 1);
-                    let reason = truncate_reason(format!("body does not decode: {e}"));
-                    early.push((d, AckKind::DeadLetter { reason }));
-                    continue;
-                }
-                Ok(Ok(typed)) => typed,
-            };
-            ready.push((typed, d));
+        let (unstarted, ready) = admit_batch::<T>(shared, counts, &mut timing, items, started);
+        if !send_acks(shared, counts, unstarted).await {
+            // The completer takes no more (the shutdown gave up): what
+            // this loop holds comes back after its visibility timeout.
+            break;
         }
-        for (d, kind) in early {
-            if !send_ack(&ctx, counts, &d, kind).await {
-                // The completer takes no more (the shutdown gave up): what
-                // this loop holds comes back after its visibility timeout.
-                break 'batches;
-            }
-        }
-        let mut members: Vec<Member> = Vec::with_capacity(ready.len());
-        let mut msgs: Vec<Message<T>> = Vec::with_capacity(ready.len());
-        // Refused by a hook: failed alone, acknowledged with the batch's.
-        let mut acks: Vec<(Delivery, AckKind)> = Vec::with_capacity(ready.len());
-        for (typed, d) in ready {
-            let (receipt, claimed_at) = (d.receipt, d.claimed_at);
-            let waited = started.duration_since(claimed_at);
-            // Its lease, from now until its acknowledgement is written.
-            let cancel = CancellationToken::new();
-            let expiry = Expiry::new(d.sent_at + cfg.visibility_timeout);
-            shared
-                .leases
-                .start(receipt, Arc::clone(&expiry), cancel.clone());
-            holding.receipts.push(receipt);
-            if waited >= cfg.visibility_timeout / 2 {
-                shared.heartbeat.nudge();
-            }
-            let hctx = Context {
-                cancel,
-                deadline: cfg.handler_timeout.map(|t| started + t),
-                attempt: d.attempt,
-                deliveries: d.deliveries,
-                msg_id: receipt.msg_id,
-                queue: Arc::clone(&cfg.queue),
-            };
-            let (hooks_ran, refused) = if cfg.hooks.0.is_empty() {
-                (0, None)
-            } else {
-                hooks::before_all(&cfg.hooks.0, &hctx, typed.headers.as_ref())
-            };
-            if let Some(why) = refused {
-                // Refused alone: it fails this attempt, the others run.
-                let result = match why {
-                    Refusal::Refused(e) => Ok(Err(e)),
-                    Refusal::Panicked(p) => Err(p),
-                };
-                let result = after_hooks(shared, counts, hooks_ran, &hctx, result, &d, false);
-                bump(&counts.handled, 1);
-                let kind = outcome_to_ack(shared, counts, result, d.attempt);
-                shared.leases.set_state([receipt], State::Acking);
-                acks.push((d, kind));
-                continue;
-            }
-            msgs.push(typed);
-            members.push(Member {
-                d,
-                expiry,
-                ctx: hctx,
-                hooks_ran,
-            });
-        }
+        let Begun {
+            members,
+            msgs,
+            mut acks,
+        } = begin_batch(shared, counts, ready, &mut holding);
         let run_started = Instant::now();
         let results = if members.is_empty() {
             Vec::new()
         } else {
-            run_batch(&ctx, &*run, &members, msgs, counts).await
-        };
-        if !members.is_empty() {
+            let results = run_batch(&ctx, &*run, &members, msgs, counts).await;
             timing.record_runs(shared, run_started, members.len());
-        }
+            results
+        };
         shared.panic_once.maybe_panic("handler loop");
-        let mut unavailable: Option<(usize, String)> = None;
-        for (m, each) in members.into_iter().zip(results) {
-            let receipt = m.d.receipt;
-            match each {
-                Each::Ran(result) => {
-                    let result =
-                        after_hooks(shared, counts, m.hooks_ran, &m.ctx, result, &m.d, false);
-                    bump(&counts.handled, 1);
-                    shared.leases.set_state([receipt], State::Acking);
-                    let kind = outcome_to_ack(shared, counts, result, m.d.attempt);
-                    acks.push((m.d, kind));
-                }
-                Each::Written(kind) => {
-                    let outcome = match kind {
-                        AckKind::Archive => Outcome::Archive,
-                        _ => Outcome::Delete,
-                    };
-                    let _ = after_hooks(
-                        shared,
-                        counts,
-                        m.hooks_ran,
-                        &m.ctx,
-                        Ok(Ok(outcome)),
-                        &m.d,
-                        true,
-                    );
-                    bump(&counts.handled, 1);
-                    bump(&counts.succeeded, 1);
-                    settle(shared, &cfg.queue, receipt, Settled::Written(kind));
-                }
-                Each::Lost => {
-                    let why = "claim lost before the batch's transaction locked it; not run";
-                    let _ = after_hooks(
-                        shared,
-                        counts,
-                        m.hooks_ran,
-                        &m.ctx,
-                        Ok(Err(why.into())),
-                        &m.d,
-                        true,
-                    );
-                    settle(shared, &cfg.queue, receipt, Settled::Lost);
-                }
-                Each::Stopped => {
-                    let _ = after_hooks(
-                        shared,
-                        counts,
-                        m.hooks_ran,
-                        &m.ctx,
-                        Ok(Err(STOPPED.into())),
-                        &m.d,
-                        true,
-                    );
-                    settle(shared, &cfg.queue, receipt, Settled::Stopped);
-                }
-                Each::Unavailable(why) => {
-                    let _ = after_hooks(
-                        shared,
-                        counts,
-                        m.hooks_ran,
-                        &m.ctx,
-                        Ok(Err(why.clone().into())),
-                        &m.d,
-                        true,
-                    );
-                    bump(&shared.stats.c.tx_unavailable, 1);
-                    unavailable.get_or_insert((0, why)).0 += 1;
-                    shared.leases.set_state([receipt], State::Acking);
-                    let delay = retry_delay(&cfg.retry_backoff, 1, cfg.retry_jitter);
-                    acks.push((m.d, AckKind::Snooze(delay)));
-                }
-            }
-        }
-        if let Some((n, why)) = unavailable {
-            tracing::warn!(messages = n, reason = %why, "transactional batch could not use the database; its messages come back without using an attempt");
-        }
+        settle_batch(shared, counts, members, results, &mut acks);
         // Every message is handed on (settled, or its acknowledgement
         // below): nothing left to let go should the loop unwind.
         holding.receipts.clear();
-        for (d, kind) in acks {
-            if !send_ack(&ctx, counts, &d, kind).await {
-                break 'batches;
-            }
+        if !send_acks(shared, counts, acks).await {
+            break;
         }
     }
     timing.local.merge(&ctx.stats, Instant::now());
 }
 
-/// Runs every hook's `after` on one message's result; an `after` that
-/// panics makes the result a failed attempt (as a handler panic), unless
-/// the message was already `settled` (acknowledged in the transaction, or
-/// not run): then it is only counted.
-fn after_hooks(
+/// Hands each acknowledgement to the completer, in order; false when it
+/// takes no more (the rest are not sent).
+async fn send_acks(shared: &HandlerLoops, counts: &HandlerCounters, acks: Acks) -> bool {
+    for (d, kind) in acks {
+        if !send_ack(shared, counts, &d, kind).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// Checks each message of a batch as the handler loop checks one
+/// ([`admit`]): those that may run, decoded, with their deliveries; and
+/// the acknowledgements of those that may not (sent before the run).
+fn admit_batch<T: DeserializeOwned>(
     shared: &HandlerLoops,
     counts: &HandlerCounters,
-    ran: usize,
-    ctx: &Context,
-    result: RunResult,
-    d: &Delivery,
-    settled: bool,
-) -> RunResult {
-    if ran == 0 {
-        return result;
+    timing: &mut LoopTiming,
+    items: Vec<Claimed>,
+    started: Instant,
+) -> (Acks, Vec<(Message<T>, Delivery)>) {
+    let mut unstarted = Vec::new();
+    let mut ready = Vec::with_capacity(items.len());
+    for item in items {
+        let (msg, d) = Delivery::take(item, started);
+        match admit::<T>(shared, counts, timing, msg, &d) {
+            Ok(typed) => ready.push((typed, d)),
+            Err(kind) => unstarted.push((d, kind)),
+        }
     }
-    let seen = match &result {
-        Ok(Ok(o)) => Ok(o.clone()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(p) => Err(p.clone()),
+    (unstarted, ready)
+}
+
+/// A batch whose runs began.
+struct Begun<T> {
+    /// The messages that run, in the batch's order, and their bodies.
+    members: Vec<Member>,
+    msgs: Vec<Message<T>>,
+    /// The acknowledgements of those a hook refused (each fails alone,
+    /// acknowledged with the batch's).
+    acks: Acks,
+}
+
+/// Begins each ready message's run ([`begin_run`]: its lease, held by
+/// `holding`, and its context) and runs the hooks' `before` on it; one a
+/// hook refuses fails this attempt alone, the others run.
+fn begin_batch<T>(
+    shared: &HandlerLoops,
+    counts: &HandlerCounters,
+    ready: Vec<(Message<T>, Delivery)>,
+    holding: &mut Holding<'_>,
+) -> Begun<T> {
+    let hooks = &shared.settings.hooks.0;
+    let mut begun = Begun {
+        members: Vec::with_capacity(ready.len()),
+        msgs: Vec::with_capacity(ready.len()),
+        acks: Vec::with_capacity(ready.len()),
     };
-    match hooks::after_all(
-        &shared.settings.hooks.0,
-        ran,
-        ctx,
-        &seen,
-        d.started.elapsed(),
-    ) {
-        None => result,
-        Some(p) => {
-            tracing::warn!(msg_id = d.receipt.msg_id, panic = %truncate_reason(p.clone()), "a hook's after panicked");
-            if settled {
-                bump(&counts.panicked, 1);
-                result
-            } else {
-                Err(p)
+    for (typed, d) in ready {
+        let (expiry, hctx) = begin_run(shared, &d);
+        holding.receipts.push(d.receipt);
+        let (hooks_ran, refused) = if hooks.is_empty() {
+            (0, None)
+        } else {
+            hooks::before_all(hooks, &hctx, typed.headers.as_ref())
+        };
+        if let Some(why) = refused {
+            let result = refused_result(why);
+            let result = after_hooks(shared, counts, hooks_ran, &hctx, result, &d, false);
+            bump(&counts.handled, 1);
+            let kind = outcome_to_ack(shared, counts, result, d.attempt);
+            shared.leases.set_state([d.receipt], State::Acking);
+            begun.acks.push((d, kind));
+            continue;
+        }
+        begun.msgs.push(typed);
+        begun.members.push(Member {
+            d,
+            expiry,
+            ctx: hctx,
+            hooks_ran,
+        });
+    }
+    begun
+}
+
+/// Settles each member by what the run said of it ([`Each`]), after the
+/// hooks' `after`: a result the handler (or the batch's failure) gave
+/// becomes an acknowledgement in `acks`, as a single handler's would; a
+/// message written in the batch's transaction, lost before it, or stopped
+/// by the fence is [settled](settle) here; one the worker's own database
+/// work failed is snoozed.
+fn settle_batch(
+    shared: &HandlerLoops,
+    counts: &HandlerCounters,
+    members: Vec<Member>,
+    results: Vec<Each>,
+    acks: &mut Acks,
+) {
+    let queue = &shared.settings.queue;
+    let mut unavailable: Option<(usize, String)> = None;
+    for (m, each) in members.into_iter().zip(results) {
+        let receipt = m.d.receipt;
+        // What the hooks see of a message settled without an
+        // acknowledgement from the completer.
+        let after_settled = |result: RunResult| {
+            let _ = after_hooks(shared, counts, m.hooks_ran, &m.ctx, result, &m.d, true);
+        };
+        match each {
+            Each::Ran(result) => {
+                let result = after_hooks(shared, counts, m.hooks_ran, &m.ctx, result, &m.d, false);
+                bump(&counts.handled, 1);
+                shared.leases.set_state([receipt], State::Acking);
+                let kind = outcome_to_ack(shared, counts, result, m.d.attempt);
+                acks.push((m.d, kind));
+            }
+            Each::Written(kind) => {
+                let outcome = match kind {
+                    AckKind::Archive => Outcome::Archive,
+                    _ => Outcome::Delete,
+                };
+                after_settled(Ok(Ok(outcome)));
+                bump(&counts.handled, 1);
+                bump(&counts.succeeded, 1);
+                settle(shared, queue, receipt, Settled::Written(kind));
+            }
+            Each::Lost => {
+                let why = "claim lost before the batch's transaction locked it; not run";
+                after_settled(Ok(Err(why.into())));
+                settle(shared, queue, receipt, Settled::Lost);
+            }
+            Each::Stopped => {
+                after_settled(Ok(Err(STOPPED.into())));
+                settle(shared, queue, receipt, Settled::Stopped);
+            }
+            Each::Unavailable(why) => {
+                after_settled(Ok(Err(why.clone().into())));
+                unavailable.get_or_insert((0, why)).0 += 1;
+                shared.leases.set_state([receipt], State::Acking);
+                acks.push((m.d, unavailable_snooze(shared)));
             }
         }
+    }
+    if let Some((n, why)) = unavailable {
+        tracing::warn!(messages = n, reason = %why, "transactional batch could not use the database; its messages come back without using an attempt");
     }
 }
 
@@ -656,7 +587,7 @@ impl<H> TxBatch<H> {
         loops.heartbeat.after_write().await;
         let owned = match within(
             limit,
-            lock_fenced(&tx, &cfg.queue, cfg.unfenced(), receipts),
+            lock_fenced(&tx, &cfg.queue, cfg.fence_off.unfenced(), receipts),
         )
         .await
         {
@@ -724,7 +655,7 @@ impl<H> TxBatch<H> {
             return (finish(out), clean);
         }
         let pg = Pgmq::on(&tx);
-        let (q, unfenced) = (&cfg.queue, cfg.unfenced());
+        let (q, unfenced) = (&cfg.queue, cfg.fence_off.unfenced());
         let written = within(limit, async {
             let d = acknowledge(&pg, q, unfenced, false, &deletes).await?;
             let a = acknowledge(&pg, q, unfenced, true, &archives).await?;

@@ -117,6 +117,10 @@ impl Plan {
         // claim loops may fill at once.
         let wake_claimers = fifo || c.fleet_limit.is_some();
         let (batch_max, batch_window) = c.handler_batch.unwrap_or((1, Duration::ZERO));
+        #[cfg(feature = "fault-injection")]
+        let fence_off = completer::FenceOff(c.fence_off);
+        #[cfg(not(feature = "fault-injection"))]
+        let fence_off = completer::FenceOff::default();
         // Under a limit of places, runs stop when their claims may have
         // ended (fence.rs).
         let fence = c
@@ -179,8 +183,7 @@ impl Plan {
                 fifo_groups: fifo,
                 fenced: fence.is_some(),
                 max_abandoned_blocking_threads: c.max_abandoned_blocking_threads,
-                #[cfg(feature = "fault-injection")]
-                fence_off: c.fence_off,
+                fence_off,
                 #[cfg(feature = "fault-injection")]
                 fifo_blocking_wait_off: c.fifo_blocking_wait_off,
             },
@@ -194,8 +197,7 @@ impl Plan {
                 ack_retry_timeout: c.ack_retry_timeout,
                 db_timeout: c.db_timeout,
                 wake_claimers,
-                #[cfg(feature = "fault-injection")]
-                fence_off: c.fence_off,
+                fence_off,
             },
             heartbeat: c.heartbeat.then(|| heartbeat::Settings {
                 queue: c.queue.clone(),

@@ -47,13 +47,11 @@
 //! done the channel closes and the completer writes what is left, then
 //! ends.
 //!
-//! **Connections kept while acknowledgements keep coming.** The writes run on
-//! [`Kept`] (shared with the claim loops): up to `ack_flushers` pooled connections that stay checked out
-//! from one write to the next as long as the completer has more to write (a
-//! checkout per write is client work on the hot path, and keeps the deletes
-//! on the same server backends). When the ack channel runs empty they all go
-//! back to the pool before the completer waits, so an idle worker holds
-//! none, and a small pool cannot deadlock the claims behind the acknowledgements.
+//! **Connections kept while acknowledgements keep coming.** The writes run
+//! on [`Kept`] ([`pgmq_client::KeptConnections`], whose docs say why): up
+//! to `ack_flushers` connections kept from one write to the next while the
+//! completer has more to write, all given back when the ack channel runs
+//! empty, before it waits.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -94,16 +92,21 @@ pub(crate) struct Settings {
     /// next message is claimable once its head is gone).
     pub wake_claimers: bool,
     /// Test hook: successes acknowledged without the delivery fence.
-    #[cfg(feature = "fault-injection")]
-    pub fence_off: bool,
+    pub fence_off: FenceOff,
 }
 
-impl Settings {
-    /// Whether successes are acknowledged without the fence (the
-    /// `fence_off` test hook; never without feature `fault-injection`).
-    pub(crate) fn unfenced(&self) -> bool {
+/// The `fence_off` test hook (feature `fault-injection`): successes
+/// acknowledged without the delivery fence, to prove that the fence is
+/// what keeps a stale delivery's acknowledgement out. Without the feature
+/// it holds nothing, and every acknowledgement is fenced.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FenceOff(#[cfg(feature = "fault-injection")] pub(crate) bool);
+
+impl FenceOff {
+    /// Whether successes are acknowledged without the fence.
+    pub(crate) fn unfenced(self) -> bool {
         #[cfg(feature = "fault-injection")]
-        if self.fence_off {
+        if self.0 {
             return true;
         }
         false
@@ -389,7 +392,7 @@ impl Writer {
                 acknowledge(
                     &pg,
                     &self.part.settings.queue,
-                    self.part.settings.unfenced(),
+                    self.part.settings.fence_off.unfenced(),
                     false,
                     deletes,
                 )
@@ -410,7 +413,7 @@ impl Writer {
                 acknowledge(
                     &pg,
                     &self.part.settings.queue,
-                    self.part.settings.unfenced(),
+                    self.part.settings.fence_off.unfenced(),
                     true,
                     archives,
                 )

@@ -23,12 +23,9 @@
 //! read whose messages come back after their visibility timeout.
 //!
 //! **Kept.** The claim loops and the completer keep the connection of a
-//! call for the next one while they have more to do ([`Kept`], the client's
-//! [`pgmq_client::KeptConnections`], for both): a checkout per call is client
-//! work on the hot path. Kept connections go back to the pool before the
-//! task waits for anything (`Kept::idle`), so an idle worker holds none, and
-//! a small pool cannot deadlock the acknowledgements behind the claims or the
-//! other way round.
+//! call for the next one while they have more to do, and give it back
+//! before they wait ([`Kept`]: the client's [`pgmq_client::KeptConnections`],
+//! whose docs say why).
 //!
 //! The connection keeping and the bound are the client's public executors
 //! (`pgmq_client::ConnectionPool`, `HeldConnection`, `KeptConnections`);

@@ -25,7 +25,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pgmq_client::{Message, QueueName, Receipt};
+use pgmq_client::{Message, QueueName, RawJson, Receipt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -179,11 +179,6 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
     let cfg = &ctx.settings;
     let stats = &ctx.stats;
     let counts = &stats.per_handler[index];
-    // A message that waited locally for 3/4 of its visibility timeout is not
-    // started: it is about to become visible again (and may be claimed by
-    // another worker); running it would likely deliver it twice. It is
-    // given back at once instead, its read undone.
-    let stale_after = cfg.visibility_timeout * 3 / 4;
     let mut timing = LoopTiming::new(&ctx);
     let mut run_local = R::Local::default();
     while let Some((item, left)) = next_claimed(&ctx, &mut timing.local).await {
@@ -194,28 +189,12 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             Some(s) => Some(s.start(1).await),
             None => None,
         };
-        let Claimed {
-            msg,
-            receipt,
-            claimed_at,
-            sent_at,
-        } = item;
-        let d = Delivery {
-            receipt,
-            claimed_at,
-            sent_at,
-            started: Instant::now(),
-            attempt: attempts_used(msg.headers.as_ref()).saturating_add(1),
-            deliveries: u32::try_from(msg.read_ct).unwrap_or(0),
-        };
-        let waited = d.started.duration_since(claimed_at);
-        if left > 0 && waited > WAKE_BUDGET {
+        let (msg, d) = Delivery::take(item, Instant::now());
+        let receipt = d.receipt;
+        if left > 0 && d.started.duration_since(d.claimed_at) > WAKE_BUDGET {
             // The loops awake are not keeping up with this batch (handlers
             // slower than their average said): one more joins.
             ctx.queue.wake_one();
-        }
-        if waited < stale_after {
-            timing.record_wait(waited);
         }
         // Should this loop panic anyway (a bug of the worker's; every user
         // code path below is caught), the message is not held for ever: its
@@ -226,61 +205,35 @@ async fn handler_loop<T: DeserializeOwned + Send + 'static, R: Run<T>>(
             receipt,
             armed: true,
         };
-        let kind = if waited >= stale_after {
-            // Given back with its read undone, so that waiting here uses up
-            // no delivery (the completer writes it with the acknowledgements).
-            bump(&counts.expired_unstarted, 1);
-            AckKind::Release
-        } else if let Some(reason) = past_limits(cfg, &d) {
-            AckKind::DeadLetter { reason }
-        } else {
-            // A `Deserialize` of the user's is user code too: a panic in it
-            // is a failed attempt, as a handler panic is.
-            match std::panic::catch_unwind(AssertUnwindSafe(|| msg.decode::<T>())) {
-                Err(p) => outcome_to_ack(
-                    shared,
-                    counts,
-                    Err(panic_text_of("the body's Deserialize", &*p)),
-                    d.attempt,
-                ),
-                Ok(Err(e)) => {
-                    bump(&counts.decode_failures, 1);
-                    AckKind::DeadLetter {
-                        reason: truncate_reason(format!("body does not decode: {e}")),
-                    }
+        let kind = match admit::<T>(shared, counts, &mut timing, msg, &d) {
+            Err(kind) => kind,
+            Ok(typed) => {
+                let (result, settled) =
+                    run_message(&ctx, &*run, &mut run_local, typed, &d, counts).await;
+                run.after_run(&mut run_local, &ctx.runs).await;
+                if let Some(Settled::Stopped) = settled {
+                    // Its claim may have ended: not acknowledged here.
+                    holding.disarm();
+                    settle(shared, &cfg.queue, receipt, Settled::Stopped);
+                    continue;
                 }
-                Ok(Ok(typed)) => {
-                    let (result, settled) =
-                        run_message(&ctx, &*run, &mut run_local, typed, &d, counts).await;
-                    run.after_run(&mut run_local, &ctx.runs).await;
-                    if let Some(Settled::Stopped) = settled {
-                        // Its claim may have ended: not acknowledged here.
+                shared.leases.set_state([receipt], State::Acking);
+                timing.record_run(shared, d.started);
+                shared.panic_once.maybe_panic("handler loop");
+                if let Some(Settled::Unavailable(why)) = &settled {
+                    tracing::warn!(msg_id = receipt.msg_id, reason = %why, "transactional run could not use the database; the message comes back without using an attempt");
+                    unavailable_snooze(shared)
+                } else {
+                    bump(&counts.handled, 1);
+                    if let Some(settled) = settled {
+                        // Acknowledged in the handler's transaction: nothing
+                        // for the completer.
+                        bump(&counts.succeeded, 1);
                         holding.disarm();
-                        settle(shared, &cfg.queue, receipt, Settled::Stopped);
+                        settle(shared, &ctx.settings.queue, receipt, settled);
                         continue;
                     }
-                    shared.leases.set_state([receipt], State::Acking);
-                    timing.record_run(shared, d.started);
-                    shared.panic_once.maybe_panic("handler loop");
-                    if let Some(Settled::Unavailable(why)) = &settled {
-                        // The worker's own database work failed, not the
-                        // handler: back soon, with no attempt (nor delivery)
-                        // used.
-                        bump(&shared.stats.c.tx_unavailable, 1);
-                        tracing::warn!(msg_id = receipt.msg_id, reason = %why, "transactional run could not use the database; the message comes back without using an attempt");
-                        AckKind::Snooze(retry_delay(&cfg.retry_backoff, 1, cfg.retry_jitter))
-                    } else {
-                        bump(&counts.handled, 1);
-                        if let Some(settled) = settled {
-                            // Acknowledged in the handler's transaction: nothing
-                            // for the completer.
-                            bump(&counts.succeeded, 1);
-                            holding.disarm();
-                            settle(shared, &ctx.settings.queue, receipt, settled);
-                            continue;
-                        }
-                        outcome_to_ack(shared, counts, result, d.attempt)
-                    }
+                    outcome_to_ack(shared, counts, result, d.attempt)
                 }
             }
         };
@@ -393,6 +346,162 @@ pub(crate) struct Delivery {
     pub(crate) deliveries: u32,
 }
 
+impl Delivery {
+    /// A claimed message its loop took at `started`: the message, and its
+    /// delivery.
+    pub(crate) fn take(item: Claimed, started: Instant) -> (Message<RawJson>, Delivery) {
+        let Claimed {
+            msg,
+            receipt,
+            claimed_at,
+            sent_at,
+        } = item;
+        let d = Delivery {
+            receipt,
+            claimed_at,
+            sent_at,
+            started,
+            attempt: attempts_used(msg.headers.as_ref()).saturating_add(1),
+            deliveries: u32::try_from(msg.read_ct).unwrap_or(0),
+        };
+        (msg, d)
+    }
+}
+
+/// Whether a message a loop took may run: its body decoded into `T`, or
+/// the acknowledgement that ends it unstarted. Records how long it waited
+/// locally, unless too long.
+///
+/// A message that waited locally for 3/4 of its visibility timeout is not
+/// started: it is about to become visible again (and may be claimed by
+/// another worker); running it would likely deliver it twice. It is given
+/// back at once instead, its read undone, so that waiting here uses up no
+/// delivery (the completer writes it with the acknowledgements). One
+/// delivered too often or with its attempts used up is dead-lettered
+/// ([`past_limits`]); one whose body does not decode too.
+pub(crate) fn admit<T: DeserializeOwned>(
+    shared: &HandlerLoops,
+    counts: &HandlerCounters,
+    timing: &mut LoopTiming,
+    msg: Message<RawJson>,
+    d: &Delivery,
+) -> Result<Message<T>, AckKind> {
+    let cfg = &shared.settings;
+    let waited = d.started.duration_since(d.claimed_at);
+    if waited >= cfg.visibility_timeout * 3 / 4 {
+        bump(&counts.expired_unstarted, 1);
+        return Err(AckKind::Release);
+    }
+    timing.record_wait(waited);
+    if let Some(reason) = past_limits(cfg, d) {
+        return Err(AckKind::DeadLetter { reason });
+    }
+    // A `Deserialize` of the user's is user code too: a panic in it is a
+    // failed attempt, as a handler panic is.
+    match std::panic::catch_unwind(AssertUnwindSafe(|| msg.decode::<T>())) {
+        Err(p) => Err(outcome_to_ack(
+            shared,
+            counts,
+            Err(panic_text_of("the body's Deserialize", &*p)),
+            d.attempt,
+        )),
+        Ok(Err(e)) => {
+            bump(&counts.decode_failures, 1);
+            Err(AckKind::DeadLetter {
+                reason: truncate_reason(format!("body does not decode: {e}")),
+            })
+        }
+        Ok(Ok(typed)) => Ok(typed),
+    }
+}
+
+/// Starts a message's run: its [lease](crate::lease), from now until its
+/// acknowledgement is written (ended early by cancelling the context), and
+/// the [`Context`] its handler and hooks see; returns its claim's end
+/// and the context.
+pub(crate) fn begin_run(shared: &HandlerLoops, d: &Delivery) -> (Arc<Expiry>, Context) {
+    let cfg = &shared.settings;
+    let expiry = Expiry::new(d.sent_at + cfg.visibility_timeout);
+    let cancel = CancellationToken::new();
+    shared
+        .leases
+        .start(d.receipt, Arc::clone(&expiry), cancel.clone());
+    if d.started.duration_since(d.claimed_at) >= cfg.visibility_timeout / 2 {
+        // Past half its timeout already: extend it now rather than at the
+        // heartbeat's next tick.
+        shared.heartbeat.nudge();
+    }
+    let hctx = Context {
+        cancel,
+        deadline: cfg.handler_timeout.map(|t| d.started + t),
+        attempt: d.attempt,
+        deliveries: d.deliveries,
+        msg_id: d.receipt.msg_id,
+        queue: Arc::clone(&cfg.queue),
+    };
+    (expiry, hctx)
+}
+
+/// What a hook's refusal makes of a run: a failed attempt, or a panicked
+/// one.
+pub(crate) fn refused_result(why: hooks::Refusal) -> RunResult {
+    match why {
+        hooks::Refusal::Refused(e) => Ok(Err(e)),
+        hooks::Refusal::Panicked(p) => Err(p),
+    }
+}
+
+/// Runs the `after` of the first `ran` hooks on one message's result; an
+/// `after` that panics makes the result a failed attempt (as a handler
+/// panic), unless the message was already `settled` (acknowledged in the
+/// handler's transaction, or not acknowledged here): then it is only
+/// counted.
+pub(crate) fn after_hooks(
+    shared: &HandlerLoops,
+    counts: &HandlerCounters,
+    ran: usize,
+    ctx: &Context,
+    result: RunResult,
+    d: &Delivery,
+    settled: bool,
+) -> RunResult {
+    if ran == 0 {
+        return result;
+    }
+    let seen = match &result {
+        Ok(Ok(o)) => Ok(o.clone()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(p) => Err(p.clone()),
+    };
+    match hooks::after_all(
+        &shared.settings.hooks.0,
+        ran,
+        ctx,
+        &seen,
+        d.started.elapsed(),
+    ) {
+        None => result,
+        Some(p) => {
+            tracing::warn!(msg_id = d.receipt.msg_id, panic = %truncate_reason(p.clone()), "a hook's after panicked");
+            if settled {
+                bump(&counts.panicked, 1);
+                result
+            } else {
+                Err(p)
+            }
+        }
+    }
+}
+
+/// The acknowledgement of a message whose transactional run could not use
+/// the database (the worker's own work failed, not the handler): back
+/// soon, with no attempt (nor delivery) used.
+pub(crate) fn unavailable_snooze(shared: &HandlerLoops) -> AckKind {
+    let cfg = &shared.settings;
+    bump(&shared.stats.c.tx_unavailable, 1);
+    AckKind::Snooze(retry_delay(&cfg.retry_backoff, 1, cfg.retry_jitter))
+}
+
 /// The next message and how many are left behind it, waiting when the
 /// claim queue is empty; None once `stop` fires or the queue closes.
 pub(crate) async fn next_claimed(
@@ -464,24 +573,8 @@ async fn run_message<T: Send, R: Run<T>>(
     let cfg = &ctx.settings;
     let msg_id = d.receipt.msg_id;
     let attempt = d.attempt;
-    let expiry = Expiry::new(d.sent_at + cfg.visibility_timeout);
-    let cancel = CancellationToken::new();
-    shared
-        .leases
-        .start(d.receipt, Arc::clone(&expiry), cancel.clone());
-    if d.started.duration_since(d.claimed_at) >= cfg.visibility_timeout / 2 {
-        // Past half its timeout already: extend it now rather than at the
-        // heartbeat's next tick.
-        shared.heartbeat.nudge();
-    }
-    let hctx = Context {
-        cancel: cancel.clone(),
-        deadline: cfg.handler_timeout.map(|t| d.started + t),
-        attempt,
-        deliveries: d.deliveries,
-        msg_id,
-        queue: Arc::clone(&ctx.settings.queue),
-    };
+    let (expiry, hctx) = begin_run(shared, d);
+    let cancel = hctx.cancel.clone();
     let hooks = &cfg.hooks.0;
     let hook_ctx = (!hooks.is_empty()).then(|| hctx.clone());
     let (hooks_ran, refused) = match &hook_ctx {
@@ -509,10 +602,7 @@ async fn run_message<T: Send, R: Run<T>>(
     };
     let (result, settled) = if let Some(why) = refused {
         drop(call);
-        match why {
-            hooks::Refusal::Refused(e) => (Ok(Err(e)), None),
-            hooks::Refusal::Panicked(p) => (Err(p), None),
-        }
+        (refused_result(why), None)
     } else {
         match cfg.handler_timeout {
             None => call.await,
@@ -535,22 +625,10 @@ async fn run_message<T: Send, R: Run<T>>(
             std::panic::resume_unwind(Box::new(p.clone()));
         }
     }
-    if let Some(c) = &hook_ctx {
-        let seen = match &result {
-            Ok(Ok(o)) => Ok(o.clone()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(p) => Err(p.clone()),
-        };
-        if let Some(p) = hooks::after_all(hooks, hooks_ran, c, &seen, d.started.elapsed()) {
-            tracing::warn!(msg_id, panic = %truncate_reason(p.clone()), "a hook's after panicked");
-            if settled.is_none() {
-                // A failed attempt, as a handler panic is.
-                return (Err(p), None);
-            }
-            // Acknowledged in the handler's transaction already: counted only.
-            bump(&counts.panicked, 1);
-        }
-    }
+    let result = match &hook_ctx {
+        Some(c) => after_hooks(shared, counts, hooks_ran, c, result, d, settled.is_some()),
+        None => result,
+    };
     (result, settled)
 }
 

@@ -113,10 +113,9 @@
 //!   a named function; the worker holds none of its own.
 //! - **Fenced writes.** Every write (delete, archive, retry, snooze,
 //!   dead-letter move, heartbeat, release) matches the message *and the
-//!   delivery that claimed it* (`msg_id` and the `last_read_at` its read
-//!   set), so a worker whose claim expired can never change another
-//!   worker's claim; a write that matches nothing is a lost claim, counted
-//!   in `claims_lost`.
+//!   delivery that claimed it*; a write that matches nothing is a lost
+//!   claim, counted in `claims_lost`. Why: the repository's
+//!   docs/concepts.md, "Fencing".
 //! - **Batched acknowledgements.** A completer writes outcomes with one
 //!   fenced delete/archive/requeue per batch (flushed as soon as the writer
 //!   is free, when full, or after 5 ms at low rates), retries transient failures, and makes handlers wait when it falls

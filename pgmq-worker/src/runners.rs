@@ -33,7 +33,7 @@ use futures::FutureExt;
 use pgmq_client::{Message, Pgmq, QueueName, Receipt};
 use tokio_util::sync::CancellationToken;
 
-use crate::completer::AckKind;
+use crate::completer::{AckKind, FenceOff};
 use crate::context::Context;
 use crate::db::Source;
 use crate::handler::{
@@ -54,8 +54,7 @@ pub(crate) struct Settings {
     pub fenced: bool,
     pub max_abandoned_blocking_threads: usize,
     /// Test hook: a transactional success acknowledged without the fence.
-    #[cfg(feature = "fault-injection")]
-    pub fence_off: bool,
+    pub fence_off: FenceOff,
     /// Test hook: a FIFO blocking loop acknowledges its abandoned run
     /// without waiting for its thread.
     #[cfg(feature = "fault-injection")]
@@ -63,16 +62,6 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// Whether successes are acknowledged without the fence (the
-    /// `fence_off` test hook; never without feature `fault-injection`).
-    pub(crate) fn unfenced(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        if self.fence_off {
-            return true;
-        }
-        false
-    }
-
     /// Whether a blocking loop waits for its abandoned run's thread before
     /// acknowledging it (or leaving it unacknowledged) and taking another
     /// message: with FIFO groups, unless the `fifo_blocking_wait_off` test
@@ -306,7 +295,13 @@ impl<H> TxRun<H> {
         let archive = matches!(kind, AckKind::Archive);
         let written = within(
             limit,
-            crate::completer::acknowledge(&pg, &cfg.queue, cfg.unfenced(), archive, &[receipt]),
+            crate::completer::acknowledge(
+                &pg,
+                &cfg.queue,
+                cfg.fence_off.unfenced(),
+                archive,
+                &[receipt],
+            ),
         )
         .await;
         match written {

@@ -14,7 +14,7 @@
 //! only, so log messages about a "LISTEN connection" or "could not sample
 //! pgmq.metrics" pass.
 
-use std::path::{Path, PathBuf};
+use pgmq_testkit::modgraph::{rust_files, strip_comments};
 
 /// A string literal of a source file: the line it starts on and its text
 /// (escapes as written, line continuations joined).
@@ -26,9 +26,9 @@ struct Literal {
 
 /// The string literals of Rust source `src`: plain (`"..."`), byte
 /// (`b"..."`), C (`c"..."`) and raw (`r#"..."#`) ones, outside comments
-/// and char literals.
+/// (blanked first, lines kept) and char literals.
 fn literals(src: &str) -> Vec<Literal> {
-    let s: Vec<char> = src.chars().collect();
+    let s: Vec<char> = strip_comments(src).chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
     let mut line = 1;
@@ -39,29 +39,6 @@ fn literals(src: &str) -> Vec<Literal> {
         if c == '\n' {
             line += 1;
             i += 1;
-        } else if c == '/' && next == Some('/') {
-            while i < s.len() && s[i] != '\n' {
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            let mut depth = 0;
-            while i < s.len() {
-                if s[i] == '/' && s.get(i + 1) == Some(&'*') {
-                    depth += 1;
-                    i += 2;
-                } else if s[i] == '*' && s.get(i + 1) == Some(&'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    if s[i] == '\n' {
-                        line += 1;
-                    }
-                    i += 1;
-                }
-            }
         } else if c == '\'' {
             // A char literal ('x', '\'', '"', '\u{1F600}') or a lifetime ('a).
             if next == Some('\\') {
@@ -266,32 +243,17 @@ fn pgmq_call(text: &str) -> bool {
     })
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn the_worker_sources_hold_no_sql() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
-    assert!(files.len() >= 20, "src read wrong: {files:?}");
+    let files = rust_files(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+    assert!(files.len() >= 20, "src read wrong: {} files", files.len());
     let mut found = Vec::new();
     let mut seen = 0;
-    for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
-        for lit in literals(&text) {
+    for (rel, text) in &files {
+        for lit in literals(text) {
             seen += 1;
             if let Some(why) = sql_sign(&lit.text) {
-                let rel = file.strip_prefix(&src).unwrap().display();
+                let rel = rel.display();
                 let flat = lit.text.split_whitespace().collect::<Vec<_>>().join(" ");
                 let shown: String = flat.chars().take(100).collect();
                 let more = if shown.len() < flat.len() { "…" } else { "" };

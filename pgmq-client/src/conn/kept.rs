@@ -12,11 +12,9 @@
 //! ([`HeldConnection::abandon`]): marked broken so that its pool discards it,
 //! and a cancel request sent so that the server stops the statement too.
 //!
-//! **Kept.** [`KeptConnections`] keeps up to a number of connections from one
-//! call to the next while its owner is busy, so that a loop does not pay a
-//! checkout per call, and gives them all back when the owner says it goes
-//! idle ([`KeptConnections::idle`]), so that an idle task holds none. Every
-//! call on it, and its checkout, is bounded.
+//! **Kept.** [`KeptConnections`]: connections kept from one call to the
+//! next while their owner is busy, given back when it goes idle (why: on
+//! the type), every call and checkout bounded.
 
 use std::future::Future;
 #[cfg(feature = "deadpool")]
@@ -337,7 +335,17 @@ impl Executor for HeldConnection {
 
 /// Up to `max` connections of a [`ConnectionPool`], kept from one call to
 /// the next while their owner is busy; an [`Executor`] whose every call,
-/// and its checkout, runs within `limit` ([`HeldConnection::bounded`]). A
+/// and its checkout, runs within `limit` ([`HeldConnection::bounded`]).
+///
+/// **Why kept.** A loop that calls again and again (claims, batched
+/// acknowledgements) would otherwise pay a checkout per call, client work
+/// on the hot path, and move from server backend to backend. **Why given
+/// back.** Before its owner waits for anything (more work, room, a retry)
+/// it says [`idle`](Self::idle) and every kept connection goes back to the
+/// pool, so an idle task holds none; and since no task holds a connection
+/// while it waits, tasks sharing a small pool only slow each other down,
+/// they never deadlock (a claim loop waiting on acknowledgements that wait
+/// on its connection). [`busy`](Self::busy) keeps connections again. A
 /// call that fails drops its connection (its state is unknown); one that
 /// succeeds gives it back to be kept. With `max` 0 it is a checkout per
 /// call, bounded.

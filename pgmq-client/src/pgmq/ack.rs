@@ -1,6 +1,6 @@
 //! Acknowledging: `pgmq.delete`, `pgmq.archive` and `pgmq.set_vt`, single and batch.
 
-use crate::conn::args::{check_batch, secs};
+use crate::conn::args::check_batch;
 use crate::conn::error::Error;
 use crate::conn::executor::Executor;
 use crate::conn::rows::{col0s, first_col};
@@ -114,13 +114,12 @@ impl<E: Executor> Pgmq<E> {
         vt: impl Into<Delay>,
     ) -> Result<Option<Message<RawJson>>, Error> {
         let q = queue.as_str();
-        let rows = match vt.into() {
-            Delay::After(d) => {
-                let s = secs(d, "visibility timeout")?;
-                self.run(Stmt::SetVt, Some(q), &[&q, &msg_id, &s]).await?
-            }
-            Delay::At(t) => self.run(Stmt::SetVtAt, Some(q), &[&q, &msg_id, &t]).await?,
-        };
+        let vt = vt
+            .into()
+            .arg("visibility timeout", Stmt::SetVt, Stmt::SetVtAt)?;
+        let rows = self
+            .run(vt.stmt(), Some(q), &[&q, &msg_id, vt.value()])
+            .await?;
         rows.first().map(raw_from_row).transpose()
     }
 
@@ -146,17 +145,12 @@ impl<E: Executor> Pgmq<E> {
         }
         check_batch(msg_ids.len(), "batch of")?;
         let q = queue.as_str();
-        let rows = match vt.into() {
-            Delay::After(d) => {
-                let s = secs(d, "visibility timeout")?;
-                self.run(Stmt::SetVtBatch, Some(q), &[&q, &msg_ids, &s])
-                    .await?
-            }
-            Delay::At(t) => {
-                self.run(Stmt::SetVtBatchAt, Some(q), &[&q, &msg_ids, &t])
-                    .await?
-            }
-        };
+        let vt = vt
+            .into()
+            .arg("visibility timeout", Stmt::SetVtBatch, Stmt::SetVtBatchAt)?;
+        let rows = self
+            .run(vt.stmt(), Some(q), &[&q, &msg_ids, vt.value()])
+            .await?;
         col0s(&rows)
     }
 

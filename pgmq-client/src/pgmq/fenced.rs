@@ -1,30 +1,9 @@
 //! Writes fenced on a delivery: delete, archive and requeue only the message
-//! *as a given read delivered it*.
-//!
-//! PGMQ's `delete`, `archive` and `set_vt` act by `msg_id` alone. A consumer
-//! whose claim expired (a slow handler, a paused process, a slow database)
-//! and that writes late would then change another consumer's live claim of
-//! the same message: delete it under its feet, make it visible early, or
-//! archive it. Every `pgmq.read` sets `last_read_at = clock_timestamp()` on
-//! the rows it returns: a value unique to that delivery, which only a later
-//! read changes. A [`Receipt`] is the pair `(msg_id, last_read_at)`, and the
-//! writes here match both, so a write from an expired delivery matches
-//! nothing once someone else read the message, and says so (the ids it
-//! returns are the ones it wrote).
-//!
-//! A delete or archive ends the delivery by removing the row. A requeue
-//! ends it by setting `last_read_at` to NULL in the same `UPDATE` (unless it
-//! only extends the claim, [`Requeue::keep_claim`]): the message is handed
-//! back, so no later write carrying that receipt matches it again, neither
-//! a second copy of the same requeue (a retried write whose first try did
-//! land, which would otherwise lower `read_ct` twice) nor an extension of
-//! that delivery still on its way (which would otherwise push the
-//! visibility a whole timeout out after a release).
-//!
-//! An extension ([`Requeue::keep_claim`]) also needs the claim still
-//! running: once its visibility timeout has passed the message is free for
-//! anyone to read (and counts no more against a fleet-wide limit), so a
-//! late extension matches nothing rather than revive it.
+//! *as a given read delivered it*, named by its [`Receipt`] (`msg_id` and
+//! the `last_read_at` that read set); each returns the ids it wrote, so a
+//! write from an expired delivery matches nothing and says so. Why, and
+//! what a requeue and an extension ([`Requeue::keep_claim`]) do to the
+//! delivery: the repository's docs/concepts.md, "Fencing".
 //!
 //! These are statements on PGMQ's queue and archive tables (`pgmq."q_<name>"`,
 //! `pgmq."a_<name>"`), with the same effect as PGMQ's functions plus the

@@ -9,8 +9,10 @@ use postgres_types::{FromSql, IsNull, ToSql, Type};
 use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 
+use crate::conn::args::secs;
 use crate::conn::error::Error;
 use crate::conn::rows::{col, payload_free};
+use crate::conn::statements::Stmt;
 
 /// A message read from a queue.
 ///
@@ -408,6 +410,40 @@ impl Delay {
     /// assert_eq!(pgmq_client::Delay::NONE, pgmq_client::Delay::After(std::time::Duration::ZERO));
     /// ```
     pub const NONE: Delay = Delay::After(std::time::Duration::ZERO);
+
+    /// The argument of a statement that comes in two forms, one taking
+    /// whole seconds from now (`after`) and one a time (`at`): which of the
+    /// two runs, and its argument. `what` names the delay in an error (a
+    /// delay longer than PGMQ's `integer` seconds).
+    pub(crate) fn arg(self, what: &str, after: Stmt, at: Stmt) -> Result<DelayArg, Error> {
+        Ok(match self {
+            Delay::After(d) => DelayArg::Secs(after, secs(d, what)?),
+            Delay::At(t) => DelayArg::At(at, t),
+        })
+    }
+}
+
+/// A [`Delay`] as a statement's argument ([`Delay::arg`]).
+pub(crate) enum DelayArg {
+    Secs(Stmt, i32),
+    At(Stmt, DateTime<Utc>),
+}
+
+impl DelayArg {
+    /// The statement to run.
+    pub(crate) fn stmt(&self) -> Stmt {
+        match self {
+            DelayArg::Secs(s, _) | DelayArg::At(s, _) => *s,
+        }
+    }
+
+    /// The argument to bind.
+    pub(crate) fn value(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            DelayArg::Secs(_, secs) => secs,
+            DelayArg::At(_, t) => t,
+        }
+    }
 }
 
 /// [`Delay::NONE`].

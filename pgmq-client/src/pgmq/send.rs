@@ -5,13 +5,15 @@ use std::error::Error as StdError;
 use bytes::{BufMut, BytesMut};
 use postgres_types::{IsNull, Kind, ToSql, Type};
 use serde::Serialize;
+use tokio_postgres::Row;
 
-use crate::conn::args::{check_batch, secs};
+use crate::conn::args::check_batch;
+use crate::conn::call::Params;
 use crate::conn::error::Error;
 use crate::conn::executor::Executor;
 use crate::conn::rows::{col, col0s};
 use crate::conn::statements::Stmt;
-use crate::pgmq::message::{Delay, RawJson, SendOptions};
+use crate::pgmq::message::{RawJson, SendOptions};
 use crate::pgmq::queue_name::QueueName;
 use crate::Pgmq;
 
@@ -232,6 +234,34 @@ impl ToSql for JsonBatch {
 }
 
 impl<E: Executor> Pgmq<E> {
+    /// Runs a batch send, one statement of the pair `(after, at)` as the
+    /// delay says (seconds from now, or a time: `Delay::arg`), with the
+    /// arguments `lead`, then the batch's bodies and headers as `jsonb[]`
+    /// ([`JsonBatch::bodies_and_headers`], with the current trace context)
+    /// and its delay, then `tail`; returns its rows. An empty batch sends
+    /// nothing and returns none.
+    pub(crate) async fn run_batch_send<T: Serialize>(
+        &self,
+        (after, at): (Stmt, Stmt),
+        queue: Option<&str>,
+        lead: Params<'_>,
+        bodies: &[T],
+        opts: &SendOptions,
+        tail: Params<'_>,
+    ) -> Result<Vec<Row>, Error> {
+        let Some((bodies, headers)) =
+            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
+        else {
+            return Ok(Vec::new());
+        };
+        let delay = opts.delay.arg("delay", after, at)?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(lead.len() + 3 + tail.len());
+        params.extend_from_slice(lead);
+        params.extend([&bodies as _, &headers as _, delay.value()]);
+        params.extend_from_slice(tail);
+        self.run(delay.stmt(), queue, &params).await
+    }
+
     /// The trace context to merge into the headers of a send: the current
     /// one when the executor carries it ([`crate::pgmq::trace`]), else empty.
     pub(crate) fn trace_headers(&self) -> serde_json::Map<String, serde_json::Value> {
@@ -297,17 +327,10 @@ impl<E: Executor> Pgmq<E> {
         let body = to_json(body, "body")?;
         let headers = self.headers_json(opts)?;
         let q = queue.as_str();
-        let rows = match opts.delay {
-            Delay::At(at) => {
-                self.run(Stmt::SendAt, Some(q), &[&q, &body, &headers, &at])
-                    .await?
-            }
-            Delay::After(d) => {
-                let s = secs(d, "delay")?;
-                self.run(Stmt::Send, Some(q), &[&q, &body, &headers, &s])
-                    .await?
-            }
-        };
+        let delay = opts.delay.arg("delay", Stmt::Send, Stmt::SendAt)?;
+        let rows = self
+            .run(delay.stmt(), Some(q), &[&q, &body, &headers, delay.value()])
+            .await?;
         match rows.first() {
             Some(r) => col::<i64>(r, 0),
             None => Err(Error::InvalidArgument("pgmq.send returned no id".into())),
@@ -356,23 +379,11 @@ impl<E: Executor> Pgmq<E> {
         bodies: &[T],
         opts: &SendOptions,
     ) -> Result<Vec<i64>, Error> {
-        let Some((bodies, headers)) =
-            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
-        else {
-            return Ok(Vec::new());
-        };
         let q = queue.as_str();
-        let rows = match opts.delay {
-            Delay::At(at) => {
-                self.run(Stmt::SendBatchAt, Some(q), &[&q, &bodies, &headers, &at])
-                    .await?
-            }
-            Delay::After(d) => {
-                let s = secs(d, "delay")?;
-                self.run(Stmt::SendBatch, Some(q), &[&q, &bodies, &headers, &s])
-                    .await?
-            }
-        };
+        let send = (Stmt::SendBatch, Stmt::SendBatchAt);
+        let rows = self
+            .run_batch_send(send, Some(q), &[&q], bodies, opts, &[])
+            .await?;
         col0s::<i64>(&rows)
     }
 }

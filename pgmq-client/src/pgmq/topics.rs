@@ -14,7 +14,7 @@ use crate::conn::rows::{col, first_col};
 use crate::conn::statements::Stmt;
 use crate::pgmq::message::{Delay, SendOptions};
 use crate::pgmq::queue_name::QueueName;
-use crate::pgmq::send::{to_json, JsonBatch};
+use crate::pgmq::send::to_json;
 use crate::Pgmq;
 
 /// A row of `pgmq.list_topic_bindings()`.
@@ -157,30 +157,10 @@ impl<E: Executor> Pgmq<E> {
         bodies: &[T],
         opts: &SendOptions,
     ) -> Result<Vec<(String, i64)>, Error> {
-        let Some((bodies, headers)) =
-            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
-        else {
-            return Ok(Vec::new());
-        };
-        let rows = match opts.delay {
-            Delay::At(at) => {
-                self.run(
-                    Stmt::SendBatchTopicAt,
-                    None,
-                    &[&routing_key, &bodies, &headers, &at],
-                )
-                .await?
-            }
-            Delay::After(d) => {
-                let secs = secs(d, "delay")?;
-                self.run(
-                    Stmt::SendBatchTopic,
-                    None,
-                    &[&routing_key, &bodies, &headers, &secs],
-                )
-                .await?
-            }
-        };
+        let send = (Stmt::SendBatchTopic, Stmt::SendBatchTopicAt);
+        let rows = self
+            .run_batch_send(send, None, &[&routing_key], bodies, opts, &[])
+            .await?;
         rows.iter().map(|r| Ok((col(r, 0)?, col(r, 1)?))).collect()
     }
 

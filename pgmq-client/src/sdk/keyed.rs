@@ -46,14 +46,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::conn::args::secs;
 use crate::conn::error::Error;
 use crate::conn::executor::Executor;
 use crate::conn::rows::col;
 use crate::conn::statements::Stmt;
-use crate::pgmq::message::{Delay, SendOptions};
+use crate::pgmq::message::SendOptions;
 use crate::pgmq::queue_name::QueueName;
-use crate::pgmq::send::{to_json, JsonBatch};
+use crate::pgmq::send::to_json;
 use crate::Pgmq;
 
 /// The longest key accepted, in bytes (it is stored in a B-tree index).
@@ -249,32 +248,12 @@ impl<E: Executor> Pgmq<E> {
             check_key(k)?;
         }
         let window = window_ms(window)?;
-        let Some((bodies, headers)) =
-            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
-        else {
-            return Ok(Vec::new());
-        };
         let q = queue.as_str();
-        let rows = match opts.delay {
-            Delay::At(at) => {
-                self.run(
-                    Stmt::SendKeyedAt,
-                    Some(q),
-                    &[&q, &keys, &bodies, &headers, &at, &window],
-                )
-                .await
-            }
-            Delay::After(d) => {
-                let s = secs(d, "delay")?;
-                self.run(
-                    Stmt::SendKeyed,
-                    Some(q),
-                    &[&q, &keys, &bodies, &headers, &s, &window],
-                )
-                .await
-            }
-        }
-        .map_err(|e| e.in_sdk(FEATURE))?;
+        let send = (Stmt::SendKeyed, Stmt::SendKeyedAt);
+        let rows = self
+            .run_batch_send(send, Some(q), &[&q, &keys], bodies, opts, &[&window])
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
         if self.executor().housekeeping_due() {
             if let Err(e) = self.expire_send_keys(EXPIRE_BATCH).await {
                 tracing::debug!(error = %e, "could not delete expired deduplication keys");
