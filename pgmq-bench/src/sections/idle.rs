@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::document::{IdleRun, Rate};
 use crate::error::{Error, Result};
 use crate::process::cpu_time;
-use crate::sections::consume::{worker, Tally};
-use crate::sections::Ctx;
+use crate::kit::tally::Tally;
+use crate::kit::Ctx;
 use std::fmt::Write as _;
 
 use futures::future::BoxFuture;
@@ -94,7 +94,8 @@ pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let q = ctx.guard.fresh("idle").await?;
     let tally = Tally::new(u64::MAX, ctx.cfg.handler_work);
     let poll = ctx.cfg.options.idle.poll;
-    let w = worker(ctx, &q, 1, &tally)
+    let w = ctx
+        .worker(&q, 1, &tally)?
         .poll_interval(poll)
         .wake_up(WakeUp::Poll)
         .build()?;

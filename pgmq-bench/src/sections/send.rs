@@ -16,7 +16,9 @@ use crate::error::Result;
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
 use crate::sections::baseline::{neighbour, Loop};
-use crate::sections::{id_batches, Ctx, Round, Section};
+use crate::kit::body::id_batches;
+use crate::kit::Ctx;
+use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 

@@ -22,8 +22,9 @@ use tokio::sync::mpsc;
 
 use crate::document::WakeupRun;
 use crate::error::{Error, Result};
-use crate::sections::consume::with_claim_reads;
-use crate::sections::{counters, Ctx, InBody};
+use crate::kit::body::InBody;
+use crate::kit::worker::{builder, counters};
+use crate::kit::Ctx;
 use crate::stats::percentiles_of;
 use std::fmt::Write as _;
 
@@ -207,11 +208,7 @@ fn build_worker(
     mode: Mode,
     tx: mpsc::UnboundedSender<(u64, Instant)>,
 ) -> Result<Worker<InBody>> {
-    let b = Worker::<InBody>::builder(ctx.client.clone(), q.clone());
-    let w = with_claim_reads(b, ctx.cfg.claim_reads)
-        .concurrency(1)
-        .batch_size(ctx.cfg.batch_size as usize)
-        .visibility_timeout(ctx.cfg.vt)
+    let w = builder(ctx.client.clone(), &ctx.worker_spec(q, 1))?
         .poll_interval(ctx.cfg.options.wakeup.poll)
         .wake_up(match mode {
             Mode::Poll => WakeUp::Poll,
