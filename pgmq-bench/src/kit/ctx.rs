@@ -1,4 +1,5 @@
-//! The run context every section measures with: the settings, the
+//! The run context every section measures with (and the round a run
+//! belongs to): the settings, the
 //! database, the SDK client, an admin connection, the queue guard, the
 //! memory meter and the progress lines, and what a run does with its
 //! queue around the measured part (a fresh queue, its vacuum, what is left
@@ -16,6 +17,18 @@ use crate::kit::body::OutBody;
 use crate::kit::sink::Sink;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
+
+/// The round a run belongs to: its index among warm-up or measured rounds,
+/// whether it is a warm-up round, and the tag naming it in progress lines.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Round<'a> {
+    /// Index among the warm-up rounds, or among the measured ones.
+    pub(crate) index: u32,
+    /// A warm-up round (its runs are recorded but not in the figures).
+    pub(crate) warm: bool,
+    /// `warm-up 1/1` or `round 2/3`.
+    pub(crate) tag: &'a str,
+}
 
 /// Everything a section needs.
 #[derive(Debug)]

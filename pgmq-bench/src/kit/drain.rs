@@ -63,7 +63,7 @@ pub(crate) async fn drain(
 ) -> Result<ConsumeRun> {
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded(suffix, n).await?;
     let tally = Tally::new(n, ctx.cfg.handler_work);
-    let w = ctx.worker(&q, workers, &tally)?.build()?;
+    let w = ctx.worker(&ctx.worker_spec(&q, workers), &tally)?;
     let d = timed(ctx, w, &tally).await?;
     let stats = &d.report.stats;
     let remaining_after = ctx.finish_queue(&q).await?;

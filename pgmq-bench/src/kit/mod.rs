@@ -16,6 +16,8 @@
 //!   worker process's wait for an empty queue;
 //! - [`snapshot`]: the database's counters, dead tuples, the cluster's CPU
 //!   and the database's clock;
+//! - [`plain`]: the same sends and drains with no SDK, the reference of
+//!   the SDK sections' ratios;
 //! - [`child`]: worker processes (the spec, the child's side, starting them,
 //!   `go`, collecting their reports and ids).
 
@@ -24,6 +26,7 @@ pub(crate) mod child;
 pub(crate) mod ctx;
 pub(crate) mod drain;
 pub(crate) mod load;
+pub(crate) mod plain;
 pub(crate) mod sink;
 pub(crate) mod snapshot;
 pub(crate) mod tally;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use pgmq_client::{Client, Message};
 use pgmq_testkit::spec::{self, ClaimReadsSpec, WorkerSettings, WorkerSpec};
-use pgmq_worker::{Outcome, WorkerBuilder};
+use pgmq_worker::{Outcome, Worker, WorkerBuilder};
 
 use crate::cli::{ClaimReadsArg, HandlerKind};
 use crate::document::WorkerCounters;
@@ -60,23 +60,12 @@ impl Ctx {
         }
     }
 
-    /// The worker of [`Ctx::worker_spec`] on the SDK client, its handlers
-    /// writing to the run's sink (with `--handler db-write`) and feeding
-    /// `tally`.
-    pub(crate) fn worker(
-        &self,
-        q: &pgmq_client::QueueName,
-        concurrency: u32,
-        tally: &Arc<Tally>,
-    ) -> Result<WorkerBuilder<InBody>> {
-        let spec = self.worker_spec(q, concurrency);
-        worker_on(
-            self.client.clone(),
-            &spec,
-            tally,
-            self.sink.clone(),
-            Outcome::Delete,
-        )
+    /// The worker of `spec` on the SDK client, its handlers writing to the
+    /// run's sink (with `--handler db-write`) and feeding `tally`.
+    pub(crate) fn worker(&self, spec: &WorkerSpec, tally: &Arc<Tally>) -> Result<Worker<InBody>> {
+        let sink = self.sink.clone();
+        let b = worker_on(self.client.clone(), spec, tally, sink, Outcome::Delete)?;
+        Ok(b.build()?)
     }
 }
 

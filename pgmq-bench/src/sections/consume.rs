@@ -28,7 +28,7 @@ use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::fmt_value;
 use crate::report::markdown::{cell, definitions, fig, worker_counts};
-use crate::sections::baseline::{neighbour, Loop};
+use crate::kit::plain::{neighbour, Loop};
 use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};

@@ -28,6 +28,7 @@ use crate::config::{Apply, Config};
 use crate::document::{Document, Sections};
 use crate::error::Result;
 use crate::figures::Figures;
+pub(crate) use crate::kit::ctx::Round;
 use crate::kit::Ctx;
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
@@ -310,18 +311,6 @@ pub(crate) mod plan {
             0.0
         }
     }
-}
-
-/// The round a run belongs to: its index among warm-up or measured rounds,
-/// whether it is a warm-up round, and the tag naming it in progress lines.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Round<'a> {
-    /// Index among the warm-up rounds, or among the measured ones.
-    pub(crate) index: u32,
-    /// A warm-up round (its runs are recorded but not in the figures).
-    pub(crate) warm: bool,
-    /// `warm-up 1/1` or `round 2/3`.
-    pub(crate) tag: &'a str,
 }
 
 /// A section flag's seconds, checked: finite and at least `least` (a typed

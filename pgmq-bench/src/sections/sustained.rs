@@ -176,7 +176,7 @@ pub async fn run_at(
     let before = db_snapshot(ctx).await?;
     let offset_us = db_clock_offset_us(&ctx.admin).await?;
     let tally = Tally::with_waits(u64::MAX, cfg.handler_work, QueueWaits::new(offset_us));
-    let w = ctx.worker(&q, cfg.sustained_workers, &tally)?.build()?;
+    let w = ctx.worker(&ctx.worker_spec(&q, cfg.sustained_workers), &tally)?;
     let produced = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
     ctx.meter.begin();
