@@ -4,6 +4,7 @@
 //! baseline section runs them alone; beside an SDK section each runs next
 //! to that section's runs ([`neighbour`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio_postgres::types::Json;
@@ -105,8 +106,8 @@ pub async fn run(ctx: &Ctx, which: Loop, round: u32, warmup: bool) -> Result<Bas
     let m = match which {
         Loop::SendSingle => send_single(ctx, &pg).await?,
         Loop::SendBatch => send_batch(ctx, &pg).await?,
-        Loop::ConsumeEqualLayout => consume_equal_layout(ctx).await?,
-        Loop::Consume => consume(ctx, &pg).await?,
+        Loop::ConsumeEqualLayout => consume(ctx, "baseline_equal_layout", None).await?,
+        Loop::Consume => consume(ctx, "baseline_consume", Some(&pg)).await?,
     };
     let in_queue_after = ctx.finish_queue(&m.q).await?;
     Ok(BaselineRun {
@@ -161,13 +162,20 @@ async fn send_batch(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> 
     Ok(Measured::sent(q, n, elapsed, ctx.meter.end()))
 }
 
-/// The worker's connection layout on a fresh preloaded queue.
-async fn consume_equal_layout(ctx: &Ctx) -> Result<Measured> {
+/// A consume loop on a fresh queue of `--messages` preloaded messages
+/// (`pgmq_bench_<suffix>`): the worker's connection layout without `pg`,
+/// else read + delete on `pg`.
+async fn consume(ctx: &Ctx, suffix: &str, pg: Option<&tokio_postgres::Client>) -> Result<Measured> {
     let n = ctx.cfg.messages;
-    let (q, preload_s, vacuum_s) = ctx.fresh_loaded("baseline_equal_layout", n).await?;
-    ctx.meter.begin();
-    let (ledger, elapsed) = equal_layout(ctx, &q, n).await?;
-    let peak = ctx.meter.end();
+    let (q, preload_s, vacuum_s) = ctx.fresh_loaded(suffix, n).await?;
+    let (ledger, elapsed, peak) = match pg {
+        None => {
+            ctx.meter.begin();
+            let (ledger, elapsed) = equal_layout(ctx, &q, n).await?;
+            (ledger, elapsed, ctx.meter.end())
+        }
+        Some(pg) => read_delete(ctx, pg, &q, n).await?,
+    };
     Ok(Measured::drained(
         q,
         &ledger,
@@ -178,12 +186,16 @@ async fn consume_equal_layout(ctx: &Ctx) -> Result<Measured> {
     ))
 }
 
-/// `pgmq.read` then `pgmq.delete` per batch on one connection, on a fresh
-/// preloaded queue.
-async fn consume(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> {
-    let n = ctx.cfg.messages;
+/// `pgmq.read` then `pgmq.delete` per batch on one connection: the
+/// ledger, the seconds from the first read to the last delete's reply,
+/// and the peak RSS.
+async fn read_delete(
+    ctx: &Ctx,
+    pg: &tokio_postgres::Client,
+    q: &pgmq_client::QueueName,
+    n: u64,
+) -> Result<(Arc<Ledger>, f64, u64)> {
     let batch = ctx.cfg.batch_size;
-    let (q, preload_s, vacuum_s) = ctx.fresh_loaded("baseline_consume", n).await?;
     let read = pg
         .prepare("SELECT * FROM pgmq.read($1::text, $2::integer, $3::integer)")
         .await?;
@@ -213,24 +225,12 @@ async fn consume(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> {
     }
     let elapsed = t.elapsed().as_secs_f64();
     let peak = ctx.meter.end();
-    Ok(Measured::drained(
-        q,
-        &ledger,
-        n,
-        elapsed,
-        peak,
-        (preload_s, vacuum_s),
-    ))
+    Ok((Arc::new(ledger), elapsed, peak))
 }
 
 /// The equal-layout loop: two claimers, one deleter; returns the ledger and
 /// the seconds from the first read to the last delete's reply.
-async fn equal_layout(
-    ctx: &Ctx,
-    q: &pgmq_client::QueueName,
-    n: u64,
-) -> Result<(std::sync::Arc<Ledger>, f64)> {
-    use std::sync::Arc;
+async fn equal_layout(ctx: &Ctx, q: &pgmq_client::QueueName, n: u64) -> Result<(Arc<Ledger>, f64)> {
     let ledger = Arc::new(Ledger::new());
     let vt = i32::try_from(ctx.cfg.vt.as_secs()).unwrap_or(i32::MAX);
     let qty = ctx.cfg.batch_size as i32;
@@ -308,7 +308,7 @@ impl Claimer {
     /// the ids to the delete connection.
     async fn run(
         self,
-        ledger: std::sync::Arc<Ledger>,
+        ledger: Arc<Ledger>,
         tx: tokio::sync::mpsc::UnboundedSender<Vec<i64>>,
     ) -> std::result::Result<(), tokio_postgres::Error> {
         let mut last_rows = Instant::now();

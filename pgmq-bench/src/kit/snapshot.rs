@@ -188,18 +188,6 @@ pub async fn db_clock_offset_us(admin: &tokio_postgres::Client) -> Result<i64> {
     Ok(best.map_or(0, |(_, o)| o))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_proc_stat_after_a_name_with_spaces() {
-        let text = "42 (postgres: a b) S 7 42 42 0 -1 4194560 100 0 0 0 250 30 5 6 20 0 1 0";
-        let s = parse_stat(text).unwrap();
-        assert_eq!((s.ppid, s.own, s.reaped), (7, 280, 11));
-    }
-}
-
 /// The database's counters over a measured window of one queue: a
 /// snapshot at its start, its dead tuples sampled during it, a snapshot at
 /// its end.
@@ -240,4 +228,16 @@ pub(crate) fn every_second() -> tokio::time::Interval {
         tokio::time::Instant::now() + Duration::from_secs(1),
         Duration::from_secs(1),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_stat_after_a_name_with_spaces() {
+        let text = "42 (postgres: a b) S 7 42 42 0 -1 4194560 100 0 0 0 250 30 5 6 20 0 1 0";
+        let s = parse_stat(text).unwrap();
+        assert_eq!((s.ppid, s.own, s.reaped), (7, 280, 11));
+    }
 }
