@@ -7,6 +7,7 @@ use std::time::Duration;
 use pgmq_client::QueueName;
 use serde::{Deserialize, Serialize};
 
+use crate::document::ProcessesServer;
 use crate::error::Result;
 use crate::kit::Ctx;
 
@@ -31,23 +32,32 @@ pub struct SteadyServer {
     pub bench_cpu_us_per_msg: Option<f64>,
 }
 
-/// The queue table's statistics and the cluster's CPU at one moment.
-struct DbSnapshot {
+/// The queue table's statistics, the database's transactions, and the CPU
+/// of the cluster, of the bench process and of its reaped children at one
+/// moment.
+pub(crate) struct DbSnapshot {
     cpu: Option<Duration>,
     /// The bench process's own CPU time.
     bench_cpu: Duration,
-    /// idx_tup_fetch, buffers (heap and index, hit and read).
-    table: Option<(i64, i64)>,
+    /// The CPU time of the bench's child processes that ended.
+    children_cpu: Duration,
+    /// idx_tup_fetch, n_tup_upd, n_tup_del, buffers (heap and index, hit
+    /// and read), the database's transactions.
+    table: Option<[i64; 5]>,
 }
 
 const TABLE_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
-     (coalesce(s.heap_blks_hit, 0) + coalesce(s.heap_blks_read, 0) \
-      + coalesce(s.idx_blks_hit, 0) + coalesce(s.idx_blks_read, 0))::int8 \
-     FROM pg_stat_user_tables t JOIN pg_statio_user_tables s USING (relid) \
+     coalesce(t.n_tup_upd, 0)::int8, coalesce(t.n_tup_del, 0)::int8, \
+     (coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0) \
+      + coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0))::int8, \
+     (SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database \
+      WHERE datname = current_database()) \
+     FROM pg_stat_user_tables t JOIN pg_statio_user_tables io USING (relid) \
      WHERE t.schemaname = 'pgmq' AND t.relname = $1";
 
 impl DbSnapshot {
-    async fn read(ctx: &Ctx, q: &QueueName) -> DbSnapshot {
+    /// The counters of `q`'s table now (None when they cannot be read).
+    pub(crate) async fn read(ctx: &Ctx, q: &QueueName) -> DbSnapshot {
         // Table counters reach the shared statistics when a backend's
         // transaction ends, at most once a second per backend: a fresh
         // snapshot sees the others' latest flush.
@@ -55,32 +65,73 @@ impl DbSnapshot {
             .admin
             .batch_execute("SELECT pg_stat_clear_snapshot()")
             .await;
-        let table = ctx
+        let row = ctx
             .admin
             .query_opt(TABLE_SQL, &[&format!("q_{}", q.as_str())])
             .await
             .ok()
-            .flatten()
-            .map(|r| (r.get(0), r.get(1)));
+            .flatten();
+        let table = row.and_then(|row| {
+            let mut out = [0i64; 5];
+            for (i, v) in out.iter_mut().enumerate() {
+                *v = row.try_get::<_, i64>(i).ok()?;
+            }
+            Some(out)
+        });
         DbSnapshot {
             cpu: cluster_cpu(&ctx.admin).await,
             bench_cpu: crate::process::cpu_time(),
+            children_cpu: crate::process::children_cpu_time(),
             table,
         }
     }
 
+    /// Each counter's growth up to `after`.
+    fn growth(&self, after: &DbSnapshot) -> Option<[u64; 5]> {
+        let (a, b) = (self.table?, after.table?);
+        Some(std::array::from_fn(|i| {
+            u64::try_from(b[i] - a[i]).unwrap_or(0)
+        }))
+    }
+
+    /// The growth up to `after` per message of `n`, as steady_stream and
+    /// pinned_horizon record it (no dead tuples: [`ServerWindow`] samples
+    /// them).
     fn per_msg(&self, after: &DbSnapshot, n: u64) -> SteadyServer {
-        let n = n.max(1) as f64;
-        let (cpu, table) = (self.cpu.zip(after.cpu), self.table.zip(after.table));
+        let per = |v: u64| v as f64 / n.max(1) as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / n.max(1) as f64;
+        let table = self.growth(after);
         SteadyServer {
-            cpu_us_per_msg: cpu.map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / n),
+            cpu_us_per_msg: self
+                .cpu
+                .zip(after.cpu)
+                .map(|(a, b)| us(b.saturating_sub(a))),
             dead_tuples_peak: None,
-            idx_tup_fetch_per_msg: table.map(|(a, b)| (b.0 - a.0).max(0) as f64 / n),
-            buffers_per_msg: table.map(|(a, b)| (b.1 - a.1).max(0) as f64 / n),
-            bench_cpu_us_per_msg: Some(
-                after.bench_cpu.saturating_sub(self.bench_cpu).as_secs_f64() * 1e6 / n,
-            ),
+            idx_tup_fetch_per_msg: table.map(|t| per(t[0])),
+            buffers_per_msg: table.map(|t| per(t[3])),
+            bench_cpu_us_per_msg: Some(us(after.bench_cpu.saturating_sub(self.bench_cpu))),
         }
+    }
+
+    /// The growth up to `after` per message of `handled`, as
+    /// worker_processes records it; None when the table's counters could
+    /// not be read.
+    pub(crate) fn processes(&self, after: &DbSnapshot, handled: u64) -> Option<ProcessesServer> {
+        let per = |v: u64| v as f64 / handled.max(1) as f64;
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / handled.max(1) as f64;
+        let d = self.growth(after)?;
+        Some(ProcessesServer {
+            index_rows_per_msg: per(d[0]),
+            rows_updated: d[1],
+            rows_deleted: d[2],
+            buffers_per_msg: per(d[3]),
+            transactions_per_msg: per(d[4]),
+            server_cpu_us_per_msg: self
+                .cpu
+                .zip(after.cpu)
+                .map(|(a, b)| us(b.saturating_sub(a))),
+            workers_cpu_us_per_msg: Some(us(after.children_cpu.saturating_sub(self.children_cpu))),
+        })
     }
 }
 

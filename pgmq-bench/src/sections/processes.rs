@@ -28,14 +28,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pgmq_client::QueueName;
 
 use crate::document::{
-    ProcessShare, ProcessesRun, ProcessesServer, Rate,
+    ProcessShare, ProcessesRun, Rate,
 };
 use crate::error::Result;
 use crate::kit::child::{ChildReport, Fleet};
-use crate::kit::snapshot::cluster_cpu;
+use crate::kit::snapshot::DbSnapshot;
 use crate::kit::Ctx;
 use crate::ledger::Ledger;
 use std::fmt::Write as _;
@@ -58,15 +57,17 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded("processes", n).await?;
     let specs = (0..n_proc).map(|_| ctx.child_spec(&q));
     let mut fleet = Fleet::start(ctx, "processes", &format!("{round}-{n_proc}"), specs).await?;
-    let server_before = server_snapshot(ctx, &q).await;
-    let cpu_before = (
-        cluster_cpu(&ctx.admin).await,
-        crate::process::children_cpu_time(),
-    );
+    let before = DbSnapshot::read(ctx, &q).await;
     fleet.go().await?;
     let ledger = Ledger::new();
     let reports = fleet.collect(&ledger).await?;
-    let server = server_counters(ctx, &q, server_before, cpu_before, ledger.handled()).await;
+    // The processes' backends report their statistics when they end, which
+    // may follow the processes' exit by a moment: a second's wait first.
+    // The cluster's CPU is read after that wait too: a backend ending while
+    // it is read would be counted neither among the live processes nor
+    // among those the postmaster reaped.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let server = before.processes(&DbSnapshot::read(ctx, &q).await, ledger.handled());
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(n);
     let elapsed = reports.iter().map(|r| r.elapsed_s).fold(0.0, f64::max);
@@ -100,75 +101,6 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         preload_s,
         vacuum_s,
         server,
-    })
-}
-
-/// The queue table's and the database's counters at one moment:
-/// `idx_tup_fetch`, `n_tup_upd`, `n_tup_del`, buffers, transactions.
-type ServerSnapshot = [i64; 5];
-
-const SERVER_SNAPSHOT_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
-     coalesce(t.n_tup_upd, 0)::int8, coalesce(t.n_tup_del, 0)::int8, \
-     (coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0) \
-      + coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0))::int8, \
-     (SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database \
-      WHERE datname = current_database()) \
-     FROM pg_stat_user_tables t JOIN pg_statio_user_tables io USING (relid) \
-     WHERE t.schemaname = 'pgmq' AND t.relname = $1";
-
-/// The counters now; None when they cannot be read.
-async fn server_snapshot(ctx: &Ctx, q: &QueueName) -> Option<ServerSnapshot> {
-    let table = format!("q_{}", q.as_str());
-    let row = ctx
-        .admin
-        .query_opt(SERVER_SNAPSHOT_SQL, &[&table])
-        .await
-        .ok()??;
-    let mut out = [0i64; 5];
-    for (i, v) in out.iter_mut().enumerate() {
-        *v = row.try_get::<_, i64>(i).ok()?;
-    }
-    Some(out)
-}
-
-/// The counters' growth since `before`, per message of `handled`, with
-/// the CPU of the database cluster and of the worker processes since
-/// `cpu_before` (the cluster's, when it runs on this host; the reaped
-/// children's). The processes' backends report their statistics when they
-/// end, which may follow the processes' exit by a moment: this waits a
-/// second first. The cluster's CPU is read after that wait too: a backend
-/// ending while it is read would be counted neither among the live
-/// processes nor among those the postmaster reaped.
-async fn server_counters(
-    ctx: &Ctx,
-    q: &QueueName,
-    before: Option<ServerSnapshot>,
-    cpu_before: (Option<Duration>, Duration),
-    handled: u64,
-) -> Option<ProcessesServer> {
-    let before = before?;
-    let workers = crate::process::children_cpu_time().saturating_sub(cpu_before.1);
-    let us_per_msg = |d: Duration| d.as_secs_f64() * 1e6 / handled.max(1) as f64;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let cluster = cluster_cpu(&ctx.admin).await;
-    let after = server_snapshot(ctx, q).await?;
-    let d: Vec<u64> = after
-        .iter()
-        .zip(before)
-        .map(|(a, b)| u64::try_from(a - b).unwrap_or(0))
-        .collect();
-    let per = |v: u64| v as f64 / handled.max(1) as f64;
-    Some(ProcessesServer {
-        index_rows_per_msg: per(d[0]),
-        rows_updated: d[1],
-        rows_deleted: d[2],
-        buffers_per_msg: per(d[3]),
-        transactions_per_msg: per(d[4]),
-        server_cpu_us_per_msg: cpu_before
-            .0
-            .zip(cluster)
-            .map(|(a, b)| us_per_msg(b.saturating_sub(a))),
-        workers_cpu_us_per_msg: Some(us_per_msg(workers)),
     })
 }
 
