@@ -58,20 +58,7 @@ const TABLE_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
 impl DbSnapshot {
     /// The counters of `q`'s table now (None when they cannot be read).
     pub(crate) async fn read(ctx: &Ctx, q: &QueueName) -> DbSnapshot {
-        // Table counters reach the shared statistics when a backend's
-        // transaction ends, at most once a second per backend: a fresh
-        // snapshot sees the others' latest flush.
-        let _ = ctx
-            .admin
-            .batch_execute("SELECT pg_stat_clear_snapshot()")
-            .await;
-        let row = ctx
-            .admin
-            .query_opt(TABLE_SQL, &[&format!("q_{}", q.as_str())])
-            .await
-            .ok()
-            .flatten();
-        let table = row.and_then(|row| {
+        let table = table_stats(ctx, TABLE_SQL, q).await.and_then(|row| {
             let mut out = [0i64; 5];
             for (i, v) in out.iter_mut().enumerate() {
                 *v = row.try_get::<_, i64>(i).ok()?;
@@ -135,21 +122,26 @@ impl DbSnapshot {
     }
 }
 
-/// The queue table's `n_dead_tup`.
-async fn dead_tuples(ctx: &Ctx, q: &QueueName) -> Option<u64> {
+/// The row of `sql` on the statistics of `q`'s table (its `$1` the
+/// table's name), from a fresh statistics snapshot; None when it cannot
+/// be read.
+async fn table_stats(ctx: &Ctx, sql: &str, q: &QueueName) -> Option<tokio_postgres::Row> {
+    // Table counters reach the shared statistics when a backend's
+    // transaction ends, at most once a second per backend: a fresh
+    // snapshot sees the others' latest flush.
     let _ = ctx
         .admin
         .batch_execute("SELECT pg_stat_clear_snapshot()")
         .await;
-    let row = ctx
-        .admin
-        .query_opt(
-            "SELECT n_dead_tup::int8 FROM pg_stat_user_tables \
-             WHERE schemaname = 'pgmq' AND relname = $1",
-            &[&format!("q_{}", q.as_str())],
-        )
-        .await
-        .ok()??;
+    let table = format!("q_{}", q.as_str());
+    ctx.admin.query_opt(sql, &[&table]).await.ok()?
+}
+
+/// The queue table's `n_dead_tup`.
+async fn dead_tuples(ctx: &Ctx, q: &QueueName) -> Option<u64> {
+    let sql = "SELECT n_dead_tup::int8 FROM pg_stat_user_tables \
+               WHERE schemaname = 'pgmq' AND relname = $1";
+    let row = table_stats(ctx, sql, q).await?;
     Some(row.get::<_, i64>(0).max(0) as u64)
 }
 

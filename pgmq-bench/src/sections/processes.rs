@@ -1,21 +1,14 @@
 //! worker_processes: `--processes 1,2,4,8` separate worker processes draining
 //! one queue. Operators size deployments in processes, not threads.
 //!
-//! Per run: a fresh queue of `--processes-messages` (400,000) is preloaded and vacuumed; the bench
-//! starts N copies of its own binary (`pgmq-bench process-worker`, hidden),
-//! each with its own SDK client, pool and worker of `--backlog-workers`
-//! handlers (and, with `--handler db-write`, its own sink pool). Each child
-//! connects, builds its worker and says `ready`; when all are ready the
-//! parent says `go` to each, and each child's clock starts there. A child
-//! stops when the queue is empty (`pgmq.metrics` queue length 0: every
-//! message deleted, in flight included; asked only once its handlers went
-//! quiet, so that the probe's table scans do not grow with the processes)
-//! or after `--stall-timeout` without progress, shuts its worker down (acknowledgements drained), writes the ids
-//! it handled to a file and says `report` with one JSON value: its handled
-//! count, its seconds from `go` to its last handler's end, its worker
-//! counters and peak RSS. The spec, the lines and the handshake are
-//! pgmq-testkit's child protocol ([`pgmq_testkit::child`]), the fault
-//! suite's too.
+//! Per run: a fresh queue of `--processes-messages` (400,000) is preloaded
+//! and vacuumed; the bench starts N worker processes of `--backlog-workers`
+//! handlers each (and, with `--handler db-write`, its own sink pool), says
+//! `go` to all once all are ready, and collects their reports and handled
+//! ids (`kit::child`: each drains until the queue is empty, asking
+//! `pgmq.metrics` only once its handlers went quiet, so that the probe's
+//! table scans do not grow with the processes, or stops after
+//! `--stall-timeout` without progress).
 //!
 //! The parent merges every child's ids into one ledger (a message handled by
 //! two processes is a duplicate, and fails the run), and reports the combined
