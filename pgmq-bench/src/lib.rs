@@ -26,7 +26,8 @@
 //!   [`target`]: the database, its password resolved once (never in argv);
 //! - [`run`]: one run from start to document; [`sections`]: the sections,
 //!   one file each (its run, checks, figures and report part), listed in
-//!   one registry; `checks`: the checks they share and the run's outcome;
+//!   one registry; `kit`: the machinery they measure with (drains,
+//!   tallies, workers, snapshots, worker processes); `checks`: the checks they share and the run's outcome;
 //! - [`document`]: the benchmark.v1 types; `figures`: runs to figures and
 //!   targets; [`metadata`]: build, machine and server facts;
 //! - [`guard`]: the `pgmq_bench_*` queue guard; [`ledger`]: handled-id
@@ -46,6 +47,7 @@ pub mod document;
 mod error;
 pub(crate) mod figures;
 pub mod guard;
+pub(crate) mod kit;
 pub mod ledger;
 pub(crate) mod local_db;
 pub mod metadata;

@@ -18,13 +18,15 @@ use crate::document::{
 use crate::error::{Error, Result};
 use crate::figures::{self, TargetContext};
 use crate::guard::Guard;
+use crate::kit::sink::Sink;
+use crate::kit::Ctx;
 use crate::local_db::LocalDb;
 use crate::metadata;
 use crate::process::MemoryMeter;
 use crate::progress::{about, Progress, Steps};
 use crate::report::count;
 use crate::sections::plan::Plan;
-use crate::sections::{self, Ctx, Round, Section, Sink};
+use crate::sections::{Round, Section};
 use crate::target::{self, Target};
 
 /// Runs the benchmark; returns the exit status (0: every check passed,
@@ -158,7 +160,7 @@ async fn bench(cfg: Config, target: Target, local: bool, progress: Progress) -> 
     let sink = open_sink(&cfg, &admin, &target).await?;
     let ctx = Arc::new(Ctx {
         sink,
-        pad: sections::padding(cfg.payload_bytes),
+        pad: crate::kit::body::padding(cfg.payload_bytes),
         cfg,
         target,
         client,

@@ -15,8 +15,8 @@
 
 use crate::document::ConsumeRun;
 use crate::error::Result;
-use crate::sections::consume::drain;
-use crate::sections::Ctx;
+use crate::kit::drain::drain;
+use crate::kit::Ctx;
 use std::fmt::Write as _;
 use std::sync::Arc;
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use futures::future::BoxFuture;
 use pgmq_client::{Message, Transaction};
-use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler, Worker};
+use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{pick, Apply, Profile};
@@ -38,8 +38,14 @@ use crate::error::{Error, Result};
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::{fmt_value, thousands};
 use crate::report::markdown::{cell, definitions, fig};
-use crate::sections::consume::{with_claim_reads, worker_on, Tally};
-use crate::sections::{counters, Ctx, InBody, Options, Round, Section, Sink, SINK_TABLE};
+use crate::cli::HandlerKind;
+use crate::kit::body::InBody;
+use crate::kit::drain;
+use crate::kit::sink::{Sink, SINK_TABLE};
+use crate::kit::tally::Tally;
+use crate::kit::worker::{builder, counters, handler_kind, worker_on};
+use crate::kit::Ctx;
+use crate::sections::{Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -358,49 +364,35 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
     };
     // Work per message would be awaited once per message of a batch: none.
     let tally = Tally::new(n, Duration::ZERO);
-    let vt = ctx.cfg.vt;
+    let mut spec = ctx.worker_spec(&q, opts.workers);
+    spec.handler = handler_kind(if mode == "per_message_tx" {
+        HandlerKind::DbWriteTx
+    } else {
+        HandlerKind::Empty
+    });
     let b = match mode {
-        "per_message" | "per_message_tx" => worker_on(
-            client.clone(),
-            &q,
-            opts.workers,
-            ctx.cfg.batch_size,
-            vt,
-            &tally,
-            sink.clone(),
-            mode == "per_message_tx",
-        ),
-        _ => Worker::<InBody>::builder(client.clone(), q.clone())
-            .concurrency(opts.workers as usize)
-            .batch_size(ctx.cfg.batch_size as usize)
-            .claim_capacity(
-                (3 * ctx.cfg.batch_size as usize).max(2 * opts.max as usize),
-            )
-            .visibility_timeout(vt)
-            .transactional_batch_handler(
+        "per_message" | "per_message_tx" => {
+            worker_on(client.clone(), &spec, &tally, sink.clone(), Outcome::Delete)?
+        }
+        _ => {
+            let b = (3 * ctx.cfg.batch_size as usize).max(2 * opts.max as usize);
+            spec.settings.claim_capacity = Some(b);
+            builder(client.clone(), &spec)?.transactional_batch_handler(
                 opts.max as usize,
                 opts.window,
                 TxBatchSink(Arc::clone(&tally)),
-            ),
+            )
+        }
     };
-    let w = with_claim_reads(b, ctx.cfg.claim_reads).build()?;
+    let w = b.build()?;
     let before = server_snapshot(ctx).await;
-    ctx.meter.begin();
-    let start = Instant::now();
-    let handle = w.spawn();
-    tally.wait(ctx.cfg.stall_timeout).await;
-    let completed = tally.completed_at.get().copied();
-    let report = handle.shutdown().await?;
-    let shut = Instant::now();
-    let peak = ctx.meter.end();
+    let d = drain::timed(ctx, w, &tally).await?;
     drop(client);
     drop(sink);
     let server = match before {
         Some(b) => server_counters(ctx, b, tally.distinct()).await,
         None => None,
     };
-    let end = completed.unwrap_or(shut);
-    let elapsed = end.duration_since(start).as_secs_f64();
     let sink_row = ctx
         .admin
         .query_one(
@@ -415,17 +407,17 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
         mode: mode.to_owned(),
         workers: opts.workers,
         batch_max: if mode == "batch_tx" { opts.max } else { 1 },
-        rate: Rate::new(tally.distinct(), elapsed),
-        ack_drain_s: shut.duration_since(end).as_secs_f64(),
+        rate: Rate::new(tally.distinct(), d.elapsed_s),
+        ack_drain_s: d.ack_drain_s,
         remaining_after,
         ledger: tally.ledger.report(n),
         sink_rows: sink_row.get(0),
         sink_distinct: sink_row.get(1),
-        worker: counters(&report.stats),
+        worker: counters(&d.report.stats),
         server,
         preload_s,
         vacuum_s,
-        peak_rss_bytes: peak,
+        peak_rss_bytes: d.peak_rss_bytes,
     })
 }
 

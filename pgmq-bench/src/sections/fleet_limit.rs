@@ -42,8 +42,9 @@ use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::ledger::Ledger;
 use crate::report::markdown::{cell, definitions, fig};
-use crate::sections::processes::{bench_exe, child_spec, collect_child, start_child};
-use crate::sections::{Ctx, Options, Round, Section};
+use crate::kit::child::{limited as limited_spec, Fleet};
+use crate::kit::Ctx;
+use crate::sections::{Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -191,20 +192,10 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Fle
         o.places / o.processes
     };
     let (q, _, _) = ctx.fresh_loaded(NAME, o.messages).await?;
-    let exe = bench_exe()?;
-    let dir = std::env::temp_dir().join(format!("pgmq-bench-fleet-limit-{}", std::process::id()));
-    tokio::fs::create_dir_all(&dir)
-        .await
-        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let mut children = Vec::new();
-    for i in 0..o.processes {
-        let ids_out = dir.join(format!("ids-{round}-{mode}-{i}.bin"));
-        let mut spec = child_spec(ctx, &q, &ids_out).limited(workers, o.work, o.places);
-        if !limited {
-            spec = spec.without_limit();
-        }
-        children.push((start_child(ctx, &exe, spec, i).await?, ids_out));
-    }
+    let places = limited.then_some(o.places);
+    let specs = (0..o.processes).map(|_| limited_spec(ctx.child_spec(&q), workers, o.work, places));
+    let tag = format!("{round}-{mode}");
+    let mut fleet = Fleet::start(ctx, "fleet-limit", &tag, specs).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let most = Arc::new(AtomicI64::new(0));
     let sampler = limited.then(|| {
@@ -215,23 +206,15 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Fle
             Arc::clone(&most),
         ))
     });
-    for (child, _) in &mut children {
-        child
-            .go()
-            .await
-            .map_err(|e| Error::Config(format!("starting a worker process: {e}")))?;
-    }
+    fleet.go().await?;
     let ledger = Ledger::new();
-    let mut elapsed = 0.0f64;
-    for (child, ids_out) in children {
-        elapsed = elapsed.max(collect_child(child, &ids_out, &ledger).await?.elapsed_s);
-    }
+    let reports = fleet.collect(&ledger).await?;
+    let elapsed = reports.iter().map(|r| r.elapsed_s).fold(0.0f64, f64::max);
     stop.store(true, Ordering::Relaxed);
     if let Some(s) = sampler {
         s.await
             .map_err(|e| Error::Config(format!("the sampler failed: {e}")))??;
     }
-    let _ = tokio::fs::remove_dir(&dir).await;
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(o.messages);
     let work_s = o.work.as_secs_f64();

@@ -10,14 +10,15 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use pgmq_worker::WakeUp;
+use pgmq_testkit::spec::WakeUpSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::document::{IdleRun, Rate};
 use crate::error::{Error, Result};
 use crate::process::cpu_time;
-use crate::sections::consume::{worker, Tally};
-use crate::sections::Ctx;
+use crate::kit::tally::Tally;
+use crate::kit::worker::ms;
+use crate::kit::Ctx;
 use std::fmt::Write as _;
 
 use futures::future::BoxFuture;
@@ -94,10 +95,10 @@ pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let q = ctx.guard.fresh("idle").await?;
     let tally = Tally::new(u64::MAX, ctx.cfg.handler_work);
     let poll = ctx.cfg.options.idle.poll;
-    let w = worker(ctx, &q, 1, &tally)
-        .poll_interval(poll)
-        .wake_up(WakeUp::Poll)
-        .build()?;
+    let mut spec = ctx.worker_spec(&q, 1);
+    spec.settings.poll_interval_ms = Some(ms(poll));
+    spec.settings.wake_up = Some(WakeUpSpec::Poll);
+    let w = ctx.worker(&spec, &tally)?;
     ctx.meter.begin();
     let handle = w.spawn();
     tokio::time::sleep(poll * 2).await;

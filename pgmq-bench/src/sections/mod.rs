@@ -14,30 +14,22 @@
 //! ([`SectionConfigs`], `ctx.cfg.options.<module>`) and the workload
 //! ([`SectionWorkloads`]).
 //!
-//! What the sections share is here too: the run context, the message
-//! bodies, preloading and vacuuming a queue.
-//!
-//! Every message body is `{"id": n, "pad": "xxx…"}`: `id` is assigned by the
-//! bench from 0 so that handlers can record it in a `Ledger`,
-//! and `pad` brings the body to `--payload-bytes`.
+//! What the sections measure with (the run context, message bodies,
+//! preloading, tallies, drains, snapshots, worker processes) is in
+//! `kit`; sections never import each other.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::future::BoxFuture;
-use pgmq_client::{Client, QueueName};
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Checks;
 use crate::config::{Apply, Config};
-use crate::document::{Document, Sections, WorkerCounters};
+use crate::document::{Document, Sections};
 use crate::error::Result;
 use crate::figures::Figures;
-use crate::guard::Guard;
-use crate::process::MemoryMeter;
-use crate::progress::Progress;
-use crate::report::thousands;
+pub(crate) use crate::kit::ctx::Round;
+use crate::kit::Ctx;
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
 /// order a round runs them: one line per file, naming the sections it holds
@@ -152,8 +144,8 @@ pub trait Options: clap::Args {
     }
 }
 
-pub use processes::child_main as process_worker_main;
-pub use sustained::db_clock_offset_us;
+pub use crate::kit::child::child_main as process_worker_main;
+pub use crate::kit::snapshot::db_clock_offset_us;
 
 /// The names of the registered sections, in the order a round runs them
 /// (what `--sections` accepts and `sections` in a document holds).
@@ -321,127 +313,6 @@ pub(crate) mod plan {
     }
 }
 
-/// The round a run belongs to: its index among warm-up or measured rounds,
-/// whether it is a warm-up round, and the tag naming it in progress lines.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Round<'a> {
-    /// Index among the warm-up rounds, or among the measured ones.
-    pub(crate) index: u32,
-    /// A warm-up round (its runs are recorded but not in the figures).
-    pub(crate) warm: bool,
-    /// `warm-up 1/1` or `round 2/3`.
-    pub(crate) tag: &'a str,
-}
-
-/// Everything a section needs.
-#[derive(Debug)]
-pub(crate) struct Ctx {
-    /// The settings.
-    pub(crate) cfg: Config,
-    /// The database (its password resolved once; never printed).
-    pub(crate) target: crate::target::Target,
-    /// The SDK client (pool).
-    pub(crate) client: Client,
-    /// A dedicated plain connection for preloads, VACUUM and metadata.
-    pub(crate) admin: tokio_postgres::Client,
-    /// The owned-queue registry.
-    pub(crate) guard: Guard,
-    /// Per-run peak RSS.
-    pub(crate) meter: MemoryMeter,
-    /// Progress lines.
-    pub(crate) progress: Progress,
-    /// The padding string of every body.
-    pub(crate) pad: String,
-    /// With `--handler db-write`: the handlers' own connections.
-    pub(crate) sink: Option<Arc<Sink>>,
-}
-
-/// The table `--handler db-write` inserts into (created at the start of a
-/// run, dropped at its end).
-pub(crate) const SINK_TABLE: &str = "pgmq_bench_handler_sink";
-
-/// `--handler db-write`: a pool of plain connections of its own (not the
-/// SDK's), each with the insert prepared; handler calls take them round robin
-/// and pipeline on them.
-#[derive(Debug)]
-pub(crate) struct Sink {
-    conns: Vec<(tokio_postgres::Client, tokio_postgres::Statement)>,
-    next: AtomicUsize,
-}
-
-impl Sink {
-    /// Creates the table (idempotent) with `admin`.
-    pub(crate) async fn create_table(admin: &tokio_postgres::Client) -> Result<()> {
-        admin
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {SINK_TABLE} (id bigint NOT NULL, \
-                 at timestamptz NOT NULL DEFAULT clock_timestamp())"
-            ))
-            .await?;
-        Ok(())
-    }
-
-    /// Drops the table.
-    pub(crate) async fn drop_table(admin: &tokio_postgres::Client) -> Result<()> {
-        admin
-            .batch_execute(&format!("DROP TABLE IF EXISTS {SINK_TABLE}"))
-            .await?;
-        Ok(())
-    }
-
-    /// `size` connections to `dsn`.
-    pub(crate) async fn connect(target: &crate::target::Target, size: u32) -> Result<Arc<Sink>> {
-        let mut conns = Vec::new();
-        for _ in 0..size.clamp(1, 16) {
-            let (pg, _notifications) = target
-                .builder()
-                .application_name("pgmq-bench-handler-sink")
-                .connect_dedicated()
-                .await?;
-            let stmt = pg
-                .prepare(&format!("INSERT INTO {SINK_TABLE} (id) VALUES ($1)"))
-                .await?;
-            conns.push((pg, stmt));
-        }
-        Ok(Arc::new(Sink {
-            conns,
-            next: AtomicUsize::new(0),
-        }))
-    }
-
-    /// Inserts one row.
-    pub(crate) async fn write(&self, id: u64) -> std::result::Result<(), tokio_postgres::Error> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
-        let (pg, stmt) = &self.conns[i];
-        pg.execute(stmt, &[&(id as i64)]).await.map(|_| ())
-    }
-}
-
-/// A message body as sent.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct OutBody<'a> {
-    /// The bench's id of the message.
-    pub(crate) id: u64,
-    /// Padding to the payload size.
-    pub(crate) pad: &'a str,
-}
-
-/// A message body as handlers read it (the padding is skipped).
-#[derive(Debug, Clone, Copy, Deserialize)]
-pub(crate) struct InBody {
-    /// The bench's id of the message.
-    pub(crate) id: u64,
-}
-
-/// The id ranges `0..n` in batches of `size`.
-pub(crate) fn id_batches(n: u64, size: u64) -> impl Iterator<Item = std::ops::Range<u64>> {
-    let size = size.max(1);
-    (0..n.div_ceil(size)).map(move |b| b * size..((b + 1) * size).min(n))
-}
-
-/// Bytes of `{"id": 123456, "pad": ""}` as PostgreSQL prints jsonb.
-const BODY_OVERHEAD: u32 = 25;
-
 /// A section flag's seconds, checked: finite and at least `least` (a typed
 /// `Error::Config` naming `flag` otherwise).
 pub(crate) fn seconds(v: f64, flag: &str, least: f64) -> Result<std::time::Duration> {
@@ -458,92 +329,6 @@ pub(crate) fn seconds(v: f64, flag: &str, least: f64) -> Result<std::time::Durat
     )))
 }
 
-/// The padding that brings a body to about `payload_bytes`.
-pub(crate) fn padding(payload_bytes: u32) -> String {
-    "x".repeat(payload_bytes.saturating_sub(BODY_OVERHEAD) as usize)
-}
-
-/// Server-side preload: one `pgmq.send_batch` per chunk, bodies built by
-/// `generate_series`, so the client does no work and holds no memory.
-const PRELOAD_SQL: &str = "SELECT count(*) FROM pgmq.send_batch($1::text, ARRAY(\
-    SELECT jsonb_build_object('id', g, 'pad', $4::text) \
-    FROM generate_series($2::bigint, $3::bigint) AS g))";
-
-const PRELOAD_CHUNK: u64 = 10_000;
-
-/// A preload of at least this many messages is announced with its count.
-const PRELOAD_SAID: u64 = 100_000;
-
-/// How often a long preload says how far it got.
-const PRELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
-impl Ctx {
-    /// A body.
-    pub(crate) fn body(&self, id: u64) -> OutBody<'_> {
-        OutBody { id, pad: &self.pad }
-    }
-
-    /// Loads ids `0..n` into `q` on the server; returns the seconds taken.
-    /// A large preload is announced, and a long one says every few seconds
-    /// how many messages it has written.
-    pub(crate) async fn preload(&self, q: &QueueName, n: u64) -> Result<f64> {
-        let t = Instant::now();
-        let mut said = t;
-        if n >= PRELOAD_SAID {
-            self.progress.say(format!(
-                "preloading {} messages into {q}",
-                thousands(n as f64)
-            ));
-        }
-        for ids in id_batches(n, PRELOAD_CHUNK) {
-            let (first, last) = (ids.start as i64, ids.end as i64 - 1);
-            self.admin
-                .query_one(PRELOAD_SQL, &[&q.as_str(), &first, &last, &self.pad])
-                .await?;
-            if said.elapsed() >= PRELOAD_EVERY && ids.end < n {
-                said = Instant::now();
-                self.progress.say(format!(
-                    "preloaded {} of {} messages ({} msg/s)",
-                    thousands(ids.end as f64),
-                    thousands(n as f64),
-                    thousands(ids.end as f64 / t.elapsed().as_secs_f64())
-                ));
-            }
-        }
-        Ok(t.elapsed().as_secs_f64())
-    }
-
-    /// `VACUUM (ANALYZE)` of the queue table; returns the seconds taken.
-    pub(crate) async fn vacuum(&self, q: &QueueName) -> Result<f64> {
-        let t = Instant::now();
-        // `QueueName` admits only [a-z0-9_], so the table name is a plain identifier.
-        self.admin
-            .batch_execute(&format!("VACUUM (ANALYZE) {}", q.table()))
-            .await?;
-        Ok(t.elapsed().as_secs_f64())
-    }
-
-    /// A fresh queue holding ids `0..n`, vacuumed: (queue, preload s, vacuum s).
-    pub(crate) async fn fresh_loaded(&self, suffix: &str, n: u64) -> Result<(QueueName, f64, f64)> {
-        let q = self.guard.fresh(suffix).await?;
-        let preload_s = self.preload(&q, n).await?;
-        let vacuum_s = self.vacuum(&q).await?;
-        Ok((q, preload_s, vacuum_s))
-    }
-
-    /// Messages left in `q`, then drops it (the run is over).
-    pub(crate) async fn finish_queue(&self, q: &QueueName) -> Result<i64> {
-        let left = self.queue_length(q).await?;
-        self.guard.release(q).await?;
-        Ok(left)
-    }
-
-    /// Messages in `q` (visible or not).
-    pub(crate) async fn queue_length(&self, q: &QueueName) -> Result<i64> {
-        Ok(self.client.metrics(q).await?.queue_length)
-    }
-}
-
 /// Each run's peak RSS as (round, warm-up, bytes), for a section that keeps
 /// its runs in [`Sections::extra`] under `name` (none when they do not parse).
 pub(crate) fn extra_peaks<T: serde::de::DeserializeOwned>(
@@ -556,48 +341,4 @@ pub(crate) fn extra_peaks<T: serde::de::DeserializeOwned>(
         .iter()
         .map(peak)
         .collect()
-}
-
-/// The worker's counters, as the document records them.
-pub(crate) fn counters(s: &pgmq_worker::StatsSnapshot) -> WorkerCounters {
-    WorkerCounters {
-        claimed: s.claimed,
-        handled: s.handled,
-        succeeded: s.succeeded,
-        failed: s.failed,
-        deleted: s.deleted,
-        released: s.released,
-        decode_failures: s.decode_failures,
-        reads: s.reads,
-        empty_reads: s.empty_reads,
-        wakeups_poll: s.wakeups_poll,
-        wakeups_notify: s.wakeups_notify,
-        expired_unstarted: s.expired_unstarted,
-        acks_failed: s.acks_failed,
-        reads_from_start: s.reads_from_start,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn id_batches_cover_every_id_once() {
-        let v: Vec<_> = id_batches(5, 2).collect();
-        assert_eq!(v, vec![0..2, 2..4, 4..5]);
-    }
-
-    #[test]
-    fn body_size_is_close_to_the_target() {
-        let pad = padding(100);
-        let text = serde_json::to_string(&OutBody {
-            id: 123_456,
-            pad: &pad,
-        })
-        .unwrap();
-        // serde_json prints without spaces, PostgreSQL with: within a few bytes.
-        assert!((95..=100).contains(&text.len()), "{}", text.len());
-        assert_eq!(padding(10), "");
-    }
 }

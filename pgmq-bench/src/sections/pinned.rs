@@ -33,14 +33,14 @@
 //! pin clears its backlog is back within 30 s.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use futures::future::BoxFuture;
-use pgmq_client::{Message, QueueName};
-use pgmq_worker::{Outcome, Worker, WorkerHandle};
+use pgmq_client::QueueName;
+use pgmq_testkit::spec::{WorkerSettings, WorkerSpec};
+use pgmq_worker::{Outcome, WorkerHandle};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -54,12 +54,13 @@ use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::markdown::definitions;
 use crate::report::{fmt_value, thousands};
-use crate::sections::consume::{QueueWaits, Tally};
-use crate::sections::steady::{dead_tuples, DbSnapshot, SteadyServer};
-use crate::sections::sustained::db_clock_offset_us;
-use crate::sections::{
-    counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
-};
+use crate::kit::body::padding;
+use crate::kit::load::{produce, Pace, Stream};
+use crate::kit::snapshot::{db_clock_offset_us, every_second, ServerWindow, SteadyServer};
+use crate::kit::tally::{QueueWaits, Tally};
+use crate::kit::worker::{claim_reads, counters, worker_on};
+use crate::kit::Ctx;
+use crate::sections::{seconds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -411,65 +412,26 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
     Ok(())
 }
 
-/// What the producer and the phases share.
-struct Stream {
-    /// Messages sent so far (each body's id is its number).
-    sent: AtomicU64,
-    tally: Arc<Tally>,
-}
-
-impl Stream {
-    fn backlog(&self) -> u64 {
-        self.sent
-            .load(Ordering::Acquire)
-            .saturating_sub(self.tally.distinct())
+/// A producer keeping `depth` messages queued, as fast as they drain.
+fn at_depth(depth: u64) -> Pace {
+    Pace {
+        depth: Some(depth),
+        rate: None,
+        least: 20,
+        most: SEND_MAX,
+        nap: Duration::from_millis(2),
     }
 }
 
-/// How the producer paces itself.
-#[derive(Debug, Clone, Copy)]
-enum Pace {
-    /// Keep the backlog at this depth, as fast as it drains.
-    Depth(u64),
-    /// This many messages a second, whatever the backlog.
-    Rate(f64),
-}
-
-/// Sends until `stop`, as `pace` says.
-async fn produce(
-    ctx: Arc<Ctx>,
-    q: QueueName,
-    pad: String,
-    pace: Pace,
-    stream: Arc<Stream>,
-    stop: CancellationToken,
-) -> Result<()> {
-    let start = tokio::time::Instant::now();
-    let first = stream.sent.load(Ordering::Acquire);
-    let mut bodies = Vec::new();
-    while !stop.is_cancelled() {
-        let sent = stream.sent.load(Ordering::Acquire);
-        let n = match pace {
-            Pace::Depth(d) => d.saturating_sub(stream.backlog()),
-            Pace::Rate(r) => {
-                ((start.elapsed().as_secs_f64() * r) as u64).saturating_sub(sent - first)
-            }
-        }
-        .min(SEND_MAX);
-        // Batches of at least 20, but for the last ones of a slow rate.
-        if n == 0 || (n < 20 && matches!(pace, Pace::Depth(_))) {
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(2)) => {}
-                () = stop.cancelled() => break,
-            }
-            continue;
-        }
-        bodies.clear();
-        bodies.extend((sent..sent + n).map(|id| OutBody { id, pad: &pad }));
-        ctx.client.send_batch(&q, &bodies).await?;
-        stream.sent.fetch_add(n, Ordering::AcqRel);
+/// A producer sending `rate` messages a second, whatever the backlog.
+fn at_rate(rate: f64) -> Pace {
+    Pace {
+        depth: None,
+        rate: Some(rate),
+        least: 1,
+        most: SEND_MAX,
+        nap: Duration::from_millis(2),
     }
-    Ok(())
 }
 
 /// One run of the claim reads `reads` (see the module docs).
@@ -488,23 +450,16 @@ async fn run(
         .await?;
     let offset_us = db_clock_offset_us(&ctx.admin).await?;
     let tally = Tally::with_waits(u64::MAX, c.sleep, QueueWaits::new(offset_us));
-    let t = tally.clone();
-    let w = Worker::<InBody>::builder(client.clone(), q.clone())
-        .concurrency(c.handlers as usize)
-        .claim_reads(reads.into())
-        .handler(move |msg: Message<InBody>| {
-            let t = t.clone();
-            async move {
-                t.started(msg.enqueued_at);
-                t.handle(msg.body.id).await;
-                Ok(Outcome::Delete)
-            }
-        })
-        .build()?;
-    let stream = Arc::new(Stream {
-        sent: AtomicU64::new(0),
-        tally,
-    });
+    let spec = WorkerSpec {
+        settings: WorkerSettings {
+            concurrency: Some(c.handlers as usize),
+            claim_reads: Some(claim_reads(reads)),
+            ..WorkerSettings::default()
+        },
+        ..WorkerSpec::new(q.as_str())
+    };
+    let w = worker_on(client.clone(), &spec, &tally, None, Outcome::Delete)?.build()?;
+    let stream = Stream::new(tally);
     ctx.meter.begin();
     let handle = w.spawn();
     let pad = padding(ctx.cfg.payload_bytes);
@@ -521,7 +476,7 @@ async fn run(
 
     // Calibration: unpaced, its first quarter left out.
     let stop = CancellationToken::new();
-    let producer = spawn(Pace::Depth(CALIBRATION_DEPTH), &stop);
+    let producer = spawn(at_depth(CALIBRATION_DEPTH), &stop);
     tokio::time::sleep(c.calibrate / 4).await;
     let (d0, t0) = (stream.tally.distinct(), Instant::now());
     tokio::time::sleep(c.calibrate - c.calibrate / 4).await;
@@ -539,7 +494,7 @@ async fn run(
 
     // The phases, the producer paced throughout.
     let stop = CancellationToken::new();
-    let producer = spawn(Pace::Rate(rate), &stop);
+    let producer = spawn(at_rate(rate), &stop);
     let waits = stream.tally.waits.as_ref().expect("a tally with waits");
     waits.take();
     let on = (&q, &*stream, &handle);
@@ -600,31 +555,24 @@ async fn phase(
     let waits = stream.tally.waits.as_ref().expect("a tally with waits");
     waits.take();
     let reads_before = worker.stats();
-    let before = DbSnapshot::read(ctx, q).await;
+    let mut server = ServerWindow::open(ctx, q).await;
     let start = Instant::now();
-    let (s0, d0) = (stream.sent.load(Ordering::Acquire), stream.tally.distinct());
+    let (s0, d0) = (stream.sent(), stream.tally.distinct());
     let backlog_start = s0.saturating_sub(d0);
-    let (mut backlog, mut dead_peak) = (Vec::new(), None::<u64>);
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + Duration::from_secs(1),
-        Duration::from_secs(1),
-    );
+    let mut backlog = Vec::new();
+    let mut tick = every_second();
     while start.elapsed() + Duration::from_millis(500) < c.phase {
         tick.tick().await;
         backlog.push(stream.backlog());
-        if let Some(d) = dead_tuples(ctx, q).await {
-            dead_peak = Some(dead_peak.map_or(d, |p| p.max(d)));
-        }
+        server.sample(ctx, q).await;
     }
     tokio::time::sleep(c.phase.saturating_sub(start.elapsed())).await;
     let elapsed_s = start.elapsed().as_secs_f64();
-    let produced = stream.sent.load(Ordering::Acquire) - s0;
+    let produced = stream.sent() - s0;
     let completed = stream.tally.distinct() - d0;
     let claims = waits.take();
     let reads_after = worker.stats();
-    let after = DbSnapshot::read(ctx, q).await;
-    let mut server = before.per_msg(&after, completed);
-    server.dead_tuples_peak = dead_peak;
+    let server = server.close(ctx, q, completed).await;
     PinnedPhase {
         phase: name.to_owned(),
         produced: Rate::new(produced, elapsed_s),

@@ -1,21 +1,14 @@
 //! worker_processes: `--processes 1,2,4,8` separate worker processes draining
 //! one queue. Operators size deployments in processes, not threads.
 //!
-//! Per run: a fresh queue of `--processes-messages` (400,000) is preloaded and vacuumed; the bench
-//! starts N copies of its own binary (`pgmq-bench process-worker`, hidden),
-//! each with its own SDK client, pool and worker of `--backlog-workers`
-//! handlers (and, with `--handler db-write`, its own sink pool). Each child
-//! connects, builds its worker and says `ready`; when all are ready the
-//! parent says `go` to each, and each child's clock starts there. A child
-//! stops when the queue is empty (`pgmq.metrics` queue length 0: every
-//! message deleted, in flight included; asked only once its handlers went
-//! quiet, so that the probe's table scans do not grow with the processes)
-//! or after `--stall-timeout` without progress, shuts its worker down (acknowledgements drained), writes the ids
-//! it handled to a file and says `report` with one JSON value: its handled
-//! count, its seconds from `go` to its last handler's end, its worker
-//! counters and peak RSS. The spec, the lines and the handshake are
-//! pgmq-testkit's child protocol ([`pgmq_testkit::child`]), the fault
-//! suite's too.
+//! Per run: a fresh queue of `--processes-messages` (400,000) is preloaded
+//! and vacuumed; the bench starts N worker processes of `--backlog-workers`
+//! handlers each (and, with `--handler db-write`, its own sink pool), says
+//! `go` to all once all are ready, and collects their reports and handled
+//! ids (`kit::child`: each drains until the queue is empty, asking
+//! `pgmq.metrics` only once its handlers went quiet, so that the probe's
+//! table scans do not grow with the processes, or stops after
+//! `--stall-timeout` without progress).
 //!
 //! The parent merges every child's ids into one ledger (a message handled by
 //! two processes is a duplicate, and fails the run), and reports the combined
@@ -25,24 +18,18 @@
 //! `(Σx)² / (n·Σx²)` (1 when all handled the same number, 1/n when one did
 //! everything).
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pgmq_client::QueueName;
-use pgmq_testkit::child::{say_json, say_ready, spec_from_arg, wait_for_go, Line, Spawn, Stderr};
-use serde::{Deserialize, Serialize};
 
-use crate::cli::{ClaimReadsArg, HandlerKind};
 use crate::document::{
-    Percentiles, ProcessShare, ProcessesRun, ProcessesServer, Rate, WorkerCounters,
+    ProcessShare, ProcessesRun, Rate,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::kit::child::{ChildReport, Fleet};
+use crate::kit::snapshot::DbSnapshot;
+use crate::kit::Ctx;
 use crate::ledger::Ledger;
-use crate::process::MemoryMeter;
-use crate::sections::consume::{with_claim_reads, worker_on, Tally};
-use crate::sections::{counters, Ctx, InBody, Sink};
-use crate::stats::percentiles_us_to_ms;
 use std::fmt::Write as _;
 
 use futures::future::BoxFuture;
@@ -56,247 +43,24 @@ use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
-/// The settings of a worker process, which the section passes as the
-/// hidden `process-worker` subcommand's one JSON argument
-/// (pgmq-testkit's child protocol). The DSN is not among them: it comes in
-/// [`DSN_ENV`], never on the command line.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ChildSpec {
-    /// The queue to drain.
-    queue: String,
-    /// Handler concurrency.
-    workers: u32,
-    /// Claim batch size.
-    batch_size: u32,
-    /// Visibility timeout, seconds.
-    vt: u32,
-    /// SDK pool size.
-    pool_size: u32,
-    /// What handlers do.
-    handler: HandlerKind,
-    /// Simulated I/O per handler call, milliseconds.
-    handler_work_ms: u64,
-    /// How the worker reads the queue (absent: the worker's default).
-    claim_reads: Option<ClaimReadsArg>,
-    /// Give up after this many seconds without progress.
-    stall_timeout_s: f64,
-    /// Where to write the handled ids (little-endian u64 each).
-    ids_out: PathBuf,
-    /// Places of a fleet-wide limit shared by every process (fleet_limit);
-    /// absent: no limit.
-    #[serde(default)]
-    fleet_places: Option<u32>,
-}
-
-/// The environment variable that holds a worker process's DSN.
-const DSN_ENV: &str = "PGMQ_BENCH_DSN";
-
-/// A started worker process: its `report` line is a [`ChildReport`], it
-/// writes no `stats`.
-pub(crate) type WorkerChild = pgmq_testkit::child::Child<(), ChildReport>;
-
-/// What a child says on its `report` line.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ChildReport {
-    /// Handler calls.
-    pub handled: u64,
-    /// Distinct ids handled.
-    pub distinct: u64,
-    /// Seconds from `go` to the end of its last handler call.
-    pub elapsed_s: f64,
-    /// Worker counters at shutdown.
-    pub worker: WorkerCounters,
-    /// Handler durations.
-    pub handler_ms: Percentiles,
-    /// Peak RSS from `go` to the end, bytes.
-    pub peak_rss_bytes: u64,
-    /// Whether it stopped on a stall instead of an empty queue.
-    pub stalled: bool,
-}
-
-/// The `process-worker` subcommand: `spec` is the section's settings for
-/// the child as JSON (pgmq-testkit's child protocol), its DSN in
-/// `PGMQ_BENCH_DSN`. Drains until the queue is empty, reports, exits (2 when the
-/// parent did not say `go`).
-pub async fn child_main(spec: &str) -> Result<i32> {
-    let a: ChildSpec = spec_from_arg(spec).map_err(|e| Error::Config(e.to_string()))?;
-    let dsn = std::env::var(DSN_ENV)
-        .map_err(|_| Error::Config(format!("process-worker needs {DSN_ENV}")))?;
-    let q = QueueName::new(&a.queue)?;
-    let ChildWorker {
-        client,
-        tally,
-        worker: w,
-    } = child_worker(&a, &dsn, &q).await?;
-    let meter = MemoryMeter::start();
-    say_ready();
-    if !wait_for_go()
-        .await
-        .map_err(|e| Error::Config(format!("reading stdin: {e}")))?
-    {
-        return Ok(2);
-    }
-    meter.begin();
-    let start = Instant::now();
-    let start_ns = u64::try_from(start.duration_since(tally.base).as_nanos()).unwrap_or(0);
-    let handle = w.spawn();
-    let stall = Duration::from_secs_f64(a.stall_timeout_s);
-    let stalled = drain_until_empty(&client, &q, &tally, stall).await?;
-    let report = handle.shutdown().await?;
-    let peak = meter.end();
-    let last_ns = tally
-        .last_done_ns
-        .load(std::sync::atomic::Ordering::Acquire);
-    let elapsed_s = last_ns.saturating_sub(start_ns) as f64 / 1e9;
-    let ids = tally.ledger.ids();
-    write_ids(&a.ids_out, &ids).await?;
-    let out = ChildReport {
-        handled: tally.ledger.handled(),
-        distinct: ids.len() as u64,
-        elapsed_s,
-        worker: counters(&report.stats),
-        handler_ms: percentiles_us_to_ms(&report.stats.handler_latency),
-        peak_rss_bytes: peak,
-        stalled,
-    };
-    say_json(Line::Report, &out).map_err(|e| Error::Config(format!("the child report: {e}")))?;
-    Ok(0)
-}
-
-/// A child's own SDK client, the tally its handlers feed, and its worker
-/// (built, not started).
-struct ChildWorker {
-    client: pgmq_client::Client,
-    tally: Arc<Tally>,
-    worker: pgmq_worker::Worker<InBody>,
-}
-
-/// Connects the child's client (and, with `--handler db-write`, its sink
-/// pool) and builds its worker on `q` as the arguments say.
-async fn child_worker(a: &ChildSpec, dsn: &str, q: &QueueName) -> Result<ChildWorker> {
-    // The password where the parent found it (the DSN, PGPASSWORD or the
-    // password file, all inherited).
-    let target = crate::target::Target::resolve(dsn)?;
-    let client = target
-        .builder()
-        .max_size(a.pool_size)
-        .application_name("pgmq-bench-process")
-        .connect()
-        .await?;
-    let sink = match a.handler {
-        HandlerKind::DbWrite => Some(Sink::connect(&target, a.workers).await?),
-        HandlerKind::DbWriteTx | HandlerKind::Empty => None,
-    };
-    let tally = Tally::new(u64::MAX, Duration::from_millis(a.handler_work_ms));
-    let w = worker_on(
-        client.clone(),
-        q,
-        a.workers,
-        a.batch_size,
-        Duration::from_secs(u64::from(a.vt)),
-        &tally,
-        sink,
-        a.handler == HandlerKind::DbWriteTx,
-    );
-    let mut w = with_claim_reads(w, a.claim_reads);
-    if let Some(places) = a.fleet_places {
-        w = w.fleet_limit(pgmq_client::FleetLimit::max_running(places));
-    }
-    let worker = w.build()?;
-    Ok(ChildWorker {
-        client,
-        tally,
-        worker,
-    })
-}
-
-/// Looks every 20 ms until `q` is empty (in flight included) or nothing was
-/// handled for `stall`; true when it stopped on the stall.
-///
-/// It asks the database only once its handlers finished nothing for
-/// [`QUIET`], and then at most once per [`QUIET`]: `pgmq.metrics` counts the
-/// whole queue table (a scan of every page, dead ones included), and such a
-/// probe per process every tick would load the database in proportion to
-/// the number of processes, the very thing this section measures. A
-/// process still handling messages is not done, and its clock stops at its
-/// last handler's end, so a probe made later costs the figures nothing.
-async fn drain_until_empty(
-    client: &pgmq_client::Client,
-    q: &QueueName,
-    tally: &Tally,
-    stall: Duration,
-) -> Result<bool> {
-    let (mut last, mut last_change) = (0u64, Instant::now());
-    let mut last_probe = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = tally.ledger.handled();
-        if now != last {
-            (last, last_change) = (now, Instant::now());
-            continue;
-        }
-        if last_change.elapsed() < QUIET || last_probe.elapsed() < QUIET {
-            continue;
-        }
-        last_probe = Instant::now();
-        if client.metrics(q).await?.queue_length == 0 {
-            return Ok(false);
-        }
-        if last_change.elapsed() >= stall {
-            return Ok(true);
-        }
-    }
-}
-
-/// How long a process's handlers must be quiet before it asks whether the
-/// queue is empty, and how often it asks while they stay quiet.
-const QUIET: Duration = Duration::from_millis(100);
-
-/// Writes the handled ids to `path` for the parent, little-endian u64 each.
-async fn write_ids(path: &std::path::Path, ids: &[u64]) -> Result<()> {
-    let mut bytes = Vec::with_capacity(ids.len() * 8);
-    for id in ids {
-        bytes.extend_from_slice(&id.to_le_bytes());
-    }
-    tokio::fs::write(path, bytes)
-        .await
-        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
-}
-
 /// One run with `n_proc` processes.
 pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun> {
     let cfg = &ctx.cfg;
     let n = cfg.processes_messages;
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded("processes", n).await?;
-    let exe = bench_exe()?;
-    let dir = std::env::temp_dir().join(format!("pgmq-bench-processes-{}", std::process::id()));
-    tokio::fs::create_dir_all(&dir)
-        .await
-        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    let mut children = Vec::new();
-    for i in 0..n_proc {
-        let ids_out = dir.join(format!("ids-{round}-{n_proc}-{i}.bin"));
-        let child = spawn_child(ctx, &exe, &q, &ids_out, i).await?;
-        children.push((child, ids_out));
-    }
-    let server_before = server_snapshot(ctx, &q).await;
-    let cpu_before = (
-        crate::sections::steady::cluster_cpu(&ctx.admin).await,
-        crate::process::children_cpu_time(),
-    );
-    for (child, _) in &mut children {
-        child
-            .go()
-            .await
-            .map_err(|e| Error::Config(format!("starting a worker process: {e}")))?;
-    }
+    let specs = (0..n_proc).map(|_| ctx.child_spec(&q));
+    let mut fleet = Fleet::start(ctx, "processes", &format!("{round}-{n_proc}"), specs).await?;
+    let before = DbSnapshot::read(ctx, &q).await;
+    fleet.go().await?;
     let ledger = Ledger::new();
-    let mut reports = Vec::new();
-    for (child, ids_out) in children {
-        reports.push(collect_child(child, &ids_out, &ledger).await?);
-    }
-    let server = server_counters(ctx, &q, server_before, cpu_before, ledger.handled()).await;
-    let _ = tokio::fs::remove_dir(&dir).await;
+    let reports = fleet.collect(&ledger).await?;
+    // The processes' backends report their statistics when they end, which
+    // may follow the processes' exit by a moment: a second's wait first.
+    // The cluster's CPU is read after that wait too: a backend ending while
+    // it is read would be counted neither among the live processes nor
+    // among those the postmaster reaped.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let server = before.processes(&DbSnapshot::read(ctx, &q).await, ledger.handled());
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(n);
     let elapsed = reports.iter().map(|r| r.elapsed_s).fold(0.0, f64::max);
@@ -331,193 +95,6 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         vacuum_s,
         server,
     })
-}
-
-/// The queue table's and the database's counters at one moment:
-/// `idx_tup_fetch`, `n_tup_upd`, `n_tup_del`, buffers, transactions.
-type ServerSnapshot = [i64; 5];
-
-const SERVER_SNAPSHOT_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
-     coalesce(t.n_tup_upd, 0)::int8, coalesce(t.n_tup_del, 0)::int8, \
-     (coalesce(io.heap_blks_hit, 0) + coalesce(io.heap_blks_read, 0) \
-      + coalesce(io.idx_blks_hit, 0) + coalesce(io.idx_blks_read, 0))::int8, \
-     (SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database \
-      WHERE datname = current_database()) \
-     FROM pg_stat_user_tables t JOIN pg_statio_user_tables io USING (relid) \
-     WHERE t.schemaname = 'pgmq' AND t.relname = $1";
-
-/// The counters now; None when they cannot be read.
-async fn server_snapshot(ctx: &Ctx, q: &QueueName) -> Option<ServerSnapshot> {
-    let table = format!("q_{}", q.as_str());
-    let row = ctx
-        .admin
-        .query_opt(SERVER_SNAPSHOT_SQL, &[&table])
-        .await
-        .ok()??;
-    let mut out = [0i64; 5];
-    for (i, v) in out.iter_mut().enumerate() {
-        *v = row.try_get::<_, i64>(i).ok()?;
-    }
-    Some(out)
-}
-
-/// The counters' growth since `before`, per message of `handled`, with
-/// the CPU of the database cluster and of the worker processes since
-/// `cpu_before` (the cluster's, when it runs on this host; the reaped
-/// children's). The processes' backends report their statistics when they
-/// end, which may follow the processes' exit by a moment: this waits a
-/// second first. The cluster's CPU is read after that wait too: a backend
-/// ending while it is read would be counted neither among the live
-/// processes nor among those the postmaster reaped.
-async fn server_counters(
-    ctx: &Ctx,
-    q: &QueueName,
-    before: Option<ServerSnapshot>,
-    cpu_before: (Option<Duration>, Duration),
-    handled: u64,
-) -> Option<ProcessesServer> {
-    let before = before?;
-    let workers = crate::process::children_cpu_time().saturating_sub(cpu_before.1);
-    let us_per_msg = |d: Duration| d.as_secs_f64() * 1e6 / handled.max(1) as f64;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let cluster = crate::sections::steady::cluster_cpu(&ctx.admin).await;
-    let after = server_snapshot(ctx, q).await?;
-    let d: Vec<u64> = after
-        .iter()
-        .zip(before)
-        .map(|(a, b)| u64::try_from(a - b).unwrap_or(0))
-        .collect();
-    let per = |v: u64| v as f64 / handled.max(1) as f64;
-    Some(ProcessesServer {
-        index_rows_per_msg: per(d[0]),
-        rows_updated: d[1],
-        rows_deleted: d[2],
-        buffers_per_msg: per(d[3]),
-        transactions_per_msg: per(d[4]),
-        server_cpu_us_per_msg: cpu_before
-            .0
-            .zip(cluster)
-            .map(|(a, b)| us_per_msg(b.saturating_sub(a))),
-        workers_cpu_us_per_msg: Some(us_per_msg(workers)),
-    })
-}
-
-/// The binary the worker processes run.
-pub(crate) fn bench_exe() -> Result<PathBuf> {
-    // /proc/self/exe runs this very binary even when its file was replaced
-    // or removed since it started (a rebuild in a shared target directory);
-    // current_exe() would name the new file, or none.
-    let proc_exe = std::path::Path::new("/proc/self/exe");
-    if proc_exe.exists() {
-        Ok(proc_exe.to_path_buf())
-    } else {
-        std::env::current_exe().map_err(|e| Error::io("finding the bench binary", e))
-    }
-}
-
-/// Starts one `process-worker` child on `q` and waits for its `ready`.
-async fn spawn_child(
-    ctx: &Ctx,
-    exe: &std::path::Path,
-    q: &QueueName,
-    ids_out: &std::path::Path,
-    index: u32,
-) -> Result<WorkerChild> {
-    start_child(ctx, exe, child_spec(ctx, q, ids_out), index).await
-}
-
-/// A worker process's settings as the run's configuration says.
-pub(crate) fn child_spec(ctx: &Ctx, q: &QueueName, ids_out: &std::path::Path) -> ChildSpec {
-    let cfg = &ctx.cfg;
-    ChildSpec {
-        queue: q.as_str().to_owned(),
-        workers: cfg.backlog_workers,
-        batch_size: cfg.batch_size,
-        vt: u32::try_from(cfg.vt.as_secs()).unwrap_or(u32::MAX),
-        pool_size: cfg.pool_size,
-        handler: cfg.handler,
-        handler_work_ms: cfg.handler_work.as_millis() as u64,
-        claim_reads: cfg.claim_reads,
-        stall_timeout_s: cfg.stall_timeout.as_secs_f64(),
-        ids_out: ids_out.to_path_buf(),
-        fleet_places: None,
-    }
-}
-
-impl ChildSpec {
-    /// The same worker with `workers` handlers of `work` each, under a
-    /// fleet-wide limit of `places`.
-    pub(crate) fn limited(mut self, workers: u32, work: Duration, places: u32) -> Self {
-        self.workers = workers;
-        self.handler = HandlerKind::Empty;
-        self.handler_work_ms = work.as_millis() as u64;
-        self.fleet_places = Some(places);
-        self
-    }
-
-    /// The same worker without the fleet-wide limit.
-    pub(crate) fn without_limit(mut self) -> Self {
-        self.fleet_places = None;
-        self
-    }
-}
-
-/// Starts a `process-worker` child running `spec` and waits for its `ready`.
-pub(crate) async fn start_child(
-    ctx: &Ctx,
-    exe: &std::path::Path,
-    spec: ChildSpec,
-    index: u32,
-) -> Result<WorkerChild> {
-    let name = format!("worker process {index}");
-    Spawn::new(exe, "process-worker", &spec, &name)
-        .map_err(|e| Error::Config(e.to_string()))?
-        .env(DSN_ENV, ctx.target.dsn_for_child_env())
-        .stderr(Stderr::Inherit)
-        .with_go()
-        .start()
-        .await
-        .map_err(|e| Error::Config(format!("a worker process did not start: {e}")))
-}
-
-/// Waits for a child to exit, takes its report, and marks the ids it
-/// handled in `ledger`.
-pub(crate) async fn collect_child(
-    child: WorkerChild,
-    ids_out: &std::path::Path,
-    ledger: &Ledger,
-) -> Result<ChildReport> {
-    let exit = child
-        .wait_exit()
-        .await
-        .map_err(|e| Error::Config(format!("waiting for a worker process: {e}")))?;
-    let status = exit.status;
-    let report = match (exit.said.report, status.success()) {
-        (Some(r), true) => r,
-        (_, true) => {
-            return Err(Error::Config(format!(
-                "a worker process exited 0 without a report{}",
-                exit.said
-                    .garbled
-                    .map_or(String::new(), |g| format!(" (it said {g})"))
-            )))
-        }
-        _ => {
-            return Err(Error::Config(format!(
-                "a worker process failed ({status}); see its stderr"
-            )))
-        }
-    };
-    let bytes = tokio::fs::read(ids_out)
-        .await
-        .map_err(|e| Error::io(format!("reading {}", ids_out.display()), e))?;
-    for c in bytes.chunks_exact(8) {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(c);
-        ledger.mark(u64::from_le_bytes(b));
-    }
-    let _ = tokio::fs::remove_file(ids_out).await;
-    Ok(report)
 }
 
 /// How evenly the processes shared the work.

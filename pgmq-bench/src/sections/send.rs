@@ -15,8 +15,10 @@ use crate::document::{Document, Rate, Sections, SendRun};
 use crate::error::Result;
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
-use crate::sections::baseline::{neighbour, Loop};
-use crate::sections::{id_batches, Ctx, Round, Section};
+use crate::kit::plain::{neighbour, Loop};
+use crate::kit::body::id_batches;
+use crate::kit::Ctx;
+use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -77,6 +79,29 @@ pub async fn batch(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
     finish(ctx, &q, rate, ctx.cfg.batch_size, round, warmup).await
 }
 
+/// One round of the send section of the loop `which` (`send_single` or
+/// `send_batch`): its run between two runs of that loop, the ratio's
+/// reference being their mean.
+async fn one_round(ctx: &Ctx, which: Loop, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    neighbour(ctx, which, at, s).await?;
+    let r = match which {
+        Loop::SendSingle => single(ctx, at.index, at.warm).await?,
+        _ => batch(ctx, at.index, at.warm).await?,
+    };
+    ctx.progress.say(format!(
+        "{} {}: {:.0} msg/s",
+        at.tag,
+        which.name(),
+        r.rate.rate_per_s
+    ));
+    match which {
+        Loop::SendSingle => s.send_single.push(r),
+        _ => s.send_batch.push(r),
+    }
+    neighbour(ctx, which, at, s).await?;
+    Ok(())
+}
+
 /// The send_single section: `--single-messages` sends of one message,
 /// between two runs of the baseline's single-send loop.
 pub(crate) struct SendSingle;
@@ -117,18 +142,7 @@ impl Section for SendSingle {
         at: Round<'a>,
         s: &'a mut Sections,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            // Between two loop runs: the ratio's reference is their mean.
-            neighbour(ctx, Loop::SendSingle, at, s).await?;
-            let r = single(ctx, at.index, at.warm).await?;
-            ctx.progress.say(format!(
-                "{} send_single: {:.0} msg/s",
-                at.tag, r.rate.rate_per_s
-            ));
-            s.send_single.push(r);
-            neighbour(ctx, Loop::SendSingle, at, s).await?;
-            Ok(())
-        })
+        Box::pin(one_round(ctx, Loop::SendSingle, at, s))
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
@@ -179,17 +193,7 @@ impl Section for SendBatch {
         at: Round<'a>,
         s: &'a mut Sections,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            neighbour(ctx, Loop::SendBatch, at, s).await?;
-            let r = batch(ctx, at.index, at.warm).await?;
-            ctx.progress.say(format!(
-                "{} send_batch: {:.0} msg/s",
-                at.tag, r.rate.rate_per_s
-            ));
-            s.send_batch.push(r);
-            neighbour(ctx, Loop::SendBatch, at, s).await?;
-            Ok(())
-        })
+        Box::pin(one_round(ctx, Loop::SendBatch, at, s))
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {

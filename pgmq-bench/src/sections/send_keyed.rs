@@ -25,7 +25,9 @@ use crate::document::{Better, Document, Rate, Sections};
 use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::markdown::{cell, definitions, fig};
-use crate::sections::{id_batches, Ctx, Round, Section};
+use crate::kit::body::id_batches;
+use crate::kit::Ctx;
+use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 

@@ -33,14 +33,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use futures::future::BoxFuture;
-use pgmq_client::{Message, QueueName};
-use pgmq_worker::{Outcome, Worker};
+use pgmq_client::QueueName;
+use pgmq_testkit::spec::{WorkerSettings, WorkerSpec};
+use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -52,11 +52,13 @@ use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::markdown::definitions;
 use crate::report::{fmt_value, thousands};
-use crate::sections::consume::{QueueWaits, Tally};
-use crate::sections::sustained::db_clock_offset_us;
-use crate::sections::{
-    counters, padding, seconds, Ctx, InBody, OutBody, Options, Round, Section,
-};
+use crate::kit::body::padding;
+use crate::kit::load::{produce, Pace, Stream};
+use crate::kit::snapshot::{db_clock_offset_us, every_second, ServerWindow};
+use crate::kit::tally::{QueueWaits, Tally};
+use crate::kit::worker::{counters, ms, worker_on};
+use crate::kit::Ctx;
+use crate::sections::{seconds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -328,26 +330,7 @@ pub struct SteadyRun {
     pub peak_rss_bytes: u64,
 }
 
-/// The database's counters over one run's window (None: not readable).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct SteadyServer {
-    /// CPU of every process of the cluster (local only), microseconds per
-    /// message completed.
-    pub cpu_us_per_msg: Option<f64>,
-    /// The queue table's `n_dead_tup`, largest of one-second samples.
-    pub dead_tuples_peak: Option<u64>,
-    /// Index tuples fetched (`idx_tup_fetch`) of the queue table per message.
-    pub idx_tup_fetch_per_msg: Option<f64>,
-    /// Heap and index buffers of the queue table touched (hit or read) per message.
-    pub buffers_per_msg: Option<f64>,
-    /// CPU of the bench process itself (producer, worker, measuring; user
-    /// and system, every thread), microseconds per message completed: the
-    /// client side of the same two cores when the server runs on the
-    /// bench's host (None in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bench_cpu_us_per_msg: Option<f64>,
-}
+pub use crate::kit::snapshot::SteadyServer;
 
 /// The steady_stream section (see the module docs).
 pub(crate) struct SteadyStream;
@@ -491,35 +474,35 @@ async fn run(
         .await?;
     let offset_us = db_clock_offset_us(&ctx.admin).await?;
     let tally = Tally::with_waits(u64::MAX, series.sleep, QueueWaits::new(offset_us));
-    let t = tally.clone();
-    let outcome = series.ack.outcome();
-    let w = Worker::<InBody>::builder(client.clone(), q.clone())
-        .concurrency(n as usize)
-        .poll_interval(c.poll)
-        .handler(move |msg: Message<InBody>| {
-            let (t, outcome) = (t.clone(), outcome.clone());
-            async move {
-                t.started(msg.enqueued_at);
-                t.handle(msg.body.id).await;
-                Ok(outcome)
-            }
-        })
-        .build()?;
-    let produced = Arc::new(AtomicU64::new(0));
+    let spec = WorkerSpec {
+        settings: WorkerSettings {
+            concurrency: Some(n as usize),
+            poll_interval_ms: Some(ms(c.poll)),
+            ..WorkerSettings::default()
+        },
+        ..WorkerSpec::new(q.as_str())
+    };
+    let w = worker_on(client.clone(), &spec, &tally, None, series.ack.outcome())?.build()?;
+    let stream = Stream::new(Arc::clone(&tally));
     let stop = CancellationToken::new();
     ctx.meter.begin();
     let handle = w.spawn();
+    let pace = Pace {
+        depth: Some(c.depth),
+        rate: (series.rate > 0).then_some(series.rate as f64),
+        least: (c.depth / 20).clamp(1, 100),
+        most: TOP_UP_MAX,
+        nap: Duration::from_millis(1),
+    };
     let producer = tokio::spawn(produce(
         ctx.clone(),
         q.clone(),
-        c.depth,
         padding(c.body_bytes),
-        series.rate,
-        Arc::clone(&produced),
-        Arc::clone(&tally),
+        pace,
+        Arc::clone(&stream),
         stop.clone(),
     ));
-    let window = watch_window(ctx, c, &q, &tally, &produced, &producer).await;
+    let window = watch_window(ctx, c, &q, &stream, &producer).await;
     stop.cancel();
     let joined = producer.await;
     let report = handle.shutdown().await?;
@@ -556,47 +539,6 @@ async fn run(
     })
 }
 
-/// Keeps the depth (sent minus completed) at `depth`, in top-ups of at
-/// least a twentieth of it (so that sends stay batches rather than one
-/// message per completion), at most `rate` messages a second when not 0.
-#[allow(clippy::too_many_arguments)]
-async fn produce(
-    ctx: Arc<Ctx>,
-    q: QueueName,
-    depth: u64,
-    pad: String,
-    rate: u64,
-    produced: Arc<AtomicU64>,
-    tally: Arc<Tally>,
-    stop: CancellationToken,
-) -> Result<()> {
-    let least = (depth / 20).clamp(1, 100);
-    let start = tokio::time::Instant::now();
-    let mut bodies = Vec::new();
-    while !stop.is_cancelled() {
-        let sent = produced.load(Ordering::Acquire);
-        let below = depth.saturating_sub(sent.saturating_sub(tally.distinct()));
-        let allowed = if rate == 0 {
-            u64::MAX
-        } else {
-            ((start.elapsed().as_secs_f64() * rate as f64) as u64).saturating_sub(sent)
-        };
-        let n = below.min(allowed).min(TOP_UP_MAX);
-        if n == 0 || n < least {
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(1)) => {}
-                () = stop.cancelled() => break,
-            }
-            continue;
-        }
-        bodies.clear();
-        bodies.extend((sent..sent + n).map(|id| OutBody { id, pad: &pad }));
-        ctx.client.send_batch(&q, &bodies).await?;
-        produced.fetch_add(n, Ordering::AcqRel);
-    }
-    Ok(())
-}
-
 /// What the measured window of a run saw.
 struct Window {
     elapsed_s: f64,
@@ -615,22 +557,19 @@ async fn watch_window(
     ctx: &Ctx,
     c: &SteadyConfig,
     q: &QueueName,
-    tally: &Tally,
-    produced: &AtomicU64,
+    stream: &Stream,
     producer: &tokio::task::JoinHandle<Result<()>>,
 ) -> Result<Window> {
+    let tally = &stream.tally;
     let waits = tally.waits.as_ref().expect("a tally with waits");
     tokio::time::sleep(c.warmup).await;
     waits.take();
-    let before = DbSnapshot::read(ctx, q).await;
+    let mut server = ServerWindow::open(ctx, q).await;
     let start = Instant::now();
-    let (c0, p0) = (tally.distinct(), produced.load(Ordering::Acquire));
-    let (mut depths, mut per_second, mut dead_peak) = (Vec::new(), Vec::new(), None::<u64>);
+    let (c0, p0) = (tally.distinct(), stream.sent());
+    let (mut depths, mut per_second) = (Vec::new(), Vec::new());
     let mut last = c0;
-    let mut tick = tokio::time::interval_at(
-        tokio::time::Instant::now() + Duration::from_secs(1),
-        Duration::from_secs(1),
-    );
+    let mut tick = every_second();
     while start.elapsed() < c.duration && !producer.is_finished() {
         let left = c.duration.saturating_sub(start.elapsed());
         tokio::select! {
@@ -638,20 +577,16 @@ async fn watch_window(
             () = tokio::time::sleep(left) => {}
         }
         let done = tally.distinct();
-        depths.push(produced.load(Ordering::Acquire).saturating_sub(done));
+        depths.push(stream.sent().saturating_sub(done));
         per_second.push((done - last) as f64);
         last = done;
-        if let Some(d) = dead_tuples(ctx, q).await {
-            dead_peak = Some(dead_peak.map_or(d, |p| p.max(d)));
-        }
+        server.sample(ctx, q).await;
     }
     let elapsed_s = start.elapsed().as_secs_f64();
     let completed = tally.distinct() - c0;
-    let produced_n = produced.load(Ordering::Acquire) - p0;
+    let produced_n = stream.sent() - p0;
     let claims = waits.take();
-    let after = DbSnapshot::read(ctx, q).await;
-    let mut server = before.per_msg(&after, completed);
-    server.dead_tuples_peak = dead_peak;
+    let server = server.close(ctx, q, completed).await;
     Ok(Window {
         elapsed_s,
         completed,
@@ -660,132 +595,6 @@ async fn watch_window(
         per_second,
         claims,
         server,
-    })
-}
-
-/// The queue table's statistics and the cluster's CPU at one moment.
-pub(crate) struct DbSnapshot {
-    cpu: Option<Duration>,
-    /// The bench process's own CPU time.
-    bench_cpu: Duration,
-    /// idx_tup_fetch, buffers (heap and index, hit and read).
-    table: Option<(i64, i64)>,
-}
-
-const TABLE_SQL: &str = "SELECT coalesce(t.idx_tup_fetch, 0)::int8, \
-     (coalesce(s.heap_blks_hit, 0) + coalesce(s.heap_blks_read, 0) \
-      + coalesce(s.idx_blks_hit, 0) + coalesce(s.idx_blks_read, 0))::int8 \
-     FROM pg_stat_user_tables t JOIN pg_statio_user_tables s USING (relid) \
-     WHERE t.schemaname = 'pgmq' AND t.relname = $1";
-
-impl DbSnapshot {
-    pub(crate) async fn read(ctx: &Ctx, q: &QueueName) -> DbSnapshot {
-        // Table counters reach the shared statistics when a backend's
-        // transaction ends, at most once a second per backend: a fresh
-        // snapshot sees the others' latest flush.
-        let _ = ctx.admin.batch_execute("SELECT pg_stat_clear_snapshot()").await;
-        let table = ctx
-            .admin
-            .query_opt(TABLE_SQL, &[&format!("q_{}", q.as_str())])
-            .await
-            .ok()
-            .flatten()
-            .map(|r| (r.get(0), r.get(1)));
-        DbSnapshot {
-            cpu: cluster_cpu(&ctx.admin).await,
-            bench_cpu: crate::process::cpu_time(),
-            table,
-        }
-    }
-
-    pub(crate) fn per_msg(&self, after: &DbSnapshot, n: u64) -> SteadyServer {
-        let n = n.max(1) as f64;
-        let (cpu, table) = (
-            self.cpu.zip(after.cpu),
-            self.table.zip(after.table),
-        );
-        SteadyServer {
-            cpu_us_per_msg: cpu.map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6 / n),
-            dead_tuples_peak: None,
-            idx_tup_fetch_per_msg: table.map(|(a, b)| (b.0 - a.0).max(0) as f64 / n),
-            buffers_per_msg: table.map(|(a, b)| (b.1 - a.1).max(0) as f64 / n),
-            bench_cpu_us_per_msg: Some(
-                after.bench_cpu.saturating_sub(self.bench_cpu).as_secs_f64() * 1e6 / n,
-            ),
-        }
-    }
-}
-
-/// The queue table's `n_dead_tup`.
-pub(crate) async fn dead_tuples(ctx: &Ctx, q: &QueueName) -> Option<u64> {
-    let _ = ctx.admin.batch_execute("SELECT pg_stat_clear_snapshot()").await;
-    let row = ctx
-        .admin
-        .query_opt(
-            "SELECT n_dead_tup::int8 FROM pg_stat_user_tables \
-             WHERE schemaname = 'pgmq' AND relname = $1",
-            &[&format!("q_{}", q.as_str())],
-        )
-        .await
-        .ok()??;
-    Some(row.get::<_, i64>(0).max(0) as u64)
-}
-
-/// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on Linux).
-const USER_HZ: u64 = 100;
-
-/// CPU used so far by the whole PostgreSQL cluster `admin` is connected
-/// to, when it runs on this host: the postmaster's own time, the time of
-/// the children it reaped (backends that ended), and the time of its live
-/// children. None when the server's process is not visible here.
-pub(crate) async fn cluster_cpu(admin: &tokio_postgres::Client) -> Option<Duration> {
-    let backend: i32 = admin.query_one("SELECT pg_backend_pid()", &[]).await.ok()?.get(0);
-    let postmaster = stat_fields(backend as u32).await?.ppid;
-    let comm = tokio::fs::read_to_string(format!("/proc/{postmaster}/comm")).await.ok()?;
-    if !comm.trim().starts_with("postgres") {
-        return None;
-    }
-    let pm = stat_fields(postmaster).await?;
-    let mut ticks = pm.own + pm.reaped;
-    let mut dir = tokio::fs::read_dir("/proc").await.ok()?;
-    while let Ok(Some(e)) = dir.next_entry().await {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some(s) = stat_fields(pid).await {
-            if s.ppid == postmaster {
-                ticks += s.own;
-            }
-        }
-    }
-    Some(Duration::from_millis(ticks * 1000 / USER_HZ))
-}
-
-/// The fields of `/proc/<pid>/stat` this section reads.
-struct StatFields {
-    ppid: u32,
-    /// utime + stime, ticks.
-    own: u64,
-    /// cutime + cstime (children waited for), ticks.
-    reaped: u64,
-}
-
-async fn stat_fields(pid: u32) -> Option<StatFields> {
-    let text = tokio::fs::read_to_string(format!("/proc/{pid}/stat")).await.ok()?;
-    parse_stat(&text)
-}
-
-/// Parses `/proc/<pid>/stat`: the fields after the command name, which
-/// is in parentheses and may hold spaces.
-fn parse_stat(text: &str) -> Option<StatFields> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
-    let num = |i: usize| f.get(i)?.parse::<u64>().ok();
-    Some(StatFields {
-        ppid: f.get(1)?.parse().ok()?,
-        own: num(11)? + num(12)?,
-        reaped: num(13)? + num(14)?,
     })
 }
 
@@ -1005,14 +814,3 @@ fn report_part(out: &mut String, d: &Document) {
     );
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_proc_stat_after_a_name_with_spaces() {
-        let text = "42 (postgres: a b) S 7 42 42 0 -1 4194560 100 0 0 0 250 30 5 6 20 0 1 0";
-        let s = parse_stat(text).unwrap();
-        assert_eq!((s.ppid, s.own, s.reaped), (7, 280, 11));
-    }
-}

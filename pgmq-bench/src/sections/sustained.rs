@@ -26,8 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::document::{BacklogSample, DbCounters, Interval, Rate, SustainedRun, Verdict};
 use crate::error::{Error, Result};
-use crate::sections::consume::{worker, QueueWaits, Tally};
-use crate::sections::{counters, Ctx};
+use crate::kit::snapshot::db_clock_offset_us;
+use crate::kit::tally::{QueueWaits, Tally};
+use crate::kit::worker::counters;
+use crate::kit::Ctx;
 use crate::stats::{histogram_delta, interval_percentiles_ms, least_squares_fit};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -162,26 +164,6 @@ async fn db_counters(ctx: &Ctx, before: &DbSnapshot, q: &pgmq_client::QueueName)
     }
 }
 
-/// The database clock minus this host's clock, microseconds: from the
-/// `clock_timestamp()` read with the shortest of five round trips, taken as
-/// read at that round trip's midpoint (so within half of it).
-pub async fn db_clock_offset_us(admin: &tokio_postgres::Client) -> Result<i64> {
-    let stmt = admin.prepare("SELECT clock_timestamp()").await?;
-    let mut best: Option<(i64, i64)> = None;
-    for _ in 0..5 {
-        let before = chrono::Utc::now();
-        let db: chrono::DateTime<chrono::Utc> = admin.query_one(&stmt, &[]).await?.get(0);
-        let after = chrono::Utc::now();
-        let rtt = (after - before).num_microseconds().unwrap_or(i64::MAX);
-        let mid = before + (after - before) / 2;
-        let offset = (db - mid).num_microseconds().unwrap_or(0);
-        if best.is_none_or(|(r, _)| rtt < r) {
-            best = Some((rtt, offset));
-        }
-    }
-    Ok(best.map_or(0, |(_, o)| o))
-}
-
 /// One sustained run at `rate` (None: unpaced).
 pub async fn run_at(
     ctx: &Arc<Ctx>,
@@ -194,7 +176,7 @@ pub async fn run_at(
     let before = db_snapshot(ctx).await?;
     let offset_us = db_clock_offset_us(&ctx.admin).await?;
     let tally = Tally::with_waits(u64::MAX, cfg.handler_work, QueueWaits::new(offset_us));
-    let w = worker(ctx, &q, cfg.sustained_workers, &tally).build()?;
+    let w = ctx.worker(&ctx.worker_spec(&q, cfg.sustained_workers), &tally)?;
     let produced = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
     ctx.meter.begin();

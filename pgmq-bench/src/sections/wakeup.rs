@@ -17,13 +17,15 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use pgmq_client::Message;
 use serde::{Deserialize, Serialize};
-use pgmq_worker::{Outcome, WakeUp, Worker};
+use pgmq_testkit::spec::WakeUpSpec;
+use pgmq_worker::{Outcome, Worker};
 use tokio::sync::mpsc;
 
 use crate::document::WakeupRun;
 use crate::error::{Error, Result};
-use crate::sections::consume::with_claim_reads;
-use crate::sections::{counters, Ctx, InBody};
+use crate::kit::body::InBody;
+use crate::kit::worker::{builder, counters, ms};
+use crate::kit::Ctx;
 use crate::stats::percentiles_of;
 use std::fmt::Write as _;
 
@@ -207,16 +209,13 @@ fn build_worker(
     mode: Mode,
     tx: mpsc::UnboundedSender<(u64, Instant)>,
 ) -> Result<Worker<InBody>> {
-    let b = Worker::<InBody>::builder(ctx.client.clone(), q.clone());
-    let w = with_claim_reads(b, ctx.cfg.claim_reads)
-        .concurrency(1)
-        .batch_size(ctx.cfg.batch_size as usize)
-        .visibility_timeout(ctx.cfg.vt)
-        .poll_interval(ctx.cfg.options.wakeup.poll)
-        .wake_up(match mode {
-            Mode::Poll => WakeUp::Poll,
-            Mode::Notify => WakeUp::Notify,
-        })
+    let mut spec = ctx.worker_spec(q, 1);
+    spec.settings.poll_interval_ms = Some(ms(ctx.cfg.options.wakeup.poll));
+    spec.settings.wake_up = Some(match mode {
+        Mode::Poll => WakeUpSpec::Poll,
+        Mode::Notify => WakeUpSpec::Notify,
+    });
+    let w = builder(ctx.client.clone(), &spec)?
         .handler(move |msg: Message<InBody>| {
             let started = Instant::now();
             let _ = tx.send((msg.body.id, started));
