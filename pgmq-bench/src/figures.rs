@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::cli::HandlerKind;
-use crate::document::{Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck};
+use crate::document::HandlerKind;
+use crate::document::{Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck, UNITS};
 use crate::sections::REGISTRY;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -24,6 +24,7 @@ impl Figures {
         definition: &str,
         runs: Vec<Sample>,
     ) {
+        debug_assert!(UNITS.contains(&unit), "{id}: unit {unit} is not in UNITS");
         if let Some(f) = Figure::from_runs(id, section, label, unit, better, definition, runs) {
             self.0.push(f);
         }

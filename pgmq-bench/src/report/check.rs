@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::cli::HandlerKind;
+use crate::document::HandlerKind;
 use crate::document::{Document, Host, TargetCheck};
 use crate::figures::{self, TargetContext};
 use crate::report::fmt_value;
@@ -80,16 +80,17 @@ pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
 /// the kind its consume_scaling runs record; documents older than
 /// `--handler` had only the empty handler.
 fn handler_of(doc: &Document) -> HandlerKind {
+    let consume_runs = || {
+        let runs: Vec<serde_json::Value> = doc.sections.runs("consume_scaling").unwrap_or_default();
+        runs.iter()
+            .find_map(|r| r["handler"].as_str().map(str::to_owned))
+    };
     doc.metadata
         .workload
         .handler
+        .clone()
+        .or_else(consume_runs)
         .as_deref()
-        .or_else(|| {
-            doc.sections
-                .consume_scaling
-                .iter()
-                .find_map(|r| r.handler.as_deref())
-        })
         .and_then(HandlerKind::from_name)
         .unwrap_or(HandlerKind::Empty)
 }

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use tokio_postgres::types::Json;
 
-use crate::document::{BaselineRun, Rate};
+use crate::document::{BaselineRun, Rate, Runs, SectionRuns};
 use crate::error::Result;
 use crate::ledger::Ledger;
 use crate::sections::{id_batches, Ctx, InBody};
@@ -41,10 +41,13 @@ use crate::config::Config;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig, worker_counts};
-use crate::sections::consume::{consume_counts, ConsumeScaling};
-use crate::sections::send::{SendBatch, SendSingle};
+use crate::sections::consume::{self, consume_counts, ConsumeScaling};
+use crate::sections::send::{self, SendBatch, SendSingle};
 use crate::sections::{Round, Section};
 use crate::sections::plan::{self, Plan};
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<BaselineRun> = Runs::new("baseline");
 
 /// Which loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -380,8 +383,8 @@ impl Claimer {
 pub(crate) struct Baseline;
 
 impl Section for Baseline {
-    fn name(&self) -> &'static str {
-        "baseline"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -424,7 +427,7 @@ impl Section for Baseline {
     /// Short runs; a consuming loop's ledger and empty queue, a sending
     /// loop's messages all in the queue.
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &s.baseline {
+        for r in &RUNS.list(s) {
             let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
             out.short_run(&tag, r.rate.elapsed_s);
             if let Some(l) = &r.ledger {
@@ -454,7 +457,7 @@ impl Section for Baseline {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.baseline
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -500,7 +503,7 @@ pub(crate) async fn neighbour(
     baseline_once(ctx, which, at, s).await.map(Some)
 }
 
-/// One run of a baseline loop, recorded; its index in `s.baseline`.
+/// One run of a baseline loop, recorded; its index in `RUNS.list(s)`.
 async fn baseline_once(ctx: &Ctx, which: Loop, at: Round<'_>, s: &mut Sections) -> Result<usize> {
     let tag = at.tag;
     let r = run(ctx, which, at.index, at.warm).await?;
@@ -508,8 +511,8 @@ async fn baseline_once(ctx: &Ctx, which: Loop, at: Round<'_>, s: &mut Sections) 
         "{tag} baseline {}: {:.0} msg/s",
         r.kind, r.rate.rate_per_s
     ));
-    s.baseline.push(r);
-    Ok(s.baseline.len() - 1)
+    RUNS.record(s, &r)?;
+    Ok(RUNS.of(s)?.len() - 1)
 }
 
 const DEF_RATIO: &str =
@@ -542,11 +545,11 @@ const DEF_RATIO_EQUAL: &str = "Worker throughput divided by the mean of the roun
     below 1 a cost, above 1 a gain.";
 
 /// The measured baseline runs of one loop.
-fn baseline_runs<'a>(
-    s: &'a Sections,
-    kind: &'static str,
-) -> impl Iterator<Item = &'a BaselineRun> + 'a {
-    measured(&s.baseline, |r| r.warmup).filter(move |r| r.kind == kind)
+fn baseline_runs(s: &Sections, kind: &'static str) -> Vec<BaselineRun> {
+    measured(&RUNS.list(s), |r| r.warmup)
+        .filter(|r| r.kind == kind)
+        .cloned()
+        .collect()
 }
 
 /// The baseline loops: one rate per loop and round.
@@ -595,7 +598,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
             })
             .collect()
     };
-    let sdk_single = measured(&s.send_single, |r| r.warmup)
+    let sdk_single = measured(&send::SINGLE.list(s), |r| r.warmup)
         .map(|r| (r.round, r.rate.rate_per_s))
         .collect();
     f.add(
@@ -607,7 +610,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
         DEF_RATIO,
         ratio(sdk_single, "send_single", None),
     );
-    let sdk_batch = measured(&s.send_batch, |r| r.warmup)
+    let sdk_batch = measured(&send::BATCH.list(s), |r| r.warmup)
         .map(|r| (r.round, r.rate.rate_per_s))
         .collect();
     f.add(
@@ -620,7 +623,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
         ratio(sdk_batch, "send_batch", None),
     );
     for w in worker_counts {
-        let sdk = measured(&s.consume_scaling, |r| r.warmup)
+        let sdk = measured(&consume::RUNS.list(s), |r| r.warmup)
             .filter(|r| r.workers == *w)
             .map(|r| (r.round, r.rate.rate_per_s))
             .collect();
@@ -633,7 +636,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
             DEF_RATIO,
             ratio(sdk, "consume", Some(*w)),
         );
-        let sdk = measured(&s.consume_scaling, |r| r.warmup)
+        let sdk = measured(&consume::RUNS.list(s), |r| r.warmup)
             .filter(|r| r.workers == *w)
             .map(|r| (r.round, r.rate.rate_per_s))
             .collect();
@@ -660,7 +663,7 @@ fn reference_rate(
     round: u32,
     workers: Option<u32>,
 ) -> Option<f64> {
-    let of_round = || baseline_runs(s, kind).filter(move |r| r.round == round);
+    let of_round = || baseline_runs(s, kind).into_iter().filter(move |r| r.round == round);
     let mean_rate = |keep: &dyn Fn(&BaselineRun) -> bool| {
         let (n, sum) = of_round()
             .filter(|r| keep(r))

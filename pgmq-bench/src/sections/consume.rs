@@ -23,7 +23,7 @@ use pgmq_client::Message;
 use pgmq_worker::{Outcome, Worker};
 use tokio::sync::Notify;
 
-use crate::document::{ConsumeRun, Rate};
+use crate::document::{ConsumeRun, Rate, Runs, SectionRuns};
 use crate::error::Result;
 use crate::ledger::Ledger;
 use crate::sections::{counters, Ctx, InBody, Sink};
@@ -37,10 +37,13 @@ use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::fmt_value;
 use crate::report::markdown::{cell, definitions, fig, worker_counts};
-use crate::sections::baseline::{neighbour, Loop};
+use crate::sections::baseline::{self, neighbour, Loop};
 use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<ConsumeRun> = Runs::new("consume_scaling");
 
 /// What every handler call shares.
 #[derive(Debug)]
@@ -190,7 +193,7 @@ pub(crate) fn worker(
         ctx.cfg.vt,
         tally,
         ctx.sink.clone(),
-        ctx.cfg.handler == crate::cli::HandlerKind::DbWriteTx,
+        ctx.cfg.handler == crate::document::HandlerKind::DbWriteTx,
     );
     with_claim_reads(b, ctx.cfg.claim_reads)
 }
@@ -199,7 +202,7 @@ pub(crate) fn worker(
 /// the worker's default).
 pub(crate) fn with_claim_reads<T: serde::de::DeserializeOwned + Send + 'static>(
     b: pgmq_worker::WorkerBuilder<T>,
-    how: Option<crate::cli::ClaimReadsArg>,
+    how: Option<crate::document::ClaimReadsArg>,
 ) -> pgmq_worker::WorkerBuilder<T> {
     match how {
         Some(how) => b.claim_reads(how.into()),
@@ -322,8 +325,8 @@ pub async fn drain(
 pub(crate) struct ConsumeScaling;
 
 impl Section for ConsumeScaling {
-    fn name(&self) -> &'static str {
-        "consume_scaling"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -352,7 +355,7 @@ impl Section for ConsumeScaling {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &s.consume_scaling {
+        for r in &RUNS.list(s) {
             let tag = format!(
                 "consume_scaling w={} {}",
                 r.workers,
@@ -368,7 +371,7 @@ impl Section for ConsumeScaling {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.consume_scaling
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -393,8 +396,10 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
     let mut before: Option<u32> = None;
     for w in &ctx.cfg.workers {
         if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            s.baseline[i].paired_workers = Some(*w);
-            s.baseline[i].follows_workers = before;
+            baseline::RUNS.update(s, |runs| {
+                runs[i].paired_workers = Some(*w);
+                runs[i].follows_workers = before;
+            })?;
         }
         before = Some(*w);
         let r = run(ctx, *w, at.index, at.warm).await?;
@@ -402,11 +407,11 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
             r.rate.rate_per_s, r.handler_ms.p99
         ));
-        s.consume_scaling.push(r);
+        RUNS.record(s, &r)?;
     }
     if let Some(w) = before {
         if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            s.baseline[i].follows_workers = Some(w);
+            baseline::RUNS.update(s, |runs| runs[i].follows_workers = Some(w))?;
         }
     }
     neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
@@ -431,7 +436,7 @@ const DEF_WAIT_LOCAL: &str =
 
 /// The handler counts of consume_scaling, ascending.
 pub(crate) fn consume_counts(s: &Sections) -> Vec<u32> {
-    let mut worker_counts: Vec<u32> = s.consume_scaling.iter().map(|r| r.workers).collect();
+    let mut worker_counts: Vec<u32> = RUNS.list(s).iter().map(|r| r.workers).collect();
     worker_counts.sort_unstable();
     worker_counts.dedup();
     worker_counts
@@ -440,7 +445,8 @@ pub(crate) fn consume_counts(s: &Sections) -> Vec<u32> {
 /// consume_scaling: throughput and latency percentiles per handler count.
 fn add_figures(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
     for w in worker_counts {
-        let runs = || measured(&s.consume_scaling, |r| r.warmup).filter(move |r| r.workers == *w);
+        let all = RUNS.list(s);
+        let runs = || measured(&all, |r| r.warmup).filter(move |r| r.workers == *w);
         let p = format!("consume_scaling.w{w}");
         f.rate(
             &format!("{p}.throughput"),

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
 use crate::config::{pick, Apply, Profile};
-use crate::document::{Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
+use crate::document::{Runs, SectionRuns, Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::ledger::Ledger;
@@ -49,6 +49,9 @@ use crate::sections::plan::{self, Plan};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "fleet_limit";
+
+/// The section\'s runs in the document.
+const RUNS: Runs<FleetLimitRun> = Runs::new(NAME);
 
 /// The least share of the places a limited fleet uses with a backlog.
 const USED_FLOOR: f64 = 0.9;
@@ -91,7 +94,7 @@ pub struct FleetLimitConfig {
 
 /// What the document's workload records of them (zero in documents older
 /// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 #[non_exhaustive]
 pub struct FleetLimitWorkload {
@@ -151,7 +154,7 @@ impl Options for FleetLimitOptions {
 }
 
 /// One run: a fleet draining one queue, limited or split statically.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct FleetLimitRun {
     /// Round.
@@ -275,8 +278,8 @@ async fn sample_running(
 pub(crate) struct FleetLimit;
 
 impl Section for FleetLimit {
-    fn name(&self) -> &'static str {
-        NAME
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -302,7 +305,7 @@ impl Section for FleetLimit {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match s.runs::<FleetLimitRun>(NAME) {
+        let runs = match RUNS.of(s) {
             Ok(r) => r,
             Err(e) => return out.fail(format!("{NAME}: {e}")),
         };
@@ -321,7 +324,7 @@ impl Section for FleetLimit {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = s.runs::<FleetLimitRun>(NAME) {
+        if let Ok(runs) = RUNS.of(s) {
             add_figures(f, &runs);
         }
     }
@@ -356,7 +359,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
             at.tag, r.rate.rate_per_s, r.used, r.places
         ));
-        s.record(NAME, &r)?;
+        RUNS.record(s, &r)?;
     }
     Ok(())
 }

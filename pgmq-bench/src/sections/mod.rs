@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::Checks;
 use crate::config::{Apply, Config};
-use crate::document::{Document, Sections, WorkerCounters};
+use crate::document::{Document, SectionRuns, Sections, WorkerCounters};
 use crate::error::Result;
 use crate::figures::Figures;
 use crate::guard::Guard;
@@ -75,7 +75,7 @@ macro_rules! registry {
 
         /// What the document's workload records of the sections' options
         /// (flattened into [`Workload`](crate::document::Workload)).
-        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
         #[non_exhaustive]
         pub struct SectionWorkloads {
             $($(
@@ -135,7 +135,11 @@ pub trait Options: clap::Args {
     type Config: std::fmt::Debug + Clone;
     /// The workload fields (flattened into the document's workload, so
     /// their names must not clash with another section's).
-    type Workload: std::fmt::Debug + Clone + Serialize + for<'de> Deserialize<'de>;
+    type Workload: std::fmt::Debug
+        + Clone
+        + Serialize
+        + for<'de> Deserialize<'de>
+        + schemars::JsonSchema;
 
     /// Checks the flags (a typed `Error::Config` naming the flag when bad).
     fn config(&self) -> Result<Self::Config>;
@@ -155,6 +159,50 @@ pub trait Options: clap::Args {
 pub use processes::child_main as process_worker_main;
 pub use sustained::db_clock_offset_us;
 
+/// The JSON Schema of the benchmark.v1 document, generated from its types:
+/// the document's own, each registered section's run type under
+/// `sections.<name>` (described by its one-line help), and the registered
+/// names wherever a section is named. `docs/benchmark.v1.schema.json` is
+/// this schema, printed by `pgmq-bench schema`.
+pub fn schema() -> serde_json::Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with_transform(closed)
+        .into_generator();
+    let mut properties = serde_json::Map::new();
+    for section in REGISTRY {
+        let mut runs = section.runs().schema(&mut generator).to_value();
+        runs["description"] = section.about().into();
+        properties.insert(section.name().to_owned(), runs);
+    }
+    let mut root = generator.root_schema_for::<Document>().to_value();
+    root["$id"] = "https://example.invalid/pgmq-sdk/docs/benchmark.v1.schema.json".into();
+    root["title"] = crate::document::SCHEMA.into();
+    let defs = &mut root["$defs"];
+    defs["Sections"] = serde_json::json!({
+        "description": "Each section's runs under its name.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": crate::document::ALWAYS_WRITTEN[..7],
+        "properties": properties,
+    });
+    defs["SectionName"] = serde_json::json!({
+        "description": "A registered section's name.",
+        "enum": names().collect::<Vec<_>>(),
+    });
+    root
+}
+
+/// Makes every object schema with properties refuse others: the document
+/// writes only the fields its types have, so an unknown field is an error.
+fn closed(schema: &mut schemars::Schema) {
+    if let Some(object) = schema.as_object_mut() {
+        if object.contains_key("properties") && !object.contains_key("additionalProperties") {
+            object.insert("additionalProperties".into(), false.into());
+        }
+    }
+    schemars::transform::transform_subschemas(&mut closed, schema);
+}
+
 /// The names of the registered sections, in the order a round runs them
 /// (what `--sections` accepts and `sections` in a document holds).
 ///
@@ -171,8 +219,14 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 /// document, how a round runs it, the run's checks of its runs, its figures
 /// and its part of the Markdown report.
 pub(crate) trait Section: Sync {
+    /// Where its runs are in the document: its name and its run type (a
+    /// [`Runs`](crate::document::Runs) declared in its file).
+    fn runs(&self) -> &dyn SectionRuns;
+
     /// The name on the command line and in the document (`sections.<name>`).
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.runs().name()
+    }
 
     /// One line for `--help`.
     fn about(&self) -> &'static str;
@@ -542,20 +596,6 @@ impl Ctx {
     pub(crate) async fn queue_length(&self, q: &QueueName) -> Result<i64> {
         Ok(self.client.metrics(q).await?.queue_length)
     }
-}
-
-/// Each run's peak RSS as (round, warm-up, bytes), for a section that keeps
-/// its runs in [`Sections::extra`] under `name` (none when they do not parse).
-pub(crate) fn extra_peaks<T: serde::de::DeserializeOwned>(
-    s: &Sections,
-    name: &str,
-    peak: fn(&T) -> (u32, bool, u64),
-) -> Vec<(u32, bool, u64)> {
-    s.runs::<T>(name)
-        .unwrap_or_default()
-        .iter()
-        .map(peak)
-        .collect()
 }
 
 /// The worker's counters, as the document records them.

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
-use crate::document::{Document, Rate, Sections, SendRun};
+use crate::document::{Document, Rate, Runs, SectionRuns, Sections};
 use crate::error::Result;
 use crate::figures::{measured, Figures};
 use crate::report::markdown::{cell, definitions, fig};
@@ -19,6 +20,31 @@ use crate::sections::baseline::{neighbour, Loop};
 use crate::sections::{id_batches, Ctx, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
+
+/// The runs of send_single.
+pub(crate) const SINGLE: Runs<SendRun> = Runs::new("send_single");
+
+/// The runs of send_batch.
+pub(crate) const BATCH: Runs<SendRun> = Runs::new("send_batch");
+
+/// A send run.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct SendRun {
+    /// Round (warm-up rounds first, then measured rounds, each from 0).
+    pub round: u32,
+    /// Whether this run was a discarded warm-up.
+    pub warmup: bool,
+    /// Messages sent over the timed interval.
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Messages per call (1 for send_single).
+    pub batch_size: u32,
+    /// `pgmq.metrics` queue length after the run: must equal the count.
+    pub in_queue_after: i64,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
 
 /// One send_single run: `--single-messages` calls of `Client::send`.
 pub async fn single(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
@@ -94,8 +120,8 @@ const DEF_SEND_BATCH: &str =
     next: messages divided by the seconds from the first call to the last reply.";
 
 impl Section for SendSingle {
-    fn name(&self) -> &'static str {
-        "send_single"
+    fn runs(&self) -> &dyn SectionRuns {
+        &SINGLE
     }
 
     fn about(&self) -> &'static str {
@@ -125,14 +151,15 @@ impl Section for SendSingle {
                 "{} send_single: {:.0} msg/s",
                 at.tag, r.rate.rate_per_s
             ));
-            s.send_single.push(r);
+            SINGLE.record(s, &r)?;
             neighbour(ctx, Loop::SendSingle, at, s).await?;
             Ok(())
         })
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        check_sends(out, self.name(), &s.send_single);
+        let runs = out.runs(&SINGLE, s);
+        check_sends(out, self.name(), &runs);
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
@@ -141,12 +168,12 @@ impl Section for SendSingle {
             "send_single",
             "Single send",
             DEF_SEND_SINGLE,
-            measured(&s.send_single, |r| r.warmup).map(|r| (r.round, &r.rate)),
+            measured(&SINGLE.list(s), |r| r.warmup).map(|r| (r.round, &r.rate)),
         );
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        peaks(&s.send_single)
+        peaks(&SINGLE.list(s))
     }
 
     /// The Sends table, of both send sections.
@@ -156,8 +183,8 @@ impl Section for SendSingle {
 }
 
 impl Section for SendBatch {
-    fn name(&self) -> &'static str {
-        "send_batch"
+    fn runs(&self) -> &dyn SectionRuns {
+        &BATCH
     }
 
     fn about(&self) -> &'static str {
@@ -186,14 +213,15 @@ impl Section for SendBatch {
                 "{} send_batch: {:.0} msg/s",
                 at.tag, r.rate.rate_per_s
             ));
-            s.send_batch.push(r);
+            BATCH.record(s, &r)?;
             neighbour(ctx, Loop::SendBatch, at, s).await?;
             Ok(())
         })
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        check_sends(out, self.name(), &s.send_batch);
+        let runs = out.runs(&BATCH, s);
+        check_sends(out, self.name(), &runs);
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
@@ -202,12 +230,12 @@ impl Section for SendBatch {
             "send_batch",
             "Batch send",
             DEF_SEND_BATCH,
-            measured(&s.send_batch, |r| r.warmup).map(|r| (r.round, &r.rate)),
+            measured(&BATCH.list(s), |r| r.warmup).map(|r| (r.round, &r.rate)),
         );
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        peaks(&s.send_batch)
+        peaks(&BATCH.list(s))
     }
 
     /// Nothing of its own: its row is in send_single's Sends table.

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use pgmq_worker::{Outcome, WakeUp, Worker};
 use tokio::sync::mpsc;
 
-use crate::document::WakeupRun;
+use crate::document::{Percentiles, Runs, SectionRuns, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::sections::consume::with_claim_reads;
 use crate::sections::{counters, Ctx, InBody};
@@ -37,6 +37,34 @@ use crate::sections::{Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<WakeupRun> = Runs::new("wakeup_latency");
+
+/// A wake-up latency run of one mode.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct WakeupRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// `poll` (polling only) or `notify` (LISTEN/NOTIFY with polling fallback).
+    pub mode: String,
+    /// Poll interval (the fallback for `notify`), milliseconds.
+    pub poll_interval_ms: u64,
+    /// For `notify`: the queue's PGMQ notify throttle, milliseconds; samples
+    /// are spaced further apart than this.
+    pub notify_throttle_ms: Option<i64>,
+    /// Each sample: send call start to handler start, milliseconds.
+    pub samples_ms: Vec<f64>,
+    /// Their distribution.
+    pub latency_ms: Percentiles,
+    /// Worker counters over the run.
+    pub worker: WorkerCounters,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
 
 /// The fewest wake-up samples per mode.
 pub(crate) const MIN_WAKEUP_SAMPLES: u32 = 20;
@@ -65,7 +93,7 @@ pub struct WakeupConfig {
 }
 
 /// What the document's workload records of them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct WakeupWorkload {
     /// wakeup_latency samples per mode.
@@ -315,8 +343,8 @@ async fn take_samples(
 pub(crate) struct WakeupLatency;
 
 impl Section for WakeupLatency {
-    fn name(&self) -> &'static str {
-        "wakeup_latency"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -349,7 +377,7 @@ impl Section for WakeupLatency {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.wakeup_latency
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -369,7 +397,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             "{tag} wakeup_latency {}: p50 {:.2} ms",
             r.mode, r.latency_ms.p50
         ));
-        s.wakeup_latency.push(r);
+        RUNS.record(s, &r)?;
     }
     Ok(())
 }
@@ -391,7 +419,7 @@ fn add_figures(f: &mut Figures, s: &Sections) {
             "wakeup_latency",
             label,
             DEF_WAKEUP,
-            measured(&s.wakeup_latency, |r| r.warmup)
+            measured(&RUNS.list(s), |r| r.warmup)
                 .filter(|r| r.mode == mode)
                 .map(|r| (r.round, &r.latency_ms)),
         );
