@@ -8,24 +8,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::document::{LedgerReport, RunOutcome, Runs, Sections, WorkerCounters};
-use crate::sections::REGISTRY;
-
-/// The run's own checks: every message accounted for, every drain verified,
-/// sustained verdicts; and warnings about weak numbers.
-pub(crate) fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
-    let mut checks = Checks::default();
-    for section in REGISTRY {
-        section.check(s, &mut checks);
-    }
-    if profile != "release" {
-        checks.warn("debug build: numbers show correctness, not representative throughput");
-    }
-    RunOutcome {
-        ok: checks.failures.is_empty(),
-        failures: checks.failures,
-        warnings: checks.warnings,
-    }
-}
 
 /// The failures and warnings the sections' checks found.
 #[derive(Debug, Default)]
@@ -35,6 +17,19 @@ pub(crate) struct Checks {
 }
 
 impl Checks {
+    /// The run's outcome: these failures and warnings, and a warning when
+    /// the build (`profile`) is not a release build.
+    pub(crate) fn outcome(mut self, profile: &str) -> RunOutcome {
+        if profile != "release" {
+            self.warn("debug build: numbers show correctness, not representative throughput");
+        }
+        RunOutcome {
+            ok: self.failures.is_empty(),
+            failures: self.failures,
+            warnings: self.warnings,
+        }
+    }
+
     /// A failure: the run's outcome is not ok.
     pub(crate) fn fail(&mut self, what: impl Into<String>) {
         self.failures.push(what.into());
@@ -130,6 +125,7 @@ pub(crate) fn run_tag(round: u32, warmup: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sections::evaluate;
 
     /// The sections of a committed document, with a backlog_scaling run
     /// and a worker_processes run made from its first consume run.

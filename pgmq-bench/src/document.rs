@@ -143,7 +143,7 @@ pub struct Summary {
     pub durable_comparable: bool,
     /// The ids of the headline figures the document has, in the order of
     /// `summary --markdown`'s rows
-    /// ([`report::summary::HEADLINE`](crate::report::summary::HEADLINE)).
+    /// (`report::summary::HEADLINE`).
     pub headline: Vec<String>,
     /// Every figure: id, unit, direction, median, range and run count.
     pub figures: Vec<SummaryFigure>,
@@ -185,50 +185,6 @@ pub struct SummaryFigure {
     pub max: f64,
     /// How many runs the median is over.
     pub runs: usize,
-}
-
-impl Document {
-    /// The summary of this document.
-    pub fn summary(&self) -> Summary {
-        Summary {
-            schema: SUMMARY_SCHEMA,
-            source_schema: self.schema.clone(),
-            started_at: self.metadata.started_at,
-            finished_at: self.metadata.finished_at,
-            sdk: self.metadata.sdk.clone(),
-            profile: self.profile(),
-            repeat: self.protocol.repeat,
-            invocations: self.protocol.invocations,
-            build: self.metadata.build.clone(),
-            database: SummaryDatabase {
-                server_version: self.metadata.database.server_version.clone(),
-                server_version_num: self.metadata.database.server_version_num,
-                pgmq_version: self.metadata.database.pgmq_version.clone(),
-                pgmq_install: self.metadata.database.pgmq_install.clone(),
-            },
-            host: self.metadata.host.clone(),
-            outcome: self.outcome.clone(),
-            durable_comparable: self.durability.comparable,
-            headline: crate::report::summary::headline(self)
-                .map(|(_, f)| f.id.clone())
-                .collect(),
-            figures: self
-                .figures
-                .iter()
-                .map(|f| SummaryFigure {
-                    id: f.id.clone(),
-                    label: f.label.clone(),
-                    unit: f.unit.clone(),
-                    better: f.better,
-                    median: f.median,
-                    min: f.min,
-                    max: f.max,
-                    runs: f.runs.len(),
-                })
-                .collect(),
-            targets: self.targets.clone(),
-        }
-    }
 }
 
 /// What each handler call does besides recording its id.

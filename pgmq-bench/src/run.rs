@@ -8,7 +8,6 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use pgmq_client::{redact_dsn, Client};
 
-use crate::checks;
 use crate::cli::{HandlerKind, RunArgs};
 use crate::config::Config;
 use crate::document::{
@@ -16,7 +15,7 @@ use crate::document::{
     SCHEMA,
 };
 use crate::error::{Error, Result};
-use crate::figures::{self, TargetContext};
+use crate::figures::TargetContext;
 use crate::guard::Guard;
 use crate::local_db::LocalDb;
 use crate::metadata;
@@ -229,8 +228,8 @@ async fn open_sink(
 /// with the conditions gathered before the rounds and the end-of-run load.
 async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
     let cfg = &ctx.cfg;
-    let figures = figures::build(&sections);
-    let targets = figures::targets(
+    let figures = sections::figures(&sections);
+    let targets = sections::targets(
         &figures,
         TargetContext {
             handler: cfg.handler,
@@ -239,7 +238,7 @@ async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
             messages: cfg.messages,
         },
     );
-    let outcome = checks::evaluate(&sections, &metadata::build().profile);
+    let outcome = sections::evaluate(&sections, &metadata::build().profile);
     let mut host = c.host;
     host.load_average_end = metadata::load_average().await;
     Document {
@@ -261,7 +260,7 @@ async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
         memory: MemorySummary {
             method: ctx.meter.method().as_str().to_owned(),
             overall_peak_rss_bytes: ctx.meter.overall(),
-            per_section: figures::section_peaks(&sections),
+            per_section: sections::section_peaks(&sections),
         },
         figures,
         sections,

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use crate::document::HandlerKind;
 use crate::document::{Document, Host, TargetCheck};
-use crate::figures::{self, TargetContext};
+use crate::figures::TargetContext;
 use crate::report::fmt_value;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -65,7 +65,7 @@ pub fn targets_table(targets: &[TargetCheck]) -> String {
 /// Re-evaluates the targets from the document's figures and workload.
 pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
     let w = &doc.metadata.workload;
-    figures::targets(
+    crate::sections::targets(
         &doc.figures,
         TargetContext {
             handler: handler_of(doc),

@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, Rate, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, figure_keys};
+use crate::report::{cell, definitions, figure_keys};
 use crate::report::thousands;
 use crate::sections::{Round, Section};
 use crate::config::Config;
@@ -254,7 +254,8 @@ fn report_part(out: &mut String, d: &Document) {
 mod tests {
     use super::*;
     use crate::document::ConsumeRun;
-    use crate::figures::{build, median_of};
+    use crate::figures::median_of;
+    use crate::sections::figures as build;
 
     /// A recorded backlog run (from a committed document) with the size,
     /// round and rate given.

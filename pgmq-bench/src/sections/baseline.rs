@@ -40,7 +40,7 @@ use crate::checks::{run_tag, Checks};
 use crate::config::Config;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, fig, worker_counts};
+use crate::report::{cell, definitions, fig, worker_counts};
 use crate::sections::consume::{self, consume_counts, ConsumeScaling};
 use crate::sections::send::{self, SendBatch, SendSingle};
 use crate::sections::{Round, Section};

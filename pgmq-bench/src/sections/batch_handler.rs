@@ -37,7 +37,7 @@ use crate::document::{Runs, SectionRuns, Better, Document, LedgerReport, Rate, S
 use crate::error::{Error, Result};
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::{fmt_value, thousands};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::sections::consume::{with_claim_reads, worker_on, Tally};
 use crate::sections::{counters, Ctx, InBody, Options, Round, Section, Sink, SINK_TABLE};
 use crate::config::Config;

@@ -36,7 +36,7 @@ use crate::checks::{run_tag, Checks};
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::fmt_value;
-use crate::report::markdown::{cell, definitions, fig, worker_counts};
+use crate::report::{cell, definitions, fig, worker_counts};
 use crate::sections::baseline::{self, neighbour, Loop};
 use crate::sections::{Round, Section};
 use crate::config::Config;

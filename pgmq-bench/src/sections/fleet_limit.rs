@@ -41,7 +41,7 @@ use crate::document::{Runs, SectionRuns, Better, Document, Figure, LedgerReport,
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::ledger::Ledger;
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::sections::processes::{bench_exe, child_spec, collect_child, start_child};
 use crate::sections::{Ctx, Options, Round, Section};
 use crate::config::Config;

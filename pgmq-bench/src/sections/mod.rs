@@ -31,9 +31,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::Checks;
 use crate::config::{Apply, Config};
-use crate::document::{Document, SectionRuns, Sections, WorkerCounters};
+use std::collections::BTreeMap;
+
+use crate::document::{
+    Document, Figure, RunOutcome, SectionRuns, Sections, TargetCheck, WorkerCounters,
+};
 use crate::error::Result;
 use crate::figures::Figures;
+use crate::figures::{worker_targets, TargetContext};
 use crate::guard::Guard;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
@@ -159,6 +164,51 @@ pub trait Options: clap::Args {
 pub use processes::child_main as process_worker_main;
 pub use sustained::db_clock_offset_us;
 
+/// Every figure of the measured runs in `s`: each section's, in the order
+/// a round runs them, then the memory figures.
+pub(crate) fn figures(s: &Sections) -> Vec<Figure> {
+    let mut f = Figures::default();
+    for section in REGISTRY {
+        section.figures(s, &mut f);
+    }
+    crate::figures::memory(&mut f, &peaks(s));
+    f.into_figures()
+}
+
+/// Each section's run peaks, in the order a round runs them.
+fn peaks(s: &Sections) -> Vec<(&'static str, crate::figures::RunPeaks)> {
+    REGISTRY.iter().map(|x| (x.name(), x.peaks(s))).collect()
+}
+
+/// Largest run peak per section, warm-up runs included.
+pub(crate) fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
+    crate::figures::section_peaks(&peaks(s))
+}
+
+/// The run's own checks, which decide its outcome: each section's of its
+/// runs (every message accounted for, every drain verified, sustained
+/// verdicts; warnings about weak numbers), and a warning for a build that
+/// is not a release build (`profile`).
+pub(crate) fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
+    let mut checks = Checks::default();
+    for section in REGISTRY {
+        section.check(s, &mut checks);
+    }
+    checks.outcome(profile)
+}
+
+/// The pgmq-worker performance targets, evaluated on the medians of one
+/// document: the worker's ([`worker_targets`]) and those each section
+/// states of its own figures. The memory target needs two documents:
+/// `check-memory`.
+pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
+    let mut checks = worker_targets(figures, ctx);
+    for section in REGISTRY {
+        checks.extend(section.targets(figures));
+    }
+    checks
+}
+
 /// The JSON Schema of the benchmark.v1 document, generated from its types:
 /// the document's own, each registered section's run type under
 /// `sections.<name>` (described by its one-line help), and the registered
@@ -268,7 +318,7 @@ pub(crate) trait Section: Sync {
     fn report(&self, d: &Document, out: &mut String);
 
     /// Its performance targets, evaluated on a document's `figures` (see
-    /// [`targets`](crate::figures::targets)); none by default.
+    /// [`targets`]); none by default.
     fn targets(&self, figures: &[crate::document::Figure]) -> Vec<crate::document::TargetCheck> {
         let _ = figures;
         Vec::new()

@@ -52,7 +52,7 @@ use crate::document::{Runs, SectionRuns,
 };
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
-use crate::report::markdown::definitions;
+use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::sections::consume::{QueueWaits, Tally};
 use crate::sections::steady::{dead_tuples, DbSnapshot, SteadyServer};

@@ -48,7 +48,7 @@ use futures::future::BoxFuture;
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, Figure, Sample, Sections, TargetCheck};
 use crate::figures::{check, counts_in_ids, measured, median_of, Figures};
-use crate::report::markdown::{cell, definitions, figure_keys};
+use crate::report::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
 use crate::config::Config;

@@ -15,7 +15,7 @@ use crate::checks::{run_tag, Checks};
 use crate::document::{Document, Rate, Runs, SectionRuns, Sections};
 use crate::error::Result;
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::sections::baseline::{neighbour, Loop};
 use crate::sections::{id_batches, Ctx, Round, Section};
 use crate::config::Config;

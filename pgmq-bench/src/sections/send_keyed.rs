@@ -24,7 +24,7 @@ use crate::checks::{run_tag, Checks};
 use crate::document::{Runs, SectionRuns, Better, Document, Rate, Sections};
 use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::sections::{id_batches, Ctx, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};

@@ -50,7 +50,7 @@ use crate::document::{Runs, SectionRuns, Better, Document, Percentiles, Rate, Sa
 use crate::error::{Error, Result};
 use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
-use crate::report::markdown::definitions;
+use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::sections::consume::{QueueWaits, Tally};
 use crate::sections::sustained::db_clock_offset_us;
