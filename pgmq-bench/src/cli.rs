@@ -249,8 +249,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 150_000)]
     pub messages: u64,
 
-    /// Messages per batch-send run (send_batch and its baseline loop, and
-    /// each of send_batch_keyed's two runs).
+    /// Messages per batch-send run, in every section that sends in
+    /// batches (send_batch and its baseline loop, send_batch_keyed, ...).
     #[arg(long, default_value_t = 250_000)]
     pub batch_messages: u64,
 
