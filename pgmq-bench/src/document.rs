@@ -1,6 +1,7 @@
 //! The `pgmq-bench.benchmark.v1` document: the types the binary writes and
-//! `report`/`compare`/`check` read. `docs/benchmark.v1.schema.json` describes
-//! the same shape; a test validates real output against it.
+//! `report`/`compare`/`check` read. `docs/benchmark.v1.schema.json` is
+//! generated from these types and the sections' run types
+//! (`sections::schema`); a test validates real output against it.
 //!
 //! Layout: [`Document::figures`] is a flat list of every reported number
 //! (median, min, max, the raw value of each measured run, its unit, which

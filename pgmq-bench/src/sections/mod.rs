@@ -1,11 +1,12 @@
 //! The benchmark's sections, one file each, and the registry that lists
 //! them: `REGISTRY` is where the command line's section names, the order a
-//! round runs them in, the run's checks, the document's figures and the
-//! Markdown report's parts come from. A section's file holds its run, its
-//! `Section` implementation (how a round runs it, its checks, its figures,
-//! its part of the report), so adding a section is one file and one line in
-//! the `registry!` list below (a section without a field of its own in
-//! [`Sections`] keeps its runs in [`Sections::extra`]). A section with
+//! round runs them in, the run's checks, the document's figures, the
+//! Markdown report's parts and the document's JSON Schema ([`schema`]) come
+//! from. A section's file holds its run type and where its runs are kept
+//! (a [`Runs`](crate::document::Runs)), its `Section` implementation (how
+//! a round runs it, its checks, its figures, its part of the report), so
+//! adding a section is one file and one line in the `registry!` list below
+//! (then `pgmq-bench schema` regenerates the committed schema). A section with
 //! options of its own declares them in its file as a type implementing
 //! [`Options`] (its flags, the checked settings derived from them, and what
 //! the document's workload records of them) and names it in its registry
@@ -198,7 +199,7 @@ pub(crate) fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
 }
 
 /// The pgmq-worker performance targets, evaluated on the medians of one
-/// document: the worker's ([`worker_targets`]) and those each section
+/// document: the worker's (`figures::worker_targets`) and those each section
 /// states of its own figures. The memory target needs two documents:
 /// `check-memory`.
 pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
