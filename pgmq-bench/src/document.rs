@@ -409,8 +409,11 @@ pub struct Workload {
     /// Connection pool size of the SDK client.
     pub pool_size: u32,
     /// What the sections record of the options they declare.
+    /// Each field is a section's, and the section reads its own as its
+    /// type ([`Workload::options_of`]); the registry gives their schema.
     #[serde(flatten)]
-    pub options: crate::sections::SectionWorkloads,
+    #[schemars(skip)]
+    pub options: BTreeMap<String, serde_json::Value>,
     /// sustained duration, seconds.
     pub sustained_duration_s: f64,
     /// sustained: seconds at the start excluded from the slope fit.
@@ -449,6 +452,15 @@ pub struct Workload {
     /// The sustained rate search's settings (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_search: Option<RateSearch>,
+}
+
+impl Workload {
+    /// The sections' options as `T`, the type a section's options record
+    /// (its fields read from [`options`](Workload::options)).
+    pub fn options_of<T: DeserializeOwned>(&self) -> Result<T> {
+        let fields = serde_json::Value::Object(self.options.clone().into_iter().collect());
+        serde_json::from_value(fields).map_err(|e| Error::json("metadata.workload", e))
+    }
 }
 
 /// The settings of the sustained rate search (`--rate-search`).

@@ -70,7 +70,11 @@ pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
         TargetContext {
             handler: handler_of(doc),
             handler_work_ms: w.handler_work_ms,
-            idle_poll_ms: w.options.idle.idle_poll_ms,
+            idle_poll_ms: w
+                .options
+                .get("idle_poll_ms")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or_default(),
             messages: w.messages,
         },
     )

@@ -585,7 +585,9 @@ fn report_part(out: &mut String, d: &Document) {
     if fig(d, &id("batch_tx", "throughput")).is_none() {
         return;
     }
-    let w = &d.metadata.workload.options.batch_handler;
+    let Ok(w) = d.metadata.workload.options_of::<BatchHandlerWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Batch handlers (batch_handler)\n\n\

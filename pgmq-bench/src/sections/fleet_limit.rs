@@ -413,7 +413,9 @@ fn report_part(out: &mut String, d: &Document) {
     if fig(d, "fleet_limit.limited.used").is_none() {
         return;
     }
-    let w = &d.metadata.workload.options.fleet_limit;
+    let Ok(w) = d.metadata.workload.options_of::<FleetLimitWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\

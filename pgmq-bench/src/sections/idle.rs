@@ -264,7 +264,9 @@ fn report_part(out: &mut String, d: &Document) {
     if fig(d, "idle_worker.cpu_percent").is_none() {
         return;
     }
-    let w = &d.metadata.workload.options.idle;
+    let Ok(w) = d.metadata.workload.options_of::<IdleWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\

@@ -106,10 +106,14 @@ macro_rules! registry {
                 })
             }
 
-            /// What the workload records of them.
-            pub(crate) fn workload(&self) -> SectionWorkloads {
-                SectionWorkloads {
+            /// What the workload records of them, field by field.
+            pub(crate) fn workload(&self) -> BTreeMap<String, serde_json::Value> {
+                let all = SectionWorkloads {
                     $($($module: <$module::$opts as Options>::workload(&self.$module),)?)+
+                };
+                match serde_json::to_value(all) {
+                    Ok(serde_json::Value::Object(fields)) => fields.into_iter().collect(),
+                    _ => BTreeMap::new(),
                 }
             }
         }
@@ -225,10 +229,25 @@ pub fn schema() -> serde_json::Value {
         runs["description"] = section.about().into();
         properties.insert(section.name().to_owned(), runs);
     }
+    generator.subschema_for::<SectionWorkloads>();
     let mut root = generator.root_schema_for::<Document>().to_value();
     root["$id"] = "https://example.invalid/pgmq-sdk/docs/benchmark.v1.schema.json".into();
     root["title"] = crate::document::SCHEMA.into();
     let defs = &mut root["$defs"];
+    // The sections' options are fields of the workload.
+    let options = defs
+        .as_object_mut()
+        .and_then(|d| d.remove("SectionWorkloads"))
+        .unwrap_or_default();
+    let workload = &mut defs["Workload"];
+    for (name, field) in options["properties"].as_object().into_iter().flatten() {
+        workload["properties"][name] = field.clone();
+    }
+    for name in options["required"].as_array().into_iter().flatten() {
+        if let Some(required) = workload["required"].as_array_mut() {
+            required.push(name.clone());
+        }
+    }
     defs["Sections"] = serde_json::json!({
         "description": "Each section's runs under its name.",
         "type": "object",

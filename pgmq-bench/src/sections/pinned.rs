@@ -848,7 +848,9 @@ fn report_part(out: &mut String, d: &Document) {
     if runs.is_empty() {
         return;
     }
-    let w = &d.metadata.workload.options.pinned;
+    let Ok(w) = d.metadata.workload.options_of::<PinnedWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Pinned MVCC horizon (pinned_horizon)\n\n\

@@ -945,7 +945,9 @@ fn report_part(out: &mut String, d: &Document) {
     if runs.is_empty() {
         return;
     }
-    let w = &d.metadata.workload.options.steady;
+    let Ok(w) = d.metadata.workload.options_of::<SteadyWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Steady stream (steady_stream)\n\n\

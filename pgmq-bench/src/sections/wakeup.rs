@@ -433,7 +433,9 @@ fn report_part(out: &mut String, d: &Document) {
     {
         return;
     }
-    let w = &d.metadata.workload.options.wakeup;
+    let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
