@@ -4,25 +4,10 @@
 //! drained queue, the worker's counters adding up, runs long enough to
 //! measure).
 
-use crate::document::{LedgerReport, RunOutcome, Sections, WorkerCounters};
-use crate::sections::REGISTRY;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
-/// The run's own checks: every message accounted for, every drain verified,
-/// sustained verdicts; and warnings about weak numbers.
-pub(crate) fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
-    let mut checks = Checks::default();
-    for section in REGISTRY {
-        section.check(s, &mut checks);
-    }
-    if profile != "release" {
-        checks.warn("debug build: numbers show correctness, not representative throughput");
-    }
-    RunOutcome {
-        ok: checks.failures.is_empty(),
-        failures: checks.failures,
-        warnings: checks.warnings,
-    }
-}
+use crate::document::{LedgerReport, RunOutcome, Runs, Sections, WorkerCounters};
 
 /// The failures and warnings the sections' checks found.
 #[derive(Debug, Default)]
@@ -32,9 +17,35 @@ pub(crate) struct Checks {
 }
 
 impl Checks {
+    /// The run's outcome: these failures and warnings, and a warning when
+    /// the build (`profile`) is not a release build.
+    pub(crate) fn outcome(mut self, profile: &str) -> RunOutcome {
+        if profile != "release" {
+            self.warn("debug build: numbers show correctness, not representative throughput");
+        }
+        RunOutcome {
+            ok: self.failures.is_empty(),
+            failures: self.failures,
+            warnings: self.warnings,
+        }
+    }
+
     /// A failure: the run's outcome is not ok.
     pub(crate) fn fail(&mut self, what: impl Into<String>) {
         self.failures.push(what.into());
+    }
+
+    /// The runs of `runs` in `s`: none, and a failure, when they do not
+    /// parse as their type.
+    pub(crate) fn runs<T: Serialize + DeserializeOwned>(
+        &mut self,
+        runs: &Runs<T>,
+        s: &Sections,
+    ) -> Vec<T> {
+        runs.of(s).unwrap_or_else(|e| {
+            self.fail(e.to_string());
+            Vec::new()
+        })
     }
 
     /// A warning about a weak number.
@@ -114,6 +125,7 @@ pub(crate) fn run_tag(round: u32, warmup: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sections::evaluate;
 
     /// The sections of a committed document, with a backlog_scaling run
     /// and a worker_processes run made from its first consume run.
@@ -144,13 +156,16 @@ mod tests {
     fn drained_runs_fail_on_what_they_lost_or_left() {
         let clean = evaluate(&sections(), "release");
         assert!(clean.ok, "{:?}", clean.failures);
-        let mut s = sections();
-        s.consume_scaling[0].ledger.missing = 3;
-        s.backlog_scaling[0].remaining_after = 5;
-        s.backlog_scaling[0].worker.deleted += 1;
-        s.worker_processes[0].per_process[0].worker.failed = 1;
-        s.worker_processes[0].per_process[0].stalled = true;
-        let expected = s.backlog_scaling[0].ledger.expected;
+        let mut v = serde_json::to_value(sections()).unwrap();
+        v["consume_scaling"][0]["ledger"]["missing"] = 3.into();
+        v["backlog_scaling"][0]["remaining_after"] = 5.into();
+        v["backlog_scaling"][0]["worker"]["deleted"] = 9_999_999.into();
+        v["worker_processes"][0]["per_process"][0]["worker"]["failed"] = 1.into();
+        v["worker_processes"][0]["per_process"][0]["stalled"] = true.into();
+        let expected = v["backlog_scaling"][0]["ledger"]["expected"]
+            .as_u64()
+            .unwrap();
+        let s: Sections = serde_json::from_value(v).unwrap();
         let out = evaluate(&s, "release");
         let has = |needle: &str| out.failures.iter().any(|f| f.starts_with(needle));
         assert!(!out.ok);

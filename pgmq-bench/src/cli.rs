@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use serde::{Deserialize, Serialize};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::local_db;
+
+/// The values of `--handler` and `--claim-reads`, as the document records them.
+pub use crate::document::{ClaimReadsArg, HandlerKind};
 
 /// `pgmq-bench`: benchmark, report and compare pgmq-client and pgmq-worker.
 ///
@@ -137,90 +139,10 @@ pub enum Command {
     /// docs/benchmark-summary.v1.schema.json: every figure's median and
     /// range, the targets, outcome, SDK, server and host; no runs).
     Summary(SummaryArgs),
-}
-
-/// What each handler call does besides recording its id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[value(rename_all = "kebab-case")]
-#[serde(rename_all = "kebab-case")]
-pub enum HandlerKind {
-    /// Nothing (plus `--handler-work-ms`).
-    Empty,
-    /// Inserts one row into `pgmq_bench_handler_sink` of the same database,
-    /// through a pool of its own (plus `--handler-work-ms`).
-    DbWrite,
-    /// The same insert, made by a transactional handler in the worker's
-    /// transaction that also deletes the message (transactional
-    /// completion), on the SDK pool (raised to at least the largest
-    /// worker's handlers + 4 connections, which its transactions need).
-    DbWriteTx,
-}
-
-impl HandlerKind {
-    /// The name in the document.
-    pub fn name(self) -> &'static str {
-        match self {
-            HandlerKind::Empty => "empty",
-            HandlerKind::DbWrite => "db-write",
-            HandlerKind::DbWriteTx => "db-write-tx",
-        }
-    }
-
-    /// The kind with this [`name`](HandlerKind::name), if any.
-    ///
-    /// ```
-    /// use pgmq_bench::cli::HandlerKind;
-    /// assert_eq!(HandlerKind::from_name("db-write"), Some(HandlerKind::DbWrite));
-    /// assert_eq!(HandlerKind::from_name("slow"), None);
-    /// ```
-    pub fn from_name(name: &str) -> Option<HandlerKind> {
-        HandlerKind::value_variants()
-            .iter()
-            .copied()
-            .find(|k| k.name() == name)
-    }
-}
-
-/// How the workers' claimers read the queue (`--claim-reads`): the
-/// worker's [`ClaimReads`](pgmq_worker::ClaimReads) paths that a benchmark
-/// compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[value(rename_all = "kebab-case")]
-#[serde(rename_all = "kebab-case")]
-pub enum ClaimReadsArg {
-    /// A statement on the queue table that continues after the highest
-    /// `msg_id` read, skipping the deleted head of a draining queue.
-    Bounded,
-    /// The same statement, always from the lowest `msg_id`.
-    FromStart,
-    /// PGMQ's `pgmq.read` function.
-    Function,
-}
-
-impl ClaimReadsArg {
-    /// The name on the command line and in the document.
-    pub fn name(self) -> &'static str {
-        match self {
-            ClaimReadsArg::Bounded => "bounded",
-            ClaimReadsArg::FromStart => "from-start",
-            ClaimReadsArg::Function => "function",
-        }
-    }
-
-    /// The option naming `how`, if there is one.
-    ///
-    /// ```
-    /// use pgmq_bench::cli::ClaimReadsArg;
-    /// use pgmq_worker::ClaimReads;
-    /// assert_eq!(ClaimReadsArg::of(ClaimReads::Function), Some(ClaimReadsArg::Function));
-    /// assert_eq!(ClaimReadsArg::of(ClaimReads::FifoGroups), None);
-    /// ```
-    pub fn of(how: pgmq_worker::ClaimReads) -> Option<ClaimReadsArg> {
-        ClaimReadsArg::value_variants()
-            .iter()
-            .copied()
-            .find(|a| pgmq_worker::ClaimReads::from(*a) == how)
-    }
+    /// Print the JSON Schema of the benchmark.v1 document, generated from
+    /// the document's types and the registered sections' runs (what
+    /// docs/benchmark.v1.schema.json holds).
+    Schema,
 }
 
 impl From<ClaimReadsArg> for pgmq_worker::ClaimReads {
@@ -327,8 +249,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 150_000)]
     pub messages: u64,
 
-    /// Messages per batch-send run (send_batch and its baseline loop, and
-    /// each of send_batch_keyed's two runs).
+    /// Messages per batch-send run, in every section that sends in
+    /// batches (send_batch and its baseline loop, send_batch_keyed, ...).
     #[arg(long, default_value_t = 250_000)]
     pub batch_messages: u64,
 

@@ -67,6 +67,14 @@ pub async fn summary(args: SummaryArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `schema`: the benchmark.v1 document's JSON Schema on stdout.
+pub fn schema() -> Result<i32> {
+    let text = serde_json::to_string_pretty(&crate::sections::schema())
+        .map_err(|e| Error::json("the schema", e))?;
+    println!("{text}");
+    Ok(0)
+}
+
 /// `check-memory`: the memory target from two documents; 1 when missed.
 pub async fn check_memory(args: CheckMemoryArgs) -> Result<i32> {
     let small = Document::read(&args.small).await?;

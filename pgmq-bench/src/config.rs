@@ -493,7 +493,7 @@ mod tests {
         ]
         .map(Profile::name)
         .to_vec();
-        let in_schema: Vec<&str> = schema["$defs"]["profile"]["enum"]
+        let in_schema: Vec<&str> = schema["$defs"]["ProfileName"]["enum"]
             .as_array()
             .unwrap()
             .iter()

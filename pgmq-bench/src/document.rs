@@ -1,6 +1,7 @@
 //! The `pgmq-bench.benchmark.v1` document: the types the binary writes and
-//! `report`/`compare`/`check` read. `docs/benchmark.v1.schema.json` describes
-//! the same shape; a test validates real output against it.
+//! `report`/`compare`/`check` read. `docs/benchmark.v1.schema.json` is
+//! generated from these types and the sections' run types
+//! (`sections::schema`); a test validates real output against it.
 //!
 //! Layout: [`Document::figures`] is a flat list of every reported number
 //! (median, min, max, the raw value of each measured run, its unit, which
@@ -10,11 +11,16 @@
 //! [`Document::protocol`].
 
 use std::collections::BTreeMap;
+use std::marker::PhantomData;
 
 use chrono::{DateTime, Utc};
+use clap::ValueEnum;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+
+pub use crate::stats::{IntervalPercentiles, Percentiles};
 
 // What the fault suite's report records too (the SDK build, the compiler,
 // the server, its durability): defined in pgmq-testkit, the same JSON here.
@@ -26,10 +32,11 @@ pub use pgmq_testkit::environment::{
 pub const SCHEMA: &str = "pgmq-bench.benchmark.v1";
 
 /// One benchmark invocation's result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Document {
     /// Always [`SCHEMA`].
+    #[schemars(extend("const" = SCHEMA))]
     pub schema: String,
     /// Whether the run passed its correctness checks, and why not.
     pub outcome: RunOutcome,
@@ -137,7 +144,7 @@ pub struct Summary {
     pub durable_comparable: bool,
     /// The ids of the headline figures the document has, in the order of
     /// `summary --markdown`'s rows
-    /// ([`report::summary::HEADLINE`](crate::report::summary::HEADLINE)).
+    /// (`report::summary::HEADLINE`).
     pub headline: Vec<String>,
     /// Every figure: id, unit, direction, median, range and run count.
     pub figures: Vec<SummaryFigure>,
@@ -181,52 +188,96 @@ pub struct SummaryFigure {
     pub runs: usize,
 }
 
-impl Document {
-    /// The summary of this document.
-    pub fn summary(&self) -> Summary {
-        Summary {
-            schema: SUMMARY_SCHEMA,
-            source_schema: self.schema.clone(),
-            started_at: self.metadata.started_at,
-            finished_at: self.metadata.finished_at,
-            sdk: self.metadata.sdk.clone(),
-            profile: self.profile(),
-            repeat: self.protocol.repeat,
-            invocations: self.protocol.invocations,
-            build: self.metadata.build.clone(),
-            database: SummaryDatabase {
-                server_version: self.metadata.database.server_version.clone(),
-                server_version_num: self.metadata.database.server_version_num,
-                pgmq_version: self.metadata.database.pgmq_version.clone(),
-                pgmq_install: self.metadata.database.pgmq_install.clone(),
-            },
-            host: self.metadata.host.clone(),
-            outcome: self.outcome.clone(),
-            durable_comparable: self.durability.comparable,
-            headline: crate::report::summary::headline(self)
-                .map(|(_, f)| f.id.clone())
-                .collect(),
-            figures: self
-                .figures
-                .iter()
-                .map(|f| SummaryFigure {
-                    id: f.id.clone(),
-                    label: f.label.clone(),
-                    unit: f.unit.clone(),
-                    better: f.better,
-                    median: f.median,
-                    min: f.min,
-                    max: f.max,
-                    runs: f.runs.len(),
-                })
-                .collect(),
-            targets: self.targets.clone(),
+/// What each handler call does besides recording its id.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[value(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
+pub enum HandlerKind {
+    /// Nothing (plus `--handler-work-ms`).
+    Empty,
+    /// Inserts one row into `pgmq_bench_handler_sink` of the same database,
+    /// through a pool of its own (plus `--handler-work-ms`).
+    DbWrite,
+    /// The same insert, made by a transactional handler in the worker's
+    /// transaction that also deletes the message (transactional
+    /// completion), on the SDK pool (raised to at least the largest
+    /// worker's handlers + 4 connections, which its transactions need).
+    DbWriteTx,
+}
+
+impl HandlerKind {
+    /// The name in the document.
+    pub fn name(self) -> &'static str {
+        match self {
+            HandlerKind::Empty => "empty",
+            HandlerKind::DbWrite => "db-write",
+            HandlerKind::DbWriteTx => "db-write-tx",
         }
+    }
+
+    /// The kind with this [`name`](HandlerKind::name), if any.
+    ///
+    /// ```
+    /// use pgmq_bench::document::HandlerKind;
+    /// assert_eq!(HandlerKind::from_name("db-write"), Some(HandlerKind::DbWrite));
+    /// assert_eq!(HandlerKind::from_name("slow"), None);
+    /// ```
+    pub fn from_name(name: &str) -> Option<HandlerKind> {
+        HandlerKind::value_variants()
+            .iter()
+            .copied()
+            .find(|k| k.name() == name)
+    }
+}
+
+/// How the workers' claimers read the queue (`--claim-reads`): the
+/// worker's [`ClaimReads`](pgmq_worker::ClaimReads) paths that a benchmark
+/// compares.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[value(rename_all = "kebab-case")]
+#[serde(rename_all = "kebab-case")]
+pub enum ClaimReadsArg {
+    /// A statement on the queue table that continues after the highest
+    /// `msg_id` read, skipping the deleted head of a draining queue.
+    Bounded,
+    /// The same statement, always from the lowest `msg_id`.
+    FromStart,
+    /// PGMQ's `pgmq.read` function.
+    Function,
+}
+
+impl ClaimReadsArg {
+    /// The name on the command line and in the document.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimReadsArg::Bounded => "bounded",
+            ClaimReadsArg::FromStart => "from-start",
+            ClaimReadsArg::Function => "function",
+        }
+    }
+
+    /// The option naming `how`, if there is one.
+    ///
+    /// ```
+    /// use pgmq_bench::document::ClaimReadsArg;
+    /// use pgmq_worker::ClaimReads;
+    /// assert_eq!(ClaimReadsArg::of(ClaimReads::Function), Some(ClaimReadsArg::Function));
+    /// assert_eq!(ClaimReadsArg::of(ClaimReads::FifoGroups), None);
+    /// ```
+    pub fn of(how: pgmq_worker::ClaimReads) -> Option<ClaimReadsArg> {
+        ClaimReadsArg::value_variants()
+            .iter()
+            .copied()
+            .find(|a| pgmq_worker::ClaimReads::from(*a) == how)
     }
 }
 
 /// Pass or fail of the run's own checks.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct RunOutcome {
     /// No failures.
@@ -238,7 +289,7 @@ pub struct RunOutcome {
 }
 
 /// Versions and conditions.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Metadata {
     /// When the run started.
@@ -263,7 +314,7 @@ pub struct Metadata {
 }
 
 /// The benchmark process's tokio runtime.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct RuntimeInfo {
     /// Worker threads of the multi-threaded runtime the sections ran on
@@ -272,7 +323,7 @@ pub struct RuntimeInfo {
 }
 
 /// The machine.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Host {
     /// `std::env::consts::OS`.
@@ -308,7 +359,7 @@ pub struct Host {
 }
 
 /// What the host says about virtualization; each field null when unknown.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Virtualization {
     /// `systemd-detect-virt --vm` (`none`, `kvm`, `vmware`, ...), when installed.
@@ -325,15 +376,17 @@ pub struct Virtualization {
 }
 
 /// What was measured.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Workload {
     /// The profile the options were completed from: `default` (no profile
     /// flag), `quick`, `standard`, `full` or `long`. Absent in older
     /// documents, whose run without a profile flag was the full one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<ProfileName>")]
     pub profile: Option<String>,
     /// Sections run, in order.
+    #[schemars(with = "Vec<SectionName>")]
     pub sections: Vec<String>,
     /// Messages per consume run (consume_scaling, baseline read + delete).
     pub messages: u64,
@@ -356,8 +409,11 @@ pub struct Workload {
     /// Connection pool size of the SDK client.
     pub pool_size: u32,
     /// What the sections record of the options they declare.
+    /// Each field is a section's, and the section reads its own as its
+    /// type ([`Workload::options_of`]); the registry gives their schema.
     #[serde(flatten)]
-    pub options: crate::sections::SectionWorkloads,
+    #[schemars(skip)]
+    pub options: BTreeMap<String, serde_json::Value>,
     /// sustained duration, seconds.
     pub sustained_duration_s: f64,
     /// sustained: seconds at the start excluded from the slope fit.
@@ -371,6 +427,7 @@ pub struct Workload {
     /// What each handler call did besides recording its id (`--handler`:
     /// `empty`, `db-write` or `db-write-tx`); absent in older documents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<HandlerKind>")]
     pub handler: Option<String>,
     /// backlog_scaling backlog sizes, ascending (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -390,14 +447,24 @@ pub struct Workload {
     /// worker's default): `bounded`, `from-start` or `function`; absent in
     /// older documents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<ClaimReadsArg>")]
     pub claim_reads: Option<String>,
     /// The sustained rate search's settings (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_search: Option<RateSearch>,
 }
 
+impl Workload {
+    /// The sections' options as `T`, the type a section's options record
+    /// (its fields read from [`options`](Workload::options)).
+    pub fn options_of<T: DeserializeOwned>(&self) -> Result<T> {
+        let fields = serde_json::Value::Object(self.options.clone().into_iter().collect());
+        serde_json::from_value(fields).map_err(|e| Error::json("metadata.workload", e))
+    }
+}
+
 /// The settings of the sustained rate search (`--rate-search`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct RateSearch {
     /// Whether the search ran (`--rate-search`).
@@ -409,7 +476,7 @@ pub struct RateSearch {
 }
 
 /// How the numbers were taken.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Protocol {
     /// Rounds run first and discarded.
@@ -433,8 +500,31 @@ pub struct Protocol {
     pub invocations: Option<u32>,
 }
 
+/// The names of the profiles (`--quick`, the default, `--standard`,
+/// `--full`, `--long`) in `metadata.workload.profile`.
+pub const PROFILES: [&str; 5] = ["quick", "default", "standard", "full", "long"];
+
+/// A profile's name, one of [`PROFILES`], in the document's schema.
+#[derive(Debug)]
+pub struct ProfileName;
+
+impl schemars::JsonSchema for ProfileName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ProfileName".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "enum": PROFILES })
+    }
+}
+
+/// The units of figures.
+pub const UNITS: [&str; 11] = [
+    "msg/s", "ms", "s", "%", "x", "MiB", "1/s", "msg", "1/msg", "B/msg", "µs/msg",
+];
+
 /// Which direction of change is an improvement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Better {
     /// Larger is better (throughput).
@@ -446,16 +536,18 @@ pub enum Better {
 }
 
 /// One reported number over the measured runs.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Figure {
     /// Stable key, e.g. `consume_scaling.w4.throughput`.
     pub id: String,
     /// The section it belongs to.
+    #[schemars(with = "SectionName")]
     pub section: String,
     /// Short human label.
     pub label: String,
-    /// Unit: `msg/s`, `ms`, `%`, `x`, `MiB`, `1/s`, `msg`.
+    /// Unit: one of [`UNITS`].
+    #[schemars(extend("enum" = UNITS))]
     pub unit: String,
     /// Which direction is an improvement.
     pub better: Better,
@@ -500,7 +592,7 @@ impl Figure {
 }
 
 /// One measured run's value of a figure.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Sample {
     /// Measured round (0-based, warm-up rounds excluded).
@@ -538,7 +630,7 @@ impl Sample {
 }
 
 /// A count over seconds; `rate_per_s` is always `count / elapsed_s`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Rate {
     /// How many.
@@ -570,61 +662,84 @@ impl Rate {
     }
 }
 
-/// A latency distribution, milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Percentiles {
-    /// How many values.
-    pub samples: u64,
-    /// Smallest.
-    pub min: f64,
-    /// Mean.
-    pub mean: f64,
-    /// Median.
-    pub p50: f64,
-    /// 95th percentile.
-    pub p95: f64,
-    /// 99th percentile.
-    pub p99: f64,
-    /// Largest.
-    pub max: f64,
+/// A registered section's name, in the document's schema: the registry,
+/// which knows the names, fills in their list (`sections::schema`).
+#[derive(Debug)]
+pub struct SectionName;
+
+impl schemars::JsonSchema for SectionName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SectionName".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string" })
+    }
 }
 
-/// Every run's record, per section.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Sections {
-    /// Sequential one-message SDK sends.
-    pub send_single: Vec<SendRun>,
-    /// Sequential SDK batch sends.
-    pub send_batch: Vec<SendRun>,
-    /// The worker runtime draining a preloaded queue, per handler count.
-    pub consume_scaling: Vec<ConsumeRun>,
-    /// The worker with nothing to do.
-    pub idle_worker: Vec<IdleRun>,
-    /// Send-to-handler latency per wake-up mode.
-    pub wakeup_latency: Vec<WakeupRun>,
-    /// The same loops with plain prepared statements on one connection.
-    pub baseline: Vec<BaselineRun>,
-    /// Producers and the worker together.
-    pub sustained: Vec<SustainedRun>,
-    /// The worker draining fresh queues of several backlog sizes (one run per
-    /// size per round; the size is `ledger.expected`). Absent in older documents.
-    #[serde(default)]
-    pub backlog_scaling: Vec<ConsumeRun>,
-    /// Separate worker processes draining one queue. Absent in older documents.
-    #[serde(default)]
-    pub worker_processes: Vec<ProcessesRun>,
-    /// The runs of any other section, under its name: a section without a
-    /// field above keeps its runs here ([`record`](Sections::record),
-    /// [`runs`](Sections::runs)), serialized beside the others.
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, serde_json::Value>,
+/// The sections every benchmark.v1 document holds, in this order, each an
+/// empty list when the run did not run it: the format's first sections,
+/// whose readers may expect them. The first seven are in every benchmark.v1
+/// document; `backlog_scaling` and `worker_processes` are absent in older
+/// ones. Any other section's runs are written only when it ran.
+pub const ALWAYS_WRITTEN: [&str; 9] = [
+    "send_single",
+    "send_batch",
+    "consume_scaling",
+    "idle_worker",
+    "wakeup_latency",
+    "baseline",
+    "sustained",
+    "backlog_scaling",
+    "worker_processes",
+];
+
+/// Every run's record, per section: under the section's name, the list of
+/// its runs, each in the shape of the section's run type. A section
+/// declares that type and its name once, in its file, as a [`Runs`], which
+/// reads and appends its runs here; the document's schema takes each
+/// section's from the registry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Sections(BTreeMap<String, serde_json::Value>);
+
+impl Serialize for Sections {
+    /// The [`ALWAYS_WRITTEN`] sections first, then the others by name.
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let empty = serde_json::Value::Array(Vec::new());
+        let others = self
+            .0
+            .iter()
+            .filter(|(name, _)| !ALWAYS_WRITTEN.contains(&name.as_str()));
+        let mut map = ser.serialize_map(None)?;
+        for name in ALWAYS_WRITTEN {
+            map.serialize_entry(name, self.0.get(name).unwrap_or(&empty))?;
+        }
+        for (name, runs) in others {
+            map.serialize_entry(name, runs)?;
+        }
+        map.end()
+    }
+}
+
+impl schemars::JsonSchema for Sections {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Sections".into()
+    }
+
+    /// Lists of runs by section name; the document's schema
+    /// (`sections::schema`) puts each registered section's run type in.
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "additionalProperties": { "type": "array" }
+        })
+    }
 }
 
 impl Sections {
-    /// Appends `run` to the runs of the section `name` in
-    /// [`extra`](Sections::extra).
+    /// Appends `run` to the runs of the section `name`.
     ///
     /// ```
     /// use pgmq_bench::document::Sections;
@@ -637,7 +752,7 @@ impl Sections {
     pub fn record(&mut self, name: &str, run: &impl Serialize) -> Result<()> {
         let run = serde_json::to_value(run).map_err(|e| Error::json("a section's run", e))?;
         let runs = self
-            .extra
+            .0
             .entry(name.to_owned())
             .or_insert_with(|| serde_json::Value::Array(Vec::new()));
         match runs.as_array_mut() {
@@ -647,130 +762,95 @@ impl Sections {
         Ok(())
     }
 
-    /// The runs of the section `name` in [`extra`](Sections::extra) (none
-    /// when it has none).
-    pub fn runs<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Vec<T>> {
-        match self.extra.get(name) {
+    /// The runs of the section `name` (none when it has none).
+    pub fn runs<T: DeserializeOwned>(&self, name: &str) -> Result<Vec<T>> {
+        match self.0.get(name) {
             None => Ok(Vec::new()),
             Some(v) => serde_json::from_value(v.clone())
                 .map_err(|e| Error::json(format!("sections.{name}"), e)),
         }
     }
+
+    /// Replaces the runs of the section `name`.
+    fn set<T: Serialize>(&mut self, name: &str, runs: &[T]) -> Result<()> {
+        let runs = serde_json::to_value(runs).map_err(|e| Error::json("a section's runs", e))?;
+        self.0.insert(name.to_owned(), runs);
+        Ok(())
+    }
 }
 
-/// A worker_processes run: N processes draining one queue.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ProcessesRun {
-    /// Round.
-    pub round: u32,
-    /// Warm-up or measured (always measured: the section does not warm up).
-    pub warmup: bool,
-    /// Worker processes.
-    pub processes: u32,
-    /// Handler concurrency of each process.
-    pub workers_per_process: u32,
-    /// `empty`, `db-write` or `db-write-tx`.
-    pub handler: String,
-    /// Simulated I/O per handler call, milliseconds.
-    pub handler_work_ms: u64,
-    /// Combined: distinct messages handled over the slowest process's seconds
-    /// (each from its `go` to its last handler's end).
-    #[serde(flatten)]
-    pub rate: Rate,
-    /// Each process.
-    pub per_process: Vec<ProcessShare>,
-    /// The smallest process's message count over the largest's (1: even).
-    pub min_over_max: f64,
-    /// Jain's fairness index of the per-process counts: (Σx)² / (n·Σx²),
-    /// 1 when even, 1/n when one process did everything.
-    pub jain_index: f64,
-    /// Every process's ids merged: a message handled by two processes is a duplicate.
-    pub ledger: LedgerReport,
-    /// Messages left after every process stopped (must be 0).
-    pub remaining_after: i64,
-    /// Seconds to preload the queue (not timed).
-    pub preload_s: f64,
-    /// Seconds of VACUUM (not timed).
-    pub vacuum_s: f64,
-    /// The database's own counters over the run (absent when unreadable,
-    /// and in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<ProcessesServer>,
+/// Where a section's runs are in [`Sections`]: its name and its run type,
+/// declared once in the section's file
+/// (`const RUNS: Runs<SendRun> = Runs::new("send_single");`). It reads,
+/// appends and changes the runs as that type, and gives their schema.
+pub struct Runs<T> {
+    name: &'static str,
+    run: PhantomData<fn() -> T>,
 }
 
-/// The database's own counters over a worker_processes run, from the
-/// processes' `go` to their exit: the queue table's statistics
-/// (`pg_stat_user_tables`, `pg_statio_user_tables`) and the database's
-/// transactions (`pg_stat_database`), per message handled. Unlike the rates
-/// they do not depend on how loaded the machine was.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ProcessesServer {
-    /// Shared buffers (hit or read) of the queue table and its indexes.
-    pub buffers_per_msg: f64,
-    /// Rows the queue table's index scans fetched (`idx_tup_fetch`): rows
-    /// examined, the claimed and the skipped.
-    pub index_rows_per_msg: f64,
-    /// Committed and rolled-back transactions in the database (every
-    /// statement of a worker is one).
-    pub transactions_per_msg: f64,
-    /// Rows updated in the queue table (claims, extensions).
-    pub rows_updated: u64,
-    /// Rows deleted from the queue table (acknowledgements).
-    pub rows_deleted: u64,
-    /// CPU of every process of the PostgreSQL cluster, microseconds per
-    /// message (None: the server does not run on the bench's host, and in
-    /// older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_cpu_us_per_msg: Option<f64>,
-    /// CPU of the worker processes (user and system, from their start to
-    /// their exit), microseconds per message (None in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workers_cpu_us_per_msg: Option<f64>,
+impl<T> Runs<T> {
+    /// The runs of the section `name`, each a `T`.
+    pub const fn new(name: &'static str) -> Runs<T> {
+        Runs {
+            name,
+            run: PhantomData,
+        }
+    }
 }
 
-/// One process of a worker_processes run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ProcessShare {
-    /// 0-based.
-    pub index: u32,
-    /// Its handler calls over its seconds.
-    pub rate: Rate,
-    /// Its fraction of all handler calls.
-    pub share: f64,
-    /// Whether it stopped on a stall rather than an empty queue.
-    pub stalled: bool,
-    /// Its worker's counters at shutdown.
-    pub worker: WorkerCounters,
-    /// Its handler durations.
-    pub handler_ms: Percentiles,
-    /// Its peak RSS, bytes.
-    pub peak_rss_bytes: u64,
+impl<T: Serialize + DeserializeOwned> Runs<T> {
+    /// The runs in `s`; an error names the section when they do not parse.
+    pub fn of(&self, s: &Sections) -> Result<Vec<T>> {
+        s.runs(self.name)
+    }
+
+    /// The runs in `s`, none when they do not parse (the run's checks and
+    /// reading a document report that).
+    pub fn list(&self, s: &Sections) -> Vec<T> {
+        self.of(s).unwrap_or_default()
+    }
+
+    /// Appends `run` to the runs in `s`.
+    pub fn record(&self, s: &mut Sections, run: &T) -> Result<()> {
+        s.record(self.name, run)
+    }
+
+    /// Changes the runs in `s` with `change`.
+    pub fn update(&self, s: &mut Sections, change: impl FnOnce(&mut [T])) -> Result<()> {
+        let mut runs = self.of(s)?;
+        change(&mut runs);
+        s.set(self.name, &runs)
+    }
 }
 
-/// A send run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct SendRun {
-    /// Round (warm-up rounds first, then measured rounds, each from 0).
-    pub round: u32,
-    /// Whether this run was a discarded warm-up.
-    pub warmup: bool,
-    /// Messages sent over the timed interval.
-    #[serde(flatten)]
-    pub rate: Rate,
-    /// Messages per call (1 for send_single).
-    pub batch_size: u32,
-    /// `pgmq.metrics` queue length after the run: must equal the count.
-    pub in_queue_after: i64,
-    /// Peak RSS during the run, bytes.
-    pub peak_rss_bytes: u64,
+/// What the registry reads of a section's [`Runs`], whatever their type.
+pub trait SectionRuns: Sync {
+    /// The section's name (`sections.<name>`).
+    fn name(&self) -> &'static str;
+
+    /// The schema of the list of its runs.
+    fn schema(&self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema;
+
+    /// Whether its runs in `s` parse as its run type.
+    fn parses(&self, s: &Sections) -> Result<()>;
+}
+
+impl<T: Serialize + DeserializeOwned + schemars::JsonSchema> SectionRuns for Runs<T> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn schema(&self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        generator.subschema_for::<Vec<T>>()
+    }
+
+    fn parses(&self, s: &Sections) -> Result<()> {
+        self.of(s).map(|_| ())
+    }
 }
 
 /// A consume run at one handler count.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct ConsumeRun {
     /// Round.
@@ -806,11 +886,12 @@ pub struct ConsumeRun {
     pub peak_rss_bytes: u64,
     /// What each handler call did: `empty`, `db-write` or `db-write-tx` (absent in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<HandlerKind>")]
     pub handler: Option<String>,
 }
 
 /// Handled-message accounting of one run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct LedgerReport {
     /// Ids that had to be handled (0..expected).
@@ -832,7 +913,7 @@ pub struct LedgerReport {
 }
 
 /// Counters of the worker runtime at shutdown.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct WorkerCounters {
     /// Messages claimed.
@@ -903,59 +984,13 @@ impl WorkerCounters {
     }
 }
 
-/// An idle-worker run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct IdleRun {
-    /// Round.
-    pub round: u32,
-    /// Warm-up or measured.
-    pub warmup: bool,
-    /// Poll interval, milliseconds (notifications off).
-    pub poll_interval_ms: u64,
-    /// Wall-clock seconds of the window.
-    pub elapsed_s: f64,
-    /// Process CPU seconds (user + system, all threads) over the window.
-    pub cpu_s: f64,
-    /// `cpu_s / elapsed_s * 100`: percent of one core.
-    pub cpu_percent: f64,
-    /// `pgmq.read` calls over the window.
-    pub reads: Rate,
-    /// Reads that returned nothing.
-    pub empty_reads: Rate,
-    /// Claim-loop wake-ups (poll timer plus NOTIFY).
-    pub wakeups: Rate,
-    /// Peak RSS during the run, bytes.
-    pub peak_rss_bytes: u64,
-}
-
-/// A wake-up latency run of one mode.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct WakeupRun {
-    /// Round.
-    pub round: u32,
-    /// Warm-up or measured.
-    pub warmup: bool,
-    /// `poll` (polling only) or `notify` (LISTEN/NOTIFY with polling fallback).
-    pub mode: String,
-    /// Poll interval (the fallback for `notify`), milliseconds.
-    pub poll_interval_ms: u64,
-    /// For `notify`: the queue's PGMQ notify throttle, milliseconds; samples
-    /// are spaced further apart than this.
-    pub notify_throttle_ms: Option<i64>,
-    /// Each sample: send call start to handler start, milliseconds.
-    pub samples_ms: Vec<f64>,
-    /// Their distribution.
-    pub latency_ms: Percentiles,
-    /// Worker counters over the run.
-    pub worker: WorkerCounters,
-    /// Peak RSS during the run, bytes.
-    pub peak_rss_bytes: u64,
-}
+/// The baseline section's runs: written by that section, and by the
+/// sections whose SDK runs get a baseline run next to them
+/// (`kit::plain::neighbour`), which also mark whom it was paired with.
+pub(crate) const BASELINE_RUNS: Runs<BaselineRun> = Runs::new("baseline");
 
 /// A baseline loop run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct BaselineRun {
     /// Round.
@@ -992,151 +1027,8 @@ pub struct BaselineRun {
     pub follows_workers: Option<u32>,
 }
 
-/// A sustained run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct SustainedRun {
-    /// Round.
-    pub round: u32,
-    /// Warm-up or measured.
-    pub warmup: bool,
-    /// Producer window, seconds.
-    pub duration_s: f64,
-    /// Seconds at the start excluded from the slope fit.
-    pub warmup_s: f64,
-    /// Producer target, messages/s in total (None: unpaced).
-    pub target_rate_per_s: Option<f64>,
-    /// Producer tasks.
-    pub producers: u32,
-    /// Handler concurrency.
-    pub workers: u32,
-    /// Messages per send call.
-    pub batch_size: u32,
-    /// Messages produced over the producer window.
-    pub produced: Rate,
-    /// Messages handled over the same window.
-    pub handled: Rate,
-    /// One record per second.
-    pub intervals: Vec<Interval>,
-    /// Every backlog sample (one per 50 ms): the points of the slope fit.
-    pub backlog_samples: Vec<BacklogSample>,
-    /// Least-squares slope of the database backlog over the fit window, messages/s.
-    pub backlog_slope_per_s: Option<f64>,
-    /// Its standard error (residuals taken as independent), messages/s: the
-    /// resolution of this window.
-    pub backlog_slope_stderr_per_s: Option<f64>,
-    /// Largest backlog sampled.
-    pub backlog_max: i64,
-    /// Seconds to drain what was left after the producers stopped.
-    pub drain_s: f64,
-    /// Which messages were handled (after the drain).
-    pub ledger: LedgerReport,
-    /// Pass when the slope is at most the limit and produced equals handled.
-    pub verdict: Verdict,
-    /// Worker counters at shutdown.
-    pub worker: WorkerCounters,
-    /// Peak RSS during the run, bytes.
-    pub peak_rss_bytes: u64,
-    /// The database's own counters over the run (absent in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub db_counters: Option<DbCounters>,
-    /// With `--rate-search`: the step (0 at `--rate`, each next one
-    /// `--rate-step` times faster). Absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_search_step: Option<u32>,
-    /// `empty`, `db-write` or `db-write-tx` (absent in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handler: Option<String>,
-    /// Handler durations over the whole run (absent in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handler_ms: Option<Percentiles>,
-    /// Queue wait, database segment, over the whole run (absent in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_wait_db_ms: Option<Percentiles>,
-}
-
-/// The database's own counters over a sustained run (None: not readable).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct DbCounters {
-    /// WAL written by the whole cluster over the run (pg_current_wal_lsn
-    /// difference), bytes: other databases' activity included.
-    pub wal_bytes: Option<u64>,
-    /// Checkpoints completed over the run (pg_stat_checkpointer or pg_stat_bgwriter).
-    pub checkpoints: Option<u64>,
-    /// Autovacuum runs on the queue table (pg_stat_user_tables; the table is new per run).
-    pub queue_autovacuum_count: Option<u64>,
-    /// Autoanalyze runs on the queue table.
-    pub queue_autoanalyze_count: Option<u64>,
-    /// Dead tuples of the queue table at the end.
-    pub queue_dead_tuples: Option<u64>,
-}
-
-/// One second of a sustained run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Interval {
-    /// Seconds since the producers started, at the end of the interval.
-    pub t_s: f64,
-    /// Produced within the interval.
-    pub produced: Rate,
-    /// Handled (distinct) within the interval.
-    pub handled: Rate,
-    /// Mean of the interval's backlog samples.
-    pub backlog_mean: f64,
-    /// Largest backlog sample of the interval.
-    pub backlog_max: i64,
-    /// Resident set size of the bench process at the end of the interval
-    /// (absent in older documents).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rss_bytes: Option<u64>,
-    /// Handler run time of the handler calls that ended in the interval, ms
-    /// (absent in older documents; null when none ended).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handler_ms: Option<IntervalPercentiles>,
-    /// Queue wait of the handler calls that started in the interval, ms:
-    /// the message's `enqueued_at` to the handler's start (absent in older
-    /// documents; null when none started).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queue_wait_ms: Option<IntervalPercentiles>,
-}
-
-/// The median and 99th percentile of one interval's values.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct IntervalPercentiles {
-    /// How many values.
-    pub samples: u64,
-    /// Median.
-    pub p50: f64,
-    /// 99th percentile.
-    pub p99: f64,
-}
-
-/// One backlog sample: `pgmq.metrics` queue length (visible plus in flight).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct BacklogSample {
-    /// Seconds since the producers started.
-    pub t_s: f64,
-    /// Messages in the queue.
-    pub backlog: i64,
-}
-
-/// A pass/fail with reasons.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Verdict {
-    /// Passed.
-    pub pass: bool,
-    /// The slope limit used, messages/s.
-    pub slope_limit_per_s: f64,
-    /// Why it failed (empty on pass).
-    pub reasons: Vec<String>,
-}
-
 /// Peak resident memory.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct MemorySummary {
     /// `vmhwm_reset` (VmHWM after `echo 5 > /proc/self/clear_refs` per run) or
@@ -1149,7 +1041,7 @@ pub struct MemorySummary {
 }
 
 /// One performance target, evaluated.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct TargetCheck {
     /// Stable key.

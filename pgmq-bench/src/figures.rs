@@ -3,16 +3,21 @@
 
 use std::collections::BTreeMap;
 
-use crate::cli::HandlerKind;
-use crate::document::{Better, Figure, Percentiles, Rate, Sample, Sections, TargetCheck};
-use crate::sections::REGISTRY;
+use crate::document::HandlerKind;
+use crate::document::{Better, Figure, Percentiles, Rate, Sample, TargetCheck, UNITS};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Collects figures; runs with no measured values add nothing.
+#[derive(Debug, Default)]
 pub(crate) struct Figures(Vec<Figure>);
 
 impl Figures {
+    /// The figures collected.
+    pub(crate) fn into_figures(self) -> Vec<Figure> {
+        self.0
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn add(
         &mut self,
@@ -24,6 +29,7 @@ impl Figures {
         definition: &str,
         runs: Vec<Sample>,
     ) {
+        debug_assert!(UNITS.contains(&unit), "{id}: unit {unit} is not in UNITS");
         if let Some(f) = Figure::from_runs(id, section, label, unit, better, definition, runs) {
             self.0.push(f);
         }
@@ -108,23 +114,18 @@ pub(crate) fn measured<T>(runs: &[T], warmup: impl Fn(&T) -> bool) -> impl Itera
     runs.iter().filter(move |r| !warmup(r))
 }
 
-/// Every figure of the measured runs: each section's, in the order a round
-/// runs them, then the memory figures.
-pub(crate) fn build(s: &Sections) -> Vec<Figure> {
-    let mut f = Figures(Vec::new());
-    for section in REGISTRY {
-        section.figures(s, &mut f);
-    }
-    memory(&mut f, s);
-    f.0
-}
+/// Each run's peak RSS as (round, warm-up, bytes).
+pub(crate) type RunPeaks = Vec<(u32, bool, u64)>;
+
+/// Each section's run peaks: its name and its runs'.
+pub(crate) type Peaks = [(&'static str, RunPeaks)];
 
 /// Peak RSS per section and round.
-fn memory(f: &mut Figures, s: &Sections) {
-    for (section, peaks) in peaks_by_round(s) {
+pub(crate) fn memory(f: &mut Figures, peaks: &Peaks) {
+    for (section, peaks) in peaks_by_round(peaks) {
         f.add(
             format!("memory.{section}.peak_rss_mib"),
-            &section,
+            section,
             format!("Peak RSS, {section}"),
             "MiB",
             Better::Lower,
@@ -138,16 +139,12 @@ fn memory(f: &mut Figures, s: &Sections) {
 }
 
 /// Per section, per measured round: the largest run peak.
-fn peaks_by_round(s: &Sections) -> BTreeMap<String, Vec<(u32, u64)>> {
-    let mut out: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
-    for section in REGISTRY {
-        for (round, warmup, peak) in section.peaks(s) {
+fn peaks_by_round(peaks: &Peaks) -> BTreeMap<&'static str, Vec<(u32, u64)>> {
+    let mut out: BTreeMap<&'static str, BTreeMap<u32, u64>> = BTreeMap::new();
+    for (section, runs) in peaks {
+        for &(round, warmup, peak) in runs {
             if !warmup {
-                let e = out
-                    .entry(section.name().to_owned())
-                    .or_default()
-                    .entry(round)
-                    .or_default();
+                let e = out.entry(section).or_default().entry(round).or_default();
                 *e = (*e).max(peak);
             }
         }
@@ -158,11 +155,11 @@ fn peaks_by_round(s: &Sections) -> BTreeMap<String, Vec<(u32, u64)>> {
 }
 
 /// Largest run peak per section, warm-up runs included.
-pub(crate) fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
+pub(crate) fn section_peaks(peaks: &Peaks) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
-    for section in REGISTRY {
-        for (_, _, peak) in section.peaks(s) {
-            let e = out.entry(section.name().to_owned()).or_insert(0u64);
+    for (section, runs) in peaks {
+        for &(_, _, peak) in runs {
+            let e = out.entry((*section).to_owned()).or_insert(0u64);
             *e = (*e).max(peak);
         }
     }
@@ -234,17 +231,14 @@ fn empty_handler(ctx: TargetContext) -> Result<(), String> {
 /// margin (docs/benchmark-targets.md, "The worker's performance targets").
 pub const W8_NOISE_FLOOR: f64 = 0.95;
 
-/// The pgmq-worker performance targets, evaluated on the medians of one
-/// document. The memory target needs two documents: `check-memory`.
-pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
+/// The pgmq-worker performance targets that are not a section's own,
+/// evaluated on the medians of one document (`sections::targets` adds the
+/// sections'). The memory target needs two documents: `check-memory`.
+pub fn worker_targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
     let empty_handler = empty_handler(ctx);
     let mut checks = handler_count_checks(figures, ctx, &empty_handler);
     checks.extend(idle_and_wakeup_checks(figures, ctx));
     checks.extend(rate_and_memory_checks(figures, ctx, &empty_handler));
-    // The targets a section states of its own figures, in its file.
-    for section in REGISTRY {
-        checks.extend(section.targets(figures));
-    }
     checks
 }
 
@@ -480,7 +474,7 @@ mod tests {
             ratio("consume_scaling.w8.throughput", 800.0),
         ];
         let judged = |c: TargetContext| -> Vec<(String, Option<bool>, String)> {
-            targets(&figures, c)
+            worker_targets(&figures, c)
                 .into_iter()
                 .filter(|t| {
                     ["worker_vs_baseline", "consume_w8_vs_equal_layout"].contains(&t.id.as_str())
@@ -505,7 +499,7 @@ mod tests {
             assert!(note.contains("--handler-work-ms 1"), "{id}: {note}");
         }
         let one_ms = |c: TargetContext| {
-            let t = targets(&figures, c)
+            let t = worker_targets(&figures, c)
                 .into_iter()
                 .find(|t| t.id == "handler_1ms_w8_7x")
                 .unwrap();

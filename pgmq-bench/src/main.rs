@@ -26,6 +26,7 @@ fn main() {
             Some(Command::CheckMemory(args)) => commands::check_memory(args).await,
             Some(Command::Aggregate(args)) => commands::aggregate(args).await,
             Some(Command::Summary(args)) => commands::summary(args).await,
+            Some(Command::Schema) => commands::schema(),
             Some(Command::ProcessWorker { spec }) => {
                 return pgmq_bench::sections::process_worker_main(&spec)
                     .await

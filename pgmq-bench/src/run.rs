@@ -8,7 +8,6 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use pgmq_client::{redact_dsn, Client};
 
-use crate::checks;
 use crate::cli::{HandlerKind, RunArgs};
 use crate::config::Config;
 use crate::document::{
@@ -16,7 +15,7 @@ use crate::document::{
     SCHEMA,
 };
 use crate::error::{Error, Result};
-use crate::figures::{self, TargetContext};
+use crate::figures::TargetContext;
 use crate::guard::Guard;
 use crate::kit::sink::Sink;
 use crate::kit::Ctx;
@@ -26,7 +25,7 @@ use crate::process::MemoryMeter;
 use crate::progress::{about, Progress, Steps};
 use crate::report::count;
 use crate::sections::plan::Plan;
-use crate::sections::{Round, Section};
+use crate::sections::{self, Round, Section};
 use crate::target::{self, Target};
 
 /// Runs the benchmark; returns the exit status (0: every check passed,
@@ -231,8 +230,8 @@ async fn open_sink(
 /// with the conditions gathered before the rounds and the end-of-run load.
 async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
     let cfg = &ctx.cfg;
-    let figures = figures::build(&sections);
-    let targets = figures::targets(
+    let figures = sections::figures(&sections);
+    let targets = sections::targets(
         &figures,
         TargetContext {
             handler: cfg.handler,
@@ -241,7 +240,7 @@ async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
             messages: cfg.messages,
         },
     );
-    let outcome = checks::evaluate(&sections, &metadata::build().profile);
+    let outcome = sections::evaluate(&sections, &metadata::build().profile);
     let mut host = c.host;
     host.load_average_end = metadata::load_average().await;
     Document {
@@ -263,7 +262,7 @@ async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
         memory: MemorySummary {
             method: ctx.meter.method().as_str().to_owned(),
             overall_peak_rss_bytes: ctx.meter.overall(),
-            per_section: figures::section_peaks(&sections),
+            per_section: sections::section_peaks(&sections),
         },
         figures,
         sections,

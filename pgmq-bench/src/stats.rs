@@ -3,7 +3,39 @@
 
 use hdrhistogram::Histogram;
 
-use crate::document::{IntervalPercentiles, Percentiles};
+use serde::{Deserialize, Serialize};
+
+/// A latency distribution, milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct Percentiles {
+    /// How many values.
+    pub samples: u64,
+    /// Smallest.
+    pub min: f64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// The median and 99th percentile of one interval's values.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct IntervalPercentiles {
+    /// How many values.
+    pub samples: u64,
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
 
 /// Median, minimum and maximum of `values` (NaN-free); `None` when empty.
 ///

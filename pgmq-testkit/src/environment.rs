@@ -17,7 +17,7 @@ async fn read(path: &str) -> Option<String> {
 }
 
 /// Durable or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DurabilityClass {
     /// fsync, synchronous_commit, full_page_writes and autovacuum on; logged queues.
@@ -27,7 +27,7 @@ pub enum DurabilityClass {
 }
 
 /// The durability settings read from the server.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Durability {
     /// The class.
@@ -43,7 +43,7 @@ pub struct Durability {
 }
 
 /// The SDK build.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Sdk {
     /// Version of pgmq-client / pgmq-worker / pgmq-bench (one workspace version).
@@ -55,7 +55,7 @@ pub struct Sdk {
 }
 
 /// Compiler and profile.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Build {
     /// `debug` or `release` (debug assertions off).
@@ -78,7 +78,7 @@ pub struct Build {
 }
 
 /// The server.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Database {
     /// The DSN with the password removed.
@@ -108,7 +108,7 @@ pub struct Database {
 
 /// The filesystem and block device holding the server's data directory,
 /// read on this host; each field null when unknown, with `reason` saying why.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Storage {
     /// Filesystem type of the mount holding the data directory (`ext4`, `xfs`, `overlay`, ...).
@@ -128,7 +128,7 @@ pub struct Storage {
 }
 
 /// Round trips of a trivial prepared statement, microseconds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct RoundTrip {
     /// Timed round trips (after the warm-up ones).
@@ -142,7 +142,7 @@ pub struct RoundTrip {
 }
 
 /// One row of `pg_settings`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct Setting {
     /// Name.

@@ -325,6 +325,11 @@ fn crate_paths(code: &str, at: &[String]) -> Vec<Vec<String>> {
             let mut leaves = Vec::new();
             use_paths(&code[i..], Vec::new(), &mut leaves);
             for leaf in leaves {
+                // `use super::*` is a test module's import of the file it
+                // is in (the reader does not follow inline modules).
+                if keyword == "super::" && leaf.segments == ["super"] {
+                    continue;
+                }
                 let mut segments = leaf.segments.into_iter().peekable();
                 let absolute = if segments.next_if(|s| s == "crate").is_some() {
                     segments.collect()
@@ -371,6 +376,33 @@ fn reexports(code: &str) -> BTreeMap<String, Vec<String>> {
         }
     }
     out
+}
+
+/// Whether a layer's `mod.rs` holds items of its own (a function, a type,
+/// a constant, a macro), beyond declaring and re-exporting its files: it is
+/// then a module of the graph, named after the layer, whose imports count
+/// and which the paths to its items lead to.
+fn holds_code(code: &str) -> bool {
+    code.lines().map(str::trim_start).any(|l| {
+        let l = l
+            .strip_prefix("pub(crate) ")
+            .or_else(|| l.strip_prefix("pub "))
+            .unwrap_or(l);
+        [
+            "fn ",
+            "async fn ",
+            "struct ",
+            "enum ",
+            "trait ",
+            "const ",
+            "static ",
+            "impl",
+            "macro_rules!",
+            "type ",
+        ]
+        .iter()
+        .any(|k| l.starts_with(k))
+    })
 }
 
 /// What a crate's files declare: its modules, its layers, and the names
@@ -428,12 +460,18 @@ impl Crate {
             return None;
         }
         if let Some(names) = self.of_layer.get(first) {
-            let second = rest.first()?;
+            // The layer's own `mod.rs`, when it holds code of its own.
+            let own = || self.modules.get(first).cloned();
+            let Some(second) = rest.first() else {
+                return own();
+            };
             let module = format!("{first}::{second}");
             if self.modules.contains(&module) {
                 return Some(module);
             }
-            let from = names.get(second)?;
+            let Some(from) = names.get(second) else {
+                return own();
+            };
             let from = match from.first().map(String::as_str) {
                 Some("crate") => from[1..].to_vec(),
                 _ => std::iter::once(first.clone())
@@ -506,6 +544,9 @@ impl ModuleGraph {
                         .entry(layer.clone())
                         .or_default()
                         .extend(reexports(code));
+                    if holds_code(code) {
+                        krate.modules.insert(layer.clone());
+                    }
                 }
                 Place::Module { name, .. } => {
                     krate.modules.insert(name.clone());
@@ -515,9 +556,14 @@ impl ModuleGraph {
         }
         let mut edges = Graph::new();
         for (place, code) in &places {
-            let Place::Module { name, path } = place else {
-                continue;
+            let (name, path) = match place {
+                Place::Module { name, path } => (name, path.clone()),
+                Place::LayerMod(layer) if krate.modules.contains(layer) => {
+                    (layer, vec![layer.clone()])
+                }
+                _ => continue,
             };
+            let path = &path;
             let to = edges.entry(name.clone()).or_default();
             for target in crate_paths(code, path) {
                 if let Some(t) = krate.resolve(&target, 0).filter(|t| t != name) {

@@ -1,4 +1,4 @@
-//! docs/architecture.md's module tables name every file of
+//! docs/architecture-modules.md's module tables name every file of
 //! `pgmq-worker/src/` and `pgmq-client/src/`, and only files that exist:
 //! each table row starts with a file (`` `db.rs` ``), a file of a layer
 //! (`` `conn/call.rs` ``: a folder of `src/` with a `mod.rs` is a layer,
@@ -18,7 +18,7 @@ fn table_rows(doc: &str, heading: &str) -> BTreeSet<String> {
     let section = doc
         .split(&format!("\n{heading}\n"))
         .nth(1)
-        .unwrap_or_else(|| panic!("docs/architecture.md has no heading {heading:?}"));
+        .unwrap_or_else(|| panic!("docs/architecture-modules.md has no heading {heading:?}"));
     section
         .lines()
         .skip_while(|line| !line.starts_with('|'))
@@ -68,19 +68,19 @@ fn entries(dir: &Path, prefix: &str, top: bool) -> BTreeSet<String> {
 fn mismatches(rows: &BTreeSet<String>, files: &BTreeSet<String>, crate_dir: &str) -> Vec<String> {
     let undocumented = files
         .difference(rows)
-        .map(|f| format!("{crate_dir}/src/{f} has no row in docs/architecture.md"));
+        .map(|f| format!("{crate_dir}/src/{f} has no row in docs/architecture-modules.md"));
     let missing = rows.difference(files).map(|r| {
-        format!("docs/architecture.md has a row for {crate_dir}/src/{r}, which does not exist")
+        format!("docs/architecture-modules.md has a row for {crate_dir}/src/{r}, which does not exist")
     });
     undocumented.chain(missing).collect()
 }
 
 #[test]
 fn the_module_tables_match_the_source_files() {
-    let doc = std::fs::read_to_string(workspace().join("docs/architecture.md")).unwrap();
+    let doc = std::fs::read_to_string(workspace().join("docs/architecture-modules.md")).unwrap();
     let mut problems = Vec::new();
     for (heading, crate_dir) in [
-        ("## Module layout", "pgmq-worker"),
+        ("## pgmq-worker, module by module", "pgmq-worker"),
         ("## pgmq-client, module by module", "pgmq-client"),
     ] {
         let rows = table_rows(&doc, heading);
@@ -133,8 +133,8 @@ fn a_missing_or_extra_row_is_caught() {
     assert_eq!(
         found,
         [
-            "c/src/new.rs has no row in docs/architecture.md",
-            "docs/architecture.md has a row for c/src/gone.rs, which does not exist",
+            "c/src/new.rs has no row in docs/architecture-modules.md",
+            "docs/architecture-modules.md has a row for c/src/gone.rs, which does not exist",
         ]
     );
 }

@@ -23,7 +23,7 @@ use pgmq_testkit::spec::{WorkerSettings, WorkerSpec};
 use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::HandlerKind;
+use crate::document::HandlerKind;
 use crate::document::{Percentiles, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::kit::drain;

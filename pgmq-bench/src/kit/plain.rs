@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio_postgres::types::Json;
 
-use crate::document::{BaselineRun, Rate, Sections};
+use crate::document::{BaselineRun, Rate, Sections, BASELINE_RUNS};
 use crate::error::Result;
 use crate::kit::body::{id_batches, InBody};
 use crate::kit::ctx::Round;
@@ -359,7 +359,7 @@ pub(crate) async fn neighbour(
     baseline_once(ctx, which, at, s).await.map(Some)
 }
 
-/// One run of a baseline loop, recorded; its index in `s.baseline`.
+/// One run of a baseline loop, recorded; its index in the baseline's runs.
 pub(crate) async fn baseline_once(
     ctx: &Ctx,
     which: Loop,
@@ -372,6 +372,6 @@ pub(crate) async fn baseline_once(
         "{tag} baseline {}: {:.0} msg/s",
         r.kind, r.rate.rate_per_s
     ));
-    s.baseline.push(r);
-    Ok(s.baseline.len() - 1)
+    BASELINE_RUNS.record(s, &r)?;
+    Ok(BASELINE_RUNS.of(s)?.len() - 1)
 }

@@ -7,12 +7,42 @@ use std::time::Duration;
 use pgmq_client::QueueName;
 use serde::{Deserialize, Serialize};
 
-use crate::document::ProcessesServer;
 use crate::error::Result;
 use crate::kit::Ctx;
 
+/// The database's own counters over a worker_processes run, from the
+/// processes' `go` to their exit: the queue table's statistics
+/// (`pg_stat_user_tables`, `pg_statio_user_tables`) and the database's
+/// transactions (`pg_stat_database`), per message handled. Unlike the rates
+/// they do not depend on how loaded the machine was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ProcessesServer {
+    /// Shared buffers (hit or read) of the queue table and its indexes.
+    pub buffers_per_msg: f64,
+    /// Rows the queue table's index scans fetched (`idx_tup_fetch`): rows
+    /// examined, the claimed and the skipped.
+    pub index_rows_per_msg: f64,
+    /// Committed and rolled-back transactions in the database (every
+    /// statement of a worker is one).
+    pub transactions_per_msg: f64,
+    /// Rows updated in the queue table (claims, extensions).
+    pub rows_updated: u64,
+    /// Rows deleted from the queue table (acknowledgements).
+    pub rows_deleted: u64,
+    /// CPU of every process of the PostgreSQL cluster, microseconds per
+    /// message (None: the server does not run on the bench's host, and in
+    /// older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_msg: Option<f64>,
+    /// CPU of the worker processes (user and system, from their start to
+    /// their exit), microseconds per message (None in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers_cpu_us_per_msg: Option<f64>,
+}
+
 /// The database's counters over one run's window (None: not readable).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct SteadyServer {
     /// CPU of every process of the cluster (local only), microseconds per

@@ -9,8 +9,8 @@ use pgmq_client::{Client, Message};
 use pgmq_testkit::spec::{self, ClaimReadsSpec, WorkerSettings, WorkerSpec};
 use pgmq_worker::{Outcome, Worker, WorkerBuilder};
 
-use crate::cli::{ClaimReadsArg, HandlerKind};
 use crate::document::WorkerCounters;
+use crate::document::{ClaimReadsArg, HandlerKind};
 use crate::error::{Error, Result};
 use crate::kit::body::InBody;
 use crate::kit::sink::Sink;

@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::cli::HandlerKind;
+use crate::document::HandlerKind;
 use crate::document::{Document, Host, TargetCheck};
-use crate::figures::{self, TargetContext};
+use crate::figures::TargetContext;
 use crate::report::fmt_value;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -65,12 +65,16 @@ pub fn targets_table(targets: &[TargetCheck]) -> String {
 /// Re-evaluates the targets from the document's figures and workload.
 pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
     let w = &doc.metadata.workload;
-    figures::targets(
+    crate::sections::targets(
         &doc.figures,
         TargetContext {
             handler: handler_of(doc),
             handler_work_ms: w.handler_work_ms,
-            idle_poll_ms: w.options.idle.idle_poll_ms,
+            idle_poll_ms: w
+                .options
+                .get("idle_poll_ms")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or_default(),
             messages: w.messages,
         },
     )
@@ -80,16 +84,17 @@ pub fn evaluate(doc: &Document) -> Vec<TargetCheck> {
 /// the kind its consume_scaling runs record; documents older than
 /// `--handler` had only the empty handler.
 fn handler_of(doc: &Document) -> HandlerKind {
+    let consume_runs = || {
+        let runs: Vec<serde_json::Value> = doc.sections.runs("consume_scaling").unwrap_or_default();
+        runs.iter()
+            .find_map(|r| r["handler"].as_str().map(str::to_owned))
+    };
     doc.metadata
         .workload
         .handler
+        .clone()
+        .or_else(consume_runs)
         .as_deref()
-        .or_else(|| {
-            doc.sections
-                .consume_scaling
-                .iter()
-                .find_map(|r| r.handler.as_deref())
-        })
         .and_then(HandlerKind::from_name)
         .unwrap_or(HandlerKind::Empty)
 }

@@ -491,31 +491,38 @@ fn write_figure_rows(
         };
         regressed |= verdict == Verdict::Regression;
         *counts.entry(verdict.as_str()).or_default() += 1;
-        let _ = writeln!(
+        let change = change.map_or("–".to_owned(), |c| format!("{c:+.1}%"));
+        let p = p.map_or("–".to_owned(), |p| format!("{p:.3}"));
+        row(
             out,
-            "| {} | {} | {old_cell} | {} | {} | {} | {} |",
-            nf.label.trim_end_matches(','),
-            nf.unit,
-            fmt_figure(nf),
-            change.map_or("–".to_owned(), |c| format!("{c:+.1}%")),
-            p.map_or("–".to_owned(), |p| format!("{p:.3}")),
-            verdict.as_str()
+            nf,
+            [&old_cell, &fmt_figure(nf), &change, &p, verdict.as_str()],
         );
     }
     for of in &old.figures {
         if new.figure(&of.id).is_none() {
             *counts.entry(Verdict::Removed.as_str()).or_default() += 1;
-            let _ = writeln!(
+            let old_cell = fmt_figure(of);
+            row(
                 out,
-                "| {} | {} | {} | – | – | – | {} |",
-                of.label.trim_end_matches(','),
-                of.unit,
-                fmt_figure(of),
-                Verdict::Removed.as_str()
+                of,
+                [&old_cell, "–", "–", "–", Verdict::Removed.as_str()],
             );
         }
     }
     (regressed, counts)
+}
+
+/// A row of the comparison table: the figure's label and unit, then the
+/// old value, the new value, the change, the test's p and the verdict.
+fn row(out: &mut String, f: &Figure, cells: [&str; 5]) {
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} |",
+        f.label.trim_end_matches(','),
+        f.unit,
+        cells.join(" | ")
+    );
 }
 
 #[cfg(test)]

@@ -1,44 +1,13 @@
 //! `pgmq-bench report`: a Markdown summary of one document, each table
 //! followed by the definitions of its numbers.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use crate::document::{
-    Build, Database, Document, DurabilityClass, Figure, Host, Sdk, Storage, Workload,
-};
-use crate::report::{fmt_figure, thousands};
+use crate::document::{Build, Database, Document, DurabilityClass, Host, Sdk, Storage, Workload};
+use crate::report::{cell, thousands, MIB};
 use crate::sections::REGISTRY;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-pub(crate) const MIB: f64 = 1024.0 * 1024.0;
-
-pub(crate) fn fig<'a>(d: &'a Document, id: &str) -> Option<&'a Figure> {
-    d.figure(id)
-}
-
-pub(crate) fn cell(d: &Document, id: &str) -> String {
-    fig(d, id).map(fmt_figure).unwrap_or_else(|| "–".to_owned())
-}
-
-/// Writes the definitions of the given figures once each.
-pub(crate) fn definitions(out: &mut String, d: &Document, ids: &[String]) {
-    let mut seen = BTreeSet::new();
-    for id in ids {
-        if let Some(f) = fig(d, id) {
-            if seen.insert(f.definition.clone()) {
-                let _ = writeln!(
-                    out,
-                    "- *{}*: {}",
-                    f.label.trim_end_matches(','),
-                    f.definition
-                );
-            }
-        }
-    }
-    out.push('\n');
-}
-
 fn conditions(out: &mut String, d: &Document) {
     let m = &d.metadata;
     let h = &m.host;
@@ -336,11 +305,6 @@ fn outcome(out: &mut String, d: &Document) {
     }
 }
 
-/// The numbers `<prefix><n><suffix>` among the figure ids, ascending.
-pub(crate) fn figure_keys(d: &Document, prefix: &str, suffix: &str) -> Vec<u64> {
-    crate::figures::counts_in_ids(&d.figures, prefix, suffix)
-}
-
 /// Peak RSS per section.
 fn memory(out: &mut String, d: &Document) {
     let _ = writeln!(
@@ -358,23 +322,6 @@ fn memory(out: &mut String, d: &Document) {
         );
     }
     out.push('\n');
-}
-
-/// Handler counts present in the document, ascending.
-pub fn worker_counts(d: &Document) -> Vec<u32> {
-    let mut v: Vec<u32> = d
-        .figures
-        .iter()
-        .filter_map(|f| {
-            f.id.strip_prefix("consume_scaling.w")?
-                .strip_suffix(".throughput")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
 }
 
 #[cfg(test)]
@@ -478,7 +425,7 @@ mod tests {
             json!({"enabled": true, "step": 1.5, "steps_max": 8});
         let sections: crate::document::Sections =
             serde_json::from_value(v["sections"].clone()).unwrap();
-        v["figures"] = serde_json::to_value(crate::figures::build(&sections)).unwrap();
+        v["figures"] = serde_json::to_value(crate::sections::figures(&sections)).unwrap();
     }
 
     /// `v` as the document of a run without the sections and fields that
@@ -500,7 +447,7 @@ mod tests {
         database.remove("select1_round_trip");
         let sections: crate::document::Sections =
             serde_json::from_value(v["sections"].clone()).unwrap();
-        v["figures"] = serde_json::to_value(crate::figures::build(&sections)).unwrap();
+        v["figures"] = serde_json::to_value(crate::sections::figures(&sections)).unwrap();
     }
 
     #[test]

@@ -7,7 +7,10 @@ pub mod markdown;
 pub mod summary;
 pub mod svg;
 
-use crate::document::Figure;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use crate::document::{Document, Figure};
 
 /// Formats `v` for a table in `unit`: rates without decimals and with
 /// thousands separators, milliseconds with enough decimals for microseconds.
@@ -142,6 +145,56 @@ pub fn fmt_figure(f: &Figure) -> String {
             fmt_value(f.max, &f.unit)
         )
     }
+}
+
+pub(crate) fn fig<'a>(d: &'a Document, id: &str) -> Option<&'a Figure> {
+    d.figure(id)
+}
+
+pub(crate) fn cell(d: &Document, id: &str) -> String {
+    fig(d, id).map(fmt_figure).unwrap_or_else(|| "–".to_owned())
+}
+
+/// Writes the definitions of the given figures once each.
+pub(crate) fn definitions(out: &mut String, d: &Document, ids: &[String]) {
+    let mut seen = BTreeSet::new();
+    for id in ids {
+        if let Some(f) = fig(d, id) {
+            if seen.insert(f.definition.clone()) {
+                let _ = writeln!(
+                    out,
+                    "- *{}*: {}",
+                    f.label.trim_end_matches(','),
+                    f.definition
+                );
+            }
+        }
+    }
+    out.push('\n');
+}
+
+/// The numbers `<prefix><n><suffix>` among the figure ids, ascending.
+pub(crate) fn figure_keys(d: &Document, prefix: &str, suffix: &str) -> Vec<u64> {
+    crate::figures::counts_in_ids(&d.figures, prefix, suffix)
+}
+
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
+
+/// Handler counts present in the document, ascending.
+pub fn worker_counts(d: &Document) -> Vec<u32> {
+    let mut v: Vec<u32> = d
+        .figures
+        .iter()
+        .filter_map(|f| {
+            f.id.strip_prefix("consume_scaling.w")?
+                .strip_suffix(".throughput")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use crate::document::{Document, Figure};
+use crate::document::{Document, Figure, Summary, SummaryDatabase, SummaryFigure, SUMMARY_SCHEMA};
 use crate::report::{count, fmt_value};
 
 /// The headline figures, `(figure id, label)` in the order of their rows: a
@@ -213,6 +213,48 @@ fn warnings(out: &mut String, d: &Document) {
             "Warnings: {} (runs under 1 s and the like); `pgmq-bench report` lists them.",
             o.warnings.len()
         );
+    }
+}
+
+impl Document {
+    /// The summary of this document.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            schema: SUMMARY_SCHEMA,
+            source_schema: self.schema.clone(),
+            started_at: self.metadata.started_at,
+            finished_at: self.metadata.finished_at,
+            sdk: self.metadata.sdk.clone(),
+            profile: self.profile(),
+            repeat: self.protocol.repeat,
+            invocations: self.protocol.invocations,
+            build: self.metadata.build.clone(),
+            database: SummaryDatabase {
+                server_version: self.metadata.database.server_version.clone(),
+                server_version_num: self.metadata.database.server_version_num,
+                pgmq_version: self.metadata.database.pgmq_version.clone(),
+                pgmq_install: self.metadata.database.pgmq_install.clone(),
+            },
+            host: self.metadata.host.clone(),
+            outcome: self.outcome.clone(),
+            durable_comparable: self.durability.comparable,
+            headline: headline(self).map(|(_, f)| f.id.clone()).collect(),
+            figures: self
+                .figures
+                .iter()
+                .map(|f| SummaryFigure {
+                    id: f.id.clone(),
+                    label: f.label.clone(),
+                    unit: f.unit.clone(),
+                    better: f.better,
+                    median: f.median,
+                    min: f.min,
+                    max: f.max,
+                    runs: f.runs.len(),
+                })
+                .collect(),
+            targets: self.targets.clone(),
+        }
     }
 }
 

@@ -6,8 +6,8 @@
 use std::fmt::Write as _;
 
 use crate::document::{Document, Figure};
-use crate::report::markdown::worker_counts;
 use crate::report::thousands;
+use crate::report::worker_counts;
 
 const W: f64 = 1000.0;
 const H: f64 = 500.0;

@@ -13,7 +13,7 @@
 //! (first, before the larger sizes) and the reference is their pooled rate:
 //! all their messages over all their seconds.
 
-use crate::document::ConsumeRun;
+use crate::document::{ConsumeRun, Runs, SectionRuns};
 use crate::error::Result;
 use crate::kit::drain::drain;
 use crate::kit::Ctx;
@@ -25,11 +25,14 @@ use futures::future::BoxFuture;
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, Rate, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, figure_keys};
+use crate::report::{cell, definitions, figure_keys};
 use crate::report::thousands;
 use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<ConsumeRun> = Runs::new("backlog_scaling");
 
 /// One drain of a backlog of `n` messages.
 pub async fn run(ctx: &Ctx, n: u64, round: u32) -> Result<ConsumeRun> {
@@ -41,8 +44,8 @@ pub async fn run(ctx: &Ctx, n: u64, round: u32) -> Result<ConsumeRun> {
 pub(crate) struct BacklogScaling;
 
 impl Section for BacklogScaling {
-    fn name(&self) -> &'static str {
-        "backlog_scaling"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -66,7 +69,7 @@ impl Section for BacklogScaling {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &s.backlog_scaling {
+        for r in &RUNS.list(s) {
             let tag = format!(
                 "backlog_scaling {} {}",
                 r.ledger.expected,
@@ -82,7 +85,7 @@ impl Section for BacklogScaling {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.backlog_scaling
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -114,7 +117,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
                 "{tag} backlog_scaling {n}: {:.0} msg/s",
                 r.rate.rate_per_s
             ));
-            s.backlog_scaling.push(r);
+            RUNS.record(s, &r)?;
         }
     }
     Ok(())
@@ -133,14 +136,15 @@ const DEF_BACKLOG_RATIO: &str =
 /// backlog_scaling: per size, the drain rate and its ratio to the
 /// smallest size's rate of the same round.
 fn add_figures(f: &mut Figures, s: &Sections) {
-    let mut sizes: Vec<u64> = s
-        .backlog_scaling
+    let mut sizes: Vec<u64> = RUNS
+        .list(s)
         .iter()
         .map(|r| r.ledger.expected)
         .collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let backlog = || measured(&s.backlog_scaling, |r| r.warmup);
+    let all = RUNS.list(s);
+    let backlog = || measured(&all, |r| r.warmup);
     // One rate per size and measured round: the round's drains of that size
     // pooled (their messages over their seconds); only the smallest size is
     // drained more than once.
@@ -250,7 +254,7 @@ fn report_part(out: &mut String, d: &Document) {
 mod tests {
     use super::*;
     use crate::document::ConsumeRun;
-    use crate::figures::{build, median_of};
+    use crate::figures::median_of;
 
     /// A recorded backlog run (from a committed document) with the size,
     /// round and rate given.
@@ -260,7 +264,7 @@ mod tests {
             "/tests/data/dev-machine-fbd4125.json"
         );
         let d: Document = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
-        let mut r = d.sections.backlog_scaling[0].clone();
+        let mut r = RUNS.list(&d.sections)[0].clone();
         (r.round, r.warmup, r.ledger.expected) = (round, false, n);
         r.rate = Rate::new(count, secs);
         r
@@ -268,16 +272,18 @@ mod tests {
 
     #[test]
     fn the_reference_pools_every_drain_of_the_smallest_size() {
-        let s = Sections {
-            backlog_scaling: vec![
-                drain_of(100, 0, 100, 1.0),
-                drain_of(100, 0, 100, 2.0),
-                drain_of(100, 0, 100, 1.0),
-                drain_of(1_000, 0, 1_000, 20.0),
-            ],
-            ..Sections::default()
-        };
-        let figures = build(&s);
+        let mut s = Sections::default();
+        for r in [
+            drain_of(100, 0, 100, 1.0),
+            drain_of(100, 0, 100, 2.0),
+            drain_of(100, 0, 100, 1.0),
+            drain_of(1_000, 0, 1_000, 20.0),
+        ] {
+            RUNS.record(&mut s, &r).unwrap();
+        }
+        let mut f = Figures::default();
+        BacklogScaling.figures(&s, &mut f);
+        let figures = f.into_figures();
         // 300 messages in 4 s: 75/s; 1,000 in 20 s: 50/s. The first
         // drain alone (100/s) would have made it 0.5.
         let ratio = median_of(&figures, "backlog_scaling.n1000.vs_smallest").unwrap();

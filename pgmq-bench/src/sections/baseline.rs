@@ -22,7 +22,7 @@
 //! ratio is the SDK's overhead (below 1) or gain (above 1), and unlike the
 //! absolute rates it carries across machines.
 
-use crate::document::{BaselineRun, Rate};
+use crate::document::{BaselineRun, Rate, Runs, SectionRuns, BASELINE_RUNS as RUNS};
 use crate::error::Result;
 use crate::kit::plain::{baseline_once, Loop};
 use crate::kit::Ctx;
@@ -36,8 +36,7 @@ use crate::checks::{run_tag, Checks};
 use crate::config::Config;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, fig, worker_counts};
-use crate::sections::consume::consume_counts;
+use crate::report::{cell, definitions, fig, worker_counts};
 use crate::sections::{Round, Section};
 use crate::sections::plan::{self, Plan};
 
@@ -47,8 +46,8 @@ use crate::sections::plan::{self, Plan};
 pub(crate) struct Baseline;
 
 impl Section for Baseline {
-    fn name(&self) -> &'static str {
-        "baseline"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -91,7 +90,7 @@ impl Section for Baseline {
     /// Short runs; a consuming loop's ledger and empty queue, a sending
     /// loop's messages all in the queue.
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &s.baseline {
+        for r in &RUNS.list(s) {
             let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
             out.short_run(&tag, r.rate.elapsed_s);
             if let Some(l) = &r.ledger {
@@ -121,7 +120,7 @@ impl Section for Baseline {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.baseline
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -181,11 +180,11 @@ const DEF_RATIO_EQUAL: &str = "Worker throughput divided by the mean of the roun
     below 1 a cost, above 1 a gain.";
 
 /// The measured baseline runs of one loop.
-fn baseline_runs<'a>(
-    s: &'a Sections,
-    kind: &'static str,
-) -> impl Iterator<Item = &'a BaselineRun> + 'a {
-    measured(&s.baseline, |r| r.warmup).filter(move |r| r.kind == kind)
+fn baseline_runs(s: &Sections, kind: &'static str) -> Vec<BaselineRun> {
+    measured(&RUNS.list(s), |r| r.warmup)
+        .filter(|r| r.kind == kind)
+        .cloned()
+        .collect()
 }
 
 /// The baseline loops: one rate per loop and round.
@@ -224,6 +223,30 @@ fn baselines(f: &mut Figures, s: &Sections) {
     }
 }
 
+/// What the ratios read of an SDK section's run, found by the section's
+/// name: its round and rate, and a consume run's handler count.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct SdkRun {
+    round: u32,
+    warmup: bool,
+    #[serde(default)]
+    workers: u32,
+    #[serde(flatten)]
+    rate: Rate,
+}
+
+const SDK_SINGLE: Runs<SdkRun> = Runs::new("send_single");
+const SDK_BATCH: Runs<SdkRun> = Runs::new("send_batch");
+const SDK_CONSUME: Runs<SdkRun> = Runs::new("consume_scaling");
+
+/// The handler counts of the consume_scaling runs, ascending.
+fn consume_counts(s: &Sections) -> Vec<u32> {
+    let mut counts: Vec<u32> = SDK_CONSUME.list(s).iter().map(|r| r.workers).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    counts
+}
+
 /// Every SDK figure over its reference loop: sends, and the worker per
 /// handler count against the consume loop and the equal-layout loop.
 fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
@@ -234,7 +257,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
             })
             .collect()
     };
-    let sdk_single = measured(&s.send_single, |r| r.warmup)
+    let sdk_single = measured(&SDK_SINGLE.list(s), |r| r.warmup)
         .map(|r| (r.round, r.rate.rate_per_s))
         .collect();
     f.add(
@@ -246,7 +269,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
         DEF_RATIO,
         ratio(sdk_single, "send_single", None),
     );
-    let sdk_batch = measured(&s.send_batch, |r| r.warmup)
+    let sdk_batch = measured(&SDK_BATCH.list(s), |r| r.warmup)
         .map(|r| (r.round, r.rate.rate_per_s))
         .collect();
     f.add(
@@ -259,7 +282,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
         ratio(sdk_batch, "send_batch", None),
     );
     for w in worker_counts {
-        let sdk = measured(&s.consume_scaling, |r| r.warmup)
+        let sdk = measured(&SDK_CONSUME.list(s), |r| r.warmup)
             .filter(|r| r.workers == *w)
             .map(|r| (r.round, r.rate.rate_per_s))
             .collect();
@@ -272,7 +295,7 @@ fn ratios(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
             DEF_RATIO,
             ratio(sdk, "consume", Some(*w)),
         );
-        let sdk = measured(&s.consume_scaling, |r| r.warmup)
+        let sdk = measured(&SDK_CONSUME.list(s), |r| r.warmup)
             .filter(|r| r.workers == *w)
             .map(|r| (r.round, r.rate.rate_per_s))
             .collect();
@@ -299,7 +322,7 @@ fn reference_rate(
     round: u32,
     workers: Option<u32>,
 ) -> Option<f64> {
-    let of_round = || baseline_runs(s, kind).filter(move |r| r.round == round);
+    let of_round = || baseline_runs(s, kind).into_iter().filter(move |r| r.round == round);
     let mean_rate = |keep: &dyn Fn(&BaselineRun) -> bool| {
         let (n, sum) = of_round()
             .filter(|r| keep(r))

@@ -33,11 +33,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{pick, Apply, Profile};
 use crate::checks::{run_tag, Checks};
-use crate::document::{Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
+use crate::document::{Runs, SectionRuns, Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::{fmt_value, thousands};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::cli::HandlerKind;
 use crate::kit::body::InBody;
 use crate::kit::drain;
@@ -51,6 +51,9 @@ use crate::sections::plan::{self, Plan};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "batch_handler";
+
+/// The section\'s runs in the document.
+const RUNS: Runs<BatchHandlerRun> = Runs::new(NAME);
 
 /// The pool's application name, to wait for its sessions' end.
 const APP: &str = "pgmq-bench-batch-handler";
@@ -97,7 +100,7 @@ pub struct BatchHandlerConfig {
 
 /// What the document's workload records of them (zero in documents older
 /// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 #[non_exhaustive]
 pub struct BatchHandlerWorkload {
@@ -160,7 +163,7 @@ impl Options for BatchHandlerOptions {
 }
 
 /// One run of the section: one mode draining one queue.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct BatchHandlerRun {
     /// Round.
@@ -200,7 +203,7 @@ pub struct BatchHandlerRun {
 }
 
 /// The database's counters over one run, per message handled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct BatchHandlerServer {
     /// Committed and rolled-back transactions of the database
@@ -217,8 +220,8 @@ pub struct BatchHandlerServer {
 pub(crate) struct BatchHandlerSection;
 
 impl Section for BatchHandlerSection {
-    fn name(&self) -> &'static str {
-        NAME
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -246,7 +249,7 @@ impl Section for BatchHandlerSection {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match s.runs::<BatchHandlerRun>(NAME) {
+        let runs = match RUNS.of(s) {
             Ok(r) => r,
             Err(e) => return out.fail(format!("{NAME}: {e}")),
         };
@@ -265,13 +268,13 @@ impl Section for BatchHandlerSection {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = s.runs::<BatchHandlerRun>(NAME) {
+        if let Ok(runs) = RUNS.of(s) {
             add_figures(f, &runs);
         }
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        super::extra_peaks::<BatchHandlerRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
+        RUNS.list(s).iter().map(|r| (r.round, r.warmup, r.peak_rss_bytes)).collect()
     }
 
     fn report(&self, d: &Document, out: &mut String) {
@@ -292,7 +295,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             r.server.as_ref().map_or(f64::NAN, |v| v.transactions_per_msg)
         ));
         rates.push(r.rate.rate_per_s);
-        s.record(NAME, &r)?;
+        RUNS.record(s, &r)?;
     }
     if rates[0] > 0.0 {
         ctx.progress.say(format!(
@@ -302,7 +305,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             rates[1] / rates[0]
         ));
     }
-    if ctx.cfg.handler == crate::cli::HandlerKind::Empty {
+    if ctx.cfg.handler == crate::document::HandlerKind::Empty {
         // The run's end drops it only for the db-write handlers.
         Sink::drop_table(&ctx.admin).await?;
     }
@@ -574,7 +577,9 @@ fn report_part(out: &mut String, d: &Document) {
     if fig(d, &id("batch_tx", "throughput")).is_none() {
         return;
     }
-    let w = &d.metadata.workload.options.batch_handler;
+    let Ok(w) = d.metadata.workload.options_of::<BatchHandlerWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Batch handlers (batch_handler)\n\n\

@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::document::ConsumeRun;
+use crate::document::{ConsumeRun, Runs, SectionRuns, BASELINE_RUNS};
 use crate::error::Result;
 use crate::kit::drain::drain;
 use crate::kit::Ctx;
@@ -27,11 +27,14 @@ use crate::checks::{run_tag, Checks};
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::fmt_value;
-use crate::report::markdown::{cell, definitions, fig, worker_counts};
+use crate::report::{cell, definitions, fig, worker_counts};
 use crate::kit::plain::{neighbour, Loop};
 use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<ConsumeRun> = Runs::new("consume_scaling");
 
 /// One run at `workers` handlers.
 pub async fn run(ctx: &Ctx, workers: u32, round: u32, warmup: bool) -> Result<ConsumeRun> {
@@ -43,8 +46,8 @@ pub async fn run(ctx: &Ctx, workers: u32, round: u32, warmup: bool) -> Result<Co
 pub(crate) struct ConsumeScaling;
 
 impl Section for ConsumeScaling {
-    fn name(&self) -> &'static str {
-        "consume_scaling"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -73,7 +76,7 @@ impl Section for ConsumeScaling {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &s.consume_scaling {
+        for r in &RUNS.list(s) {
             let tag = format!(
                 "consume_scaling w={} {}",
                 r.workers,
@@ -89,7 +92,7 @@ impl Section for ConsumeScaling {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.consume_scaling
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -114,8 +117,10 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
     let mut before: Option<u32> = None;
     for w in &ctx.cfg.workers {
         if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            s.baseline[i].paired_workers = Some(*w);
-            s.baseline[i].follows_workers = before;
+            BASELINE_RUNS.update(s, |runs| {
+                runs[i].paired_workers = Some(*w);
+                runs[i].follows_workers = before;
+            })?;
         }
         before = Some(*w);
         let r = run(ctx, *w, at.index, at.warm).await?;
@@ -123,11 +128,11 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
             r.rate.rate_per_s, r.handler_ms.p99
         ));
-        s.consume_scaling.push(r);
+        RUNS.record(s, &r)?;
     }
     if let Some(w) = before {
         if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            s.baseline[i].follows_workers = Some(w);
+            BASELINE_RUNS.update(s, |runs| runs[i].follows_workers = Some(w))?;
         }
     }
     neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
@@ -151,8 +156,8 @@ const DEF_WAIT_LOCAL: &str =
     on the monotonic clock. The reply's transit between the two segments is in neither.";
 
 /// The handler counts of consume_scaling, ascending.
-pub(crate) fn consume_counts(s: &Sections) -> Vec<u32> {
-    let mut worker_counts: Vec<u32> = s.consume_scaling.iter().map(|r| r.workers).collect();
+fn consume_counts(s: &Sections) -> Vec<u32> {
+    let mut worker_counts: Vec<u32> = RUNS.list(s).iter().map(|r| r.workers).collect();
     worker_counts.sort_unstable();
     worker_counts.dedup();
     worker_counts
@@ -161,7 +166,8 @@ pub(crate) fn consume_counts(s: &Sections) -> Vec<u32> {
 /// consume_scaling: throughput and latency percentiles per handler count.
 fn add_figures(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
     for w in worker_counts {
-        let runs = || measured(&s.consume_scaling, |r| r.warmup).filter(move |r| r.workers == *w);
+        let all = RUNS.list(s);
+        let runs = || measured(&all, |r| r.warmup).filter(move |r| r.workers == *w);
         let p = format!("consume_scaling.w{w}");
         f.rate(
             &format!("{p}.throughput"),

@@ -37,11 +37,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
 use crate::config::{pick, Apply, Profile};
-use crate::document::{Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
+use crate::document::{Runs, SectionRuns, Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::ledger::Ledger;
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::kit::child::{limited as limited_spec, Fleet};
 use crate::kit::Ctx;
 use crate::sections::{Options, Round, Section};
@@ -50,6 +50,9 @@ use crate::sections::plan::{self, Plan};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "fleet_limit";
+
+/// The section\'s runs in the document.
+const RUNS: Runs<FleetLimitRun> = Runs::new(NAME);
 
 /// The least share of the places a limited fleet uses with a backlog.
 const USED_FLOOR: f64 = 0.9;
@@ -92,7 +95,7 @@ pub struct FleetLimitConfig {
 
 /// What the document's workload records of them (zero in documents older
 /// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 #[non_exhaustive]
 pub struct FleetLimitWorkload {
@@ -152,7 +155,7 @@ impl Options for FleetLimitOptions {
 }
 
 /// One run: a fleet draining one queue, limited or split statically.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct FleetLimitRun {
     /// Round.
@@ -258,8 +261,8 @@ async fn sample_running(
 pub(crate) struct FleetLimit;
 
 impl Section for FleetLimit {
-    fn name(&self) -> &'static str {
-        NAME
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -285,7 +288,7 @@ impl Section for FleetLimit {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match s.runs::<FleetLimitRun>(NAME) {
+        let runs = match RUNS.of(s) {
             Ok(r) => r,
             Err(e) => return out.fail(format!("{NAME}: {e}")),
         };
@@ -304,7 +307,7 @@ impl Section for FleetLimit {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = s.runs::<FleetLimitRun>(NAME) {
+        if let Ok(runs) = RUNS.of(s) {
             add_figures(f, &runs);
         }
     }
@@ -339,7 +342,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
             at.tag, r.rate.rate_per_s, r.used, r.places
         ));
-        s.record(NAME, &r)?;
+        RUNS.record(s, &r)?;
     }
     Ok(())
 }
@@ -393,7 +396,9 @@ fn report_part(out: &mut String, d: &Document) {
     if fig(d, "fleet_limit.limited.used").is_none() {
         return;
     }
-    let w = &d.metadata.workload.options.fleet_limit;
+    let Ok(w) = d.metadata.workload.options_of::<FleetLimitWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\

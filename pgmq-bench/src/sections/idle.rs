@@ -13,7 +13,7 @@ use clap::Args;
 use pgmq_testkit::spec::WakeUpSpec;
 use serde::{Deserialize, Serialize};
 
-use crate::document::{IdleRun, Rate};
+use crate::document::{Rate, Runs, SectionRuns};
 use crate::error::{Error, Result};
 use crate::process::cpu_time;
 use crate::kit::tally::Tally;
@@ -26,18 +26,47 @@ use futures::future::BoxFuture;
 use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::sections::{Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<IdleRun> = Runs::new("idle_worker");
+
+/// An idle-worker run.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct IdleRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// Poll interval, milliseconds (notifications off).
+    pub poll_interval_ms: u64,
+    /// Wall-clock seconds of the window.
+    pub elapsed_s: f64,
+    /// Process CPU seconds (user + system, all threads) over the window.
+    pub cpu_s: f64,
+    /// `cpu_s / elapsed_s * 100`: percent of one core.
+    pub cpu_percent: f64,
+    /// `pgmq.read` calls over the window.
+    pub reads: Rate,
+    /// Reads that returned nothing.
+    pub empty_reads: Rate,
+    /// Claim-loop wake-ups (poll timer plus NOTIFY).
+    pub wakeups: Rate,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
 
 /// The idle_worker options.
 #[derive(Debug, Clone, Args)]
 #[non_exhaustive]
 pub struct IdleOptions {
     /// idle_worker window.
-    #[arg(long, default_value = "3s", value_parser = crate::cli::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = pgmq_testkit::parse_duration)]
     pub idle: Duration,
 
     /// idle_worker poll interval, milliseconds.
@@ -56,7 +85,7 @@ pub struct IdleConfig {
 }
 
 /// What the document's workload records of them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct IdleWorkload {
     /// idle_worker window, seconds.
@@ -132,8 +161,8 @@ pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
 pub(crate) struct IdleWorker;
 
 impl Section for IdleWorker {
-    fn name(&self) -> &'static str {
-        "idle_worker"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -161,7 +190,7 @@ impl Section for IdleWorker {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.idle_worker
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -180,7 +209,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
         "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
         r.cpu_percent, r.empty_reads.rate_per_s
     ));
-    s.idle_worker.push(r);
+    RUNS.record(s, &r)?;
     Ok(())
 }
 
@@ -196,7 +225,8 @@ const DEF_IDLE_WAKE: &str =
 
 /// idle_worker: CPU, empty reads and wake-ups.
 fn add_figures(f: &mut Figures, s: &Sections) {
-    let idle = || measured(&s.idle_worker, |r| r.warmup);
+    let all = RUNS.list(s);
+    let idle = || measured(&all, |r| r.warmup);
     f.add(
         "idle_worker.cpu_percent".into(),
         "idle_worker",
@@ -235,7 +265,9 @@ fn report_part(out: &mut String, d: &Document) {
     if fig(d, "idle_worker.cpu_percent").is_none() {
         return;
     }
-    let w = &d.metadata.workload.options.idle;
+    let Ok(w) = d.metadata.workload.options_of::<IdleWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\

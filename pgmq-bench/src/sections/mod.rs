@@ -1,11 +1,12 @@
 //! The benchmark's sections, one file each, and the registry that lists
 //! them: `REGISTRY` is where the command line's section names, the order a
-//! round runs them in, the run's checks, the document's figures and the
-//! Markdown report's parts come from. A section's file holds its run, its
-//! `Section` implementation (how a round runs it, its checks, its figures,
-//! its part of the report), so adding a section is one file and one line in
-//! the `registry!` list below (a section without a field of its own in
-//! [`Sections`] keeps its runs in [`Sections::extra`]). A section with
+//! round runs them in, the run's checks, the document's figures, the
+//! Markdown report's parts and the document's JSON Schema ([`schema`]) come
+//! from. A section's file holds its run type and where its runs are kept
+//! (a [`Runs`](crate::document::Runs)), its `Section` implementation (how
+//! a round runs it, its checks, its figures, its part of the report), so
+//! adding a section is one file and one line in the `registry!` list below
+//! (then `pgmq-bench schema` regenerates the committed schema). A section with
 //! options of its own declares them in its file as a type implementing
 //! [`Options`] (its flags, the checked settings derived from them, and what
 //! the document's workload records of them) and names it in its registry
@@ -18,18 +19,22 @@
 //! preloading, tallies, drains, snapshots, worker processes) is in
 //! `kit`; sections never import each other.
 
-use std::sync::Arc;
-
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::Checks;
-use crate::config::{Apply, Config};
-use crate::document::{Document, Sections};
+use crate::config::Apply;
+use std::collections::BTreeMap;
+
+use crate::document::{Document, Figure, RunOutcome, Sections, TargetCheck};
 use crate::error::Result;
 use crate::figures::Figures;
+use crate::figures::{worker_targets, TargetContext};
 pub(crate) use crate::kit::ctx::Round;
-use crate::kit::Ctx;
+
+pub(crate) mod plan;
+mod section;
+pub use section::Options;
+pub(crate) use section::{seconds, Section};
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
 /// order a round runs them: one line per file, naming the sections it holds
@@ -67,7 +72,7 @@ macro_rules! registry {
 
         /// What the document's workload records of the sections' options
         /// (flattened into [`Workload`](crate::document::Workload)).
-        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
         #[non_exhaustive]
         pub struct SectionWorkloads {
             $($(
@@ -92,10 +97,14 @@ macro_rules! registry {
                 })
             }
 
-            /// What the workload records of them.
-            pub(crate) fn workload(&self) -> SectionWorkloads {
-                SectionWorkloads {
+            /// What the workload records of them, field by field.
+            pub(crate) fn workload(&self) -> BTreeMap<String, serde_json::Value> {
+                let all = SectionWorkloads {
                     $($($module: <$module::$opts as Options>::workload(&self.$module),)?)+
+                };
+                match serde_json::to_value(all) {
+                    Ok(serde_json::Value::Object(fields)) => fields.into_iter().collect(),
+                    _ => BTreeMap::new(),
                 }
             }
         }
@@ -118,34 +127,112 @@ registry! {
     fleet_limit => [FleetLimit] with FleetLimitOptions,
 }
 
-/// The options a section file declares: its command-line flags (a clap
-/// [`Args`](clap::Args) group, flattened into the benchmark's), the checked
-/// settings its run reads, and the part of the document's workload that
-/// records them.
-pub trait Options: clap::Args {
-    /// The checked settings (`ctx.cfg.options.<module>`).
-    type Config: std::fmt::Debug + Clone;
-    /// The workload fields (flattened into the document's workload, so
-    /// their names must not clash with another section's).
-    type Workload: std::fmt::Debug + Clone + Serialize + for<'de> Deserialize<'de>;
-
-    /// Checks the flags (a typed `Error::Config` naming the flag when bad).
-    fn config(&self) -> Result<Self::Config>;
-
-    /// What the document records of `config`.
-    fn workload(config: &Self::Config) -> Self::Workload;
-
-    /// Replaces the flags that the profile `p.profile` (the default,
-    /// `--quick`, `--standard`, `--full`, `--long`) sets for this section,
-    /// each only when not given (`config::pick!`). By default a profile
-    /// changes none.
-    fn apply_profile(&mut self, p: &Apply<'_>) {
-        let _ = p;
-    }
-}
-
 pub use crate::kit::child::child_main as process_worker_main;
 pub use crate::kit::snapshot::db_clock_offset_us;
+
+/// Every figure of the measured runs in `s`: each section's, in the order
+/// a round runs them, then the memory figures.
+pub(crate) fn figures(s: &Sections) -> Vec<Figure> {
+    let mut f = Figures::default();
+    for section in REGISTRY {
+        section.figures(s, &mut f);
+    }
+    crate::figures::memory(&mut f, &peaks(s));
+    f.into_figures()
+}
+
+/// Each section's run peaks, in the order a round runs them.
+fn peaks(s: &Sections) -> Vec<(&'static str, crate::figures::RunPeaks)> {
+    REGISTRY.iter().map(|x| (x.name(), x.peaks(s))).collect()
+}
+
+/// Largest run peak per section, warm-up runs included.
+pub(crate) fn section_peaks(s: &Sections) -> BTreeMap<String, u64> {
+    crate::figures::section_peaks(&peaks(s))
+}
+
+/// The run's own checks, which decide its outcome: each section's of its
+/// runs (every message accounted for, every drain verified, sustained
+/// verdicts; warnings about weak numbers), and a warning for a build that
+/// is not a release build (`profile`).
+pub(crate) fn evaluate(s: &Sections, profile: &str) -> RunOutcome {
+    let mut checks = Checks::default();
+    for section in REGISTRY {
+        section.check(s, &mut checks);
+    }
+    checks.outcome(profile)
+}
+
+/// The pgmq-worker performance targets, evaluated on the medians of one
+/// document: the worker's (`figures::worker_targets`) and those each section
+/// states of its own figures. The memory target needs two documents:
+/// `check-memory`.
+pub fn targets(figures: &[Figure], ctx: TargetContext) -> Vec<TargetCheck> {
+    let mut checks = worker_targets(figures, ctx);
+    for section in REGISTRY {
+        checks.extend(section.targets(figures));
+    }
+    checks
+}
+
+/// The JSON Schema of the benchmark.v1 document, generated from its types:
+/// the document's own, each registered section's run type under
+/// `sections.<name>` (described by its one-line help), and the registered
+/// names wherever a section is named. `docs/benchmark.v1.schema.json` is
+/// this schema, printed by `pgmq-bench schema`.
+pub fn schema() -> serde_json::Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with_transform(closed)
+        .into_generator();
+    let mut properties = serde_json::Map::new();
+    for section in REGISTRY {
+        let mut runs = section.runs().schema(&mut generator).to_value();
+        runs["description"] = section.about().into();
+        properties.insert(section.name().to_owned(), runs);
+    }
+    generator.subschema_for::<SectionWorkloads>();
+    let mut root = generator.root_schema_for::<Document>().to_value();
+    root["$id"] = "https://example.invalid/pgmq-sdk/docs/benchmark.v1.schema.json".into();
+    root["title"] = crate::document::SCHEMA.into();
+    let defs = &mut root["$defs"];
+    // The sections' options are fields of the workload.
+    let options = defs
+        .as_object_mut()
+        .and_then(|d| d.remove("SectionWorkloads"))
+        .unwrap_or_default();
+    let workload = &mut defs["Workload"];
+    for (name, field) in options["properties"].as_object().into_iter().flatten() {
+        workload["properties"][name] = field.clone();
+    }
+    for name in options["required"].as_array().into_iter().flatten() {
+        if let Some(required) = workload["required"].as_array_mut() {
+            required.push(name.clone());
+        }
+    }
+    defs["Sections"] = serde_json::json!({
+        "description": "Each section's runs under its name.",
+        "type": "object",
+        "additionalProperties": false,
+        "required": crate::document::ALWAYS_WRITTEN[..7],
+        "properties": properties,
+    });
+    defs["SectionName"] = serde_json::json!({
+        "description": "A registered section's name.",
+        "enum": names().collect::<Vec<_>>(),
+    });
+    root
+}
+
+/// Makes every object schema with properties refuse others: the document
+/// writes only the fields its types have, so an unknown field is an error.
+fn closed(schema: &mut schemars::Schema) {
+    if let Some(object) = schema.as_object_mut() {
+        if object.contains_key("properties") && !object.contains_key("additionalProperties") {
+            object.insert("additionalProperties".into(), false.into());
+        }
+    }
+    schemars::transform::transform_subschemas(&mut closed, schema);
+}
 
 /// The names of the registered sections, in the order a round runs them
 /// (what `--sections` accepts and `sections` in a document holds).
@@ -157,188 +244,4 @@ pub use crate::kit::snapshot::db_clock_offset_us;
 /// ```
 pub fn names() -> impl Iterator<Item = &'static str> {
     REGISTRY.iter().map(|s| s.name())
-}
-
-/// One benchmark section: its name on the command line and in the
-/// document, how a round runs it, the run's checks of its runs, its figures
-/// and its part of the Markdown report.
-pub(crate) trait Section: Sync {
-    /// The name on the command line and in the document (`sections.<name>`).
-    fn name(&self) -> &'static str;
-
-    /// One line for `--help`.
-    fn about(&self) -> &'static str;
-
-    /// What one round of it is planned to take with `cfg` (see [`plan`]):
-    /// what the progress lines' estimate of the time left is made of.
-    /// Nothing when its round runs nothing of its own (its runs are made
-    /// by other sections): it is then not a step of the run.
-    fn planned(&self, cfg: &Config) -> plan::Plan;
-
-    /// Whether warm-up rounds run it (only throughput sections do).
-    fn in_warmup(&self) -> bool {
-        false
-    }
-
-    /// Runs the section once for the round `at`, recording its runs in `s`.
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>>;
-
-    /// Adds the failures and warnings of its runs in `s`.
-    fn check(&self, s: &Sections, out: &mut Checks);
-
-    /// Adds the figures of its measured runs in `s`.
-    fn figures(&self, s: &Sections, f: &mut Figures);
-
-    /// Each run's peak RSS as (round, warm-up, bytes), for the memory
-    /// figures and summary; none by default.
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        let _ = s;
-        Vec::new()
-    }
-
-    /// Appends its part of the Markdown report of `d` (nothing when `d`
-    /// holds none of its figures).
-    fn report(&self, d: &Document, out: &mut String);
-
-    /// Its performance targets, evaluated on a document's `figures` (see
-    /// [`targets`](crate::figures::targets)); none by default.
-    fn targets(&self, figures: &[crate::document::Figure]) -> Vec<crate::document::TargetCheck> {
-        let _ = figures;
-        Vec::new()
-    }
-}
-
-impl std::fmt::Debug for dyn Section {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What a round of a section is planned to take: the seconds of its fixed
-/// windows (timed phases, sleeps, the gaps between samples: the same on
-/// any machine) and the seconds of its work at nominal speeds of a 2-core
-/// machine (sends, preloads, drains: faster or slower with the machine and
-/// its load). The estimate of the time left adds the fixed seconds of the
-/// steps left to their work seconds scaled by the pace of the work done
-/// so far, so the speeds need only be in proportion to each other.
-pub(crate) mod plan {
-    use super::baseline::Baseline;
-    use super::Section;
-    use crate::config::Config;
-
-    /// What one round of a section is planned to take.
-    #[derive(Debug, Clone, Copy, Default, PartialEq)]
-    pub(crate) struct Plan {
-        /// Seconds of fixed windows.
-        pub(crate) fixed_s: f64,
-        /// Seconds of work at the nominal speeds.
-        pub(crate) work_s: f64,
-    }
-
-    impl Plan {
-        /// `s` seconds of fixed windows.
-        pub(crate) fn fixed(s: f64) -> Plan {
-            Plan {
-                fixed_s: s,
-                work_s: 0.0,
-            }
-        }
-
-        /// `s` seconds of work at the nominal speeds.
-        pub(crate) fn work(s: f64) -> Plan {
-            Plan {
-                fixed_s: 0.0,
-                work_s: s,
-            }
-        }
-
-        /// Both, in seconds.
-        pub(crate) fn total_s(self) -> f64 {
-            self.fixed_s + self.work_s
-        }
-    }
-
-    impl std::ops::Add for Plan {
-        type Output = Plan;
-
-        fn add(self, other: Plan) -> Plan {
-            Plan {
-                fixed_s: self.fixed_s + other.fixed_s,
-                work_s: self.work_s + other.work_s,
-            }
-        }
-    }
-
-    impl std::iter::Sum for Plan {
-        fn sum<I: Iterator<Item = Plan>>(iter: I) -> Plan {
-            iter.fold(Plan::default(), |a, b| a + b)
-        }
-    }
-
-    /// Sequential one-message sends a second.
-    pub(crate) const SINGLE_SENDS: f64 = 1_500.0;
-    /// Messages a second of sequential batch sends.
-    pub(crate) const BATCH_SENDS: f64 = 50_000.0;
-    /// Messages a second a worker drains from a preloaded queue.
-    pub(crate) const DRAIN: f64 = 40_000.0;
-    /// Messages a second the one-connection read + delete loop drains.
-    pub(crate) const LOOP_DRAIN: f64 = 20_000.0;
-    /// Messages a second a server-side preload writes.
-    pub(crate) const PRELOAD: f64 = 150_000.0;
-    /// Seconds of a run besides its messages: a fresh queue, its vacuum,
-    /// the checks after it, dropping it.
-    pub(crate) const SETUP: f64 = 0.3;
-    /// Seconds to start a worker process.
-    pub(crate) const PROCESS_START: f64 = 1.0;
-
-    /// Seconds of a run that preloads `n` messages and drains them at
-    /// `rate` a second.
-    pub(crate) fn drain(n: u64, rate: f64) -> f64 {
-        SETUP + n as f64 / PRELOAD + n as f64 / rate
-    }
-
-    /// `n` when the baseline section runs (its loops then sit around an
-    /// SDK section's runs, `n` of them per run), else 0.
-    pub(crate) fn loops_around(cfg: &Config, n: u32) -> f64 {
-        if cfg.has(Baseline.name()) {
-            f64::from(n)
-        } else {
-            0.0
-        }
-    }
-}
-
-/// A section flag's seconds, checked: finite and at least `least` (a typed
-/// `Error::Config` naming `flag` otherwise).
-pub(crate) fn seconds(v: f64, flag: &str, least: f64) -> Result<std::time::Duration> {
-    if v.is_finite() && v >= least {
-        return Ok(std::time::Duration::from_secs_f64(v));
-    }
-    let at_least = if least > 0.0 {
-        format!(", at least {least}")
-    } else {
-        String::new()
-    };
-    Err(crate::error::Error::Config(format!(
-        "{flag} must be a number of seconds{at_least}"
-    )))
-}
-
-/// Each run's peak RSS as (round, warm-up, bytes), for a section that keeps
-/// its runs in [`Sections::extra`] under `name` (none when they do not parse).
-pub(crate) fn extra_peaks<T: serde::de::DeserializeOwned>(
-    s: &Sections,
-    name: &str,
-    peak: fn(&T) -> (u32, bool, u64),
-) -> Vec<(u32, bool, u64)> {
-    s.runs::<T>(name)
-        .unwrap_or_default()
-        .iter()
-        .map(peak)
-        .collect()
 }

@@ -45,14 +45,14 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::checks::{run_tag, Checks};
-use crate::cli::ClaimReadsArg;
+use crate::document::ClaimReadsArg;
 use crate::config::{pick, Apply, Profile};
-use crate::document::{
+use crate::document::{Runs, SectionRuns, 
     Better, Document, Figure, Percentiles, Rate, Sample, Sections, TargetCheck, WorkerCounters,
 };
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
-use crate::report::markdown::definitions;
+use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::kit::body::padding;
 use crate::kit::load::{produce, Pace, Stream};
@@ -66,6 +66,9 @@ use crate::sections::plan::Plan;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "pinned_horizon";
+
+/// The section\'s runs in the document.
+const RUNS: Runs<PinnedRun> = Runs::new(NAME);
 
 /// The worker's pool's application name.
 const APP: &str = "pgmq-bench-pinned";
@@ -147,7 +150,7 @@ pub struct PinnedConfig {
 
 /// What the document's workload records of them (empty in documents older
 /// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 #[non_exhaustive]
 pub struct PinnedWorkload {
@@ -236,7 +239,7 @@ impl Options for PinnedOptions {
 }
 
 /// One run: one claim-reads path through the three phases.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct PinnedRun {
     /// Round.
@@ -266,7 +269,7 @@ pub struct PinnedRun {
 }
 
 /// One phase of a run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct PinnedPhase {
     /// `clean`, `pinned` or `recovered`.
@@ -301,8 +304,8 @@ pub struct PinnedPhase {
 pub(crate) struct PinnedHorizon;
 
 impl Section for PinnedHorizon {
-    fn name(&self) -> &'static str {
-        NAME
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -325,7 +328,7 @@ impl Section for PinnedHorizon {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match s.runs::<PinnedRun>(NAME) {
+        let runs = match RUNS.of(s) {
             Ok(r) => r,
             Err(e) => return out.fail(format!("{NAME}: {e}")),
         };
@@ -342,13 +345,13 @@ impl Section for PinnedHorizon {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = s.runs::<PinnedRun>(NAME) {
+        if let Ok(runs) = RUNS.of(s) {
             add_figures(f, &runs);
         }
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        super::extra_peaks::<PinnedRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
+        RUNS.list(s).iter().map(|r| (r.round, r.warmup, r.peak_rss_bytes)).collect()
     }
 
     fn report(&self, d: &Document, out: &mut String) {
@@ -407,7 +410,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             say(2),
             r.recovery_s.map_or("–".to_owned(), |v| format!("{v:.0} s"))
         ));
-        s.record(NAME, &r)?;
+        RUNS.record(s, &r)?;
     }
     Ok(())
 }
@@ -787,13 +790,15 @@ fn add_figures(f: &mut Figures, runs: &[PinnedRun]) {
 
 /// The section's table: one row per phase of each run.
 fn report_part(out: &mut String, d: &Document) {
-    let Ok(runs) = d.sections.runs::<PinnedRun>(NAME) else {
+    let Ok(runs) = RUNS.of(&d.sections) else {
         return;
     };
     if runs.is_empty() {
         return;
     }
-    let w = &d.metadata.workload.options.pinned;
+    let Ok(w) = d.metadata.workload.options_of::<PinnedWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Pinned MVCC horizon (pinned_horizon)\n\n\

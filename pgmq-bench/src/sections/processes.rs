@@ -23,25 +23,92 @@ use std::time::Duration;
 
 
 use crate::document::{
-    ProcessShare, ProcessesRun, Rate,
+    HandlerKind, LedgerReport, Percentiles, Rate, Runs, SectionRuns, WorkerCounters,
 };
 use crate::error::Result;
 use crate::kit::child::{ChildReport, Fleet};
 use crate::kit::snapshot::DbSnapshot;
+pub use crate::kit::snapshot::ProcessesServer;
 use crate::kit::Ctx;
 use crate::ledger::Ledger;
 use std::fmt::Write as _;
 
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, Figure, Sample, Sections, TargetCheck};
 use crate::figures::{check, counts_in_ids, measured, median_of, Figures};
-use crate::report::markdown::{cell, definitions, figure_keys};
+use crate::report::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<ProcessesRun> = Runs::new("worker_processes");
+
+/// A worker_processes run: N processes draining one queue.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ProcessesRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured (always measured: the section does not warm up).
+    pub warmup: bool,
+    /// Worker processes.
+    pub processes: u32,
+    /// Handler concurrency of each process.
+    pub workers_per_process: u32,
+    /// `empty`, `db-write` or `db-write-tx`.
+    #[schemars(with = "HandlerKind")]
+    pub handler: String,
+    /// Simulated I/O per handler call, milliseconds.
+    pub handler_work_ms: u64,
+    /// Combined: distinct messages handled over the slowest process's seconds
+    /// (each from its `go` to its last handler's end).
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Each process.
+    pub per_process: Vec<ProcessShare>,
+    /// The smallest process's message count over the largest's (1: even).
+    pub min_over_max: f64,
+    /// Jain's fairness index of the per-process counts: (Σx)² / (n·Σx²),
+    /// 1 when even, 1/n when one process did everything.
+    pub jain_index: f64,
+    /// Every process's ids merged: a message handled by two processes is a duplicate.
+    pub ledger: LedgerReport,
+    /// Messages left after every process stopped (must be 0).
+    pub remaining_after: i64,
+    /// Seconds to preload the queue (not timed).
+    pub preload_s: f64,
+    /// Seconds of VACUUM (not timed).
+    pub vacuum_s: f64,
+    /// The database's own counters over the run (absent when unreadable,
+    /// and in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ProcessesServer>,
+}
+
+/// One process of a worker_processes run.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct ProcessShare {
+    /// 0-based.
+    pub index: u32,
+    /// Its handler calls over its seconds.
+    pub rate: Rate,
+    /// Its fraction of all handler calls.
+    pub share: f64,
+    /// Whether it stopped on a stall rather than an empty queue.
+    pub stalled: bool,
+    /// Its worker's counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Its handler durations.
+    pub handler_ms: Percentiles,
+    /// Its peak RSS, bytes.
+    pub peak_rss_bytes: u64,
+}
 
 /// One run with `n_proc` processes.
 pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun> {
@@ -147,8 +214,8 @@ impl Fairness {
 pub(crate) struct WorkerProcesses;
 
 impl Section for WorkerProcesses {
-    fn name(&self) -> &'static str {
-        "worker_processes"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -170,7 +237,7 @@ impl Section for WorkerProcesses {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &s.worker_processes {
+        for r in &RUNS.list(s) {
             let tag = format!(
                 "worker_processes {} {}",
                 r.processes,
@@ -253,7 +320,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
             r.rate.rate_per_s, r.min_over_max
         ));
-        s.worker_processes.push(r);
+        RUNS.record(s, &r)?;
     }
     Ok(())
 }
@@ -268,10 +335,11 @@ const DEF_PROC_EVEN: &str =
 
 /// worker_processes: combined rate and evenness per process count.
 fn add_figures(f: &mut Figures, s: &Sections) {
-    let mut procs: Vec<u32> = s.worker_processes.iter().map(|r| r.processes).collect();
+    let mut procs: Vec<u32> = RUNS.list(s).iter().map(|r| r.processes).collect();
     procs.sort_unstable();
     procs.dedup();
-    let wp = || measured(&s.worker_processes, |r| r.warmup);
+    let all = RUNS.list(s);
+    let wp = || measured(&all, |r| r.warmup);
     for n in &procs {
         f.rate(
             &format!("worker_processes.p{n}.throughput"),
@@ -311,9 +379,8 @@ fn report_part(out: &mut String, d: &Document) {
     let one = median_rate(d, 1);
     let mut ids = Vec::new();
     for n in &counts {
-        let runs: Vec<_> = d
-            .sections
-            .worker_processes
+        let all = RUNS.list(&d.sections);
+        let runs: Vec<_> = all
             .iter()
             .filter(|r| !r.warmup && u64::from(r.processes) == *n)
             .collect();
@@ -362,9 +429,8 @@ fn report_part(out: &mut String, d: &Document) {
 
 /// The median combined rate of the measured runs with `n` processes.
 fn median_rate(d: &Document, n: u64) -> Option<f64> {
-    let rates: Vec<f64> = d
-        .sections
-        .worker_processes
+    let rates: Vec<f64> = RUNS
+        .list(&d.sections)
         .iter()
         .filter(|r| !r.warmup && u64::from(r.processes) == n)
         .map(|r| r.rate.rate_per_s)
@@ -375,9 +441,8 @@ fn median_rate(d: &Document, n: u64) -> Option<f64> {
 /// worker_processes: the database's own counters per message, per process
 /// count and round (why the rates are what they are).
 fn processes_server(out: &mut String, d: &Document, counts: &[u64]) {
-    let runs: Vec<_> = d
-        .sections
-        .worker_processes
+    let all = RUNS.list(&d.sections);
+    let runs: Vec<_> = all
         .iter()
         .filter(|r| !r.warmup && counts.contains(&u64::from(r.processes)))
         .filter_map(|r| r.server.as_ref().map(|s| (r, s)))

@@ -9,18 +9,44 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
-use crate::document::{Document, Rate, Sections, SendRun};
+use crate::document::{Document, Rate, Runs, SectionRuns, Sections};
 use crate::error::Result;
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::kit::plain::{neighbour, Loop};
 use crate::kit::body::id_batches;
 use crate::kit::Ctx;
 use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
+
+/// The runs of send_single.
+pub(crate) const SINGLE: Runs<SendRun> = Runs::new("send_single");
+
+/// The runs of send_batch.
+pub(crate) const BATCH: Runs<SendRun> = Runs::new("send_batch");
+
+/// A send run.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct SendRun {
+    /// Round (warm-up rounds first, then measured rounds, each from 0).
+    pub round: u32,
+    /// Whether this run was a discarded warm-up.
+    pub warmup: bool,
+    /// Messages sent over the timed interval.
+    #[serde(flatten)]
+    pub rate: Rate,
+    /// Messages per call (1 for send_single).
+    pub batch_size: u32,
+    /// `pgmq.metrics` queue length after the run: must equal the count.
+    pub in_queue_after: i64,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
 
 /// One send_single run: `--single-messages` calls of `Client::send`.
 pub async fn single(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
@@ -95,8 +121,8 @@ async fn one_round(ctx: &Ctx, which: Loop, at: Round<'_>, s: &mut Sections) -> R
         r.rate.rate_per_s
     ));
     match which {
-        Loop::SendSingle => s.send_single.push(r),
-        _ => s.send_batch.push(r),
+        Loop::SendSingle => SINGLE.record(s, &r)?,
+        _ => BATCH.record(s, &r)?,
     }
     neighbour(ctx, which, at, s).await?;
     Ok(())
@@ -119,8 +145,8 @@ const DEF_SEND_BATCH: &str =
     next: messages divided by the seconds from the first call to the last reply.";
 
 impl Section for SendSingle {
-    fn name(&self) -> &'static str {
-        "send_single"
+    fn runs(&self) -> &dyn SectionRuns {
+        &SINGLE
     }
 
     fn about(&self) -> &'static str {
@@ -146,7 +172,8 @@ impl Section for SendSingle {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        check_sends(out, self.name(), &s.send_single);
+        let runs = out.runs(&SINGLE, s);
+        check_sends(out, self.name(), &runs);
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
@@ -155,12 +182,12 @@ impl Section for SendSingle {
             "send_single",
             "Single send",
             DEF_SEND_SINGLE,
-            measured(&s.send_single, |r| r.warmup).map(|r| (r.round, &r.rate)),
+            measured(&SINGLE.list(s), |r| r.warmup).map(|r| (r.round, &r.rate)),
         );
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        peaks(&s.send_single)
+        peaks(&SINGLE.list(s))
     }
 
     /// The Sends table, of both send sections.
@@ -170,8 +197,8 @@ impl Section for SendSingle {
 }
 
 impl Section for SendBatch {
-    fn name(&self) -> &'static str {
-        "send_batch"
+    fn runs(&self) -> &dyn SectionRuns {
+        &BATCH
     }
 
     fn about(&self) -> &'static str {
@@ -197,7 +224,8 @@ impl Section for SendBatch {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        check_sends(out, self.name(), &s.send_batch);
+        let runs = out.runs(&BATCH, s);
+        check_sends(out, self.name(), &runs);
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
@@ -206,12 +234,12 @@ impl Section for SendBatch {
             "send_batch",
             "Batch send",
             DEF_SEND_BATCH,
-            measured(&s.send_batch, |r| r.warmup).map(|r| (r.round, &r.rate)),
+            measured(&BATCH.list(s), |r| r.warmup).map(|r| (r.round, &r.rate)),
         );
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        peaks(&s.send_batch)
+        peaks(&BATCH.list(s))
     }
 
     /// Nothing of its own: its row is in send_single's Sends table.

@@ -21,10 +21,10 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
-use crate::document::{Better, Document, Rate, Sections};
+use crate::document::{Runs, SectionRuns, Better, Document, Rate, Sections};
 use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::kit::body::id_batches;
 use crate::kit::Ctx;
 use crate::sections::{Round, Section};
@@ -34,6 +34,9 @@ use crate::sections::plan::{self, Plan};
 /// The section's name, in the document and on the command line.
 const NAME: &str = "send_batch_keyed";
 
+/// The section\'s runs in the document.
+const RUNS: Runs<KeyedSendRun> = Runs::new(NAME);
+
 /// The two ways of sending, in the order of an even round.
 const MODES: [&str; 2] = ["plain", "keyed"];
 
@@ -41,7 +44,7 @@ const MODES: [&str; 2] = ["plain", "keyed"];
 const WINDOW: Duration = Duration::from_secs(3600);
 
 /// One run: `--batch-messages` sent in batches one way.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct KeyedSendRun {
     /// Round.
@@ -135,8 +138,8 @@ const DEF_RATIO: &str = "keyed throughput ÷ plain throughput of the same round:
     a batch send (1: nothing).";
 
 impl Section for SendBatchKeyed {
-    fn name(&self) -> &'static str {
-        NAME
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -171,14 +174,14 @@ impl Section for SendBatchKeyed {
                     "{} {NAME} {mode}: {:.0} msg/s",
                     at.tag, r.rate.rate_per_s
                 ));
-                s.record(NAME, &r)?;
+                RUNS.record(s, &r)?;
             }
             Ok(())
         })
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match s.runs::<KeyedSendRun>(NAME) {
+        let runs = match RUNS.of(s) {
             Ok(r) => r,
             Err(e) => return out.fail(format!("{NAME}: {e}")),
         };
@@ -198,7 +201,7 @@ impl Section for SendBatchKeyed {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        let Ok(runs) = s.runs::<KeyedSendRun>(NAME) else {
+        let Ok(runs) = RUNS.of(s) else {
             return;
         };
         for mode in MODES {
@@ -227,7 +230,7 @@ impl Section for SendBatchKeyed {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        super::extra_peaks::<KeyedSendRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
+        RUNS.list(s).iter().map(|r| (r.round, r.warmup, r.peak_rss_bytes)).collect()
     }
 
     fn report(&self, d: &Document, out: &mut String) {

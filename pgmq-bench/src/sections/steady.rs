@@ -46,11 +46,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checks::{run_tag, Checks};
 use crate::config::{pick, Apply, Profile};
-use crate::document::{Better, Document, Percentiles, Rate, Sample, Sections, WorkerCounters};
+use crate::document::{Runs, SectionRuns, Better, Document, Percentiles, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
-use crate::report::markdown::definitions;
+use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::kit::body::padding;
 use crate::kit::load::{produce, Pace, Stream};
@@ -64,6 +64,9 @@ use crate::sections::plan::Plan;
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "steady_stream";
+
+/// The section\'s runs in the document.
+const RUNS: Runs<SteadyRun> = Runs::new(NAME);
 
 /// The worker's pool's application name.
 const APP: &str = "pgmq-bench-steady";
@@ -81,7 +84,7 @@ const KEEP_UP: f64 = 0.95;
 const TOP_UP_MAX: u64 = 1_000;
 
 /// How the handler acknowledges a success.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SteadyAck {
     /// `Outcome::Archive`: moved to the archive table.
@@ -182,7 +185,7 @@ pub struct SteadyConfig {
 
 /// What the document's workload records of them (empty in documents older
 /// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 #[non_exhaustive]
 pub struct SteadyWorkload {
@@ -290,7 +293,7 @@ impl Options for SteadyOptions {
 }
 
 /// One run: one handler count, sleep, acknowledgement and producer rate.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct SteadyRun {
     /// Round.
@@ -336,8 +339,8 @@ pub use crate::kit::snapshot::SteadyServer;
 pub(crate) struct SteadyStream;
 
 impl Section for SteadyStream {
-    fn name(&self) -> &'static str {
-        NAME
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -360,7 +363,7 @@ impl Section for SteadyStream {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match s.runs::<SteadyRun>(NAME) {
+        let runs = match RUNS.of(s) {
             Ok(r) => r,
             Err(e) => return out.fail(format!("{NAME}: {e}")),
         };
@@ -380,13 +383,13 @@ impl Section for SteadyStream {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = s.runs::<SteadyRun>(NAME) {
+        if let Ok(runs) = RUNS.of(s) {
             add_figures(f, &runs);
         }
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        super::extra_peaks::<SteadyRun>(s, NAME, |r| (r.round, r.warmup, r.peak_rss_bytes))
+        RUNS.list(s).iter().map(|r| (r.round, r.warmup, r.peak_rss_bytes)).collect()
     }
 
     fn report(&self, d: &Document, out: &mut String) {
@@ -440,7 +443,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
                             .cpu_us_per_msg
                             .map_or("–".to_owned(), |v| format!("{v:.0}"))
                     ));
-                    s.record(NAME, &r)?;
+                    RUNS.record(s, &r)?;
                 }
             }
         }
@@ -745,13 +748,15 @@ fn step_ratio_min(runs: &[&SteadyRun]) -> Option<f64> {
 
 /// The section's table: one row per run, then the two round figures.
 fn report_part(out: &mut String, d: &Document) {
-    let Ok(runs) = d.sections.runs::<SteadyRun>(NAME) else {
+    let Ok(runs) = RUNS.of(&d.sections) else {
         return;
     };
     if runs.is_empty() {
         return;
     }
-    let w = &d.metadata.workload.options.steady;
+    let Ok(w) = d.metadata.workload.options_of::<SteadyWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Steady stream (steady_stream)\n\n\

@@ -24,7 +24,11 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::document::{BacklogSample, DbCounters, Interval, Rate, SustainedRun, Verdict};
+use serde::{Deserialize, Serialize};
+
+use crate::document::{
+    HandlerKind, IntervalPercentiles, LedgerReport, Percentiles, Rate, Runs, SectionRuns, WorkerCounters,
+};
 use crate::error::{Error, Result};
 use crate::kit::snapshot::db_clock_offset_us;
 use crate::kit::tally::{QueueWaits, Tally};
@@ -39,12 +43,147 @@ use futures::future::BoxFuture;
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::markdown::MIB;
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::MIB;
+use crate::report::{cell, definitions, fig};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<SustainedRun> = Runs::new("sustained");
+
+/// A sustained run.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct SustainedRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// Producer window, seconds.
+    pub duration_s: f64,
+    /// Seconds at the start excluded from the slope fit.
+    pub warmup_s: f64,
+    /// Producer target, messages/s in total (None: unpaced).
+    pub target_rate_per_s: Option<f64>,
+    /// Producer tasks.
+    pub producers: u32,
+    /// Handler concurrency.
+    pub workers: u32,
+    /// Messages per send call.
+    pub batch_size: u32,
+    /// Messages produced over the producer window.
+    pub produced: Rate,
+    /// Messages handled over the same window.
+    pub handled: Rate,
+    /// One record per second.
+    pub intervals: Vec<Interval>,
+    /// Every backlog sample (one per 50 ms): the points of the slope fit.
+    pub backlog_samples: Vec<BacklogSample>,
+    /// Least-squares slope of the database backlog over the fit window, messages/s.
+    pub backlog_slope_per_s: Option<f64>,
+    /// Its standard error (residuals taken as independent), messages/s: the
+    /// resolution of this window.
+    pub backlog_slope_stderr_per_s: Option<f64>,
+    /// Largest backlog sampled.
+    pub backlog_max: i64,
+    /// Seconds to drain what was left after the producers stopped.
+    pub drain_s: f64,
+    /// Which messages were handled (after the drain).
+    pub ledger: LedgerReport,
+    /// Pass when the slope is at most the limit and produced equals handled.
+    pub verdict: Verdict,
+    /// Worker counters at shutdown.
+    pub worker: WorkerCounters,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+    /// The database's own counters over the run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_counters: Option<DbCounters>,
+    /// With `--rate-search`: the step (0 at `--rate`, each next one
+    /// `--rate-step` times faster). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_search_step: Option<u32>,
+    /// `empty`, `db-write` or `db-write-tx` (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<HandlerKind>")]
+    pub handler: Option<String>,
+    /// Handler durations over the whole run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_ms: Option<Percentiles>,
+    /// Queue wait, database segment, over the whole run (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait_db_ms: Option<Percentiles>,
+}
+
+/// The database's own counters over a sustained run (None: not readable).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct DbCounters {
+    /// WAL written by the whole cluster over the run (pg_current_wal_lsn
+    /// difference), bytes: other databases' activity included.
+    pub wal_bytes: Option<u64>,
+    /// Checkpoints completed over the run (pg_stat_checkpointer or pg_stat_bgwriter).
+    pub checkpoints: Option<u64>,
+    /// Autovacuum runs on the queue table (pg_stat_user_tables; the table is new per run).
+    pub queue_autovacuum_count: Option<u64>,
+    /// Autoanalyze runs on the queue table.
+    pub queue_autoanalyze_count: Option<u64>,
+    /// Dead tuples of the queue table at the end.
+    pub queue_dead_tuples: Option<u64>,
+}
+
+/// One second of a sustained run.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct Interval {
+    /// Seconds since the producers started, at the end of the interval.
+    pub t_s: f64,
+    /// Produced within the interval.
+    pub produced: Rate,
+    /// Handled (distinct) within the interval.
+    pub handled: Rate,
+    /// Mean of the interval's backlog samples.
+    pub backlog_mean: f64,
+    /// Largest backlog sample of the interval.
+    pub backlog_max: i64,
+    /// Resident set size of the bench process at the end of the interval
+    /// (absent in older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    /// Handler run time of the handler calls that ended in the interval, ms
+    /// (absent in older documents; null when none ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_ms: Option<IntervalPercentiles>,
+    /// Queue wait of the handler calls that started in the interval, ms:
+    /// the message's `enqueued_at` to the handler's start (absent in older
+    /// documents; null when none started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait_ms: Option<IntervalPercentiles>,
+}
+
+/// One backlog sample: `pgmq.metrics` queue length (visible plus in flight).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct BacklogSample {
+    /// Seconds since the producers started.
+    pub t_s: f64,
+    /// Messages in the queue.
+    pub backlog: i64,
+}
+
+/// A pass/fail with reasons.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct Verdict {
+    /// Passed.
+    pub pass: bool,
+    /// The slope limit used, messages/s.
+    pub slope_limit_per_s: f64,
+    /// Why it failed (empty on pass).
+    pub reasons: Vec<String>,
+}
 
 /// The largest backlog slope that passes, messages/s.
 pub const SLOPE_LIMIT: f64 = 10.0;
@@ -425,8 +564,8 @@ fn failure_reasons(
 pub(crate) struct Sustained;
 
 impl Section for Sustained {
-    fn name(&self) -> &'static str {
-        "sustained"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -447,7 +586,7 @@ impl Section for Sustained {
     ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             if ctx.cfg.rate_search {
-                sustained_rate_search(ctx, at, &mut s.sustained).await
+                sustained_rate_search(ctx, at, &mut RUNS.list(s)).await
             } else {
                 sustained_once(ctx, at, s).await
             }
@@ -455,7 +594,7 @@ impl Section for Sustained {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &s.sustained {
+        for r in &RUNS.list(s) {
             let tag = format!("sustained {}", run_tag(r.round, r.warmup));
             if let Some(se) = r.backlog_slope_stderr_per_s {
                 if se > r.verdict.slope_limit_per_s / 2.0 {
@@ -488,7 +627,7 @@ impl Section for Sustained {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.sustained
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -510,7 +649,7 @@ async fn sustained_once(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Resu
         r.backlog_slope_per_s.unwrap_or(f64::NAN),
         if r.verdict.pass { "pass" } else { "FAIL" }
     ));
-    s.sustained.push(r);
+    RUNS.record(s, &r)?;
     Ok(())
 }
 
@@ -562,10 +701,11 @@ const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
 
 /// sustained: the rate search, the rates, the backlog slope and maximum.
 fn add_figures(f: &mut Figures, s: &Sections) {
-    let sus = || measured(&s.sustained, |r| r.warmup || r.rate_search_step.is_some());
+    let all = RUNS.list(s);
+    let sus = || measured(&all, |r| r.warmup || r.rate_search_step.is_some());
     // The rate search: per round, the highest target rate whose verdict passed.
     let mut best: BTreeMap<u32, f64> = BTreeMap::new();
-    for r in measured(&s.sustained, |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
+    for r in measured(&RUNS.list(s), |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
         let e = best.entry(r.round).or_insert(0.0);
         if r.verdict.pass {
             *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
@@ -624,9 +764,8 @@ fn add_figures(f: &mut Figures, s: &Sections) {
 /// and the worst one, so a stall or a creeping RSS shows without printing
 /// every second (the document has them all).
 fn sustained_intervals(out: &mut String, d: &Document) {
-    let runs: Vec<_> = d
-        .sections
-        .sustained
+    let all = RUNS.list(&d.sections);
+    let runs: Vec<_> = all
         .iter()
         .filter(|r| {
             r.intervals
@@ -649,7 +788,7 @@ fn sustained_intervals(out: &mut String, d: &Document) {
     };
     for r in runs {
         let iv = &r.intervals;
-        let pick = |f: &dyn Fn(&crate::document::Interval) -> Option<f64>| {
+        let pick = |f: &dyn Fn(&Interval) -> Option<f64>| {
             both(iv.iter().filter_map(f).collect())
         };
         let rss: Vec<u64> = iv.iter().filter_map(|i| i.rss_bytes).collect();
@@ -685,7 +824,7 @@ fn sustained_intervals(out: &mut String, d: &Document) {
 }
 
 /// A sustained run's round, flagged when a warm-up or a rate-search step.
-fn sustained_round(r: &crate::document::SustainedRun) -> String {
+fn sustained_round(r: &SustainedRun) -> String {
     let mut s = r.round.to_string();
     if r.warmup {
         s.push_str(" (warm-up)");
@@ -699,7 +838,7 @@ fn sustained_round(r: &crate::document::SustainedRun) -> String {
 /// sustained: each run's rates, slope and verdict, its intervals, the
 /// database's counters and the rate search's result.
 fn report_part(out: &mut String, d: &Document) {
-    if d.sections.sustained.is_empty() {
+    if RUNS.list(&d.sections).is_empty() {
         return;
     }
     let _ = writeln!(
@@ -707,7 +846,7 @@ fn report_part(out: &mut String, d: &Document) {
         "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
          Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
-    for r in &d.sections.sustained {
+    for r in &RUNS.list(&d.sections) {
         let _ = writeln!(
             out,
             "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
@@ -777,9 +916,8 @@ fn rate_search(out: &mut String, d: &Document) {
 
 /// The database's own counters over each sustained run that read them.
 fn db_counters_table(out: &mut String, d: &Document) {
-    let runs: Vec<_> = d
-        .sections
-        .sustained
+    let all = RUNS.list(&d.sections);
+    let runs: Vec<_> = all
         .iter()
         .filter_map(|r| r.db_counters.as_ref().map(|c| (r, c)))
         .collect();

@@ -21,7 +21,7 @@ use pgmq_testkit::spec::WakeUpSpec;
 use pgmq_worker::{Outcome, Worker};
 use tokio::sync::mpsc;
 
-use crate::document::WakeupRun;
+use crate::document::{Percentiles, Runs, SectionRuns, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::kit::body::InBody;
 use crate::kit::worker::{builder, counters, ms};
@@ -34,11 +34,39 @@ use futures::future::BoxFuture;
 use crate::checks::Checks;
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::markdown::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig};
 use crate::sections::{Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
+
+/// The section's runs in the document.
+pub(crate) const RUNS: Runs<WakeupRun> = Runs::new("wakeup_latency");
+
+/// A wake-up latency run of one mode.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct WakeupRun {
+    /// Round.
+    pub round: u32,
+    /// Warm-up or measured.
+    pub warmup: bool,
+    /// `poll` (polling only) or `notify` (LISTEN/NOTIFY with polling fallback).
+    pub mode: String,
+    /// Poll interval (the fallback for `notify`), milliseconds.
+    pub poll_interval_ms: u64,
+    /// For `notify`: the queue's PGMQ notify throttle, milliseconds; samples
+    /// are spaced further apart than this.
+    pub notify_throttle_ms: Option<i64>,
+    /// Each sample: send call start to handler start, milliseconds.
+    pub samples_ms: Vec<f64>,
+    /// Their distribution.
+    pub latency_ms: Percentiles,
+    /// Worker counters over the run.
+    pub worker: WorkerCounters,
+    /// Peak RSS during the run, bytes.
+    pub peak_rss_bytes: u64,
+}
 
 /// The fewest wake-up samples per mode.
 pub(crate) const MIN_WAKEUP_SAMPLES: u32 = 20;
@@ -67,7 +95,7 @@ pub struct WakeupConfig {
 }
 
 /// What the document's workload records of them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct WakeupWorkload {
     /// wakeup_latency samples per mode.
@@ -314,8 +342,8 @@ async fn take_samples(
 pub(crate) struct WakeupLatency;
 
 impl Section for WakeupLatency {
-    fn name(&self) -> &'static str {
-        "wakeup_latency"
+    fn runs(&self) -> &dyn SectionRuns {
+        &RUNS
     }
 
     fn about(&self) -> &'static str {
@@ -348,7 +376,7 @@ impl Section for WakeupLatency {
     }
 
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        s.wakeup_latency
+        RUNS.list(s)
             .iter()
             .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
             .collect()
@@ -368,7 +396,7 @@ async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()
             "{tag} wakeup_latency {}: p50 {:.2} ms",
             r.mode, r.latency_ms.p50
         ));
-        s.wakeup_latency.push(r);
+        RUNS.record(s, &r)?;
     }
     Ok(())
 }
@@ -390,7 +418,7 @@ fn add_figures(f: &mut Figures, s: &Sections) {
             "wakeup_latency",
             label,
             DEF_WAKEUP,
-            measured(&s.wakeup_latency, |r| r.warmup)
+            measured(&RUNS.list(s), |r| r.warmup)
                 .filter(|r| r.mode == mode)
                 .map(|r| (r.round, &r.latency_ms)),
         );
@@ -404,7 +432,9 @@ fn report_part(out: &mut String, d: &Document) {
     {
         return;
     }
-    let w = &d.metadata.workload.options.wakeup;
+    let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
+        return;
+    };
     let _ = writeln!(
         out,
         "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\

@@ -1,0 +1,129 @@
+//! What every section is: the [`Section`] trait the registry lists, the
+//! [`Options`] a section file may declare, and the checked reading of a
+//! section flag's seconds.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::checks::Checks;
+use crate::config::{Apply, Config};
+use crate::document::{Document, SectionRuns, Sections};
+use crate::error::Result;
+use crate::figures::Figures;
+use crate::kit::ctx::Round;
+use crate::kit::Ctx;
+use crate::sections::plan;
+
+/// The options a section file declares: its command-line flags (a clap
+/// [`Args`](clap::Args) group, flattened into the benchmark's), the checked
+/// settings its run reads, and the part of the document's workload that
+/// records them.
+pub trait Options: clap::Args {
+    /// The checked settings (`ctx.cfg.options.<module>`).
+    type Config: std::fmt::Debug + Clone;
+    /// The workload fields (flattened into the document's workload, so
+    /// their names must not clash with another section's).
+    type Workload: std::fmt::Debug
+        + Clone
+        + Serialize
+        + for<'de> Deserialize<'de>
+        + schemars::JsonSchema;
+
+    /// Checks the flags (a typed `Error::Config` naming the flag when bad).
+    fn config(&self) -> Result<Self::Config>;
+
+    /// What the document records of `config`.
+    fn workload(config: &Self::Config) -> Self::Workload;
+
+    /// Replaces the flags that the profile `p.profile` (the default,
+    /// `--quick`, `--standard`, `--full`, `--long`) sets for this section,
+    /// each only when not given (`config::pick!`). By default a profile
+    /// changes none.
+    fn apply_profile(&mut self, p: &Apply<'_>) {
+        let _ = p;
+    }
+}
+
+/// One benchmark section: its name on the command line and in the
+/// document, how a round runs it, the run's checks of its runs, its figures
+/// and its part of the Markdown report.
+pub(crate) trait Section: Sync {
+    /// Where its runs are in the document: its name and its run type (a
+    /// [`Runs`](crate::document::Runs) declared in its file).
+    fn runs(&self) -> &dyn SectionRuns;
+
+    /// The name on the command line and in the document (`sections.<name>`).
+    fn name(&self) -> &'static str {
+        self.runs().name()
+    }
+
+    /// One line for `--help`.
+    fn about(&self) -> &'static str;
+
+    /// What one round of it is planned to take with `cfg` (see [`plan`]):
+    /// what the progress lines' estimate of the time left is made of.
+    /// Nothing when its round runs nothing of its own (its runs are made
+    /// by other sections): it is then not a step of the run.
+    fn planned(&self, cfg: &Config) -> plan::Plan;
+
+    /// Whether warm-up rounds run it (only throughput sections do).
+    fn in_warmup(&self) -> bool {
+        false
+    }
+
+    /// Runs the section once for the round `at`, recording its runs in `s`.
+    fn run_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>>;
+
+    /// Adds the failures and warnings of its runs in `s`.
+    fn check(&self, s: &Sections, out: &mut Checks);
+
+    /// Adds the figures of its measured runs in `s`.
+    fn figures(&self, s: &Sections, f: &mut Figures);
+
+    /// Each run's peak RSS as (round, warm-up, bytes), for the memory
+    /// figures and summary; none by default.
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        let _ = s;
+        Vec::new()
+    }
+
+    /// Appends its part of the Markdown report of `d` (nothing when `d`
+    /// holds none of its figures).
+    fn report(&self, d: &Document, out: &mut String);
+
+    /// Its performance targets, evaluated on a document's `figures` (see
+    /// [`targets`]); none by default.
+    fn targets(&self, figures: &[crate::document::Figure]) -> Vec<crate::document::TargetCheck> {
+        let _ = figures;
+        Vec::new()
+    }
+}
+
+impl std::fmt::Debug for dyn Section {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A section flag's seconds, checked: finite and at least `least` (a typed
+/// `Error::Config` naming `flag` otherwise).
+pub(crate) fn seconds(v: f64, flag: &str, least: f64) -> Result<std::time::Duration> {
+    if v.is_finite() && v >= least {
+        return Ok(std::time::Duration::from_secs_f64(v));
+    }
+    let at_least = if least > 0.0 {
+        format!(", at least {least}")
+    } else {
+        String::new()
+    };
+    Err(crate::error::Error::Config(format!(
+        "{flag} must be a number of seconds{at_least}"
+    )))
+}
