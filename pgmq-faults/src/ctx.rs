@@ -364,6 +364,16 @@ pub(crate) fn private_temp_dir(prefix: &str) -> std::io::Result<PathBuf> {
     Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary folder name")))
 }
 
+/// A dedicated session of the suite's own (the campaign's nemesis and watchers), straight to the cluster.
+pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Client, BoxError> {
+    let (c, _notes) = pgmq_client::ClientBuilder::new(dsn)
+        .application_name(app)
+        .connect_timeout(Duration::from_secs(3))
+        .connect_dedicated()
+        .await?;
+    Ok(c)
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;

@@ -109,6 +109,10 @@ fn is_zero_u64(v: &u64) -> bool {
 /// or `"after"` (in [`Hook::after`](pgmq_worker::Hook::after)).
 pub(crate) const HOOK_PANIC_HEADER: &str = "fault_hook_panic";
 
+/// The header a message sent back from a dead-letter queue (the
+/// campaign's `redrive` fault) carries.
+pub(crate) const REDRIVEN_HEADER: &str = "fault_redriven";
+
 /// The headers sent with a key.
 pub(crate) fn key_headers(key: i64) -> serde_json::Value {
     serde_json::json!({ KEY_HEADER: key })

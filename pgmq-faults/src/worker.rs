@@ -28,7 +28,7 @@ use pgmq_worker::{
 };
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::job::{Job, HOOK_PANIC_HEADER};
+use super::job::{Job, HOOK_PANIC_HEADER, REDRIVEN_HEADER};
 use super::ledger::{INSERT_HANDLING, INSERT_START};
 use super::BoxError;
 
@@ -857,7 +857,7 @@ async fn obey_and_record(
     if attempt < act.fail_before {
         return Err(format!("planned failure on key {} attempt {attempt}", msg.body.key).into());
     }
-    if act.fail_unless_redriven && msg.header(super::campaign::REDRIVEN_HEADER).is_none() {
+    if act.fail_unless_redriven && msg.header(REDRIVEN_HEADER).is_none() {
         return Err(format!("planned failure on key {} until redriven", msg.body.key).into());
     }
     let age = Utc::now() - msg.enqueued_at;

@@ -6,12 +6,18 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::campaign::{ProcKind, Role, Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
-use super::ctx::Ctx;
+use std::time::Instant;
+
+use chrono::Utc;
+
 use super::fleet::{FleetState, Watching};
-use super::ledger;
-use super::proxy::Proxy;
-use super::BoxError;
+use super::model::{FaultEvent, Planned, ProcKind, Role, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
+use super::slots::Slots;
+use super::workload::Workload;
+use crate::ctx::{session, Ctx};
+use crate::ledger;
+use crate::proxy::Proxy;
+use crate::BoxError;
 
 /// One fault kind.
 #[derive(Debug, Clone, Copy)]
@@ -317,6 +323,56 @@ pub(crate) struct Nemesis<'a> {
 }
 
 impl Nemesis<'_> {
+    /// Plays `schedule`, one fault after another, each at its time from
+    /// `started`: injects it, holds it for its duration, clears it (a
+    /// failed injection may have half happened: it is cleared anyway).
+    /// Returns the faults as they happened.
+    pub(crate) async fn play(
+        &self,
+        schedule: &[Planned],
+        started: Instant,
+    ) -> Result<Vec<FaultEvent>, BoxError> {
+        let mut events = Vec::new();
+        for p in schedule {
+            let at = started + Duration::from_millis(p.at_ms);
+            tokio::time::sleep_until(at.into()).await;
+            let kind = kind(p.kind).ok_or("unknown fault kind")?;
+            let start = Utc::now();
+            let mut error = None;
+            let held = match self
+                .inject(
+                    kind,
+                    p.process,
+                    p.queue,
+                    Duration::from_millis(p.duration_ms),
+                )
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    error = Some(format!("{} inject: {e}", p.kind));
+                    Held::Nothing
+                }
+            };
+            tokio::time::sleep_until((at + Duration::from_millis(p.duration_ms)).into()).await;
+            if let Err(e) = self.clear(kind, p.process, held).await {
+                let msg = format!("{} clear: {e}", p.kind);
+                eprintln!("campaign: {msg}");
+                error = Some(error.map_or(msg.clone(), |x| format!("{x}; {msg}")));
+            }
+            events.push(FaultEvent {
+                kind: kind.name,
+                process: p.process,
+                queue: p.queue,
+                start,
+                end: Utc::now(),
+                error,
+                holds_backends: kind.holds_backends,
+            });
+        }
+        Ok(events)
+    }
+
     /// Before a SIGKILL of a fleet-limited process: waits, at most
     /// [`KILL_AIM`], until it runs a handler, so that the kill catches it
     /// holding places and *a killed process's places come back within its
@@ -445,7 +501,7 @@ impl Nemesis<'_> {
                 Held::Sessions(held)
             }
             "read-only" => {
-                super::scenarios::read_only(self.ctx, true).await?;
+                crate::scenarios::read_only(self.ctx, true).await?;
                 Held::Nothing
             }
             "hook-panic" => {
@@ -531,7 +587,7 @@ impl Nemesis<'_> {
                 // The server may have been busy: try a few times.
                 let mut last = None;
                 for _ in 0..20 {
-                    match super::scenarios::read_only(self.ctx, false).await {
+                    match crate::scenarios::read_only(self.ctx, false).await {
                         Ok(()) => return Ok(()),
                         Err(e) => last = Some(e),
                     }
@@ -564,14 +620,4 @@ where
         }
     });
     Held::Task(tx, handle)
-}
-
-/// A dedicated session of the campaign's own, straight to the cluster.
-pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Client, BoxError> {
-    let (c, _notes) = pgmq_client::ClientBuilder::new(dsn)
-        .application_name(app)
-        .connect_timeout(Duration::from_secs(3))
-        .connect_dedicated()
-        .await?;
-    Ok(c)
 }

@@ -8,17 +8,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::campaign::{
-    expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT, FIFO_SPAN,
-    REQUEUE_BOUND, ROLES, VT_SECS,
+use super::fleet::{most_at_once, ClaimWindow, FleetSamples, KeyedLog, PlacesBack};
+use super::model::{
+    expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, CLAIM_BOUND, DB_TIMEOUT,
+    FIFO_SPAN, FLEET_PLACES, PLACES_BOUND, REQUEUE_BOUND, ROLES, STARVE_BOUND, VT_SECS,
 };
-use super::fleet::{
-    most_at_once, ClaimWindow, FleetSamples, KeyedLog, PlacesBack, CLAIM_BOUND, FLEET_PLACES,
-    PLACES_BOUND, STARVE_BOUND,
-};
-use super::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
 use super::nemesis;
-use super::report::Check;
+use crate::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
+use crate::report::Check;
 
 /// Everything a seed's run left to judge.
 pub(crate) struct Evidence<'a> {
@@ -1136,8 +1133,8 @@ fn starvation(e: &Evidence) -> Check {
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::FIFO_BLOCKING_BASE;
     use super::*;
-    use crate::campaign::FIFO_BLOCKING_BASE;
 
     fn t(ms: i64) -> DateTime<Utc> {
         DateTime::<Utc>::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()

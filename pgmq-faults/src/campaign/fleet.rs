@@ -1,5 +1,5 @@
 //! The campaign's fleet workload: what runs beside the core workload of
-//! [`campaign`](super::campaign) in every seed, on queues of its own.
+//! [`campaign`](super) in every seed, on queues of its own.
 //!
 //! - **Keyed producer** ([`FleetProducer`]): sends to the keyed queue with
 //!   deduplication keys (`send_batch_keyed`) through the campaign's fault
@@ -34,17 +34,15 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::RwLock;
 
-use super::campaign::{send_recorded, Role, ROLES, VT_SECS};
-use super::ctx::Ctx;
-use super::job::{key_headers, Act, Job};
-use super::ledger::{self, ProduceOutcome, Produced};
-use super::nemesis;
-use super::report::Check;
-use super::worker::{Sabotage, WorkerSpec};
-use super::BoxError;
+use super::model::{Role, CLAIM_BOUND, PLACES_BOUND, ROLES, VT_SECS};
+use super::workload::send_recorded;
+use crate::ctx::{session, Ctx};
+use crate::job::{key_headers, Act, Job};
+use crate::ledger::{self, ProduceOutcome, Produced};
+use crate::report::Check;
+use crate::worker::{Sabotage, WorkerSpec};
+use crate::BoxError;
 
-/// Places of the keyed queue's fleet-wide limit.
-pub(crate) const FLEET_PLACES: u32 = 3;
 /// How long a keyed message's handler runs, milliseconds: long enough that
 /// a burst fills the places.
 const FLEET_RUN_MS: u64 = 150;
@@ -55,9 +53,6 @@ const HIGH_BASE: i64 = 50_000_000;
 const LOW_BASE: i64 = 60_000_000;
 /// How long a message of the group's queues runs, milliseconds.
 const PRIO_RUN_MS: u64 = 200;
-/// The weights of the group's high and low queues.
-pub(crate) const HIGH_WEIGHT: u32 = 3;
-pub(crate) const LOW_WEIGHT: u32 = 1;
 /// In a pressure window the high queue is kept at this many messages.
 const HIGH_BACKLOG: i64 = 20;
 /// Producer ticks in and out of a pressure window (300 ms each): keyed
@@ -70,19 +65,6 @@ const KEY_WINDOW: Duration = Duration::from_secs(3600);
 const TRY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the keyed producer retries one call before it gives up.
 const RETRY_LIMIT: Duration = Duration::from_secs(30);
-/// `poll_interval` of every campaign worker.
-pub(crate) const POLL: Duration = Duration::from_millis(100);
-/// How long after a pause (or a revocation of the workers' grants) took
-/// effect a claim may still be made: one poll interval (the pause watch
-/// reads the flag once per poll interval, and a claim loop looks at it
-/// right before every read), and 1 s for that flag read and the read
-/// itself, which take milliseconds while no other fault is active (faults
-/// come one at a time), on a loaded machine.
-pub(crate) const CLAIM_BOUND: Duration = Duration::from_millis(POLL.as_millis() as u64 + 1_000);
-/// A queue of the prioritized group with messages ready must have one
-/// claimed within this long.
-pub(crate) const STARVE_BOUND: Duration = Duration::from_secs(3);
-
 /// Whether tick `n` is inside a pressure window.
 fn pressure(n: u64) -> bool {
     n % (PRESSURE_ON + PRESSURE_OFF) < PRESSURE_ON
@@ -142,10 +124,6 @@ pub(crate) struct PlacesBack {
     pub last_held: Option<DateTime<Utc>>,
 }
 
-/// How long after a kill the places it held must be back: the visibility
-/// timeout, and 5 s.
-pub(crate) const PLACES_BOUND: Duration = Duration::from_secs(VT_SECS + 5);
-
 /// A pause or revocation as the nemesis holds it: its window's index, and
 /// the watcher.
 pub(crate) struct Watching {
@@ -156,10 +134,29 @@ pub(crate) struct Watching {
 }
 
 impl FleetState {
+    /// The state of a seed's fleet workload on `queues`, those some
+    /// process consumes: the keyed queue in its first life, nothing
+    /// recorded yet.
+    pub(crate) fn new(
+        queues: [QueueName; ROLES],
+        consumed: [bool; ROLES],
+        sabotage: &[Sabotage],
+    ) -> FleetState {
+        FleetState {
+            queues,
+            consumed,
+            epoch: RwLock::new(0),
+            windows: Default::default(),
+            places: Default::default(),
+            place_watchers: Default::default(),
+            sabotage: sabotage.to_vec(),
+        }
+    }
+
     /// `pause`: pauses `role`'s queue (unless sabotaged) and watches it.
     pub(crate) async fn pause(&self, dsn: &str, role: Role) -> Result<Watching, BoxError> {
         let q = self.queues[role.index()].clone();
-        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        let c = session(dsn, "pgmq-campaign-nemesis").await?;
         c.batch_execute("begin").await?;
         if !self.sabotage.contains(&Sabotage::PauseIgnored) {
             Pgmq::on(&c).pause(&q, Some("campaign")).await?;
@@ -172,7 +169,7 @@ impl FleetState {
     /// pause flag is, from the workers' role and from PUBLIC (unless
     /// sabotaged), and watches every queue consumed.
     pub(crate) async fn revoke(&self, dsn: &str) -> Result<Watching, BoxError> {
-        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        let c = session(dsn, "pgmq-campaign-nemesis").await?;
         c.batch_execute("begin").await?;
         if !self.sabotage.contains(&Sabotage::RevokeSkipped) {
             c.batch_execute("revoke usage on schema pgmq_sdk from public, current_user")
@@ -208,7 +205,7 @@ impl FleetState {
         index: usize,
         queue: Option<&QueueName>,
     ) -> Result<(), BoxError> {
-        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        let c = session(dsn, "pgmq-campaign-nemesis").await?;
         let until: DateTime<Utc> = c.query_one("select clock_timestamp()", &[]).await?.get(0);
         if let Ok(mut ws) = self.windows.lock() {
             ws[index].until = Some(until);
@@ -258,7 +255,7 @@ impl FleetState {
             let mut conn: Option<tokio_postgres::Client> = None;
             loop {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
-                    conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+                    conn = session(&dsn, "pgmq-campaign-watch").await.ok();
                 }
                 for (role, table) in &tables {
                     let Some(c) = &conn else { break };
@@ -306,7 +303,7 @@ impl FleetState {
     /// server down meanwhile) have passed.
     pub(crate) async fn watch_places(&self, dsn: &str) {
         let table = self.queues[Role::Keyed.index()].table();
-        let Ok(c) = nemesis::session(dsn, "pgmq-campaign-watch").await else {
+        let Ok(c) = session(dsn, "pgmq-campaign-watch").await else {
             return;
         };
         // A validated QueueName: [a-z0-9_] only.
@@ -344,7 +341,7 @@ impl FleetState {
             let mut conn = Some(c);
             loop {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
-                    conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+                    conn = session(&dsn, "pgmq-campaign-watch").await.ok();
                 }
                 if let Some(c) = &conn {
                     if let Ok(r) = c.query_one(still_sql.as_str(), &[&ids, &reads]).await {
@@ -731,7 +728,7 @@ pub(crate) fn sample_fleet(
         );
         while !*stop.borrow() {
             if conn.as_ref().is_none_or(|c| c.is_closed()) {
-                conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+                conn = session(&dsn, "pgmq-campaign-watch").await.ok();
             }
             if let Some(c) = &conn {
                 if let Ok(r) = c.query_one(sql.as_str(), &[]).await {
@@ -899,7 +896,7 @@ async fn killed_places(
         };
         let spec = cell_spec(ctx, &qs, scenario, places, vt, "pgmq-campaign-kill-cell");
         let dsn = ctx.cluster.dsn();
-        let first = super::child::spawn(&ctx.log_dir, "kill-cell-1", &dsn, None, &spec).await?;
+        let first = crate::child::spawn(&ctx.log_dir, "kill-cell-1", &dsn, None, &spec).await?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let started = ledger::starts(&ctx.client, &ctx.run_id, scenario).await?;
@@ -924,7 +921,7 @@ async fn killed_places(
                 .await?
                 .get(0)
         };
-        let second = super::child::spawn(&ctx.log_dir, "kill-cell-2", &dsn, None, &spec).await?;
+        let second = crate::child::spawn(&ctx.log_dir, "kill-cell-2", &dsn, None, &spec).await?;
         let wait_until = Instant::now() + PLACES_BOUND + KILL_CELL_GRACE;
         let mut took = None;
         while Instant::now() < wait_until {
@@ -955,7 +952,7 @@ async fn killed_places(
 /// a 50 ms poll and a visibility timeout of `vt_secs`.
 fn cell_spec(
     ctx: &Ctx,
-    qs: &super::ctx::Queues,
+    qs: &crate::ctx::Queues,
     scenario: &str,
     places: u32,
     vt_secs: u64,
@@ -992,7 +989,7 @@ async fn limited_drain(
         Duration::from_millis(20),
         stop_rx,
     );
-    let w = super::child::spawn(&ctx.log_dir, "cell", &ctx.cluster.dsn(), None, &spec).await?;
+    let w = crate::child::spawn(&ctx.log_dir, "cell", &ctx.cluster.dsn(), None, &spec).await?;
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut handled = 0;
     while Instant::now() < deadline {
