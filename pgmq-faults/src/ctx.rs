@@ -3,6 +3,7 @@
 //! the queue to drain, count).
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use super::child::WorkerProc;
 use super::cluster::{find_root, Cluster};
 use super::job::{key_headers, Job};
 use super::ledger::{self, Produced, Tally};
+use super::proxy::Proxy;
 use super::worker::{Sabotage, WorkerSpec};
 use super::{BoxError, FaultsArgs};
 
@@ -47,6 +49,19 @@ pub(crate) struct Queues {
 }
 
 impl Ctx {
+    /// Starts the suite's proxy (on `--proxy-port`) in front of the
+    /// cluster.
+    pub(crate) async fn start_proxy(&self) -> Result<Proxy, BoxError> {
+        let listen: SocketAddr = ([127, 0, 0, 1], self.proxy_port).into();
+        let upstream: SocketAddr = ([127, 0, 0, 1], self.cluster.port()).into();
+        Ok(Proxy::start(listen, upstream).await?)
+    }
+
+    /// The cluster's DSN through `proxy`.
+    pub(crate) fn proxied_dsn(&self, proxy: &Proxy) -> String {
+        self.cluster.dsn_at(proxy.addr().port(), "pgmq")
+    }
+
     /// Starts the suite's cluster, creates the ledger tables, picks a run id.
     pub(crate) async fn setup(args: &FaultsArgs) -> Result<Ctx, BoxError> {
         let root = find_root(args.root.as_deref()).await?;

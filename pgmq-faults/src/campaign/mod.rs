@@ -75,9 +75,7 @@ pub(crate) struct SeedRun {
 /// Runs every seed, then the cells (the kill cell when the campaign kills,
 /// the extension cell); returns one row per seed and one per cell.
 pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<Row>), BoxError> {
-    let upstream = format!("127.0.0.1:{}", ctx.cluster.port()).parse()?;
-    let listen = format!("127.0.0.1:{}", ctx.proxy_port).parse()?;
-    let proxy = Proxy::start(listen, upstream).await?;
+    let proxy = ctx.start_proxy().await?;
     let mut out = Vec::new();
     for (i, seed) in opts.seeds.iter().enumerate() {
         let t = Instant::now();
@@ -163,7 +161,7 @@ async fn run_seed(
     let consumed = Role::ALL.map(|r| kinds.iter().any(|k| k.roles().contains(&r)));
     let qs = prepare_queues(ctx, &label).await?;
     let queue_names: [QueueName; ROLES] = std::array::from_fn(|i| qs[i].q.clone());
-    let proxied = ctx.cluster.dsn_at(proxy.addr().port(), "pgmq");
+    let proxied = ctx.proxied_dsn(proxy);
     let slots = Arc::new(Slots::start(ctx, &proxied, &kinds, &qs, &label, &opts.sabotage).await?);
     let (watch_stop, watch_stopped) = tokio::sync::watch::channel(false);
     let sampler = watch::sample(

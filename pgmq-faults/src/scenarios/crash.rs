@@ -2,26 +2,15 @@
 //! SIGKILLed (2), its connections cut (3); two workers sharing a queue (8);
 //! the worker killed in the middle of an acknowledgement batch (16).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::super::ledger::cross_process;
-use super::super::proxy::Proxy;
-use super::super::report::{Check, Row};
-use super::super::worker::WorkerSpec;
-use super::{BoxError, Ctx, Run};
-
-/// Settings for a worker that must ride out an outage: handlers fail while
-/// the server is unreachable, and that must not exhaust the attempts.
-pub(crate) fn outage_tolerant(mut args: WorkerSpec) -> WorkerSpec {
-    args.max_attempts = 1000;
-    args.backoff_ms = 200;
-    args.backoff_max_ms = 1000;
-    args.sleep_ms = 1;
-    args
-}
+use super::run::{outage_tolerant, Run};
+use crate::ctx::Ctx;
+use crate::ledger::cross_process;
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// 1: `pg_ctl stop -m immediate` three times during a consume, restarting
 /// each time. Each kill is made to land while an acknowledgement is in
@@ -43,9 +32,9 @@ pub(crate) async fn server_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut landed = 0;
     for i in 1..=3 {
         let at = run.wait_quarter(i).await?;
-        let (hold, tries) = super::block_an_ack(ctx, &run.qs.q, 5).await?;
+        let (hold, tries) = super::run::block_an_ack(ctx, &run.qs.q, 5).await?;
         // Sampled at the kill: the acknowledgements running, and waiting.
-        let (acks, waiting) = super::acks_in_flight(ctx).await?;
+        let (acks, waiting) = super::run::acks_in_flight(ctx).await?;
         let held = run.held_keys().await?;
         let t = Instant::now();
         ctx.cluster.kill().await?;
@@ -142,7 +131,7 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
 /// worker claims any.
 async fn kill_holding(
     run: &Run<'_>,
-    w: super::super::child::WorkerProc,
+    w: crate::child::WorkerProc,
 ) -> Result<
     (
         DateTime<Utc>,
@@ -195,10 +184,10 @@ async fn first_redelivery(
 pub(crate) async fn connections_cut(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "3").await?;
     run.produce_plain(ctx.n).await;
-    let proxy = start_proxy(ctx).await?;
+    let proxy = ctx.start_proxy().await?;
     let args = outage_tolerant(run.worker_args());
     let w = ctx
-        .spawn_worker_via(&args, &proxied_dsn(ctx, &proxy), None)
+        .spawn_worker_via(&args, &ctx.proxied_dsn(&proxy), None)
         .await?;
     let mut notes = Vec::new();
     for i in 1..=3 {
@@ -267,8 +256,8 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
     args.sleep_ms = 1;
     let w = run.spawn(&args).await?;
     run.wait_quarter(1).await?;
-    let (hold, tries) = super::block_an_ack(ctx, &run.qs.q, 5).await?;
-    let (acks, waiting) = super::acks_in_flight(ctx).await?;
+    let (hold, tries) = super::run::block_an_ack(ctx, &run.qs.q, 5).await?;
+    let (acks, waiting) = super::run::acks_in_flight(ctx).await?;
     let exit = w.sigkill().await?;
     // The worker is gone; its delete still waits in the server. Everything it
     // held is what may come back and be handled again.
@@ -298,18 +287,6 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
         .finish("worker killed mid-ack batch", vec![next])
         .await?
         .row)
-}
-
-/// Starts the suite's proxy in front of the cluster.
-pub(crate) async fn start_proxy(ctx: &Ctx) -> Result<Proxy, BoxError> {
-    let listen: SocketAddr = ([127, 0, 0, 1], ctx.proxy_port).into();
-    let upstream: SocketAddr = ([127, 0, 0, 1], ctx.cluster.port()).into();
-    Ok(Proxy::start(listen, upstream).await?)
-}
-
-/// The cluster's DSN through the proxy.
-pub(crate) fn proxied_dsn(ctx: &Ctx, proxy: &Proxy) -> String {
-    ctx.cluster.dsn_at(proxy.addr().port(), "pgmq")
 }
 
 /// 20: one worker under a fleet-wide limit of 4 places (8 handlers of 10

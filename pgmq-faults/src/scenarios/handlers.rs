@@ -3,10 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::super::job::{key_headers, Act, Job};
-use super::super::ledger::Handling;
-use super::super::report::{Check, Row};
-use super::{BoxError, Ctx, Finished, Run};
+use super::run::{Finished, Run};
+use crate::ctx::Ctx;
+use crate::job::{key_headers, Act, Job};
+use crate::ledger::Handling;
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// What must become of a poison payload.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::super::child::WorkerProc;
-use super::super::ledger;
-use super::super::report::{Check, Row};
-use super::crash::{outage_tolerant, proxied_dsn, start_proxy};
-use super::{BoxError, Ctx, Finished, Run};
+use super::run::outage_tolerant;
+use super::run::{Finished, Run};
+use crate::child::WorkerProc;
+use crate::ctx::Ctx;
+use crate::ledger;
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// Waits until the worker's `counter` (from its `stats` lines) exceeds
 /// `above`; how long that took, or None after `limit`.
@@ -58,7 +60,7 @@ fn errors_seen(w: &WorkerProc) -> u64 {
 pub(crate) async fn blackhole(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "13").await?;
     run.produce_plain(ctx.n).await;
-    let proxy = start_proxy(ctx).await?;
+    let proxy = ctx.start_proxy().await?;
     let mut args = outage_tolerant(run.worker_args());
     args.vt_secs = 3;
     args.stats_ms = 50;
@@ -67,7 +69,7 @@ pub(crate) async fn blackhole(ctx: &Ctx) -> Result<Row, BoxError> {
     args.db_timeout_ms = 2_000;
     let db_timeout = Duration::from_millis(args.db_timeout_ms);
     let w = ctx
-        .spawn_worker_via(&args, &proxied_dsn(ctx, &proxy), Some(&ctx.cluster.dsn()))
+        .spawn_worker_via(&args, &ctx.proxied_dsn(&proxy), Some(&ctx.cluster.dsn()))
         .await?;
     run.wait_quarter(1).await?;
     let held = run.held_keys().await?;

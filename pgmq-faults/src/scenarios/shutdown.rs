@@ -5,10 +5,12 @@ use std::time::{Duration, Instant};
 
 use pgmq_client::QueueName;
 
-use super::super::child::WorkerProc;
-use super::super::job::{Act, Job};
-use super::super::report::{Check, Row};
-use super::{BoxError, Ctx, Run};
+use super::run::Run;
+use crate::child::WorkerProc;
+use crate::ctx::Ctx;
+use crate::job::{Act, Job};
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// Messages of `q` that are invisible right now (claimed and not released).
 async fn hidden(ctx: &Ctx, q: &QueueName) -> Result<i64, BoxError> {
@@ -191,7 +193,7 @@ async fn sigterm_twice(run: &mut Run<'_>, mut w: WorkerProc, vt_secs: u64) -> Re
     let abandoned = report["abandoned"].as_array().map_or(0, Vec::len);
     run.check(
         "second SIGTERM escalates the SDK's shutdown",
-        super::super::child::forced(&exit) && abandoned == 1 && forced_in < Duration::from_secs(2),
+        crate::child::forced(&exit) && abandoned == 1 && forced_in < Duration::from_secs(2),
         format!(
             "{} {} ms after the second SIGTERM; report: immediate {}, abandoned {abandoned} \
              handler(s), {} released, {} acked",
