@@ -16,7 +16,7 @@ use super::cluster::{find_root, Cluster};
 use super::job::{key_headers, Job};
 use super::ledger::{self, Produced, Tally};
 use super::proxy::Proxy;
-use super::worker::{Sabotage, WorkerSpec};
+use super::worker::{FaultSpec, Sabotage};
 use super::{BoxError, FaultsArgs};
 
 /// Shared state of one run of the suite.
@@ -202,8 +202,8 @@ impl Ctx {
     }
 
     /// Worker settings for a scenario's queues (with the run's sabotage).
-    pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> WorkerSpec {
-        let mut a = WorkerSpec::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
+    pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> FaultSpec {
+        let mut a = FaultSpec::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
         a.sabotage = self.sabotage.clone();
         a
     }
@@ -220,14 +220,14 @@ impl Ctx {
     }
 
     /// Starts a worker process connected straight to the cluster.
-    pub(crate) async fn spawn_worker(&self, args: &WorkerSpec) -> Result<WorkerProc, BoxError> {
+    pub(crate) async fn spawn_worker(&self, args: &FaultSpec) -> Result<WorkerProc, BoxError> {
         self.spawn_worker_via(args, &self.cluster.dsn(), None).await
     }
 
     /// Starts a worker process with its own DSNs (through the proxy, say).
     pub(crate) async fn spawn_worker_via(
         &self,
-        args: &WorkerSpec,
+        args: &FaultSpec,
         dsn: &str,
         ledger_dsn: Option<&str>,
     ) -> Result<WorkerProc, BoxError> {

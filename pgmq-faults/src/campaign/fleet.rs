@@ -40,7 +40,7 @@ use crate::ctx::{session, Ctx};
 use crate::job::{key_headers, Act, Job};
 use crate::ledger::{self, ProduceOutcome, Produced};
 use crate::report::Check;
-use crate::worker::{Sabotage, WorkerSpec};
+use crate::worker::{FaultSpec, Sabotage};
 use crate::BoxError;
 
 /// How long a keyed message's handler runs, milliseconds: long enough that
@@ -957,14 +957,14 @@ fn cell_spec(
     places: u32,
     vt_secs: u64,
     app_name: &str,
-) -> WorkerSpec {
-    let mut spec = WorkerSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
-    spec.fleet_places = places;
+) -> FaultSpec {
+    let mut spec = FaultSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
+    spec.worker.settings.fleet_limit = Some(places);
     spec.record_starts = true;
-    spec.concurrency = 4;
-    spec.poll_ms = 50;
-    spec.vt_secs = vt_secs;
-    spec.app_name = app_name.into();
+    spec.worker.settings.concurrency = Some(4);
+    spec.worker.settings.poll_interval_ms = Some(50);
+    spec.set_vt_secs(vt_secs);
+    spec.worker.application_name = Some(app_name.into());
     spec
 }
 

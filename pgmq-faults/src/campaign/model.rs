@@ -210,7 +210,7 @@ pub(crate) const PROBE_HANG: u8 = 4;
 pub(crate) const STORM_HANG_MS: u64 = 60_000;
 /// `max_abandoned_blocking_threads` of the blocking process: small, so
 /// that a `blocking-hangs` fault goes past it.
-pub(crate) const BLOCKING_CAP: u64 = 4;
+pub(crate) const BLOCKING_CAP: usize = 4;
 
 /// One fault of the schedule.
 #[derive(Debug, Clone, Serialize)]

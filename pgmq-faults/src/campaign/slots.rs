@@ -14,13 +14,14 @@ use super::model::{
 };
 use crate::child::{Exit, WorkerProc};
 use crate::ctx::{Ctx, Queues};
-use crate::worker::{HandlerKind, PrioSpec, Sabotage, WorkerSpec};
+use crate::worker::{FaultSpec, PrioSpec, Sabotage};
 use crate::BoxError;
+use pgmq_testkit::spec::{BackoffSpec, ClaimReadsSpec, HandlerKind, WorkerSettings};
 
 /// One worker process, as the campaign keeps it.
 struct Slot {
     kind: ProcKind,
-    args: WorkerSpec,
+    args: FaultSpec,
     proc: Option<WorkerProc>,
     /// Emptied by a fault (kill, term): refilled only when it clears.
     held_down: bool,
@@ -86,10 +87,10 @@ impl Slots {
 
     async fn spawn(&self, slot: &mut Slot, i: usize) -> Result<(), BoxError> {
         slot.generation += 1;
-        slot.args.app_name = app_name(&self.tag, i, slot.generation);
+        slot.args.worker.application_name = Some(app_name(&self.tag, i, slot.generation));
         let name = slot
             .args
-            .app_name
+            .app_name()
             .trim_start_matches("pgmq-campaign-")
             .to_owned();
         let p = crate::child::spawn(&self.log_dir, &name, &self.dsn, None, &slot.args).await?;
@@ -100,7 +101,7 @@ impl Slots {
     async fn record(&self, slot: &Slot, pid: u32, how: &'static str, exit: Option<Exit>) {
         self.exits.lock().await.push(ProcExit {
             kind: slot.kind,
-            app_name: slot.args.app_name.clone(),
+            app_name: slot.args.app_name().to_owned(),
             pid,
             how,
             exit,
@@ -195,7 +196,7 @@ impl Slots {
         let slots = self.slots.lock().await;
         slots
             .iter()
-            .map(|s| (s.args.app_name.clone(), max_connections(&s.args)))
+            .map(|s| (s.args.app_name().to_owned(), max_connections(&s.args)))
             .collect()
     }
 
@@ -221,8 +222,8 @@ impl Slots {
 }
 
 /// The connections a worker process may hold: its pool and its ledger's.
-pub(crate) fn max_connections(a: &WorkerSpec) -> i64 {
-    i64::from(a.pool_size) + a.concurrency as i64 + 1
+pub(crate) fn max_connections(a: &FaultSpec) -> i64 {
+    i64::from(a.worker.pool_size.unwrap_or(0)) + a.concurrency() as i64 + 1
 }
 
 /// The settings of a slot's process.
@@ -232,28 +233,37 @@ fn slot_args(
     run_id: &str,
     scenario: &str,
     sabotage: &[Sabotage],
-) -> WorkerSpec {
+) -> FaultSpec {
     let role = kind.role();
     let q = &qs[role.index()];
-    let mut a = WorkerSpec::for_queue(&q.q, &q.dlq, run_id, &scenario_of(scenario, role));
-    a.vt_secs = VT_SECS;
-    a.concurrency = 4;
-    a.batch_size = 20;
-    a.claim_capacity = 40;
-    // The context handlers' ledger writes fail under faults (read-only,
-    // outages), each a used attempt: the plain queue's and the fleet
-    // workload's have more.
-    a.max_attempts = match role {
-        Role::Plain | Role::Keyed | Role::High | Role::Low => 8,
-        Role::Tx | Role::Fifo | Role::FifoBlocking => 5,
+    let mut a = FaultSpec::for_queue(&q.q, &q.dlq, run_id, &scenario_of(scenario, role));
+    let fifo = role.fifo_base().is_some();
+    a.worker.settings = WorkerSettings {
+        visibility_timeout_ms: Some(VT_SECS * 1000),
+        // The FIFO processes have a handler per group.
+        concurrency: Some(if fifo { GROUPS as usize } else { 4 }),
+        batch_size: Some(20),
+        claim_capacity: Some(40),
+        // The context handlers' ledger writes fail under faults (read-only,
+        // outages), each a used attempt: the plain queue's and the fleet
+        // workload's have more.
+        max_attempts: Some(match role {
+            Role::Plain | Role::Keyed | Role::High | Role::Low => 8,
+            Role::Tx | Role::Fifo | Role::FifoBlocking => 5,
+        }),
+        retry_backoff: Some(BackoffSpec {
+            base_ms: 300,
+            max_ms: BACKOFF_MAX_MS,
+        }),
+        heartbeat: Some(true),
+        shutdown_grace_ms: Some(3_000),
+        poll_interval_ms: Some(POLL.as_millis() as u64),
+        handler_timeout_ms: Some(HANDLER_TIMEOUT_MS),
+        db_timeout_ms: Some(DB_TIMEOUT.as_millis() as u64),
+        claim_reads: fifo.then_some(ClaimReadsSpec::FifoGroups),
+        max_abandoned_blocking_threads: (kind == ProcKind::Blocking).then_some(BLOCKING_CAP),
+        ..a.worker.settings
     };
-    a.backoff_ms = 300;
-    a.backoff_max_ms = BACKOFF_MAX_MS;
-    a.heartbeat = true;
-    a.grace_ms = 3_000;
-    a.poll_ms = POLL.as_millis() as u64;
-    a.handler_timeout_ms = HANDLER_TIMEOUT_MS;
-    a.db_timeout_ms = DB_TIMEOUT.as_millis() as u64;
     a.stats_ms = 1_000;
     a.sabotage = sabotage.to_vec();
     // The transactional process's pool is smaller than its 4 handlers'
@@ -262,27 +272,20 @@ fn slot_args(
     // handler per group; the transactional one a pool for all of them, the
     // blocking one (whose handlers write on the ledger's pool) the
     // worker's own 4.
-    a.pool_size = match role {
+    a.worker.pool_size = Some(match role {
         Role::Plain | Role::FifoBlocking | Role::Keyed => 4,
         Role::Tx => 6,
         Role::Fifo => 4 + GROUPS as u32,
         // Two workers' claim loops, acknowledgements and pause watches.
         Role::High | Role::Low => 6,
-    };
-    if role.fifo_base().is_some() {
-        a.concurrency = GROUPS as usize;
-    }
-    a.kind = match kind {
+    });
+    a.worker.handler = match kind {
         ProcKind::Tx | ProcKind::Fifo => HandlerKind::Transactional,
         ProcKind::Blocking | ProcKind::FifoBlocking => HandlerKind::Blocking,
         ProcKind::Plain | ProcKind::Group | ProcKind::Fleet | ProcKind::Prio => {
             HandlerKind::Context
         }
     };
-    a.fifo = role.fifo_base().is_some();
-    if kind == ProcKind::Blocking {
-        a.max_abandoned = BLOCKING_CAP;
-    }
     // The transactional queue's starts judge which delivery committed; the
     // FIFO blocking queue's, which runs lost their claim.
     a.record_starts = matches!(role, Role::Tx | Role::FifoBlocking);
@@ -291,10 +294,10 @@ fn slot_args(
     if kind == ProcKind::Fleet {
         // The starts judge the runs at once and the places a killed
         // process held.
-        a.fleet_places = FLEET_PLACES;
+        a.worker.settings.fleet_limit = Some(FLEET_PLACES);
         a.record_starts = true;
         if sabotage.contains(&Sabotage::FleetLongVt) {
-            a.vt_secs = 40;
+            a.set_vt_secs(40);
         }
     }
     if kind == ProcKind::Prio {

@@ -68,7 +68,7 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "2").await?;
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     // Slow enough (8 handlers: about 400 a second) that the messages left
     // after the first redelivery are still being worked when the second
     // kill lands.
@@ -95,13 +95,13 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         w = run.spawn(&args).await?;
         // Its claims reappear only when their vt ends: the first redelivery
         // (read_ct > 1) read after the kill shows when.
-        let limit = Duration::from_secs(args.vt_secs + 10);
+        let limit = Duration::from_secs(args.vt_secs() + 10);
         notes.push(
             match first_redelivery(ctx, run.label, killed_at, limit).await {
                 Some(after) => format!(
                     "first redelivery read {:.1} s after the kill (vt {} s)",
                     after.as_secs_f64(),
-                    args.vt_secs
+                    args.vt_secs()
                 ),
                 None => "no redelivery seen".into(),
             },
@@ -252,7 +252,7 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "16").await?;
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     args.sleep_ms = 1;
     let w = run.spawn(&args).await?;
     run.wait_quarter(1).await?;
@@ -301,9 +301,9 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let n = ctx.n.min(2_000);
     run.produce_plain(n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     args.sleep_ms = 10;
-    args.fleet_places = PLACES;
+    args.worker.settings.fleet_limit = Some(PLACES);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
         let (stop, q) = (std::sync::Arc::clone(&stop), run.qs.q.clone());
@@ -338,7 +338,7 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         ctx,
         run.label,
         killed_at,
-        Duration::from_secs(args.vt_secs + 10),
+        Duration::from_secs(args.vt_secs() + 10),
     )
     .await;
     run.check(
@@ -352,12 +352,12 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     );
     run.check(
         "the dead worker's places freed within its vt",
-        freed.is_some_and(|d| d <= Duration::from_secs(args.vt_secs + 2)),
+        freed.is_some_and(|d| d <= Duration::from_secs(args.vt_secs() + 2)),
         match freed {
             Some(d) => format!(
                 "its first message read again {:.1} s after the kill (vt {} s)",
                 d.as_secs_f64(),
-                args.vt_secs
+                args.vt_secs()
             ),
             None => "no message of the dead worker read again".into(),
         },

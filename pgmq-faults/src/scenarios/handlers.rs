@@ -9,6 +9,7 @@ use crate::job::{key_headers, Act, Job};
 use crate::ledger::Handling;
 use crate::report::{Check, Row};
 use crate::BoxError;
+use pgmq_testkit::spec::BackoffSpec;
 
 /// What must become of a poison payload.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -231,9 +232,11 @@ async fn payloads(
     }
     let rejected: HashSet<i64> = run.produced.rejected_keys();
     let mut args = run.worker_args();
-    args.max_attempts = 3;
-    args.backoff_ms = 100;
-    args.backoff_max_ms = 200;
+    args.worker.settings.max_attempts = Some(3);
+    args.worker.settings.retry_backoff = Some(BackoffSpec {
+        base_ms: 100,
+        max_ms: 200,
+    });
     let w = run.spawn(&args).await?;
     let f = run.finish(title, vec![w]).await?;
     let handled: HashSet<i64> = f.handlings.iter().map(|h| h.key).collect();
@@ -294,9 +297,11 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     });
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.max_attempts = 5;
-    args.backoff_ms = 100;
-    args.backoff_max_ms = 400;
+    args.worker.settings.max_attempts = Some(5);
+    args.worker.settings.retry_backoff = Some(BackoffSpec {
+        base_ms: 100,
+        max_ms: 400,
+    });
     let w = run.spawn(&args).await?;
     let f = run
         .finish("handlers panic (1%) / fail until 3rd try", vec![w])
@@ -353,11 +358,13 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     });
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.handler_timeout_ms = 1_000;
-    args.heartbeat = true;
-    args.max_attempts = 3;
-    args.backoff_ms = 100;
-    args.backoff_max_ms = 200;
+    args.worker.settings.handler_timeout_ms = Some(1_000);
+    args.worker.settings.heartbeat = Some(true);
+    args.worker.settings.max_attempts = Some(3);
+    args.worker.settings.retry_backoff = Some(BackoffSpec {
+        base_ms: 100,
+        max_ms: 200,
+    });
     let w = run.spawn(&args).await?;
     let f = run
         .finish("handlers hang (16), handler_timeout 1 s", vec![w])
@@ -391,14 +398,15 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     ));
     if let Some(r) = f.report() {
         let timed_out = r["timed_out"].as_u64().unwrap_or(0);
-        let expected = hung.len() as u64 * u64::from(args.max_attempts);
+        let expected =
+            hung.len() as u64 * u64::from(args.worker.settings.max_attempts.unwrap_or(0));
         row.push_check(Check::new(
             "every hung run timed out and was counted",
             timed_out == expected,
             format!(
                 "timed_out {timed_out}, {} hung messages x {} attempts = {expected}",
                 hung.len(),
-                args.max_attempts
+                args.worker.settings.max_attempts.unwrap_or(0)
             ),
         ));
     }
@@ -431,12 +439,12 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
     });
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.vt_secs = vt;
-    args.heartbeat = heartbeat;
+    args.set_vt_secs(vt);
+    args.worker.settings.heartbeat = Some(heartbeat);
     // No handler fails here; max_deliveries may not be below max_attempts.
-    args.max_attempts = max_deliveries;
-    args.max_deliveries = max_deliveries;
-    args.grace_ms = 15_000;
+    args.worker.settings.max_attempts = Some(max_deliveries);
+    args.worker.settings.max_deliveries = Some(max_deliveries);
+    args.worker.settings.shutdown_grace_ms = Some(15_000);
     let w = run.spawn(&args).await?;
     let title = if heartbeat {
         "handler outlives vt, heartbeat on"

@@ -11,8 +11,9 @@ use crate::ctx::{Ctx, Queues};
 use crate::job::Job;
 use crate::ledger::{Handling, Produced};
 use crate::report::{Check, DupBound, Row};
-use crate::worker::WorkerSpec;
+use crate::worker::FaultSpec;
 use crate::BoxError;
+use pgmq_testkit::spec::BackoffSpec;
 
 /// How long a queue may take to drain once the faults are over.
 pub(crate) fn drain_limit(ctx: &Ctx) -> Duration {
@@ -75,12 +76,12 @@ impl<'a> Run<'a> {
     }
 
     /// Default worker settings for this scenario.
-    pub(crate) fn worker_args(&self) -> WorkerSpec {
+    pub(crate) fn worker_args(&self) -> FaultSpec {
         self.ctx.worker_args(&self.qs, self.label)
     }
 
     /// Starts a worker process straight on the cluster.
-    pub(crate) async fn spawn(&self, args: &WorkerSpec) -> Result<WorkerProc, BoxError> {
+    pub(crate) async fn spawn(&self, args: &FaultSpec) -> Result<WorkerProc, BoxError> {
         self.ctx.spawn_worker(args).await
     }
 
@@ -111,14 +112,14 @@ impl<'a> Run<'a> {
     /// Allows, for one fault, the messages held then plus one read batch per
     /// claim loop that may have been in flight (its claims not yet visible
     /// in the table when it was sampled), and records the held keys.
-    pub(crate) fn allow_fault(&mut self, fault: &str, held: &[i64], args: &WorkerSpec) {
-        let reads = CLAIM_LOOPS * args.batch_size as u64;
+    pub(crate) fn allow_fault(&mut self, fault: &str, held: &[i64], args: &FaultSpec) {
+        let reads = CLAIM_LOOPS * args.worker.settings.batch_size.unwrap_or(0) as u64;
         self.allow_duplicates(
             held.len() as u64 + reads,
             format!(
                 "{fault}: {} held + {CLAIM_LOOPS} reads x {} in flight",
                 held.len(),
-                args.batch_size
+                args.worker.settings.batch_size.unwrap_or(0)
             ),
         );
     }
@@ -413,10 +414,12 @@ pub(crate) async fn block_an_ack(
 
 /// Settings for a worker that must ride out an outage: handlers fail while
 /// the server is unreachable, and that must not exhaust the attempts.
-pub(crate) fn outage_tolerant(mut args: WorkerSpec) -> WorkerSpec {
-    args.max_attempts = 1000;
-    args.backoff_ms = 200;
-    args.backoff_max_ms = 1000;
+pub(crate) fn outage_tolerant(mut args: FaultSpec) -> FaultSpec {
+    args.worker.settings.max_attempts = Some(1000);
+    args.worker.settings.retry_backoff = Some(BackoffSpec {
+        base_ms: 200,
+        max_ms: 1000,
+    });
     args.sleep_ms = 1;
     args
 }

@@ -43,7 +43,7 @@ pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
     let rounds = if ctx.quick { 5 } else { 20 };
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 30;
+    args.set_vt_secs(30);
     // Slow enough that the backlog lasts all rounds.
     args.sleep_ms = if ctx.quick { 40 } else { 10 };
     let mut clean = 0;
@@ -98,7 +98,7 @@ pub(crate) async fn sigterm_busy(ctx: &Ctx) -> Result<Row, BoxError> {
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
     args.sleep_ms = 2;
-    args.vt_secs = 30;
+    args.set_vt_secs(30);
     let w = run.spawn(&args).await?;
     run.wait_handled(ctx.n as i64 / 3).await?;
     let exit = w.stop(Duration::from_secs(30)).await?;
@@ -143,12 +143,12 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
     ));
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     // Longer than the test: only the second SIGTERM can end this shutdown.
-    args.grace_ms = 120_000;
+    args.worker.settings.shutdown_grace_ms = Some(120_000);
     let w = run.spawn(&args).await?;
     run.wait_handled(plain as i64).await?;
-    sigterm_twice(&mut run, w, args.vt_secs).await?;
+    sigterm_twice(&mut run, w, args.vt_secs()).await?;
     let drainer = run.spawn(&args).await?;
     let f = run
         .finish("second SIGTERM while a handler hangs", vec![drainer])
