@@ -72,13 +72,7 @@ fn pressure(n: u64) -> bool {
 
 /// A message whose handler runs `ms`, then records its handling.
 fn sleeping_job(key: i64, ms: u64) -> Job {
-    Job::with(
-        key,
-        Act {
-            sleep_ms: ms,
-            ..Act::default()
-        },
-    )
+    Job::with(key, Act::sleep_ms(ms))
 }
 
 /// When a `pause` or `revoke-grants` fault took effect (database clock,
@@ -883,10 +877,7 @@ async fn killed_places(
     let qs = ctx.queues(scenario).await?;
     let result = async {
         // Hang on the first delivery (read_ct 1), succeed on the next.
-        let hang = Act {
-            hang_before: 2,
-            ..Act::default()
-        };
+        let hang = Act::hang_before(2);
         let jobs: Vec<Job> = (0..i64::from(places)).map(|k| Job::with(k, hang)).collect();
         ctx.produce(&qs.q, &jobs).await;
         let vt = if sabotage.contains(&Sabotage::FleetLongVt) {

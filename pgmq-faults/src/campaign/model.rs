@@ -236,8 +236,8 @@ pub(crate) struct FaultEvent {
     pub holds_backends: bool,
 }
 
-/// What a key was sent to do.
-#[derive(Debug, Clone, Copy)]
+/// What a key was sent to do (by default: succeed, once).
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Plan {
     /// It can only end in the dead-letter queue (poison, a body that never
     /// decodes).

@@ -137,11 +137,7 @@ fn calmed(batch: Vec<(Job, serde_json::Value, Plan)>) -> Vec<(Job, serde_json::V
             if let Some(h) = headers.as_object_mut() {
                 h.remove(HOOK_PANIC_HEADER);
             }
-            let plan = Plan {
-                dead_letter: false,
-                may_repeat: false,
-                until_redriven: false,
-            };
+            let plan = Plan::default();
             (job, headers, plan)
         })
         .collect()
@@ -178,17 +174,12 @@ impl Producer {
         self.next[0] += 1;
         let r: u32 = self.rng.gen_range(0..100);
         let mut headers = serde_json::json!({ KEY_HEADER: key });
-        let mut plan = Plan {
-            dead_letter: false,
-            may_repeat: false,
-            until_redriven: false,
-        };
+        let mut plan = Plan::default();
         let probes = self.probes.probes.load(std::sync::atomic::Ordering::SeqCst);
         let mut job = Job::plain(key);
-        let act = |a: Act| Some(a);
         match r {
             0..=69 if probes & PROBE_HANG != 0 => {
-                job.act = act(Act {
+                job.act = Some(Act {
                     hang_before: 2,
                     hang_ms: STORM_HANG_MS,
                     ..Act::default()
@@ -198,36 +189,11 @@ impl Producer {
                 plan.may_repeat = true;
             }
             0..=69 => {}
-            70..=74 => {
-                job.act = act(Act {
-                    fail_before: 3,
-                    ..Act::default()
-                })
-            }
-            75..=78 => {
-                job.act = act(Act {
-                    panic_before: 2,
-                    ..Act::default()
-                })
-            }
-            79..=82 => {
-                job.act = act(Act {
-                    snooze_ms: 600,
-                    ..Act::default()
-                })
-            }
-            83..=85 => {
-                job.act = act(Act {
-                    sleep_ms: 6_000,
-                    ..Act::default()
-                })
-            }
-            86..=87 => {
-                job.act = act(Act {
-                    hang_before: 2,
-                    ..Act::default()
-                })
-            }
+            70..=74 => job.act = Some(Act::fail_before(3)),
+            75..=78 => job.act = Some(Act::panic_before(2)),
+            79..=82 => job.act = Some(Act::snooze_ms(600)),
+            83..=85 => job.act = Some(Act::sleep_ms(6_000)),
+            86..=87 => job.act = Some(Act::hang_before(2)),
             88..=90 if probes & PROBE_HOOK != 0 => headers[HOOK_PANIC_HEADER] = "before".into(),
             91..=93 if probes & PROBE_HOOK != 0 => {
                 headers[HOOK_PANIC_HEADER] = "after".into();
@@ -239,18 +205,12 @@ impl Producer {
             }
             88..=97 => {}
             98 => {
-                job.act = act(Act {
-                    fail_unless_redriven: true,
-                    ..Act::default()
-                });
+                job.act = Some(Act::fail_unless_redriven());
                 plan.dead_letter = true;
                 plan.until_redriven = true;
             }
             _ => {
-                job.act = act(Act {
-                    fail_before: i32::MAX,
-                    ..Act::default()
-                });
+                job.act = Some(Act::fail_before(i32::MAX));
                 plan.dead_letter = true;
             }
         }
@@ -264,33 +224,17 @@ impl Producer {
         let act = match r {
             // Every 40th message, whatever the draw: its first delivery's
             // claim expires under its handler (a stale acknowledgement).
-            _ if expires_once(key) => Some(Act {
-                expire_once: true,
-                ..Act::default()
-            }),
+            _ if expires_once(key) => Some(Act::expire_once()),
             0..=84 => None,
-            85..=93 => Some(Act {
-                fail_before: 2,
-                ..Act::default()
-            }),
-            94..=96 => Some(Act {
-                sleep_ms: 6_000,
-                ..Act::default()
-            }),
-            _ => Some(Act {
-                panic_before: 2,
-                ..Act::default()
-            }),
+            85..=93 => Some(Act::fail_before(2)),
+            94..=96 => Some(Act::sleep_ms(6_000)),
+            _ => Some(Act::panic_before(2)),
         };
         let job = Job {
             act,
             ..Job::plain(key)
         };
-        let plan = Plan {
-            dead_letter: false,
-            may_repeat: false,
-            until_redriven: false,
-        };
+        let plan = Plan::default();
         (job, serde_json::json!({ KEY_HEADER: key }), plan)
     }
 
@@ -308,11 +252,7 @@ impl Producer {
                 self.fifo_seq[seqs][g as usize] += 1;
                 let key = base + g * FIFO_SPAN + seq;
                 let r: u32 = self.rng.gen_range(0..100);
-                let mut plan = Plan {
-                    dead_letter: false,
-                    may_repeat: false,
-                    until_redriven: false,
-                };
+                let mut plan = Plan::default();
                 let act = if role == Role::FifoBlocking {
                     if seq % HANG_EVERY == HANG_AT {
                         // Abandoned at the timeout, its run goes on and
@@ -327,28 +267,16 @@ impl Producer {
                             ..Act::default()
                         })
                     } else if r >= 97 {
-                        Some(Act {
-                            fail_before: 2,
-                            ..Act::default()
-                        })
+                        Some(Act::fail_before(2))
                     } else {
                         None
                     }
                 } else {
                     match r {
                         0..=93 => None,
-                        94..=96 => Some(Act {
-                            fail_before: 2,
-                            ..Act::default()
-                        }),
-                        97..=98 => Some(Act {
-                            sleep_ms: 5_000,
-                            ..Act::default()
-                        }),
-                        _ => Some(Act {
-                            hang_before: 2,
-                            ..Act::default()
-                        }),
+                        94..=96 => Some(Act::fail_before(2)),
+                        97..=98 => Some(Act::sleep_ms(5_000)),
+                        _ => Some(Act::hang_before(2)),
                     }
                 };
                 let job = Job {

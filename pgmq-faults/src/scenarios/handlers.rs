@@ -282,15 +282,9 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     let fails = |k: i64| k % 20 == 7;
     let jobs = jobs_with(ctx.n, |k| {
         if panics(k) {
-            Some(Act {
-                panic_before: i32::MAX,
-                ..Act::default()
-            })
+            Some(Act::panic_before(i32::MAX))
         } else if fails(k) {
-            Some(Act {
-                fail_before: 3,
-                ..Act::default()
-            })
+            Some(Act::fail_before(3))
         } else {
             None
         }
@@ -350,12 +344,7 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     // max_attempts x 1 s.
     let every = (ctx.n as i64 / 16).max(1);
     let hangs = |k: i64| k % every == every / 2;
-    let jobs = jobs_with(ctx.n, |k| {
-        hangs(k).then_some(Act {
-            hang_before: i32::MAX,
-            ..Act::default()
-        })
-    });
+    let jobs = jobs_with(ctx.n, |k| hangs(k).then_some(Act::hang_before(i32::MAX)));
     run.produce(&jobs).await;
     let mut args = run.worker_args();
     args.worker.settings.handler_timeout_ms = Some(1_000);
@@ -431,12 +420,7 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
         every: (ctx.n as i64 / 6).max(1),
         ms: 4_500,
     };
-    let jobs = jobs_with(ctx.n, |k| {
-        slow.is(k).then_some(Act {
-            sleep_ms: slow.ms,
-            ..Act::default()
-        })
-    });
+    let jobs = jobs_with(ctx.n, |k| slow.is(k).then_some(Act::sleep_ms(slow.ms)));
     run.produce(&jobs).await;
     let mut args = run.worker_args();
     args.set_vt_secs(vt);

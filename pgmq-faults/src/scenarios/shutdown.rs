@@ -134,13 +134,7 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
     let plain = (ctx.n / 10).max(100);
     let hang_key = plain as i64;
     let mut jobs = ctx.plain_jobs(plain);
-    jobs.push(Job::with(
-        hang_key,
-        Act {
-            hang_before: 2,
-            ..Act::default()
-        },
-    ));
+    jobs.push(Job::with(hang_key, Act::hang_before(2)));
     run.produce(&jobs).await;
     let mut args = run.worker_args();
     args.set_vt_secs(3);
