@@ -944,11 +944,16 @@ impl Hook for FaultHook {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_spec_round_trips_as_json() {
+    /// The suite's defaults for queue `q` of scenario 7.
+    fn spec() -> FaultSpec {
         let q = QueueName::new("q").unwrap();
         let d = QueueName::new("q_dlq").unwrap();
-        let mut a = FaultSpec::for_queue(&q, &d, "run", "7");
+        FaultSpec::for_queue(&q, &d, "run", "7")
+    }
+
+    #[test]
+    fn the_spec_round_trips_as_json() {
+        let mut a = spec();
         a.worker.settings.heartbeat = Some(true);
         a.set_vt_secs(3);
         a.record_starts = true;
@@ -974,9 +979,7 @@ mod tests {
 
     #[test]
     fn sabotages_rewrite_the_settings_they_concern() {
-        let q = QueueName::new("q").unwrap();
-        let d = QueueName::new("q_dlq").unwrap();
-        let mut a = FaultSpec::for_queue(&q, &d, "run", "7");
+        let mut a = spec();
         a.worker.settings.heartbeat = Some(true);
         a.worker.settings.fleet_limit = Some(3);
         a.worker.settings.claim_reads = Some(ClaimReadsSpec::FifoGroups);

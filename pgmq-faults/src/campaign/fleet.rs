@@ -886,8 +886,7 @@ async fn killed_places(
             VT_SECS
         };
         let spec = cell_spec(ctx, &qs, scenario, places, vt, "pgmq-campaign-kill-cell");
-        let dsn = ctx.cluster.dsn();
-        let first = crate::child::spawn(&ctx.log_dir, "kill-cell-1", &dsn, None, &spec).await?;
+        let first = ctx.spawn_worker(&spec).await?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let started = ledger::starts(&ctx.client, &ctx.run_id, scenario).await?;
@@ -912,7 +911,7 @@ async fn killed_places(
                 .await?
                 .get(0)
         };
-        let second = crate::child::spawn(&ctx.log_dir, "kill-cell-2", &dsn, None, &spec).await?;
+        let second = ctx.spawn_worker(&spec).await?;
         let wait_until = Instant::now() + PLACES_BOUND + KILL_CELL_GRACE;
         let mut took = None;
         while Instant::now() < wait_until {
@@ -980,16 +979,12 @@ async fn limited_drain(
         Duration::from_millis(20),
         stop_rx,
     );
-    let w = crate::child::spawn(&ctx.log_dir, "cell", &ctx.cluster.dsn(), None, &spec).await?;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut handled = 0;
-    while Instant::now() < deadline {
-        handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
-        if handled >= n as i64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let w = ctx.spawn_worker(&spec).await?;
+    // Short of all of them within the bound, the count says how many.
+    let _ = ctx
+        .wait_progress(scenario, n as i64, Duration::from_secs(15))
+        .await;
+    let handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
     let _ = w.stop(Duration::from_secs(10)).await;
     let _ = stop_tx.send(true);
     let samples = sampler.await?;
