@@ -478,21 +478,13 @@ pub(crate) async fn keys_in_queue(
     client: &Client,
     queue: &QueueName,
 ) -> Result<(Vec<i64>, u64), BoxError> {
-    let (rows, unkeyed) = ids_in_queue(client, queue).await?;
+    let (rows, unkeyed) = ids_in_table(client, &queue.table()).await?;
     Ok((rows.into_iter().map(|(k, _)| k).collect(), unkeyed))
 }
 
-/// [`keys_in_queue`] with each message's id: `(key, msg_id)` per keyed
-/// message, and how many have no key.
-pub(crate) async fn ids_in_queue(
-    client: &Client,
-    queue: &QueueName,
-) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
-    ids_in_table(client, &queue.table()).await
-}
-
-/// [`ids_in_queue`] of a queue's table or its archive's
-/// ([`QueueName::table`], [`QueueName::archive_table`]).
+/// [`keys_in_queue`] with each message's id, of a queue's table or its
+/// archive's ([`QueueName::table`], [`QueueName::archive_table`]):
+/// `(key, msg_id)` per keyed message, and how many have no key.
 pub(crate) async fn ids_in_table(
     client: &Client,
     table: &str,

@@ -353,6 +353,18 @@ enum Running {
 }
 
 impl Running {
+    /// Runs `group`, whose members' monitors are `monitors`, until its
+    /// shutdown.
+    fn group(group: WorkerGroup, monitors: Vec<Monitor>) -> Running {
+        let stop = group.shutdown_handle();
+        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
+        Running::Group {
+            monitors,
+            stop,
+            task,
+        }
+    }
+
     /// The counters the suite reads, as JSON (a group's summed).
     fn stats(&self) -> serde_json::Value {
         match self {
@@ -527,23 +539,10 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
             .priority(policy)
             .with_worker_priority(worker, p.weight)
             .with_worker_priority(other, p.other_weight);
-        let stop = group.shutdown_handle();
-        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
-        Running::Group {
-            monitors,
-            stop,
-            task,
-        }
+        Running::group(group, monitors)
     } else if args.group {
         let monitors = vec![worker.monitor()];
-        let group = WorkerGroup::new(client).with_worker(worker);
-        let stop = group.shutdown_handle();
-        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
-        Running::Group {
-            monitors,
-            stop,
-            task,
-        }
+        Running::group(WorkerGroup::new(client).with_worker(worker), monitors)
     } else {
         Running::One(worker.spawn())
     };
@@ -648,42 +647,26 @@ fn print_stats(
 /// The shutdown report the suite reads: the final counters and what the
 /// shutdown did, as JSON.
 fn report_json(report: &ShutdownReport, h: &HandlerCtx) -> serde_json::Value {
-    let st = &report.stats;
-    let mut json = stats_json(st);
-    if let serde_json::Value::Object(m) = &mut json {
-        for (k, v) in [
-            ("handled", serde_json::json!(report.handled)),
-            ("acked", serde_json::json!(report.acked)),
-            ("released", serde_json::json!(report.released)),
-            (
-                "still_running_at_deadline",
-                serde_json::json!(report.still_running_at_deadline),
-            ),
-            ("abandoned", serde_json::json!(report.abandoned)),
-            ("immediate", serde_json::json!(report.immediate)),
-            ("acks_failed", serde_json::json!(report.acks_failed)),
-            ("claims_lost", serde_json::json!(report.claims_lost)),
-            ("pid", serde_json::json!(std::process::id())),
-            ("release_failed", serde_json::json!(report.release_failed)),
-            (
-                "ledger_rows",
-                serde_json::json!(h.ledger_rows.load(Ordering::Relaxed)),
-            ),
-            (
-                "ledger_unsure",
-                serde_json::json!(h.ledger_unsure.load(Ordering::Relaxed)),
-            ),
-            (
-                "snoozed",
-                serde_json::json!(h.snoozed.load(Ordering::Relaxed)),
-            ),
-            (
-                "shutdown_ms",
-                serde_json::json!(report.elapsed.as_millis() as u64),
-            ),
-        ] {
-            m.insert(k.to_owned(), v);
-        }
+    let mut json = stats_json(&report.stats);
+    let shutdown = serde_json::json!({
+        "handled": report.handled,
+        "acked": report.acked,
+        "released": report.released,
+        "still_running_at_deadline": report.still_running_at_deadline,
+        "abandoned": report.abandoned,
+        "immediate": report.immediate,
+        "acks_failed": report.acks_failed,
+        "claims_lost": report.claims_lost,
+        "pid": std::process::id(),
+        "release_failed": report.release_failed,
+        "ledger_rows": h.ledger_rows.load(Ordering::Relaxed),
+        "ledger_unsure": h.ledger_unsure.load(Ordering::Relaxed),
+        "snoozed": h.snoozed.load(Ordering::Relaxed),
+        "shutdown_ms": report.elapsed.as_millis() as u64,
+    });
+    // The shutdown's values replace the final counters of the same name.
+    if let (serde_json::Value::Object(m), serde_json::Value::Object(x)) = (&mut json, shutdown) {
+        m.extend(x);
     }
     json
 }

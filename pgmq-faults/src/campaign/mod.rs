@@ -443,7 +443,7 @@ async fn account(
         let scenario = scenario_of(label, role);
         let hs = ledger::handlings(&ctx.client, &ctx.run_id, &scenario).await?;
         let (dl, dl_unkeyed) = ledger::keys_in_queue(&ctx.client, &qs[i].dlq).await?;
-        let (left_ids, left_unkeyed) = ledger::ids_in_queue(&ctx.client, &qs[i].q).await?;
+        let (left_ids, left_unkeyed) = ledger::ids_in_table(&ctx.client, &qs[i].q.table()).await?;
         let left: Vec<i64> = left_ids.iter().map(|(k, _)| *k).collect();
         let mut present: HashSet<i64> = hs.iter().map(|h| h.key).collect();
         present.extend(dl.iter().copied());

@@ -82,11 +82,7 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         if !held.is_empty() {
             holding += 1;
         }
-        run.allow_duplicates(
-            held.len() as u64,
-            format!("SIGKILL {i}: {} claims held", held.len()),
-        );
-        run.suspect(held.iter().copied());
+        run.allow_held(&held, format!("SIGKILL {i}: {} claims held", held.len()));
         notes.push(format!(
             "SIGKILL {i} after {at} handlings ({}), holding {} claims",
             exit.status,
@@ -268,11 +264,10 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
     held.dedup();
     let locked = hold.keys.len();
     hold.release().await;
-    run.allow_duplicates(
-        held.len() as u64,
+    run.allow_held(
+        &held,
         format!("SIGKILL mid-ack: {} messages held", held.len()),
     );
-    run.suspect(held.iter().copied());
     run.check(
         "killed while an acknowledgement batch waited",
         waiting > 0,
@@ -328,11 +323,7 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let w = run.spawn(&args).await?;
     let at = run.wait_handled(n as i64 / 3).await?;
     let (killed_at, exit, held) = kill_holding(&run, w).await?;
-    run.allow_duplicates(
-        held.len() as u64,
-        format!("SIGKILL: {} places held", held.len()),
-    );
-    run.suspect(held.iter().copied());
+    run.allow_held(&held, format!("SIGKILL: {} places held", held.len()));
     let w = run.spawn(&args).await?;
     let freed = first_redelivery(
         ctx,

@@ -183,11 +183,10 @@ async fn pause_past_vt(run: &mut Run<'_>, a: &WorkerProc, vt_secs: u64) -> Resul
     tokio::time::sleep(Duration::from_millis(200)).await;
     let stopped_at = Utc::now();
     let held = run.held_keys().await?;
-    run.allow_duplicates(
-        held.len() as u64,
+    run.allow_held(
+        &held,
         format!("SIGSTOP: {} messages held by both workers", held.len()),
     );
-    run.suspect(held.iter().copied());
     let length = Duration::from_secs(vt_secs + 3);
     tokio::time::sleep(length.saturating_sub(Duration::from_millis(200))).await;
     // Taken before the signal: the frozen handlers end as soon as it lands.

@@ -103,6 +103,13 @@ impl<'a> Run<'a> {
         self.suspects.get_or_insert_with(HashSet::new).extend(keys);
     }
 
+    /// Allows a duplicate for each key `held` by a fault that `why`
+    /// explains, and only among those keys.
+    pub(crate) fn allow_held(&mut self, held: &[i64], why: String) {
+        self.allow_duplicates(held.len() as u64, why);
+        self.suspect(held.iter().copied());
+    }
+
     /// The keys of the messages invisible right now: claimed by some worker
     /// (running, queued for a handler, or handled and not yet acknowledged).
     pub(crate) async fn held_keys(&self) -> Result<Vec<i64>, BoxError> {
