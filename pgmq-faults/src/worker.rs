@@ -277,6 +277,13 @@ impl FaultSpec {
         self.worker.settings.visibility_timeout_ms = Some(secs * 1000);
     }
 
+    /// Retries a failed message up to `max_attempts` attempts, after a
+    /// backoff from `base_ms` doubling up to `max_ms`.
+    pub(crate) fn set_retries(&mut self, max_attempts: u32, base_ms: u64, max_ms: u64) {
+        self.worker.settings.max_attempts = Some(max_attempts);
+        self.worker.settings.retry_backoff = Some(BackoffSpec { base_ms, max_ms });
+    }
+
     /// Concurrent handlers (those of the suite's defaults when left to
     /// pgmq-worker's).
     pub(crate) fn concurrency(&self) -> usize {

@@ -9,7 +9,6 @@ use crate::job::{key_headers, Act, Job};
 use crate::ledger::Handling;
 use crate::report::{Check, Row};
 use crate::BoxError;
-use pgmq_testkit::spec::BackoffSpec;
 
 /// What must become of a poison payload.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -232,11 +231,7 @@ async fn payloads(
     }
     let rejected: HashSet<i64> = run.produced.rejected_keys();
     let mut args = run.worker_args();
-    args.worker.settings.max_attempts = Some(3);
-    args.worker.settings.retry_backoff = Some(BackoffSpec {
-        base_ms: 100,
-        max_ms: 200,
-    });
+    args.set_retries(3, 100, 200);
     let w = run.spawn(&args).await?;
     let f = run.finish(title, vec![w]).await?;
     let handled: HashSet<i64> = f.handlings.iter().map(|h| h.key).collect();
@@ -291,11 +286,7 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     });
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.worker.settings.max_attempts = Some(5);
-    args.worker.settings.retry_backoff = Some(BackoffSpec {
-        base_ms: 100,
-        max_ms: 400,
-    });
+    args.set_retries(5, 100, 400);
     let w = run.spawn(&args).await?;
     let f = run
         .finish("handlers panic (1%) / fail until 3rd try", vec![w])
@@ -349,11 +340,7 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut args = run.worker_args();
     args.worker.settings.handler_timeout_ms = Some(1_000);
     args.worker.settings.heartbeat = Some(true);
-    args.worker.settings.max_attempts = Some(3);
-    args.worker.settings.retry_backoff = Some(BackoffSpec {
-        base_ms: 100,
-        max_ms: 200,
-    });
+    args.set_retries(3, 100, 200);
     let w = run.spawn(&args).await?;
     let f = run
         .finish("handlers hang (16), handler_timeout 1 s", vec![w])

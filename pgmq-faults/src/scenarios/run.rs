@@ -13,7 +13,6 @@ use crate::ledger::{Handling, Produced};
 use crate::report::{Check, DupBound, Row};
 use crate::worker::FaultSpec;
 use crate::BoxError;
-use pgmq_testkit::spec::BackoffSpec;
 
 /// How long a queue may take to drain once the faults are over.
 pub(crate) fn drain_limit(ctx: &Ctx) -> Duration {
@@ -422,11 +421,7 @@ pub(crate) async fn block_an_ack(
 /// Settings for a worker that must ride out an outage: handlers fail while
 /// the server is unreachable, and that must not exhaust the attempts.
 pub(crate) fn outage_tolerant(mut args: FaultSpec) -> FaultSpec {
-    args.worker.settings.max_attempts = Some(1000);
-    args.worker.settings.retry_backoff = Some(BackoffSpec {
-        base_ms: 200,
-        max_ms: 1000,
-    });
+    args.set_retries(1000, 200, 1000);
     args.sleep_ms = 1;
     args
 }
