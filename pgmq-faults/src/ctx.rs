@@ -250,51 +250,41 @@ impl Ctx {
         rows: i64,
         limit: Duration,
     ) -> Result<(), BoxError> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.progress(scenario).await.unwrap_or(0) >= rows {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "scenario {scenario}: fewer than {rows} handlings after {} s",
-                    limit.as_secs()
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let every = Duration::from_millis(50);
+        poll_until(limit, every, || async move {
+            self.progress(scenario).await.unwrap_or(0) >= rows
+        })
+        .await
+        .map(|_| ())
+        .ok_or_else(|| {
+            let s = limit.as_secs();
+            format!("scenario {scenario}: fewer than {rows} handlings after {s} s").into()
+        })
     }
 
     /// Waits until the queue holds no message at all (visible or not).
     /// Returns whether it drained within `limit`.
     pub(crate) async fn wait_drained(&self, q: &QueueName, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(m) = self.client.metrics(q).await {
-                if m.queue_length == 0 {
-                    return true;
-                }
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let every = Duration::from_millis(100);
+        poll_until(limit, every, || async move {
+            self.client
+                .metrics(q)
+                .await
+                .is_ok_and(|m| m.queue_length == 0)
+        })
+        .await
+        .is_some()
     }
 
     /// Waits for the server to accept queries again (after a restart).
     pub(crate) async fn wait_server(&self, limit: Duration) -> Result<(), BoxError> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.client.list_queues().await.is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err("the server did not come back".into());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let every = Duration::from_millis(100);
+        poll_until(limit, every, || async move {
+            self.client.list_queues().await.is_ok()
+        })
+        .await
+        .map(|_| ())
+        .ok_or_else(|| "the server did not come back".into())
     }
 
     /// Counts everything for a scenario (after its workers stopped).
@@ -377,6 +367,30 @@ pub(crate) fn private_temp_dir(prefix: &str) -> std::io::Result<PathBuf> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary folder name")))
+}
+
+/// Checks `ready` every `every` until it holds, for at least `limit`;
+/// returns how long that took, or `None` when it never held. The suite's
+/// waits (a count reached, a queue drained, the server back) are this.
+pub(crate) async fn poll_until<F, Fut>(
+    limit: Duration,
+    every: Duration,
+    mut ready: F,
+) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t = Instant::now();
+    loop {
+        if ready().await {
+            return Some(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// A dedicated session of the suite's own (the campaign's nemesis and watchers), straight to the cluster.

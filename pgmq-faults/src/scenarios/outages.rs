@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::run::{outage_tolerant, Finished, Run};
 use crate::child::WorkerProc;
-use crate::ctx::Ctx;
+use crate::ctx::{poll_until, Ctx};
 use crate::ledger;
 use crate::report::{Check, Row};
 use crate::worker::FaultSpec;
@@ -23,14 +23,8 @@ async fn until_counter(
     above: u64,
     limit: Duration,
 ) -> Option<Duration> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if w.said().stat(counter) > above {
-            return Some(t.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
+    let every = Duration::from_millis(20);
+    poll_until(limit, every, || async { w.said().stat(counter) > above }).await
 }
 
 /// Messages sent once a fault is over, to prove the worker resumed.

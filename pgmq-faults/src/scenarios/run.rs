@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::child::{Exit, WorkerProc};
-use crate::ctx::{Ctx, Queues};
+use crate::ctx::{poll_until, Ctx, Queues};
 use crate::job::Job;
 use crate::ledger::{Handling, Produced};
 use crate::report::{Check, DupBound, Row};
@@ -382,14 +382,11 @@ pub(crate) async fn acks_in_flight(ctx: &Ctx) -> Result<(i64, i64), BoxError> {
 
 /// Polls until an acknowledgement waits on a lock; false after `limit`.
 pub(crate) async fn wait_ack_blocked(ctx: &Ctx, limit: Duration) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if matches!(acks_in_flight(ctx).await, Ok((_, n)) if n > 0) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    poll_until(limit, Duration::from_millis(20), || async {
+        matches!(acks_in_flight(ctx).await, Ok((_, n)) if n > 0)
+    })
+    .await
+    .is_some()
 }
 
 /// Locks the held messages until an acknowledgement waits on the lock,

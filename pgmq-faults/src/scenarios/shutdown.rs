@@ -7,7 +7,7 @@ use pgmq_client::QueueName;
 
 use super::run::Run;
 use crate::child::WorkerProc;
-use crate::ctx::Ctx;
+use crate::ctx::{poll_until, Ctx};
 use crate::job::{Act, Job};
 use crate::report::{Check, Row};
 use crate::BoxError;
@@ -25,14 +25,11 @@ async fn hidden(ctx: &Ctx, q: &QueueName) -> Result<i64, BoxError> {
 
 /// Polls until no message of `q` is invisible; returns how long it took.
 async fn until_all_visible(ctx: &Ctx, q: &QueueName, limit: Duration) -> Option<Duration> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if hidden(ctx, q).await.ok() == Some(0) {
-            return Some(t.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    None
+    let every = Duration::from_millis(5);
+    poll_until(limit, every, || async {
+        hidden(ctx, q).await.ok() == Some(0)
+    })
+    .await
 }
 
 /// 7: a worker under load stopped with SIGTERM, 20 times in a row; after each
@@ -215,14 +212,11 @@ async fn sigterm_twice(run: &mut Run<'_>, mut w: WorkerProc, vt_secs: u64) -> Re
 
 /// Polls until some message of `q` is visible.
 async fn wait_visible(ctx: &Ctx, q: &QueueName, limit: Duration) -> Option<Duration> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if let Ok(m) = ctx.client.metrics(q).await {
-            if m.queue_visible_length > 0 {
-                return Some(t.elapsed());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
+    poll_until(limit, Duration::from_millis(20), || async {
+        ctx.client
+            .metrics(q)
+            .await
+            .is_ok_and(|m| m.queue_visible_length > 0)
+    })
+    .await
 }
