@@ -290,6 +290,11 @@ impl FaultSpec {
         self.worker.settings.concurrency.unwrap_or(8)
     }
 
+    /// Messages per read (pgmq-worker's default, 100, when left to it).
+    pub(crate) fn batch_size(&self) -> usize {
+        self.worker.settings.batch_size.unwrap_or(100)
+    }
+
     /// The `application_name` of the process's connections.
     pub(crate) fn app_name(&self) -> &str {
         self.worker

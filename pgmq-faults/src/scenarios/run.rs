@@ -119,13 +119,12 @@ impl<'a> Run<'a> {
     /// claim loop that may have been in flight (its claims not yet visible
     /// in the table when it was sampled), and records the held keys.
     pub(crate) fn allow_fault(&mut self, fault: &str, held: &[i64], args: &FaultSpec) {
-        let reads = CLAIM_LOOPS * args.worker.settings.batch_size.unwrap_or(0) as u64;
+        let batch = args.batch_size();
         self.allow_duplicates(
-            held.len() as u64 + reads,
+            held.len() as u64 + CLAIM_LOOPS * batch as u64,
             format!(
-                "{fault}: {} held + {CLAIM_LOOPS} reads x {} in flight",
-                held.len(),
-                args.worker.settings.batch_size.unwrap_or(0)
+                "{fault}: {} held + {CLAIM_LOOPS} reads x {batch} in flight",
+                held.len()
             ),
         );
     }
