@@ -403,6 +403,57 @@ pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Clie
     Ok(c)
 }
 
+/// What the fast sampler saw of a fleet-limited queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FleetSamples {
+    pub samples: u64,
+    /// The most claims running in one sample.
+    pub most: i64,
+    /// Samples with more than the limit: when, and how many.
+    pub over: Vec<(DateTime<Utc>, i64)>,
+}
+
+/// Samples `table` every `every` until `stop`: the claims running by the
+/// database's clock (a visibility timeout ahead and a delivery current, as
+/// a fleet limit counts them), against `limit`.
+pub(crate) fn sample_fleet(
+    dsn: String,
+    table: String,
+    limit: i64,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<FleetSamples> {
+    tokio::spawn(async move {
+        let mut out = FleetSamples::default();
+        let mut conn: Option<tokio_postgres::Client> = None;
+        // A validated QueueName: [a-z0-9_] only.
+        let sql = format!(
+            "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
+                    clock_timestamp() from {table}"
+        );
+        while !*stop.borrow() {
+            if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                conn = session(&dsn, "pgmq-campaign-watch").await.ok();
+            }
+            if let Some(c) = &conn {
+                if let Ok(r) = c.query_one(sql.as_str(), &[]).await {
+                    let n: i64 = r.get(0);
+                    out.samples += 1;
+                    out.most = out.most.max(n);
+                    if n > limit {
+                        out.over.push((r.get(1), n));
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => {}
+            }
+        }
+        out
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;

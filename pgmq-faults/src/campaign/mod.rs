@@ -53,14 +53,14 @@ use pgmq_client::QueueName;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use self::fleet::{FleetProducer, FleetSamples, FleetState};
+use self::fleet::{FleetProducer, FleetState};
 use self::invariants::{Evidence, FleetEvidence};
 use self::model::{scenario_of, ProcKind, Role, SeedSummary, FLEET_PLACES, ROLES};
 use self::nemesis::Nemesis;
 use self::plan::{draw, print_schedule, process_kinds, Options};
 use self::slots::Slots;
 use self::workload::{connect_producer, every_tick, Producer, Workload};
-use crate::ctx::{Ctx, Queues};
+use crate::ctx::{Ctx, FleetSamples, Queues};
 use crate::ledger::{self, Handling, Start, Tally};
 use crate::proxy::Proxy;
 use crate::report::{Check, DupBound, Row};
@@ -170,7 +170,7 @@ async fn run_seed(
         queue_names.clone(),
         watch_stopped.clone(),
     );
-    let fleet_sampler = fleet::sample_fleet(
+    let fleet_sampler = crate::ctx::sample_fleet(
         ctx.cluster.dsn(),
         queue_names[Role::Keyed.index()].table(),
         i64::from(FLEET_PLACES),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::run::{outage_tolerant, Run};
-use crate::ctx::Ctx;
+use crate::ctx::{sample_fleet, Ctx};
 use crate::ledger::cross_process;
 use crate::report::{Check, Row};
 use crate::BoxError;
@@ -299,27 +299,14 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     args.set_vt_secs(3);
     args.sleep_ms = 10;
     args.worker.settings.fleet_limit = Some(PLACES);
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (stop, q) = (std::sync::Arc::clone(&stop), run.qs.q.clone());
-        let client = ctx.client.clone();
-        tokio::spawn(async move {
-            let sql = format!(
-                "select count(*) from {} where vt > clock_timestamp()",
-                q.table()
-            );
-            let mut most = 0i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(conn) = client.connection().await {
-                    if let Ok(row) = conn.query_one(sql.as_str(), &[]).await {
-                        most = most.max(row.get::<_, i64>(0));
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            most
-        })
-    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sampler = sample_fleet(
+        ctx.cluster.dsn(),
+        run.qs.q.table(),
+        i64::from(PLACES),
+        Duration::from_millis(10),
+        stopped,
+    );
     let w = run.spawn(&args).await?;
     let at = run.wait_handled(n as i64 / 3).await?;
     let (killed_at, exit, held) = kill_holding(&run, w).await?;
@@ -356,8 +343,8 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let f = run
         .finish("fleet limit: worker SIGKILLed holding places", vec![w])
         .await?;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let most = sampler.await.unwrap_or(i64::MAX);
+    let _ = stop.send(true);
+    let most = sampler.await.map_or(i64::MAX, |s| s.most);
     let mut row = f.row;
     row.push_check(Check::new(
         "never more claims running than the limit",
