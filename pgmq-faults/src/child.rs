@@ -6,7 +6,7 @@ use std::path::Path;
 
 use pgmq_testkit::child::{Spawn, Stderr};
 
-use super::worker::{WorkerSpec, DSN_ENV, FORCED_EXIT, LEDGER_DSN_ENV};
+use super::worker::{FaultSpec, DSN_ENV, FORCED_EXIT, LEDGER_DSN_ENV};
 use super::BoxError;
 
 /// A running worker process (its `stats` and `report` lines as JSON).
@@ -23,7 +23,7 @@ pub(crate) async fn spawn(
     name: &str,
     dsn: &str,
     ledger_dsn: Option<&str>,
-    args: &WorkerSpec,
+    args: &FaultSpec,
 ) -> Result<WorkerProc, BoxError> {
     let exe = std::env::current_exe()?;
     let spawn = Spawn::new(exe, "worker", args, &format!("worker {name}"))?

@@ -74,7 +74,7 @@ mod tests {
     fn the_worker_subcommand_takes_one_json_spec() {
         let q = pgmq_client::QueueName::new("faults_q").unwrap();
         let dlq = pgmq_client::QueueName::new("faults_q_dlq").unwrap();
-        let args = crate::worker::WorkerSpec::for_queue(&q, &dlq, "run-1", "2");
+        let args = crate::worker::FaultSpec::for_queue(&q, &dlq, "run-1", "2");
         let json = serde_json::to_string(&args).unwrap();
         let cli = Cli::try_parse_from(["pgmq-faults", "worker", json.as_str()]).unwrap();
         let Some(Command::Worker { spec }) = cli.command else {

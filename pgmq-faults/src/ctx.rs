@@ -3,6 +3,7 @@
 //! the queue to drain, count).
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -14,7 +15,8 @@ use super::child::WorkerProc;
 use super::cluster::{find_root, Cluster};
 use super::job::{key_headers, Job};
 use super::ledger::{self, Produced, Tally};
-use super::worker::{Sabotage, WorkerSpec};
+use super::proxy::Proxy;
+use super::worker::{FaultSpec, Sabotage};
 use super::{BoxError, FaultsArgs};
 
 /// Shared state of one run of the suite.
@@ -47,6 +49,19 @@ pub(crate) struct Queues {
 }
 
 impl Ctx {
+    /// Starts the suite's proxy (on `--proxy-port`) in front of the
+    /// cluster.
+    pub(crate) async fn start_proxy(&self) -> Result<Proxy, BoxError> {
+        let listen: SocketAddr = ([127, 0, 0, 1], self.proxy_port).into();
+        let upstream: SocketAddr = ([127, 0, 0, 1], self.cluster.port()).into();
+        Ok(Proxy::start(listen, upstream).await?)
+    }
+
+    /// The cluster's DSN through `proxy`.
+    pub(crate) fn proxied_dsn(&self, proxy: &Proxy) -> String {
+        self.cluster.dsn_at(proxy.addr().port(), "pgmq")
+    }
+
     /// Starts the suite's cluster, creates the ledger tables, picks a run id.
     pub(crate) async fn setup(args: &FaultsArgs) -> Result<Ctx, BoxError> {
         let root = find_root(args.root.as_deref()).await?;
@@ -187,8 +202,8 @@ impl Ctx {
     }
 
     /// Worker settings for a scenario's queues (with the run's sabotage).
-    pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> WorkerSpec {
-        let mut a = WorkerSpec::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
+    pub(crate) fn worker_args(&self, qs: &Queues, scenario: &str) -> FaultSpec {
+        let mut a = FaultSpec::for_queue(&qs.q, &qs.dlq, &self.run_id, scenario);
         a.sabotage = self.sabotage.clone();
         a
     }
@@ -205,14 +220,14 @@ impl Ctx {
     }
 
     /// Starts a worker process connected straight to the cluster.
-    pub(crate) async fn spawn_worker(&self, args: &WorkerSpec) -> Result<WorkerProc, BoxError> {
+    pub(crate) async fn spawn_worker(&self, args: &FaultSpec) -> Result<WorkerProc, BoxError> {
         self.spawn_worker_via(args, &self.cluster.dsn(), None).await
     }
 
     /// Starts a worker process with its own DSNs (through the proxy, say).
     pub(crate) async fn spawn_worker_via(
         &self,
-        args: &WorkerSpec,
+        args: &FaultSpec,
         dsn: &str,
         ledger_dsn: Option<&str>,
     ) -> Result<WorkerProc, BoxError> {
@@ -235,51 +250,41 @@ impl Ctx {
         rows: i64,
         limit: Duration,
     ) -> Result<(), BoxError> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.progress(scenario).await.unwrap_or(0) >= rows {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "scenario {scenario}: fewer than {rows} handlings after {} s",
-                    limit.as_secs()
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let every = Duration::from_millis(50);
+        poll_until(limit, every, || async move {
+            self.progress(scenario).await.unwrap_or(0) >= rows
+        })
+        .await
+        .map(|_| ())
+        .ok_or_else(|| {
+            let s = limit.as_secs();
+            format!("scenario {scenario}: fewer than {rows} handlings after {s} s").into()
+        })
     }
 
     /// Waits until the queue holds no message at all (visible or not).
     /// Returns whether it drained within `limit`.
     pub(crate) async fn wait_drained(&self, q: &QueueName, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(m) = self.client.metrics(q).await {
-                if m.queue_length == 0 {
-                    return true;
-                }
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let every = Duration::from_millis(100);
+        poll_until(limit, every, || async move {
+            self.client
+                .metrics(q)
+                .await
+                .is_ok_and(|m| m.queue_length == 0)
+        })
+        .await
+        .is_some()
     }
 
     /// Waits for the server to accept queries again (after a restart).
     pub(crate) async fn wait_server(&self, limit: Duration) -> Result<(), BoxError> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.client.list_queues().await.is_ok() {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err("the server did not come back".into());
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let every = Duration::from_millis(100);
+        poll_until(limit, every, || async move {
+            self.client.list_queues().await.is_ok()
+        })
+        .await
+        .map(|_| ())
+        .ok_or_else(|| "the server did not come back".into())
     }
 
     /// Counts everything for a scenario (after its workers stopped).
@@ -362,6 +367,91 @@ pub(crate) fn private_temp_dir(prefix: &str) -> std::io::Result<PathBuf> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary folder name")))
+}
+
+/// Checks `ready` every `every` until it holds, for at least `limit`;
+/// returns how long that took, or `None` when it never held. The suite's
+/// waits (a count reached, a queue drained, the server back) are this.
+pub(crate) async fn poll_until<F, Fut>(
+    limit: Duration,
+    every: Duration,
+    mut ready: F,
+) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let t = Instant::now();
+    loop {
+        if ready().await {
+            return Some(t.elapsed());
+        }
+        if t.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// A dedicated session of the suite's own (the campaign's nemesis and watchers), straight to the cluster.
+pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Client, BoxError> {
+    let (c, _notes) = pgmq_client::ClientBuilder::new(dsn)
+        .application_name(app)
+        .connect_timeout(Duration::from_secs(3))
+        .connect_dedicated()
+        .await?;
+    Ok(c)
+}
+
+/// What the fast sampler saw of a fleet-limited queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FleetSamples {
+    pub samples: u64,
+    /// The most claims running in one sample.
+    pub most: i64,
+    /// Samples with more than the limit: when, and how many.
+    pub over: Vec<(DateTime<Utc>, i64)>,
+}
+
+/// Samples `table` every `every` until `stop`: the claims running by the
+/// database's clock (a visibility timeout ahead and a delivery current, as
+/// a fleet limit counts them), against `limit`.
+pub(crate) fn sample_fleet(
+    dsn: String,
+    table: String,
+    limit: i64,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<FleetSamples> {
+    tokio::spawn(async move {
+        let mut out = FleetSamples::default();
+        let mut conn: Option<tokio_postgres::Client> = None;
+        // A validated QueueName: [a-z0-9_] only.
+        let sql = format!(
+            "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
+                    clock_timestamp() from {table}"
+        );
+        while !*stop.borrow() {
+            if conn.as_ref().is_none_or(|c| c.is_closed()) {
+                conn = session(&dsn, "pgmq-campaign-watch").await.ok();
+            }
+            if let Some(c) = &conn {
+                if let Ok(r) = c.query_one(sql.as_str(), &[]).await {
+                    let n: i64 = r.get(0);
+                    out.samples += 1;
+                    out.most = out.most.max(n);
+                    if n > limit {
+                        out.over.push((r.get(1), n));
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.changed() => {}
+            }
+        }
+        out
+    })
 }
 
 #[cfg(test)]

@@ -96,6 +96,64 @@ pub(crate) struct Act {
     pub expire_once: bool,
 }
 
+impl Act {
+    /// Panics on attempts before `n`.
+    pub(crate) fn panic_before(n: i32) -> Act {
+        Act {
+            panic_before: n,
+            ..Act::default()
+        }
+    }
+
+    /// Fails on attempts before `n`.
+    pub(crate) fn fail_before(n: i32) -> Act {
+        Act {
+            fail_before: n,
+            ..Act::default()
+        }
+    }
+
+    /// Sleeps `ms` before recording the handling.
+    pub(crate) fn sleep_ms(ms: u64) -> Act {
+        Act {
+            sleep_ms: ms,
+            ..Act::default()
+        }
+    }
+
+    /// Hangs (an hour) on attempts before `n`.
+    pub(crate) fn hang_before(n: i32) -> Act {
+        Act {
+            hang_before: n,
+            ..Act::default()
+        }
+    }
+
+    /// Snoozes while the message is younger than `ms`.
+    pub(crate) fn snooze_ms(ms: u64) -> Act {
+        Act {
+            snooze_ms: ms,
+            ..Act::default()
+        }
+    }
+
+    /// Fails every attempt unless the message was redriven.
+    pub(crate) fn fail_unless_redriven() -> Act {
+        Act {
+            fail_unless_redriven: true,
+            ..Act::default()
+        }
+    }
+
+    /// Makes the first delivery's claim expire under its handler.
+    pub(crate) fn expire_once() -> Act {
+        Act {
+            expire_once: true,
+            ..Act::default()
+        }
+    }
+}
+
 fn is_zero(v: &i32) -> bool {
     *v == 0
 }
@@ -108,6 +166,10 @@ fn is_zero_u64(v: &u64) -> bool {
 /// first attempt: `"before"` (in [`Hook::before`](pgmq_worker::Hook::before))
 /// or `"after"` (in [`Hook::after`](pgmq_worker::Hook::after)).
 pub(crate) const HOOK_PANIC_HEADER: &str = "fault_hook_panic";
+
+/// The header a message sent back from a dead-letter queue (the
+/// campaign's `redrive` fault) carries.
+pub(crate) const REDRIVEN_HEADER: &str = "fault_redriven";
 
 /// The headers sent with a key.
 pub(crate) fn key_headers(key: i64) -> serde_json::Value {

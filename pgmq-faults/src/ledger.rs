@@ -285,24 +285,34 @@ pub(crate) struct Handling {
     pub handled_at: DateTime<Utc>,
 }
 
+/// The rows of `sql` for one scenario (`$1` the run id, `$2` the
+/// scenario), each made a `T` by `row`.
+async fn of_scenario<T>(
+    client: &Client,
+    run_id: &str,
+    scenario: &str,
+    sql: &str,
+    row: impl Fn(&tokio_postgres::Row) -> T,
+) -> Result<Vec<T>, BoxError> {
+    let conn = client.connection().await?;
+    let rows = conn.query(sql, &[&run_id, &scenario]).await?;
+    Ok(rows.iter().map(row).collect())
+}
+
 /// Every handling of a scenario.
 pub(crate) async fn handlings(
     client: &Client,
     run_id: &str,
     scenario: &str,
 ) -> Result<Vec<Handling>, BoxError> {
-    let conn = client.connection().await?;
-    let rows = conn
-        .query(
-            "select key, msg_id, worker_pid, read_ct, read_at, vt, started_at, handled_at, \
+    of_scenario(
+        client,
+        run_id,
+        scenario,
+        "select key, msg_id, worker_pid, read_ct, read_at, vt, started_at, handled_at, \
                     coalesce(attempts, 0) \
              from pgmq_fault_ledger where run_id = $1 and scenario = $2 order by handled_at",
-            &[&run_id, &scenario],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Handling {
+        |r| Handling {
             key: r.get(0),
             msg_id: r.get(1),
             worker_pid: r.get(2),
@@ -312,8 +322,9 @@ pub(crate) async fn handlings(
             started_at: r.get(6),
             handled_at: r.get(7),
             attempts: r.get(8),
-        })
-        .collect())
+        },
+    )
+    .await
 }
 
 /// One handler run as `record_starts` and the ledger saw it: its start and,
@@ -333,26 +344,23 @@ pub(crate) async fn windows(
     run_id: &str,
     scenario: &str,
 ) -> Result<Vec<Window>, BoxError> {
-    let conn = client.connection().await?;
-    let rows = conn
-        .query(
-            "select s.key, s.worker_pid, s.started_at, \
+    of_scenario(
+        client,
+        run_id,
+        scenario,
+        "select s.key, s.worker_pid, s.started_at, \
                     (select min(l.handled_at) from pgmq_fault_ledger l \
                       where l.run_id = s.run_id and l.scenario = s.scenario and l.key = s.key \
                         and l.worker_pid = s.worker_pid and l.read_ct = s.read_ct) \
              from pgmq_fault_starts s where s.run_id = $1 and s.scenario = $2",
-            &[&run_id, &scenario],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Window {
+        |r| Window {
             key: r.get(0),
             worker_pid: r.get(1),
             start: r.get(2),
             end: r.get(3),
-        })
-        .collect())
+        },
+    )
+    .await
 }
 
 /// One recorded handler start (`record_starts`): which delivery of which
@@ -373,24 +381,21 @@ pub(crate) async fn starts(
     run_id: &str,
     scenario: &str,
 ) -> Result<Vec<Start>, BoxError> {
-    let conn = client.connection().await?;
-    let rows = conn
-        .query(
-            "select key, worker_pid, read_ct, started_at, coalesce(attempts, 0) \
+    of_scenario(
+        client,
+        run_id,
+        scenario,
+        "select key, worker_pid, read_ct, started_at, coalesce(attempts, 0) \
              from pgmq_fault_starts where run_id = $1 and scenario = $2",
-            &[&run_id, &scenario],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Start {
+        |r| Start {
             key: r.get(0),
             worker_pid: r.get(1),
             read_ct: r.get(2),
             started_at: r.get(3),
             attempts: r.get(4),
-        })
-        .collect())
+        },
+    )
+    .await
 }
 
 /// Pairs of handler runs of one key, in two processes, whose windows overlap
@@ -473,21 +478,13 @@ pub(crate) async fn keys_in_queue(
     client: &Client,
     queue: &QueueName,
 ) -> Result<(Vec<i64>, u64), BoxError> {
-    let (rows, unkeyed) = ids_in_queue(client, queue).await?;
+    let (rows, unkeyed) = ids_in_table(client, &queue.table()).await?;
     Ok((rows.into_iter().map(|(k, _)| k).collect(), unkeyed))
 }
 
-/// [`keys_in_queue`] with each message's id: `(key, msg_id)` per keyed
-/// message, and how many have no key.
-pub(crate) async fn ids_in_queue(
-    client: &Client,
-    queue: &QueueName,
-) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
-    ids_in_table(client, &queue.table()).await
-}
-
-/// [`ids_in_queue`] of a queue's table or its archive's
-/// ([`QueueName::table`], [`QueueName::archive_table`]).
+/// [`keys_in_queue`] with each message's id, of a queue's table or its
+/// archive's ([`QueueName::table`], [`QueueName::archive_table`]):
+/// `(key, msg_id)` per keyed message, and how many have no key.
 pub(crate) async fn ids_in_table(
     client: &Client,
     table: &str,
@@ -562,6 +559,33 @@ pub(crate) struct Tally {
     pub lost_sample: Vec<i64>,
     /// A few unexpected keys.
     pub unexpected_sample: Vec<i64>,
+}
+
+impl Tally {
+    /// The sum of several scenarios' (or queues') tallies; the samples
+    /// keep a few keys of each.
+    pub(crate) fn sum(ts: &[Tally]) -> Tally {
+        let mut t = Tally::default();
+        for x in ts {
+            t.committed += x.committed;
+            t.not_sent += x.not_sent;
+            t.rejected += x.rejected;
+            t.unknown += x.unknown;
+            t.unknown_recovered += x.unknown_recovered;
+            t.handled += x.handled;
+            t.handlings += x.handlings;
+            t.lost += x.lost;
+            t.duplicated += x.duplicated;
+            t.unexpected += x.unexpected;
+            t.dead_lettered += x.dead_lettered;
+            t.left_in_queue += x.left_in_queue;
+            t.dead_lettered_unkeyed += x.dead_lettered_unkeyed;
+            t.lost_sample.extend(x.lost_sample.iter().take(4));
+            t.unexpected_sample
+                .extend(x.unexpected_sample.iter().take(4));
+        }
+        t
+    }
 }
 
 /// Counts everything per key.

@@ -18,12 +18,15 @@
 //! Files: `ledger.rs` (ledger tables and the per-key accounting), `child.rs` (the
 //! worker process, seen from the suite), `worker.rs` (the worker process
 //! itself), `report.rs` (the table), `scenarios/` (the fixed scenarios 1 to
-//! 19), and the randomized campaign (`--campaign`): `campaign.rs` (the
-//! seeded schedule, the mixed workload, the run), `fleet.rs` (the fleet
-//! features' workload: keyed sends, fleet limits, pauses, priorities, the
-//! extension cell), `nemesis.rs` (the fault kinds, one table),
-//! `invariants.rs` (the checks); `cli.rs` (the command
-//! line of the binary). The suite's own cluster and the TCP proxy are
+//! 20), and the randomized campaign (`--campaign`) in `campaign/`:
+//! `model.rs` (what its parts share: queues, process kinds, keys, records),
+//! `plan.rs` (the options and the seeded schedule), `workload.rs` (the core
+//! producer), `fleet.rs` (the fleet features' workload: keyed sends, fleet
+//! limits, pauses, priorities, and the kill and extension cells),
+//! `slots.rs` (the worker processes), `nemesis.rs` (the fault kinds, one
+//! table), `watch.rs` (the sampler), `invariants.rs` (the checks) and
+//! `mod.rs` (a seed's run, phase by phase); `cli.rs` (the command line of
+//! the binary). The suite's own cluster and the TCP proxy are
 //! pgmq-testkit's ([`pgmq_testkit::cluster`], [`pgmq_testkit::proxy`]),
 //! shared with the benchmark.
 //!
@@ -36,11 +39,8 @@ mod campaign;
 mod child;
 pub mod cli;
 mod ctx;
-mod fleet;
-mod invariants;
 mod job;
 mod ledger;
-mod nemesis;
 mod report;
 mod scenarios;
 mod worker;
@@ -142,7 +142,7 @@ pub struct FaultsArgs {
     /// Worker processes of the campaign (kinds in turn: context handler,
     /// transactional, FIFO groups, WorkerGroup, blocking, FIFO groups with
     /// a blocking handler).
-    #[arg(long, default_value_t = campaign::DEFAULT_PROCESSES)]
+    #[arg(long, default_value_t = campaign::model::DEFAULT_PROCESSES)]
     pub processes: usize,
 
     /// Campaign fault kinds to draw from (default all; `none` for a run
@@ -201,7 +201,7 @@ pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
 /// `--campaign`: every seed on the suite's cluster, one row each.
 async fn run_campaign(args: FaultsArgs) -> Result<i32, BoxError> {
     let started = Instant::now();
-    let opts = campaign::Options::from_args(&args)?;
+    let opts = campaign::plan::Options::from_args(&args)?;
     let ctx = ctx::Ctx::setup(&args).await?;
     eprintln!(
         "campaign: run {} on {}, seeds {:?} ({} s each, {} processes), logs in {}",

@@ -140,7 +140,7 @@ pub(crate) struct Document {
     /// With `--campaign`: each seed's schedule, faults by kind and replay
     /// command (one row per seed above).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub campaign: Option<Vec<super::campaign::SeedSummary>>,
+    pub campaign: Option<Vec<crate::campaign::model::SeedSummary>>,
 }
 
 impl Document {

@@ -3,8 +3,9 @@
 //! handling in the ledger before returning.
 //!
 //! It speaks pgmq-testkit's child protocol ([`pgmq_testkit::child`]): its
-//! [`WorkerSpec`] is the subcommand's one JSON argument, its DSNs are in
-//! [`DSN_ENV`] and [`LEDGER_DSN_ENV`]. On stdout: `ready <pid>` once the
+//! [`FaultSpec`] (a [`WorkerSpec`] and the suite's own fields) is the
+//! subcommand's one JSON argument, its DSNs are in [`DSN_ENV`] and
+//! [`LEDGER_DSN_ENV`]. On stdout: `ready <pid>` once the
 //! worker runs, `stats <json>` every `stats_ms` (the worker's counters, so
 //! that the suite sees when it notices a fault and when it resumes),
 //! `draining` after the first SIGTERM (a graceful shutdown starts), `forced`
@@ -22,13 +23,16 @@ use std::time::Duration;
 use chrono::Utc;
 use pgmq_client::{Client, Message, QueueName};
 use pgmq_testkit::child::{say, say_json, say_ready, spec_from_arg, Line};
+use pgmq_testkit::spec::{
+    BackoffSpec, ClaimReadsSpec, HandlerKind, WakeUpSpec, WorkerSettings, WorkerSpec,
+};
 use pgmq_worker::{
-    Backoff, ClaimReads, Context, GroupShutdown, HandlerError, Hook, Monitor, Outcome, Priority,
-    ShutdownReport, TransactionalHandler, WakeUp, Worker, WorkerBuilder, WorkerGroup, WorkerHandle,
+    Context, GroupShutdown, HandlerError, Hook, Monitor, Outcome, Priority, ShutdownReport,
+    TransactionalHandler, Worker, WorkerBuilder, WorkerGroup, WorkerHandle,
 };
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::job::{Job, HOOK_PANIC_HEADER};
+use super::job::{Job, HOOK_PANIC_HEADER, REDRIVEN_HEADER};
 use super::ledger::{INSERT_HANDLING, INSERT_START};
 use super::BoxError;
 
@@ -42,54 +46,24 @@ pub(crate) const DSN_ENV: &str = "PGMQ_FAULT_DSN";
 /// worker's).
 pub(crate) const LEDGER_DSN_ENV: &str = "PGMQ_FAULT_LEDGER_DSN";
 
-/// The settings of a worker process, which the suite passes as the `worker`
-/// subcommand's one JSON argument. The DSNs are not among them: they come
-/// in [`DSN_ENV`] and [`LEDGER_DSN_ENV`], so that they stay out of `ps`.
+/// A fault worker process, which the suite passes as the `worker`
+/// subcommand's one JSON argument: the worker ([`WorkerSpec`]: its queue,
+/// handler kind, every builder setting, pool and `application_name`) and
+/// what only the suite's handler and process need. The DSNs are not among
+/// them: they come in [`DSN_ENV`] and [`LEDGER_DSN_ENV`], so that they stay
+/// out of `ps`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub(crate) struct WorkerSpec {
-    /// Queue to consume.
-    pub(crate) queue: String,
-    /// Dead-letter queue.
-    pub(crate) dlq: String,
+pub(crate) struct FaultSpec {
+    /// The worker. Its dead-letter queue is a setting
+    /// ([`WorkerSettings::dead_letter_queue`]); a setting left empty is
+    /// pgmq-worker's default.
+    pub(crate) worker: WorkerSpec,
     /// Run id written to the ledger.
     pub(crate) run_id: String,
     /// Scenario label written to the ledger.
     pub(crate) scenario: String,
-    /// Visibility timeout, seconds.
-    pub(crate) vt_secs: u64,
-    /// Concurrent handlers.
-    pub(crate) concurrency: usize,
-    /// Messages per read.
-    pub(crate) batch_size: usize,
-    /// Bounded claim queue.
-    pub(crate) claim_capacity: usize,
-    /// Attempts before dead-lettering.
-    pub(crate) max_attempts: u32,
-    /// First retry delay, milliseconds.
-    pub(crate) backoff_ms: u64,
-    /// Largest retry delay, milliseconds.
-    pub(crate) backoff_max_ms: u64,
-    /// Extend the visibility timeout of long handlers.
-    pub(crate) heartbeat: bool,
-    /// How long a graceful shutdown waits for running handlers, milliseconds.
-    pub(crate) grace_ms: u64,
-    /// Poll interval, milliseconds.
-    pub(crate) poll_ms: u64,
     /// Extra sleep in every handler, milliseconds.
     pub(crate) sleep_ms: u64,
-    /// `handler_timeout`, milliseconds (0: pgmq-worker's default).
-    pub(crate) handler_timeout_ms: u64,
-    /// `max_deliveries` (0: pgmq-worker's default).
-    pub(crate) max_deliveries: u32,
-    /// `max_abandoned_blocking_threads` (0: pgmq-worker's default).
-    pub(crate) max_abandoned: u64,
-    /// `db_timeout`, milliseconds (0: pgmq-worker's default).
-    pub(crate) db_timeout_ms: u64,
-    /// Build the worker with pgmq-worker's defaults for everything but the
-    /// queue, the dead-letter queue and the visibility timeout (the options
-    /// above that tune concurrency, batches, attempts, backoff, heartbeat,
-    /// polling and grace are then ignored).
-    pub(crate) sdk_defaults: bool,
     /// Also record each handler's start (`pgmq_fault_starts`), so that two
     /// handlers of one message running at once can be measured.
     pub(crate) record_starts: bool,
@@ -98,31 +72,19 @@ pub(crate) struct WorkerSpec {
     /// Bugs planted on purpose, to prove that the suite goes red (those of
     /// the list that concern this process apply).
     pub(crate) sabotage: Vec<Sabotage>,
-    /// Which kind of handler runs the queue.
-    pub(crate) kind: HandlerKind,
-    /// Claim in FIFO-group order (`ClaimReads::FifoGroups`).
-    pub(crate) fifo: bool,
     /// Install the hook that panics where a message's `fault_hook_panic`
     /// header says (`before` or `after`, first attempt only).
     pub(crate) hooks: bool,
     /// Run the worker inside a `WorkerGroup` (of this one worker).
     pub(crate) group: bool,
-    /// Connections of the worker's pool (the ledger's pool is separate).
-    pub(crate) pool_size: u32,
-    /// `application_name` of every connection of this process.
-    pub(crate) app_name: String,
-    /// Places of a fleet-wide limit (`WorkerBuilder::fleet_limit`) shared
-    /// by every worker of the queue; 0: no limit.
-    #[serde(default)]
-    pub(crate) fleet_places: u32,
-    /// A second queue: the worker of [`queue`](Self::queue) and one of this
+    /// A second queue: the worker of the spec's queue and one of this
     /// queue run in one `WorkerGroup` under a priority policy.
     #[serde(default)]
     pub(crate) prio: Option<PrioSpec>,
 }
 
-/// The second queue of a prioritized group ([`WorkerSpec::prio`]) and the
-/// policy: [`WorkerSpec::queue`] has `weight`, this queue `other_weight`,
+/// The second queue of a prioritized group ([`FaultSpec::prio`]) and the
+/// policy: the spec's queue has `weight`, this queue `other_weight`,
 /// under `Priority::weighted()` (`Priority::strict()` with the
 /// `prio-strict` sabotage).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -133,21 +95,6 @@ pub(crate) struct PrioSpec {
     pub(crate) scenario: String,
     pub(crate) weight: u32,
     pub(crate) other_weight: u32,
-}
-
-/// The handler a fault worker runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum HandlerKind {
-    /// An async handler with a `Context`; the ledger row is written on a
-    /// pool of its own before the handler returns.
-    #[default]
-    Context,
-    /// A `TransactionalHandler`: the ledger row is written in the handler's
-    /// transaction, which commits with the message's delete.
-    Transactional,
-    /// A `BlockingHandler` on a dedicated thread.
-    Blocking,
 }
 
 /// A deliberate bug in the fault worker's handler (`--sabotage`).
@@ -263,47 +210,121 @@ pub(crate) fn skipped_by_sabotage(key: i64) -> bool {
     key.rem_euclid(1000) == 999
 }
 
-impl WorkerSpec {
-    /// Defaults for a queue of a scenario (the DSN is passed by environment).
+impl FaultSpec {
+    /// The suite's defaults for a queue of a scenario (the DSN is passed
+    /// by environment).
     pub(crate) fn for_queue(
         queue: &QueueName,
         dlq: &QueueName,
         run_id: &str,
         scenario: &str,
     ) -> Self {
-        WorkerSpec {
-            queue: queue.as_str().to_owned(),
-            dlq: dlq.as_str().to_owned(),
+        FaultSpec {
+            worker: WorkerSpec {
+                settings: WorkerSettings {
+                    concurrency: Some(8),
+                    batch_size: Some(100),
+                    claim_capacity: Some(200),
+                    poll_interval_ms: Some(100),
+                    wake_up: Some(WakeUpSpec::Poll),
+                    max_attempts: Some(5),
+                    retry_backoff: Some(BackoffSpec {
+                        base_ms: 1000,
+                        max_ms: 2000,
+                    }),
+                    shutdown_grace_ms: Some(10_000),
+                    heartbeat: Some(false),
+                    ..FaultSpec::sdk_defaults(5_000, dlq)
+                },
+                pool_size: Some(4),
+                application_name: Some("pgmq-fault-worker".to_owned()),
+                ..WorkerSpec::new(queue.as_str())
+            },
             run_id: run_id.to_owned(),
             scenario: scenario.to_owned(),
-            vt_secs: 5,
-            concurrency: 8,
-            batch_size: 100,
-            claim_capacity: 200,
-            max_attempts: 5,
-            backoff_ms: 1000,
-            backoff_max_ms: 2000,
-            heartbeat: false,
-            grace_ms: 10_000,
-            poll_ms: 100,
             sleep_ms: 0,
-            handler_timeout_ms: 0,
-            max_deliveries: 0,
-            max_abandoned: 0,
-            db_timeout_ms: 0,
-            sdk_defaults: false,
             record_starts: false,
             stats_ms: 200,
             sabotage: Vec::new(),
-            kind: HandlerKind::Context,
-            fifo: false,
             hooks: false,
             group: false,
-            pool_size: 4,
-            app_name: "pgmq-fault-worker".to_owned(),
-            fleet_places: 0,
             prio: None,
         }
+    }
+
+    /// pgmq-worker's defaults but for the visibility timeout `vt_ms` and
+    /// the dead-letter queue `dlq`: every other setting left empty. The
+    /// suite sizes pools on purpose (the campaign's transactional process
+    /// gets fewer connections than its handlers' transactions need, to
+    /// prove that a checkout timeout uses no attempt), so a small pool is
+    /// allowed.
+    pub(crate) fn sdk_defaults(vt_ms: u64, dlq: &QueueName) -> WorkerSettings {
+        WorkerSettings {
+            visibility_timeout_ms: Some(vt_ms),
+            dead_letter_queue: Some(dlq.as_str().to_owned()),
+            allow_small_pool: Some(true),
+            ..WorkerSettings::default()
+        }
+    }
+
+    /// The visibility timeout, whole seconds.
+    pub(crate) fn vt_secs(&self) -> u64 {
+        self.worker.settings.visibility_timeout_ms.unwrap_or(0) / 1000
+    }
+
+    /// Sets the visibility timeout, whole seconds.
+    pub(crate) fn set_vt_secs(&mut self, secs: u64) {
+        self.worker.settings.visibility_timeout_ms = Some(secs * 1000);
+    }
+
+    /// Retries a failed message up to `max_attempts` attempts, after a
+    /// backoff from `base_ms` doubling up to `max_ms`.
+    pub(crate) fn set_retries(&mut self, max_attempts: u32, base_ms: u64, max_ms: u64) {
+        self.worker.settings.max_attempts = Some(max_attempts);
+        self.worker.settings.retry_backoff = Some(BackoffSpec { base_ms, max_ms });
+    }
+
+    /// Concurrent handlers (those of the suite's defaults when left to
+    /// pgmq-worker's).
+    pub(crate) fn concurrency(&self) -> usize {
+        self.worker.settings.concurrency.unwrap_or(8)
+    }
+
+    /// Messages per read (pgmq-worker's default, 100, when left to it).
+    pub(crate) fn batch_size(&self) -> usize {
+        self.worker.settings.batch_size.unwrap_or(100)
+    }
+
+    /// The `application_name` of the process's connections.
+    pub(crate) fn app_name(&self) -> &str {
+        self.worker
+            .application_name
+            .as_deref()
+            .unwrap_or("pgmq-fault-worker")
+    }
+
+    /// Whether it claims in FIFO-group order.
+    pub(crate) fn fifo(&self) -> bool {
+        self.worker.settings.claim_reads == Some(ClaimReadsSpec::FifoGroups)
+    }
+
+    /// The worker's settings with the sabotages that change a builder
+    /// setting planted: no heartbeat (`heartbeat-off`), plain reads for a
+    /// FIFO worker (`fifo-unordered`), a fleet limit four times the
+    /// fleet's (`fleet-over`).
+    fn sabotaged_settings(&self) -> WorkerSettings {
+        let mut s = self.worker.settings.clone();
+        for sabotage in &self.sabotage {
+            match sabotage {
+                Sabotage::HeartbeatOff => s.heartbeat = Some(false),
+                Sabotage::FifoUnordered if self.fifo() => {
+                    s.claim_reads = Some(ClaimReadsSpec::Bounded)
+                }
+                Sabotage::FleetOver => s.fleet_limit = s.fleet_limit.map(|n| n * 4),
+                _ => {}
+            }
+        }
+        s
     }
 }
 
@@ -344,6 +365,18 @@ enum Running {
 }
 
 impl Running {
+    /// Runs `group`, whose members' monitors are `monitors`, until its
+    /// shutdown.
+    fn group(group: WorkerGroup, monitors: Vec<Monitor>) -> Running {
+        let stop = group.shutdown_handle();
+        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
+        Running::Group {
+            monitors,
+            stop,
+            task,
+        }
+    }
+
     /// The counters the suite reads, as JSON (a group's summed).
     fn stats(&self) -> serde_json::Value {
         match self {
@@ -411,29 +444,31 @@ fn merge_json(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Val
     a
 }
 
-/// Builds the worker of one queue of the process, its handler obeying each
-/// message's act and recording in `h`'s ledger scenario.
+/// Builds the worker of one queue of the process (`queue`, its
+/// dead-letter queue `dlq`) with the spec's settings, its handler obeying
+/// each message's act and recording in `h`'s ledger scenario.
 fn build_worker(
     client: &Client,
-    queue: QueueName,
-    dlq: QueueName,
-    args: &WorkerSpec,
+    queue: &str,
+    dlq: &str,
+    args: &FaultSpec,
     h: Arc<HandlerCtx>,
 ) -> Result<Worker<Job>, BoxError> {
-    // The suite sizes pools on purpose: the campaign's transactional
-    // process gets fewer connections than its handlers' transactions need,
-    // to prove that a checkout timeout uses no attempt.
-    let builder = Worker::<Job>::builder(client.clone(), queue)
-        .visibility_timeout(Duration::from_secs(args.vt_secs))
-        .dead_letter_queue(dlq)
-        .allow_small_pool(true);
-    let builder = sabotaged(tuned(builder, args), args)?;
+    let worker = WorkerSpec {
+        queue: queue.to_owned(),
+        settings: WorkerSettings {
+            dead_letter_queue: Some(dlq.to_owned()),
+            ..args.sabotaged_settings()
+        },
+        ..args.worker.clone()
+    };
+    let builder = injected(worker.builder::<Job>(client.clone())?, args)?;
     let builder = if args.hooks {
         builder.hook(FaultHook::default())
     } else {
         builder
     };
-    let builder = match args.kind {
+    let builder = match args.worker.handler {
         HandlerKind::Context => builder
             .handler_with_context(move |msg: Message<Job>, cx: Context| handle(h.clone(), msg, cx)),
         HandlerKind::Transactional => builder.transactional_handler(TxHandler(h)),
@@ -450,7 +485,7 @@ fn build_worker(
 /// [`ShutdownHandle::immediate`](pgmq_worker::ShutdownHandle::immediate)
 /// (running handlers abandoned; returns exit code 3 once the report is out).
 ///
-/// `spec` is the suite's `WorkerSpec` as JSON; the DSNs are read from
+/// `spec` is the suite's `FaultSpec` as JSON; the DSNs are read from
 /// `PGMQ_FAULT_DSN` and `PGMQ_FAULT_LEDGER_DSN`.
 ///
 /// ```no_run
@@ -462,18 +497,24 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
     init_logging();
     // Registered first, so that a SIGTERM arriving during start-up is not lost.
     let mut term = signal(SignalKind::terminate())?;
-    let args: WorkerSpec = spec_from_arg(spec)?;
+    let args: FaultSpec = spec_from_arg(spec)?;
     let dsn = std::env::var(DSN_ENV).map_err(|_| format!("the worker needs {DSN_ENV}"))?;
     let ledger_dsn = std::env::var(LEDGER_DSN_ENV).ok();
-    let queue = QueueName::new(&args.queue)?;
-    let dlq = QueueName::new(&args.dlq)?;
-    let client = connect_retrying(&dsn, args.pool_size, true, &args.app_name).await?;
+    let queue = QueueName::new(&args.worker.queue)?;
+    let dlq = args
+        .worker
+        .settings
+        .dead_letter_queue
+        .clone()
+        .ok_or("the worker needs a dead-letter queue")?;
+    let pool_size = args.worker.pool_size.unwrap_or(4);
+    let client = connect_retrying(&dsn, pool_size, true, args.app_name()).await?;
     let ledger_dsn = ledger_dsn.as_deref().unwrap_or(&dsn);
     let ledger = connect_retrying(
         ledger_dsn,
-        args.concurrency as u32 + 1,
+        args.concurrency() as u32 + 1,
         false,
-        &args.app_name,
+        args.app_name(),
     )
     .await?;
     let pid = std::process::id() as i32;
@@ -495,12 +536,11 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
         })
     };
     let mut hctxs = vec![handler_ctx(&queue, &args.scenario)];
-    let worker = build_worker(&client, queue, dlq, &args, hctxs[0].clone())?;
+    let worker = build_worker(&client, queue.as_str(), &dlq, &args, hctxs[0].clone())?;
     let running = if let Some(p) = &args.prio {
         // Two queues in one group under a priority policy.
-        let (q2, dlq2) = (QueueName::new(&p.queue)?, QueueName::new(&p.dlq)?);
-        hctxs.push(handler_ctx(&q2, &p.scenario));
-        let other = build_worker(&client, q2, dlq2, &args, hctxs[1].clone())?;
+        hctxs.push(handler_ctx(&QueueName::new(&p.queue)?, &p.scenario));
+        let other = build_worker(&client, &p.queue, &p.dlq, &args, hctxs[1].clone())?;
         let policy = if args.sabotage.contains(&Sabotage::PrioStrict) {
             Priority::strict()
         } else {
@@ -511,23 +551,10 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
             .priority(policy)
             .with_worker_priority(worker, p.weight)
             .with_worker_priority(other, p.other_weight);
-        let stop = group.shutdown_handle();
-        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
-        Running::Group {
-            monitors,
-            stop,
-            task,
-        }
+        Running::group(group, monitors)
     } else if args.group {
         let monitors = vec![worker.monitor()];
-        let group = WorkerGroup::new(client).with_worker(worker);
-        let stop = group.shutdown_handle();
-        let task = tokio::spawn(group.run_until(std::future::pending::<()>()));
-        Running::Group {
-            monitors,
-            stop,
-            task,
-        }
+        Running::group(WorkerGroup::new(client).with_worker(worker), monitors)
     } else {
         Running::One(worker.spawn())
     };
@@ -576,68 +603,14 @@ fn init_logging() {
         .try_init();
 }
 
-/// Applies the tuning options of `args` (all ignored with `sdk_defaults`,
-/// except the handler timeout, `max_deliveries` and `db_timeout`).
-fn tuned(builder: WorkerBuilder<Job>, args: &WorkerSpec) -> WorkerBuilder<Job> {
-    let builder = if args.sdk_defaults {
-        builder
-    } else {
-        builder
-            .concurrency(args.concurrency)
-            .batch_size(args.batch_size)
-            .claim_capacity(args.claim_capacity)
-            .poll_interval(Duration::from_millis(args.poll_ms))
-            .wake_up(WakeUp::Poll)
-            .max_attempts(args.max_attempts)
-            .retry_backoff(Backoff::exponential(
-                Duration::from_millis(args.backoff_ms),
-                Duration::from_millis(args.backoff_max_ms),
-            ))
-            .shutdown_grace(Duration::from_millis(args.grace_ms))
-            .heartbeat(args.heartbeat)
-    };
-    let builder = if args.fifo {
-        builder.claim_reads(ClaimReads::FifoGroups)
-    } else {
-        builder
-    };
-    let builder = match args.fleet_places {
-        0 => builder,
-        // The planted bug: a limit four times the fleet's.
-        n if args.sabotage.contains(&Sabotage::FleetOver) => {
-            builder.fleet_limit(pgmq_client::FleetLimit::max_running(n * 4))
-        }
-        n => builder.fleet_limit(pgmq_client::FleetLimit::max_running(n)),
-    };
-    let builder = match args.handler_timeout_ms {
-        0 => builder,
-        ms => builder.handler_timeout(Duration::from_millis(ms)),
-    };
-    let builder = match args.max_deliveries {
-        0 => builder,
-        n => builder.max_deliveries(n),
-    };
-    let builder = match args.max_abandoned {
-        0 => builder,
-        n => builder.max_abandoned_blocking_threads(usize::try_from(n).unwrap_or(usize::MAX)),
-    };
-    match args.db_timeout_ms {
-        0 => builder,
-        ms => builder.db_timeout(Duration::from_millis(ms)),
-    }
-}
-
-/// Plants `--sabotage`'s bug in the worker's settings (the handler's own
-/// sabotage, `skip-ledger`, is in [`obey_and_record`]).
-fn sabotaged(
-    builder: WorkerBuilder<Job>,
-    args: &WorkerSpec,
-) -> Result<WorkerBuilder<Job>, BoxError> {
+/// Plants the fault-injection sabotages of `args`, pgmq-worker's testing
+/// switches (those that change a setting are planted in the settings, by
+/// [`FaultSpec::sabotaged_settings`]; the handler's own, `skip-ledger`, is
+/// in [`obey_and_record`]).
+fn injected(builder: WorkerBuilder<Job>, args: &FaultSpec) -> Result<WorkerBuilder<Job>, BoxError> {
     let mut builder = builder;
     for s in &args.sabotage {
         builder = match s {
-            Sabotage::HeartbeatOff => builder.heartbeat(false),
-            Sabotage::FifoUnordered if args.fifo => builder.claim_reads(ClaimReads::Bounded),
             #[cfg(feature = "fault-injection")]
             Sabotage::PanicUncaught => builder.resume_handler_panics(),
             #[cfg(feature = "fault-injection")]
@@ -652,9 +625,9 @@ fn sabotaged(
                 )
                 .into())
             }
-            // The handler's own (skip-ledger), the fleet limit's and the
-            // group's (in `tuned` and `worker_main`), and the campaign's
-            // own producer, nemesis and extension cell.
+            // The settings' (in `sabotaged_settings`), the handler's own
+            // (skip-ledger), the group's (in `worker_main`), and the
+            // campaign's own producer, nemesis and extension cell.
             _ => builder,
         };
     }
@@ -686,42 +659,26 @@ fn print_stats(
 /// The shutdown report the suite reads: the final counters and what the
 /// shutdown did, as JSON.
 fn report_json(report: &ShutdownReport, h: &HandlerCtx) -> serde_json::Value {
-    let st = &report.stats;
-    let mut json = stats_json(st);
-    if let serde_json::Value::Object(m) = &mut json {
-        for (k, v) in [
-            ("handled", serde_json::json!(report.handled)),
-            ("acked", serde_json::json!(report.acked)),
-            ("released", serde_json::json!(report.released)),
-            (
-                "still_running_at_deadline",
-                serde_json::json!(report.still_running_at_deadline),
-            ),
-            ("abandoned", serde_json::json!(report.abandoned)),
-            ("immediate", serde_json::json!(report.immediate)),
-            ("acks_failed", serde_json::json!(report.acks_failed)),
-            ("claims_lost", serde_json::json!(report.claims_lost)),
-            ("pid", serde_json::json!(std::process::id())),
-            ("release_failed", serde_json::json!(report.release_failed)),
-            (
-                "ledger_rows",
-                serde_json::json!(h.ledger_rows.load(Ordering::Relaxed)),
-            ),
-            (
-                "ledger_unsure",
-                serde_json::json!(h.ledger_unsure.load(Ordering::Relaxed)),
-            ),
-            (
-                "snoozed",
-                serde_json::json!(h.snoozed.load(Ordering::Relaxed)),
-            ),
-            (
-                "shutdown_ms",
-                serde_json::json!(report.elapsed.as_millis() as u64),
-            ),
-        ] {
-            m.insert(k.to_owned(), v);
-        }
+    let mut json = stats_json(&report.stats);
+    let shutdown = serde_json::json!({
+        "handled": report.handled,
+        "acked": report.acked,
+        "released": report.released,
+        "still_running_at_deadline": report.still_running_at_deadline,
+        "abandoned": report.abandoned,
+        "immediate": report.immediate,
+        "acks_failed": report.acks_failed,
+        "claims_lost": report.claims_lost,
+        "pid": std::process::id(),
+        "release_failed": report.release_failed,
+        "ledger_rows": h.ledger_rows.load(Ordering::Relaxed),
+        "ledger_unsure": h.ledger_unsure.load(Ordering::Relaxed),
+        "snoozed": h.snoozed.load(Ordering::Relaxed),
+        "shutdown_ms": report.elapsed.as_millis() as u64,
+    });
+    // The shutdown's values replace the final counters of the same name.
+    if let (serde_json::Value::Object(m), serde_json::Value::Object(x)) = (&mut json, shutdown) {
+        m.extend(x);
     }
     json
 }
@@ -857,7 +814,7 @@ async fn obey_and_record(
     if attempt < act.fail_before {
         return Err(format!("planned failure on key {} attempt {attempt}", msg.body.key).into());
     }
-    if act.fail_unless_redriven && msg.header(super::campaign::REDRIVEN_HEADER).is_none() {
+    if act.fail_unless_redriven && msg.header(REDRIVEN_HEADER).is_none() {
         return Err(format!("planned failure on key {} until redriven", msg.body.key).into());
     }
     let age = Utc::now() - msg.enqueued_at;
@@ -982,35 +939,54 @@ impl Hook for FaultHook {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_spec_round_trips_as_json() {
+    /// The suite's defaults for queue `q` of scenario 7.
+    fn spec() -> FaultSpec {
         let q = QueueName::new("q").unwrap();
         let d = QueueName::new("q_dlq").unwrap();
-        let mut a = WorkerSpec::for_queue(&q, &d, "run", "7");
-        a.heartbeat = true;
-        a.vt_secs = 3;
+        FaultSpec::for_queue(&q, &d, "run", "7")
+    }
+
+    #[test]
+    fn the_spec_round_trips_as_json() {
+        let mut a = spec();
+        a.worker.settings.heartbeat = Some(true);
+        a.set_vt_secs(3);
         a.record_starts = true;
         a.sabotage = vec![Sabotage::SkipLedger];
-        a.kind = HandlerKind::Transactional;
-        a.fifo = true;
+        a.worker.handler = HandlerKind::Transactional;
+        a.worker.settings.claim_reads = Some(ClaimReadsSpec::FifoGroups);
         a.group = true;
-        a.pool_size = 6;
-        a.app_name = "pgmq-campaign-w0s1g2".into();
+        a.worker.pool_size = Some(6);
+        a.worker.application_name = Some("pgmq-campaign-w0s1g2".into());
         let json = serde_json::to_string(&a).unwrap();
         assert!(!json.contains("postgres"), "no DSN in the spec: {json}");
         assert!(json.contains(r#""sabotage":["skip-ledger"]"#), "{json}");
-        let parsed: WorkerSpec = spec_from_arg(&json).unwrap();
-        assert!(parsed.heartbeat);
-        assert_eq!(parsed.vt_secs, 3);
+        let parsed: FaultSpec = spec_from_arg(&json).unwrap();
+        assert_eq!(parsed.worker, a.worker);
+        assert_eq!(parsed.vt_secs(), 3);
         assert_eq!(parsed.scenario, "7");
-        assert!(parsed.record_starts && !parsed.sdk_defaults);
+        assert!(parsed.record_starts);
         assert_eq!(parsed.sabotage, [Sabotage::SkipLedger]);
-        assert_eq!(parsed.kind, HandlerKind::Transactional);
-        assert!(parsed.fifo && parsed.group && !parsed.hooks);
-        assert_eq!(
-            (parsed.pool_size, parsed.app_name.as_str()),
-            (6, "pgmq-campaign-w0s1g2")
-        );
+        assert!(parsed.fifo() && parsed.group && !parsed.hooks);
+        assert_eq!(parsed.app_name(), "pgmq-campaign-w0s1g2");
         assert_eq!(serde_json::to_string(&parsed).unwrap(), json);
+    }
+
+    #[test]
+    fn sabotages_rewrite_the_settings_they_concern() {
+        let mut a = spec();
+        a.worker.settings.heartbeat = Some(true);
+        a.worker.settings.fleet_limit = Some(3);
+        a.worker.settings.claim_reads = Some(ClaimReadsSpec::FifoGroups);
+        assert_eq!(a.sabotaged_settings(), a.worker.settings);
+        a.sabotage = vec![
+            Sabotage::HeartbeatOff,
+            Sabotage::FleetOver,
+            Sabotage::FifoUnordered,
+        ];
+        let s = a.sabotaged_settings();
+        assert_eq!(s.heartbeat, Some(false));
+        assert_eq!(s.fleet_limit, Some(12));
+        assert_eq!(s.claim_reads, Some(ClaimReadsSpec::Bounded));
     }
 }

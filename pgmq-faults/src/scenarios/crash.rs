@@ -2,26 +2,15 @@
 //! SIGKILLed (2), its connections cut (3); two workers sharing a queue (8);
 //! the worker killed in the middle of an acknowledgement batch (16).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::super::ledger::cross_process;
-use super::super::proxy::Proxy;
-use super::super::report::{Check, Row};
-use super::super::worker::WorkerSpec;
-use super::{BoxError, Ctx, Run};
-
-/// Settings for a worker that must ride out an outage: handlers fail while
-/// the server is unreachable, and that must not exhaust the attempts.
-pub(crate) fn outage_tolerant(mut args: WorkerSpec) -> WorkerSpec {
-    args.max_attempts = 1000;
-    args.backoff_ms = 200;
-    args.backoff_max_ms = 1000;
-    args.sleep_ms = 1;
-    args
-}
+use super::run::{outage_tolerant, Run};
+use crate::ctx::{sample_fleet, Ctx};
+use crate::ledger::cross_process;
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// 1: `pg_ctl stop -m immediate` three times during a consume, restarting
 /// each time. Each kill is made to land while an acknowledgement is in
@@ -43,9 +32,9 @@ pub(crate) async fn server_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut landed = 0;
     for i in 1..=3 {
         let at = run.wait_quarter(i).await?;
-        let (hold, tries) = super::block_an_ack(ctx, &run.qs.q, 5).await?;
+        let (hold, tries) = super::run::block_an_ack(ctx, &run.qs.q, 5).await?;
         // Sampled at the kill: the acknowledgements running, and waiting.
-        let (acks, waiting) = super::acks_in_flight(ctx).await?;
+        let (acks, waiting) = super::run::acks_in_flight(ctx).await?;
         let held = run.held_keys().await?;
         let t = Instant::now();
         ctx.cluster.kill().await?;
@@ -79,7 +68,7 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "2").await?;
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     // Slow enough (8 handlers: about 400 a second) that the messages left
     // after the first redelivery are still being worked when the second
     // kill lands.
@@ -93,11 +82,7 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         if !held.is_empty() {
             holding += 1;
         }
-        run.allow_duplicates(
-            held.len() as u64,
-            format!("SIGKILL {i}: {} claims held", held.len()),
-        );
-        run.suspect(held.iter().copied());
+        run.allow_held(&held, format!("SIGKILL {i}: {} claims held", held.len()));
         notes.push(format!(
             "SIGKILL {i} after {at} handlings ({}), holding {} claims",
             exit.status,
@@ -106,13 +91,13 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
         w = run.spawn(&args).await?;
         // Its claims reappear only when their vt ends: the first redelivery
         // (read_ct > 1) read after the kill shows when.
-        let limit = Duration::from_secs(args.vt_secs + 10);
+        let limit = Duration::from_secs(args.vt_secs() + 10);
         notes.push(
             match first_redelivery(ctx, run.label, killed_at, limit).await {
                 Some(after) => format!(
                     "first redelivery read {:.1} s after the kill (vt {} s)",
                     after.as_secs_f64(),
-                    args.vt_secs
+                    args.vt_secs()
                 ),
                 None => "no redelivery seen".into(),
             },
@@ -142,7 +127,7 @@ pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
 /// worker claims any.
 async fn kill_holding(
     run: &Run<'_>,
-    w: super::super::child::WorkerProc,
+    w: crate::child::WorkerProc,
 ) -> Result<
     (
         DateTime<Utc>,
@@ -195,10 +180,10 @@ async fn first_redelivery(
 pub(crate) async fn connections_cut(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "3").await?;
     run.produce_plain(ctx.n).await;
-    let proxy = start_proxy(ctx).await?;
+    let proxy = ctx.start_proxy().await?;
     let args = outage_tolerant(run.worker_args());
     let w = ctx
-        .spawn_worker_via(&args, &proxied_dsn(ctx, &proxy), None)
+        .spawn_worker_via(&args, &ctx.proxied_dsn(&proxy), None)
         .await?;
     let mut notes = Vec::new();
     for i in 1..=3 {
@@ -263,12 +248,12 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "16").await?;
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     args.sleep_ms = 1;
     let w = run.spawn(&args).await?;
     run.wait_quarter(1).await?;
-    let (hold, tries) = super::block_an_ack(ctx, &run.qs.q, 5).await?;
-    let (acks, waiting) = super::acks_in_flight(ctx).await?;
+    let (hold, tries) = super::run::block_an_ack(ctx, &run.qs.q, 5).await?;
+    let (acks, waiting) = super::run::acks_in_flight(ctx).await?;
     let exit = w.sigkill().await?;
     // The worker is gone; its delete still waits in the server. Everything it
     // held is what may come back and be handled again.
@@ -279,11 +264,10 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
     held.dedup();
     let locked = hold.keys.len();
     hold.release().await;
-    run.allow_duplicates(
-        held.len() as u64,
+    run.allow_held(
+        &held,
         format!("SIGKILL mid-ack: {} messages held", held.len()),
     );
-    run.suspect(held.iter().copied());
     run.check(
         "killed while an acknowledgement batch waited",
         waiting > 0,
@@ -300,18 +284,6 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
         .row)
 }
 
-/// Starts the suite's proxy in front of the cluster.
-pub(crate) async fn start_proxy(ctx: &Ctx) -> Result<Proxy, BoxError> {
-    let listen: SocketAddr = ([127, 0, 0, 1], ctx.proxy_port).into();
-    let upstream: SocketAddr = ([127, 0, 0, 1], ctx.cluster.port()).into();
-    Ok(Proxy::start(listen, upstream).await?)
-}
-
-/// The cluster's DSN through the proxy.
-pub(crate) fn proxied_dsn(ctx: &Ctx, proxy: &Proxy) -> String {
-    ctx.cluster.dsn_at(proxy.addr().port(), "pgmq")
-}
-
 /// 20: one worker under a fleet-wide limit of 4 places (8 handlers of 10
 /// ms, vt 3 s) SIGKILLed at a third of the handlings while it holds
 /// places; a second worker with the same limit started at once. The
@@ -324,44 +296,27 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let n = ctx.n.min(2_000);
     run.produce_plain(n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     args.sleep_ms = 10;
-    args.fleet_places = PLACES;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sampler = {
-        let (stop, q) = (std::sync::Arc::clone(&stop), run.qs.q.clone());
-        let client = ctx.client.clone();
-        tokio::spawn(async move {
-            let sql = format!(
-                "select count(*) from {} where vt > clock_timestamp()",
-                q.table()
-            );
-            let mut most = 0i64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(conn) = client.connection().await {
-                    if let Ok(row) = conn.query_one(sql.as_str(), &[]).await {
-                        most = most.max(row.get::<_, i64>(0));
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            most
-        })
-    };
+    args.worker.settings.fleet_limit = Some(PLACES);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sampler = sample_fleet(
+        ctx.cluster.dsn(),
+        run.qs.q.table(),
+        i64::from(PLACES),
+        Duration::from_millis(10),
+        stopped,
+    );
     let w = run.spawn(&args).await?;
     let at = run.wait_handled(n as i64 / 3).await?;
     let (killed_at, exit, held) = kill_holding(&run, w).await?;
-    run.allow_duplicates(
-        held.len() as u64,
-        format!("SIGKILL: {} places held", held.len()),
-    );
-    run.suspect(held.iter().copied());
+    run.allow_held(&held, format!("SIGKILL: {} places held", held.len()));
     let w = run.spawn(&args).await?;
     let freed = first_redelivery(
         ctx,
         run.label,
         killed_at,
-        Duration::from_secs(args.vt_secs + 10),
+        Duration::from_secs(args.vt_secs() + 10),
     )
     .await;
     run.check(
@@ -375,12 +330,12 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     );
     run.check(
         "the dead worker's places freed within its vt",
-        freed.is_some_and(|d| d <= Duration::from_secs(args.vt_secs + 2)),
+        freed.is_some_and(|d| d <= Duration::from_secs(args.vt_secs() + 2)),
         match freed {
             Some(d) => format!(
                 "its first message read again {:.1} s after the kill (vt {} s)",
                 d.as_secs_f64(),
-                args.vt_secs
+                args.vt_secs()
             ),
             None => "no message of the dead worker read again".into(),
         },
@@ -388,8 +343,8 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let f = run
         .finish("fleet limit: worker SIGKILLed holding places", vec![w])
         .await?;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let most = sampler.await.unwrap_or(i64::MAX);
+    let _ = stop.send(true);
+    let most = sampler.await.map_or(i64::MAX, |s| s.most);
     let mut row = f.row;
     row.push_check(Check::new(
         "never more claims running than the limit",

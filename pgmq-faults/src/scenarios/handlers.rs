@@ -3,10 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::super::job::{key_headers, Act, Job};
-use super::super::ledger::Handling;
-use super::super::report::{Check, Row};
-use super::{BoxError, Ctx, Finished, Run};
+use super::run::{Finished, Run};
+use crate::ctx::Ctx;
+use crate::job::{key_headers, Act, Job};
+use crate::ledger::Handling;
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// What must become of a poison payload.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -229,9 +231,7 @@ async fn payloads(
     }
     let rejected: HashSet<i64> = run.produced.rejected_keys();
     let mut args = run.worker_args();
-    args.max_attempts = 3;
-    args.backoff_ms = 100;
-    args.backoff_max_ms = 200;
+    args.set_retries(3, 100, 200);
     let w = run.spawn(&args).await?;
     let f = run.finish(title, vec![w]).await?;
     let handled: HashSet<i64> = f.handlings.iter().map(|h| h.key).collect();
@@ -277,24 +277,16 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     let fails = |k: i64| k % 20 == 7;
     let jobs = jobs_with(ctx.n, |k| {
         if panics(k) {
-            Some(Act {
-                panic_before: i32::MAX,
-                ..Act::default()
-            })
+            Some(Act::panic_before(i32::MAX))
         } else if fails(k) {
-            Some(Act {
-                fail_before: 3,
-                ..Act::default()
-            })
+            Some(Act::fail_before(3))
         } else {
             None
         }
     });
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.max_attempts = 5;
-    args.backoff_ms = 100;
-    args.backoff_max_ms = 400;
+    args.set_retries(5, 100, 400);
     let w = run.spawn(&args).await?;
     let f = run
         .finish("handlers panic (1%) / fail until 3rd try", vec![w])
@@ -343,19 +335,12 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     // max_attempts x 1 s.
     let every = (ctx.n as i64 / 16).max(1);
     let hangs = |k: i64| k % every == every / 2;
-    let jobs = jobs_with(ctx.n, |k| {
-        hangs(k).then_some(Act {
-            hang_before: i32::MAX,
-            ..Act::default()
-        })
-    });
+    let jobs = jobs_with(ctx.n, |k| hangs(k).then_some(Act::hang_before(i32::MAX)));
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.handler_timeout_ms = 1_000;
-    args.heartbeat = true;
-    args.max_attempts = 3;
-    args.backoff_ms = 100;
-    args.backoff_max_ms = 200;
+    args.worker.settings.handler_timeout_ms = Some(1_000);
+    args.worker.settings.heartbeat = Some(true);
+    args.set_retries(3, 100, 200);
     let w = run.spawn(&args).await?;
     let f = run
         .finish("handlers hang (16), handler_timeout 1 s", vec![w])
@@ -389,14 +374,15 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     ));
     if let Some(r) = f.report() {
         let timed_out = r["timed_out"].as_u64().unwrap_or(0);
-        let expected = hung.len() as u64 * u64::from(args.max_attempts);
+        let expected =
+            hung.len() as u64 * u64::from(args.worker.settings.max_attempts.unwrap_or(0));
         row.push_check(Check::new(
             "every hung run timed out and was counted",
             timed_out == expected,
             format!(
                 "timed_out {timed_out}, {} hung messages x {} attempts = {expected}",
                 hung.len(),
-                args.max_attempts
+                args.worker.settings.max_attempts.unwrap_or(0)
             ),
         ));
     }
@@ -421,20 +407,15 @@ pub(crate) async fn outliving_vt(ctx: &Ctx, heartbeat: bool) -> Result<Row, BoxE
         every: (ctx.n as i64 / 6).max(1),
         ms: 4_500,
     };
-    let jobs = jobs_with(ctx.n, |k| {
-        slow.is(k).then_some(Act {
-            sleep_ms: slow.ms,
-            ..Act::default()
-        })
-    });
+    let jobs = jobs_with(ctx.n, |k| slow.is(k).then_some(Act::sleep_ms(slow.ms)));
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.vt_secs = vt;
-    args.heartbeat = heartbeat;
+    args.set_vt_secs(vt);
+    args.worker.settings.heartbeat = Some(heartbeat);
     // No handler fails here; max_deliveries may not be below max_attempts.
-    args.max_attempts = max_deliveries;
-    args.max_deliveries = max_deliveries;
-    args.grace_ms = 15_000;
+    args.worker.settings.max_attempts = Some(max_deliveries);
+    args.worker.settings.max_deliveries = Some(max_deliveries);
+    args.worker.settings.shutdown_grace_ms = Some(15_000);
     let w = run.spawn(&args).await?;
     let title = if heartbeat {
         "handler outlives vt, heartbeat on"

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use pgmq_client::{Client, ClientBuilder, Error, Listener, QueueName};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::super::ledger::Tally;
-use super::super::report::{Check, Row};
-use super::{BoxError, Ctx};
+use crate::ctx::Ctx;
+use crate::ledger::Tally;
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// Names no queue may have, each with what makes it hostile.
 fn hostile_name_list() -> Vec<(String, &'static str)> {

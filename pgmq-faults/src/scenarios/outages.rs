@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::super::child::WorkerProc;
-use super::super::ledger;
-use super::super::report::{Check, Row};
-use super::crash::{outage_tolerant, proxied_dsn, start_proxy};
-use super::{BoxError, Ctx, Finished, Run};
+use super::run::{outage_tolerant, Finished, Run};
+use crate::child::WorkerProc;
+use crate::ctx::{poll_until, Ctx};
+use crate::ledger;
+use crate::report::{Check, Row};
+use crate::worker::FaultSpec;
+use crate::BoxError;
 
 /// Waits until the worker's `counter` (from its `stats` lines) exceeds
 /// `above`; how long that took, or None after `limit`.
@@ -21,14 +23,8 @@ async fn until_counter(
     above: u64,
     limit: Duration,
 ) -> Option<Duration> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if w.said().stat(counter) > above {
-            return Some(t.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
+    let every = Duration::from_millis(20);
+    poll_until(limit, every, || async { w.said().stat(counter) > above }).await
 }
 
 /// Messages sent once a fault is over, to prove the worker resumed.
@@ -58,22 +54,22 @@ fn errors_seen(w: &WorkerProc) -> u64 {
 pub(crate) async fn blackhole(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "13").await?;
     run.produce_plain(ctx.n).await;
-    let proxy = start_proxy(ctx).await?;
+    let proxy = ctx.start_proxy().await?;
     let mut args = outage_tolerant(run.worker_args());
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     args.stats_ms = 50;
     // pgmq-worker's bound on every database call (10 s by default), shorter
     // here so that a blackhole twice as long fits the suite's time.
-    args.db_timeout_ms = 2_000;
-    let db_timeout = Duration::from_millis(args.db_timeout_ms);
+    args.worker.settings.db_timeout_ms = Some(2_000);
+    let db_timeout = Duration::from_millis(args.worker.settings.db_timeout_ms.unwrap_or(0));
     let w = ctx
-        .spawn_worker_via(&args, &proxied_dsn(ctx, &proxy), Some(&ctx.cluster.dsn()))
+        .spawn_worker_via(&args, &ctx.proxied_dsn(&proxy), Some(&ctx.cluster.dsn()))
         .await?;
     run.wait_quarter(1).await?;
     let held = run.held_keys().await?;
     run.allow_fault("blackhole", &held, &args);
     let errors_before = errors_seen(&w);
-    let hold = Duration::from_secs(args.vt_secs + 3).max(db_timeout * 3);
+    let hold = Duration::from_secs(args.vt_secs() + 3).max(db_timeout * 3);
     proxy.set_blackhole(true);
     let t = Instant::now();
     let mut noticed = None;
@@ -96,8 +92,8 @@ pub(crate) async fn blackhole(ctx: &Ctx) -> Result<Row, BoxError> {
         format!(
             "blackholed {} s (vt {} s, db_timeout {} ms) with {open} connections held open; {}; {}",
             hold.as_secs(),
-            args.vt_secs,
-            args.db_timeout_ms,
+            args.vt_secs(),
+            args.worker.settings.db_timeout_ms.unwrap_or(0),
             match noticed {
                 Some(d) => format!(
                     "the worker noticed (a failed call) after {:.1} s",
@@ -130,15 +126,15 @@ pub(crate) async fn paused_worker(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "14").await?;
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     args.sleep_ms = 2;
-    args.heartbeat = true;
+    args.worker.settings.heartbeat = Some(true);
     args.record_starts = true;
     let a = run.spawn(&args).await?;
     let b = run.spawn(&args).await?;
     let (pa, pb) = (a.pid() as i32, b.pid() as i32);
     run.wait_quarter(1).await?;
-    let pause = pause_past_vt(&mut run, &a, args.vt_secs).await?;
+    let pause = pause_past_vt(&mut run, &a, args.vt_secs()).await?;
     let f = run
         .finish("worker paused (SIGSTOP) past its vt", vec![a, b])
         .await?;
@@ -181,11 +177,10 @@ async fn pause_past_vt(run: &mut Run<'_>, a: &WorkerProc, vt_secs: u64) -> Resul
     tokio::time::sleep(Duration::from_millis(200)).await;
     let stopped_at = Utc::now();
     let held = run.held_keys().await?;
-    run.allow_duplicates(
-        held.len() as u64,
+    run.allow_held(
+        &held,
         format!("SIGSTOP: {} messages held by both workers", held.len()),
     );
-    run.suspect(held.iter().copied());
     let length = Duration::from_secs(vt_secs + 3);
     tokio::time::sleep(length.saturating_sub(Duration::from_millis(200))).await;
     // Taken before the signal: the frozen handlers end as soon as it lands.
@@ -318,14 +313,13 @@ pub(crate) async fn database_down(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "17").await?;
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
-    args.sdk_defaults = true;
+    args.worker.settings = FaultSpec::sdk_defaults(3_000, &run.qs.dlq);
     args.stats_ms = 50;
     let mut w = run.spawn(&args).await?;
     run.wait_quarter(1).await?;
     let held = run.held_keys().await?;
     run.allow_fault("database down", &held, &args);
-    let down = Duration::from_secs(args.vt_secs + 3);
+    let down = Duration::from_secs(args.vt_secs() + 3);
     let t = Instant::now();
     ctx.cluster.kill().await?;
     tokio::time::sleep(down).await;
@@ -342,7 +336,7 @@ pub(crate) async fn database_down(ctx: &Ctx) -> Result<Row, BoxError> {
             "down {:.1} s (vt {} s, worker defaults otherwise), {} messages held at the kill; \
              worker running: {alive}; {}",
             back.as_secs_f64(),
-            args.vt_secs,
+            args.vt_secs(),
             held.len(),
             match resumed {
                 Some(d) => format!(
@@ -389,14 +383,14 @@ pub(crate) async fn read_only_database(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "18").await?;
     run.produce_plain(ctx.n).await;
     let mut args = outage_tolerant(run.worker_args());
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     args.stats_ms = 50;
     let w = run.spawn(&args).await?;
     run.wait_quarter(1).await?;
     let held = run.held_keys().await?;
     run.allow_fault("read-only", &held, &args);
     let before = w.said();
-    let window = Duration::from_secs(args.vt_secs + 3);
+    let window = Duration::from_secs(args.vt_secs() + 3);
     read_only(ctx, true).await?;
     tokio::time::sleep(window).await;
     let during = w.said();
@@ -416,7 +410,7 @@ pub(crate) async fn read_only_database(ctx: &Ctx) -> Result<Row, BoxError> {
              {ack_retries} acknowledgement retries, {failed} handler runs failed (their ledger \
              write refused); {}",
             window.as_secs(),
-            args.vt_secs,
+            args.vt_secs(),
             read_errors as f64 / window.as_secs_f64(),
             match resumed {
                 Some(d) => format!(

@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 
 use pgmq_client::{Client, CommitOutcome, QueueName, SendOptions};
 
-use super::super::job::{key_headers, Job};
-use super::super::ledger::{self, ProduceOutcome, Produced};
-use super::super::proxy::Proxy;
-use super::super::report::{Check, Row};
-use super::crash::{proxied_dsn, start_proxy};
-use super::{BoxError, Ctx, Run};
+use super::run::Run;
+use crate::ctx::Ctx;
+use crate::job::{key_headers, Job};
+use crate::ledger::{self, ProduceOutcome, Produced};
+use crate::proxy::Proxy;
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// One producer: sends its keys one by one (`batch` 1) or in batches.
 async fn producer(client: Client, q: QueueName, keys: Vec<i64>, batch: usize) -> Produced {
@@ -190,8 +191,8 @@ pub(crate) async fn keyed_producers_under_cuts(ctx: &Ctx) -> Result<Row, BoxErro
 
 async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, label).await?;
-    let proxy = start_proxy(ctx).await?;
-    let client = Client::builder(&proxied_dsn(ctx, &proxy))
+    let proxy = ctx.start_proxy().await?;
+    let client = Client::builder(&ctx.proxied_dsn(&proxy))
         .max_size(4)
         .connect_timeout(Duration::from_secs(1))
         .pool_timeout(Duration::from_secs(1))
@@ -237,7 +238,7 @@ async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row,
     };
 
     // Before anything consumes: which keys made it into the queue?
-    let (ids, unkeyed) = ledger::ids_in_queue(&ctx.client, &run.qs.q).await?;
+    let (ids, unkeyed) = ledger::ids_in_table(&ctx.client, &run.qs.q.table()).await?;
     match sends {
         Sends::Plain => {
             let present: HashSet<i64> = ids.iter().map(|(k, _)| *k).collect();

@@ -5,10 +5,12 @@ use std::time::{Duration, Instant};
 
 use pgmq_client::QueueName;
 
-use super::super::child::WorkerProc;
-use super::super::job::{Act, Job};
-use super::super::report::{Check, Row};
-use super::{BoxError, Ctx, Run};
+use super::run::Run;
+use crate::child::WorkerProc;
+use crate::ctx::{poll_until, Ctx};
+use crate::job::{Act, Job};
+use crate::report::{Check, Row};
+use crate::BoxError;
 
 /// Messages of `q` that are invisible right now (claimed and not released).
 async fn hidden(ctx: &Ctx, q: &QueueName) -> Result<i64, BoxError> {
@@ -23,14 +25,11 @@ async fn hidden(ctx: &Ctx, q: &QueueName) -> Result<i64, BoxError> {
 
 /// Polls until no message of `q` is invisible; returns how long it took.
 async fn until_all_visible(ctx: &Ctx, q: &QueueName, limit: Duration) -> Option<Duration> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if hidden(ctx, q).await.ok() == Some(0) {
-            return Some(t.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    None
+    let every = Duration::from_millis(5);
+    poll_until(limit, every, || async {
+        hidden(ctx, q).await.ok() == Some(0)
+    })
+    .await
 }
 
 /// 7: a worker under load stopped with SIGTERM, 20 times in a row; after each
@@ -41,7 +40,7 @@ pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
     let rounds = if ctx.quick { 5 } else { 20 };
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
-    args.vt_secs = 30;
+    args.set_vt_secs(30);
     // Slow enough that the backlog lasts all rounds.
     args.sleep_ms = if ctx.quick { 40 } else { 10 };
     let mut clean = 0;
@@ -96,7 +95,7 @@ pub(crate) async fn sigterm_busy(ctx: &Ctx) -> Result<Row, BoxError> {
     run.produce_plain(ctx.n).await;
     let mut args = run.worker_args();
     args.sleep_ms = 2;
-    args.vt_secs = 30;
+    args.set_vt_secs(30);
     let w = run.spawn(&args).await?;
     run.wait_handled(ctx.n as i64 / 3).await?;
     let exit = w.stop(Duration::from_secs(30)).await?;
@@ -132,21 +131,15 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
     let plain = (ctx.n / 10).max(100);
     let hang_key = plain as i64;
     let mut jobs = ctx.plain_jobs(plain);
-    jobs.push(Job::with(
-        hang_key,
-        Act {
-            hang_before: 2,
-            ..Act::default()
-        },
-    ));
+    jobs.push(Job::with(hang_key, Act::hang_before(2)));
     run.produce(&jobs).await;
     let mut args = run.worker_args();
-    args.vt_secs = 3;
+    args.set_vt_secs(3);
     // Longer than the test: only the second SIGTERM can end this shutdown.
-    args.grace_ms = 120_000;
+    args.worker.settings.shutdown_grace_ms = Some(120_000);
     let w = run.spawn(&args).await?;
     run.wait_handled(plain as i64).await?;
-    sigterm_twice(&mut run, w, args.vt_secs).await?;
+    sigterm_twice(&mut run, w, args.vt_secs()).await?;
     let drainer = run.spawn(&args).await?;
     let f = run
         .finish("second SIGTERM while a handler hangs", vec![drainer])
@@ -191,7 +184,7 @@ async fn sigterm_twice(run: &mut Run<'_>, mut w: WorkerProc, vt_secs: u64) -> Re
     let abandoned = report["abandoned"].as_array().map_or(0, Vec::len);
     run.check(
         "second SIGTERM escalates the SDK's shutdown",
-        super::super::child::forced(&exit) && abandoned == 1 && forced_in < Duration::from_secs(2),
+        crate::child::forced(&exit) && abandoned == 1 && forced_in < Duration::from_secs(2),
         format!(
             "{} {} ms after the second SIGTERM; report: immediate {}, abandoned {abandoned} \
              handler(s), {} released, {} acked",
@@ -219,14 +212,11 @@ async fn sigterm_twice(run: &mut Run<'_>, mut w: WorkerProc, vt_secs: u64) -> Re
 
 /// Polls until some message of `q` is visible.
 async fn wait_visible(ctx: &Ctx, q: &QueueName, limit: Duration) -> Option<Duration> {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if let Ok(m) = ctx.client.metrics(q).await {
-            if m.queue_visible_length > 0 {
-                return Some(t.elapsed());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
+    poll_until(limit, Duration::from_millis(20), || async {
+        ctx.client
+            .metrics(q)
+            .await
+            .is_ok_and(|m| m.queue_visible_length > 0)
+    })
+    .await
 }

@@ -8,17 +8,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::campaign::{
-    expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT, FIFO_SPAN,
-    REQUEUE_BOUND, ROLES, VT_SECS,
+use super::fleet::{most_at_once, ClaimWindow, KeyedLog, PlacesBack};
+use super::model::{
+    expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, CLAIM_BOUND, DB_TIMEOUT,
+    FIFO_SPAN, FLEET_PLACES, PLACES_BOUND, REQUEUE_BOUND, ROLES, STARVE_BOUND, VT_SECS,
 };
-use super::fleet::{
-    most_at_once, ClaimWindow, FleetSamples, KeyedLog, PlacesBack, CLAIM_BOUND, FLEET_PLACES,
-    PLACES_BOUND, STARVE_BOUND,
-};
-use super::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
 use super::nemesis;
-use super::report::Check;
+use crate::ctx::FleetSamples;
+use crate::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
+use crate::report::Check;
 
 /// Everything a seed's run left to judge.
 pub(crate) struct Evidence<'a> {
@@ -143,6 +141,13 @@ pub(crate) fn check_all(e: &Evidence) -> Vec<Check> {
     out
 }
 
+/// The verdict of an invariant that holds when nothing is found against
+/// it: `detail`, then a few of the cases `bad` found.
+fn verdict<T: std::fmt::Debug>(name: &str, bad: &[T], detail: String) -> Check {
+    Check::new(name, bad.is_empty(), format!("{detail}{}", sample(bad)))
+}
+
+/// A few of `xs`, to follow a count in a check's detail.
 fn sample<T: std::fmt::Debug>(xs: &[T]) -> String {
     if xs.is_empty() {
         String::new()
@@ -181,13 +186,12 @@ fn exactly_once(e: &Evidence) -> Check {
         twice.extend(n.into_iter().filter(|(_, c)| *c > 1).map(|(k, _)| k));
     }
     twice.sort_unstable();
-    Check::new(
+    verdict(
         NAMES[1],
-        twice.is_empty(),
+        &twice,
         format!(
-            "{rows} rows written in handlers' transactions, {} keys with more than one{}",
-            twice.len(),
-            sample(&twice)
+            "{rows} rows written in handlers' transactions, {} keys with more than one",
+            twice.len()
         ),
     )
 }
@@ -221,15 +225,14 @@ fn current_delivery_commits(e: &Evidence) -> Check {
         })
         .collect();
     stale.sort();
-    Check::new(
+    verdict(
         NAMES[2],
-        stale.is_empty(),
+        &stale,
         format!(
-            "{} rows of the transactional queue judged against {} recorded starts, {} committed by a stale delivery{}",
+            "{} rows of the transactional queue judged against {} recorded starts, {} committed by a stale delivery",
             e.handlings[Role::Tx.index()].len(),
             tx_starts.len(),
-            stale.len(),
-            sample(&stale)
+            stale.len()
         ),
     )
 }
@@ -245,13 +248,12 @@ fn no_dead_success(e: &Evidence) -> Check {
         }
     }
     bad.sort();
-    Check::new(
+    verdict(
         NAMES[3],
-        bad.is_empty(),
+        &bad,
         format!(
-            "{} keys both in the ledger and in a dead-letter queue{}",
-            bad.len(),
-            sample(&bad)
+            "{} keys both in the ledger and in a dead-letter queue",
+            bad.len()
         ),
     )
 }
@@ -273,14 +275,13 @@ fn dead_only_planned(e: &Evidence) -> Check {
         }
     }
     bad.sort();
-    Check::new(
+    verdict(
         NAMES[4],
-        bad.is_empty(),
+        &bad,
         format!(
-            "{dead_total} dead letters, {planned_dead} of poison or undecodable messages, {} of messages meant to succeed (or redriven: {} redriven){}",
+            "{dead_total} dead letters, {planned_dead} of poison or undecodable messages, {} of messages meant to succeed (or redriven: {} redriven)",
             bad.len(),
-            e.redriven.len(),
-            sample(&bad)
+            e.redriven.len()
         ),
     )
 }
@@ -504,16 +505,15 @@ fn progress(e: &Evidence) -> Check {
             }
         }
     }
-    Check::new(
+    verdict(
         NAMES[8],
-        stuck.is_empty(),
+        &stuck,
         format!(
-            "slowest resumption {} ms (bound {} s, per queue) over {} faults; {} late{}",
+            "slowest resumption {} ms (bound {} s, per queue) over {} faults; {} late",
             worst.num_milliseconds(),
             PROGRESS_BOUND.as_secs(),
             e.events.len(),
-            stuck.len(),
-            sample(&stuck)
+            stuck.len()
         ),
     )
 }
@@ -548,13 +548,12 @@ fn duplicates_under_faults(e: &Evidence) -> Check {
         }
     }
     unexplained.sort_unstable();
-    Check::new(
+    verdict(
         NAMES[9],
-        unexplained.is_empty(),
+        &unexplained,
         format!(
-            "{dups} repeated handlings on the plain and FIFO blocking queues, {} with no fault near the first{}",
-            unexplained.len(),
-            sample(&unexplained)
+            "{dups} repeated handlings on the plain and FIFO blocking queues, {} with no fault near the first",
+            unexplained.len()
         ),
     )
 }
@@ -709,13 +708,12 @@ fn reports(e: &Evidence) -> Check {
             }
         }
     }
-    Check::new(
+    verdict(
         NAMES[10],
-        bad.is_empty(),
+        &bad,
         format!(
-            "{judged} shutdown reports judged, {} disagreements{}",
-            bad.len(),
-            sample(&bad)
+            "{judged} shutdown reports judged, {} disagreements",
+            bad.len()
         ),
     )
 }
@@ -748,13 +746,12 @@ fn connections(e: &Evidence) -> Check {
             }
         }
     }
-    Check::new(
+    verdict(
         NAMES[11],
-        over.is_empty(),
+        &over,
         format!(
-            "{judged} samples judged, {} above a process's maximum{}",
-            over.len(),
-            sample(&over)
+            "{judged} samples judged, {} above a process's maximum",
+            over.len()
         ),
     )
 }
@@ -782,14 +779,13 @@ fn requeue_delay(e: &Evidence) -> Check {
             })
         })
         .collect();
-    Check::new(
+    verdict(
         NAMES[13],
-        far.is_empty(),
+        &far,
         format!(
-            "{judged} sightings of a requeued message, {} with a visibility timeout beyond now + {} ms{}",
+            "{judged} sightings of a requeued message, {} with a visibility timeout beyond now + {} ms",
             far.len(),
-            REQUEUE_BOUND.as_millis(),
-            sample(&far)
+            REQUEUE_BOUND.as_millis()
         ),
     )
 }
@@ -917,15 +913,14 @@ fn keyed(e: &Evidence) -> [Check; 2] {
                 sample(&again_wrong)
             ),
         ),
-        Check::new(
+        verdict(
             NAMES[15],
-            stale.is_empty(),
+            &stale,
             format!(
                 "{} re-creations of the keyed queue; {fresh} keys of a dropped queue sent \
-                 again, {} answered duplicate{}",
+                 again, {} answered duplicate",
                 f.final_epoch,
-                stale.len(),
-                sample(&stale)
+                stale.len()
             ),
         ),
     ]
@@ -1002,16 +997,15 @@ fn places_back(e: &Evidence) -> Check {
             ));
         }
     }
-    Check::new(
+    verdict(
         NAMES[17],
-        late.is_empty(),
+        &late,
         format!(
             "{} kills of a fleet-limited process, {held} claims running at them; {} with a \
-             place not back within {} s{}",
+             place not back within {} s",
             e.fleet.places.len(),
             late.len(),
-            bound.num_seconds(),
-            sample(&late)
+            bound.num_seconds()
         ),
     )
 }
@@ -1058,14 +1052,13 @@ fn claim_windows(e: &Evidence, kind: &str, name: &str) -> Check {
             )
         }));
     }
-    Check::new(
+    verdict(
         name,
-        late.is_empty(),
+        &late,
         format!(
-            "{n} {kind} faults; {} claims later than {} ms after one took effect{}",
+            "{n} {kind} faults; {} claims later than {} ms after one took effect",
             late.len(),
-            CLAIM_BOUND.as_millis(),
-            sample(&late)
+            CLAIM_BOUND.as_millis()
         ),
     )
 }
@@ -1123,21 +1116,20 @@ fn starvation(e: &Evidence) -> Check {
             }
         }
     }
-    Check::new(
+    verdict(
         NAMES[20],
-        starved.is_empty(),
+        &starved,
         format!(
-            "{judged} samples of a group queue with messages ready judged, {} starved{}",
-            starved.len(),
-            sample(&starved)
+            "{judged} samples of a group queue with messages ready judged, {} starved",
+            starved.len()
         ),
     )
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::FIFO_BLOCKING_BASE;
     use super::*;
-    use crate::campaign::FIFO_BLOCKING_BASE;
 
     fn t(ms: i64) -> DateTime<Utc> {
         DateTime::<Utc>::from_timestamp_millis(1_700_000_000_000 + ms).unwrap()

@@ -1,5 +1,5 @@
 //! The campaign's fleet workload: what runs beside the core workload of
-//! [`campaign`](super::campaign) in every seed, on queues of its own.
+//! [`campaign`](super) in every seed, on queues of its own.
 //!
 //! - **Keyed producer** ([`FleetProducer`]): sends to the keyed queue with
 //!   deduplication keys (`send_batch_keyed`) through the campaign's fault
@@ -34,17 +34,15 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::RwLock;
 
-use super::campaign::{send_recorded, Role, ROLES, VT_SECS};
-use super::ctx::Ctx;
-use super::job::{key_headers, Act, Job};
-use super::ledger::{self, ProduceOutcome, Produced};
-use super::nemesis;
-use super::report::Check;
-use super::worker::{Sabotage, WorkerSpec};
-use super::BoxError;
+use super::model::{Role, CLAIM_BOUND, PLACES_BOUND, ROLES, VT_SECS};
+use super::workload::send_recorded;
+use crate::ctx::{sample_fleet, session, Ctx, FleetSamples};
+use crate::job::{key_headers, Act, Job};
+use crate::ledger::{self, ProduceOutcome, Produced};
+use crate::report::Check;
+use crate::worker::{FaultSpec, Sabotage};
+use crate::BoxError;
 
-/// Places of the keyed queue's fleet-wide limit.
-pub(crate) const FLEET_PLACES: u32 = 3;
 /// How long a keyed message's handler runs, milliseconds: long enough that
 /// a burst fills the places.
 const FLEET_RUN_MS: u64 = 150;
@@ -55,9 +53,6 @@ const HIGH_BASE: i64 = 50_000_000;
 const LOW_BASE: i64 = 60_000_000;
 /// How long a message of the group's queues runs, milliseconds.
 const PRIO_RUN_MS: u64 = 200;
-/// The weights of the group's high and low queues.
-pub(crate) const HIGH_WEIGHT: u32 = 3;
-pub(crate) const LOW_WEIGHT: u32 = 1;
 /// In a pressure window the high queue is kept at this many messages.
 const HIGH_BACKLOG: i64 = 20;
 /// Producer ticks in and out of a pressure window (300 ms each): keyed
@@ -70,19 +65,6 @@ const KEY_WINDOW: Duration = Duration::from_secs(3600);
 const TRY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the keyed producer retries one call before it gives up.
 const RETRY_LIMIT: Duration = Duration::from_secs(30);
-/// `poll_interval` of every campaign worker.
-pub(crate) const POLL: Duration = Duration::from_millis(100);
-/// How long after a pause (or a revocation of the workers' grants) took
-/// effect a claim may still be made: one poll interval (the pause watch
-/// reads the flag once per poll interval, and a claim loop looks at it
-/// right before every read), and 1 s for that flag read and the read
-/// itself, which take milliseconds while no other fault is active (faults
-/// come one at a time), on a loaded machine.
-pub(crate) const CLAIM_BOUND: Duration = Duration::from_millis(POLL.as_millis() as u64 + 1_000);
-/// A queue of the prioritized group with messages ready must have one
-/// claimed within this long.
-pub(crate) const STARVE_BOUND: Duration = Duration::from_secs(3);
-
 /// Whether tick `n` is inside a pressure window.
 fn pressure(n: u64) -> bool {
     n % (PRESSURE_ON + PRESSURE_OFF) < PRESSURE_ON
@@ -90,13 +72,7 @@ fn pressure(n: u64) -> bool {
 
 /// A message whose handler runs `ms`, then records its handling.
 fn sleeping_job(key: i64, ms: u64) -> Job {
-    Job::with(
-        key,
-        Act {
-            sleep_ms: ms,
-            ..Act::default()
-        },
-    )
+    Job::with(key, Act::sleep_ms(ms))
 }
 
 /// When a `pause` or `revoke-grants` fault took effect (database clock,
@@ -142,10 +118,6 @@ pub(crate) struct PlacesBack {
     pub last_held: Option<DateTime<Utc>>,
 }
 
-/// How long after a kill the places it held must be back: the visibility
-/// timeout, and 5 s.
-pub(crate) const PLACES_BOUND: Duration = Duration::from_secs(VT_SECS + 5);
-
 /// A pause or revocation as the nemesis holds it: its window's index, and
 /// the watcher.
 pub(crate) struct Watching {
@@ -156,10 +128,29 @@ pub(crate) struct Watching {
 }
 
 impl FleetState {
+    /// The state of a seed's fleet workload on `queues`, those some
+    /// process consumes: the keyed queue in its first life, nothing
+    /// recorded yet.
+    pub(crate) fn new(
+        queues: [QueueName; ROLES],
+        consumed: [bool; ROLES],
+        sabotage: &[Sabotage],
+    ) -> FleetState {
+        FleetState {
+            queues,
+            consumed,
+            epoch: RwLock::new(0),
+            windows: Default::default(),
+            places: Default::default(),
+            place_watchers: Default::default(),
+            sabotage: sabotage.to_vec(),
+        }
+    }
+
     /// `pause`: pauses `role`'s queue (unless sabotaged) and watches it.
     pub(crate) async fn pause(&self, dsn: &str, role: Role) -> Result<Watching, BoxError> {
         let q = self.queues[role.index()].clone();
-        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        let c = session(dsn, "pgmq-campaign-nemesis").await?;
         c.batch_execute("begin").await?;
         if !self.sabotage.contains(&Sabotage::PauseIgnored) {
             Pgmq::on(&c).pause(&q, Some("campaign")).await?;
@@ -172,7 +163,7 @@ impl FleetState {
     /// pause flag is, from the workers' role and from PUBLIC (unless
     /// sabotaged), and watches every queue consumed.
     pub(crate) async fn revoke(&self, dsn: &str) -> Result<Watching, BoxError> {
-        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        let c = session(dsn, "pgmq-campaign-nemesis").await?;
         c.batch_execute("begin").await?;
         if !self.sabotage.contains(&Sabotage::RevokeSkipped) {
             c.batch_execute("revoke usage on schema pgmq_sdk from public, current_user")
@@ -208,7 +199,7 @@ impl FleetState {
         index: usize,
         queue: Option<&QueueName>,
     ) -> Result<(), BoxError> {
-        let c = nemesis::session(dsn, "pgmq-campaign-nemesis").await?;
+        let c = session(dsn, "pgmq-campaign-nemesis").await?;
         let until: DateTime<Utc> = c.query_one("select clock_timestamp()", &[]).await?.get(0);
         if let Ok(mut ws) = self.windows.lock() {
             ws[index].until = Some(until);
@@ -258,7 +249,7 @@ impl FleetState {
             let mut conn: Option<tokio_postgres::Client> = None;
             loop {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
-                    conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+                    conn = session(&dsn, "pgmq-campaign-watch").await.ok();
                 }
                 for (role, table) in &tables {
                     let Some(c) = &conn else { break };
@@ -306,7 +297,7 @@ impl FleetState {
     /// server down meanwhile) have passed.
     pub(crate) async fn watch_places(&self, dsn: &str) {
         let table = self.queues[Role::Keyed.index()].table();
-        let Ok(c) = nemesis::session(dsn, "pgmq-campaign-watch").await else {
+        let Ok(c) = session(dsn, "pgmq-campaign-watch").await else {
             return;
         };
         // A validated QueueName: [a-z0-9_] only.
@@ -344,7 +335,7 @@ impl FleetState {
             let mut conn = Some(c);
             loop {
                 if conn.as_ref().is_none_or(|c| c.is_closed()) {
-                    conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
+                    conn = session(&dsn, "pgmq-campaign-watch").await.ok();
                 }
                 if let Some(c) = &conn {
                     if let Ok(r) = c.query_one(still_sql.as_str(), &[&ids, &reads]).await {
@@ -701,57 +692,6 @@ impl FleetProducer {
     }
 }
 
-/// What the fast sampler saw of a fleet-limited queue.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct FleetSamples {
-    pub samples: u64,
-    /// The most claims running in one sample.
-    pub most: i64,
-    /// Samples with more than the limit: when, and how many.
-    pub over: Vec<(DateTime<Utc>, i64)>,
-}
-
-/// Samples `table` every `every` until `stop`: the claims running by the
-/// database's clock (a visibility timeout ahead and a delivery current, as
-/// a fleet limit counts them), against `limit`.
-pub(crate) fn sample_fleet(
-    dsn: String,
-    table: String,
-    limit: i64,
-    every: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<FleetSamples> {
-    tokio::spawn(async move {
-        let mut out = FleetSamples::default();
-        let mut conn: Option<tokio_postgres::Client> = None;
-        // A validated QueueName: [a-z0-9_] only.
-        let sql = format!(
-            "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
-                    clock_timestamp() from {table}"
-        );
-        while !*stop.borrow() {
-            if conn.as_ref().is_none_or(|c| c.is_closed()) {
-                conn = nemesis::session(&dsn, "pgmq-campaign-watch").await.ok();
-            }
-            if let Some(c) = &conn {
-                if let Ok(r) = c.query_one(sql.as_str(), &[]).await {
-                    let n: i64 = r.get(0);
-                    out.samples += 1;
-                    out.most = out.most.max(n);
-                    if n > limit {
-                        out.over.push((r.get(1), n));
-                    }
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = stop.changed() => {}
-            }
-        }
-        out
-    })
-}
-
 /// The most runs at once among `windows` (start to end; runs without an
 /// end are left out, their end unknown), and when.
 pub(crate) fn most_at_once(windows: &[ledger::Window]) -> (usize, Option<DateTime<Utc>>) {
@@ -886,10 +826,7 @@ async fn killed_places(
     let qs = ctx.queues(scenario).await?;
     let result = async {
         // Hang on the first delivery (read_ct 1), succeed on the next.
-        let hang = Act {
-            hang_before: 2,
-            ..Act::default()
-        };
+        let hang = Act::hang_before(2);
         let jobs: Vec<Job> = (0..i64::from(places)).map(|k| Job::with(k, hang)).collect();
         ctx.produce(&qs.q, &jobs).await;
         let vt = if sabotage.contains(&Sabotage::FleetLongVt) {
@@ -898,8 +835,7 @@ async fn killed_places(
             VT_SECS
         };
         let spec = cell_spec(ctx, &qs, scenario, places, vt, "pgmq-campaign-kill-cell");
-        let dsn = ctx.cluster.dsn();
-        let first = super::child::spawn(&ctx.log_dir, "kill-cell-1", &dsn, None, &spec).await?;
+        let first = ctx.spawn_worker(&spec).await?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let started = ledger::starts(&ctx.client, &ctx.run_id, scenario).await?;
@@ -924,7 +860,7 @@ async fn killed_places(
                 .await?
                 .get(0)
         };
-        let second = super::child::spawn(&ctx.log_dir, "kill-cell-2", &dsn, None, &spec).await?;
+        let second = ctx.spawn_worker(&spec).await?;
         let wait_until = Instant::now() + PLACES_BOUND + KILL_CELL_GRACE;
         let mut took = None;
         while Instant::now() < wait_until {
@@ -955,19 +891,19 @@ async fn killed_places(
 /// a 50 ms poll and a visibility timeout of `vt_secs`.
 fn cell_spec(
     ctx: &Ctx,
-    qs: &super::ctx::Queues,
+    qs: &crate::ctx::Queues,
     scenario: &str,
     places: u32,
     vt_secs: u64,
     app_name: &str,
-) -> WorkerSpec {
-    let mut spec = WorkerSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
-    spec.fleet_places = places;
+) -> FaultSpec {
+    let mut spec = FaultSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
+    spec.worker.settings.fleet_limit = Some(places);
     spec.record_starts = true;
-    spec.concurrency = 4;
-    spec.poll_ms = 50;
-    spec.vt_secs = vt_secs;
-    spec.app_name = app_name.into();
+    spec.worker.settings.concurrency = Some(4);
+    spec.worker.settings.poll_interval_ms = Some(50);
+    spec.set_vt_secs(vt_secs);
+    spec.worker.application_name = Some(app_name.into());
     spec
 }
 
@@ -992,16 +928,12 @@ async fn limited_drain(
         Duration::from_millis(20),
         stop_rx,
     );
-    let w = super::child::spawn(&ctx.log_dir, "cell", &ctx.cluster.dsn(), None, &spec).await?;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut handled = 0;
-    while Instant::now() < deadline {
-        handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
-        if handled >= n as i64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let w = ctx.spawn_worker(&spec).await?;
+    // Short of all of them within the bound, the count says how many.
+    let _ = ctx
+        .wait_progress(scenario, n as i64, Duration::from_secs(15))
+        .await;
+    let handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
     let _ = w.stop(Duration::from_secs(10)).await;
     let _ = stop_tx.send(true);
     let samples = sampler.await?;

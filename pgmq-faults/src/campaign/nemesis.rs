@@ -6,12 +6,18 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::campaign::{ProcKind, Role, Slots, Workload, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
-use super::ctx::Ctx;
+use std::time::Instant;
+
+use chrono::Utc;
+
 use super::fleet::{FleetState, Watching};
-use super::ledger;
-use super::proxy::Proxy;
-use super::BoxError;
+use super::model::{FaultEvent, Planned, ProcKind, Role, PROBE_DECODE, PROBE_HANG, PROBE_HOOK};
+use super::slots::Slots;
+use super::workload::Workload;
+use crate::ctx::{session, Ctx};
+use crate::ledger;
+use crate::proxy::Proxy;
+use crate::BoxError;
 
 /// One fault kind.
 #[derive(Debug, Clone, Copy)]
@@ -35,228 +41,205 @@ pub(crate) struct Kind {
     pub disturbs: bool,
 }
 
+impl Kind {
+    /// A kind named `name` that lasts `ms` milliseconds (drawn in the
+    /// range), aimed at nothing in particular, holding no backend and
+    /// disturbing no process.
+    const fn new(
+        name: &'static str,
+        injects: &'static str,
+        clears: &'static str,
+        ms: std::ops::RangeInclusive<u64>,
+    ) -> Kind {
+        Kind {
+            name,
+            injects,
+            clears,
+            min_ms: *ms.start(),
+            max_ms: *ms.end(),
+            at_process: false,
+            at_queue: false,
+            holds_backends: false,
+            disturbs: false,
+        }
+    }
+
+    /// It aims at one worker process.
+    const fn at_process(self) -> Kind {
+        Kind {
+            at_process: true,
+            ..self
+        }
+    }
+
+    /// It aims at one queue.
+    const fn at_queue(self) -> Kind {
+        Kind {
+            at_queue: true,
+            ..self
+        }
+    }
+
+    /// Backends may linger while it lasts.
+    const fn holds_backends(self) -> Kind {
+        Kind {
+            holds_backends: true,
+            ..self
+        }
+    }
+
+    /// It disturbs every worker process.
+    const fn disturbs(self) -> Kind {
+        Kind {
+            disturbs: true,
+            ..self
+        }
+    }
+}
+
 /// Every fault kind of the campaign.
 pub(crate) const KINDS: &[Kind] = &[
-    Kind {
-        name: "kill",
-        injects: "SIGKILL of a worker process",
-        clears: "a new worker process in its place",
-        min_ms: 500,
-        max_ms: 5_000,
-        at_process: true,
-        at_queue: false,
-        holds_backends: true,
-        disturbs: false,
-    },
-    Kind {
-        name: "stop",
-        injects: "SIGSTOP of a worker process (frozen, past its visibility timeout at times)",
-        clears: "SIGCONT",
-        min_ms: 500,
-        max_ms: 8_000,
-        at_process: true,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "term",
-        injects: "SIGTERM of a busy worker process: a graceful drain, its report kept",
-        clears: "a new worker process in its place",
-        min_ms: 0,
-        max_ms: 3_000,
-        at_process: true,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "pg-crash",
-        injects: "PostgreSQL killed (pg_ctl stop -m immediate)",
-        clears: "PostgreSQL started again (crash recovery)",
-        min_ms: 300,
-        max_ms: 5_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: true,
-        disturbs: true,
-    },
-    Kind {
-        name: "terminate-backend",
-        injects: "pg_terminate_backend of half the workers' backends, every 500 ms",
-        clears: "stops terminating",
-        min_ms: 0,
-        max_ms: 4_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: true,
-        disturbs: true,
-    },
-    Kind {
-        name: "blackhole",
-        injects: "the proxy forwards nothing, connections stay open",
-        clears: "the proxy forwards again",
-        min_ms: 500,
-        max_ms: 8_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: true,
-        disturbs: true,
-    },
-    Kind {
-        name: "latency",
-        injects: "the proxy delays every chunk, either way, by 30-300 ms (heartbeat extensions, retries and acknowledgements land late)",
-        clears: "the proxy forwards at once again",
-        min_ms: 1_000,
-        max_ms: 8_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: true,
-        disturbs: true,
-    },
-    Kind {
-        name: "reset",
-        injects: "the proxy resets every connection and refuses new ones",
-        clears: "the proxy accepts again",
-        min_ms: 200,
-        max_ms: 3_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: true,
-        disturbs: true,
-    },
-    Kind {
-        name: "lock-table",
-        injects: "LOCK TABLE (ACCESS EXCLUSIVE) on a queue's table, held",
-        clears: "the locking transaction rolls back",
-        min_ms: 1_000,
-        max_ms: 8_000,
-        at_process: false,
-        at_queue: true,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "xmin-pin",
-        injects: "an idle-in-transaction session holding a snapshot (xmin horizon pinned)",
-        clears: "the session rolls back",
-        min_ms: 2_000,
-        max_ms: 10_000,
-        at_process: false,
-        at_queue: true,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "rr-reader",
-        injects: "a REPEATABLE READ transaction reading a queue's table every 200 ms",
-        clears: "the transaction commits",
-        min_ms: 2_000,
-        max_ms: 10_000,
-        at_process: false,
-        at_queue: true,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "pool-exhaustion",
-        injects: "idle connections opened until the server refuses more (max_connections)",
-        clears: "the connections are closed",
-        min_ms: 1_000,
-        max_ms: 6_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: true,
-    },
-    Kind {
-        name: "hook-panic",
-        injects: "plain messages whose hook panics (Hook::before or Hook::after, first attempt)",
-        clears: "the producer stops sending them",
-        min_ms: 1_000,
-        max_ms: 5_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "decode-panic",
-        injects: "plain messages whose body's Deserialize panics",
-        clears: "the producer stops sending them",
-        min_ms: 1_000,
-        max_ms: 5_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "blocking-hangs",
-        injects: "most plain messages hang 60 s on their first attempt (past handler_timeout; more than the blocking process's max_abandoned_blocking_threads of 4)",
-        clears: "the producer stops sending them",
-        min_ms: 1_000,
-        max_ms: 4_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "redrive",
-        injects: "the plain queue's dead letters sent back with their original headers",
-        clears: "nothing to clear",
-        min_ms: 0,
-        max_ms: 1_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "read-only",
-        injects: "default_transaction_read_only on for the whole cluster",
-        clears: "default_transaction_read_only reset",
-        min_ms: 1_000,
-        max_ms: 6_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: true,
-    },
-    Kind {
-        name: "pause",
-        injects: "a queue paused (Pgmq::pause) for every worker",
-        clears: "the queue resumed",
-        min_ms: 5_000,
-        max_ms: 8_000,
-        at_process: false,
-        at_queue: true,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "drop-queue",
-        injects: "the keyed queue dropped and created again under its keyed producer (its messages lost)",
-        clears: "nothing to clear",
-        min_ms: 0,
-        max_ms: 1_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: false,
-    },
-    Kind {
-        name: "revoke-grants",
-        injects: "the workers' role's USAGE on the pgmq_sdk schema revoked: no worker can read the pause flag",
-        clears: "the grant restored",
-        min_ms: 5_000,
-        max_ms: 8_000,
-        at_process: false,
-        at_queue: false,
-        holds_backends: false,
-        disturbs: true,
-    },
+    Kind::new(
+        "kill",
+        "SIGKILL of a worker process",
+        "a new worker process in its place",
+        500..=5_000,
+    )
+    .at_process()
+    .holds_backends(),
+    Kind::new(
+        "stop",
+        "SIGSTOP of a worker process (frozen, past its visibility timeout at times)",
+        "SIGCONT",
+        500..=8_000,
+    )
+    .at_process(),
+    Kind::new(
+        "term",
+        "SIGTERM of a busy worker process: a graceful drain, its report kept",
+        "a new worker process in its place",
+        0..=3_000,
+    )
+    .at_process(),
+    Kind::new(
+        "pg-crash",
+        "PostgreSQL killed (pg_ctl stop -m immediate)",
+        "PostgreSQL started again (crash recovery)",
+        300..=5_000,
+    )
+    .holds_backends()
+    .disturbs(),
+    Kind::new(
+        "terminate-backend",
+        "pg_terminate_backend of half the workers' backends, every 500 ms",
+        "stops terminating",
+        0..=4_000,
+    )
+    .holds_backends()
+    .disturbs(),
+    Kind::new(
+        "blackhole",
+        "the proxy forwards nothing, connections stay open",
+        "the proxy forwards again",
+        500..=8_000,
+    )
+    .holds_backends()
+    .disturbs(),
+    Kind::new(
+        "latency",
+        "the proxy delays every chunk, either way, by 30-300 ms (heartbeat extensions, retries and acknowledgements land late)",
+        "the proxy forwards at once again",
+        1_000..=8_000,
+    )
+    .holds_backends()
+    .disturbs(),
+    Kind::new(
+        "reset",
+        "the proxy resets every connection and refuses new ones",
+        "the proxy accepts again",
+        200..=3_000,
+    )
+    .holds_backends()
+    .disturbs(),
+    Kind::new(
+        "lock-table",
+        "LOCK TABLE (ACCESS EXCLUSIVE) on a queue's table, held",
+        "the locking transaction rolls back",
+        1_000..=8_000,
+    )
+    .at_queue(),
+    Kind::new(
+        "xmin-pin",
+        "an idle-in-transaction session holding a snapshot (xmin horizon pinned)",
+        "the session rolls back",
+        2_000..=10_000,
+    )
+    .at_queue(),
+    Kind::new(
+        "rr-reader",
+        "a REPEATABLE READ transaction reading a queue's table every 200 ms",
+        "the transaction commits",
+        2_000..=10_000,
+    )
+    .at_queue(),
+    Kind::new(
+        "pool-exhaustion",
+        "idle connections opened until the server refuses more (max_connections)",
+        "the connections are closed",
+        1_000..=6_000,
+    )
+    .disturbs(),
+    Kind::new(
+        "hook-panic",
+        "plain messages whose hook panics (Hook::before or Hook::after, first attempt)",
+        "the producer stops sending them",
+        1_000..=5_000,
+    ),
+    Kind::new(
+        "decode-panic",
+        "plain messages whose body's Deserialize panics",
+        "the producer stops sending them",
+        1_000..=5_000,
+    ),
+    Kind::new(
+        "blocking-hangs",
+        "most plain messages hang 60 s on their first attempt (past handler_timeout; more than the blocking process's max_abandoned_blocking_threads of 4)",
+        "the producer stops sending them",
+        1_000..=4_000,
+    ),
+    Kind::new(
+        "redrive",
+        "the plain queue's dead letters sent back with their original headers",
+        "nothing to clear",
+        0..=1_000,
+    ),
+    Kind::new(
+        "read-only",
+        "default_transaction_read_only on for the whole cluster",
+        "default_transaction_read_only reset",
+        1_000..=6_000,
+    )
+    .disturbs(),
+    Kind::new(
+        "pause",
+        "a queue paused (Pgmq::pause) for every worker",
+        "the queue resumed",
+        5_000..=8_000,
+    )
+    .at_queue(),
+    Kind::new(
+        "drop-queue",
+        "the keyed queue dropped and created again under its keyed producer (its messages lost)",
+        "nothing to clear",
+        0..=1_000,
+    ),
+    Kind::new(
+        "revoke-grants",
+        "the workers' role's USAGE on the pgmq_sdk schema revoked: no worker can read the pause flag",
+        "the grant restored",
+        5_000..=8_000,
+    )
+    .disturbs(),
 ];
 
 /// The kind named `name`.
@@ -317,6 +300,56 @@ pub(crate) struct Nemesis<'a> {
 }
 
 impl Nemesis<'_> {
+    /// Plays `schedule`, one fault after another, each at its time from
+    /// `started`: injects it, holds it for its duration, clears it (a
+    /// failed injection may have half happened: it is cleared anyway).
+    /// Returns the faults as they happened.
+    pub(crate) async fn play(
+        &self,
+        schedule: &[Planned],
+        started: Instant,
+    ) -> Result<Vec<FaultEvent>, BoxError> {
+        let mut events = Vec::new();
+        for p in schedule {
+            let at = started + Duration::from_millis(p.at_ms);
+            tokio::time::sleep_until(at.into()).await;
+            let kind = kind(p.kind).ok_or("unknown fault kind")?;
+            let start = Utc::now();
+            let mut error = None;
+            let held = match self
+                .inject(
+                    kind,
+                    p.process,
+                    p.queue,
+                    Duration::from_millis(p.duration_ms),
+                )
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    error = Some(format!("{} inject: {e}", p.kind));
+                    Held::Nothing
+                }
+            };
+            tokio::time::sleep_until((at + Duration::from_millis(p.duration_ms)).into()).await;
+            if let Err(e) = self.clear(kind, p.process, held).await {
+                let msg = format!("{} clear: {e}", p.kind);
+                eprintln!("campaign: {msg}");
+                error = Some(error.map_or(msg.clone(), |x| format!("{x}; {msg}")));
+            }
+            events.push(FaultEvent {
+                kind: kind.name,
+                process: p.process,
+                queue: p.queue,
+                start,
+                end: Utc::now(),
+                error,
+                holds_backends: kind.holds_backends,
+            });
+        }
+        Ok(events)
+    }
+
     /// Before a SIGKILL of a fleet-limited process: waits, at most
     /// [`KILL_AIM`], until it runs a handler, so that the kill catches it
     /// holding places and *a killed process's places come back within its
@@ -445,7 +478,7 @@ impl Nemesis<'_> {
                 Held::Sessions(held)
             }
             "read-only" => {
-                super::scenarios::read_only(self.ctx, true).await?;
+                crate::scenarios::read_only(self.ctx, true).await?;
                 Held::Nothing
             }
             "hook-panic" => {
@@ -531,7 +564,7 @@ impl Nemesis<'_> {
                 // The server may have been busy: try a few times.
                 let mut last = None;
                 for _ in 0..20 {
-                    match super::scenarios::read_only(self.ctx, false).await {
+                    match crate::scenarios::read_only(self.ctx, false).await {
                         Ok(()) => return Ok(()),
                         Err(e) => last = Some(e),
                     }
@@ -564,14 +597,4 @@ where
         }
     });
     Held::Task(tx, handle)
-}
-
-/// A dedicated session of the campaign's own, straight to the cluster.
-pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Client, BoxError> {
-    let (c, _notes) = pgmq_client::ClientBuilder::new(dsn)
-        .application_name(app)
-        .connect_timeout(Duration::from_secs(3))
-        .connect_dedicated()
-        .await?;
-    Ok(c)
 }
