@@ -70,7 +70,9 @@ fn mismatches(rows: &BTreeSet<String>, files: &BTreeSet<String>, crate_dir: &str
         .difference(rows)
         .map(|f| format!("{crate_dir}/src/{f} has no row in docs/architecture-modules.md"));
     let missing = rows.difference(files).map(|r| {
-        format!("docs/architecture-modules.md has a row for {crate_dir}/src/{r}, which does not exist")
+        format!(
+            "docs/architecture-modules.md has a row for {crate_dir}/src/{r}, which does not exist"
+        )
     });
     undocumented.chain(missing).collect()
 }
