@@ -102,7 +102,7 @@ pub struct ChildReport {
     pub stalled: bool,
 }
 
-/// The `process-worker` subcommand: `spec` is a [`ChildSpec`] as JSON
+/// The `process-worker` subcommand: `spec` is the section's `ChildSpec` as JSON
 /// (pgmq-testkit's child protocol), its DSN in `PGMQ_BENCH_DSN`. Drains
 /// until the queue is empty, reports, exits (2 when the parent did not say
 /// `go`).
