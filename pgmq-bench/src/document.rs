@@ -833,6 +833,25 @@ pub trait SectionRuns: Sync {
 
     /// Whether its runs in `s` parse as its run type.
     fn parses(&self, s: &Sections) -> Result<()>;
+
+    /// Each run's peak RSS as (round, warm-up, bytes), of the runs that
+    /// record one (`peak_rss_bytes`), for the memory figures and summary.
+    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
+        Runs::<RunPeak>::new(self.name())
+            .list(s)
+            .into_iter()
+            .filter_map(|r| Some((r.round, r.warmup, r.peak_rss_bytes?)))
+            .collect()
+    }
+}
+
+/// What [`SectionRuns::peaks`] reads of any section's run.
+#[derive(Serialize, Deserialize)]
+struct RunPeak {
+    round: u32,
+    warmup: bool,
+    #[serde(default)]
+    peak_rss_bytes: Option<u64>,
 }
 
 impl<T: Serialize + DeserializeOwned + schemars::JsonSchema> SectionRuns for Runs<T> {

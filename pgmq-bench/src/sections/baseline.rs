@@ -119,12 +119,6 @@ impl Section for Baseline {
         ratios(f, s, &consume_counts(s));
     }
 
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        RUNS.list(s)
-            .iter()
-            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
-            .collect()
-    }
 
     /// The worker against the equal-layout loop (the loops' other figures
     /// are in the send and consume tables).

@@ -288,10 +288,7 @@ impl Section for FleetLimit {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match RUNS.of(s) {
-            Ok(r) => r,
-            Err(e) => return out.fail(format!("{NAME}: {e}")),
-        };
+        let runs = out.runs(&RUNS, s);
         for r in &runs {
             let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
             out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);

@@ -328,10 +328,7 @@ impl Section for PinnedHorizon {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match RUNS.of(s) {
-            Ok(r) => r,
-            Err(e) => return out.fail(format!("{NAME}: {e}")),
-        };
+        let runs = out.runs(&RUNS, s);
         for r in &runs {
             let tag = format!("{NAME} {} {}", r.claim_reads.name(), run_tag(r.round, r.warmup));
             out.counters(&tag, &r.worker);
@@ -350,9 +347,6 @@ impl Section for PinnedHorizon {
         }
     }
 
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        RUNS.list(s).iter().map(|r| (r.round, r.warmup, r.peak_rss_bytes)).collect()
-    }
 
     fn report(&self, d: &Document, out: &mut String) {
         report_part(out, d);

@@ -88,10 +88,9 @@ pub(crate) trait Section: Sync {
     fn figures(&self, s: &Sections, f: &mut Figures);
 
     /// Each run's peak RSS as (round, warm-up, bytes), for the memory
-    /// figures and summary; none by default.
+    /// figures and summary: those its runs record.
     fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        let _ = s;
-        Vec::new()
+        self.runs().peaks(s)
     }
 
     /// Appends its part of the Markdown report of `d` (nothing when `d`

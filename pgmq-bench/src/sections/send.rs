@@ -105,57 +105,75 @@ pub async fn batch(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
     finish(ctx, &q, rate, ctx.cfg.batch_size, round, warmup).await
 }
 
-/// One round of the send section of the loop `which` (`send_single` or
-/// `send_batch`): its run between two runs of that loop, the ratio's
-/// reference being their mean.
-async fn one_round(ctx: &Ctx, which: Loop, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    neighbour(ctx, which, at, s).await?;
-    let r = match which {
-        Loop::SendSingle => single(ctx, at.index, at.warm).await?,
-        _ => batch(ctx, at.index, at.warm).await?,
-    };
-    ctx.progress.say(format!(
-        "{} {}: {:.0} msg/s",
-        at.tag,
-        which.name(),
-        r.rate.rate_per_s
-    ));
-    match which {
-        Loop::SendSingle => SINGLE.record(s, &r)?,
-        _ => BATCH.record(s, &r)?,
-    }
-    neighbour(ctx, which, at, s).await?;
-    Ok(())
+/// A send section: its loop's sends between two runs of the baseline's
+/// loop of the same kind, the ratio's reference being their mean.
+pub(crate) struct Sends {
+    /// `Loop::SendSingle` or `Loop::SendBatch`.
+    which: Loop,
+    runs: Runs<SendRun>,
+    about: &'static str,
+    label: &'static str,
+    definition: &'static str,
 }
 
-/// The send_single section: `--single-messages` sends of one message,
-/// between two runs of the baseline's single-send loop.
-pub(crate) struct SendSingle;
+/// The send_single section: `--single-messages` sends of one message.
+#[allow(non_upper_case_globals)]
+pub(crate) const SendSingle: Sends = Sends {
+    which: Loop::SendSingle,
+    runs: SINGLE,
+    about: "Sequential one-message SDK sends",
+    label: "Single send",
+    definition: "SDK Client::send, one message per call, each call awaited before the next: \
+        messages divided by the seconds from the first call to the last reply.",
+};
 
-/// The send_batch section: `--batch-messages` messages in batch sends,
-/// between two runs of the baseline's batch-send loop.
-pub(crate) struct SendBatch;
+/// The send_batch section: `--batch-messages` messages in batch sends.
+#[allow(non_upper_case_globals)]
+pub(crate) const SendBatch: Sends = Sends {
+    which: Loop::SendBatch,
+    runs: BATCH,
+    about: "Sequential SDK batch sends",
+    label: "Batch send",
+    definition: "SDK Client::send_batch of --batch-size messages per call, each awaited before \
+        the next: messages divided by the seconds from the first call to the last reply.",
+};
 
-const DEF_SEND_SINGLE: &str =
-    "SDK Client::send, one message per call, each call awaited before the next: \
-    messages divided by the seconds from the first call to the last reply.";
+impl Sends {
+    /// One round: the run between two runs of the baseline's loop.
+    async fn one_round(&self, ctx: &Ctx, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        neighbour(ctx, self.which, at, s).await?;
+        let r = match self.which {
+            Loop::SendSingle => single(ctx, at.index, at.warm).await?,
+            _ => batch(ctx, at.index, at.warm).await?,
+        };
+        ctx.progress.say(format!(
+            "{} {}: {:.0} msg/s",
+            at.tag,
+            self.which.name(),
+            r.rate.rate_per_s
+        ));
+        self.runs.record(s, &r)?;
+        neighbour(ctx, self.which, at, s).await?;
+        Ok(())
+    }
+}
 
-const DEF_SEND_BATCH: &str =
-    "SDK Client::send_batch of --batch-size messages per call, each awaited before the \
-    next: messages divided by the seconds from the first call to the last reply.";
-
-impl Section for SendSingle {
+impl Section for Sends {
     fn runs(&self) -> &dyn SectionRuns {
-        &SINGLE
+        &self.runs
     }
 
     fn about(&self) -> &'static str {
-        "Sequential one-message SDK sends"
+        self.about
     }
 
     fn planned(&self, cfg: &Config) -> Plan {
         let runs = 1.0 + plan::loops_around(cfg, 2);
-        Plan::work(runs * (plan::SETUP + cfg.single_messages as f64 / plan::SINGLE_SENDS))
+        let sends = match self.which {
+            Loop::SendSingle => cfg.single_messages as f64 / plan::SINGLE_SENDS,
+            _ => cfg.batch_messages as f64 / plan::BATCH_SENDS,
+        };
+        Plan::work(runs * (plan::SETUP + sends))
     }
 
     fn in_warmup(&self) -> bool {
@@ -168,82 +186,31 @@ impl Section for SendSingle {
         at: Round<'a>,
         s: &'a mut Sections,
     ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, Loop::SendSingle, at, s))
+        Box::pin(self.one_round(ctx, at, s))
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&SINGLE, s);
+        let runs = out.runs(&self.runs, s);
         check_sends(out, self.name(), &runs);
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
+        let name = self.name();
         f.rate(
-            "send_single.rate",
-            "send_single",
-            "Single send",
-            DEF_SEND_SINGLE,
-            measured(&SINGLE.list(s), |r| r.warmup).map(|r| (r.round, &r.rate)),
+            &format!("{name}.rate"),
+            name,
+            self.label,
+            self.definition,
+            measured(&self.runs.list(s), |r| r.warmup).map(|r| (r.round, &r.rate)),
         );
     }
 
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        peaks(&SINGLE.list(s))
-    }
-
-    /// The Sends table, of both send sections.
+    /// The Sends table, of both send sections, comes with send_single's.
     fn report(&self, d: &Document, out: &mut String) {
-        report_sends(out, d);
+        if self.which == Loop::SendSingle {
+            report_sends(out, d);
+        }
     }
-}
-
-impl Section for SendBatch {
-    fn runs(&self) -> &dyn SectionRuns {
-        &BATCH
-    }
-
-    fn about(&self) -> &'static str {
-        "Sequential SDK batch sends"
-    }
-
-    fn planned(&self, cfg: &Config) -> Plan {
-        let runs = 1.0 + plan::loops_around(cfg, 2);
-        Plan::work(runs * (plan::SETUP + cfg.batch_messages as f64 / plan::BATCH_SENDS))
-    }
-
-    fn in_warmup(&self) -> bool {
-        true
-    }
-
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, Loop::SendBatch, at, s))
-    }
-
-    fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&BATCH, s);
-        check_sends(out, self.name(), &runs);
-    }
-
-    fn figures(&self, s: &Sections, f: &mut Figures) {
-        f.rate(
-            "send_batch.rate",
-            "send_batch",
-            "Batch send",
-            DEF_SEND_BATCH,
-            measured(&BATCH.list(s), |r| r.warmup).map(|r| (r.round, &r.rate)),
-        );
-    }
-
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        peaks(&BATCH.list(s))
-    }
-
-    /// Nothing of its own: its row is in send_single's Sends table.
-    fn report(&self, _: &Document, _: &mut String) {}
 }
 
 /// The checks of a send section's runs: a warning for a short run, and a
@@ -259,13 +226,6 @@ fn check_sends(out: &mut Checks, name: &str, runs: &[SendRun]) {
             ));
         }
     }
-}
-
-/// Each send run's peak RSS.
-fn peaks(runs: &[SendRun]) -> Vec<(u32, bool, u64)> {
-    runs.iter()
-        .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
-        .collect()
 }
 
 /// Single and batch sends beside their baseline loops.

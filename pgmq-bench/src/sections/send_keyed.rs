@@ -181,10 +181,7 @@ impl Section for SendBatchKeyed {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match RUNS.of(s) {
-            Ok(r) => r,
-            Err(e) => return out.fail(format!("{NAME}: {e}")),
-        };
+        let runs = out.runs(&RUNS, s);
         for r in &runs {
             let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
             out.short_run(&tag, r.rate.elapsed_s);
@@ -229,9 +226,6 @@ impl Section for SendBatchKeyed {
         );
     }
 
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        RUNS.list(s).iter().map(|r| (r.round, r.warmup, r.peak_rss_bytes)).collect()
-    }
 
     fn report(&self, d: &Document, out: &mut String) {
         let ids: Vec<String> = ["plain.rate", "keyed.rate", "keyed_vs_plain"]

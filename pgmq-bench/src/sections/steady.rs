@@ -363,10 +363,7 @@ impl Section for SteadyStream {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = match RUNS.of(s) {
-            Ok(r) => r,
-            Err(e) => return out.fail(format!("{NAME}: {e}")),
-        };
+        let runs = out.runs(&RUNS, s);
         for r in &runs {
             let tag = format!("{NAME} {} {}", series_key(r), run_tag(r.round, r.warmup));
             out.short_run(&tag, r.completed.elapsed_s);
@@ -388,9 +385,6 @@ impl Section for SteadyStream {
         }
     }
 
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        RUNS.list(s).iter().map(|r| (r.round, r.warmup, r.peak_rss_bytes)).collect()
-    }
 
     fn report(&self, d: &Document, out: &mut String) {
         report_part(out, d);

@@ -626,12 +626,6 @@ impl Section for Sustained {
         add_figures(f, s);
     }
 
-    fn peaks(&self, s: &Sections) -> Vec<(u32, bool, u64)> {
-        RUNS.list(s)
-            .iter()
-            .map(|r| (r.round, r.warmup, r.peak_rss_bytes))
-            .collect()
-    }
 
     fn report(&self, d: &Document, out: &mut String) {
         report_part(out, d);
