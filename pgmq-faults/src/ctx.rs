@@ -426,7 +426,7 @@ pub(crate) fn sample_fleet(
     tokio::spawn(async move {
         let mut out = FleetSamples::default();
         let mut conn: Option<tokio_postgres::Client> = None;
-        // A validated QueueName: [a-z0-9_] only.
+        // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
         let sql = format!(
             "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
                     clock_timestamp() from {table}"

@@ -490,7 +490,7 @@ pub(crate) async fn ids_in_table(
     table: &str,
 ) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
     let conn = client.connection().await?;
-    // The name is a validated QueueName's: only [a-z0-9_], so the identifier is safe.
+    // One of the suite's own queue names ([a-z0-9_] only), so the identifier is safe.
     let sql = format!(
         "select coalesce(
              case when jsonb_typeof(headers->'{h}') = 'number' then (headers->>'{h}')::bigint end,
@@ -520,7 +520,7 @@ pub(crate) async fn dead_reasons(
     dlq: &QueueName,
 ) -> Result<HashMap<i64, String>, BoxError> {
     let conn = client.connection().await?;
-    // A validated QueueName: only [a-z0-9_].
+    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
     let sql = format!(
         "select (headers->'original_headers'->>'{h}')::bigint, coalesce(headers->>'reason', '') \
          from {} where jsonb_typeof(headers->'original_headers'->'{h}') = 'number'",

@@ -253,7 +253,7 @@ impl FleetState {
                 }
                 for (role, table) in &tables {
                     let Some(c) = &conn else { break };
-                    // A validated QueueName: [a-z0-9_] only.
+                    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
                     let sql =
                         format!("select msg_id, last_read_at from {table} where last_read_at > $1");
                     let Ok(rows) = c.query(sql.as_str(), &[&late]).await else {
@@ -300,7 +300,7 @@ impl FleetState {
         let Ok(c) = session(dsn, "pgmq-campaign-watch").await else {
             return;
         };
-        // A validated QueueName: [a-z0-9_] only.
+        // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
         let held_sql = format!(
             "select array_agg(msg_id), array_agg(last_read_at), clock_timestamp() from {table} \
              where vt > clock_timestamp() and last_read_at is not null"

@@ -113,7 +113,7 @@ impl Watch {
         let mut held_long = [0; ROLES];
         let mut ready = [0; ROLES];
         for (i, q) in queues.iter().enumerate() {
-            // A validated QueueName: [a-z0-9_] only.
+            // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
             let sql = format!(
                 "select count(*) filter (where vt > clock_timestamp() + interval '15 s'), \
                         count(*) filter (where vt > clock_timestamp() \
@@ -159,7 +159,7 @@ impl Watch {
             let Some(c) = self.conn.as_ref() else {
                 break;
             };
-            // A validated QueueName: [a-z0-9_] only.
+            // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
             let sql = format!(
                 "select msg_id, read_ct, last_read_at, headers ->> $1::text, \
                         extract(epoch from vt - clock_timestamp())::float8 * 1000 \

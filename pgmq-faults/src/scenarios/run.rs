@@ -288,7 +288,7 @@ pub(crate) const CLAIM_LOOPS: u64 = 2;
 /// deleted, released or expired), read from the table without reading them.
 pub(crate) async fn held_keys(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<Vec<i64>, BoxError> {
     let conn = ctx.client.connection().await?;
-    // A validated QueueName: [a-z0-9_] only.
+    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
     let sql = format!(
         "select coalesce((headers->>'{}')::bigint, -1) from {} where vt > clock_timestamp()",
         crate::job::KEY_HEADER,
@@ -340,7 +340,7 @@ impl AckHold {
             .connect_dedicated()
             .await?;
         conn.batch_execute("begin").await?;
-        // A validated QueueName: [a-z0-9_] only.
+        // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
         let sql = format!(
             "select coalesce((headers->>'{}')::bigint, -1) from {} \
              where vt > clock_timestamp() for update",

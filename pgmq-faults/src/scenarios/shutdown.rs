@@ -15,7 +15,7 @@ use crate::BoxError;
 /// Messages of `q` that are invisible right now (claimed and not released).
 async fn hidden(ctx: &Ctx, q: &QueueName) -> Result<i64, BoxError> {
     let conn = ctx.client.connection().await?;
-    // A validated QueueName: [a-z0-9_] only.
+    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
     let sql = format!(
         "select count(*) from {} where vt > clock_timestamp()",
         q.table()
