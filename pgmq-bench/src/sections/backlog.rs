@@ -20,14 +20,13 @@ use crate::kit::Ctx;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, Rate, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, figure_keys};
 use crate::report::thousands;
-use crate::sections::{Round, Section};
+use crate::sections::{Rounds, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -59,15 +58,6 @@ impl Section for BacklogScaling {
         Plan::work(first + sizes.iter().map(|n| plan::drain(*n, plan::DRAIN)).sum::<f64>())
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
         for r in &RUNS.list(s) {
             let tag = format!(
@@ -94,27 +84,29 @@ impl Section for BacklogScaling {
 /// pooled rate is the reference of `vs_smallest`.
 pub const REFERENCE_DRAINS: usize = 3;
 
-/// One round of backlog_scaling: a run at each backlog size, the smallest
-/// (the reference) [`REFERENCE_DRAINS`] times when there are larger ones.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let sizes = &ctx.cfg.backlog_sizes;
-    for (i, n) in sizes.iter().enumerate() {
-        let drains = if i == 0 && sizes.len() > 1 {
-            REFERENCE_DRAINS
-        } else {
-            1
-        };
-        for _ in 0..drains {
-            let r = run(ctx, *n, at.index).await?;
-            ctx.progress.say(format!(
-                "{tag} backlog_scaling {n}: {:.0} msg/s",
-                r.rate.rate_per_s
-            ));
-            RUNS.record(s, &r)?;
+impl Rounds for BacklogScaling {
+    /// One round of backlog_scaling: a run at each backlog size, the smallest
+    /// (the reference) [`REFERENCE_DRAINS`] times when there are larger ones.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        let sizes = &ctx.cfg.backlog_sizes;
+        for (i, n) in sizes.iter().enumerate() {
+            let drains = if i == 0 && sizes.len() > 1 {
+                REFERENCE_DRAINS
+            } else {
+                1
+            };
+            for _ in 0..drains {
+                let r = run(ctx, *n, at.index).await?;
+                ctx.progress.say(format!(
+                    "{tag} backlog_scaling {n}: {:.0} msg/s",
+                    r.rate.rate_per_s
+                ));
+                RUNS.record(s, &r)?;
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \

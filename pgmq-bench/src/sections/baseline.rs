@@ -30,20 +30,29 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 
 use crate::checks::{run_tag, Checks};
 use crate::config::Config;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, fig, worker_counts};
-use crate::sections::{Round, Section};
+use crate::sections::{Round, Rounds, Section};
 use crate::sections::plan::{self, Plan};
 
 /// The baseline section: the loops on plain prepared statements. Beside an
 /// SDK section its loop runs next to each SDK run (see `kit::plain::neighbour`);
 /// alone, a round runs every loop once.
 pub(crate) struct Baseline;
+
+impl Rounds for Baseline {
+    /// Each of the round's loops once (none beside an SDK section).
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        for l in baseline_loops(&ctx.cfg) {
+            baseline_once(ctx, l, at, s).await?;
+        }
+        Ok(())
+    }
+}
 
 impl Section for Baseline {
     fn runs(&self) -> &dyn SectionRuns {
@@ -71,20 +80,6 @@ impl Section for Baseline {
 
     fn in_warmup(&self) -> bool {
         true
-    }
-
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            for l in baseline_loops(&ctx.cfg) {
-                baseline_once(ctx, l, at, s).await?;
-            }
-            Ok(())
-        })
     }
 
     /// Short runs; a consuming loop's ledger and empty queue, a sending

@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use futures::future::BoxFuture;
 use pgmq_client::{Message, Transaction};
 use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler};
 use serde::{Deserialize, Serialize};
@@ -45,7 +44,7 @@ use crate::kit::sink::{Sink, SINK_TABLE};
 use crate::kit::tally::Tally;
 use crate::kit::worker::{builder, counters, handler_kind, worker_on};
 use crate::kit::Ctx;
-use crate::sections::{Options, Round, Section};
+use crate::sections::{Rounds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -239,15 +238,6 @@ impl Section for BatchHandlerSection {
         true
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
         let runs = out.runs(&RUNS, s);
         for r in &runs {
@@ -276,34 +266,36 @@ impl Section for BatchHandlerSection {
     }
 }
 
-/// One round: the three modes, each on a fresh queue.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    Sink::create_table(&ctx.admin).await?;
-    let mut rates = Vec::new();
-    for mode in MODES {
-        let r = run(ctx, mode, at.index, at.warm).await?;
-        ctx.progress.say(format!(
-            "{} {NAME} {mode}: {:.0} msg/s, {:.3} transactions/msg",
-            at.tag,
-            r.rate.rate_per_s,
-            r.server.as_ref().map_or(f64::NAN, |v| v.transactions_per_msg)
-        ));
-        rates.push(r.rate.rate_per_s);
-        RUNS.record(s, &r)?;
+impl Rounds for BatchHandlerSection {
+    /// One round: the three modes, each on a fresh queue.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        Sink::create_table(&ctx.admin).await?;
+        let mut rates = Vec::new();
+        for mode in MODES {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{} {NAME} {mode}: {:.0} msg/s, {:.3} transactions/msg",
+                at.tag,
+                r.rate.rate_per_s,
+                r.server.as_ref().map_or(f64::NAN, |v| v.transactions_per_msg)
+            ));
+            rates.push(r.rate.rate_per_s);
+            RUNS.record(s, &r)?;
+        }
+        if rates[0] > 0.0 {
+            ctx.progress.say(format!(
+                "{} {NAME}: batch_tx / per_message = {:.2}, per_message_tx / per_message = {:.2}",
+                at.tag,
+                rates[2] / rates[0],
+                rates[1] / rates[0]
+            ));
+        }
+        if ctx.cfg.handler == crate::document::HandlerKind::Empty {
+            // The run's end drops it only for the db-write handlers.
+            Sink::drop_table(&ctx.admin).await?;
+        }
+        Ok(())
     }
-    if rates[0] > 0.0 {
-        ctx.progress.say(format!(
-            "{} {NAME}: batch_tx / per_message = {:.2}, per_message_tx / per_message = {:.2}",
-            at.tag,
-            rates[2] / rates[0],
-            rates[1] / rates[0]
-        ));
-    }
-    if ctx.cfg.handler == crate::document::HandlerKind::Empty {
-        // The run's end drops it only for the db-write handlers.
-        Sink::drop_table(&ctx.admin).await?;
-    }
-    Ok(())
 }
 
 /// `--handler db-write` as a transactional batch: the batch's rows with one

@@ -21,7 +21,6 @@ use crate::error::Result;
 use crate::kit::drain::drain;
 use crate::kit::Ctx;
 
-use futures::future::BoxFuture;
 
 use crate::checks::{run_tag, Checks};
 use crate::document::{Document, Sections};
@@ -29,7 +28,7 @@ use crate::figures::{measured, Figures};
 use crate::report::fmt_value;
 use crate::report::{cell, definitions, fig, worker_counts};
 use crate::kit::plain::{neighbour, Loop};
-use crate::sections::{Round, Section};
+use crate::sections::{Rounds, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -66,15 +65,6 @@ impl Section for ConsumeScaling {
         true
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
         for r in &RUNS.list(s) {
             let tag = format!(
@@ -97,40 +87,42 @@ impl Section for ConsumeScaling {
     }
 }
 
-/// One round of consume_scaling: the worker at each handler count, each
-/// between two consume loops.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let p = &ctx.progress;
-    // A consume loop before each worker run and one after the last: every
-    // worker run sits between two loops, and its ratio's reference is their
-    // mean. The equal-layout loop once before the first worker run and once
-    // after the last: the reference of `vs_equal_layout` is the mean of the
-    // two.
-    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
-    let mut before: Option<u32> = None;
-    for w in &ctx.cfg.workers {
-        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            BASELINE_RUNS.update(s, |runs| {
-                runs[i].paired_workers = Some(*w);
-                runs[i].follows_workers = before;
-            })?;
+impl Rounds for ConsumeScaling {
+    /// One round of consume_scaling: the worker at each handler count, each
+    /// between two consume loops.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        let p = &ctx.progress;
+        // A consume loop before each worker run and one after the last: every
+        // worker run sits between two loops, and its ratio's reference is their
+        // mean. The equal-layout loop once before the first worker run and once
+        // after the last: the reference of `vs_equal_layout` is the mean of the
+        // two.
+        neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
+        let mut before: Option<u32> = None;
+        for w in &ctx.cfg.workers {
+            if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
+                BASELINE_RUNS.update(s, |runs| {
+                    runs[i].paired_workers = Some(*w);
+                    runs[i].follows_workers = before;
+                })?;
+            }
+            before = Some(*w);
+            let r = run(ctx, *w, at.index, at.warm).await?;
+            p.say(format!(
+                "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
+                r.rate.rate_per_s, r.handler_ms.p99
+            ));
+            RUNS.record(s, &r)?;
         }
-        before = Some(*w);
-        let r = run(ctx, *w, at.index, at.warm).await?;
-        p.say(format!(
-            "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
-            r.rate.rate_per_s, r.handler_ms.p99
-        ));
-        RUNS.record(s, &r)?;
-    }
-    if let Some(w) = before {
-        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            BASELINE_RUNS.update(s, |runs| runs[i].follows_workers = Some(w))?;
+        if let Some(w) = before {
+            if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
+                BASELINE_RUNS.update(s, |runs| runs[i].follows_workers = Some(w))?;
+            }
         }
+        neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
+        Ok(())
     }
-    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
-    Ok(())
 }
 
 const DEF_THROUGHPUT: &str = "Worker runtime draining a preloaded, vacuumed queue with N handlers: distinct \

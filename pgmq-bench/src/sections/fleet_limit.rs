@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use futures::future::BoxFuture;
 use pgmq_client::QueueName;
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +43,7 @@ use crate::ledger::Ledger;
 use crate::report::{cell, definitions, fig};
 use crate::kit::child::{limited as limited_spec, Fleet};
 use crate::kit::Ctx;
-use crate::sections::{Options, Round, Section};
+use crate::sections::{Rounds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -278,15 +277,6 @@ impl Section for FleetLimit {
             + Plan::work(2.0 * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY)))
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
         let runs = out.runs(&RUNS, s);
         for r in &runs {
@@ -327,21 +317,23 @@ impl Section for FleetLimit {
     }
 }
 
-/// One round: the limited run, then the static split.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    ctx.client.install_sdk_schema().await?;
-    for mode in ["limited", "static"] {
-        let r = run(ctx, mode, at.index, at.warm).await?;
-        let seen = r
-            .most_running_seen
-            .map_or(String::new(), |m| format!(", at most {m} running seen"));
-        ctx.progress.say(format!(
-            "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
-            at.tag, r.rate.rate_per_s, r.used, r.places
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for FleetLimit {
+    /// One round: the limited run, then the static split.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        ctx.client.install_sdk_schema().await?;
+        for mode in ["limited", "static"] {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            let seen = r
+                .most_running_seen
+                .map_or(String::new(), |m| format!(", at most {m} running seen"));
+            ctx.progress.say(format!(
+                "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
+                at.tag, r.rate.rate_per_s, r.used, r.places
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_USED: &str = "Messages handled times the simulated I/O of one call, over the places \

@@ -21,13 +21,11 @@ use crate::kit::worker::ms;
 use crate::kit::Ctx;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 
-use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, fig};
-use crate::sections::{Options, Round, Section};
+use crate::sections::{Rounds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
@@ -174,17 +172,6 @@ impl Section for IdleWorker {
         Plan::fixed((o.window + o.poll * 2).as_secs_f64()) + Plan::work(plan::SETUP)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
-    fn check(&self, _: &Sections, _: &mut Checks) {}
-
     fn figures(&self, s: &Sections, f: &mut Figures) {
         add_figures(f, s);
     }
@@ -195,16 +182,18 @@ impl Section for IdleWorker {
     }
 }
 
-/// One round of idle_worker.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let r = run(ctx, at.index, at.warm).await?;
-    ctx.progress.say(format!(
-        "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
-        r.cpu_percent, r.empty_reads.rate_per_s
-    ));
-    RUNS.record(s, &r)?;
-    Ok(())
+impl Rounds for IdleWorker {
+    /// One round of idle_worker.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        let r = run(ctx, at.index, at.warm).await?;
+        ctx.progress.say(format!(
+            "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
+            r.cpu_percent, r.empty_reads.rate_per_s
+        ));
+        RUNS.record(s, &r)?;
+        Ok(())
+    }
 }
 
 const DEF_IDLE_CPU: &str =

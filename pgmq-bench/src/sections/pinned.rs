@@ -37,10 +37,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use futures::future::BoxFuture;
 use pgmq_client::QueueName;
-use pgmq_testkit::spec::{WorkerSettings, WorkerSpec};
-use pgmq_worker::{Outcome, WorkerHandle};
+use pgmq_testkit::spec::WorkerSettings;
+use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -55,12 +54,12 @@ use crate::figures::{check, measured, median_of, Figures};
 use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::kit::body::padding;
-use crate::kit::load::{produce, Pace, Stream};
-use crate::kit::snapshot::{db_clock_offset_us, every_second, ServerWindow, SteadyServer};
-use crate::kit::tally::{QueueWaits, Tally};
-use crate::kit::worker::{claim_reads, counters, worker_on};
+use crate::kit::load::Pace;
+use crate::kit::snapshot::SteadyServer;
+use crate::kit::stream::{Producer, StreamRun, StreamSpec};
+use crate::kit::worker::{claim_reads, counters};
 use crate::kit::Ctx;
-use crate::sections::{seconds, Options, Round, Section};
+use crate::sections::{Rounds, seconds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -318,15 +317,6 @@ impl Section for PinnedHorizon {
         Plan::fixed(runs * (o.calibrate + o.phase * 3).as_secs_f64()) + Plan::work(runs)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
         let runs = out.runs(&RUNS, s);
         for r in &runs {
@@ -380,33 +370,35 @@ impl Section for PinnedHorizon {
     }
 }
 
-/// One round: a run per claim-reads path.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let c = ctx.cfg.options.pinned.clone();
-    for &reads in &c.claim_reads {
-        let r = run(ctx, &c, reads, at).await?;
-        let say = |i: usize| {
-            r.phases.get(i).map_or("–".to_owned(), |p| {
-                format!(
-                    "{:.0}/s (p99 {:.0} ms)",
-                    p.completed.rate_per_s, p.claim_ms.p99
-                )
-            })
-        };
-        ctx.progress.say(format!(
-            "{} {NAME} {}: clean {:.0}/s unpaced, paced at {:.0}/s: clean {}, pinned {}, recovered {}, back in {}",
-            at.tag,
-            reads.name(),
-            r.clean_unpaced.rate_per_s,
-            r.rate_per_s,
-            say(0),
-            say(1),
-            say(2),
-            r.recovery_s.map_or("–".to_owned(), |v| format!("{v:.0} s"))
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for PinnedHorizon {
+    /// One round: a run per claim-reads path.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let c = ctx.cfg.options.pinned.clone();
+        for &reads in &c.claim_reads {
+            let r = run(ctx, &c, reads, at).await?;
+            let say = |i: usize| {
+                r.phases.get(i).map_or("–".to_owned(), |p| {
+                    format!(
+                        "{:.0}/s (p99 {:.0} ms)",
+                        p.completed.rate_per_s, p.claim_ms.p99
+                    )
+                })
+            };
+            ctx.progress.say(format!(
+                "{} {NAME} {}: clean {:.0}/s unpaced, paced at {:.0}/s: clean {}, pinned {}, recovered {}, back in {}",
+                at.tag,
+                reads.name(),
+                r.clean_unpaced.rate_per_s,
+                r.rate_per_s,
+                say(0),
+                say(1),
+                say(2),
+                r.recovery_s.map_or("–".to_owned(), |v| format!("{v:.0} s"))
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A producer keeping `depth` messages queued, as fast as they drain.
@@ -438,48 +430,29 @@ async fn run(
     reads: ClaimReadsArg,
     at: Round<'_>,
 ) -> Result<PinnedRun> {
-    let q = ctx.guard.fresh("pinned").await?;
-    let client = ctx
-        .target
-        .builder()
-        .application_name(APP)
-        .connect()
-        .await?;
-    let offset_us = db_clock_offset_us(&ctx.admin).await?;
-    let tally = Tally::with_waits(u64::MAX, c.sleep, QueueWaits::new(offset_us));
-    let spec = WorkerSpec {
+    let spec = StreamSpec {
+        prefix: "pinned",
+        app: APP,
+        pool: None,
+        sleep: c.sleep,
         settings: WorkerSettings {
             concurrency: Some(c.handlers as usize),
             claim_reads: Some(claim_reads(reads)),
             ..WorkerSettings::default()
         },
-        ..WorkerSpec::new(q.as_str())
+        ack: Outcome::Delete,
     };
-    let w = worker_on(client.clone(), &spec, &tally, None, Outcome::Delete)?.build()?;
-    let stream = Stream::new(tally);
-    ctx.meter.begin();
-    let handle = w.spawn();
+    let run = StreamRun::start(ctx, spec).await?;
+    let stream = &run.stream;
     let pad = padding(ctx.cfg.payload_bytes);
-    let spawn = |pace: Pace, stop: &CancellationToken| {
-        tokio::spawn(produce(
-            ctx.clone(),
-            q.clone(),
-            pad.clone(),
-            pace,
-            Arc::clone(&stream),
-            stop.clone(),
-        ))
-    };
 
     // Calibration: unpaced, its first quarter left out.
-    let stop = CancellationToken::new();
-    let producer = spawn(at_depth(CALIBRATION_DEPTH), &stop);
+    let producer = run.produce(ctx, &pad, at_depth(CALIBRATION_DEPTH));
     tokio::time::sleep(c.calibrate / 4).await;
     let (d0, t0) = (stream.tally.distinct(), Instant::now());
     tokio::time::sleep(c.calibrate - c.calibrate / 4).await;
     let clean_unpaced = Rate::new(stream.tally.distinct() - d0, t0.elapsed().as_secs_f64());
-    stop.cancel();
-    joined(producer.await)?;
+    producer.stop().await?;
     let rate = c
         .rate
         .map_or(clean_unpaced.rate_per_s * c.share, |r| r as f64)
@@ -490,18 +463,14 @@ async fn run(
     }
 
     // The phases, the producer paced throughout.
-    let stop = CancellationToken::new();
-    let producer = spawn(at_rate(rate), &stop);
-    let waits = stream.tally.waits.as_ref().expect("a tally with waits");
-    waits.take();
-    let on = (&q, &*stream, &handle);
-    let mut phases = vec![phase(ctx, c, on, "clean").await];
-    let pin = Pin::start(ctx, &q, c.readers).await?;
-    phases.push(phase(ctx, c, on, "pinned").await);
+    let producer = run.produce(ctx, &pad, at_rate(rate));
+    let mut phases = vec![phase(ctx, c, (&run, &producer), "clean").await];
+    let pin = Pin::start(ctx, &run.q, c.readers).await?;
+    phases.push(phase(ctx, c, (&run, &producer), "pinned").await);
     pin.release().await?;
     let clean_max = phases[0].backlog.iter().copied().max().unwrap_or(0);
     let back = (2 * clean_max).max(1);
-    let recovered = phase(ctx, c, on, "recovered").await;
+    let recovered = phase(ctx, c, (&run, &producer), "recovered").await;
     let recovery_s = if recovered.backlog_start <= back {
         Some(0.0)
     } else {
@@ -512,13 +481,7 @@ async fn run(
             .map(|i| (i + 1) as f64)
     };
     phases.push(recovered);
-    stop.cancel();
-    let produced = producer.await;
-    let report = handle.shutdown().await?;
-    let peak = ctx.meter.end();
-    drop(client);
-    ctx.guard.release(&q).await?;
-    joined(produced)?;
+    let (report, peak) = run.finish(ctx, producer).await?;
     Ok(PinnedRun {
         round: at.index,
         warmup: at.warm,
@@ -534,54 +497,29 @@ async fn run(
     })
 }
 
-fn joined(r: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
-    match r {
-        Ok(r) => r,
-        Err(e) => Err(Error::Panicked(format!("pinned producer: {e}"))),
-    }
-}
-
-/// One phase: `c.phase` seconds of one-second samples of the stream into
-/// the queue and the worker draining it (`on`).
+/// One phase: a window of `c.phase` seconds of the stream `run` fed by
+/// `producer`, and the worker's claim reads in it.
 async fn phase(
     ctx: &Ctx,
     c: &PinnedConfig,
-    (q, stream, worker): (&QueueName, &Stream, &WorkerHandle),
+    (run, producer): (&StreamRun, &Producer),
     name: &str,
 ) -> PinnedPhase {
-    let waits = stream.tally.waits.as_ref().expect("a tally with waits");
-    waits.take();
-    let reads_before = worker.stats();
-    let mut server = ServerWindow::open(ctx, q).await;
-    let start = Instant::now();
-    let (s0, d0) = (stream.sent(), stream.tally.distinct());
-    let backlog_start = s0.saturating_sub(d0);
-    let mut backlog = Vec::new();
-    let mut tick = every_second();
-    while start.elapsed() + Duration::from_millis(500) < c.phase {
-        tick.tick().await;
-        backlog.push(stream.backlog());
-        server.sample(ctx, q).await;
-    }
-    tokio::time::sleep(c.phase.saturating_sub(start.elapsed())).await;
-    let elapsed_s = start.elapsed().as_secs_f64();
-    let produced = stream.sent() - s0;
-    let completed = stream.tally.distinct() - d0;
-    let claims = waits.take();
-    let reads_after = worker.stats();
-    let server = server.close(ctx, q, completed).await;
+    let reads_before = run.handle.stats();
+    let w = run.window(ctx, c.phase, producer).await;
+    let reads_after = run.handle.stats();
     PinnedPhase {
         phase: name.to_owned(),
-        produced: Rate::new(produced, elapsed_s),
-        completed: Rate::new(completed, elapsed_s),
-        kept_ratio: completed as f64 / produced.max(1) as f64,
-        backlog_start,
-        backlog_slope_per_s: slope(&backlog),
-        backlog,
-        claim_ms: crate::stats::percentiles_us_to_ms(&claims),
+        produced: Rate::new(w.produced, w.elapsed_s),
+        completed: Rate::new(w.completed, w.elapsed_s),
+        kept_ratio: w.completed as f64 / w.produced.max(1) as f64,
+        backlog_start: w.backlog_start,
+        backlog_slope_per_s: slope(&w.backlog),
+        backlog: w.backlog,
+        claim_ms: crate::stats::percentiles_us_to_ms(&w.claims),
         reads: reads_after.reads - reads_before.reads,
         reads_from_start: reads_after.reads_from_start - reads_before.reads_from_start,
-        server,
+        server: w.server,
     }
 }
 

@@ -33,7 +33,6 @@ use crate::kit::Ctx;
 use crate::ledger::Ledger;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
@@ -41,7 +40,7 @@ use crate::document::{Better, Document, Figure, Sample, Sections, TargetCheck};
 use crate::figures::{check, counts_in_ids, measured, median_of, Figures};
 use crate::report::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
-use crate::sections::{Round, Section};
+use crate::sections::{Rounds, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -227,15 +226,6 @@ impl Section for WorkerProcesses {
         Plan::work(cfg.processes.len() as f64 * each)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
         for r in &RUNS.list(s) {
             let tag = format!(
@@ -311,18 +301,20 @@ fn fleet_counts(figures: &[Figure]) -> Vec<u64> {
     v
 }
 
-/// One round of worker_processes: a run at each process count.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    for n in &ctx.cfg.processes {
-        let r = run(ctx, *n, at.index).await?;
-        ctx.progress.say(format!(
-            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
-            r.rate.rate_per_s, r.min_over_max
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for WorkerProcesses {
+    /// One round of worker_processes: a run at each process count.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        for n in &ctx.cfg.processes {
+            let r = run(ctx, *n, at.index).await?;
+            ctx.progress.say(format!(
+                "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
+                r.rate.rate_per_s, r.min_over_max
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's process-worker, --backlog-workers \

@@ -2,6 +2,7 @@
 //! [`Options`] a section file may declare, and the checked reading of a
 //! section flag's seconds.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -47,9 +48,9 @@ pub trait Options: clap::Args {
 }
 
 /// One benchmark section: its name on the command line and in the
-/// document, how a round runs it, the run's checks of its runs, its figures
-/// and its part of the Markdown report.
-pub(crate) trait Section: Sync {
+/// document, how a round runs it (its [`Rounds`]), the run's checks of its
+/// runs, its figures and its part of the Markdown report.
+pub(crate) trait Section: Sync + BoxedRound {
     /// Where its runs are in the document: its name and its run type (a
     /// [`Runs`](crate::document::Runs) declared in its file).
     fn runs(&self) -> &dyn SectionRuns;
@@ -73,16 +74,10 @@ pub(crate) trait Section: Sync {
         false
     }
 
-    /// Runs the section once for the round `at`, recording its runs in `s`.
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>>;
-
-    /// Adds the failures and warnings of its runs in `s`.
-    fn check(&self, s: &Sections, out: &mut Checks);
+    /// Adds the failures and warnings of its runs in `s`; none by default.
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        let _ = (s, out);
+    }
 
     /// Adds the figures of its measured runs in `s`.
     fn figures(&self, s: &Sections, f: &mut Figures);
@@ -102,6 +97,41 @@ pub(crate) trait Section: Sync {
     fn targets(&self, figures: &[crate::document::Figure]) -> Vec<crate::document::TargetCheck> {
         let _ = figures;
         Vec::new()
+    }
+}
+
+/// How a round runs a section: the one part of a section that awaits,
+/// written as an `async fn`.
+pub(crate) trait Rounds: Sync {
+    /// Runs the section once for the round `at`, recording its runs in `s`.
+    fn run_round(
+        &self,
+        ctx: &Arc<Ctx>,
+        at: Round<'_>,
+        s: &mut Sections,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A section's [`Rounds`] as the registry calls it: the round's future
+/// boxed, so that sections of different types share one list.
+pub(crate) trait BoxedRound {
+    /// [`Rounds::run_round`], boxed.
+    fn boxed_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>>;
+}
+
+impl<T: Rounds> BoxedRound for T {
+    fn boxed_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.run_round(ctx, at, s))
     }
 }
 

@@ -17,7 +17,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
@@ -27,7 +26,7 @@ use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::{cell, definitions, fig};
 use crate::kit::body::id_batches;
 use crate::kit::Ctx;
-use crate::sections::{Round, Section};
+use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -137,6 +136,26 @@ const DEF_RATE: &str = "--batch-messages sent in calls of --batch-size, each awa
 const DEF_RATIO: &str = "keyed throughput ÷ plain throughput of the same round: what keys cost \
     a batch send (1: nothing).";
 
+impl Rounds for SendBatchKeyed {
+    /// Both modes, their order swapped every other round.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        ctx.client.install_sdk_schema().await?;
+        let mut modes = MODES;
+        if at.index % 2 == 1 {
+            modes.reverse();
+        }
+        for mode in modes {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{} {NAME} {mode}: {:.0} msg/s",
+                at.tag, r.rate.rate_per_s
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
+    }
+}
+
 impl Section for SendBatchKeyed {
     fn runs(&self) -> &dyn SectionRuns {
         &RUNS
@@ -154,30 +173,6 @@ impl Section for SendBatchKeyed {
 
     fn in_warmup(&self) -> bool {
         true
-    }
-
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            ctx.client.install_sdk_schema().await?;
-            let mut modes = MODES;
-            if at.index % 2 == 1 {
-                modes.reverse();
-            }
-            for mode in modes {
-                let r = run(ctx, mode, at.index, at.warm).await?;
-                ctx.progress.say(format!(
-                    "{} {NAME} {mode}: {:.0} msg/s",
-                    at.tag, r.rate.rate_per_s
-                ));
-                RUNS.record(s, &r)?;
-            }
-            Ok(())
-        })
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {

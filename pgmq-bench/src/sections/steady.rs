@@ -34,15 +34,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
-use futures::future::BoxFuture;
-use pgmq_client::QueueName;
-use pgmq_testkit::spec::{WorkerSettings, WorkerSpec};
+use pgmq_testkit::spec::WorkerSettings;
 use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
 use crate::checks::{run_tag, Checks};
 use crate::config::{pick, Apply, Profile};
@@ -53,12 +50,11 @@ use crate::figures::{check, measured, median_of, Figures};
 use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::kit::body::padding;
-use crate::kit::load::{produce, Pace, Stream};
-use crate::kit::snapshot::{db_clock_offset_us, every_second, ServerWindow};
-use crate::kit::tally::{QueueWaits, Tally};
-use crate::kit::worker::{counters, ms, worker_on};
+use crate::kit::load::Pace;
+use crate::kit::stream::{StreamRun, StreamSpec};
+use crate::kit::worker::{counters, ms};
 use crate::kit::Ctx;
-use crate::sections::{seconds, Options, Round, Section};
+use crate::sections::{Rounds, seconds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -353,15 +349,6 @@ impl Section for SteadyStream {
         Plan::fixed(runs * (o.warmup + o.duration).as_secs_f64()) + Plan::work(runs * 0.5)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
         let runs = out.runs(&RUNS, s);
         for r in &runs {
@@ -419,30 +406,32 @@ impl Section for SteadyStream {
     }
 }
 
-/// One round: every series, each handler count in ascending order.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let c = ctx.cfg.options.steady.clone();
-    for &ack in &c.acks {
-        for &sleep in &c.sleeps {
-            for &rate in &c.rates {
-                for &n in &c.handlers {
-                    let r = run(ctx, &c, Series { ack, sleep, rate }, n, at).await?;
-                    ctx.progress.say(format!(
-                        "{} {NAME} {} h{n}: {:.0} completed/s, claim p99 {:.1} ms, {} µs server CPU/msg",
-                        at.tag,
-                        series_key(&r),
-                        r.completed.rate_per_s,
-                        r.claim_ms.p99,
-                        r.server
-                            .cpu_us_per_msg
-                            .map_or("–".to_owned(), |v| format!("{v:.0}"))
-                    ));
-                    RUNS.record(s, &r)?;
+impl Rounds for SteadyStream {
+    /// One round: every series, each handler count in ascending order.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let c = ctx.cfg.options.steady.clone();
+        for &ack in &c.acks {
+            for &sleep in &c.sleeps {
+                for &rate in &c.rates {
+                    for &n in &c.handlers {
+                        let r = run(ctx, &c, Series { ack, sleep, rate }, n, at).await?;
+                        ctx.progress.say(format!(
+                            "{} {NAME} {} h{n}: {:.0} completed/s, claim p99 {:.1} ms, {} µs server CPU/msg",
+                            at.tag,
+                            series_key(&r),
+                            r.completed.rate_per_s,
+                            r.claim_ms.p99,
+                            r.server
+                                .cpu_us_per_msg
+                                .map_or("–".to_owned(), |v| format!("{v:.0}"))
+                        ));
+                        RUNS.record(s, &r)?;
+                    }
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// What a series holds fixed.
@@ -453,7 +442,7 @@ struct Series {
     rate: u64,
 }
 
-/// One run of `n` handlers.
+/// One run of `n` handlers: the warm-up left out, then one window.
 async fn run(
     ctx: &Arc<Ctx>,
     c: &SteadyConfig,
@@ -461,29 +450,19 @@ async fn run(
     n: u32,
     at: Round<'_>,
 ) -> Result<SteadyRun> {
-    let q = ctx.guard.fresh("steady").await?;
-    let client = ctx
-        .target
-        .builder()
-        .max_size(c.pool)
-        .application_name(APP)
-        .connect()
-        .await?;
-    let offset_us = db_clock_offset_us(&ctx.admin).await?;
-    let tally = Tally::with_waits(u64::MAX, series.sleep, QueueWaits::new(offset_us));
-    let spec = WorkerSpec {
+    let spec = StreamSpec {
+        prefix: "steady",
+        app: APP,
+        pool: Some(c.pool),
+        sleep: series.sleep,
         settings: WorkerSettings {
             concurrency: Some(n as usize),
             poll_interval_ms: Some(ms(c.poll)),
             ..WorkerSettings::default()
         },
-        ..WorkerSpec::new(q.as_str())
+        ack: series.ack.outcome(),
     };
-    let w = worker_on(client.clone(), &spec, &tally, None, series.ack.outcome())?.build()?;
-    let stream = Stream::new(Arc::clone(&tally));
-    let stop = CancellationToken::new();
-    ctx.meter.begin();
-    let handle = w.spawn();
+    let stream = StreamRun::start(ctx, spec).await?;
     let pace = Pace {
         depth: Some(c.depth),
         rate: (series.rate > 0).then_some(series.rate as f64),
@@ -491,29 +470,13 @@ async fn run(
         most: TOP_UP_MAX,
         nap: Duration::from_millis(1),
     };
-    let producer = tokio::spawn(produce(
-        ctx.clone(),
-        q.clone(),
-        padding(c.body_bytes),
-        pace,
-        Arc::clone(&stream),
-        stop.clone(),
-    ));
-    let window = watch_window(ctx, c, &q, &stream, &producer).await;
-    stop.cancel();
-    let joined = producer.await;
-    let report = handle.shutdown().await?;
-    let peak = ctx.meter.end();
-    drop(client);
-    ctx.guard.release(&q).await?;
-    match joined {
-        Ok(r) => r?,
-        Err(e) => return Err(Error::Panicked(format!("steady producer: {e}"))),
-    }
-    let w = window?;
+    let producer = stream.produce(ctx, &padding(c.body_bytes), pace);
+    tokio::time::sleep(c.warmup).await;
+    let w = stream.window(ctx, c.duration, &producer).await;
+    let (report, peak) = stream.finish(ctx, producer).await?;
     let completed = Rate::new(w.completed, w.elapsed_s);
     let rate_limit = (series.rate > 0).then_some(series.rate as f64);
-    let depth_mean = w.depths.iter().sum::<u64>() as f64 / w.depths.len().max(1) as f64;
+    let depth_mean = w.backlog.iter().sum::<u64>() as f64 / w.backlog.len().max(1) as f64;
     Ok(SteadyRun {
         round: at.index,
         warmup: at.warm,
@@ -526,72 +489,13 @@ async fn run(
         completed,
         produced: Rate::new(w.produced, w.elapsed_s),
         depth_mean,
-        depth_max: w.depths.iter().copied().max().unwrap_or(0),
+        depth_max: w.backlog.iter().copied().max().unwrap_or(0),
         claim_ms: crate::stats::percentiles_us_to_ms(&w.claims),
         per_second: w.per_second,
         server: w.server,
         worker: counters(&report.stats),
         archived: report.stats.archived,
         peak_rss_bytes: peak,
-    })
-}
-
-/// What the measured window of a run saw.
-struct Window {
-    elapsed_s: f64,
-    completed: u64,
-    produced: u64,
-    depths: Vec<u64>,
-    per_second: Vec<f64>,
-    claims: hdrhistogram::Histogram<u64>,
-    server: SteadyServer,
-}
-
-/// Waits out the warm-up, then samples every second for the window: the
-/// depth, the completions, the queue table's dead tuples, and the
-/// database's counters at both ends.
-async fn watch_window(
-    ctx: &Ctx,
-    c: &SteadyConfig,
-    q: &QueueName,
-    stream: &Stream,
-    producer: &tokio::task::JoinHandle<Result<()>>,
-) -> Result<Window> {
-    let tally = &stream.tally;
-    let waits = tally.waits.as_ref().expect("a tally with waits");
-    tokio::time::sleep(c.warmup).await;
-    waits.take();
-    let mut server = ServerWindow::open(ctx, q).await;
-    let start = Instant::now();
-    let (c0, p0) = (tally.distinct(), stream.sent());
-    let (mut depths, mut per_second) = (Vec::new(), Vec::new());
-    let mut last = c0;
-    let mut tick = every_second();
-    while start.elapsed() < c.duration && !producer.is_finished() {
-        let left = c.duration.saturating_sub(start.elapsed());
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = tokio::time::sleep(left) => {}
-        }
-        let done = tally.distinct();
-        depths.push(stream.sent().saturating_sub(done));
-        per_second.push((done - last) as f64);
-        last = done;
-        server.sample(ctx, q).await;
-    }
-    let elapsed_s = start.elapsed().as_secs_f64();
-    let completed = tally.distinct() - c0;
-    let produced_n = stream.sent() - p0;
-    let claims = waits.take();
-    let server = server.close(ctx, q, completed).await;
-    Ok(Window {
-        elapsed_s,
-        completed,
-        produced: produced_n,
-        depths,
-        per_second,
-        claims,
-        server,
     })
 }
 

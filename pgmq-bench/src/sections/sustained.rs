@@ -30,15 +30,14 @@ use crate::document::{
     HandlerKind, IntervalPercentiles, LedgerReport, Percentiles, Rate, Runs, SectionRuns, WorkerCounters,
 };
 use crate::error::{Error, Result};
-use crate::kit::snapshot::db_clock_offset_us;
-use crate::kit::tally::{QueueWaits, Tally};
+use crate::kit::stream::clocked_tally;
+use crate::kit::tally::Tally;
 use crate::kit::worker::counters;
 use crate::kit::Ctx;
 use crate::stats::{histogram_delta, interval_percentiles_ms, least_squares_fit};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 
 use crate::checks::{run_tag, Checks};
 use crate::document::{Better, Document, Sample, Sections};
@@ -46,7 +45,7 @@ use crate::figures::{measured, Figures};
 use crate::report::MIB;
 use crate::report::{cell, definitions, fig};
 use crate::report::{fmt_value, thousands};
-use crate::sections::{Round, Section};
+use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -313,8 +312,7 @@ pub async fn run_at(
     let cfg = &ctx.cfg;
     let q = ctx.guard.fresh("sustained").await?;
     let before = db_snapshot(ctx).await?;
-    let offset_us = db_clock_offset_us(&ctx.admin).await?;
-    let tally = Tally::with_waits(u64::MAX, cfg.handler_work, QueueWaits::new(offset_us));
+    let tally = clocked_tally(ctx, cfg.handler_work).await?;
     let w = ctx.worker(&ctx.worker_spec(&q, cfg.sustained_workers), &tally)?;
     let produced = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
@@ -563,6 +561,17 @@ fn failure_reasons(
 /// `--duration` (with `--rate-search`, at rising rates until a step fails).
 pub(crate) struct Sustained;
 
+impl Rounds for Sustained {
+    /// One run at `--rate`, or with `--rate-search` a run per step.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        if ctx.cfg.rate_search {
+            sustained_rate_search(ctx, at, s).await
+        } else {
+            sustained_once(ctx, at, s).await
+        }
+    }
+}
+
 impl Section for Sustained {
     fn runs(&self) -> &dyn SectionRuns {
         &RUNS
@@ -576,21 +585,6 @@ impl Section for Sustained {
         // A rate search runs at most --rate-steps-max windows.
         let windows = f64::from(if cfg.rate_search { cfg.rate_steps_max } else { 1 });
         Plan::fixed(windows * cfg.duration.as_secs_f64()) + Plan::work(windows * 1.5)
-    }
-
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            if ctx.cfg.rate_search {
-                sustained_rate_search(ctx, at, &mut RUNS.list(s)).await
-            } else {
-                sustained_once(ctx, at, s).await
-            }
-        })
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
@@ -647,12 +641,9 @@ async fn sustained_once(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Resu
     Ok(())
 }
 
-/// One round of sustained with `--rate-search`: its runs go to `runs`.
-async fn sustained_rate_search(
-    ctx: &Arc<Ctx>,
-    at: Round<'_>,
-    runs: &mut Vec<SustainedRun>,
-) -> Result<()> {
+/// One round of sustained with `--rate-search`: a run per step, recorded
+/// in `s`.
+async fn sustained_rate_search(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
     let tag = at.tag;
     let cfg = &ctx.cfg;
     // Step the rate up until the slope verdict fails.
@@ -668,7 +659,7 @@ async fn sustained_rate_search(
             r.backlog_slope_per_s.unwrap_or(f64::NAN),
             if pass { "pass" } else { "fail: search ends" }
         ));
-        runs.push(r);
+        RUNS.record(s, &r)?;
         if !pass {
             break;
         }

@@ -29,13 +29,11 @@ use crate::kit::Ctx;
 use crate::stats::percentiles_of;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 
-use crate::checks::Checks;
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, fig};
-use crate::sections::{Options, Round, Section};
+use crate::sections::{Rounds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
@@ -360,17 +358,6 @@ impl Section for WakeupLatency {
             + Plan::work(2.0 * plan::SETUP)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
-    fn check(&self, _: &Sections, _: &mut Checks) {}
-
     fn figures(&self, s: &Sections, f: &mut Figures) {
         add_figures(f, s);
     }
@@ -381,18 +368,20 @@ impl Section for WakeupLatency {
     }
 }
 
-/// One round of wakeup_latency: polling, then notifications.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    for mode in [Mode::Poll, Mode::Notify] {
-        let r = run(ctx, mode, at.index, at.warm).await?;
-        ctx.progress.say(format!(
-            "{tag} wakeup_latency {}: p50 {:.2} ms",
-            r.mode, r.latency_ms.p50
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for WakeupLatency {
+    /// One round of wakeup_latency: polling, then notifications.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        for mode in [Mode::Poll, Mode::Notify] {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{tag} wakeup_latency {}: p50 {:.2} ms",
+                r.mode, r.latency_ms.p50
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_WAKEUP: &str =
