@@ -31,15 +31,13 @@ pub(crate) async fn clocked_tally(ctx: &Ctx, work: Duration) -> Result<Arc<Tally
     ))
 }
 
-/// What a stream's worker is: the queue's name prefix, its pool's
-/// application name and size (None: the client's default), what each
-/// handler call sleeps, the worker's settings and how a success is
-/// acknowledged.
+/// What a stream's worker is: the queue's name prefix (its pool's
+/// application name is `pgmq-bench-<prefix>`), its pool's size (None: the
+/// client's default), what each handler call sleeps, the worker's settings
+/// and how a success is acknowledged.
 pub(crate) struct StreamSpec<'a> {
     /// The fresh queue's name prefix.
     pub(crate) prefix: &'a str,
-    /// The worker's pool's application name.
-    pub(crate) app: &'a str,
     /// Connections in the worker's pool (None: the client's default).
     pub(crate) pool: Option<u32>,
     /// What each handler call sleeps.
@@ -94,7 +92,10 @@ impl StreamRun {
     /// its own, spawned with the memory meter begun.
     pub(crate) async fn start(ctx: &Ctx, spec: StreamSpec<'_>) -> Result<StreamRun> {
         let q = ctx.guard.fresh(spec.prefix).await?;
-        let mut builder = ctx.target.builder().application_name(spec.app);
+        let mut builder = ctx
+            .target
+            .builder()
+            .application_name(&format!("pgmq-bench-{}", spec.prefix));
         if let Some(n) = spec.pool {
             builder = builder.max_size(n);
         }

@@ -70,13 +70,121 @@ impl Section for BacklogScaling {
         }
     }
 
+    /// backlog_scaling: per size, the drain rate and its ratio to the
+    /// smallest size's rate of the same round.
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
+        let mut sizes: Vec<u64> = RUNS
+            .list(s)
+            .iter()
+            .map(|r| r.ledger.expected)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let all = RUNS.list(s);
+        let backlog = || measured(&all, |r| r.warmup);
+        // One rate per size and measured round: the round's drains of that size
+        // pooled (their messages over their seconds); only the smallest size is
+        // drained more than once.
+        let pooled = |n: u64| -> Vec<(u32, Rate)> {
+            let mut rounds: Vec<u32> = backlog()
+                .filter(|r| r.ledger.expected == n)
+                .map(|r| r.round)
+                .collect();
+            rounds.dedup();
+            rounds
+                .into_iter()
+                .map(|round| {
+                    let (count, secs) = backlog()
+                        .filter(|r| r.round == round && r.ledger.expected == n)
+                        .fold((0, 0.0), |(c, t), r| (c + r.rate.count, t + r.rate.elapsed_s));
+                    (round, Rate::new(count, secs))
+                })
+                .collect()
+        };
+        for n in &sizes {
+            f.rate(
+                &format!("backlog_scaling.n{n}.throughput"),
+                "backlog_scaling",
+                &format!(
+                    "Drain rate, backlog of {}",
+                    crate::report::thousands(*n as f64)
+                ),
+                DEF_BACKLOG,
+                pooled(*n).iter().map(|(round, rate)| (*round, rate)),
+            );
+        }
+        if let Some(smallest) = sizes.first() {
+            let reference = pooled(*smallest);
+            for n in sizes.iter().skip(1) {
+                let runs = pooled(*n)
+                    .iter()
+                    .filter_map(|(round, rate)| {
+                        let (_, base) = reference.iter().find(|(r, _)| r == round)?;
+                        (base.rate_per_s > 0.0)
+                            .then(|| Sample::value(*round, rate.rate_per_s / base.rate_per_s))
+                    })
+                    .collect();
+                f.add(
+                    format!("backlog_scaling.n{n}.vs_smallest"),
+                    "backlog_scaling",
+                    format!(
+                        "Drain rate, backlog of {} vs {}",
+                        crate::report::thousands(*n as f64),
+                        crate::report::thousands(*smallest as f64)
+                    ),
+                    "x",
+                    Better::Higher,
+                    DEF_BACKLOG_RATIO,
+                    runs,
+                );
+            }
+        }
     }
 
-
+    /// backlog_scaling: the drain rate per backlog size and its ratio to the
+    /// smallest size's rate.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let sizes = figure_keys(d, "backlog_scaling.n", ".throughput");
+        let Some(smallest) = sizes.first() else {
+            return;
+        };
+        let w = &d.metadata.workload;
+        let mut how = Vec::new();
+        if let Some(n) = w.backlog_workers {
+            how.push(format!("{n} handlers"));
+        }
+        if let Some(c) = &w.claim_reads {
+            how.push(format!("claim reads `{c}`"));
+        }
+        let _ = writeln!(
+            out,
+            "## Backlog scaling (backlog_scaling)\n\n{}| Backlog (messages) | Drain rate (msg/s) | vs {} |\n| --- | --- | --- |",
+            if how.is_empty() {
+                String::new()
+            } else {
+                format!("{}.\n\n", how.join(", "))
+            },
+            thousands(*smallest as f64)
+        );
+        let mut ids = Vec::new();
+        for n in &sizes {
+            let rate = format!("backlog_scaling.n{n}.throughput");
+            let ratio = format!("backlog_scaling.n{n}.vs_smallest");
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                thousands(*n as f64),
+                cell(d, &rate),
+                if n == smallest {
+                    "1 (the reference)".to_owned()
+                } else {
+                    cell(d, &ratio)
+                }
+            );
+            ids.extend([rate, ratio]);
+        }
+        out.push('\n');
+        definitions(out, d, &ids);
     }
 }
 
@@ -118,123 +226,6 @@ const DEF_BACKLOG_RATIO: &str =
     "This backlog's drain rate divided by the smallest backlog's pooled drain rate of the \
     same round (its drains' messages over their seconds; the smallest size is drained 3 times \
     a round): 1 when the rate holds as the backlog grows.";
-
-/// backlog_scaling: per size, the drain rate and its ratio to the
-/// smallest size's rate of the same round.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    let mut sizes: Vec<u64> = RUNS
-        .list(s)
-        .iter()
-        .map(|r| r.ledger.expected)
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let all = RUNS.list(s);
-    let backlog = || measured(&all, |r| r.warmup);
-    // One rate per size and measured round: the round's drains of that size
-    // pooled (their messages over their seconds); only the smallest size is
-    // drained more than once.
-    let pooled = |n: u64| -> Vec<(u32, Rate)> {
-        let mut rounds: Vec<u32> = backlog()
-            .filter(|r| r.ledger.expected == n)
-            .map(|r| r.round)
-            .collect();
-        rounds.dedup();
-        rounds
-            .into_iter()
-            .map(|round| {
-                let (count, secs) = backlog()
-                    .filter(|r| r.round == round && r.ledger.expected == n)
-                    .fold((0, 0.0), |(c, t), r| (c + r.rate.count, t + r.rate.elapsed_s));
-                (round, Rate::new(count, secs))
-            })
-            .collect()
-    };
-    for n in &sizes {
-        f.rate(
-            &format!("backlog_scaling.n{n}.throughput"),
-            "backlog_scaling",
-            &format!(
-                "Drain rate, backlog of {}",
-                crate::report::thousands(*n as f64)
-            ),
-            DEF_BACKLOG,
-            pooled(*n).iter().map(|(round, rate)| (*round, rate)),
-        );
-    }
-    if let Some(smallest) = sizes.first() {
-        let reference = pooled(*smallest);
-        for n in sizes.iter().skip(1) {
-            let runs = pooled(*n)
-                .iter()
-                .filter_map(|(round, rate)| {
-                    let (_, base) = reference.iter().find(|(r, _)| r == round)?;
-                    (base.rate_per_s > 0.0)
-                        .then(|| Sample::value(*round, rate.rate_per_s / base.rate_per_s))
-                })
-                .collect();
-            f.add(
-                format!("backlog_scaling.n{n}.vs_smallest"),
-                "backlog_scaling",
-                format!(
-                    "Drain rate, backlog of {} vs {}",
-                    crate::report::thousands(*n as f64),
-                    crate::report::thousands(*smallest as f64)
-                ),
-                "x",
-                Better::Higher,
-                DEF_BACKLOG_RATIO,
-                runs,
-            );
-        }
-    }
-}
-
-/// backlog_scaling: the drain rate per backlog size and its ratio to the
-/// smallest size's rate.
-fn report_part(out: &mut String, d: &Document) {
-    let sizes = figure_keys(d, "backlog_scaling.n", ".throughput");
-    let Some(smallest) = sizes.first() else {
-        return;
-    };
-    let w = &d.metadata.workload;
-    let mut how = Vec::new();
-    if let Some(n) = w.backlog_workers {
-        how.push(format!("{n} handlers"));
-    }
-    if let Some(c) = &w.claim_reads {
-        how.push(format!("claim reads `{c}`"));
-    }
-    let _ = writeln!(
-        out,
-        "## Backlog scaling (backlog_scaling)\n\n{}| Backlog (messages) | Drain rate (msg/s) | vs {} |\n| --- | --- | --- |",
-        if how.is_empty() {
-            String::new()
-        } else {
-            format!("{}.\n\n", how.join(", "))
-        },
-        thousands(*smallest as f64)
-    );
-    let mut ids = Vec::new();
-    for n in &sizes {
-        let rate = format!("backlog_scaling.n{n}.throughput");
-        let ratio = format!("backlog_scaling.n{n}.vs_smallest");
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} |",
-            thousands(*n as f64),
-            cell(d, &rate),
-            if n == smallest {
-                "1 (the reference)".to_owned()
-            } else {
-                cell(d, &ratio)
-            }
-        );
-        ids.extend([rate, ratio]);
-    }
-    out.push('\n');
-    definitions(out, d, &ids);
-}
 
 #[cfg(test)]
 mod tests {

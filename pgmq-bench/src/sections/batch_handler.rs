@@ -35,6 +35,7 @@ use crate::checks::{run_tag, Checks};
 use crate::document::{Runs, SectionRuns, Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
+use crate::report::workload_if;
 use crate::report::{fmt_value, thousands};
 use crate::report::{cell, definitions, fig};
 use crate::cli::HandlerKind;
@@ -255,14 +256,60 @@ impl Section for BatchHandlerSection {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
-
+    /// The section's table: per mode, the rate and the database's counters,
+    /// then the ratios.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some(w) = workload_if::<BatchHandlerWorkload>(d, &id("batch_tx", "throughput")) else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Batch handlers (batch_handler)\n\n\
+             The db-write handler, {} messages a run, {} handlers; batch_tx batches of up to {} \
+             gathered within {} ms.\n\n\
+             | Mode | Throughput (msg/s) | Transactions/msg | WAL bytes/msg | WAL syncs/msg |\n\
+             | --- | --- | --- | --- | --- |",
+            thousands(w.batch_handler_messages as f64),
+            w.batch_handler_workers,
+            w.batch_handler_max,
+            w.batch_handler_window_ms
+        );
+        let mut ids = Vec::new();
+        for mode in MODES {
+            let val = |what: &str| {
+                fig(d, &id(mode, what))
+                    .map(|f| fmt_value(f.median, "1/msg"))
+                    .unwrap_or_else(|| "–".into())
+            };
+            let _ = writeln!(
+                out,
+                "| {mode} | {} | {} | {} | {} |",
+                cell(d, &id(mode, "throughput")),
+                val("transactions_per_msg"),
+                fig(d, &id(mode, "wal_bytes_per_msg"))
+                    .map(|f| format!("{:.0}", f.median))
+                    .unwrap_or_else(|| "–".into()),
+                val("wal_syncs_per_msg")
+            );
+            ids.push(id(mode, "throughput"));
+        }
+        let _ = writeln!(
+            out,
+            "\nbatch_tx ÷ per_message: {} (target: at least 0.8); per_message_tx ÷ per_message: {}.\n",
+            cell(d, &format!("{NAME}.batch_tx_vs_per_message")),
+            cell(d, &format!("{NAME}.per_message_tx_vs_per_message"))
+        );
+        ids.extend([
+            format!("{NAME}.batch_tx_vs_per_message"),
+            format!("{NAME}.per_message_tx_vs_per_message"),
+            id("batch_tx", "transactions_per_msg"),
+            id("batch_tx", "wal_bytes_per_msg"),
+            id("batch_tx", "wal_syncs_per_msg"),
+        ]);
+        definitions(out, d, &ids);
     }
 }
 
@@ -557,58 +604,3 @@ fn add_figures(f: &mut Figures, runs: &[BatchHandlerRun]) {
     }
 }
 
-/// The section's table: per mode, the rate and the database's counters,
-/// then the ratios.
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, &id("batch_tx", "throughput")).is_none() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<BatchHandlerWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Batch handlers (batch_handler)\n\n\
-         The db-write handler, {} messages a run, {} handlers; batch_tx batches of up to {} \
-         gathered within {} ms.\n\n\
-         | Mode | Throughput (msg/s) | Transactions/msg | WAL bytes/msg | WAL syncs/msg |\n\
-         | --- | --- | --- | --- | --- |",
-        thousands(w.batch_handler_messages as f64),
-        w.batch_handler_workers,
-        w.batch_handler_max,
-        w.batch_handler_window_ms
-    );
-    let mut ids = Vec::new();
-    for mode in MODES {
-        let val = |what: &str| {
-            fig(d, &id(mode, what))
-                .map(|f| fmt_value(f.median, "1/msg"))
-                .unwrap_or_else(|| "–".into())
-        };
-        let _ = writeln!(
-            out,
-            "| {mode} | {} | {} | {} | {} |",
-            cell(d, &id(mode, "throughput")),
-            val("transactions_per_msg"),
-            fig(d, &id(mode, "wal_bytes_per_msg"))
-                .map(|f| format!("{:.0}", f.median))
-                .unwrap_or_else(|| "–".into()),
-            val("wal_syncs_per_msg")
-        );
-        ids.push(id(mode, "throughput"));
-    }
-    let _ = writeln!(
-        out,
-        "\nbatch_tx ÷ per_message: {} (target: at least 0.8); per_message_tx ÷ per_message: {}.\n",
-        cell(d, &format!("{NAME}.batch_tx_vs_per_message")),
-        cell(d, &format!("{NAME}.per_message_tx_vs_per_message"))
-    );
-    ids.extend([
-        format!("{NAME}.batch_tx_vs_per_message"),
-        format!("{NAME}.per_message_tx_vs_per_message"),
-        id("batch_tx", "transactions_per_msg"),
-        id("batch_tx", "wal_bytes_per_msg"),
-        id("batch_tx", "wal_syncs_per_msg"),
-    ]);
-    definitions(out, d, &ids);
-}

@@ -81,9 +81,58 @@ impl Section for ConsumeScaling {
         add_figures(f, s, &consume_counts(s));
     }
 
-
+    /// consume_scaling: throughput, its ratio to the baseline loop and the
+    /// latency percentiles per handler count.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let counts = worker_counts(d);
+        if counts.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## Worker scaling (consume_scaling)\n\n\
+             | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
+             Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
+             | --- | --- | --- | --- | --- | --- |"
+        );
+        let mut ids = Vec::new();
+        for w in &counts {
+            let p = format!("consume_scaling.w{w}");
+            let pct = |what: &str| {
+                ["p50", "p95", "p99", "max"]
+                    .iter()
+                    .map(|q| {
+                        fig(d, &format!("{p}.{what}.{q}_ms"))
+                            .map(|f| fmt_value(f.median, "ms"))
+                            .unwrap_or_else(|| "–".into())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let _ = writeln!(
+                out,
+                "| {w} | {} | {} | {} | {} | {} |",
+                cell(d, &format!("{p}.throughput")),
+                cell(d, &format!("{p}.vs_baseline")),
+                pct("handler"),
+                pct("queue_wait_db"),
+                pct("queue_wait_local")
+            );
+            ids.extend([
+                format!("{p}.throughput"),
+                format!("{p}.vs_baseline"),
+                format!("{p}.handler.p50_ms"),
+                format!("{p}.queue_wait_db.p50_ms"),
+                format!("{p}.queue_wait_local.p50_ms"),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
+            cell(d, "baseline.consume.rate")
+        );
+        ids.push("baseline.consume.rate".into());
+        definitions(out, d, &ids);
     }
 }
 
@@ -186,56 +235,3 @@ fn add_figures(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
     }
 }
 
-/// consume_scaling: throughput, its ratio to the baseline loop and the
-/// latency percentiles per handler count.
-fn report_part(out: &mut String, d: &Document) {
-    let counts = worker_counts(d);
-    if counts.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "## Worker scaling (consume_scaling)\n\n\
-         | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
-         Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
-         | --- | --- | --- | --- | --- | --- |"
-    );
-    let mut ids = Vec::new();
-    for w in &counts {
-        let p = format!("consume_scaling.w{w}");
-        let pct = |what: &str| {
-            ["p50", "p95", "p99", "max"]
-                .iter()
-                .map(|q| {
-                    fig(d, &format!("{p}.{what}.{q}_ms"))
-                        .map(|f| fmt_value(f.median, "ms"))
-                        .unwrap_or_else(|| "–".into())
-                })
-                .collect::<Vec<_>>()
-                .join(" / ")
-        };
-        let _ = writeln!(
-            out,
-            "| {w} | {} | {} | {} | {} | {} |",
-            cell(d, &format!("{p}.throughput")),
-            cell(d, &format!("{p}.vs_baseline")),
-            pct("handler"),
-            pct("queue_wait_db"),
-            pct("queue_wait_local")
-        );
-        ids.extend([
-            format!("{p}.throughput"),
-            format!("{p}.vs_baseline"),
-            format!("{p}.handler.p50_ms"),
-            format!("{p}.queue_wait_db.p50_ms"),
-            format!("{p}.queue_wait_local.p50_ms"),
-        ]);
-    }
-    let _ = writeln!(
-        out,
-        "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
-        cell(d, "baseline.consume.rate")
-    );
-    ids.push("baseline.consume.rate".into());
-    definitions(out, d, &ids);
-}

@@ -40,7 +40,8 @@ use crate::document::{Runs, SectionRuns, Better, Document, Figure, LedgerReport,
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::ledger::Ledger;
-use crate::report::{cell, definitions, fig};
+use crate::report::workload_if;
+use crate::report::{cell, definitions};
 use crate::kit::child::{limited as limited_spec, Fleet};
 use crate::kit::Ctx;
 use crate::sections::{Rounds, Options, Round, Section};
@@ -294,13 +295,37 @@ impl Section for FleetLimit {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some(w) = workload_if::<FleetLimitWorkload>(d, "fleet_limit.limited.used") else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\
+             | | Places used | msg/s | Most running seen |\n| --- | --- | --- | --- |\n\
+             | under one limit | {} | {} | {} |\n| split statically | {} | {} | |\n",
+            w.fleet_limit_processes,
+            w.fleet_limit_places,
+            w.fleet_limit_messages,
+            w.fleet_limit_work_ms,
+            cell(d, "fleet_limit.limited.used"),
+            cell(d, "fleet_limit.limited.throughput"),
+            cell(d, "fleet_limit.limited.most_running_seen"),
+            cell(d, "fleet_limit.static.used"),
+            cell(d, "fleet_limit.static.throughput"),
+        );
+        definitions(
+            out,
+            d,
+            &[
+                "fleet_limit.limited.used".into(),
+                "fleet_limit.limited.throughput".into(),
+                "fleet_limit.limited.most_running_seen".into(),
+            ],
+        );
     }
 
     fn targets(&self, figures: &[Figure]) -> Vec<TargetCheck> {
@@ -381,35 +406,3 @@ fn add_figures(f: &mut Figures, runs: &[FleetLimitRun]) {
     );
 }
 
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, "fleet_limit.limited.used").is_none() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<FleetLimitWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\
-         | | Places used | msg/s | Most running seen |\n| --- | --- | --- | --- |\n\
-         | under one limit | {} | {} | {} |\n| split statically | {} | {} | |\n",
-        w.fleet_limit_processes,
-        w.fleet_limit_places,
-        w.fleet_limit_messages,
-        w.fleet_limit_work_ms,
-        cell(d, "fleet_limit.limited.used"),
-        cell(d, "fleet_limit.limited.throughput"),
-        cell(d, "fleet_limit.limited.most_running_seen"),
-        cell(d, "fleet_limit.static.used"),
-        cell(d, "fleet_limit.static.throughput"),
-    );
-    definitions(
-        out,
-        d,
-        &[
-            "fleet_limit.limited.used".into(),
-            "fleet_limit.limited.throughput".into(),
-            "fleet_limit.limited.most_running_seen".into(),
-        ],
-    );
-}

@@ -24,7 +24,8 @@ use std::fmt::Write as _;
 
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::{cell, definitions, fig};
+use crate::report::workload_if;
+use crate::report::{cell, definitions};
 use crate::sections::{Rounds, Options, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
@@ -172,13 +173,67 @@ impl Section for IdleWorker {
         Plan::fixed((o.window + o.poll * 2).as_secs_f64()) + Plan::work(plan::SETUP)
     }
 
+    /// idle_worker: CPU, empty reads and wake-ups.
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
+        let all = RUNS.list(s);
+        let idle = || measured(&all, |r| r.warmup);
+        f.add(
+            "idle_worker.cpu_percent".into(),
+            "idle_worker",
+            "Idle process CPU".into(),
+            "%",
+            Better::Lower,
+            DEF_IDLE_CPU,
+            idle()
+                .map(|r| Sample::value(r.round, r.cpu_percent))
+                .collect(),
+        );
+        f.add(
+            "idle_worker.empty_reads_per_s".into(),
+            "idle_worker",
+            "Idle empty reads".into(),
+            "1/s",
+            Better::None,
+            DEF_IDLE_EMPTY,
+            idle()
+                .map(|r| Sample::rate(r.round, &r.empty_reads))
+                .collect(),
+        );
+        f.add(
+            "idle_worker.wakeups_per_s".into(),
+            "idle_worker",
+            "Idle wake-ups".into(),
+            "1/s",
+            Better::None,
+            DEF_IDLE_WAKE,
+            idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
+        );
     }
 
-
+    /// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some(w) = workload_if::<IdleWorkload>(d, "idle_worker.cpu_percent") else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
+             | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
+            w.idle_seconds,
+            w.idle_poll_ms,
+            cell(d, "idle_worker.cpu_percent"),
+            cell(d, "idle_worker.empty_reads_per_s"),
+            cell(d, "idle_worker.wakeups_per_s")
+        );
+        definitions(
+            out,
+            d,
+            &[
+                "idle_worker.cpu_percent".into(),
+                "idle_worker.empty_reads_per_s".into(),
+                "idle_worker.wakeups_per_s".into(),
+            ],
+        );
     }
 }
 
@@ -206,68 +261,3 @@ const DEF_IDLE_EMPTY: &str =
 const DEF_IDLE_WAKE: &str =
     "Claim-loop wake-ups (poll timer plus NOTIFY) per second of the idle window.";
 
-/// idle_worker: CPU, empty reads and wake-ups.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    let all = RUNS.list(s);
-    let idle = || measured(&all, |r| r.warmup);
-    f.add(
-        "idle_worker.cpu_percent".into(),
-        "idle_worker",
-        "Idle process CPU".into(),
-        "%",
-        Better::Lower,
-        DEF_IDLE_CPU,
-        idle()
-            .map(|r| Sample::value(r.round, r.cpu_percent))
-            .collect(),
-    );
-    f.add(
-        "idle_worker.empty_reads_per_s".into(),
-        "idle_worker",
-        "Idle empty reads".into(),
-        "1/s",
-        Better::None,
-        DEF_IDLE_EMPTY,
-        idle()
-            .map(|r| Sample::rate(r.round, &r.empty_reads))
-            .collect(),
-    );
-    f.add(
-        "idle_worker.wakeups_per_s".into(),
-        "idle_worker",
-        "Idle wake-ups".into(),
-        "1/s",
-        Better::None,
-        DEF_IDLE_WAKE,
-        idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
-    );
-}
-
-/// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, "idle_worker.cpu_percent").is_none() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<IdleWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
-         | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
-        w.idle_seconds,
-        w.idle_poll_ms,
-        cell(d, "idle_worker.cpu_percent"),
-        cell(d, "idle_worker.empty_reads_per_s"),
-        cell(d, "idle_worker.wakeups_per_s")
-    );
-    definitions(
-        out,
-        d,
-        &[
-            "idle_worker.cpu_percent".into(),
-            "idle_worker.empty_reads_per_s".into(),
-            "idle_worker.wakeups_per_s".into(),
-        ],
-    );
-}

@@ -51,10 +51,11 @@ use crate::document::{Runs, SectionRuns,
 };
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
+use crate::report::runs_and_workload;
 use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::kit::body::padding;
-use crate::kit::load::Pace;
+use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::snapshot::SteadyServer;
 use crate::kit::stream::{Producer, StreamRun, StreamSpec};
 use crate::kit::worker::{claim_reads, counters};
@@ -69,9 +70,6 @@ const NAME: &str = "pinned_horizon";
 /// The section\'s runs in the document.
 const RUNS: Runs<PinnedRun> = Runs::new(NAME);
 
-/// The worker's pool's application name.
-const APP: &str = "pgmq-bench-pinned";
-
 /// The least share of the pinned phase's produced messages completed in it.
 pub const KEEP_UP_FLOOR: f64 = 0.95;
 
@@ -80,9 +78,6 @@ pub const RECOVERY_LIMIT_S: f64 = 30.0;
 
 /// The depth the calibration's producer keeps.
 const CALIBRATION_DEPTH: u64 = 4_000;
-
-/// The most messages of one send.
-const SEND_MAX: u64 = 1_000;
 
 /// The pinned_horizon options.
 #[derive(Debug, Clone, Args)]
@@ -332,14 +327,84 @@ impl Section for PinnedHorizon {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
-
+    /// The section's table: one row per phase of each run.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some((runs, w)) = runs_and_workload::<_, PinnedWorkload>(d, &RUNS) else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Pinned MVCC horizon (pinned_horizon)\n\n\
+             {} handlers sleeping {} ms; a producer at {} of the clean unpaced rate (or --pinned-rate), \
+             phases of {} s: clean, pinned (an idle transaction holding an xid and {} repeating \
+             REPEATABLE READ scans of the queue table), recovered.\n\n\
+             | Round | Claim reads | Phase | Produced/s | Completed/s | Completed ÷ produced | Backlog slope (msg/s) | Backlog max | Claim p50 / p99 (ms) | Reads (from the start) | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            w.pinned_handlers,
+            w.pinned_sleep_ms,
+            w.pinned_share,
+            w.pinned_phase_s,
+            w.pinned_readers,
+        );
+        let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
+        for r in &runs {
+            let mut round = r.round.to_string();
+            if r.warmup {
+                round.push_str(" (warm-up)");
+            }
+            for p in &r.phases {
+                let _ = writeln!(
+                    out,
+                    "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
+                    r.claim_reads.name(),
+                    p.phase,
+                    thousands(p.produced.rate_per_s),
+                    thousands(p.completed.rate_per_s),
+                    p.kept_ratio,
+                    p.backlog_slope_per_s,
+                    thousands(p.backlog.iter().copied().max().unwrap_or(0) as f64),
+                    p.claim_ms.p50,
+                    p.claim_ms.p99,
+                    thousands(p.reads as f64),
+                    thousands(p.reads_from_start as f64),
+                    p.server
+                        .cpu_us_per_msg
+                        .map_or("–".to_owned(), |v| format!("{v:.0}")),
+                    opt(p.server.idx_tup_fetch_per_msg),
+                    opt(p.server.buffers_per_msg),
+                    p.server
+                        .dead_tuples_peak
+                        .map_or("–".to_owned(), |v| thousands(v as f64)),
+                );
+            }
+        }
+        out.push('\n');
+        for r in &runs {
+            let _ = writeln!(
+                out,
+                "- Round {}{}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
+                r.round,
+                if r.warmup { " (warm-up)" } else { "" },
+                r.claim_reads.name(),
+                thousands(r.clean_unpaced.rate_per_s),
+                thousands(r.rate_per_s),
+                r.recovery_s.map_or("not within the recovered phase".to_owned(), |v| format!(
+                    "{v:.0} s after the pin cleared"
+                )),
+            );
+        }
+        out.push('\n');
+        definitions(
+            out,
+            d,
+            &[
+                format!("{NAME}.bounded.pinned.kept_ratio"),
+                format!("{NAME}.bounded.recovery_s"),
+            ],
+        );
     }
 
     /// The worker's own reads keep up while pinned and recover after.
@@ -407,7 +472,7 @@ fn at_depth(depth: u64) -> Pace {
         depth: Some(depth),
         rate: None,
         least: 20,
-        most: SEND_MAX,
+        most: TOP_UP_MOST,
         nap: Duration::from_millis(2),
     }
 }
@@ -418,7 +483,7 @@ fn at_rate(rate: f64) -> Pace {
         depth: None,
         rate: Some(rate),
         least: 1,
-        most: SEND_MAX,
+        most: TOP_UP_MOST,
         nap: Duration::from_millis(2),
     }
 }
@@ -432,7 +497,6 @@ async fn run(
 ) -> Result<PinnedRun> {
     let spec = StreamSpec {
         prefix: "pinned",
-        app: APP,
         pool: None,
         sleep: c.sleep,
         settings: WorkerSettings {
@@ -718,89 +782,6 @@ fn add_figures(f: &mut Figures, runs: &[PinnedRun]) {
             recovery,
         );
     }
-}
-
-/// The section's table: one row per phase of each run.
-fn report_part(out: &mut String, d: &Document) {
-    let Ok(runs) = RUNS.of(&d.sections) else {
-        return;
-    };
-    if runs.is_empty() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<PinnedWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Pinned MVCC horizon (pinned_horizon)\n\n\
-         {} handlers sleeping {} ms; a producer at {} of the clean unpaced rate (or --pinned-rate), \
-         phases of {} s: clean, pinned (an idle transaction holding an xid and {} repeating \
-         REPEATABLE READ scans of the queue table), recovered.\n\n\
-         | Round | Claim reads | Phase | Produced/s | Completed/s | Completed ÷ produced | Backlog slope (msg/s) | Backlog max | Claim p50 / p99 (ms) | Reads (from the start) | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        w.pinned_handlers,
-        w.pinned_sleep_ms,
-        w.pinned_share,
-        w.pinned_phase_s,
-        w.pinned_readers,
-    );
-    let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
-    for r in &runs {
-        let mut round = r.round.to_string();
-        if r.warmup {
-            round.push_str(" (warm-up)");
-        }
-        for p in &r.phases {
-            let _ = writeln!(
-                out,
-                "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
-                r.claim_reads.name(),
-                p.phase,
-                thousands(p.produced.rate_per_s),
-                thousands(p.completed.rate_per_s),
-                p.kept_ratio,
-                p.backlog_slope_per_s,
-                thousands(p.backlog.iter().copied().max().unwrap_or(0) as f64),
-                p.claim_ms.p50,
-                p.claim_ms.p99,
-                thousands(p.reads as f64),
-                thousands(p.reads_from_start as f64),
-                p.server
-                    .cpu_us_per_msg
-                    .map_or("–".to_owned(), |v| format!("{v:.0}")),
-                opt(p.server.idx_tup_fetch_per_msg),
-                opt(p.server.buffers_per_msg),
-                p.server
-                    .dead_tuples_peak
-                    .map_or("–".to_owned(), |v| thousands(v as f64)),
-            );
-        }
-    }
-    out.push('\n');
-    for r in &runs {
-        let _ = writeln!(
-            out,
-            "- Round {}{}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
-            r.round,
-            if r.warmup { " (warm-up)" } else { "" },
-            r.claim_reads.name(),
-            thousands(r.clean_unpaced.rate_per_s),
-            thousands(r.rate_per_s),
-            r.recovery_s.map_or("not within the recovered phase".to_owned(), |v| format!(
-                "{v:.0} s after the pin cleared"
-            )),
-        );
-    }
-    out.push('\n');
-    definitions(
-        out,
-        d,
-        &[
-            format!("{NAME}.bounded.pinned.kept_ratio"),
-            format!("{NAME}.bounded.recovery_s"),
-        ],
-    );
 }
 
 #[cfg(test)]

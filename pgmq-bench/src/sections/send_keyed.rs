@@ -221,7 +221,6 @@ impl Section for SendBatchKeyed {
         );
     }
 
-
     fn report(&self, d: &Document, out: &mut String) {
         let ids: Vec<String> = ["plain.rate", "keyed.rate", "keyed_vs_plain"]
             .iter()

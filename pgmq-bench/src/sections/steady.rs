@@ -47,10 +47,11 @@ use crate::document::{Runs, SectionRuns, Better, Document, Percentiles, Rate, Sa
 use crate::error::{Error, Result};
 use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
+use crate::report::runs_and_workload;
 use crate::report::definitions;
 use crate::report::{fmt_value, thousands};
 use crate::kit::body::padding;
-use crate::kit::load::Pace;
+use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::stream::{StreamRun, StreamSpec};
 use crate::kit::worker::{counters, ms};
 use crate::kit::Ctx;
@@ -64,9 +65,6 @@ const NAME: &str = "steady_stream";
 /// The section\'s runs in the document.
 const RUNS: Runs<SteadyRun> = Runs::new(NAME);
 
-/// The worker's pool's application name.
-const APP: &str = "pgmq-bench-steady";
-
 /// The least share of the best rate before it a handler count must reach.
 pub const STEP_FLOOR: f64 = 0.95;
 
@@ -75,9 +73,6 @@ pub const CLAIM_P99_LIMIT_MS: f64 = 100.0;
 
 /// The least share of the paced rate completed for a run to keep up.
 const KEEP_UP: f64 = 0.95;
-
-/// The most messages of one top-up.
-const TOP_UP_MAX: u64 = 1_000;
 
 /// How the handler acknowledges a success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize, schemars::JsonSchema)]
@@ -367,14 +362,74 @@ impl Section for SteadyStream {
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
-
+    /// The section's table: one row per run, then the two round figures.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some((runs, w)) = runs_and_workload::<_, SteadyWorkload>(d, &RUNS) else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Steady stream (steady_stream)\n\n\
+             A producer keeping {} messages queued, bodies of {} bytes, poll interval {} ms, pool {}; \
+             {} s measured per run after {} s of warm-up.\n\n\
+             | Round | Series | Handlers | Completed/s | Produced/s | Mean depth | Claim p50 / p95 / p99 (ms) | Kept up | Server CPU/msg (µs) | Bench CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            thousands(w.steady_depth as f64),
+            w.steady_body_bytes,
+            w.steady_poll_ms,
+            w.steady_pool,
+            w.steady_duration_s,
+            w.steady_warmup_s
+        );
+        let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
+        for r in &runs {
+            let mut round = r.round.to_string();
+            if r.warmup {
+                round.push_str(" (warm-up)");
+            }
+            let _ = writeln!(
+                out,
+                "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
+                series_key(r),
+                r.handlers,
+                thousands(r.completed.rate_per_s),
+                thousands(r.produced.rate_per_s),
+                thousands(r.depth_mean),
+                r.claim_ms.p50,
+                r.claim_ms.p95,
+                r.claim_ms.p99,
+                if r.rate_limit_per_s.is_none() {
+                    "–"
+                } else if r.kept_up {
+                    "yes"
+                } else {
+                    "no"
+                },
+                r.server
+                    .cpu_us_per_msg
+                    .map_or("–".to_owned(), |v| format!("{v:.0}")),
+                r.server
+                    .bench_cpu_us_per_msg
+                    .map_or("–".to_owned(), |v| format!("{v:.0}")),
+                opt(r.server.idx_tup_fetch_per_msg),
+                opt(r.server.buffers_per_msg),
+                r.server
+                    .dead_tuples_peak
+                    .map_or("–".to_owned(), |v| thousands(v as f64)),
+            );
+        }
+        out.push('\n');
+        definitions(
+            out,
+            d,
+            &[
+                format!("{NAME}.step_ratio_min"),
+                format!("{NAME}.claim_p99_kept_up_ms"),
+            ],
+        );
     }
 
     /// Completions never fall as handlers grow, and claim latency stays
@@ -452,7 +507,6 @@ async fn run(
 ) -> Result<SteadyRun> {
     let spec = StreamSpec {
         prefix: "steady",
-        app: APP,
         pool: Some(c.pool),
         sleep: series.sleep,
         settings: WorkerSettings {
@@ -467,7 +521,7 @@ async fn run(
         depth: Some(c.depth),
         rate: (series.rate > 0).then_some(series.rate as f64),
         least: (c.depth / 20).clamp(1, 100),
-        most: TOP_UP_MAX,
+        most: TOP_UP_MOST,
         nap: Duration::from_millis(1),
     };
     let producer = stream.produce(ctx, &padding(c.body_bytes), pace);
@@ -642,78 +696,5 @@ fn step_ratio_min(runs: &[&SteadyRun]) -> Option<f64> {
         }
     }
     min
-}
-
-/// The section's table: one row per run, then the two round figures.
-fn report_part(out: &mut String, d: &Document) {
-    let Ok(runs) = RUNS.of(&d.sections) else {
-        return;
-    };
-    if runs.is_empty() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<SteadyWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Steady stream (steady_stream)\n\n\
-         A producer keeping {} messages queued, bodies of {} bytes, poll interval {} ms, pool {}; \
-         {} s measured per run after {} s of warm-up.\n\n\
-         | Round | Series | Handlers | Completed/s | Produced/s | Mean depth | Claim p50 / p95 / p99 (ms) | Kept up | Server CPU/msg (µs) | Bench CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        thousands(w.steady_depth as f64),
-        w.steady_body_bytes,
-        w.steady_poll_ms,
-        w.steady_pool,
-        w.steady_duration_s,
-        w.steady_warmup_s
-    );
-    let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
-    for r in &runs {
-        let mut round = r.round.to_string();
-        if r.warmup {
-            round.push_str(" (warm-up)");
-        }
-        let _ = writeln!(
-            out,
-            "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
-            series_key(r),
-            r.handlers,
-            thousands(r.completed.rate_per_s),
-            thousands(r.produced.rate_per_s),
-            thousands(r.depth_mean),
-            r.claim_ms.p50,
-            r.claim_ms.p95,
-            r.claim_ms.p99,
-            if r.rate_limit_per_s.is_none() {
-                "–"
-            } else if r.kept_up {
-                "yes"
-            } else {
-                "no"
-            },
-            r.server
-                .cpu_us_per_msg
-                .map_or("–".to_owned(), |v| format!("{v:.0}")),
-            r.server
-                .bench_cpu_us_per_msg
-                .map_or("–".to_owned(), |v| format!("{v:.0}")),
-            opt(r.server.idx_tup_fetch_per_msg),
-            opt(r.server.buffers_per_msg),
-            r.server
-                .dead_tuples_peak
-                .map_or("–".to_owned(), |v| thousands(v as f64)),
-        );
-    }
-    out.push('\n');
-    definitions(
-        out,
-        d,
-        &[
-            format!("{NAME}.step_ratio_min"),
-            format!("{NAME}.claim_p99_kept_up_ms"),
-        ],
-    );
 }
 

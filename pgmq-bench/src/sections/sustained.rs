@@ -616,13 +616,119 @@ impl Section for Sustained {
         }
     }
 
+    /// sustained: the rate search, the rates, the backlog slope and maximum.
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
+        let all = RUNS.list(s);
+        let sus = || measured(&all, |r| r.warmup || r.rate_search_step.is_some());
+        // The rate search: per round, the highest target rate whose verdict passed.
+        let mut best: BTreeMap<u32, f64> = BTreeMap::new();
+        for r in measured(&RUNS.list(s), |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
+            let e = best.entry(r.round).or_insert(0.0);
+            if r.verdict.pass {
+                *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
+            }
+        }
+        f.add(
+            "sustained.rate_search.highest_passing".into(),
+            "sustained",
+            "Highest sustained producer rate that passed".into(),
+            "msg/s",
+            Better::Higher,
+            DEF_SUS_SEARCH,
+            best.into_iter()
+                .map(|(round, v)| Sample::value(round, v))
+                .collect(),
+        );
+        f.rate(
+            "sustained.produced_rate",
+            "sustained",
+            "Sustained produced",
+            DEF_SUS_PROD,
+            sus().map(|r| (r.round, &r.produced)),
+        );
+        f.rate(
+            "sustained.handled_rate",
+            "sustained",
+            "Sustained handled",
+            DEF_SUS_HAND,
+            sus().map(|r| (r.round, &r.handled)),
+        );
+        f.add(
+            "sustained.backlog_slope".into(),
+            "sustained",
+            "Sustained backlog slope".into(),
+            "msg/s",
+            Better::None,
+            DEF_SUS_SLOPE,
+            sus()
+                .filter_map(|r| r.backlog_slope_per_s.map(|v| Sample::value(r.round, v)))
+                .collect(),
+        );
+        f.add(
+            "sustained.backlog_max".into(),
+            "sustained",
+            "Sustained largest backlog".into(),
+            "msg",
+            Better::Lower,
+            DEF_SUS_MAX,
+            sus()
+                .map(|r| Sample::value(r.round, r.backlog_max as f64))
+                .collect(),
+        );
     }
 
-
+    /// sustained: each run's rates, slope and verdict, its intervals, the
+    /// database's counters and the rate search's result.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        if RUNS.list(&d.sections).is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
+             Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for r in &RUNS.list(&d.sections) {
+            let _ = writeln!(
+                out,
+                "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                sustained_round(r),
+                r.duration_s,
+                r.target_rate_per_s
+                    .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
+                thousands(r.produced.rate_per_s),
+                thousands(r.handled.rate_per_s),
+                match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
+                    (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
+                    (Some(v), None) => format!("{v:+.2}"),
+                    _ => "n/a".to_owned(),
+                },
+                thousands(r.backlog_max as f64),
+                if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
+                    format!("yes ({})", thousands(r.produced.count as f64))
+                } else {
+                    format!(
+                        "NO ({} produced, {} handled)",
+                        r.produced.count, r.ledger.distinct
+                    )
+                },
+                if r.verdict.pass { "pass" } else { "FAIL" }
+            );
+        }
+        out.push('\n');
+        rate_search(out, d);
+        sustained_intervals(out, d);
+        db_counters_table(out, d);
+        definitions(
+            out,
+            d,
+            &[
+                "sustained.produced_rate".into(),
+                "sustained.handled_rate".into(),
+                "sustained.backlog_slope".into(),
+                "sustained.rate_search.highest_passing".into(),
+            ],
+        );
     }
 }
 
@@ -683,67 +789,6 @@ const DEF_SUS_SEARCH: &str = "--rate-search: sustained runs at --rate, then each
     rate whose run passed (0 when the first failed). The resolution is the step factor.";
 
 const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
-
-/// sustained: the rate search, the rates, the backlog slope and maximum.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    let all = RUNS.list(s);
-    let sus = || measured(&all, |r| r.warmup || r.rate_search_step.is_some());
-    // The rate search: per round, the highest target rate whose verdict passed.
-    let mut best: BTreeMap<u32, f64> = BTreeMap::new();
-    for r in measured(&RUNS.list(s), |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
-        let e = best.entry(r.round).or_insert(0.0);
-        if r.verdict.pass {
-            *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
-        }
-    }
-    f.add(
-        "sustained.rate_search.highest_passing".into(),
-        "sustained",
-        "Highest sustained producer rate that passed".into(),
-        "msg/s",
-        Better::Higher,
-        DEF_SUS_SEARCH,
-        best.into_iter()
-            .map(|(round, v)| Sample::value(round, v))
-            .collect(),
-    );
-    f.rate(
-        "sustained.produced_rate",
-        "sustained",
-        "Sustained produced",
-        DEF_SUS_PROD,
-        sus().map(|r| (r.round, &r.produced)),
-    );
-    f.rate(
-        "sustained.handled_rate",
-        "sustained",
-        "Sustained handled",
-        DEF_SUS_HAND,
-        sus().map(|r| (r.round, &r.handled)),
-    );
-    f.add(
-        "sustained.backlog_slope".into(),
-        "sustained",
-        "Sustained backlog slope".into(),
-        "msg/s",
-        Better::None,
-        DEF_SUS_SLOPE,
-        sus()
-            .filter_map(|r| r.backlog_slope_per_s.map(|v| Sample::value(r.round, v)))
-            .collect(),
-    );
-    f.add(
-        "sustained.backlog_max".into(),
-        "sustained",
-        "Sustained largest backlog".into(),
-        "msg",
-        Better::Lower,
-        DEF_SUS_MAX,
-        sus()
-            .map(|r| Sample::value(r.round, r.backlog_max as f64))
-            .collect(),
-    );
-}
 
 /// Per run, what its one-second intervals recorded: the median interval
 /// and the worst one, so a stall or a creeping RSS shows without printing
@@ -818,60 +863,6 @@ fn sustained_round(r: &SustainedRun) -> String {
         let _ = write!(s, " (search step {k})");
     }
     s
-}
-
-/// sustained: each run's rates, slope and verdict, its intervals, the
-/// database's counters and the rate search's result.
-fn report_part(out: &mut String, d: &Document) {
-    if RUNS.list(&d.sections).is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
-         Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
-    for r in &RUNS.list(&d.sections) {
-        let _ = writeln!(
-            out,
-            "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
-            sustained_round(r),
-            r.duration_s,
-            r.target_rate_per_s
-                .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
-            thousands(r.produced.rate_per_s),
-            thousands(r.handled.rate_per_s),
-            match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
-                (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
-                (Some(v), None) => format!("{v:+.2}"),
-                _ => "n/a".to_owned(),
-            },
-            thousands(r.backlog_max as f64),
-            if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
-                format!("yes ({})", thousands(r.produced.count as f64))
-            } else {
-                format!(
-                    "NO ({} produced, {} handled)",
-                    r.produced.count, r.ledger.distinct
-                )
-            },
-            if r.verdict.pass { "pass" } else { "FAIL" }
-        );
-    }
-    out.push('\n');
-    rate_search(out, d);
-    sustained_intervals(out, d);
-    db_counters_table(out, d);
-    definitions(
-        out,
-        d,
-        &[
-            "sustained.produced_rate".into(),
-            "sustained.handled_rate".into(),
-            "sustained.backlog_slope".into(),
-            "sustained.rate_search.highest_passing".into(),
-        ],
-    );
 }
 
 /// The rate search's highest passing producer rate, when it ran.

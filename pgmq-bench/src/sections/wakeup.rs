@@ -358,13 +358,54 @@ impl Section for WakeupLatency {
             + Plan::work(2.0 * plan::SETUP)
     }
 
+    /// wakeup_latency: percentiles per mode.
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
+        for mode in ["poll", "notify"] {
+            let label = if mode == "poll" {
+                "Wake-up, polling only,"
+            } else {
+                "Wake-up, LISTEN/NOTIFY,"
+            };
+            f.percentiles(
+                &format!("wakeup_latency.{mode}"),
+                "wakeup_latency",
+                label,
+                DEF_WAKEUP,
+                measured(&RUNS.list(s), |r| r.warmup)
+                    .filter(|r| r.mode == mode)
+                    .map(|r| (r.round, &r.latency_ms)),
+            );
+        }
     }
 
-
+    /// wakeup_latency: send-to-handler latency, polling and NOTIFY.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        if fig(d, "wakeup_latency.poll.p50_ms").is_none()
+            && fig(d, "wakeup_latency.notify.p50_ms").is_none()
+        {
+            return;
+        }
+        let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
+             | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
+            w.wakeup_samples, w.wakeup_poll_ms
+        );
+        for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} | {} |",
+                cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.max_ms"))
+            );
+        }
+        out.push('\n');
+        definitions(out, d, &["wakeup_latency.poll.p50_ms".into()]);
     }
 }
 
@@ -388,52 +429,3 @@ const DEF_WAKEUP: &str =
     "Send call start to handler start for one message sent to an idle worker, monotonic \
     clock; the figure is the percentile over one run's samples, median over runs.";
 
-/// wakeup_latency: percentiles per mode.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    for mode in ["poll", "notify"] {
-        let label = if mode == "poll" {
-            "Wake-up, polling only,"
-        } else {
-            "Wake-up, LISTEN/NOTIFY,"
-        };
-        f.percentiles(
-            &format!("wakeup_latency.{mode}"),
-            "wakeup_latency",
-            label,
-            DEF_WAKEUP,
-            measured(&RUNS.list(s), |r| r.warmup)
-                .filter(|r| r.mode == mode)
-                .map(|r| (r.round, &r.latency_ms)),
-        );
-    }
-}
-
-/// wakeup_latency: send-to-handler latency, polling and NOTIFY.
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, "wakeup_latency.poll.p50_ms").is_none()
-        && fig(d, "wakeup_latency.notify.p50_ms").is_none()
-    {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
-         | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
-        w.wakeup_samples, w.wakeup_poll_ms
-    );
-    for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
-        let _ = writeln!(
-            out,
-            "| {label} | {} | {} | {} | {} |",
-            cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
-            cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
-            cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
-            cell(d, &format!("wakeup_latency.{mode}.max_ms"))
-        );
-    }
-    out.push('\n');
-    definitions(out, d, &["wakeup_latency.poll.p50_ms".into()]);
-}
