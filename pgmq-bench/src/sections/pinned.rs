@@ -53,7 +53,7 @@ use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::{fmt_value, thousands};
+use crate::report::thousands;
 use crate::kit::body::padding;
 use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::snapshot::SteadyServer;
@@ -349,13 +349,13 @@ impl Section for PinnedHorizon {
             w.pinned_phase_s,
             w.pinned_readers,
         );
-        let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
         for r in &runs {
             let mut round = r.round.to_string();
             if r.warmup {
                 round.push_str(" (warm-up)");
             }
             for p in &r.phases {
+                let server = p.server.cells();
                 let _ = writeln!(
                     out,
                     "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
@@ -370,14 +370,10 @@ impl Section for PinnedHorizon {
                     p.claim_ms.p99,
                     thousands(p.reads as f64),
                     thousands(p.reads_from_start as f64),
-                    p.server
-                        .cpu_us_per_msg
-                        .map_or("–".to_owned(), |v| format!("{v:.0}")),
-                    opt(p.server.idx_tup_fetch_per_msg),
-                    opt(p.server.buffers_per_msg),
-                    p.server
-                        .dead_tuples_peak
-                        .map_or("–".to_owned(), |v| thousands(v as f64)),
+                    server.cpu,
+                    server.idx_tup,
+                    server.buffers,
+                    server.dead_peak,
                 );
             }
         }

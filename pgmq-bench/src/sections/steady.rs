@@ -49,7 +49,7 @@ use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::{fmt_value, thousands};
+use crate::report::thousands;
 use crate::kit::body::padding;
 use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::stream::{StreamRun, StreamSpec};
@@ -384,12 +384,12 @@ impl Section for SteadyStream {
             w.steady_duration_s,
             w.steady_warmup_s
         );
-        let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
         for r in &runs {
             let mut round = r.round.to_string();
             if r.warmup {
                 round.push_str(" (warm-up)");
             }
+            let server = r.server.cells();
             let _ = writeln!(
                 out,
                 "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
@@ -408,17 +408,11 @@ impl Section for SteadyStream {
                 } else {
                     "no"
                 },
-                r.server
-                    .cpu_us_per_msg
-                    .map_or("–".to_owned(), |v| format!("{v:.0}")),
-                r.server
-                    .bench_cpu_us_per_msg
-                    .map_or("–".to_owned(), |v| format!("{v:.0}")),
-                opt(r.server.idx_tup_fetch_per_msg),
-                opt(r.server.buffers_per_msg),
-                r.server
-                    .dead_tuples_peak
-                    .map_or("–".to_owned(), |v| thousands(v as f64)),
+                server.cpu,
+                server.bench_cpu,
+                server.idx_tup,
+                server.buffers,
+                server.dead_peak,
             );
         }
         out.push('\n');
