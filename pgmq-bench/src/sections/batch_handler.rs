@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{pick, Apply, Profile};
 use crate::checks::{run_tag, Checks};
 use crate::document::{Runs, SectionRuns, Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::workload_if;
 use crate::report::{fmt_value, thousands};
@@ -45,7 +45,7 @@ use crate::kit::sink::{Sink, SINK_TABLE};
 use crate::kit::tally::Tally;
 use crate::kit::worker::{builder, counters, handler_kind, worker_on};
 use crate::kit::Ctx;
-use crate::sections::{Rounds, Options, Round, Section};
+use crate::sections::{at_least, within, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -119,25 +119,10 @@ impl Options for BatchHandlerOptions {
     type Workload = BatchHandlerWorkload;
 
     fn config(&self) -> Result<BatchHandlerConfig> {
-        if self.batch_handler_messages == 0 {
-            return Err(Error::Config(
-                "--batch-handler-messages must be at least 1".into(),
-            ));
-        }
-        if !(1..=256).contains(&self.batch_handler_workers) {
-            return Err(Error::Config(
-                "--batch-handler-workers must be between 1 and 256".into(),
-            ));
-        }
-        if !(1..=10_000).contains(&self.batch_handler_max) {
-            return Err(Error::Config(
-                "--batch-handler-max must be between 1 and 10000".into(),
-            ));
-        }
         Ok(BatchHandlerConfig {
-            messages: self.batch_handler_messages,
-            workers: self.batch_handler_workers,
-            max: self.batch_handler_max,
+            messages: at_least(self.batch_handler_messages, 1, "--batch-handler-messages")?,
+            workers: within(self.batch_handler_workers, 1..=256, "--batch-handler-workers")?,
+            max: within(self.batch_handler_max, 1..=10_000, "--batch-handler-max")?,
             window: Duration::from_millis(self.batch_handler_window_ms),
         })
     }

@@ -44,7 +44,7 @@ use crate::report::workload_if;
 use crate::report::{cell, definitions};
 use crate::kit::child::{limited as limited_spec, Fleet};
 use crate::kit::Ctx;
-use crate::sections::{Rounds, Options, Round, Section};
+use crate::sections::{at_least, within, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -114,26 +114,15 @@ impl Options for FleetLimitOptions {
     type Workload = FleetLimitWorkload;
 
     fn config(&self) -> Result<FleetLimitConfig> {
-        if !(1..=64).contains(&self.fleet_limit_processes) {
-            return Err(Error::Config(
-                "--fleet-limit-processes must be between 1 and 64".into(),
-            ));
-        }
-        if self.fleet_limit_places < self.fleet_limit_processes || self.fleet_limit_places > 1024 {
-            return Err(Error::Config(
-                "--fleet-limit-places must be between --fleet-limit-processes and 1024".into(),
-            ));
-        }
-        if self.fleet_limit_messages == 0 || self.fleet_limit_work_ms == 0 {
-            return Err(Error::Config(
-                "--fleet-limit-messages and --fleet-limit-work-ms must be at least 1".into(),
-            ));
-        }
+        let processes = within(self.fleet_limit_processes, 1..=64, "--fleet-limit-processes")?;
+        // At least a place per process.
+        let places = within(self.fleet_limit_places, processes..=1024, "--fleet-limit-places")?;
+        let work_ms = at_least(self.fleet_limit_work_ms, 1, "--fleet-limit-work-ms")?;
         Ok(FleetLimitConfig {
-            processes: self.fleet_limit_processes,
-            places: self.fleet_limit_places,
-            messages: self.fleet_limit_messages,
-            work: Duration::from_millis(self.fleet_limit_work_ms),
+            processes,
+            places,
+            messages: at_least(self.fleet_limit_messages, 1, "--fleet-limit-messages")?,
+            work: Duration::from_millis(work_ms),
         })
     }
 

@@ -26,7 +26,7 @@ use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::workload_if;
 use crate::report::{cell, definitions};
-use crate::sections::{Rounds, Options, Round, Section};
+use crate::sections::{at_least, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
@@ -98,15 +98,12 @@ impl Options for IdleOptions {
     type Workload = IdleWorkload;
 
     fn config(&self) -> Result<IdleConfig> {
-        if self.idle_poll_ms == 0 {
-            return Err(Error::Config("poll intervals must be at least 1 ms".into()));
-        }
         if self.idle.is_zero() {
             return Err(Error::Config("--idle must be longer than zero".into()));
         }
         Ok(IdleConfig {
             window: self.idle,
-            poll: Duration::from_millis(self.idle_poll_ms),
+            poll: Duration::from_millis(at_least(self.idle_poll_ms, 1, "--idle-poll-ms")?),
         })
     }
 

@@ -60,7 +60,7 @@ use crate::kit::snapshot::SteadyServer;
 use crate::kit::stream::{Producer, StreamRun, StreamSpec};
 use crate::kit::worker::{claim_reads, counters};
 use crate::kit::Ctx;
-use crate::sections::{Rounds, seconds, Options, Round, Section};
+use crate::sections::{seconds, within, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -172,14 +172,8 @@ impl Options for PinnedOptions {
 
     fn config(&self) -> Result<PinnedConfig> {
         let bad = |m: &str| Err(Error::Config(m.into()));
-        if !(1..=4096).contains(&self.pinned_handlers) {
-            return bad("--pinned-handlers must be between 1 and 4096");
-        }
         if !(self.pinned_share > 0.0 && self.pinned_share <= 1.0) {
             return bad("--pinned-share must be above 0 and at most 1");
-        }
-        if self.pinned_readers > 64 {
-            return bad("--pinned-readers must be at most 64");
         }
         if self.pinned_claim_reads.is_empty() {
             return bad("--pinned-claim-reads needs at least one value");
@@ -187,13 +181,13 @@ impl Options for PinnedOptions {
         let mut claim_reads = self.pinned_claim_reads.clone();
         claim_reads.dedup();
         Ok(PinnedConfig {
-            handlers: self.pinned_handlers,
+            handlers: within(self.pinned_handlers, 1..=4096, "--pinned-handlers")?,
             sleep: Duration::from_millis(self.pinned_sleep_ms),
             rate: (self.pinned_rate > 0).then_some(self.pinned_rate),
             share: self.pinned_share,
             calibrate: seconds(self.pinned_calibrate_s, "--pinned-calibrate-s", 0.5)?,
             phase: seconds(self.pinned_phase_s, "--pinned-phase-s", 1.0)?,
-            readers: self.pinned_readers,
+            readers: within(self.pinned_readers, 0..=64, "--pinned-readers")?,
             claim_reads,
         })
     }

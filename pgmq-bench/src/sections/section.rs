@@ -156,3 +156,33 @@ pub(crate) fn seconds(v: f64, flag: &str, least: f64) -> Result<std::time::Durat
         "{flag} must be a number of seconds{at_least}"
     )))
 }
+
+/// A section flag's number, checked to lie in `range` (a typed
+/// `Error::Config` naming `flag` otherwise).
+pub(crate) fn within<T>(v: T, range: std::ops::RangeInclusive<T>, flag: &str) -> Result<T>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    if range.contains(&v) {
+        return Ok(v);
+    }
+    Err(crate::error::Error::Config(format!(
+        "{flag} must be between {} and {}",
+        range.start(),
+        range.end()
+    )))
+}
+
+/// A section flag's number, checked to be at least `least` (a typed
+/// `Error::Config` naming `flag` otherwise).
+pub(crate) fn at_least<T>(v: T, least: T, flag: &str) -> Result<T>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    if v >= least {
+        return Ok(v);
+    }
+    Err(crate::error::Error::Config(format!(
+        "{flag} must be at least {least}"
+    )))
+}

@@ -55,7 +55,7 @@ use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::stream::{StreamRun, StreamSpec};
 use crate::kit::worker::{counters, ms};
 use crate::kit::Ctx;
-use crate::sections::{Rounds, seconds, Options, Round, Section};
+use crate::sections::{at_least, seconds, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -219,16 +219,7 @@ impl Options for SteadyOptions {
         if self.steady_rates.is_empty() {
             return bad("--steady-rates needs at least one value (0: unpaced)");
         }
-        if self.steady_depth == 0 {
-            return bad("--steady-depth must be at least 1");
-        }
-        if self.steady_poll_ms == 0 || self.steady_pool < 4 {
-            return bad("--steady-poll-ms must be at least 1 and --steady-pool at least 4");
-        }
-        let duration = seconds(self.steady_duration_s, "--steady-duration-s", 0.0)?;
-        if duration < Duration::from_millis(500) {
-            return bad("--steady-duration-s must be at least 0.5");
-        }
+        let duration = seconds(self.steady_duration_s, "--steady-duration-s", 0.5)?;
         let mut handlers = self.steady_handlers.clone();
         handlers.sort_unstable();
         handlers.dedup();
@@ -241,12 +232,12 @@ impl Options for SteadyOptions {
                 .collect(),
             acks: self.steady_ack.clone(),
             rates: self.steady_rates.clone(),
-            depth: self.steady_depth,
+            depth: at_least(self.steady_depth, 1, "--steady-depth")?,
             duration,
             warmup: seconds(self.steady_warmup_s, "--steady-warmup-s", 0.0)?,
-            poll: Duration::from_millis(self.steady_poll_ms),
+            poll: Duration::from_millis(at_least(self.steady_poll_ms, 1, "--steady-poll-ms")?),
             body_bytes: self.steady_body_bytes,
-            pool: self.steady_pool,
+            pool: at_least(self.steady_pool, 4, "--steady-pool")?,
         })
     }
 

@@ -33,7 +33,7 @@ use std::fmt::Write as _;
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, fig};
-use crate::sections::{Rounds, Options, Round, Section};
+use crate::sections::{at_least, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
@@ -107,17 +107,9 @@ impl Options for WakeupOptions {
     type Workload = WakeupWorkload;
 
     fn config(&self) -> Result<WakeupConfig> {
-        if self.wakeup_samples < MIN_WAKEUP_SAMPLES {
-            return Err(Error::Config(format!(
-                "--wakeup-samples must be at least {MIN_WAKEUP_SAMPLES}"
-            )));
-        }
-        if self.wakeup_poll_ms == 0 {
-            return Err(Error::Config("poll intervals must be at least 1 ms".into()));
-        }
         Ok(WakeupConfig {
-            samples: self.wakeup_samples,
-            poll: Duration::from_millis(self.wakeup_poll_ms),
+            samples: at_least(self.wakeup_samples, MIN_WAKEUP_SAMPLES, "--wakeup-samples")?,
+            poll: Duration::from_millis(at_least(self.wakeup_poll_ms, 1, "--wakeup-poll-ms")?),
         })
     }
 
