@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Better, Document, Rate, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, figure_keys};
@@ -59,15 +59,8 @@ impl Section for BacklogScaling {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!(
-                "backlog_scaling {} {}",
-                r.ledger.expected,
-                run_tag(r.round, r.warmup)
-            );
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
-            out.counters(&tag, &r.worker);
-        }
+        let at = |r: &ConsumeRun| (r.ledger.expected, r.round, r.warmup);
+        out.each(&RUNS, s, at, Checks::drained_worker);
     }
 
     /// backlog_scaling: per size, the drain rate and its ratio to the

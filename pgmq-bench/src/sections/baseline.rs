@@ -31,7 +31,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::config::Config;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
@@ -85,14 +85,13 @@ impl Section for Baseline {
     /// Short runs; a consuming loop's ledger and empty queue, a sending
     /// loop's messages all in the queue.
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
-            out.short_run(&tag, r.rate.elapsed_s);
+        out.each(&RUNS, s, |r| (r.kind.clone(), r.round, r.warmup), |out, tag, r| {
+            out.short_run(tag, r.rate.elapsed_s);
             if let Some(l) = &r.ledger {
                 if l.missing > 0 {
                     out.fail(format!("{tag}: {} messages never handled", l.missing));
                 }
-                out.ledger(&tag, l);
+                out.ledger(tag, l);
                 if r.in_queue_after != 0 {
                     out.fail(format!(
                         "{tag}: {} messages left in the queue",
@@ -105,7 +104,7 @@ impl Section for Baseline {
                     r.rate.count, r.in_queue_after
                 ));
             }
-        }
+        });
     }
 
     /// The loops' rates, then the SDK sections' ratios to them.

@@ -31,7 +31,7 @@ use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandle
 use serde::{Deserialize, Serialize};
 
 use crate::config::{pick, Apply, Profile};
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Runs, SectionRuns, Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
 use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
@@ -225,11 +225,9 @@ impl Section for BatchHandlerSection {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
-            out.counters(&tag, &r.worker);
+        out.each(&RUNS, s, |r| (r.mode.clone(), r.round, r.warmup), |out, tag, r| {
+            out.drained(tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+            out.counters(tag, &r.worker);
             let sent = r.ledger.expected as i64;
             if (r.sink_rows, r.sink_distinct) != (sent, sent) {
                 out.fail(format!(
@@ -237,7 +235,7 @@ impl Section for BatchHandlerSection {
                     r.sink_rows, r.sink_distinct
                 ));
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {

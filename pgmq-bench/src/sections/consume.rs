@@ -22,7 +22,7 @@ use crate::kit::drain::drain;
 use crate::kit::Ctx;
 
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::fmt_value;
@@ -66,15 +66,8 @@ impl Section for ConsumeScaling {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!(
-                "consume_scaling w={} {}",
-                r.workers,
-                run_tag(r.round, r.warmup)
-            );
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
-            out.counters(&tag, &r.worker);
-        }
+        let at = |r: &ConsumeRun| (format!("w={}", r.workers), r.round, r.warmup);
+        out.each(&RUNS, s, at, Checks::drained_worker);
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {

@@ -34,7 +34,7 @@ use clap::Args;
 use pgmq_client::QueueName;
 use serde::{Deserialize, Serialize};
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::config::{pick, Apply, Profile};
 use crate::document::{Runs, SectionRuns, Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
 use crate::error::{Error, Result};
@@ -268,10 +268,8 @@ impl Section for FleetLimit {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+        out.each(&RUNS, s, |r| (r.mode.clone(), r.round, r.warmup), |out, tag, r| {
+            out.drained(tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
             if let Some(most) = r.most_running_seen {
                 if most > i64::from(r.places) {
                     out.fail(format!(
@@ -280,7 +278,7 @@ impl Section for FleetLimit {
                     ));
                 }
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {

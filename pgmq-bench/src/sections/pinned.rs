@@ -43,7 +43,7 @@ use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::ClaimReadsArg;
 use crate::config::{pick, Apply, Profile};
 use crate::document::{Runs, SectionRuns, 
@@ -307,17 +307,15 @@ impl Section for PinnedHorizon {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.claim_reads.name(), run_tag(r.round, r.warmup));
-            out.counters(&tag, &r.worker);
+        out.each(&RUNS, s, |r| (r.claim_reads.name(), r.round, r.warmup), |out, tag, r| {
+            out.counters(tag, &r.worker);
             if r.phases.len() != 3 {
                 out.fail(format!("{tag}: {} phases, not 3", r.phases.len()));
             }
             for p in &r.phases {
                 out.short_run(&format!("{tag} {}", p.phase), p.completed.elapsed_s);
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {

@@ -35,7 +35,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Better, Document, Figure, Sample, Sections, TargetCheck};
 use crate::figures::{check, counts_in_ids, measured, median_of, Figures};
 use crate::report::{cell, definitions, figure_keys};
@@ -227,20 +227,16 @@ impl Section for WorkerProcesses {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!(
-                "worker_processes {} {}",
-                r.processes,
-                run_tag(r.round, r.warmup)
-            );
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+        let at = |r: &ProcessesRun| (r.processes, r.round, r.warmup);
+        out.each(&RUNS, s, at, |out, tag, r| {
+            out.drained(tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
             for pr in &r.per_process {
                 if pr.stalled {
                     out.fail(format!("{tag}: process {} stalled", pr.index));
                 }
                 out.counters(&format!("{tag}: process {}", pr.index), &pr.worker);
             }
-        }
+        });
     }
 
     /// worker_processes: combined rate and evenness per process count.

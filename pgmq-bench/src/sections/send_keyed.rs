@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Runs, SectionRuns, Better, Document, Rate, Sections};
 use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
@@ -176,10 +176,8 @@ impl Section for SendBatchKeyed {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
-            out.short_run(&tag, r.rate.elapsed_s);
+        out.each(&RUNS, s, |r| (r.mode.clone(), r.round, r.warmup), |out, tag, r| {
+            out.short_run(tag, r.rate.elapsed_s);
             let sent = r.rate.count as i64;
             let keys = if r.mode == "keyed" { sent } else { 0 };
             if r.in_queue_after != sent || r.keys_after != keys || r.duplicates != 0 {
@@ -189,7 +187,7 @@ impl Section for SendBatchKeyed {
                     r.in_queue_after, r.keys_after, r.duplicates
                 ));
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {

@@ -41,7 +41,7 @@ use pgmq_testkit::spec::WorkerSettings;
 use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::config::{pick, Apply, Profile};
 use crate::document::{Runs, SectionRuns, Better, Document, Percentiles, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
@@ -336,12 +336,10 @@ impl Section for SteadyStream {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", series_key(r), run_tag(r.round, r.warmup));
-            out.short_run(&tag, r.completed.elapsed_s);
+        out.each(&RUNS, s, |r| (series_key(r), r.round, r.warmup), |out, tag, r| {
+            out.short_run(tag, r.completed.elapsed_s);
             match r.ack {
-                SteadyAck::Delete => out.counters(&tag, &r.worker),
+                SteadyAck::Delete => out.counters(tag, &r.worker),
                 // The shared check counts deletes; archives are counted apart.
                 SteadyAck::Archive if r.archived != r.worker.succeeded => out.fail(format!(
                     "{tag}: {} handler successes but {} archived",
@@ -349,7 +347,7 @@ impl Section for SteadyStream {
                 )),
                 SteadyAck::Archive => {}
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::MIB;
@@ -588,8 +588,7 @@ impl Section for Sustained {
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!("sustained {}", run_tag(r.round, r.warmup));
+        out.each(&RUNS, s, |r| ("", r.round, r.warmup), |out, tag, r| {
             if let Some(se) = r.backlog_slope_stderr_per_s {
                 if se > r.verdict.slope_limit_per_s / 2.0 {
                     out.warn(format!(
@@ -611,9 +610,9 @@ impl Section for Sustained {
             } else if !r.verdict.pass {
                 out.fail(format!("{tag}: {}", r.verdict.reasons.join("; ")));
             }
-            out.ledger(&tag, &r.ledger);
-            out.counters(&tag, &r.worker);
-        }
+            out.ledger(tag, &r.ledger);
+            out.counters(tag, &r.worker);
+        });
     }
 
     /// sustained: the rate search, the rates, the backlog slope and maximum.
