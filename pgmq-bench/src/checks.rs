@@ -7,7 +7,7 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::document::{LedgerReport, RunOutcome, Runs, Sections, WorkerCounters};
+use crate::document::{ConsumeRun, LedgerReport, RunOutcome, Runs, Sections, WorkerCounters};
 
 /// The failures and warnings the sections' checks found.
 #[derive(Debug, Default)]
@@ -48,6 +48,31 @@ impl Checks {
         })
     }
 
+    /// Checks each run of `runs` in `s` (none, and a failure, when they do
+    /// not parse) with `check`, given the run's tag in the checks'
+    /// messages: the section's name, what sets the run apart in its round
+    /// and its round, as `at` gives them (`consume_scaling w=4 round 2`).
+    pub(crate) fn each<T, W>(
+        &mut self,
+        runs: &Runs<T>,
+        s: &Sections,
+        at: impl Fn(&T) -> (W, u32, bool),
+        mut check: impl FnMut(&mut Checks, &str, &T),
+    ) where
+        T: Serialize + DeserializeOwned,
+        W: std::fmt::Display,
+    {
+        for r in &self.runs(runs, s) {
+            let (what, round, warmup) = at(r);
+            let what = what.to_string();
+            let tag = match what.as_str() {
+                "" => format!("{} {}", runs.name(), run_tag(round, warmup)),
+                _ => format!("{} {what} {}", runs.name(), run_tag(round, warmup)),
+            };
+            check(self, &tag, r);
+        }
+    }
+
     /// A warning about a weak number.
     pub(crate) fn warn(&mut self, what: impl Into<String>) {
         self.warnings.push(what.into());
@@ -85,6 +110,13 @@ impl Checks {
             ));
         }
         self.ledger(tag, l);
+    }
+
+    /// [`drained`](Self::drained) and [`counters`](Self::counters) of a
+    /// worker's drain of a preloaded queue.
+    pub(crate) fn drained_worker(&mut self, tag: &str, r: &ConsumeRun) {
+        self.drained(tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+        self.counters(tag, &r.worker);
     }
 
     /// The worker's counters that do not add up, each a failure of `tag`.

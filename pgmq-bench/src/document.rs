@@ -796,6 +796,11 @@ impl<T> Runs<T> {
             run: PhantomData,
         }
     }
+
+    /// The section's name (`sections.<name>`).
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
 }
 
 impl<T: Serialize + DeserializeOwned> Runs<T> {

@@ -408,7 +408,7 @@ async fn rounds(ctx: &Arc<Ctx>) -> Result<Sections> {
                 about(left)
             ));
         }
-        section.run_round(ctx, at, &mut s).await?;
+        section.boxed_round(ctx, at, &mut s).await?;
     }
     Ok(s)
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{bench, run, run_on, temp_path, TempDb};
+use common::{bench, run, run_on, smallest_run_args, temp_path, TempDb};
 
 #[test]
 fn refuses_without_an_explicit_dsn() {
@@ -35,18 +35,7 @@ fn guard_refuses_leftovers_and_cleans_them_on_request() {
     let db = TempDb::new("guard");
     db.query("SELECT pgmq.create('pgmq_bench_leftover')");
     let output = temp_path("b.json");
-    let args = [
-        "--output",
-        output.to_str().unwrap(),
-        "--sections",
-        "send_single",
-        "--single-messages",
-        "20",
-        "--repeat",
-        "1",
-        "--warmup",
-        "0",
-    ];
+    let args = smallest_run_args(output.to_str().unwrap());
     let out = run_on(&db.dsn, &args);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{run_on, temp_path, TempDb};
+use common::{run_on, smallest_run_args, temp_path, TempDb};
 use serde_json::Value;
 
 const DB_TOKEN: &str = "db_tok_7f3a9c1e";
@@ -42,21 +42,7 @@ fn settings_outside_the_allow_list_never_reach_the_document() {
 
     // The real binary on that database.
     let output = temp_path("settings.json");
-    let out = run_on(
-        &db.dsn,
-        &[
-            "--output",
-            output.to_str().unwrap(),
-            "--sections",
-            "send_single",
-            "--single-messages",
-            "20",
-            "--repeat",
-            "1",
-            "--warmup",
-            "0",
-        ],
-    );
+    let out = run_on(&db.dsn, &smallest_run_args(output.to_str().unwrap()));
     let text = std::fs::read_to_string(&output)
         .unwrap_or_else(|e| panic!("{e}: stderr {}", String::from_utf8_lossy(&out.stderr)));
     assert!(!text.contains(DB_TOKEN), "the token is in the document");

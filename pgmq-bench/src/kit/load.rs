@@ -90,6 +90,9 @@ impl Stream {
     }
 }
 
+/// The most messages of one top-up of the streams' producers.
+pub(crate) const TOP_UP_MOST: u64 = 1_000;
+
 /// How a producer paces its sends: each top-up is one `send_batch` of as
 /// many messages as both limits allow, at most `most`; below `least` it
 /// naps instead.

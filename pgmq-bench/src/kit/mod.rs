@@ -16,6 +16,8 @@
 //!   worker process's wait for an empty queue;
 //! - [`snapshot`]: the database's counters, dead tuples, the cluster's CPU
 //!   and the database's clock;
+//! - [`stream`]: a paced stream (a worker on a client of its own, a
+//!   producer feeding its queue) and its measured windows;
 //! - [`plain`]: the same sends and drains with no SDK, the reference of
 //!   the SDK sections' ratios;
 //! - [`child`]: worker processes (the spec, the child's side, starting them,
@@ -29,6 +31,7 @@ pub(crate) mod load;
 pub(crate) mod plain;
 pub(crate) mod sink;
 pub(crate) mod snapshot;
+pub(crate) mod stream;
 pub(crate) mod tally;
 pub(crate) mod worker;
 

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::kit::Ctx;
+use crate::report::{fmt_value, thousands};
 
 /// The database's own counters over a worker_processes run, from the
 /// processes' `go` to their exit: the queue table's statistics
@@ -60,6 +61,37 @@ pub struct SteadyServer {
     /// bench's host (None in older documents).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bench_cpu_us_per_msg: Option<f64>,
+}
+
+/// The report's cells of a [`SteadyServer`] ("–" for a counter not read).
+pub(crate) struct ServerCells {
+    /// Server CPU per message, microseconds.
+    pub(crate) cpu: String,
+    /// Bench CPU per message, microseconds.
+    pub(crate) bench_cpu: String,
+    /// Index tuples fetched per message.
+    pub(crate) idx_tup: String,
+    /// Buffers touched per message.
+    pub(crate) buffers: String,
+    /// The dead tuples' peak.
+    pub(crate) dead_peak: String,
+}
+
+impl SteadyServer {
+    /// Its cells in a report's table.
+    pub(crate) fn cells(&self) -> ServerCells {
+        let us = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
+        let per_msg = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
+        ServerCells {
+            cpu: us(self.cpu_us_per_msg),
+            bench_cpu: us(self.bench_cpu_us_per_msg),
+            idx_tup: per_msg(self.idx_tup_fetch_per_msg),
+            buffers: per_msg(self.buffers_per_msg),
+            dead_peak: self
+                .dead_tuples_peak
+                .map_or("–".to_owned(), |v| thousands(v as f64)),
+        }
+    }
 }
 
 /// The queue table's statistics, the database's transactions, and the CPU

@@ -10,7 +10,7 @@ pub mod svg;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use crate::document::{Document, Figure};
+use crate::document::{Document, Figure, Runs};
 
 /// Formats `v` for a table in `unit`: rates without decimals and with
 /// thousands separators, milliseconds with enough decimals for microseconds.
@@ -145,6 +145,26 @@ pub fn fmt_figure(f: &Figure) -> String {
             fmt_value(f.max, &f.unit)
         )
     }
+}
+
+/// The workload fields `W` of `d` when it holds the figure `id`: what a
+/// section's part of the report is written from, None when the figure is
+/// absent or the fields do not parse.
+pub(crate) fn workload_if<W: serde::de::DeserializeOwned>(d: &Document, id: &str) -> Option<W> {
+    fig(d, id)?;
+    d.metadata.workload.options_of::<W>().ok()
+}
+
+/// A section's runs in `d` and the workload fields `W` they ran with: what
+/// its part of the report is written from, None when it has no runs or
+/// either does not parse.
+pub(crate) fn runs_and_workload<T, W>(d: &Document, runs: &Runs<T>) -> Option<(Vec<T>, W)>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+    W: serde::de::DeserializeOwned,
+{
+    let runs = runs.of(&d.sections).ok().filter(|r| !r.is_empty())?;
+    Some((runs, d.metadata.workload.options_of::<W>().ok()?))
 }
 
 pub(crate) fn fig<'a>(d: &'a Document, id: &str) -> Option<&'a Figure> {

@@ -20,14 +20,13 @@ use crate::kit::Ctx;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Better, Document, Rate, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, figure_keys};
 use crate::report::thousands;
-use crate::sections::{Round, Section};
+use crate::sections::{Rounds, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -59,34 +58,126 @@ impl Section for BacklogScaling {
         Plan::work(first + sizes.iter().map(|n| plan::drain(*n, plan::DRAIN)).sum::<f64>())
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        let at = |r: &ConsumeRun| (r.ledger.expected, r.round, r.warmup);
+        out.each(&RUNS, s, at, Checks::drained_worker);
     }
 
-    fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!(
-                "backlog_scaling {} {}",
-                r.ledger.expected,
-                run_tag(r.round, r.warmup)
+    /// backlog_scaling: per size, the drain rate and its ratio to the
+    /// smallest size's rate of the same round.
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        let mut sizes: Vec<u64> = RUNS
+            .list(s)
+            .iter()
+            .map(|r| r.ledger.expected)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let all = RUNS.list(s);
+        let backlog = || measured(&all, |r| r.warmup);
+        // One rate per size and measured round: the round's drains of that size
+        // pooled (their messages over their seconds); only the smallest size is
+        // drained more than once.
+        let pooled = |n: u64| -> Vec<(u32, Rate)> {
+            let mut rounds: Vec<u32> = backlog()
+                .filter(|r| r.ledger.expected == n)
+                .map(|r| r.round)
+                .collect();
+            rounds.dedup();
+            rounds
+                .into_iter()
+                .map(|round| {
+                    let (count, secs) = backlog()
+                        .filter(|r| r.round == round && r.ledger.expected == n)
+                        .fold((0, 0.0), |(c, t), r| (c + r.rate.count, t + r.rate.elapsed_s));
+                    (round, Rate::new(count, secs))
+                })
+                .collect()
+        };
+        for n in &sizes {
+            f.rate(
+                &format!("backlog_scaling.n{n}.throughput"),
+                "backlog_scaling",
+                &format!(
+                    "Drain rate, backlog of {}",
+                    crate::report::thousands(*n as f64)
+                ),
+                DEF_BACKLOG,
+                pooled(*n).iter().map(|(round, rate)| (*round, rate)),
             );
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
-            out.counters(&tag, &r.worker);
+        }
+        if let Some(smallest) = sizes.first() {
+            let reference = pooled(*smallest);
+            for n in sizes.iter().skip(1) {
+                let runs = pooled(*n)
+                    .iter()
+                    .filter_map(|(round, rate)| {
+                        let (_, base) = reference.iter().find(|(r, _)| r == round)?;
+                        (base.rate_per_s > 0.0)
+                            .then(|| Sample::value(*round, rate.rate_per_s / base.rate_per_s))
+                    })
+                    .collect();
+                f.add(
+                    format!("backlog_scaling.n{n}.vs_smallest"),
+                    "backlog_scaling",
+                    format!(
+                        "Drain rate, backlog of {} vs {}",
+                        crate::report::thousands(*n as f64),
+                        crate::report::thousands(*smallest as f64)
+                    ),
+                    "x",
+                    Better::Higher,
+                    DEF_BACKLOG_RATIO,
+                    runs,
+                );
+            }
         }
     }
 
-    fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
-    }
-
-
+    /// backlog_scaling: the drain rate per backlog size and its ratio to the
+    /// smallest size's rate.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let sizes = figure_keys(d, "backlog_scaling.n", ".throughput");
+        let Some(smallest) = sizes.first() else {
+            return;
+        };
+        let w = &d.metadata.workload;
+        let mut how = Vec::new();
+        if let Some(n) = w.backlog_workers {
+            how.push(format!("{n} handlers"));
+        }
+        if let Some(c) = &w.claim_reads {
+            how.push(format!("claim reads `{c}`"));
+        }
+        let _ = writeln!(
+            out,
+            "## Backlog scaling (backlog_scaling)\n\n{}| Backlog (messages) | Drain rate (msg/s) | vs {} |\n| --- | --- | --- |",
+            if how.is_empty() {
+                String::new()
+            } else {
+                format!("{}.\n\n", how.join(", "))
+            },
+            thousands(*smallest as f64)
+        );
+        let mut ids = Vec::new();
+        for n in &sizes {
+            let rate = format!("backlog_scaling.n{n}.throughput");
+            let ratio = format!("backlog_scaling.n{n}.vs_smallest");
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                thousands(*n as f64),
+                cell(d, &rate),
+                if n == smallest {
+                    "1 (the reference)".to_owned()
+                } else {
+                    cell(d, &ratio)
+                }
+            );
+            ids.extend([rate, ratio]);
+        }
+        out.push('\n');
+        definitions(out, d, &ids);
     }
 }
 
@@ -94,27 +185,29 @@ impl Section for BacklogScaling {
 /// pooled rate is the reference of `vs_smallest`.
 pub const REFERENCE_DRAINS: usize = 3;
 
-/// One round of backlog_scaling: a run at each backlog size, the smallest
-/// (the reference) [`REFERENCE_DRAINS`] times when there are larger ones.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let sizes = &ctx.cfg.backlog_sizes;
-    for (i, n) in sizes.iter().enumerate() {
-        let drains = if i == 0 && sizes.len() > 1 {
-            REFERENCE_DRAINS
-        } else {
-            1
-        };
-        for _ in 0..drains {
-            let r = run(ctx, *n, at.index).await?;
-            ctx.progress.say(format!(
-                "{tag} backlog_scaling {n}: {:.0} msg/s",
-                r.rate.rate_per_s
-            ));
-            RUNS.record(s, &r)?;
+impl Rounds for BacklogScaling {
+    /// One round of backlog_scaling: a run at each backlog size, the smallest
+    /// (the reference) [`REFERENCE_DRAINS`] times when there are larger ones.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        let sizes = &ctx.cfg.backlog_sizes;
+        for (i, n) in sizes.iter().enumerate() {
+            let drains = if i == 0 && sizes.len() > 1 {
+                REFERENCE_DRAINS
+            } else {
+                1
+            };
+            for _ in 0..drains {
+                let r = run(ctx, *n, at.index).await?;
+                ctx.progress.say(format!(
+                    "{tag} backlog_scaling {n}: {:.0} msg/s",
+                    r.rate.rate_per_s
+                ));
+                RUNS.record(s, &r)?;
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_BACKLOG: &str = "Worker runtime (--backlog-workers handlers) draining a fresh, preloaded and vacuumed \
@@ -126,123 +219,6 @@ const DEF_BACKLOG_RATIO: &str =
     "This backlog's drain rate divided by the smallest backlog's pooled drain rate of the \
     same round (its drains' messages over their seconds; the smallest size is drained 3 times \
     a round): 1 when the rate holds as the backlog grows.";
-
-/// backlog_scaling: per size, the drain rate and its ratio to the
-/// smallest size's rate of the same round.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    let mut sizes: Vec<u64> = RUNS
-        .list(s)
-        .iter()
-        .map(|r| r.ledger.expected)
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let all = RUNS.list(s);
-    let backlog = || measured(&all, |r| r.warmup);
-    // One rate per size and measured round: the round's drains of that size
-    // pooled (their messages over their seconds); only the smallest size is
-    // drained more than once.
-    let pooled = |n: u64| -> Vec<(u32, Rate)> {
-        let mut rounds: Vec<u32> = backlog()
-            .filter(|r| r.ledger.expected == n)
-            .map(|r| r.round)
-            .collect();
-        rounds.dedup();
-        rounds
-            .into_iter()
-            .map(|round| {
-                let (count, secs) = backlog()
-                    .filter(|r| r.round == round && r.ledger.expected == n)
-                    .fold((0, 0.0), |(c, t), r| (c + r.rate.count, t + r.rate.elapsed_s));
-                (round, Rate::new(count, secs))
-            })
-            .collect()
-    };
-    for n in &sizes {
-        f.rate(
-            &format!("backlog_scaling.n{n}.throughput"),
-            "backlog_scaling",
-            &format!(
-                "Drain rate, backlog of {}",
-                crate::report::thousands(*n as f64)
-            ),
-            DEF_BACKLOG,
-            pooled(*n).iter().map(|(round, rate)| (*round, rate)),
-        );
-    }
-    if let Some(smallest) = sizes.first() {
-        let reference = pooled(*smallest);
-        for n in sizes.iter().skip(1) {
-            let runs = pooled(*n)
-                .iter()
-                .filter_map(|(round, rate)| {
-                    let (_, base) = reference.iter().find(|(r, _)| r == round)?;
-                    (base.rate_per_s > 0.0)
-                        .then(|| Sample::value(*round, rate.rate_per_s / base.rate_per_s))
-                })
-                .collect();
-            f.add(
-                format!("backlog_scaling.n{n}.vs_smallest"),
-                "backlog_scaling",
-                format!(
-                    "Drain rate, backlog of {} vs {}",
-                    crate::report::thousands(*n as f64),
-                    crate::report::thousands(*smallest as f64)
-                ),
-                "x",
-                Better::Higher,
-                DEF_BACKLOG_RATIO,
-                runs,
-            );
-        }
-    }
-}
-
-/// backlog_scaling: the drain rate per backlog size and its ratio to the
-/// smallest size's rate.
-fn report_part(out: &mut String, d: &Document) {
-    let sizes = figure_keys(d, "backlog_scaling.n", ".throughput");
-    let Some(smallest) = sizes.first() else {
-        return;
-    };
-    let w = &d.metadata.workload;
-    let mut how = Vec::new();
-    if let Some(n) = w.backlog_workers {
-        how.push(format!("{n} handlers"));
-    }
-    if let Some(c) = &w.claim_reads {
-        how.push(format!("claim reads `{c}`"));
-    }
-    let _ = writeln!(
-        out,
-        "## Backlog scaling (backlog_scaling)\n\n{}| Backlog (messages) | Drain rate (msg/s) | vs {} |\n| --- | --- | --- |",
-        if how.is_empty() {
-            String::new()
-        } else {
-            format!("{}.\n\n", how.join(", "))
-        },
-        thousands(*smallest as f64)
-    );
-    let mut ids = Vec::new();
-    for n in &sizes {
-        let rate = format!("backlog_scaling.n{n}.throughput");
-        let ratio = format!("backlog_scaling.n{n}.vs_smallest");
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} |",
-            thousands(*n as f64),
-            cell(d, &rate),
-            if n == smallest {
-                "1 (the reference)".to_owned()
-            } else {
-                cell(d, &ratio)
-            }
-        );
-        ids.extend([rate, ratio]);
-    }
-    out.push('\n');
-    definitions(out, d, &ids);
-}
 
 #[cfg(test)]
 mod tests {

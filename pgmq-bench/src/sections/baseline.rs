@@ -30,20 +30,29 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::config::Config;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, fig, worker_counts};
-use crate::sections::{Round, Section};
+use crate::sections::{Round, Rounds, Section};
 use crate::sections::plan::{self, Plan};
 
 /// The baseline section: the loops on plain prepared statements. Beside an
 /// SDK section its loop runs next to each SDK run (see `kit::plain::neighbour`);
 /// alone, a round runs every loop once.
 pub(crate) struct Baseline;
+
+impl Rounds for Baseline {
+    /// Each of the round's loops once (none beside an SDK section).
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        for l in baseline_loops(&ctx.cfg) {
+            baseline_once(ctx, l, at, s).await?;
+        }
+        Ok(())
+    }
+}
 
 impl Section for Baseline {
     fn runs(&self) -> &dyn SectionRuns {
@@ -73,31 +82,16 @@ impl Section for Baseline {
         true
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            for l in baseline_loops(&ctx.cfg) {
-                baseline_once(ctx, l, at, s).await?;
-            }
-            Ok(())
-        })
-    }
-
     /// Short runs; a consuming loop's ledger and empty queue, a sending
     /// loop's messages all in the queue.
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!("baseline {} {}", r.kind, run_tag(r.round, r.warmup));
-            out.short_run(&tag, r.rate.elapsed_s);
+        out.each(&RUNS, s, |r| (r.kind.clone(), r.round, r.warmup), |out, tag, r| {
+            out.short_run(tag, r.rate.elapsed_s);
             if let Some(l) = &r.ledger {
                 if l.missing > 0 {
                     out.fail(format!("{tag}: {} messages never handled", l.missing));
                 }
-                out.ledger(&tag, l);
+                out.ledger(tag, l);
                 if r.in_queue_after != 0 {
                     out.fail(format!(
                         "{tag}: {} messages left in the queue",
@@ -110,7 +104,7 @@ impl Section for Baseline {
                     r.rate.count, r.in_queue_after
                 ));
             }
-        }
+        });
     }
 
     /// The loops' rates, then the SDK sections' ratios to them.

@@ -26,16 +26,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use futures::future::BoxFuture;
 use pgmq_client::{Message, Transaction};
 use pgmq_worker::{HandlerError, MessageResult, Outcome, TransactionalBatchHandler};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{pick, Apply, Profile};
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Runs, SectionRuns, Better, Document, LedgerReport, Rate, Sample, Sections, WorkerCounters};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
+use crate::report::workload_if;
 use crate::report::{fmt_value, thousands};
 use crate::report::{cell, definitions, fig};
 use crate::cli::HandlerKind;
@@ -45,7 +45,7 @@ use crate::kit::sink::{Sink, SINK_TABLE};
 use crate::kit::tally::Tally;
 use crate::kit::worker::{builder, counters, handler_kind, worker_on};
 use crate::kit::Ctx;
-use crate::sections::{Options, Round, Section};
+use crate::sections::{at_least, within, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -119,25 +119,10 @@ impl Options for BatchHandlerOptions {
     type Workload = BatchHandlerWorkload;
 
     fn config(&self) -> Result<BatchHandlerConfig> {
-        if self.batch_handler_messages == 0 {
-            return Err(Error::Config(
-                "--batch-handler-messages must be at least 1".into(),
-            ));
-        }
-        if !(1..=256).contains(&self.batch_handler_workers) {
-            return Err(Error::Config(
-                "--batch-handler-workers must be between 1 and 256".into(),
-            ));
-        }
-        if !(1..=10_000).contains(&self.batch_handler_max) {
-            return Err(Error::Config(
-                "--batch-handler-max must be between 1 and 10000".into(),
-            ));
-        }
         Ok(BatchHandlerConfig {
-            messages: self.batch_handler_messages,
-            workers: self.batch_handler_workers,
-            max: self.batch_handler_max,
+            messages: at_least(self.batch_handler_messages, 1, "--batch-handler-messages")?,
+            workers: within(self.batch_handler_workers, 1..=256, "--batch-handler-workers")?,
+            max: within(self.batch_handler_max, 1..=10_000, "--batch-handler-max")?,
             window: Duration::from_millis(self.batch_handler_window_ms),
         })
     }
@@ -239,21 +224,10 @@ impl Section for BatchHandlerSection {
         true
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
-            out.counters(&tag, &r.worker);
+        out.each(&RUNS, s, |r| (r.mode.clone(), r.round, r.warmup), |out, tag, r| {
+            out.drained(tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+            out.counters(tag, &r.worker);
             let sent = r.ledger.expected as i64;
             if (r.sink_rows, r.sink_distinct) != (sent, sent) {
                 out.fail(format!(
@@ -261,49 +235,97 @@ impl Section for BatchHandlerSection {
                     r.sink_rows, r.sink_distinct
                 ));
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
-
+    /// The section's table: per mode, the rate and the database's counters,
+    /// then the ratios.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some(w) = workload_if::<BatchHandlerWorkload>(d, &id("batch_tx", "throughput")) else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Batch handlers (batch_handler)\n\n\
+             The db-write handler, {} messages a run, {} handlers; batch_tx batches of up to {} \
+             gathered within {} ms.\n\n\
+             | Mode | Throughput (msg/s) | Transactions/msg | WAL bytes/msg | WAL syncs/msg |\n\
+             | --- | --- | --- | --- | --- |",
+            thousands(w.batch_handler_messages as f64),
+            w.batch_handler_workers,
+            w.batch_handler_max,
+            w.batch_handler_window_ms
+        );
+        let mut ids = Vec::new();
+        for mode in MODES {
+            let val = |what: &str| {
+                fig(d, &id(mode, what))
+                    .map(|f| fmt_value(f.median, "1/msg"))
+                    .unwrap_or_else(|| "–".into())
+            };
+            let _ = writeln!(
+                out,
+                "| {mode} | {} | {} | {} | {} |",
+                cell(d, &id(mode, "throughput")),
+                val("transactions_per_msg"),
+                fig(d, &id(mode, "wal_bytes_per_msg"))
+                    .map(|f| format!("{:.0}", f.median))
+                    .unwrap_or_else(|| "–".into()),
+                val("wal_syncs_per_msg")
+            );
+            ids.push(id(mode, "throughput"));
+        }
+        let _ = writeln!(
+            out,
+            "\nbatch_tx ÷ per_message: {} (target: at least 0.8); per_message_tx ÷ per_message: {}.\n",
+            cell(d, &format!("{NAME}.batch_tx_vs_per_message")),
+            cell(d, &format!("{NAME}.per_message_tx_vs_per_message"))
+        );
+        ids.extend([
+            format!("{NAME}.batch_tx_vs_per_message"),
+            format!("{NAME}.per_message_tx_vs_per_message"),
+            id("batch_tx", "transactions_per_msg"),
+            id("batch_tx", "wal_bytes_per_msg"),
+            id("batch_tx", "wal_syncs_per_msg"),
+        ]);
+        definitions(out, d, &ids);
     }
 }
 
-/// One round: the three modes, each on a fresh queue.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    Sink::create_table(&ctx.admin).await?;
-    let mut rates = Vec::new();
-    for mode in MODES {
-        let r = run(ctx, mode, at.index, at.warm).await?;
-        ctx.progress.say(format!(
-            "{} {NAME} {mode}: {:.0} msg/s, {:.3} transactions/msg",
-            at.tag,
-            r.rate.rate_per_s,
-            r.server.as_ref().map_or(f64::NAN, |v| v.transactions_per_msg)
-        ));
-        rates.push(r.rate.rate_per_s);
-        RUNS.record(s, &r)?;
+impl Rounds for BatchHandlerSection {
+    /// One round: the three modes, each on a fresh queue.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        Sink::create_table(&ctx.admin).await?;
+        let mut rates = Vec::new();
+        for mode in MODES {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{} {NAME} {mode}: {:.0} msg/s, {:.3} transactions/msg",
+                at.tag,
+                r.rate.rate_per_s,
+                r.server.as_ref().map_or(f64::NAN, |v| v.transactions_per_msg)
+            ));
+            rates.push(r.rate.rate_per_s);
+            RUNS.record(s, &r)?;
+        }
+        if rates[0] > 0.0 {
+            ctx.progress.say(format!(
+                "{} {NAME}: batch_tx / per_message = {:.2}, per_message_tx / per_message = {:.2}",
+                at.tag,
+                rates[2] / rates[0],
+                rates[1] / rates[0]
+            ));
+        }
+        if ctx.cfg.handler == crate::document::HandlerKind::Empty {
+            // The run's end drops it only for the db-write handlers.
+            Sink::drop_table(&ctx.admin).await?;
+        }
+        Ok(())
     }
-    if rates[0] > 0.0 {
-        ctx.progress.say(format!(
-            "{} {NAME}: batch_tx / per_message = {:.2}, per_message_tx / per_message = {:.2}",
-            at.tag,
-            rates[2] / rates[0],
-            rates[1] / rates[0]
-        ));
-    }
-    if ctx.cfg.handler == crate::document::HandlerKind::Empty {
-        // The run's end drops it only for the db-write handlers.
-        Sink::drop_table(&ctx.admin).await?;
-    }
-    Ok(())
 }
 
 /// `--handler db-write` as a transactional batch: the batch's rows with one
@@ -565,58 +587,3 @@ fn add_figures(f: &mut Figures, runs: &[BatchHandlerRun]) {
     }
 }
 
-/// The section's table: per mode, the rate and the database's counters,
-/// then the ratios.
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, &id("batch_tx", "throughput")).is_none() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<BatchHandlerWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Batch handlers (batch_handler)\n\n\
-         The db-write handler, {} messages a run, {} handlers; batch_tx batches of up to {} \
-         gathered within {} ms.\n\n\
-         | Mode | Throughput (msg/s) | Transactions/msg | WAL bytes/msg | WAL syncs/msg |\n\
-         | --- | --- | --- | --- | --- |",
-        thousands(w.batch_handler_messages as f64),
-        w.batch_handler_workers,
-        w.batch_handler_max,
-        w.batch_handler_window_ms
-    );
-    let mut ids = Vec::new();
-    for mode in MODES {
-        let val = |what: &str| {
-            fig(d, &id(mode, what))
-                .map(|f| fmt_value(f.median, "1/msg"))
-                .unwrap_or_else(|| "–".into())
-        };
-        let _ = writeln!(
-            out,
-            "| {mode} | {} | {} | {} | {} |",
-            cell(d, &id(mode, "throughput")),
-            val("transactions_per_msg"),
-            fig(d, &id(mode, "wal_bytes_per_msg"))
-                .map(|f| format!("{:.0}", f.median))
-                .unwrap_or_else(|| "–".into()),
-            val("wal_syncs_per_msg")
-        );
-        ids.push(id(mode, "throughput"));
-    }
-    let _ = writeln!(
-        out,
-        "\nbatch_tx ÷ per_message: {} (target: at least 0.8); per_message_tx ÷ per_message: {}.\n",
-        cell(d, &format!("{NAME}.batch_tx_vs_per_message")),
-        cell(d, &format!("{NAME}.per_message_tx_vs_per_message"))
-    );
-    ids.extend([
-        format!("{NAME}.batch_tx_vs_per_message"),
-        format!("{NAME}.per_message_tx_vs_per_message"),
-        id("batch_tx", "transactions_per_msg"),
-        id("batch_tx", "wal_bytes_per_msg"),
-        id("batch_tx", "wal_syncs_per_msg"),
-    ]);
-    definitions(out, d, &ids);
-}

@@ -21,15 +21,14 @@ use crate::error::Result;
 use crate::kit::drain::drain;
 use crate::kit::Ctx;
 
-use futures::future::BoxFuture;
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::fmt_value;
 use crate::report::{cell, definitions, fig, worker_counts};
 use crate::kit::plain::{neighbour, Loop};
-use crate::sections::{Round, Section};
+use crate::sections::{Rounds, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -66,71 +65,106 @@ impl Section for ConsumeScaling {
         true
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!(
-                "consume_scaling w={} {}",
-                r.workers,
-                run_tag(r.round, r.warmup)
-            );
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
-            out.counters(&tag, &r.worker);
-        }
+        let at = |r: &ConsumeRun| (format!("w={}", r.workers), r.round, r.warmup);
+        out.each(&RUNS, s, at, Checks::drained_worker);
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
         add_figures(f, s, &consume_counts(s));
     }
 
-
+    /// consume_scaling: throughput, its ratio to the baseline loop and the
+    /// latency percentiles per handler count.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let counts = worker_counts(d);
+        if counts.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## Worker scaling (consume_scaling)\n\n\
+             | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
+             Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
+             | --- | --- | --- | --- | --- | --- |"
+        );
+        let mut ids = Vec::new();
+        for w in &counts {
+            let p = format!("consume_scaling.w{w}");
+            let pct = |what: &str| {
+                ["p50", "p95", "p99", "max"]
+                    .iter()
+                    .map(|q| {
+                        fig(d, &format!("{p}.{what}.{q}_ms"))
+                            .map(|f| fmt_value(f.median, "ms"))
+                            .unwrap_or_else(|| "–".into())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let _ = writeln!(
+                out,
+                "| {w} | {} | {} | {} | {} | {} |",
+                cell(d, &format!("{p}.throughput")),
+                cell(d, &format!("{p}.vs_baseline")),
+                pct("handler"),
+                pct("queue_wait_db"),
+                pct("queue_wait_local")
+            );
+            ids.extend([
+                format!("{p}.throughput"),
+                format!("{p}.vs_baseline"),
+                format!("{p}.handler.p50_ms"),
+                format!("{p}.queue_wait_db.p50_ms"),
+                format!("{p}.queue_wait_local.p50_ms"),
+            ]);
+        }
+        let _ = writeln!(
+            out,
+            "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
+            cell(d, "baseline.consume.rate")
+        );
+        ids.push("baseline.consume.rate".into());
+        definitions(out, d, &ids);
     }
 }
 
-/// One round of consume_scaling: the worker at each handler count, each
-/// between two consume loops.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let p = &ctx.progress;
-    // A consume loop before each worker run and one after the last: every
-    // worker run sits between two loops, and its ratio's reference is their
-    // mean. The equal-layout loop once before the first worker run and once
-    // after the last: the reference of `vs_equal_layout` is the mean of the
-    // two.
-    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
-    let mut before: Option<u32> = None;
-    for w in &ctx.cfg.workers {
-        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            BASELINE_RUNS.update(s, |runs| {
-                runs[i].paired_workers = Some(*w);
-                runs[i].follows_workers = before;
-            })?;
+impl Rounds for ConsumeScaling {
+    /// One round of consume_scaling: the worker at each handler count, each
+    /// between two consume loops.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        let p = &ctx.progress;
+        // A consume loop before each worker run and one after the last: every
+        // worker run sits between two loops, and its ratio's reference is their
+        // mean. The equal-layout loop once before the first worker run and once
+        // after the last: the reference of `vs_equal_layout` is the mean of the
+        // two.
+        neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
+        let mut before: Option<u32> = None;
+        for w in &ctx.cfg.workers {
+            if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
+                BASELINE_RUNS.update(s, |runs| {
+                    runs[i].paired_workers = Some(*w);
+                    runs[i].follows_workers = before;
+                })?;
+            }
+            before = Some(*w);
+            let r = run(ctx, *w, at.index, at.warm).await?;
+            p.say(format!(
+                "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
+                r.rate.rate_per_s, r.handler_ms.p99
+            ));
+            RUNS.record(s, &r)?;
         }
-        before = Some(*w);
-        let r = run(ctx, *w, at.index, at.warm).await?;
-        p.say(format!(
-            "{tag} consume_scaling w={w}: {:.0} msg/s, handler p99 {:.3} ms",
-            r.rate.rate_per_s, r.handler_ms.p99
-        ));
-        RUNS.record(s, &r)?;
-    }
-    if let Some(w) = before {
-        if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
-            BASELINE_RUNS.update(s, |runs| runs[i].follows_workers = Some(w))?;
+        if let Some(w) = before {
+            if let Some(i) = neighbour(ctx, Loop::Consume, at, s).await? {
+                BASELINE_RUNS.update(s, |runs| runs[i].follows_workers = Some(w))?;
+            }
         }
+        neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
+        Ok(())
     }
-    neighbour(ctx, Loop::ConsumeEqualLayout, at, s).await?;
-    Ok(())
 }
 
 const DEF_THROUGHPUT: &str = "Worker runtime draining a preloaded, vacuumed queue with N handlers: distinct \
@@ -194,56 +228,3 @@ fn add_figures(f: &mut Figures, s: &Sections, worker_counts: &[u32]) {
     }
 }
 
-/// consume_scaling: throughput, its ratio to the baseline loop and the
-/// latency percentiles per handler count.
-fn report_part(out: &mut String, d: &Document) {
-    let counts = worker_counts(d);
-    if counts.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "## Worker scaling (consume_scaling)\n\n\
-         | Handlers | Throughput (msg/s) | vs baseline | Handler p50 / p95 / p99 / max (ms) | \
-         Queue wait, database p50 / p95 / p99 / max (ms) | Queue wait, local p50 / p95 / p99 / max (ms) |\n\
-         | --- | --- | --- | --- | --- | --- |"
-    );
-    let mut ids = Vec::new();
-    for w in &counts {
-        let p = format!("consume_scaling.w{w}");
-        let pct = |what: &str| {
-            ["p50", "p95", "p99", "max"]
-                .iter()
-                .map(|q| {
-                    fig(d, &format!("{p}.{what}.{q}_ms"))
-                        .map(|f| fmt_value(f.median, "ms"))
-                        .unwrap_or_else(|| "–".into())
-                })
-                .collect::<Vec<_>>()
-                .join(" / ")
-        };
-        let _ = writeln!(
-            out,
-            "| {w} | {} | {} | {} | {} | {} |",
-            cell(d, &format!("{p}.throughput")),
-            cell(d, &format!("{p}.vs_baseline")),
-            pct("handler"),
-            pct("queue_wait_db"),
-            pct("queue_wait_local")
-        );
-        ids.extend([
-            format!("{p}.throughput"),
-            format!("{p}.vs_baseline"),
-            format!("{p}.handler.p50_ms"),
-            format!("{p}.queue_wait_db.p50_ms"),
-            format!("{p}.queue_wait_local.p50_ms"),
-        ]);
-    }
-    let _ = writeln!(
-        out,
-        "\nBaseline read + delete on one connection: {} msg/s. Latency columns show medians over rounds.\n",
-        cell(d, "baseline.consume.rate")
-    );
-    ids.push("baseline.consume.rate".into());
-    definitions(out, d, &ids);
-}

@@ -31,20 +31,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use futures::future::BoxFuture;
 use pgmq_client::QueueName;
 use serde::{Deserialize, Serialize};
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::config::{pick, Apply, Profile};
 use crate::document::{Runs, SectionRuns, Better, Document, Figure, LedgerReport, Rate, Sample, Sections, TargetCheck};
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::ledger::Ledger;
-use crate::report::{cell, definitions, fig};
+use crate::report::workload_if;
+use crate::report::{cell, definitions};
 use crate::kit::child::{limited as limited_spec, Fleet};
 use crate::kit::Ctx;
-use crate::sections::{Options, Round, Section};
+use crate::sections::{at_least, within, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -114,26 +114,15 @@ impl Options for FleetLimitOptions {
     type Workload = FleetLimitWorkload;
 
     fn config(&self) -> Result<FleetLimitConfig> {
-        if !(1..=64).contains(&self.fleet_limit_processes) {
-            return Err(Error::Config(
-                "--fleet-limit-processes must be between 1 and 64".into(),
-            ));
-        }
-        if self.fleet_limit_places < self.fleet_limit_processes || self.fleet_limit_places > 1024 {
-            return Err(Error::Config(
-                "--fleet-limit-places must be between --fleet-limit-processes and 1024".into(),
-            ));
-        }
-        if self.fleet_limit_messages == 0 || self.fleet_limit_work_ms == 0 {
-            return Err(Error::Config(
-                "--fleet-limit-messages and --fleet-limit-work-ms must be at least 1".into(),
-            ));
-        }
+        let processes = within(self.fleet_limit_processes, 1..=64, "--fleet-limit-processes")?;
+        // At least a place per process.
+        let places = within(self.fleet_limit_places, processes..=1024, "--fleet-limit-places")?;
+        let work_ms = at_least(self.fleet_limit_work_ms, 1, "--fleet-limit-work-ms")?;
         Ok(FleetLimitConfig {
-            processes: self.fleet_limit_processes,
-            places: self.fleet_limit_places,
-            messages: self.fleet_limit_messages,
-            work: Duration::from_millis(self.fleet_limit_work_ms),
+            processes,
+            places,
+            messages: at_least(self.fleet_limit_messages, 1, "--fleet-limit-messages")?,
+            work: Duration::from_millis(work_ms),
         })
     }
 
@@ -278,20 +267,9 @@ impl Section for FleetLimit {
             + Plan::work(2.0 * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY)))
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+        out.each(&RUNS, s, |r| (r.mode.clone(), r.round, r.warmup), |out, tag, r| {
+            out.drained(tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
             if let Some(most) = r.most_running_seen {
                 if most > i64::from(r.places) {
                     out.fail(format!(
@@ -300,17 +278,41 @@ impl Section for FleetLimit {
                     ));
                 }
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some(w) = workload_if::<FleetLimitWorkload>(d, "fleet_limit.limited.used") else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\
+             | | Places used | msg/s | Most running seen |\n| --- | --- | --- | --- |\n\
+             | under one limit | {} | {} | {} |\n| split statically | {} | {} | |\n",
+            w.fleet_limit_processes,
+            w.fleet_limit_places,
+            w.fleet_limit_messages,
+            w.fleet_limit_work_ms,
+            cell(d, "fleet_limit.limited.used"),
+            cell(d, "fleet_limit.limited.throughput"),
+            cell(d, "fleet_limit.limited.most_running_seen"),
+            cell(d, "fleet_limit.static.used"),
+            cell(d, "fleet_limit.static.throughput"),
+        );
+        definitions(
+            out,
+            d,
+            &[
+                "fleet_limit.limited.used".into(),
+                "fleet_limit.limited.throughput".into(),
+                "fleet_limit.limited.most_running_seen".into(),
+            ],
+        );
     }
 
     fn targets(&self, figures: &[Figure]) -> Vec<TargetCheck> {
@@ -327,21 +329,23 @@ impl Section for FleetLimit {
     }
 }
 
-/// One round: the limited run, then the static split.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    ctx.client.install_sdk_schema().await?;
-    for mode in ["limited", "static"] {
-        let r = run(ctx, mode, at.index, at.warm).await?;
-        let seen = r
-            .most_running_seen
-            .map_or(String::new(), |m| format!(", at most {m} running seen"));
-        ctx.progress.say(format!(
-            "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
-            at.tag, r.rate.rate_per_s, r.used, r.places
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for FleetLimit {
+    /// One round: the limited run, then the static split.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        ctx.client.install_sdk_schema().await?;
+        for mode in ["limited", "static"] {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            let seen = r
+                .most_running_seen
+                .map_or(String::new(), |m| format!(", at most {m} running seen"));
+            ctx.progress.say(format!(
+                "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
+                at.tag, r.rate.rate_per_s, r.used, r.places
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_USED: &str = "Messages handled times the simulated I/O of one call, over the places \
@@ -389,35 +393,3 @@ fn add_figures(f: &mut Figures, runs: &[FleetLimitRun]) {
     );
 }
 
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, "fleet_limit.limited.used").is_none() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<FleetLimitWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\
-         | | Places used | msg/s | Most running seen |\n| --- | --- | --- | --- |\n\
-         | under one limit | {} | {} | {} |\n| split statically | {} | {} | |\n",
-        w.fleet_limit_processes,
-        w.fleet_limit_places,
-        w.fleet_limit_messages,
-        w.fleet_limit_work_ms,
-        cell(d, "fleet_limit.limited.used"),
-        cell(d, "fleet_limit.limited.throughput"),
-        cell(d, "fleet_limit.limited.most_running_seen"),
-        cell(d, "fleet_limit.static.used"),
-        cell(d, "fleet_limit.static.throughput"),
-    );
-    definitions(
-        out,
-        d,
-        &[
-            "fleet_limit.limited.used".into(),
-            "fleet_limit.limited.throughput".into(),
-            "fleet_limit.limited.most_running_seen".into(),
-        ],
-    );
-}

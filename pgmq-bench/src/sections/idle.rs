@@ -21,13 +21,12 @@ use crate::kit::worker::ms;
 use crate::kit::Ctx;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 
-use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
-use crate::report::{cell, definitions, fig};
-use crate::sections::{Options, Round, Section};
+use crate::report::workload_if;
+use crate::report::{cell, definitions};
+use crate::sections::{at_least, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
@@ -99,15 +98,12 @@ impl Options for IdleOptions {
     type Workload = IdleWorkload;
 
     fn config(&self) -> Result<IdleConfig> {
-        if self.idle_poll_ms == 0 {
-            return Err(Error::Config("poll intervals must be at least 1 ms".into()));
-        }
         if self.idle.is_zero() {
             return Err(Error::Config("--idle must be longer than zero".into()));
         }
         Ok(IdleConfig {
             window: self.idle,
-            poll: Duration::from_millis(self.idle_poll_ms),
+            poll: Duration::from_millis(at_least(self.idle_poll_ms, 1, "--idle-poll-ms")?),
         })
     }
 
@@ -174,37 +170,82 @@ impl Section for IdleWorker {
         Plan::fixed((o.window + o.poll * 2).as_secs_f64()) + Plan::work(plan::SETUP)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
-    fn check(&self, _: &Sections, _: &mut Checks) {}
-
+    /// idle_worker: CPU, empty reads and wake-ups.
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
+        let all = RUNS.list(s);
+        let idle = || measured(&all, |r| r.warmup);
+        f.add(
+            "idle_worker.cpu_percent".into(),
+            "idle_worker",
+            "Idle process CPU".into(),
+            "%",
+            Better::Lower,
+            DEF_IDLE_CPU,
+            idle()
+                .map(|r| Sample::value(r.round, r.cpu_percent))
+                .collect(),
+        );
+        f.add(
+            "idle_worker.empty_reads_per_s".into(),
+            "idle_worker",
+            "Idle empty reads".into(),
+            "1/s",
+            Better::None,
+            DEF_IDLE_EMPTY,
+            idle()
+                .map(|r| Sample::rate(r.round, &r.empty_reads))
+                .collect(),
+        );
+        f.add(
+            "idle_worker.wakeups_per_s".into(),
+            "idle_worker",
+            "Idle wake-ups".into(),
+            "1/s",
+            Better::None,
+            DEF_IDLE_WAKE,
+            idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
+        );
     }
 
-
+    /// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some(w) = workload_if::<IdleWorkload>(d, "idle_worker.cpu_percent") else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
+             | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
+            w.idle_seconds,
+            w.idle_poll_ms,
+            cell(d, "idle_worker.cpu_percent"),
+            cell(d, "idle_worker.empty_reads_per_s"),
+            cell(d, "idle_worker.wakeups_per_s")
+        );
+        definitions(
+            out,
+            d,
+            &[
+                "idle_worker.cpu_percent".into(),
+                "idle_worker.empty_reads_per_s".into(),
+                "idle_worker.wakeups_per_s".into(),
+            ],
+        );
     }
 }
 
-/// One round of idle_worker.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    let r = run(ctx, at.index, at.warm).await?;
-    ctx.progress.say(format!(
-        "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
-        r.cpu_percent, r.empty_reads.rate_per_s
-    ));
-    RUNS.record(s, &r)?;
-    Ok(())
+impl Rounds for IdleWorker {
+    /// One round of idle_worker.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        let r = run(ctx, at.index, at.warm).await?;
+        ctx.progress.say(format!(
+            "{tag} idle_worker: {:.2}% CPU, {:.1} empty reads/s",
+            r.cpu_percent, r.empty_reads.rate_per_s
+        ));
+        RUNS.record(s, &r)?;
+        Ok(())
+    }
 }
 
 const DEF_IDLE_CPU: &str =
@@ -217,68 +258,3 @@ const DEF_IDLE_EMPTY: &str =
 const DEF_IDLE_WAKE: &str =
     "Claim-loop wake-ups (poll timer plus NOTIFY) per second of the idle window.";
 
-/// idle_worker: CPU, empty reads and wake-ups.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    let all = RUNS.list(s);
-    let idle = || measured(&all, |r| r.warmup);
-    f.add(
-        "idle_worker.cpu_percent".into(),
-        "idle_worker",
-        "Idle process CPU".into(),
-        "%",
-        Better::Lower,
-        DEF_IDLE_CPU,
-        idle()
-            .map(|r| Sample::value(r.round, r.cpu_percent))
-            .collect(),
-    );
-    f.add(
-        "idle_worker.empty_reads_per_s".into(),
-        "idle_worker",
-        "Idle empty reads".into(),
-        "1/s",
-        Better::None,
-        DEF_IDLE_EMPTY,
-        idle()
-            .map(|r| Sample::rate(r.round, &r.empty_reads))
-            .collect(),
-    );
-    f.add(
-        "idle_worker.wakeups_per_s".into(),
-        "idle_worker",
-        "Idle wake-ups".into(),
-        "1/s",
-        Better::None,
-        DEF_IDLE_WAKE,
-        idle().map(|r| Sample::rate(r.round, &r.wakeups)).collect(),
-    );
-}
-
-/// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, "idle_worker.cpu_percent").is_none() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<IdleWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
-         | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
-        w.idle_seconds,
-        w.idle_poll_ms,
-        cell(d, "idle_worker.cpu_percent"),
-        cell(d, "idle_worker.empty_reads_per_s"),
-        cell(d, "idle_worker.wakeups_per_s")
-    );
-    definitions(
-        out,
-        d,
-        &[
-            "idle_worker.cpu_percent".into(),
-            "idle_worker.empty_reads_per_s".into(),
-            "idle_worker.wakeups_per_s".into(),
-        ],
-    );
-}

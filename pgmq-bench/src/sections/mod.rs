@@ -34,7 +34,7 @@ pub(crate) use crate::kit::ctx::Round;
 pub(crate) mod plan;
 mod section;
 pub use section::Options;
-pub(crate) use section::{seconds, Section};
+pub(crate) use section::{at_least, seconds, within, Rounds, Section};
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
 /// order a round runs them: one line per file, naming the sections it holds

@@ -37,14 +37,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use futures::future::BoxFuture;
 use pgmq_client::QueueName;
-use pgmq_testkit::spec::{WorkerSettings, WorkerSpec};
-use pgmq_worker::{Outcome, WorkerHandle};
+use pgmq_testkit::spec::WorkerSettings;
+use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::ClaimReadsArg;
 use crate::config::{pick, Apply, Profile};
 use crate::document::{Runs, SectionRuns, 
@@ -52,15 +51,16 @@ use crate::document::{Runs, SectionRuns,
 };
 use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
+use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::{fmt_value, thousands};
+use crate::report::thousands;
 use crate::kit::body::padding;
-use crate::kit::load::{produce, Pace, Stream};
-use crate::kit::snapshot::{db_clock_offset_us, every_second, ServerWindow, SteadyServer};
-use crate::kit::tally::{QueueWaits, Tally};
-use crate::kit::worker::{claim_reads, counters, worker_on};
+use crate::kit::load::{Pace, TOP_UP_MOST};
+use crate::kit::snapshot::SteadyServer;
+use crate::kit::stream::{Producer, StreamRun, StreamSpec};
+use crate::kit::worker::{claim_reads, counters};
 use crate::kit::Ctx;
-use crate::sections::{seconds, Options, Round, Section};
+use crate::sections::{seconds, within, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -70,9 +70,6 @@ const NAME: &str = "pinned_horizon";
 /// The section\'s runs in the document.
 const RUNS: Runs<PinnedRun> = Runs::new(NAME);
 
-/// The worker's pool's application name.
-const APP: &str = "pgmq-bench-pinned";
-
 /// The least share of the pinned phase's produced messages completed in it.
 pub const KEEP_UP_FLOOR: f64 = 0.95;
 
@@ -81,9 +78,6 @@ pub const RECOVERY_LIMIT_S: f64 = 30.0;
 
 /// The depth the calibration's producer keeps.
 const CALIBRATION_DEPTH: u64 = 4_000;
-
-/// The most messages of one send.
-const SEND_MAX: u64 = 1_000;
 
 /// The pinned_horizon options.
 #[derive(Debug, Clone, Args)]
@@ -178,14 +172,8 @@ impl Options for PinnedOptions {
 
     fn config(&self) -> Result<PinnedConfig> {
         let bad = |m: &str| Err(Error::Config(m.into()));
-        if !(1..=4096).contains(&self.pinned_handlers) {
-            return bad("--pinned-handlers must be between 1 and 4096");
-        }
         if !(self.pinned_share > 0.0 && self.pinned_share <= 1.0) {
             return bad("--pinned-share must be above 0 and at most 1");
-        }
-        if self.pinned_readers > 64 {
-            return bad("--pinned-readers must be at most 64");
         }
         if self.pinned_claim_reads.is_empty() {
             return bad("--pinned-claim-reads needs at least one value");
@@ -193,13 +181,13 @@ impl Options for PinnedOptions {
         let mut claim_reads = self.pinned_claim_reads.clone();
         claim_reads.dedup();
         Ok(PinnedConfig {
-            handlers: self.pinned_handlers,
+            handlers: within(self.pinned_handlers, 1..=4096, "--pinned-handlers")?,
             sleep: Duration::from_millis(self.pinned_sleep_ms),
             rate: (self.pinned_rate > 0).then_some(self.pinned_rate),
             share: self.pinned_share,
             calibrate: seconds(self.pinned_calibrate_s, "--pinned-calibrate-s", 0.5)?,
             phase: seconds(self.pinned_phase_s, "--pinned-phase-s", 1.0)?,
-            readers: self.pinned_readers,
+            readers: within(self.pinned_readers, 0..=64, "--pinned-readers")?,
             claim_reads,
         })
     }
@@ -318,38 +306,93 @@ impl Section for PinnedHorizon {
         Plan::fixed(runs * (o.calibrate + o.phase * 3).as_secs_f64()) + Plan::work(runs)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.claim_reads.name(), run_tag(r.round, r.warmup));
-            out.counters(&tag, &r.worker);
+        out.each(&RUNS, s, |r| (r.claim_reads.name(), r.round, r.warmup), |out, tag, r| {
+            out.counters(tag, &r.worker);
             if r.phases.len() != 3 {
                 out.fail(format!("{tag}: {} phases, not 3", r.phases.len()));
             }
             for p in &r.phases {
                 out.short_run(&format!("{tag} {}", p.phase), p.completed.elapsed_s);
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
-
+    /// The section's table: one row per phase of each run.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some((runs, w)) = runs_and_workload::<_, PinnedWorkload>(d, &RUNS) else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Pinned MVCC horizon (pinned_horizon)\n\n\
+             {} handlers sleeping {} ms; a producer at {} of the clean unpaced rate (or --pinned-rate), \
+             phases of {} s: clean, pinned (an idle transaction holding an xid and {} repeating \
+             REPEATABLE READ scans of the queue table), recovered.\n\n\
+             | Round | Claim reads | Phase | Produced/s | Completed/s | Completed ÷ produced | Backlog slope (msg/s) | Backlog max | Claim p50 / p99 (ms) | Reads (from the start) | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            w.pinned_handlers,
+            w.pinned_sleep_ms,
+            w.pinned_share,
+            w.pinned_phase_s,
+            w.pinned_readers,
+        );
+        for r in &runs {
+            let mut round = r.round.to_string();
+            if r.warmup {
+                round.push_str(" (warm-up)");
+            }
+            for p in &r.phases {
+                let server = p.server.cells();
+                let _ = writeln!(
+                    out,
+                    "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
+                    r.claim_reads.name(),
+                    p.phase,
+                    thousands(p.produced.rate_per_s),
+                    thousands(p.completed.rate_per_s),
+                    p.kept_ratio,
+                    p.backlog_slope_per_s,
+                    thousands(p.backlog.iter().copied().max().unwrap_or(0) as f64),
+                    p.claim_ms.p50,
+                    p.claim_ms.p99,
+                    thousands(p.reads as f64),
+                    thousands(p.reads_from_start as f64),
+                    server.cpu,
+                    server.idx_tup,
+                    server.buffers,
+                    server.dead_peak,
+                );
+            }
+        }
+        out.push('\n');
+        for r in &runs {
+            let _ = writeln!(
+                out,
+                "- Round {}{}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
+                r.round,
+                if r.warmup { " (warm-up)" } else { "" },
+                r.claim_reads.name(),
+                thousands(r.clean_unpaced.rate_per_s),
+                thousands(r.rate_per_s),
+                r.recovery_s.map_or("not within the recovered phase".to_owned(), |v| format!(
+                    "{v:.0} s after the pin cleared"
+                )),
+            );
+        }
+        out.push('\n');
+        definitions(
+            out,
+            d,
+            &[
+                format!("{NAME}.bounded.pinned.kept_ratio"),
+                format!("{NAME}.bounded.recovery_s"),
+            ],
+        );
     }
 
     /// The worker's own reads keep up while pinned and recover after.
@@ -380,33 +423,35 @@ impl Section for PinnedHorizon {
     }
 }
 
-/// One round: a run per claim-reads path.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let c = ctx.cfg.options.pinned.clone();
-    for &reads in &c.claim_reads {
-        let r = run(ctx, &c, reads, at).await?;
-        let say = |i: usize| {
-            r.phases.get(i).map_or("–".to_owned(), |p| {
-                format!(
-                    "{:.0}/s (p99 {:.0} ms)",
-                    p.completed.rate_per_s, p.claim_ms.p99
-                )
-            })
-        };
-        ctx.progress.say(format!(
-            "{} {NAME} {}: clean {:.0}/s unpaced, paced at {:.0}/s: clean {}, pinned {}, recovered {}, back in {}",
-            at.tag,
-            reads.name(),
-            r.clean_unpaced.rate_per_s,
-            r.rate_per_s,
-            say(0),
-            say(1),
-            say(2),
-            r.recovery_s.map_or("–".to_owned(), |v| format!("{v:.0} s"))
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for PinnedHorizon {
+    /// One round: a run per claim-reads path.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let c = ctx.cfg.options.pinned.clone();
+        for &reads in &c.claim_reads {
+            let r = run(ctx, &c, reads, at).await?;
+            let say = |i: usize| {
+                r.phases.get(i).map_or("–".to_owned(), |p| {
+                    format!(
+                        "{:.0}/s (p99 {:.0} ms)",
+                        p.completed.rate_per_s, p.claim_ms.p99
+                    )
+                })
+            };
+            ctx.progress.say(format!(
+                "{} {NAME} {}: clean {:.0}/s unpaced, paced at {:.0}/s: clean {}, pinned {}, recovered {}, back in {}",
+                at.tag,
+                reads.name(),
+                r.clean_unpaced.rate_per_s,
+                r.rate_per_s,
+                say(0),
+                say(1),
+                say(2),
+                r.recovery_s.map_or("–".to_owned(), |v| format!("{v:.0} s"))
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A producer keeping `depth` messages queued, as fast as they drain.
@@ -415,7 +460,7 @@ fn at_depth(depth: u64) -> Pace {
         depth: Some(depth),
         rate: None,
         least: 20,
-        most: SEND_MAX,
+        most: TOP_UP_MOST,
         nap: Duration::from_millis(2),
     }
 }
@@ -426,7 +471,7 @@ fn at_rate(rate: f64) -> Pace {
         depth: None,
         rate: Some(rate),
         least: 1,
-        most: SEND_MAX,
+        most: TOP_UP_MOST,
         nap: Duration::from_millis(2),
     }
 }
@@ -438,48 +483,28 @@ async fn run(
     reads: ClaimReadsArg,
     at: Round<'_>,
 ) -> Result<PinnedRun> {
-    let q = ctx.guard.fresh("pinned").await?;
-    let client = ctx
-        .target
-        .builder()
-        .application_name(APP)
-        .connect()
-        .await?;
-    let offset_us = db_clock_offset_us(&ctx.admin).await?;
-    let tally = Tally::with_waits(u64::MAX, c.sleep, QueueWaits::new(offset_us));
-    let spec = WorkerSpec {
+    let spec = StreamSpec {
+        prefix: "pinned",
+        pool: None,
+        sleep: c.sleep,
         settings: WorkerSettings {
             concurrency: Some(c.handlers as usize),
             claim_reads: Some(claim_reads(reads)),
             ..WorkerSettings::default()
         },
-        ..WorkerSpec::new(q.as_str())
+        ack: Outcome::Delete,
     };
-    let w = worker_on(client.clone(), &spec, &tally, None, Outcome::Delete)?.build()?;
-    let stream = Stream::new(tally);
-    ctx.meter.begin();
-    let handle = w.spawn();
+    let run = StreamRun::start(ctx, spec).await?;
+    let stream = &run.stream;
     let pad = padding(ctx.cfg.payload_bytes);
-    let spawn = |pace: Pace, stop: &CancellationToken| {
-        tokio::spawn(produce(
-            ctx.clone(),
-            q.clone(),
-            pad.clone(),
-            pace,
-            Arc::clone(&stream),
-            stop.clone(),
-        ))
-    };
 
     // Calibration: unpaced, its first quarter left out.
-    let stop = CancellationToken::new();
-    let producer = spawn(at_depth(CALIBRATION_DEPTH), &stop);
+    let producer = run.produce(ctx, &pad, at_depth(CALIBRATION_DEPTH));
     tokio::time::sleep(c.calibrate / 4).await;
     let (d0, t0) = (stream.tally.distinct(), Instant::now());
     tokio::time::sleep(c.calibrate - c.calibrate / 4).await;
     let clean_unpaced = Rate::new(stream.tally.distinct() - d0, t0.elapsed().as_secs_f64());
-    stop.cancel();
-    joined(producer.await)?;
+    producer.stop().await?;
     let rate = c
         .rate
         .map_or(clean_unpaced.rate_per_s * c.share, |r| r as f64)
@@ -490,18 +515,14 @@ async fn run(
     }
 
     // The phases, the producer paced throughout.
-    let stop = CancellationToken::new();
-    let producer = spawn(at_rate(rate), &stop);
-    let waits = stream.tally.waits.as_ref().expect("a tally with waits");
-    waits.take();
-    let on = (&q, &*stream, &handle);
-    let mut phases = vec![phase(ctx, c, on, "clean").await];
-    let pin = Pin::start(ctx, &q, c.readers).await?;
-    phases.push(phase(ctx, c, on, "pinned").await);
+    let producer = run.produce(ctx, &pad, at_rate(rate));
+    let mut phases = vec![phase(ctx, c, (&run, &producer), "clean").await];
+    let pin = Pin::start(ctx, &run.q, c.readers).await?;
+    phases.push(phase(ctx, c, (&run, &producer), "pinned").await);
     pin.release().await?;
     let clean_max = phases[0].backlog.iter().copied().max().unwrap_or(0);
     let back = (2 * clean_max).max(1);
-    let recovered = phase(ctx, c, on, "recovered").await;
+    let recovered = phase(ctx, c, (&run, &producer), "recovered").await;
     let recovery_s = if recovered.backlog_start <= back {
         Some(0.0)
     } else {
@@ -512,13 +533,7 @@ async fn run(
             .map(|i| (i + 1) as f64)
     };
     phases.push(recovered);
-    stop.cancel();
-    let produced = producer.await;
-    let report = handle.shutdown().await?;
-    let peak = ctx.meter.end();
-    drop(client);
-    ctx.guard.release(&q).await?;
-    joined(produced)?;
+    let (report, peak) = run.finish(ctx, producer).await?;
     Ok(PinnedRun {
         round: at.index,
         warmup: at.warm,
@@ -534,54 +549,29 @@ async fn run(
     })
 }
 
-fn joined(r: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
-    match r {
-        Ok(r) => r,
-        Err(e) => Err(Error::Panicked(format!("pinned producer: {e}"))),
-    }
-}
-
-/// One phase: `c.phase` seconds of one-second samples of the stream into
-/// the queue and the worker draining it (`on`).
+/// One phase: a window of `c.phase` seconds of the stream `run` fed by
+/// `producer`, and the worker's claim reads in it.
 async fn phase(
     ctx: &Ctx,
     c: &PinnedConfig,
-    (q, stream, worker): (&QueueName, &Stream, &WorkerHandle),
+    (run, producer): (&StreamRun, &Producer),
     name: &str,
 ) -> PinnedPhase {
-    let waits = stream.tally.waits.as_ref().expect("a tally with waits");
-    waits.take();
-    let reads_before = worker.stats();
-    let mut server = ServerWindow::open(ctx, q).await;
-    let start = Instant::now();
-    let (s0, d0) = (stream.sent(), stream.tally.distinct());
-    let backlog_start = s0.saturating_sub(d0);
-    let mut backlog = Vec::new();
-    let mut tick = every_second();
-    while start.elapsed() + Duration::from_millis(500) < c.phase {
-        tick.tick().await;
-        backlog.push(stream.backlog());
-        server.sample(ctx, q).await;
-    }
-    tokio::time::sleep(c.phase.saturating_sub(start.elapsed())).await;
-    let elapsed_s = start.elapsed().as_secs_f64();
-    let produced = stream.sent() - s0;
-    let completed = stream.tally.distinct() - d0;
-    let claims = waits.take();
-    let reads_after = worker.stats();
-    let server = server.close(ctx, q, completed).await;
+    let reads_before = run.handle.stats();
+    let w = run.window(ctx, c.phase, producer).await;
+    let reads_after = run.handle.stats();
     PinnedPhase {
         phase: name.to_owned(),
-        produced: Rate::new(produced, elapsed_s),
-        completed: Rate::new(completed, elapsed_s),
-        kept_ratio: completed as f64 / produced.max(1) as f64,
-        backlog_start,
-        backlog_slope_per_s: slope(&backlog),
-        backlog,
-        claim_ms: crate::stats::percentiles_us_to_ms(&claims),
+        produced: Rate::new(w.produced, w.elapsed_s),
+        completed: Rate::new(w.completed, w.elapsed_s),
+        kept_ratio: w.completed as f64 / w.produced.max(1) as f64,
+        backlog_start: w.backlog_start,
+        backlog_slope_per_s: slope(&w.backlog),
+        backlog: w.backlog,
+        claim_ms: crate::stats::percentiles_us_to_ms(&w.claims),
         reads: reads_after.reads - reads_before.reads,
         reads_from_start: reads_after.reads_from_start - reads_before.reads_from_start,
-        server,
+        server: w.server,
     }
 }
 
@@ -780,89 +770,6 @@ fn add_figures(f: &mut Figures, runs: &[PinnedRun]) {
             recovery,
         );
     }
-}
-
-/// The section's table: one row per phase of each run.
-fn report_part(out: &mut String, d: &Document) {
-    let Ok(runs) = RUNS.of(&d.sections) else {
-        return;
-    };
-    if runs.is_empty() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<PinnedWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Pinned MVCC horizon (pinned_horizon)\n\n\
-         {} handlers sleeping {} ms; a producer at {} of the clean unpaced rate (or --pinned-rate), \
-         phases of {} s: clean, pinned (an idle transaction holding an xid and {} repeating \
-         REPEATABLE READ scans of the queue table), recovered.\n\n\
-         | Round | Claim reads | Phase | Produced/s | Completed/s | Completed ÷ produced | Backlog slope (msg/s) | Backlog max | Claim p50 / p99 (ms) | Reads (from the start) | Server CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        w.pinned_handlers,
-        w.pinned_sleep_ms,
-        w.pinned_share,
-        w.pinned_phase_s,
-        w.pinned_readers,
-    );
-    let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
-    for r in &runs {
-        let mut round = r.round.to_string();
-        if r.warmup {
-            round.push_str(" (warm-up)");
-        }
-        for p in &r.phases {
-            let _ = writeln!(
-                out,
-                "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
-                r.claim_reads.name(),
-                p.phase,
-                thousands(p.produced.rate_per_s),
-                thousands(p.completed.rate_per_s),
-                p.kept_ratio,
-                p.backlog_slope_per_s,
-                thousands(p.backlog.iter().copied().max().unwrap_or(0) as f64),
-                p.claim_ms.p50,
-                p.claim_ms.p99,
-                thousands(p.reads as f64),
-                thousands(p.reads_from_start as f64),
-                p.server
-                    .cpu_us_per_msg
-                    .map_or("–".to_owned(), |v| format!("{v:.0}")),
-                opt(p.server.idx_tup_fetch_per_msg),
-                opt(p.server.buffers_per_msg),
-                p.server
-                    .dead_tuples_peak
-                    .map_or("–".to_owned(), |v| thousands(v as f64)),
-            );
-        }
-    }
-    out.push('\n');
-    for r in &runs {
-        let _ = writeln!(
-            out,
-            "- Round {}{}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
-            r.round,
-            if r.warmup { " (warm-up)" } else { "" },
-            r.claim_reads.name(),
-            thousands(r.clean_unpaced.rate_per_s),
-            thousands(r.rate_per_s),
-            r.recovery_s.map_or("not within the recovered phase".to_owned(), |v| format!(
-                "{v:.0} s after the pin cleared"
-            )),
-        );
-    }
-    out.push('\n');
-    definitions(
-        out,
-        d,
-        &[
-            format!("{NAME}.bounded.pinned.kept_ratio"),
-            format!("{NAME}.bounded.recovery_s"),
-        ],
-    );
 }
 
 #[cfg(test)]

@@ -33,15 +33,14 @@ use crate::kit::Ctx;
 use crate::ledger::Ledger;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Better, Document, Figure, Sample, Sections, TargetCheck};
 use crate::figures::{check, counts_in_ids, measured, median_of, Figures};
 use crate::report::{cell, definitions, figure_keys};
 use crate::report::{fmt_value, thousands};
-use crate::sections::{Round, Section};
+use crate::sections::{Rounds, Round, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -227,38 +226,111 @@ impl Section for WorkerProcesses {
         Plan::work(cfg.processes.len() as f64 * each)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!(
-                "worker_processes {} {}",
-                r.processes,
-                run_tag(r.round, r.warmup)
-            );
-            out.drained(&tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
+        let at = |r: &ProcessesRun| (r.processes, r.round, r.warmup);
+        out.each(&RUNS, s, at, |out, tag, r| {
+            out.drained(tag, r.rate.elapsed_s, &r.ledger, r.remaining_after);
             for pr in &r.per_process {
                 if pr.stalled {
                     out.fail(format!("{tag}: process {} stalled", pr.index));
                 }
                 out.counters(&format!("{tag}: process {}", pr.index), &pr.worker);
             }
+        });
+    }
+
+    /// worker_processes: combined rate and evenness per process count.
+    fn figures(&self, s: &Sections, f: &mut Figures) {
+        let mut procs: Vec<u32> = RUNS.list(s).iter().map(|r| r.processes).collect();
+        procs.sort_unstable();
+        procs.dedup();
+        let all = RUNS.list(s);
+        let wp = || measured(&all, |r| r.warmup);
+        for n in &procs {
+            f.rate(
+                &format!("worker_processes.p{n}.throughput"),
+                "worker_processes",
+                &format!("Combined drain rate, {n} processes"),
+                DEF_PROC_RATE,
+                wp().filter(|r| r.processes == *n)
+                    .map(|r| (r.round, &r.rate)),
+            );
+            f.add(
+                format!("worker_processes.p{n}.min_over_max"),
+                "worker_processes",
+                format!("Work share, smallest / largest process, {n} processes"),
+                "x",
+                Better::None,
+                DEF_PROC_EVEN,
+                wp().filter(|r| r.processes == *n)
+                    .map(|r| Sample::value(r.round, r.min_over_max))
+                    .collect(),
+            );
         }
     }
 
-    fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
-    }
-
+    /// worker_processes: the combined rate per process count, each process's
+    /// own rate, and how evenly they shared the work.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let counts = figure_keys(d, "worker_processes.p", ".throughput");
+        if counts.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## Worker processes (worker_processes)\n\n\
+             | Processes | Combined rate (msg/s) | Of 1 process | Per-process rates (msg/s), per round | Smallest / largest | Jain's index |\n\
+             | --- | --- | --- | --- | --- | --- |"
+        );
+        let one = median_rate(d, 1);
+        let mut ids = Vec::new();
+        for n in &counts {
+            let all = RUNS.list(&d.sections);
+            let runs: Vec<_> = all
+                .iter()
+                .filter(|r| !r.warmup && u64::from(r.processes) == *n)
+                .collect();
+            let per_process = runs
+                .iter()
+                .map(|r| {
+                    r.per_process
+                        .iter()
+                        .map(|p| thousands(p.rate.rate_per_s))
+                        .collect::<Vec<_>>()
+                        .join(" / ")
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            let jain: Vec<f64> = runs.iter().map(|r| r.jain_index).collect();
+            let rate = format!("worker_processes.p{n}.throughput");
+            let even = format!("worker_processes.p{n}.min_over_max");
+            let of_one = match (median_rate(d, *n), one) {
+                (Some(r), Some(one)) if one > 0.0 => format!("{:.2}x", r / one),
+                _ => "–".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "| {n} | {} | {of_one} | {} | {} | {} |",
+                cell(d, &rate),
+                if per_process.is_empty() {
+                    "–".to_owned()
+                } else {
+                    per_process
+                },
+                cell(d, &even),
+                crate::stats::median_min_max(&jain)
+                    .map_or("–".to_owned(), |(med, _, _)| fmt_value(med, "x"))
+            );
+            ids.extend([rate, even]);
+        }
+        let _ = writeln!(
+            out,
+            "\nOf 1 process is the median combined rate over the median with one process, measured in the same \
+             document. Jain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when \
+             even, 1/n when one process did everything.\n"
+        );
+        processes_server(out, d, &counts);
+        definitions(out, d, &ids);
     }
 
     /// A fleet drains about as fast as one process, and shares the work.
@@ -311,18 +383,20 @@ fn fleet_counts(figures: &[Figure]) -> Vec<u64> {
     v
 }
 
-/// One round of worker_processes: a run at each process count.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    for n in &ctx.cfg.processes {
-        let r = run(ctx, *n, at.index).await?;
-        ctx.progress.say(format!(
-            "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
-            r.rate.rate_per_s, r.min_over_max
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for WorkerProcesses {
+    /// One round of worker_processes: a run at each process count.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        for n in &ctx.cfg.processes {
+            let r = run(ctx, *n, at.index).await?;
+            ctx.progress.say(format!(
+                "{tag} worker_processes {n}: {:.0} msg/s combined, min/max share {:.2}",
+                r.rate.rate_per_s, r.min_over_max
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's process-worker, --backlog-workers \
@@ -332,100 +406,6 @@ const DEF_PROC_RATE: &str = "N separate worker processes (the bench binary's pro
 const DEF_PROC_EVEN: &str =
     "The smallest process's handled count divided by the largest's: 1 when the work \
     was shared evenly (Jain's index is in the run record).";
-
-/// worker_processes: combined rate and evenness per process count.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    let mut procs: Vec<u32> = RUNS.list(s).iter().map(|r| r.processes).collect();
-    procs.sort_unstable();
-    procs.dedup();
-    let all = RUNS.list(s);
-    let wp = || measured(&all, |r| r.warmup);
-    for n in &procs {
-        f.rate(
-            &format!("worker_processes.p{n}.throughput"),
-            "worker_processes",
-            &format!("Combined drain rate, {n} processes"),
-            DEF_PROC_RATE,
-            wp().filter(|r| r.processes == *n)
-                .map(|r| (r.round, &r.rate)),
-        );
-        f.add(
-            format!("worker_processes.p{n}.min_over_max"),
-            "worker_processes",
-            format!("Work share, smallest / largest process, {n} processes"),
-            "x",
-            Better::None,
-            DEF_PROC_EVEN,
-            wp().filter(|r| r.processes == *n)
-                .map(|r| Sample::value(r.round, r.min_over_max))
-                .collect(),
-        );
-    }
-}
-
-/// worker_processes: the combined rate per process count, each process's
-/// own rate, and how evenly they shared the work.
-fn report_part(out: &mut String, d: &Document) {
-    let counts = figure_keys(d, "worker_processes.p", ".throughput");
-    if counts.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "## Worker processes (worker_processes)\n\n\
-         | Processes | Combined rate (msg/s) | Of 1 process | Per-process rates (msg/s), per round | Smallest / largest | Jain's index |\n\
-         | --- | --- | --- | --- | --- | --- |"
-    );
-    let one = median_rate(d, 1);
-    let mut ids = Vec::new();
-    for n in &counts {
-        let all = RUNS.list(&d.sections);
-        let runs: Vec<_> = all
-            .iter()
-            .filter(|r| !r.warmup && u64::from(r.processes) == *n)
-            .collect();
-        let per_process = runs
-            .iter()
-            .map(|r| {
-                r.per_process
-                    .iter()
-                    .map(|p| thousands(p.rate.rate_per_s))
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let jain: Vec<f64> = runs.iter().map(|r| r.jain_index).collect();
-        let rate = format!("worker_processes.p{n}.throughput");
-        let even = format!("worker_processes.p{n}.min_over_max");
-        let of_one = match (median_rate(d, *n), one) {
-            (Some(r), Some(one)) if one > 0.0 => format!("{:.2}x", r / one),
-            _ => "–".to_owned(),
-        };
-        let _ = writeln!(
-            out,
-            "| {n} | {} | {of_one} | {} | {} | {} |",
-            cell(d, &rate),
-            if per_process.is_empty() {
-                "–".to_owned()
-            } else {
-                per_process
-            },
-            cell(d, &even),
-            crate::stats::median_min_max(&jain)
-                .map_or("–".to_owned(), |(med, _, _)| fmt_value(med, "x"))
-        );
-        ids.extend([rate, even]);
-    }
-    let _ = writeln!(
-        out,
-        "\nOf 1 process is the median combined rate over the median with one process, measured in the same \
-         document. Jain's index is (Σx)² / (n·Σx²) of the processes' handled counts, median over rounds: 1 when \
-         even, 1/n when one process did everything.\n"
-    );
-    processes_server(out, d, &counts);
-    definitions(out, d, &ids);
-}
 
 /// The median combined rate of the measured runs with `n` processes.
 fn median_rate(d: &Document, n: u64) -> Option<f64> {

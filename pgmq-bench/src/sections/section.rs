@@ -2,6 +2,7 @@
 //! [`Options`] a section file may declare, and the checked reading of a
 //! section flag's seconds.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -47,9 +48,9 @@ pub trait Options: clap::Args {
 }
 
 /// One benchmark section: its name on the command line and in the
-/// document, how a round runs it, the run's checks of its runs, its figures
-/// and its part of the Markdown report.
-pub(crate) trait Section: Sync {
+/// document, how a round runs it (its [`Rounds`]), the run's checks of its
+/// runs, its figures and its part of the Markdown report.
+pub(crate) trait Section: Sync + BoxedRound {
     /// Where its runs are in the document: its name and its run type (a
     /// [`Runs`](crate::document::Runs) declared in its file).
     fn runs(&self) -> &dyn SectionRuns;
@@ -73,16 +74,10 @@ pub(crate) trait Section: Sync {
         false
     }
 
-    /// Runs the section once for the round `at`, recording its runs in `s`.
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>>;
-
-    /// Adds the failures and warnings of its runs in `s`.
-    fn check(&self, s: &Sections, out: &mut Checks);
+    /// Adds the failures and warnings of its runs in `s`; none by default.
+    fn check(&self, s: &Sections, out: &mut Checks) {
+        let _ = (s, out);
+    }
 
     /// Adds the figures of its measured runs in `s`.
     fn figures(&self, s: &Sections, f: &mut Figures);
@@ -105,6 +100,41 @@ pub(crate) trait Section: Sync {
     }
 }
 
+/// How a round runs a section: the one part of a section that awaits,
+/// written as an `async fn`.
+pub(crate) trait Rounds: Sync {
+    /// Runs the section once for the round `at`, recording its runs in `s`.
+    fn run_round(
+        &self,
+        ctx: &Arc<Ctx>,
+        at: Round<'_>,
+        s: &mut Sections,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A section's [`Rounds`] as the registry calls it: the round's future
+/// boxed, so that sections of different types share one list.
+pub(crate) trait BoxedRound {
+    /// [`Rounds::run_round`], boxed.
+    fn boxed_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>>;
+}
+
+impl<T: Rounds> BoxedRound for T {
+    fn boxed_round<'a>(
+        &'a self,
+        ctx: &'a Arc<Ctx>,
+        at: Round<'a>,
+        s: &'a mut Sections,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.run_round(ctx, at, s))
+    }
+}
+
 impl std::fmt::Debug for dyn Section {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -124,5 +154,35 @@ pub(crate) fn seconds(v: f64, flag: &str, least: f64) -> Result<std::time::Durat
     };
     Err(crate::error::Error::Config(format!(
         "{flag} must be a number of seconds{at_least}"
+    )))
+}
+
+/// A section flag's number, checked to lie in `range` (a typed
+/// `Error::Config` naming `flag` otherwise).
+pub(crate) fn within<T>(v: T, range: std::ops::RangeInclusive<T>, flag: &str) -> Result<T>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    if range.contains(&v) {
+        return Ok(v);
+    }
+    Err(crate::error::Error::Config(format!(
+        "{flag} must be between {} and {}",
+        range.start(),
+        range.end()
+    )))
+}
+
+/// A section flag's number, checked to be at least `least` (a typed
+/// `Error::Config` naming `flag` otherwise).
+pub(crate) fn at_least<T>(v: T, least: T, flag: &str) -> Result<T>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    if v >= least {
+        return Ok(v);
+    }
+    Err(crate::error::Error::Config(format!(
+        "{flag} must be at least {least}"
     )))
 }

@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::checks::{run_tag, Checks};
@@ -19,7 +18,7 @@ use crate::report::{cell, definitions, fig};
 use crate::kit::plain::{neighbour, Loop};
 use crate::kit::body::id_batches;
 use crate::kit::Ctx;
-use crate::sections::{Round, Section};
+use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -138,9 +137,9 @@ pub(crate) const SendBatch: Sends = Sends {
         the next: messages divided by the seconds from the first call to the last reply.",
 };
 
-impl Sends {
+impl Rounds for Sends {
     /// One round: the run between two runs of the baseline's loop.
-    async fn one_round(&self, ctx: &Ctx, at: Round<'_>, s: &mut Sections) -> Result<()> {
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         neighbour(ctx, self.which, at, s).await?;
         let r = match self.which {
             Loop::SendSingle => single(ctx, at.index, at.warm).await?,
@@ -178,15 +177,6 @@ impl Section for Sends {
 
     fn in_warmup(&self) -> bool {
         true
-    }
-
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.one_round(ctx, at, s))
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {

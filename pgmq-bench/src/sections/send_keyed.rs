@@ -17,17 +17,16 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Runs, SectionRuns, Better, Document, Rate, Sections};
 use crate::error::Result;
 use crate::figures::{measured, paired_ratios, Figures, RunKey};
 use crate::report::{cell, definitions, fig};
 use crate::kit::body::id_batches;
 use crate::kit::Ctx;
-use crate::sections::{Round, Section};
+use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 
@@ -137,6 +136,26 @@ const DEF_RATE: &str = "--batch-messages sent in calls of --batch-size, each awa
 const DEF_RATIO: &str = "keyed throughput ÷ plain throughput of the same round: what keys cost \
     a batch send (1: nothing).";
 
+impl Rounds for SendBatchKeyed {
+    /// Both modes, their order swapped every other round.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        ctx.client.install_sdk_schema().await?;
+        let mut modes = MODES;
+        if at.index % 2 == 1 {
+            modes.reverse();
+        }
+        for mode in modes {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{} {NAME} {mode}: {:.0} msg/s",
+                at.tag, r.rate.rate_per_s
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
+    }
+}
+
 impl Section for SendBatchKeyed {
     fn runs(&self) -> &dyn SectionRuns {
         &RUNS
@@ -156,35 +175,9 @@ impl Section for SendBatchKeyed {
         true
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            ctx.client.install_sdk_schema().await?;
-            let mut modes = MODES;
-            if at.index % 2 == 1 {
-                modes.reverse();
-            }
-            for mode in modes {
-                let r = run(ctx, mode, at.index, at.warm).await?;
-                ctx.progress.say(format!(
-                    "{} {NAME} {mode}: {:.0} msg/s",
-                    at.tag, r.rate.rate_per_s
-                ));
-                RUNS.record(s, &r)?;
-            }
-            Ok(())
-        })
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", r.mode, run_tag(r.round, r.warmup));
-            out.short_run(&tag, r.rate.elapsed_s);
+        out.each(&RUNS, s, |r| (r.mode.clone(), r.round, r.warmup), |out, tag, r| {
+            out.short_run(tag, r.rate.elapsed_s);
             let sent = r.rate.count as i64;
             let keys = if r.mode == "keyed" { sent } else { 0 };
             if r.in_queue_after != sent || r.keys_after != keys || r.duplicates != 0 {
@@ -194,7 +187,7 @@ impl Section for SendBatchKeyed {
                     r.in_queue_after, r.keys_after, r.duplicates
                 ));
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
@@ -225,7 +218,6 @@ impl Section for SendBatchKeyed {
             samples,
         );
     }
-
 
     fn report(&self, d: &Document, out: &mut String) {
         let ids: Vec<String> = ["plain.rate", "keyed.rate", "keyed_vs_plain"]

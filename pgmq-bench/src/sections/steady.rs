@@ -34,31 +34,28 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
-use futures::future::BoxFuture;
-use pgmq_client::QueueName;
-use pgmq_testkit::spec::{WorkerSettings, WorkerSpec};
+use pgmq_testkit::spec::WorkerSettings;
 use pgmq_worker::Outcome;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::config::{pick, Apply, Profile};
 use crate::document::{Runs, SectionRuns, Better, Document, Percentiles, Rate, Sample, Sections, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
+use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::{fmt_value, thousands};
+use crate::report::thousands;
 use crate::kit::body::padding;
-use crate::kit::load::{produce, Pace, Stream};
-use crate::kit::snapshot::{db_clock_offset_us, every_second, ServerWindow};
-use crate::kit::tally::{QueueWaits, Tally};
-use crate::kit::worker::{counters, ms, worker_on};
+use crate::kit::load::{Pace, TOP_UP_MOST};
+use crate::kit::stream::{StreamRun, StreamSpec};
+use crate::kit::worker::{counters, ms};
 use crate::kit::Ctx;
-use crate::sections::{seconds, Options, Round, Section};
+use crate::sections::{at_least, seconds, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -68,9 +65,6 @@ const NAME: &str = "steady_stream";
 /// The section\'s runs in the document.
 const RUNS: Runs<SteadyRun> = Runs::new(NAME);
 
-/// The worker's pool's application name.
-const APP: &str = "pgmq-bench-steady";
-
 /// The least share of the best rate before it a handler count must reach.
 pub const STEP_FLOOR: f64 = 0.95;
 
@@ -79,9 +73,6 @@ pub const CLAIM_P99_LIMIT_MS: f64 = 100.0;
 
 /// The least share of the paced rate completed for a run to keep up.
 const KEEP_UP: f64 = 0.95;
-
-/// The most messages of one top-up.
-const TOP_UP_MAX: u64 = 1_000;
 
 /// How the handler acknowledges a success.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize, schemars::JsonSchema)]
@@ -228,16 +219,7 @@ impl Options for SteadyOptions {
         if self.steady_rates.is_empty() {
             return bad("--steady-rates needs at least one value (0: unpaced)");
         }
-        if self.steady_depth == 0 {
-            return bad("--steady-depth must be at least 1");
-        }
-        if self.steady_poll_ms == 0 || self.steady_pool < 4 {
-            return bad("--steady-poll-ms must be at least 1 and --steady-pool at least 4");
-        }
-        let duration = seconds(self.steady_duration_s, "--steady-duration-s", 0.0)?;
-        if duration < Duration::from_millis(500) {
-            return bad("--steady-duration-s must be at least 0.5");
-        }
+        let duration = seconds(self.steady_duration_s, "--steady-duration-s", 0.5)?;
         let mut handlers = self.steady_handlers.clone();
         handlers.sort_unstable();
         handlers.dedup();
@@ -250,12 +232,12 @@ impl Options for SteadyOptions {
                 .collect(),
             acks: self.steady_ack.clone(),
             rates: self.steady_rates.clone(),
-            depth: self.steady_depth,
+            depth: at_least(self.steady_depth, 1, "--steady-depth")?,
             duration,
             warmup: seconds(self.steady_warmup_s, "--steady-warmup-s", 0.0)?,
-            poll: Duration::from_millis(self.steady_poll_ms),
+            poll: Duration::from_millis(at_least(self.steady_poll_ms, 1, "--steady-poll-ms")?),
             body_bytes: self.steady_body_bytes,
-            pool: self.steady_pool,
+            pool: at_least(self.steady_pool, 4, "--steady-pool")?,
         })
     }
 
@@ -353,22 +335,11 @@ impl Section for SteadyStream {
         Plan::fixed(runs * (o.warmup + o.duration).as_secs_f64()) + Plan::work(runs * 0.5)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        let runs = out.runs(&RUNS, s);
-        for r in &runs {
-            let tag = format!("{NAME} {} {}", series_key(r), run_tag(r.round, r.warmup));
-            out.short_run(&tag, r.completed.elapsed_s);
+        out.each(&RUNS, s, |r| (series_key(r), r.round, r.warmup), |out, tag, r| {
+            out.short_run(tag, r.completed.elapsed_s);
             match r.ack {
-                SteadyAck::Delete => out.counters(&tag, &r.worker),
+                SteadyAck::Delete => out.counters(tag, &r.worker),
                 // The shared check counts deletes; archives are counted apart.
                 SteadyAck::Archive if r.archived != r.worker.succeeded => out.fail(format!(
                     "{tag}: {} handler successes but {} archived",
@@ -376,18 +347,72 @@ impl Section for SteadyStream {
                 )),
                 SteadyAck::Archive => {}
             }
-        }
+        });
     }
 
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        if let Ok(runs) = RUNS.of(s) {
-            add_figures(f, &runs);
-        }
+        add_figures(f, &RUNS.list(s));
     }
 
-
+    /// The section's table: one row per run, then the two round figures.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        let Some((runs, w)) = runs_and_workload::<_, SteadyWorkload>(d, &RUNS) else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Steady stream (steady_stream)\n\n\
+             A producer keeping {} messages queued, bodies of {} bytes, poll interval {} ms, pool {}; \
+             {} s measured per run after {} s of warm-up.\n\n\
+             | Round | Series | Handlers | Completed/s | Produced/s | Mean depth | Claim p50 / p95 / p99 (ms) | Kept up | Server CPU/msg (µs) | Bench CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            thousands(w.steady_depth as f64),
+            w.steady_body_bytes,
+            w.steady_poll_ms,
+            w.steady_pool,
+            w.steady_duration_s,
+            w.steady_warmup_s
+        );
+        for r in &runs {
+            let mut round = r.round.to_string();
+            if r.warmup {
+                round.push_str(" (warm-up)");
+            }
+            let server = r.server.cells();
+            let _ = writeln!(
+                out,
+                "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
+                series_key(r),
+                r.handlers,
+                thousands(r.completed.rate_per_s),
+                thousands(r.produced.rate_per_s),
+                thousands(r.depth_mean),
+                r.claim_ms.p50,
+                r.claim_ms.p95,
+                r.claim_ms.p99,
+                if r.rate_limit_per_s.is_none() {
+                    "–"
+                } else if r.kept_up {
+                    "yes"
+                } else {
+                    "no"
+                },
+                server.cpu,
+                server.bench_cpu,
+                server.idx_tup,
+                server.buffers,
+                server.dead_peak,
+            );
+        }
+        out.push('\n');
+        definitions(
+            out,
+            d,
+            &[
+                format!("{NAME}.step_ratio_min"),
+                format!("{NAME}.claim_p99_kept_up_ms"),
+            ],
+        );
     }
 
     /// Completions never fall as handlers grow, and claim latency stays
@@ -419,30 +444,32 @@ impl Section for SteadyStream {
     }
 }
 
-/// One round: every series, each handler count in ascending order.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let c = ctx.cfg.options.steady.clone();
-    for &ack in &c.acks {
-        for &sleep in &c.sleeps {
-            for &rate in &c.rates {
-                for &n in &c.handlers {
-                    let r = run(ctx, &c, Series { ack, sleep, rate }, n, at).await?;
-                    ctx.progress.say(format!(
-                        "{} {NAME} {} h{n}: {:.0} completed/s, claim p99 {:.1} ms, {} µs server CPU/msg",
-                        at.tag,
-                        series_key(&r),
-                        r.completed.rate_per_s,
-                        r.claim_ms.p99,
-                        r.server
-                            .cpu_us_per_msg
-                            .map_or("–".to_owned(), |v| format!("{v:.0}"))
-                    ));
-                    RUNS.record(s, &r)?;
+impl Rounds for SteadyStream {
+    /// One round: every series, each handler count in ascending order.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let c = ctx.cfg.options.steady.clone();
+        for &ack in &c.acks {
+            for &sleep in &c.sleeps {
+                for &rate in &c.rates {
+                    for &n in &c.handlers {
+                        let r = run(ctx, &c, Series { ack, sleep, rate }, n, at).await?;
+                        ctx.progress.say(format!(
+                            "{} {NAME} {} h{n}: {:.0} completed/s, claim p99 {:.1} ms, {} µs server CPU/msg",
+                            at.tag,
+                            series_key(&r),
+                            r.completed.rate_per_s,
+                            r.claim_ms.p99,
+                            r.server
+                                .cpu_us_per_msg
+                                .map_or("–".to_owned(), |v| format!("{v:.0}"))
+                        ));
+                        RUNS.record(s, &r)?;
+                    }
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// What a series holds fixed.
@@ -453,7 +480,7 @@ struct Series {
     rate: u64,
 }
 
-/// One run of `n` handlers.
+/// One run of `n` handlers: the warm-up left out, then one window.
 async fn run(
     ctx: &Arc<Ctx>,
     c: &SteadyConfig,
@@ -461,59 +488,32 @@ async fn run(
     n: u32,
     at: Round<'_>,
 ) -> Result<SteadyRun> {
-    let q = ctx.guard.fresh("steady").await?;
-    let client = ctx
-        .target
-        .builder()
-        .max_size(c.pool)
-        .application_name(APP)
-        .connect()
-        .await?;
-    let offset_us = db_clock_offset_us(&ctx.admin).await?;
-    let tally = Tally::with_waits(u64::MAX, series.sleep, QueueWaits::new(offset_us));
-    let spec = WorkerSpec {
+    let spec = StreamSpec {
+        prefix: "steady",
+        pool: Some(c.pool),
+        sleep: series.sleep,
         settings: WorkerSettings {
             concurrency: Some(n as usize),
             poll_interval_ms: Some(ms(c.poll)),
             ..WorkerSettings::default()
         },
-        ..WorkerSpec::new(q.as_str())
+        ack: series.ack.outcome(),
     };
-    let w = worker_on(client.clone(), &spec, &tally, None, series.ack.outcome())?.build()?;
-    let stream = Stream::new(Arc::clone(&tally));
-    let stop = CancellationToken::new();
-    ctx.meter.begin();
-    let handle = w.spawn();
+    let stream = StreamRun::start(ctx, spec).await?;
     let pace = Pace {
         depth: Some(c.depth),
         rate: (series.rate > 0).then_some(series.rate as f64),
         least: (c.depth / 20).clamp(1, 100),
-        most: TOP_UP_MAX,
+        most: TOP_UP_MOST,
         nap: Duration::from_millis(1),
     };
-    let producer = tokio::spawn(produce(
-        ctx.clone(),
-        q.clone(),
-        padding(c.body_bytes),
-        pace,
-        Arc::clone(&stream),
-        stop.clone(),
-    ));
-    let window = watch_window(ctx, c, &q, &stream, &producer).await;
-    stop.cancel();
-    let joined = producer.await;
-    let report = handle.shutdown().await?;
-    let peak = ctx.meter.end();
-    drop(client);
-    ctx.guard.release(&q).await?;
-    match joined {
-        Ok(r) => r?,
-        Err(e) => return Err(Error::Panicked(format!("steady producer: {e}"))),
-    }
-    let w = window?;
+    let producer = stream.produce(ctx, &padding(c.body_bytes), pace);
+    tokio::time::sleep(c.warmup).await;
+    let w = stream.window(ctx, c.duration, &producer).await;
+    let (report, peak) = stream.finish(ctx, producer).await?;
     let completed = Rate::new(w.completed, w.elapsed_s);
     let rate_limit = (series.rate > 0).then_some(series.rate as f64);
-    let depth_mean = w.depths.iter().sum::<u64>() as f64 / w.depths.len().max(1) as f64;
+    let depth_mean = w.backlog.iter().sum::<u64>() as f64 / w.backlog.len().max(1) as f64;
     Ok(SteadyRun {
         round: at.index,
         warmup: at.warm,
@@ -526,72 +526,13 @@ async fn run(
         completed,
         produced: Rate::new(w.produced, w.elapsed_s),
         depth_mean,
-        depth_max: w.depths.iter().copied().max().unwrap_or(0),
+        depth_max: w.backlog.iter().copied().max().unwrap_or(0),
         claim_ms: crate::stats::percentiles_us_to_ms(&w.claims),
         per_second: w.per_second,
         server: w.server,
         worker: counters(&report.stats),
         archived: report.stats.archived,
         peak_rss_bytes: peak,
-    })
-}
-
-/// What the measured window of a run saw.
-struct Window {
-    elapsed_s: f64,
-    completed: u64,
-    produced: u64,
-    depths: Vec<u64>,
-    per_second: Vec<f64>,
-    claims: hdrhistogram::Histogram<u64>,
-    server: SteadyServer,
-}
-
-/// Waits out the warm-up, then samples every second for the window: the
-/// depth, the completions, the queue table's dead tuples, and the
-/// database's counters at both ends.
-async fn watch_window(
-    ctx: &Ctx,
-    c: &SteadyConfig,
-    q: &QueueName,
-    stream: &Stream,
-    producer: &tokio::task::JoinHandle<Result<()>>,
-) -> Result<Window> {
-    let tally = &stream.tally;
-    let waits = tally.waits.as_ref().expect("a tally with waits");
-    tokio::time::sleep(c.warmup).await;
-    waits.take();
-    let mut server = ServerWindow::open(ctx, q).await;
-    let start = Instant::now();
-    let (c0, p0) = (tally.distinct(), stream.sent());
-    let (mut depths, mut per_second) = (Vec::new(), Vec::new());
-    let mut last = c0;
-    let mut tick = every_second();
-    while start.elapsed() < c.duration && !producer.is_finished() {
-        let left = c.duration.saturating_sub(start.elapsed());
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = tokio::time::sleep(left) => {}
-        }
-        let done = tally.distinct();
-        depths.push(stream.sent().saturating_sub(done));
-        per_second.push((done - last) as f64);
-        last = done;
-        server.sample(ctx, q).await;
-    }
-    let elapsed_s = start.elapsed().as_secs_f64();
-    let completed = tally.distinct() - c0;
-    let produced_n = stream.sent() - p0;
-    let claims = waits.take();
-    let server = server.close(ctx, q, completed).await;
-    Ok(Window {
-        elapsed_s,
-        completed,
-        produced: produced_n,
-        depths,
-        per_second,
-        claims,
-        server,
     })
 }
 
@@ -738,78 +679,5 @@ fn step_ratio_min(runs: &[&SteadyRun]) -> Option<f64> {
         }
     }
     min
-}
-
-/// The section's table: one row per run, then the two round figures.
-fn report_part(out: &mut String, d: &Document) {
-    let Ok(runs) = RUNS.of(&d.sections) else {
-        return;
-    };
-    if runs.is_empty() {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<SteadyWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Steady stream (steady_stream)\n\n\
-         A producer keeping {} messages queued, bodies of {} bytes, poll interval {} ms, pool {}; \
-         {} s measured per run after {} s of warm-up.\n\n\
-         | Round | Series | Handlers | Completed/s | Produced/s | Mean depth | Claim p50 / p95 / p99 (ms) | Kept up | Server CPU/msg (µs) | Bench CPU/msg (µs) | Index tuples/msg | Buffers/msg | Dead tuples peak |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        thousands(w.steady_depth as f64),
-        w.steady_body_bytes,
-        w.steady_poll_ms,
-        w.steady_pool,
-        w.steady_duration_s,
-        w.steady_warmup_s
-    );
-    let opt = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
-    for r in &runs {
-        let mut round = r.round.to_string();
-        if r.warmup {
-            round.push_str(" (warm-up)");
-        }
-        let _ = writeln!(
-            out,
-            "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
-            series_key(r),
-            r.handlers,
-            thousands(r.completed.rate_per_s),
-            thousands(r.produced.rate_per_s),
-            thousands(r.depth_mean),
-            r.claim_ms.p50,
-            r.claim_ms.p95,
-            r.claim_ms.p99,
-            if r.rate_limit_per_s.is_none() {
-                "–"
-            } else if r.kept_up {
-                "yes"
-            } else {
-                "no"
-            },
-            r.server
-                .cpu_us_per_msg
-                .map_or("–".to_owned(), |v| format!("{v:.0}")),
-            r.server
-                .bench_cpu_us_per_msg
-                .map_or("–".to_owned(), |v| format!("{v:.0}")),
-            opt(r.server.idx_tup_fetch_per_msg),
-            opt(r.server.buffers_per_msg),
-            r.server
-                .dead_tuples_peak
-                .map_or("–".to_owned(), |v| thousands(v as f64)),
-        );
-    }
-    out.push('\n');
-    definitions(
-        out,
-        d,
-        &[
-            format!("{NAME}.step_ratio_min"),
-            format!("{NAME}.claim_p99_kept_up_ms"),
-        ],
-    );
 }
 

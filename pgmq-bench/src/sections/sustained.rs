@@ -30,23 +30,22 @@ use crate::document::{
     HandlerKind, IntervalPercentiles, LedgerReport, Percentiles, Rate, Runs, SectionRuns, WorkerCounters,
 };
 use crate::error::{Error, Result};
-use crate::kit::snapshot::db_clock_offset_us;
-use crate::kit::tally::{QueueWaits, Tally};
+use crate::kit::stream::clocked_tally;
+use crate::kit::tally::Tally;
 use crate::kit::worker::counters;
 use crate::kit::Ctx;
 use crate::stats::{histogram_delta, interval_percentiles_ms, least_squares_fit};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 
-use crate::checks::{run_tag, Checks};
+use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::MIB;
 use crate::report::{cell, definitions, fig};
 use crate::report::{fmt_value, thousands};
-use crate::sections::{Round, Section};
+use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::Plan;
 
@@ -313,8 +312,7 @@ pub async fn run_at(
     let cfg = &ctx.cfg;
     let q = ctx.guard.fresh("sustained").await?;
     let before = db_snapshot(ctx).await?;
-    let offset_us = db_clock_offset_us(&ctx.admin).await?;
-    let tally = Tally::with_waits(u64::MAX, cfg.handler_work, QueueWaits::new(offset_us));
+    let tally = clocked_tally(ctx, cfg.handler_work).await?;
     let w = ctx.worker(&ctx.worker_spec(&q, cfg.sustained_workers), &tally)?;
     let produced = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
@@ -563,6 +561,17 @@ fn failure_reasons(
 /// `--duration` (with `--rate-search`, at rising rates until a step fails).
 pub(crate) struct Sustained;
 
+impl Rounds for Sustained {
+    /// One run at `--rate`, or with `--rate-search` a run per step.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        if ctx.cfg.rate_search {
+            sustained_rate_search(ctx, at, s).await
+        } else {
+            sustained_once(ctx, at, s).await
+        }
+    }
+}
+
 impl Section for Sustained {
     fn runs(&self) -> &dyn SectionRuns {
         &RUNS
@@ -578,24 +587,8 @@ impl Section for Sustained {
         Plan::fixed(windows * cfg.duration.as_secs_f64()) + Plan::work(windows * 1.5)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            if ctx.cfg.rate_search {
-                sustained_rate_search(ctx, at, &mut RUNS.list(s)).await
-            } else {
-                sustained_once(ctx, at, s).await
-            }
-        })
-    }
-
     fn check(&self, s: &Sections, out: &mut Checks) {
-        for r in &RUNS.list(s) {
-            let tag = format!("sustained {}", run_tag(r.round, r.warmup));
+        out.each(&RUNS, s, |r| ("", r.round, r.warmup), |out, tag, r| {
             if let Some(se) = r.backlog_slope_stderr_per_s {
                 if se > r.verdict.slope_limit_per_s / 2.0 {
                     out.warn(format!(
@@ -617,18 +610,124 @@ impl Section for Sustained {
             } else if !r.verdict.pass {
                 out.fail(format!("{tag}: {}", r.verdict.reasons.join("; ")));
             }
-            out.ledger(&tag, &r.ledger);
-            out.counters(&tag, &r.worker);
-        }
+            out.ledger(tag, &r.ledger);
+            out.counters(tag, &r.worker);
+        });
     }
 
+    /// sustained: the rate search, the rates, the backlog slope and maximum.
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
+        let all = RUNS.list(s);
+        let sus = || measured(&all, |r| r.warmup || r.rate_search_step.is_some());
+        // The rate search: per round, the highest target rate whose verdict passed.
+        let mut best: BTreeMap<u32, f64> = BTreeMap::new();
+        for r in measured(&RUNS.list(s), |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
+            let e = best.entry(r.round).or_insert(0.0);
+            if r.verdict.pass {
+                *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
+            }
+        }
+        f.add(
+            "sustained.rate_search.highest_passing".into(),
+            "sustained",
+            "Highest sustained producer rate that passed".into(),
+            "msg/s",
+            Better::Higher,
+            DEF_SUS_SEARCH,
+            best.into_iter()
+                .map(|(round, v)| Sample::value(round, v))
+                .collect(),
+        );
+        f.rate(
+            "sustained.produced_rate",
+            "sustained",
+            "Sustained produced",
+            DEF_SUS_PROD,
+            sus().map(|r| (r.round, &r.produced)),
+        );
+        f.rate(
+            "sustained.handled_rate",
+            "sustained",
+            "Sustained handled",
+            DEF_SUS_HAND,
+            sus().map(|r| (r.round, &r.handled)),
+        );
+        f.add(
+            "sustained.backlog_slope".into(),
+            "sustained",
+            "Sustained backlog slope".into(),
+            "msg/s",
+            Better::None,
+            DEF_SUS_SLOPE,
+            sus()
+                .filter_map(|r| r.backlog_slope_per_s.map(|v| Sample::value(r.round, v)))
+                .collect(),
+        );
+        f.add(
+            "sustained.backlog_max".into(),
+            "sustained",
+            "Sustained largest backlog".into(),
+            "msg",
+            Better::Lower,
+            DEF_SUS_MAX,
+            sus()
+                .map(|r| Sample::value(r.round, r.backlog_max as f64))
+                .collect(),
+        );
     }
 
-
+    /// sustained: each run's rates, slope and verdict, its intervals, the
+    /// database's counters and the rate search's result.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        if RUNS.list(&d.sections).is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
+             Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for r in &RUNS.list(&d.sections) {
+            let _ = writeln!(
+                out,
+                "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+                sustained_round(r),
+                r.duration_s,
+                r.target_rate_per_s
+                    .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
+                thousands(r.produced.rate_per_s),
+                thousands(r.handled.rate_per_s),
+                match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
+                    (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
+                    (Some(v), None) => format!("{v:+.2}"),
+                    _ => "n/a".to_owned(),
+                },
+                thousands(r.backlog_max as f64),
+                if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
+                    format!("yes ({})", thousands(r.produced.count as f64))
+                } else {
+                    format!(
+                        "NO ({} produced, {} handled)",
+                        r.produced.count, r.ledger.distinct
+                    )
+                },
+                if r.verdict.pass { "pass" } else { "FAIL" }
+            );
+        }
+        out.push('\n');
+        rate_search(out, d);
+        sustained_intervals(out, d);
+        db_counters_table(out, d);
+        definitions(
+            out,
+            d,
+            &[
+                "sustained.produced_rate".into(),
+                "sustained.handled_rate".into(),
+                "sustained.backlog_slope".into(),
+                "sustained.rate_search.highest_passing".into(),
+            ],
+        );
     }
 }
 
@@ -647,12 +746,9 @@ async fn sustained_once(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Resu
     Ok(())
 }
 
-/// One round of sustained with `--rate-search`: its runs go to `runs`.
-async fn sustained_rate_search(
-    ctx: &Arc<Ctx>,
-    at: Round<'_>,
-    runs: &mut Vec<SustainedRun>,
-) -> Result<()> {
+/// One round of sustained with `--rate-search`: a run per step, recorded
+/// in `s`.
+async fn sustained_rate_search(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
     let tag = at.tag;
     let cfg = &ctx.cfg;
     // Step the rate up until the slope verdict fails.
@@ -668,7 +764,7 @@ async fn sustained_rate_search(
             r.backlog_slope_per_s.unwrap_or(f64::NAN),
             if pass { "pass" } else { "fail: search ends" }
         ));
-        runs.push(r);
+        RUNS.record(s, &r)?;
         if !pass {
             break;
         }
@@ -692,67 +788,6 @@ const DEF_SUS_SEARCH: &str = "--rate-search: sustained runs at --rate, then each
     rate whose run passed (0 when the first failed). The resolution is the step factor.";
 
 const DEF_SUS_MAX: &str = "Largest backlog sampled (every 50 ms).";
-
-/// sustained: the rate search, the rates, the backlog slope and maximum.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    let all = RUNS.list(s);
-    let sus = || measured(&all, |r| r.warmup || r.rate_search_step.is_some());
-    // The rate search: per round, the highest target rate whose verdict passed.
-    let mut best: BTreeMap<u32, f64> = BTreeMap::new();
-    for r in measured(&RUNS.list(s), |r| r.warmup).filter(|r| r.rate_search_step.is_some()) {
-        let e = best.entry(r.round).or_insert(0.0);
-        if r.verdict.pass {
-            *e = e.max(r.target_rate_per_s.unwrap_or(0.0));
-        }
-    }
-    f.add(
-        "sustained.rate_search.highest_passing".into(),
-        "sustained",
-        "Highest sustained producer rate that passed".into(),
-        "msg/s",
-        Better::Higher,
-        DEF_SUS_SEARCH,
-        best.into_iter()
-            .map(|(round, v)| Sample::value(round, v))
-            .collect(),
-    );
-    f.rate(
-        "sustained.produced_rate",
-        "sustained",
-        "Sustained produced",
-        DEF_SUS_PROD,
-        sus().map(|r| (r.round, &r.produced)),
-    );
-    f.rate(
-        "sustained.handled_rate",
-        "sustained",
-        "Sustained handled",
-        DEF_SUS_HAND,
-        sus().map(|r| (r.round, &r.handled)),
-    );
-    f.add(
-        "sustained.backlog_slope".into(),
-        "sustained",
-        "Sustained backlog slope".into(),
-        "msg/s",
-        Better::None,
-        DEF_SUS_SLOPE,
-        sus()
-            .filter_map(|r| r.backlog_slope_per_s.map(|v| Sample::value(r.round, v)))
-            .collect(),
-    );
-    f.add(
-        "sustained.backlog_max".into(),
-        "sustained",
-        "Sustained largest backlog".into(),
-        "msg",
-        Better::Lower,
-        DEF_SUS_MAX,
-        sus()
-            .map(|r| Sample::value(r.round, r.backlog_max as f64))
-            .collect(),
-    );
-}
 
 /// Per run, what its one-second intervals recorded: the median interval
 /// and the worst one, so a stall or a creeping RSS shows without printing
@@ -827,60 +862,6 @@ fn sustained_round(r: &SustainedRun) -> String {
         let _ = write!(s, " (search step {k})");
     }
     s
-}
-
-/// sustained: each run's rates, slope and verdict, its intervals, the
-/// database's counters and the rate search's result.
-fn report_part(out: &mut String, d: &Document) {
-    if RUNS.list(&d.sections).is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "## Sustained\n\n| Round | Duration (s) | Target rate | Produced/s | Handled/s | Backlog slope ± std. error (msg/s) | \
-         Largest backlog | Produced = handled | Verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    );
-    for r in &RUNS.list(&d.sections) {
-        let _ = writeln!(
-            out,
-            "| {} | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
-            sustained_round(r),
-            r.duration_s,
-            r.target_rate_per_s
-                .map_or("unpaced".to_owned(), |v| format!("{} msg/s", thousands(v))),
-            thousands(r.produced.rate_per_s),
-            thousands(r.handled.rate_per_s),
-            match (r.backlog_slope_per_s, r.backlog_slope_stderr_per_s) {
-                (Some(v), Some(se)) => format!("{v:+.2} ± {se:.2}"),
-                (Some(v), None) => format!("{v:+.2}"),
-                _ => "n/a".to_owned(),
-            },
-            thousands(r.backlog_max as f64),
-            if r.ledger.distinct == r.produced.count && r.ledger.missing == 0 {
-                format!("yes ({})", thousands(r.produced.count as f64))
-            } else {
-                format!(
-                    "NO ({} produced, {} handled)",
-                    r.produced.count, r.ledger.distinct
-                )
-            },
-            if r.verdict.pass { "pass" } else { "FAIL" }
-        );
-    }
-    out.push('\n');
-    rate_search(out, d);
-    sustained_intervals(out, d);
-    db_counters_table(out, d);
-    definitions(
-        out,
-        d,
-        &[
-            "sustained.produced_rate".into(),
-            "sustained.handled_rate".into(),
-            "sustained.backlog_slope".into(),
-            "sustained.rate_search.highest_passing".into(),
-        ],
-    );
 }
 
 /// The rate search's highest passing producer rate, when it ran.

@@ -29,13 +29,11 @@ use crate::kit::Ctx;
 use crate::stats::percentiles_of;
 use std::fmt::Write as _;
 
-use futures::future::BoxFuture;
 
-use crate::checks::Checks;
 use crate::document::{Document, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, fig};
-use crate::sections::{Options, Round, Section};
+use crate::sections::{at_least, Options, Round, Rounds, Section};
 use crate::config::Config;
 use crate::sections::plan::{self, Plan};
 use std::sync::Arc;
@@ -109,17 +107,9 @@ impl Options for WakeupOptions {
     type Workload = WakeupWorkload;
 
     fn config(&self) -> Result<WakeupConfig> {
-        if self.wakeup_samples < MIN_WAKEUP_SAMPLES {
-            return Err(Error::Config(format!(
-                "--wakeup-samples must be at least {MIN_WAKEUP_SAMPLES}"
-            )));
-        }
-        if self.wakeup_poll_ms == 0 {
-            return Err(Error::Config("poll intervals must be at least 1 ms".into()));
-        }
         Ok(WakeupConfig {
-            samples: self.wakeup_samples,
-            poll: Duration::from_millis(self.wakeup_poll_ms),
+            samples: at_least(self.wakeup_samples, MIN_WAKEUP_SAMPLES, "--wakeup-samples")?,
+            poll: Duration::from_millis(at_least(self.wakeup_poll_ms, 1, "--wakeup-poll-ms")?),
         })
     }
 
@@ -360,91 +350,74 @@ impl Section for WakeupLatency {
             + Plan::work(2.0 * plan::SETUP)
     }
 
-    fn run_round<'a>(
-        &'a self,
-        ctx: &'a Arc<Ctx>,
-        at: Round<'a>,
-        s: &'a mut Sections,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(one_round(ctx, at, s))
-    }
-
-    fn check(&self, _: &Sections, _: &mut Checks) {}
-
+    /// wakeup_latency: percentiles per mode.
     fn figures(&self, s: &Sections, f: &mut Figures) {
-        add_figures(f, s);
+        for mode in ["poll", "notify"] {
+            let label = if mode == "poll" {
+                "Wake-up, polling only,"
+            } else {
+                "Wake-up, LISTEN/NOTIFY,"
+            };
+            f.percentiles(
+                &format!("wakeup_latency.{mode}"),
+                "wakeup_latency",
+                label,
+                DEF_WAKEUP,
+                measured(&RUNS.list(s), |r| r.warmup)
+                    .filter(|r| r.mode == mode)
+                    .map(|r| (r.round, &r.latency_ms)),
+            );
+        }
     }
 
-
+    /// wakeup_latency: send-to-handler latency, polling and NOTIFY.
     fn report(&self, d: &Document, out: &mut String) {
-        report_part(out, d);
+        if fig(d, "wakeup_latency.poll.p50_ms").is_none()
+            && fig(d, "wakeup_latency.notify.p50_ms").is_none()
+        {
+            return;
+        }
+        let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
+            return;
+        };
+        let _ = writeln!(
+            out,
+            "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
+             | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
+            w.wakeup_samples, w.wakeup_poll_ms
+        );
+        for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
+            let _ = writeln!(
+                out,
+                "| {label} | {} | {} | {} | {} |",
+                cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
+                cell(d, &format!("wakeup_latency.{mode}.max_ms"))
+            );
+        }
+        out.push('\n');
+        definitions(out, d, &["wakeup_latency.poll.p50_ms".into()]);
     }
 }
 
-/// One round of wakeup_latency: polling, then notifications.
-async fn one_round(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-    let tag = at.tag;
-    for mode in [Mode::Poll, Mode::Notify] {
-        let r = run(ctx, mode, at.index, at.warm).await?;
-        ctx.progress.say(format!(
-            "{tag} wakeup_latency {}: p50 {:.2} ms",
-            r.mode, r.latency_ms.p50
-        ));
-        RUNS.record(s, &r)?;
+impl Rounds for WakeupLatency {
+    /// One round of wakeup_latency: polling, then notifications.
+    async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
+        let tag = at.tag;
+        for mode in [Mode::Poll, Mode::Notify] {
+            let r = run(ctx, mode, at.index, at.warm).await?;
+            ctx.progress.say(format!(
+                "{tag} wakeup_latency {}: p50 {:.2} ms",
+                r.mode, r.latency_ms.p50
+            ));
+            RUNS.record(s, &r)?;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 const DEF_WAKEUP: &str =
     "Send call start to handler start for one message sent to an idle worker, monotonic \
     clock; the figure is the percentile over one run's samples, median over runs.";
 
-/// wakeup_latency: percentiles per mode.
-fn add_figures(f: &mut Figures, s: &Sections) {
-    for mode in ["poll", "notify"] {
-        let label = if mode == "poll" {
-            "Wake-up, polling only,"
-        } else {
-            "Wake-up, LISTEN/NOTIFY,"
-        };
-        f.percentiles(
-            &format!("wakeup_latency.{mode}"),
-            "wakeup_latency",
-            label,
-            DEF_WAKEUP,
-            measured(&RUNS.list(s), |r| r.warmup)
-                .filter(|r| r.mode == mode)
-                .map(|r| (r.round, &r.latency_ms)),
-        );
-    }
-}
-
-/// wakeup_latency: send-to-handler latency, polling and NOTIFY.
-fn report_part(out: &mut String, d: &Document) {
-    if fig(d, "wakeup_latency.poll.p50_ms").is_none()
-        && fig(d, "wakeup_latency.notify.p50_ms").is_none()
-    {
-        return;
-    }
-    let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
-        return;
-    };
-    let _ = writeln!(
-        out,
-        "## Wake-up latency\n\n{} samples per mode and round, poll interval (and NOTIFY fallback) {} ms.\n\n\
-         | Mode | p50 (ms) | p95 (ms) | p99 (ms) | max (ms) |\n| --- | --- | --- | --- | --- |",
-        w.wakeup_samples, w.wakeup_poll_ms
-    );
-    for (mode, label) in [("poll", "Polling only"), ("notify", "LISTEN/NOTIFY")] {
-        let _ = writeln!(
-            out,
-            "| {label} | {} | {} | {} | {} |",
-            cell(d, &format!("wakeup_latency.{mode}.p50_ms")),
-            cell(d, &format!("wakeup_latency.{mode}.p95_ms")),
-            cell(d, &format!("wakeup_latency.{mode}.p99_ms")),
-            cell(d, &format!("wakeup_latency.{mode}.max_ms"))
-        );
-    }
-    out.push('\n');
-    definitions(out, d, &["wakeup_latency.poll.p50_ms".into()]);
-}

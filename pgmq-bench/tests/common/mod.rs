@@ -397,3 +397,20 @@ pub fn short_run_args(output: &str) -> Vec<&str> {
         "10",
     ]
 }
+
+/// The arguments of the smallest run that writes a document to `output`:
+/// one round of send_single with 20 messages, no warm-up.
+pub fn smallest_run_args(output: &str) -> Vec<&str> {
+    vec![
+        "--output",
+        output,
+        "--sections",
+        "send_single",
+        "--single-messages",
+        "20",
+        "--repeat",
+        "1",
+        "--warmup",
+        "0",
+    ]
+}
