@@ -40,6 +40,7 @@ mod child;
 pub mod cli;
 mod ctx;
 mod job;
+mod keyed;
 mod ledger;
 mod report;
 mod scenarios;
