@@ -223,8 +223,8 @@ async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row,
         Sends::Plain => "producers under connection cuts",
         Sends::Keyed => "keyed producers retrying through connection cuts",
     };
-    let w = run.spawn(&run.worker_args()).await?;
-    Ok(run.finish(title, vec![w]).await?.row)
+    let args = run.worker_args();
+    Ok(run.finish_by(title, &args).await?.row)
 }
 
 /// The keys of the four producers, each with its batch size: two send one
