@@ -567,20 +567,14 @@ impl Tally {
     /// keep a few keys of each.
     pub(crate) fn sum(ts: &[Tally]) -> Tally {
         let mut t = Tally::default();
+        macro_rules! add {
+            ($x:ident: $($count:ident),*) => {
+                $(t.$count += $x.$count;)*
+            };
+        }
         for x in ts {
-            t.committed += x.committed;
-            t.not_sent += x.not_sent;
-            t.rejected += x.rejected;
-            t.unknown += x.unknown;
-            t.unknown_recovered += x.unknown_recovered;
-            t.handled += x.handled;
-            t.handlings += x.handlings;
-            t.lost += x.lost;
-            t.duplicated += x.duplicated;
-            t.unexpected += x.unexpected;
-            t.dead_lettered += x.dead_lettered;
-            t.left_in_queue += x.left_in_queue;
-            t.dead_lettered_unkeyed += x.dead_lettered_unkeyed;
+            add!(x: committed, not_sent, rejected, unknown, unknown_recovered, handled, handlings,
+                lost, duplicated, unexpected, dead_lettered, left_in_queue, dead_lettered_unkeyed);
             t.lost_sample.extend(x.lost_sample.iter().take(4));
             t.unexpected_sample
                 .extend(x.unexpected_sample.iter().take(4));

@@ -1161,8 +1161,8 @@ mod tests {
     }
 
     /// The FIFO checks over these rows of the FIFO blocking queue (each
-    /// with its recorded start).
-    fn judge(rows: Vec<Handling>) -> (Check, Check) {
+    /// with its recorded start), both asserted to pass (`pass`) or fail.
+    fn judge(pass: bool, rows: Vec<Handling>) -> (Check, Check) {
         let starts: Vec<Start> = rows.iter().map(start).collect();
         let mut handlings = vec![Vec::new(); ROLES];
         handlings[Role::FifoBlocking.index()] = rows;
@@ -1185,7 +1185,16 @@ mod tests {
             produced_until: t(0),
             fleet: &FleetEvidence::default(),
         };
-        fifo(&e)
+        let (order, overlap) = fifo(&e);
+        assert_eq!(order.pass, pass, "{}", order.detail);
+        assert_eq!(overlap.pass, pass, "{}", overlap.detail);
+        (order, overlap)
+    }
+
+    /// Message 3's first run from 20 ms to 11 s, then `next` (a later
+    /// delivery of it) and message 4 at 8.42 s.
+    fn after_a_long_run(next: Handling) -> Vec<Handling> {
+        vec![row(3, 1, 0, 20, 11_020), next, row(4, 1, 0, 8_420, 8_430)]
     }
 
     #[test]
@@ -1193,14 +1202,15 @@ mod tests {
         // Message 3 hangs 11 s; abandoned at 8 s, its run records at 11 s;
         // the loop waits for it, then the retry (one more attempt) and
         // message 4 run: two rows of 3, in sequence, none overlapping.
-        let (order, overlap) = judge(vec![
-            row(2, 1, 0, 0, 10),
-            row(3, 1, 0, 20, 11_020),
-            row(3, 2, 1, 11_400, 11_410),
-            row(4, 1, 0, 11_420, 11_430),
-        ]);
-        assert!(order.pass, "{}", order.detail);
-        assert!(overlap.pass, "{}", overlap.detail);
+        let (order, _) = judge(
+            true,
+            vec![
+                row(2, 1, 0, 0, 10),
+                row(3, 1, 0, 20, 11_020),
+                row(3, 2, 1, 11_400, 11_410),
+                row(4, 1, 0, 11_420, 11_430),
+            ],
+        );
         assert!(
             order.detail.contains("1 more than once"),
             "{}",
@@ -1212,36 +1222,18 @@ mod tests {
     fn a_run_abandoned_at_the_timeout_and_not_waited_for_fails() {
         // The retry (one more attempt) and message 4 run at 8.4 s while
         // the abandoned run goes on until 11 s.
-        let (order, overlap) = judge(vec![
-            row(3, 1, 0, 20, 11_020),
-            row(3, 2, 1, 8_400, 8_410),
-            row(4, 1, 0, 8_420, 8_430),
-        ]);
-        assert!(!order.pass, "{}", order.detail);
-        assert!(!overlap.pass, "{}", overlap.detail);
+        judge(false, after_a_long_run(row(3, 2, 1, 8_400, 8_410)));
     }
 
     #[test]
     fn a_run_whose_claim_lapsed_explains_its_overlap() {
         // The claim ran out under the run (a frozen process, a network
         // cut): delivered again with as many attempts, no retry written.
-        let (order, overlap) = judge(vec![
-            row(3, 1, 0, 20, 11_020),
-            row(3, 2, 0, 8_400, 8_410),
-            row(4, 1, 0, 8_420, 8_430),
-        ]);
-        assert!(order.pass, "{}", order.detail);
-        assert!(overlap.pass, "{}", overlap.detail);
+        let (_, overlap) = judge(true, after_a_long_run(row(3, 2, 0, 8_400, 8_410)));
         assert!(overlap.detail.contains("explained"), "{}", overlap.detail);
         // The same, its next delivery unrecorded (failed before its start
         // was written) and retried: the third delivery's attempt is that
         // retry's, not the first run's.
-        let (order, overlap) = judge(vec![
-            row(3, 1, 0, 20, 11_020),
-            row(3, 3, 1, 8_400, 8_410),
-            row(4, 1, 0, 8_420, 8_430),
-        ]);
-        assert!(order.pass, "{}", order.detail);
-        assert!(overlap.pass, "{}", overlap.detail);
+        judge(true, after_a_long_run(row(3, 3, 1, 8_400, 8_410)));
     }
 }

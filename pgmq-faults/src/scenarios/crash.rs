@@ -271,9 +271,8 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
             exit.status
         ),
     );
-    let next = run.spawn(&args).await?;
     Ok(run
-        .finish("worker killed mid-ack batch", vec![next])
+        .finish_by("worker killed mid-ack batch", &args)
         .await?
         .row)
 }

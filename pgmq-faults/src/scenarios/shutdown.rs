@@ -81,9 +81,8 @@ pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
             if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
         ),
     );
-    let drainer = run.spawn(&args).await?;
     let title = format!("graceful shutdown under load {rounds}x");
-    Ok(run.finish(&title, vec![drainer]).await?.row)
+    Ok(run.finish_by(&title, &args).await?.row)
 }
 
 /// 12a: SIGTERM to a busy worker: it drains and exits 0; nothing is handled twice.
@@ -111,11 +110,7 @@ pub(crate) async fn sigterm_busy(ctx: &Ctx) -> Result<Row, BoxError> {
             None => "claims still hidden 5 s after the exit".into(),
         },
     );
-    let drainer = run.spawn(&args).await?;
-    Ok(run
-        .finish("SIGTERM to a busy worker", vec![drainer])
-        .await?
-        .row)
+    Ok(run.finish_by("SIGTERM to a busy worker", &args).await?.row)
 }
 
 /// 12b: a second SIGTERM while a handler hangs forces the exit; the hung
@@ -134,9 +129,8 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
     let w = run.spawn(&args).await?;
     run.wait_handled(plain as i64).await?;
     sigterm_twice(&mut run, w, args.vt_secs()).await?;
-    let drainer = run.spawn(&args).await?;
     let f = run
-        .finish("second SIGTERM while a handler hangs", vec![drainer])
+        .finish_by("second SIGTERM while a handler hangs", &args)
         .await?;
     let hung: Vec<i32> = f
         .handlings
