@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use pgmq_client::{Client, Pgmq, QueueName, SendOptions, Sent};
@@ -36,7 +36,7 @@ use tokio::sync::RwLock;
 
 use super::model::{Role, CLAIM_BOUND, PLACES_BOUND, ROLES, VT_SECS};
 use super::workload::send_recorded;
-use crate::ctx::{sample_fleet, session, Ctx, FleetSamples};
+use crate::ctx::{poll_until, sample_fleet, session, Ctx, FleetSamples};
 use crate::job::{key_headers, Act, Job};
 use crate::keyed::{self, Landed, Retry, Tries, Try, KEY_WINDOW};
 use crate::ledger::{self, ProduceOutcome, Produced};
@@ -793,21 +793,24 @@ async fn killed_places(
         };
         let spec = cell_spec(ctx, &qs, scenario, places, vt, "pgmq-campaign-kill-cell");
         let first = ctx.spawn_worker(&spec).await?;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        let all_started = poll_until(
+            Duration::from_secs(15),
+            Duration::from_millis(50),
+            || async {
+                ledger::starts(&ctx.client, &ctx.run_id, scenario)
+                    .await
+                    .is_ok_and(|s| s.len() >= places as usize)
+            },
+        )
+        .await;
+        if all_started.is_none() {
+            let _ = first.sigkill().await;
             let started = ledger::starts(&ctx.client, &ctx.run_id, scenario).await?;
-            if started.len() >= places as usize {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = first.sigkill().await;
-                return Err(format!(
-                    "the first process started {} of {places} messages in 15 s",
-                    started.len()
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            return Err(format!(
+                "the first process started {} of {places} messages in 15 s",
+                started.len()
+            )
+            .into());
         }
         let first_pid = i32::try_from(first.pid())?;
         first.sigkill().await?;
@@ -818,24 +821,28 @@ async fn killed_places(
                 .get(0)
         };
         let second = ctx.spawn_worker(&spec).await?;
-        let wait_until = Instant::now() + PLACES_BOUND + KILL_CELL_GRACE;
-        let mut took = None;
-        while Instant::now() < wait_until {
+        // The starts of the messages again, by another process than the first.
+        let again = async || -> Result<Vec<DateTime<Utc>>, BoxError> {
             let windows = ledger::windows(&ctx.client, &ctx.run_id, scenario).await?;
-            let again: Vec<DateTime<Utc>> = windows
+            Ok(windows
                 .iter()
                 .filter(|w| w.worker_pid != first_pid)
                 .map(|w| w.start)
-                .collect();
-            if again.len() >= places as usize {
-                took = again
-                    .into_iter()
-                    .max()
-                    .map(|last| (last - killed_at).to_std().unwrap_or_default());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                .collect())
+        };
+        let limit = PLACES_BOUND + KILL_CELL_GRACE;
+        let all_again = poll_until(limit, Duration::from_millis(100), || async {
+            again().await.is_ok_and(|a| a.len() >= places as usize)
+        })
+        .await;
+        let took = match all_again {
+            Some(_) => again()
+                .await?
+                .into_iter()
+                .max()
+                .map(|last| (last - killed_at).to_std().unwrap_or_default()),
+            None => None,
+        };
         let _ = second.stop(Duration::from_secs(10)).await;
         Ok(took)
     }
