@@ -558,6 +558,19 @@ fn duplicates_under_faults(e: &Evidence) -> Check {
     )
 }
 
+/// A process's (`who`) `n` ledger rows against the count its report says
+/// (and how it says it), plus at most the number of those whose outcome it
+/// could not know (and what they are): what is wrong, if anything.
+fn rows_mismatch(
+    who: &str,
+    n: u64,
+    (counted, counted_as): (u64, String),
+    (unsure, unsure_as): (u64, &str),
+) -> Option<String> {
+    (!(counted..=counted + unsure).contains(&n))
+        .then(|| format!("{who}: {n} ledger rows, {counted_as} (+ up to {unsure} {unsure_as})"))
+}
+
 /// Each shutdown report against the ledger: the rows a process wrote are
 /// what its report counts; an abandoned transactional handler left no row;
 /// after a clean graceful shutdown, nothing the process handled came back.
@@ -583,20 +596,19 @@ fn reports(e: &Evidence) -> Check {
         let rows = by_pid.get(&pid).map(Vec::as_slice).unwrap_or(&[]);
         let n = rows.len() as u64;
         let get = |k: &str| report[k].as_u64().unwrap_or(0);
+        let who = format!("{} ({})", x.app_name, x.how);
         // Plain and FIFO blocking: rows written on the ledger's own pool.
         if !x.kind.transactional() {
             // Rows the handler committed outside a transaction, as it
             // counted them: the ledger holds those, plus at most one per
             // insert whose reply a fault cut off (it cannot know).
             let counted = get("ledger_rows");
-            if n < counted || n > counted + get("ledger_unsure") {
-                bad.push(format!(
-                    "{} ({}): {n} ledger rows, its handler counted {counted} (+ up to {} unsure)",
-                    x.app_name,
-                    x.how,
-                    get("ledger_unsure")
-                ));
-            }
+            bad.extend(rows_mismatch(
+                &who,
+                n,
+                (counted, format!("its handler counted {counted}")),
+                (get("ledger_unsure"), "unsure"),
+            ));
             // Every row and snooze is a success the worker counted,
             // but for runs it gave up on (timed out, abandoned at the
             // shutdown, or, for a blocking handler, cancelled when its
@@ -630,14 +642,12 @@ fn reports(e: &Evidence) -> Check {
             // `tx_unavailable`, with its other infrastructure failures:
             // the reply was lost, the commit may have landed).
             let deleted = get("deleted");
-            if n < deleted || n > deleted + get("tx_unavailable") {
-                bad.push(format!(
-                    "{} ({}): {n} ledger rows, {deleted} deletes reported (+ up to {} with no database)",
-                    x.app_name,
-                    x.how,
-                    get("tx_unavailable")
-                ));
-            }
+            bad.extend(rows_mismatch(
+                &who,
+                n,
+                (deleted, format!("{deleted} deletes reported")),
+                (get("tx_unavailable"), "with no database"),
+            ));
             let abandoned: HashSet<i64> = report["abandoned"]
                 .as_array()
                 .map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
