@@ -77,7 +77,7 @@ impl Ctx {
             .connect()
             .await?;
         let conn = client.connection().await?;
-        conn.batch_execute(ledger::SCHEMA).await?;
+        conn.batch_execute(&ledger::schema()).await?;
         let row = conn
             .query_one(
                 "select current_setting('server_version'), \

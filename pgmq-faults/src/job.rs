@@ -96,61 +96,38 @@ pub(crate) struct Act {
     pub expire_once: bool,
 }
 
+/// Constructors of an [`Act`] that gives one instruction: each sets the
+/// field it is named after.
+macro_rules! only {
+    ($($(#[$doc:meta])* fn $field:ident($($arg:ident: $t:ty)?) = $value:expr;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) fn $field($($arg: $t)?) -> Act {
+                Act {
+                    $field: $value,
+                    ..Act::default()
+                }
+            }
+        )*
+    };
+}
+
 impl Act {
-    /// Panics on attempts before `n`.
-    pub(crate) fn panic_before(n: i32) -> Act {
-        Act {
-            panic_before: n,
-            ..Act::default()
-        }
-    }
-
-    /// Fails on attempts before `n`.
-    pub(crate) fn fail_before(n: i32) -> Act {
-        Act {
-            fail_before: n,
-            ..Act::default()
-        }
-    }
-
-    /// Sleeps `ms` before recording the handling.
-    pub(crate) fn sleep_ms(ms: u64) -> Act {
-        Act {
-            sleep_ms: ms,
-            ..Act::default()
-        }
-    }
-
-    /// Hangs (an hour) on attempts before `n`.
-    pub(crate) fn hang_before(n: i32) -> Act {
-        Act {
-            hang_before: n,
-            ..Act::default()
-        }
-    }
-
-    /// Snoozes while the message is younger than `ms`.
-    pub(crate) fn snooze_ms(ms: u64) -> Act {
-        Act {
-            snooze_ms: ms,
-            ..Act::default()
-        }
-    }
-
-    /// Fails every attempt unless the message was redriven.
-    pub(crate) fn fail_unless_redriven() -> Act {
-        Act {
-            fail_unless_redriven: true,
-            ..Act::default()
-        }
-    }
-
-    /// Makes the first delivery's claim expire under its handler.
-    pub(crate) fn expire_once() -> Act {
-        Act {
-            expire_once: true,
-            ..Act::default()
-        }
+    only! {
+        /// Panics on attempts before `n`.
+        fn panic_before(n: i32) = n;
+        /// Fails on attempts before `n`.
+        fn fail_before(n: i32) = n;
+        /// Sleeps `ms` before recording the handling.
+        fn sleep_ms(ms: u64) = ms;
+        /// Hangs (an hour) on attempts before `n`.
+        fn hang_before(n: i32) = n;
+        /// Snoozes while the message is younger than `ms`.
+        fn snooze_ms(ms: u64) = ms;
+        /// Fails every attempt unless the message was redriven.
+        fn fail_unless_redriven() = true;
+        /// Makes the first delivery's claim expire under its handler.
+        fn expire_once() = true;
     }
 }
 

@@ -11,17 +11,23 @@ use serde::Serialize;
 use super::job::KEY_HEADER;
 use super::BoxError;
 
-/// The ledger tables. No unique constraint on purpose: a second handling of
-/// the same key is a second row, and is counted as a duplicate.
-pub(crate) const SCHEMA: &str = "
-create table if not exists pgmq_fault_ledger (
+/// What identifies one handling of a message, in the ledger and in the
+/// starts table alike.
+const HANDLING_COLUMNS: &str = "
     run_id text not null,
     scenario text not null,
     key bigint not null,
     msg_id bigint not null,
     worker_pid integer not null,
     read_ct integer not null,
-    attempts integer,
+    attempts integer,";
+
+/// The ledger tables. No unique constraint on purpose: a second handling of
+/// the same key is a second row, and is counted as a duplicate.
+pub(crate) fn schema() -> String {
+    format!(
+        "
+create table if not exists pgmq_fault_ledger ({HANDLING_COLUMNS}
     read_at timestamptz,
     vt timestamptz not null,
     started_at timestamptz not null,
@@ -39,19 +45,14 @@ create table if not exists pgmq_fault_produced (
     recorded_at timestamptz not null default clock_timestamp()
 );
 create index if not exists pgmq_fault_produced_run on pgmq_fault_produced (run_id, scenario);
-create table if not exists pgmq_fault_starts (
-    run_id text not null,
-    scenario text not null,
-    key bigint not null,
-    msg_id bigint not null,
-    worker_pid integer not null,
-    read_ct integer not null,
-    attempts integer,
+create table if not exists pgmq_fault_starts ({HANDLING_COLUMNS}
     started_at timestamptz not null default clock_timestamp()
 );
 alter table pgmq_fault_starts add column if not exists attempts integer;
 create index if not exists pgmq_fault_starts_run on pgmq_fault_starts (run_id, scenario, key);
-";
+"
+    )
+}
 
 /// A handler's start, written first thing when the worker runs with
 /// `record_starts` (server clock, like the ledger's `handled_at`).
@@ -566,20 +567,14 @@ impl Tally {
     /// keep a few keys of each.
     pub(crate) fn sum(ts: &[Tally]) -> Tally {
         let mut t = Tally::default();
+        macro_rules! add {
+            ($x:ident: $($count:ident),*) => {
+                $(t.$count += $x.$count;)*
+            };
+        }
         for x in ts {
-            t.committed += x.committed;
-            t.not_sent += x.not_sent;
-            t.rejected += x.rejected;
-            t.unknown += x.unknown;
-            t.unknown_recovered += x.unknown_recovered;
-            t.handled += x.handled;
-            t.handlings += x.handlings;
-            t.lost += x.lost;
-            t.duplicated += x.duplicated;
-            t.unexpected += x.unexpected;
-            t.dead_lettered += x.dead_lettered;
-            t.left_in_queue += x.left_in_queue;
-            t.dead_lettered_unkeyed += x.dead_lettered_unkeyed;
+            add!(x: committed, not_sent, rejected, unknown, unknown_recovered, handled, handlings,
+                lost, duplicated, unexpected, dead_lettered, left_in_queue, dead_lettered_unkeyed);
             t.lost_sample.extend(x.lost_sample.iter().take(4));
             t.unexpected_sample
                 .extend(x.unexpected_sample.iter().take(4));

@@ -40,6 +40,7 @@ mod child;
 pub mod cli;
 mod ctx;
 mod job;
+mod keyed;
 mod ledger;
 mod report;
 mod scenarios;
@@ -172,14 +173,10 @@ pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
     }
     let started = Instant::now();
     let selected = scenarios::selection(&args.scenarios)?;
-    let ctx = ctx::Ctx::setup(&args).await?;
-    eprintln!(
-        "faults: run {} on {} ({} messages per scenario), logs in {}",
-        ctx.run_id,
-        pgmq_client::redact_dsn(&ctx.cluster.dsn()),
-        ctx.n,
-        ctx.log_dir.display()
-    );
+    let ctx = setup(&args, "faults", |ctx| {
+        format!(" ({} messages per scenario)", ctx.n)
+    })
+    .await?;
     let mut rows = Vec::new();
     for s in selected {
         let t = Instant::now();
@@ -202,16 +199,15 @@ pub async fn run(args: FaultsArgs) -> Result<i32, BoxError> {
 async fn run_campaign(args: FaultsArgs) -> Result<i32, BoxError> {
     let started = Instant::now();
     let opts = campaign::plan::Options::from_args(&args)?;
-    let ctx = ctx::Ctx::setup(&args).await?;
-    eprintln!(
-        "campaign: run {} on {}, seeds {:?} ({} s each, {} processes), logs in {}",
-        ctx.run_id,
-        pgmq_client::redact_dsn(&ctx.cluster.dsn()),
-        opts.seeds,
-        opts.duration.as_secs(),
-        opts.processes,
-        ctx.log_dir.display()
-    );
+    let ctx = setup(&args, "campaign", |_| {
+        format!(
+            ", seeds {:?} ({} s each, {} processes)",
+            opts.seeds,
+            opts.duration.as_secs(),
+            opts.processes
+        )
+    })
+    .await?;
     let runs = match campaign::run(&ctx, &opts).await {
         Ok(r) => r,
         Err(e) => {
@@ -230,6 +226,25 @@ async fn run_campaign(args: FaultsArgs) -> Result<i32, BoxError> {
     let mut doc = report::Document::new(&ctx, rows, started.elapsed());
     doc.campaign = Some(seeds);
     finish(&ctx, &args, doc).await
+}
+
+/// Sets up the suite's cluster and says on stderr, after `label`, where the
+/// run goes: its id, the cluster, what `what` says it runs, and the folder
+/// of the worker logs.
+async fn setup(
+    args: &FaultsArgs,
+    label: &str,
+    what: impl FnOnce(&ctx::Ctx) -> String,
+) -> Result<ctx::Ctx, BoxError> {
+    let ctx = ctx::Ctx::setup(args).await?;
+    eprintln!(
+        "{label}: run {} on {}{}, logs in {}",
+        ctx.run_id,
+        pgmq_client::redact_dsn(&ctx.cluster.dsn()),
+        what(&ctx),
+        ctx.log_dir.display()
+    );
+    Ok(ctx)
 }
 
 /// Prints and writes the document, removes the cluster and the logs of a

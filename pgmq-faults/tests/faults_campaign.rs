@@ -81,25 +81,22 @@ fn campaign_with(
 
 /// The verdict of the check named `name` of the first row.
 fn verdict(doc: &serde_json::Value, name: &str) -> bool {
-    doc["rows"][0]["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == name)
-        .unwrap_or_else(|| panic!("no check {name:?} in {doc}"))["pass"]
-        .as_bool()
-        .unwrap()
+    pass_of(doc, &doc["rows"][0]["checks"], "name", name)
 }
 
 /// The verdict of the cell row named `scenario` (`kill cell`, `extension
 /// re-created`).
 fn cell_verdict(doc: &serde_json::Value, scenario: &str) -> bool {
-    doc["rows"]
-        .as_array()
+    pass_of(doc, &doc["rows"], "scenario", scenario)
+}
+
+/// The `pass` of the entry of `list` (in `doc`) whose `field` is `value`.
+fn pass_of(doc: &serde_json::Value, list: &serde_json::Value, field: &str, value: &str) -> bool {
+    list.as_array()
         .unwrap()
         .iter()
-        .find(|r| r["scenario"] == scenario)
-        .unwrap_or_else(|| panic!("no row {scenario:?} in {doc}"))["pass"]
+        .find(|x| x[field] == value)
+        .unwrap_or_else(|| panic!("no {field} {value:?} in {doc}"))["pass"]
         .as_bool()
         .unwrap()
 }

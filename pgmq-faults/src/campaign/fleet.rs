@@ -26,18 +26,19 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use pgmq_client::{Client, CommitOutcome, Pgmq, QueueName, SendOptions, Sent};
+use pgmq_client::{Client, Pgmq, QueueName, SendOptions, Sent};
 use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::RwLock;
 
 use super::model::{Role, CLAIM_BOUND, PLACES_BOUND, ROLES, VT_SECS};
 use super::workload::send_recorded;
-use crate::ctx::{sample_fleet, session, Ctx, FleetSamples};
+use crate::ctx::{poll_until, sample_fleet, session, Ctx, FleetSamples};
 use crate::job::{key_headers, Act, Job};
+use crate::keyed::{self, Landed, Retry, Tries, Try, KEY_WINDOW};
 use crate::ledger::{self, ProduceOutcome, Produced};
 use crate::report::Check;
 use crate::worker::{FaultSpec, Sabotage};
@@ -59,12 +60,13 @@ const HIGH_BACKLOG: i64 = 20;
 /// bursts, and the high queue's backlog.
 const PRESSURE_ON: u64 = 27;
 const PRESSURE_OFF: u64 = 13;
-/// How long a deduplication key holds: longer than any run.
-const KEY_WINDOW: Duration = Duration::from_secs(3600);
 /// One keyed try's bound: past it, its outcome is unknown.
 const TRY_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long the keyed producer retries one call before it gives up.
-const RETRY_LIMIT: Duration = Duration::from_secs(30);
+/// How the keyed producer retries one call.
+const RETRY: Retry = Retry {
+    limit: Duration::from_secs(30),
+    pause: Duration::from_millis(50),
+};
 /// Whether tick `n` is inside a pressure window.
 fn pressure(n: u64) -> bool {
     n % (PRESSURE_ON + PRESSURE_OFF) < PRESSURE_ON
@@ -422,17 +424,12 @@ pub(crate) struct Resend {
     pub got: Option<Sent>,
 }
 
-/// What the keyed producer's tries came to.
+/// What the keyed producer's calls came to.
 #[derive(Debug, Default)]
 pub(crate) struct KeyedLog {
-    pub tries: u64,
-    /// Tries whose outcome was unknown (a cut, a timeout), retried.
-    pub unknown: u64,
-    /// Calls given up (an error neither transient nor of unknown outcome,
-    /// or past the retry limit).
-    pub gave_up: u64,
-    /// Calls given up because the queue was re-created between two tries.
-    pub crossed: u64,
+    /// Its tries; a call is stopped when the queue was re-created between
+    /// two of its tries.
+    pub tries: Tries,
     pub resends: Vec<Resend>,
     /// The queue's life each fault key was sent in.
     pub epochs: HashMap<i64, u32>,
@@ -504,20 +501,17 @@ impl FleetProducer {
             self.log.epochs.insert(*k, epoch);
         }
         let p = Role::Keyed.index();
-        match self.send_keyed(&items, epoch).await {
-            Ok(sent) => {
-                let ids = sent.iter().map(|s| s.msg_id).collect();
-                self.produced[p].record(&keys, &Ok(ids));
-                for ((key, dedup), s) in items.into_iter().zip(sent) {
-                    self.committed.push(KeyedEntry {
-                        key,
-                        dedup,
-                        epoch,
-                        msg_id: s.msg_id,
-                    });
-                }
+        let res = self.send_keyed(&items, epoch).await;
+        keyed::record(&mut self.produced[p], &keys, &res);
+        if let Ok(landed) = res {
+            for ((key, dedup), s) in items.into_iter().zip(landed.sent) {
+                self.committed.push(KeyedEntry {
+                    key,
+                    dedup,
+                    epoch,
+                    msg_id: s.msg_id,
+                });
             }
-            Err(o) => self.produced[p].record_as(&keys, o),
         }
         if self.committed.is_empty() {
             return;
@@ -538,13 +532,13 @@ impl FleetProducer {
                 dedup: e.dedup,
                 fresh: false,
                 first_id: Some(e.msg_id),
-                got: got.ok().and_then(|v| v.first().copied()),
+                got: got.ok().and_then(|l| l.sent.first().copied()),
             });
         } else {
             let k = self.next_key(0);
             self.log.epochs.insert(k, epoch);
             let res = self.send_keyed(&[(k, e.dedup.clone())], epoch).await;
-            let got = res.as_ref().ok().and_then(|v| v.first().copied());
+            let got = res.as_ref().ok().and_then(|l| l.sent.first().copied());
             match (res, got) {
                 (Ok(_), Some(s)) if !s.duplicate => {
                     self.produced[p].record(&[k], &Ok(vec![s.msg_id]));
@@ -574,16 +568,15 @@ impl FleetProducer {
     }
 
     /// Sends `items` (fault key, deduplication key) in one keyed batch
-    /// through the proxy, retrying every try that fails with an unknown
-    /// outcome or a transient error, with the same keys (but with
-    /// `keyed-fresh-keys`), for up to [`RETRY_LIMIT`]; gives up when the
-    /// queue is re-created between two tries (the call's key may belong to
-    /// the dropped queue). On failure, the outcome to record.
+    /// through the proxy, retried ([`keyed::send_retrying`]) with the same
+    /// keys (but with `keyed-fresh-keys`); stopped when the queue is
+    /// re-created between two tries (the call's key may belong to the
+    /// dropped queue). On failure, the outcome to record.
     async fn send_keyed(
         &mut self,
         items: &[(i64, String)],
         epoch: u32,
-    ) -> Result<Vec<Sent>, ProduceOutcome> {
+    ) -> Result<Landed, ProduceOutcome> {
         let q = self.state.queues[Role::Keyed.index()].clone();
         let jobs: Vec<Job> = items
             .iter()
@@ -592,64 +585,28 @@ impl FleetProducer {
         let opts =
             SendOptions::new().headers_each(items.iter().map(|(k, _)| key_headers(*k)).collect());
         let fresh_keys = self.state.sabotage.contains(&Sabotage::KeyedFreshKeys);
+        let (state, client) = (&self.state, &self.keyed_client);
+        let (q, jobs, opts) = (&q, &jobs, &opts);
         let produced = &mut self.produced[Role::Keyed.index()];
-        let started = Instant::now();
-        let mut unknown = false;
-        let mut tries = 0u32;
-        loop {
-            let guard = self.state.epoch.read().await;
+        keyed::send_retrying(RETRY, &mut self.log.tries, produced, |n| async move {
+            let guard = state.epoch.read().await;
             if *guard != epoch {
-                self.log.crossed += 1;
-                return Err(if unknown {
-                    ProduceOutcome::Unknown
-                } else {
-                    ProduceOutcome::NotSent
-                });
+                return Try::Stopped;
             }
             let dedup: Vec<String> = items
                 .iter()
-                .map(|(_, d)| match tries {
+                .map(|(_, d)| match n {
                     n if fresh_keys && n > 0 => format!("{d}-retry{n}"),
                     _ => d.clone(),
                 })
                 .collect();
-            tries += 1;
-            self.log.tries += 1;
-            let call = self
-                .keyed_client
-                .send_batch_keyed(&q, &dedup, KEY_WINDOW, &jobs, &opts);
-            let res = tokio::time::timeout(TRY_TIMEOUT, call).await;
-            drop(guard);
-            let retry = match res {
-                Ok(Ok(sent)) => return Ok(sent),
-                Ok(Err(e)) => {
-                    produced.note_error(&e);
-                    let unsure = e.outcome() == CommitOutcome::Unknown;
-                    unknown |= unsure;
-                    self.log.unknown += u64::from(unsure);
-                    if !(unsure || e.is_transient()) {
-                        self.log.gave_up += 1;
-                        return Err(if unknown {
-                            ProduceOutcome::Unknown
-                        } else {
-                            ProduceOutcome::of_error(&e)
-                        });
-                    }
-                    true
-                }
-                Err(_) => {
-                    *produced.errors.entry("Timeout".into()).or_default() += 1;
-                    unknown = true;
-                    self.log.unknown += 1;
-                    true
-                }
-            };
-            if retry && started.elapsed() > RETRY_LIMIT {
-                self.log.gave_up += 1;
-                return Err(ProduceOutcome::Unknown);
+            let call = client.send_batch_keyed(q, &dedup, KEY_WINDOW, jobs, opts);
+            match tokio::time::timeout(TRY_TIMEOUT, call).await {
+                Ok(res) => Try::Answered(res),
+                Err(_) => Try::TimedOut,
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     async fn prio_tick(&mut self, n: u64) {
@@ -836,21 +793,24 @@ async fn killed_places(
         };
         let spec = cell_spec(ctx, &qs, scenario, places, vt, "pgmq-campaign-kill-cell");
         let first = ctx.spawn_worker(&spec).await?;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        let all_started = poll_until(
+            Duration::from_secs(15),
+            Duration::from_millis(50),
+            || async {
+                ledger::starts(&ctx.client, &ctx.run_id, scenario)
+                    .await
+                    .is_ok_and(|s| s.len() >= places as usize)
+            },
+        )
+        .await;
+        if all_started.is_none() {
+            let _ = first.sigkill().await;
             let started = ledger::starts(&ctx.client, &ctx.run_id, scenario).await?;
-            if started.len() >= places as usize {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = first.sigkill().await;
-                return Err(format!(
-                    "the first process started {} of {places} messages in 15 s",
-                    started.len()
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            return Err(format!(
+                "the first process started {} of {places} messages in 15 s",
+                started.len()
+            )
+            .into());
         }
         let first_pid = i32::try_from(first.pid())?;
         first.sigkill().await?;
@@ -861,24 +821,28 @@ async fn killed_places(
                 .get(0)
         };
         let second = ctx.spawn_worker(&spec).await?;
-        let wait_until = Instant::now() + PLACES_BOUND + KILL_CELL_GRACE;
-        let mut took = None;
-        while Instant::now() < wait_until {
+        // The starts of the messages again, by another process than the first.
+        let again = async || -> Result<Vec<DateTime<Utc>>, BoxError> {
             let windows = ledger::windows(&ctx.client, &ctx.run_id, scenario).await?;
-            let again: Vec<DateTime<Utc>> = windows
+            Ok(windows
                 .iter()
                 .filter(|w| w.worker_pid != first_pid)
                 .map(|w| w.start)
-                .collect();
-            if again.len() >= places as usize {
-                took = again
-                    .into_iter()
-                    .max()
-                    .map(|last| (last - killed_at).to_std().unwrap_or_default());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                .collect())
+        };
+        let limit = PLACES_BOUND + KILL_CELL_GRACE;
+        let all_again = poll_until(limit, Duration::from_millis(100), || async {
+            again().await.is_ok_and(|a| a.len() >= places as usize)
+        })
+        .await;
+        let took = match all_again {
+            Some(_) => again()
+                .await?
+                .into_iter()
+                .max()
+                .map(|last| (last - killed_at).to_std().unwrap_or_default()),
+            None => None,
+        };
         let _ = second.stop(Duration::from_secs(10)).await;
         Ok(took)
     }

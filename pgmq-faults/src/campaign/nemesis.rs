@@ -41,6 +41,21 @@ pub(crate) struct Kind {
     pub disturbs: bool,
 }
 
+/// Methods of a [`Kind`] that each set the flag they are named after.
+macro_rules! flags {
+    ($($(#[$doc:meta])* $flag:ident;)*) => {
+        $(
+            $(#[$doc])*
+            const fn $flag(self) -> Kind {
+                Kind {
+                    $flag: true,
+                    ..self
+                }
+            }
+        )*
+    };
+}
+
 impl Kind {
     /// A kind named `name` that lasts `ms` milliseconds (drawn in the
     /// range), aimed at nothing in particular, holding no backend and
@@ -64,36 +79,15 @@ impl Kind {
         }
     }
 
-    /// It aims at one worker process.
-    const fn at_process(self) -> Kind {
-        Kind {
-            at_process: true,
-            ..self
-        }
-    }
-
-    /// It aims at one queue.
-    const fn at_queue(self) -> Kind {
-        Kind {
-            at_queue: true,
-            ..self
-        }
-    }
-
-    /// Backends may linger while it lasts.
-    const fn holds_backends(self) -> Kind {
-        Kind {
-            holds_backends: true,
-            ..self
-        }
-    }
-
-    /// It disturbs every worker process.
-    const fn disturbs(self) -> Kind {
-        Kind {
-            disturbs: true,
-            ..self
-        }
+    flags! {
+        /// It aims at one worker process.
+        at_process;
+        /// It aims at one queue.
+        at_queue;
+        /// Backends may linger while it lasts.
+        holds_backends;
+        /// It disturbs every worker process.
+        disturbs;
     }
 }
 

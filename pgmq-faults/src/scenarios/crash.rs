@@ -66,13 +66,10 @@ pub(crate) async fn server_killed(ctx: &Ctx) -> Result<Row, BoxError> {
 /// handled twice.
 pub(crate) async fn worker_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "2").await?;
-    run.produce_plain(ctx.n).await;
-    let mut args = run.worker_args();
-    args.set_vt_secs(3);
     // Slow enough (8 handlers: about 400 a second) that the messages left
     // after the first redelivery are still being worked when the second
     // kill lands.
-    args.sleep_ms = 20;
+    let args = run.plain_backlog(3, 20).await;
     let mut w = run.spawn(&args).await?;
     let mut notes = Vec::new();
     let mut holding = 0;
@@ -246,10 +243,7 @@ pub(crate) async fn two_workers(ctx: &Ctx) -> Result<Row, BoxError> {
 /// finishes once the lock goes), and none is lost.
 pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "16").await?;
-    run.produce_plain(ctx.n).await;
-    let mut args = run.worker_args();
-    args.set_vt_secs(3);
-    args.sleep_ms = 1;
+    let args = run.plain_backlog(3, 1).await;
     let w = run.spawn(&args).await?;
     run.wait_quarter(1).await?;
     let (hold, tries) = super::run::block_an_ack(ctx, &run.qs.q, 5).await?;
@@ -277,9 +271,8 @@ pub(crate) async fn killed_mid_ack(ctx: &Ctx) -> Result<Row, BoxError> {
             exit.status
         ),
     );
-    let next = run.spawn(&args).await?;
     Ok(run
-        .finish("worker killed mid-ack batch", vec![next])
+        .finish_by("worker killed mid-ack batch", &args)
         .await?
         .row)
 }

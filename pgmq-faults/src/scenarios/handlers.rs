@@ -232,8 +232,7 @@ async fn payloads(
     let rejected: HashSet<i64> = run.produced.rejected_keys();
     let mut args = run.worker_args();
     args.set_retries(3, 100, 200);
-    let w = run.spawn(&args).await?;
-    let f = run.finish(title, vec![w]).await?;
+    let f = run.finish_by(title, &args).await?;
     let handled: HashSet<i64> = f.handlings.iter().map(|h| h.key).collect();
     let mut row = f.row.clone();
     for (i, p) in list.iter().enumerate() {
@@ -287,9 +286,8 @@ pub(crate) async fn panics_and_failures(ctx: &Ctx) -> Result<Row, BoxError> {
     run.produce(&jobs).await;
     let mut args = run.worker_args();
     args.set_retries(5, 100, 400);
-    let w = run.spawn(&args).await?;
     let f = run
-        .finish("handlers panic (1%) / fail until 3rd try", vec![w])
+        .finish_by("handlers panic (1%) / fail until 3rd try", &args)
         .await?;
     let panicking: HashSet<i64> = (0..ctx.n as i64).filter(|k| panics(*k)).collect();
     let failing = (0..ctx.n as i64).filter(|k| fails(*k)).count();
@@ -341,9 +339,8 @@ pub(crate) async fn hung_handlers(ctx: &Ctx) -> Result<Row, BoxError> {
     args.worker.settings.handler_timeout_ms = Some(1_000);
     args.worker.settings.heartbeat = Some(true);
     args.set_retries(3, 100, 200);
-    let w = run.spawn(&args).await?;
     let f = run
-        .finish("handlers hang (16), handler_timeout 1 s", vec![w])
+        .finish_by("handlers hang (16), handler_timeout 1 s", &args)
         .await?;
     let hung: HashSet<i64> = (0..ctx.n as i64).filter(|k| hangs(*k)).collect();
     let reasons = &f.dead_reasons;

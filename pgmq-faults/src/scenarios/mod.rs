@@ -38,6 +38,14 @@ use crate::BoxError;
 /// 6, 11 and 12 make two).
 pub(crate) type Rows<'a> = Pin<Box<dyn Future<Output = Result<Vec<Row>, BoxError>> + Send + 'a>>;
 
+/// A scenario's `run`: its row functions called in turn on the context,
+/// each making one row.
+macro_rules! rows {
+    ($($row:expr),+ $(,)?) => {
+        |ctx| Box::pin(async move { Ok(vec![$(($row)(ctx).await?),+]) })
+    };
+}
+
 /// One scenario of the suite: what it does, what it checks, and the function
 /// that runs it. The table [`SCENARIOS`] lists them all; `--scenarios`, its
 /// help and the default selection come from it, and docs/reliability-scenarios.md's
@@ -73,7 +81,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
                the suite holds on the worker's messages (up to 5 tries of 3 s)",
         checks: "each kill landed with an acknowledgement in flight; the worker survives and \
                  resumes; nothing lost; duplicates within the bound",
-        run: |ctx| Box::pin(async move { Ok(vec![crash::server_killed(ctx).await?]) }),
+        run: rows![crash::server_killed],
     },
     Scenario {
         number: 2,
@@ -83,7 +91,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "at a third and at two thirds of the handlings, once it is seen holding claims",
         checks: "the killed worker held claims at each kill; they come back after their vt; \
                  duplicates only of those keys and no more than them",
-        run: |ctx| Box::pin(async move { Ok(vec![crash::worker_killed(ctx).await?]) }),
+        run: rows![crash::worker_killed],
     },
     Scenario {
         number: 3,
@@ -93,7 +101,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
                   ones for a second",
         when: "at 25%, 50% and 75% of the handlings",
         checks: "the worker survives and resumes; nothing lost; duplicates within the bound",
-        run: |ctx| Box::pin(async move { Ok(vec![crash::connections_cut(ctx).await?]) }),
+        run: rows![crash::connections_cut],
     },
     Scenario {
         number: 4,
@@ -106,7 +114,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         checks: "undecodable bodies dead-lettered and never handled; the 1 MiB body handled; \
                  the deep headers handled or dead-lettered; the worker keeps running; every \
                  good message handled",
-        run: |ctx| Box::pin(async move { Ok(vec![handlers::poison(ctx).await?]) }),
+        run: rows![handlers::poison],
     },
     Scenario {
         number: 5,
@@ -116,7 +124,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "panics on every delivery, failures on the first two",
         checks: "panics caught and counted; exactly the 1% dead-lettered; the failing 5% \
                  handled on delivery 3; nothing else lost",
-        run: |ctx| Box::pin(async move { Ok(vec![handlers::panics_and_failures(ctx).await?]) }),
+        run: rows![handlers::panics_and_failures],
     },
     Scenario {
         number: 6,
@@ -127,13 +135,9 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         checks: "6a: the slow messages are redelivered, their late acknowledgements fenced out \
                  (claims_lost > 0), only they dead-lettered (max_deliveries) and duplicated, \
                  at most once per delivery; 6b: no redelivery at all",
-        run: |ctx| {
-            Box::pin(async move {
-                Ok(vec![
-                    handlers::outliving_vt(ctx, false).await?,
-                    handlers::outliving_vt(ctx, true).await?,
-                ])
-            })
+        run: rows! {
+            |c| handlers::outliving_vt(c, false),
+            |c| handlers::outliving_vt(c, true),
         },
     },
     Scenario {
@@ -145,7 +149,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "0.4 s after each worker starts",
         checks: "every shutdown exits 0 with a report; after each, no message left invisible \
                  (released claims visible at once, not after the vt); no duplicates",
-        run: |ctx| Box::pin(async move { Ok(vec![shutdown::graceful_repeated(ctx).await?]) }),
+        run: rows![shutdown::graceful_repeated],
     },
     Scenario {
         number: 8,
@@ -155,7 +159,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "both from the start",
         checks: "both consume; no key read by one while another's claim on it holds; no \
                  overlapping handling windows; no duplicates",
-        run: |ctx| Box::pin(async move { Ok(vec![crash::two_workers(ctx).await?]) }),
+        run: rows![crash::two_workers],
     },
     Scenario {
         number: 9,
@@ -166,7 +170,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "through QueueName::new, parse, TryFrom and serde",
         checks: "each refused with Error::InvalidQueueName before any SQL; pgmq.meta and the \
                  schema unchanged; the longest legal name (47) works",
-        run: |ctx| Box::pin(async move { Ok(vec![inputs::hostile_names(ctx).await?]) }),
+        run: rows![inputs::hostile_names],
     },
     Scenario {
         number: 10,
@@ -177,7 +181,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "at connect (connect timeout 2 s)",
         checks: "a typed error (Connect, PgmqMissing) within the timeout, no hang, a text that \
                  says what happened, the password in neither Display nor Debug",
-        run: |ctx| Box::pin(async move { Ok(vec![inputs::connect_failures(ctx).await?]) }),
+        run: rows![inputs::connect_failures],
     },
     Scenario {
         number: 11,
@@ -192,14 +196,10 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
                  with its keys until it succeeds, then every message in the queue exactly \
                  once under the id its send returned, a batch all new or all duplicate; \
                  both: then consumed, nothing lost or duplicated",
-        run: |ctx| {
-            Box::pin(async move {
-                Ok(vec![
-                    produce::producers_under_cuts(ctx).await?,
-                    produce::keyed_producers_under_cuts(ctx).await?,
-                ])
-            })
-        },
+        run: rows![
+            produce::producers_under_cuts,
+            produce::keyed_producers_under_cuts
+        ],
     },
     Scenario {
         number: 12,
@@ -211,14 +211,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         checks: "12a: it drains and exits 0, unstarted claims visible at once, no duplicates; \
                  12b: the second SIGTERM escalates (ShutdownHandle::immediate): a report within \
                  2 s, exit 3, the hung message handled once on a later delivery",
-        run: |ctx| {
-            Box::pin(async move {
-                Ok(vec![
-                    shutdown::sigterm_busy(ctx).await?,
-                    shutdown::second_sigterm(ctx).await?,
-                ])
-            })
-        },
+        run: rows![shutdown::sigterm_busy, shutdown::second_sigterm],
     },
     Scenario {
         number: 13,
@@ -229,7 +222,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "at 25% of the handlings",
         checks: "the worker notices within db_timeout + 1 s, acknowledges again once the \
                  network is back, loses nothing; duplicates within the bound",
-        run: |ctx| Box::pin(async move { Ok(vec![outages::blackhole(ctx).await?]) }),
+        run: rows![outages::blackhole],
     },
     Scenario {
         number: 14,
@@ -240,7 +233,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         checks: "the running worker takes the frozen one's claims over; the frozen one reports \
                  claims_lost > 0; nothing dead-lettered; duplicates only of the messages held \
                  at the SIGSTOP",
-        run: |ctx| Box::pin(async move { Ok(vec![outages::paused_worker(ctx).await?]) }),
+        run: rows![outages::paused_worker],
     },
     Scenario {
         number: 15,
@@ -250,7 +243,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "on every delivery of those 16 messages",
         checks: "each hung run cancelled at the timeout and counted (timed_out = 48); each hung \
                  message dead-lettered with `handler timed out`, never handled; the others flow",
-        run: |ctx| Box::pin(async move { Ok(vec![handlers::hung_handlers(ctx).await?]) }),
+        run: rows![handlers::hung_handlers],
     },
     Scenario {
         number: 16,
@@ -260,7 +253,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "once its acknowledgement batch waits on a lock the suite holds on its messages",
         checks: "the kill landed mid-batch every time; nothing lost; duplicates only of the \
                  messages held then",
-        run: |ctx| Box::pin(async move { Ok(vec![crash::killed_mid_ack(ctx).await?]) }),
+        run: rows![crash::killed_mid_ack],
     },
     Scenario {
         number: 17,
@@ -271,7 +264,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "at 25% of the handlings",
         checks: "the worker keeps running, acknowledges again after the restart, loses \
                  nothing, dead-letters nothing; duplicates within the bound",
-        run: |ctx| Box::pin(async move { Ok(vec![outages::database_down(ctx).await?]) }),
+        run: rows![outages::database_down],
     },
     Scenario {
         number: 18,
@@ -282,7 +275,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "at 25% of the handlings",
         checks: "failed reads retried with backoff, refused ledger writes retried, \
                  acknowledgements again once writes are back; nothing lost or dead-lettered",
-        run: |ctx| Box::pin(async move { Ok(vec![outages::read_only_database(ctx).await?]) }),
+        run: rows![outages::read_only_database],
     },
     Scenario {
         number: 19,
@@ -293,7 +286,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         when: "queued before the worker starts",
         checks: "`\\u0000` refused at the send; the storable ones handled; the undecodable \
                  ones dead-lettered undecoded; never a crash, nothing else lost",
-        run: |ctx| Box::pin(async move { Ok(vec![handlers::bodies(ctx).await?]) }),
+        run: rows![handlers::bodies],
     },
     Scenario {
         number: 20,
@@ -305,7 +298,7 @@ pub(crate) static SCENARIOS: &[Scenario] = &[
         checks: "never more than 4 claims running (the queue table sampled every 10 ms); the \
                  dead worker's places freed within its vt; nothing lost; duplicates only of \
                  the places it held",
-        run: |ctx| Box::pin(async move { Ok(vec![crash::fleet_limit_killed(ctx).await?]) }),
+        run: rows![crash::fleet_limit_killed],
     },
 ];
 

@@ -124,10 +124,7 @@ pub(crate) async fn blackhole(ctx: &Ctx) -> Result<Row, BoxError> {
 /// ledger, so that two handlers of one message running at once are seen.
 pub(crate) async fn paused_worker(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "14").await?;
-    run.produce_plain(ctx.n).await;
-    let mut args = run.worker_args();
-    args.set_vt_secs(3);
-    args.sleep_ms = 2;
+    let mut args = run.plain_backlog(3, 2).await;
     args.worker.settings.heartbeat = Some(true);
     args.record_starts = true;
     let a = run.spawn(&args).await?;

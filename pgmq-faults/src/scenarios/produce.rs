@@ -10,13 +10,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pgmq_client::{Client, CommitOutcome, QueueName, SendOptions};
+use pgmq_client::{Client, QueueName, SendOptions};
 
 use super::run::Run;
 use crate::ctx::Ctx;
 use crate::job::{key_headers, Job};
+use crate::keyed::{self, Retry, Tries, Try, KEY_WINDOW};
 use crate::ledger::{self, ProduceOutcome, Produced};
 use crate::proxy::Proxy;
 use crate::report::{Check, Row};
@@ -59,22 +60,17 @@ fn dedup_key(k: i64) -> String {
     format!("fault-{k}")
 }
 
-/// How long a deduplication key holds: longer than the scenario runs.
-const KEY_WINDOW: Duration = Duration::from_secs(3600);
+/// How a keyed producer retries one call.
+const RETRY: Retry = Retry {
+    limit: Duration::from_secs(60),
+    pause: Duration::from_millis(20),
+};
 
-/// How long a keyed producer retries one call before it gives up (and the
-/// scenario fails): far longer than a cut or a refusal lasts.
-const RETRY_LIMIT: Duration = Duration::from_secs(60);
-
-/// What the tries of the keyed producers came to.
+/// What the calls of the keyed producers came to: their tries, and how the
+/// calls that landed were answered.
 #[derive(Debug, Default)]
-struct Tries {
-    /// Tries made: first sends and retries.
-    tries: u64,
-    /// Failed tries whose outcome was unknown (in flight at a cut).
-    unknown: u64,
-    /// Failed tries without effect (not sent, or refused), retried too.
-    no_effect: u64,
+struct Calls {
+    tries: Tries,
     /// Calls whose successful retry answered every key a duplicate: an
     /// earlier, unknown try had committed.
     committed_before: u64,
@@ -82,19 +78,13 @@ struct Tries {
     /// duplicates and some new messages: neither can happen to fresh keys
     /// sent in one statement.
     torn: u64,
-    /// Calls given up: an error neither transient nor of unknown outcome,
-    /// or still failing after [`RETRY_LIMIT`].
-    gave_up: u64,
 }
 
-impl Tries {
-    fn merge(&mut self, o: &Tries) {
-        self.tries += o.tries;
-        self.unknown += o.unknown;
-        self.no_effect += o.no_effect;
+impl Calls {
+    fn merge(&mut self, o: &Calls) {
+        self.tries.merge(&o.tries);
         self.committed_before += o.committed_before;
         self.torn += o.torn;
-        self.gave_up += o.gave_up;
     }
 }
 
@@ -108,62 +98,39 @@ async fn keyed_producer(
     q: QueueName,
     keys: Vec<i64>,
     batch: usize,
-) -> (Produced, Tries) {
+) -> (Produced, Calls) {
     let mut produced = Produced::default();
-    let mut tries = Tries::default();
+    let mut calls = Calls::default();
     for chunk in keys.chunks(batch) {
         let dedup: Vec<String> = chunk.iter().map(|k| dedup_key(*k)).collect();
-        let started = Instant::now();
-        let mut first = true;
-        let res = loop {
-            tries.tries += 1;
-            let res = if batch == 1 {
+        let (client, q, dedup) = (&client, &q, &dedup);
+        let res = keyed::send_retrying(RETRY, &mut calls.tries, &mut produced, |_| async move {
+            Try::Answered(if batch == 1 {
                 let key = pgmq_client::DedupKey::new(dedup[0].clone(), KEY_WINDOW);
                 let opts = SendOptions::new().headers(key_headers(chunk[0]));
                 client
-                    .send_keyed_with(&q, &key, &Job::plain(chunk[0]), &opts)
+                    .send_keyed_with(q, &key, &Job::plain(chunk[0]), &opts)
                     .await
                     .map(|s| vec![s])
             } else {
                 let (jobs, opts) = batch_of(chunk);
                 client
-                    .send_batch_keyed(&q, &dedup, KEY_WINDOW, &jobs, &opts)
+                    .send_batch_keyed(q, dedup, KEY_WINDOW, &jobs, &opts)
                     .await
-            };
-            let e = match res {
-                Ok(sent) => {
-                    let dups = sent.iter().filter(|s| s.duplicate).count();
-                    if dups != 0 && (first || dups != sent.len()) {
-                        tries.torn += 1;
-                    } else if dups != 0 {
-                        tries.committed_before += 1;
-                    }
-                    break Ok(sent.iter().map(|s| s.msg_id).collect());
-                }
-                Err(e) => e,
-            };
-            produced.note_error(&e);
-            let unknown = e.outcome() == CommitOutcome::Unknown;
-            if unknown {
-                tries.unknown += 1;
-            } else {
-                tries.no_effect += 1;
+            })
+        })
+        .await;
+        if let Ok(landed) = &res {
+            let dups = landed.sent.iter().filter(|s| s.duplicate).count();
+            if dups != 0 && (landed.tries == 1 || dups != landed.sent.len()) {
+                calls.torn += 1;
+            } else if dups != 0 {
+                calls.committed_before += 1;
             }
-            if !(unknown || e.is_transient()) || started.elapsed() > RETRY_LIMIT {
-                tries.gave_up += 1;
-                break Err(e);
-            }
-            first = false;
-            // A producer backs off briefly before it tries again.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        match res {
-            Ok(ids) => produced.record(chunk, &Ok(ids)),
-            // Counted once already, as a try.
-            Err(e) => produced.record_as(chunk, ProduceOutcome::of_error(&e)),
         }
+        keyed::record(&mut produced, chunk, &res);
     }
-    (produced, tries)
+    (produced, calls)
 }
 
 /// How the producers of a run send.
@@ -220,12 +187,12 @@ async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row,
         r
     };
     let (results, (cuts, proxy)) = tokio::join!(producers, faults);
-    let mut tries = Tries::default();
+    let mut calls = Calls::default();
     for r in results {
-        let (p, t) = r?;
+        let (p, c) = r?;
         run.produced.merge(p);
-        if let Some(t) = t {
-            tries.merge(&t);
+        if let Some(c) = c {
+            calls.merge(&c);
         }
     }
     let (cut_conns, refused) = proxy.totals();
@@ -247,7 +214,7 @@ async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row,
             run.checks.extend(checks);
         }
         Sends::Keyed => {
-            let checks = keyed_checks(&run.produced, &tries, &ids, unkeyed, &cut_stats);
+            let checks = keyed_checks(&run.produced, &calls, &ids, unkeyed, &cut_stats);
             run.checks.extend(checks);
         }
     }
@@ -256,8 +223,8 @@ async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row,
         Sends::Plain => "producers under connection cuts",
         Sends::Keyed => "keyed producers retrying through connection cuts",
     };
-    let w = run.spawn(&run.worker_args()).await?;
-    Ok(run.finish(title, vec![w]).await?.row)
+    let args = run.worker_args();
+    Ok(run.finish_by(title, &args).await?.row)
 }
 
 /// The keys of the four producers, each with its batch size: two send one
@@ -401,7 +368,7 @@ fn unknown_per_call(produced: &Produced, present: &HashSet<i64>) -> HashMap<u64,
 /// exactly once, under the id its producer was given.
 fn keyed_checks(
     produced: &Produced,
-    tries: &Tries,
+    calls: &Calls,
     ids: &[(i64, i64)],
     unkeyed: u64,
     cut_stats: &CutStats,
@@ -429,24 +396,24 @@ fn keyed_checks(
     [
         Check::new(
             "connections cut while keyed sends were in flight",
-            cut_stats.cut_any() && tries.unknown > 0,
+            cut_stats.cut_any() && calls.tries.unknown > 0,
             format!(
                 "{}; {} tries for {} messages: {} failed with the outcome unknown, {} without \
                  effect, all retried with their keys; {} retried calls found their keys \
                  taken (an unknown try had committed); failed tries: {:?}",
                 cut_stats.describe(),
-                tries.tries,
+                calls.tries.tries,
                 sent.len(),
-                tries.unknown,
-                tries.no_effect,
-                tries.committed_before,
+                calls.tries.unknown,
+                calls.tries.no_effect,
+                calls.committed_before,
                 produced.errors
             ),
         ),
         Check::new(
             "every keyed message in the queue exactly once",
             not_committed == 0
-                && tries.gave_up == 0
+                && calls.tries.gave_up == 0
                 && missing == 0
                 && doubled == 0
                 && stray == 0
@@ -456,7 +423,7 @@ fn keyed_checks(
                  more, {stray} never sent, {unkeyed} without a key; {} calls given up",
                 sent.len(),
                 ids.len() as u64 + unkeyed,
-                tries.gave_up
+                calls.tries.gave_up
             ),
         ),
         Check::new(
@@ -469,10 +436,10 @@ fn keyed_checks(
         ),
         Check::new(
             "keyed batches all new or all duplicate",
-            tries.torn == 0,
+            calls.torn == 0,
             format!(
                 "{} calls answered partly duplicate, or duplicate on their first try",
-                tries.torn
+                calls.torn
             ),
         ),
     ]
@@ -491,15 +458,19 @@ mod tests {
     }
 
     /// Keys 1 to 3 sent as ids 11 to 13, after one unknown try.
-    fn sent() -> (Produced, Tries) {
+    fn sent() -> (Produced, Calls) {
         let mut p = Produced::default();
         p.record(&[1, 2, 3], &Ok(vec![11, 12, 13]));
-        let t = Tries {
+        let tries = Tries {
             tries: 2,
             unknown: 1,
             ..Tries::default()
         };
-        (p, t)
+        let c = Calls {
+            tries,
+            ..Calls::default()
+        };
+        (p, c)
     }
 
     fn passes(checks: &[Check]) -> Vec<bool> {
@@ -524,15 +495,13 @@ mod tests {
         assert!(!keyed_checks(&p, &t, &stray, 0, &cuts())[1].pass);
         let wrong = [(1, 11), (2, 12), (3, 14)];
         assert!(!keyed_checks(&p, &t, &wrong, 0, &cuts())[2].pass);
-        let torn = Tries {
+        let torn = Calls {
             torn: 1,
             ..sent().1
         };
         assert!(!keyed_checks(&p, &torn, &[(1, 11), (2, 12), (3, 13)], 0, &cuts())[3].pass);
-        let no_cut = Tries {
-            unknown: 0,
-            ..sent().1
-        };
+        let mut no_cut = sent().1;
+        no_cut.tries.unknown = 0;
         assert!(!keyed_checks(&p, &no_cut, &[(1, 11), (2, 12), (3, 13)], 0, &cuts())[0].pass);
     }
 }

@@ -66,6 +66,17 @@ impl<'a> Run<'a> {
         self.produce(&jobs).await;
     }
 
+    /// Produces the scenario's `ctx.n` plain jobs and returns the args of
+    /// its worker, whose handlers sleep `sleep_ms` under a visibility
+    /// timeout of `vt_secs`.
+    pub(crate) async fn plain_backlog(&mut self, vt_secs: u64, sleep_ms: u64) -> FaultSpec {
+        self.produce_plain(self.ctx.n).await;
+        let mut args = self.worker_args();
+        args.set_vt_secs(vt_secs);
+        args.sleep_ms = sleep_ms;
+        args
+    }
+
     /// Produces `k` more plain jobs after the scenario's first `ctx.n`
     /// (keys `ctx.n..ctx.n + k`), sent once a fault is over.
     pub(crate) async fn produce_after_fault(&mut self, k: usize) {
@@ -153,6 +164,17 @@ impl<'a> Run<'a> {
         self.ctx
             .wait_drained(&self.qs.q, drain_limit(self.ctx))
             .await
+    }
+
+    /// The end of a scenario whose messages one worker of `args`, started
+    /// now, consumes: [`Run::finish`] with that worker.
+    pub(crate) async fn finish_by(
+        self,
+        title: &str,
+        args: &FaultSpec,
+    ) -> Result<Finished, BoxError> {
+        let w = self.spawn(args).await?;
+        self.finish(title, vec![w]).await
     }
 
     /// The end of every consuming scenario: wait for the queue to drain,

@@ -38,11 +38,8 @@ async fn until_all_visible(ctx: &Ctx, q: &QueueName, limit: Duration) -> Option<
 pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "7").await?;
     let rounds = if ctx.quick { 5 } else { 20 };
-    run.produce_plain(ctx.n).await;
-    let mut args = run.worker_args();
-    args.set_vt_secs(30);
     // Slow enough that the backlog lasts all rounds.
-    args.sleep_ms = if ctx.quick { 40 } else { 10 };
+    let args = run.plain_backlog(30, if ctx.quick { 40 } else { 10 }).await;
     let mut clean = 0;
     let mut released = 0u64;
     let mut worst_visible = Duration::ZERO;
@@ -84,18 +81,14 @@ pub(crate) async fn graceful_repeated(ctx: &Ctx) -> Result<Row, BoxError> {
             if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
         ),
     );
-    let drainer = run.spawn(&args).await?;
     let title = format!("graceful shutdown under load {rounds}x");
-    Ok(run.finish(&title, vec![drainer]).await?.row)
+    Ok(run.finish_by(&title, &args).await?.row)
 }
 
 /// 12a: SIGTERM to a busy worker: it drains and exits 0; nothing is handled twice.
 pub(crate) async fn sigterm_busy(ctx: &Ctx) -> Result<Row, BoxError> {
     let mut run = Run::start(ctx, "12a").await?;
-    run.produce_plain(ctx.n).await;
-    let mut args = run.worker_args();
-    args.sleep_ms = 2;
-    args.set_vt_secs(30);
+    let args = run.plain_backlog(30, 2).await;
     let w = run.spawn(&args).await?;
     run.wait_handled(ctx.n as i64 / 3).await?;
     let exit = w.stop(Duration::from_secs(30)).await?;
@@ -117,11 +110,7 @@ pub(crate) async fn sigterm_busy(ctx: &Ctx) -> Result<Row, BoxError> {
             None => "claims still hidden 5 s after the exit".into(),
         },
     );
-    let drainer = run.spawn(&args).await?;
-    Ok(run
-        .finish("SIGTERM to a busy worker", vec![drainer])
-        .await?
-        .row)
+    Ok(run.finish_by("SIGTERM to a busy worker", &args).await?.row)
 }
 
 /// 12b: a second SIGTERM while a handler hangs forces the exit; the hung
@@ -140,9 +129,8 @@ pub(crate) async fn second_sigterm(ctx: &Ctx) -> Result<Row, BoxError> {
     let w = run.spawn(&args).await?;
     run.wait_handled(plain as i64).await?;
     sigterm_twice(&mut run, w, args.vt_secs()).await?;
-    let drainer = run.spawn(&args).await?;
     let f = run
-        .finish("second SIGTERM while a handler hangs", vec![drainer])
+        .finish_by("second SIGTERM while a handler hangs", &args)
         .await?;
     let hung: Vec<i32> = f
         .handlings
