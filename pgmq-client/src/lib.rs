@@ -158,8 +158,9 @@ pub use conn::{
 pub use pgmq::{
     quote_ident, ArchivedMessage, DeadLetter, Decoded, Delay, GroupStrategy, Listener, LockHolder,
     Message, Notification, NotificationStream, NotifyThrottle, QueueInfo, QueueMetrics, QueueName,
-    RawJson, ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableColumn,
-    TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE,
+    RawJson, ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableAutovacuum,
+    TableColumn, TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN,
+    NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
     DedupKey, FleetLimit, PausedQueue, Sent, TopicSent, MAX_DEDUP_KEY_LEN, PAUSE_FLAG_GRANTS,

@@ -136,6 +136,34 @@ async fn create_list_purge_drop() {
     assert!(!client.queue_exists(&plain).await.unwrap());
 }
 
+/// `pgmq autovacuum --show` looks; without it the SDK's settings are set
+/// again on a table whose settings were reset.
+#[tokio::test]
+async fn autovacuum_shows_and_sets_the_queue_tables_settings() {
+    let qs = Queues::new();
+    let q = qs.name("cli_autovac");
+    pgmq(&["create", q.as_str()], "").await.ok();
+    let pg = common::raw().await;
+    pg.batch_execute(&format!(
+        "ALTER TABLE {} RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, \
+         autovacuum_vacuum_cost_delay)",
+        q.quoted_table()
+    ))
+    .await
+    .unwrap();
+    let shown = pgmq(&["autovacuum", q.as_str(), "--show"], "")
+        .await
+        .ok()
+        .lines();
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0]["table"], q.table());
+    assert_eq!(shown[0]["caller_owns"], true);
+    assert_eq!(shown[0]["settings"], json!([]));
+    let set = pgmq(&["autovacuum", q.as_str()], "").await.ok().lines();
+    let settings = set[0]["settings"].as_array().expect("settings").len();
+    assert_eq!(settings, pgmq_client::QUEUE_TABLE_AUTOVACUUM.len());
+}
+
 #[tokio::test]
 async fn create_partitioned_when_pg_partman_is_installed() {
     let pg = common::raw().await;

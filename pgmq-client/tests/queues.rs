@@ -407,3 +407,80 @@ async fn from_a_callers_pool() {
     .unwrap_err();
     assert!(matches!(none, Error::PgmqMissing { .. }), "{none:?}");
 }
+
+/// The queue table's `autovacuum_*` storage parameters, sorted.
+async fn autovacuum_options(client: &Client, q: &QueueName) -> Vec<String> {
+    let mut settings = client.queue_table_autovacuum(q).await.unwrap().settings;
+    settings.sort();
+    settings
+}
+
+/// `QUEUE_TABLE_AUTOVACUUM` as the catalog lists it, sorted.
+fn sdk_autovacuum() -> Vec<String> {
+    let mut want: Vec<String> = pgmq_client::QUEUE_TABLE_AUTOVACUUM
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    want.sort();
+    want
+}
+
+#[tokio::test]
+async fn create_gives_the_queue_table_autovacuum_settings_and_keeps_an_operators() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let pg = common::raw().await;
+    let q = qs.fresh(&client, "autovac").await;
+    let t = client.queue_table_autovacuum(&q).await.unwrap();
+    assert!(t.caller_owns && !t.partitioned, "{t:?}");
+    assert_eq!(autovacuum_options(&client, &q).await, sdk_autovacuum());
+    // The archive only grows by inserts: left at the server's settings.
+    let archive: Option<Vec<String>> = scalar(
+        &pg,
+        "SELECT reloptions FROM pg_class WHERE oid = to_regclass($1)",
+        &[&q.archive_table()],
+    )
+    .await;
+    assert_eq!(archive, None);
+
+    // An operator's own setting survives creating the queue again...
+    let table = q.quoted_table();
+    pg.batch_execute(&format!(
+        "ALTER TABLE {table} RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_cost_delay); \
+         ALTER TABLE {table} SET (autovacuum_vacuum_threshold = 5000)"
+    ))
+    .await
+    .unwrap();
+    client.create(&q).await.unwrap();
+    assert_eq!(
+        autovacuum_options(&client, &q).await,
+        ["autovacuum_vacuum_threshold=5000"]
+    );
+    // ... until tune_autovacuum replaces it.
+    let tuned = client.tune_autovacuum(&q).await.unwrap();
+    assert_eq!(tuned.table, q.table());
+    assert_eq!(autovacuum_options(&client, &q).await, sdk_autovacuum());
+
+    // A table with none (a queue made before, or by another client) gets
+    // them from a create.
+    pg.batch_execute(&format!(
+        "ALTER TABLE {table} RESET (autovacuum_vacuum_scale_factor, \
+         autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay)"
+    ))
+    .await
+    .unwrap();
+    assert!(autovacuum_options(&client, &q).await.is_empty());
+    client.create(&q).await.unwrap();
+    assert_eq!(autovacuum_options(&client, &q).await, sdk_autovacuum());
+
+    // Unlogged queues too.
+    let u = qs.name("autovac_unlogged");
+    client.create_unlogged(&u).await.unwrap();
+    assert_eq!(autovacuum_options(&client, &u).await, sdk_autovacuum());
+
+    let missing = qs.name("autovac_missing");
+    assert!(matches!(
+        client.tune_autovacuum(&missing).await,
+        Err(Error::QueueNotFound { .. })
+    ));
+}

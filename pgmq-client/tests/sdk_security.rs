@@ -603,3 +603,58 @@ async fn every_spelling_of_a_queue_shares_its_state() {
         .unwrap()
         .is_empty());
 }
+
+/// Only a queue table's owner may change its autovacuum settings: a role
+/// allowed to send, read and acknowledge is told who owns the table and
+/// changes nothing; a member of the owning role may.
+#[tokio::test]
+async fn only_the_owner_tunes_a_queue_tables_autovacuum() {
+    let db = OwnDb::new("autovac_owner").await;
+    let admin_client = db.client().await;
+    let admin = common::raw_to(&db.dsn()).await;
+    let q = QueueName::new("owned").unwrap();
+    admin_client.create(&q).await.unwrap();
+    let table = q.quoted_table();
+    admin
+        .batch_execute(&format!(
+            "ALTER TABLE {table} RESET (autovacuum_vacuum_scale_factor, \
+             autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay)"
+        ))
+        .await
+        .unwrap();
+    let owner: String = common::scalar(&admin, "SELECT current_user::text", &[]).await;
+
+    let tenant = Role::new(&db, "vac", "").await;
+    grant_queue(&admin, &q, &tenant.name).await;
+    let client = tenant.client().await;
+    let seen = client.queue_table_autovacuum(&q).await.unwrap();
+    assert!(!seen.caller_owns);
+    assert_eq!(seen.owner, owner);
+    match client.tune_autovacuum(&q).await {
+        Err(Error::NotTableOwner { table, owner: o }) => {
+            assert_eq!(
+                (table.as_str(), o.as_str()),
+                (q.table().as_str(), owner.as_str())
+            );
+        }
+        other => panic!("a tenant tuned another role's table: {other:?}"),
+    }
+    assert!(admin_client
+        .queue_table_autovacuum(&q)
+        .await
+        .unwrap()
+        .settings
+        .is_empty());
+
+    admin
+        .batch_execute(&format!("GRANT \"{owner}\" TO \"{}\"", tenant.name))
+        .await
+        .unwrap();
+    let member = tenant.client().await;
+    let tuned = member.tune_autovacuum(&q).await.unwrap();
+    assert!(tuned.caller_owns);
+    assert_eq!(
+        tuned.settings.len(),
+        pgmq_client::QUEUE_TABLE_AUTOVACUUM.len()
+    );
+}

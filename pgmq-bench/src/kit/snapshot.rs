@@ -51,6 +51,12 @@ pub struct SteadyServer {
     pub cpu_us_per_msg: Option<f64>,
     /// The queue table's `n_dead_tup`, largest of one-second samples.
     pub dead_tuples_peak: Option<u64>,
+    /// The queue table's `n_dead_tup` sampled each second over the window,
+    /// in order (a sample that could not be read is left out): whether
+    /// vacuum keeps the dead tuples level or they pile up (empty in older
+    /// documents).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dead_tuples_per_s: Vec<u64>,
     /// Index tuples fetched (`idx_tup_fetch`) of the queue table per message.
     pub idx_tup_fetch_per_msg: Option<f64>,
     /// Heap and index buffers of the queue table touched (hit or read) per message.
@@ -156,6 +162,7 @@ impl DbSnapshot {
                 .zip(after.cpu)
                 .map(|(a, b)| us(b.saturating_sub(a))),
             dead_tuples_peak: None,
+            dead_tuples_per_s: Vec::new(),
             idx_tup_fetch_per_msg: table.map(|t| per(t[0])),
             buffers_per_msg: table.map(|t| per(t[3])),
             bench_cpu_us_per_msg: Some(us(after.bench_cpu.saturating_sub(self.bench_cpu))),
@@ -298,7 +305,7 @@ pub async fn db_clock_offset_us(admin: &tokio_postgres::Client) -> Result<i64> {
 /// its end.
 pub(crate) struct ServerWindow {
     before: DbSnapshot,
-    dead_peak: Option<u64>,
+    dead: Vec<u64>,
 }
 
 impl ServerWindow {
@@ -306,23 +313,24 @@ impl ServerWindow {
     pub(crate) async fn open(ctx: &Ctx, q: &QueueName) -> ServerWindow {
         ServerWindow {
             before: DbSnapshot::read(ctx, q).await,
-            dead_peak: None,
+            dead: Vec::new(),
         }
     }
 
     /// Samples the queue table's dead tuples.
     pub(crate) async fn sample(&mut self, ctx: &Ctx, q: &QueueName) {
         if let Some(d) = dead_tuples(ctx, q).await {
-            self.dead_peak = Some(self.dead_peak.map_or(d, |p| p.max(d)));
+            self.dead.push(d);
         }
     }
 
-    /// Closes the window: the counters' growth per message of `completed`
-    /// and the dead tuples' peak.
+    /// Closes the window: the counters' growth per message of `completed`,
+    /// the dead tuples' samples and their peak.
     pub(crate) async fn close(self, ctx: &Ctx, q: &QueueName, completed: u64) -> SteadyServer {
         let after = DbSnapshot::read(ctx, q).await;
         let mut server = self.before.per_msg(&after, completed);
-        server.dead_tuples_peak = self.dead_peak;
+        server.dead_tuples_peak = self.dead.iter().copied().max();
+        server.dead_tuples_per_s = self.dead;
         server
     }
 }

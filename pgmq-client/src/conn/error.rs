@@ -123,6 +123,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// The call changes a queue's table (its autovacuum settings), which
+    /// only the table's owner may do: the owning role, a member of it, or a
+    /// superuser. Nothing was changed; connect as the owner to run it.
+    #[error(
+        "only the owner of table {table} (role {owner:?}), a member of that role or a superuser \
+         may change its settings; the connected role is none of them, so nothing was changed"
+    )]
+    NotTableOwner {
+        /// The table, `pgmq.q_<name>`.
+        table: String,
+        /// The role that owns it.
+        owner: String,
+    },
+
     /// A body, headers or text argument holds a character PostgreSQL cannot
     /// store: a NUL (`\u0000` in JSON, which `jsonb` refuses; a zero byte
     /// in text), or, refused by the server, one the database's encoding
@@ -627,6 +641,11 @@ impl fmt::Debug for Error {
             Error::SdkSchemaUntrusted { reason } => f
                 .debug_struct("SdkSchemaUntrusted")
                 .field("reason", reason)
+                .finish(),
+            Error::NotTableOwner { table, owner } => f
+                .debug_struct("NotTableOwner")
+                .field("table", table)
+                .field("owner", owner)
                 .finish(),
             Error::Serialize(e) => f.debug_tuple("Serialize").field(e).finish(),
             Error::Deserialize { msg_id, source } => f

@@ -150,6 +150,14 @@ statements! {
         AND l.relation = pg_catalog.to_regclass($1::text) AND a.pid <> pg_catalog.pg_backend_pid() \
         ORDER BY a.xact_start LIMIT $2::bigint";
     SetLocalTimeouts = "SELECT pg_catalog.set_config('lock_timeout', $1::text, true), pg_catalog.set_config('statement_timeout', $2::text, true)";
+    // autovacuum.rs: the queue table's owner, whether the connected role
+    // may change it (its owner, a member of the owning role, a superuser),
+    // whether it is a partitioned parent, and its storage parameters.
+    QueueTableAutovacuum = "SELECT pg_catalog.pg_get_userbyid(c.relowner)::text, \
+        pg_catalog.pg_has_role(c.relowner, 'USAGE'), \
+        EXISTS (SELECT FROM pg_catalog.pg_partitioned_table p WHERE p.partrelid = c.oid), \
+        coalesce(c.reloptions, '{}')::text[] \
+        FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1::text)";
 }
 
 impl Stmt {
@@ -351,11 +359,12 @@ mod tests {
 
     /// The statements that look at the catalogs or set a setting rather
     /// than call PGMQ or the SDK.
-    const CATALOG: [Stmt; 4] = [
+    const CATALOG: [Stmt; 5] = [
         Stmt::SdkPresent,
         Stmt::QueueTableColumns,
         Stmt::QueueTableLockHolders,
         Stmt::SetLocalTimeouts,
+        Stmt::QueueTableAutovacuum,
     ];
 
     #[test]
@@ -375,6 +384,8 @@ mod tests {
                 "'relation'",
                 "'lock_timeout'",
                 "'statement_timeout'",
+                "'USAGE'",
+                "'{}'",
                 "''",
             ] {
                 sql_ = sql_.replace(fixed, "");

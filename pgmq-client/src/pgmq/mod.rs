@@ -3,10 +3,12 @@
 //! acknowledging, FIFO groups, notifications, topics, the remaining
 //! public functions, and the statements on PGMQ's tables that are not
 //! PGMQ functions (the fenced writes and locks, the dead-letter move,
-//! `read_from`, the looks, the catalog probes of a queue's table); with
+//! `read_from`, the looks, the catalog probes of a queue's table, its
+//! autovacuum settings); with
 //! the message and queue-name types they take and return.
 
 pub(crate) mod ack;
+pub(crate) mod autovacuum;
 pub(crate) mod catalog;
 pub(crate) mod dead_letter;
 pub(crate) mod fenced;
@@ -23,6 +25,7 @@ pub(crate) mod send;
 pub(crate) mod topics;
 pub mod trace;
 
+pub use autovacuum::{TableAutovacuum, QUEUE_TABLE_AUTOVACUUM};
 pub use catalog::{LockHolder, TableColumn};
 pub use dead_letter::DeadLetter;
 pub use fenced::{Receipt, Requeue, MAX_DELAY};

@@ -62,7 +62,11 @@ fn metrics_from_row(r: &tokio_postgres::Row) -> Result<QueueMetrics, Error> {
 }
 
 impl<E: Executor> Pgmq<E> {
-    /// Creates a queue (and its archive table). Creating an existing queue is a no-op.
+    /// Creates a queue (and its archive table), and gives the queue table
+    /// the SDK's autovacuum settings ([`QUEUE_TABLE_AUTOVACUUM`](crate::QUEUE_TABLE_AUTOVACUUM)) when the
+    /// connected role owns it and it has no `autovacuum_*` parameters yet
+    /// (see [`Pgmq::tune_autovacuum`]). Creating an existing queue is
+    /// otherwise a no-op.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
@@ -73,14 +77,17 @@ impl<E: Executor> Pgmq<E> {
     #[tracing::instrument(name = "pgmq.create", skip_all, fields(queue = %queue))]
     pub async fn create(&self, queue: &QueueName) -> Result<(), Error> {
         let q = queue.as_str();
-        self.run(Stmt::Create, None, &[&q]).await.map(drop)
+        self.run(Stmt::Create, None, &[&q]).await?;
+        self.tune_new_queue(queue).await
     }
 
-    /// Creates an unlogged queue: faster, but emptied by a server crash.
+    /// Creates an unlogged queue: faster, but emptied by a server crash. Its
+    /// table gets the autovacuum settings as [`Pgmq::create`] gives them.
     #[tracing::instrument(name = "pgmq.create_unlogged", skip_all, fields(queue = %queue))]
     pub async fn create_unlogged(&self, queue: &QueueName) -> Result<(), Error> {
         let q = queue.as_str();
-        self.run(Stmt::CreateUnlogged, None, &[&q]).await.map(drop)
+        self.run(Stmt::CreateUnlogged, None, &[&q]).await?;
+        self.tune_new_queue(queue).await
     }
 
     /// Creates a queue partitioned by pg_partman. `partition_interval` and

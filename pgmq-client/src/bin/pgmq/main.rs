@@ -14,6 +14,7 @@
 //! pgmq metrics [queue] [--table]  |  pgmq watch [--interval S] [--count N]
 //! pgmq create <queue> [--unlogged | --partitioned [--partition-interval N] [--retention-interval N]]
 //! pgmq drop <queue> --yes [--if-exists]  |  pgmq purge <queue> --yes
+//! pgmq autovacuum <queue> [--show]           the queue table's autovacuum settings
 //! pgmq send <queue> [--file F] [--envelope] [--delay S] [--batch N]   JSON lines in, ids out
 //! pgmq read <queue> [-n N] [--vt S] [--poll S] [--filter JSON] [--table]
 //! pgmq pop <queue> [-n N]                    print, then delete what was printed
@@ -131,6 +132,22 @@ enum Command {
     },
     /// Create a queue (a no-op when it exists).
     Create(CreateArgs),
+    /// Give a queue's table the SDK's autovacuum settings (as `create`
+    /// does for the tables it creates): vacuum once 1,000 rows are dead,
+    /// unthrottled. Prints {"table", "owner", "caller_owns", "partitioned",
+    /// "settings"} as they are now.
+    ///
+    /// Only the table's owner (a member of the owning role, or a
+    /// superuser) may: for anyone else it is refused (exit status 4),
+    /// naming the owner. A partitioned queue is refused too (exit status
+    /// 2): its partitions get the settings from pg_partman's template
+    /// table. See docs/operations-vacuum.md.
+    Autovacuum {
+        queue: String,
+        /// Only print the table's owner and settings; change nothing.
+        #[arg(long)]
+        show: bool,
+    },
     /// Drop a queue with its messages, its archive and its topic bindings.
     /// Refused without --yes (exit status 4), saying what would be removed.
     Drop {
@@ -630,6 +647,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             watch::run(&client, Duration::from_secs_f64(interval), count, &mut out).await?
         }
         Command::Create(args) => create(&client, args).await?,
+        Command::Autovacuum { queue: name, show } => {
+            let q = queue(&name)?;
+            let t = if show {
+                client.queue_table_autovacuum(&q).await?
+            } else {
+                client.tune_autovacuum(&q).await?
+            };
+            out.line(&t).await?;
+        }
         Command::Drop {
             queue: name,
             if_exists,

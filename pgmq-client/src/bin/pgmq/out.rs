@@ -84,7 +84,7 @@ pub(crate) fn exit_for(e: &pgmq_client::Error) -> Exit {
     match e {
         Error::QueueNotFound { .. } => Exit::NotFound,
         Error::InvalidQueueName { .. } | Error::InvalidArgument(_) => Exit::Usage,
-        Error::SdkSchemaUntrusted { .. } => Exit::Refused,
+        Error::SdkSchemaUntrusted { .. } | Error::NotTableOwner { .. } => Exit::Refused,
         // The server answered and turned the login down (SQLSTATE class 28:
         // a wrong password, no pg_hba.conf entry; or it asked for a password
         // and there was none to give): refused, not unreachable, so that a
