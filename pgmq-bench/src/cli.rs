@@ -254,7 +254,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 250_000)]
     pub batch_messages: u64,
 
-    /// Messages per single-send run (send_single and its baseline loop).
+    /// Messages per single-send run (send_single and its baseline loop, send_batch_keyed).
     #[arg(long, default_value_t = 10_000)]
     pub single_messages: u64,
 

@@ -116,6 +116,16 @@ $fn$;
 -- deleted by pgmq_sdk.expire_keys, in transactions of their own), so it
 -- never waits on a transaction that does not send one of its keys.
 --
+-- Each key row is written once, already holding its message's id: the
+-- ids are drawn from the queue's own sequence (the identity of its
+-- msg_id, in the order of `msgs`) before the keys are taken, and the
+-- messages of the keys taken are inserted into the queue's table with
+-- those ids, the same columns pgmq.send_batch writes. An id drawn for a
+-- key that was taken already is never used (a gap in the sequence, as a
+-- rolled-back send leaves). Only the keys that were not taken by this
+-- call are looked up afterwards, in a statement of their own, so that a
+-- key a concurrent sender committed while this one waited is seen.
+--
 -- enable_seqscan is off inside it: a plan made while queue_keys was empty
 -- (just installed, or analyzed after a mass delete) would otherwise read
 -- the whole table on every later call of the session.
@@ -131,9 +141,9 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET enable_seqscan = off 
 #variable_conflict use_column
 DECLARE
     relid oid;
-    fresh integer[];
-    fresh_rows tid[];
-    ids bigint[];
+    ids_seq regclass;
+    sent bigint[];
+    n_sent integer;
 BEGIN
     IF cardinality(keys) IS DISTINCT FROM cardinality(msgs)
         OR (headers IS NOT NULL AND cardinality(headers) <> cardinality(msgs)) THEN
@@ -149,52 +159,44 @@ BEGIN
     END IF;
     relid := pgmq_sdk.queue_table(queue_name);
     PERFORM pgmq_sdk.require(relid, 'INSERT', 'an idempotent send');
+    ids_seq := pg_get_serial_sequence(relid::regclass::text, 'msg_id')::regclass;
 
-    -- Takes each distinct key, in key order; the positions of the first
-    -- message of each key taken are the messages to send.
     WITH firsts AS (
         SELECT DISTINCT ON (u.k) u.k, u.i
         FROM unnest(keys) WITH ORDINALITY AS u(k, i)
         ORDER BY u.k, u.i
+    ), drawn AS (
+        SELECT f.k, f.i, nextval(ids_seq) AS id
+        FROM (SELECT f.k, f.i FROM firsts f ORDER BY f.i) f
     ), taken AS (
         INSERT INTO pgmq_sdk.queue_keys AS s (queue_relid, key, msg_id, sent_at, expires_at)
-        SELECT relid, f.k, NULL, clock_timestamp(), clock_timestamp() + key_window
-        FROM firsts f
-        ORDER BY f.k
+        SELECT relid, d.k, d.id, clock_timestamp(), clock_timestamp() + key_window
+        FROM drawn d
+        ORDER BY d.k
         ON CONFLICT ON CONSTRAINT queue_keys_pkey DO UPDATE
-            SET msg_id = NULL, sent_at = excluded.sent_at, expires_at = excluded.expires_at
+            SET msg_id = excluded.msg_id, sent_at = excluded.sent_at, expires_at = excluded.expires_at
             WHERE s.expires_at <= clock_timestamp()
-        RETURNING s.key, s.ctid
+        RETURNING s.key, s.msg_id
     )
-    SELECT array_agg(f.i::integer ORDER BY f.i), array_agg(t.ctid ORDER BY f.i)
-    INTO fresh, fresh_rows
-    FROM firsts f JOIN taken t ON t.key = f.k;
+    SELECT array_agg(t.msg_id ORDER BY u.i), count(t.msg_id) INTO sent, n_sent
+    FROM unnest(keys) WITH ORDINALITY AS u(k, i)
+    LEFT JOIN drawn d ON d.i = u.i
+    LEFT JOIN taken t ON t.key = d.k;
 
-    IF fresh IS NOT NULL THEN
-        SELECT array_agg(t.id ORDER BY t.n) INTO ids
-        FROM pgmq.send_batch(
-            queue_name,
-            ARRAY(SELECT msgs[p.i] FROM unnest(fresh) WITH ORDINALITY AS p(i, n) ORDER BY p.n),
-            CASE WHEN headers IS NULL THEN NULL::jsonb[]
-                 ELSE ARRAY(SELECT headers[p.i] FROM unnest(fresh) WITH ORDINALITY AS p(i, n) ORDER BY p.n)
-            END,
-            delay
-        ) WITH ORDINALITY AS t(id, n);
-        -- The key rows taken get their messages' ids, found by the row
-        -- versions the insert above wrote (this transaction holds them, so
-        -- they stay where they are): a TID scan, whatever the table's
-        -- statistics say. A lookup by queue and key would rest on them, and
-        -- for a queue whose keys the last ANALYZE did not see the planner
-        -- reads every key of the queue on each send.
-        UPDATE pgmq_sdk.queue_keys s SET msg_id = ids[array_position(fresh_rows, s.ctid)]
-        WHERE s.ctid = ANY (fresh_rows);
+    IF n_sent > 0 THEN
+        EXECUTE pg_catalog.format(
+            'INSERT INTO %s (msg_id, vt, message, headers) OVERRIDING SYSTEM VALUE '
+            'SELECT o.id, $1, $2[o.i], $3[o.i] '
+            'FROM pg_catalog.unnest($4) WITH ORDINALITY AS o(id, i) '
+            'WHERE o.id IS NOT NULL ORDER BY o.i', relid::regclass)
+        USING delay, msgs, headers, sent;
     END IF;
 
     RETURN QUERY
-        SELECT (SELECT s.msg_id FROM pgmq_sdk.queue_keys s
-                WHERE s.queue_relid = relid AND s.key = u.k),
-               NOT coalesce(u.i = ANY (fresh), false)
-        FROM unnest(keys) WITH ORDINALITY AS u(k, i)
+        SELECT coalesce(u.id, (SELECT s.msg_id FROM pgmq_sdk.queue_keys s
+                               WHERE s.queue_relid = relid AND s.key = u.k)),
+               u.id IS NULL
+        FROM unnest(keys, sent) WITH ORDINALITY AS u(k, id, i)
         ORDER BY u.i;
 END
 $fn$;
@@ -252,18 +254,32 @@ $fn$;
 -- send, whose locks it would otherwise hold. The deleted rows have no
 -- effect left (an expired key is free; a missing queue has nothing to
 -- pause), so who calls it changes nothing.
+--
+-- Queue keys have no index on expires_at (a keyed send would pay an entry
+-- in it per message): each call reads one window of `max_rows` / 10
+-- blocks of queue_keys (a TID range scan), the next window after the
+-- previous call's by the sequence queue_keys_sweep, wrapping at the end of
+-- the table. A table of at most one window is swept whole on every call;
+-- a larger one over successive calls. An expired key not yet deleted is
+-- free all the same: a send takes it over in place.
 CREATE OR REPLACE FUNCTION pgmq_sdk.expire_keys(max_rows integer) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
 DECLARE
     now_ts timestamptz := clock_timestamp();
     n integer;
     total integer := 0;
+    width bigint := greatest(1, max_rows / 10);
+    blocks bigint := pg_catalog.pg_relation_size('pgmq_sdk.queue_keys')
+        / pg_catalog.current_setting('block_size')::bigint;
+    windows bigint := greatest(1, (blocks + width - 1) / width);
+    first_block bigint := (pg_catalog.nextval('pgmq_sdk.queue_keys_sweep') % windows) * width;
 BEGIN
     DELETE FROM pgmq_sdk.queue_keys k
     WHERE k.ctid = ANY (ARRAY(
         SELECT e.ctid FROM pgmq_sdk.queue_keys e
-        WHERE e.expires_at <= now_ts
-        ORDER BY e.expires_at
+        WHERE e.ctid >= pg_catalog.format('(%s,0)', first_block)::tid
+          AND e.ctid < pg_catalog.format('(%s,0)', first_block + width)::tid
+          AND e.expires_at <= now_ts
         LIMIT max_rows
         FOR UPDATE SKIP LOCKED));
     GET DIAGNOSTICS n = ROW_COUNT;

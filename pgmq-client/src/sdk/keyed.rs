@@ -37,10 +37,11 @@
 //! (at most once a second per client, in a transaction of its own), or by
 //! [`Pgmq::expire_send_keys`].
 //!
-//! What a key costs: one row and two index entries in
-//! `pgmq_sdk.queue_keys` per message, written in the send's transaction
-//! (see docs/fleet-keyed-sends.md in the repository, "What a key costs",
-//! and docs/results for the measured cost against a plain batch send).
+//! What a key costs: one row and one index entry (its primary key) in
+//! `pgmq_sdk.queue_keys` per message, written once, already holding the
+//! message's id, in the send's transaction (see docs/fleet-keyed-sends.md
+//! in the repository, "What a key costs", and docs/results for the
+//! measured cost against a plain batch send).
 
 use std::time::Duration;
 
