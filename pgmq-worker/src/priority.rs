@@ -399,14 +399,16 @@ impl Gate {
 
     /// `n` messages no longer in flight; `run_us` per message when they
     /// ran (folded into the average, weight 1/8). The waiting loops look
-    /// again only once a grant's least is free: a run's end that frees less
-    /// would wake every one of them to find too little.
+    /// again when a grant's least is free, or when something is free after
+    /// nothing was (for a loop that asks for less): every run's end would
+    /// otherwise wake every one of them to find too little.
     fn give_back(&self, n: usize, run_us: Option<u64>) {
         if n == 0 {
             return;
         }
         let wake = {
             let mut st = self.lock();
+            let none_free = self.free(&st) == 0;
             st.in_flight = st.in_flight.saturating_sub(n);
             if let Some(us) = run_us {
                 let us = us.max(1);
@@ -415,7 +417,8 @@ impl Gate {
                     old => (old * 7 + us) / 8,
                 };
             }
-            st.policy.anyone_waiting() && self.free(&st) >= self.at_least(&st)
+            let free = self.free(&st);
+            st.policy.anyone_waiting() && (none_free || free >= self.at_least(&st))
         };
         if wake {
             self.changed.notify_waiters();
@@ -778,9 +781,9 @@ mod tests {
         drop(four);
         let fifth = fifth.await.unwrap();
         // Four runs of about 20 ms ended: their claims went back, and the
-        // budget now holds what starts within 7.5 s ahead (at most 3 x 4).
-        assert_eq!(share.try_claim(100), Some(16));
-        share.read(16, 16, false);
+        // budget now holds what starts within 7.5 s ahead (at most 15 x 4).
+        assert_eq!(share.try_claim(100), Some(64));
+        share.read(64, 64, false);
         let stop = CancellationToken::new();
         let waiter = {
             let share = share.clone();
