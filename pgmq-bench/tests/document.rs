@@ -134,18 +134,19 @@ fn doc() -> Value {
 fn progress_reaches_a_pipe_as_numbered_steps() {
     let err = &short_run().stderr;
     assert!(!err.contains('\r'), "a carriage return on a pipe");
-    // "profile default: 14 sections, 1 warm-up round and 2 measured rounds, N steps; ..."
-    let n: usize = err
+    // "profile default: S sections, 1 warm-up round and 2 measured rounds, N steps; ..."
+    let (sections, n): (usize, usize) = err
         .lines()
-        .find_map(|l| {
-            l.split_once("profile default: 14 sections, 1 warm-up round and 2 measured rounds, ")
-        })
-        .and_then(|(_, rest)| rest.split_once(" steps;"))
-        .and_then(|(n, _)| n.parse().ok())
+        .find_map(|l| l.split_once("profile default: "))
+        .and_then(|(_, rest)| rest.split_once(" sections, 1 warm-up round and 2 measured rounds, "))
+        .and_then(|(s, rest)| Some((s.parse().ok()?, rest.split_once(" steps;")?.0.parse().ok()?)))
         .unwrap_or_else(|| panic!("no profile line: {err}"));
-    // 2 rounds of the 13 sections that run on their own (baseline's runs
-    // sit in the send and consume sections'), and the warm-up's few.
-    assert!(n > 2 * 13 && n < 3 * 13, "{n} steps");
+    assert_eq!(sections, pgmq_bench::sections::names().count());
+    // 2 rounds of the sections that run on their own (all but baseline,
+    // whose runs sit in the send and consume sections'), and the warm-up's
+    // few.
+    let own = sections - 1;
+    assert!(n > 2 * own && n < 3 * own, "{n} steps");
     let steps: Vec<(usize, usize)> = err
         .lines()
         .filter(|l| l.contains("left (an estimate)"))

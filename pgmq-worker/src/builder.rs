@@ -127,6 +127,13 @@ impl Plan {
             .fleet_limit
             .and_then(|l| l.max_running)
             .map(|_| crate::fence::margin(c.visibility_timeout));
+        // Under a limit of places, an acknowledgement waiting for its batch
+        // to fill holds a place of the fleet idle: it goes out at once.
+        let ack_flush_interval = if fence.is_some() {
+            Duration::ZERO
+        } else {
+            c.ack_flush_interval
+        };
         Plan {
             preflight: preflight::Settings {
                 queue: c.queue.clone(),
@@ -193,7 +200,7 @@ impl Plan {
                 ack_capacity: c.ack_capacity,
                 ack_batch_size: c.ack_batch_size,
                 ack_flushers: c.ack_flushers,
-                ack_flush_interval: c.ack_flush_interval,
+                ack_flush_interval,
                 ack_retry_timeout: c.ack_retry_timeout,
                 db_timeout: c.db_timeout,
                 wake_claimers,
@@ -390,7 +397,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// each waits on its round trip; more mostly add lock contention on the
     /// same rows. A worker that sees N workers on its queue lets only
     /// `n / N` of them read (rounded up, at least one), so that a fleet
-    /// keeps about as many reads in flight as one worker.
+    /// keeps about as many reads in flight as one worker; under a
+    /// [`fleet_limit`](Self::fleet_limit) one of them reads.
     pub fn claimers(mut self, n: usize) -> Self {
         self.config.claimers = n;
         self
@@ -483,7 +491,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// The longest an acknowledgement waits for its batch to fill (default
     /// 5 ms). Only partial batches gathered while the writer is free wait;
     /// acknowledgements that arrived while it was busy go out as soon as it
-    /// is free.
+    /// is free. Under a [`fleet_limit`](Self::fleet_limit) of places none
+    /// waits: each holds a place of the fleet until it is written.
     pub fn ack_flush_interval(mut self, d: Duration) -> Self {
         self.config.ack_flush_interval = d;
         self

@@ -97,7 +97,10 @@
 //! ([`Cursor::reading_loops`]); the others stand down, looking again once
 //! per `poll_interval`, and read again when the estimate falls (the other
 //! workers left) or when no loop of the worker started a read for two
-//! poll intervals (the reading loop is stuck on a connection).
+//! poll intervals (the reading loop is stuck on a connection). Under a
+//! fleet-wide limit one loop reads, whatever the estimate: the limited
+//! reads of a queue take turns on one lock, and a wake-up that arrives
+//! during the read makes that loop read again at once.
 //!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
@@ -373,8 +376,15 @@ impl Cursor {
 
     /// How many of the worker's `claimers` loops read (see the module
     /// docs): `claimers` divided by the number of workers last seen on the
-    /// queue, rounded up, at least 1; the others stand down meanwhile.
+    /// queue, rounded up, at least 1, and under a fleet-wide limit 1; the
+    /// others stand down meanwhile.
     fn reading_loops(&self, claimers: usize) -> usize {
+        if self.path == ReadPath::Limited {
+            // Limited reads of a queue take turns on one lock, and each
+            // finds the places freed since the last: a second loop's read
+            // mostly waits for the lock to find none.
+            return 1;
+        }
         let fleet = usize::try_from(self.fleet.load(Relaxed)).unwrap_or(1);
         claimers.div_ceil(fleet.max(1)).max(1)
     }

@@ -29,7 +29,7 @@
 //! messages were claimed. The claims may run ahead of the runs by what the
 //! handlers start within a quarter of the shortest visibility timeout
 //! among the workers (Little's law on the group's moving average of run
-//! time, as a worker's own claim limit does; at most 3 × `concurrency`,
+//! time, as a worker's own claim limit does; at most 15 × `concurrency`,
 //! none until the first run ended, [`claim_budget`]): with short handlers
 //! a read takes about as long as a run, and without claims ahead the
 //! handlers would idle while the next ones are read.
@@ -132,7 +132,7 @@ impl Priority {
     /// The group's concurrency: the most handlers running at once across
     /// all its queues (0 counts as 1); the claims run ahead of it by what
     /// the handlers start within a quarter of the shortest visibility
-    /// timeout, at most 3 × this many. Default: the smallest `concurrency`
+    /// timeout, at most 15 × this many. Default: the smallest `concurrency`
     /// among the group's workers, so that any one of them can use all of
     /// it when the others have nothing ready. A worker never runs more
     /// handlers than its own `concurrency`: give each at least the
@@ -371,7 +371,7 @@ impl Gate {
             state: Mutex::new(State {
                 in_flight: 0,
                 avg_run_us: 0,
-                policy: Policy::new(policy.strict, levels, concurrency * CLAIM_AHEAD),
+                policy: Policy::new(policy.strict, levels, concurrency * GRANT),
             }),
             running: Arc::new(Semaphore::new(concurrency)),
             concurrency,
@@ -386,9 +386,11 @@ impl Gate {
     }
 
     /// The least a grant gives (unless the loop asked for less), so that a
-    /// claim is not one read per message: half the budget.
+    /// claim is not one read per message: half the budget, at most
+    /// [`GRANT`] × `concurrency`.
     fn at_least(&self, st: &State) -> usize {
-        (claim_budget(self.concurrency, self.ahead_us, st.avg_run_us) / 2).max(1)
+        let half = claim_budget(self.concurrency, self.ahead_us, st.avg_run_us) / 2;
+        half.min(GRANT * self.concurrency).max(1)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -396,13 +398,17 @@ impl Gate {
     }
 
     /// `n` messages no longer in flight; `run_us` per message when they
-    /// ran (folded into the average, weight 1/8).
+    /// ran (folded into the average, weight 1/8). The waiting loops look
+    /// again when a grant's least is free, or when something is free after
+    /// nothing was (for a loop that asks for less): every run's end would
+    /// otherwise wake every one of them to find too little.
     fn give_back(&self, n: usize, run_us: Option<u64>) {
         if n == 0 {
             return;
         }
-        let waiting = {
+        let wake = {
             let mut st = self.lock();
+            let none_free = self.free(&st) == 0;
             st.in_flight = st.in_flight.saturating_sub(n);
             if let Some(us) = run_us {
                 let us = us.max(1);
@@ -411,18 +417,26 @@ impl Gate {
                     old => (old * 7 + us) / 8,
                 };
             }
-            st.policy.anyone_waiting()
+            let free = self.free(&st);
+            st.policy.anyone_waiting() && (none_free || free >= self.at_least(&st))
         };
-        if waiting {
+        if wake {
             self.changed.notify_waiters();
         }
     }
 }
 
 /// The most a group keeps in flight, in multiples of its `concurrency`
-/// ([`claim_budget`]): with short handlers, a read takes about as long as
-/// a run, and claims of less than this leave handlers idle.
-const CLAIM_AHEAD: usize = 4;
+/// ([`claim_budget`]): with short handlers a read takes longer than a run,
+/// and the group handles at most what it keeps in flight per read's time
+/// (several reads in flight at once), so claims of less than this leave
+/// handlers idle.
+const CLAIM_AHEAD: usize = 16;
+
+/// The most a grant waits for, in multiples of the group's `concurrency`
+/// ([`Gate::at_least`]): enough for a read to claim a batch's worth, few
+/// enough that the weights are followed grant by grant.
+const GRANT: usize = 4;
 
 /// One member's handle on its group's [`Gate`].
 #[derive(Clone)]
@@ -735,8 +749,8 @@ mod tests {
     fn the_claims_ahead_follow_the_run_time() {
         // Not known yet: only the runs themselves.
         assert_eq!(claim_budget(8, 7_500_000, 0), 8);
-        // Short runs: three times the concurrency ahead at most.
-        assert_eq!(claim_budget(8, 7_500_000, 1_500), 32);
+        // Short runs: fifteen times the concurrency ahead at most.
+        assert_eq!(claim_budget(8, 7_500_000, 1_500), 128);
         // 10 s runs, a 30 s visibility timeout: what starts within 7.5 s.
         assert_eq!(claim_budget(8, 7_500_000, 10_000_000), 14);
         // 60 s runs: one ahead; 80 s runs: nothing.
@@ -767,9 +781,9 @@ mod tests {
         drop(four);
         let fifth = fifth.await.unwrap();
         // Four runs of about 20 ms ended: their claims went back, and the
-        // budget now holds what starts within 7.5 s ahead (at most 3 x 4).
-        assert_eq!(share.try_claim(100), Some(16));
-        share.read(16, 16, false);
+        // budget now holds what starts within 7.5 s ahead (at most 15 x 4).
+        assert_eq!(share.try_claim(100), Some(64));
+        share.read(64, 64, false);
         let stop = CancellationToken::new();
         let waiter = {
             let share = share.clone();

@@ -125,6 +125,7 @@ registry! {
     pub(crate) steady => [SteadyStream] with SteadyOptions,
     pinned => [PinnedHorizon] with PinnedOptions,
     fleet_limit => [FleetLimit] with FleetLimitOptions,
+    priorities => [Priorities] with PrioritiesOptions,
 }
 
 pub use crate::kit::child::child_main as process_worker_main;
