@@ -29,7 +29,7 @@
 //! messages were claimed. The claims may run ahead of the runs by what the
 //! handlers start within a quarter of the shortest visibility timeout
 //! among the workers (Little's law on the group's moving average of run
-//! time, as a worker's own claim limit does; at most 15 × `concurrency`,
+//! time, as a worker's own claim limit does; at most 3 × `concurrency`,
 //! none until the first run ended, [`claim_budget`]): with short handlers
 //! a read takes about as long as a run, and without claims ahead the
 //! handlers would idle while the next ones are read.
@@ -132,7 +132,7 @@ impl Priority {
     /// The group's concurrency: the most handlers running at once across
     /// all its queues (0 counts as 1); the claims run ahead of it by what
     /// the handlers start within a quarter of the shortest visibility
-    /// timeout, at most 15 × this many. Default: the smallest `concurrency`
+    /// timeout, at most 3 × this many. Default: the smallest `concurrency`
     /// among the group's workers, so that any one of them can use all of
     /// it when the others have nothing ready. A worker never runs more
     /// handlers than its own `concurrency`: give each at least the
@@ -427,11 +427,12 @@ impl Gate {
 }
 
 /// The most a group keeps in flight, in multiples of its `concurrency`
-/// ([`claim_budget`]): with short handlers a read takes longer than a run,
-/// and the group handles at most what it keeps in flight per read's time
-/// (several reads in flight at once), so claims of less than this leave
-/// handlers idle.
-const CLAIM_AHEAD: usize = 16;
+/// ([`claim_budget`]): with short handlers, a read takes about as long as
+/// a run, and claims of less than this leave handlers idle. Kept small:
+/// what a group holds claimed is out of its priorities' reach (a message
+/// of a higher queue arriving now waits behind it), and out of the other
+/// processes' reach.
+const CLAIM_AHEAD: usize = 4;
 
 /// The most a grant waits for, in multiples of the group's `concurrency`
 /// ([`Gate::at_least`]): enough for a read to claim a batch's worth, few
@@ -749,8 +750,8 @@ mod tests {
     fn the_claims_ahead_follow_the_run_time() {
         // Not known yet: only the runs themselves.
         assert_eq!(claim_budget(8, 7_500_000, 0), 8);
-        // Short runs: fifteen times the concurrency ahead at most.
-        assert_eq!(claim_budget(8, 7_500_000, 1_500), 128);
+        // Short runs: three times the concurrency ahead at most.
+        assert_eq!(claim_budget(8, 7_500_000, 1_500), 32);
         // 10 s runs, a 30 s visibility timeout: what starts within 7.5 s.
         assert_eq!(claim_budget(8, 7_500_000, 10_000_000), 14);
         // 60 s runs: one ahead; 80 s runs: nothing.
@@ -781,9 +782,9 @@ mod tests {
         drop(four);
         let fifth = fifth.await.unwrap();
         // Four runs of about 20 ms ended: their claims went back, and the
-        // budget now holds what starts within 7.5 s ahead (at most 15 x 4).
-        assert_eq!(share.try_claim(100), Some(64));
-        share.read(64, 64, false);
+        // budget now holds what starts within 7.5 s ahead (at most 3 x 4).
+        assert_eq!(share.try_claim(100), Some(16));
+        share.read(16, 16, false);
         let stop = CancellationToken::new();
         let waiter = {
             let share = share.clone();
