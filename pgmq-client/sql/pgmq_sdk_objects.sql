@@ -107,6 +107,55 @@ $fn$;
 -- same key waits for the first's transaction, then sees the key taken (or
 -- free, if the first rolled back or its window had passed by then).
 --
+-- One message under one key: what send_batch_keyed does for a batch of
+-- one, in plain statements. A single send pays mostly for its statements,
+-- not its rows, so this path has no arrays to unnest, no ordering of keys
+-- and one dynamic statement, a plain INSERT like pgmq.send's own.
+CREATE OR REPLACE FUNCTION pgmq_sdk.send_keyed(
+    queue_name text,
+    key text,
+    msg jsonb,
+    headers jsonb,
+    delay timestamptz,
+    key_window interval
+) RETURNS TABLE (msg_id bigint, duplicate boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $fn$
+#variable_conflict use_column
+DECLARE
+    relid oid;
+    id bigint;
+    taken bigint;
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'send_keyed: the key is NULL' USING ERRCODE = '22004';
+    END IF;
+    IF key_window <= interval '0' THEN
+        RAISE EXCEPTION 'send_keyed: the key window must be positive' USING ERRCODE = '22023';
+    END IF;
+    relid := pgmq_sdk.queue_table(queue_name);
+    PERFORM pgmq_sdk.require(relid, 'INSERT', 'an idempotent send');
+    id := nextval(pg_get_serial_sequence(relid::regclass::text, 'msg_id')::regclass);
+    INSERT INTO pgmq_sdk.queue_keys AS s (queue_relid, key, msg_id, sent_at, expires_at)
+    VALUES (relid, send_keyed.key, id, clock_timestamp(), clock_timestamp() + key_window)
+    ON CONFLICT ON CONSTRAINT queue_keys_pkey DO UPDATE
+        SET msg_id = excluded.msg_id, sent_at = excluded.sent_at, expires_at = excluded.expires_at
+        WHERE s.expires_at <= clock_timestamp()
+    RETURNING s.msg_id INTO taken;
+    IF taken IS NULL THEN
+        -- Taken before: its row is committed (a concurrent sender's insert
+        -- was waited for), so this statement's snapshot sees it.
+        RETURN QUERY SELECT s.msg_id, true FROM pgmq_sdk.queue_keys s
+            WHERE s.queue_relid = relid AND s.key = send_keyed.key;
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format(
+        'INSERT INTO %s (msg_id, vt, message, headers) OVERRIDING SYSTEM VALUE '
+        'VALUES ($1, $2, $3, $4)', relid::regclass)
+    USING id, delay, msg, headers;
+    RETURN QUERY SELECT id, false;
+END
+$fn$;
+
 -- Sends each message whose key is free (or expired) and takes the key for
 -- `key_window`; a message whose key is taken (by an earlier send, or by an
 -- earlier message of this batch) is not sent, and its row gives the id
@@ -162,9 +211,9 @@ BEGIN
     ids_seq := pg_get_serial_sequence(relid::regclass::text, 'msg_id')::regclass;
 
     WITH firsts AS (
-        SELECT DISTINCT ON (u.k) u.k, u.i
+        SELECT DISTINCT ON (u.k COLLATE "C") u.k, u.i
         FROM unnest(keys) WITH ORDINALITY AS u(k, i)
-        ORDER BY u.k, u.i
+        ORDER BY u.k COLLATE "C", u.i
     ), drawn AS (
         SELECT f.k, f.i, nextval(ids_seq) AS id
         FROM (SELECT f.k, f.i FROM firsts f ORDER BY f.i) f
@@ -172,7 +221,7 @@ BEGIN
         INSERT INTO pgmq_sdk.queue_keys AS s (queue_relid, key, msg_id, sent_at, expires_at)
         SELECT relid, d.k, d.id, clock_timestamp(), clock_timestamp() + key_window
         FROM drawn d
-        ORDER BY d.k
+        ORDER BY d.k COLLATE "C"
         ON CONFLICT ON CONSTRAINT queue_keys_pkey DO UPDATE
             SET msg_id = excluded.msg_id, sent_at = excluded.sent_at, expires_at = excluded.expires_at
             WHERE s.expires_at <= clock_timestamp()
@@ -464,6 +513,7 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgmq_sdk FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     pgmq_sdk.queue_table(text),
     pgmq_sdk.require(oid, text, text),
+    pgmq_sdk.send_keyed(text, text, jsonb, jsonb, timestamptz, interval),
     pgmq_sdk.send_batch_keyed(text, text[], jsonb[], jsonb[], timestamptz, interval),
     pgmq_sdk.send_topic_keyed(text, text, jsonb, jsonb, integer, interval),
     pgmq_sdk.expire_keys(integer),

@@ -60,6 +60,8 @@ statements! {
     SendBatchAt = "SELECT * FROM pgmq.send_batch($1::text, $2::jsonb[], $3::jsonb[], $4::timestamptz)";
     // keyed.rs: idempotent sends, in the pgmq_sdk schema. The window is in
     // milliseconds.
+    SendKeyedOne = "SELECT msg_id, duplicate FROM pgmq_sdk.send_keyed($1::text, $2::text, $3::jsonb, $4::jsonb, pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5::integer), pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
+    SendKeyedOneAt = "SELECT msg_id, duplicate FROM pgmq_sdk.send_keyed($1::text, $2::text, $3::jsonb, $4::jsonb, $5::timestamptz, pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
     SendKeyed = "SELECT msg_id, duplicate FROM pgmq_sdk.send_batch_keyed($1::text, $2::text[], $3::jsonb[], $4::jsonb[], pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5::integer), pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
     SendKeyedAt = "SELECT msg_id, duplicate FROM pgmq_sdk.send_batch_keyed($1::text, $2::text[], $3::jsonb[], $4::jsonb[], $5::timestamptz, pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
     SendTopicKeyed = "SELECT queues, duplicate FROM pgmq_sdk.send_topic_keyed($1::text, $2::text, $3::jsonb, $4::jsonb, $5::integer, pg_catalog.make_interval(secs => $6::bigint / 1000.0))";
@@ -167,7 +169,9 @@ impl Stmt {
     pub(crate) fn is_sdk(self) -> bool {
         matches!(
             self,
-            Stmt::SendKeyed
+            Stmt::SendKeyedOne
+                | Stmt::SendKeyedOneAt
+                | Stmt::SendKeyed
                 | Stmt::SendKeyedAt
                 | Stmt::SendTopicKeyed
                 | Stmt::ExpireKeys

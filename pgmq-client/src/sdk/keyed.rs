@@ -156,6 +156,19 @@ fn window_ms(window: Duration) -> Result<i64, Error> {
 }
 
 impl<E: Executor> Pgmq<E> {
+    /// Deletes expired keys when the executor's housekeeping is due (at
+    /// most once a second per client), in a transaction of its own; a
+    /// failure is only logged, since the send it follows went through.
+    async fn expire_keys_when_due(&self) {
+        if self.executor().housekeeping_due() {
+            if let Err(e) = self.expire_send_keys(EXPIRE_BATCH).await {
+                tracing::debug!(error = %e, "could not delete expired deduplication keys");
+            }
+        }
+    }
+}
+
+impl<E: Executor> Pgmq<E> {
     /// Sends one message under a deduplication key: when the key was taken
     /// within its window, enqueues nothing and returns the first message's
     /// id with `duplicate: true`. Needs the `pgmq_sdk` schema
@@ -201,13 +214,31 @@ impl<E: Executor> Pgmq<E> {
         body: &T,
         opts: &SendOptions,
     ) -> Result<Sent, Error> {
-        crate::pgmq::send::one_headers(opts)?;
-        let body = serde_json::value::to_raw_value(body).map_err(Error::Serialize)?;
-        let mut sent = self
-            .send_batch_keyed(queue, &[key.key.as_str()], key.window, &[body], opts)
-            .await?;
-        sent.pop()
-            .ok_or_else(|| Error::InvalidArgument("send_batch_keyed returned no row".into()))
+        check_key(&key.key)?;
+        let window = window_ms(key.window)?;
+        let body = to_json(body, "body")?;
+        let headers = self.headers_json(opts)?;
+        let q = queue.as_str();
+        let k = key.key.as_str();
+        let delay = opts
+            .delay
+            .arg("delay", Stmt::SendKeyedOne, Stmt::SendKeyedOneAt)?;
+        let rows = self
+            .run(
+                delay.stmt(),
+                Some(q),
+                &[&q, &k, &body, &headers, delay.value(), &window],
+            )
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        self.expire_keys_when_due().await;
+        let r = rows
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("send_keyed returned no row".into()))?;
+        Ok(Sent {
+            msg_id: col::<i64>(r, 0)?,
+            duplicate: col::<bool>(r, 1)?,
+        })
     }
 
     /// Sends a batch, each message under its own key (`keys[i]` for
@@ -255,11 +286,7 @@ impl<E: Executor> Pgmq<E> {
             .run_batch_send(send, Some(q), &[&q, &keys], bodies, opts, &[&window])
             .await
             .map_err(|e| e.in_sdk(FEATURE))?;
-        if self.executor().housekeeping_due() {
-            if let Err(e) = self.expire_send_keys(EXPIRE_BATCH).await {
-                tracing::debug!(error = %e, "could not delete expired deduplication keys");
-            }
-        }
+        self.expire_keys_when_due().await;
         rows.iter()
             .map(|r| {
                 Ok(Sent {
@@ -306,11 +333,7 @@ impl<E: Executor> Pgmq<E> {
             )
             .await
             .map_err(|e| e.in_sdk(FEATURE))?;
-        if self.executor().housekeeping_due() {
-            if let Err(e) = self.expire_send_keys(EXPIRE_BATCH).await {
-                tracing::debug!(error = %e, "could not delete expired deduplication keys");
-            }
-        }
+        self.expire_keys_when_due().await;
         let r = rows
             .first()
             .ok_or_else(|| Error::InvalidArgument("send_topic_keyed returned no row".into()))?;
