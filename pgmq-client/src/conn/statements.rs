@@ -84,7 +84,7 @@ statements! {
     ListSchedules = "SELECT name, queue_name, cron, time_zone, (extract(epoch FROM every) * 1000)::bigint, message, headers, catch_up, paused, next_tick, last_tick, sent, changed_at, created_at FROM pgmq_sdk.schedules ORDER BY name";
     DueSchedules = "SELECT name, cron, time_zone, every_ms, catch_up, next_tick, changed_at, now_ts FROM pgmq_sdk.due_schedules($1::integer)";
     FireSchedule = "SELECT msg_id, tick FROM pgmq_sdk.fire_schedule($1::text, $2::timestamptz, $3::timestamptz, $4::timestamptz[], $5::timestamptz)";
-    NextScheduleDue = "SELECT extract(epoch FROM pg_catalog.min(next_tick) - pg_catalog.clock_timestamp())::float8 FROM pgmq_sdk.schedules WHERE NOT paused";
+    NextScheduleDue = "SELECT extract(epoch FROM pg_catalog.min(next_tick) - pg_catalog.clock_timestamp())::float8 FROM pgmq_sdk.schedules WHERE NOT paused AND pg_catalog.has_table_privilege(queue_relid, 'INSERT')";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
     // read.rs
@@ -403,6 +403,7 @@ mod tests {
                 "'lock_timeout'",
                 "'statement_timeout'",
                 "'USAGE'",
+                "'INSERT'",
                 "'{}'",
                 "''",
             ] {
