@@ -572,7 +572,7 @@ CREATE OR REPLACE FUNCTION pgmq_sdk.due_schedules(max_rows integer) RETURNS TABL
     changed_at timestamptz,
     now_ts timestamptz
 )
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT s.name, s.cron, s.time_zone,
            (extract(epoch FROM s.every) * 1000)::bigint,
            s.catch_up, s.next_tick, s.changed_at, clock_timestamp()
