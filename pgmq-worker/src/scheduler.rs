@@ -14,9 +14,10 @@
 //! comes before the interval ends); ticks missed while none ran are sent
 //! under each schedule's catch-up bound when one runs again.
 //!
-//! A failed pass (the database away, a timeout) is logged and the next
-//! pass tries again; nothing is lost, since a tick is only moved past in
-//! the statement that sends it.
+//! A failed pass (the database away, a timeout, the `pgmq_sdk` schema not
+//! installed) is logged (a warning for the first of a run of failures) and
+//! the next pass tries again; nothing is lost, since a tick is only moved
+//! past in the statement that sends it.
 
 use std::time::Duration;
 
@@ -169,12 +170,18 @@ impl Scheduler {
     /// abandoned: its statement either committed, or is rolled back and
     /// sends nothing).
     pub async fn run(self, stop: CancellationToken) {
+        // A run of failed passes (the database away, the pgmq_sdk schema
+        // not installed) is logged once as a warning, then at debug level.
+        let mut failing = false;
         loop {
             let wait = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return,
                 res = self.pass() => match res {
                     Ok((pass, wait)) => {
+                        if std::mem::take(&mut failing) {
+                            tracing::info!("scheduler passes succeed again");
+                        }
                         for (name, e) in &pass.failed {
                             tracing::warn!(schedule = %name, error = %e, "a schedule's firing failed");
                         }
@@ -184,7 +191,11 @@ impl Scheduler {
                         wait
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "a scheduler pass failed; trying again");
+                        if std::mem::replace(&mut failing, true) {
+                            tracing::debug!(error = %e, "a scheduler pass failed; trying again");
+                        } else {
+                            tracing::warn!(error = %e, "a scheduler pass failed; trying again every poll interval");
+                        }
                         self.config.poll_interval
                     }
                 },
