@@ -68,15 +68,17 @@ impl SchedulerConfig {
         self
     }
 
-    /// The bound on each database call of a pass (past it the call is
-    /// cancelled on the server, and what it would have sent is not sent).
-    /// Default 5 s.
+    /// The bound on each step of a pass: the checkout, the firing of the
+    /// due schedules (read and fired on one connection), the read of the
+    /// next due time. Past it the statement in flight is cancelled on the
+    /// server and what it would have sent is not sent (firings done before
+    /// it stay done). Default 5 s.
     pub fn db_timeout(mut self, d: Duration) -> Self {
         self.db_timeout = d.max(Duration::from_millis(1));
         self
     }
 
-    /// The bound on each database call ([`SchedulerConfig::db_timeout`]).
+    /// The bound on each step of a pass ([`SchedulerConfig::db_timeout`]).
     pub fn db_timeout_value(&self) -> Duration {
         self.db_timeout
     }
@@ -128,7 +130,7 @@ impl Scheduler {
         }
     }
 
-    /// One pass: fires up to `max_per_pass` due schedules, each call
+    /// One pass: fires up to `max_per_pass` due schedules, each step
     /// bounded by `db_timeout`; returns what it did and how long the next
     /// pass may wait.
     ///
