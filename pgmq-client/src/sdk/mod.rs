@@ -6,16 +6,18 @@
 //! [`conn`](crate::conn), which checks that the schema may be trusted
 //! before a connection first runs anything of it.
 
+pub(crate) mod cadence;
 pub(crate) mod keyed;
 pub(crate) mod limits;
 pub(crate) mod pause;
 pub(crate) mod schedule;
 pub mod sdk_schema;
 
+pub use cadence::{tick_key, Cadence};
 pub use keyed::{DedupKey, Sent, TopicSent, MAX_DEDUP_KEY_LEN};
 pub use limits::FleetLimit;
 pub use pause::{PausedQueue, PAUSE_FLAG_GRANTS};
 pub use schedule::{
-    tick_key, Cadence, DueSchedule, FiredTick, FiringPass, Schedule, ScheduleInfo,
-    DEFAULT_CATCH_UP, MAX_CATCH_UP, MAX_SCHEDULE_NAME_LEN, SCHEDULE_HEADER, TICK_HEADER,
+    DueSchedule, FiredTick, FiringPass, Schedule, ScheduleInfo, DEFAULT_CATCH_UP, MAX_CATCH_UP,
+    MAX_SCHEDULE_NAME_LEN, SCHEDULE_HEADER, TICK_HEADER,
 };
