@@ -14,6 +14,7 @@
 //! | `ledger` | a transactional handler booking a ledger, effectively once |
 //! | `deadpool_shared` | producers and a worker on the service's deadpool pool |
 //! | `fifo_consumer` | a worker over FIFO groups, each group in order |
+//! | `schedules` | periodic sends: a schedule fired by two schedulers, each tick once |
 //!
 //! Run one with `cargo run -p pgmq-examples --example <name>`; each reads the
 //! database from `DATABASE_URL` (default: the docker compose database of

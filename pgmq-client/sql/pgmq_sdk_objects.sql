@@ -523,3 +523,183 @@ GRANT EXECUTE ON FUNCTION
     pgmq_sdk.queue_paused(text),
     pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision)
     TO PUBLIC;
+
+-- Periodic sends -------------------------------------------------------------
+--
+-- A schedule's row is visible to a role that may read or send to its queue
+-- (SELECT or INSERT on the queue's table) and can be created, changed,
+-- paused, fired or removed by a role that may send to it (INSERT): firing
+-- it is a send. The tick times are computed by the client (pgmq-client's
+-- cron and interval arithmetic) from the database's clock, which
+-- pgmq_sdk.due_schedules returns; pgmq_sdk.fire_schedule refuses a tick
+-- later than that clock.
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.schedules TO PUBLIC;
+
+ALTER TABLE pgmq_sdk.schedules ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS readers ON pgmq_sdk.schedules;
+CREATE POLICY readers ON pgmq_sdk.schedules FOR SELECT
+    USING (pg_catalog.has_table_privilege(queue_relid, 'SELECT'));
+DROP POLICY IF EXISTS senders ON pgmq_sdk.schedules;
+CREATE POLICY senders ON pgmq_sdk.schedules
+    USING (pg_catalog.has_table_privilege(queue_relid, 'INSERT'))
+    WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'INSERT'));
+
+-- Creates the schedule `schedule_name`, or replaces its spec (keeping
+-- whether it is paused, and what it sent): true when it was created. A
+-- changed spec starts over from now: its first tick is the first after
+-- this call, ticks of the old spec not sent by now are not sent.
+CREATE OR REPLACE FUNCTION pgmq_sdk.put_schedule(
+    schedule_name text,
+    queue_name text,
+    cron text,
+    time_zone text,
+    every interval,
+    message jsonb,
+    headers jsonb,
+    catch_up integer
+) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+DECLARE
+    relid oid := pgmq_sdk.queue_table(queue_name);
+    created boolean;
+BEGIN
+    PERFORM pgmq_sdk.require(relid, 'INSERT', 'a schedule');
+    INSERT INTO pgmq_sdk.schedules AS s
+        (name, queue_relid, queue_name, cron, time_zone, every, message, headers, catch_up)
+    VALUES (schedule_name, relid, lower(queue_name), cron, coalesce(time_zone, 'UTC'), every,
+            message, headers, catch_up)
+    ON CONFLICT ON CONSTRAINT schedules_pkey DO UPDATE
+        SET queue_relid = excluded.queue_relid, queue_name = excluded.queue_name,
+            cron = excluded.cron, time_zone = excluded.time_zone, every = excluded.every,
+            message = excluded.message, headers = excluded.headers,
+            catch_up = excluded.catch_up, next_tick = NULL,
+            changed_at = clock_timestamp()
+    RETURNING (xmax = 0) INTO created;
+    RETURN created;
+END
+$fn$;
+
+-- Pauses (paused = true) or resumes a schedule: true when that changed
+-- it. A resumed schedule starts over from now: ticks due while it was
+-- paused are not sent.
+CREATE OR REPLACE FUNCTION pgmq_sdk.pause_schedule(schedule_name text, paused boolean) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+BEGIN
+    UPDATE pgmq_sdk.schedules s
+    SET paused = paused,
+        next_tick = CASE WHEN paused THEN s.next_tick END,
+        changed_at = CASE WHEN paused THEN s.changed_at ELSE clock_timestamp() END
+    WHERE s.name = schedule_name AND s.paused IS DISTINCT FROM paused;
+    RETURN FOUND;
+END
+$fn$;
+
+-- Removes a schedule: true when there was one.
+CREATE OR REPLACE FUNCTION pgmq_sdk.remove_schedule(schedule_name text) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+BEGIN
+    DELETE FROM pgmq_sdk.schedules s WHERE s.name = schedule_name;
+    RETURN FOUND;
+END
+$fn$;
+
+-- The schedules due by the database's clock (now_ts, returned on each row)
+-- that the caller may fire, earliest first, at most `max_rows`: the ones
+-- not paused whose next tick has come, or whose next tick is not placed
+-- yet (just created, changed or resumed). Takes no lock: the firing is
+-- fenced on what this returned.
+CREATE OR REPLACE FUNCTION pgmq_sdk.due_schedules(max_rows integer) RETURNS TABLE (
+    name text,
+    cron text,
+    time_zone text,
+    every_ms bigint,
+    catch_up integer,
+    next_tick timestamptz,
+    changed_at timestamptz,
+    now_ts timestamptz
+)
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT s.name, s.cron, s.time_zone,
+           (extract(epoch FROM s.every) * 1000)::bigint,
+           s.catch_up, s.next_tick, s.changed_at, clock_timestamp()
+    FROM pgmq_sdk.schedules s
+    WHERE NOT s.paused
+      AND (s.next_tick IS NULL OR s.next_tick <= clock_timestamp())
+      AND pg_catalog.has_table_privilege(s.queue_relid, 'INSERT')
+    ORDER BY s.next_tick NULLS FIRST
+    LIMIT max_rows
+$fn$;
+
+-- Fires a schedule: sends its message once for each of `ticks` (in
+-- order, each with the headers x-pgmq-schedule and x-pgmq-tick added to
+-- its own) and moves its next tick to `new_next`, in one statement, when
+-- the schedule is still as the caller read it (not paused, the same
+-- next_tick and changed_at) and no other transaction holds its row;
+-- otherwise it does nothing and returns no rows. Returns each sent
+-- message's id and tick. Raises 22023 for a tick later than the
+-- database's clock or a next tick not after the last tick.
+CREATE OR REPLACE FUNCTION pgmq_sdk.fire_schedule(
+    schedule_name text,
+    seen_next timestamptz,
+    seen_changed timestamptz,
+    ticks timestamptz[],
+    new_next timestamptz
+) RETURNS TABLE (msg_id bigint, tick timestamptz)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_variable
+DECLARE
+    s pgmq_sdk.schedules%ROWTYPE;
+    n integer := coalesce(cardinality(ticks), 0);
+    last_t timestamptz := (SELECT max(t) FROM unnest(ticks) AS u(t));
+BEGIN
+    IF last_t > clock_timestamp() THEN
+        RAISE EXCEPTION 'fire_schedule: tick % is later than the database''s clock', last_t
+            USING ERRCODE = '22023';
+    END IF;
+    IF new_next IS NULL OR new_next <= last_t THEN
+        RAISE EXCEPTION 'fire_schedule: the next tick % is not after the last tick %', new_next, last_t
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO s FROM pgmq_sdk.schedules x
+    WHERE x.name = schedule_name AND NOT x.paused
+      AND x.next_tick IS NOT DISTINCT FROM seen_next AND x.changed_at = seen_changed
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    UPDATE pgmq_sdk.schedules x
+    SET next_tick = new_next, last_tick = coalesce(last_t, x.last_tick), sent = x.sent + n
+    WHERE x.name = schedule_name;
+    IF n > 0 THEN
+        RETURN QUERY
+            SELECT b.id, ticks[b.i]
+            FROM pgmq.send_batch(
+                s.queue_name,
+                ARRAY(SELECT s.message FROM generate_series(1, n)),
+                ARRAY(SELECT coalesce(s.headers, '{}'::jsonb) || jsonb_build_object(
+                          'x-pgmq-schedule', s.name,
+                          'x-pgmq-tick', to_char(u.t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                      FROM unnest(ticks) WITH ORDINALITY AS u(t, i) ORDER BY u.i),
+                clock_timestamp()) WITH ORDINALITY AS b(id, i);
+    END IF;
+END
+$fn$;
+
+REVOKE ALL ON FUNCTION
+    pgmq_sdk.put_schedule(text, text, text, text, interval, jsonb, jsonb, integer),
+    pgmq_sdk.pause_schedule(text, boolean),
+    pgmq_sdk.remove_schedule(text),
+    pgmq_sdk.due_schedules(integer),
+    pgmq_sdk.fire_schedule(text, timestamptz, timestamptz, timestamptz[], timestamptz)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    pgmq_sdk.put_schedule(text, text, text, text, interval, jsonb, jsonb, integer),
+    pgmq_sdk.pause_schedule(text, boolean),
+    pgmq_sdk.remove_schedule(text),
+    pgmq_sdk.due_schedules(integer),
+    pgmq_sdk.fire_schedule(text, timestamptz, timestamptz, timestamptz[], timestamptz)
+    TO PUBLIC;

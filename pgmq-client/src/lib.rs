@@ -163,7 +163,9 @@ pub use pgmq::{
     NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
-    DedupKey, FleetLimit, PausedQueue, Sent, TopicSent, MAX_DEDUP_KEY_LEN, PAUSE_FLAG_GRANTS,
+    tick_key, Cadence, DedupKey, DueSchedule, FiredTick, FiringPass, FleetLimit, PausedQueue,
+    Schedule, ScheduleInfo, Sent, TopicSent, DEFAULT_CATCH_UP, MAX_CATCH_UP, MAX_DEDUP_KEY_LEN,
+    MAX_SCHEDULE_NAME_LEN, PAUSE_FLAG_GRANTS, SCHEDULE_HEADER, TICK_HEADER,
 };
 
 /// This crate's README (its crates.io page), compiled as doc tests.

@@ -1407,6 +1407,7 @@ async fn help_lists_exit_statuses_and_no_developer_notes() {
         "pause",
         "resume",
         "paused",
+        "schedule",
         "completions",
     ];
     let mut helps = vec![top];
@@ -1418,6 +1419,7 @@ async fn help_lists_exit_statuses_and_no_developer_notes() {
         ["archive", "prune"],
         ["topic", "bind"],
         ["topic", "test"],
+        ["schedule", "add"],
     ] {
         helps.push(pgmq(&[sub[0], sub[1], "--help"], "").await.ok().stdout);
     }
@@ -1426,4 +1428,92 @@ async fn help_lists_exit_statuses_and_no_developer_notes() {
             assert!(!h.contains(note), "{note:?} in help:\n{h}");
         }
     }
+}
+
+/// `pgmq schedule`: a schedule added, listed, fired once per tick, paused,
+/// resumed and removed; a bad cron expression is a usage error, a missing
+/// schedule "not found".
+#[tokio::test]
+async fn schedules_are_added_listed_fired_paused_and_removed() {
+    let client = common::client().await;
+    client.install_sdk_schema().await.unwrap();
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_sched").await;
+    let name = format!("cli-{}", q.as_str());
+    let add = pgmq(
+        &[
+            "schedule",
+            "add",
+            &name,
+            q.as_str(),
+            "--every",
+            "1s",
+            "--message",
+            r#"{"job":1}"#,
+            "--headers",
+            r#"{"h":"x"}"#,
+            "--catch-up",
+            "5",
+        ],
+        "",
+    )
+    .await
+    .ok();
+    assert_eq!(add.lines(), [json!({"schedule": name, "created": true})]);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let fired: Vec<Value> = pgmq(&["schedule", "fire"], "")
+        .await
+        .ok()
+        .lines()
+        .into_iter()
+        .filter(|l| l["schedule"] == json!(name))
+        .collect();
+    assert!(!fired.is_empty(), "nothing fired");
+    // A second pass within the same second sends nothing again.
+    let again = pgmq(&["schedule", "fire"], "").await.ok().lines();
+    let mine: Vec<_> = again
+        .iter()
+        .filter(|l| l["schedule"] == json!(name))
+        .collect();
+    assert!(mine.len() <= 1, "{mine:?}");
+    let listed = pgmq(&["schedule", "list"], "").await.ok().lines();
+    let row = listed
+        .iter()
+        .find(|l| l["schedule"] == json!(name))
+        .unwrap();
+    assert_eq!(row["queue"], json!(q.as_str()));
+    assert_eq!(row["cadence"], json!("every 1000ms"));
+    assert_eq!(row["message"], json!({"job": 1}));
+    assert_eq!(row["catch_up"], json!(5));
+    let table = pgmq(&["schedule", "list", "--table"], "").await.ok().stdout;
+    assert!(
+        table.starts_with("SCHEDULE") && table.contains(&name),
+        "{table}"
+    );
+    let paused = pgmq(&["schedule", "pause", &name], "").await.ok().lines();
+    assert_eq!(
+        paused,
+        [json!({"schedule": name, "paused": true, "changed": true})]
+    );
+    let resumed = pgmq(&["schedule", "resume", &name], "").await.ok().lines();
+    assert_eq!(
+        resumed,
+        [json!({"schedule": name, "paused": false, "changed": true})]
+    );
+    pgmq(
+        &["schedule", "add", &name, q.as_str(), "--cron", "61 * * * *"],
+        "",
+    )
+    .await
+    .failed_with(2, "cron expression");
+    let neither = pgmq(&["schedule", "add", &name, q.as_str()], "").await;
+    assert_eq!(neither.code, 2, "{}", neither.stderr);
+    let removed = pgmq(&["schedule", "remove", &name], "").await.ok().lines();
+    assert_eq!(removed, [json!({"schedule": name, "removed": true})]);
+    pgmq(&["schedule", "remove", &name], "")
+        .await
+        .failed_with(3, "no schedule");
+    pgmq(&["schedule", "pause", &name], "")
+        .await
+        .failed_with(3, "no schedule");
 }

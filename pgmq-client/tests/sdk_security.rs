@@ -658,3 +658,61 @@ async fn only_the_owner_tunes_a_queue_tables_autovacuum() {
         pgmq_client::QUEUE_TABLE_AUTOVACUUM.len()
     );
 }
+
+/// Schedules follow the rights of their queue: a producer (INSERT) puts,
+/// pauses and fires them; a consumer (SELECT, no INSERT) sees them but
+/// cannot put, pause or fire them; a role without rights on the queue sees
+/// none.
+#[tokio::test]
+async fn schedules_follow_the_rights_of_their_queue() {
+    use pgmq_client::{Cadence, Schedule};
+    let db = OwnDb::new("sdk_sched").await;
+    let owner = db.client().await;
+    owner.install_sdk_schema().await.unwrap();
+    let q = QueueName::new("jobs").unwrap();
+    owner.create(&q).await.unwrap();
+    let (rp, rc, rs) = (
+        Role::new(&db, "producer", "").await,
+        Role::new(&db, "consumer", "").await,
+        Role::new(&db, "stranger", "").await,
+    );
+    let admin = common::raw_to(&db.dsn()).await;
+    let t = q.table_name();
+    admin
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA pgmq TO \"{p}\", \"{c}\", \"{s}\";
+             GRANT INSERT, SELECT ON pgmq.{t} TO \"{p}\";
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA pgmq TO \"{p}\";
+             GRANT SELECT, UPDATE, DELETE ON pgmq.{t} TO \"{c}\";",
+            p = rp.name,
+            c = rc.name,
+            s = rs.name
+        ))
+        .await
+        .unwrap();
+    let (producer, consumer, stranger) = (rp.client().await, rc.client().await, rs.client().await);
+    let every = Cadence::every(Duration::from_millis(100)).unwrap();
+    let s = Schedule::new("jobs-tick", q.clone(), every).unwrap();
+    assert!(producer.put_schedule(&s).await.unwrap());
+    assert!(is_denied(&consumer.put_schedule(&s).await.unwrap_err()));
+    assert_eq!(consumer.schedules().await.unwrap().len(), 1);
+    assert!(stranger.schedules().await.unwrap().is_empty());
+    assert!(!consumer.pause_schedule("jobs-tick").await.unwrap());
+    assert!(!stranger.remove_schedule("jobs-tick").await.unwrap());
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // Only a role that may send fires it.
+    for other in [&consumer, &stranger] {
+        for _ in 0..2 {
+            assert!(other.fire_due_schedules(10).await.unwrap().sent.is_empty());
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+    producer.fire_due_schedules(10).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let pass = producer.fire_due_schedules(10).await.unwrap();
+    assert!(!pass.sent.is_empty(), "{pass:?}");
+    assert!(producer.pause_schedule("jobs-tick").await.unwrap());
+    assert!(producer.remove_schedule("jobs-tick").await.unwrap());
+    drop((producer, consumer, stranger));
+    drop((rp, rc, rs));
+}

@@ -17,7 +17,8 @@
 //!
 //! Files: `ledger.rs` (ledger tables and the per-key accounting), `child.rs` (the
 //! worker process, seen from the suite), `worker.rs` (the worker process
-//! itself), `report.rs` (the table), `scenarios/` (the fixed scenarios 1 to
+//! itself; `scheduled.rs`, its scheduler of periodic sends and the
+//! sabotaged one), `report.rs` (the table), `scenarios/` (the fixed scenarios 1 to
 //! 20), and the randomized campaign (`--campaign`) in `campaign/`:
 //! `model.rs` (what its parts share: queues, process kinds, keys, records),
 //! `plan.rs` (the options and the seeded schedule), `workload.rs` (the core
@@ -44,6 +45,7 @@ mod keyed;
 mod ledger;
 mod report;
 mod scenarios;
+mod scheduled;
 mod worker;
 
 use std::path::PathBuf;

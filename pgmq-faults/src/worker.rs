@@ -81,6 +81,10 @@ pub(crate) struct FaultSpec {
     /// queue run in one `WorkerGroup` under a priority policy.
     #[serde(default)]
     pub(crate) prio: Option<PrioSpec>,
+    /// Run a scheduler of periodic sends beside the worker, a pass every
+    /// this many milliseconds (the sabotaged one with `schedule-unfenced`).
+    #[serde(default)]
+    pub(crate) scheduler_poll_ms: Option<u64>,
 }
 
 /// The second queue of a prioritized group ([`FaultSpec::prio`]) and the
@@ -166,6 +170,11 @@ pub enum Sabotage {
     /// revokes: to the invariant, workers that go on claiming while they
     /// cannot read the pause flag.
     RevokeSkipped,
+    /// The campaign's schedulers of periodic sends send a due tick on
+    /// their own, outside the statement that moves the schedule past it,
+    /// and move it 300 ms later: a tick another scheduler reads meanwhile
+    /// is sent twice.
+    ScheduleUnfenced,
 }
 
 impl Sabotage {
@@ -187,6 +196,7 @@ impl Sabotage {
             Sabotage::StaleKeys => "stale-keys",
             Sabotage::SdkNotReinstalled => "sdk-not-reinstalled",
             Sabotage::RevokeSkipped => "revoke-skipped",
+            Sabotage::ScheduleUnfenced => "schedule-unfenced",
         }
     }
 
@@ -249,6 +259,7 @@ impl FaultSpec {
             hooks: false,
             group: false,
             prio: None,
+            scheduler_poll_ms: None,
         }
     }
 
@@ -468,6 +479,12 @@ fn build_worker(
     } else {
         builder
     };
+    let builder = match args.scheduler_poll_ms {
+        Some(ms) if !args.sabotage.contains(&Sabotage::ScheduleUnfenced) => {
+            builder.scheduler(crate::scheduled::config(Duration::from_millis(ms)))
+        }
+        _ => builder,
+    };
     let builder = match args.worker.handler {
         HandlerKind::Context => builder
             .handler_with_context(move |msg: Message<Job>, cx: Context| handle(h.clone(), msg, cx)),
@@ -537,6 +554,14 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
     };
     let mut hctxs = vec![handler_ctx(&queue, &args.scenario)];
     let worker = build_worker(&client, queue.as_str(), &dlq, &args, hctxs[0].clone())?;
+    if let Some(ms) = args.scheduler_poll_ms {
+        if args.sabotage.contains(&Sabotage::ScheduleUnfenced) {
+            tokio::spawn(crate::scheduled::unfenced(
+                client.clone(),
+                Duration::from_millis(ms),
+            ));
+        }
+    }
     let running = if let Some(p) = &args.prio {
         // Two queues in one group under a priority policy.
         hctxs.push(handler_ctx(&QueueName::new(&p.queue)?, &p.scenario));

@@ -146,6 +146,7 @@ fn without_a_sabotage_the_campaign_passes() {
     assert_eq!(doc["pass"], true, "{doc}");
     assert!(verdict(&doc, "only the current delivery commits"), "{doc}");
     assert!(cell_verdict(&doc, "extension re-created"), "{doc}");
+    assert!(cell_verdict(&doc, "periodic sends"), "{doc}");
 }
 
 /// A bug planted in pgmq-worker itself (feature `fault-injection`): a
@@ -205,11 +206,13 @@ fn fifo_blocking_runs_not_waited_for_fail_the_fifo_invariants_and_waited_for_pas
 /// leaves the workers claiming; a strict group starves its low queue
 /// behind the high one's backlog; a re-created queue given its old keys
 /// answers "duplicate" with dropped ids; PGMQ re-created with the
-/// `pgmq_sdk` schema gone leaves the fleet limit nothing to call.
+/// `pgmq_sdk` schema gone leaves the fleet limit nothing to call;
+/// schedulers that send a tick outside the statement that moves the
+/// schedule past it send ticks twice (the periodic-sends cell).
 #[test]
 fn fifo_and_fleet_sabotages_fail_their_invariants() {
     let sabotages = "fifo-unordered,keyed-fresh-keys,fleet-over,fleet-long-vt,pause-ignored,\
-                     prio-strict,stale-keys,sdk-not-reinstalled,revoke-skipped";
+                     prio-strict,stale-keys,sdk-not-reinstalled,revoke-skipped,schedule-unfenced";
     let seed = FLEET_SEED;
     let (code, stderr, doc) = campaign_with(
         sabotages,
@@ -236,6 +239,8 @@ fn fifo_and_fleet_sabotages_fail_their_invariants() {
     // `fleet-long-vt`: the kill cell's process held every place.
     assert!(!cell_verdict(&doc, "kill cell"), "{doc}");
     assert!(!cell_verdict(&doc, "extension re-created"), "{doc}");
+    // `schedule-unfenced`: ticks sent twice.
+    assert!(!cell_verdict(&doc, "periodic sends"), "{doc}");
 }
 
 /// The seed of [`fifo_and_fleet_sabotages_fail_their_invariants`] (see

@@ -84,6 +84,8 @@ pub(crate) struct Config {
     pub claim_reads: ClaimReads,
     /// A limit shared by every process on the queue (None: none).
     pub fleet_limit: Option<pgmq_client::FleetLimit>,
+    /// A scheduler of periodic sends run beside the worker (None: none).
+    pub scheduler: Option<crate::scheduler::SchedulerConfig>,
 }
 
 /// What [`build`](WorkerBuilder::build) derives from the settings: each
@@ -108,6 +110,8 @@ pub(crate) struct Plan {
     #[cfg(feature = "metrics")]
     pub metrics: crate::metrics::Settings,
     pub supervision: supervise::Settings,
+    /// None without a scheduler.
+    pub scheduler: Option<crate::scheduler::SchedulerConfig>,
 }
 
 impl Plan {
@@ -167,6 +171,7 @@ impl Plan {
                 poll_interval: c.poll_interval,
                 db_timeout: c.db_timeout,
             },
+            scheduler: c.scheduler.clone(),
             handler_loop: handler_loop::Settings {
                 queue: Arc::new(c.queue.clone()),
                 concurrency: c.concurrency,
@@ -351,6 +356,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 fifo_blocking_wait_off: false,
                 claim_reads: ClaimReads::Bounded,
                 fleet_limit: None,
+                scheduler: None,
             },
             max_deliveries: None,
             claim_capacity: None,
@@ -684,6 +690,27 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// ```
     pub fn fleet_limit(mut self, limit: pgmq_client::FleetLimit) -> Self {
         self.config.fleet_limit = limit.is_limited().then_some(limit);
+        self
+    }
+
+    /// Runs a scheduler of periodic sends ([`Scheduler`](crate::Scheduler))
+    /// beside the worker, on its connection source, until the worker stops
+    /// (default: none). Any number of workers may run one: each tick is
+    /// sent once for the fleet. It takes one connection of the pool at a
+    /// time, beside the worker's own.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
+    /// use pgmq_client::{Message, QueueName};
+    /// use pgmq_worker::{Outcome, SchedulerConfig, Worker};
+    /// let worker = Worker::<serde_json::Value>::builder(client, QueueName::new("jobs")?)
+    ///     .scheduler(SchedulerConfig::default())
+    ///     .handler(|_m: Message<serde_json::Value>| async move { Ok(Outcome::Delete) })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scheduler(mut self, config: crate::scheduler::SchedulerConfig) -> Self {
+        self.config.scheduler = Some(config);
         self
     }
 

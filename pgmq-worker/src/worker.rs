@@ -351,6 +351,13 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let handlers = self.spawner.spawn(Arc::new(loops));
 
         crate::pause::spawn(watch, &shared.supervisor, &stop);
+        if let Some(cfg) = &plan.scheduler {
+            let scheduler = crate::scheduler::Scheduler::of(shared.source.clone(), cfg.clone());
+            let stop = stop.clone();
+            shared
+                .supervisor
+                .spawn("scheduler", move || scheduler.clone().run(stop.clone()));
+        }
 
         let part = Claimer {
             paused,

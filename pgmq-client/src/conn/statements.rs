@@ -78,6 +78,15 @@ statements! {
     ResumeQueue = "SELECT pgmq_sdk.resume_queue($1::text)";
     QueuePaused = "SELECT pgmq_sdk.queue_paused($1::text)";
     ListPaused = "SELECT queue_name, paused_at, reason FROM pgmq_sdk.paused ORDER BY queue_name";
+    // schedule.rs, in the pgmq_sdk schema. An interval is in milliseconds.
+    PutSchedule = "SELECT pgmq_sdk.put_schedule($1::text, $2::text, $3::text, $4::text, pg_catalog.make_interval(secs => $5::bigint / 1000.0), $6::jsonb, $7::jsonb, $8::integer)";
+    PauseSchedule = "SELECT pgmq_sdk.pause_schedule($1::text, true)";
+    ResumeSchedule = "SELECT pgmq_sdk.pause_schedule($1::text, false)";
+    RemoveSchedule = "SELECT pgmq_sdk.remove_schedule($1::text)";
+    ListSchedules = "SELECT name, queue_name, cron, time_zone, (extract(epoch FROM every) * 1000)::bigint, message, headers, catch_up, paused, next_tick, last_tick, sent, changed_at, created_at FROM pgmq_sdk.schedules ORDER BY name";
+    DueSchedules = "SELECT name, cron, time_zone, every_ms, catch_up, next_tick, changed_at, now_ts FROM pgmq_sdk.due_schedules($1::integer)";
+    FireSchedule = "SELECT msg_id, tick FROM pgmq_sdk.fire_schedule($1::text, $2::timestamptz, $3::timestamptz, $4::timestamptz[], $5::timestamptz)";
+    NextScheduleDue = "SELECT extract(epoch FROM pg_catalog.min(next_tick) - pg_catalog.clock_timestamp())::float8 FROM pgmq_sdk.schedules WHERE NOT paused AND pg_catalog.has_table_privilege(queue_relid, 'INSERT')";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
     // read.rs
@@ -181,6 +190,14 @@ impl Stmt {
                 | Stmt::QueuePaused
                 | Stmt::ListPaused
                 | Stmt::ReadLimited
+                | Stmt::PutSchedule
+                | Stmt::PauseSchedule
+                | Stmt::ResumeSchedule
+                | Stmt::RemoveSchedule
+                | Stmt::ListSchedules
+                | Stmt::DueSchedules
+                | Stmt::FireSchedule
+                | Stmt::NextScheduleDue
         )
     }
 
@@ -226,6 +243,7 @@ fn parse_param_types(sql: &str) -> Vec<tokio_postgres::types::Type> {
             "jsonb" => Type::JSONB,
             "jsonb[]" => Type::JSONB_ARRAY,
             "timestamptz" => Type::TIMESTAMPTZ,
+            "timestamptz[]" => Type::TIMESTAMPTZ_ARRAY,
             "text[]" => Type::TEXT_ARRAY,
             "float8" => Type::FLOAT8,
             other => panic!("statement parameter ${n} has a cast this crate does not map: {other}"),
@@ -389,6 +407,7 @@ mod tests {
                 "'lock_timeout'",
                 "'statement_timeout'",
                 "'USAGE'",
+                "'INSERT'",
                 "'{}'",
                 "''",
             ] {

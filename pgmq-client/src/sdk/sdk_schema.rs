@@ -3,7 +3,8 @@
 //! can be trusted before anything of them runs.
 //!
 //! Idempotent sends ([`Pgmq::send_keyed`](crate::Pgmq::send_keyed)), pausing a queue
-//! ([`Pgmq::pause`](crate::Pgmq::pause)) and the worker's fleet-wide limits store their state in
+//! ([`Pgmq::pause`](crate::Pgmq::pause)), the worker's fleet-wide limits and
+//! periodic sends ([`Pgmq::put_schedule`](crate::Pgmq::put_schedule)) store their state in
 //! tables and functions of the schema `pgmq_sdk`, never in PGMQ's tables.
 //! Nothing creates them implicitly: an operator (or a deploy step) runs
 //! [`Client::install_sdk_schema`] or `pgmq install-sdk`, or applies the SQL
@@ -50,7 +51,7 @@ use crate::conn::sdk_trust::{check as check_trust, find};
 pub const SCHEMA: &str = "pgmq_sdk";
 
 /// The schema version this crate installs and needs.
-pub const VERSION: i32 = 4;
+pub const VERSION: i32 = 5;
 
 /// Each version's table changes, in order: version `i + 1` is
 /// `MIGRATIONS[i]`.
@@ -59,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/pgmq_sdk_v2.sql"),
     include_str!("../../sql/pgmq_sdk_v3.sql"),
     include_str!("../../sql/pgmq_sdk_v4.sql"),
+    include_str!("../../sql/pgmq_sdk_v5.sql"),
 ];
 
 /// The functions, policies and grants of [`VERSION`], applied on every
@@ -79,6 +81,11 @@ const FUNCTIONS: &[&str] = &[
     "pgmq_sdk.resume_queue(text)",
     "pgmq_sdk.queue_paused(text)",
     "pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision)",
+    "pgmq_sdk.put_schedule(text, text, text, text, interval, jsonb, jsonb, integer)",
+    "pgmq_sdk.pause_schedule(text, boolean)",
+    "pgmq_sdk.remove_schedule(text)",
+    "pgmq_sdk.due_schedules(integer)",
+    "pgmq_sdk.fire_schedule(text, timestamptz, timestamptz, timestamptz[], timestamptz)",
 ];
 
 /// The advisory lock key that serializes installs (`pgmq_sdk` as bytes).

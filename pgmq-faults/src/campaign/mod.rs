@@ -40,6 +40,7 @@ mod invariants;
 pub(crate) mod model;
 mod nemesis;
 pub(crate) mod plan;
+mod schedules;
 mod slots;
 mod watch;
 mod workload;
@@ -108,6 +109,16 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
             t,
         ));
     }
+    let t = Instant::now();
+    eprintln!("campaign: periodic-sends cell (schedulers through a kill, a SIGSTOP and a PostgreSQL crash) ...");
+    let checks = schedules::schedule_cell(ctx, &opts.sabotage).await;
+    cells.push(cell_row(
+        "periodic sends",
+        "a schedule ticking every second, fired by three processes through a SIGKILL, a \
+         SIGSTOP and a PostgreSQL crash",
+        checks,
+        t,
+    ));
     // After the last seed: re-creating PGMQ drops every queue, so no
     // seed's workload can share it, and until install-sdk has repaired the
     // pgmq_sdk schema no later seed could use its fleet limit.

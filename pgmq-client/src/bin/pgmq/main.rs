@@ -26,6 +26,8 @@
 //! pgmq notify enable <queue> [--throttle-ms MS] | notify disable <queue> | notify list
 //! pgmq install-sdk [--print]                 create or upgrade the pgmq_sdk schema
 //! pgmq pause <queue> [--reason TEXT] | pgmq resume <queue> | pgmq paused
+//! pgmq schedule list [--table] | schedule add <name> <queue> (--cron EXPR [--tz ZONE] | --every 5m)
+//!     [--message JSON] [--headers JSON] [--catch-up N] | schedule pause|resume|remove <name> | schedule fire
 //! pgmq completions <bash|zsh|fish|elvish|powershell>
 //! ```
 
@@ -33,6 +35,7 @@ mod archive;
 mod input;
 mod out;
 mod redrive;
+mod schedule;
 mod watch;
 
 use std::path::PathBuf;
@@ -271,6 +274,12 @@ enum Command {
         /// An aligned table for people instead of JSON lines.
         #[arg(long)]
         table: bool,
+    },
+    /// Periodic sends: schedules that send a message to a queue on each
+    /// tick of a cron expression or an interval, once for the fleet.
+    Schedule {
+        #[command(subcommand)]
+        action: schedule::ScheduleAction,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish or
     /// powershell), e.g.
@@ -750,6 +759,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             ];
             out.rows(table, &cols, &rows).await?;
         }
+        Command::Schedule { action } => schedule::run(&client, action, &mut out).await?,
         Command::Completions { .. } => unreachable!("answered before connecting"),
     }
     out.flush().await
