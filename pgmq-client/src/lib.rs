@@ -48,7 +48,7 @@
 //!   calls that are statements on PGMQ's tables rather than PGMQ functions
 //!   ([`Pgmq::read_from`], the fenced writes [`Pgmq::delete_fenced`],
 //!   [`Pgmq::archive_fenced`], [`Pgmq::requeue_fenced`] and
-//!   [`Pgmq::dead_letter_fenced`], the locks [`Pgmq::lock_fenced`] and
+//!   [`Pgmq::dead_letter_fenced`], the move [`Pgmq::move_batch`], the locks [`Pgmq::lock_fenced`] and
 //!   [`Pgmq::lock_batch`], [`Pgmq::release_batch`], the looks
 //!   [`Pgmq::peek_raw`], [`Pgmq::peek_archive_raw`] and
 //!   [`Pgmq::still_queued`], and [`Pgmq::prune_archive_batch`]) name the
@@ -157,10 +157,10 @@ pub use conn::{
 };
 pub use pgmq::{
     quote_ident, ArchivedMessage, DeadLetter, Decoded, Delay, GroupStrategy, Listener, LockHolder,
-    Message, Notification, NotificationStream, NotifyThrottle, QueueInfo, QueueMetrics, QueueName,
-    RawJson, ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableAutovacuum,
-    TableColumn, TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN,
-    NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
+    Message, MoveBatch, MoveHeaders, MoveSelection, Moved, Notification, NotificationStream,
+    NotifyThrottle, QueueInfo, QueueMetrics, QueueName, RawJson, ReadFrom, ReadOptions, Receipt,
+    Requeue, RouteMatch, SendOptions, TableAutovacuum, TableColumn, TopicBinding, Undecoded,
+    FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
     DedupKey, FleetLimit, PausedQueue, Sent, TopicSent, MAX_DEDUP_KEY_LEN, PAUSE_FLAG_GRANTS,

@@ -22,6 +22,7 @@
 //! pgmq archive list <queue> [-n N] [--table]  |  pgmq archive prune <queue> --older-than 7d [--batch N]
 //! pgmq set-vt <queue> <msg_id> <seconds>
 //! pgmq redrive <dead_letter_queue> [--to Q] [--batch N] [--limit N] [--dry-run]
+//! pgmq move <from> <to> (--all | --id N... | --filter JSON | --header-filter JSON) [--batch N] [--limit N]
 //! pgmq topic bind <pattern> <queue> | topic unbind <pattern> <queue> | topic list | topic test <key>
 //! pgmq notify enable <queue> [--throttle-ms MS] | notify disable <queue> | notify list
 //! pgmq install-sdk [--print]                 create or upgrade the pgmq_sdk schema
@@ -31,6 +32,7 @@
 
 mod archive;
 mod input;
+mod move_msgs;
 mod out;
 mod redrive;
 mod watch;
@@ -234,6 +236,17 @@ enum Command {
     /// COMMIT, the error says the batch's outcome is unknown and names the
     /// msg_ids to check in the target and the dead-letter queue.
     Redrive(RedriveArgs),
+    /// Move messages from one queue to another: --all, those with the
+    /// given --id, or those whose body contains --filter and whose headers
+    /// contain --header-filter (JSON containment).
+    ///
+    /// Each batch moves in one transaction: sent to the target and deleted
+    /// from the source, or neither. Only visible messages move (one being
+    /// handled stays where it is). A moved message keeps its body and
+    /// headers exactly; it gets a new msg_id and starts with read_ct 0 in
+    /// the target. Prints {"msg_id", "queue", "new_msg_id"} per message
+    /// moved. The run handles the messages there when it began.
+    Move(MoveArgs),
     /// Topic bindings: route messages sent to a routing key to every queue
     /// bound to a matching pattern (`*` one word, `#` zero or more).
     Topic {
@@ -455,6 +468,39 @@ struct RedriveArgs {
     /// --to, redrive refuses when the messages name more than one).
     #[arg(long)]
     yes: bool,
+}
+
+// The arguments of `pgmq move` (its help text is the variant's doc above).
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["all", "id", "filter", "header_filter"])))]
+struct MoveArgs {
+    /// The queue the messages leave.
+    from: String,
+    /// The queue they go to.
+    to: String,
+    /// Every visible message.
+    #[arg(long, conflicts_with_all = ["id", "filter", "header_filter"])]
+    all: bool,
+    /// A message id (repeat for more).
+    #[arg(long, value_name = "MSG_ID", conflicts_with_all = ["filter", "header_filter"])]
+    id: Vec<i64>,
+    /// JSON the body must contain, e.g. '{"region":"eu"}'.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    filter: Option<Value>,
+    /// JSON the headers must contain.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    header_filter: Option<Value>,
+    /// Messages per transaction.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    batch: u32,
+    /// Stop after this many messages.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+/// A JSON value given on the command line.
+fn json_object(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }
 
 #[derive(Subcommand)]
@@ -710,6 +756,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Redrive(args) => redrive(&client, args, &mut out).await?,
+        Command::Move(args) => move_cmd(&client, args, &mut out).await?,
         Command::Topic { action } => topic(&client, action, &mut out).await?,
         Command::Notify { action } => notify(&client, action, &mut out).await?,
         Command::InstallSdk { .. } => {
@@ -941,6 +988,28 @@ async fn redrive(client: &Client, args: RedriveArgs, out: &mut Out) -> Result<()
         yes: args.yes,
     };
     redrive::run(client, &opts, out).await
+}
+
+/// `pgmq move`: the names and the selection checked, then [`move_msgs::run`].
+async fn move_cmd(client: &Client, args: MoveArgs, out: &mut Out) -> Result<(), Failure> {
+    let select = if args.all {
+        pgmq_client::MoveSelection::All
+    } else if !args.id.is_empty() {
+        pgmq_client::MoveSelection::Ids(args.id)
+    } else {
+        pgmq_client::MoveSelection::Matching {
+            body: args.filter,
+            headers: args.header_filter,
+        }
+    };
+    let opts = move_msgs::Opts {
+        from: queue(&args.from)?,
+        to: queue(&args.to)?,
+        select,
+        batch: args.batch as usize,
+        limit: args.limit,
+    };
+    move_msgs::run(client, &opts, out).await
 }
 
 /// `pgmq topic bind | unbind | list | test`.
