@@ -19,7 +19,7 @@
 //! pgmq read <queue> [-n N] [--vt S] [--poll S] [--filter JSON] [--table]
 //! pgmq pop <queue> [-n N]                    print, then delete what was printed
 //! pgmq delete <queue> <msg_id>...  |  pgmq archive <queue> <msg_id>...
-//! pgmq archive list <queue> [-n N] [--table]  |  pgmq archive prune <queue> --older-than 7d [--batch N]
+//! pgmq archive list <queue> [-n N] [--table]  |  pgmq archive prune <queue> [--older-than 7d] [--keep N] [--batch N]
 //! pgmq set-vt <queue> <msg_id> <seconds>
 //! pgmq redrive <dead_letter_queue> [--to Q] [--batch N] [--limit N] [--dry-run]
 //! pgmq move <from> <to> (--all | --id N... | --filter JSON | --header-filter JSON) [--batch N] [--limit N]
@@ -350,14 +350,22 @@ enum ArchiveAction {
         #[arg(long)]
         table: bool,
     },
-    /// Delete archived messages archived longer ago than --older-than, in
-    /// batches of --batch rows, each batch its own short transaction;
-    /// prints {"queue", "pruned": N}.
+    /// Delete archived messages archived longer ago than --older-than (on
+    /// the database clock) and beyond the newest --keep (by msg_id): a row
+    /// goes only when every limit given lets it go. In batches of --batch
+    /// rows, the lowest msg_ids first, each batch its own short transaction
+    /// that holds the queue's retention lock, so one process prunes a queue
+    /// at a time; prints {"queue", "pruned": N, "busy": bool} (busy:
+    /// another process was pruning it, and this run stopped).
+    #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["older_than", "keep"])))]
     Prune {
         queue: String,
         /// An age: a whole number and s, m, h, d or w (90s, 12h, 7d, 2w).
         #[arg(long, value_name = "AGE", value_parser = archive::parse_age)]
-        older_than: Duration,
+        older_than: Option<Duration>,
+        /// Keep at least this many of the newest rows.
+        #[arg(long, value_name = "N")]
+        keep: Option<u64>,
         /// Rows deleted per transaction.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10000))]
         batch: u32,
@@ -905,8 +913,14 @@ async fn archive_cmd(client: &Client, args: ArchiveArgs, out: &mut Out) -> Resul
         Some(ArchiveAction::Prune {
             queue: name,
             older_than,
+            keep,
             batch,
-        }) => archive::prune(client, &queue(&name)?, older_than, batch as usize, out).await,
+        }) => {
+            let mut retention = pgmq_client::ArchiveRetention::keeping(0).batch(batch as usize);
+            retention.older_than = older_than;
+            retention.keep = keep;
+            archive::prune(client, &queue(&name)?, &retention, out).await
+        }
         None => {
             // clap requires both without a subcommand.
             let name = args.queue.unwrap_or_default();
