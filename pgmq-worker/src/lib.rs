@@ -198,6 +198,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod batch_context;
 mod batch_loop;
 mod builder;
 mod claim_queue;
@@ -234,6 +235,7 @@ mod wake;
 mod worker;
 
 pub use backoff::Backoff;
+pub use batch_context::BatchContext;
 pub use builder::WorkerBuilder;
 pub use claimer::ClaimReads;
 pub use context::Context;
@@ -242,8 +244,8 @@ pub use error::Error;
 pub use group::{GroupShutdown, WorkerGroup};
 pub use handle::{Monitor, WorkerHandle};
 pub use handler::{
-    BatchHandler, BlockingHandler, Handler, HandlerError, HandlerWithContext, MessageResult,
-    Outcome, TransactionalBatchHandler, TransactionalHandler,
+    BatchHandler, BatchHandlerWithContext, BlockingHandler, Handler, HandlerError,
+    HandlerWithContext, MessageResult, Outcome, TransactionalBatchHandler, TransactionalHandler,
 };
 pub use health::Health;
 pub use hooks::Hook;
