@@ -166,6 +166,13 @@ pub enum Sabotage {
     /// revokes: to the invariant, workers that go on claiming while they
     /// cannot read the pause flag.
     RevokeSkipped,
+    /// The campaign's retention cell prunes with its age read in the wrong
+    /// unit (seconds for hours): messages younger than the age go.
+    RetentionYoung,
+    /// The campaign's move cell moves in two transactions (send, then
+    /// delete), its connection cut between them: a batch tried again is
+    /// sent twice.
+    MoveSplit,
 }
 
 impl Sabotage {
@@ -187,6 +194,8 @@ impl Sabotage {
             Sabotage::StaleKeys => "stale-keys",
             Sabotage::SdkNotReinstalled => "sdk-not-reinstalled",
             Sabotage::RevokeSkipped => "revoke-skipped",
+            Sabotage::RetentionYoung => "retention-young",
+            Sabotage::MoveSplit => "move-split",
         }
     }
 

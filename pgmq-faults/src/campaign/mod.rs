@@ -31,15 +31,18 @@
 //! The parts, each importing what they share from [`model`] and none from
 //! this runner: [`plan`] (the options and each seed's schedule),
 //! [`workload`] (the core producer), [`fleet`] (the fleet workload and
-//! the cells), [`slots`] (the worker processes), [`nemesis`] (the fault
+//! the kill and extension cells), [`retention`] and [`moves`] (the
+//! retention and move cells), [`slots`] (the worker processes), [`nemesis`] (the fault
 //! kinds and their injection), [`watch`] (the sampler), [`invariants`]
 //! (the verdicts). This module runs a seed through its phases.
 
 mod fleet;
 mod invariants;
 pub(crate) mod model;
+mod moves;
 mod nemesis;
 pub(crate) mod plan;
+mod retention;
 mod slots;
 mod watch;
 mod workload;
@@ -108,6 +111,26 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
             t,
         ));
     }
+    let t = Instant::now();
+    eprintln!("campaign: retention cell (pruners at once, one through cut connections) ...");
+    let checks = retention::retention_cell(ctx, &proxy, &opts.sabotage).await;
+    cells.push(cell_row(
+        "retention cell",
+        "an archive pruned past an age by three pruners at once, one through a proxy cutting \
+         its connections, while fresh messages are archived",
+        checks,
+        t,
+    ));
+    let t = Instant::now();
+    eprintln!("campaign: move cell (a move through a proxy cutting every other batch) ...");
+    let checks = moves::move_cell(ctx, &proxy, &opts.sabotage).await;
+    cells.push(cell_row(
+        "move cell",
+        "messages moved between queues in batches through a proxy cutting the connection \
+         before, during or after every other batch",
+        checks,
+        t,
+    ));
     // After the last seed: re-creating PGMQ drops every queue, so no
     // seed's workload can share it, and until install-sdk has repaired the
     // pgmq_sdk schema no later seed could use its fleet limit.
