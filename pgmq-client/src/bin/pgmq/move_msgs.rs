@@ -1,5 +1,5 @@
 //! `pgmq move`: messages from one queue to another, by ids, by a JSON
-//! filter or all, one transaction per batch ([`Pgmq::move_batch`]: sent to
+//! filter or all, one transaction per batch ([`Pgmq::move_batch`](pgmq_client::Pgmq::move_batch): sent to
 //! the target and deleted from the source, or neither).
 //!
 //! Batches walk msg_id upwards from a cursor and stop at the highest msg_id
