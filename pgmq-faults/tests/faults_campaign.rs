@@ -270,6 +270,20 @@ fn retention_and_move_sabotages_fail_their_cells() {
         "{doc}"
     );
     assert!(!cell_verdict(&doc, "move cell"), "{doc}");
+    // Failed for doubling, not for losing or not finishing.
+    let moved = &doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "move cell")
+        .unwrap()["checks"][0]["detail"];
+    let detail = moved.as_str().unwrap();
+    assert!(
+        detail.contains(" 0 lost")
+            && !detail.contains(" 0 doubled")
+            && detail.contains("finished: true"),
+        "{detail}"
+    );
     // The seed itself is untouched by these two.
     assert_eq!(doc["rows"][0]["pass"], true, "{doc}");
 }

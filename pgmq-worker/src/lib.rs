@@ -95,11 +95,18 @@
 //!   arrived within a short window) and takes a [`MessageResult`] per
 //!   message: each keeps its own lease, attempts and outcome, so one
 //!   failure retries that message alone.
+//!   [`batch_handler_with_context`](WorkerBuilder::batch_handler_with_context)
+//!   also gives it a [`BatchContext`]: the batch's cancellation and
+//!   deadline, each message's attempt and deliveries.
 //!   [`transactional_batch_handler`](WorkerBuilder::transactional_batch_handler)
 //!   runs a [`TransactionalBatchHandler`] in one transaction per batch that
 //!   locks the batch's rows (fenced on their deliveries) before the handler
 //!   runs and commits the handler's writes with the fenced deletes of the
 //!   successes: one commit per batch.
+//! - **Archive retention.** [`run_retention`] prunes archives past an age
+//!   and/or a count every [`RetentionConfig::every`], with pgmq-client's
+//!   [`apply_retention`](pgmq_client::Pgmq::apply_retention): one process
+//!   of the fleet prunes a queue at a time, in bounded batches.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
 //!   one transaction, with headers `reason`, `attempts`, `deliveries`,
 //!   `source_queue`, `original_msg_id` and `original_headers`. The copy is
