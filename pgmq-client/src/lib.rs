@@ -48,10 +48,11 @@
 //!   calls that are statements on PGMQ's tables rather than PGMQ functions
 //!   ([`Pgmq::read_from`], the fenced writes [`Pgmq::delete_fenced`],
 //!   [`Pgmq::archive_fenced`], [`Pgmq::requeue_fenced`] and
-//!   [`Pgmq::dead_letter_fenced`], the locks [`Pgmq::lock_fenced`] and
+//!   [`Pgmq::dead_letter_fenced`], the move [`Pgmq::move_batch`], the locks [`Pgmq::lock_fenced`] and
 //!   [`Pgmq::lock_batch`], [`Pgmq::release_batch`], the looks
 //!   [`Pgmq::peek_raw`], [`Pgmq::peek_archive_raw`] and
-//!   [`Pgmq::still_queued`], and [`Pgmq::prune_archive_batch`]) name the
+//!   [`Pgmq::still_queued`], [`Pgmq::prune_archive_batch`] and
+//!   [`Pgmq::retention_batch`]) name the
 //!   queue's tables in their SQL as PGMQ folds them (lowercase), always as
 //!   quoted identifiers ([`quote_ident`]).
 //! - **Catalog functions qualified.** The SQL this crate writes itself calls
@@ -156,11 +157,12 @@ pub use conn::{
     MAX_SECONDS, MIN_SUPPORTED,
 };
 pub use pgmq::{
-    quote_ident, ArchivedMessage, DeadLetter, Decoded, Delay, GroupStrategy, Listener, LockHolder,
-    Message, Notification, NotificationStream, NotifyThrottle, QueueInfo, QueueMetrics, QueueName,
-    RawJson, ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableAutovacuum,
-    TableColumn, TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN,
-    NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
+    quote_ident, ArchiveRetention, ArchivedMessage, DeadLetter, Decoded, Delay, GroupStrategy,
+    Listener, LockHolder, Message, MoveBatch, MoveHeaders, MoveSelection, Moved, Notification,
+    NotificationStream, NotifyThrottle, Pruned, QueueInfo, QueueMetrics, QueueName, RawJson,
+    ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableAutovacuum, TableColumn,
+    TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE,
+    QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
     tick_key, Cadence, DedupKey, DueSchedule, FiredTick, FiringPass, FleetLimit, PausedQueue,

@@ -1043,7 +1043,10 @@ async fn archive_by_id_list_and_prune_in_batches() {
     .await
     .ok()
     .lines();
-    assert_eq!(pruned, [json!({"queue": q.as_str(), "pruned": 3})]);
+    assert_eq!(
+        pruned,
+        [json!({"queue": q.as_str(), "pruned": 3, "busy": false})]
+    );
     let left: Vec<i64> = common::archive_rows(&pg, &q)
         .await
         .iter()

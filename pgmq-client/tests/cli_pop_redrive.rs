@@ -1,7 +1,8 @@
 //! `pgmq pop` and `pgmq redrive` when things go wrong: stdout closed early,
 //! a target that is the dead-letter queue itself, many messages left in
 //! place, a connection lost during COMMIT. Run as a process against the test
-//! database (through a cutting proxy for the last one).
+//! database (through a cutting proxy for the last one). And `pgmq move` by
+//! a filter, and two `pgmq archive prune` processes at once.
 #![cfg(feature = "cli")]
 
 mod common;
@@ -313,4 +314,116 @@ async fn redrive_with_the_commit_lost_says_the_outcome_is_unknown() {
     // The server never got the COMMIT: the message is still a dead letter.
     assert_eq!(rows(&dlq).await.len(), 1);
     assert!(rows(&src).await.is_empty());
+}
+
+/// `pgmq move --filter`: the matching messages move, one line each with
+/// their new id, headers kept; the others stay.
+#[tokio::test]
+async fn move_by_filter_moves_the_matching_messages() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let from = qs.fresh(&client, "cli_mv_from").await;
+    let to = qs.fresh(&client, "cli_mv_to").await;
+    let bodies: Vec<Value> = (0..6).map(|n| json!({"n": n, "eu": n % 2 == 0})).collect();
+    let ids = client
+        .send_batch_with(&from, &bodies, &SendOptions::new().headers(json!({"h": 1})))
+        .await
+        .unwrap();
+    let run = pgmq(&[
+        "move",
+        from.as_str(),
+        to.as_str(),
+        "--filter",
+        r#"{"eu": true}"#,
+        "--batch",
+        "2",
+    ])
+    .await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let lines: Vec<Value> = run
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let moved: Vec<i64> = lines
+        .iter()
+        .map(|l| l["msg_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(moved, [ids[0], ids[2], ids[4]]);
+    assert!(lines
+        .iter()
+        .all(|l| l["queue"] == to.as_str() && l["new_msg_id"].is_i64()));
+    assert!(run.stderr.contains("moved 3 message(s)"), "{}", run.stderr);
+    assert_eq!(rows(&from).await.len(), 3);
+    let there = client.peek_raw(&to, 10).await.unwrap();
+    assert_eq!(there.len(), 3);
+    assert!(there.iter().all(|m| m.headers == Some(json!({"h": 1}))));
+    // Without a selection, or to itself: a usage error, nothing moved.
+    for bad in [
+        &["move", from.as_str(), to.as_str()][..],
+        &["move", from.as_str(), from.as_str(), "--all"],
+    ] {
+        assert_eq!(pgmq(bad).await.code, Some(2), "{bad:?}");
+    }
+    assert_eq!(rows(&from).await.len(), 3);
+}
+
+/// Two `pgmq archive prune` processes at once on one archive, in batches
+/// of 10: each old row is pruned once (their counts add up) and no young
+/// one; `--keep` keeps the newest.
+#[tokio::test]
+async fn prune_processes_at_once_prune_each_old_row_once() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "cli_prune_two").await;
+    let bodies: Vec<Value> = (0..600).map(|n| json!(n)).collect();
+    let ids = client.send_batch(&q, &bodies).await.unwrap();
+    client.archive_batch(&q, &ids).await.unwrap();
+    let old: Vec<i64> = ids.iter().copied().step_by(2).collect();
+    common::raw()
+        .await
+        .execute(
+            &format!(
+                "UPDATE {} SET archived_at = archived_at - interval '2 hours' WHERE msg_id = ANY($1)",
+                q.quoted_archive_table()
+            ),
+            &[&old],
+        )
+        .await
+        .unwrap();
+    let args = [
+        "archive",
+        "prune",
+        q.as_str(),
+        "--older-than",
+        "1h",
+        "--batch",
+        "10",
+    ];
+    let dsn = common::dsn();
+    let (a, b) = tokio::join!(pgmq_on(&dsn, &args), pgmq_on(&dsn, &args));
+    let mut pruned = 0;
+    for run in [a, b] {
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        let line: Value = serde_json::from_str(run.stdout.trim()).unwrap();
+        pruned += line["pruned"].as_u64().unwrap();
+    }
+    assert_eq!(pruned, old.len() as u64);
+    let pg = common::raw().await;
+    let left: Vec<i64> = common::archive_rows(&pg, &q)
+        .await
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    let young: Vec<i64> = ids.iter().copied().skip(1).step_by(2).collect();
+    assert_eq!(left, young);
+    // --keep alone: the newest 5 stay.
+    let run = pgmq(&["archive", "prune", q.as_str(), "--keep", "5"]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let left: Vec<i64> = common::archive_rows(&pg, &q)
+        .await
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(left, young[young.len() - 5..]);
 }

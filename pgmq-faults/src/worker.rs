@@ -175,6 +175,13 @@ pub enum Sabotage {
     /// and move it 300 ms later: a tick another scheduler reads meanwhile
     /// is sent twice.
     ScheduleUnfenced,
+    /// The campaign's retention cell prunes with its age read in the wrong
+    /// unit (seconds for hours): messages younger than the age go.
+    RetentionYoung,
+    /// The campaign's move cell moves in two transactions (send, then
+    /// delete), its connection cut between them: a batch tried again is
+    /// sent twice.
+    MoveSplit,
 }
 
 impl Sabotage {
@@ -197,6 +204,8 @@ impl Sabotage {
             Sabotage::SdkNotReinstalled => "sdk-not-reinstalled",
             Sabotage::RevokeSkipped => "revoke-skipped",
             Sabotage::ScheduleUnfenced => "schedule-unfenced",
+            Sabotage::RetentionYoung => "retention-young",
+            Sabotage::MoveSplit => "move-split",
         }
     }
 

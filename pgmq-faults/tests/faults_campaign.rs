@@ -4,7 +4,7 @@
 //! the seed.
 //!
 //! Each test starts its own throwaway cluster and proxy on ports of the
-//! fault suite's own (55440-55451), so that they can run side
+//! fault suite's own (55440-55451, and 55464-55465), so that they can run side
 //! by side. Without a sabotage the same campaign passes.
 
 use std::path::PathBuf;
@@ -90,6 +90,17 @@ fn cell_verdict(doc: &serde_json::Value, scenario: &str) -> bool {
     pass_of(doc, &doc["rows"], "scenario", scenario)
 }
 
+/// The verdict of the check `name` of the cell row `scenario`.
+fn cell_check(doc: &serde_json::Value, scenario: &str, name: &str) -> bool {
+    let row = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == scenario)
+        .unwrap_or_else(|| panic!("no row {scenario:?} in {doc}"));
+    pass_of(doc, &row["checks"], "name", name)
+}
+
 /// The `pass` of the entry of `list` (in `doc`) whose `field` is `value`.
 fn pass_of(doc: &serde_json::Value, list: &serde_json::Value, field: &str, value: &str) -> bool {
     list.as_array()
@@ -147,6 +158,8 @@ fn without_a_sabotage_the_campaign_passes() {
     assert!(verdict(&doc, "only the current delivery commits"), "{doc}");
     assert!(cell_verdict(&doc, "extension re-created"), "{doc}");
     assert!(cell_verdict(&doc, "periodic sends"), "{doc}");
+    assert!(cell_verdict(&doc, "retention cell"), "{doc}");
+    assert!(cell_verdict(&doc, "move cell"), "{doc}");
 }
 
 /// A bug planted in pgmq-worker itself (feature `fault-injection`): a
@@ -241,6 +254,43 @@ fn fifo_and_fleet_sabotages_fail_their_invariants() {
     assert!(!cell_verdict(&doc, "extension re-created"), "{doc}");
     // `schedule-unfenced`: ticks sent twice.
     assert!(!cell_verdict(&doc, "periodic sends"), "{doc}");
+}
+
+/// The retention and move cells, each failed by its own planted bug: an
+/// age read in the wrong unit prunes messages younger than the age; a move
+/// whose send and delete are two transactions, cut between them, doubles
+/// the batch tried again. The same cells pass in
+/// [`without_a_sabotage_the_campaign_passes`].
+#[test]
+fn retention_and_move_sabotages_fail_their_cells() {
+    let (code, stderr, doc) = campaign_with("retention-young,move-split", 55464, 3, "none", 11);
+    assert_eq!(code, Some(1), "a failed cell fails the campaign\n{stderr}");
+    assert_eq!(doc["pass"], false);
+    assert!(
+        !cell_check(
+            &doc,
+            "retention cell",
+            "retention never deletes a message younger than its age"
+        ),
+        "{doc}"
+    );
+    assert!(!cell_verdict(&doc, "move cell"), "{doc}");
+    // Failed for doubling, not for losing or not finishing.
+    let moved = &doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "move cell")
+        .unwrap()["checks"][0]["detail"];
+    let detail = moved.as_str().unwrap();
+    assert!(
+        detail.contains(" 0 lost")
+            && !detail.contains(" 0 doubled")
+            && detail.contains("finished: true"),
+        "{detail}"
+    );
+    // The seed itself is untouched by these two.
+    assert_eq!(doc["rows"][0]["pass"], true, "{doc}");
 }
 
 /// The seed of [`fifo_and_fleet_sabotages_fail_their_invariants`] (see

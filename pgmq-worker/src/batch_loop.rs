@@ -46,12 +46,14 @@ use pgmq_client::{Message, Pgmq, QueueName, Receipt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+use crate::batch_context::BatchContext;
 use crate::claim_queue::Claimed;
 use crate::completer::{acknowledge, AckKind};
 use crate::context::Context;
 use crate::fence;
 use crate::handler::{
-    panic_text, BatchHandler, HandlerError, MessageResult, Outcome, TransactionalBatchHandler,
+    panic_text, BatchHandler, BatchHandlerWithContext, HandlerError, MessageResult, Outcome,
+    TransactionalBatchHandler,
 };
 use crate::handler_loop::{
     admit, after_hooks, begin_run, next_claimed, outcome_to_ack, refused_result, send_ack, settle,
@@ -82,13 +84,15 @@ pub(crate) enum Each {
 
 /// One way of running a batch handler.
 pub(crate) trait BatchRun<T: Send>: Send + Sync + 'static {
-    /// Runs the handler on `msgs`, whose deliveries are `receipts` (same
-    /// order); returns one [`Each`] per message, in that order.
+    /// Runs the handler on `msgs`, whose deliveries are `receipts` and
+    /// whose contexts are `ctx` (same order); returns one [`Each`] per
+    /// message, in that order.
     fn run(
         &self,
         loops: &HandlerLoops,
         msgs: Vec<Message<T>>,
         receipts: &[Receipt],
+        ctx: BatchContext,
     ) -> impl Future<Output = Vec<Each>> + Send;
 }
 
@@ -101,6 +105,16 @@ pub(crate) fn batch_spawner<T: DeserializeOwned + Send + 'static, H: BatchHandle
     handler: H,
 ) -> Box<dyn Spawner<T>> {
     spawner::<T, _>(AsyncBatch(handler))
+}
+
+/// The loops of a [`BatchHandlerWithContext`].
+pub(crate) fn batch_with_context_spawner<
+    T: DeserializeOwned + Send + 'static,
+    H: BatchHandlerWithContext<T>,
+>(
+    handler: H,
+) -> Box<dyn Spawner<T>> {
+    spawner::<T, _>(AsyncBatchWithContext(handler))
 }
 
 /// The loops of a [`TransactionalBatchHandler`].
@@ -392,7 +406,8 @@ async fn run_batch<T: Send, R: BatchRun<T>>(
     let n = members.len();
     let receipts: Vec<Receipt> = members.iter().map(|m| m.d.receipt).collect();
     let span = tracing::debug_span!("pgmq_worker.handle_batch", queue = %cfg.queue, messages = n);
-    let call = run.run(ctx, msgs, &receipts).instrument(span);
+    let bctx = BatchContext::new(members.iter().map(|m| m.ctx.clone()).collect());
+    let call = run.run(ctx, msgs, &receipts, bctx).instrument(span);
     let ends = || members.iter().map(|m| Arc::clone(&m.expiry)).collect();
     let call = async {
         match fence::bounded(call, cfg.fence, ends).await {
@@ -478,16 +493,48 @@ fn results_of(
 pub(crate) struct AsyncBatch<H>(pub H);
 
 impl<T: Send + 'static, H: BatchHandler<T>> BatchRun<T> for AsyncBatch<H> {
-    async fn run(&self, _: &HandlerLoops, msgs: Vec<Message<T>>, _: &[Receipt]) -> Vec<Each> {
+    async fn run(
+        &self,
+        _: &HandlerLoops,
+        msgs: Vec<Message<T>>,
+        _: &[Receipt],
+        _: BatchContext,
+    ) -> Vec<Each> {
         let n = msgs.len();
-        let r = AssertUnwindSafe(self.0.handle(msgs))
-            .catch_unwind()
-            .await
-            .map_err(|p| panic_text(&*p));
-        match results_of(r, n) {
-            Ok(v) => v.into_iter().map(|r| Each::Ran(Ok(r))).collect(),
-            Err(failed) => failed,
-        }
+        ran(self.0.handle(msgs), n).await
+    }
+}
+
+/// A [`BatchHandlerWithContext`]'s runs: as [`AsyncBatch`], with the
+/// batch's context.
+pub(crate) struct AsyncBatchWithContext<H>(pub H);
+
+impl<T: Send + 'static, H: BatchHandlerWithContext<T>> BatchRun<T> for AsyncBatchWithContext<H> {
+    async fn run(
+        &self,
+        _: &HandlerLoops,
+        msgs: Vec<Message<T>>,
+        _: &[Receipt],
+        ctx: BatchContext,
+    ) -> Vec<Each> {
+        let n = msgs.len();
+        ran(self.0.handle(msgs, ctx), n).await
+    }
+}
+
+/// The [`Each`]es of an async batch handler's call for `n` messages, a
+/// panic caught.
+async fn ran(
+    call: impl Future<Output = Result<Vec<MessageResult>, HandlerError>>,
+    n: usize,
+) -> Vec<Each> {
+    let r = AssertUnwindSafe(call)
+        .catch_unwind()
+        .await
+        .map_err(|p| panic_text(&*p));
+    match results_of(r, n) {
+        Ok(v) => v.into_iter().map(|r| Each::Ran(Ok(r))).collect(),
+        Err(failed) => failed,
     }
 }
 
@@ -501,6 +548,7 @@ impl<T: Send + 'static, H: TransactionalBatchHandler<T>> BatchRun<T> for TxBatch
         loops: &HandlerLoops,
         msgs: Vec<Message<T>>,
         receipts: &[Receipt],
+        _: BatchContext,
     ) -> Vec<Each> {
         let n = msgs.len();
         let conn = match loops

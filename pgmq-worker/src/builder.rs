@@ -895,6 +895,38 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
+    /// A batch handler that also gets a [`BatchContext`](crate::BatchContext)
+    /// (the batch's cancellation and deadline, each message's attempt and
+    /// deliveries): otherwise as [`batch_handler`](Self::batch_handler).
+    ///
+    /// ```no_run
+    /// # fn f(client: pgmq_client::Client) -> Result<(), pgmq_worker::Error> {
+    /// use std::time::Duration;
+    /// use pgmq_client::{Message, QueueName};
+    /// use pgmq_worker::{BatchContext, MessageResult, Outcome, Worker};
+    ///
+    /// let worker: Worker<serde_json::Value> = Worker::builder(client, QueueName::new("events")?)
+    ///     .batch_handler_with_context(100, Duration::from_millis(20), |batch: Vec<Message<serde_json::Value>>, ctx: BatchContext| async move {
+    ///         // A message on its fourth attempt or later is set aside.
+    ///         Ok((0..batch.len())
+    ///             .map(|i| if ctx.attempt(i) > Some(3) { Ok(Outcome::Archive) } else { Ok(Outcome::Delete) })
+    ///             .collect::<Vec<MessageResult>>())
+    ///     })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn batch_handler_with_context<H: crate::BatchHandlerWithContext<T>>(
+        mut self,
+        max: usize,
+        window: Duration,
+        handler: H,
+    ) -> Self {
+        self.spawner = Some(crate::batch_loop::batch_with_context_spawner(handler));
+        self.config.handler_batch = Some((max, window));
+        self.transactional = false;
+        self
+    }
+
     /// A batch handler whose database writes commit in one transaction
     /// with the deletes (or archives) of the batch's successes: the batch
     /// of [`batch_handler`](Self::batch_handler), the guarantee of

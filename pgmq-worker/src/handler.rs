@@ -275,6 +275,57 @@ where
     }
 }
 
+/// A [`BatchHandler`] that also gets a [`BatchContext`](crate::BatchContext):
+/// the batch's cancellation and deadline, and each message's attempt and
+/// deliveries ([`Context`] per message). Results, failures and timeouts are
+/// as for a [`BatchHandler`].
+///
+/// Implemented for every `Fn(Vec<Message<T>>, BatchContext) -> impl
+/// Future<Output = Result<Vec<MessageResult>, HandlerError>>`:
+///
+/// ```
+/// use pgmq_client::Message;
+/// use pgmq_worker::{BatchContext, BatchHandlerWithContext, MessageResult, Outcome};
+///
+/// fn assert_handler<H: BatchHandlerWithContext<serde_json::Value>>(_: H) {}
+///
+/// assert_handler(|batch: Vec<Message<serde_json::Value>>, ctx: BatchContext| async move {
+///     let results: Vec<MessageResult> = (0..batch.len())
+///         .map(|i| match ctx.attempt(i) {
+///             Some(a) if a > 3 => Ok(Outcome::Archive),
+///             _ => Ok(Outcome::Delete),
+///         })
+///         .collect();
+///     tokio::select! {
+///         _ = ctx.cancelled() => Err("cancelled".into()),
+///         _ = async {} => Ok(results),
+///     }
+/// });
+/// ```
+pub trait BatchHandlerWithContext<T>: Send + Sync + 'static {
+    /// Handles one batch; one result per message, in order.
+    fn handle(
+        &self,
+        batch: Vec<Message<T>>,
+        ctx: crate::BatchContext,
+    ) -> impl Future<Output = Result<Vec<MessageResult>, HandlerError>> + Send;
+}
+
+impl<T, F, Fut> BatchHandlerWithContext<T> for F
+where
+    T: Send + 'static,
+    F: Fn(Vec<Message<T>>, crate::BatchContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Vec<MessageResult>, HandlerError>> + Send,
+{
+    async fn handle(
+        &self,
+        batch: Vec<Message<T>>,
+        ctx: crate::BatchContext,
+    ) -> Result<Vec<MessageResult>, HandlerError> {
+        (self)(batch, ctx).await
+    }
+}
+
 /// A batch handler whose database writes commit in one transaction with
 /// the deletes (or archives) of the batch's successes: effectively once
 /// for bulk work in the same database, at a commit per batch instead of

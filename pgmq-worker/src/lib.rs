@@ -95,11 +95,18 @@
 //!   arrived within a short window) and takes a [`MessageResult`] per
 //!   message: each keeps its own lease, attempts and outcome, so one
 //!   failure retries that message alone.
+//!   [`batch_handler_with_context`](WorkerBuilder::batch_handler_with_context)
+//!   also gives it a [`BatchContext`]: the batch's cancellation and
+//!   deadline, each message's attempt and deliveries.
 //!   [`transactional_batch_handler`](WorkerBuilder::transactional_batch_handler)
 //!   runs a [`TransactionalBatchHandler`] in one transaction per batch that
 //!   locks the batch's rows (fenced on their deliveries) before the handler
 //!   runs and commits the handler's writes with the fenced deletes of the
 //!   successes: one commit per batch.
+//! - **Archive retention.** [`run_retention`] prunes archives past an age
+//!   and/or a count every [`RetentionConfig::every`], with pgmq-client's
+//!   [`apply_retention`](pgmq_client::Pgmq::apply_retention): one process
+//!   of the fleet prunes a queue at a time, in bounded batches.
 //! - **Dead letters** move to the dead-letter queue and leave the source in
 //!   one transaction, with headers `reason`, `attempts`, `deliveries`,
 //!   `source_queue`, `original_msg_id` and `original_headers`. The copy is
@@ -198,6 +205,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod batch_context;
 mod batch_loop;
 mod builder;
 mod claim_queue;
@@ -222,6 +230,7 @@ mod pause;
 mod preflight;
 mod priority;
 mod protocol;
+mod retention;
 mod runners;
 mod scheduler;
 mod shutdown;
@@ -234,6 +243,7 @@ mod wake;
 mod worker;
 
 pub use backoff::Backoff;
+pub use batch_context::BatchContext;
 pub use builder::WorkerBuilder;
 pub use claimer::ClaimReads;
 pub use context::Context;
@@ -242,8 +252,8 @@ pub use error::Error;
 pub use group::{GroupShutdown, WorkerGroup};
 pub use handle::{Monitor, WorkerHandle};
 pub use handler::{
-    BatchHandler, BlockingHandler, Handler, HandlerError, HandlerWithContext, MessageResult,
-    Outcome, TransactionalBatchHandler, TransactionalHandler,
+    BatchHandler, BatchHandlerWithContext, BlockingHandler, Handler, HandlerError,
+    HandlerWithContext, MessageResult, Outcome, TransactionalBatchHandler, TransactionalHandler,
 };
 pub use health::Health;
 pub use hooks::Hook;
@@ -251,6 +261,7 @@ pub use notifier::WakeUp;
 pub use priority::Priority;
 pub use protocol::{ATTEMPTS_HEADER, MAX_REASON_LEN};
 pub use scheduler::{Scheduler, SchedulerConfig};
+pub use retention::{run_retention, RetentionConfig};
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
 pub use worker::Worker;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::{dsn, queue_len, take_claim_over, unique, wait_for, Ledger, Queues};
 use pgmq_client::{Client, Message, QueueName, Transaction};
 use pgmq_worker::{
-    Backoff, HandlerError, MessageResult, Outcome, TransactionalBatchHandler, Worker,
+    Backoff, BatchContext, HandlerError, MessageResult, Outcome, TransactionalBatchHandler, Worker,
 };
 use rand::Rng;
 use serde_json::{json, Value};
@@ -793,4 +793,100 @@ async fn a_hook_that_refuses_one_message_keeps_it_out_of_the_batch() {
     );
     assert!(afters.contains(&(refused, false)));
     assert_eq!((report.stats.failed, report.stats.deleted), (1, 5));
+}
+
+/// A batch handler with a context sees each message's attempt (2 on the
+/// retry of the one that failed, 1 for the others), a deadline under
+/// `handler_timeout`, and its cancellation when the batch outlives it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_context_gives_attempts_deadline_and_cancellation() {
+    let client = common::client().await;
+    let q = unique("batch_ctx");
+    let _g = Queues::new(&client, &[&q]).await;
+    send_n(&client, &q, 0..10).await;
+    // (n, attempt, deliveries, had a deadline) per run of a message.
+    let seen = Arc::new(Mutex::new(Vec::<(i64, u32, u32, bool)>::new()));
+    let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (s2, c2) = (Arc::clone(&seen), Arc::clone(&cancelled));
+    let worker: Worker<Value> = Worker::builder(client.clone(), q.clone())
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(20))
+        .retry_backoff(Backoff::constant(Duration::from_millis(100)))
+        .retry_jitter(false)
+        .handler_timeout(Duration::from_millis(500))
+        .batch_handler_with_context(
+            10,
+            Duration::from_millis(100),
+            move |batch: Vec<Message<Value>>, ctx: BatchContext| {
+                let (seen, cancelled) = (Arc::clone(&s2), Arc::clone(&c2));
+                async move {
+                    assert_eq!(ctx.len(), batch.len());
+                    let mut first_of_nine = false;
+                    let results: Vec<MessageResult> = {
+                        let mut seen = seen.lock().unwrap();
+                        batch
+                            .iter()
+                            .enumerate()
+                            .map(|(i, m)| {
+                                let (attempt, deliveries) =
+                                    (ctx.attempt(i).unwrap(), ctx.deliveries(i).unwrap());
+                                seen.push((n_of(m), attempt, deliveries, ctx.deadline().is_some()));
+                                first_of_nine |= n_of(m) == 9 && attempt == 1;
+                                if n_of(m) == 3 && attempt == 1 {
+                                    Err("three fails once".into())
+                                } else {
+                                    Ok(Outcome::Delete)
+                                }
+                            })
+                            .collect()
+                    };
+                    if first_of_nine {
+                        // Outlive handler_timeout: the worker drops this
+                        // future and cancels the context, which a task
+                        // holding a clone of it sees.
+                        let ctx = ctx.clone();
+                        tokio::spawn(async move {
+                            let waited =
+                                tokio::time::timeout(Duration::from_secs(5), ctx.cancelled());
+                            if waited.await.is_ok() && ctx.is_cancelled() {
+                                cancelled.store(true, std::sync::atomic::Ordering::SeqCst);
+                            }
+                        });
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                    }
+                    Ok(results)
+                }
+            },
+        )
+        .build()
+        .unwrap();
+    let handle = worker.spawn();
+    wait_for(Duration::from_secs(30), "the queue drained", || async {
+        queue_len(&client, &q).await == 0
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(
+        cancelled.load(std::sync::atomic::Ordering::SeqCst),
+        "the timed-out batch was not cancelled"
+    );
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.iter().all(|s| s.3),
+        "a run without a deadline: {seen:?}"
+    );
+    for n in 0..10 {
+        let attempts: Vec<u32> = seen.iter().filter(|s| s.0 == n).map(|s| s.1).collect();
+        let deliveries: Vec<u32> = seen.iter().filter(|s| s.0 == n).map(|s| s.2).collect();
+        // Every message's runs count 1, 2, ... (the timed-out batch and 3's
+        // failure each use an attempt), deliveries rising with them.
+        assert_eq!(
+            attempts,
+            (1..=attempts.len() as u32).collect::<Vec<_>>(),
+            "message {n}"
+        );
+        assert_eq!(deliveries, attempts, "message {n}");
+    }
+    let of_three = seen.iter().filter(|s| s.0 == 3).count();
+    assert!(of_three >= 2, "three was not retried: {seen:?}");
 }

@@ -103,12 +103,12 @@ SELECT (SELECT pg_catalog.array_agg(msg_id) FROM removed), (SELECT pg_catalog.co
     )
 }
 
-/// Whether `e` says the dead-letter queue `dlq` is missing: PostgreSQL's
+/// Whether `e` says the queue `dlq` a move sends to is missing: PostgreSQL's
 /// "relation does not exist" for its table, named exactly
 /// (`relation "pgmq.q_jobs_dlq" does not exist` names `jobs_dlq`, not
 /// `jobs`), or PGMQ's own exception from `send_batch` (the only PGMQ
-/// function the move calls, so the only one that can raise it).
-fn names_missing_dlq(e: &Error, dlq: &QueueName) -> bool {
+/// function the moves call, so the only one that can raise it).
+pub(crate) fn names_missing_queue(e: &Error, dlq: &QueueName) -> bool {
     use tokio_postgres::error::SqlState;
     let Error::Database { source } = e else {
         return false;
@@ -189,7 +189,7 @@ impl<E: Executor> Pgmq<E> {
             )
             .await
             .map_err(|e| {
-                if names_missing_dlq(&e, dead_letter_queue) {
+                if names_missing_queue(&e, dead_letter_queue) {
                     Error::QueueNotFound {
                         queue: dlq.to_owned(),
                     }

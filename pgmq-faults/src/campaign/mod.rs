@@ -31,16 +31,19 @@
 //! The parts, each importing what they share from [`model`] and none from
 //! this runner: [`plan`] (the options and each seed's schedule),
 //! [`workload`] (the core producer), [`fleet`] (the fleet workload and
-//! the cells), [`slots`] (the worker processes), [`nemesis`] (the fault
+//! the kill and extension cells), [`retention`] and [`moves`] (the
+//! retention and move cells), [`slots`] (the worker processes), [`nemesis`] (the fault
 //! kinds and their injection), [`watch`] (the sampler), [`invariants`]
 //! (the verdicts). This module runs a seed through its phases.
 
 mod fleet;
 mod invariants;
 pub(crate) mod model;
+mod moves;
 mod nemesis;
 pub(crate) mod plan;
 mod schedules;
+mod retention;
 mod slots;
 mod watch;
 mod workload;
@@ -65,6 +68,7 @@ use crate::ctx::{Ctx, FleetSamples, Queues};
 use crate::ledger::{self, Handling, Start, Tally};
 use crate::proxy::Proxy;
 use crate::report::{Check, DupBound, Row};
+use crate::worker::Sabotage;
 use crate::BoxError;
 
 /// One seed's result.
@@ -109,16 +113,42 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
             t,
         ));
     }
-    let t = Instant::now();
-    eprintln!("campaign: periodic-sends cell (schedulers through a kill, a SIGSTOP and a PostgreSQL crash) ...");
-    let checks = schedules::schedule_cell(ctx, &opts.sabotage).await;
-    cells.push(cell_row(
-        "periodic sends",
-        "a schedule ticking every second, fired by three processes through a SIGKILL, a \
-         SIGSTOP and a PostgreSQL crash",
-        checks,
-        t,
-    ));
+    if runs_cell(opts, &[Sabotage::ScheduleUnfenced]) {
+        let t = Instant::now();
+        eprintln!("campaign: periodic-sends cell (schedulers through a kill, a SIGSTOP and a PostgreSQL crash) ...");
+        let checks = schedules::schedule_cell(ctx, &opts.sabotage).await;
+        cells.push(cell_row(
+            "periodic sends",
+            "a schedule ticking every second, fired by three processes through a SIGKILL, a \
+             SIGSTOP and a PostgreSQL crash",
+            checks,
+            t,
+        ));
+    }
+    if runs_cell(opts, &[Sabotage::RetentionYoung]) {
+        let t = Instant::now();
+        eprintln!("campaign: retention cell (pruners at once, one through cut connections) ...");
+        let checks = retention::retention_cell(ctx, &proxy, &opts.sabotage).await;
+        cells.push(cell_row(
+            "retention cell",
+            "an archive pruned past an age by three pruners at once, one through a proxy cutting \
+             its connections, while fresh messages are archived",
+            checks,
+            t,
+        ));
+    }
+    if runs_cell(opts, &[Sabotage::MoveSplit]) {
+        let t = Instant::now();
+        eprintln!("campaign: move cell (a move through a proxy cutting every other batch) ...");
+        let checks = moves::move_cell(ctx, &proxy, &opts.sabotage).await;
+        cells.push(cell_row(
+            "move cell",
+            "messages moved between queues in batches through a proxy cutting the connection \
+             before, during or after every other batch",
+            checks,
+            t,
+        ));
+    }
     // After the last seed: re-creating PGMQ drops every queue, so no
     // seed's workload can share it, and until install-sdk has repaired the
     // pgmq_sdk schema no later seed could use its fleet limit.
@@ -133,6 +163,18 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
         t,
     ));
     Ok((out, cells))
+}
+
+/// Whether a cell of a feature runs: in every campaign without sabotage,
+/// and in a sabotaged one only when a sabotage of its own is planted. A
+/// sabotage test of another feature then does not pay for it.
+fn runs_cell(opts: &Options, own: &[Sabotage]) -> bool {
+    let planted: Vec<&Sabotage> = opts
+        .sabotage
+        .iter()
+        .filter(|s| **s != Sabotage::None)
+        .collect();
+    planted.is_empty() || planted.iter().any(|s| own.contains(s))
 }
 
 /// A cell's row, and its verdict on stderr.

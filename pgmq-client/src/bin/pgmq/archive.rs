@@ -1,39 +1,29 @@
 //! `pgmq archive list | prune`: a queue's archive looked at, and its old
-//! rows deleted in bounded batches.
+//! rows deleted in bounded batches (the archive's retention, applied
+//! once).
 
 use std::time::Duration;
 
-use pgmq_client::{Client, QueueName};
+use pgmq_client::{ArchiveRetention, Client, QueueName};
 use serde_json::json;
 
 use crate::out::{Failure, Out};
 
-/// Deletes the rows of `q`'s archive archived more than `older_than` ago,
-/// `batch` rows per statement, each its own transaction, until a batch
-/// comes back short; prints `{"queue", "pruned"}`. When a batch fails, the
-/// batches before it stay deleted and the error says how many.
+/// Applies `retention` to `q`'s archive once
+/// ([`Pgmq::apply_retention`](pgmq_client::Pgmq::apply_retention), the
+/// code pgmq-worker's retention task runs): bounded batches, each its own
+/// short transaction under the queue's retention lock; prints `{"queue",
+/// "pruned", "busy"}` (`busy`: another process was pruning the queue, and
+/// this run stopped). When a batch fails, the batches before it stay
+/// deleted.
 pub(crate) async fn prune(
     client: &Client,
     q: &QueueName,
-    older_than: Duration,
-    batch: usize,
+    retention: &ArchiveRetention,
     out: &mut Out,
 ) -> Result<(), Failure> {
-    let mut pruned = 0u64;
-    loop {
-        let n = client
-            .prune_archive_batch(q, older_than, batch)
-            .await
-            .map_err(|e| {
-                Failure::from(e)
-                    .map_msg(|m| format!("{m} ({pruned} archived message(s) deleted before)"))
-            })?;
-        pruned += n;
-        if n < batch as u64 {
-            break;
-        }
-    }
-    out.line(&json!({ "queue": q.as_str(), "pruned": pruned }))
+    let done = client.apply_retention(q, retention).await?;
+    out.line(&json!({ "queue": q.as_str(), "pruned": done.pruned, "busy": done.busy }))
         .await
 }
 

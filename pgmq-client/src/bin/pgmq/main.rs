@@ -19,9 +19,10 @@
 //! pgmq read <queue> [-n N] [--vt S] [--poll S] [--filter JSON] [--table]
 //! pgmq pop <queue> [-n N]                    print, then delete what was printed
 //! pgmq delete <queue> <msg_id>...  |  pgmq archive <queue> <msg_id>...
-//! pgmq archive list <queue> [-n N] [--table]  |  pgmq archive prune <queue> --older-than 7d [--batch N]
+//! pgmq archive list <queue> [-n N] [--table]  |  pgmq archive prune <queue> [--older-than 7d] [--keep N] [--batch N]
 //! pgmq set-vt <queue> <msg_id> <seconds>
 //! pgmq redrive <dead_letter_queue> [--to Q] [--batch N] [--limit N] [--dry-run]
+//! pgmq move <from> <to> (--all | --id N... | --filter JSON | --header-filter JSON) [--batch N] [--limit N]
 //! pgmq topic bind <pattern> <queue> | topic unbind <pattern> <queue> | topic list | topic test <key>
 //! pgmq notify enable <queue> [--throttle-ms MS] | notify disable <queue> | notify list
 //! pgmq install-sdk [--print]                 create or upgrade the pgmq_sdk schema
@@ -33,6 +34,7 @@
 
 mod archive;
 mod input;
+mod move_msgs;
 mod out;
 mod redrive;
 mod schedule;
@@ -237,6 +239,17 @@ enum Command {
     /// COMMIT, the error says the batch's outcome is unknown and names the
     /// msg_ids to check in the target and the dead-letter queue.
     Redrive(RedriveArgs),
+    /// Move messages from one queue to another: --all, those with the
+    /// given --id, or those whose body contains --filter and whose headers
+    /// contain --header-filter (JSON containment).
+    ///
+    /// Each batch moves in one transaction: sent to the target and deleted
+    /// from the source, or neither. Only visible messages move (one being
+    /// handled stays where it is). A moved message keeps its body and
+    /// headers exactly; it gets a new msg_id and starts with read_ct 0 in
+    /// the target. Prints {"msg_id", "queue", "new_msg_id"} per message
+    /// moved. The run handles the messages there when it began.
+    Move(MoveArgs),
     /// Topic bindings: route messages sent to a routing key to every queue
     /// bound to a matching pattern (`*` one word, `#` zero or more).
     Topic {
@@ -346,14 +359,22 @@ enum ArchiveAction {
         #[arg(long)]
         table: bool,
     },
-    /// Delete archived messages archived longer ago than --older-than, in
-    /// batches of --batch rows, each batch its own short transaction;
-    /// prints {"queue", "pruned": N}.
+    /// Delete archived messages archived longer ago than --older-than (on
+    /// the database clock) and beyond the newest --keep (by msg_id): a row
+    /// goes only when every limit given lets it go. In batches of --batch
+    /// rows, the lowest msg_ids first, each batch its own short transaction
+    /// that holds the queue's retention lock, so one process prunes a queue
+    /// at a time; prints {"queue", "pruned": N, "busy": bool} (busy:
+    /// another process was pruning it, and this run stopped).
+    #[command(group(clap::ArgGroup::new("limit").required(true).multiple(true).args(["older_than", "keep"])))]
     Prune {
         queue: String,
         /// An age: a whole number and s, m, h, d or w (90s, 12h, 7d, 2w).
         #[arg(long, value_name = "AGE", value_parser = archive::parse_age)]
-        older_than: Duration,
+        older_than: Option<Duration>,
+        /// Keep at least this many of the newest rows.
+        #[arg(long, value_name = "N")]
+        keep: Option<u64>,
         /// Rows deleted per transaction.
         #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10000))]
         batch: u32,
@@ -464,6 +485,39 @@ struct RedriveArgs {
     /// --to, redrive refuses when the messages name more than one).
     #[arg(long)]
     yes: bool,
+}
+
+// The arguments of `pgmq move` (its help text is the variant's doc above).
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["all", "id", "filter", "header_filter"])))]
+struct MoveArgs {
+    /// The queue the messages leave.
+    from: String,
+    /// The queue they go to.
+    to: String,
+    /// Every visible message.
+    #[arg(long, conflicts_with_all = ["id", "filter", "header_filter"])]
+    all: bool,
+    /// A message id (repeat for more).
+    #[arg(long, value_name = "MSG_ID", conflicts_with_all = ["filter", "header_filter"])]
+    id: Vec<i64>,
+    /// JSON the body must contain, e.g. '{"region":"eu"}'.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    filter: Option<Value>,
+    /// JSON the headers must contain.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    header_filter: Option<Value>,
+    /// Messages per transaction.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    batch: u32,
+    /// Stop after this many messages.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+/// A JSON value given on the command line.
+fn json_object(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))
 }
 
 #[derive(Subcommand)]
@@ -719,6 +773,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Redrive(args) => redrive(&client, args, &mut out).await?,
+        Command::Move(args) => move_cmd(&client, args, &mut out).await?,
         Command::Topic { action } => topic(&client, action, &mut out).await?,
         Command::Notify { action } => notify(&client, action, &mut out).await?,
         Command::InstallSdk { .. } => {
@@ -868,8 +923,14 @@ async fn archive_cmd(client: &Client, args: ArchiveArgs, out: &mut Out) -> Resul
         Some(ArchiveAction::Prune {
             queue: name,
             older_than,
+            keep,
             batch,
-        }) => archive::prune(client, &queue(&name)?, older_than, batch as usize, out).await,
+        }) => {
+            let mut retention = pgmq_client::ArchiveRetention::keeping(0).batch(batch as usize);
+            retention.older_than = older_than;
+            retention.keep = keep;
+            archive::prune(client, &queue(&name)?, &retention, out).await
+        }
         None => {
             // clap requires both without a subcommand.
             let name = args.queue.unwrap_or_default();
@@ -951,6 +1012,28 @@ async fn redrive(client: &Client, args: RedriveArgs, out: &mut Out) -> Result<()
         yes: args.yes,
     };
     redrive::run(client, &opts, out).await
+}
+
+/// `pgmq move`: the names and the selection checked, then [`move_msgs::run`].
+async fn move_cmd(client: &Client, args: MoveArgs, out: &mut Out) -> Result<(), Failure> {
+    let select = if args.all {
+        pgmq_client::MoveSelection::All
+    } else if !args.id.is_empty() {
+        pgmq_client::MoveSelection::Ids(args.id)
+    } else {
+        pgmq_client::MoveSelection::Matching {
+            body: args.filter,
+            headers: args.header_filter,
+        }
+    };
+    let opts = move_msgs::Opts {
+        from: queue(&args.from)?,
+        to: queue(&args.to)?,
+        select,
+        batch: args.batch as usize,
+        limit: args.limit,
+    };
+    move_msgs::run(client, &opts, out).await
 }
 
 /// `pgmq topic bind | unbind | list | test`.

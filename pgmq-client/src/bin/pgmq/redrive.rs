@@ -1,6 +1,9 @@
 //! `pgmq redrive`: dead letters back to their source queue, one
 //! transaction per batch (sent to the target and deleted from the
-//! dead-letter queue, or neither).
+//! dead-letter queue, or neither). It is a move
+//! ([`Pgmq::move_batch`]) by ids, routed by each message's `source_queue`
+//! header and sending back its `original_headers`
+//! ([`MoveHeaders::RestoreOriginal`]).
 //!
 //! The dead letters are selected from the queue's table, not read with
 //! `pgmq.read`: a batch locks its rows (`FOR UPDATE SKIP LOCKED`) without
@@ -10,7 +13,7 @@
 //! when the run began, so the run ends even while new dead letters arrive
 //! (they are for the next run).
 
-use pgmq_client::{Client, CommitOutcome, Pgmq, QueueName, RawJson, SendOptions};
+use pgmq_client::{Client, CommitOutcome, MoveBatch, MoveHeaders, MoveSelection, Pgmq, QueueName};
 use serde_json::{json, Value};
 use tokio_postgres::GenericClient;
 
@@ -29,10 +32,9 @@ pub(crate) struct Opts {
 /// The queues that exist, by name: a `source_queue` header must name one.
 type Existing = std::collections::HashSet<String>;
 
-/// A dead letter as selected from the queue's table.
+/// A dead letter as selected from the queue's table: what routes it.
 struct Dead {
     msg_id: i64,
-    body: RawJson,
     headers: Option<Value>,
 }
 
@@ -60,17 +62,6 @@ fn target(m: &Dead, opts: &Opts, existing: &Existing) -> Result<QueueName, Strin
     Ok(q)
 }
 
-/// The headers to send with: the original ones when the worker kept them
-/// under `original_headers`, else the message's own.
-fn restored_headers(m: &Dead) -> Option<Value> {
-    let h = m.headers.as_ref()?;
-    let h = match h.get("original_headers") {
-        Some(original) if h.get("source_queue").is_some() => original,
-        _ => h,
-    };
-    (!h.is_null()).then(|| h.clone())
-}
-
 /// The next dead letters of `opts.dlq`: visible ones with msg_id in
 /// (`after`, `upto`], at most `want`, by msg_id. With `lock` (inside a
 /// batch's transaction) the rows are locked, and rows another transaction
@@ -84,7 +75,7 @@ async fn select<C: GenericClient>(
 ) -> Result<Vec<Dead>, Failure> {
     // The table name comes from a validated QueueName: [a-z0-9_] only.
     let sql = format!(
-        "SELECT msg_id, message, headers FROM {} \
+        "SELECT msg_id, headers FROM {} \
          WHERE msg_id > $1 AND msg_id <= $2 AND vt <= clock_timestamp() \
          ORDER BY msg_id LIMIT $3{}",
         opts.dlq.quoted_table(),
@@ -96,28 +87,21 @@ async fn select<C: GenericClient>(
         .map_err(pgmq_client::Error::from)?;
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
-        let body: Option<RawJson> = r.try_get(1).map_err(pgmq_client::Error::from)?;
-        let headers: Option<RawJson> = r.try_get(2).map_err(pgmq_client::Error::from)?;
+        let headers: Option<pgmq_client::RawJson> =
+            r.try_get(1).map_err(pgmq_client::Error::from)?;
         out.push(Dead {
             msg_id: r.try_get(0).map_err(pgmq_client::Error::from)?,
-            body: match body {
-                Some(b) => b,
-                None => RawJson::from_text("null")?,
-            },
             headers: headers.map(|h| h.decode()).transpose()?,
         });
     }
     Ok(out)
 }
 
-type Group = Vec<(i64, RawJson, Option<Value>)>;
-
-/// A batch sorted out: runs of consecutive messages with the same target and
-/// the same presence of headers (one send each, in msg_id order, so each
-/// target gets its messages back in their order), how many stay, and the
-/// highest msg_id seen.
+/// A batch sorted out: runs of consecutive messages with the same target
+/// (one move each, in msg_id order, so each target gets its messages back
+/// in their order), how many stay, and the highest msg_id seen.
 struct Plan {
-    runs: Vec<((QueueName, bool), Group)>,
+    runs: Vec<(QueueName, Vec<i64>)>,
     skipped: usize,
     last: i64,
 }
@@ -130,14 +114,10 @@ fn plan(msgs: Vec<Dead>, opts: &Opts, existing: &Existing) -> Plan {
     };
     for m in msgs {
         match target(&m, opts, existing) {
-            Ok(q) => {
-                let headers = restored_headers(&m);
-                let key = (q, headers.is_some());
-                match p.runs.last_mut() {
-                    Some((k, run)) if *k == key => run.push((m.msg_id, m.body, headers)),
-                    _ => p.runs.push((key, vec![(m.msg_id, m.body, headers)])),
-                }
-            }
+            Ok(q) => match p.runs.last_mut() {
+                Some((k, run)) if *k == q => run.push(m.msg_id),
+                _ => p.runs.push((q, vec![m.msg_id])),
+            },
             Err(why) => {
                 eprintln!("pgmq: redrive: message {} stays: {why}", m.msg_id);
                 p.skipped += 1;
@@ -200,25 +180,25 @@ async fn one_batch(
     let mut moved_ids = Vec::new();
     // Per target queue, the new msg_ids: what to check when COMMIT is lost.
     let mut sent: Vec<(QueueName, Vec<i64>)> = Vec::new();
-    for ((q, with_headers), group) in p.runs {
-        let bodies: Vec<&RawJson> = group.iter().map(|(_, b, _)| b).collect();
-        let mut send = SendOptions::new();
-        send.headers_each =
-            with_headers.then(|| group.iter().filter_map(|(_, _, h)| h.clone()).collect());
-        let new_ids = pg
-            .send_batch_with(&q, &bodies, &send)
+    for (q, ids) in p.runs {
+        let batch = MoveBatch::new(MoveSelection::Ids(ids))
+            .limit(want)
+            .headers(MoveHeaders::RestoreOriginal);
+        let moved = pg
+            .move_batch(&opts.dlq, &q, &batch)
             .await
-            .map_err(|e| Stop::NotMoved(format!("sending to {q}: {e}")))?;
-        for ((old, _, _), new) in group.iter().zip(&new_ids) {
-            moved_ids.push(*old);
-            lines.push(json!({"msg_id": old, "queue": q.as_str(), "new_msg_id": new}));
+            .map_err(|e| Stop::NotMoved(format!("moving to {q}: {e}")))?;
+        for m in &moved {
+            moved_ids.push(m.msg_id);
+            lines
+                .push(json!({"msg_id": m.msg_id, "queue": q.as_str(), "new_msg_id": m.new_msg_id}));
         }
+        let new_ids = moved.iter().map(|m| m.new_msg_id);
         match sent.iter_mut().find(|(t, _)| *t == q) {
             Some((_, ids)) => ids.extend(new_ids),
-            None => sent.push((q, new_ids)),
+            None => sent.push((q, new_ids.collect())),
         }
     }
-    pg.delete_batch(&opts.dlq, &moved_ids).await?;
     match tx.commit().await {
         Ok(()) => Ok(Some(Batch {
             lines,
@@ -248,10 +228,9 @@ fn described(p: Plan) -> Batch {
     let lines = p
         .runs
         .iter()
-        .flat_map(|((q, _), group)| {
-            group
-                .iter()
-                .map(move |(old, _, _)| json!({"msg_id": old, "queue": q.as_str()}))
+        .flat_map(|(q, ids)| {
+            ids.iter()
+                .map(move |old| json!({"msg_id": old, "queue": q.as_str()}))
         })
         .collect();
     Batch {
@@ -321,7 +300,7 @@ pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(
     if opts.to.is_none() && !opts.yes {
         refuse_several_sources(client, opts, &existing).await?;
     }
-    let upto = highest_id(client, opts).await?;
+    let upto = crate::move_msgs::highest_id(client, &opts.dlq).await?;
     let (mut after, mut moved, mut skipped) = (0i64, 0usize, 0usize);
     while let Some(want) = batch_size(opts, moved + skipped) {
         match one_batch(client, opts, (after, upto), want, &existing).await {
@@ -345,22 +324,6 @@ pub(crate) async fn run(client: &Client, opts: &Opts, out: &mut Out) -> Result<(
     }
     report(opts, moved, skipped);
     Ok(())
-}
-
-/// The highest msg_id in the dead-letter queue now (0 when empty): the run
-/// goes no further.
-async fn highest_id(client: &Client, opts: &Opts) -> Result<i64, Failure> {
-    // The table name comes from a validated QueueName: [a-z0-9_] only.
-    let sql = format!(
-        "SELECT coalesce(max(msg_id), 0) FROM {}",
-        opts.dlq.quoted_table()
-    );
-    let conn = client.connection().await?;
-    let row = conn
-        .query_one(&sql, &[])
-        .await
-        .map_err(pgmq_client::Error::from)?;
-    Ok(row.try_get(0).map_err(pgmq_client::Error::from)?)
 }
 
 /// The names of the queues that exist.
