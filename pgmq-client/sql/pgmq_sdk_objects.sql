@@ -436,6 +436,14 @@ $fn$;
 -- role allowed to read the queue can take), so two never count the same
 -- free place.
 --
+-- Every limited read inserts a row per claim into pgmq_sdk.running and a
+-- later one deletes it, so between two vacuums of that table most of its
+-- row versions are dead. Bitmap scans are off inside the function: a
+-- bitmap scan of the table's index visits every dead entry of the queue on
+-- every call and never marks one, while a plain index scan marks the
+-- entries of dead rows as it passes them, so the next call skips them and
+-- a later insert into the page reclaims them.
+--
 -- It returns the columns of a message as a table rather than PGMQ's
 -- message_record type, so that nothing of PGMQ's is a dependency of it:
 -- `DROP EXTENSION pgmq CASCADE` leaves it in place.
@@ -455,7 +463,7 @@ CREATE OR REPLACE FUNCTION pgmq_sdk.read_limited(
     message jsonb,
     headers jsonb
 )
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET enable_bitmapscan = off AS $fn$
 #variable_conflict use_column
 DECLARE
     relid oid := pgmq_sdk.queue_table(queue_name);

@@ -11,3 +11,4 @@
 
 ALTER TABLE pgmq_sdk.queue_keys ALTER COLUMN key TYPE text COLLATE "C";
 ALTER TABLE pgmq_sdk.topic_keys ALTER COLUMN key TYPE text COLLATE "C";
+
