@@ -163,7 +163,8 @@ pub use pgmq::{
     NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
-    DedupKey, FleetLimit, PausedQueue, Sent, TopicSent, MAX_DEDUP_KEY_LEN, PAUSE_FLAG_GRANTS,
+    DedupKey, FleetLimit, KeyFrom, KeyLimit, PausedQueue, Sent, TopicSent, MAX_DEDUP_KEY_LEN,
+    MAX_KEY_PATH, PAUSE_FLAG_GRANTS,
 };
 
 /// This crate's README (its crates.io page), compiled as doc tests.

@@ -78,6 +78,8 @@ statements! {
     ListPaused = "SELECT queue_name, paused_at, reason FROM pgmq_sdk.paused ORDER BY queue_name";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
+    // key_limits.rs, in the pgmq_sdk schema.
+    ReadKeyLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_key_limited($1::text, $2::integer, $3::integer, $4::boolean, $5::text[], $6::integer, $7::float8, $8::float8)");
     // read.rs
     Read = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer)");
     ReadWhere = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer, $4::jsonb)");
@@ -177,6 +179,7 @@ impl Stmt {
                 | Stmt::QueuePaused
                 | Stmt::ListPaused
                 | Stmt::ReadLimited
+                | Stmt::ReadKeyLimited
         )
     }
 
@@ -223,6 +226,7 @@ fn parse_param_types(sql: &str) -> Vec<tokio_postgres::types::Type> {
             "jsonb[]" => Type::JSONB_ARRAY,
             "timestamptz" => Type::TIMESTAMPTZ,
             "text[]" => Type::TEXT_ARRAY,
+            "boolean" => Type::BOOL,
             "float8" => Type::FLOAT8,
             other => panic!("statement parameter ${n} has a cast this crate does not map: {other}"),
         };
