@@ -119,7 +119,8 @@ pub struct FaultsArgs {
     /// `fifo-unordered`, `panic-uncaught`, `fence-off`,
     /// `fifo-blocking-overlap`, `keyed-fresh-keys`, `fleet-over`,
     /// `pause-ignored`, `prio-strict`, `stale-keys`, `sdk-not-reinstalled`,
-    /// `revoke-skipped` for the campaign; `none`, the default, for none).
+    /// `revoke-skipped`, `key-limit-ignored` for the campaign; `none`, the
+    /// default, for none).
     /// The run must then fail: this is how the suite is seen to go red.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub sabotage: Vec<Sabotage>,

@@ -166,6 +166,9 @@ pub enum Sabotage {
     /// revokes: to the invariant, workers that go on claiming while they
     /// cannot read the pause flag.
     RevokeSkipped,
+    /// The campaign's workers under a limit per key claim without it
+    /// (plain reads): more runs of a key at once than its limit.
+    KeyLimitIgnored,
 }
 
 impl Sabotage {
@@ -187,6 +190,7 @@ impl Sabotage {
             Sabotage::StaleKeys => "stale-keys",
             Sabotage::SdkNotReinstalled => "sdk-not-reinstalled",
             Sabotage::RevokeSkipped => "revoke-skipped",
+            Sabotage::KeyLimitIgnored => "key-limit-ignored",
         }
     }
 
@@ -311,7 +315,7 @@ impl FaultSpec {
     /// The worker's settings with the sabotages that change a builder
     /// setting planted: no heartbeat (`heartbeat-off`), plain reads for a
     /// FIFO worker (`fifo-unordered`), a fleet limit four times the
-    /// fleet's (`fleet-over`).
+    /// fleet's (`fleet-over`), no limit per key (`key-limit-ignored`).
     fn sabotaged_settings(&self) -> WorkerSettings {
         let mut s = self.worker.settings.clone();
         for sabotage in &self.sabotage {
@@ -321,6 +325,7 @@ impl FaultSpec {
                     s.claim_reads = Some(ClaimReadsSpec::Bounded)
                 }
                 Sabotage::FleetOver => s.fleet_limit = s.fleet_limit.map(|n| n * 4),
+                Sabotage::KeyLimitIgnored => s.key_limit = None,
                 _ => {}
             }
         }

@@ -90,6 +90,17 @@ fn cell_verdict(doc: &serde_json::Value, scenario: &str) -> bool {
     pass_of(doc, &doc["rows"], "scenario", scenario)
 }
 
+/// The verdict of the check named `name` of the cell row named `scenario`.
+fn cell_check_verdict(doc: &serde_json::Value, scenario: &str, name: &str) -> bool {
+    let row = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == scenario)
+        .unwrap_or_else(|| panic!("no cell {scenario:?} in {doc}"));
+    pass_of(doc, &row["checks"], "name", name)
+}
+
 /// The `pass` of the entry of `list` (in `doc`) whose `field` is `value`.
 fn pass_of(doc: &serde_json::Value, list: &serde_json::Value, field: &str, value: &str) -> bool {
     list.as_array()
@@ -146,6 +157,7 @@ fn without_a_sabotage_the_campaign_passes() {
     assert_eq!(doc["pass"], true, "{doc}");
     assert!(verdict(&doc, "only the current delivery commits"), "{doc}");
     assert!(cell_verdict(&doc, "extension re-created"), "{doc}");
+    assert!(cell_verdict(&doc, "key limits"), "{doc}");
 }
 
 /// A bug planted in pgmq-worker itself (feature `fault-injection`): a
@@ -209,7 +221,7 @@ fn fifo_blocking_runs_not_waited_for_fail_the_fifo_invariants_and_waited_for_pas
 #[test]
 fn fifo_and_fleet_sabotages_fail_their_invariants() {
     let sabotages = "fifo-unordered,keyed-fresh-keys,fleet-over,fleet-long-vt,pause-ignored,\
-                     prio-strict,stale-keys,sdk-not-reinstalled,revoke-skipped";
+                     prio-strict,stale-keys,sdk-not-reinstalled,revoke-skipped,key-limit-ignored";
     let seed = FLEET_SEED;
     let (code, stderr, doc) = campaign_with(
         sabotages,
@@ -236,6 +248,11 @@ fn fifo_and_fleet_sabotages_fail_their_invariants() {
     // `fleet-long-vt`: the kill cell's process held every place.
     assert!(!cell_verdict(&doc, "kill cell"), "{doc}");
     assert!(!cell_verdict(&doc, "extension re-created"), "{doc}");
+    // `key-limit-ignored`: the key cell's workers claim without the limit.
+    assert!(
+        !cell_check_verdict(&doc, "key limits", "per-key limits never exceeded"),
+        "{doc}"
+    );
 }
 
 /// The seed of [`fifo_and_fleet_sabotages_fail_their_invariants`] (see

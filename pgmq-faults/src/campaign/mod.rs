@@ -37,6 +37,7 @@
 
 mod fleet;
 mod invariants;
+mod key_limits;
 pub(crate) mod model;
 mod nemesis;
 pub(crate) mod plan;
@@ -73,7 +74,7 @@ pub(crate) struct SeedRun {
 }
 
 /// Runs every seed, then the cells (the kill cell when the campaign kills,
-/// the extension cell); returns one row per seed and one per cell.
+/// the key cell, the extension cell); returns one row per seed and one per cell.
 pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<Row>), BoxError> {
     let proxy = ctx.start_proxy().await?;
     let mut out = Vec::new();
@@ -108,6 +109,18 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
             t,
         ));
     }
+    let t = Instant::now();
+    eprintln!(
+        "campaign: key cell (workers under a limit per key; a holder of a key's places killed) ..."
+    );
+    let checks = key_limits::key_cell(ctx, &opts.sabotage).await;
+    cells.push(cell_row(
+        "key limits",
+        "two worker processes under a limit per key over a hot key's backlog and cold keys, \
+         then a process holding every place of a key killed",
+        checks,
+        t,
+    ));
     // After the last seed: re-creating PGMQ drops every queue, so no
     // seed's workload can share it, and until install-sdk has repaired the
     // pgmq_sdk schema no later seed could use its fleet limit.
