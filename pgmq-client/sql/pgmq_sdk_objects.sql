@@ -518,22 +518,29 @@ $fn$;
 --      (FOR UPDATE SKIP LOCKED, as pgmq.read): the messages of a key at
 --      its limit stay in the queue, unread and unchanged, and never stand
 --      in front of other keys' messages;
---   3. the keys' rows of pgmq_sdk.key_state, inserted when missing, in key
---      order (two claims that insert the same new keys wait for each other
---      in one order, so never in a cycle);
---   4. those rows locked, passing over the rows another claim holds: a
---      key is claimed by one transaction at a time, and a claim never
---      waits for another's key;
+--   3. a transaction advisory lock on each of their keys, tried, never
+--      waited for (pg_try_advisory_xact_lock, in a lock space of the
+--      queue's own, on the key's hash): a key is claimed by one
+--      transaction at a time, a claim never waits for another's key, and
+--      no lock order is needed, as no claim waits for any;
+--   4. (nothing: locks taken, nothing written);
 --   5. each locked key's room (its limit less its running claims, and its
---      bucket refilled up to `burst`), and the first messages of each key
---      that fit, with every message without a key;
---   6. the buckets of the locked keys charged, and the claim: the
---      messages' visibility timeout, read count and last_read_at set as
---      pgmq.read sets them, a running row written for each keyed message;
+--      bucket of pgmq_sdk.key_state refilled up to `burst`), and the first
+--      messages of each key that fit, with every message without a key;
+--   6. the buckets of the locked keys charged (under a rate limit), and
+--      the claim: the messages' visibility timeout, read count and
+--      last_read_at set as pgmq.read sets them, a running row written for
+--      each keyed message (under a limit of places);
 --   7. running rows whose messages are gone (below the queue's lowest
 --      msg_id) deleted, up to 100 at a time, passing over rows another
 --      transaction holds.
 -- A candidate whose key is not locked, or has no room, is left as it was.
+-- A running claim is checked against its message with the message's
+-- primary key (a subquery per row), whatever the planner thinks of the
+-- tables' sizes. Two keys whose hashes collide share a lock: one of them
+-- waits a claim, never more. A role that may connect can hold a key's
+-- advisory lock and so hold back that key's claims; it cannot make them
+-- pass the limit.
 --
 -- The limits must be the same in every process that reads the queue this
 -- way. A plain pgmq.read of the queue is neither counted nor limited.
@@ -564,8 +571,9 @@ DECLARE
     blocked text[] := '{}';
     cand_ids bigint[];
     cand_keys text[];
-    keys text[];
     held text[];
+    -- The advisory lock space of the queue's keys.
+    lock_space integer := pg_catalog.hashtext('pgmq_sdk.read_key_limited:' || relid::text);
     room_keys text[];
     room_n integer[];
     room_avail double precision[];
@@ -593,8 +601,9 @@ BEGIN
         EXECUTE pg_catalog.format(
             'SELECT coalesce(array_agg(b.key), ''{}'') FROM ('
             'SELECT c.key FROM pgmq_sdk.key_running c '
-            'JOIN %s m ON m.msg_id = c.msg_id AND m.last_read_at = c.read_at AND m.vt > $2 '
-            'WHERE c.queue_relid = $1 GROUP BY c.key HAVING count(*) >= $3) b', q)
+            'WHERE c.queue_relid = $1 AND coalesce((SELECT m.last_read_at = c.read_at AND m.vt > $2 '
+            'FROM %s m WHERE m.msg_id = c.msg_id), false) '
+            'GROUP BY c.key HAVING count(*) >= $3) b', q)
         INTO blocked USING relid, now_ts, max_running;
     END IF;
     IF per_second IS NOT NULL THEN
@@ -608,7 +617,7 @@ BEGIN
         'SELECT array_agg(c.msg_id ORDER BY c.msg_id), array_agg(c.k ORDER BY c.msg_id) FROM ('
         'SELECT m.msg_id, x.k FROM %s m '
         'CROSS JOIN LATERAL (SELECT CASE WHEN $1 THEN m.headers #>> $2 ELSE m.message #>> $2 END AS k) x '
-        'WHERE m.vt <= $3 AND (x.k IS NULL OR NOT (x.k = ANY ($4))) '
+        'WHERE m.vt <= $3 AND (x.k IS NULL OR x.k <> ALL ($4)) '
         'ORDER BY m.msg_id LIMIT $5 FOR UPDATE OF m SKIP LOCKED) c', q)
     INTO cand_ids, cand_keys USING key_in_headers, key_path, now_ts, blocked, qty;
     IF cand_ids IS NULL THEN
@@ -616,18 +625,9 @@ BEGIN
     END IF;
 
     -- 3.
-    keys := ARRAY(SELECT DISTINCT k FROM unnest(cand_keys) k WHERE k IS NOT NULL ORDER BY k);
-    IF cardinality(keys) > 0 THEN
-        INSERT INTO pgmq_sdk.key_state AS s (queue_relid, key)
-        SELECT relid, k FROM unnest(keys) k ORDER BY k
-        ON CONFLICT ON CONSTRAINT key_state_pkey DO NOTHING;
-
-        -- 4.
-        held := ARRAY(
-            SELECT s.key FROM pgmq_sdk.key_state s
-            WHERE s.queue_relid = relid AND s.key = ANY (keys)
-            ORDER BY s.key FOR UPDATE SKIP LOCKED);
-    END IF;
+    held := ARRAY(
+        SELECT k FROM (SELECT DISTINCT k FROM unnest(cand_keys) k WHERE k IS NOT NULL) d
+        WHERE pg_catalog.pg_try_advisory_xact_lock(lock_space, pg_catalog.hashtext(k)));
 
     -- 5.
     IF cardinality(held) > 0 THEN
@@ -635,20 +635,21 @@ BEGIN
             EXECUTE pg_catalog.format(
                 'DELETE FROM pgmq_sdk.key_running d WHERE d.ctid = ANY (ARRAY('
                 'SELECT c.ctid FROM pgmq_sdk.key_running c '
-                'WHERE c.queue_relid = $1 AND c.key = ANY ($2) AND NOT EXISTS ('
-                'SELECT 1 FROM %s m WHERE m.msg_id = c.msg_id AND m.last_read_at = c.read_at '
-                'AND m.vt > $3) FOR UPDATE SKIP LOCKED))', q)
+                'WHERE c.queue_relid = $1 AND c.key = ANY ($2) AND NOT coalesce(('
+                'SELECT m.last_read_at = c.read_at AND m.vt > $3 '
+                'FROM %s m WHERE m.msg_id = c.msg_id), false) FOR UPDATE SKIP LOCKED))', q)
             USING relid, held, now_ts;
         END IF;
         EXECUTE pg_catalog.format(
             'SELECT array_agg(h.key), array_agg(least('
             '  CASE WHEN $3 IS NULL THEN $5 ELSE $3 - coalesce(r.n, 0) END,'
-            '  CASE WHEN $4 IS NULL THEN $5 ELSE floor(b.avail)::integer END)),'
-            ' array_agg(b.avail) '
+            '  CASE WHEN $4 IS NULL THEN $5 ELSE floor(coalesce(b.avail, $6))::integer END)),'
+            ' array_agg(coalesce(b.avail, $6)) '
             'FROM unnest($2::text[]) h(key) '
             'LEFT JOIN (SELECT c.key, count(*)::integer AS n FROM pgmq_sdk.key_running c '
-            '  JOIN %s m ON m.msg_id = c.msg_id AND m.last_read_at = c.read_at AND m.vt > $7 '
-            '  WHERE c.queue_relid = $1 AND c.key = ANY ($2) AND $3 IS NOT NULL GROUP BY c.key) r '
+            '  WHERE c.queue_relid = $1 AND c.key = ANY ($2) AND $3 IS NOT NULL AND coalesce(('
+            '  SELECT m.last_read_at = c.read_at AND m.vt > $7 FROM %s m WHERE m.msg_id = c.msg_id), false) '
+            '  GROUP BY c.key) r '
             '  ON r.key = h.key '
             'LEFT JOIN (SELECT s.key, least($6, coalesce(s.tokens, $6) + greatest(0, '
             '  extract(epoch FROM $7 - coalesce(s.refilled_at, $7))::double precision) * $4) AS avail '
@@ -667,19 +668,22 @@ BEGIN
 
     -- 6.
     IF per_second IS NOT NULL AND cardinality(held) > 0 THEN
-        UPDATE pgmq_sdk.key_state s
-        SET tokens = v.left_over,
-            refilled_at = now_ts,
-            next_token_at = CASE WHEN v.left_over < 1
+        INSERT INTO pgmq_sdk.key_state AS s
+            (queue_relid, key, tokens, refilled_at, next_token_at, full_at)
+        SELECT relid, v.key, v.left_over, now_ts,
+            CASE WHEN v.left_over < 1
                 THEN now_ts + pg_catalog.make_interval(secs => (1 - v.left_over) / per_second) END,
-            full_at = CASE WHEN v.left_over < burst
+            CASE WHEN v.left_over < burst
                 THEN now_ts + pg_catalog.make_interval(secs => (burst - v.left_over) / per_second) END
         FROM (
             SELECT r.key, r.avail - (SELECT count(*) FROM unnest(cand_ids, cand_keys) AS c(id, k)
                                      WHERE c.k = r.key AND c.id = ANY (chosen)) AS left_over
             FROM unnest(room_keys, room_avail) AS r(key, avail)
         ) v
-        WHERE s.queue_relid = relid AND s.key = v.key;
+        ORDER BY v.key
+        ON CONFLICT ON CONSTRAINT key_state_pkey DO UPDATE
+            SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+                next_token_at = excluded.next_token_at, full_at = excluded.full_at;
     END IF;
     IF cardinality(chosen) > 0 THEN
         RETURN QUERY EXECUTE pg_catalog.format(

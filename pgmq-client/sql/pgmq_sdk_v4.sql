@@ -1,11 +1,10 @@
 -- The pgmq_sdk schema, version 4: limits per key (see
 -- pgmq_sdk.read_key_limited). No rows of earlier versions change.
 
--- One row per key of a queue read under a limit per key: the claims of a
--- key lock its row in turn (a row lock, which only a role allowed to read
--- the queue can take), and it holds the key's token bucket. A row whose
--- bucket is full and whose key has nothing running is deleted by
--- pgmq_sdk.expire_keys; a missing row is a key with a full bucket.
+-- The token bucket of each key of a queue read under a limit per key with
+-- a rate. A row whose bucket is full and whose key has nothing running is
+-- deleted by pgmq_sdk.expire_keys; a missing row is a key with a full
+-- bucket.
 CREATE TABLE pgmq_sdk.key_state (
     queue_relid oid NOT NULL,
     key text NOT NULL,

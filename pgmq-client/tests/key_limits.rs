@@ -281,3 +281,40 @@ async fn claimers_on_many_connections_never_pass_a_keys_limit() {
         "a key's claims peaked at its limit"
     );
 }
+
+#[tokio::test]
+async fn claimers_on_many_connections_keep_a_keys_rate() {
+    let (db, client, q) = setup("key_limit_rates").await;
+    send_keys(&client, &q, &["r"; 60]).await;
+    // 10 a second, a bucket of 2, for the key across four connections.
+    let limit = KeyLimit::new(
+        KeyFrom::header("k").unwrap(),
+        FleetLimit::per_second(10.0).with_burst(2.0),
+    );
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let c = db.client().await;
+        let (q, limit) = (q.clone(), limit.clone());
+        tasks.push(tokio::spawn(async move {
+            let opts = ReadOptions::new(Duration::from_secs(30)).qty(10);
+            let mut n = 0;
+            while start.elapsed() < Duration::from_millis(800) {
+                n += claim(&c, &q, &limit, &opts).await;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    // The bucket's 2, then 10 a second.
+    assert!(
+        total as f64 <= 2.0 + 10.0 * secs + 1.0,
+        "{total} claims in {secs:.2} s"
+    );
+    assert!(total >= 2, "{total}");
+}

@@ -5,9 +5,9 @@
 //!
 //! `pgmq_sdk.read_key_limited` does it in one call: it finds the keys at a
 //! limit, reads the first visible messages whose key is not one of them
-//! (FOR UPDATE SKIP LOCKED, as `pgmq.read`), locks those keys' rows of
-//! `pgmq_sdk.key_state` in key order (passing over keys another claim
-//! holds), and claims each key's messages that fit under its limit. The
+//! (FOR UPDATE SKIP LOCKED, as `pgmq.read`), tries a transaction advisory
+//! lock on each of their keys (passing over keys another claim holds, never
+//! waiting), and claims each key's messages that fit under its limit. The
 //! messages of a key at its limit stay in the queue unchanged, for a later
 //! claim: they never stand in front of other keys' messages, and are never
 //! claimed to be put back. A claim counts as running the way a
