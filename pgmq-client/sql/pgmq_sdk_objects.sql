@@ -593,6 +593,13 @@ BEGIN
         RAISE EXCEPTION 'read_key_limited: a limit of % running, % a second (burst %), vt %, qty %',
             max_running, per_second, burst, vt_seconds, qty USING ERRCODE = '22023';
     END IF;
+    -- Each step must see what claims committed before it: a snapshot
+    -- held for the whole transaction would count a key's claims as they
+    -- were at its start.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'read_key_limited: needs READ COMMITTED, not %',
+            pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25001';
+    END IF;
     q := relid::regclass::text;
     now_ts := clock_timestamp();
 

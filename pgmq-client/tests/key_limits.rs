@@ -144,7 +144,7 @@ async fn a_killed_holders_places_come_back_within_its_vt() {
 
 #[tokio::test]
 async fn messages_without_the_key_are_not_limited_and_bad_paths_are_refused() {
-    let (_db, client, q) = setup("key_limit_none").await;
+    let (db, client, q) = setup("key_limit_none").await;
     client.send_batch(&q, &[1, 2, 3, 4, 5]).await.unwrap();
     let limit = KeyLimit::new(KeyFrom::header("k").unwrap(), FleetLimit::max_running(1));
     let opts = ReadOptions::new(Duration::from_secs(30)).qty(10);
@@ -165,6 +165,23 @@ async fn messages_without_the_key_are_not_limited_and_bad_paths_are_refused() {
     );
     client.read_key_limited_raw(&q, &odd, &opts).await.unwrap();
     assert!(client.key_limit_available().await.unwrap());
+    // A snapshot held for a whole transaction would count stale claims.
+    let raw = common::raw_to(&db.dsn()).await;
+    raw.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
+    let e = raw
+        .query(
+            "SELECT * FROM pgmq_sdk.read_key_limited('jobs', 30, 1, true, '{k}', 1, NULL, NULL)",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    let msg = e.as_db_error().map(|d| d.message().to_owned());
+    assert!(
+        msg.as_deref().is_some_and(|m| m.contains("READ COMMITTED")),
+        "{e:?}"
+    );
 }
 
 #[tokio::test]
