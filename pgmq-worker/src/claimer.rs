@@ -100,7 +100,9 @@
 //! poll intervals (the reading loop is stuck on a connection). Under a
 //! fleet-wide limit one loop reads, whatever the estimate: the limited
 //! reads of a queue take turns on one lock, and a wake-up that arrives
-//! during the read makes that loop read again at once.
+//! during the read makes that loop read again at once. Under a limit per
+//! key every loop reads through `pgmq_sdk.read_key_limited`, which locks
+//! keys, never the queue.
 //!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
