@@ -533,7 +533,9 @@ $fn$;
 --      each keyed message (under a limit of places);
 --   7. running rows whose messages are gone (below the queue's lowest
 --      msg_id) deleted, up to 100 at a time, passing over rows another
---      transaction holds.
+--      transaction holds; under a rate limit, now and then, full buckets
+--      of keys with nothing running (pgmq_sdk.expire_keys deletes them
+--      too).
 -- A candidate whose key is not locked, or has no room, is left as it was.
 -- A running claim is checked against its message with the message's
 -- primary key (a subquery per row), whatever the planner thinks of the
@@ -717,6 +719,16 @@ BEGIN
             '(SELECT max(e.msg_id) + 1 FROM pgmq_sdk.key_running e WHERE e.queue_relid = $1)) '
             'ORDER BY c.msg_id LIMIT 100 FOR UPDATE SKIP LOCKED))', q)
         USING relid;
+    END IF;
+    -- About one claim in twenty: up to 100 of the queue's full buckets of
+    -- keys with nothing running, the same as no row.
+    IF per_second IS NOT NULL AND pg_catalog.random() < 0.05 THEN
+        DELETE FROM pgmq_sdk.key_state d WHERE d.ctid = ANY (ARRAY(
+            SELECT s.ctid FROM pgmq_sdk.key_state s
+            WHERE s.queue_relid = relid AND (s.full_at IS NULL OR s.full_at <= now_ts)
+              AND NOT EXISTS (SELECT 1 FROM pgmq_sdk.key_running r
+                              WHERE r.queue_relid = relid AND r.key = s.key)
+            LIMIT 100 FOR UPDATE SKIP LOCKED));
     END IF;
 END
 $fn$;
