@@ -12,6 +12,7 @@
 --   pause flag, change    UPDATE on the queue's table (with it a role can
 --                         already hide every message by moving its vt)
 --   fleet limit state     UPDATE on the queue's table (pgmq.read needs it)
+--   key limit state       UPDATE on the queue's table (a claim needs it)
 --   topic keys            held per role: the role that took the key, and
 --                         its members
 --
@@ -30,7 +31,8 @@ GRANT USAGE ON SCHEMA pgmq_sdk TO PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA pgmq_sdk FROM PUBLIC;
 GRANT SELECT ON pgmq_sdk.schema_version TO PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE
-    ON pgmq_sdk.queue_keys, pgmq_sdk.topic_keys, pgmq_sdk.paused, pgmq_sdk.running, pgmq_sdk.limits
+    ON pgmq_sdk.queue_keys, pgmq_sdk.topic_keys, pgmq_sdk.paused, pgmq_sdk.running, pgmq_sdk.limits,
+       pgmq_sdk.key_state, pgmq_sdk.key_running
     TO PUBLIC;
 
 -- Row-level security -------------------------------------------------------
@@ -66,6 +68,18 @@ CREATE POLICY consumers ON pgmq_sdk.running
 ALTER TABLE pgmq_sdk.limits ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS consumers ON pgmq_sdk.limits;
 CREATE POLICY consumers ON pgmq_sdk.limits
+    USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
+    WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
+
+ALTER TABLE pgmq_sdk.key_state ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS consumers ON pgmq_sdk.key_state;
+CREATE POLICY consumers ON pgmq_sdk.key_state
+    USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
+    WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
+
+ALTER TABLE pgmq_sdk.key_running ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS consumers ON pgmq_sdk.key_running;
+CREATE POLICY consumers ON pgmq_sdk.key_running
     USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
     WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
 
@@ -354,6 +368,24 @@ BEGIN
     DELETE FROM pgmq_sdk.running r
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = r.queue_relid);
     GET DIAGNOSTICS n = ROW_COUNT;
+    total := total + n;
+    DELETE FROM pgmq_sdk.key_running r
+    WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = r.queue_relid);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    total := total + n;
+    -- A key's state with a full bucket and no claim of the key recorded is
+    -- the same as no row (see pgmq_sdk.read_key_limited); rows a claim
+    -- holds are passed over.
+    DELETE FROM pgmq_sdk.key_state s
+    WHERE s.ctid = ANY (ARRAY(
+        SELECT e.ctid FROM pgmq_sdk.key_state e
+        WHERE (e.full_at IS NULL OR e.full_at <= now_ts)
+          AND (NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = e.queue_relid)
+               OR NOT EXISTS (SELECT 1 FROM pgmq_sdk.key_running r
+                              WHERE r.queue_relid = e.queue_relid AND r.key = e.key))
+        LIMIT max_rows
+        FOR UPDATE SKIP LOCKED));
+    GET DIAGNOSTICS n = ROW_COUNT;
     RETURN total + n;
 END
 $fn$;
@@ -517,6 +549,249 @@ BEGIN
 END
 $fn$;
 
+-- Limits per key -----------------------------------------------------------
+--
+-- A claim of up to `qty` messages of a queue under a limit per key: each
+-- message's key is its headers' (key_in_headers) or its body's value at
+-- `key_path` (the `#>>` operator: a text, or NULL), and a key may have at
+-- most `max_running` claims running (NULL: no such limit) and take at most
+-- `per_second` claims a second with bursts of `burst` (NULL: no rate
+-- limit). A message without a key is not limited. The key's path is a
+-- parameter: no caller's text becomes SQL.
+--
+-- A key's claim counts as running (a row of pgmq_sdk.key_running) the way
+-- a fleet-wide limit's does: while its message is in the queue with the
+-- same delivery (`last_read_at`) and a visibility timeout still ahead. A
+-- delete, archive, retry or release ends the delivery and frees the place
+-- at once; a killed worker's place is freed when its visibility timeout
+-- passes.
+--
+-- The steps, each a statement of its own (each sees what the claims
+-- committed before it began):
+--   1. the keys at a limit now: those with max_running claims running,
+--      and those whose bucket holds less than a claim;
+--   2. up to `qty` visible messages in msg_id order whose key is not one
+--      of them, locked and passing over messages another claim holds
+--      (FOR UPDATE SKIP LOCKED, as pgmq.read): the messages of a key at
+--      its limit stay in the queue, unread and unchanged, and never stand
+--      in front of other keys' messages;
+--   3. a transaction advisory lock on each of their keys, tried, never
+--      waited for (pg_try_advisory_xact_lock, in a lock space of the
+--      queue's own, on the key's hash): a key is claimed by one
+--      transaction at a time, a claim never waits for another's key, and
+--      no lock order is needed, as no claim waits for any;
+--   4. (nothing: locks taken, nothing written);
+--   5. each locked key's room (its limit less its running claims, and its
+--      bucket of pgmq_sdk.key_state refilled up to `burst`), and the first
+--      messages of each key that fit, with every message without a key;
+--   6. the buckets of the locked keys charged (under a rate limit), and
+--      the claim: the messages' visibility timeout, read count and
+--      last_read_at set as pgmq.read sets them, a running row written for
+--      each keyed message (under a limit of places);
+--   7. running rows whose messages are gone (below the queue's lowest
+--      msg_id) deleted, up to 100 at a time, passing over rows another
+--      transaction holds; under a rate limit, now and then, full buckets
+--      of keys with nothing running (pgmq_sdk.expire_keys deletes them
+--      too).
+-- A candidate whose key is not locked, or has no room, is left as it was.
+-- A running claim is checked against its message with the message's
+-- primary key (a subquery per row), whatever the planner thinks of the
+-- tables' sizes. Two keys whose hashes collide share a lock: one of them
+-- waits a claim, never more. A role that may connect can hold a key's
+-- advisory lock and so hold back that key's claims; it cannot make them
+-- pass the limit. Bitmap scans are off inside it, as in read_limited:
+-- pgmq_sdk.key_running gains and loses a row per claim, and only a plain
+-- index scan marks the entries of its dead rows for later scans to skip.
+--
+-- The limits must be the same in every process that reads the queue this
+-- way. A plain pgmq.read of the queue is neither counted nor limited.
+CREATE OR REPLACE FUNCTION pgmq_sdk.read_key_limited(
+    queue_name text,
+    vt_seconds integer,
+    qty integer,
+    key_in_headers boolean,
+    key_path text[],
+    max_running integer,
+    per_second double precision,
+    burst double precision
+) RETURNS TABLE (
+    msg_id bigint,
+    read_ct integer,
+    enqueued_at timestamptz,
+    last_read_at timestamptz,
+    vt timestamptz,
+    message jsonb,
+    headers jsonb
+)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET enable_bitmapscan = off AS $fn$
+#variable_conflict use_column
+DECLARE
+    relid oid := pgmq_sdk.queue_table(queue_name);
+    q text;
+    now_ts timestamptz;
+    blocked text[] := '{}';
+    cand_ids bigint[];
+    cand_keys text[];
+    held text[];
+    -- The advisory lock space of the queue's keys.
+    lock_space integer := pg_catalog.hashtext('pgmq_sdk.read_key_limited:' || relid::text);
+    room_keys text[];
+    room_n integer[];
+    room_avail double precision[];
+    chosen bigint[];
+BEGIN
+    PERFORM pgmq_sdk.require(relid, 'UPDATE', 'a limit per key');
+    IF key_in_headers IS NULL OR coalesce(cardinality(key_path), 0) = 0
+        OR array_position(key_path, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'read_key_limited: give the key''s place: headers or body, and a path'
+            USING ERRCODE = '22023';
+    END IF;
+    IF (max_running IS NULL AND per_second IS NULL) OR max_running < 1
+        OR per_second <= 0 OR per_second = 'NaN'::float8 OR per_second = 'Infinity'::float8
+        OR (per_second IS NOT NULL AND (burst IS NULL OR burst < 1 OR burst = 'NaN'::float8
+                                        OR burst = 'Infinity'::float8))
+        OR vt_seconds < 0 OR qty < 1 THEN
+        RAISE EXCEPTION 'read_key_limited: a limit of % running, % a second (burst %), vt %, qty %',
+            max_running, per_second, burst, vt_seconds, qty USING ERRCODE = '22023';
+    END IF;
+    -- Each step must see what claims committed before it: a snapshot
+    -- held for the whole transaction would count a key's claims as they
+    -- were at its start.
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'read_key_limited: needs READ COMMITTED, not %',
+            pg_catalog.current_setting('transaction_isolation') USING ERRCODE = '25001';
+    END IF;
+    q := relid::regclass::text;
+    now_ts := clock_timestamp();
+
+    -- 1.
+    IF max_running IS NOT NULL THEN
+        EXECUTE pg_catalog.format(
+            'SELECT coalesce(array_agg(b.key), ''{}'') FROM ('
+            'SELECT c.key FROM pgmq_sdk.key_running c '
+            'WHERE c.queue_relid = $1 AND coalesce((SELECT m.last_read_at = c.read_at AND m.vt > $2 '
+            'FROM %s m WHERE m.msg_id = c.msg_id), false) '
+            'GROUP BY c.key HAVING count(*) >= $3) b', q)
+        INTO blocked USING relid, now_ts, max_running;
+    END IF;
+    IF per_second IS NOT NULL THEN
+        blocked := blocked || ARRAY(
+            SELECT s.key FROM pgmq_sdk.key_state s
+            WHERE s.queue_relid = relid AND s.next_token_at > now_ts);
+    END IF;
+
+    -- 2.
+    EXECUTE pg_catalog.format(
+        'SELECT array_agg(c.msg_id ORDER BY c.msg_id), array_agg(c.k ORDER BY c.msg_id) FROM ('
+        'SELECT m.msg_id, x.k FROM %s m '
+        'CROSS JOIN LATERAL (SELECT CASE WHEN $1 THEN m.headers #>> $2 ELSE m.message #>> $2 END AS k) x '
+        'WHERE m.vt <= $3 AND (x.k IS NULL OR x.k <> ALL ($4)) '
+        'ORDER BY m.msg_id LIMIT $5 FOR UPDATE OF m SKIP LOCKED) c', q)
+    INTO cand_ids, cand_keys USING key_in_headers, key_path, now_ts, blocked, qty;
+    IF cand_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- 3.
+    held := ARRAY(
+        SELECT k FROM (SELECT DISTINCT k FROM unnest(cand_keys) k WHERE k IS NOT NULL) d
+        WHERE pg_catalog.pg_try_advisory_xact_lock(lock_space, pg_catalog.hashtext(k)));
+
+    -- 5.
+    IF cardinality(held) > 0 THEN
+        IF max_running IS NOT NULL THEN
+            EXECUTE pg_catalog.format(
+                'DELETE FROM pgmq_sdk.key_running d WHERE d.ctid = ANY (ARRAY('
+                'SELECT c.ctid FROM pgmq_sdk.key_running c '
+                'WHERE c.queue_relid = $1 AND c.key = ANY ($2) AND NOT coalesce(('
+                'SELECT m.last_read_at = c.read_at AND m.vt > $3 '
+                'FROM %s m WHERE m.msg_id = c.msg_id), false) FOR UPDATE SKIP LOCKED))', q)
+            USING relid, held, now_ts;
+        END IF;
+        EXECUTE pg_catalog.format(
+            'SELECT array_agg(h.key), array_agg(least('
+            '  CASE WHEN $3 IS NULL THEN $5 ELSE $3 - coalesce(r.n, 0) END,'
+            '  CASE WHEN $4 IS NULL THEN $5 ELSE floor(coalesce(b.avail, $6))::integer END)),'
+            ' array_agg(coalesce(b.avail, $6)) '
+            'FROM unnest($2::text[]) h(key) '
+            'LEFT JOIN (SELECT c.key, count(*)::integer AS n FROM pgmq_sdk.key_running c '
+            '  WHERE c.queue_relid = $1 AND c.key = ANY ($2) AND $3 IS NOT NULL AND coalesce(('
+            '  SELECT m.last_read_at = c.read_at AND m.vt > $7 FROM %s m WHERE m.msg_id = c.msg_id), false) '
+            '  GROUP BY c.key) r '
+            '  ON r.key = h.key '
+            'LEFT JOIN (SELECT s.key, least($6, coalesce(s.tokens, $6) + greatest(0, '
+            '  extract(epoch FROM $7 - coalesce(s.refilled_at, $7))::double precision) * $4) AS avail '
+            '  FROM pgmq_sdk.key_state s WHERE s.queue_relid = $1 AND s.key = ANY ($2)) b '
+            '  ON b.key = h.key', q)
+        INTO room_keys, room_n, room_avail
+        USING relid, held, max_running, per_second, qty, burst, now_ts;
+    END IF;
+    chosen := ARRAY(
+        SELECT c.id FROM (
+            SELECT c.id, c.k, row_number() OVER (PARTITION BY c.k ORDER BY c.id) AS rn
+            FROM unnest(cand_ids, cand_keys) AS c(id, k)) c
+        LEFT JOIN unnest(room_keys, room_n) AS r(key, n) ON r.key = c.k
+        WHERE c.k IS NULL OR c.rn <= r.n
+        ORDER BY c.id);
+
+    -- 6.
+    IF per_second IS NOT NULL AND cardinality(held) > 0 THEN
+        INSERT INTO pgmq_sdk.key_state AS s
+            (queue_relid, key, tokens, refilled_at, next_token_at, full_at)
+        SELECT relid, v.key, v.left_over, now_ts,
+            CASE WHEN v.left_over < 1
+                THEN now_ts + pg_catalog.make_interval(secs => (1 - v.left_over) / per_second) END,
+            CASE WHEN v.left_over < burst
+                THEN now_ts + pg_catalog.make_interval(secs => (burst - v.left_over) / per_second) END
+        FROM (
+            SELECT r.key, r.avail - (SELECT count(*) FROM unnest(cand_ids, cand_keys) AS c(id, k)
+                                     WHERE c.k = r.key AND c.id = ANY (chosen)) AS left_over
+            FROM unnest(room_keys, room_avail) AS r(key, avail)
+        ) v
+        ORDER BY v.key
+        ON CONFLICT ON CONSTRAINT key_state_pkey DO UPDATE
+            SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+                next_token_at = excluded.next_token_at, full_at = excluded.full_at;
+    END IF;
+    IF cardinality(chosen) > 0 THEN
+        RETURN QUERY EXECUTE pg_catalog.format(
+            'WITH got AS ('
+            'UPDATE %s m SET vt = $2 + pg_catalog.make_interval(secs => $3), '
+            'read_ct = m.read_ct + 1, last_read_at = $2 WHERE m.msg_id = ANY ($1) '
+            'RETURNING m.msg_id, m.read_ct, m.enqueued_at, m.last_read_at, m.vt, m.message, m.headers'
+            '), kept AS ('
+            'INSERT INTO pgmq_sdk.key_running (queue_relid, key, msg_id, read_at) '
+            'SELECT $4, c.k, g.msg_id, g.last_read_at FROM got g '
+            'JOIN unnest($5::bigint[], $6::text[]) AS c(id, k) ON c.id = g.msg_id '
+            'WHERE c.k IS NOT NULL AND $7'
+            ') SELECT g.msg_id, g.read_ct, g.enqueued_at, g.last_read_at, g.vt, g.message, g.headers '
+            'FROM got g ORDER BY g.msg_id', q)
+        USING chosen, now_ts, vt_seconds, relid, cand_ids, cand_keys, max_running IS NOT NULL;
+    END IF;
+
+    -- 7.
+    IF max_running IS NOT NULL THEN
+        EXECUTE pg_catalog.format(
+            'DELETE FROM pgmq_sdk.key_running d WHERE d.ctid = ANY (ARRAY('
+            'SELECT c.ctid FROM pgmq_sdk.key_running c WHERE c.queue_relid = $1 '
+            'AND c.msg_id < coalesce((SELECT min(m.msg_id) FROM %s m), '
+            '(SELECT max(e.msg_id) + 1 FROM pgmq_sdk.key_running e WHERE e.queue_relid = $1)) '
+            'ORDER BY c.msg_id LIMIT 100 FOR UPDATE SKIP LOCKED))', q)
+        USING relid;
+    END IF;
+    -- About one claim in twenty: up to 100 of the queue's full buckets of
+    -- keys with nothing running, the same as no row.
+    IF per_second IS NOT NULL AND pg_catalog.random() < 0.05 THEN
+        DELETE FROM pgmq_sdk.key_state d WHERE d.ctid = ANY (ARRAY(
+            SELECT s.ctid FROM pgmq_sdk.key_state s
+            WHERE s.queue_relid = relid AND (s.full_at IS NULL OR s.full_at <= now_ts)
+              AND NOT EXISTS (SELECT 1 FROM pgmq_sdk.key_running r
+                              WHERE r.queue_relid = relid AND r.key = s.key)
+            LIMIT 100 FOR UPDATE SKIP LOCKED));
+    END IF;
+END
+$fn$;
+
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgmq_sdk FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     pgmq_sdk.queue_table(text),
@@ -529,7 +804,8 @@ GRANT EXECUTE ON FUNCTION
     pgmq_sdk.pause_queue(text, text),
     pgmq_sdk.resume_queue(text),
     pgmq_sdk.queue_paused(text),
-    pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision)
+    pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision),
+    pgmq_sdk.read_key_limited(text, integer, integer, boolean, text[], integer, double precision, double precision)
     TO PUBLIC;
 
 -- Periodic sends -------------------------------------------------------------

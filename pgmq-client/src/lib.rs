@@ -165,9 +165,10 @@ pub use pgmq::{
     QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
-    tick_key, Cadence, DedupKey, DueSchedule, FiredTick, FiringPass, FleetLimit, PausedQueue,
-    Schedule, ScheduleInfo, Sent, TopicSent, DEFAULT_CATCH_UP, MAX_CATCH_UP, MAX_DEDUP_KEY_LEN,
-    MAX_SCHEDULE_NAME_LEN, PAUSE_FLAG_GRANTS, SCHEDULE_HEADER, TICK_HEADER,
+    tick_key, Cadence, DedupKey, DueSchedule, FiredTick, FiringPass, FleetLimit, KeyFrom, KeyLimit,
+    PausedQueue, Schedule, ScheduleInfo, Sent, TopicSent, DEFAULT_CATCH_UP, MAX_CATCH_UP,
+    MAX_DEDUP_KEY_LEN, MAX_KEY_PATH, MAX_SCHEDULE_NAME_LEN, PAUSE_FLAG_GRANTS, SCHEDULE_HEADER,
+    TICK_HEADER,
 };
 
 /// This crate's README (its crates.io page), compiled as doc tests.

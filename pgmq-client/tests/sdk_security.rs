@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use pgmq_client::{Client, DedupKey, Error, FleetLimit, QueueName, ReadOptions};
+use pgmq_client::{Client, DedupKey, Error, FleetLimit, KeyFrom, KeyLimit, QueueName, ReadOptions};
 use serde_json::json;
 
 use common::OwnDb;
@@ -367,6 +367,18 @@ async fn each_feature_works_with_the_rights_its_pgmq_operation_needs() {
     assert_eq!(got.len(), 1);
     assert!(is_denied(
         &consumer.send_keyed(&q, &key, &json!(2)).await.unwrap_err()
+    ));
+    // A limit per key needs what a claim needs: UPDATE on the queue.
+    let per_key = KeyLimit::new(KeyFrom::header("k").unwrap(), FleetLimit::max_running(1));
+    consumer
+        .read_key_limited_raw(&q, &per_key, &opts)
+        .await
+        .unwrap();
+    assert!(is_denied(
+        &producer
+            .read_key_limited_raw(&q, &per_key, &opts)
+            .await
+            .unwrap_err()
     ));
     drop((producer, consumer));
     drop((rp, rc));

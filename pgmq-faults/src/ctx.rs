@@ -421,16 +421,48 @@ pub(crate) fn sample_fleet(
     table: String,
     limit: i64,
     every: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<FleetSamples> {
+    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
+    let sql = format!(
+        "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
+                clock_timestamp() from {table}"
+    );
+    sample_running(dsn, sql, limit, every, stop)
+}
+
+/// [`sample_fleet`] per key: the most claims running of one value of the
+/// header `header` (a limit per key's key), against `limit`.
+pub(crate) fn sample_per_key(
+    dsn: String,
+    table: String,
+    header: &str,
+    limit: i64,
+    every: Duration,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<FleetSamples> {
+    // The suite's own table and header names ([a-z0-9_] only), so both are safe unquoted.
+    let sql = format!(
+        "select coalesce(max(n), 0), clock_timestamp() from ( \
+             select count(*) as n from {table} \
+             where vt > clock_timestamp() and last_read_at is not null \
+             group by headers ->> '{header}') k"
+    );
+    sample_running(dsn, sql, limit, every, stop)
+}
+
+/// Runs `sql` (a count, and the database's clock) every `every` until
+/// `stop`, against `limit`.
+fn sample_running(
+    dsn: String,
+    sql: String,
+    limit: i64,
+    every: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<FleetSamples> {
     tokio::spawn(async move {
         let mut out = FleetSamples::default();
         let mut conn: Option<tokio_postgres::Client> = None;
-        // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
-        let sql = format!(
-            "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
-                    clock_timestamp() from {table}"
-        );
         while !*stop.borrow() {
             if conn.as_ref().is_none_or(|c| c.is_closed()) {
                 conn = session(&dsn, "pgmq-campaign-watch").await.ok();

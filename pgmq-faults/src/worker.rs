@@ -182,6 +182,9 @@ pub enum Sabotage {
     /// delete), its connection cut between them: a batch tried again is
     /// sent twice.
     MoveSplit,
+    /// The campaign's workers under a limit per key claim without it
+    /// (plain reads): more runs of a key at once than its limit.
+    KeyLimitIgnored,
 }
 
 impl Sabotage {
@@ -206,6 +209,7 @@ impl Sabotage {
             Sabotage::ScheduleUnfenced => "schedule-unfenced",
             Sabotage::RetentionYoung => "retention-young",
             Sabotage::MoveSplit => "move-split",
+            Sabotage::KeyLimitIgnored => "key-limit-ignored",
         }
     }
 
@@ -331,7 +335,7 @@ impl FaultSpec {
     /// The worker's settings with the sabotages that change a builder
     /// setting planted: no heartbeat (`heartbeat-off`), plain reads for a
     /// FIFO worker (`fifo-unordered`), a fleet limit four times the
-    /// fleet's (`fleet-over`).
+    /// fleet's (`fleet-over`), no limit per key (`key-limit-ignored`).
     fn sabotaged_settings(&self) -> WorkerSettings {
         let mut s = self.worker.settings.clone();
         for sabotage in &self.sabotage {
@@ -341,6 +345,7 @@ impl FaultSpec {
                     s.claim_reads = Some(ClaimReadsSpec::Bounded)
                 }
                 Sabotage::FleetOver => s.fleet_limit = s.fleet_limit.map(|n| n * 4),
+                Sabotage::KeyLimitIgnored => s.key_limit = None,
                 _ => {}
             }
         }

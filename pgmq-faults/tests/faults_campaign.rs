@@ -160,6 +160,7 @@ fn without_a_sabotage_the_campaign_passes() {
     assert!(cell_verdict(&doc, "periodic sends"), "{doc}");
     assert!(cell_verdict(&doc, "retention cell"), "{doc}");
     assert!(cell_verdict(&doc, "move cell"), "{doc}");
+    assert!(cell_verdict(&doc, "key limits"), "{doc}");
 }
 
 /// A bug planted in pgmq-worker itself (feature `fault-injection`): a
@@ -225,7 +226,7 @@ fn fifo_blocking_runs_not_waited_for_fail_the_fifo_invariants_and_waited_for_pas
 #[test]
 fn fifo_and_fleet_sabotages_fail_their_invariants() {
     let sabotages = "fifo-unordered,keyed-fresh-keys,fleet-over,fleet-long-vt,pause-ignored,\
-                     prio-strict,stale-keys,sdk-not-reinstalled,revoke-skipped,schedule-unfenced";
+                     prio-strict,stale-keys,sdk-not-reinstalled,revoke-skipped,schedule-unfenced,key-limit-ignored";
     let seed = FLEET_SEED;
     let (code, stderr, doc) = campaign_with(
         sabotages,
@@ -252,6 +253,11 @@ fn fifo_and_fleet_sabotages_fail_their_invariants() {
     // `fleet-long-vt`: the kill cell's process held every place.
     assert!(!cell_verdict(&doc, "kill cell"), "{doc}");
     assert!(!cell_verdict(&doc, "extension re-created"), "{doc}");
+    // `key-limit-ignored`: the key cell's workers claim without the limit.
+    assert!(
+        !cell_check(&doc, "key limits", "per-key limits never exceeded"),
+        "{doc}"
+    );
     // `schedule-unfenced`: ticks sent twice.
     assert!(!cell_verdict(&doc, "periodic sends"), "{doc}");
 }

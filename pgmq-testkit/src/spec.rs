@@ -36,7 +36,7 @@
 
 use std::time::Duration;
 
-use pgmq_client::{FleetLimit, QueueName};
+use pgmq_client::{FleetLimit, KeyFrom, KeyLimit, QueueName};
 use pgmq_worker::{Backoff, ClaimReads, WakeUp, Worker, WorkerBuilder};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -223,10 +223,24 @@ pub struct WorkerSettings {
     /// Places of a fleet-wide limit (`FleetLimit::max_running`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_limit: Option<u32>,
+    /// A limit per key (`KeyLimit`): places per key, the key a header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_limit: Option<KeyLimitSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_queue: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_small_pool: Option<bool>,
+}
+
+/// A limit per key of places (`FleetLimit::max_running`) for each value of
+/// the header `header`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimitSpec {
+    /// The header whose value is the key.
+    pub header: String,
+    /// Places per key.
+    pub max_running: u32,
 }
 
 /// `b` with `f(value)` applied when the setting is present.
@@ -289,6 +303,13 @@ impl WorkerSettings {
         let b = set(b, s.fleet_limit, |b, v| {
             b.fleet_limit(FleetLimit::max_running(v))
         });
+        let b = match &s.key_limit {
+            Some(k) => b.key_limit(KeyLimit::new(
+                KeyFrom::header(k.header.as_str())?,
+                FleetLimit::max_running(k.max_running),
+            )),
+            None => b,
+        };
         let b = set(b, s.check_queue, |b, v| b.check_queue(v));
         Ok(set(b, s.allow_small_pool, |b, v| b.allow_small_pool(v)))
     }
@@ -331,6 +352,10 @@ mod tests {
             db_timeout_ms: Some(20),
             claim_reads: Some(ClaimReadsSpec::FifoGroups),
             fleet_limit: Some(21),
+            key_limit: Some(KeyLimitSpec {
+                header: "k".into(),
+                max_running: 2,
+            }),
             check_queue: Some(false),
             allow_small_pool: Some(true),
         };

@@ -86,6 +86,8 @@ pub(crate) struct Config {
     pub fleet_limit: Option<pgmq_client::FleetLimit>,
     /// A scheduler of periodic sends run beside the worker (None: none).
     pub scheduler: Option<crate::scheduler::SchedulerConfig>,
+    /// A limit per key shared by every process on the queue (None: none).
+    pub key_limit: Option<pgmq_client::KeyLimit>,
 }
 
 /// What [`build`](WorkerBuilder::build) derives from the settings: each
@@ -119,7 +121,7 @@ impl Plan {
         let fifo = c.claim_reads == ClaimReads::FifoGroups;
         // Under a fleet-wide limit, an acknowledgement frees a place the
         // claim loops may fill at once.
-        let wake_claimers = fifo || c.fleet_limit.is_some();
+        let wake_claimers = fifo || c.fleet_limit.is_some() || c.key_limit.is_some();
         let (batch_max, batch_window) = c.handler_batch.unwrap_or((1, Duration::ZERO));
         #[cfg(feature = "fault-injection")]
         let fence_off = completer::FenceOff(c.fence_off);
@@ -129,6 +131,7 @@ impl Plan {
         // ended (fence.rs).
         let fence = c
             .fleet_limit
+            .or(c.key_limit.as_ref().map(|k| k.limit))
             .and_then(|l| l.max_running)
             .map(|_| crate::fence::margin(c.visibility_timeout));
         // Under a limit of places, an acknowledgement waiting for its batch
@@ -145,6 +148,7 @@ impl Plan {
                 check_queue: c.check_queue,
                 claim_reads: c.claim_reads,
                 fleet_limit: c.fleet_limit.is_some(),
+                key_limit: c.key_limit.is_some(),
                 db_timeout: c.db_timeout,
                 notify: c.wake_up == WakeUp::Notify,
                 notify_throttle: c.notify_throttle,
@@ -165,6 +169,7 @@ impl Plan {
                 poll_interval: c.poll_interval,
                 db_timeout: c.db_timeout,
                 fleet_limit: c.fleet_limit,
+                key_limit: c.key_limit.clone(),
             },
             pause: pause::Settings {
                 queue: c.queue.clone(),
@@ -357,6 +362,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 claim_reads: ClaimReads::Bounded,
                 fleet_limit: None,
                 scheduler: None,
+                key_limit: None,
             },
             max_deliveries: None,
             claim_capacity: None,
@@ -714,6 +720,41 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
+    /// A limit per key that holds across every process on the queue
+    /// (default none): each message's key is read from its headers or its
+    /// body ([`KeyFrom`](pgmq_client::KeyFrom)), and each key has at most
+    /// `max_running` messages claimed and not yet acknowledged and at most
+    /// `per_second` claims a second, counted in the database (see
+    /// [`KeyLimit`](pgmq_client::KeyLimit) and
+    /// [`Pgmq::read_key_limited_raw`](pgmq_client::Pgmq::read_key_limited_raw)).
+    /// The claim passes over the messages of a key at its limit in the
+    /// database: they stay in the queue for a later claim, and other keys'
+    /// messages go at the queue's full rate. A message without the key is
+    /// not limited. Give every process the same limit; a crashed process's
+    /// places are freed within its visibility timeout, and under
+    /// `max_running` a handler run stops once its claim may have ended, as
+    /// under a [`fleet_limit`](Self::fleet_limit). Needs the `pgmq_sdk`
+    /// schema (`pgmq install-sdk`; the start fails without it). Not with
+    /// [`ClaimReads::FifoGroups`] nor with a `fleet_limit`.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use pgmq_client::{FleetLimit, KeyFrom, KeyLimit, Message, QueueName};
+    /// use pgmq_worker::{Outcome, Worker};
+    ///
+    /// // At most 2 jobs per customer at once, from however many processes.
+    /// let per_customer = KeyLimit::new(KeyFrom::header("customer")?, FleetLimit::max_running(2));
+    /// let worker: Worker<serde_json::Value> = Worker::builder(client, QueueName::new("jobs")?)
+    ///     .key_limit(per_customer)
+    ///     .handler(|_m: Message<serde_json::Value>| async move { Ok(Outcome::Delete) })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn key_limit(mut self, limit: pgmq_client::KeyLimit) -> Self {
+        self.config.key_limit = Some(limit);
+        self
+    }
+
     /// Whether to check at start that the queue and dead-letter queue exist
     /// (default true). It also checks the queue table's layout, which the
     /// default claim reads need; without the check claims call `pgmq.read`.
@@ -1016,6 +1057,17 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
             }
             if c.claim_reads == ClaimReads::FifoGroups {
                 return bad("fleet_limit does not combine with ClaimReads::FifoGroups");
+            }
+        }
+        if let Some(limit) = &c.key_limit {
+            if let Err(e) = limit.check() {
+                return Err(Error::Config(format!("key_limit: {e}")));
+            }
+            if c.claim_reads == ClaimReads::FifoGroups {
+                return bad("key_limit does not combine with ClaimReads::FifoGroups");
+            }
+            if c.fleet_limit.is_some() {
+                return bad("key_limit does not combine with fleet_limit");
             }
         }
         c.claim_capacity = self.claim_capacity.unwrap_or(3 * c.batch_size);

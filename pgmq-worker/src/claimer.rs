@@ -100,7 +100,9 @@
 //! poll intervals (the reading loop is stuck on a connection). Under a
 //! fleet-wide limit one loop reads, whatever the estimate: the limited
 //! reads of a queue take turns on one lock, and a wake-up that arrives
-//! during the read makes that loop read again at once.
+//! during the read makes that loop read again at once. Under a limit per
+//! key every loop reads through `pgmq_sdk.read_key_limited`, which locks
+//! keys, never the queue.
 //!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
@@ -155,6 +157,8 @@ pub(crate) struct Settings {
     pub db_timeout: Duration,
     /// The fleet-wide limit the reads take part in (None: none).
     pub fleet_limit: Option<FleetLimit>,
+    /// The limit per key the reads take part in (None: none).
+    pub key_limit: Option<pgmq_client::KeyLimit>,
 }
 
 /// The claim loops: their settings, their shared cursor, and the handles
@@ -270,6 +274,8 @@ pub(crate) enum ReadPath {
     Bounded,
     /// `pgmq_sdk.read_limited`: `pgmq.read` under the fleet-wide limit.
     Limited,
+    /// `pgmq_sdk.read_key_limited`: claims under the limit per key.
+    KeyLimited,
 }
 
 /// One read to make: where it starts.
@@ -278,6 +284,7 @@ enum Plan {
     Function,
     Grouped,
     Limited,
+    KeyLimited,
     Table(ReadFrom),
 }
 
@@ -333,6 +340,7 @@ impl Cursor {
             ReadPath::Function => return Plan::Function,
             ReadPath::Grouped => return Plan::Grouped,
             ReadPath::Limited => return Plan::Limited,
+            ReadPath::KeyLimited => return Plan::KeyLimited,
             ReadPath::FromStart => return Plan::Table(ReadFrom::Start),
             ReadPath::Bounded => {}
         }
@@ -471,6 +479,10 @@ async fn read(
             let limit = cfg.fleet_limit.unwrap_or_default();
             pg.read_limited_raw(q, &limit, &opts).await
         }
+        Plan::KeyLimited => match &cfg.key_limit {
+            Some(limit) => pg.read_key_limited_raw(q, limit, &opts).await,
+            None => pg.read_with_raw(q, &opts).await,
+        },
     }
 }
 
@@ -808,7 +820,8 @@ impl ClaimLoop {
 /// the loop is woken when the worker's own acknowledgements free places,
 /// and sees places freed by other processes at its poll timer.
 fn park_interval(cfg: &Settings) -> Duration {
-    match cfg.fleet_limit.and_then(|l| l.token_interval()) {
+    let limit = cfg.fleet_limit.or(cfg.key_limit.as_ref().map(|k| k.limit));
+    match limit.and_then(|l| l.token_interval()) {
         Some(token) => token.min(cfg.poll_interval),
         None => cfg.poll_interval,
     }

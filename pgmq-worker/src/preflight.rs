@@ -25,6 +25,9 @@ pub(crate) struct Settings {
     /// Whether the claims take part in a fleet-wide limit (which needs the
     /// `pgmq_sdk` schema).
     pub fleet_limit: bool,
+    /// Whether the claims take part in a limit per key (which needs the
+    /// `pgmq_sdk` schema).
+    pub key_limit: bool,
     pub db_timeout: std::time::Duration,
     /// Wake-ups by notification ([`WakeUp::Notify`](crate::WakeUp::Notify)).
     pub notify: bool,
@@ -45,8 +48,12 @@ pub(crate) async fn check_queues(source: &Source, cfg: &Settings) -> Result<Read
         }
     }
     if cfg.fleet_limit {
-        check_sdk_schema(source, cfg.db_timeout).await?;
+        check_sdk_schema(source, cfg.db_timeout, false).await?;
         return Ok(ReadPath::Limited);
+    }
+    if cfg.key_limit {
+        check_sdk_schema(source, cfg.db_timeout, true).await?;
+        return Ok(ReadPath::KeyLimited);
     }
     let layout_known = cfg.check_queue && check_layout(source, cfg).await?;
     Ok(match cfg.claim_reads {
@@ -61,20 +68,31 @@ pub(crate) async fn check_queues(source: &Source, cfg: &Settings) -> Result<Read
     })
 }
 
-/// Fails the start when the `pgmq_sdk` schema's limited read is missing
-/// (the fleet limit would fail every read); a transient error only warns.
-async fn check_sdk_schema(source: &Source, limit: std::time::Duration) -> Result<(), Error> {
+/// Fails the start when the `pgmq_sdk` schema's limited read (per key when
+/// `per_key`) is missing (the limit would fail every read); a transient
+/// error only warns.
+async fn check_sdk_schema(
+    source: &Source,
+    limit: std::time::Duration,
+    per_key: bool,
+) -> Result<(), Error> {
     let found = async {
         let conn = source.checkout(limit).await?;
-        conn.bounded(limit, Pgmq::on(&conn).fleet_limit_available())
-            .await
+        let pg = Pgmq::on(&conn);
+        if per_key {
+            conn.bounded(limit, pg.key_limit_available()).await
+        } else {
+            conn.bounded(limit, pg.fleet_limit_available()).await
+        }
+    };
+    let feature = if per_key {
+        "a limit per key"
+    } else {
+        "a fleet-wide limit"
     };
     match found.await {
         Ok(true) => Ok(()),
-        Ok(false) => Err(pgmq_client::Error::SdkSchemaMissing {
-            feature: "a fleet-wide limit",
-        }
-        .into()),
+        Ok(false) => Err(pgmq_client::Error::SdkSchemaMissing { feature }.into()),
         Err(e) if e.is_transient() => {
             tracing::warn!(error = %e, "could not check for the pgmq_sdk schema; starting anyway");
             Ok(())

@@ -6,7 +6,9 @@
 //! then prints every handler run it made (message, claim time on the
 //! database's clock, start and end on the machine's clock) on a line of its
 //! own. The parent checks what the processes did together, and samples the
-//! queue table itself for the claims running at each moment.
+//! queue table itself for the claims running at each moment. With a
+//! `key_header`, the limit is a limit per key (the header's value) instead
+//! of a fleet-wide one.
 
 mod common;
 
@@ -14,7 +16,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pgmq_client::{Client, FleetLimit, Message, QueueName};
+use pgmq_client::{Client, FleetLimit, KeyFrom, KeyLimit, Message, QueueName, SendOptions};
 use pgmq_worker::{Outcome, Worker};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
@@ -47,10 +49,13 @@ struct Spec {
     steps_table: Option<String>,
     steps: u32,
     step_ms: u64,
+    /// The limit is per key, the key the message's header of this name.
+    #[serde(default)]
+    key_header: Option<String>,
 }
 
 /// One handler run, as a child reports it.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Run {
     msg_id: i64,
     /// The claim's `last_read_at`, µs since the epoch (database clock).
@@ -58,6 +63,9 @@ struct Run {
     /// Handler start and end, µs since the epoch (this machine's clock).
     start_us: i64,
     end_us: i64,
+    /// The message's key (the `key_header` header), if any.
+    #[serde(default)]
+    key: Option<String>,
 }
 
 fn now_us() -> i64 {
@@ -101,50 +109,58 @@ async fn fleet_child() {
         None => None,
     };
     let handler_runs = Arc::clone(&runs);
-    let worker: Worker<serde_json::Value> =
-        Worker::builder(client, QueueName::new(&spec.queue).unwrap())
-            .concurrency(spec.concurrency)
-            .batch_size(spec.batch_size)
-            .visibility_timeout(Duration::from_secs(spec.vt_secs))
-            .poll_interval(Duration::from_millis(spec.poll_ms))
-            .handler_timeout(None)
-            .fleet_limit(limit)
-            .handler(move |m: Message<serde_json::Value>| {
-                let runs = Arc::clone(&handler_runs);
-                let spec = spec.clone();
-                let steps = steps.clone();
-                async move {
-                    let start_us = now_us();
-                    if spec.hang {
-                        tokio::time::sleep(Duration::from_secs(3600)).await;
-                    }
-                    if let (Some(table), Some(steps)) = (&spec.steps_table, &steps) {
-                        let sql =
-                            format!("INSERT INTO {table} (pid, msg_id, step) VALUES ($1, $2, $3)");
-                        let pid = std::process::id() as i32;
-                        for step in 0..=spec.steps {
-                            let conn = steps.connection().await?;
-                            conn.execute(&sql, &[&pid, &m.msg_id, &(step as i32)])
-                                .await?;
-                            drop(conn);
-                            if step < spec.steps {
-                                tokio::time::sleep(Duration::from_millis(spec.step_ms)).await;
-                            }
+    let builder = Worker::builder(client, QueueName::new(&spec.queue).unwrap())
+        .concurrency(spec.concurrency)
+        .batch_size(spec.batch_size)
+        .visibility_timeout(Duration::from_secs(spec.vt_secs))
+        .poll_interval(Duration::from_millis(spec.poll_ms))
+        .handler_timeout(None);
+    let builder = match &spec.key_header {
+        Some(h) => builder.key_limit(KeyLimit::new(KeyFrom::header(h.as_str()).unwrap(), limit)),
+        None => builder.fleet_limit(limit),
+    };
+    let worker: Worker<serde_json::Value> = builder
+        .handler(move |m: Message<serde_json::Value>| {
+            let runs = Arc::clone(&handler_runs);
+            let spec = spec.clone();
+            let steps = steps.clone();
+            async move {
+                let start_us = now_us();
+                if spec.hang {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                if let (Some(table), Some(steps)) = (&spec.steps_table, &steps) {
+                    let sql =
+                        format!("INSERT INTO {table} (pid, msg_id, step) VALUES ($1, $2, $3)");
+                    let pid = std::process::id() as i32;
+                    for step in 0..=spec.steps {
+                        let conn = steps.connection().await?;
+                        conn.execute(&sql, &[&pid, &m.msg_id, &(step as i32)])
+                            .await?;
+                        drop(conn);
+                        if step < spec.steps {
+                            tokio::time::sleep(Duration::from_millis(spec.step_ms)).await;
                         }
                     }
-                    tokio::time::sleep(Duration::from_millis(spec.handler_ms)).await;
-                    let read_at_us = m.last_read_at.map_or(0, |t| t.timestamp_micros());
-                    runs.lock().unwrap().push(Run {
-                        msg_id: m.msg_id,
-                        read_at_us,
-                        start_us,
-                        end_us: now_us(),
-                    });
-                    Ok(Outcome::Delete)
                 }
-            })
-            .build()
-            .unwrap();
+                tokio::time::sleep(Duration::from_millis(spec.handler_ms)).await;
+                let read_at_us = m.last_read_at.map_or(0, |t| t.timestamp_micros());
+                let key = spec
+                    .key_header
+                    .as_ref()
+                    .and_then(|h| m.headers.as_ref()?.get(h)?.as_str().map(str::to_owned));
+                runs.lock().unwrap().push(Run {
+                    msg_id: m.msg_id,
+                    read_at_us,
+                    start_us,
+                    end_us: now_us(),
+                    key,
+                });
+                Ok(Outcome::Delete)
+            }
+        })
+        .build()
+        .unwrap();
     println!("FLEET_READY");
     worker.run_until_signal().await.unwrap();
     let runs = runs.lock().unwrap().clone();
@@ -226,6 +242,7 @@ fn spec(db: &OwnDatabase, queue: &QueueName) -> Spec {
         steps_table: None,
         steps: 0,
         step_ms: 0,
+        key_header: None,
     }
 }
 
@@ -337,16 +354,12 @@ async fn four_processes_never_pass_the_concurrency_limit() {
     println!("fleet used {used:.3} of {LIMIT} places; the database saw at most {sampled}");
 }
 
-#[tokio::test]
-async fn a_killed_process_frees_its_places_within_its_vt() {
-    const VT: u64 = 3;
-    let (client, q, db) = setup("fl_kill", 20).await;
-    let base = Spec {
-        max_running: Some(2),
-        vt_secs: VT,
-        concurrency: 2,
-        ..spec(&db, &q)
-    };
+/// Starts a process whose handlers hang until it holds 2 places (the
+/// limit of `base`), then another; kills the first once a vt has passed
+/// and checks that the other, which got nothing until then, handles all
+/// `total` messages, starting within the vt of the kill. Its runs.
+async fn kill_a_holder(client: &Client, q: &QueueName, base: &Spec, total: usize) -> Vec<Run> {
+    let vt = base.vt_secs;
     let mut hung = Child::start(&Spec {
         hang: true,
         ..base.clone()
@@ -363,22 +376,35 @@ async fn a_killed_process_frees_its_places_within_its_vt() {
         || async { pg.query_one(&running, &[]).await.unwrap().get::<_, i64>(0) == 2 },
     )
     .await;
-    let other = Child::start(&base).await;
+    let other = Child::start(base).await;
     // The other process gets nothing while the places are held (the hung
     // process's heartbeat keeps extending them).
-    tokio::time::sleep(Duration::from_secs(VT + 1)).await;
-    assert_eq!(common::queue_len(&client, &q).await, 20);
+    tokio::time::sleep(Duration::from_secs(vt + 1)).await;
+    assert_eq!(common::queue_len(client, q).await, total as i64);
     let killed_us = now_us();
     hung.inner.start_kill().unwrap();
     let _ = hung.inner.wait().await;
-    wait_drained(&client, &q, Duration::from_secs(60)).await;
+    wait_drained(client, q, Duration::from_secs(60)).await;
     let runs = other.stop().await;
-    assert_eq!(runs.len(), 20, "the other process handled every message");
+    assert_eq!(runs.len(), total, "the other process handled every message");
     let first = runs.iter().map(|r| r.start_us).min().unwrap();
     let waited = Duration::from_micros((first - killed_us).max(0) as u64);
-    println!("places freed {waited:?} after the kill (vt {VT} s)");
+    println!("places freed {waited:?} after the kill (vt {vt} s)");
     // Within the vt, plus a poll interval and slack for a loaded machine.
-    assert!(waited <= Duration::from_secs(VT + 3), "{waited:?}");
+    assert!(waited <= Duration::from_secs(vt + 3), "{waited:?}");
+    runs
+}
+
+#[tokio::test]
+async fn a_killed_process_frees_its_places_within_its_vt() {
+    let (client, q, db) = setup("fl_kill", 20).await;
+    let base = Spec {
+        max_running: Some(2),
+        vt_secs: 3,
+        concurrency: 2,
+        ..spec(&db, &q)
+    };
+    kill_a_holder(&client, &q, &base, 20).await;
 }
 
 #[tokio::test]
@@ -538,6 +564,28 @@ async fn a_limit_that_cannot_work_is_refused_by_build() {
             "{limit:?}"
         );
     }
+    // A limit per key that limits nothing, or beside a fleet-wide limit.
+    let by_k = || KeyFrom::header("k").unwrap();
+    for (limit, fleet) in [
+        (KeyLimit::new(by_k(), FleetLimit::default()), None),
+        (KeyLimit::new(by_k(), FleetLimit::max_running(0)), None),
+        (
+            KeyLimit::new(by_k(), FleetLimit::max_running(1)),
+            Some(FleetLimit::max_running(5)),
+        ),
+    ] {
+        let mut b = Worker::<serde_json::Value>::builder(client.clone(), q.clone())
+            .key_limit(limit.clone())
+            .handler(|_m: Message<serde_json::Value>| async move { Ok(Outcome::Delete) });
+        if let Some(f) = fleet {
+            b = b.fleet_limit(f);
+        }
+        let built = b.build();
+        assert!(
+            matches!(built, Err(pgmq_worker::Error::Config(_))),
+            "{limit:?}"
+        );
+    }
 }
 
 /// One handler step a child recorded (the database's clock).
@@ -686,4 +734,88 @@ async fn a_stopped_process_never_runs_a_handler_beside_another() {
         "two processes' handlers ran at once for {} ms ({inside} steps inside another's run)",
         both_us / 1000
     );
+}
+
+/// A queue of one message per entry of `keys`, in that order, each with
+/// its key in the header `k`, in a database of the test's own.
+async fn setup_keyed(prefix: &str, keys: &[String]) -> (Client, QueueName, OwnDatabase) {
+    let (client, q, db) = setup(prefix, 0).await;
+    let bodies: Vec<usize> = (0..keys.len()).collect();
+    let headers: Vec<serde_json::Value> =
+        keys.iter().map(|k| serde_json::json!({ "k": k })).collect();
+    for (b, h) in bodies.chunks(1000).zip(headers.chunks(1000)) {
+        let opts = SendOptions::new().headers_each(h.to_vec());
+        client.send_batch_with(&q, b, &opts).await.unwrap();
+    }
+    (client, q, db)
+}
+
+/// The runs of each key.
+fn by_key(runs: &[Run]) -> std::collections::HashMap<String, Vec<Run>> {
+    let mut out: std::collections::HashMap<String, Vec<Run>> = Default::default();
+    for r in runs {
+        out.entry(r.key.clone().unwrap_or_default())
+            .or_default()
+            .push(r.clone());
+    }
+    out
+}
+
+#[tokio::test]
+async fn three_processes_keep_each_key_to_its_limit_and_a_hot_key_blocks_no_cold_one() {
+    const LIMIT: u32 = 2;
+    const HOT: usize = 40;
+    // The hot key's messages first, at the head of the queue, then sixty
+    // cold keys of one message each.
+    let mut keys: Vec<String> = vec!["hot".to_owned(); HOT];
+    keys.extend((0..60).map(|i| format!("cold{i}")));
+    let (client, q, db) = setup_keyed("kl_hot", &keys).await;
+    let s = Spec {
+        max_running: Some(LIMIT),
+        handler_ms: 50,
+        key_header: Some("k".into()),
+        ..spec(&db, &q)
+    };
+    let children = start_fleet(&s, 3).await;
+    wait_drained(&client, &q, Duration::from_secs(90)).await;
+    let runs = stop_fleet(children).await;
+    let ids: HashSet<i64> = runs.iter().map(|r| r.msg_id).collect();
+    assert_eq!(ids.len(), keys.len(), "every message handled");
+    let keyed = by_key(&runs);
+    for (k, rs) in &keyed {
+        assert!(
+            most_at_once(rs) <= LIMIT as usize,
+            "key {k}: {} at once",
+            most_at_once(rs)
+        );
+    }
+    // The hot key's runs take at least HOT / LIMIT handler times one after
+    // another; the cold keys' sixty runs share the other places of twelve.
+    // Had the hot key's backlog held them back, they would end after it.
+    let cold_end = runs
+        .iter()
+        .filter(|r| r.key.as_deref() != Some("hot"))
+        .map(|r| r.end_us)
+        .max()
+        .unwrap();
+    let hot_end = keyed["hot"].iter().map(|r| r.end_us).max().unwrap();
+    assert!(
+        cold_end < hot_end,
+        "the cold keys ended after the hot key's backlog"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_process_frees_its_keys_places_within_its_vt() {
+    let keys: Vec<String> = vec!["a".to_owned(); 10];
+    let (client, q, db) = setup_keyed("kl_kill", &keys).await;
+    let base = Spec {
+        max_running: Some(2),
+        vt_secs: 3,
+        concurrency: 4,
+        key_header: Some("k".into()),
+        ..spec(&db, &q)
+    };
+    let runs = kill_a_holder(&client, &q, &base, 10).await;
+    assert!(most_at_once(&runs) <= 2);
 }

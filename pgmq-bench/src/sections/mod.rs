@@ -125,6 +125,7 @@ registry! {
     pub(crate) steady => [SteadyStream] with SteadyOptions,
     pinned => [PinnedHorizon] with PinnedOptions,
     fleet_limit => [FleetLimit] with FleetLimitOptions,
+    key_limits => [KeyLimits] with KeyLimitsOptions,
     priorities => [Priorities] with PrioritiesOptions,
 }
 

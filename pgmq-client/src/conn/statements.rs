@@ -89,6 +89,8 @@ statements! {
     NextScheduleDue = "SELECT extract(epoch FROM pg_catalog.min(next_tick) - pg_catalog.clock_timestamp())::float8 FROM pgmq_sdk.schedules WHERE NOT paused AND pg_catalog.has_table_privilege(queue_relid, 'INSERT')";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
+    // key_limits.rs, in the pgmq_sdk schema.
+    ReadKeyLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_key_limited($1::text, $2::integer, $3::integer, $4::boolean, $5::text[], $6::integer, $7::float8, $8::float8)");
     // read.rs
     Read = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer)");
     ReadWhere = concat!("SELECT ", msg_cols!(), " FROM pgmq.read($1::text, $2::integer, $3::integer, $4::jsonb)");
@@ -198,6 +200,7 @@ impl Stmt {
                 | Stmt::DueSchedules
                 | Stmt::FireSchedule
                 | Stmt::NextScheduleDue
+                | Stmt::ReadKeyLimited
         )
     }
 
@@ -245,6 +248,7 @@ fn parse_param_types(sql: &str) -> Vec<tokio_postgres::types::Type> {
             "timestamptz" => Type::TIMESTAMPTZ,
             "timestamptz[]" => Type::TIMESTAMPTZ_ARRAY,
             "text[]" => Type::TEXT_ARRAY,
+            "boolean" => Type::BOOL,
             "float8" => Type::FLOAT8,
             other => panic!("statement parameter ${n} has a cast this crate does not map: {other}"),
         };

@@ -206,9 +206,13 @@ impl<E: Executor> Pgmq<E> {
     /// # Ok(()) }
     /// ```
     pub async fn fleet_limit_available(&self) -> Result<bool, Error> {
-        let rows = self
-            .run(Stmt::SdkPresent, None, &[&READ_LIMITED_SIGNATURE])
-            .await?;
+        self.sdk_function_present(READ_LIMITED_SIGNATURE).await
+    }
+
+    /// Whether the function of `signature` (as `to_regprocedure` takes it)
+    /// exists: a catalog look that runs nothing of the schema.
+    pub(crate) async fn sdk_function_present(&self, signature: &str) -> Result<bool, Error> {
+        let rows = self.run(Stmt::SdkPresent, None, &[&signature]).await?;
         first_col::<bool>(&rows, 0, false)
     }
 }

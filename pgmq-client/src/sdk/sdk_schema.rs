@@ -51,7 +51,7 @@ use crate::conn::sdk_trust::{check as check_trust, find};
 pub const SCHEMA: &str = "pgmq_sdk";
 
 /// The schema version this crate installs and needs.
-pub const VERSION: i32 = 5;
+pub const VERSION: i32 = 6;
 
 /// Each version's table changes, in order: version `i + 1` is
 /// `MIGRATIONS[i]`.
@@ -61,6 +61,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/pgmq_sdk_v3.sql"),
     include_str!("../../sql/pgmq_sdk_v4.sql"),
     include_str!("../../sql/pgmq_sdk_v5.sql"),
+    include_str!("../../sql/pgmq_sdk_v6.sql"),
 ];
 
 /// The functions, policies and grants of [`VERSION`], applied on every
@@ -86,6 +87,7 @@ const FUNCTIONS: &[&str] = &[
     "pgmq_sdk.remove_schedule(text)",
     "pgmq_sdk.due_schedules(integer)",
     "pgmq_sdk.fire_schedule(text, timestamptz, timestamptz, timestamptz[], timestamptz)",
+    "pgmq_sdk.read_key_limited(text, integer, integer, boolean, text[], integer, double precision, double precision)",
 ];
 
 /// The advisory lock key that serializes installs (`pgmq_sdk` as bytes).

@@ -741,7 +741,7 @@ pub(crate) async fn kill_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
     const PLACES: u32 = 2;
     let name = "a killed process's places come back within its vt";
     let bound = PLACES_BOUND.as_millis();
-    let check = match killed_places(ctx, PLACES, sabotage).await {
+    let check = match killed_places(ctx, PLACES, sabotage, Limit::Fleet).await {
         Ok(Some(took)) => Check::new(
             name,
             took <= PLACES_BOUND,
@@ -771,27 +771,52 @@ pub(crate) async fn kill_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
 /// places lost.
 const KILL_CELL_GRACE: Duration = Duration::from_secs(5);
 
+/// Which limit a cell's workers take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Limit {
+    /// A fleet-wide limit.
+    Fleet,
+    /// A limit per key, the key the header [`LIMIT_KEY_HEADER`], each job's
+    /// `limit_key` of its fault key.
+    PerKey(fn(i64) -> String),
+}
+
+/// The header that holds a message's key under a cell's limit per key.
+pub(crate) const LIMIT_KEY_HEADER: &str = "limit_key";
+
 /// The kill cell's run: how long after the kill the second process started
 /// the last of the messages the first held, if within the bound and
-/// [`KILL_CELL_GRACE`].
-async fn killed_places(
+/// [`KILL_CELL_GRACE`]. Under `Limit::PerKey` every message has one key.
+pub(crate) async fn killed_places(
     ctx: &Ctx,
     places: u32,
     sabotage: &[Sabotage],
+    limit: Limit,
 ) -> Result<Option<Duration>, BoxError> {
-    let scenario = "ck";
+    let scenario = match limit {
+        Limit::Fleet => "ck",
+        Limit::PerKey(_) => "kk",
+    };
     let qs = ctx.queues(scenario).await?;
     let result = async {
         // Hang on the first delivery (read_ct 1), succeed on the next.
         let hang = Act::hang_before(2);
         let jobs: Vec<Job> = (0..i64::from(places)).map(|k| Job::with(k, hang)).collect();
-        ctx.produce(&qs.q, &jobs).await;
+        produce_under(ctx, &qs.q, &jobs, limit).await?;
         let vt = if sabotage.contains(&Sabotage::FleetLongVt) {
             40
         } else {
             VT_SECS
         };
-        let spec = cell_spec(ctx, &qs, scenario, places, vt, "pgmq-campaign-kill-cell");
+        let spec = cell_spec(
+            ctx,
+            &qs,
+            scenario,
+            places,
+            vt,
+            "pgmq-campaign-kill-cell",
+            limit,
+        );
         let first = ctx.spawn_worker(&spec).await?;
         let all_started = poll_until(
             Duration::from_secs(15),
@@ -851,18 +876,53 @@ async fn killed_places(
     result
 }
 
-/// A cell's worker: `places` of a fleet limit, 4 handlers, start records,
-/// a 50 ms poll and a visibility timeout of `vt_secs`.
-fn cell_spec(
+/// Sends `jobs` to `q`, each with its fault key's header and, under a limit
+/// per key, its key's.
+pub(crate) async fn produce_under(
+    ctx: &Ctx,
+    q: &QueueName,
+    jobs: &[Job],
+    limit: Limit,
+) -> Result<(), BoxError> {
+    let Limit::PerKey(limit_key) = limit else {
+        ctx.produce(q, jobs).await;
+        return Ok(());
+    };
+    let headers: Vec<serde_json::Value> = jobs
+        .iter()
+        .map(|j| {
+            let mut h = key_headers(j.key);
+            h[LIMIT_KEY_HEADER] = serde_json::Value::String(limit_key(j.key));
+            h
+        })
+        .collect();
+    ctx.client
+        .send_batch_with(q, jobs, &SendOptions::new().headers_each(headers))
+        .await?;
+    Ok(())
+}
+
+/// A cell's worker: `places` of `limit`, 4 handlers, start records, a 50 ms
+/// poll and a visibility timeout of `vt_secs`.
+pub(crate) fn cell_spec(
     ctx: &Ctx,
     qs: &crate::ctx::Queues,
     scenario: &str,
     places: u32,
     vt_secs: u64,
     app_name: &str,
+    limit: Limit,
 ) -> FaultSpec {
     let mut spec = FaultSpec::for_queue(&qs.q, &qs.dlq, &ctx.run_id, scenario);
-    spec.worker.settings.fleet_limit = Some(places);
+    match limit {
+        Limit::Fleet => spec.worker.settings.fleet_limit = Some(places),
+        Limit::PerKey(_) => {
+            spec.worker.settings.key_limit = Some(pgmq_testkit::spec::KeyLimitSpec {
+                header: LIMIT_KEY_HEADER.to_owned(),
+                max_running: places,
+            })
+        }
+    }
     spec.record_starts = true;
     spec.worker.settings.concurrency = Some(4);
     spec.worker.settings.poll_interval_ms = Some(50);
@@ -883,7 +943,15 @@ async fn limited_drain(
     let qs = ctx.queues(scenario).await?;
     let jobs: Vec<Job> = (0..n as i64).map(|k| sleeping_job(k, 100)).collect();
     ctx.produce(&qs.q, &jobs).await;
-    let spec = cell_spec(ctx, &qs, scenario, places, 4, "pgmq-campaign-cell");
+    let spec = cell_spec(
+        ctx,
+        &qs,
+        scenario,
+        places,
+        4,
+        "pgmq-campaign-cell",
+        Limit::Fleet,
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sampler = sample_fleet(
         ctx.cluster.dsn(),

@@ -38,6 +38,7 @@
 
 mod fleet;
 mod invariants;
+mod key_limits;
 pub(crate) mod model;
 mod moves;
 mod nemesis;
@@ -78,7 +79,7 @@ pub(crate) struct SeedRun {
 }
 
 /// Runs every seed, then the cells (the kill cell when the campaign kills,
-/// the extension cell); returns one row per seed and one per cell.
+/// the key cell, the extension cell); returns one row per seed and one per cell.
 pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<Row>), BoxError> {
     let proxy = ctx.start_proxy().await?;
     let mut out = Vec::new();
@@ -145,6 +146,20 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
             "move cell",
             "messages moved between queues in batches through a proxy cutting the connection \
              before, during or after every other batch",
+            checks,
+            t,
+        ));
+    }
+    if runs_cell(opts, &[Sabotage::KeyLimitIgnored, Sabotage::FleetLongVt]) {
+        let t = Instant::now();
+        eprintln!(
+            "campaign: key cell (workers under a limit per key; a holder of a key's places killed) ..."
+        );
+        let checks = key_limits::key_cell(ctx, &opts.sabotage).await;
+        cells.push(cell_row(
+            "key limits",
+            "two worker processes under a limit per key over a hot key's backlog and cold keys, \
+             then a process holding every place of a key killed",
             checks,
             t,
         ));
