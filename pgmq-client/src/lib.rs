@@ -156,9 +156,10 @@ pub use conn::{
     MAX_SECONDS, MIN_SUPPORTED,
 };
 pub use pgmq::{
-    quote_ident, ArchivedMessage, DeadLetter, Decoded, Delay, GroupStrategy, Listener, LockHolder,
-    Message, Notification, NotificationStream, NotifyThrottle, QueueInfo, QueueMetrics, QueueName,
-    RawJson, ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableAutovacuum,
+    quote_ident, ArchivedMessage, DeadLetter, DeadLetterReason, Decoded, Delay, GroupStrategy,
+    Listener, LockHolder, Message, Notification, NotificationStream, NotifyThrottle, QueueInfo,
+    QueueMetrics, QueueName, QueueOverview, RawJson, ReadFrom, ReadOptions, Receipt, Redrive,
+    RedriveBatch, RedriveMoved, RedriveOptions, Requeue, RouteMatch, SendOptions, TableAutovacuum,
     TableColumn, TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN,
     NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
 };
