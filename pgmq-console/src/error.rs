@@ -17,6 +17,9 @@ pub enum ConsoleError {
     /// The CSRF token was missing or wrong.
     #[error("the form's CSRF token is missing or wrong: reload the page and try again")]
     Csrf,
+    /// An action in read-only mode.
+    #[error("the console is read-only: nothing was changed")]
+    ReadOnly,
     /// No access token, or a wrong one.
     #[error("an access token is needed: open /login?token=... once")]
     Unauthorized,
@@ -38,7 +41,7 @@ impl IntoResponse for ConsoleError {
             }
             ConsoleError::Db(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ConsoleError::Csrf => StatusCode::FORBIDDEN,
+            ConsoleError::Csrf | ConsoleError::ReadOnly => StatusCode::FORBIDDEN,
             ConsoleError::Unauthorized => StatusCode::UNAUTHORIZED,
             ConsoleError::PublicListen(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };

@@ -45,8 +45,8 @@ pub(crate) struct AppState {
 }
 
 /// The console's pages and actions on `client`, behind the access token
-/// when [`ConsoleOptions::token`] is set. In read-only mode the actions are
-/// not routed at all (a POST gets 405).
+/// when [`ConsoleOptions::token`] is set. In read-only mode every action is
+/// refused (403) before its form is read.
 ///
 /// ```no_run
 /// # async fn f(client: pgmq_client::Client) {
@@ -64,7 +64,16 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
         .route("/queues/{name}", get(pages::queue::page))
         .route("/dead/{name}", get(pages::dead::page))
         .route("/login", get(safety::login));
-    if !state.opts.read_only {
+    if state.opts.read_only {
+        for path in [
+            "/queues/{name}/pause",
+            "/queues/{name}/resume",
+            "/dead/{name}/redrive",
+            "/dead/{name}/delete",
+        ] {
+            app = app.route(path, post(read_only));
+        }
+    } else {
         app = app
             .route("/queues/{name}/pause", post(pages::queue::pause))
             .route("/queues/{name}/resume", post(pages::queue::resume))
@@ -76,4 +85,9 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
         safety::guard,
     ))
     .with_state(state)
+}
+
+/// Every action in read-only mode.
+async fn read_only() -> ConsoleError {
+    ConsoleError::ReadOnly
 }

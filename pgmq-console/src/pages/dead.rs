@@ -46,6 +46,32 @@ pub(crate) async fn page(
     drop(tx);
     let base = format!("/dead/{}", queue.as_str());
     let read_only = st.opts.read_only;
+    let letters_table = html! {
+        table {
+            thead { tr {
+                @if !read_only { th {} }
+                th { "msg_id" } th { "reason" } th { "attempts" } th { "source queue" }
+                th { "body" } th { "headers" }
+            } }
+            tbody {
+                @for m in &letters {
+                    tr {
+                        @if !read_only {
+                            td { input type="checkbox" name="id" value=(m.msg_id); }
+                        }
+                        td.n { (m.msg_id) }
+                        td { (header(m.headers.as_ref(), "reason")) }
+                        td.n { (header(m.headers.as_ref(), "attempts")) }
+                        td { (header(m.headers.as_ref(), "source_queue")) }
+                        td { pre { (pretty(m.body.get())) } }
+                        td { @if let Some(h) = &m.headers {
+                            pre { (serde_json::to_string_pretty(h).unwrap_or_default()) }
+                        } }
+                    }
+                }
+            }
+        }
+    };
     let body = html! {
         p.muted { "Dead letters grouped by their reason header (among the first " (cap) ")." }
         table #reasons {
@@ -71,32 +97,11 @@ pub(crate) async fn page(
             p { "Showing reason " b { (r) } ". " a href=(base) { "All reasons" } }
         }
         h2 { "Letters" }
-        form #letters method="post" action=(format!("{base}/redrive")) {
-            table {
-                thead { tr {
-                    @if !read_only { th {} }
-                    th { "msg_id" } th { "reason" } th { "attempts" } th { "source queue" }
-                    th { "body" } th { "headers" }
-                } }
-                tbody {
-                    @for m in &letters {
-                        tr {
-                            @if !read_only {
-                                td { input type="checkbox" name="id" value=(m.msg_id); }
-                            }
-                            td.n { (m.msg_id) }
-                            td { (header(m.headers.as_ref(), "reason")) }
-                            td.n { (header(m.headers.as_ref(), "attempts")) }
-                            td { (header(m.headers.as_ref(), "source_queue")) }
-                            td { pre { (pretty(m.body.get())) } }
-                            td { @if let Some(h) = &m.headers {
-                                pre { (serde_json::to_string_pretty(h).unwrap_or_default()) }
-                            } }
-                        }
-                    }
-                }
-            }
-            @if !read_only {
+        @if read_only {
+            div #letters { (letters_table) }
+        } @else {
+            form #letters method="post" action=(format!("{base}/redrive")) {
+                (letters_table)
                 p {
                     (guard_fields(&st.csrf, "I mean it"))
                     button #redrive-selected { "Redrive selected" }
