@@ -99,14 +99,15 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
     );
     h.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res
 }
 
 /// A POST's Origin, when the browser sends one, names the host it was sent
-/// to.
+/// to. (The pages' Referrer-Policy is `same-origin`: with `no-referrer` a
+/// browser sends `Origin: null`, which is refused.)
 fn same_origin(headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
         return true;

@@ -1,0 +1,77 @@
+//! The console in a real browser: headless Chromium driven over WebDriver
+//! loads the queues page, follows a queue, goes to its dead letters,
+//! redrives one, and the database shows it moved.
+//!
+//! Needs `chromium` and `chromium-driver` (Debian packages; .ci/run
+//! installs them). Without chromedriver the test says so loudly and passes,
+//! except under CI (`CI=true`), where it fails.
+
+mod common;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use common::*;
+use pgmq_console::{router, ConsoleOptions};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_follows_a_queue_and_redrives_a_dead_letter() {
+    let Some(driver) = webdriver::chromedriver() else {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("chromedriver is not installed, and CI must run the browser test");
+        }
+        eprintln!(
+            "\n!!! SKIPPED: the console's browser test needs chromedriver \
+             (apt-get install chromium chromium-driver) !!!\n"
+        );
+        return;
+    };
+    let client = client().await;
+    let src = fresh(&client, "con_web").await;
+    let dlq = pgmq_client::QueueName::new(&format!("{src}_dlq")).unwrap();
+    client.create(&dlq).await.unwrap();
+    send(&client, &src, json!({"waiting": true}), None).await;
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let h = json!({"reason": "timeout", "attempts": 5, "source_queue": src.as_str()});
+        ids.push(send(&client, &dlq, json!({ "order": i }), Some(h)).await);
+    }
+
+    let app = router(client.clone(), ConsoleOptions::new());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let b = webdriver::Browser::start(&driver).await;
+    b.goto(&format!("{base}/?q={src}")).await;
+    assert!(b.text("h1").await.contains("Queues"));
+    b.click(&format!("#queues a[href='/queues/{src}']")).await;
+    assert_eq!(b.url().await, format!("{base}/queues/{src}"));
+    assert_eq!(b.text("h1").await, src.as_str());
+    assert_eq!(b.text("#depth").await, "1");
+    b.click("nav a[href='/']").await;
+    b.goto(&format!("{base}/?q={src}")).await;
+    b.click(&format!("#queues a[href='/dead/{dlq}']")).await;
+    assert_eq!(b.url().await, format!("{base}/dead/{dlq}"));
+    b.click(&format!("#letters input[name='id'][value='{}']", ids[0]))
+        .await;
+    b.click("#letters input[name='confirm']").await;
+    assert!(b.selected("#letters input[name='confirm']").await);
+    b.click("#redrive-selected").await;
+    assert!(
+        b.text("#summary").await.contains("Moved 1 letter(s)"),
+        "{}",
+        b.text("main").await
+    );
+    b.quit().await;
+    server.abort();
+
+    assert_eq!(ids_in(&client, &dlq).await, vec![ids[1]]);
+    let back = client.peek_raw(&src, 10).await.unwrap();
+    assert_eq!(back.len(), 2);
+    assert_eq!(back[1].body.get(), r#"{"order": 0}"#);
+}
+
+async fn ids_in(client: &pgmq_client::Client, q: &pgmq_client::QueueName) -> Vec<i64> {
+    ids(client, q).await
+}
