@@ -32,6 +32,7 @@ GRANT SELECT ON pgmq_sdk.schema_version TO PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE
     ON pgmq_sdk.queue_keys, pgmq_sdk.topic_keys, pgmq_sdk.paused, pgmq_sdk.running, pgmq_sdk.limits
     TO PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.workers TO PUBLIC;
 
 -- Row-level security -------------------------------------------------------
 
@@ -66,6 +67,17 @@ CREATE POLICY consumers ON pgmq_sdk.running
 ALTER TABLE pgmq_sdk.limits ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS consumers ON pgmq_sdk.limits;
 CREATE POLICY consumers ON pgmq_sdk.limits
+    USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
+    WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
+
+-- Worker presence: read by whoever may read the queue, written by whoever
+-- may consume from it (UPDATE on its table, as a worker needs anyway).
+ALTER TABLE pgmq_sdk.workers ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS readers ON pgmq_sdk.workers;
+CREATE POLICY readers ON pgmq_sdk.workers FOR SELECT
+    USING (pg_catalog.has_table_privilege(queue_relid, 'SELECT'));
+DROP POLICY IF EXISTS consumers ON pgmq_sdk.workers;
+CREATE POLICY consumers ON pgmq_sdk.workers
     USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
     WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
 

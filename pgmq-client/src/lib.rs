@@ -164,7 +164,8 @@ pub use pgmq::{
     NOTIFY_KEEPS_CASE, QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
-    DedupKey, FleetLimit, PausedQueue, Sent, TopicSent, MAX_DEDUP_KEY_LEN, PAUSE_FLAG_GRANTS,
+    DedupKey, FleetLimit, PausedQueue, Sent, TopicSent, WorkerPresence, MAX_DEDUP_KEY_LEN,
+    PAUSE_FLAG_GRANTS, PRESENCE_KEPT_SECS,
 };
 
 /// This crate's README (its crates.io page), compiled as doc tests.

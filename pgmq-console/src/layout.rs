@@ -15,7 +15,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}\
 pre{margin:0;max-width:40em;white-space:pre-wrap;word-break:break-all;font-size:.85em}\
 .paused{color:#a15c00;font-weight:bold}.error{color:#b00020}.ok{color:#1b6e2a}\
 form.action{display:inline-block;border:1px solid #dde;padding:.5em;margin:.3em .3em .3em 0}\
-.muted{color:#667}";
+.muted{color:#667}.gone{color:#b00020}.stopped{color:#667}";
 
 /// A whole page: `title`, the refresh interval if any, the body.
 pub(crate) fn shell(title: &str, refresh_secs: Option<u64>, body: Markup) -> Html<String> {
@@ -34,6 +34,7 @@ pub(crate) fn shell(title: &str, refresh_secs: Option<u64>, body: Markup) -> Htm
                 body {
                     nav {
                         a href="/" { "Queues" }
+                        a href="/fleet" { "Fleet" }
                     }
                     main {
                         h1 { (title) }

@@ -63,6 +63,7 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
         .route("/", get(pages::queues::page))
         .route("/queues/{name}", get(pages::queue::page))
         .route("/dead/{name}", get(pages::dead::page))
+        .route("/fleet", get(pages::fleet::page))
         .route("/login", get(safety::login));
     if state.opts.read_only {
         for path in [

@@ -44,6 +44,10 @@ struct Args {
     /// Queues at most on the queues page.
     #[arg(long, default_value_t = 200)]
     queue_limit: usize,
+    /// Show a worker as gone when its presence record is this many seconds
+    /// old.
+    #[arg(long, default_value_t = 60)]
+    gone_after_secs: u64,
     /// Each page's statement timeout, in milliseconds.
     #[arg(long, default_value_t = 5000)]
     statement_timeout_ms: u64,
@@ -69,7 +73,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .read_only(args.read_only)
         .row_limit(args.row_limit)
         .queue_limit(args.queue_limit)
-        .statement_timeout(Duration::from_millis(args.statement_timeout_ms));
+        .statement_timeout(Duration::from_millis(args.statement_timeout_ms))
+        .gone_after(Duration::from_secs(args.gone_after_secs));
     opts.token = args.token;
     pgmq_console::check_listen(args.listen, &opts)?;
     let from_file = match &args.dsn_file {

@@ -29,6 +29,10 @@ pub struct ConsoleOptions {
     /// Every page's reads end after this long (`statement_timeout`).
     /// Default: 5 s.
     pub statement_timeout: Duration,
+    /// A worker whose presence record was not written for this long is
+    /// shown as gone on the fleet page. Default: 60 s (six of a 10 s
+    /// presence interval).
+    pub gone_after: Duration,
     /// Reload the queues page this often (an HTTP refresh; none when zero).
     /// Default: 10 s.
     pub refresh: Duration,
@@ -43,6 +47,7 @@ impl Default for ConsoleOptions {
             queue_limit: 200,
             count_cap: 100_000,
             statement_timeout: Duration::from_secs(5),
+            gone_after: Duration::from_secs(60),
             refresh: Duration::from_secs(10),
         }
     }
@@ -81,6 +86,11 @@ impl ConsoleOptions {
     /// Sets [`statement_timeout`](Self::statement_timeout).
     pub fn statement_timeout(mut self, d: Duration) -> Self {
         self.statement_timeout = d;
+        self
+    }
+    /// Sets [`gone_after`](Self::gone_after).
+    pub fn gone_after(mut self, d: Duration) -> Self {
+        self.gone_after = d;
         self
     }
     /// Sets [`refresh`](Self::refresh).

@@ -411,3 +411,50 @@ async fn bodies_and_headers_are_shown_escaped() {
         assert!(page.body.contains("&lt;script&gt;"), "{path}");
     }
 }
+
+#[tokio::test]
+async fn the_fleet_page_shows_workers_running_stopped_and_gone() {
+    let client = client().await;
+    let q = fresh(&client, "con_fleet").await;
+    let host = format!("host-{q}");
+    let mut running = pgmq_client::WorkerPresence::new(&format!("{host}:1"), q.as_str(), &host, 1);
+    running.concurrency = 7;
+    running.claims_per_sec = 12.5;
+    client.report_presence(&running, false).await.unwrap();
+    let stopped = pgmq_client::WorkerPresence::new(&format!("{host}:2"), q.as_str(), &host, 2);
+    client.report_presence(&stopped, true).await.unwrap();
+    let app = router(client.clone(), ConsoleOptions::new());
+    let page = get(&app, "/fleet").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let row = |pid: &str| {
+        let at = page.body.find(&format!(
+            "<td class=\"n\">{pid}</td><td><a href=\"/queues/{q}\""
+        ));
+        let start = page.body[..at.expect("the worker's row")]
+            .rfind("<tr>")
+            .unwrap();
+        page.body[start..].split("</tr>").next().unwrap().to_owned()
+    };
+    let (r1, r2) = (row("1"), row("2"));
+    assert!(
+        r1.contains(">running<") && r1.contains(">7<") && r1.contains(">12.5<"),
+        "{r1}"
+    );
+    assert!(r2.contains(">stopped<"), "{r2}");
+    // Not seen for longer than the console's limit: gone.
+    let strict = router(
+        client.clone(),
+        ConsoleOptions::new().gone_after(std::time::Duration::ZERO),
+    );
+    let page = get(&strict, "/fleet").await;
+    let at = page
+        .body
+        .find(&format!("{host}</td><td class=\"n\">1<"))
+        .unwrap();
+    let start = page.body[..at].rfind("<tr>").unwrap();
+    assert!(
+        page.body[start..at].contains(">gone<"),
+        "{}",
+        &page.body[start..at]
+    );
+}

@@ -353,7 +353,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         crate::pause::spawn(watch, &shared.supervisor, &stop);
 
         let part = Claimer {
-            paused,
+            paused: Arc::clone(&paused),
             settings: plan.claimer.clone(),
             claims: Claims::new(path),
             source: shared.source.clone(),
@@ -377,6 +377,15 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             };
             heartbeat::spawn(hb, &shared.supervisor, &hb_stop)
         });
+        if let Some(settings) = plan.presence {
+            let part = crate::presence::Presence {
+                settings,
+                source: shared.source.clone(),
+                stats: Arc::clone(&shared.stats),
+                paused: Arc::clone(&paused),
+            };
+            crate::presence::spawn(part, &shared.supervisor, &hb_stop);
+        }
         let notifier = plan.notifier.map(|settings| {
             let n = Notifier {
                 settings,

@@ -8,8 +8,10 @@
 pub(crate) mod keyed;
 pub(crate) mod limits;
 pub(crate) mod pause;
+pub(crate) mod presence;
 pub mod sdk_schema;
 
 pub use keyed::{DedupKey, Sent, TopicSent, MAX_DEDUP_KEY_LEN};
 pub use limits::FleetLimit;
 pub use pause::{PausedQueue, PAUSE_FLAG_GRANTS};
+pub use presence::{WorkerPresence, PRESENCE_KEPT_SECS};

@@ -50,7 +50,7 @@ use crate::conn::sdk_trust::{check as check_trust, find};
 pub const SCHEMA: &str = "pgmq_sdk";
 
 /// The schema version this crate installs and needs.
-pub const VERSION: i32 = 3;
+pub const VERSION: i32 = 4;
 
 /// Each version's table changes, in order: version `i + 1` is
 /// `MIGRATIONS[i]`.
@@ -58,6 +58,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/pgmq_sdk_v1.sql"),
     include_str!("../../sql/pgmq_sdk_v2.sql"),
     include_str!("../../sql/pgmq_sdk_v3.sql"),
+    include_str!("../../sql/pgmq_sdk_v4.sql"),
 ];
 
 /// The functions, policies and grants of [`VERSION`], applied on every

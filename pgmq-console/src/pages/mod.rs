@@ -1,6 +1,7 @@
 //! The pages: one module each, with the actions posted from it.
 
 pub(crate) mod dead;
+pub(crate) mod fleet;
 pub(crate) mod queue;
 pub(crate) mod queues;
 
