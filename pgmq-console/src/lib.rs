@@ -27,6 +27,7 @@ mod safety;
 
 pub use error::ConsoleError;
 pub use options::ConsoleOptions;
+pub use pages::bench::BENCH_SCHEMA;
 pub use safety::check_listen;
 
 use std::sync::Arc;
@@ -64,6 +65,7 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
         .route("/queues/{name}", get(pages::queue::page))
         .route("/dead/{name}", get(pages::dead::page))
         .route("/fleet", get(pages::fleet::page))
+        .route("/bench", get(pages::bench::page))
         .route("/login", get(safety::login));
     if state.opts.read_only {
         for path in [

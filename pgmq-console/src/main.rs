@@ -48,6 +48,10 @@ struct Args {
     /// old.
     #[arg(long, default_value_t = 60)]
     gone_after_secs: u64,
+    /// A benchmark.v1 document for the benchmark page (give it twice to
+    /// compare two).
+    #[arg(long, value_name = "PATH")]
+    bench_doc: Vec<PathBuf>,
     /// Each page's statement timeout, in milliseconds.
     #[arg(long, default_value_t = 5000)]
     statement_timeout_ms: u64,
@@ -76,6 +80,17 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .statement_timeout(Duration::from_millis(args.statement_timeout_ms))
         .gone_after(Duration::from_secs(args.gone_after_secs));
     opts.token = args.token;
+    for path in &args.bench_doc {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        opts = opts
+            .bench_document(&name, &text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     pgmq_console::check_listen(args.listen, &opts)?;
     let from_file = match &args.dsn_file {
         Some(path) => Some(pgmq_client::read_dsn_file(path, "--dsn-file")?),

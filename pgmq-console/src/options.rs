@@ -33,6 +33,9 @@ pub struct ConsoleOptions {
     /// shown as gone on the fleet page. Default: 60 s (six of a 10 s
     /// presence interval).
     pub gone_after: Duration,
+    /// The benchmark documents the benchmark page shows, by name
+    /// ([`bench_document`](Self::bench_document)). Default: none.
+    pub bench_docs: Vec<(String, serde_json::Value)>,
     /// Reload the queues page this often (an HTTP refresh; none when zero).
     /// Default: 10 s.
     pub refresh: Duration,
@@ -48,6 +51,7 @@ impl Default for ConsoleOptions {
             count_cap: 100_000,
             statement_timeout: Duration::from_secs(5),
             gone_after: Duration::from_secs(60),
+            bench_docs: Vec::new(),
             refresh: Duration::from_secs(10),
         }
     }
@@ -92,6 +96,14 @@ impl ConsoleOptions {
     pub fn gone_after(mut self, d: Duration) -> Self {
         self.gone_after = d;
         self
+    }
+    /// Adds a benchmark document (the text of a `pgmq-bench.benchmark.v1`
+    /// JSON document) under `name`; text that is not one is
+    /// [`ConsoleError::BadRequest`](crate::ConsoleError::BadRequest).
+    pub fn bench_document(mut self, name: &str, json: &str) -> Result<Self, crate::ConsoleError> {
+        let doc = crate::pages::bench::parse(json)?;
+        self.bench_docs.push((name.to_owned(), doc));
+        Ok(self)
     }
     /// Sets [`refresh`](Self::refresh).
     pub fn refresh(mut self, d: Duration) -> Self {

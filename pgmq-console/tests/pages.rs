@@ -458,3 +458,52 @@ async fn the_fleet_page_shows_workers_running_stopped_and_gone() {
         &page.body[start..at]
     );
 }
+
+/// A benchmark.v1 document with throughput `rates` at 1, 2, 4, 8 handlers
+/// and one target that failed.
+fn bench_doc(rates: [f64; 4]) -> String {
+    let mut figures = Vec::new();
+    for (w, r) in [1, 2, 4, 8].iter().zip(rates) {
+        figures.push(json!({"id": format!("consume_scaling.w{w}.throughput"), "median": r}));
+        figures.push(
+            json!({"id": format!("consume_scaling.w{w}.queue_wait_db.p99_ms"), "median": 2.5}),
+        );
+    }
+    json!({
+        "schema": "pgmq-bench.benchmark.v1",
+        "figures": figures,
+        "targets": [{"id": "t", "description": "w8 <not below> w1", "observed": 0.5,
+                     "limit": 0.95, "unit": "x", "pass": false}]
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn the_benchmark_page_charts_one_document_or_compares_two() {
+    let client = client().await;
+    let none = router(client.clone(), ConsoleOptions::new());
+    assert!(get(&none, "/bench").await.body.contains("--bench-doc"));
+    assert!(ConsoleOptions::new()
+        .bench_document("x", r#"{"schema": "other"}"#)
+        .is_err());
+    let opts = ConsoleOptions::new()
+        .bench_document("before.json", &bench_doc([100.0, 200.0, 400.0, 800.0]))
+        .unwrap()
+        .bench_document("after.json", &bench_doc([150.0, 300.0, 600.0, 1200.0]))
+        .unwrap();
+    let app = router(client, opts);
+    let one = get(&app, "/bench").await;
+    assert_eq!(one.status, 200, "{}", one.body);
+    let scaling = &one.body[one.body.find("id=\"scaling\"").unwrap()..];
+    let scaling = &scaling[..scaling.find("</svg>").unwrap()];
+    // Four bars and the legend's box; the largest bar is the tallest.
+    assert_eq!(scaling.matches("<rect").count(), 5, "{scaling}");
+    assert!(scaling.contains(">800<") && scaling.contains("8 handlers"));
+    assert!(one.body.contains("FAIL") && one.body.contains("w8 &lt;not below&gt; w1"));
+    let two = get(&app, "/bench?a=0&b=1").await;
+    let scaling = &two.body[two.body.find("id=\"scaling\"").unwrap()..];
+    let scaling = &scaling[..scaling.find("</svg>").unwrap()];
+    assert_eq!(scaling.matches("<rect").count(), 10, "{scaling}");
+    assert!(scaling.contains("after.json") && scaling.contains(">1200<"));
+    assert_eq!(get(&app, "/bench?a=5").await.status, 400);
+}

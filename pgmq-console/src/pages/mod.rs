@@ -1,5 +1,6 @@
 //! The pages: one module each, with the actions posted from it.
 
+pub(crate) mod bench;
 pub(crate) mod dead;
 pub(crate) mod fleet;
 pub(crate) mod queue;

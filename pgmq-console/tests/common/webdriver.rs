@@ -135,7 +135,7 @@ impl Browser {
                     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                     "--no-first-run", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync",
-                    "--window-size=1280,900",
+                    "--window-size=1100,760",
                     format!("--user-data-dir={}", profile.display()),
                 ]
             }
