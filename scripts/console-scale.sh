@@ -22,7 +22,11 @@ psql_() { PGOPTIONS="-c client_min_messages=warning" psql "$DSN" -qAtX -v ON_ERR
 have="$(psql_ -c "SELECT count(*) FROM pgmq.meta WHERE queue_name LIKE 'scale\_q\_%'")"
 if [ "$have" -lt "$queues" ]; then
   echo "creating $((queues - have)) queues"
-  psql_ -c "SELECT pgmq.create('scale_q_' || i) FROM generate_series($have, $queues - 1) i" >/dev/null
+  # 200 a transaction: each queue locks its new tables until COMMIT.
+  for ((from = have; from < queues; from += 200)); do
+    to=$((from + 200 < queues ? from + 200 : queues))
+    psql_ -c "SELECT pgmq.create('scale_q_' || i) FROM generate_series($from, $to - 1) i" >/dev/null
+  done
 fi
 psql_ -c "SELECT pgmq.create('scale_big'); SELECT pgmq.create('scale_big_dlq')" >/dev/null
 rows="$(psql_ -c "SELECT count(*) FROM (SELECT 1 FROM pgmq.q_scale_big LIMIT $messages) t")"
