@@ -52,37 +52,45 @@ pub struct DeadLetterReason {
 }
 
 /// The queue names by attention, `$1` at most: the largest queue tables
-/// first by the statistics collector's live-row estimate (no table is
-/// scanned), then by name; with `$2`, only names containing it. The second
-/// column is how many queues match in all.
+/// first by the statistics collector's live-row count (no table is
+/// scanned; one stats call per queue table, not the whole
+/// `pg_stat_user_tables` view), then by name; with `$2`, only names
+/// containing it. The second column is how many queues match in all.
 const QUEUES_BY_ATTENTION: &str = "SELECT m.queue_name::text, pg_catalog.count(*) OVER () \
      FROM pgmq.meta m \
-     LEFT JOIN pg_catalog.pg_stat_user_tables s \
-       ON s.schemaname = 'pgmq' AND s.relname = 'q_' || m.queue_name \
+     LEFT JOIN pg_catalog.pg_class c \
+       ON c.relnamespace = 'pgmq'::regnamespace AND c.relname = 'q_' || m.queue_name \
      WHERE $2::text IS NULL OR pg_catalog.strpos(m.queue_name, $2) > 0 \
-     ORDER BY coalesce(s.n_live_tup, 0) DESC, m.queue_name LIMIT $1";
+     ORDER BY coalesce(pg_catalog.pg_stat_get_live_tuples(c.oid), 0) DESC, m.queue_name \
+     LIMIT $1";
 
 /// Depth, in flight, oldest age and archive size of one queue, each count
 /// stopped at `$1` rows (the `vt` and `msg_id` indexes PGMQ creates serve
-/// the in-flight count and the oldest message).
+/// the in-flight count and the oldest message). The time is the
+/// statement's (`statement_timestamp()`, stable): with the volatile
+/// `clock_timestamp()` the `vt` condition cannot use the index and walks
+/// all of it.
 fn overview_sql(queue: &QueueName) -> String {
     let (q, a) = (queue.quoted_table(), queue.quoted_archive_table());
     format!(
         "SELECT (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {q} LIMIT $1) t), \
          (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {q} \
-           WHERE vt > pg_catalog.clock_timestamp() LIMIT $1) t), \
-         (SELECT extract(epoch FROM pg_catalog.clock_timestamp() - enqueued_at)::float8 \
+           WHERE vt > pg_catalog.statement_timestamp() LIMIT $1) t), \
+         (SELECT extract(epoch FROM pg_catalog.statement_timestamp() - enqueued_at)::float8 \
            FROM {q} ORDER BY msg_id LIMIT 1), \
          (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {a} LIMIT $1) t)"
     )
 }
 
-/// At most `$3` messages with msg_id above `$1` whose body or headers
-/// contain `$2` (jsonb `@>`; every message when NULL), by msg_id.
+/// At most `$3` messages whose body or headers contain `$2` (jsonb `@>`;
+/// every message when NULL) among the `$4` messages with msg_id above
+/// `$1`, by msg_id: a filter that matches nothing reads `$4` rows, not the
+/// whole queue.
 fn look_sql(queue: &QueueName) -> String {
     format!(
-        "SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM {} \
-         WHERE msg_id > $1 AND ($2::jsonb IS NULL OR message @> $2 OR headers @> $2) \
+        "SELECT msg_id, read_ct, enqueued_at, last_read_at, vt, message, headers FROM \
+         (SELECT * FROM {} WHERE msg_id > $1 ORDER BY msg_id LIMIT $4) w \
+         WHERE $2::jsonb IS NULL OR message @> $2 OR headers @> $2 \
          ORDER BY msg_id LIMIT $3",
         queue.quoted_table()
     )
@@ -179,17 +187,19 @@ impl<E: Executor> Pgmq<E> {
         })
     }
 
-    /// At most `qty` messages of `queue` with msg_id above `after`, by
-    /// msg_id, whose body or headers contain `filter` (jsonb containment:
-    /// `{"reason": "timeout"}` matches a dead letter's headers). A plain
-    /// SELECT: nothing is hidden, counted or locked. `qty` above
-    /// [`MAX_BATCH`](crate::MAX_BATCH) is [`Error::InvalidArgument`].
+    /// At most `qty` messages of `queue`, by msg_id, whose body or headers
+    /// contain `filter` (jsonb containment: `{"reason": "timeout"}` matches
+    /// a dead letter's headers), among the `window` messages with msg_id
+    /// above `after` (so a filter that matches nothing reads `window` rows,
+    /// not the whole queue). A plain SELECT: nothing is hidden, counted or
+    /// locked. `qty` above [`MAX_BATCH`](crate::MAX_BATCH) is
+    /// [`Error::InvalidArgument`].
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
     /// let q = pgmq_client::QueueName::new("orders_dlq")?;
     /// let f = serde_json::json!({"reason": "timeout"});
-    /// for m in client.look(&q, 0, Some(&f), 50).await? {
+    /// for m in client.look(&q, 0, Some(&f), 50, 100_000).await? {
     ///     println!("{} {}", m.msg_id, m.body.get());
     /// }
     /// # Ok(()) }
@@ -201,6 +211,7 @@ impl<E: Executor> Pgmq<E> {
         after: i64,
         filter: Option<&serde_json::Value>,
         qty: usize,
+        window: i64,
     ) -> Result<Vec<Message<RawJson>>, Error> {
         let n = i64::from(crate::conn::args::qty(qty)?);
         let rows = self
@@ -211,6 +222,7 @@ impl<E: Executor> Pgmq<E> {
                     (&after, Type::INT8),
                     (&filter, Type::JSONB),
                     (&n, Type::INT8),
+                    (&window, Type::INT8),
                 ],
             )
             .await?;

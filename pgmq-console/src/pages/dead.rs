@@ -42,7 +42,7 @@ pub(crate) async fn page(
     let filter = p.reason.as_ref().map(|r| json!({ "reason": r }));
     bounded!(st, conn, tx, pg);
     let reasons = pg.dead_letter_reasons(&queue, cap, rows as i64).await?;
-    let letters = pg.look(&queue, p.after, filter.as_ref(), rows).await?;
+    let letters = pg.look(&queue, p.after, filter.as_ref(), rows, cap).await?;
     drop(tx);
     let base = format!("/dead/{}", queue.as_str());
     let read_only = st.opts.read_only;

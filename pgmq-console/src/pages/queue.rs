@@ -35,7 +35,7 @@ pub(crate) async fn page(
     let (cap, rows) = (st.opts.count_cap, st.opts.row_limit);
     bounded!(st, conn, tx, pg);
     let o = pg.queue_overview_one(&queue, cap).await?;
-    let messages = pg.look(&queue, p.after, filter.as_ref(), rows).await?;
+    let messages = pg.look(&queue, p.after, filter.as_ref(), rows, cap).await?;
     let archive = pg.peek_archive_raw(&queue, rows).await?;
     let sdk = pg.sdk_schema_present().await?;
     let paused = if sdk {
@@ -91,6 +91,9 @@ pub(crate) async fn page(
             " " button { "Filter" }
         }
         @if let Some(e) = &filter_error { p.error { (e) } }
+        @if filter.is_some() {
+            p.muted { "The filter looks at the " (cap) " messages after msg_id " (p.after) "." }
+        }
         table #messages {
             thead { tr { (message_heads()) } }
             tbody { @for m in &messages { tr { (message_cells(m)) } } }
