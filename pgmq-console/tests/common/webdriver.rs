@@ -21,7 +21,8 @@ pub fn chromedriver() -> Option<String> {
     std::path::Path::new(&path).exists().then_some(path)
 }
 
-/// A browser session; chromedriver and its user data go with it.
+/// A browser session; chromedriver, the browser and its user data go
+/// with it (on drop too).
 pub struct Browser {
     port: u16,
     session: String,
@@ -103,7 +104,11 @@ impl Browser {
     /// Starts chromedriver at `driver` and a headless Chromium session.
     pub async fn start(driver: &str) -> Browser {
         let port = free_port().await;
+        // A process group of its own: chromedriver and the browser it
+        // starts end together when the session is dropped (a failed test
+        // never leaves a browser behind).
         let child = Command::new(driver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -234,10 +239,22 @@ impl Browser {
             .unwrap()
     }
 
-    /// Ends the session (chromedriver ends when dropped).
+    /// Ends the session; the rest goes on drop.
     pub async fn quit(self) {
         let path = format!("/session/{}", self.session);
         let _ = http(self.port, "DELETE", &path, None).await;
+    }
+}
+
+impl Drop for Browser {
+    /// Ends chromedriver's process group (the browser with it) and removes
+    /// the browser's user data.
+    fn drop(&mut self) {
+        if let Some(pid) = self._driver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+        }
         let _ = std::fs::remove_dir_all(&self.profile);
     }
 }
