@@ -34,6 +34,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE
     ON pgmq_sdk.queue_keys, pgmq_sdk.topic_keys, pgmq_sdk.paused, pgmq_sdk.running, pgmq_sdk.limits,
        pgmq_sdk.key_state, pgmq_sdk.key_running
     TO PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.workers TO PUBLIC;
 
 -- Row-level security -------------------------------------------------------
 
@@ -80,6 +81,17 @@ CREATE POLICY consumers ON pgmq_sdk.key_state
 ALTER TABLE pgmq_sdk.key_running ENABLE ROW LEVEL SECURITY;
 DROP POLICY IF EXISTS consumers ON pgmq_sdk.key_running;
 CREATE POLICY consumers ON pgmq_sdk.key_running
+    USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
+    WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
+
+-- Worker presence: read by whoever may read the queue, written by whoever
+-- may consume from it (UPDATE on its table, as a worker needs anyway).
+ALTER TABLE pgmq_sdk.workers ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS readers ON pgmq_sdk.workers;
+CREATE POLICY readers ON pgmq_sdk.workers FOR SELECT
+    USING (pg_catalog.has_table_privilege(queue_relid, 'SELECT'));
+DROP POLICY IF EXISTS consumers ON pgmq_sdk.workers;
+CREATE POLICY consumers ON pgmq_sdk.workers
     USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
     WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
 

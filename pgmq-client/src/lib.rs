@@ -157,18 +157,19 @@ pub use conn::{
     MAX_SECONDS, MIN_SUPPORTED,
 };
 pub use pgmq::{
-    quote_ident, ArchiveRetention, ArchivedMessage, DeadLetter, Decoded, Delay, GroupStrategy,
-    Listener, LockHolder, Message, MoveBatch, MoveHeaders, MoveSelection, Moved, Notification,
-    NotificationStream, NotifyThrottle, Pruned, QueueInfo, QueueMetrics, QueueName, RawJson,
-    ReadFrom, ReadOptions, Receipt, Requeue, RouteMatch, SendOptions, TableAutovacuum, TableColumn,
-    TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE,
+    quote_ident, ArchiveRetention, ArchivedMessage, DeadLetter, DeadLetterReason, Decoded, Delay,
+    GroupStrategy, Listener, LockHolder, Message, MoveBatch, MoveHeaders, MoveSelection, Moved,
+    Notification, NotificationStream, NotifyThrottle, Pruned, QueueInfo, QueueMetrics, QueueName,
+    QueueOverview, RawJson, ReadFrom, ReadOptions, Receipt, Redrive, RedriveBatch, RedriveMoved,
+    RedriveOptions, Requeue, RouteMatch, SendOptions, TableAutovacuum, TableColumn, TopicBinding,
+    Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE,
     QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{
     tick_key, Cadence, DedupKey, DueSchedule, FiredTick, FiringPass, FleetLimit, KeyFrom, KeyLimit,
-    PausedQueue, Schedule, ScheduleInfo, Sent, TopicSent, DEFAULT_CATCH_UP, MAX_CATCH_UP,
-    MAX_DEDUP_KEY_LEN, MAX_KEY_PATH, MAX_SCHEDULE_NAME_LEN, PAUSE_FLAG_GRANTS, SCHEDULE_HEADER,
-    TICK_HEADER,
+    PausedQueue, Schedule, ScheduleInfo, Sent, TopicSent, WorkerPresence, DEFAULT_CATCH_UP,
+    MAX_CATCH_UP, MAX_DEDUP_KEY_LEN, MAX_KEY_PATH, MAX_SCHEDULE_NAME_LEN, PAUSE_FLAG_GRANTS,
+    PRESENCE_KEPT_SECS, SCHEDULE_HEADER, TICK_HEADER,
 };
 
 /// This crate's README (its crates.io page), compiled as doc tests.

@@ -50,6 +50,7 @@ pub(crate) struct Config {
     pub dead_letter_queue: Option<QueueName>,
     pub shutdown_grace: Duration,
     pub heartbeat: bool,
+    pub presence: Option<Duration>,
     pub ack_batch_size: usize,
     pub ack_flush_interval: Duration,
     pub ack_capacity: usize,
@@ -106,6 +107,8 @@ pub(crate) struct Plan {
     pub completer: completer::Settings,
     /// None with the heartbeat off.
     pub heartbeat: Option<heartbeat::Settings>,
+    /// None without a presence record.
+    pub presence: Option<crate::presence::Settings>,
     /// None without [`WakeUp::Notify`].
     pub notifier: Option<notifier::Settings>,
     pub shutdown: shutdown::Settings,
@@ -220,6 +223,13 @@ impl Plan {
                 queue: c.queue.clone(),
                 visibility_timeout: c.visibility_timeout,
                 db_timeout: c.db_timeout,
+            }),
+            presence: c.presence.map(|interval| crate::presence::Settings {
+                queue: c.queue.clone(),
+                interval: interval.max(Duration::from_millis(100)),
+                db_timeout: c.db_timeout,
+                concurrency: c.concurrency,
+                limited: c.fleet_limit.is_some(),
             }),
             notifier: (c.wake_up == WakeUp::Notify).then(|| notifier::Settings {
                 queue: c.queue.clone(),
@@ -336,6 +346,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 dead_letter_queue: None,
                 shutdown_grace: Duration::from_secs(30),
                 heartbeat: true,
+                presence: None,
                 ack_batch_size: 200,
                 ack_flush_interval: Duration::from_millis(5),
                 ack_capacity: 400,
@@ -481,6 +492,24 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// How long in-flight handlers may run after shutdown begins (default 30 s).
     pub fn shutdown_grace(mut self, d: Duration) -> Self {
         self.config.shutdown_grace = d;
+        self
+    }
+
+    /// Keep a presence record in the `pgmq_sdk` schema, written every
+    /// `interval` (at least 100 ms) and once more at shutdown: host, pid,
+    /// queue, concurrency, claims/s, acks/s, failures, paused or limited,
+    /// last seen; the operator console's fleet page shows it. Default:
+    /// none (no record). Optional: without the schema (version 4) the
+    /// writes fail, are logged once, and nothing else changes.
+    ///
+    /// ```
+    /// # use pgmq_worker::WorkerBuilder;
+    /// # fn f(b: WorkerBuilder<u64>) -> WorkerBuilder<u64> {
+    /// b.presence(Some(std::time::Duration::from_secs(10)))
+    /// # }
+    /// ```
+    pub fn presence(mut self, interval: Option<Duration>) -> Self {
+        self.config.presence = interval;
         self
     }
 

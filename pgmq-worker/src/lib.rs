@@ -228,6 +228,7 @@ mod metrics;
 mod notifier;
 mod pause;
 mod preflight;
+mod presence;
 mod priority;
 mod protocol;
 mod retention;

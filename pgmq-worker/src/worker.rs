@@ -360,7 +360,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         }
 
         let part = Claimer {
-            paused,
+            paused: Arc::clone(&paused),
             settings: plan.claimer.clone(),
             claims: Claims::new(path),
             source: shared.source.clone(),
@@ -384,6 +384,15 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             };
             heartbeat::spawn(hb, &shared.supervisor, &hb_stop)
         });
+        if let Some(settings) = plan.presence {
+            let part = crate::presence::Presence {
+                settings,
+                source: shared.source.clone(),
+                stats: Arc::clone(&shared.stats),
+                paused: Arc::clone(&paused),
+            };
+            crate::presence::spawn(part, &shared.supervisor, &hb_stop);
+        }
         let notifier = plan.notifier.map(|settings| {
             let n = Notifier {
                 settings,

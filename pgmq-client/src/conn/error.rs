@@ -261,6 +261,13 @@ pub enum Error {
         #[source]
         source: tokio_postgres::Error,
     },
+
+    /// A redrive batch ([`Redrive::next_batch`](crate::Redrive::next_batch))
+    /// lost its connection during COMMIT: its messages may have moved or
+    /// not. The text names the target queues with the new msg_ids and the
+    /// dead-letter queue with the old ones, to check by hand.
+    #[error("{0}")]
+    RedriveOutcomeUnknown(String),
 }
 
 /// What went wrong, in words: the server's message for a server error (not
@@ -388,7 +395,8 @@ impl Error {
             } => CommitOutcome::Rejected,
             Error::Deserialize { .. }
             | Error::DeserializeHeaders { .. }
-            | Error::UnexpectedRow { .. } => CommitOutcome::Unknown,
+            | Error::UnexpectedRow { .. }
+            | Error::RedriveOutcomeUnknown(_) => CommitOutcome::Unknown,
             _ => CommitOutcome::NotSent,
         }
     }
@@ -670,6 +678,9 @@ impl fmt::Debug for Error {
                 .field("source", &PgDebug(source))
                 .finish(),
             Error::Config(s) => f.debug_tuple("Config").field(s).finish(),
+            Error::RedriveOutcomeUnknown(s) => {
+                f.debug_tuple("RedriveOutcomeUnknown").field(s).finish()
+            }
             Error::Dsn(e) => f.debug_tuple("Dsn").field(e).finish(),
             Error::UnexpectedRow { source } => f
                 .debug_struct("UnexpectedRow")

@@ -304,7 +304,7 @@ impl RawJson {
         Ok(RawJson(s.into_boxed_str()))
     }
 
-    fn null() -> Self {
+    pub(crate) fn null() -> Self {
         RawJson("null".into())
     }
 

@@ -12,6 +12,7 @@ pub(crate) mod keyed;
 pub(crate) mod limits;
 pub(crate) mod pause;
 pub(crate) mod schedule;
+pub(crate) mod presence;
 pub mod sdk_schema;
 
 pub use cadence::{tick_key, Cadence};
@@ -23,3 +24,4 @@ pub use schedule::{
     DueSchedule, FiredTick, FiringPass, Schedule, ScheduleInfo, DEFAULT_CATCH_UP, MAX_CATCH_UP,
     MAX_SCHEDULE_NAME_LEN, SCHEDULE_HEADER, TICK_HEADER,
 };
+pub use presence::{WorkerPresence, PRESENCE_KEPT_SECS};
