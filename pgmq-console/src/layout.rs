@@ -35,6 +35,7 @@ pub(crate) fn shell(title: &str, refresh_secs: Option<u64>, body: Markup) -> Htm
                     nav {
                         a href="/" { "Queues" }
                         a href="/fleet" { "Fleet" }
+                        a href="/schedules" { "Schedules" }
                         a href="/bench" { "Benchmarks" }
                     }
                     main {

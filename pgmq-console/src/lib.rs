@@ -65,6 +65,7 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
         .route("/queues/{name}", get(pages::queue::page))
         .route("/dead/{name}", get(pages::dead::page))
         .route("/fleet", get(pages::fleet::page))
+        .route("/schedules", get(pages::schedules::page))
         .route("/bench", get(pages::bench::page))
         .route("/login", get(safety::login));
     if state.opts.read_only {
@@ -73,6 +74,8 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
             "/queues/{name}/resume",
             "/dead/{name}/redrive",
             "/dead/{name}/delete",
+            "/schedules/{name}/pause",
+            "/schedules/{name}/resume",
         ] {
             app = app.route(path, post(read_only));
         }
@@ -81,7 +84,9 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
             .route("/queues/{name}/pause", post(pages::queue::pause))
             .route("/queues/{name}/resume", post(pages::queue::resume))
             .route("/dead/{name}/redrive", post(pages::dead::redrive))
-            .route("/dead/{name}/delete", post(pages::dead::delete));
+            .route("/dead/{name}/delete", post(pages::dead::delete))
+            .route("/schedules/{name}/pause", post(pages::schedules::pause))
+            .route("/schedules/{name}/resume", post(pages::schedules::resume));
     }
     app.layer(axum::middleware::from_fn_with_state(
         state.clone(),

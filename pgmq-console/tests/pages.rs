@@ -507,3 +507,46 @@ async fn the_benchmark_page_charts_one_document_or_compares_two() {
     assert!(scaling.contains("after.json") && scaling.contains(">1200<"));
     assert_eq!(get(&app, "/bench?a=5").await.status, 400);
 }
+
+#[tokio::test]
+async fn schedules_are_listed_and_paused_and_resumed_only_when_confirmed() {
+    use pgmq_client::{Cadence, Schedule};
+    let client = client().await;
+    client.install_sdk_schema().await.unwrap();
+    let q = fresh(&client, "con_sched").await;
+    let name = format!("con-sched-{q}");
+    let every = Cadence::every(std::time::Duration::from_secs(3600)).unwrap();
+    let s = Schedule::new(&name, q.clone(), every).unwrap();
+    client.put_schedule(&s).await.unwrap();
+    let paused = |client: pgmq_client::Client, name: String| async move {
+        let all = client.schedules().await.unwrap();
+        all.iter().find(|i| i.name == name).unwrap().paused
+    };
+    let app = router(client.clone(), ConsoleOptions::new());
+    let page = get(&app, "/schedules").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains(&name), "{}", page.body);
+    let token = csrf(&page.body);
+    let path = format!("/schedules/{name}/pause");
+    // Without the CSRF token, or unconfirmed: refused, nothing paused.
+    let res = post(&app, &path, &[("confirm", "yes")], &[]).await;
+    assert_eq!(res.status, 403, "{}", res.body);
+    let res = post(&app, &path, &[("csrf", &token)], &[]).await;
+    assert_ne!(res.status, 303, "{}", res.body);
+    assert!(!paused(client.clone(), name.clone()).await);
+    let res = post(&app, &path, &[("csrf", &token), ("confirm", "yes")], &[]).await;
+    assert_eq!(res.status, 303, "{}", res.body);
+    assert!(paused(client.clone(), name.clone()).await);
+    // Read-only: listed without a form, and the resume is refused.
+    let ro = router(client.clone(), ConsoleOptions::new().read_only(true));
+    let page = get(&ro, "/schedules").await;
+    assert!(page.body.contains(&name) && !page.body.contains("method=\"post\""));
+    let resume = format!("/schedules/{name}/resume");
+    let res = post(&ro, &resume, &[("csrf", &token), ("confirm", "yes")], &[]).await;
+    assert_eq!(res.status, 403);
+    assert!(paused(client.clone(), name.clone()).await);
+    let res = post(&app, &resume, &[("csrf", &token), ("confirm", "yes")], &[]).await;
+    assert_eq!(res.status, 303, "{}", res.body);
+    assert!(!paused(client.clone(), name.clone()).await);
+    client.remove_schedule(&name).await.unwrap();
+}

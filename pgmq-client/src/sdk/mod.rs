@@ -11,8 +11,8 @@ pub(crate) mod key_limits;
 pub(crate) mod keyed;
 pub(crate) mod limits;
 pub(crate) mod pause;
-pub(crate) mod schedule;
 pub(crate) mod presence;
+pub(crate) mod schedule;
 pub mod sdk_schema;
 
 pub use cadence::{tick_key, Cadence};
@@ -20,8 +20,8 @@ pub use key_limits::{KeyFrom, KeyLimit, MAX_KEY_PATH};
 pub use keyed::{DedupKey, Sent, TopicSent, MAX_DEDUP_KEY_LEN};
 pub use limits::FleetLimit;
 pub use pause::{PausedQueue, PAUSE_FLAG_GRANTS};
+pub use presence::{WorkerPresence, PRESENCE_KEPT_SECS};
 pub use schedule::{
     DueSchedule, FiredTick, FiringPass, Schedule, ScheduleInfo, DEFAULT_CATCH_UP, MAX_CATCH_UP,
     MAX_SCHEDULE_NAME_LEN, SCHEDULE_HEADER, TICK_HEADER,
 };
-pub use presence::{WorkerPresence, PRESENCE_KEPT_SECS};

@@ -19,11 +19,11 @@ pub(crate) async fn page(State(st): State<AppState>) -> Result<Html<String>, Con
     let workers = match pg.fleet(st.opts.row_limit).await {
         Ok(w) => Ok(w),
         Err(Error::SdkSchemaMissing { .. }) => Err(
-            "no presence records: the pgmq_sdk schema (version 4 or later) is not installed \
+            "no presence records: the pgmq_sdk schema (version 7 or later) is not installed \
              (pgmq install-sdk)",
         ),
         Err(e) if e.sqlstate().is_some_and(|c| c.code() == "42P01") => Err(
-            "no presence records: the pgmq_sdk schema is older than version 4 (pgmq install-sdk)",
+            "no presence records: the pgmq_sdk schema is older than version 7 (pgmq install-sdk)",
         ),
         Err(e) => return Err(e.into()),
     };

@@ -5,6 +5,7 @@ pub(crate) mod dead;
 pub(crate) mod fleet;
 pub(crate) mod queue;
 pub(crate) mod queues;
+pub(crate) mod schedules;
 
 use maud::{html, Markup};
 use pgmq_client::{Message, QueueName, RawJson};
