@@ -23,6 +23,32 @@ pub(crate) fn bar(part: i64, inner: i64, whole: i64, width: u32) -> Markup {
     }
 }
 
+/// A line of `values` (oldest first) scaled to the largest, `width` by
+/// `height` pixels: a queue's recent rate at a glance.
+pub(crate) fn spark(values: &[f64], width: u32, height: u32) -> Markup {
+    let max = values.iter().fold(0.0_f64, |m, v| m.max(*v));
+    let (w, h) = (f64::from(width), f64::from(height));
+    let step = w / (values.len().max(2) - 1) as f64;
+    let points: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let y = if max > 0.0 {
+                h - 1.0 - (h - 2.0) * v / max
+            } else {
+                h - 1.0
+            };
+            format!("{:.1},{:.1}", step * i as f64, y)
+        })
+        .collect();
+    html! {
+        svg width=(width) height=(height) role="img" aria-label="rate" {
+            rect x="0" y="0" width=(width) height=(height) fill="#f4f6fb" {}
+            polyline points=(points.join(" ")) fill="none" stroke="#2f3f8f" stroke-width="1.5" {}
+        }
+    }
+}
+
 /// A named series of values, one per label (None: not measured).
 pub(crate) struct Series {
     pub(crate) name: String,

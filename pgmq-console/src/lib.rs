@@ -23,6 +23,7 @@ mod error;
 mod layout;
 mod options;
 mod pages;
+mod rates;
 mod safety;
 
 pub use error::ConsoleError;
@@ -43,6 +44,8 @@ pub(crate) struct AppState {
     pub(crate) client: Client,
     pub(crate) opts: Arc<ConsoleOptions>,
     pub(crate) csrf: Arc<str>,
+    /// Each queue's recent samples, for its rates in and out.
+    pub(crate) rates: Arc<rates::Rates>,
 }
 
 /// The console's pages and actions on `client`, behind the access token
@@ -59,7 +62,17 @@ pub fn router(client: Client, opts: ConsoleOptions) -> Router {
         client,
         opts: Arc::new(opts),
         csrf: safety::new_csrf_token().into(),
+        rates: Arc::default(),
     };
+    // The rates' sampler, when a Tokio runtime runs this (it stops once the
+    // router and its state are dropped).
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::spawn(rates::sample(
+            state.client.clone(),
+            state.opts.clone(),
+            Arc::downgrade(&state.rates),
+        ));
+    }
     let mut app = Router::new()
         .route("/", get(pages::queues::page))
         .route("/queues/{name}", get(pages::queue::page))

@@ -550,3 +550,24 @@ async fn schedules_are_listed_and_paused_and_resumed_only_when_confirmed() {
     assert!(!paused(client.clone(), name.clone()).await);
     client.remove_schedule(&name).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_queue_page_charts_its_rates_in_and_out_from_two_samples() {
+    let client = client().await;
+    let q = fresh(&client, "con_rates").await;
+    let app = router(client.clone(), ConsoleOptions::new());
+    client.send(&q, &json!({"n": 0})).await.unwrap();
+    let page = get(&app, &format!("/queues/{q}")).await;
+    assert!(page.body.contains("No rate history yet"), "{}", page.body);
+    let bodies: Vec<i32> = (1..=40).collect();
+    let ids = client.send_batch(&q, &bodies).await.unwrap();
+    client.delete_batch(&q, &ids[..10]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let page = get(&app, &format!("/queues/{q}")).await;
+    assert!(!page.body.contains("No rate history yet"), "{}", page.body);
+    assert!(
+        page.body.contains("in (sent)") && page.body.contains("<svg"),
+        "{}",
+        page.body
+    );
+}

@@ -35,6 +35,11 @@ pub struct QueueOverview {
     pub oldest_age_secs: Option<f64>,
     /// Rows in the queue's archive (at most the cap).
     pub archive_size: i64,
+    /// Messages ever sent to the queue: the last value of its msg_id
+    /// sequence (not capped). None when no message was sent yet, or when
+    /// the role may not read the sequence. Two of these some seconds apart
+    /// give the rate in; with the depths, the rate out.
+    pub sent_total: Option<i64>,
 }
 
 /// The dead letters of one reason ([`Pgmq::dead_letter_reasons`]).
@@ -65,7 +70,8 @@ const QUEUES_BY_ATTENTION: &str = "SELECT m.queue_name::text, pg_catalog.count(*
      LIMIT $1";
 
 /// Depth, in flight, oldest age and archive size of one queue, each count
-/// stopped at `$1` rows (the `vt` and `msg_id` indexes PGMQ creates serve
+/// stopped at `$1` rows, and the last value of its msg_id sequence (`$2`:
+/// the queue's table, quoted; NULL when the role may not read it) (the `vt` and `msg_id` indexes PGMQ creates serve
 /// the in-flight count and the oldest message). The time is the
 /// statement's (`statement_timestamp()`, stable): with the volatile
 /// `clock_timestamp()` the `vt` condition cannot use the index and walks
@@ -78,7 +84,10 @@ fn overview_sql(queue: &QueueName) -> String {
            WHERE vt > pg_catalog.statement_timestamp() LIMIT $1) t), \
          (SELECT extract(epoch FROM pg_catalog.statement_timestamp() - enqueued_at)::float8 \
            FROM {q} ORDER BY msg_id LIMIT 1), \
-         (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {a} LIMIT $1) t)"
+         (SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {a} LIMIT $1) t), \
+         (SELECT CASE WHEN pg_catalog.has_sequence_privilege(s.seq, 'SELECT') \
+           THEN pg_catalog.pg_sequence_last_value(s.seq) END \
+           FROM (SELECT pg_catalog.pg_get_serial_sequence($2::text, 'msg_id')::regclass AS seq) s)"
     )
 }
 
@@ -172,8 +181,13 @@ impl<E: Executor> Pgmq<E> {
         queue: &QueueName,
         cap: i64,
     ) -> Result<QueueOverview, Error> {
+        let table = queue.quoted_table();
         let rows = self
-            .run_text(&overview_sql(queue), queue.as_str(), &[(&cap, Type::INT8)])
+            .run_text(
+                &overview_sql(queue),
+                queue.as_str(),
+                &[(&cap, Type::INT8), (&table, Type::TEXT)],
+            )
             .await?;
         let r = rows
             .first()
@@ -184,6 +198,7 @@ impl<E: Executor> Pgmq<E> {
             in_flight: col(r, 1)?,
             oldest_age_secs: col(r, 2)?,
             archive_size: col(r, 3)?,
+            sent_total: col(r, 4)?,
         })
     }
 

@@ -47,6 +47,12 @@ pub(crate) async fn page(
         None
     };
     drop(tx);
+    st.rates.record(
+        std::time::Instant::now(),
+        [(queue.as_str(), o.sent_total, o.depth)],
+        cap,
+    );
+    let history = st.rates.history(queue.as_str());
     let next = (messages.len() == rows)
         .then(|| messages.last().map(|m| m.msg_id))
         .flatten();
@@ -101,6 +107,8 @@ pub(crate) async fn page(
         @if let Some(n) = next {
             p { a href=(format!("{base}?after={n}{}", filter_text.map(|f| format!("&filter={}", enc(f))).unwrap_or_default())) { "Next " (rows) } }
         }
+        h2 { "Rates" }
+        (rates_chart(&history))
         h2 { "Archive" }
         table #archive {
             thead { tr { (message_heads()) th { "archived" } } }
@@ -136,4 +144,34 @@ pub(crate) async fn resume(
     let (queue, _) = posted(&st, &name, &body)?;
     st.client.resume(&queue).await?;
     Ok(Redirect::to(&format!("/queues/{}", queue.as_str())).into_response())
+}
+
+/// The queue's rates in and out over the intervals sampled (the last 30),
+/// as a chart, or a line saying there is no history yet.
+fn rates_chart(history: &[crate::rates::Rate]) -> maud::Markup {
+    let last = &history[history.len().saturating_sub(30)..];
+    if last.is_empty() {
+        return html! {
+            p.muted #rates {
+                "No rate history yet: the console samples each queue every "
+                (crate::rates::SAMPLE_EVERY.as_secs()) " s (and on each page read) and keeps "
+                (crate::rates::KEPT.as_secs() / 60) " minutes."
+            }
+        };
+    }
+    let labels: Vec<String> = last
+        .iter()
+        .map(|r| format!("-{:.0}s", r.ago_secs))
+        .collect();
+    let series = [
+        crate::chart::Series {
+            name: "in (sent)".to_owned(),
+            values: last.iter().map(|r| Some(r.in_per_s)).collect(),
+        },
+        crate::chart::Series {
+            name: "out (deleted or archived)".to_owned(),
+            values: last.iter().map(|r| r.out_per_s).collect(),
+        },
+    ];
+    html! { div #rates { (crate::chart::bars(&labels, &series, "msg/s")) } }
 }

@@ -38,6 +38,8 @@ pub(crate) async fn page(
         HashMap::new()
     };
     drop(tx);
+    st.rates
+        .record(std::time::Instant::now(), crate::rates::of(&queues), cap);
     // Attention: the oldest waiting message first, then the deepest.
     queues.sort_by(|a, b| {
         let age = |o: Option<f64>| o.unwrap_or(-1.0);
@@ -64,6 +66,7 @@ pub(crate) async fn page(
         table #queues {
             thead { tr {
                 th { "queue" } th { "depth" } th {} th { "in flight" } th { "oldest" }
+                th { "in/s" } th { "out/s" } th { "in, last minutes" }
                 th { "archive" } th { "paused" } th { "dead letters" }
             } }
             tbody {
@@ -75,6 +78,15 @@ pub(crate) async fn page(
                         td { (chart::bar(q.depth, q.in_flight, widest, 120)) }
                         td.n { (count(q.in_flight, cap)) }
                         td.n { (q.oldest_age_secs.map(age).unwrap_or_default()) }
+                        @let history = st.rates.history(&q.queue_name);
+                        @let latest = history.last();
+                        td.n.rate_in { (latest.map(|r| format!("{:.1}", r.in_per_s)).unwrap_or_default()) }
+                        td.n.rate_out { (latest.and_then(|r| r.out_per_s).map(|v| format!("{v:.1}")).unwrap_or_default()) }
+                        td {
+                            @if history.len() > 1 {
+                                (chart::spark(&history.iter().map(|r| r.in_per_s).collect::<Vec<_>>(), 80, 16))
+                            }
+                        }
                         td.n { (count(q.archive_size, cap)) }
                         td {
                             @if let Some(reason) = paused.get(&q.queue_name) {
