@@ -728,3 +728,52 @@ async fn schedules_follow_the_rights_of_their_queue() {
     drop((producer, consumer, stranger));
     drop((rp, rc, rs));
 }
+
+/// The workers' presence rows follow the rights on their queue: a tenant
+/// reads and writes only the rows of queues it may consume from, cannot
+/// take over another tenant's row by its worker id, and cannot delete it.
+#[tokio::test]
+async fn presence_rows_follow_the_rights_of_their_queue() {
+    use pgmq_client::WorkerPresence;
+    let db = OwnDb::new("sdk_presence").await;
+    let owner = db.client().await;
+    owner.install_sdk_schema().await.unwrap();
+    let (qa, qb) = (
+        QueueName::new("presence_a").unwrap(),
+        QueueName::new("presence_b").unwrap(),
+    );
+    owner.create(&qa).await.unwrap();
+    owner.create(&qb).await.unwrap();
+    let (ra, rb) = (
+        Role::new(&db, "pa", "").await,
+        Role::new(&db, "pb", "").await,
+    );
+    let admin = common::raw_to(&db.dsn()).await;
+    grant_queue(&admin, &qa, &ra.name).await;
+    grant_queue(&admin, &qb, &rb.name).await;
+    let (a, b) = (ra.client().await, rb.client().await);
+    let wb = WorkerPresence::new("host-b:7:presence_b:0", "presence_b", "host-b", 7);
+    b.report_presence(&wb, false).await.unwrap();
+    assert_eq!(b.fleet(10).await.unwrap().len(), 1);
+    assert!(a.fleet(10).await.unwrap().is_empty(), "A read B's presence");
+    // A cannot write a row for B's queue, nor take B's row over by its id.
+    let forged = WorkerPresence::new("host-a:1:presence_b:0", "presence_b", "host-a", 1);
+    assert!(a.report_presence(&forged, false).await.is_err());
+    let squat = WorkerPresence::new("host-b:7:presence_b:0", "presence_a", "host-a", 1);
+    assert!(a.report_presence(&squat, true).await.is_err());
+    let deleted = ra
+        .raw()
+        .await
+        .execute("DELETE FROM pgmq_sdk.workers", &[])
+        .await
+        .unwrap();
+    assert_eq!(deleted, 0);
+    let rows = b.fleet(10).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].host.as_str(), rows[0].stopped_at),
+        ("host-b", None)
+    );
+    drop((a, b));
+    drop((ra, rb));
+}

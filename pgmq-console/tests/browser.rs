@@ -139,11 +139,32 @@ async fn screenshots() {
         .refresh(std::time::Duration::ZERO)
         .bench_document("dev-machine-e15c8c3.json", &doc)
         .unwrap();
+    let nightly = pgmq_client::Schedule::new(
+        "shop-nightly-report",
+        queues[2].clone(),
+        pgmq_client::Cadence::cron("0 3 * * *", "Europe/Paris").unwrap(),
+    )
+    .unwrap()
+    .message(json!({"report": "invoices"}));
+    client.put_schedule(&nightly).await.unwrap();
     let app = router(client.clone(), opts);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let b = webdriver::Browser::start(&driver).await;
+    // Traffic between page reads, so that the pages have rates to show:
+    // each read samples the queues (at most once a second).
+    for round in 0..8_i32 {
+        b.goto(&format!("{base}/?q=shop_")).await;
+        b.goto(&format!("{base}/queues/shop_orders")).await;
+        let bodies: Vec<i32> = (0..20 + 5 * round).collect();
+        let ids = client.send_batch(&queues[0], &bodies).await.unwrap();
+        client
+            .delete_batch(&queues[0], &ids[..(15 + 3 * round) as usize])
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
     for (file, path) in [
         ("console-queues.png", "/?q=shop_".to_owned()),
         ("console-queue.png", "/queues/shop_orders".to_owned()),
@@ -152,6 +173,7 @@ async fn screenshots() {
             "/dead/shop_orders_dlq".to_owned(),
         ),
         ("console-fleet.png", "/fleet".to_owned()),
+        ("console-schedules.png", "/schedules".to_owned()),
         ("console-bench.png", "/bench".to_owned()),
     ] {
         b.goto(&format!("{base}{path}")).await;
@@ -161,4 +183,5 @@ async fn screenshots() {
     b.quit().await;
     server.abort();
     client.resume(&queues[1]).await.unwrap();
+    client.remove_schedule("shop-nightly-report").await.unwrap();
 }

@@ -85,7 +85,8 @@ impl SchedulerConfig {
 }
 
 /// Fires the due schedules of periodic sends, as one of any number of
-/// schedulers (see the [module](self) docs).
+/// schedulers: each tick is sent once for the whole fleet, by whichever
+/// scheduler's firing commits first ([`Pgmq::fire_due_schedules`](pgmq_client::Pgmq::fire_due_schedules)).
 ///
 /// ```no_run
 /// # async fn f(client: pgmq_client::Client) {
