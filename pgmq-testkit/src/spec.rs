@@ -37,7 +37,7 @@
 use std::time::Duration;
 
 use pgmq_client::{FleetLimit, KeyFrom, KeyLimit, QueueName};
-use pgmq_worker::{Backoff, ClaimReads, WakeUp, Worker, WorkerBuilder};
+use pgmq_worker::{Backoff, ClaimReads, SchedulerConfig, WakeUp, Worker, WorkerBuilder};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -226,6 +226,14 @@ pub struct WorkerSettings {
     /// A limit per key (`KeyLimit`): places per key, the key a header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_limit: Option<KeyLimitSpec>,
+    /// The presence record's interval (`WorkerBuilder::presence`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub presence_ms: Option<u64>,
+    /// A scheduler of periodic sends beside the worker, its passes at most
+    /// this far apart (`WorkerBuilder::scheduler`,
+    /// `SchedulerConfig::poll_interval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_queue: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -310,6 +318,10 @@ impl WorkerSettings {
             )),
             None => b,
         };
+        let b = set(b, s.presence_ms, |b, v| b.presence(Some(ms(v))));
+        let b = set(b, s.scheduler_ms, |b, v| {
+            b.scheduler(SchedulerConfig::default().poll_interval(ms(v)))
+        });
         let b = set(b, s.check_queue, |b, v| b.check_queue(v));
         Ok(set(b, s.allow_small_pool, |b, v| b.allow_small_pool(v)))
     }
@@ -356,6 +368,8 @@ mod tests {
                 header: "k".into(),
                 max_running: 2,
             }),
+            presence_ms: Some(10_000),
+            scheduler_ms: Some(500),
             check_queue: Some(false),
             allow_small_pool: Some(true),
         };
