@@ -161,8 +161,8 @@ pub use pgmq::{
     GroupStrategy, Listener, LockHolder, Message, MoveBatch, MoveHeaders, MoveSelection, Moved,
     Notification, NotificationStream, NotifyThrottle, Pruned, QueueInfo, QueueMetrics, QueueName,
     QueueOverview, RawJson, ReadFrom, ReadOptions, Receipt, Redrive, RedriveBatch, RedriveMoved,
-    RedriveOptions, Requeue, RouteMatch, SendOptions, TableAutovacuum, TableColumn, TopicBinding,
-    Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE,
+    RedriveOptions, Requeue, RouteMatch, SendOptions, TableAutovacuum, TableColumn, TableRows,
+    TopicBinding, Undecoded, FIFO_GROUP_HEADER, MAX_DELAY, MAX_QUEUE_NAME_LEN, NOTIFY_KEEPS_CASE,
     QUEUE_TABLE_AUTOVACUUM,
 };
 pub use sdk::{

@@ -484,3 +484,50 @@ async fn create_gives_the_queue_table_autovacuum_settings_and_keeps_an_operators
         Err(Error::QueueNotFound { .. })
     ));
 }
+
+/// `queue_table_rows` counts the dead row versions acknowledgements leave,
+/// and `vacuum_queue` clears them; both refuse a queue that does not exist.
+#[tokio::test]
+async fn vacuum_queue_clears_the_dead_rows_the_statistics_count() {
+    let client = common::client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "vacuum").await;
+    let ids = client.send_batch(&q, &[1u64; 200]).await.unwrap();
+    client.delete_batch(&q, &ids).await.unwrap();
+    // Each backend reports its counts about once a second.
+    let mut rows = client.queue_table_rows(&q).await.unwrap();
+    for _ in 0..100 {
+        if rows.dead >= 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        rows = client.queue_table_rows(&q).await.unwrap();
+    }
+    assert!(rows.dead >= 200, "{rows:?}");
+    // A vacuum ran (one that found the table held by autovacuum skipped it:
+    // try again). What it removed depends on the snapshots other sessions
+    // hold, so the count of vacuums is what is checked.
+    let pg = common::raw().await;
+    let count = "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = to_regclass($1)";
+    let before: i64 = scalar(&pg, count, &[&q.quoted_table()]).await;
+    let mut vacuumed = false;
+    for _ in 0..50 {
+        client.vacuum_queue(&q).await.unwrap();
+        if scalar::<i64>(&pg, count, &[&q.quoted_table()]).await > before {
+            vacuumed = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(vacuumed, "the queue table was never vacuumed");
+
+    let missing = qs.name("vacuum_missing");
+    assert!(matches!(
+        client.queue_table_rows(&missing).await,
+        Err(Error::QueueNotFound { .. })
+    ));
+    assert!(matches!(
+        client.vacuum_queue(&missing).await,
+        Err(Error::QueueNotFound { .. })
+    ));
+}

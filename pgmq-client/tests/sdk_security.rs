@@ -616,9 +616,9 @@ async fn every_spelling_of_a_queue_shares_its_state() {
         .is_empty());
 }
 
-/// Only a queue table's owner may change its autovacuum settings: a role
-/// allowed to send, read and acknowledge is told who owns the table and
-/// changes nothing; a member of the owning role may.
+/// Only a queue table's owner may change its autovacuum settings or vacuum
+/// it: a role allowed to send, read and acknowledge is told who owns the
+/// table and changes nothing; a member of the owning role may.
 #[tokio::test]
 async fn only_the_owner_tunes_a_queue_tables_autovacuum() {
     let db = OwnDb::new("autovac_owner").await;
@@ -651,6 +651,13 @@ async fn only_the_owner_tunes_a_queue_tables_autovacuum() {
         }
         other => panic!("a tenant tuned another role's table: {other:?}"),
     }
+    assert!(
+        matches!(
+            client.vacuum_queue(&q).await,
+            Err(Error::NotTableOwner { .. })
+        ),
+        "a tenant vacuumed another role's table"
+    );
     assert!(admin_client
         .queue_table_autovacuum(&q)
         .await
@@ -663,6 +670,7 @@ async fn only_the_owner_tunes_a_queue_tables_autovacuum() {
         .await
         .unwrap();
     let member = tenant.client().await;
+    member.vacuum_queue(&q).await.unwrap();
     let tuned = member.tune_autovacuum(&q).await.unwrap();
     assert!(tuned.caller_owns);
     assert_eq!(

@@ -37,7 +37,9 @@
 use std::time::Duration;
 
 use pgmq_client::{FleetLimit, KeyFrom, KeyLimit, QueueName};
-use pgmq_worker::{Backoff, ClaimReads, SchedulerConfig, WakeUp, Worker, WorkerBuilder};
+use pgmq_worker::{
+    Backoff, ClaimReads, QueueVacuum, SchedulerConfig, WakeUp, Worker, WorkerBuilder,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -234,6 +236,10 @@ pub struct WorkerSettings {
     /// `SchedulerConfig::poll_interval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_ms: Option<u64>,
+    /// The dead row versions at which the worker vacuums its queue table
+    /// (`WorkerBuilder::vacuum`, `QueueVacuum::at_dead_rows`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vacuum: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_queue: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -322,6 +328,9 @@ impl WorkerSettings {
         let b = set(b, s.scheduler_ms, |b, v| {
             b.scheduler(SchedulerConfig::default().poll_interval(ms(v)))
         });
+        let b = set(b, s.vacuum, |b, v| {
+            b.vacuum(Some(QueueVacuum::at_dead_rows(v)))
+        });
         let b = set(b, s.check_queue, |b, v| b.check_queue(v));
         Ok(set(b, s.allow_small_pool, |b, v| b.allow_small_pool(v)))
     }
@@ -370,6 +379,7 @@ mod tests {
             }),
             presence_ms: Some(10_000),
             scheduler_ms: Some(500),
+            vacuum: Some(10_000),
             check_queue: Some(false),
             allow_small_pool: Some(true),
         };

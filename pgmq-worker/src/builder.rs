@@ -51,6 +51,7 @@ pub(crate) struct Config {
     pub shutdown_grace: Duration,
     pub heartbeat: bool,
     pub presence: Option<Duration>,
+    pub vacuum: Option<crate::vacuum::QueueVacuum>,
     pub ack_batch_size: usize,
     pub ack_flush_interval: Duration,
     pub ack_capacity: usize,
@@ -109,6 +110,8 @@ pub(crate) struct Plan {
     pub heartbeat: Option<heartbeat::Settings>,
     /// None without a presence record.
     pub presence: Option<crate::presence::Settings>,
+    /// None unless the worker vacuums its queue table.
+    pub vacuum: Option<crate::vacuum::Settings>,
     /// None without [`WakeUp::Notify`].
     pub notifier: Option<notifier::Settings>,
     pub shutdown: shutdown::Settings,
@@ -231,6 +234,11 @@ impl Plan {
                 concurrency: c.concurrency,
                 limited: c.fleet_limit.is_some(),
             }),
+            vacuum: c.vacuum.map(|policy| crate::vacuum::Settings {
+                queue: c.queue.clone(),
+                policy,
+                db_timeout: c.db_timeout,
+            }),
             notifier: (c.wake_up == WakeUp::Notify).then(|| notifier::Settings {
                 queue: c.queue.clone(),
                 poll_interval: c.poll_interval,
@@ -347,6 +355,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 shutdown_grace: Duration::from_secs(30),
                 heartbeat: true,
                 presence: None,
+                vacuum: None,
                 ack_batch_size: 200,
                 ack_flush_interval: Duration::from_millis(5),
                 ack_capacity: 400,
@@ -510,6 +519,25 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// ```
     pub fn presence(mut self, interval: Option<Duration>) -> Self {
         self.config.presence = interval;
+        self
+    }
+
+    /// Vacuum the queue table when its dead row versions pass
+    /// [`QueueVacuum::dead_rows`](crate::QueueVacuum), looked at every
+    /// [`QueueVacuum::check_every`](crate::QueueVacuum), so that a busy
+    /// queue's table holds a bounded number of dead rows between
+    /// autovacuum's visits. Default: none (autovacuum alone). Needs the
+    /// worker's role to own the queue table; without it the worker logs
+    /// that once and runs on without vacuuming. See docs/settings.md.
+    ///
+    /// ```
+    /// # use pgmq_worker::{QueueVacuum, WorkerBuilder};
+    /// # fn f(b: WorkerBuilder<u64>) -> WorkerBuilder<u64> {
+    /// b.vacuum(Some(QueueVacuum::at_dead_rows(20_000)))
+    /// # }
+    /// ```
+    pub fn vacuum(mut self, policy: Option<crate::vacuum::QueueVacuum>) -> Self {
+        self.config.vacuum = policy;
         self
     }
 

@@ -240,6 +240,7 @@ mod supervise;
 pub mod testing;
 #[cfg(feature = "otel")]
 mod trace;
+mod vacuum;
 mod wake;
 mod worker;
 
@@ -265,6 +266,7 @@ pub use retention::{run_retention, RetentionConfig};
 pub use scheduler::{Scheduler, SchedulerConfig};
 pub use shutdown::{ShutdownHandle, ShutdownReport};
 pub use stats::StatsSnapshot;
+pub use vacuum::QueueVacuum;
 pub use worker::Worker;
 
 /// This crate's README (its crates.io page), compiled as doc tests.

@@ -393,6 +393,13 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             };
             crate::presence::spawn(part, &shared.supervisor, &hb_stop);
         }
+        if let Some(settings) = plan.vacuum {
+            let part = crate::vacuum::Vacuum {
+                settings,
+                source: shared.source.clone(),
+            };
+            crate::vacuum::spawn(part, &shared.supervisor, &stop);
+        }
         let notifier = plan.notifier.map(|settings| {
             let n = Notifier {
                 settings,

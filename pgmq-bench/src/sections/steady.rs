@@ -146,6 +146,11 @@ pub struct SteadyOptions {
     /// steady_stream: connections in the worker's pool.
     #[arg(long, default_value_t = 10)]
     pub steady_pool: u32,
+
+    /// steady_stream: the dead row versions at which the worker vacuums
+    /// its queue table (`WorkerBuilder::vacuum`); 0: off, autovacuum alone.
+    #[arg(long, default_value_t = 0)]
+    pub steady_vacuum: u64,
 }
 
 /// The steady_stream settings, checked.
@@ -172,6 +177,8 @@ pub struct SteadyConfig {
     pub body_bytes: u32,
     /// Pool size.
     pub pool: u32,
+    /// The worker's vacuum threshold (None: off).
+    pub vacuum: Option<u64>,
 }
 
 /// What the document's workload records of them (empty in documents older
@@ -200,6 +207,9 @@ pub struct SteadyWorkload {
     pub steady_body_bytes: u32,
     /// steady_stream pool size.
     pub steady_pool: u32,
+    /// steady_stream: the dead row versions at which the worker vacuums
+    /// its queue table (0: off).
+    pub steady_vacuum: u64,
 }
 
 impl Options for SteadyOptions {
@@ -238,6 +248,7 @@ impl Options for SteadyOptions {
             poll: Duration::from_millis(at_least(self.steady_poll_ms, 1, "--steady-poll-ms")?),
             body_bytes: self.steady_body_bytes,
             pool: at_least(self.steady_pool, 4, "--steady-pool")?,
+            vacuum: (self.steady_vacuum > 0).then_some(self.steady_vacuum),
         })
     }
 
@@ -253,6 +264,7 @@ impl Options for SteadyOptions {
             steady_poll_ms: c.poll.as_millis() as u64,
             steady_body_bytes: c.body_bytes,
             steady_pool: c.pool,
+            steady_vacuum: c.vacuum.unwrap_or(0),
         }
     }
 
@@ -495,6 +507,7 @@ async fn run(
         settings: WorkerSettings {
             concurrency: Some(n as usize),
             poll_interval_ms: Some(ms(c.poll)),
+            vacuum: c.vacuum,
             ..WorkerSettings::default()
         },
         ack: series.ack.outcome(),

@@ -171,6 +171,12 @@ statements! {
         EXISTS (SELECT FROM pg_catalog.pg_partitioned_table p WHERE p.partrelid = c.oid), \
         coalesce(c.reloptions, '{}')::text[] \
         FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1::text)";
+    // vacuum.rs: the dead and live row versions the statistics count in a
+    // queue's table (with its partitions, if partitioned), NULL when the
+    // table does not exist.
+    QueueTableDeadRows = "SELECT sum(s.n_dead_tup)::bigint, sum(s.n_live_tup)::bigint \
+        FROM pg_catalog.pg_stat_user_tables s WHERE s.relid = pg_catalog.to_regclass($1::text) \
+        OR s.relid IN (SELECT t.relid FROM pg_catalog.pg_partition_tree(pg_catalog.to_regclass($1::text)) t)";
 }
 
 impl Stmt {
@@ -385,12 +391,13 @@ mod tests {
 
     /// The statements that look at the catalogs or set a setting rather
     /// than call PGMQ or the SDK.
-    const CATALOG: [Stmt; 5] = [
+    const CATALOG: [Stmt; 6] = [
         Stmt::SdkPresent,
         Stmt::QueueTableColumns,
         Stmt::QueueTableLockHolders,
         Stmt::SetLocalTimeouts,
         Stmt::QueueTableAutovacuum,
+        Stmt::QueueTableDeadRows,
     ];
 
     #[test]

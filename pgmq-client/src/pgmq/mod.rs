@@ -5,7 +5,7 @@
 //! PGMQ functions (the fenced writes and locks, the dead-letter move and
 //! the move between queues,
 //! `read_from`, the looks, the catalog probes of a queue's table, its
-//! autovacuum settings); with
+//! autovacuum settings and the vacuum a caller runs); with
 //! the message and queue-name types they take and return.
 
 pub(crate) mod ack;
@@ -29,6 +29,7 @@ pub(crate) mod retention;
 pub(crate) mod send;
 pub(crate) mod topics;
 pub mod trace;
+pub(crate) mod vacuum;
 
 pub use autovacuum::{TableAutovacuum, QUEUE_TABLE_AUTOVACUUM};
 pub use catalog::{LockHolder, TableColumn};
@@ -47,3 +48,4 @@ pub use read_from::ReadFrom;
 pub use redrive::{Redrive, RedriveBatch, RedriveMoved, RedriveOptions};
 pub use retention::{ArchiveRetention, Pruned};
 pub use topics::{RouteMatch, TopicBinding};
+pub use vacuum::TableRows;
