@@ -318,6 +318,11 @@ pub(crate) struct Cursor {
     /// [`fleet_factor`](Self::fleet_factor) when the last read from the
     /// start was planned after claims (1 until then).
     fleet: AtomicU64,
+    /// The last read after a bound came back full: a backlog lasts.
+    backlog: AtomicBool,
+    /// Ranged reads may be made: false once the `pgmq_sdk` schema was
+    /// found missing (or not to be trusted) for them.
+    ranges: AtomicBool,
 }
 
 impl Cursor {
@@ -330,6 +335,8 @@ impl Cursor {
             after_at_start: AtomicI64::new(0),
             claimed_since_start: AtomicU64::new(0),
             fleet: AtomicU64::new(1),
+            backlog: AtomicBool::new(false),
+            ranges: AtomicBool::new(true),
         }
     }
 
@@ -356,7 +363,26 @@ impl Cursor {
             self.claimed_since_start.store(0, Relaxed);
             return Plan::Table(ReadFrom::Start);
         }
+        if self.ranged() {
+            // Other workers read this backlog too: a range of its own from
+            // the queue's claim cursor, past their reads in flight.
+            return Plan::Table(ReadFrom::Ranged(after));
+        }
         Plan::Table(ReadFrom::AfterFrontier(after))
+    }
+
+    /// Whether the next read after the bound takes a range from the
+    /// queue's claim cursor: while a backlog lasts and other workers are
+    /// seen on the queue (a worker alone needs no range: its loops share
+    /// one bound), unless the schema was found missing for them.
+    fn ranged(&self) -> bool {
+        self.fleet.load(Relaxed) > 1 && self.backlog.load(Relaxed) && self.ranges.load(Relaxed)
+    }
+
+    /// Ranged reads are off from now on: the schema they need is missing
+    /// or not to be trusted.
+    fn ranges_off(&self) {
+        self.ranges.store(false, Relaxed);
     }
 
     /// How many workers read this queue, as this one sees it: the `msg_id`s
@@ -411,7 +437,12 @@ impl Cursor {
         }
         let claimed = self.claimed_since_start.fetch_add(n as u64, Relaxed) + n as u64;
         let before = self.after.fetch_max(top, Relaxed);
-        if claimed >= FLEET_SAMPLE && matches!(from, ReadFrom::AfterFrontier(_)) {
+        if !matches!(from, ReadFrom::Start) {
+            self.backlog.store(full, Relaxed);
+        }
+        if claimed >= FLEET_SAMPLE
+            && matches!(from, ReadFrom::AfterFrontier(_) | ReadFrom::Ranged(_))
+        {
             // Enough of this window to see others: fewer loops read from
             // now on, rather than from the next read from the start (which
             // the estimate itself puts off).
@@ -718,10 +749,25 @@ impl ClaimLoop {
         self.wake.borrow_and_update();
         let now_us = claims.now_us();
         claims.last_read_start_us.store(now_us, Relaxed);
-        let plan = claims
-            .cursor
-            .plan(now_us, micros(self.part.settings.poll_interval));
-        (plan, read(&self.part.settings, &self.kept, qty, plan).await)
+        let cursor = &claims.cursor;
+        let plan = cursor.plan(now_us, micros(self.part.settings.poll_interval));
+        let res = read(&self.part.settings, &self.kept, qty, plan).await;
+        match (plan, res) {
+            (
+                Plan::Table(ReadFrom::Ranged(after)),
+                Err(
+                    e @ (pgmq_client::Error::SdkSchemaMissing { .. }
+                    | pgmq_client::Error::SdkSchemaUntrusted { .. }),
+                ),
+            ) => {
+                // Nothing was claimed: the same read after the frontier.
+                tracing::info!(error = %e, "claim cursors unavailable: reads after the frontier");
+                cursor.ranges_off();
+                let plan = Plan::Table(ReadFrom::AfterFrontier(after));
+                (plan, read(&self.part.settings, &self.kept, qty, plan).await)
+            }
+            (plan, res) => (plan, res),
+        }
     }
 
     /// Counts and logs a failed read and backs off; true when `stop` fired
