@@ -995,13 +995,51 @@ mod tests {
         }
         // 1,200 ids over 400 claimed since the read from the start: 3 workers.
         assert_eq!(c.fleet_factor(1_300), 3);
+        // (Seen with others on a backlog: the read takes a range.)
         assert_eq!(
             c.plan(1_000 + 2 * IV, IV),
-            Plan::Table(ReadFrom::AfterFrontier(1_300))
+            Plan::Table(ReadFrom::Ranged(1_300))
         );
         assert_eq!(c.plan(1_000 + 3 * IV, IV), Plan::Table(ReadFrom::Start));
         // The estimate starts over at each read from the start.
         assert_eq!(c.fleet_factor(1_300), 1);
+    }
+
+    #[test]
+    fn a_fleet_on_a_backlog_takes_ranges_and_a_short_one_ends_them() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        // Alone so far: reads after the frontier, whatever the backlog.
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(100)));
+        // Others claim the ids in between: once FLEET_SAMPLE messages say
+        // so, full reads take ranges from the cursor.
+        for top in [500, 900, 1_300] {
+            let p = c.plan(2_000, IV);
+            assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(top - 400)));
+            assert!(!c.done(p, 100, 100, top));
+        }
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Ranged(1_300)));
+        assert!(!c.done(p, 100, 100, 1_700));
+        // A short ranged read: the tail ran out. The next read is from the
+        // start (what the range skipped is claimed there), and no range is
+        // taken until a read after the bound is full again.
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Ranged(1_700)));
+        assert!(!c.done(p, 100, 7, 1_707));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::Start));
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(1_707)));
+        assert!(!c.done(p, 100, 100, 1_900));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::Ranged(1_900)));
+        // Without the schema: after the frontier from then on.
+        c.ranges_off();
+        assert_eq!(
+            c.plan(2_000, IV),
+            Plan::Table(ReadFrom::AfterFrontier(1_900))
+        );
     }
 
     #[test]
