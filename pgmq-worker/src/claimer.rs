@@ -104,6 +104,21 @@
 //! key every loop reads through `pgmq_sdk.read_key_limited`, which locks
 //! keys, never the queue.
 //!
+//! **A fleet's reads in flight start past each other.** The loops left
+//! still read at one frontier, each process's own, and pass over the
+//! batches the other processes' reads in flight are locking. So while a
+//! backlog lasts (the last read after the bound was full) and others are
+//! seen on the queue, a read takes its range of `msg_id`s from the
+//! queue's claim cursor in the `pgmq_sdk` schema ([`ReadFrom::Ranged`]):
+//! the cursor moves on by a batch with every range taken, so reads in
+//! flight at once start at different places. The cursor is a hint: a
+//! range starts no lower than the loops' own bound, a short read pulls
+//! the cursor back to where it ended, and what a range passed over is
+//! below the bound like anything else, found by the reads from the start.
+//! A worker alone, or one following the tail, reads after the frontier;
+//! without the schema (version 8) the loops say so once and read after
+//! the frontier from then on.
+//!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
 //! keeps its own timer, so that no single loop (stuck on a connection, say)
