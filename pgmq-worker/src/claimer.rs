@@ -174,6 +174,9 @@ pub(crate) struct Settings {
     pub fleet_limit: Option<FleetLimit>,
     /// The limit per key the reads take part in (None: none).
     pub key_limit: Option<pgmq_client::KeyLimit>,
+    /// Test hook: reads from the start take a range once one was taken.
+    #[cfg(feature = "fault-injection")]
+    pub cursor_fence: bool,
 }
 
 /// The claim loops: their settings, their shared cursor, and the handles
@@ -338,6 +341,9 @@ pub(crate) struct Cursor {
     /// Ranged reads may be made: false once the `pgmq_sdk` schema was
     /// found missing (or not to be trusted) for them.
     ranges: AtomicBool,
+    /// A ranged read was planned (for the `cursor_fence` test hook).
+    #[cfg(feature = "fault-injection")]
+    took_range: AtomicBool,
 }
 
 impl Cursor {
@@ -352,6 +358,8 @@ impl Cursor {
             fleet: AtomicU64::new(1),
             backlog: AtomicBool::new(false),
             ranges: AtomicBool::new(true),
+            #[cfg(feature = "fault-injection")]
+            took_range: AtomicBool::new(false),
         }
     }
 
@@ -381,6 +389,8 @@ impl Cursor {
         if self.ranged() {
             // Other workers read this backlog too: a range of its own from
             // the queue's claim cursor, past their reads in flight.
+            #[cfg(feature = "fault-injection")]
+            self.took_range.store(true, Relaxed);
             return Plan::Table(ReadFrom::Ranged(after));
         }
         Plan::Table(ReadFrom::AfterFrontier(after))
@@ -766,7 +776,20 @@ impl ClaimLoop {
         claims.last_read_start_us.store(now_us, Relaxed);
         let cursor = &claims.cursor;
         let plan = cursor.plan(now_us, micros(self.part.settings.poll_interval));
-        let res = read(&self.part.settings, &self.kept, qty, plan).await;
+        // (The test hook reads a range where a read from the start was
+        // planned, and counts it as one: a short one parks the loop.)
+        #[cfg(feature = "fault-injection")]
+        let read_plan = match plan {
+            Plan::Table(ReadFrom::Start)
+                if self.part.settings.cursor_fence && cursor.took_range.load(Relaxed) =>
+            {
+                Plan::Table(ReadFrom::Ranged(cursor.after.load(Relaxed)))
+            }
+            plan => plan,
+        };
+        #[cfg(not(feature = "fault-injection"))]
+        let read_plan = plan;
+        let res = read(&self.part.settings, &self.kept, qty, read_plan).await;
         match (plan, res) {
             (
                 Plan::Table(ReadFrom::Ranged(after)),
