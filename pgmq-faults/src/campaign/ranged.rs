@@ -28,7 +28,7 @@ const N: i64 = 4_000;
 /// Worker processes draining it.
 const PROCESSES: usize = 3;
 /// How long the drain may take, the retries' backoff included.
-const LIMIT: Duration = Duration::from_secs(30);
+const LIMIT: Duration = Duration::from_secs(20);
 
 /// Runs the cell; its check (failed when it could not run).
 pub(crate) async fn ranged_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
