@@ -34,7 +34,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE
     ON pgmq_sdk.queue_keys, pgmq_sdk.topic_keys, pgmq_sdk.paused, pgmq_sdk.running, pgmq_sdk.limits,
        pgmq_sdk.key_state, pgmq_sdk.key_running
     TO PUBLIC;
-GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.workers TO PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.workers, pgmq_sdk.claim_cursors TO PUBLIC;
 
 -- Row-level security -------------------------------------------------------
 
@@ -999,3 +999,19 @@ GRANT EXECUTE ON FUNCTION
     pgmq_sdk.due_schedules(integer),
     pgmq_sdk.fire_schedule(text, timestamptz, timestamptz, timestamptz[], timestamptz)
     TO PUBLIC;
+
+-- Claim cursors ---------------------------------------------------------------
+--
+-- A queue's cursor row is read and moved by whoever may claim from the
+-- queue (UPDATE on its table, as pgmq.read needs anyway). It is a hint for
+-- where a claim read starts (pgmq-client's claim_cursor.rs): a role that
+-- moves it only changes where the fleet's ranged reads begin, never which
+-- messages exist or are visible, and the workers' reads from the start
+-- claim whatever a moved cursor passed over.
+
+-- (Granted to PUBLIC with the other tables, under Grants above.)
+ALTER TABLE pgmq_sdk.claim_cursors ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS consumers ON pgmq_sdk.claim_cursors;
+CREATE POLICY consumers ON pgmq_sdk.claim_cursors
+    USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
+    WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));

@@ -122,7 +122,7 @@ pub struct FaultsArgs {
     /// `fifo-blocking-overlap`, `keyed-fresh-keys`, `fleet-over`,
     /// `pause-ignored`, `prio-strict`, `stale-keys`, `sdk-not-reinstalled`,
     /// `revoke-skipped`, `schedule-unfenced`, `retention-young`,
-    /// `move-split`, `key-limit-ignored` for the campaign;
+    /// `move-split`, `key-limit-ignored`, `cursor-fence` for the campaign;
     /// `none`, the default, for none).
     /// The run must then fail: this is how the suite is seen to go red.
     #[arg(long, value_enum, value_delimiter = ',')]

@@ -185,6 +185,11 @@ pub enum Sabotage {
     /// The campaign's workers under a limit per key claim without it
     /// (plain reads): more runs of a key at once than its limit.
     KeyLimitIgnored,
+    /// The workers of the campaign's ranged-drain cell take the claim
+    /// cursor for a fence: once they took a range, their reads from the
+    /// start take one instead, and a retry below the cursor is never
+    /// claimed (needs the `fault-injection` feature).
+    CursorFence,
 }
 
 impl Sabotage {
@@ -210,6 +215,7 @@ impl Sabotage {
             Sabotage::RetentionYoung => "retention-young",
             Sabotage::MoveSplit => "move-split",
             Sabotage::KeyLimitIgnored => "key-limit-ignored",
+            Sabotage::CursorFence => "cursor-fence",
         }
     }
 
@@ -656,8 +662,13 @@ fn injected(builder: WorkerBuilder<Job>, args: &FaultSpec) -> Result<WorkerBuild
             Sabotage::FenceOff => builder.fence_off(),
             #[cfg(feature = "fault-injection")]
             Sabotage::FifoBlockingOverlap => builder.fifo_blocking_wait_off(),
+            #[cfg(feature = "fault-injection")]
+            Sabotage::CursorFence => builder.claim_cursor_fence(),
             #[cfg(not(feature = "fault-injection"))]
-            Sabotage::PanicUncaught | Sabotage::FenceOff | Sabotage::FifoBlockingOverlap => {
+            Sabotage::PanicUncaught
+            | Sabotage::FenceOff
+            | Sabotage::FifoBlockingOverlap
+            | Sabotage::CursorFence => {
                 return Err(format!(
                     "--sabotage {} needs pgmq-faults built with --features fault-injection",
                     s.as_arg()

@@ -161,17 +161,38 @@ fn without_a_sabotage_the_campaign_passes() {
     assert!(cell_verdict(&doc, "retention cell"), "{doc}");
     assert!(cell_verdict(&doc, "move cell"), "{doc}");
     assert!(cell_verdict(&doc, "key limits"), "{doc}");
+    assert!(cell_verdict(&doc, "ranged drain"), "{doc}");
 }
 
-/// A bug planted in pgmq-worker itself (feature `fault-injection`): a
-/// handler's panic escapes its loop.
+/// Two bugs planted in pgmq-worker itself (feature `fault-injection`): a
+/// handler's panic escapes its loop; the claim cursor is taken for a
+/// fence (the ranged-drain cell's workers never read from the start once
+/// they took a range).
 #[cfg(feature = "fault-injection")]
 #[test]
-fn an_uncaught_panic_fails_no_stall() {
-    let (code, stderr, doc) = campaign("panic-uncaught", 55444);
+fn an_uncaught_panic_and_a_fenced_cursor_fail_their_invariants() {
+    let (code, stderr, doc) = campaign("panic-uncaught,cursor-fence", 55444);
     assert_failed(code, &stderr, &doc);
     // A panic that ends its handler loop leaves its message held.
     assert!(!verdict(&doc, "no stall"), "{doc}");
+    // The retries below the cursor are never claimed: the drain falls
+    // short (it ran, and handled the rest).
+    assert!(
+        !cell_check(
+            &doc,
+            "ranged drain",
+            "a retry below the claim cursor is claimed"
+        ),
+        "{doc}"
+    );
+    let row = doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["scenario"] == "ranged drain")
+        .unwrap();
+    let detail = row["checks"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains("handled within"), "{detail}");
 }
 
 /// A bug planted in pgmq-worker itself (feature `fault-injection`): the

@@ -83,6 +83,9 @@ pub(crate) struct Config {
     /// Test hook: a FIFO blocking loop does not wait for its abandoned run.
     #[cfg(feature = "fault-injection")]
     pub fifo_blocking_wait_off: bool,
+    /// Test hook: the claim cursor is taken for a fence.
+    #[cfg(feature = "fault-injection")]
+    pub cursor_fence: bool,
     pub claim_reads: ClaimReads,
     /// A limit shared by every process on the queue (None: none).
     pub fleet_limit: Option<pgmq_client::FleetLimit>,
@@ -176,6 +179,8 @@ impl Plan {
                 db_timeout: c.db_timeout,
                 fleet_limit: c.fleet_limit,
                 key_limit: c.key_limit.clone(),
+                #[cfg(feature = "fault-injection")]
+                cursor_fence: c.cursor_fence,
             },
             pause: pause::Settings {
                 queue: c.queue.clone(),
@@ -379,6 +384,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 fence_off: false,
                 #[cfg(feature = "fault-injection")]
                 fifo_blocking_wait_off: false,
+                #[cfg(feature = "fault-injection")]
+                cursor_fence: false,
                 claim_reads: ClaimReads::Bounded,
                 fleet_limit: None,
                 scheduler: None,
@@ -710,6 +717,18 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     #[doc(hidden)]
     pub fn fifo_blocking_wait_off(mut self) -> Self {
         self.config.fifo_blocking_wait_off = true;
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): once the claim loops have
+    /// taken a range from the queue's claim cursor, their reads from the
+    /// start take a range instead, as if the cursor were a fence, so that
+    /// a message made visible again below it is never claimed; to prove
+    /// that a fault campaign sees it.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn claim_cursor_fence(mut self) -> Self {
+        self.config.cursor_fence = true;
         self
     }
 

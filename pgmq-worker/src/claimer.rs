@@ -104,6 +104,21 @@
 //! key every loop reads through `pgmq_sdk.read_key_limited`, which locks
 //! keys, never the queue.
 //!
+//! **A fleet's reads in flight start past each other.** The loops left
+//! still read at one frontier, each process's own, and pass over the
+//! batches the other processes' reads in flight are locking. So while a
+//! backlog lasts (the last read after the bound was full) and others are
+//! seen on the queue, a read takes its range of `msg_id`s from the
+//! queue's claim cursor in the `pgmq_sdk` schema ([`ReadFrom::Ranged`]):
+//! the cursor moves on by a batch with every range taken, so reads in
+//! flight at once start at different places. The cursor is a hint: a
+//! range starts no lower than the loops' own bound, a short read pulls
+//! the cursor back to where it ended, and what a range passed over is
+//! below the bound like anything else, found by the reads from the start.
+//! A worker alone, or one following the tail, reads after the frontier;
+//! without the schema (version 8) the loops say so once and read after
+//! the frontier from then on.
+//!
 //! After a full read a loop reads again at once. After a short or empty read
 //! it parks until a wake-up arrives or its own poll timer fires. Every loop
 //! keeps its own timer, so that no single loop (stuck on a connection, say)
@@ -159,6 +174,9 @@ pub(crate) struct Settings {
     pub fleet_limit: Option<FleetLimit>,
     /// The limit per key the reads take part in (None: none).
     pub key_limit: Option<pgmq_client::KeyLimit>,
+    /// Test hook: reads from the start take a range once one was taken.
+    #[cfg(feature = "fault-injection")]
+    pub cursor_fence: bool,
 }
 
 /// The claim loops: their settings, their shared cursor, and the handles
@@ -318,6 +336,14 @@ pub(crate) struct Cursor {
     /// [`fleet_factor`](Self::fleet_factor) when the last read from the
     /// start was planned after claims (1 until then).
     fleet: AtomicU64,
+    /// The last read after a bound came back full: a backlog lasts.
+    backlog: AtomicBool,
+    /// Ranged reads may be made: false once the `pgmq_sdk` schema was
+    /// found missing (or not to be trusted) for them.
+    ranges: AtomicBool,
+    /// A ranged read was planned (for the `cursor_fence` test hook).
+    #[cfg(feature = "fault-injection")]
+    took_range: AtomicBool,
 }
 
 impl Cursor {
@@ -330,6 +356,10 @@ impl Cursor {
             after_at_start: AtomicI64::new(0),
             claimed_since_start: AtomicU64::new(0),
             fleet: AtomicU64::new(1),
+            backlog: AtomicBool::new(false),
+            ranges: AtomicBool::new(true),
+            #[cfg(feature = "fault-injection")]
+            took_range: AtomicBool::new(false),
         }
     }
 
@@ -356,7 +386,28 @@ impl Cursor {
             self.claimed_since_start.store(0, Relaxed);
             return Plan::Table(ReadFrom::Start);
         }
+        if self.ranged() {
+            // Other workers read this backlog too: a range of its own from
+            // the queue's claim cursor, past their reads in flight.
+            #[cfg(feature = "fault-injection")]
+            self.took_range.store(true, Relaxed);
+            return Plan::Table(ReadFrom::Ranged(after));
+        }
         Plan::Table(ReadFrom::AfterFrontier(after))
+    }
+
+    /// Whether the next read after the bound takes a range from the
+    /// queue's claim cursor: while a backlog lasts and other workers are
+    /// seen on the queue (a worker alone needs no range: its loops share
+    /// one bound), unless the schema was found missing for them.
+    fn ranged(&self) -> bool {
+        self.fleet.load(Relaxed) > 1 && self.backlog.load(Relaxed) && self.ranges.load(Relaxed)
+    }
+
+    /// Ranged reads are off from now on: the schema they need is missing
+    /// or not to be trusted.
+    fn ranges_off(&self) {
+        self.ranges.store(false, Relaxed);
     }
 
     /// How many workers read this queue, as this one sees it: the `msg_id`s
@@ -411,7 +462,12 @@ impl Cursor {
         }
         let claimed = self.claimed_since_start.fetch_add(n as u64, Relaxed) + n as u64;
         let before = self.after.fetch_max(top, Relaxed);
-        if claimed >= FLEET_SAMPLE && matches!(from, ReadFrom::AfterFrontier(_)) {
+        if !matches!(from, ReadFrom::Start) {
+            self.backlog.store(full, Relaxed);
+        }
+        if claimed >= FLEET_SAMPLE
+            && matches!(from, ReadFrom::AfterFrontier(_) | ReadFrom::Ranged(_))
+        {
             // Enough of this window to see others: fewer loops read from
             // now on, rather than from the next read from the start (which
             // the estimate itself puts off).
@@ -718,10 +774,38 @@ impl ClaimLoop {
         self.wake.borrow_and_update();
         let now_us = claims.now_us();
         claims.last_read_start_us.store(now_us, Relaxed);
-        let plan = claims
-            .cursor
-            .plan(now_us, micros(self.part.settings.poll_interval));
-        (plan, read(&self.part.settings, &self.kept, qty, plan).await)
+        let cursor = &claims.cursor;
+        let plan = cursor.plan(now_us, micros(self.part.settings.poll_interval));
+        // (The test hook reads a range where a read from the start was
+        // planned, and counts it as one: a short one parks the loop.)
+        #[cfg(feature = "fault-injection")]
+        let read_plan = match plan {
+            Plan::Table(ReadFrom::Start)
+                if self.part.settings.cursor_fence && cursor.took_range.load(Relaxed) =>
+            {
+                Plan::Table(ReadFrom::Ranged(cursor.after.load(Relaxed)))
+            }
+            plan => plan,
+        };
+        #[cfg(not(feature = "fault-injection"))]
+        let read_plan = plan;
+        let res = read(&self.part.settings, &self.kept, qty, read_plan).await;
+        match (plan, res) {
+            (
+                Plan::Table(ReadFrom::Ranged(after)),
+                Err(
+                    e @ (pgmq_client::Error::SdkSchemaMissing { .. }
+                    | pgmq_client::Error::SdkSchemaUntrusted { .. }),
+                ),
+            ) => {
+                // Nothing was claimed: the same read after the frontier.
+                tracing::info!(error = %e, "claim cursors unavailable: reads after the frontier");
+                cursor.ranges_off();
+                let plan = Plan::Table(ReadFrom::AfterFrontier(after));
+                (plan, read(&self.part.settings, &self.kept, qty, plan).await)
+            }
+            (plan, res) => (plan, res),
+        }
     }
 
     /// Counts and logs a failed read and backs off; true when `stop` fired
@@ -949,13 +1033,51 @@ mod tests {
         }
         // 1,200 ids over 400 claimed since the read from the start: 3 workers.
         assert_eq!(c.fleet_factor(1_300), 3);
+        // (Seen with others on a backlog: the read takes a range.)
         assert_eq!(
             c.plan(1_000 + 2 * IV, IV),
-            Plan::Table(ReadFrom::AfterFrontier(1_300))
+            Plan::Table(ReadFrom::Ranged(1_300))
         );
         assert_eq!(c.plan(1_000 + 3 * IV, IV), Plan::Table(ReadFrom::Start));
         // The estimate starts over at each read from the start.
         assert_eq!(c.fleet_factor(1_300), 1);
+    }
+
+    #[test]
+    fn a_fleet_on_a_backlog_takes_ranges_and_a_short_one_ends_them() {
+        let c = bounded();
+        let p = c.plan(1_000, IV);
+        c.done(p, 100, 100, 100);
+        // Alone so far: reads after the frontier, whatever the backlog.
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(100)));
+        // Others claim the ids in between: once FLEET_SAMPLE messages say
+        // so, full reads take ranges from the cursor.
+        for top in [500, 900, 1_300] {
+            let p = c.plan(2_000, IV);
+            assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(top - 400)));
+            assert!(!c.done(p, 100, 100, top));
+        }
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Ranged(1_300)));
+        assert!(!c.done(p, 100, 100, 1_700));
+        // A short ranged read: the tail ran out. The next read is from the
+        // start (what the range skipped is claimed there), and no range is
+        // taken until a read after the bound is full again.
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::Ranged(1_700)));
+        assert!(!c.done(p, 100, 7, 1_707));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::Start));
+        let p = c.plan(2_000, IV);
+        assert_eq!(p, Plan::Table(ReadFrom::AfterFrontier(1_707)));
+        assert!(!c.done(p, 100, 100, 1_900));
+        assert_eq!(c.plan(2_000, IV), Plan::Table(ReadFrom::Ranged(1_900)));
+        // Without the schema: after the frontier from then on.
+        c.ranges_off();
+        assert_eq!(
+            c.plan(2_000, IV),
+            Plan::Table(ReadFrom::AfterFrontier(1_900))
+        );
     }
 
     #[test]

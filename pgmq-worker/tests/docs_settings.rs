@@ -19,6 +19,7 @@ const NOT_SETTINGS: &[&str] = &[
     "resume_handler_panics",
     "fence_off",
     "fifo_blocking_wait_off",
+    "claim_cursor_fence",
 ];
 
 /// The settings table, relative to this package's root.

@@ -1,7 +1,8 @@
 //! worker_processes: `--processes 1,2,4,8` separate worker processes draining
 //! one queue. Operators size deployments in processes, not threads.
 //!
-//! Per run: a fresh queue of `--processes-messages` (400,000) is preloaded
+//! Each round installs the `pgmq_sdk` schema first (the workers' claim
+//! cursors). Per run: a fresh queue of `--processes-messages` (400,000) is preloaded
 //! and vacuumed; the bench starts N worker processes of `--backlog-workers`
 //! handlers each (and, with `--handler db-write`, its own sink pool), says
 //! `go` to all once all are ready, and collects their reports and handled
@@ -387,6 +388,9 @@ impl Rounds for WorkerProcesses {
     /// One round of worker_processes: a run at each process count.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         let tag = at.tag;
+        // A fleet's claim reads take their ranges from the claim cursor of
+        // the `pgmq_sdk` schema, as in a deployment that installed it.
+        ctx.client.install_sdk_schema().await?;
         for n in &ctx.cfg.processes {
             let r = run(ctx, *n, at.index).await?;
             ctx.progress.say(format!(

@@ -87,6 +87,10 @@ statements! {
     DueSchedules = "SELECT name, cron, time_zone, every_ms, catch_up, next_tick, changed_at, now_ts FROM pgmq_sdk.due_schedules($1::integer)";
     FireSchedule = "SELECT msg_id, tick FROM pgmq_sdk.fire_schedule($1::text, $2::timestamptz, $3::timestamptz, $4::timestamptz[], $5::timestamptz)";
     NextScheduleDue = "SELECT extract(epoch FROM pg_catalog.min(next_tick) - pg_catalog.clock_timestamp())::float8 FROM pgmq_sdk.schedules WHERE NOT paused AND pg_catalog.has_table_privilege(queue_relid, 'INSERT')";
+    // claim_cursor.rs, in the pgmq_sdk schema: a claim read's range of
+    // msg_ids, and the cursor pulled back to where a short read ended.
+    ClaimRange = "INSERT INTO pgmq_sdk.claim_cursors AS c (queue_relid, next_id, granted) VALUES (pgmq_sdk.queue_table($1::text), $2::bigint + $3::bigint, $2::bigint) ON CONFLICT (queue_relid) DO UPDATE SET granted = GREATEST(c.next_id, EXCLUDED.granted), next_id = GREATEST(c.next_id, EXCLUDED.granted) + $3::bigint RETURNING granted";
+    RewindClaimCursor = "UPDATE pgmq_sdk.claim_cursors SET next_id = $2::bigint WHERE queue_relid = pgmq_sdk.queue_table($1::text) AND next_id > $2::bigint";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
     // key_limits.rs, in the pgmq_sdk schema.
@@ -207,6 +211,8 @@ impl Stmt {
                 | Stmt::FireSchedule
                 | Stmt::NextScheduleDue
                 | Stmt::ReadKeyLimited
+                | Stmt::ClaimRange
+                | Stmt::RewindClaimCursor
         )
     }
 

@@ -71,6 +71,30 @@ pub enum ReadFrom {
     /// rule as for [`After`](ReadFrom::After) holds: read from the start
     /// now and then.
     AfterFrontier(i64),
+    /// Only messages with a `msg_id` greater than this or than the start
+    /// of a range taken from the queue's claim cursor in the `pgmq_sdk`
+    /// schema, whichever is higher (needs the schema, version 8 or later).
+    ///
+    /// Consumers that read after the frontier at the same time start at
+    /// the same `msg_id` and step over the rows each other's reads in
+    /// flight have locked. Each ranged read instead takes its own range of
+    /// `msg_id`s (as wide as the quantity asked for) from one cursor row
+    /// per queue, which moves on with every range taken, so concurrent
+    /// reads start past each other's rows; a read that comes back short
+    /// pulls the cursor back to where it ended. The cursor is a hint: the
+    /// same rule as for [`After`](ReadFrom::After) holds, read from the
+    /// start now and then.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
+    /// use std::time::Duration;
+    /// use pgmq_client::{ReadFrom, ReadOptions};
+    /// let q = pgmq_client::QueueName::new("orders")?;
+    /// let opts = ReadOptions::new(Duration::from_secs(30)).qty(100);
+    /// let batch = client.read_from_raw(&q, ReadFrom::Ranged(41_000), &opts).await?;
+    /// # Ok(()) }
+    /// ```
+    Ranged(i64),
 }
 
 /// The read's SQL for `queue`: `$1` the visibility timeout in seconds
@@ -89,7 +113,7 @@ pub enum ReadFrom {
 fn read_sql(queue: &QueueName, from: ReadFrom) -> String {
     let bound = match from {
         ReadFrom::Start => String::new(),
-        ReadFrom::After(_) => " AND msg_id > $3".to_owned(),
+        ReadFrom::After(_) | ReadFrom::Ranged(_) => " AND msg_id > $3".to_owned(),
         // The newest claims have the highest `vt` at or below now plus the
         // visibility timeout (a claim sets `vt` to its time plus the
         // timeout); a few of them, not one, so that one extended, released
@@ -199,6 +223,33 @@ impl<E: Executor> Pgmq<E> {
                 )
                 .await
             }
+            ReadFrom::Ranged(id) => {
+                let width = i64::from(n);
+                let start = self.claim_range(queue, id, width).await?.max(id);
+                let rows = self
+                    .run_text(
+                        &read_sql(queue, ReadFrom::After(start)),
+                        queue.as_str(),
+                        &[(&vt, Type::FLOAT8), (&n, Type::INT4), (&start, Type::INT8)],
+                    )
+                    .await?;
+                if rows.len() < usize::try_from(n).unwrap_or(0) {
+                    // The tail: the cursor follows it rather than running
+                    // ahead (an empty read falls back to the caller's own
+                    // bound, which no range starts below).
+                    let top = rows
+                        .iter()
+                        .filter_map(|r| r.try_get::<_, i64>(0).ok())
+                        .max()
+                        .unwrap_or(id);
+                    // The rows are claimed: a failed rewind (only a hint)
+                    // must not lose them.
+                    if let Err(e) = self.rewind_claim_cursor(queue, top).await {
+                        tracing::debug!(queue = %queue, error = %e, "claim cursor not rewound");
+                    }
+                }
+                Ok(rows)
+            }
             ReadFrom::After(id) | ReadFrom::AfterFrontier(id) => {
                 self.run_text(
                     &read_sql(queue, from),
@@ -242,5 +293,8 @@ mod tests {
         assert!(frontier.contains("AND msg_id > GREATEST($3, (SELECT max(f.msg_id)"));
         assert!(frontier.contains("ORDER BY vt DESC LIMIT 4"));
         assert!(frontier.contains("WHERE f.last_read_at IS NOT NULL"));
+        // A ranged read's statement is the bounded one: the range's start
+        // is its bound.
+        assert_eq!(read_sql(&q, ReadFrom::Ranged(1)), bounded);
     }
 }

@@ -7,6 +7,7 @@
 //! before a connection first runs anything of it.
 
 pub(crate) mod cadence;
+pub(crate) mod claim_cursor;
 pub(crate) mod key_limits;
 pub(crate) mod keyed;
 pub(crate) mod limits;

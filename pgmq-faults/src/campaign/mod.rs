@@ -32,7 +32,8 @@
 //! this runner: [`plan`] (the options and each seed's schedule),
 //! [`workload`] (the core producer), [`fleet`] (the fleet workload and
 //! the kill and extension cells), [`retention`] and [`moves`] (the
-//! retention and move cells), [`slots`] (the worker processes), [`nemesis`] (the fault
+//! retention and move cells), [`ranged`] (the ranged-drain cell),
+//! [`slots`] (the worker processes), [`nemesis`] (the fault
 //! kinds and their injection), [`watch`] (the sampler), [`invariants`]
 //! (the verdicts). This module runs a seed through its phases.
 
@@ -43,6 +44,7 @@ pub(crate) mod model;
 mod moves;
 mod nemesis;
 pub(crate) mod plan;
+mod ranged;
 mod retention;
 mod schedules;
 mod slots;
@@ -160,6 +162,18 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
             "key limits",
             "two worker processes under a limit per key over a hot key's backlog and cold keys, \
              then a process holding every place of a key killed",
+            checks,
+            t,
+        ));
+    }
+    if runs_cell(opts, &[Sabotage::CursorFence]) {
+        let t = Instant::now();
+        eprintln!("campaign: ranged-drain cell (processes draining a backlog with retries) ...");
+        let checks = ranged::ranged_cell(ctx, &opts.sabotage).await;
+        cells.push(cell_row(
+            "ranged drain",
+            "three worker processes draining one backlog with ranges of the claim cursor, \
+             every tenth message failing its first attempt",
             checks,
             t,
         ));
