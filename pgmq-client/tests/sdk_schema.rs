@@ -219,3 +219,95 @@ async fn limited_reads_never_pass_the_limit() {
     assert!(got <= 6, "{got} claims in a second at 5 per second");
     assert!(FleetLimit::max_running(0).check().is_err());
 }
+
+/// Limited reads of one queue take different places and never wait for
+/// each other: a read whose transaction is still open holds its places
+/// (others pass over them, and never take them), and a read beside it
+/// claims the places left without waiting for that transaction to end.
+#[tokio::test]
+async fn limited_reads_in_flight_take_different_places_without_waiting() {
+    let db = OwnDb::new("sdk_limit_places").await;
+    let client = db.client().await;
+    client.install_sdk_schema().await.unwrap();
+    let q = QueueName::new("jobs").unwrap();
+    client.create(&q).await.unwrap();
+    client
+        .send_batch(&q, &(0..20).collect::<Vec<i32>>())
+        .await
+        .unwrap();
+    let opts = ReadOptions::new(Duration::from_secs(30)).qty(2);
+    let limit = FleetLimit::max_running(3);
+    // The first read of a queue under a limit makes its places (a read
+    // beside it waits for them once); its claim ended, all three are free.
+    let first = client.read_limited_raw(&q, &limit, &opts).await.unwrap();
+    for m in &first {
+        client.delete(&q, m.msg_id).await.unwrap();
+    }
+
+    // (A client of its own: each client here pools one connection.)
+    let holder = db.client().await;
+    let mut conn = holder.connection().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    let held = pgmq_client::Pgmq::on(&tx)
+        .read_limited_raw(&q, &limit, &opts)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 2);
+    // The open transaction holds two places: another read takes the third
+    // at once, and no more.
+    let beside = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.read_limited_raw(&q, &limit, &opts),
+    )
+    .await
+    .expect("a limited read waited for another's transaction")
+    .unwrap();
+    assert_eq!(beside.len(), 1);
+    let more = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.read_limited_raw(&q, &limit, &opts),
+    )
+    .await
+    .expect("a limited read waited for another's transaction")
+    .unwrap();
+    assert!(more.is_empty(), "{} claims past the limit", more.len());
+    // Committed, the held places stay taken until their claims end.
+    tx.commit().await.unwrap();
+    assert!(client
+        .read_limited_raw(&q, &limit, &opts)
+        .await
+        .unwrap()
+        .is_empty());
+    client.delete(&q, held[0].msg_id).await.unwrap();
+    client.delete(&q, beside[0].msg_id).await.unwrap();
+    assert_eq!(
+        client
+            .read_limited_raw(&q, &limit, &opts)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // A read rolled back leaves its places free.
+    let q2 = QueueName::new("jobs2").unwrap();
+    client.create(&q2).await.unwrap();
+    client.send_batch(&q2, &[1, 2, 3]).await.unwrap();
+    let one = FleetLimit::max_running(1);
+    let tx = conn.transaction().await.unwrap();
+    // (Its places made in this transaction are rolled back with it.)
+    let got = pgmq_client::Pgmq::on(&tx)
+        .read_limited_raw(&q2, &one, &opts)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        client
+            .read_limited_raw(&q2, &one, &opts)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
