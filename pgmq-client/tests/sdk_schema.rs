@@ -153,7 +153,7 @@ async fn claims(
 
 #[tokio::test]
 async fn limited_reads_never_pass_the_limit() {
-    let (db, client, q) = jobs_queue("sdk_limit").await;
+    let (_db, client, q) = jobs_queue("sdk_limit").await;
     let opts = ReadOptions::new(Duration::from_secs(30)).qty(10);
     let limit = FleetLimit::max_running(3);
     let first = client.read_limited_raw(&q, &limit, &opts).await.unwrap();
