@@ -31,7 +31,7 @@ GRANT USAGE ON SCHEMA pgmq_sdk TO PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA pgmq_sdk FROM PUBLIC;
 GRANT SELECT ON pgmq_sdk.schema_version TO PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE
-    ON pgmq_sdk.queue_keys, pgmq_sdk.topic_keys, pgmq_sdk.paused, pgmq_sdk.running, pgmq_sdk.limits,
+    ON pgmq_sdk.queue_keys, pgmq_sdk.topic_keys, pgmq_sdk.paused, pgmq_sdk.limit_places, pgmq_sdk.limits,
        pgmq_sdk.key_state, pgmq_sdk.key_running
     TO PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgmq_sdk.workers, pgmq_sdk.claim_cursors TO PUBLIC;
@@ -60,9 +60,9 @@ CREATE POLICY pausers ON pgmq_sdk.paused
     USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
     WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
 
-ALTER TABLE pgmq_sdk.running ENABLE ROW LEVEL SECURITY;
-DROP POLICY IF EXISTS consumers ON pgmq_sdk.running;
-CREATE POLICY consumers ON pgmq_sdk.running
+ALTER TABLE pgmq_sdk.limit_places ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS consumers ON pgmq_sdk.limit_places;
+CREATE POLICY consumers ON pgmq_sdk.limit_places
     USING (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'))
     WITH CHECK (pg_catalog.has_table_privilege(queue_relid, 'UPDATE'));
 
@@ -377,7 +377,7 @@ BEGIN
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = l.queue_relid);
     GET DIAGNOSTICS n = ROW_COUNT;
     total := total + n;
-    DELETE FROM pgmq_sdk.running r
+    DELETE FROM pgmq_sdk.limit_places r
     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = r.queue_relid);
     GET DIAGNOSTICS n = ROW_COUNT;
     total := total + n;
@@ -470,23 +470,36 @@ $fn$;
 -- and at most `per_second` claims per second with bursts of `burst` (NULL:
 -- no rate limit).
 --
--- A claim counts as running (a row of pgmq_sdk.running) while its message
--- is in the queue with the same delivery (`last_read_at`) and a visibility
--- timeout still ahead. A delete, archive, retry or release ends the
--- delivery and frees the place at once; a crashed worker's place is freed
--- when its visibility timeout passes. Rows that no longer count are
--- deleted by the next limited read. The limited reads of one queue take
--- turns on the queue's row of pgmq_sdk.limits (a row lock, which only a
--- role allowed to read the queue can take), so two never count the same
--- free place.
+-- The places: a limit of N places has N rows of pgmq_sdk.limit_places for
+-- the queue (made by the first read that needs them), each holding the
+-- claim that took it last (`msg_id`, `read_at`). A place is free while it
+-- holds no claim, or its claim has ended: its message is gone from the
+-- queue, or in it with another delivery (`last_read_at`), or its
+-- visibility timeout has passed. A delete, archive, retry or release ends
+-- the delivery and frees the place at once; a crashed worker's place is
+-- freed when its visibility timeout passes. No process has to tell another.
 --
--- Every limited read inserts a row per claim into pgmq_sdk.running and a
--- later one deletes it, so between two vacuums of that table most of its
--- row versions are dead. Bitmap scans are off inside the function: a
--- bitmap scan of the table's index visits every dead entry of the queue on
--- every call and never marks one, while a plain index scan marks the
--- entries of dead rows as it passes them, so the next call skips them and
--- a later insert into the page reclaims them.
+-- A read of up to `qty` messages:
+--   1. locks up to `qty` places among 1..max_running that look free, in
+--      the order of the index on read_at (never used first, then the oldest
+--      claim), passing over places another read holds (FOR UPDATE SKIP
+--      LOCKED): reads of one queue take different places and never wait for
+--      each other;
+--   2. looks again, in a statement of its own (its own snapshot, taken once
+--      the locks are held), which of the locked places are free: a place
+--      whose claim committed after step 1 began is seen taken, so two reads
+--      never take one place;
+--   3. claims with pgmq.read at most as many messages as places are free
+--      (and as the bucket allows) and writes each message's claim into a
+--      place, in the same transaction as the claim.
+-- Under a rate limit the reads of a queue also take turns on its row of
+-- pgmq_sdk.limits, which holds the token bucket (a row lock, which only a
+-- role allowed to read the queue can take). Bitmap scans are off inside
+-- the function: a plain index scan stops at the places it needs, and
+-- marks the entries of dead row versions for later scans to skip.
+--
+-- The limit must be the same in every process that reads the queue this
+-- way: a read counts only the places up to its own `max_running`.
 --
 -- It returns the columns of a message as a table rather than PGMQ's
 -- message_record type, so that nothing of PGMQ's is a dependency of it:
@@ -513,27 +526,47 @@ DECLARE
     relid oid := pgmq_sdk.queue_table(queue_name);
     now_ts timestamptz;
     room integer := qty;
-    n_running integer;
     tok double precision;
     refilled timestamptz;
     avail double precision;
+    locked integer[];
+    free_places integer[];
     n integer := 0;
 BEGIN
     PERFORM pgmq_sdk.require(relid, 'UPDATE', 'a fleet-wide limit');
-    INSERT INTO pgmq_sdk.limits AS l (queue_relid) VALUES (relid)
-    ON CONFLICT ON CONSTRAINT limits_pkey DO NOTHING;
-    SELECT l.tokens, l.refilled_at INTO tok, refilled
-    FROM pgmq_sdk.limits l WHERE l.queue_relid = relid FOR UPDATE;
-    now_ts := clock_timestamp();
-    IF max_running IS NOT NULL THEN
+    IF per_second IS NOT NULL THEN
+        INSERT INTO pgmq_sdk.limits AS l (queue_relid) VALUES (relid)
+        ON CONFLICT ON CONSTRAINT limits_pkey DO NOTHING;
+        SELECT l.tokens, l.refilled_at INTO tok, refilled
+        FROM pgmq_sdk.limits l WHERE l.queue_relid = relid FOR UPDATE;
+    END IF;
+    IF max_running IS NOT NULL AND room > 0 THEN
+        IF NOT EXISTS (SELECT 1 FROM pgmq_sdk.limit_places p
+                       WHERE p.queue_relid = relid AND p.place = max_running) THEN
+            INSERT INTO pgmq_sdk.limit_places (queue_relid, place)
+            SELECT relid, g FROM pg_catalog.generate_series(1, max_running) g
+            ON CONFLICT ON CONSTRAINT limit_places_pkey DO NOTHING;
+        END IF;
         EXECUTE pg_catalog.format(
-            'DELETE FROM pgmq_sdk.running c WHERE c.queue_relid = $1 AND NOT EXISTS ('
-            'SELECT 1 FROM %s m WHERE m.msg_id = c.msg_id AND m.last_read_at = c.read_at '
-            'AND m.vt > $2)', relid::regclass)
-        USING relid, now_ts;
-        SELECT count(*)::integer INTO n_running
-        FROM pgmq_sdk.running c WHERE c.queue_relid = relid;
-        room := least(room, max_running - n_running);
+            'SELECT pg_catalog.array_agg(s.place) FROM ('
+            'SELECT p.place FROM pgmq_sdk.limit_places p '
+            'WHERE p.queue_relid = $1 AND p.place <= $2 AND (p.msg_id IS NULL OR NOT EXISTS ('
+            'SELECT 1 FROM %1$s m WHERE m.msg_id = p.msg_id AND m.last_read_at = p.read_at '
+            'AND m.vt > $3)) '
+            'ORDER BY p.queue_relid, p.read_at NULLS FIRST LIMIT $4 FOR UPDATE OF p SKIP LOCKED) s',
+            relid::regclass)
+        INTO locked USING relid, max_running, clock_timestamp(), room;
+        now_ts := clock_timestamp();
+        EXECUTE pg_catalog.format(
+            'SELECT pg_catalog.array_agg(p.place) FROM pgmq_sdk.limit_places p '
+            'WHERE p.queue_relid = $1 AND p.place = ANY ($2) AND (p.msg_id IS NULL OR NOT EXISTS ('
+            'SELECT 1 FROM %1$s m WHERE m.msg_id = p.msg_id AND m.last_read_at = p.read_at '
+            'AND m.vt > $3))',
+            relid::regclass)
+        INTO free_places USING relid, coalesce(locked, '{}'), now_ts;
+        room := least(room, coalesce(pg_catalog.cardinality(free_places), 0));
+    ELSE
+        now_ts := clock_timestamp();
     END IF;
     IF per_second IS NOT NULL THEN
         avail := least(burst, coalesce(tok, burst)
@@ -543,12 +576,14 @@ BEGIN
     IF room > 0 THEN
         RETURN QUERY
             WITH got AS (
-                SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt, r.message, r.headers
+                SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt, r.message, r.headers,
+                       (pg_catalog.row_number() OVER ())::integer AS i
                 FROM pgmq.read(read_limited.queue_name, vt_seconds, room) r
             ), kept AS (
-                INSERT INTO pgmq_sdk.running (queue_relid, msg_id, read_at)
-                SELECT relid, g.msg_id, g.last_read_at FROM got g
-                WHERE max_running IS NOT NULL
+                UPDATE pgmq_sdk.limit_places p SET msg_id = g.msg_id, read_at = g.last_read_at
+                FROM got g
+                WHERE max_running IS NOT NULL AND p.queue_relid = relid
+                  AND p.place = free_places[g.i]
             )
             SELECT g.msg_id, g.read_ct, g.enqueued_at, g.last_read_at, g.vt, g.message, g.headers
             FROM got g;

@@ -120,9 +120,10 @@ async fn pause_and_resume_say_what_changed() {
     assert!(matches!(e, Error::QueueNotFound { .. }), "{e:?}");
 }
 
-#[tokio::test]
-async fn limited_reads_never_pass_the_limit() {
-    let db = OwnDb::new("sdk_limit").await;
+/// A database of its own with the schema installed and a queue `jobs` of
+/// 20 messages.
+async fn jobs_queue(prefix: &str) -> (OwnDb, pgmq_client::Client, QueueName) {
+    let db = OwnDb::new(prefix).await;
     let client = db.client().await;
     client.install_sdk_schema().await.unwrap();
     let q = QueueName::new("jobs").unwrap();
@@ -131,6 +132,28 @@ async fn limited_reads_never_pass_the_limit() {
         .send_batch(&q, &(0..20).collect::<Vec<i32>>())
         .await
         .unwrap();
+    (db, client, q)
+}
+
+/// How many messages one limited read of `q` claims, within 5 s (a read
+/// that waits longer waited for another's transaction).
+async fn claims(
+    client: &pgmq_client::Client,
+    q: &QueueName,
+    limit: &FleetLimit,
+    opts: &ReadOptions,
+) -> Vec<i64> {
+    let read = client.read_limited_raw(q, limit, opts);
+    let got = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("a limited read waited for another's transaction")
+        .unwrap();
+    got.iter().map(|m| m.msg_id).collect()
+}
+
+#[tokio::test]
+async fn limited_reads_never_pass_the_limit() {
+    let (_db, client, q) = jobs_queue("sdk_limit").await;
     let opts = ReadOptions::new(Duration::from_secs(30)).qty(10);
     let limit = FleetLimit::max_running(3);
     let first = client.read_limited_raw(&q, &limit, &opts).await.unwrap();
@@ -218,4 +241,56 @@ async fn limited_reads_never_pass_the_limit() {
     // One second refills 5 tokens, plus at most the one left over.
     assert!(got <= 6, "{got} claims in a second at 5 per second");
     assert!(FleetLimit::max_running(0).check().is_err());
+}
+
+/// Limited reads of one queue take different places and never wait for
+/// each other: a read whose transaction is still open holds its places
+/// (others pass over them, and never take them), and a read beside it
+/// claims the places left without waiting for that transaction to end.
+#[tokio::test]
+async fn limited_reads_in_flight_take_different_places_without_waiting() {
+    let (db, client, q) = jobs_queue("sdk_limit_places").await;
+    let opts = ReadOptions::new(Duration::from_secs(30)).qty(2);
+    let limit = FleetLimit::max_running(3);
+    // The first read of a queue under a limit makes its places (a read
+    // beside it waits for them once); its claims ended, all three are free.
+    for id in claims(&client, &q, &limit, &opts).await {
+        client.delete(&q, id).await.unwrap();
+    }
+
+    // (A client of its own: each client here pools one connection.)
+    let holder = db.client().await;
+    let mut conn = holder.connection().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    let held = pgmq_client::Pgmq::on(&tx)
+        .read_limited_raw(&q, &limit, &opts)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 2);
+    // The open transaction holds two places: another read takes the third
+    // at once, and no more.
+    let beside = claims(&client, &q, &limit, &opts).await;
+    assert_eq!(beside.len(), 1);
+    assert_eq!(claims(&client, &q, &limit, &opts).await, Vec::<i64>::new());
+    // Committed, the held places stay taken until their claims end.
+    tx.commit().await.unwrap();
+    assert_eq!(claims(&client, &q, &limit, &opts).await, Vec::<i64>::new());
+    client.delete(&q, held[0].msg_id).await.unwrap();
+    client.delete(&q, beside[0]).await.unwrap();
+    assert_eq!(claims(&client, &q, &limit, &opts).await.len(), 2);
+
+    // A read rolled back leaves its places free (and its places made in
+    // that transaction are rolled back with it).
+    let q2 = QueueName::new("jobs2").unwrap();
+    client.create(&q2).await.unwrap();
+    client.send_batch(&q2, &[1, 2, 3]).await.unwrap();
+    let one = FleetLimit::max_running(1);
+    let tx = conn.transaction().await.unwrap();
+    let got = pgmq_client::Pgmq::on(&tx)
+        .read_limited_raw(&q2, &one, &opts)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    tx.rollback().await.unwrap();
+    assert_eq!(claims(&client, &q2, &one, &opts).await.len(), 1);
 }

@@ -437,7 +437,7 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     /// same rows. A worker that sees N workers on its queue lets only
     /// `n / N` of them read (rounded up, at least one), so that a fleet
     /// keeps about as many reads in flight as one worker; under a
-    /// [`fleet_limit`](Self::fleet_limit) one of them reads.
+    /// [`fleet_limit`](Self::fleet_limit) with a rate one of them reads.
     pub fn claimers(mut self, n: usize) -> Self {
         self.config.claimers = n;
         self

@@ -98,11 +98,13 @@
 //! per `poll_interval`, and read again when the estimate falls (the other
 //! workers left) or when no loop of the worker started a read for two
 //! poll intervals (the reading loop is stuck on a connection). Under a
-//! fleet-wide limit one loop reads, whatever the estimate: the limited
-//! reads of a queue take turns on one lock, and a wake-up that arrives
-//! during the read makes that loop read again at once. Under a limit per
-//! key every loop reads through `pgmq_sdk.read_key_limited`, which locks
-//! keys, never the queue.
+//! fleet-wide limit of places every loop reads: `pgmq_sdk.read_limited`
+//! locks the places it takes, never the queue, so the reads of a fleet run
+//! side by side. Under a fleet-wide rate limit one loop reads, whatever the
+//! estimate: the limited reads of a queue take turns on its token bucket,
+//! and a wake-up that arrives during the read makes that loop read again at
+//! once. Under a limit per key every loop reads through
+//! `pgmq_sdk.read_key_limited`, which locks keys, never the queue.
 //!
 //! **A fleet's reads in flight start past each other.** The loops left
 //! still read at one frontier, each process's own, and pass over the
@@ -435,13 +437,13 @@ impl Cursor {
 
     /// How many of the worker's `claimers` loops read (see the module
     /// docs): `claimers` divided by the number of workers last seen on the
-    /// queue, rounded up, at least 1, and under a fleet-wide limit 1; the
-    /// others stand down meanwhile.
-    fn reading_loops(&self, claimers: usize) -> usize {
-        if self.path == ReadPath::Limited {
-            // Limited reads of a queue take turns on one lock, and each
-            // finds the places freed since the last: a second loop's read
-            // mostly waits for the lock to find none.
+    /// queue, rounded up, at least 1, and under a fleet-wide rate limit 1;
+    /// the others stand down meanwhile.
+    fn reading_loops(&self, claimers: usize, rated: bool) -> usize {
+        if rated {
+            // Rate-limited reads of a queue take turns on its token
+            // bucket: a second loop's read mostly waits for it to find no
+            // token left.
             return 1;
         }
         let fleet = usize::try_from(self.fleet.load(Relaxed)).unwrap_or(1);
@@ -692,7 +694,16 @@ impl ClaimLoop {
     /// loop stuck on its read does not leave the worker without a reader).
     fn stands_down(&self) -> bool {
         let part = &self.part;
-        if self.index < part.claims.cursor.reading_loops(part.settings.claimers) {
+        let rated = part
+            .settings
+            .fleet_limit
+            .is_some_and(|l| l.per_second.is_some());
+        if self.index
+            < part
+                .claims
+                .cursor
+                .reading_loops(part.settings.claimers, rated)
+        {
             return false;
         }
         let since = part
@@ -1098,7 +1109,7 @@ mod tests {
     fn the_fleet_seen_sets_the_reading_loops() {
         let c = bounded();
         // Alone (nothing measured yet): every loop reads.
-        assert_eq!(c.reading_loops(2), 2);
+        assert_eq!(c.reading_loops(2, false), 2);
         let p = c.plan(1_000, IV);
         c.done(p, 100, 100, 100);
         // Three others claim the ids in between each bounded read. Below
@@ -1107,25 +1118,25 @@ mod tests {
             let p = c.plan(2_000, IV);
             c.done(p, 100, 100, top);
         }
-        assert_eq!(c.reading_loops(2), 2);
+        assert_eq!(c.reading_loops(2, false), 2);
         // ...from there on it does, before any read from the start.
         let p = c.plan(2_000, IV);
         c.done(p, 100, 100, 1_300);
-        assert_eq!(c.reading_loops(2), 1);
+        assert_eq!(c.reading_loops(2, false), 1);
         // Read from the start (a short bounded read asked for one): the
         // estimate of that window is kept, 1,310 ids over 410 claimed: 3.
         let p = c.plan(3_000, IV);
         assert!(!c.done(p, 100, 10, 1_310));
         assert_eq!(c.plan(4_000, IV), Plan::Table(ReadFrom::Start));
-        assert_eq!(c.reading_loops(2), 1);
-        assert_eq!(c.reading_loops(8), 3);
-        assert_eq!(c.reading_loops(1), 1);
+        assert_eq!(c.reading_loops(2, false), 1);
+        assert_eq!(c.reading_loops(8, false), 3);
+        assert_eq!(c.reading_loops(1, false), 1);
         // Alone again: the next window says 1, and both loops read.
         let p = c.plan(5_000, IV);
         c.done(p, 100, 100, 1_410);
         c.start_due.store(true, Relaxed);
         assert_eq!(c.plan(6_000, IV), Plan::Table(ReadFrom::Start));
-        assert_eq!(c.reading_loops(2), 2);
+        assert_eq!(c.reading_loops(2, false), 2);
     }
 
     #[test]

@@ -2,12 +2,15 @@
 //! at once, and at most R claims per second, across every process that
 //! reads the queue with the same [`FleetLimit`].
 //!
-//! The state is in the `pgmq_sdk` schema ([`crate::sdk::sdk_schema`]):
-//! `pgmq_sdk.read_limited` takes a transaction advisory lock on the queue,
-//! counts the claims still running (a claim counts while its message is in
-//! the queue with the same delivery, `last_read_at`, and a visibility
-//! timeout still ahead), refills the queue's token bucket, and reads at
-//! most what both allow with PGMQ's own `pgmq.read`. A claim stops counting
+//! The state is in the `pgmq_sdk` schema ([`crate::sdk::sdk_schema`]): a
+//! row per place of the limit (`pgmq_sdk.limit_places`), holding the claim
+//! that took it last. `pgmq_sdk.read_limited` locks the free places it can
+//! take, passing over those another read holds (a place is free while its
+//! claim's message is not in the queue with the same delivery,
+//! `last_read_at`, and a visibility timeout still ahead), refills the
+//! queue's token bucket (a row lock: rate-limited reads take turns), and
+//! reads at most what both allow with PGMQ's own `pgmq.read`, writing each
+//! claim into its place in the same transaction. A claim stops counting
 //! as soon as its message is deleted, archived, retried or released (each
 //! ends the delivery), and a crashed process's claims when their
 //! visibility timeout passes: no process has to be told about another.
