@@ -411,6 +411,29 @@ pub(crate) fn overlapping(windows: &[Window]) -> Vec<(&Window, &Window)> {
         .collect()
 }
 
+/// The most runs at once among `windows` (start to end; runs without an
+/// end are left out, their end unknown), and when.
+pub(crate) fn most_at_once(windows: &[Window]) -> (usize, Option<DateTime<Utc>>) {
+    let mut edges: Vec<(DateTime<Utc>, i32)> = Vec::new();
+    for w in windows {
+        if let Some(end) = w.end {
+            edges.push((w.start, 1));
+            edges.push((end, -1));
+        }
+    }
+    // An end before a start at the same instant.
+    edges.sort();
+    let (mut now, mut most, mut at) = (0i32, 0i32, None);
+    for (t, d) in edges {
+        now += d;
+        if now > most {
+            most = now;
+            at = Some(t);
+        }
+    }
+    (most.max(0) as usize, at)
+}
+
 /// Every pair of `items` of the same key from two different processes,
 /// each pair once.
 fn pairs_across_processes<T, P: PartialEq>(

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::fleet::{most_at_once, ClaimWindow, KeyedLog, PlacesBack};
+use super::fleet::{ClaimWindow, KeyedLog, PlacesBack};
 use super::model::{
     expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, CLAIM_BOUND, DB_TIMEOUT,
     FIFO_SPAN, FLEET_PLACES, PLACES_BOUND, REQUEUE_BOUND, ROLES, STARVE_BOUND, VT_SECS,
 };
 use super::nemesis;
 use crate::ctx::FleetSamples;
-use crate::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
+use crate::ledger::{most_at_once, Handling, ProduceOutcome, Produced, Start, Tally, Window};
 use crate::report::Check;
 
 /// Everything a seed's run left to judge.

@@ -28,13 +28,16 @@
 //! ends (a blocking handler cannot see its cancellation), so the FIFO
 //! invariants see it overlap whatever ran meanwhile.
 //!
-//! The parts, each importing what they share from [`model`] and none from
-//! this runner: [`plan`] (the options and each seed's schedule),
-//! [`workload`] (the core producer), [`fleet`] (the fleet workload and
-//! the kill and extension cells), [`retention`] and [`moves`] (the
-//! retention and move cells), [`slots`] (the worker processes), [`nemesis`] (the fault
-//! kinds and their injection), [`watch`] (the sampler), [`invariants`]
-//! (the verdicts). This module runs a seed through its phases.
+//! The parts, each importing what they share from [`model`] (queues,
+//! process kinds, keys, records) and none from this runner: [`plan`] (the
+//! options and each seed's schedule), [`workload`] (the core producer),
+//! [`fleet`] (the fleet workload: keyed sends, fleet limits, pauses,
+//! priorities; and the kill and extension cells with what the cells
+//! share), [`key_limits`], [`schedules`], [`retention`] and [`moves`] (the
+//! key, periodic-sends, retention and move cells), [`slots`] (the worker
+//! processes), [`nemesis`] (the fault kinds, one table, and their
+//! injection), [`watch`] (the sampler), [`invariants`] (the verdicts).
+//! This module runs a seed through its phases, then the cells.
 
 mod fleet;
 mod invariants;
@@ -238,9 +241,9 @@ async fn run_seed(
         queue_names.clone(),
         watch_stopped.clone(),
     );
-    let fleet_sampler = crate::ctx::sample_fleet(
+    let fleet_sampler = crate::ctx::sample_running(
         ctx.cluster.dsn(),
-        queue_names[Role::Keyed.index()].table(),
+        (queue_names[Role::Keyed.index()].table(), None),
         i64::from(FLEET_PLACES),
         Duration::from_millis(100),
         watch_stopped,

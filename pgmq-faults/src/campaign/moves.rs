@@ -34,7 +34,7 @@ const BATCH: usize = 20;
 pub(crate) async fn move_cell(ctx: &Ctx, proxy: &Proxy, sabotage: &[Sabotage]) -> Vec<Check> {
     let check = match run(ctx, proxy, sabotage).await {
         Ok(c) => c,
-        Err(e) => Check::new(NAME, false, format!("the move cell could not run: {e}")),
+        Err(e) => Check::could_not_run(NAME, "the move cell", e),
     };
     proxy.set_latency(Duration::ZERO);
     vec![check]

@@ -34,11 +34,7 @@ const ARCHIVED: usize = 2000;
 pub(crate) async fn retention_cell(ctx: &Ctx, proxy: &Proxy, sabotage: &[Sabotage]) -> Vec<Check> {
     match run(ctx, proxy, sabotage).await {
         Ok(checks) => checks,
-        Err(e) => vec![Check::new(
-            YOUNG_KEPT,
-            false,
-            format!("the retention cell could not run: {e}"),
-        )],
+        Err(e) => vec![Check::could_not_run(YOUNG_KEPT, "the retention cell", e)],
     }
 }
 

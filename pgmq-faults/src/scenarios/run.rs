@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::child::{Exit, WorkerProc};
-use crate::ctx::{poll_until, Ctx, Queues};
+use crate::ctx::{poll_until, session, Ctx, Queues};
 use crate::job::Job;
 use crate::ledger::{Handling, Produced};
 use crate::report::{Check, DupBound, Row};
@@ -356,11 +356,7 @@ pub(crate) struct AckHold {
 impl AckHold {
     /// Locks the held (invisible) messages of `q`.
     pub(crate) async fn lock(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<AckHold, BoxError> {
-        let (conn, _notes) = pgmq_client::ClientBuilder::new(&ctx.cluster.dsn())
-            .application_name("pgmq-faults-lock")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_dedicated()
-            .await?;
+        let conn = session(&ctx.cluster.dsn(), "pgmq-faults-lock").await?;
         conn.batch_execute("begin").await?;
         // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
         let sql = format!(
