@@ -434,8 +434,8 @@ pub(crate) fn sample_running(
     every: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<FleetSamples> {
-    // The suite's own table and header names ([a-z0-9_] only), so both are
-    // safe unquoted.
+    // The header is one of the suite's own names ([a-z0-9_] only): safe
+    // in a literal.
     let running = "vt > clock_timestamp() and last_read_at is not null";
     let sql = match per_key {
         None => format!("select count(*) filter (where {running}), clock_timestamp() from {table}"),

@@ -502,19 +502,19 @@ pub(crate) async fn keys_in_queue(
     client: &Client,
     queue: &QueueName,
 ) -> Result<(Vec<i64>, u64), BoxError> {
-    let (rows, unkeyed) = ids_in_table(client, &queue.table()).await?;
+    let (rows, unkeyed) = ids_in_table(client, &queue.quoted_table()).await?;
     Ok((rows.into_iter().map(|(k, _)| k).collect(), unkeyed))
 }
 
 /// [`keys_in_queue`] with each message's id, of a queue's table or its
-/// archive's ([`QueueName::table`], [`QueueName::archive_table`]):
+/// archive's ([`QueueName::quoted_table`],
+/// [`QueueName::quoted_archive_table`]):
 /// `(key, msg_id)` per keyed message, and how many have no key.
 pub(crate) async fn ids_in_table(
     client: &Client,
     table: &str,
 ) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
     let conn = client.connection().await?;
-    // One of the suite's own queue names ([a-z0-9_] only), so the identifier is safe.
     let sql = format!(
         "select coalesce(
              case when jsonb_typeof(headers->'{h}') = 'number' then (headers->>'{h}')::bigint end,
@@ -544,11 +544,10 @@ pub(crate) async fn dead_reasons(
     dlq: &QueueName,
 ) -> Result<HashMap<i64, String>, BoxError> {
     let conn = client.connection().await?;
-    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
     let sql = format!(
         "select (headers->'original_headers'->>'{h}')::bigint, coalesce(headers->>'reason', '') \
          from {} where jsonb_typeof(headers->'original_headers'->'{h}') = 'number'",
-        dlq.table(),
+        dlq.quoted_table(),
         h = KEY_HEADER,
     );
     let rows = conn.query(sql.as_str(), &[]).await?;

@@ -242,7 +242,7 @@ impl FleetState {
         let late = from + chrono::Duration::from_std(CLAIM_BOUND).unwrap_or_default();
         let tables: Vec<(Role, String)> = roles
             .iter()
-            .map(|r| (*r, self.queues[r.index()].table()))
+            .map(|r| (*r, self.queues[r.index()].quoted_table()))
             .collect();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let dsn = dsn.to_owned();
@@ -255,7 +255,6 @@ impl FleetState {
                 }
                 for (role, table) in &tables {
                     let Some(c) = &conn else { break };
-                    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
                     let sql =
                         format!("select msg_id, last_read_at from {table} where last_read_at > $1");
                     let Ok(rows) = c.query(sql.as_str(), &[&late]).await else {
@@ -298,11 +297,10 @@ impl FleetState {
     /// holds its place any more, or until [`PLACES_BOUND`] and 10 s (for a
     /// server down meanwhile) have passed.
     pub(crate) async fn watch_places(&self, dsn: &str) {
-        let table = self.queues[Role::Keyed.index()].table();
+        let table = self.queues[Role::Keyed.index()].quoted_table();
         let Ok(c) = session(dsn, "pgmq-campaign-watch").await else {
             return;
         };
-        // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
         let held_sql = format!(
             "select array_agg(msg_id), array_agg(last_read_at), clock_timestamp() from {table} \
              where vt > clock_timestamp() and last_read_at is not null"
@@ -951,7 +949,7 @@ pub(crate) async fn limited_drain(
         let per_key = matches!(limit, Limit::PerKey(_)).then_some(LIMIT_KEY_HEADER);
         let sampler = sample_running(
             ctx.cluster.dsn(),
-            (qs.q.table(), per_key),
+            (qs.q.quoted_table(), per_key),
             i64::from(places),
             Duration::from_millis(20),
             stop_rx,

@@ -243,7 +243,7 @@ async fn run_seed(
     );
     let fleet_sampler = crate::ctx::sample_running(
         ctx.cluster.dsn(),
-        (queue_names[Role::Keyed.index()].table(), None),
+        (queue_names[Role::Keyed.index()].quoted_table(), None),
         i64::from(FLEET_PLACES),
         Duration::from_millis(100),
         watch_stopped,
@@ -514,7 +514,8 @@ async fn account(
         let scenario = scenario_of(label, role);
         let hs = ledger::handlings(&ctx.client, &ctx.run_id, &scenario).await?;
         let (dl, dl_unkeyed) = ledger::keys_in_queue(&ctx.client, &qs[i].dlq).await?;
-        let (left_ids, left_unkeyed) = ledger::ids_in_table(&ctx.client, &qs[i].q.table()).await?;
+        let (left_ids, left_unkeyed) =
+            ledger::ids_in_table(&ctx.client, &qs[i].q.quoted_table()).await?;
         let left: Vec<i64> = left_ids.iter().map(|(k, _)| *k).collect();
         let mut present: HashSet<i64> = hs.iter().map(|h| h.key).collect();
         present.extend(dl.iter().copied());
@@ -527,7 +528,8 @@ async fn account(
             produced_here.records.retain(|r| {
                 epochs.get(&r.key).is_none_or(|e| *e == final_epoch) || present.contains(&r.key)
             });
-            let (archived, _) = ledger::ids_in_table(&ctx.client, &qs[i].q.archive_table()).await?;
+            let (archived, _) =
+                ledger::ids_in_table(&ctx.client, &qs[i].q.quoted_archive_table()).await?;
             for (k, id) in hs
                 .iter()
                 .map(|h| (h.key, h.msg_id))

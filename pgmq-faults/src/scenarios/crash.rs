@@ -295,7 +295,7 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let sampler = sample_running(
         ctx.cluster.dsn(),
-        (run.qs.q.table(), None),
+        (run.qs.q.quoted_table(), None),
         i64::from(PLACES),
         Duration::from_millis(10),
         stopped,
