@@ -306,22 +306,13 @@ impl Ctx {
         produced
             .persist(&self.client, &self.run_id, scenario)
             .await?;
-        let handlings = ledger::handlings(&self.client, &self.run_id, scenario).await?;
-        let (dead, dead_unkeyed) = ledger::keys_in_queue(&self.client, &qs.dlq).await?;
-        let (left, left_unkeyed) = ledger::keys_in_queue(&self.client, &qs.q).await?;
-        let tally = ledger::tally(
-            produced,
-            &handlings,
-            &dead,
-            dead_unkeyed,
-            left.len() as u64 + left_unkeyed,
-        );
-        let dead_reasons = ledger::dead_reasons(&self.client, &qs.dlq).await?;
+        let at = (self.run_id.as_str(), scenario);
+        let end = ledger::end_of(&self.client, at, (&qs.q, &qs.dlq)).await?;
         Ok(Accounted {
-            dead_reasons,
-            tally,
-            handlings,
-            dead: dead.into_iter().collect(),
+            tally: end.tally(produced),
+            handlings: end.handlings,
+            dead: end.dead.0.into_iter().collect(),
+            dead_reasons: end.dead_reasons,
         })
     }
 }

@@ -554,6 +554,45 @@ pub(crate) async fn dead_reasons(
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// What a scenario left, read the one way the suite and the campaign read
+/// it: its ledger rows, its dead letters (keys, how many have none, and the
+/// reason written on each keyed one) and the messages still in its queue
+/// (`(key, msg_id)`, and how many have no key).
+pub(crate) struct End {
+    pub handlings: Vec<Handling>,
+    pub dead: (Vec<i64>, u64),
+    pub dead_reasons: HashMap<i64, String>,
+    pub left: (Vec<(i64, i64)>, u64),
+}
+
+/// Reads what scenario `scenario` of run `run_id` left in the ledger and in
+/// its queue `q` and dead-letter queue `dlq`.
+pub(crate) async fn end_of(
+    client: &Client,
+    (run_id, scenario): (&str, &str),
+    (q, dlq): (&QueueName, &QueueName),
+) -> Result<End, BoxError> {
+    Ok(End {
+        handlings: handlings(client, run_id, scenario).await?,
+        dead: keys_in_queue(client, dlq).await?,
+        dead_reasons: dead_reasons(client, dlq).await?,
+        left: ids_in_table(client, &q.quoted_table()).await?,
+    })
+}
+
+impl End {
+    /// The keys still in the queue.
+    pub(crate) fn left_keys(&self) -> Vec<i64> {
+        self.left.0.iter().map(|(k, _)| *k).collect()
+    }
+
+    /// The scenario's [`tally`] against what was `produced`.
+    pub(crate) fn tally(&self, produced: &Produced) -> Tally {
+        let left = self.left.0.len() as u64 + self.left.1;
+        tally(produced, &self.handlings, &self.dead.0, self.dead.1, left)
+    }
+}
+
 /// The per-key accounting of one scenario.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Tally {

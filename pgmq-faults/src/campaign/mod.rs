@@ -512,14 +512,11 @@ async fn account(
     for role in Role::ALL {
         let i = role.index();
         let scenario = scenario_of(label, role);
-        let hs = ledger::handlings(&ctx.client, &ctx.run_id, &scenario).await?;
-        let (dl, dl_unkeyed) = ledger::keys_in_queue(&ctx.client, &qs[i].dlq).await?;
-        let (left_ids, left_unkeyed) =
-            ledger::ids_in_table(&ctx.client, &qs[i].q.quoted_table()).await?;
-        let left: Vec<i64> = left_ids.iter().map(|(k, _)| *k).collect();
-        let mut present: HashSet<i64> = hs.iter().map(|h| h.key).collect();
-        present.extend(dl.iter().copied());
-        present.extend(left.iter().copied());
+        let at = (ctx.run_id.as_str(), scenario.as_str());
+        let end = ledger::end_of(&ctx.client, at, (&qs[i].q, &qs[i].dlq)).await?;
+        let mut present: HashSet<i64> = end.handlings.iter().map(|h| h.key).collect();
+        present.extend(end.dead.0.iter().copied());
+        present.extend(end.left_keys());
         let produced_here = &mut produced.core.produced[i];
         if role == Role::Keyed {
             // A dropped queue's messages went with it: only those found
@@ -530,32 +527,25 @@ async fn account(
             });
             let (archived, _) =
                 ledger::ids_in_table(&ctx.client, &qs[i].q.quoted_archive_table()).await?;
-            for (k, id) in hs
+            for (k, id) in end
+                .handlings
                 .iter()
                 .map(|h| (h.key, h.msg_id))
-                .chain(left_ids.iter().copied())
+                .chain(end.left.0.iter().copied())
                 .chain(archived)
             {
                 fleet_evidence.stored.entry(k).or_default().insert(id);
             }
-            fleet_evidence.dead = dl.iter().copied().collect();
+            fleet_evidence.dead = end.dead.0.iter().copied().collect();
             fleet_evidence.runs = ledger::windows(&ctx.client, &ctx.run_id, &scenario).await?;
         }
         produced_here.classify_unknown(&present);
         produced_here
             .persist(&ctx.client, &ctx.run_id, &scenario)
             .await?;
-        accounts.tallies.push(ledger::tally(
-            produced_here,
-            &hs,
-            &dl,
-            dl_unkeyed,
-            left.len() as u64 + left_unkeyed,
-        ));
-        accounts
-            .dead
-            .push(ledger::dead_reasons(&ctx.client, &qs[i].dlq).await?);
-        accounts.handlings.push(hs);
+        accounts.tallies.push(end.tally(produced_here));
+        accounts.dead.push(end.dead_reasons);
+        accounts.handlings.push(end.handlings);
     }
     for role in Role::ALL {
         accounts
