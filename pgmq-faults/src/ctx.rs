@@ -188,10 +188,20 @@ impl Ctx {
 
     /// Produces `jobs` in batches of 500 on the suite's own (unfaulted) client.
     pub(crate) async fn produce(&self, q: &QueueName, jobs: &[Job]) -> Produced {
+        self.produce_headed(q, jobs, key_headers).await
+    }
+
+    /// [`Ctx::produce`], each message's headers `headers` of its key.
+    pub(crate) async fn produce_headed(
+        &self,
+        q: &QueueName,
+        jobs: &[Job],
+        headers: impl Fn(i64) -> serde_json::Value,
+    ) -> Produced {
         let mut produced = Produced::default();
         for chunk in jobs.chunks(500) {
             let keys: Vec<i64> = chunk.iter().map(|j| j.key).collect();
-            let headers: Vec<serde_json::Value> = keys.iter().map(|k| key_headers(*k)).collect();
+            let headers: Vec<serde_json::Value> = keys.iter().map(|k| headers(*k)).collect();
             let res = self
                 .client
                 .send_batch_with(

@@ -871,22 +871,19 @@ pub(crate) async fn produce_under(
     jobs: &[Job],
     limit: Limit,
 ) -> Result<(), BoxError> {
-    let Limit::PerKey(limit_key) = limit else {
-        ctx.produce(q, jobs).await;
-        return Ok(());
-    };
-    let headers: Vec<serde_json::Value> = jobs
-        .iter()
-        .map(|j| {
-            let mut h = key_headers(j.key);
-            h[LIMIT_KEY_HEADER] = serde_json::Value::String(limit_key(j.key));
+    let produced = ctx
+        .produce_headed(q, jobs, |k| {
+            let mut h = key_headers(k);
+            if let Limit::PerKey(limit_key) = limit {
+                h[LIMIT_KEY_HEADER] = limit_key(k).into();
+            }
             h
         })
-        .collect();
-    ctx.client
-        .send_batch_with(q, jobs, &SendOptions::new().headers_each(headers))
-        .await?;
-    Ok(())
+        .await;
+    match produced.errors.keys().next() {
+        Some(e) => Err(format!("a send failed: {e}").into()),
+        None => Ok(()),
+    }
 }
 
 /// A cell's worker: `places` of `limit`, 4 handlers, start records, a 50 ms
