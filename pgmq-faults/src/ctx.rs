@@ -404,11 +404,12 @@ where
 }
 
 /// A dedicated session of the suite's own (its admin, the campaign's
-/// nemesis and watchers), straight to the cluster.
+/// nemesis and watchers), straight to the cluster; 5 s to connect, which a
+/// loaded machine needs at times.
 pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Client, BoxError> {
     let (c, _notes) = pgmq_client::ClientBuilder::new(dsn)
         .application_name(app)
-        .connect_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(5))
         .connect_dedicated()
         .await?;
     Ok(c)
