@@ -92,11 +92,7 @@ impl Ctx {
                 .unwrap_or_else(|| "?".into())
         );
         drop(conn);
-        let (admin, _notes) = pgmq_client::ClientBuilder::new(&cluster.dsn())
-            .application_name("pgmq-faults-admin")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_dedicated()
-            .await?;
+        let admin = session(&cluster.dsn(), "pgmq-faults-admin").await?;
         let database = pgmq_testkit::environment::database(
             &admin,
             pgmq_client::redact_dsn(&cluster.dsn()),
@@ -177,12 +173,35 @@ impl Ctx {
         }
     }
 
+    /// Runs `body` on fresh queues of `label` ([`Ctx::queues`]), then drops
+    /// them, whatever it returned.
+    pub(crate) async fn with_queues<T>(
+        &self,
+        label: &str,
+        body: impl AsyncFnOnce(&Queues) -> Result<T, BoxError>,
+    ) -> Result<T, BoxError> {
+        let qs = self.queues(label).await?;
+        let result = body(&qs).await;
+        self.drop_queues(&qs).await;
+        result
+    }
+
     /// Produces `jobs` in batches of 500 on the suite's own (unfaulted) client.
     pub(crate) async fn produce(&self, q: &QueueName, jobs: &[Job]) -> Produced {
+        self.produce_headed(q, jobs, key_headers).await
+    }
+
+    /// [`Ctx::produce`], each message's headers `headers` of its key.
+    pub(crate) async fn produce_headed(
+        &self,
+        q: &QueueName,
+        jobs: &[Job],
+        headers: impl Fn(i64) -> serde_json::Value,
+    ) -> Produced {
         let mut produced = Produced::default();
         for chunk in jobs.chunks(500) {
             let keys: Vec<i64> = chunk.iter().map(|j| j.key).collect();
-            let headers: Vec<serde_json::Value> = keys.iter().map(|k| key_headers(*k)).collect();
+            let headers: Vec<serde_json::Value> = keys.iter().map(|k| headers(*k)).collect();
             let res = self
                 .client
                 .send_batch_with(
@@ -297,22 +316,13 @@ impl Ctx {
         produced
             .persist(&self.client, &self.run_id, scenario)
             .await?;
-        let handlings = ledger::handlings(&self.client, &self.run_id, scenario).await?;
-        let (dead, dead_unkeyed) = ledger::keys_in_queue(&self.client, &qs.dlq).await?;
-        let (left, left_unkeyed) = ledger::keys_in_queue(&self.client, &qs.q).await?;
-        let tally = ledger::tally(
-            produced,
-            &handlings,
-            &dead,
-            dead_unkeyed,
-            left.len() as u64 + left_unkeyed,
-        );
-        let dead_reasons = ledger::dead_reasons(&self.client, &qs.dlq).await?;
+        let at = (self.run_id.as_str(), scenario);
+        let end = ledger::end_of(&self.client, at, (&qs.q, &qs.dlq)).await?;
         Ok(Accounted {
-            dead_reasons,
-            tally,
-            handlings,
-            dead: dead.into_iter().collect(),
+            tally: end.tally(produced),
+            handlings: end.handlings,
+            dead: end.dead.0.into_iter().collect(),
+            dead_reasons: end.dead_reasons,
         })
     }
 }
@@ -393,11 +403,13 @@ where
     }
 }
 
-/// A dedicated session of the suite's own (the campaign's nemesis and watchers), straight to the cluster.
+/// A dedicated session of the suite's own (its admin, the campaign's
+/// nemesis and watchers), straight to the cluster; 5 s to connect, which a
+/// loaded machine needs at times.
 pub(crate) async fn session(dsn: &str, app: &str) -> Result<tokio_postgres::Client, BoxError> {
     let (c, _notes) = pgmq_client::ClientBuilder::new(dsn)
         .application_name(app)
-        .connect_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(5))
         .connect_dedicated()
         .await?;
     Ok(c)
@@ -415,51 +427,26 @@ pub(crate) struct FleetSamples {
 
 /// Samples `table` every `every` until `stop`: the claims running by the
 /// database's clock (a visibility timeout ahead and a delivery current, as
-/// a fleet limit counts them), against `limit`.
-pub(crate) fn sample_fleet(
+/// a fleet limit counts them), against `limit`; with `per_key`, the most
+/// claims running of one value of that header (a limit per key's key).
+pub(crate) fn sample_running(
     dsn: String,
-    table: String,
-    limit: i64,
-    every: Duration,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<FleetSamples> {
-    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
-    let sql = format!(
-        "select count(*) filter (where vt > clock_timestamp() and last_read_at is not null), \
-                clock_timestamp() from {table}"
-    );
-    sample_running(dsn, sql, limit, every, stop)
-}
-
-/// [`sample_fleet`] per key: the most claims running of one value of the
-/// header `header` (a limit per key's key), against `limit`.
-pub(crate) fn sample_per_key(
-    dsn: String,
-    table: String,
-    header: &str,
-    limit: i64,
-    every: Duration,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<FleetSamples> {
-    // The suite's own table and header names ([a-z0-9_] only), so both are safe unquoted.
-    let sql = format!(
-        "select coalesce(max(n), 0), clock_timestamp() from ( \
-             select count(*) as n from {table} \
-             where vt > clock_timestamp() and last_read_at is not null \
-             group by headers ->> '{header}') k"
-    );
-    sample_running(dsn, sql, limit, every, stop)
-}
-
-/// Runs `sql` (a count, and the database's clock) every `every` until
-/// `stop`, against `limit`.
-fn sample_running(
-    dsn: String,
-    sql: String,
+    (table, per_key): (String, Option<&str>),
     limit: i64,
     every: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<FleetSamples> {
+    // The header is one of the suite's own names ([a-z0-9_] only): safe
+    // in a literal.
+    let running = "vt > clock_timestamp() and last_read_at is not null";
+    let sql = match per_key {
+        None => format!("select count(*) filter (where {running}), clock_timestamp() from {table}"),
+        Some(header) => format!(
+            "select coalesce(max(n), 0), clock_timestamp() from ( \
+                 select count(*) as n from {table} where {running} \
+                 group by headers ->> '{header}') k"
+        ),
+    };
     tokio::spawn(async move {
         let mut out = FleetSamples::default();
         let mut conn: Option<tokio_postgres::Client> = None;

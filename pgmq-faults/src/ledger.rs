@@ -411,6 +411,29 @@ pub(crate) fn overlapping(windows: &[Window]) -> Vec<(&Window, &Window)> {
         .collect()
 }
 
+/// The most runs at once among `windows` (start to end; runs without an
+/// end are left out, their end unknown), and when.
+pub(crate) fn most_at_once(windows: &[Window]) -> (usize, Option<DateTime<Utc>>) {
+    let mut edges: Vec<(DateTime<Utc>, i32)> = Vec::new();
+    for w in windows {
+        if let Some(end) = w.end {
+            edges.push((w.start, 1));
+            edges.push((end, -1));
+        }
+    }
+    // An end before a start at the same instant.
+    edges.sort();
+    let (mut now, mut most, mut at) = (0i32, 0i32, None);
+    for (t, d) in edges {
+        now += d;
+        if now > most {
+            most = now;
+            at = Some(t);
+        }
+    }
+    (most.max(0) as usize, at)
+}
+
 /// Every pair of `items` of the same key from two different processes,
 /// each pair once.
 fn pairs_across_processes<T, P: PartialEq>(
@@ -479,19 +502,19 @@ pub(crate) async fn keys_in_queue(
     client: &Client,
     queue: &QueueName,
 ) -> Result<(Vec<i64>, u64), BoxError> {
-    let (rows, unkeyed) = ids_in_table(client, &queue.table()).await?;
+    let (rows, unkeyed) = ids_in_table(client, &queue.quoted_table()).await?;
     Ok((rows.into_iter().map(|(k, _)| k).collect(), unkeyed))
 }
 
 /// [`keys_in_queue`] with each message's id, of a queue's table or its
-/// archive's ([`QueueName::table`], [`QueueName::archive_table`]):
+/// archive's ([`QueueName::quoted_table`],
+/// [`QueueName::quoted_archive_table`]):
 /// `(key, msg_id)` per keyed message, and how many have no key.
 pub(crate) async fn ids_in_table(
     client: &Client,
     table: &str,
 ) -> Result<(Vec<(i64, i64)>, u64), BoxError> {
     let conn = client.connection().await?;
-    // One of the suite's own queue names ([a-z0-9_] only), so the identifier is safe.
     let sql = format!(
         "select coalesce(
              case when jsonb_typeof(headers->'{h}') = 'number' then (headers->>'{h}')::bigint end,
@@ -521,15 +544,53 @@ pub(crate) async fn dead_reasons(
     dlq: &QueueName,
 ) -> Result<HashMap<i64, String>, BoxError> {
     let conn = client.connection().await?;
-    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
     let sql = format!(
         "select (headers->'original_headers'->>'{h}')::bigint, coalesce(headers->>'reason', '') \
          from {} where jsonb_typeof(headers->'original_headers'->'{h}') = 'number'",
-        dlq.table(),
+        dlq.quoted_table(),
         h = KEY_HEADER,
     );
     let rows = conn.query(sql.as_str(), &[]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// What a scenario left, read the one way the suite and the campaign read
+/// it: its ledger rows, its dead letters (keys, how many have none, and the
+/// reason written on each keyed one) and the messages still in its queue
+/// (`(key, msg_id)`, and how many have no key).
+pub(crate) struct End {
+    pub handlings: Vec<Handling>,
+    pub dead: (Vec<i64>, u64),
+    pub dead_reasons: HashMap<i64, String>,
+    pub left: (Vec<(i64, i64)>, u64),
+}
+
+/// Reads what scenario `scenario` of run `run_id` left in the ledger and in
+/// its queue `q` and dead-letter queue `dlq`.
+pub(crate) async fn end_of(
+    client: &Client,
+    (run_id, scenario): (&str, &str),
+    (q, dlq): (&QueueName, &QueueName),
+) -> Result<End, BoxError> {
+    Ok(End {
+        handlings: handlings(client, run_id, scenario).await?,
+        dead: keys_in_queue(client, dlq).await?,
+        dead_reasons: dead_reasons(client, dlq).await?,
+        left: ids_in_table(client, &q.quoted_table()).await?,
+    })
+}
+
+impl End {
+    /// The keys still in the queue.
+    pub(crate) fn left_keys(&self) -> Vec<i64> {
+        self.left.0.iter().map(|(k, _)| *k).collect()
+    }
+
+    /// The scenario's [`tally`] against what was `produced`.
+    pub(crate) fn tally(&self, produced: &Produced) -> Tally {
+        let left = self.left.0.len() as u64 + self.left.1;
+        tally(produced, &self.handlings, &self.dead.0, self.dead.1, left)
+    }
 }
 
 /// The per-key accounting of one scenario.

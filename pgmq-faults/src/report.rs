@@ -25,6 +25,12 @@ impl Check {
             detail: detail.into(),
         }
     }
+
+    /// The failed check `name` of a cell or step (`what`) that could not
+    /// run, and why.
+    pub(crate) fn could_not_run(name: &str, what: &str, e: impl std::fmt::Display) -> Check {
+        Check::new(name, false, format!("{what} could not run: {e}"))
+    }
 }
 
 /// The most duplicates a scenario's faults can explain: the messages held

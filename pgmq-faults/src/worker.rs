@@ -193,35 +193,16 @@ pub enum Sabotage {
 }
 
 impl Sabotage {
-    /// The command-line spelling.
-    pub(crate) fn as_arg(self) -> &'static str {
-        match self {
-            Sabotage::None => "none",
-            Sabotage::SkipLedger => "skip-ledger",
-            Sabotage::HeartbeatOff => "heartbeat-off",
-            Sabotage::FifoUnordered => "fifo-unordered",
-            Sabotage::PanicUncaught => "panic-uncaught",
-            Sabotage::FenceOff => "fence-off",
-            Sabotage::FifoBlockingOverlap => "fifo-blocking-overlap",
-            Sabotage::KeyedFreshKeys => "keyed-fresh-keys",
-            Sabotage::FleetOver => "fleet-over",
-            Sabotage::FleetLongVt => "fleet-long-vt",
-            Sabotage::PauseIgnored => "pause-ignored",
-            Sabotage::PrioStrict => "prio-strict",
-            Sabotage::StaleKeys => "stale-keys",
-            Sabotage::SdkNotReinstalled => "sdk-not-reinstalled",
-            Sabotage::RevokeSkipped => "revoke-skipped",
-            Sabotage::ScheduleUnfenced => "schedule-unfenced",
-            Sabotage::RetentionYoung => "retention-young",
-            Sabotage::MoveSplit => "move-split",
-            Sabotage::KeyLimitIgnored => "key-limit-ignored",
-            Sabotage::CursorFence => "cursor-fence",
-        }
+    /// The command-line spelling (clap's, from the variant's name).
+    pub(crate) fn as_arg(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned())
     }
 
     /// The command-line spelling of a list (`none` for an empty one).
     pub(crate) fn list_arg(list: &[Sabotage]) -> String {
-        let names: Vec<&str> = list
+        let names: Vec<String> = list
             .iter()
             .filter(|s| **s != Sabotage::None)
             .map(|s| s.as_arg())
@@ -1020,6 +1001,15 @@ mod tests {
         assert!(parsed.fifo() && parsed.group && !parsed.hooks);
         assert_eq!(parsed.app_name(), "pgmq-campaign-w0s1g2");
         assert_eq!(serde_json::to_string(&parsed).unwrap(), json);
+    }
+
+    #[test]
+    fn a_sabotage_is_spelled_alike_on_the_command_line_and_in_the_spec() {
+        use clap::ValueEnum;
+        for s in Sabotage::value_variants() {
+            let json = serde_json::to_string(s).unwrap();
+            assert_eq!(json, format!("\"{}\"", s.as_arg()));
+        }
     }
 
     #[test]

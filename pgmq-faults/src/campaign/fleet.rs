@@ -36,7 +36,7 @@ use tokio::sync::RwLock;
 
 use super::model::{Role, CLAIM_BOUND, PLACES_BOUND, ROLES, VT_SECS};
 use super::workload::send_recorded;
-use crate::ctx::{poll_until, sample_fleet, session, Ctx, FleetSamples};
+use crate::ctx::{poll_until, sample_running, session, Ctx, FleetSamples};
 use crate::job::{key_headers, Act, Job};
 use crate::keyed::{self, Landed, Retry, Tries, Try, KEY_WINDOW};
 use crate::ledger::{self, ProduceOutcome, Produced};
@@ -242,7 +242,7 @@ impl FleetState {
         let late = from + chrono::Duration::from_std(CLAIM_BOUND).unwrap_or_default();
         let tables: Vec<(Role, String)> = roles
             .iter()
-            .map(|r| (*r, self.queues[r.index()].table()))
+            .map(|r| (*r, self.queues[r.index()].quoted_table()))
             .collect();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let dsn = dsn.to_owned();
@@ -255,7 +255,6 @@ impl FleetState {
                 }
                 for (role, table) in &tables {
                     let Some(c) = &conn else { break };
-                    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
                     let sql =
                         format!("select msg_id, last_read_at from {table} where last_read_at > $1");
                     let Ok(rows) = c.query(sql.as_str(), &[&late]).await else {
@@ -298,11 +297,10 @@ impl FleetState {
     /// holds its place any more, or until [`PLACES_BOUND`] and 10 s (for a
     /// server down meanwhile) have passed.
     pub(crate) async fn watch_places(&self, dsn: &str) {
-        let table = self.queues[Role::Keyed.index()].table();
+        let table = self.queues[Role::Keyed.index()].quoted_table();
         let Ok(c) = session(dsn, "pgmq-campaign-watch").await else {
             return;
         };
-        // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
         let held_sql = format!(
             "select array_agg(msg_id), array_agg(last_read_at), clock_timestamp() from {table} \
              where vt > clock_timestamp() and last_read_at is not null"
@@ -649,29 +647,6 @@ impl FleetProducer {
     }
 }
 
-/// The most runs at once among `windows` (start to end; runs without an
-/// end are left out, their end unknown), and when.
-pub(crate) fn most_at_once(windows: &[ledger::Window]) -> (usize, Option<DateTime<Utc>>) {
-    let mut edges: Vec<(DateTime<Utc>, i32)> = Vec::new();
-    for w in windows {
-        if let Some(end) = w.end {
-            edges.push((w.start, 1));
-            edges.push((end, -1));
-        }
-    }
-    // An end before a start at the same instant.
-    edges.sort();
-    let (mut now, mut most, mut at) = (0i32, 0i32, None);
-    for (t, d) in edges {
-        now += d;
-        if now > most {
-            most = now;
-            at = Some(t);
-        }
-    }
-    (most.max(0) as usize, at)
-}
-
 /// The extension cell, after the last seed: `DROP EXTENSION pgmq CASCADE`
 /// (every queue goes, so no seed's workload can share it), `CREATE
 /// EXTENSION pgmq`, `Client::install_sdk_schema` (with
@@ -704,28 +679,32 @@ pub(crate) async fn extension_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Chec
             format!("re-creating PGMQ failed: {e}"),
         )];
     }
-    match limited_drain(ctx, PLACES, N).await {
-        Ok((handled, samples, runs)) => vec![Check::new(
-            name,
-            handled >= N as i64 && samples.most <= i64::from(PLACES) && runs <= PLACES as usize,
-            format!(
-                "extension dropped and created again, pgmq_sdk {}; {handled} of {N} messages \
-                 handled; at most {} claims running in {} samples and {runs} runs at once \
-                 (limit {PLACES})",
-                if sabotage.contains(&Sabotage::SdkNotReinstalled) {
-                    "not installed again (sabotage)"
-                } else {
-                    "installed again"
-                },
-                samples.most,
-                samples.samples
-            ),
-        )],
-        Err(e) => vec![Check::new(
-            name,
-            false,
-            format!("the limited worker could not run: {e}"),
-        )],
+    let jobs: Vec<Job> = (0..N as i64).map(|k| sleeping_job(k, 100)).collect();
+    let wait = Duration::from_secs(15);
+    match limited_drain(ctx, ("cx", &jobs), (Limit::Fleet, PLACES), 1, &[], wait).await {
+        Ok(d) => {
+            let runs = ledger::most_at_once(&d.windows).0;
+            vec![Check::new(
+                name,
+                d.handled >= N as i64
+                    && d.samples.most <= i64::from(PLACES)
+                    && runs <= PLACES as usize,
+                format!(
+                    "extension dropped and created again, pgmq_sdk {}; {} of {N} messages \
+                     handled; at most {} claims running in {} samples and {runs} runs at once \
+                     (limit {PLACES})",
+                    if sabotage.contains(&Sabotage::SdkNotReinstalled) {
+                        "not installed again (sabotage)"
+                    } else {
+                        "installed again"
+                    },
+                    d.handled,
+                    d.samples.most,
+                    d.samples.samples
+                ),
+            )]
+        }
+        Err(e) => vec![Check::could_not_run(name, "the limited worker", e)],
     }
 }
 
@@ -739,16 +718,30 @@ pub(crate) async fn extension_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Chec
 /// kills a process known to hold every place.
 pub(crate) async fn kill_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
     const PLACES: u32 = 2;
-    let name = "a killed process's places come back within its vt";
+    vec![places_back_check(
+        "a killed process's places come back within its vt",
+        &format!("each of the {PLACES} places of a fleet limit"),
+        killed_places(ctx, PLACES, sabotage, Limit::Fleet).await,
+    )]
+}
+
+/// The verdict on a [`killed_places`] run: a process running a handler in
+/// `places` (what they were) killed, and how long the second process took
+/// to start every message again.
+pub(crate) fn places_back_check(
+    name: &str,
+    places: &str,
+    took: Result<Option<Duration>, BoxError>,
+) -> Check {
     let bound = PLACES_BOUND.as_millis();
-    let check = match killed_places(ctx, PLACES, sabotage, Limit::Fleet).await {
+    let killed = format!("a process running a handler in {places} killed; both messages");
+    match took {
         Ok(Some(took)) => Check::new(
             name,
             took <= PLACES_BOUND,
             format!(
-                "a process running a handler in each of the {PLACES} places of a fleet limit \
-                 killed; both messages started again by a second process {} ms after the \
-                 kill (bound {bound} ms)",
+                "{killed} started again by a second process {} ms after the kill (bound \
+                 {bound} ms)",
                 took.as_millis()
             ),
         ),
@@ -756,15 +749,12 @@ pub(crate) async fn kill_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
             name,
             false,
             format!(
-                "a process running a handler in each of the {PLACES} places of a fleet limit \
-                 killed; both messages not started again by a second process within {} ms \
-                 (bound {bound} ms)",
+                "{killed} not started again by a second process within {} ms (bound {bound} ms)",
                 (PLACES_BOUND + KILL_CELL_GRACE).as_millis()
             ),
         ),
-        Err(e) => Check::new(name, false, format!("the kill cell could not run: {e}")),
-    };
-    vec![check]
+        Err(e) => Check::could_not_run(name, "the kill", e),
+    }
 }
 
 /// How long past [`PLACES_BOUND`] the kill cell waits before it calls the
@@ -797,8 +787,7 @@ pub(crate) async fn killed_places(
         Limit::Fleet => "ck",
         Limit::PerKey(_) => "kk",
     };
-    let qs = ctx.queues(scenario).await?;
-    let result = async {
+    ctx.with_queues(scenario, async |qs| {
         // Hang on the first delivery (read_ct 1), succeed on the next.
         let hang = Act::hang_before(2);
         let jobs: Vec<Job> = (0..i64::from(places)).map(|k| Job::with(k, hang)).collect();
@@ -810,7 +799,7 @@ pub(crate) async fn killed_places(
         };
         let spec = cell_spec(
             ctx,
-            &qs,
+            qs,
             scenario,
             places,
             vt,
@@ -870,10 +859,8 @@ pub(crate) async fn killed_places(
         };
         let _ = second.stop(Duration::from_secs(10)).await;
         Ok(took)
-    }
-    .await;
-    ctx.drop_queues(&qs).await;
-    result
+    })
+    .await
 }
 
 /// Sends `jobs` to `q`, each with its fault key's header and, under a limit
@@ -884,22 +871,19 @@ pub(crate) async fn produce_under(
     jobs: &[Job],
     limit: Limit,
 ) -> Result<(), BoxError> {
-    let Limit::PerKey(limit_key) = limit else {
-        ctx.produce(q, jobs).await;
-        return Ok(());
-    };
-    let headers: Vec<serde_json::Value> = jobs
-        .iter()
-        .map(|j| {
-            let mut h = key_headers(j.key);
-            h[LIMIT_KEY_HEADER] = serde_json::Value::String(limit_key(j.key));
+    let produced = ctx
+        .produce_headed(q, jobs, |k| {
+            let mut h = key_headers(k);
+            if let Limit::PerKey(limit_key) = limit {
+                h[LIMIT_KEY_HEADER] = limit_key(k).into();
+            }
             h
         })
-        .collect();
-    ctx.client
-        .send_batch_with(q, jobs, &SendOptions::new().headers_each(headers))
-        .await?;
-    Ok(())
+        .await;
+    match produced.errors.keys().next() {
+        Some(e) => Err(format!("a send failed: {e}").into()),
+        None => Ok(()),
+    }
 }
 
 /// A cell's worker: `places` of `limit`, 4 handlers, start records, a 50 ms
@@ -931,45 +915,60 @@ pub(crate) fn cell_spec(
     spec
 }
 
-/// Runs a worker process under a fleet limit of `places` over `n` fresh
-/// messages: how many were handled, the sampler's view and the most runs
-/// at once.
-async fn limited_drain(
+/// What a cell's limited drain saw: the messages handled, the sampler's
+/// view (every 20 ms, counting as the limit counts) and the workers' runs.
+pub(crate) struct Drained {
+    pub handled: i64,
+    pub samples: FleetSamples,
+    pub windows: Vec<ledger::Window>,
+}
+
+/// `processes` worker processes under `places` of `limit` (a visibility
+/// timeout of 4 s, the sabotages `sabotage` planted) drain `jobs` on fresh
+/// queues of `scenario`, for up to `wait`.
+pub(crate) async fn limited_drain(
     ctx: &Ctx,
-    places: u32,
-    n: usize,
-) -> Result<(i64, FleetSamples, usize), BoxError> {
-    let scenario = "cx";
-    let qs = ctx.queues(scenario).await?;
-    let jobs: Vec<Job> = (0..n as i64).map(|k| sleeping_job(k, 100)).collect();
-    ctx.produce(&qs.q, &jobs).await;
-    let spec = cell_spec(
-        ctx,
-        &qs,
-        scenario,
-        places,
-        4,
-        "pgmq-campaign-cell",
-        Limit::Fleet,
-    );
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let sampler = sample_fleet(
-        ctx.cluster.dsn(),
-        qs.q.table(),
-        i64::from(places),
-        Duration::from_millis(20),
-        stop_rx,
-    );
-    let w = ctx.spawn_worker(&spec).await?;
-    // Short of all of them within the bound, the count says how many.
-    let _ = ctx
-        .wait_progress(scenario, n as i64, Duration::from_secs(15))
-        .await;
-    let handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
-    let _ = w.stop(Duration::from_secs(10)).await;
-    let _ = stop_tx.send(true);
-    let samples = sampler.await?;
-    let windows = ledger::windows(&ctx.client, &ctx.run_id, scenario).await?;
-    ctx.drop_queues(&qs).await;
-    Ok((handled, samples, most_at_once(&windows).0))
+    (scenario, jobs): (&str, &[Job]),
+    (limit, places): (Limit, u32),
+    processes: usize,
+    sabotage: &[Sabotage],
+    wait: Duration,
+) -> Result<Drained, BoxError> {
+    ctx.with_queues(scenario, async |qs| {
+        produce_under(ctx, &qs.q, jobs, limit).await?;
+        let app = match limit {
+            Limit::Fleet => "pgmq-campaign-cell",
+            Limit::PerKey(_) => "pgmq-campaign-key-cell",
+        };
+        let mut spec = cell_spec(ctx, qs, scenario, places, 4, app, limit);
+        spec.sabotage = sabotage.to_vec();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let per_key = matches!(limit, Limit::PerKey(_)).then_some(LIMIT_KEY_HEADER);
+        let sampler = sample_running(
+            ctx.cluster.dsn(),
+            (qs.q.quoted_table(), per_key),
+            i64::from(places),
+            Duration::from_millis(20),
+            stop_rx,
+        );
+        let mut workers = Vec::new();
+        for _ in 0..processes {
+            workers.push(ctx.spawn_worker(&spec).await?);
+        }
+        // Short of all of them within the bound, the count says how many.
+        let _ = ctx.wait_progress(scenario, jobs.len() as i64, wait).await;
+        let handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
+        for w in workers {
+            let _ = w.stop(Duration::from_secs(10)).await;
+        }
+        let _ = stop_tx.send(true);
+        let samples = sampler.await?;
+        let windows = ledger::windows(&ctx.client, &ctx.run_id, scenario).await?;
+        Ok(Drained {
+            handled,
+            samples,
+            windows,
+        })
+    })
+    .await
 }

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::fleet::{most_at_once, ClaimWindow, KeyedLog, PlacesBack};
+use super::fleet::{ClaimWindow, KeyedLog, PlacesBack};
 use super::model::{
     expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, CLAIM_BOUND, DB_TIMEOUT,
     FIFO_SPAN, FLEET_PLACES, PLACES_BOUND, REQUEUE_BOUND, ROLES, STARVE_BOUND, VT_SECS,
 };
 use super::nemesis;
 use crate::ctx::FleetSamples;
-use crate::ledger::{Handling, ProduceOutcome, Produced, Start, Tally, Window};
+use crate::ledger::{most_at_once, Handling, ProduceOutcome, Produced, Start, Tally, Window};
 use crate::report::Check;
 
 /// Everything a seed's run left to judge.
@@ -596,6 +596,9 @@ fn reports(e: &Evidence) -> Check {
         let rows = by_pid.get(&pid).map(Vec::as_slice).unwrap_or(&[]);
         let n = rows.len() as u64;
         let get = |k: &str| report[k].as_u64().unwrap_or(0);
+        // Runs the worker gave up on: timed out, or abandoned at the shutdown.
+        let given_up =
+            get("timed_out") + report["abandoned"].as_array().map_or(0, |a| a.len() as u64);
         let who = format!("{} ({})", x.app_name, x.how);
         // Plain and FIFO blocking: rows written on the ledger's own pool.
         if !x.kind.transactional() {
@@ -621,10 +624,7 @@ fn reports(e: &Evidence) -> Check {
                 ProcKind::Blocking | ProcKind::FifoBlocking => get("claims_lost"),
                 _ => 0,
             };
-            let given_up = get("timed_out")
-                + report["abandoned"].as_array().map_or(0, |a| a.len() as u64)
-                + lost
-                + get("panicked");
+            let given_up = given_up + lost + get("panicked");
             if get("succeeded") + given_up < get("ledger_rows") + get("snoozed") {
                 bad.push(format!(
                     "{} ({}): {} successes reported (+ {given_up} given up), {} rows + {} snoozes",
@@ -698,10 +698,7 @@ fn reports(e: &Evidence) -> Check {
             // their bound) and a run given up (`timed_out`, `abandoned`)
             // leave a written row whose message is delivered again too.
             // Up to that many such rows are explained.
-            let explained = get("ledger_unsure")
-                + get("claims_lost")
-                + get("timed_out")
-                + report["abandoned"].as_array().map_or(0, |a| a.len() as u64);
+            let explained = get("ledger_unsure") + get("claims_lost") + given_up;
             if again.len() as u64 > explained {
                 bad.extend(again.iter().map(|key| {
                     format!(
@@ -711,8 +708,7 @@ fn reports(e: &Evidence) -> Check {
                         x.how,
                         get("ledger_unsure"),
                         get("claims_lost"),
-                        get("timed_out")
-                            + report["abandoned"].as_array().map_or(0, |a| a.len() as u64)
+                        given_up
                     )
                 }));
             }

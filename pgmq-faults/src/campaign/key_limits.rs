@@ -12,7 +12,7 @@
 //! - **A killed holder's places back within its vt**: a process running a
 //!   handler in each of a key's places is killed (SIGKILL); a second
 //!   process under the same limit must start both messages again within
-//!   [`PLACES_BOUND`] of the kill, by the database's clock.
+//!   [`PLACES_BOUND`](super::model::PLACES_BOUND) of the kill, by the database's clock.
 //!
 //! `key-limit-ignored` runs the workers without the limit (plain reads):
 //! the hot key's runs pass its limit and the first check fails.
@@ -20,13 +20,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::fleet::{
-    cell_spec, killed_places, most_at_once, produce_under, Limit, LIMIT_KEY_HEADER,
-};
-use super::model::PLACES_BOUND;
-use crate::ctx::{sample_per_key, Ctx, FleetSamples};
+use super::fleet::{killed_places, limited_drain, places_back_check, Limit};
+use crate::ctx::{Ctx, FleetSamples};
 use crate::job::{Act, Job};
-use crate::ledger;
+use crate::ledger::{self, most_at_once};
 use crate::report::Check;
 use crate::worker::Sabotage;
 use crate::BoxError;
@@ -81,36 +78,13 @@ pub(crate) async fn key_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
                 ),
             )
         }
-        Err(e) => Check::new(
-            name,
-            false,
-            format!("the limited workers could not run: {e}"),
-        ),
+        Err(e) => Check::could_not_run(name, "the limited workers", e),
     };
-    let name = "a killed holder's places per key come back within its vt";
-    let bound = PLACES_BOUND.as_millis();
-    let second =
-        match killed_places(ctx, KEY_PLACES, sabotage, Limit::PerKey(|_| "one".into())).await {
-            Ok(Some(took)) => Check::new(
-                name,
-                took <= PLACES_BOUND,
-                format!(
-                    "a process running a handler in each of one key's {KEY_PLACES} places killed; \
-                 both messages started again by a second process {} ms after the kill (bound \
-                 {bound} ms)",
-                    took.as_millis()
-                ),
-            ),
-            Ok(None) => Check::new(
-                name,
-                false,
-                format!(
-                    "a process running a handler in each of one key's {KEY_PLACES} places killed; \
-                 both messages not started again by a second process in time (bound {bound} ms)"
-                ),
-            ),
-            Err(e) => Check::new(name, false, format!("the kill could not run: {e}")),
-        };
+    let second = places_back_check(
+        "a killed holder's places per key come back within its vt",
+        &format!("each of one key's {KEY_PLACES} places"),
+        killed_places(ctx, KEY_PLACES, sabotage, Limit::PerKey(|_| "one".into())).await,
+    );
     vec![first, second]
 }
 
@@ -124,59 +98,23 @@ struct PerKeyRun {
 
 /// Two processes under the limit per key drain the hot and cold keys.
 async fn limited_per_key(ctx: &Ctx, sabotage: &[Sabotage]) -> Result<PerKeyRun, BoxError> {
-    let scenario = "kl";
-    let qs = ctx.queues(scenario).await?;
-    let result = async {
-        let jobs: Vec<Job> = (0..HOT + COLD)
-            .map(|k| Job::with(k, Act::sleep_ms(RUN_MS)))
-            .collect();
-        produce_under(ctx, &qs.q, &jobs, Limit::PerKey(limit_key)).await?;
-        let mut spec = cell_spec(
-            ctx,
-            &qs,
-            scenario,
-            KEY_PLACES,
-            4,
-            "pgmq-campaign-key-cell",
-            Limit::PerKey(limit_key),
-        );
-        spec.sabotage = sabotage.to_vec();
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let sampler = sample_per_key(
-            ctx.cluster.dsn(),
-            qs.q.table(),
-            LIMIT_KEY_HEADER,
-            i64::from(KEY_PLACES),
-            Duration::from_millis(20),
-            stop_rx,
-        );
-        let a = ctx.spawn_worker(&spec).await?;
-        let b = ctx.spawn_worker(&spec).await?;
-        // Short of all of them within the bound, the count says how many.
-        let _ = ctx
-            .wait_progress(scenario, HOT + COLD, Duration::from_secs(30))
-            .await;
-        let handled = ledger::handled_count(&ctx.client, &ctx.run_id, scenario).await?;
-        let _ = a.stop(Duration::from_secs(10)).await;
-        let _ = b.stop(Duration::from_secs(10)).await;
-        let _ = stop_tx.send(true);
-        let samples = sampler.await?;
-        let windows = ledger::windows(&ctx.client, &ctx.run_id, scenario).await?;
-        let mut by_key: HashMap<String, Vec<ledger::Window>> = HashMap::new();
-        for w in windows {
-            by_key.entry(limit_key(w.key)).or_default().push(w);
-        }
-        let per_key = by_key
-            .into_iter()
-            .map(|(k, ws)| (k, most_at_once(&ws).0))
-            .collect();
-        Ok(PerKeyRun {
-            handled,
-            samples,
-            per_key,
-        })
+    let jobs: Vec<Job> = (0..HOT + COLD)
+        .map(|k| Job::with(k, Act::sleep_ms(RUN_MS)))
+        .collect();
+    let limit = (Limit::PerKey(limit_key), KEY_PLACES);
+    let wait = Duration::from_secs(30);
+    let d = limited_drain(ctx, ("kl", &jobs), limit, 2, sabotage, wait).await?;
+    let mut by_key: HashMap<String, Vec<ledger::Window>> = HashMap::new();
+    for w in d.windows {
+        by_key.entry(limit_key(w.key)).or_default().push(w);
     }
-    .await;
-    ctx.drop_queues(&qs).await;
-    result
+    let per_key = by_key
+        .into_iter()
+        .map(|(k, ws)| (k, most_at_once(&ws).0))
+        .collect();
+    Ok(PerKeyRun {
+        handled: d.handled,
+        samples: d.samples,
+        per_key,
+    })
 }

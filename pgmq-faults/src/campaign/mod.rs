@@ -28,14 +28,17 @@
 //! ends (a blocking handler cannot see its cancellation), so the FIFO
 //! invariants see it overlap whatever ran meanwhile.
 //!
-//! The parts, each importing what they share from [`model`] and none from
-//! this runner: [`plan`] (the options and each seed's schedule),
-//! [`workload`] (the core producer), [`fleet`] (the fleet workload and
-//! the kill and extension cells), [`retention`] and [`moves`] (the
-//! retention and move cells), [`ranged`] (the ranged-drain cell),
-//! [`slots`] (the worker processes), [`nemesis`] (the fault
-//! kinds and their injection), [`watch`] (the sampler), [`invariants`]
-//! (the verdicts). This module runs a seed through its phases.
+//! The parts, each importing what they share from [`model`] (queues,
+//! process kinds, keys, records) and none from this runner: [`plan`] (the
+//! options and each seed's schedule), [`workload`] (the core producer),
+//! [`fleet`] (the fleet workload: keyed sends, fleet limits, pauses,
+//! priorities; and the kill and extension cells with what the cells
+//! share), [`key_limits`], [`schedules`], [`retention`], [`moves`] and
+//! [`ranged`] (the key, periodic-sends, retention, move and ranged-drain
+//! cells), [`slots`] (the worker
+//! processes), [`nemesis`] (the fault kinds, one table, and their
+//! injection), [`watch`] (the sampler), [`invariants`] (the verdicts).
+//! This module runs a seed through its phases, then the cells.
 
 mod fleet;
 mod invariants;
@@ -252,9 +255,9 @@ async fn run_seed(
         queue_names.clone(),
         watch_stopped.clone(),
     );
-    let fleet_sampler = crate::ctx::sample_fleet(
+    let fleet_sampler = crate::ctx::sample_running(
         ctx.cluster.dsn(),
-        queue_names[Role::Keyed.index()].table(),
+        (queue_names[Role::Keyed.index()].quoted_table(), None),
         i64::from(FLEET_PLACES),
         Duration::from_millis(100),
         watch_stopped,
@@ -523,13 +526,11 @@ async fn account(
     for role in Role::ALL {
         let i = role.index();
         let scenario = scenario_of(label, role);
-        let hs = ledger::handlings(&ctx.client, &ctx.run_id, &scenario).await?;
-        let (dl, dl_unkeyed) = ledger::keys_in_queue(&ctx.client, &qs[i].dlq).await?;
-        let (left_ids, left_unkeyed) = ledger::ids_in_table(&ctx.client, &qs[i].q.table()).await?;
-        let left: Vec<i64> = left_ids.iter().map(|(k, _)| *k).collect();
-        let mut present: HashSet<i64> = hs.iter().map(|h| h.key).collect();
-        present.extend(dl.iter().copied());
-        present.extend(left.iter().copied());
+        let at = (ctx.run_id.as_str(), scenario.as_str());
+        let end = ledger::end_of(&ctx.client, at, (&qs[i].q, &qs[i].dlq)).await?;
+        let mut present: HashSet<i64> = end.handlings.iter().map(|h| h.key).collect();
+        present.extend(end.dead.0.iter().copied());
+        present.extend(end.left_keys());
         let produced_here = &mut produced.core.produced[i];
         if role == Role::Keyed {
             // A dropped queue's messages went with it: only those found
@@ -538,33 +539,27 @@ async fn account(
             produced_here.records.retain(|r| {
                 epochs.get(&r.key).is_none_or(|e| *e == final_epoch) || present.contains(&r.key)
             });
-            let (archived, _) = ledger::ids_in_table(&ctx.client, &qs[i].q.archive_table()).await?;
-            for (k, id) in hs
+            let (archived, _) =
+                ledger::ids_in_table(&ctx.client, &qs[i].q.quoted_archive_table()).await?;
+            for (k, id) in end
+                .handlings
                 .iter()
                 .map(|h| (h.key, h.msg_id))
-                .chain(left_ids.iter().copied())
+                .chain(end.left.0.iter().copied())
                 .chain(archived)
             {
                 fleet_evidence.stored.entry(k).or_default().insert(id);
             }
-            fleet_evidence.dead = dl.iter().copied().collect();
+            fleet_evidence.dead = end.dead.0.iter().copied().collect();
             fleet_evidence.runs = ledger::windows(&ctx.client, &ctx.run_id, &scenario).await?;
         }
         produced_here.classify_unknown(&present);
         produced_here
             .persist(&ctx.client, &ctx.run_id, &scenario)
             .await?;
-        accounts.tallies.push(ledger::tally(
-            produced_here,
-            &hs,
-            &dl,
-            dl_unkeyed,
-            left.len() as u64 + left_unkeyed,
-        ));
-        accounts
-            .dead
-            .push(ledger::dead_reasons(&ctx.client, &qs[i].dlq).await?);
-        accounts.handlings.push(hs);
+        accounts.tallies.push(end.tally(produced_here));
+        accounts.dead.push(end.dead_reasons);
+        accounts.handlings.push(end.handlings);
     }
     for role in Role::ALL {
         accounts

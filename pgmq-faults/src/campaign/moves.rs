@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 
 use super::workload::connect_producer;
 use crate::ctx::Ctx;
+use crate::ledger;
 use crate::proxy::Proxy;
 use crate::report::Check;
 use crate::worker::Sabotage;
@@ -34,24 +35,18 @@ const BATCH: usize = 20;
 pub(crate) async fn move_cell(ctx: &Ctx, proxy: &Proxy, sabotage: &[Sabotage]) -> Vec<Check> {
     let check = match run(ctx, proxy, sabotage).await {
         Ok(c) => c,
-        Err(e) => Check::new(NAME, false, format!("the move cell could not run: {e}")),
+        Err(e) => Check::could_not_run(NAME, "the move cell", e),
     };
     proxy.set_latency(Duration::ZERO);
     vec![check]
 }
 
-/// How many times each key (`{"k": key}`) is in `q`.
+/// How many times each key (`{"key": key}`, read as the ledger reads
+/// keys) is in `q`.
 async fn keys_in(client: &Client, q: &QueueName) -> Result<BTreeMap<i64, u32>, BoxError> {
-    let conn = client.connection().await?;
-    let rows = conn
-        .query(
-            &format!("SELECT (message->>'k')::bigint FROM {}", q.quoted_table()),
-            &[],
-        )
-        .await?;
     let mut out = BTreeMap::new();
-    for r in rows {
-        *out.entry(r.get::<_, i64>(0)).or_insert(0) += 1;
+    for k in ledger::keys_in_queue(client, q).await?.0 {
+        *out.entry(k).or_insert(0) += 1;
     }
     Ok(out)
 }
@@ -82,7 +77,7 @@ async fn split_move(
 async fn run(ctx: &Ctx, proxy: &Proxy, sabotage: &[Sabotage]) -> Result<Check, BoxError> {
     let qs = ctx.queues("move_cell").await?;
     let (from, to) = (qs.q.clone(), qs.dlq.clone());
-    let bodies: Vec<Value> = (0..N).map(|k| json!({ "k": k })).collect();
+    let bodies: Vec<Value> = (0..N).map(|k| json!({ "key": k })).collect();
     for chunk in bodies.chunks(300) {
         ctx.client.send_batch(&from, chunk).await?;
     }

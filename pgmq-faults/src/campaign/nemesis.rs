@@ -429,20 +429,20 @@ impl Nemesis<'_> {
             "lock-table" => {
                 self.open_transaction(&format!(
                     "begin; lock table {} in access exclusive mode",
-                    queue.table()
+                    queue.quoted_table()
                 ))
                 .await?
             }
             "xmin-pin" => {
                 self.open_transaction(&format!(
                     "begin isolation level repeatable read; select count(*) from {}",
-                    queue.table()
+                    queue.quoted_table()
                 ))
                 .await?
             }
             "rr-reader" => {
                 let dsn = self.ctx.cluster.dsn();
-                let table = queue.table();
+                let table = queue.quoted_table();
                 let c = session(&dsn, "pgmq-campaign-nemesis").await?;
                 c.batch_execute("begin isolation level repeatable read")
                     .await?;

@@ -15,6 +15,7 @@ use serde_json::json;
 
 use super::workload::connect_producer;
 use crate::ctx::Ctx;
+use crate::ledger;
 use crate::proxy::Proxy;
 use crate::report::Check;
 use crate::worker::Sabotage;
@@ -34,17 +35,13 @@ const ARCHIVED: usize = 2000;
 pub(crate) async fn retention_cell(ctx: &Ctx, proxy: &Proxy, sabotage: &[Sabotage]) -> Vec<Check> {
     match run(ctx, proxy, sabotage).await {
         Ok(checks) => checks,
-        Err(e) => vec![Check::new(
-            YOUNG_KEPT,
-            false,
-            format!("the retention cell could not run: {e}"),
-        )],
+        Err(e) => vec![Check::could_not_run(YOUNG_KEPT, "the retention cell", e)],
     }
 }
 
 /// Sends and archives `n` messages of `q`; their msg_ids.
 async fn archive_n(client: &Client, q: &QueueName, n: usize) -> Result<Vec<i64>, BoxError> {
-    let bodies: Vec<_> = (0..n).map(|k| json!({ "k": k })).collect();
+    let bodies: Vec<_> = (0..n).map(|k| json!({ "key": k })).collect();
     let mut ids = Vec::with_capacity(n);
     for chunk in bodies.chunks(500) {
         let sent = client.send_batch(q, chunk).await?;
@@ -52,18 +49,6 @@ async fn archive_n(client: &Client, q: &QueueName, n: usize) -> Result<Vec<i64>,
         ids.extend(sent);
     }
     Ok(ids)
-}
-
-/// The msg_ids in `q`'s archive.
-async fn archived_ids(client: &Client, q: &QueueName) -> Result<BTreeSet<i64>, BoxError> {
-    let conn = client.connection().await?;
-    let rows = conn
-        .query(
-            &format!("SELECT msg_id FROM {}", q.quoted_archive_table()),
-            &[],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 async fn run(ctx: &Ctx, proxy: &Proxy, sabotage: &[Sabotage]) -> Result<Vec<Check>, BoxError> {
@@ -129,7 +114,9 @@ async fn run(ctx: &Ctx, proxy: &Proxy, sabotage: &[Sabotage]) -> Result<Vec<Chec
     for p in pruners {
         finished &= p.await.unwrap_or(false);
     }
-    let left = archived_ids(&ctx.client, &q).await?;
+    let archive = q.quoted_archive_table();
+    let (archived, _) = ledger::ids_in_table(&ctx.client, &archive).await?;
+    let left: BTreeSet<i64> = archived.into_iter().map(|(_, id)| id).collect();
     ctx.drop_queues(&qs).await;
     let young: Vec<i64> = ids
         .iter()

@@ -38,10 +38,10 @@ const LAST_TICK_SLACK: chrono::Duration = chrono::Duration::milliseconds(2500);
 pub(crate) async fn schedule_cell(ctx: &Ctx, sabotage: &[Sabotage]) -> Vec<Check> {
     match run(ctx, sabotage).await {
         Ok(ticks) => judge(&ticks),
-        Err(e) => vec![Check::new(
+        Err(e) => vec![Check::could_not_run(
             "each tick sent once",
-            false,
-            format!("the periodic-sends cell could not run: {e}"),
+            "the periodic-sends cell",
+            e,
         )],
     }
 }

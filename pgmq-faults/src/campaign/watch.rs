@@ -113,14 +113,13 @@ impl Watch {
         let mut held_long = [0; ROLES];
         let mut ready = [0; ROLES];
         for (i, q) in queues.iter().enumerate() {
-            // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
             let sql = format!(
                 "select count(*) filter (where vt > clock_timestamp() + interval '15 s'), \
                         count(*) filter (where vt > clock_timestamp() \
                                            and last_read_at < clock_timestamp() - interval '30 s'), \
                         count(*) filter (where vt <= clock_timestamp()) \
                  from {}",
-                q.table()
+                q.quoted_table()
             );
             // A locked table times out: that queue is skipped this time.
             if let Ok(r) = c.query_one(sql.as_str(), &[]).await {
@@ -159,12 +158,11 @@ impl Watch {
             let Some(c) = self.conn.as_ref() else {
                 break;
             };
-            // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
             let sql = format!(
                 "select msg_id, read_ct, last_read_at, headers ->> $1::text, \
                         extract(epoch from vt - clock_timestamp())::float8 * 1000 \
                  from {} where vt > clock_timestamp()",
-                q.table()
+                q.quoted_table()
             );
             let Ok(rows) = c
                 .query(sql.as_str(), &[&pgmq_worker::ATTEMPTS_HEADER])

@@ -19,7 +19,7 @@ use super::model::{
     PROBE_HANG, PROBE_HOOK, ROLES, STORM_HANG_MS, TX_BASE,
 };
 use crate::ctx::Ctx;
-use crate::job::{Act, Boom, Job, HOOK_PANIC_HEADER, KEY_HEADER, REDRIVEN_HEADER};
+use crate::job::{key_headers, Act, Boom, Job, HOOK_PANIC_HEADER, KEY_HEADER, REDRIVEN_HEADER};
 use crate::ledger::{self, Produced};
 use crate::BoxError;
 
@@ -173,7 +173,7 @@ impl Producer {
         let key = self.next[0];
         self.next[0] += 1;
         let r: u32 = self.rng.gen_range(0..100);
-        let mut headers = serde_json::json!({ KEY_HEADER: key });
+        let mut headers = key_headers(key);
         let mut plan = Plan::default();
         let probes = self.probes.probes.load(std::sync::atomic::Ordering::SeqCst);
         let mut job = Job::plain(key);
@@ -235,7 +235,7 @@ impl Producer {
             ..Job::plain(key)
         };
         let plan = Plan::default();
-        (job, serde_json::json!({ KEY_HEADER: key }), plan)
+        (job, key_headers(key), plan)
     }
 
     /// A burst of three consecutive messages of one group, to the FIFO

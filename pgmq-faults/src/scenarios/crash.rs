@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::run::{outage_tolerant, Run};
-use crate::ctx::{sample_fleet, Ctx};
+use crate::ctx::{sample_running, Ctx};
 use crate::ledger::cross_process;
 use crate::report::{Check, Row};
 use crate::BoxError;
@@ -293,9 +293,9 @@ pub(crate) async fn fleet_limit_killed(ctx: &Ctx) -> Result<Row, BoxError> {
     args.sleep_ms = 10;
     args.worker.settings.fleet_limit = Some(PLACES);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let sampler = sample_fleet(
+    let sampler = sample_running(
         ctx.cluster.dsn(),
-        run.qs.q.table(),
+        (run.qs.q.quoted_table(), None),
         i64::from(PLACES),
         Duration::from_millis(10),
         stopped,

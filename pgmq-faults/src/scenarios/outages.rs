@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::run::{outage_tolerant, Finished, Run};
 use crate::child::WorkerProc;
-use crate::ctx::{poll_until, Ctx};
+use crate::ctx::{poll_until, session, Ctx};
 use crate::ledger;
 use crate::report::{Check, Row};
 use crate::worker::FaultSpec;
@@ -353,11 +353,7 @@ pub(crate) async fn database_down(ctx: &Ctx) -> Result<Row, BoxError> {
 /// Turns `default_transaction_read_only` on or off for the whole cluster
 /// (`ALTER SYSTEM` and a reload: every session's next transaction sees it).
 pub(crate) async fn read_only(ctx: &Ctx, on: bool) -> Result<(), BoxError> {
-    let (admin, _notes) = pgmq_client::ClientBuilder::new(&ctx.cluster.dsn())
-        .application_name("pgmq-faults-admin")
-        .connect_timeout(Duration::from_secs(5))
-        .connect_dedicated()
-        .await?;
+    let admin = session(&ctx.cluster.dsn(), "pgmq-faults-admin").await?;
     // This session stays writable whatever the cluster's default.
     admin
         .batch_execute("set default_transaction_read_only = off")

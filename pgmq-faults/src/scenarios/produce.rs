@@ -205,7 +205,7 @@ async fn under_cuts(ctx: &Ctx, label: &'static str, sends: Sends) -> Result<Row,
     };
 
     // Before anything consumes: which keys made it into the queue?
-    let (ids, unkeyed) = ledger::ids_in_table(&ctx.client, &run.qs.q.table()).await?;
+    let (ids, unkeyed) = ledger::ids_in_table(&ctx.client, &run.qs.q.quoted_table()).await?;
     match sends {
         Sends::Plain => {
             let present: HashSet<i64> = ids.iter().map(|(k, _)| *k).collect();

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::child::{Exit, WorkerProc};
-use crate::ctx::{poll_until, Ctx, Queues};
+use crate::ctx::{poll_until, session, Ctx, Queues};
 use crate::job::Job;
 use crate::ledger::{Handling, Produced};
 use crate::report::{Check, DupBound, Row};
@@ -310,11 +310,10 @@ pub(crate) const CLAIM_LOOPS: u64 = 2;
 /// deleted, released or expired), read from the table without reading them.
 pub(crate) async fn held_keys(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<Vec<i64>, BoxError> {
     let conn = ctx.client.connection().await?;
-    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
     let sql = format!(
         "select coalesce((headers->>'{}')::bigint, -1) from {} where vt > clock_timestamp()",
         crate::job::KEY_HEADER,
-        q.table()
+        q.quoted_table()
     );
     let rows = conn.query(sql.as_str(), &[]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
@@ -356,18 +355,13 @@ pub(crate) struct AckHold {
 impl AckHold {
     /// Locks the held (invisible) messages of `q`.
     pub(crate) async fn lock(ctx: &Ctx, q: &pgmq_client::QueueName) -> Result<AckHold, BoxError> {
-        let (conn, _notes) = pgmq_client::ClientBuilder::new(&ctx.cluster.dsn())
-            .application_name("pgmq-faults-lock")
-            .connect_timeout(Duration::from_secs(5))
-            .connect_dedicated()
-            .await?;
+        let conn = session(&ctx.cluster.dsn(), "pgmq-faults-lock").await?;
         conn.batch_execute("begin").await?;
-        // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
         let sql = format!(
             "select coalesce((headers->>'{}')::bigint, -1) from {} \
              where vt > clock_timestamp() for update",
             crate::job::KEY_HEADER,
-            q.table()
+            q.quoted_table()
         );
         let keys = conn
             .query(sql.as_str(), &[])

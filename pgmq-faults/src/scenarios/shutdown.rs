@@ -15,10 +15,9 @@ use crate::BoxError;
 /// Messages of `q` that are invisible right now (claimed and not released).
 async fn hidden(ctx: &Ctx, q: &QueueName) -> Result<i64, BoxError> {
     let conn = ctx.client.connection().await?;
-    // One of the suite's own queue names ([a-z0-9_] only), so its unquoted table name is safe.
     let sql = format!(
         "select count(*) from {} where vt > clock_timestamp()",
-        q.table()
+        q.quoted_table()
     );
     Ok(conn.query_one(sql.as_str(), &[]).await?.get(0))
 }
