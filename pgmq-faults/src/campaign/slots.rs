@@ -18,6 +18,11 @@ use crate::worker::{FaultSpec, PrioSpec, Sabotage};
 use crate::BoxError;
 use pgmq_testkit::spec::{BackoffSpec, ClaimReadsSpec, HandlerKind, WorkerSettings};
 
+/// The dead row versions at which the plain queue's workers vacuum its
+/// table (`WorkerBuilder::vacuum`): low, so that vacuums run all through a
+/// seed.
+const VACUUM_DEAD_ROWS: u64 = 500;
+
 /// One worker process, as the campaign keeps it.
 struct Slot {
     kind: ProcKind,
@@ -262,6 +267,9 @@ fn slot_args(
         db_timeout_ms: Some(DB_TIMEOUT.as_millis() as u64),
         claim_reads: fifo.then_some(ClaimReadsSpec::FifoGroups),
         max_abandoned_blocking_threads: (kind == ProcKind::Blocking).then_some(BLOCKING_CAP),
+        // The plain queue's workers vacuum its table as they go, so that
+        // every fault meets a vacuum running beside the claims.
+        vacuum: (role == Role::Plain).then_some(VACUUM_DEAD_ROWS),
         ..a.worker.settings
     };
     a.stats_ms = 1_000;
