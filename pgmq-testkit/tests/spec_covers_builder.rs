@@ -13,6 +13,7 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("resume_handler_panics", "fault-injection switch"),
     ("fence_off", "fault-injection switch"),
     ("fifo_blocking_wait_off", "fault-injection switch"),
+    ("claim_cursor_fence", "fault-injection switch"),
     ("build", "not a setting"),
 ];
 
