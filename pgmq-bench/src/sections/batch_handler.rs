@@ -63,7 +63,8 @@ const APP: &str = "pgmq-bench-batch-handler";
 const MODES: [&str; 3] = ["per_message", "per_message_tx", "batch_tx"];
 
 /// The batch_handler options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct BatchHandlerOptions {
     /// batch_handler: messages per run (each of the three runs of a round).
@@ -98,25 +99,8 @@ pub struct BatchHandlerConfig {
     pub window: Duration,
 }
 
-/// What the document's workload records of them (zero in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct BatchHandlerWorkload {
-    /// batch_handler messages per run.
-    pub batch_handler_messages: u64,
-    /// batch_handler handlers per run.
-    pub batch_handler_workers: u32,
-    /// batch_handler: the most messages of one batch.
-    pub batch_handler_max: u32,
-    /// batch_handler: the batch window, milliseconds.
-    pub batch_handler_window_ms: u64,
-}
-
 impl Options for BatchHandlerOptions {
     type Config = BatchHandlerConfig;
-    type Workload = BatchHandlerWorkload;
 
     fn config(&self) -> Result<BatchHandlerConfig> {
         Ok(BatchHandlerConfig {
@@ -125,15 +109,6 @@ impl Options for BatchHandlerOptions {
             max: within(self.batch_handler_max, 1..=10_000, "--batch-handler-max")?,
             window: Duration::from_millis(self.batch_handler_window_ms),
         })
-    }
-
-    fn workload(c: &BatchHandlerConfig) -> BatchHandlerWorkload {
-        BatchHandlerWorkload {
-            batch_handler_messages: c.messages,
-            batch_handler_workers: c.workers,
-            batch_handler_max: c.max,
-            batch_handler_window_ms: c.window.as_millis() as u64,
-        }
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -245,7 +220,7 @@ impl Section for BatchHandlerSection {
     /// The section's table: per mode, the rate and the database's counters,
     /// then the ratios.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<BatchHandlerWorkload>(d, &id("batch_tx", "throughput")) else {
+        let Some(w) = workload_if::<BatchHandlerOptions>(d, &id("batch_tx", "throughput")) else {
             return;
         };
         let _ = writeln!(

@@ -72,7 +72,8 @@ const ABOVE_FLOOR: f64 = 0.95;
 const MODES: [&str; 3] = ["limited", "static", "above"];
 
 /// The fleet_limit options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct FleetLimitOptions {
     /// fleet_limit: worker processes.
@@ -107,25 +108,8 @@ pub struct FleetLimitConfig {
     pub work: Duration,
 }
 
-/// What the document's workload records of them (zero in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct FleetLimitWorkload {
-    /// fleet_limit worker processes.
-    pub fleet_limit_processes: u32,
-    /// fleet_limit places.
-    pub fleet_limit_places: u32,
-    /// fleet_limit messages per run.
-    pub fleet_limit_messages: u64,
-    /// fleet_limit work per handler call, milliseconds.
-    pub fleet_limit_work_ms: u64,
-}
-
 impl Options for FleetLimitOptions {
     type Config = FleetLimitConfig;
-    type Workload = FleetLimitWorkload;
 
     fn config(&self) -> Result<FleetLimitConfig> {
         let processes = within(self.fleet_limit_processes, 1..=64, "--fleet-limit-processes")?;
@@ -138,15 +122,6 @@ impl Options for FleetLimitOptions {
             messages: at_least(self.fleet_limit_messages, 1, "--fleet-limit-messages")?,
             work: Duration::from_millis(work_ms),
         })
-    }
-
-    fn workload(c: &FleetLimitConfig) -> FleetLimitWorkload {
-        FleetLimitWorkload {
-            fleet_limit_processes: c.processes,
-            fleet_limit_places: c.places,
-            fleet_limit_messages: c.messages,
-            fleet_limit_work_ms: c.work.as_millis() as u64,
-        }
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -309,7 +284,7 @@ impl Section for FleetLimit {
     }
 
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<FleetLimitWorkload>(d, "fleet_limit.limited.used") else {
+        let Some(w) = workload_if::<FleetLimitOptions>(d, "fleet_limit.limited.used") else {
             return;
         };
         let _ = writeln!(

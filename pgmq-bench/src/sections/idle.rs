@@ -61,11 +61,13 @@ pub struct IdleRun {
 }
 
 /// The idle_worker options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct IdleOptions {
-    /// idle_worker window.
+    /// idle_worker window (in the workload: seconds).
     #[arg(long, default_value = "3s", value_parser = pgmq_testkit::parse_duration)]
+    #[serde(rename = "idle_seconds", with = "crate::sections::secs")]
+    #[schemars(rename = "idle_seconds", with = "f64")]
     pub idle: Duration,
 
     /// idle_worker poll interval, milliseconds.
@@ -83,19 +85,8 @@ pub struct IdleConfig {
     pub poll: Duration,
 }
 
-/// What the document's workload records of them.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-#[non_exhaustive]
-pub struct IdleWorkload {
-    /// idle_worker window, seconds.
-    pub idle_seconds: f64,
-    /// idle_worker poll interval, milliseconds.
-    pub idle_poll_ms: u64,
-}
-
 impl Options for IdleOptions {
     type Config = IdleConfig;
-    type Workload = IdleWorkload;
 
     fn config(&self) -> Result<IdleConfig> {
         if self.idle.is_zero() {
@@ -105,13 +96,6 @@ impl Options for IdleOptions {
             window: self.idle,
             poll: Duration::from_millis(at_least(self.idle_poll_ms, 1, "--idle-poll-ms")?),
         })
-    }
-
-    fn workload(c: &IdleConfig) -> IdleWorkload {
-        IdleWorkload {
-            idle_seconds: c.window.as_secs_f64(),
-            idle_poll_ms: c.poll.as_millis() as u64,
-        }
     }
 }
 
@@ -209,14 +193,14 @@ impl Section for IdleWorker {
 
     /// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<IdleWorkload>(d, "idle_worker.cpu_percent") else {
+        let Some(w) = workload_if::<IdleOptions>(d, "idle_worker.cpu_percent") else {
             return;
         };
         let _ = writeln!(
             out,
             "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
              | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
-            w.idle_seconds,
+            w.idle.as_secs_f64(),
             w.idle_poll_ms,
             cell(d, "idle_worker.cpu_percent"),
             cell(d, "idle_worker.empty_reads_per_s"),

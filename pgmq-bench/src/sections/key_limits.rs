@@ -89,7 +89,8 @@ const LOAD_SQL: &str = "SELECT count(*) FROM pgmq.send_batch($1::text, \
 const LOAD_CHUNK: u64 = 5_000;
 
 /// The key_limits options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct KeyLimitsOptions {
     /// key_limits: messages per run (a fifth of them the hot key's).
@@ -130,25 +131,8 @@ impl KeyLimitsConfig {
     }
 }
 
-/// What the document's workload records of them (zero in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct KeyLimitsWorkload {
-    /// key_limits messages per run.
-    pub key_limits_messages: u64,
-    /// key_limits cold keys.
-    pub key_limits_cold_keys: u64,
-    /// key_limits places per key.
-    pub key_limits_places: u32,
-    /// key_limits work per handler call, milliseconds.
-    pub key_limits_work_ms: u64,
-}
-
 impl Options for KeyLimitsOptions {
     type Config = KeyLimitsConfig;
-    type Workload = KeyLimitsWorkload;
 
     fn config(&self) -> Result<KeyLimitsConfig> {
         Ok(KeyLimitsConfig {
@@ -157,15 +141,6 @@ impl Options for KeyLimitsOptions {
             places: within(self.key_limits_places, 1..=1024, "--key-limits-places")?,
             work: Duration::from_millis(self.key_limits_work_ms),
         })
-    }
-
-    fn workload(c: &KeyLimitsConfig) -> KeyLimitsWorkload {
-        KeyLimitsWorkload {
-            key_limits_messages: c.messages,
-            key_limits_cold_keys: c.cold_keys,
-            key_limits_places: c.places,
-            key_limits_work_ms: c.work.as_millis() as u64,
-        }
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -324,7 +299,7 @@ impl Section for KeyLimits {
     }
 
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<KeyLimitsWorkload>(d, COLD_RATIO) else {
+        let Some(w) = workload_if::<KeyLimitsOptions>(d, COLD_RATIO) else {
             return;
         };
         let _ = writeln!(

@@ -53,7 +53,7 @@ use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::thousands;
+use crate::report::{round_cell, thousands};
 use crate::kit::body::padding;
 use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::snapshot::SteadyServer;
@@ -80,7 +80,8 @@ pub const RECOVERY_LIMIT_S: f64 = 30.0;
 const CALIBRATION_DEPTH: u64 = 4_000;
 
 /// The pinned_horizon options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct PinnedOptions {
     /// pinned_horizon: the worker's handlers.
@@ -142,33 +143,8 @@ pub struct PinnedConfig {
     pub claim_reads: Vec<ClaimReadsArg>,
 }
 
-/// What the document's workload records of them (empty in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct PinnedWorkload {
-    /// pinned_horizon handlers.
-    pub pinned_handlers: u32,
-    /// pinned_horizon handler sleep, milliseconds.
-    pub pinned_sleep_ms: u64,
-    /// pinned_horizon fixed rate (0: the share of the calibrated rate).
-    pub pinned_rate: u64,
-    /// pinned_horizon share of the calibrated rate.
-    pub pinned_share: f64,
-    /// pinned_horizon calibration seconds.
-    pub pinned_calibrate_s: f64,
-    /// pinned_horizon seconds per phase.
-    pub pinned_phase_s: f64,
-    /// pinned_horizon repeating readers.
-    pub pinned_readers: u32,
-    /// pinned_horizon claim reads compared.
-    pub pinned_claim_reads: Vec<ClaimReadsArg>,
-}
-
 impl Options for PinnedOptions {
     type Config = PinnedConfig;
-    type Workload = PinnedWorkload;
 
     fn config(&self) -> Result<PinnedConfig> {
         let bad = |m: &str| Err(Error::Config(m.into()));
@@ -190,19 +166,6 @@ impl Options for PinnedOptions {
             readers: within(self.pinned_readers, 0..=64, "--pinned-readers")?,
             claim_reads,
         })
-    }
-
-    fn workload(c: &PinnedConfig) -> PinnedWorkload {
-        PinnedWorkload {
-            pinned_handlers: c.handlers,
-            pinned_sleep_ms: c.sleep.as_millis() as u64,
-            pinned_rate: c.rate.unwrap_or(0),
-            pinned_share: c.share,
-            pinned_calibrate_s: c.calibrate.as_secs_f64(),
-            pinned_phase_s: c.phase.as_secs_f64(),
-            pinned_readers: c.readers,
-            pinned_claim_reads: c.claim_reads.clone(),
-        }
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -324,7 +287,7 @@ impl Section for PinnedHorizon {
 
     /// The section's table: one row per phase of each run.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some((runs, w)) = runs_and_workload::<_, PinnedWorkload>(d, &RUNS) else {
+        let Some((runs, w)) = runs_and_workload::<_, PinnedOptions>(d, &RUNS) else {
             return;
         };
         let _ = writeln!(
@@ -342,15 +305,11 @@ impl Section for PinnedHorizon {
             w.pinned_readers,
         );
         for r in &runs {
-            let mut round = r.round.to_string();
-            if r.warmup {
-                round.push_str(" (warm-up)");
-            }
+            let round = round_cell(r.round, r.warmup);
             for p in &r.phases {
-                let server = p.server.cells();
                 let _ = writeln!(
                     out,
-                    "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
+                    "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} |",
                     r.claim_reads.name(),
                     p.phase,
                     thousands(p.produced.rate_per_s),
@@ -362,10 +321,7 @@ impl Section for PinnedHorizon {
                     p.claim_ms.p99,
                     thousands(p.reads as f64),
                     thousands(p.reads_from_start as f64),
-                    server.cpu,
-                    server.idx_tup,
-                    server.buffers,
-                    server.dead_peak,
+                    p.server.cells(false),
                 );
             }
         }
@@ -373,9 +329,8 @@ impl Section for PinnedHorizon {
         for r in &runs {
             let _ = writeln!(
                 out,
-                "- Round {}{}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
-                r.round,
-                if r.warmup { " (warm-up)" } else { "" },
+                "- Round {}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
+                round_cell(r.round, r.warmup),
                 r.claim_reads.name(),
                 thousands(r.clean_unpaced.rate_per_s),
                 thousands(r.rate_per_s),

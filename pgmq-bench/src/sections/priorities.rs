@@ -65,7 +65,8 @@ const FLOOR_WORK: f64 = 0.95;
 const FLOOR_EMPTY: f64 = 0.90;
 
 /// The priorities options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct PrioritiesOptions {
     /// priorities: messages per queue (three queues) per run.
@@ -95,22 +96,8 @@ pub struct PrioritiesConfig {
     pub concurrency: u32,
 }
 
-/// What the document's workload records of them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct PrioritiesWorkload {
-    /// priorities messages per queue.
-    pub priorities_messages: u64,
-    /// priorities handler times, milliseconds.
-    pub priorities_work_ms: Vec<u64>,
-    /// priorities group capacity.
-    pub priorities_concurrency: u32,
-}
-
 impl Options for PrioritiesOptions {
     type Config = PrioritiesConfig;
-    type Workload = PrioritiesWorkload;
 
     fn config(&self) -> Result<PrioritiesConfig> {
         if self.priorities_messages < 100 {
@@ -137,14 +124,6 @@ impl Options for PrioritiesOptions {
                 .collect(),
             concurrency: self.priorities_concurrency,
         })
-    }
-
-    fn workload(c: &PrioritiesConfig) -> PrioritiesWorkload {
-        PrioritiesWorkload {
-            priorities_messages: c.messages,
-            priorities_work_ms: c.work.iter().map(|w| w.as_millis() as u64).collect(),
-            priorities_concurrency: c.concurrency,
-        }
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -465,7 +444,7 @@ fn add_figures(f: &mut Figures, runs: &[PrioritiesRun]) {
 }
 
 fn report_part(out: &mut String, d: &Document) {
-    let Ok(w) = d.metadata.workload.options_of::<PrioritiesWorkload>() else {
+    let Ok(w) = d.metadata.workload.options_of::<PrioritiesOptions>() else {
         return;
     };
     let times: Vec<u64> = w

@@ -49,7 +49,7 @@ use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::thousands;
+use crate::report::{round_cell, thousands};
 use crate::kit::body::padding;
 use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::stream::{StreamRun, StreamSpec};
@@ -101,7 +101,8 @@ impl SteadyAck {
 }
 
 /// The steady_stream options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct SteadyOptions {
     /// steady_stream: the handler counts, one run each (comma-separated).
@@ -174,37 +175,8 @@ pub struct SteadyConfig {
     pub pool: u32,
 }
 
-/// What the document's workload records of them (empty in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct SteadyWorkload {
-    /// steady_stream handler counts.
-    pub steady_handlers: Vec<u32>,
-    /// steady_stream handler sleeps, milliseconds.
-    pub steady_sleep_ms: Vec<u64>,
-    /// steady_stream acknowledgements.
-    pub steady_ack: Vec<SteadyAck>,
-    /// steady_stream producer rates (0: unpaced).
-    pub steady_rates: Vec<u64>,
-    /// steady_stream depth.
-    pub steady_depth: u64,
-    /// steady_stream measured seconds per run.
-    pub steady_duration_s: f64,
-    /// steady_stream warm-up seconds per run.
-    pub steady_warmup_s: f64,
-    /// steady_stream poll interval, milliseconds.
-    pub steady_poll_ms: u64,
-    /// steady_stream body bytes.
-    pub steady_body_bytes: u32,
-    /// steady_stream pool size.
-    pub steady_pool: u32,
-}
-
 impl Options for SteadyOptions {
     type Config = SteadyConfig;
-    type Workload = SteadyWorkload;
 
     fn config(&self) -> Result<SteadyConfig> {
         let bad = |m: &str| Err(Error::Config(m.into()));
@@ -239,21 +211,6 @@ impl Options for SteadyOptions {
             body_bytes: self.steady_body_bytes,
             pool: at_least(self.steady_pool, 4, "--steady-pool")?,
         })
-    }
-
-    fn workload(c: &SteadyConfig) -> SteadyWorkload {
-        SteadyWorkload {
-            steady_handlers: c.handlers.clone(),
-            steady_sleep_ms: c.sleeps.iter().map(|d| d.as_millis() as u64).collect(),
-            steady_ack: c.acks.clone(),
-            steady_rates: c.rates.clone(),
-            steady_depth: c.depth,
-            steady_duration_s: c.duration.as_secs_f64(),
-            steady_warmup_s: c.warmup.as_secs_f64(),
-            steady_poll_ms: c.poll.as_millis() as u64,
-            steady_body_bytes: c.body_bytes,
-            steady_pool: c.pool,
-        }
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -356,7 +313,7 @@ impl Section for SteadyStream {
 
     /// The section's table: one row per run, then the two round figures.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some((runs, w)) = runs_and_workload::<_, SteadyWorkload>(d, &RUNS) else {
+        let Some((runs, w)) = runs_and_workload::<_, SteadyOptions>(d, &RUNS) else {
             return;
         };
         let _ = writeln!(
@@ -374,14 +331,10 @@ impl Section for SteadyStream {
             w.steady_warmup_s
         );
         for r in &runs {
-            let mut round = r.round.to_string();
-            if r.warmup {
-                round.push_str(" (warm-up)");
-            }
-            let server = r.server.cells();
             let _ = writeln!(
                 out,
-                "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} |",
+                round_cell(r.round, r.warmup),
                 series_key(r),
                 r.handlers,
                 thousands(r.completed.rate_per_s),
@@ -397,11 +350,7 @@ impl Section for SteadyStream {
                 } else {
                     "no"
                 },
-                server.cpu,
-                server.bench_cpu,
-                server.idx_tup,
-                server.buffers,
-                server.dead_peak,
+                r.server.cells(true),
             );
         }
         out.push('\n');

@@ -43,7 +43,7 @@ use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::MIB;
-use crate::report::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig, round_cell};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
@@ -854,10 +854,7 @@ fn sustained_intervals(out: &mut String, d: &Document) {
 
 /// A sustained run's round, flagged when a warm-up or a rate-search step.
 fn sustained_round(r: &SustainedRun) -> String {
-    let mut s = r.round.to_string();
-    if r.warmup {
-        s.push_str(" (warm-up)");
-    }
+    let mut s = round_cell(r.round, r.warmup);
     if let Some(k) = r.rate_search_step {
         let _ = write!(s, " (search step {k})");
     }

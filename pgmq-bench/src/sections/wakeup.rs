@@ -70,7 +70,7 @@ pub struct WakeupRun {
 pub(crate) const MIN_WAKEUP_SAMPLES: u32 = 20;
 
 /// The wakeup_latency options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct WakeupOptions {
     /// wakeup_latency samples per mode (at least 20).
@@ -92,19 +92,8 @@ pub struct WakeupConfig {
     pub poll: Duration,
 }
 
-/// What the document's workload records of them.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-#[non_exhaustive]
-pub struct WakeupWorkload {
-    /// wakeup_latency samples per mode.
-    pub wakeup_samples: u32,
-    /// wakeup_latency poll interval (and NOTIFY fallback), milliseconds.
-    pub wakeup_poll_ms: u64,
-}
-
 impl Options for WakeupOptions {
     type Config = WakeupConfig;
-    type Workload = WakeupWorkload;
 
     fn config(&self) -> Result<WakeupConfig> {
         Ok(WakeupConfig {
@@ -113,12 +102,6 @@ impl Options for WakeupOptions {
         })
     }
 
-    fn workload(c: &WakeupConfig) -> WakeupWorkload {
-        WakeupWorkload {
-            wakeup_samples: c.samples,
-            wakeup_poll_ms: c.poll.as_millis() as u64,
-        }
-    }
 }
 
 /// Polling only, or LISTEN/NOTIFY.
@@ -377,7 +360,7 @@ impl Section for WakeupLatency {
         {
             return;
         }
-        let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
+        let Ok(w) = d.metadata.workload.options_of::<WakeupOptions>() else {
             return;
         };
         let _ = writeln!(
