@@ -1,25 +1,9 @@
 //! batch_handler: the db-write handler three ways on the same preloaded
-//! queue, one run each per round, so that transactional batches can be
-//! set against the paths they replace:
-//!
-//! - `per_message`: today's default path, a plain handler that inserts its
-//!   row into `pgmq_bench_handler_sink` through a sink pool of its own
-//!   (`--handler db-write`), the deletes batched by the completer;
-//! - `per_message_tx`: a transactional handler, the row and the message's
-//!   fenced delete in one transaction per message (`--handler db-write-tx`);
-//! - `batch_tx`: a transactional batch handler, the batch's rows inserted
-//!   with one statement (`INSERT ... SELECT unnest($1)`) and committed with
-//!   the fenced deletes of the batch, one transaction per batch.
-//!
-//! Each run drains a fresh, vacuumed queue of `--batch-handler-messages`
-//! with `--batch-handler-workers` handlers (batches, for `batch_tx`, of up
-//! to `--batch-handler-max`, gathered for at most
-//! `--batch-handler-window-ms`), on a client of its own whose pool holds
-//! the transactions. The sink table is emptied before each run and counted
-//! after it: every message's row exactly once. The database's counters
-//! over the run (transactions, WAL bytes and WAL syncs, read once every
-//! session of the run has ended so that each reported its statistics) are
-//! recorded per message: they say where a rate comes from.
+//! queue (`per_message`, `per_message_tx`, `batch_tx`, whose batch's rows
+//! go in with one `INSERT ... SELECT unnest($1)`), one run each per round,
+//! so that transactional batches can be set against the paths they
+//! replace. The runs, the sink's count and the database's counters are
+//! described once, in docs/benchmark-sections.md ("batch_handler").
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,36 +1,11 @@
-//! fleet_limit: `--fleet-limit-processes` (4) worker processes drain one
-//! queue under one fleet-wide limit of `--fleet-limit-places` (16) places
-//! (`WorkerBuilder::fleet_limit`), each process with as many handlers as
-//! the limit has places, every handler call `--fleet-limit-work-ms` (100 ms)
-//! of simulated I/O: a call to a service that a fleet-wide limit protects.
-//! A place stays taken from the claim until the acknowledgement commits, so
-//! the database's round trips of each cycle (the acknowledgement, the next
-//! limited claim) count against the places; with calls much shorter than
-//! those round trips the share used falls whatever the SDK does.
-//!
-//! Per round, two runs on fresh queues of `--fleet-limit-messages`
-//! (1,600), the processes started as worker_processes starts them
-//! (pgmq-bench's hidden `process-worker`, pgmq-testkit's child protocol):
-//!
-//! - `limited`: under the limit. While it runs the parent samples the
-//!   queue table every 10 ms for the messages claimed and not yet
-//!   acknowledged (a delivery with its visibility timeout ahead): the most
-//!   seen must not pass the limit.
-//! - `static`: no limit, the places split evenly between the processes
-//!   (places / processes handlers each): what a fleet gets without the
-//!   SDK's limit, by configuring each process for its share.
-//! - `above`: the handlers of `static` under a limit above all the
-//!   processes can hold at once (their handlers and full claim queues,
-//!   `3 × --batch-size` each, the default claim capacity), which therefore
-//!   never binds: what the limit's claim path costs a fleet whose demand
-//!   it does not bind (its throughput over the static run's of the same
-//!   round; run it with short calls, `--fleet-limit-work-ms 1`, where the
-//!   claim path sets the pace).
-//!
-//! The figure of each is the share of the places used: the messages times
-//! one call's work, over places times the run's time (from `go` to the last
-//! handler's end in any process). It counts the ramp at the start and the
-//! tail at the end against the fleet, so it is a floor.
+//! fleet_limit: worker processes draining one queue under one fleet-wide
+//! limit (`WorkerBuilder::fleet_limit`), against the same places split
+//! statically and a limit that never binds. The runs, the share of the
+//! places used and why it is a floor are described once, in docs/benchmark-streams.md
+//! ("fleet_limit"). The processes start as worker_processes starts them
+//! (pgmq-bench's hidden `process-worker`); the `above` run's limit exceeds
+//! what every process can hold at once, its handlers and its full claim
+//! queue (`3 × --batch-size`, the default claim capacity).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

@@ -1,30 +1,7 @@
 //! key_limits: what a limit per key (`WorkerBuilder::key_limit`) costs the
-//! keys that are not at their limit. One queue of `--key-limits-messages`
-//! (20,000) messages, every fifth one of a hot key and the others cycling
-//! over `--key-limits-cold-keys` (1,000) cold keys, the key in the header
-//! `k`; one in-process worker of `--backlog-workers` handlers, each call
-//! `--key-limits-work-ms` (1 ms) of simulated I/O, short so that the claim
-//! path sets the pace.
-//!
-//! Per round, two runs on fresh queues:
-//!
-//! - `unlimited`: the worker without a limit per key;
-//! - `limited`: the same worker under a limit of `--key-limits-places` (1)
-//!   running per key: the hot key is at its limit throughout (its fifth of
-//!   the messages would need more places than it has), and its messages
-//!   are passed over in the database while the cold keys' are claimed;
-//! - `cold_only`: the worker without a limit on the cold keys' messages
-//!   alone (the hot key's deleted before the start): the claim path's cost
-//!   with nothing of the hot key's in the way, neither its handlers nor its
-//!   backlog.
-//!
-//! Each run's clock stops at the end of the handler of the last cold
-//! message; the hot key's backlog left in the limited run is dropped with
-//! the queue. The figure is the cold keys' throughput, and the target the
-//! limited run's over the unlimited run's of the same round. Under the
-//! limit the hot key takes fewer handlers than without it, which the cold
-//! keys get; the limited run's over the `cold_only` run's is the stricter
-//! figure, beside it.
+//! keys that are not at their limit, one hot key beside many cold ones (the
+//! key in the header `k`). The runs and the figures are described once, in
+//! docs/benchmark-streams.md ("key_limits").
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,36 +1,7 @@
 //! pinned_horizon: a paced stream drained while long transactions pin the
-//! MVCC horizon, so that no dead tuple of the queue can be vacuumed.
-//!
-//! Per run (one per `--pinned-claim-reads` path, so the worker's own reads
-//! and `pgmq.read` are compared in one sitting): a fresh queue and a worker
-//! on a client of its own with `--pinned-handlers` handlers, each sleeping
-//! `--pinned-sleep-ms` and returning `Delete`, other settings at their
-//! defaults but the claim reads.
-//!
-//! 1. **Calibration.** A producer keeps 4,000 messages queued (sent minus
-//!    completed) for `--pinned-calibrate-s`; the completions over its last
-//!    three quarters are the clean unpaced rate. Unless `--pinned-rate` is
-//!    set, the producer's rate from then on is `--pinned-share` of it.
-//!    The backlog left is drained before the phases start.
-//! 2. **Phases**, `--pinned-phase-s` each, the producer sending at that
-//!    rate throughout: *clean*; *pinned*, while one session sits idle in a
-//!    transaction that holds an xid (from the phase's start) and
-//!    `--pinned-readers` sessions repeat `REPEATABLE READ` transactions that
-//!    count the queue table's rows and stay open a second after; and
-//!    *recovered*, after the holder commits and the readers stop.
-//!
-//! Each phase records the produced and completed rates, the backlog (sent
-//! minus completed, one-second samples) and its least-squares slope, the
-//! claim latency (`enqueued_at` to handler start), and the database's
-//! counters over the phase as steady_stream reads them (the cluster's CPU,
-//! the queue table's index tuples and buffers per message, the peak of
-//! `n_dead_tup`). The run records how long after the pin cleared the
-//! backlog was back to the clean phase's (at most twice its largest sample).
-//!
-//! Two targets, on the runs of the worker's own reads (`bounded`): while
-//! pinned the worker completes at least 95% of what was produced in the
-//! phase (it keeps up: the backlog's slope stays near zero), and after the
-//! pin clears its backlog is back within 30 s.
+//! MVCC horizon, so that no dead tuple of the queue can be vacuumed. The
+//! calibration, the clean, pinned and recovered phases, what each records
+//! and the two targets are described once, in docs/benchmark-streams.md ("pinned_horizon").
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,23 +1,7 @@
-//! priorities: what a [`Priority`] policy costs. Three queues of
-//! `--priorities-messages` (5,000) each, drained in this process by one
-//! [`WorkerGroup`] of three workers, in two modes that alternate within a
-//! round, once per handler time of `--priorities-work-ms` (1 and 0 ms of
-//! simulated I/O per call):
-//!
-//! - `weighted`: the group under `Priority::weighted()` with a capacity of
-//!   `--priorities-concurrency` (8) handlers, weights 4, 2 and 1, each
-//!   worker with that many handlers (the gate decides who runs);
-//! - `plain`: the same three workers with no policy, the capacity split
-//!   evenly between them (3, 3 and 2 handlers for 8): what the same handlers
-//!   do without the gate.
-//!
-//! The figure of each run is its steady rate: the messages handled from a
-//! tenth to a half of all of them (every queue still has a backlog then,
-//! whatever the weights), over the seconds between the two. The ratio of
-//! a round is the weighted run's rate over the plain run's at the same
-//! handler time. The run also records the rate of draining everything and
-//! the messages a read returned on average (the claimed count over the
-//! reads of the three workers).
+//! priorities: what a [`Priority`] policy costs: a [`WorkerGroup`] of three
+//! workers under `Priority::weighted()` against the same workers with no
+//! policy. The runs and the steady rate they are judged on are described
+//! once, in docs/benchmark-streams.md ("priorities").
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,35 +1,9 @@
 //! steady_stream: a producer and the worker together at a steady depth,
 //! once per handler count, so that the worker's rate can be followed as
-//! its concurrency grows on a queue that never drains.
-//!
-//! Per run: a fresh queue; one producer task that keeps the depth (messages
-//! sent minus messages whose handler finished) at `--steady-depth`, topping
-//! it up with one `send_batch` whenever it is at least a batch below it and,
-//! with a rate from `--steady-rates` other than 0, never faster than that
-//! many messages a second; and a worker on a client of its own (a pool of
-//! `--steady-pool`), with the run's handler count, `--steady-poll-ms` and
-//! every other setting at its default, whose handler sleeps the run's
-//! `--steady-sleep-ms` and returns `Archive` or `Delete` as the run's
-//! `--steady-ack` says. Bodies are `--steady-body-bytes` long.
-//!
-//! The first `--steady-warmup-s` are excluded; over the following
-//! `--steady-duration-s` the section records the messages completed a
-//! second, the claim latency (the message's `enqueued_at` to the start of
-//! its handler call, as the sustained section's queue wait), the depth, and
-//! the database's counters over the window: the server's CPU per message
-//! (every process of a local PostgreSQL cluster, `/proc`), the queue
-//! table's dead tuples (peak of one-second samples), and its index tuples
-//! fetched and buffers touched per message.
-//!
-//! The worker keeps up with its producer when the producer was paced, the
-//! worker completed at least 95% of the paced rate and the mean depth
-//! stayed below half the target: only then is the
-//! claim latency a property of the worker rather than of the depth (at a
-//! full target depth a message waits depth ÷ rate by Little's law).
-//! The two targets on these runs are judged on figures of each round: the
-//! step rule (per sleep, ack and rate, each handler count completes at least
-//! 0.95× the best rate of the smaller counts before it) and claim latency
-//! p99 at most 100 ms on the runs that kept up.
+//! its concurrency grows on a queue that never drains (the handler returns
+//! `Outcome::Archive` or `Outcome::Delete` as `--steady-ack` says). What a
+//! run records, when it keeps up and the two targets are described once, in
+//! docs/benchmark-streams.md ("steady_stream").
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

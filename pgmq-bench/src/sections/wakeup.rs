@@ -1,16 +1,7 @@
 //! wakeup_latency: how long one message sent to an idle worker takes to reach
-//! its handler, polling only and with LISTEN/NOTIFY (polling as fallback),
-//! both at `--wakeup-poll-ms` (500 ms by default), `--wakeup-samples` each
-//! (at least 20).
-//!
-//! One sample: wait a pseudo-random delay (so that sends fall at every phase
-//! of the poll timer; with NOTIFY, always longer than the queue's notify
-//! throttle, so that every sample gets a notification of its own), take the time, send one message with the SDK, and take
-//! the time again when the handler starts on it (the first thing the handler
-//! does). The sample is the difference, on the monotonic clock: it includes
-//! the send's round trip and commit, the notification or the poll, the read,
-//! and the hand-over to the handler. An unmeasured message first lets the
-//! worker finish starting (its LISTEN, its first read).
+//! its handler, polling only and with LISTEN/NOTIFY. What one sample
+//! includes and how the sends are spread over the poll timer are described
+//! once, in docs/benchmark-streams.md ("wakeup_latency").
 
 use std::time::{Duration, Instant};
 
