@@ -503,19 +503,12 @@ async fn phase(
 
 /// Least-squares slope of one-second samples (0 for fewer than two).
 fn slope(samples: &[u64]) -> f64 {
-    let n = samples.len() as f64;
-    if samples.len() < 2 {
-        return 0.0;
-    }
-    let mean_x = (n - 1.0) / 2.0;
-    let mean_y = samples.iter().map(|v| *v as f64).sum::<f64>() / n;
-    let (mut num, mut den) = (0.0, 0.0);
-    for (i, y) in samples.iter().enumerate() {
-        let dx = i as f64 - mean_x;
-        num += dx * (*y as f64 - mean_y);
-        den += dx * dx;
-    }
-    num / den
+    let points: Vec<(f64, f64)> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as f64, *v as f64))
+        .collect();
+    crate::stats::least_squares_slope(&points).unwrap_or(0.0)
 }
 
 /// What pins the horizon: one session idle in a transaction holding an

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::document::{
     HandlerKind, IntervalPercentiles, LedgerReport, Percentiles, Rate, Runs, SectionRuns, WorkerCounters,
 };
-use crate::error::{Error, Result};
-use crate::kit::stream::clocked_tally;
+use crate::error::Result;
+use crate::kit::stream::{clocked_tally, joined};
 use crate::kit::tally::Tally;
 use crate::kit::worker::counters;
 use crate::kit::Ctx;
@@ -495,10 +495,7 @@ async fn sample(
 /// Waits for every producer; the first error (or panic) fails the run.
 async fn join_producers(producers: Vec<tokio::task::JoinHandle<Result<()>>>) -> Result<()> {
     for p in producers {
-        match p.await {
-            Ok(r) => r?,
-            Err(e) => return Err(Error::Panicked(format!("producer: {e}"))),
-        }
+        joined(p.await)?;
     }
     Ok(())
 }
