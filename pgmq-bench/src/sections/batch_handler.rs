@@ -69,30 +69,12 @@ pub struct BatchHandlerOptions {
     pub batch_handler_window_ms: u64,
 }
 
-/// The batch_handler settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct BatchHandlerConfig {
-    /// Messages per run.
-    pub messages: u64,
-    /// Handlers per run.
-    pub workers: u32,
-    /// The batch's most messages.
-    pub max: u32,
-    /// The batch's window.
-    pub window: Duration,
-}
-
 impl Options for BatchHandlerOptions {
-    type Config = BatchHandlerConfig;
-
-    fn config(&self) -> Result<BatchHandlerConfig> {
-        Ok(BatchHandlerConfig {
-            messages: at_least(self.batch_handler_messages, 1, "--batch-handler-messages")?,
-            workers: within(self.batch_handler_workers, 1..=256, "--batch-handler-workers")?,
-            max: within(self.batch_handler_max, 1..=10_000, "--batch-handler-max")?,
-            window: Duration::from_millis(self.batch_handler_window_ms),
-        })
+    fn check(&self) -> Result<()> {
+        at_least(self.batch_handler_messages, 1, "--batch-handler-messages")?;
+        within(self.batch_handler_workers, 1..=256, "--batch-handler-workers")?;
+        within(self.batch_handler_max, 1..=10_000, "--batch-handler-max")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -174,7 +156,7 @@ impl Section for BatchHandlerSection {
 
     fn planned(&self, cfg: &Config) -> Plan {
         // per_message, per_message_tx and batch_tx, each on a fresh queue.
-        let n = cfg.options.batch_handler.messages;
+        let n = cfg.options.batch_handler.batch_handler_messages;
         let rates = [4_000.0, 2_500.0, 25_000.0];
         Plan::work(rates.iter().map(|r| plan::drain(n, *r)).sum())
     }
@@ -322,7 +304,7 @@ impl TransactionalBatchHandler<InBody> for TxBatchSink {
 /// One run of `mode` on a fresh queue.
 async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<BatchHandlerRun> {
     let opts = &ctx.cfg.options.batch_handler;
-    let n = opts.messages;
+    let n = opts.batch_handler_messages;
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded("batch_handler", n).await?;
     ctx.admin
         .batch_execute(&format!("TRUNCATE {SINK_TABLE}"))
@@ -332,17 +314,17 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
     let client = ctx
         .target
         .builder()
-        .max_size(opts.workers + 6)
+        .max_size(opts.batch_handler_workers + 6)
         .application_name(APP)
         .connect()
         .await?;
     let sink = match mode {
-        "per_message" => Some(Sink::connect(&ctx.target, opts.workers).await?),
+        "per_message" => Some(Sink::connect(&ctx.target, opts.batch_handler_workers).await?),
         _ => None,
     };
     // Work per message would be awaited once per message of a batch: none.
     let tally = Tally::new(n, Duration::ZERO);
-    let mut spec = ctx.worker_spec(&q, opts.workers);
+    let mut spec = ctx.worker_spec(&q, opts.batch_handler_workers);
     spec.handler = handler_kind(if mode == "per_message_tx" {
         HandlerKind::DbWriteTx
     } else {
@@ -353,11 +335,11 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
             worker_on(client.clone(), &spec, &tally, sink.clone(), Outcome::Delete)?
         }
         _ => {
-            let b = (3 * ctx.cfg.batch_size as usize).max(2 * opts.max as usize);
+            let b = (3 * ctx.cfg.batch_size as usize).max(2 * opts.batch_handler_max as usize);
             spec.settings.claim_capacity = Some(b);
             builder(client.clone(), &spec)?.transactional_batch_handler(
-                opts.max as usize,
-                opts.window,
+                opts.batch_handler_max as usize,
+                Duration::from_millis(opts.batch_handler_window_ms),
                 TxBatchSink(Arc::clone(&tally)),
             )
         }
@@ -383,8 +365,8 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
         round,
         warmup,
         mode: mode.to_owned(),
-        workers: opts.workers,
-        batch_max: if mode == "batch_tx" { opts.max } else { 1 },
+        workers: opts.batch_handler_workers,
+        batch_max: if mode == "batch_tx" { opts.batch_handler_max } else { 1 },
         rate: Rate::new(tally.distinct(), d.elapsed_s),
         ack_drain_s: d.ack_drain_s,
         remaining_after,

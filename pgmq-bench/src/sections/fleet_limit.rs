@@ -69,34 +69,21 @@ pub struct FleetLimitOptions {
     pub fleet_limit_work_ms: u64,
 }
 
-/// The fleet_limit settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct FleetLimitConfig {
-    /// Worker processes.
-    pub processes: u32,
-    /// The limit's places.
-    pub places: u32,
-    /// Messages per run.
-    pub messages: u64,
+impl FleetLimitOptions {
     /// One handler call's work.
-    pub work: Duration,
+    pub fn work(&self) -> Duration {
+        Duration::from_millis(self.fleet_limit_work_ms)
+    }
 }
 
 impl Options for FleetLimitOptions {
-    type Config = FleetLimitConfig;
-
-    fn config(&self) -> Result<FleetLimitConfig> {
+    fn check(&self) -> Result<()> {
         let processes = within(self.fleet_limit_processes, 1..=64, "--fleet-limit-processes")?;
         // At least a place per process.
-        let places = within(self.fleet_limit_places, processes..=1024, "--fleet-limit-places")?;
-        let work_ms = at_least(self.fleet_limit_work_ms, 1, "--fleet-limit-work-ms")?;
-        Ok(FleetLimitConfig {
-            processes,
-            places,
-            messages: at_least(self.fleet_limit_messages, 1, "--fleet-limit-messages")?,
-            work: Duration::from_millis(work_ms),
-        })
+        within(self.fleet_limit_places, processes..=1024, "--fleet-limit-places")?;
+        at_least(self.fleet_limit_work_ms, 1, "--fleet-limit-work-ms")?;
+        at_least(self.fleet_limit_messages, 1, "--fleet-limit-messages")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -145,18 +132,19 @@ pub struct FleetLimitRun {
 /// One run of `mode` on a fresh queue.
 async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<FleetLimitRun> {
     let o = &ctx.cfg.options.fleet_limit;
+    let (processes, messages, work) = (o.fleet_limit_processes, o.fleet_limit_messages, o.work());
     let (workers, places) = match mode {
-        "limited" => (o.places, Some(o.places)),
+        "limited" => (o.fleet_limit_places, Some(o.fleet_limit_places)),
         "above" => {
-            let handlers = o.places / o.processes;
+            let handlers = o.fleet_limit_places / processes;
             let claim_capacity = 3 * ctx.cfg.batch_size;
-            (handlers, Some(o.processes * (handlers + claim_capacity)))
+            (handlers, Some(processes * (handlers + claim_capacity)))
         }
-        _ => (o.places / o.processes, None),
+        _ => (o.fleet_limit_places / processes, None),
     };
     let limited = places.is_some();
-    let (q, _, _) = ctx.fresh_loaded(NAME, o.messages).await?;
-    let specs = (0..o.processes).map(|_| limited_spec(ctx.child_spec(&q), workers, o.work, places));
+    let (q, _, _) = ctx.fresh_loaded(NAME, messages).await?;
+    let specs = (0..processes).map(|_| limited_spec(ctx.child_spec(&q), workers, work, places));
     let tag = format!("{round}-{mode}");
     let mut fleet = Fleet::start(ctx, "fleet-limit", &tag, specs).await?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -179,19 +167,20 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Fle
             .map_err(|e| Error::Config(format!("the sampler failed: {e}")))??;
     }
     let remaining_after = ctx.finish_queue(&q).await?;
-    let ledger = ledger.report(o.messages);
-    let work_s = o.work.as_secs_f64();
+    let ledger = ledger.report(messages);
+    let work_s = work.as_secs_f64();
     Ok(FleetLimitRun {
         round,
         warmup,
         mode: mode.to_owned(),
-        processes: o.processes,
-        places: o.places,
+        processes,
+        places: o.fleet_limit_places,
         limit: places,
         workers_per_process: workers,
-        work_ms: o.work.as_millis() as u64,
+        work_ms: o.fleet_limit_work_ms,
         rate: Rate::new(ledger.distinct, elapsed),
-        used: ledger.distinct as f64 * work_s / (f64::from(o.places) * elapsed.max(1e-9)),
+        used: ledger.distinct as f64 * work_s
+            / (f64::from(o.fleet_limit_places) * elapsed.max(1e-9)),
         most_running_seen: limited.then(|| most.load(Ordering::Relaxed)),
         ledger,
         remaining_after,
@@ -234,10 +223,11 @@ impl Section for FleetLimit {
         // Each mode: the handlers' simulated I/O over the places, at about
         // half of them used.
         let o = &cfg.options.fleet_limit;
-        let io = o.messages as f64 * o.work.as_secs_f64() / f64::from(o.places.max(1));
+        let messages = o.fleet_limit_messages;
+        let io = messages as f64 * o.work().as_secs_f64() / f64::from(o.fleet_limit_places.max(1));
         let runs = MODES.len() as f64;
         Plan::fixed(runs * io / 0.5)
-            + Plan::work(runs * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY)))
+            + Plan::work(runs * (plan::PROCESS_START + plan::drain(messages, f64::INFINITY)))
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {

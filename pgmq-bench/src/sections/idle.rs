@@ -75,27 +75,20 @@ pub struct IdleOptions {
     pub idle_poll_ms: u64,
 }
 
-/// The idle_worker settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct IdleConfig {
-    /// The measured window.
-    pub window: Duration,
+impl IdleOptions {
     /// The worker's poll interval.
-    pub poll: Duration,
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.idle_poll_ms)
+    }
 }
 
 impl Options for IdleOptions {
-    type Config = IdleConfig;
-
-    fn config(&self) -> Result<IdleConfig> {
+    fn check(&self) -> Result<()> {
         if self.idle.is_zero() {
             return Err(Error::Config("--idle must be longer than zero".into()));
         }
-        Ok(IdleConfig {
-            window: self.idle,
-            poll: Duration::from_millis(at_least(self.idle_poll_ms, 1, "--idle-poll-ms")?),
-        })
+        at_least(self.idle_poll_ms, 1, "--idle-poll-ms")?;
+        Ok(())
     }
 }
 
@@ -103,7 +96,7 @@ impl Options for IdleOptions {
 pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let q = ctx.guard.fresh("idle").await?;
     let tally = Tally::new(u64::MAX, ctx.cfg.handler_work);
-    let poll = ctx.cfg.options.idle.poll;
+    let poll = ctx.cfg.options.idle.poll();
     let mut spec = ctx.worker_spec(&q, 1);
     spec.settings.poll_interval_ms = Some(ms(poll));
     spec.settings.wake_up = Some(WakeUpSpec::Poll);
@@ -114,7 +107,7 @@ pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let s0 = handle.stats();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    tokio::time::sleep(ctx.cfg.options.idle.window).await;
+    tokio::time::sleep(ctx.cfg.options.idle.idle).await;
     let s1 = handle.stats();
     let cpu1 = cpu_time();
     let elapsed = t0.elapsed().as_secs_f64();
@@ -151,7 +144,7 @@ impl Section for IdleWorker {
 
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.idle;
-        Plan::fixed((o.window + o.poll * 2).as_secs_f64()) + Plan::work(plan::SETUP)
+        Plan::fixed((o.idle + o.poll() * 2).as_secs_f64()) + Plan::work(plan::SETUP)
     }
 
     /// idle_worker: CPU, empty reads and wake-ups.

@@ -87,37 +87,24 @@ pub struct KeyLimitsOptions {
     pub key_limits_work_ms: u64,
 }
 
-/// The key_limits settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct KeyLimitsConfig {
-    /// Messages per run.
-    pub messages: u64,
-    /// Cold keys.
-    pub cold_keys: u64,
-    /// Places per key.
-    pub places: u32,
-    /// One handler call's work.
-    pub work: Duration,
-}
-
-impl KeyLimitsConfig {
+impl KeyLimitsOptions {
     /// The cold keys' messages of a run.
     fn cold(&self) -> u64 {
-        self.messages - self.messages / HOT_EVERY
+        self.key_limits_messages - self.key_limits_messages / HOT_EVERY
+    }
+
+    /// One handler call's work.
+    fn work(&self) -> Duration {
+        Duration::from_millis(self.key_limits_work_ms)
     }
 }
 
 impl Options for KeyLimitsOptions {
-    type Config = KeyLimitsConfig;
-
-    fn config(&self) -> Result<KeyLimitsConfig> {
-        Ok(KeyLimitsConfig {
-            messages: at_least(self.key_limits_messages, HOT_EVERY, "--key-limits-messages")?,
-            cold_keys: within(self.key_limits_cold_keys, 1..=1_000_000, "--key-limits-cold-keys")?,
-            places: within(self.key_limits_places, 1..=1024, "--key-limits-places")?,
-            work: Duration::from_millis(self.key_limits_work_ms),
-        })
+    fn check(&self) -> Result<()> {
+        at_least(self.key_limits_messages, HOT_EVERY, "--key-limits-messages")?;
+        within(self.key_limits_cold_keys, 1..=1_000_000, "--key-limits-cold-keys")?;
+        within(self.key_limits_places, 1..=1024, "--key-limits-places")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -159,11 +146,11 @@ pub struct KeyLimitsRun {
 }
 
 /// Loads a run's messages into `q` (see [`LOAD_SQL`]).
-async fn load(ctx: &Ctx, q: &QueueName, c: &KeyLimitsConfig) -> Result<()> {
+async fn load(ctx: &Ctx, q: &QueueName, c: &KeyLimitsOptions) -> Result<()> {
     let cold = c.cold() as i64;
     let mut first = 1u64;
-    while first <= c.messages {
-        let last = (first + LOAD_CHUNK - 1).min(c.messages);
+    while first <= c.key_limits_messages {
+        let last = (first + LOAD_CHUNK - 1).min(c.key_limits_messages);
         ctx.admin
             .query_one(
                 LOAD_SQL,
@@ -172,7 +159,7 @@ async fn load(ctx: &Ctx, q: &QueueName, c: &KeyLimitsConfig) -> Result<()> {
                     &(first as i64),
                     &(last as i64),
                     &cold,
-                    &(c.cold_keys as i64),
+                    &(c.key_limits_cold_keys as i64),
                     &ctx.pad,
                 ],
             )
@@ -195,14 +182,14 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Key
     }
     ctx.vacuum(&q).await?;
     let mut spec = ctx.worker_spec(&q, workers);
-    let places = (mode == "limited").then_some(o.places);
+    let places = (mode == "limited").then_some(o.key_limits_places);
     spec.settings.key_limit = places.map(|max_running| KeyLimitSpec {
         header: KEY_HEADER.to_owned(),
         max_running,
     });
-    let tally = Tally::new(o.cold(), o.work);
+    let tally = Tally::new(o.cold(), o.work());
     let hot = Arc::new(AtomicU64::new(0));
-    let (t, h, work) = (Arc::clone(&tally), Arc::clone(&hot), o.work);
+    let (t, h, work) = (Arc::clone(&tally), Arc::clone(&hot), o.work());
     let w = builder(ctx.client.clone(), &spec)?
         .handler(move |msg: Message<InBody>| {
             let (t, h) = (Arc::clone(&t), Arc::clone(&h));
@@ -228,11 +215,11 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Key
         round,
         warmup,
         mode: mode.to_owned(),
-        messages: o.messages,
-        cold_keys: o.cold_keys,
+        messages: o.key_limits_messages,
+        cold_keys: o.key_limits_cold_keys,
         places,
         workers,
-        work_ms: o.work.as_millis() as u64,
+        work_ms: o.key_limits_work_ms,
         cold: Rate::new(tally.distinct(), d.elapsed_s),
         hot_handled: hot.load(Ordering::Relaxed),
         ledger: tally.ledger.report(o.cold()),
@@ -254,7 +241,7 @@ impl Section for KeyLimits {
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.key_limits;
         let runs = MODES.len() as f64;
-        Plan::work(runs * (plan::SETUP + 2.0 * plan::drain(o.messages, plan::DRAIN)))
+        Plan::work(runs * (plan::SETUP + 2.0 * plan::drain(o.key_limits_messages, plan::DRAIN)))
     }
 
     /// Every cold message handled once (the hot key's backlog is left).

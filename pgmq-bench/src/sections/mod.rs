@@ -8,11 +8,11 @@
 //! adding a section is one file and one line in the `registry!` list below
 //! (then `pgmq-bench schema` regenerates the committed schema). A section with
 //! options of its own declares them in its file as a type implementing
-//! [`Options`] (its flags, the checked settings derived from them, and what
-//! the document's workload records of them) and names it in its registry
-//! line (`idle => [IdleWorker] with IdleOptions`): the registry flattens it
-//! into the command line and the workload ([`SectionArgs`]) and the run's
-//! settings ([`SectionConfigs`], `ctx.cfg.options.<module>`).
+//! [`Options`] (its flags, their checks, and what the document's workload
+//! records of them) and names it in its registry line (`idle =>
+//! [IdleWorker] with IdleOptions`): the registry flattens it into the
+//! command line, the workload and the run's settings ([`SectionArgs`],
+//! `ctx.cfg.options.<module>`).
 //!
 //! What the sections measure with (the run context, message bodies,
 //! preloading, tallies, drains, snapshots, worker processes) is in
@@ -61,37 +61,21 @@ macro_rules! registry {
             )?)+
         }
 
-        /// The sections' checked settings, one per section file that
-        /// declares options, and the options they were checked from.
-        #[derive(Debug, Clone)]
-        #[non_exhaustive]
-        pub struct SectionConfigs {
-            args: SectionArgs,
-            $($(
-                #[allow(missing_docs)]
-                pub $module: <$module::$opts as Options>::Config,
-            )?)+
-        }
-
         impl SectionArgs {
             /// Applies the run's profile to every section's options.
             pub(crate) fn apply_profile(&mut self, p: &Apply<'_>) {
                 $($(<$module::$opts as Options>::apply_profile(&mut self.$module, p);)?)+
             }
-        }
 
-        impl SectionConfigs {
             /// Checks every section's options.
-            pub(crate) fn from_args(a: &SectionArgs) -> Result<SectionConfigs> {
-                Ok(SectionConfigs {
-                    args: a.clone(),
-                    $($($module: <$module::$opts as Options>::config(&a.$module)?,)?)+
-                })
+            pub(crate) fn check(&self) -> Result<()> {
+                $($(<$module::$opts as Options>::check(&self.$module)?;)?)+
+                Ok(())
             }
 
             /// What the workload records of them, field by field.
             pub(crate) fn workload(&self) -> BTreeMap<String, serde_json::Value> {
-                match serde_json::to_value(&self.args) {
+                match serde_json::to_value(self) {
                     Ok(serde_json::Value::Object(fields)) => fields.into_iter().collect(),
                     _ => BTreeMap::new(),
                 }

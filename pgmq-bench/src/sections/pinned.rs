@@ -92,32 +92,27 @@ pub struct PinnedOptions {
     pub pinned_claim_reads: Vec<ClaimReadsArg>,
 }
 
-/// The pinned_horizon settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct PinnedConfig {
-    /// Handlers.
-    pub handlers: u32,
-    /// Handler sleep.
-    pub sleep: Duration,
-    /// Fixed producer rate (None: the share of the calibrated rate).
-    pub rate: Option<u64>,
-    /// Share of the calibrated rate.
-    pub share: f64,
-    /// Calibration.
-    pub calibrate: Duration,
+impl PinnedOptions {
+    /// The claim reads compared, without repeats in a row.
+    fn claim_reads(&self) -> Vec<ClaimReadsArg> {
+        let mut claim_reads = self.pinned_claim_reads.clone();
+        claim_reads.dedup();
+        claim_reads
+    }
+
+    /// The calibration.
+    fn calibrate(&self) -> Duration {
+        Duration::from_secs_f64(self.pinned_calibrate_s)
+    }
+
     /// Each phase.
-    pub phase: Duration,
-    /// Repeating readers while pinned.
-    pub readers: u32,
-    /// Claim reads compared.
-    pub claim_reads: Vec<ClaimReadsArg>,
+    fn phase(&self) -> Duration {
+        Duration::from_secs_f64(self.pinned_phase_s)
+    }
 }
 
 impl Options for PinnedOptions {
-    type Config = PinnedConfig;
-
-    fn config(&self) -> Result<PinnedConfig> {
+    fn check(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Config(m.into()));
         if !(self.pinned_share > 0.0 && self.pinned_share <= 1.0) {
             return bad("--pinned-share must be above 0 and at most 1");
@@ -125,18 +120,11 @@ impl Options for PinnedOptions {
         if self.pinned_claim_reads.is_empty() {
             return bad("--pinned-claim-reads needs at least one value");
         }
-        let mut claim_reads = self.pinned_claim_reads.clone();
-        claim_reads.dedup();
-        Ok(PinnedConfig {
-            handlers: within(self.pinned_handlers, 1..=4096, "--pinned-handlers")?,
-            sleep: Duration::from_millis(self.pinned_sleep_ms),
-            rate: (self.pinned_rate > 0).then_some(self.pinned_rate),
-            share: self.pinned_share,
-            calibrate: seconds(self.pinned_calibrate_s, "--pinned-calibrate-s", 0.5)?,
-            phase: seconds(self.pinned_phase_s, "--pinned-phase-s", 1.0)?,
-            readers: within(self.pinned_readers, 0..=64, "--pinned-readers")?,
-            claim_reads,
-        })
+        within(self.pinned_handlers, 1..=4096, "--pinned-handlers")?;
+        seconds(self.pinned_calibrate_s, "--pinned-calibrate-s", 0.5)?;
+        seconds(self.pinned_phase_s, "--pinned-phase-s", 1.0)?;
+        within(self.pinned_readers, 0..=64, "--pinned-readers")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -236,8 +224,8 @@ impl Section for PinnedHorizon {
 
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.pinned;
-        let runs = o.claim_reads.len() as f64;
-        Plan::fixed(runs * (o.calibrate + o.phase * 3).as_secs_f64()) + Plan::work(runs)
+        let runs = o.claim_reads().len() as f64;
+        Plan::fixed(runs * (o.calibrate() + o.phase() * 3).as_secs_f64()) + Plan::work(runs)
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
@@ -353,7 +341,7 @@ impl Rounds for PinnedHorizon {
     /// One round: a run per claim-reads path.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         let c = ctx.cfg.options.pinned.clone();
-        for &reads in &c.claim_reads {
+        for reads in c.claim_reads() {
             let r = run(ctx, &c, reads, at).await?;
             let say = |i: usize| {
                 r.phases.get(i).map_or("–".to_owned(), |p| {
@@ -405,16 +393,16 @@ fn at_rate(rate: f64) -> Pace {
 /// One run of the claim reads `reads` (see the module docs).
 async fn run(
     ctx: &Arc<Ctx>,
-    c: &PinnedConfig,
+    c: &PinnedOptions,
     reads: ClaimReadsArg,
     at: Round<'_>,
 ) -> Result<PinnedRun> {
     let spec = StreamSpec {
         prefix: "pinned",
         pool: None,
-        sleep: c.sleep,
+        sleep: Duration::from_millis(c.pinned_sleep_ms),
         settings: WorkerSettings {
-            concurrency: Some(c.handlers as usize),
+            concurrency: Some(c.pinned_handlers as usize),
             claim_reads: Some(claim_reads(reads)),
             ..WorkerSettings::default()
         },
@@ -426,15 +414,16 @@ async fn run(
 
     // Calibration: unpaced, its first quarter left out.
     let producer = run.produce(ctx, &pad, at_depth(CALIBRATION_DEPTH));
-    tokio::time::sleep(c.calibrate / 4).await;
+    tokio::time::sleep(c.calibrate() / 4).await;
     let (d0, t0) = (stream.tally.distinct(), Instant::now());
-    tokio::time::sleep(c.calibrate - c.calibrate / 4).await;
+    tokio::time::sleep(c.calibrate() - c.calibrate() / 4).await;
     let clean_unpaced = Rate::new(stream.tally.distinct() - d0, t0.elapsed().as_secs_f64());
     producer.stop().await?;
-    let rate = c
-        .rate
-        .map_or(clean_unpaced.rate_per_s * c.share, |r| r as f64)
-        .max(1.0);
+    let rate = match c.pinned_rate {
+        0 => clean_unpaced.rate_per_s * c.pinned_share,
+        r => r as f64,
+    }
+    .max(1.0);
     let drained = Instant::now();
     while stream.backlog() > 0 && drained.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -443,7 +432,7 @@ async fn run(
     // The phases, the producer paced throughout.
     let producer = run.produce(ctx, &pad, at_rate(rate));
     let mut phases = vec![phase(ctx, c, (&run, &producer), "clean").await];
-    let pin = Pin::start(ctx, &run.q, c.readers).await?;
+    let pin = Pin::start(ctx, &run.q, c.pinned_readers).await?;
     phases.push(phase(ctx, c, (&run, &producer), "pinned").await);
     pin.release().await?;
     let clean_max = phases[0].backlog.iter().copied().max().unwrap_or(0);
@@ -464,8 +453,8 @@ async fn run(
         round: at.index,
         warmup: at.warm,
         claim_reads: reads,
-        handlers: c.handlers,
-        sleep_ms: c.sleep.as_millis() as u64,
+        handlers: c.pinned_handlers,
+        sleep_ms: c.pinned_sleep_ms,
         clean_unpaced,
         rate_per_s: rate,
         phases,
@@ -475,16 +464,16 @@ async fn run(
     })
 }
 
-/// One phase: a window of `c.phase` seconds of the stream `run` fed by
+/// One phase: a window of `c.phase()` of the stream `run` fed by
 /// `producer`, and the worker's claim reads in it.
 async fn phase(
     ctx: &Ctx,
-    c: &PinnedConfig,
+    c: &PinnedOptions,
     (run, producer): (&StreamRun, &Producer),
     name: &str,
 ) -> PinnedPhase {
     let reads_before = run.handle.stats();
-    let w = run.window(ctx, c.phase, producer).await;
+    let w = run.window(ctx, c.phase(), producer).await;
     let reads_after = run.handle.stats();
     PinnedPhase {
         phase: name.to_owned(),

@@ -21,15 +21,14 @@ use crate::sections::plan;
 /// [`Args`](clap::Args) group, flattened into the benchmark's), which the
 /// document's workload also records as they were given (serialized and
 /// flattened into it, so their names must not clash with another
-/// section's), and the checked settings its run reads.
+/// section's), and, once checked, the settings its run reads
+/// (`ctx.cfg.options.<module>`, with accessors for what the run reads in
+/// another unit, such as a [`Duration`](std::time::Duration)).
 pub trait Options:
     clap::Args + Serialize + for<'de> Deserialize<'de> + schemars::JsonSchema
 {
-    /// The checked settings (`ctx.cfg.options.<module>`).
-    type Config: std::fmt::Debug + Clone;
-
     /// Checks the flags (a typed `Error::Config` naming the flag when bad).
-    fn config(&self) -> Result<Self::Config>;
+    fn check(&self) -> Result<()>;
 
     /// Replaces the flags that the profile `p.profile` (the default,
     /// `--quick`, `--standard`, `--full`, `--long`) sets for this section,

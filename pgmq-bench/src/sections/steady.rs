@@ -27,7 +27,7 @@ use crate::report::{round_cell, thousands};
 use crate::kit::body::padding;
 use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::stream::{StreamRun, StreamSpec};
-use crate::kit::worker::{counters, ms};
+use crate::kit::worker::counters;
 use crate::kit::Ctx;
 use crate::sections::{at_least, seconds, Options, Round, Rounds, Section};
 use crate::config::Config;
@@ -123,36 +123,28 @@ pub struct SteadyOptions {
     pub steady_pool: u32,
 }
 
-/// The steady_stream settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct SteadyConfig {
-    /// Handler counts, ascending.
-    pub handlers: Vec<u32>,
-    /// Handler sleeps.
-    pub sleeps: Vec<Duration>,
-    /// Acknowledgements.
-    pub acks: Vec<SteadyAck>,
-    /// Producer rates (0: unpaced).
-    pub rates: Vec<u64>,
-    /// Depth kept.
-    pub depth: u64,
-    /// Measured window.
-    pub duration: Duration,
-    /// Warm-up left out.
-    pub warmup: Duration,
-    /// Poll interval.
-    pub poll: Duration,
-    /// Body bytes.
-    pub body_bytes: u32,
-    /// Pool size.
-    pub pool: u32,
+impl SteadyOptions {
+    /// The handler counts, ascending, without repeats.
+    fn handlers(&self) -> Vec<u32> {
+        let mut handlers = self.steady_handlers.clone();
+        handlers.sort_unstable();
+        handlers.dedup();
+        handlers
+    }
+
+    /// The measured window.
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.steady_duration_s)
+    }
+
+    /// The warm-up left out.
+    fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.steady_warmup_s)
+    }
 }
 
 impl Options for SteadyOptions {
-    type Config = SteadyConfig;
-
-    fn config(&self) -> Result<SteadyConfig> {
+    fn check(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Config(m.into()));
         if self.steady_handlers.is_empty()
             || self.steady_handlers.iter().any(|n| !(1..=4096).contains(n))
@@ -165,26 +157,12 @@ impl Options for SteadyOptions {
         if self.steady_rates.is_empty() {
             return bad("--steady-rates needs at least one value (0: unpaced)");
         }
-        let duration = seconds(self.steady_duration_s, "--steady-duration-s", 0.5)?;
-        let mut handlers = self.steady_handlers.clone();
-        handlers.sort_unstable();
-        handlers.dedup();
-        Ok(SteadyConfig {
-            handlers,
-            sleeps: self
-                .steady_sleep_ms
-                .iter()
-                .map(|ms| Duration::from_millis(*ms))
-                .collect(),
-            acks: self.steady_ack.clone(),
-            rates: self.steady_rates.clone(),
-            depth: at_least(self.steady_depth, 1, "--steady-depth")?,
-            duration,
-            warmup: seconds(self.steady_warmup_s, "--steady-warmup-s", 0.0)?,
-            poll: Duration::from_millis(at_least(self.steady_poll_ms, 1, "--steady-poll-ms")?),
-            body_bytes: self.steady_body_bytes,
-            pool: at_least(self.steady_pool, 4, "--steady-pool")?,
-        })
+        seconds(self.steady_duration_s, "--steady-duration-s", 0.5)?;
+        seconds(self.steady_warmup_s, "--steady-warmup-s", 0.0)?;
+        at_least(self.steady_depth, 1, "--steady-depth")?;
+        at_least(self.steady_poll_ms, 1, "--steady-poll-ms")?;
+        at_least(self.steady_pool, 4, "--steady-pool")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -262,8 +240,9 @@ impl Section for SteadyStream {
 
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.steady;
-        let runs = (o.handlers.len() * o.sleeps.len() * o.acks.len() * o.rates.len()) as f64;
-        Plan::fixed(runs * (o.warmup + o.duration).as_secs_f64()) + Plan::work(runs * 0.5)
+        let series = o.steady_sleep_ms.len() * o.steady_ack.len() * o.steady_rates.len();
+        let runs = (o.handlers().len() * series) as f64;
+        Plan::fixed(runs * (o.warmup() + o.duration()).as_secs_f64()) + Plan::work(runs * 0.5)
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
@@ -371,10 +350,11 @@ impl Rounds for SteadyStream {
     /// One round: every series, each handler count in ascending order.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         let c = ctx.cfg.options.steady.clone();
-        for &ack in &c.acks {
-            for &sleep in &c.sleeps {
-                for &rate in &c.rates {
-                    for &n in &c.handlers {
+        for &ack in &c.steady_ack {
+            for &sleep_ms in &c.steady_sleep_ms {
+                let sleep = Duration::from_millis(sleep_ms);
+                for &rate in &c.steady_rates {
+                    for n in c.handlers() {
                         let r = run(ctx, &c, Series { ack, sleep, rate }, n, at).await?;
                         ctx.progress.say(format!(
                             "{} {NAME} {} h{n}: {:.0} completed/s, claim p99 {:.1} ms, {} µs server CPU/msg",
@@ -406,33 +386,33 @@ struct Series {
 /// One run of `n` handlers: the warm-up left out, then one window.
 async fn run(
     ctx: &Arc<Ctx>,
-    c: &SteadyConfig,
+    c: &SteadyOptions,
     series: Series,
     n: u32,
     at: Round<'_>,
 ) -> Result<SteadyRun> {
     let spec = StreamSpec {
         prefix: "steady",
-        pool: Some(c.pool),
+        pool: Some(c.steady_pool),
         sleep: series.sleep,
         settings: WorkerSettings {
             concurrency: Some(n as usize),
-            poll_interval_ms: Some(ms(c.poll)),
+            poll_interval_ms: Some(c.steady_poll_ms),
             ..WorkerSettings::default()
         },
         ack: series.ack.outcome(),
     };
     let stream = StreamRun::start(ctx, spec).await?;
     let pace = Pace {
-        depth: Some(c.depth),
+        depth: Some(c.steady_depth),
         rate: (series.rate > 0).then_some(series.rate as f64),
-        least: (c.depth / 20).clamp(1, 100),
+        least: (c.steady_depth / 20).clamp(1, 100),
         most: TOP_UP_MOST,
         nap: Duration::from_millis(1),
     };
-    let producer = stream.produce(ctx, &padding(c.body_bytes), pace);
-    tokio::time::sleep(c.warmup).await;
-    let w = stream.window(ctx, c.duration, &producer).await;
+    let producer = stream.produce(ctx, &padding(c.steady_body_bytes), pace);
+    tokio::time::sleep(c.warmup()).await;
+    let w = stream.window(ctx, c.duration(), &producer).await;
     let (report, peak) = stream.finish(ctx, producer).await?;
     let completed = Rate::new(w.completed, w.elapsed_s);
     let rate_limit = (series.rate > 0).then_some(series.rate as f64);
@@ -445,7 +425,7 @@ async fn run(
         ack: series.ack,
         rate_limit_per_s: rate_limit,
         kept_up: rate_limit.is_some_and(|r| completed.rate_per_s >= KEEP_UP * r)
-            && (depth_mean as u64) < c.depth / 2,
+            && (depth_mean as u64) < c.steady_depth / 2,
         completed,
         produced: Rate::new(w.produced, w.elapsed_s),
         depth_mean,

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use crate::document::{Percentiles, Runs, SectionRuns, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::kit::body::InBody;
-use crate::kit::worker::{builder, counters, ms};
+use crate::kit::worker::{builder, counters};
 use crate::kit::Ctx;
 use crate::stats::percentiles_of;
 use std::fmt::Write as _;
@@ -73,26 +73,19 @@ pub struct WakeupOptions {
     pub wakeup_poll_ms: u64,
 }
 
-/// The wakeup_latency settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct WakeupConfig {
-    /// Samples per mode.
-    pub samples: u32,
+impl WakeupOptions {
     /// The poll interval (and the NOTIFY mode's fallback).
-    pub poll: Duration,
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.wakeup_poll_ms)
+    }
 }
 
 impl Options for WakeupOptions {
-    type Config = WakeupConfig;
-
-    fn config(&self) -> Result<WakeupConfig> {
-        Ok(WakeupConfig {
-            samples: at_least(self.wakeup_samples, MIN_WAKEUP_SAMPLES, "--wakeup-samples")?,
-            poll: Duration::from_millis(at_least(self.wakeup_poll_ms, 1, "--wakeup-poll-ms")?),
-        })
+    fn check(&self) -> Result<()> {
+        at_least(self.wakeup_samples, MIN_WAKEUP_SAMPLES, "--wakeup-samples")?;
+        at_least(self.wakeup_poll_ms, 1, "--wakeup-poll-ms")?;
+        Ok(())
     }
-
 }
 
 /// Polling only, or LISTEN/NOTIFY.
@@ -151,7 +144,7 @@ const SETTLE_ID: u64 = u64::MAX >> 1;
 /// One run of one mode.
 pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<WakeupRun> {
     let q = ctx.guard.fresh(&format!("wakeup_{}", mode.name())).await?;
-    let poll = ctx.cfg.options.wakeup.poll;
+    let poll = ctx.cfg.options.wakeup.poll();
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
     let w = build_worker(ctx, &q, mode, tx)?;
     ctx.meter.begin();
@@ -202,7 +195,7 @@ fn build_worker(
     tx: mpsc::UnboundedSender<(u64, Instant)>,
 ) -> Result<Worker<InBody>> {
     let mut spec = ctx.worker_spec(q, 1);
-    spec.settings.poll_interval_ms = Some(ms(ctx.cfg.options.wakeup.poll));
+    spec.settings.poll_interval_ms = Some(ctx.cfg.options.wakeup.wakeup_poll_ms);
     spec.settings.wake_up = Some(match mode {
         Mode::Poll => WakeUpSpec::Poll,
         Mode::Notify => WakeUpSpec::Notify,
@@ -281,8 +274,8 @@ async fn take_samples(
     let mut phases = Phases(
         0x9E37_79B9_7F4A_7C15 ^ (u64::from(p.round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D),
     );
-    let mut samples = Vec::with_capacity(ctx.cfg.options.wakeup.samples as usize);
-    for id in 0..u64::from(ctx.cfg.options.wakeup.samples) {
+    let mut samples = Vec::with_capacity(ctx.cfg.options.wakeup.wakeup_samples as usize);
+    for id in 0..u64::from(ctx.cfg.options.wakeup.wakeup_samples) {
         // Then a random phase: of the poll timer when polling; NOTIFY does
         // not wait for the timer.
         let spread = match p.mode {
@@ -319,8 +312,8 @@ impl Section for WakeupLatency {
         // interval, then about half an interval's wait; NOTIFY: the
         // throttle's gap and a few milliseconds.
         let o = &cfg.options.wakeup;
-        let samples = f64::from(o.samples);
-        Plan::fixed(samples * (0.1 + o.poll.as_secs_f64()) + samples * 0.35)
+        let samples = f64::from(o.wakeup_samples);
+        Plan::fixed(samples * (0.1 + o.poll().as_secs_f64()) + samples * 0.35)
             + Plan::work(2.0 * plan::SETUP)
     }
 
