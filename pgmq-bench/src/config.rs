@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::cli::{ClaimReadsArg, HandlerKind, RunArgs};
 use crate::error::{Error, Result};
-use crate::sections::{Section, SectionConfigs, REGISTRY};
+use crate::sections::{Section, SectionArgs, REGISTRY};
 
 /// `pick!(p, args.field, default, value)`: [`Apply::set`] on `args.field`,
 /// whose option id is the field's name (clap's id of a derived option).
@@ -51,7 +51,7 @@ pub struct Config {
     /// SDK pool size.
     pub pool_size: u32,
     /// The settings the sections declare (each in its own file).
-    pub(crate) options: SectionConfigs,
+    pub(crate) options: SectionArgs,
     /// sustained producer window.
     pub duration: Duration,
     /// sustained start left out of the fit.
@@ -116,6 +116,7 @@ impl Config {
         }
         let processes = process_counts(a)?;
         check_rate_search(a)?;
+        a.options.check()?;
         Ok(Config {
             profile,
             sections,
@@ -130,7 +131,7 @@ impl Config {
             repeat: a.repeat,
             warmup: a.warmup,
             pool_size: pool_size(a),
-            options: SectionConfigs::from_args(&a.options)?,
+            options: a.options.clone(),
             duration: a.duration,
             sustained_warmup: a.sustained_warmup,
             rate: (a.rate > 0.0).then_some(a.rate),
@@ -468,7 +469,7 @@ mod tests {
         let c = Config::from_args(&args(&["--repeat", "3", "--warmup=1"])).unwrap();
         assert_eq!((c.repeat, c.warmup, c.messages), (3, 1, 20_000));
         let c = Config::from_args(&args(&["--steady-duration-s", "20"])).unwrap();
-        assert_eq!(c.options.steady.duration, Duration::from_secs(20));
+        assert_eq!(c.options.steady.duration(), Duration::from_secs(20));
         // Parsed without recording what was given: a value equal to the
         // default is the profile's.
         let v = ["pgmq-bench", "--repeat", "3"];
@@ -509,7 +510,7 @@ mod tests {
         let full = Config::from_args(&args(&["--full"])).unwrap();
         assert!(quick.messages < standard.messages && standard.messages < full.messages);
         assert!(quick.repeat < standard.repeat && standard.repeat < full.repeat);
-        let bh = |c: &Config| c.options.batch_handler.messages;
+        let bh = |c: &Config| c.options.batch_handler.batch_handler_messages;
         assert!(bh(&quick) < bh(&standard) && bh(&standard) < bh(&full));
         assert_eq!(standard.backlog_sizes, STANDARD_BACKLOG_SIZES.to_vec());
         // One profile at a time.

@@ -236,7 +236,7 @@ async fn document(ctx: &Ctx, sections: Sections, c: Conditions) -> Document {
         TargetContext {
             handler: cfg.handler,
             handler_work_ms: cfg.handler_work.as_millis() as u64,
-            idle_poll_ms: cfg.options.idle.poll.as_millis() as u64,
+            idle_poll_ms: cfg.options.idle.idle_poll_ms,
             messages: cfg.messages,
         },
     );

@@ -5,6 +5,7 @@
 //! queue around the measured part (a fresh queue, its vacuum, what is left
 //! in it at the end).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,7 +14,7 @@ use pgmq_client::{Client, QueueName};
 use crate::config::Config;
 use crate::error::Result;
 use crate::guard::Guard;
-use crate::kit::body::OutBody;
+use crate::kit::body::{id_batches, OutBody};
 use crate::kit::sink::Sink;
 use crate::process::MemoryMeter;
 use crate::progress::Progress;
@@ -57,6 +58,33 @@ impl Ctx {
     /// A body.
     pub(crate) fn body(&self, id: u64) -> OutBody<'_> {
         OutBody { id, pad: &self.pad }
+    }
+
+    /// Sends the ids `0..n` in batches of `size`, each batch's bodies made
+    /// by `wrap` and handed to `send`, each call awaited before the next,
+    /// with the memory meter begun: the seconds from the first call to the
+    /// last reply. `send` hands its batch back so that every batch reuses
+    /// one allocation.
+    pub(crate) async fn timed_batches<'c, B, F, Fut>(
+        &'c self,
+        n: u64,
+        size: u64,
+        wrap: impl Fn(OutBody<'c>) -> B,
+        mut send: F,
+    ) -> Result<f64>
+    where
+        F: FnMut(Vec<B>) -> Fut,
+        Fut: Future<Output = Result<Vec<B>>>,
+    {
+        let mut bodies = Vec::with_capacity(size as usize);
+        self.meter.begin();
+        let t = Instant::now();
+        for ids in id_batches(n, size) {
+            bodies.clear();
+            bodies.extend(ids.map(|i| wrap(self.body(i))));
+            bodies = send(bodies).await?;
+        }
+        Ok(t.elapsed().as_secs_f64())
     }
 
     /// `VACUUM (ANALYZE)` of the queue table; returns the seconds taken.

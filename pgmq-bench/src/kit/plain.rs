@@ -11,7 +11,7 @@ use tokio_postgres::types::Json;
 
 use crate::document::{BaselineRun, Rate, Sections, BASELINE_RUNS};
 use crate::error::Result;
-use crate::kit::body::{id_batches, InBody};
+use crate::kit::body::InBody;
 use crate::kit::ctx::Round;
 use crate::kit::Ctx;
 use crate::ledger::Ledger;
@@ -150,15 +150,13 @@ async fn send_batch(ctx: &Ctx, pg: &tokio_postgres::Client) -> Result<Measured> 
         .await?;
     let n = ctx.cfg.batch_messages;
     let size = u64::from(ctx.cfg.batch_size);
-    let mut bodies = Vec::with_capacity(size as usize);
-    ctx.meter.begin();
-    let t = Instant::now();
-    for ids in id_batches(n, size) {
-        bodies.clear();
-        bodies.extend(ids.map(|i| Json(ctx.body(i))));
-        pg.query(&stmt, &[&q.as_str(), &bodies]).await?;
-    }
-    let elapsed = t.elapsed().as_secs_f64();
+    let (stmt, name) = (&stmt, q.as_str());
+    let elapsed = ctx
+        .timed_batches(n, size, Json, |bodies| async move {
+            pg.query(stmt, &[&name, &bodies]).await?;
+            Ok(bodies)
+        })
+        .await?;
     Ok(Measured::sent(q, n, elapsed, ctx.meter.end()))
 }
 

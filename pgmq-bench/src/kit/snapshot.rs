@@ -69,34 +69,25 @@ pub struct SteadyServer {
     pub bench_cpu_us_per_msg: Option<f64>,
 }
 
-/// The report's cells of a [`SteadyServer`] ("–" for a counter not read).
-pub(crate) struct ServerCells {
-    /// Server CPU per message, microseconds.
-    pub(crate) cpu: String,
-    /// Bench CPU per message, microseconds.
-    pub(crate) bench_cpu: String,
-    /// Index tuples fetched per message.
-    pub(crate) idx_tup: String,
-    /// Buffers touched per message.
-    pub(crate) buffers: String,
-    /// The dead tuples' peak.
-    pub(crate) dead_peak: String,
-}
-
 impl SteadyServer {
-    /// Its cells in a report's table.
-    pub(crate) fn cells(&self) -> ServerCells {
+    /// Its cells in a report's table ("–" for a counter not read): server
+    /// CPU per message (µs), with `bench_cpu` the bench's too, index
+    /// tuples fetched and buffers touched per message, the dead tuples'
+    /// peak.
+    pub(crate) fn cells(&self, bench_cpu: bool) -> String {
         let us = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
         let per_msg = |v: Option<f64>| v.map_or("–".to_owned(), |v| fmt_value(v, "1/msg"));
-        ServerCells {
-            cpu: us(self.cpu_us_per_msg),
-            bench_cpu: us(self.bench_cpu_us_per_msg),
-            idx_tup: per_msg(self.idx_tup_fetch_per_msg),
-            buffers: per_msg(self.buffers_per_msg),
-            dead_peak: self
-                .dead_tuples_peak
-                .map_or("–".to_owned(), |v| thousands(v as f64)),
+        let mut cells = vec![us(self.cpu_us_per_msg)];
+        if bench_cpu {
+            cells.push(us(self.bench_cpu_us_per_msg));
         }
+        cells.push(per_msg(self.idx_tup_fetch_per_msg));
+        cells.push(per_msg(self.buffers_per_msg));
+        cells.push(
+            self.dead_tuples_peak
+                .map_or("–".to_owned(), |v| thousands(v as f64)),
+        );
+        cells.join(" | ")
     }
 }
 

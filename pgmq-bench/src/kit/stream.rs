@@ -80,10 +80,12 @@ impl Producer {
     }
 }
 
-fn joined(r: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
+/// A joined producer task's result: its error, or its panic as
+/// `Error::Panicked`.
+pub(crate) fn joined(r: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
     match r {
         Ok(r) => r,
-        Err(e) => Err(Error::Panicked(format!("stream producer: {e}"))),
+        Err(e) => Err(Error::Panicked(format!("producer: {e}"))),
     }
 }
 

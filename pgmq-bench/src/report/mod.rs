@@ -51,6 +51,11 @@ pub(crate) fn count(n: u32, what: &str) -> String {
     format!("{n} {what}{}", if n == 1 { "" } else { "s" })
 }
 
+/// A run's round in a report's table: `2`, or `2 (warm-up)`.
+pub(crate) fn round_cell(round: u32, warmup: bool) -> String {
+    format!("{round}{}", if warmup { " (warm-up)" } else { "" })
+}
+
 /// `1234567.8` -> `1,234,568`.
 pub fn thousands(v: f64) -> String {
     let neg = v < 0.0;

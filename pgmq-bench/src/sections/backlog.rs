@@ -1,17 +1,7 @@
-//! backlog_scaling: the worker draining fresh queues of several backlog sizes
-//! (`--backlog-sizes`, default 100,000 and 1,000,000; `--backlog-10m` adds
-//! 10,000,000) with `--backlog-workers` handlers, once per size per measured
-//! round. Each size gets a fresh queue, preloaded on the server and vacuumed
-//! (`VACUUM (ANALYZE)`) before the timed interval, exactly as a consume_scaling
-//! run; the figure per size is its drain rate, and `vs_smallest` divides it by
-//! the smallest size's rate of the same round: 1.0 means the rate holds as the
-//! backlog grows.
-//!
-//! The smallest size is the reference, and its drain is short (100,000
-//! messages: about a second), so one drain's noise would be the ratio's.
-//! With more than one size, each round drains it [`REFERENCE_DRAINS`] times
-//! (first, before the larger sizes) and the reference is their pooled rate:
-//! all their messages over all their seconds.
+//! backlog_scaling: the worker draining fresh queues of several backlog
+//! sizes; `vs_smallest` divides each size's rate by the smallest size's of
+//! the same round, whose reference is pooled over [`REFERENCE_DRAINS`]
+//! drains. Described once, in docs/benchmark-sections.md ("backlog_scaling").
 
 use crate::document::{ConsumeRun, Runs, SectionRuns};
 use crate::error::Result;

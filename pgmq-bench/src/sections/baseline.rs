@@ -1,26 +1,8 @@
-//! baseline: the same loops with no SDK — plain tokio-postgres prepared
-//! statements on one dedicated connection, one statement in flight, the same
-//! bodies, batch size, queue state and accounting.
-//!
-//! - `send_single`: `SELECT * FROM pgmq.send($1, $2)` per message.
-//! - `send_batch`: `SELECT * FROM pgmq.send_batch($1, $2::jsonb[])` per batch.
-//! - `consume`: `SELECT * FROM pgmq.read($1, $2, $3)` then
-//!   `SELECT * FROM pgmq.delete($1, $2::bigint[])` per batch, on a fresh
-//!   preloaded and vacuumed queue; every body's id goes into a ledger. Timed
-//!   from the first read to the last delete's reply.
-//!
-//! - `consume_equal_layout`: the worker's connection layout on plain
-//!   tokio-postgres: two claim connections each looping
-//!   `pgmq.read($1, $2, $3)` (batch `--batch-size`) and handing the ids to one
-//!   delete connection, which deletes whatever has arrived in one
-//!   `pgmq.delete($1, $2::bigint[])` at a time (while one delete is in
-//!   flight the next batch gathers). Same preload, ledger and timing as
-//!   `consume`; `worker / equal-layout` is then the SDK's own overhead at the
-//!   same parallelism.
-//!
-//! Each SDK figure is divided by its loop's figure of the same round: the
-//! ratio is the SDK's overhead (below 1) or gain (above 1), and unlike the
-//! absolute rates it carries across machines.
+//! baseline: the same loops with no SDK (`send_single`, `send_batch`,
+//! `consume` and `consume_equal_layout`, in [`crate::kit::plain`]), the
+//! reference of the SDK figures' ratios (`worker / equal-layout` is the
+//! SDK's own overhead at the same parallelism). Described once, in docs/benchmark-sections.md
+//! ("baseline").
 
 use crate::document::{BaselineRun, Rate, Runs, SectionRuns, BASELINE_RUNS as RUNS};
 use crate::error::Result;

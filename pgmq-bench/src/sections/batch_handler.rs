@@ -1,25 +1,9 @@
 //! batch_handler: the db-write handler three ways on the same preloaded
-//! queue, one run each per round, so that transactional batches can be
-//! set against the paths they replace:
-//!
-//! - `per_message`: today's default path, a plain handler that inserts its
-//!   row into `pgmq_bench_handler_sink` through a sink pool of its own
-//!   (`--handler db-write`), the deletes batched by the completer;
-//! - `per_message_tx`: a transactional handler, the row and the message's
-//!   fenced delete in one transaction per message (`--handler db-write-tx`);
-//! - `batch_tx`: a transactional batch handler, the batch's rows inserted
-//!   with one statement (`INSERT ... SELECT unnest($1)`) and committed with
-//!   the fenced deletes of the batch, one transaction per batch.
-//!
-//! Each run drains a fresh, vacuumed queue of `--batch-handler-messages`
-//! with `--batch-handler-workers` handlers (batches, for `batch_tx`, of up
-//! to `--batch-handler-max`, gathered for at most
-//! `--batch-handler-window-ms`), on a client of its own whose pool holds
-//! the transactions. The sink table is emptied before each run and counted
-//! after it: every message's row exactly once. The database's counters
-//! over the run (transactions, WAL bytes and WAL syncs, read once every
-//! session of the run has ended so that each reported its statistics) are
-//! recorded per message: they say where a rate comes from.
+//! queue (`per_message`, `per_message_tx`, `batch_tx`, whose batch's rows
+//! go in with one `INSERT ... SELECT unnest($1)`), one run each per round,
+//! so that transactional batches can be set against the paths they
+//! replace. The runs, the sink's count and the database's counters are
+//! described once, in docs/benchmark-sections.md ("batch_handler").
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -63,7 +47,8 @@ const APP: &str = "pgmq-bench-batch-handler";
 const MODES: [&str; 3] = ["per_message", "per_message_tx", "batch_tx"];
 
 /// The batch_handler options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct BatchHandlerOptions {
     /// batch_handler: messages per run (each of the three runs of a round).
@@ -84,56 +69,12 @@ pub struct BatchHandlerOptions {
     pub batch_handler_window_ms: u64,
 }
 
-/// The batch_handler settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct BatchHandlerConfig {
-    /// Messages per run.
-    pub messages: u64,
-    /// Handlers per run.
-    pub workers: u32,
-    /// The batch's most messages.
-    pub max: u32,
-    /// The batch's window.
-    pub window: Duration,
-}
-
-/// What the document's workload records of them (zero in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct BatchHandlerWorkload {
-    /// batch_handler messages per run.
-    pub batch_handler_messages: u64,
-    /// batch_handler handlers per run.
-    pub batch_handler_workers: u32,
-    /// batch_handler: the most messages of one batch.
-    pub batch_handler_max: u32,
-    /// batch_handler: the batch window, milliseconds.
-    pub batch_handler_window_ms: u64,
-}
-
 impl Options for BatchHandlerOptions {
-    type Config = BatchHandlerConfig;
-    type Workload = BatchHandlerWorkload;
-
-    fn config(&self) -> Result<BatchHandlerConfig> {
-        Ok(BatchHandlerConfig {
-            messages: at_least(self.batch_handler_messages, 1, "--batch-handler-messages")?,
-            workers: within(self.batch_handler_workers, 1..=256, "--batch-handler-workers")?,
-            max: within(self.batch_handler_max, 1..=10_000, "--batch-handler-max")?,
-            window: Duration::from_millis(self.batch_handler_window_ms),
-        })
-    }
-
-    fn workload(c: &BatchHandlerConfig) -> BatchHandlerWorkload {
-        BatchHandlerWorkload {
-            batch_handler_messages: c.messages,
-            batch_handler_workers: c.workers,
-            batch_handler_max: c.max,
-            batch_handler_window_ms: c.window.as_millis() as u64,
-        }
+    fn check(&self) -> Result<()> {
+        at_least(self.batch_handler_messages, 1, "--batch-handler-messages")?;
+        within(self.batch_handler_workers, 1..=256, "--batch-handler-workers")?;
+        within(self.batch_handler_max, 1..=10_000, "--batch-handler-max")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -215,7 +156,7 @@ impl Section for BatchHandlerSection {
 
     fn planned(&self, cfg: &Config) -> Plan {
         // per_message, per_message_tx and batch_tx, each on a fresh queue.
-        let n = cfg.options.batch_handler.messages;
+        let n = cfg.options.batch_handler.batch_handler_messages;
         let rates = [4_000.0, 2_500.0, 25_000.0];
         Plan::work(rates.iter().map(|r| plan::drain(n, *r)).sum())
     }
@@ -245,7 +186,7 @@ impl Section for BatchHandlerSection {
     /// The section's table: per mode, the rate and the database's counters,
     /// then the ratios.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<BatchHandlerWorkload>(d, &id("batch_tx", "throughput")) else {
+        let Some(w) = workload_if::<BatchHandlerOptions>(d, &id("batch_tx", "throughput")) else {
             return;
         };
         let _ = writeln!(
@@ -363,7 +304,7 @@ impl TransactionalBatchHandler<InBody> for TxBatchSink {
 /// One run of `mode` on a fresh queue.
 async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<BatchHandlerRun> {
     let opts = &ctx.cfg.options.batch_handler;
-    let n = opts.messages;
+    let n = opts.batch_handler_messages;
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded("batch_handler", n).await?;
     ctx.admin
         .batch_execute(&format!("TRUNCATE {SINK_TABLE}"))
@@ -373,17 +314,17 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
     let client = ctx
         .target
         .builder()
-        .max_size(opts.workers + 6)
+        .max_size(opts.batch_handler_workers + 6)
         .application_name(APP)
         .connect()
         .await?;
     let sink = match mode {
-        "per_message" => Some(Sink::connect(&ctx.target, opts.workers).await?),
+        "per_message" => Some(Sink::connect(&ctx.target, opts.batch_handler_workers).await?),
         _ => None,
     };
     // Work per message would be awaited once per message of a batch: none.
     let tally = Tally::new(n, Duration::ZERO);
-    let mut spec = ctx.worker_spec(&q, opts.workers);
+    let mut spec = ctx.worker_spec(&q, opts.batch_handler_workers);
     spec.handler = handler_kind(if mode == "per_message_tx" {
         HandlerKind::DbWriteTx
     } else {
@@ -394,11 +335,11 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
             worker_on(client.clone(), &spec, &tally, sink.clone(), Outcome::Delete)?
         }
         _ => {
-            let b = (3 * ctx.cfg.batch_size as usize).max(2 * opts.max as usize);
+            let b = (3 * ctx.cfg.batch_size as usize).max(2 * opts.batch_handler_max as usize);
             spec.settings.claim_capacity = Some(b);
             builder(client.clone(), &spec)?.transactional_batch_handler(
-                opts.max as usize,
-                opts.window,
+                opts.batch_handler_max as usize,
+                Duration::from_millis(opts.batch_handler_window_ms),
                 TxBatchSink(Arc::clone(&tally)),
             )
         }
@@ -424,8 +365,8 @@ async fn run(ctx: &Ctx, mode: &'static str, round: u32, warmup: bool) -> Result<
         round,
         warmup,
         mode: mode.to_owned(),
-        workers: opts.workers,
-        batch_max: if mode == "batch_tx" { opts.max } else { 1 },
+        workers: opts.batch_handler_workers,
+        batch_max: if mode == "batch_tx" { opts.batch_handler_max } else { 1 },
         rate: Rate::new(tally.distinct(), d.elapsed_s),
         ack_drain_s: d.ack_drain_s,
         remaining_after,

@@ -1,17 +1,9 @@
 //! consume_scaling: the worker runtime draining a preloaded queue, once per
-//! handler count.
-//!
-//! Per run: a fresh queue is loaded with ids `0..--messages` on the server and
-//! vacuumed (`VACUUM (ANALYZE)`), so dead tuples from an earlier run never slow
-//! `pgmq.read`. Then a worker with the given concurrency (every other setting
-//! at its default, batch size and visibility timeout from the command line)
-//! drains it; each handler records the body's id in the ledger and, with
-//! `--handler-work-ms`, awaits a tokio sleep (simulated I/O).
-//!
-//! Elapsed runs from just before the worker is spawned to the end of the
-//! handler that completed the last new id. The shutdown that follows drains
-//! the batched deletes; it is timed separately (`ack_drain_s`) and verified
-//! (`remaining_after` must be 0), but it is not inside the throughput interval.
+//! handler count. Timed from just before the worker is spawned to the end of
+//! the handler that completed the last new id; the shutdown's drain of the
+//! batched deletes is timed apart (`ack_drain_s`) and verified
+//! (`remaining_after` must be 0). Described once, in docs/benchmark-sections.md
+//! ("consume_scaling").
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,36 +1,11 @@
-//! fleet_limit: `--fleet-limit-processes` (4) worker processes drain one
-//! queue under one fleet-wide limit of `--fleet-limit-places` (16) places
-//! (`WorkerBuilder::fleet_limit`), each process with as many handlers as
-//! the limit has places, every handler call `--fleet-limit-work-ms` (100 ms)
-//! of simulated I/O: a call to a service that a fleet-wide limit protects.
-//! A place stays taken from the claim until the acknowledgement commits, so
-//! the database's round trips of each cycle (the acknowledgement, the next
-//! limited claim) count against the places; with calls much shorter than
-//! those round trips the share used falls whatever the SDK does.
-//!
-//! Per round, two runs on fresh queues of `--fleet-limit-messages`
-//! (1,600), the processes started as worker_processes starts them
-//! (pgmq-bench's hidden `process-worker`, pgmq-testkit's child protocol):
-//!
-//! - `limited`: under the limit. While it runs the parent samples the
-//!   queue table every 10 ms for the messages claimed and not yet
-//!   acknowledged (a delivery with its visibility timeout ahead): the most
-//!   seen must not pass the limit.
-//! - `static`: no limit, the places split evenly between the processes
-//!   (places / processes handlers each): what a fleet gets without the
-//!   SDK's limit, by configuring each process for its share.
-//! - `above`: the handlers of `static` under a limit above all the
-//!   processes can hold at once (their handlers and full claim queues,
-//!   `3 × --batch-size` each, the default claim capacity), which therefore
-//!   never binds: what the limit's claim path costs a fleet whose demand
-//!   it does not bind (its throughput over the static run's of the same
-//!   round; run it with short calls, `--fleet-limit-work-ms 1`, where the
-//!   claim path sets the pace).
-//!
-//! The figure of each is the share of the places used: the messages times
-//! one call's work, over places times the run's time (from `go` to the last
-//! handler's end in any process). It counts the ramp at the start and the
-//! tail at the end against the fleet, so it is a floor.
+//! fleet_limit: worker processes draining one queue under one fleet-wide
+//! limit (`WorkerBuilder::fleet_limit`), against the same places split
+//! statically and a limit that never binds. The runs, the share of the
+//! places used and why it is a floor are described once, in docs/benchmark-streams.md
+//! ("fleet_limit"). The processes start as worker_processes starts them
+//! (pgmq-bench's hidden `process-worker`); the `above` run's limit exceeds
+//! what every process can hold at once, its handlers and its full claim
+//! queue (`3 × --batch-size`, the default claim capacity).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -72,7 +47,8 @@ const ABOVE_FLOOR: f64 = 0.95;
 const MODES: [&str; 3] = ["limited", "static", "above"];
 
 /// The fleet_limit options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct FleetLimitOptions {
     /// fleet_limit: worker processes.
@@ -93,60 +69,21 @@ pub struct FleetLimitOptions {
     pub fleet_limit_work_ms: u64,
 }
 
-/// The fleet_limit settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct FleetLimitConfig {
-    /// Worker processes.
-    pub processes: u32,
-    /// The limit's places.
-    pub places: u32,
-    /// Messages per run.
-    pub messages: u64,
+impl FleetLimitOptions {
     /// One handler call's work.
-    pub work: Duration,
-}
-
-/// What the document's workload records of them (zero in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct FleetLimitWorkload {
-    /// fleet_limit worker processes.
-    pub fleet_limit_processes: u32,
-    /// fleet_limit places.
-    pub fleet_limit_places: u32,
-    /// fleet_limit messages per run.
-    pub fleet_limit_messages: u64,
-    /// fleet_limit work per handler call, milliseconds.
-    pub fleet_limit_work_ms: u64,
+    pub fn work(&self) -> Duration {
+        Duration::from_millis(self.fleet_limit_work_ms)
+    }
 }
 
 impl Options for FleetLimitOptions {
-    type Config = FleetLimitConfig;
-    type Workload = FleetLimitWorkload;
-
-    fn config(&self) -> Result<FleetLimitConfig> {
+    fn check(&self) -> Result<()> {
         let processes = within(self.fleet_limit_processes, 1..=64, "--fleet-limit-processes")?;
         // At least a place per process.
-        let places = within(self.fleet_limit_places, processes..=1024, "--fleet-limit-places")?;
-        let work_ms = at_least(self.fleet_limit_work_ms, 1, "--fleet-limit-work-ms")?;
-        Ok(FleetLimitConfig {
-            processes,
-            places,
-            messages: at_least(self.fleet_limit_messages, 1, "--fleet-limit-messages")?,
-            work: Duration::from_millis(work_ms),
-        })
-    }
-
-    fn workload(c: &FleetLimitConfig) -> FleetLimitWorkload {
-        FleetLimitWorkload {
-            fleet_limit_processes: c.processes,
-            fleet_limit_places: c.places,
-            fleet_limit_messages: c.messages,
-            fleet_limit_work_ms: c.work.as_millis() as u64,
-        }
+        within(self.fleet_limit_places, processes..=1024, "--fleet-limit-places")?;
+        at_least(self.fleet_limit_work_ms, 1, "--fleet-limit-work-ms")?;
+        at_least(self.fleet_limit_messages, 1, "--fleet-limit-messages")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -195,18 +132,19 @@ pub struct FleetLimitRun {
 /// One run of `mode` on a fresh queue.
 async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<FleetLimitRun> {
     let o = &ctx.cfg.options.fleet_limit;
+    let (processes, messages, work) = (o.fleet_limit_processes, o.fleet_limit_messages, o.work());
     let (workers, places) = match mode {
-        "limited" => (o.places, Some(o.places)),
+        "limited" => (o.fleet_limit_places, Some(o.fleet_limit_places)),
         "above" => {
-            let handlers = o.places / o.processes;
+            let handlers = o.fleet_limit_places / processes;
             let claim_capacity = 3 * ctx.cfg.batch_size;
-            (handlers, Some(o.processes * (handlers + claim_capacity)))
+            (handlers, Some(processes * (handlers + claim_capacity)))
         }
-        _ => (o.places / o.processes, None),
+        _ => (o.fleet_limit_places / processes, None),
     };
     let limited = places.is_some();
-    let (q, _, _) = ctx.fresh_loaded(NAME, o.messages).await?;
-    let specs = (0..o.processes).map(|_| limited_spec(ctx.child_spec(&q), workers, o.work, places));
+    let (q, _, _) = ctx.fresh_loaded(NAME, messages).await?;
+    let specs = (0..processes).map(|_| limited_spec(ctx.child_spec(&q), workers, work, places));
     let tag = format!("{round}-{mode}");
     let mut fleet = Fleet::start(ctx, "fleet-limit", &tag, specs).await?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -229,19 +167,20 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Fle
             .map_err(|e| Error::Config(format!("the sampler failed: {e}")))??;
     }
     let remaining_after = ctx.finish_queue(&q).await?;
-    let ledger = ledger.report(o.messages);
-    let work_s = o.work.as_secs_f64();
+    let ledger = ledger.report(messages);
+    let work_s = work.as_secs_f64();
     Ok(FleetLimitRun {
         round,
         warmup,
         mode: mode.to_owned(),
-        processes: o.processes,
-        places: o.places,
+        processes,
+        places: o.fleet_limit_places,
         limit: places,
         workers_per_process: workers,
-        work_ms: o.work.as_millis() as u64,
+        work_ms: o.fleet_limit_work_ms,
         rate: Rate::new(ledger.distinct, elapsed),
-        used: ledger.distinct as f64 * work_s / (f64::from(o.places) * elapsed.max(1e-9)),
+        used: ledger.distinct as f64 * work_s
+            / (f64::from(o.fleet_limit_places) * elapsed.max(1e-9)),
         most_running_seen: limited.then(|| most.load(Ordering::Relaxed)),
         ledger,
         remaining_after,
@@ -284,10 +223,11 @@ impl Section for FleetLimit {
         // Each mode: the handlers' simulated I/O over the places, at about
         // half of them used.
         let o = &cfg.options.fleet_limit;
-        let io = o.messages as f64 * o.work.as_secs_f64() / f64::from(o.places.max(1));
+        let messages = o.fleet_limit_messages;
+        let io = messages as f64 * o.work().as_secs_f64() / f64::from(o.fleet_limit_places.max(1));
         let runs = MODES.len() as f64;
         Plan::fixed(runs * io / 0.5)
-            + Plan::work(runs * (plan::PROCESS_START + plan::drain(o.messages, f64::INFINITY)))
+            + Plan::work(runs * (plan::PROCESS_START + plan::drain(messages, f64::INFINITY)))
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
@@ -309,7 +249,7 @@ impl Section for FleetLimit {
     }
 
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<FleetLimitWorkload>(d, "fleet_limit.limited.used") else {
+        let Some(w) = workload_if::<FleetLimitOptions>(d, "fleet_limit.limited.used") else {
             return;
         };
         let _ = writeln!(

@@ -61,11 +61,13 @@ pub struct IdleRun {
 }
 
 /// The idle_worker options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct IdleOptions {
-    /// idle_worker window.
+    /// idle_worker window (in the workload: seconds).
     #[arg(long, default_value = "3s", value_parser = pgmq_testkit::parse_duration)]
+    #[serde(rename = "idle_seconds", with = "crate::sections::secs")]
+    #[schemars(rename = "idle_seconds", with = "f64")]
     pub idle: Duration,
 
     /// idle_worker poll interval, milliseconds.
@@ -73,45 +75,20 @@ pub struct IdleOptions {
     pub idle_poll_ms: u64,
 }
 
-/// The idle_worker settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct IdleConfig {
-    /// The measured window.
-    pub window: Duration,
+impl IdleOptions {
     /// The worker's poll interval.
-    pub poll: Duration,
-}
-
-/// What the document's workload records of them.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-#[non_exhaustive]
-pub struct IdleWorkload {
-    /// idle_worker window, seconds.
-    pub idle_seconds: f64,
-    /// idle_worker poll interval, milliseconds.
-    pub idle_poll_ms: u64,
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.idle_poll_ms)
+    }
 }
 
 impl Options for IdleOptions {
-    type Config = IdleConfig;
-    type Workload = IdleWorkload;
-
-    fn config(&self) -> Result<IdleConfig> {
+    fn check(&self) -> Result<()> {
         if self.idle.is_zero() {
             return Err(Error::Config("--idle must be longer than zero".into()));
         }
-        Ok(IdleConfig {
-            window: self.idle,
-            poll: Duration::from_millis(at_least(self.idle_poll_ms, 1, "--idle-poll-ms")?),
-        })
-    }
-
-    fn workload(c: &IdleConfig) -> IdleWorkload {
-        IdleWorkload {
-            idle_seconds: c.window.as_secs_f64(),
-            idle_poll_ms: c.poll.as_millis() as u64,
-        }
+        at_least(self.idle_poll_ms, 1, "--idle-poll-ms")?;
+        Ok(())
     }
 }
 
@@ -119,7 +96,7 @@ impl Options for IdleOptions {
 pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let q = ctx.guard.fresh("idle").await?;
     let tally = Tally::new(u64::MAX, ctx.cfg.handler_work);
-    let poll = ctx.cfg.options.idle.poll;
+    let poll = ctx.cfg.options.idle.poll();
     let mut spec = ctx.worker_spec(&q, 1);
     spec.settings.poll_interval_ms = Some(ms(poll));
     spec.settings.wake_up = Some(WakeUpSpec::Poll);
@@ -130,7 +107,7 @@ pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let s0 = handle.stats();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
-    tokio::time::sleep(ctx.cfg.options.idle.window).await;
+    tokio::time::sleep(ctx.cfg.options.idle.idle).await;
     let s1 = handle.stats();
     let cpu1 = cpu_time();
     let elapsed = t0.elapsed().as_secs_f64();
@@ -167,7 +144,7 @@ impl Section for IdleWorker {
 
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.idle;
-        Plan::fixed((o.window + o.poll * 2).as_secs_f64()) + Plan::work(plan::SETUP)
+        Plan::fixed((o.idle + o.poll() * 2).as_secs_f64()) + Plan::work(plan::SETUP)
     }
 
     /// idle_worker: CPU, empty reads and wake-ups.
@@ -209,14 +186,14 @@ impl Section for IdleWorker {
 
     /// idle_worker: CPU, empty reads and wake-ups of a worker with no work.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<IdleWorkload>(d, "idle_worker.cpu_percent") else {
+        let Some(w) = workload_if::<IdleOptions>(d, "idle_worker.cpu_percent") else {
             return;
         };
         let _ = writeln!(
             out,
             "## Idle worker\n\n{} s window, {} ms polling, notifications off.\n\n\
              | Process CPU (% of one core) | Empty reads/s | Wake-ups/s |\n| --- | --- | --- |\n| {} | {} | {} |\n",
-            w.idle_seconds,
+            w.idle.as_secs_f64(),
             w.idle_poll_ms,
             cell(d, "idle_worker.cpu_percent"),
             cell(d, "idle_worker.empty_reads_per_s"),

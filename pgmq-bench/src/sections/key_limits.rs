@@ -1,30 +1,7 @@
 //! key_limits: what a limit per key (`WorkerBuilder::key_limit`) costs the
-//! keys that are not at their limit. One queue of `--key-limits-messages`
-//! (20,000) messages, every fifth one of a hot key and the others cycling
-//! over `--key-limits-cold-keys` (1,000) cold keys, the key in the header
-//! `k`; one in-process worker of `--backlog-workers` handlers, each call
-//! `--key-limits-work-ms` (1 ms) of simulated I/O, short so that the claim
-//! path sets the pace.
-//!
-//! Per round, two runs on fresh queues:
-//!
-//! - `unlimited`: the worker without a limit per key;
-//! - `limited`: the same worker under a limit of `--key-limits-places` (1)
-//!   running per key: the hot key is at its limit throughout (its fifth of
-//!   the messages would need more places than it has), and its messages
-//!   are passed over in the database while the cold keys' are claimed;
-//! - `cold_only`: the worker without a limit on the cold keys' messages
-//!   alone (the hot key's deleted before the start): the claim path's cost
-//!   with nothing of the hot key's in the way, neither its handlers nor its
-//!   backlog.
-//!
-//! Each run's clock stops at the end of the handler of the last cold
-//! message; the hot key's backlog left in the limited run is dropped with
-//! the queue. The figure is the cold keys' throughput, and the target the
-//! limited run's over the unlimited run's of the same round. Under the
-//! limit the hot key takes fewer handlers than without it, which the cold
-//! keys get; the limited run's over the `cold_only` run's is the stricter
-//! figure, beside it.
+//! keys that are not at their limit, one hot key beside many cold ones (the
+//! key in the header `k`). The runs and the figures are described once, in
+//! docs/benchmark-streams.md ("key_limits").
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,7 +66,8 @@ const LOAD_SQL: &str = "SELECT count(*) FROM pgmq.send_batch($1::text, \
 const LOAD_CHUNK: u64 = 5_000;
 
 /// The key_limits options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct KeyLimitsOptions {
     /// key_limits: messages per run (a fifth of them the hot key's).
@@ -109,63 +87,24 @@ pub struct KeyLimitsOptions {
     pub key_limits_work_ms: u64,
 }
 
-/// The key_limits settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct KeyLimitsConfig {
-    /// Messages per run.
-    pub messages: u64,
-    /// Cold keys.
-    pub cold_keys: u64,
-    /// Places per key.
-    pub places: u32,
-    /// One handler call's work.
-    pub work: Duration,
-}
-
-impl KeyLimitsConfig {
+impl KeyLimitsOptions {
     /// The cold keys' messages of a run.
     fn cold(&self) -> u64 {
-        self.messages - self.messages / HOT_EVERY
+        self.key_limits_messages - self.key_limits_messages / HOT_EVERY
     }
-}
 
-/// What the document's workload records of them (zero in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct KeyLimitsWorkload {
-    /// key_limits messages per run.
-    pub key_limits_messages: u64,
-    /// key_limits cold keys.
-    pub key_limits_cold_keys: u64,
-    /// key_limits places per key.
-    pub key_limits_places: u32,
-    /// key_limits work per handler call, milliseconds.
-    pub key_limits_work_ms: u64,
+    /// One handler call's work.
+    fn work(&self) -> Duration {
+        Duration::from_millis(self.key_limits_work_ms)
+    }
 }
 
 impl Options for KeyLimitsOptions {
-    type Config = KeyLimitsConfig;
-    type Workload = KeyLimitsWorkload;
-
-    fn config(&self) -> Result<KeyLimitsConfig> {
-        Ok(KeyLimitsConfig {
-            messages: at_least(self.key_limits_messages, HOT_EVERY, "--key-limits-messages")?,
-            cold_keys: within(self.key_limits_cold_keys, 1..=1_000_000, "--key-limits-cold-keys")?,
-            places: within(self.key_limits_places, 1..=1024, "--key-limits-places")?,
-            work: Duration::from_millis(self.key_limits_work_ms),
-        })
-    }
-
-    fn workload(c: &KeyLimitsConfig) -> KeyLimitsWorkload {
-        KeyLimitsWorkload {
-            key_limits_messages: c.messages,
-            key_limits_cold_keys: c.cold_keys,
-            key_limits_places: c.places,
-            key_limits_work_ms: c.work.as_millis() as u64,
-        }
+    fn check(&self) -> Result<()> {
+        at_least(self.key_limits_messages, HOT_EVERY, "--key-limits-messages")?;
+        within(self.key_limits_cold_keys, 1..=1_000_000, "--key-limits-cold-keys")?;
+        within(self.key_limits_places, 1..=1024, "--key-limits-places")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -207,11 +146,11 @@ pub struct KeyLimitsRun {
 }
 
 /// Loads a run's messages into `q` (see [`LOAD_SQL`]).
-async fn load(ctx: &Ctx, q: &QueueName, c: &KeyLimitsConfig) -> Result<()> {
+async fn load(ctx: &Ctx, q: &QueueName, c: &KeyLimitsOptions) -> Result<()> {
     let cold = c.cold() as i64;
     let mut first = 1u64;
-    while first <= c.messages {
-        let last = (first + LOAD_CHUNK - 1).min(c.messages);
+    while first <= c.key_limits_messages {
+        let last = (first + LOAD_CHUNK - 1).min(c.key_limits_messages);
         ctx.admin
             .query_one(
                 LOAD_SQL,
@@ -220,7 +159,7 @@ async fn load(ctx: &Ctx, q: &QueueName, c: &KeyLimitsConfig) -> Result<()> {
                     &(first as i64),
                     &(last as i64),
                     &cold,
-                    &(c.cold_keys as i64),
+                    &(c.key_limits_cold_keys as i64),
                     &ctx.pad,
                 ],
             )
@@ -243,14 +182,14 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Key
     }
     ctx.vacuum(&q).await?;
     let mut spec = ctx.worker_spec(&q, workers);
-    let places = (mode == "limited").then_some(o.places);
+    let places = (mode == "limited").then_some(o.key_limits_places);
     spec.settings.key_limit = places.map(|max_running| KeyLimitSpec {
         header: KEY_HEADER.to_owned(),
         max_running,
     });
-    let tally = Tally::new(o.cold(), o.work);
+    let tally = Tally::new(o.cold(), o.work());
     let hot = Arc::new(AtomicU64::new(0));
-    let (t, h, work) = (Arc::clone(&tally), Arc::clone(&hot), o.work);
+    let (t, h, work) = (Arc::clone(&tally), Arc::clone(&hot), o.work());
     let w = builder(ctx.client.clone(), &spec)?
         .handler(move |msg: Message<InBody>| {
             let (t, h) = (Arc::clone(&t), Arc::clone(&h));
@@ -276,11 +215,11 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Key
         round,
         warmup,
         mode: mode.to_owned(),
-        messages: o.messages,
-        cold_keys: o.cold_keys,
+        messages: o.key_limits_messages,
+        cold_keys: o.key_limits_cold_keys,
         places,
         workers,
-        work_ms: o.work.as_millis() as u64,
+        work_ms: o.key_limits_work_ms,
         cold: Rate::new(tally.distinct(), d.elapsed_s),
         hot_handled: hot.load(Ordering::Relaxed),
         ledger: tally.ledger.report(o.cold()),
@@ -302,7 +241,7 @@ impl Section for KeyLimits {
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.key_limits;
         let runs = MODES.len() as f64;
-        Plan::work(runs * (plan::SETUP + 2.0 * plan::drain(o.messages, plan::DRAIN)))
+        Plan::work(runs * (plan::SETUP + 2.0 * plan::drain(o.key_limits_messages, plan::DRAIN)))
     }
 
     /// Every cold message handled once (the hot key's backlog is left).
@@ -324,7 +263,7 @@ impl Section for KeyLimits {
     }
 
     fn report(&self, d: &Document, out: &mut String) {
-        let Some(w) = workload_if::<KeyLimitsWorkload>(d, COLD_RATIO) else {
+        let Some(w) = workload_if::<KeyLimitsOptions>(d, COLD_RATIO) else {
             return;
         };
         let _ = writeln!(

@@ -8,12 +8,11 @@
 //! adding a section is one file and one line in the `registry!` list below
 //! (then `pgmq-bench schema` regenerates the committed schema). A section with
 //! options of its own declares them in its file as a type implementing
-//! [`Options`] (its flags, the checked settings derived from them, and what
-//! the document's workload records of them) and names it in its registry
-//! line (`idle => [IdleWorker] with IdleOptions`): the registry flattens it
-//! into the command line ([`SectionArgs`]), the run's settings
-//! ([`SectionConfigs`], `ctx.cfg.options.<module>`) and the workload
-//! ([`SectionWorkloads`]).
+//! [`Options`] (its flags, their checks, and what the document's workload
+//! records of them) and names it in its registry line (`idle =>
+//! [IdleWorker] with IdleOptions`): the registry flattens it into the
+//! command line, the workload and the run's settings ([`SectionArgs`],
+//! `ctx.cfg.options.<module>`).
 //!
 //! What the sections measure with (the run context, message bodies,
 //! preloading, tallies, drains, snapshots, worker processes) is in
@@ -34,7 +33,7 @@ pub(crate) use crate::kit::ctx::Round;
 pub(crate) mod plan;
 mod section;
 pub use section::Options;
-pub(crate) use section::{at_least, seconds, within, Rounds, Section};
+pub(crate) use section::{at_least, seconds, secs, within, Rounds, Section};
 
 /// Declares the section modules and [`REGISTRY`], the sections in the
 /// order a round runs them: one line per file, naming the sections it holds
@@ -48,37 +47,17 @@ macro_rules! registry {
         pub(crate) const REGISTRY: &[&dyn Section] = &[$($(&$module::$section,)+)+];
 
         /// The options the sections declare, one group per section file
-        /// that has any (flattened into the benchmark's command line).
-        #[derive(Debug, Clone, clap::Args)]
+        /// that has any (flattened into the benchmark's command line, and
+        /// as given into the document's
+        /// [`Workload`](crate::document::Workload)).
+        #[derive(Debug, Clone, clap::Args, Serialize, Deserialize, schemars::JsonSchema)]
         #[non_exhaustive]
         pub struct SectionArgs {
             $($(
                 #[allow(missing_docs)]
                 #[command(flatten)]
-                pub $module: $module::$opts,
-            )?)+
-        }
-
-        /// The sections' checked settings, one per section file that
-        /// declares options.
-        #[derive(Debug, Clone)]
-        #[non_exhaustive]
-        pub struct SectionConfigs {
-            $($(
-                #[allow(missing_docs)]
-                pub $module: <$module::$opts as Options>::Config,
-            )?)+
-        }
-
-        /// What the document's workload records of the sections' options
-        /// (flattened into [`Workload`](crate::document::Workload)).
-        #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-        #[non_exhaustive]
-        pub struct SectionWorkloads {
-            $($(
-                #[allow(missing_docs)]
                 #[serde(flatten)]
-                pub $module: <$module::$opts as Options>::Workload,
+                pub $module: $module::$opts,
             )?)+
         }
 
@@ -87,22 +66,16 @@ macro_rules! registry {
             pub(crate) fn apply_profile(&mut self, p: &Apply<'_>) {
                 $($(<$module::$opts as Options>::apply_profile(&mut self.$module, p);)?)+
             }
-        }
 
-        impl SectionConfigs {
             /// Checks every section's options.
-            pub(crate) fn from_args(a: &SectionArgs) -> Result<SectionConfigs> {
-                Ok(SectionConfigs {
-                    $($($module: <$module::$opts as Options>::config(&a.$module)?,)?)+
-                })
+            pub(crate) fn check(&self) -> Result<()> {
+                $($(<$module::$opts as Options>::check(&self.$module)?;)?)+
+                Ok(())
             }
 
             /// What the workload records of them, field by field.
             pub(crate) fn workload(&self) -> BTreeMap<String, serde_json::Value> {
-                let all = SectionWorkloads {
-                    $($($module: <$module::$opts as Options>::workload(&self.$module),)?)+
-                };
-                match serde_json::to_value(all) {
+                match serde_json::to_value(self) {
                     Ok(serde_json::Value::Object(fields)) => fields.into_iter().collect(),
                     _ => BTreeMap::new(),
                 }
@@ -192,7 +165,7 @@ pub fn schema() -> serde_json::Value {
         runs["description"] = section.about().into();
         properties.insert(section.name().to_owned(), runs);
     }
-    generator.subschema_for::<SectionWorkloads>();
+    generator.subschema_for::<SectionArgs>();
     let mut root = generator.root_schema_for::<Document>().to_value();
     root["$id"] = "https://example.invalid/pgmq-sdk/docs/benchmark.v1.schema.json".into();
     root["title"] = crate::document::SCHEMA.into();
@@ -200,7 +173,7 @@ pub fn schema() -> serde_json::Value {
     // The sections' options are fields of the workload.
     let options = defs
         .as_object_mut()
-        .and_then(|d| d.remove("SectionWorkloads"))
+        .and_then(|d| d.remove("SectionArgs"))
         .unwrap_or_default();
     let workload = &mut defs["Workload"];
     for (name, field) in options["properties"].as_object().into_iter().flatten() {

@@ -1,36 +1,7 @@
 //! pinned_horizon: a paced stream drained while long transactions pin the
-//! MVCC horizon, so that no dead tuple of the queue can be vacuumed.
-//!
-//! Per run (one per `--pinned-claim-reads` path, so the worker's own reads
-//! and `pgmq.read` are compared in one sitting): a fresh queue and a worker
-//! on a client of its own with `--pinned-handlers` handlers, each sleeping
-//! `--pinned-sleep-ms` and returning `Delete`, other settings at their
-//! defaults but the claim reads.
-//!
-//! 1. **Calibration.** A producer keeps 4,000 messages queued (sent minus
-//!    completed) for `--pinned-calibrate-s`; the completions over its last
-//!    three quarters are the clean unpaced rate. Unless `--pinned-rate` is
-//!    set, the producer's rate from then on is `--pinned-share` of it.
-//!    The backlog left is drained before the phases start.
-//! 2. **Phases**, `--pinned-phase-s` each, the producer sending at that
-//!    rate throughout: *clean*; *pinned*, while one session sits idle in a
-//!    transaction that holds an xid (from the phase's start) and
-//!    `--pinned-readers` sessions repeat `REPEATABLE READ` transactions that
-//!    count the queue table's rows and stay open a second after; and
-//!    *recovered*, after the holder commits and the readers stop.
-//!
-//! Each phase records the produced and completed rates, the backlog (sent
-//! minus completed, one-second samples) and its least-squares slope, the
-//! claim latency (`enqueued_at` to handler start), and the database's
-//! counters over the phase as steady_stream reads them (the cluster's CPU,
-//! the queue table's index tuples and buffers per message, the peak of
-//! `n_dead_tup`). The run records how long after the pin cleared the
-//! backlog was back to the clean phase's (at most twice its largest sample).
-//!
-//! Two targets, on the runs of the worker's own reads (`bounded`): while
-//! pinned the worker completes at least 95% of what was produced in the
-//! phase (it keeps up: the backlog's slope stays near zero), and after the
-//! pin clears its backlog is back within 30 s.
+//! MVCC horizon, so that no dead tuple of the queue can be vacuumed. The
+//! calibration, the clean, pinned and recovered phases, what each records
+//! and the two targets are described once, in docs/benchmark-streams.md ("pinned_horizon").
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -53,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::thousands;
+use crate::report::{round_cell, thousands};
 use crate::kit::body::padding;
 use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::snapshot::SteadyServer;
@@ -80,7 +51,8 @@ pub const RECOVERY_LIMIT_S: f64 = 30.0;
 const CALIBRATION_DEPTH: u64 = 4_000;
 
 /// The pinned_horizon options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct PinnedOptions {
     /// pinned_horizon: the worker's handlers.
@@ -120,57 +92,27 @@ pub struct PinnedOptions {
     pub pinned_claim_reads: Vec<ClaimReadsArg>,
 }
 
-/// The pinned_horizon settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct PinnedConfig {
-    /// Handlers.
-    pub handlers: u32,
-    /// Handler sleep.
-    pub sleep: Duration,
-    /// Fixed producer rate (None: the share of the calibrated rate).
-    pub rate: Option<u64>,
-    /// Share of the calibrated rate.
-    pub share: f64,
-    /// Calibration.
-    pub calibrate: Duration,
-    /// Each phase.
-    pub phase: Duration,
-    /// Repeating readers while pinned.
-    pub readers: u32,
-    /// Claim reads compared.
-    pub claim_reads: Vec<ClaimReadsArg>,
-}
+impl PinnedOptions {
+    /// The claim reads compared, without repeats in a row.
+    fn claim_reads(&self) -> Vec<ClaimReadsArg> {
+        let mut claim_reads = self.pinned_claim_reads.clone();
+        claim_reads.dedup();
+        claim_reads
+    }
 
-/// What the document's workload records of them (empty in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct PinnedWorkload {
-    /// pinned_horizon handlers.
-    pub pinned_handlers: u32,
-    /// pinned_horizon handler sleep, milliseconds.
-    pub pinned_sleep_ms: u64,
-    /// pinned_horizon fixed rate (0: the share of the calibrated rate).
-    pub pinned_rate: u64,
-    /// pinned_horizon share of the calibrated rate.
-    pub pinned_share: f64,
-    /// pinned_horizon calibration seconds.
-    pub pinned_calibrate_s: f64,
-    /// pinned_horizon seconds per phase.
-    pub pinned_phase_s: f64,
-    /// pinned_horizon repeating readers.
-    pub pinned_readers: u32,
-    /// pinned_horizon claim reads compared.
-    pub pinned_claim_reads: Vec<ClaimReadsArg>,
+    /// The calibration.
+    fn calibrate(&self) -> Duration {
+        Duration::from_secs_f64(self.pinned_calibrate_s)
+    }
+
+    /// Each phase.
+    fn phase(&self) -> Duration {
+        Duration::from_secs_f64(self.pinned_phase_s)
+    }
 }
 
 impl Options for PinnedOptions {
-    type Config = PinnedConfig;
-    type Workload = PinnedWorkload;
-
-    fn config(&self) -> Result<PinnedConfig> {
+    fn check(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Config(m.into()));
         if !(self.pinned_share > 0.0 && self.pinned_share <= 1.0) {
             return bad("--pinned-share must be above 0 and at most 1");
@@ -178,31 +120,11 @@ impl Options for PinnedOptions {
         if self.pinned_claim_reads.is_empty() {
             return bad("--pinned-claim-reads needs at least one value");
         }
-        let mut claim_reads = self.pinned_claim_reads.clone();
-        claim_reads.dedup();
-        Ok(PinnedConfig {
-            handlers: within(self.pinned_handlers, 1..=4096, "--pinned-handlers")?,
-            sleep: Duration::from_millis(self.pinned_sleep_ms),
-            rate: (self.pinned_rate > 0).then_some(self.pinned_rate),
-            share: self.pinned_share,
-            calibrate: seconds(self.pinned_calibrate_s, "--pinned-calibrate-s", 0.5)?,
-            phase: seconds(self.pinned_phase_s, "--pinned-phase-s", 1.0)?,
-            readers: within(self.pinned_readers, 0..=64, "--pinned-readers")?,
-            claim_reads,
-        })
-    }
-
-    fn workload(c: &PinnedConfig) -> PinnedWorkload {
-        PinnedWorkload {
-            pinned_handlers: c.handlers,
-            pinned_sleep_ms: c.sleep.as_millis() as u64,
-            pinned_rate: c.rate.unwrap_or(0),
-            pinned_share: c.share,
-            pinned_calibrate_s: c.calibrate.as_secs_f64(),
-            pinned_phase_s: c.phase.as_secs_f64(),
-            pinned_readers: c.readers,
-            pinned_claim_reads: c.claim_reads.clone(),
-        }
+        within(self.pinned_handlers, 1..=4096, "--pinned-handlers")?;
+        seconds(self.pinned_calibrate_s, "--pinned-calibrate-s", 0.5)?;
+        seconds(self.pinned_phase_s, "--pinned-phase-s", 1.0)?;
+        within(self.pinned_readers, 0..=64, "--pinned-readers")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -302,8 +224,8 @@ impl Section for PinnedHorizon {
 
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.pinned;
-        let runs = o.claim_reads.len() as f64;
-        Plan::fixed(runs * (o.calibrate + o.phase * 3).as_secs_f64()) + Plan::work(runs)
+        let runs = o.claim_reads().len() as f64;
+        Plan::fixed(runs * (o.calibrate() + o.phase() * 3).as_secs_f64()) + Plan::work(runs)
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
@@ -324,7 +246,7 @@ impl Section for PinnedHorizon {
 
     /// The section's table: one row per phase of each run.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some((runs, w)) = runs_and_workload::<_, PinnedWorkload>(d, &RUNS) else {
+        let Some((runs, w)) = runs_and_workload::<_, PinnedOptions>(d, &RUNS) else {
             return;
         };
         let _ = writeln!(
@@ -342,15 +264,11 @@ impl Section for PinnedHorizon {
             w.pinned_readers,
         );
         for r in &runs {
-            let mut round = r.round.to_string();
-            if r.warmup {
-                round.push_str(" (warm-up)");
-            }
+            let round = round_cell(r.round, r.warmup);
             for p in &r.phases {
-                let server = p.server.cells();
                 let _ = writeln!(
                     out,
-                    "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} | {} | {} | {} |",
+                    "| {round} | {} | {} | {} | {} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {} ({}) | {} |",
                     r.claim_reads.name(),
                     p.phase,
                     thousands(p.produced.rate_per_s),
@@ -362,10 +280,7 @@ impl Section for PinnedHorizon {
                     p.claim_ms.p99,
                     thousands(p.reads as f64),
                     thousands(p.reads_from_start as f64),
-                    server.cpu,
-                    server.idx_tup,
-                    server.buffers,
-                    server.dead_peak,
+                    p.server.cells(false),
                 );
             }
         }
@@ -373,9 +288,8 @@ impl Section for PinnedHorizon {
         for r in &runs {
             let _ = writeln!(
                 out,
-                "- Round {}{}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
-                r.round,
-                if r.warmup { " (warm-up)" } else { "" },
+                "- Round {}, {} reads: clean unpaced {}/s, paced at {}/s, backlog back {}.",
+                round_cell(r.round, r.warmup),
                 r.claim_reads.name(),
                 thousands(r.clean_unpaced.rate_per_s),
                 thousands(r.rate_per_s),
@@ -427,7 +341,7 @@ impl Rounds for PinnedHorizon {
     /// One round: a run per claim-reads path.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         let c = ctx.cfg.options.pinned.clone();
-        for &reads in &c.claim_reads {
+        for reads in c.claim_reads() {
             let r = run(ctx, &c, reads, at).await?;
             let say = |i: usize| {
                 r.phases.get(i).map_or("–".to_owned(), |p| {
@@ -479,16 +393,16 @@ fn at_rate(rate: f64) -> Pace {
 /// One run of the claim reads `reads` (see the module docs).
 async fn run(
     ctx: &Arc<Ctx>,
-    c: &PinnedConfig,
+    c: &PinnedOptions,
     reads: ClaimReadsArg,
     at: Round<'_>,
 ) -> Result<PinnedRun> {
     let spec = StreamSpec {
         prefix: "pinned",
         pool: None,
-        sleep: c.sleep,
+        sleep: Duration::from_millis(c.pinned_sleep_ms),
         settings: WorkerSettings {
-            concurrency: Some(c.handlers as usize),
+            concurrency: Some(c.pinned_handlers as usize),
             claim_reads: Some(claim_reads(reads)),
             ..WorkerSettings::default()
         },
@@ -500,15 +414,16 @@ async fn run(
 
     // Calibration: unpaced, its first quarter left out.
     let producer = run.produce(ctx, &pad, at_depth(CALIBRATION_DEPTH));
-    tokio::time::sleep(c.calibrate / 4).await;
+    tokio::time::sleep(c.calibrate() / 4).await;
     let (d0, t0) = (stream.tally.distinct(), Instant::now());
-    tokio::time::sleep(c.calibrate - c.calibrate / 4).await;
+    tokio::time::sleep(c.calibrate() - c.calibrate() / 4).await;
     let clean_unpaced = Rate::new(stream.tally.distinct() - d0, t0.elapsed().as_secs_f64());
     producer.stop().await?;
-    let rate = c
-        .rate
-        .map_or(clean_unpaced.rate_per_s * c.share, |r| r as f64)
-        .max(1.0);
+    let rate = match c.pinned_rate {
+        0 => clean_unpaced.rate_per_s * c.pinned_share,
+        r => r as f64,
+    }
+    .max(1.0);
     let drained = Instant::now();
     while stream.backlog() > 0 && drained.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -517,7 +432,7 @@ async fn run(
     // The phases, the producer paced throughout.
     let producer = run.produce(ctx, &pad, at_rate(rate));
     let mut phases = vec![phase(ctx, c, (&run, &producer), "clean").await];
-    let pin = Pin::start(ctx, &run.q, c.readers).await?;
+    let pin = Pin::start(ctx, &run.q, c.pinned_readers).await?;
     phases.push(phase(ctx, c, (&run, &producer), "pinned").await);
     pin.release().await?;
     let clean_max = phases[0].backlog.iter().copied().max().unwrap_or(0);
@@ -538,8 +453,8 @@ async fn run(
         round: at.index,
         warmup: at.warm,
         claim_reads: reads,
-        handlers: c.handlers,
-        sleep_ms: c.sleep.as_millis() as u64,
+        handlers: c.pinned_handlers,
+        sleep_ms: c.pinned_sleep_ms,
         clean_unpaced,
         rate_per_s: rate,
         phases,
@@ -549,16 +464,16 @@ async fn run(
     })
 }
 
-/// One phase: a window of `c.phase` seconds of the stream `run` fed by
+/// One phase: a window of `c.phase()` of the stream `run` fed by
 /// `producer`, and the worker's claim reads in it.
 async fn phase(
     ctx: &Ctx,
-    c: &PinnedConfig,
+    c: &PinnedOptions,
     (run, producer): (&StreamRun, &Producer),
     name: &str,
 ) -> PinnedPhase {
     let reads_before = run.handle.stats();
-    let w = run.window(ctx, c.phase, producer).await;
+    let w = run.window(ctx, c.phase(), producer).await;
     let reads_after = run.handle.stats();
     PinnedPhase {
         phase: name.to_owned(),
@@ -577,19 +492,12 @@ async fn phase(
 
 /// Least-squares slope of one-second samples (0 for fewer than two).
 fn slope(samples: &[u64]) -> f64 {
-    let n = samples.len() as f64;
-    if samples.len() < 2 {
-        return 0.0;
-    }
-    let mean_x = (n - 1.0) / 2.0;
-    let mean_y = samples.iter().map(|v| *v as f64).sum::<f64>() / n;
-    let (mut num, mut den) = (0.0, 0.0);
-    for (i, y) in samples.iter().enumerate() {
-        let dx = i as f64 - mean_x;
-        num += dx * (*y as f64 - mean_y);
-        den += dx * dx;
-    }
-    num / den
+    let points: Vec<(f64, f64)> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as f64, *v as f64))
+        .collect();
+    crate::stats::least_squares_slope(&points).unwrap_or(0.0)
 }
 
 /// What pins the horizon: one session idle in a transaction holding an

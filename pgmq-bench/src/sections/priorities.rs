@@ -1,23 +1,7 @@
-//! priorities: what a [`Priority`] policy costs. Three queues of
-//! `--priorities-messages` (5,000) each, drained in this process by one
-//! [`WorkerGroup`] of three workers, in two modes that alternate within a
-//! round, once per handler time of `--priorities-work-ms` (1 and 0 ms of
-//! simulated I/O per call):
-//!
-//! - `weighted`: the group under `Priority::weighted()` with a capacity of
-//!   `--priorities-concurrency` (8) handlers, weights 4, 2 and 1, each
-//!   worker with that many handlers (the gate decides who runs);
-//! - `plain`: the same three workers with no policy, the capacity split
-//!   evenly between them (3, 3 and 2 handlers for 8): what the same handlers
-//!   do without the gate.
-//!
-//! The figure of each run is its steady rate: the messages handled from a
-//! tenth to a half of all of them (every queue still has a backlog then,
-//! whatever the weights), over the seconds between the two. The ratio of
-//! a round is the weighted run's rate over the plain run's at the same
-//! handler time. The run also records the rate of draining everything and
-//! the messages a read returned on average (the claimed count over the
-//! reads of the three workers).
+//! priorities: what a [`Priority`] policy costs: a [`WorkerGroup`] of three
+//! workers under `Priority::weighted()` against the same workers with no
+//! policy. The runs and the steady rate they are judged on are described
+//! once, in docs/benchmark-streams.md ("priorities").
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -40,7 +24,7 @@ use crate::kit::worker::worker_on;
 use crate::kit::Ctx;
 use crate::report::{cell, definitions, fig};
 use crate::sections::plan::{self, Plan};
-use crate::sections::{Options, Round, Rounds, Section};
+use crate::sections::{at_least, within, Options, Round, Rounds, Section};
 
 /// The section's name, in the document and on the command line.
 const NAME: &str = "priorities";
@@ -65,7 +49,8 @@ const FLOOR_WORK: f64 = 0.95;
 const FLOOR_EMPTY: f64 = 0.90;
 
 /// The priorities options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct PrioritiesOptions {
     /// priorities: messages per queue (three queues) per run.
@@ -83,68 +68,23 @@ pub struct PrioritiesOptions {
     pub priorities_concurrency: u32,
 }
 
-/// The priorities settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct PrioritiesConfig {
-    /// Messages per queue.
-    pub messages: u64,
-    /// Handler times, in the order they run.
-    pub work: Vec<Duration>,
-    /// The group's capacity.
-    pub concurrency: u32,
-}
-
-/// What the document's workload records of them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct PrioritiesWorkload {
-    /// priorities messages per queue.
-    pub priorities_messages: u64,
-    /// priorities handler times, milliseconds.
-    pub priorities_work_ms: Vec<u64>,
-    /// priorities group capacity.
-    pub priorities_concurrency: u32,
+impl PrioritiesOptions {
+    /// The handler times, in the order they run.
+    fn work(&self) -> impl Iterator<Item = Duration> + '_ {
+        self.priorities_work_ms.iter().map(|ms| Duration::from_millis(*ms))
+    }
 }
 
 impl Options for PrioritiesOptions {
-    type Config = PrioritiesConfig;
-    type Workload = PrioritiesWorkload;
-
-    fn config(&self) -> Result<PrioritiesConfig> {
-        if self.priorities_messages < 100 {
-            return Err(Error::Config(
-                "--priorities-messages must be at least 100".into(),
-            ));
-        }
-        if !(3..=1024).contains(&self.priorities_concurrency) {
-            return Err(Error::Config(
-                "--priorities-concurrency must be between 3 and 1024".into(),
-            ));
-        }
+    fn check(&self) -> Result<()> {
+        at_least(self.priorities_messages, 100, "--priorities-messages")?;
+        within(self.priorities_concurrency, 3..=1024, "--priorities-concurrency")?;
         if self.priorities_work_ms.is_empty() {
             return Err(Error::Config(
                 "--priorities-work-ms needs at least one handler time".into(),
             ));
         }
-        Ok(PrioritiesConfig {
-            messages: self.priorities_messages,
-            work: self
-                .priorities_work_ms
-                .iter()
-                .map(|ms| Duration::from_millis(*ms))
-                .collect(),
-            concurrency: self.priorities_concurrency,
-        })
-    }
-
-    fn workload(c: &PrioritiesConfig) -> PrioritiesWorkload {
-        PrioritiesWorkload {
-            priorities_messages: c.messages,
-            priorities_work_ms: c.work.iter().map(|w| w.as_millis() as u64).collect(),
-            priorities_concurrency: c.concurrency,
-        }
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -228,7 +168,7 @@ async fn run(
     warmup: bool,
 ) -> Result<PrioritiesRun> {
     let o = &ctx.cfg.options.priorities;
-    let n = o.messages;
+    let n = o.priorities_messages;
     let mut qs = Vec::new();
     for i in 0..WEIGHTS.len() {
         qs.push(ctx.fresh_loaded(&format!("{NAME}_{i}"), n).await?.0);
@@ -240,11 +180,11 @@ async fn run(
         .max_size(4 * WEIGHTS.len() as u32 + 2)
         .connect()
         .await?;
-    let per_queue = handlers(mode, o.concurrency);
+    let per_queue = handlers(mode, o.priorities_concurrency);
     let tallies: Vec<Arc<Tally>> = qs.iter().map(|_| Tally::new(n, work)).collect();
     let mut group = WorkerGroup::new(client.clone());
     if mode == "weighted" {
-        group = group.priority(Priority::weighted().concurrency(o.concurrency as usize));
+        group = group.priority(Priority::weighted().concurrency(o.priorities_concurrency as usize));
     }
     for (i, q) in qs.iter().enumerate() {
         let mut spec = ctx.worker_spec(q, per_queue[i]);
@@ -311,15 +251,14 @@ impl Section for Priorities {
 
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.priorities;
-        let n = 3 * o.messages;
+        let n = 3 * o.priorities_messages;
         // Each run: the handlers' simulated I/O over the capacity, at
         // about half of it used, and the drain's own work.
         let io: f64 = o
-            .work
-            .iter()
-            .map(|w| n as f64 * w.as_secs_f64() / f64::from(o.concurrency) / 0.5)
+            .work()
+            .map(|w| n as f64 * w.as_secs_f64() / f64::from(o.priorities_concurrency) / 0.5)
             .sum();
-        let runs = (MODES.len() * o.work.len()) as f64;
+        let runs = (MODES.len() * o.priorities_work_ms.len()) as f64;
         Plan::fixed(MODES.len() as f64 * io)
             + Plan::work(runs * (3.0 * plan::SETUP + plan::drain(n, plan::DRAIN)))
     }
@@ -385,7 +324,7 @@ impl Rounds for Priorities {
     /// One round: at each handler time, the weighted group, then the plain
     /// workers.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
-        for work in ctx.cfg.options.priorities.work.clone() {
+        for work in ctx.cfg.options.priorities.work() {
             for mode in MODES {
                 let r = run(ctx, mode, work, at.index, at.warm).await?;
                 ctx.progress.say(format!(
@@ -465,7 +404,7 @@ fn add_figures(f: &mut Figures, runs: &[PrioritiesRun]) {
 }
 
 fn report_part(out: &mut String, d: &Document) {
-    let Ok(w) = d.metadata.workload.options_of::<PrioritiesWorkload>() else {
+    let Ok(w) = d.metadata.workload.options_of::<PrioritiesOptions>() else {
         return;
     };
     let times: Vec<u64> = w

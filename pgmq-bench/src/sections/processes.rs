@@ -1,23 +1,8 @@
-//! worker_processes: `--processes 1,2,4,8` separate worker processes draining
-//! one queue. Operators size deployments in processes, not threads.
-//!
-//! Each round installs the `pgmq_sdk` schema first (the workers' claim
-//! cursors). Per run: a fresh queue of `--processes-messages` (400,000) is preloaded
-//! and vacuumed; the bench starts N worker processes of `--backlog-workers`
-//! handlers each (and, with `--handler db-write`, its own sink pool), says
-//! `go` to all once all are ready, and collects their reports and handled
-//! ids (`kit::child`: each drains until the queue is empty, asking
-//! `pgmq.metrics` only once its handlers went quiet, so that the probe's
-//! table scans do not grow with the processes, or stops after
-//! `--stall-timeout` without progress).
-//!
-//! The parent merges every child's ids into one ledger (a message handled by
-//! two processes is a duplicate, and fails the run), and reports the combined
-//! rate (distinct messages over the slowest child's seconds), each process's
-//! rate, and how evenly the work was shared: each process's share of the
-//! messages, the smallest share over the largest, and Jain's fairness index
-//! `(Σx)² / (n·Σx²)` (1 when all handled the same number, 1/n when one did
-//! everything).
+//! worker_processes: separate worker processes draining one queue
+//! (`kit::child` starts them and collects their reports and ids), after
+//! installing the `pgmq_sdk` schema (the workers' claim cursors). The runs,
+//! the merged ledger and the fairness figures are described once, in docs/benchmark-sections.md
+//! ("worker_processes").
 
 use std::sync::Arc;
 use std::time::Duration;

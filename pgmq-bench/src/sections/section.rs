@@ -18,25 +18,17 @@ use crate::kit::Ctx;
 use crate::sections::plan;
 
 /// The options a section file declares: its command-line flags (a clap
-/// [`Args`](clap::Args) group, flattened into the benchmark's), the checked
-/// settings its run reads, and the part of the document's workload that
-/// records them.
-pub trait Options: clap::Args {
-    /// The checked settings (`ctx.cfg.options.<module>`).
-    type Config: std::fmt::Debug + Clone;
-    /// The workload fields (flattened into the document's workload, so
-    /// their names must not clash with another section's).
-    type Workload: std::fmt::Debug
-        + Clone
-        + Serialize
-        + for<'de> Deserialize<'de>
-        + schemars::JsonSchema;
-
+/// [`Args`](clap::Args) group, flattened into the benchmark's), which the
+/// document's workload also records as they were given (serialized and
+/// flattened into it, so their names must not clash with another
+/// section's), and, once checked, the settings its run reads
+/// (`ctx.cfg.options.<module>`, with accessors for what the run reads in
+/// another unit, such as a [`Duration`](std::time::Duration)).
+pub trait Options:
+    clap::Args + Serialize + for<'de> Deserialize<'de> + schemars::JsonSchema
+{
     /// Checks the flags (a typed `Error::Config` naming the flag when bad).
-    fn config(&self) -> Result<Self::Config>;
-
-    /// What the document records of `config`.
-    fn workload(config: &Self::Config) -> Self::Workload;
+    fn check(&self) -> Result<()>;
 
     /// Replaces the flags that the profile `p.profile` (the default,
     /// `--quick`, `--standard`, `--full`, `--long`) sets for this section,
@@ -185,4 +177,22 @@ where
     Err(crate::error::Error::Config(format!(
         "{flag} must be at least {least}"
     )))
+}
+
+/// A [`Duration`](std::time::Duration) recorded in a document as its
+/// seconds: `#[serde(with = "crate::sections::secs")]`.
+pub(crate) mod secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes the seconds.
+    pub(crate) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    /// Reads the seconds.
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Duration::try_from_secs_f64(f64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
 }

@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::figures::{measured, Figures};
 use crate::report::{cell, definitions, fig};
 use crate::kit::plain::{neighbour, Loop};
-use crate::kit::body::id_batches;
 use crate::kit::Ctx;
 use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
@@ -89,19 +88,17 @@ async fn finish(
 
 /// One send_batch run: `--messages` in calls of `Client::send_batch` of `--batch-size`.
 pub async fn batch(ctx: &Ctx, round: u32, warmup: bool) -> Result<SendRun> {
-    let q = ctx.guard.fresh("send_batch").await?;
+    let q = &ctx.guard.fresh("send_batch").await?;
     let n = ctx.cfg.batch_messages;
     let size = u64::from(ctx.cfg.batch_size);
-    let mut bodies = Vec::with_capacity(size as usize);
-    ctx.meter.begin();
-    let t = Instant::now();
-    for ids in id_batches(n, size) {
-        bodies.clear();
-        bodies.extend(ids.map(|i| ctx.body(i)));
-        ctx.client.send_batch(&q, &bodies).await?;
-    }
-    let rate = Rate::new(n, t.elapsed().as_secs_f64());
-    finish(ctx, &q, rate, ctx.cfg.batch_size, round, warmup).await
+    let elapsed = ctx
+        .timed_batches(n, size, |b| b, |bodies| async move {
+            ctx.client.send_batch(q, &bodies).await?;
+            Ok(bodies)
+        })
+        .await?;
+    let rate = Rate::new(n, elapsed);
+    finish(ctx, q, rate, ctx.cfg.batch_size, round, warmup).await
 }
 
 /// A send section: its loop's sends between two runs of the baseline's

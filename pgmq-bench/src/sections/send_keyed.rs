@@ -1,19 +1,6 @@
-//! send_batch_keyed: the cost of deduplication keys. Per round, the same
-//! `--batch-messages` are batch-sent twice into fresh queues, in calls of
-//! `--batch-size`: once with `Client::send_batch` (`plain`), once with
-//! `Client::send_batch_keyed` (`keyed`), every message under a fresh key of
-//! its own with a window of one hour, so that every key is taken and every
-//! message sent. Then the same for `--single-messages` sent one per call:
-//! `Client::send` (`single_plain`) against `Client::send_keyed`
-//! (`single_keyed`). Each pair swaps order from round to round, so that a
-//! drift of the machine does not favour either.
-//!
-//! Timed like send_batch and send_single, from the first call to the last
-//! reply, each call awaited before the next. The keyed sends need the `pgmq_sdk` schema: the
-//! section installs it first (`Client::install_sdk_schema`, which does
-//! nothing when it is current). After a keyed run its keys are counted in
-//! `pgmq_sdk.queue_keys` (every message's, once) and deleted, so that every
-//! round starts from the same key table.
+//! send_batch_keyed: the cost of deduplication keys, keyed sends against
+//! plain ones, batched and one per call. The runs, their order and the key
+//! table's check are described once, in docs/benchmark-sections.md ("send_batch_keyed").
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -1,35 +1,9 @@
 //! steady_stream: a producer and the worker together at a steady depth,
 //! once per handler count, so that the worker's rate can be followed as
-//! its concurrency grows on a queue that never drains.
-//!
-//! Per run: a fresh queue; one producer task that keeps the depth (messages
-//! sent minus messages whose handler finished) at `--steady-depth`, topping
-//! it up with one `send_batch` whenever it is at least a batch below it and,
-//! with a rate from `--steady-rates` other than 0, never faster than that
-//! many messages a second; and a worker on a client of its own (a pool of
-//! `--steady-pool`), with the run's handler count, `--steady-poll-ms` and
-//! every other setting at its default, whose handler sleeps the run's
-//! `--steady-sleep-ms` and returns `Archive` or `Delete` as the run's
-//! `--steady-ack` says. Bodies are `--steady-body-bytes` long.
-//!
-//! The first `--steady-warmup-s` are excluded; over the following
-//! `--steady-duration-s` the section records the messages completed a
-//! second, the claim latency (the message's `enqueued_at` to the start of
-//! its handler call, as the sustained section's queue wait), the depth, and
-//! the database's counters over the window: the server's CPU per message
-//! (every process of a local PostgreSQL cluster, `/proc`), the queue
-//! table's dead tuples (peak of one-second samples), and its index tuples
-//! fetched and buffers touched per message.
-//!
-//! The worker keeps up with its producer when the producer was paced, the
-//! worker completed at least 95% of the paced rate and the mean depth
-//! stayed below half the target: only then is the
-//! claim latency a property of the worker rather than of the depth (at a
-//! full target depth a message waits depth ÷ rate by Little's law).
-//! The two targets on these runs are judged on figures of each round: the
-//! step rule (per sleep, ack and rate, each handler count completes at least
-//! 0.95× the best rate of the smaller counts before it) and claim latency
-//! p99 at most 100 ms on the runs that kept up.
+//! its concurrency grows on a queue that never drains (the handler returns
+//! `Outcome::Archive` or `Outcome::Delete` as `--steady-ack` says). What a
+//! run records, when it keeps up and the two targets are described once, in
+//! docs/benchmark-streams.md ("steady_stream").
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -49,11 +23,11 @@ use crate::document::{Figure, TargetCheck};
 use crate::figures::{check, measured, median_of, Figures};
 use crate::report::runs_and_workload;
 use crate::report::definitions;
-use crate::report::thousands;
+use crate::report::{round_cell, thousands};
 use crate::kit::body::padding;
 use crate::kit::load::{Pace, TOP_UP_MOST};
 use crate::kit::stream::{StreamRun, StreamSpec};
-use crate::kit::worker::{counters, ms};
+use crate::kit::worker::counters;
 use crate::kit::Ctx;
 use crate::sections::{at_least, seconds, Options, Round, Rounds, Section};
 use crate::config::Config;
@@ -101,7 +75,8 @@ impl SteadyAck {
 }
 
 /// The steady_stream options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 #[non_exhaustive]
 pub struct SteadyOptions {
     /// steady_stream: the handler counts, one run each (comma-separated).
@@ -153,70 +128,28 @@ pub struct SteadyOptions {
     pub steady_vacuum: u64,
 }
 
-/// The steady_stream settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct SteadyConfig {
-    /// Handler counts, ascending.
-    pub handlers: Vec<u32>,
-    /// Handler sleeps.
-    pub sleeps: Vec<Duration>,
-    /// Acknowledgements.
-    pub acks: Vec<SteadyAck>,
-    /// Producer rates (0: unpaced).
-    pub rates: Vec<u64>,
-    /// Depth kept.
-    pub depth: u64,
-    /// Measured window.
-    pub duration: Duration,
-    /// Warm-up left out.
-    pub warmup: Duration,
-    /// Poll interval.
-    pub poll: Duration,
-    /// Body bytes.
-    pub body_bytes: u32,
-    /// Pool size.
-    pub pool: u32,
-    /// The worker's vacuum threshold (None: off).
-    pub vacuum: Option<u64>,
-}
+impl SteadyOptions {
+    /// The handler counts, ascending, without repeats.
+    fn handlers(&self) -> Vec<u32> {
+        let mut handlers = self.steady_handlers.clone();
+        handlers.sort_unstable();
+        handlers.dedup();
+        handlers
+    }
 
-/// What the document's workload records of them (empty in documents older
-/// than the section).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-#[non_exhaustive]
-pub struct SteadyWorkload {
-    /// steady_stream handler counts.
-    pub steady_handlers: Vec<u32>,
-    /// steady_stream handler sleeps, milliseconds.
-    pub steady_sleep_ms: Vec<u64>,
-    /// steady_stream acknowledgements.
-    pub steady_ack: Vec<SteadyAck>,
-    /// steady_stream producer rates (0: unpaced).
-    pub steady_rates: Vec<u64>,
-    /// steady_stream depth.
-    pub steady_depth: u64,
-    /// steady_stream measured seconds per run.
-    pub steady_duration_s: f64,
-    /// steady_stream warm-up seconds per run.
-    pub steady_warmup_s: f64,
-    /// steady_stream poll interval, milliseconds.
-    pub steady_poll_ms: u64,
-    /// steady_stream body bytes.
-    pub steady_body_bytes: u32,
-    /// steady_stream pool size.
-    pub steady_pool: u32,
-    /// steady_stream: the dead row versions at which the worker vacuums
-    /// its queue table (0: off).
-    pub steady_vacuum: u64,
+    /// The measured window.
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.steady_duration_s)
+    }
+
+    /// The warm-up left out.
+    fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.steady_warmup_s)
+    }
 }
 
 impl Options for SteadyOptions {
-    type Config = SteadyConfig;
-    type Workload = SteadyWorkload;
-
-    fn config(&self) -> Result<SteadyConfig> {
+    fn check(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::Config(m.into()));
         if self.steady_handlers.is_empty()
             || self.steady_handlers.iter().any(|n| !(1..=4096).contains(n))
@@ -229,43 +162,12 @@ impl Options for SteadyOptions {
         if self.steady_rates.is_empty() {
             return bad("--steady-rates needs at least one value (0: unpaced)");
         }
-        let duration = seconds(self.steady_duration_s, "--steady-duration-s", 0.5)?;
-        let mut handlers = self.steady_handlers.clone();
-        handlers.sort_unstable();
-        handlers.dedup();
-        Ok(SteadyConfig {
-            handlers,
-            sleeps: self
-                .steady_sleep_ms
-                .iter()
-                .map(|ms| Duration::from_millis(*ms))
-                .collect(),
-            acks: self.steady_ack.clone(),
-            rates: self.steady_rates.clone(),
-            depth: at_least(self.steady_depth, 1, "--steady-depth")?,
-            duration,
-            warmup: seconds(self.steady_warmup_s, "--steady-warmup-s", 0.0)?,
-            poll: Duration::from_millis(at_least(self.steady_poll_ms, 1, "--steady-poll-ms")?),
-            body_bytes: self.steady_body_bytes,
-            pool: at_least(self.steady_pool, 4, "--steady-pool")?,
-            vacuum: (self.steady_vacuum > 0).then_some(self.steady_vacuum),
-        })
-    }
-
-    fn workload(c: &SteadyConfig) -> SteadyWorkload {
-        SteadyWorkload {
-            steady_handlers: c.handlers.clone(),
-            steady_sleep_ms: c.sleeps.iter().map(|d| d.as_millis() as u64).collect(),
-            steady_ack: c.acks.clone(),
-            steady_rates: c.rates.clone(),
-            steady_depth: c.depth,
-            steady_duration_s: c.duration.as_secs_f64(),
-            steady_warmup_s: c.warmup.as_secs_f64(),
-            steady_poll_ms: c.poll.as_millis() as u64,
-            steady_body_bytes: c.body_bytes,
-            steady_pool: c.pool,
-            steady_vacuum: c.vacuum.unwrap_or(0),
-        }
+        seconds(self.steady_duration_s, "--steady-duration-s", 0.5)?;
+        seconds(self.steady_warmup_s, "--steady-warmup-s", 0.0)?;
+        at_least(self.steady_depth, 1, "--steady-depth")?;
+        at_least(self.steady_poll_ms, 1, "--steady-poll-ms")?;
+        at_least(self.steady_pool, 4, "--steady-pool")?;
+        Ok(())
     }
 
     fn apply_profile(&mut self, p: &Apply<'_>) {
@@ -343,8 +245,9 @@ impl Section for SteadyStream {
 
     fn planned(&self, cfg: &Config) -> Plan {
         let o = &cfg.options.steady;
-        let runs = (o.handlers.len() * o.sleeps.len() * o.acks.len() * o.rates.len()) as f64;
-        Plan::fixed(runs * (o.warmup + o.duration).as_secs_f64()) + Plan::work(runs * 0.5)
+        let series = o.steady_sleep_ms.len() * o.steady_ack.len() * o.steady_rates.len();
+        let runs = (o.handlers().len() * series) as f64;
+        Plan::fixed(runs * (o.warmup() + o.duration()).as_secs_f64()) + Plan::work(runs * 0.5)
     }
 
     fn check(&self, s: &Sections, out: &mut Checks) {
@@ -368,7 +271,7 @@ impl Section for SteadyStream {
 
     /// The section's table: one row per run, then the two round figures.
     fn report(&self, d: &Document, out: &mut String) {
-        let Some((runs, w)) = runs_and_workload::<_, SteadyWorkload>(d, &RUNS) else {
+        let Some((runs, w)) = runs_and_workload::<_, SteadyOptions>(d, &RUNS) else {
             return;
         };
         let _ = writeln!(
@@ -386,14 +289,10 @@ impl Section for SteadyStream {
             w.steady_warmup_s
         );
         for r in &runs {
-            let mut round = r.round.to_string();
-            if r.warmup {
-                round.push_str(" (warm-up)");
-            }
-            let server = r.server.cells();
             let _ = writeln!(
                 out,
-                "| {round} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} |",
+                round_cell(r.round, r.warmup),
                 series_key(r),
                 r.handlers,
                 thousands(r.completed.rate_per_s),
@@ -409,11 +308,7 @@ impl Section for SteadyStream {
                 } else {
                     "no"
                 },
-                server.cpu,
-                server.bench_cpu,
-                server.idx_tup,
-                server.buffers,
-                server.dead_peak,
+                r.server.cells(true),
             );
         }
         out.push('\n');
@@ -460,10 +355,11 @@ impl Rounds for SteadyStream {
     /// One round: every series, each handler count in ascending order.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         let c = ctx.cfg.options.steady.clone();
-        for &ack in &c.acks {
-            for &sleep in &c.sleeps {
-                for &rate in &c.rates {
-                    for &n in &c.handlers {
+        for &ack in &c.steady_ack {
+            for &sleep_ms in &c.steady_sleep_ms {
+                let sleep = Duration::from_millis(sleep_ms);
+                for &rate in &c.steady_rates {
+                    for n in c.handlers() {
                         let r = run(ctx, &c, Series { ack, sleep, rate }, n, at).await?;
                         ctx.progress.say(format!(
                             "{} {NAME} {} h{n}: {:.0} completed/s, claim p99 {:.1} ms, {} µs server CPU/msg",
@@ -495,34 +391,34 @@ struct Series {
 /// One run of `n` handlers: the warm-up left out, then one window.
 async fn run(
     ctx: &Arc<Ctx>,
-    c: &SteadyConfig,
+    c: &SteadyOptions,
     series: Series,
     n: u32,
     at: Round<'_>,
 ) -> Result<SteadyRun> {
     let spec = StreamSpec {
         prefix: "steady",
-        pool: Some(c.pool),
+        pool: Some(c.steady_pool),
         sleep: series.sleep,
         settings: WorkerSettings {
             concurrency: Some(n as usize),
-            poll_interval_ms: Some(ms(c.poll)),
-            vacuum: c.vacuum,
+            poll_interval_ms: Some(c.steady_poll_ms),
+            vacuum: (c.steady_vacuum > 0).then_some(c.steady_vacuum),
             ..WorkerSettings::default()
         },
         ack: series.ack.outcome(),
     };
     let stream = StreamRun::start(ctx, spec).await?;
     let pace = Pace {
-        depth: Some(c.depth),
+        depth: Some(c.steady_depth),
         rate: (series.rate > 0).then_some(series.rate as f64),
-        least: (c.depth / 20).clamp(1, 100),
+        least: (c.steady_depth / 20).clamp(1, 100),
         most: TOP_UP_MOST,
         nap: Duration::from_millis(1),
     };
-    let producer = stream.produce(ctx, &padding(c.body_bytes), pace);
-    tokio::time::sleep(c.warmup).await;
-    let w = stream.window(ctx, c.duration, &producer).await;
+    let producer = stream.produce(ctx, &padding(c.steady_body_bytes), pace);
+    tokio::time::sleep(c.warmup()).await;
+    let w = stream.window(ctx, c.duration(), &producer).await;
     let (report, peak) = stream.finish(ctx, producer).await?;
     let completed = Rate::new(w.completed, w.elapsed_s);
     let rate_limit = (series.rate > 0).then_some(series.rate as f64);
@@ -535,7 +431,7 @@ async fn run(
         ack: series.ack,
         rate_limit_per_s: rate_limit,
         kept_up: rate_limit.is_some_and(|r| completed.rate_per_s >= KEEP_UP * r)
-            && (depth_mean as u64) < c.depth / 2,
+            && (depth_mean as u64) < c.steady_depth / 2,
         completed,
         produced: Rate::new(w.produced, w.elapsed_s),
         depth_mean,

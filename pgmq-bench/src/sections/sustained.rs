@@ -1,22 +1,7 @@
-//! sustained: producers and the worker together for `--duration`.
-//!
-//! `--producers` tasks send batches of `--batch-size` through the SDK, paced
-//! to `--rate` messages/s in total (open loop: a producer that falls behind
-//! sends its missed batches at once) or, with `--rate 0`, as fast as they can.
-//! A worker with `--sustained-workers` handlers consumes meanwhile. Every
-//! 50 ms the bench samples the queue's backlog (`pgmq.metrics` queue length:
-//! visible plus in flight); every second it records the produced and handled
-//! counts with the backlog's mean and maximum, the median and 99th
-//! percentile of the handler run time (from the worker's statistics) and of
-//! the queue wait (`enqueued_at` to handler start, measured in the handler),
-//! and the process RSS.
-//!
-//! Verdict, as in the streams report this section follows: pass when the
-//! least-squares slope of the backlog over the window after
-//! `--sustained-warmup` is at most 10 messages/s, and, once the producers
-//! stop and the worker drains what is left, the distinct ids handled equal
-//! the ids produced (none missing). Duplicates (redeliveries) are reported,
-//! not failed.
+//! sustained: producers and the worker together for `--duration`. The
+//! producers' pacing, the backlog's samples, the per-second records and the
+//! verdict (the backlog's slope and every message handled) are described
+//! once, in docs/benchmark-streams.md ("sustained").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::document::{
     HandlerKind, IntervalPercentiles, LedgerReport, Percentiles, Rate, Runs, SectionRuns, WorkerCounters,
 };
-use crate::error::{Error, Result};
-use crate::kit::stream::clocked_tally;
+use crate::error::Result;
+use crate::kit::stream::{clocked_tally, joined};
 use crate::kit::tally::Tally;
 use crate::kit::worker::counters;
 use crate::kit::Ctx;
@@ -43,7 +28,7 @@ use crate::checks::Checks;
 use crate::document::{Better, Document, Sample, Sections};
 use crate::figures::{measured, Figures};
 use crate::report::MIB;
-use crate::report::{cell, definitions, fig};
+use crate::report::{cell, definitions, fig, round_cell};
 use crate::report::{fmt_value, thousands};
 use crate::sections::{Round, Rounds, Section};
 use crate::config::Config;
@@ -510,10 +495,7 @@ async fn sample(
 /// Waits for every producer; the first error (or panic) fails the run.
 async fn join_producers(producers: Vec<tokio::task::JoinHandle<Result<()>>>) -> Result<()> {
     for p in producers {
-        match p.await {
-            Ok(r) => r?,
-            Err(e) => return Err(Error::Panicked(format!("producer: {e}"))),
-        }
+        joined(p.await)?;
     }
     Ok(())
 }
@@ -854,10 +836,7 @@ fn sustained_intervals(out: &mut String, d: &Document) {
 
 /// A sustained run's round, flagged when a warm-up or a rate-search step.
 fn sustained_round(r: &SustainedRun) -> String {
-    let mut s = r.round.to_string();
-    if r.warmup {
-        s.push_str(" (warm-up)");
-    }
+    let mut s = round_cell(r.round, r.warmup);
     if let Some(k) = r.rate_search_step {
         let _ = write!(s, " (search step {k})");
     }

@@ -1,16 +1,7 @@
 //! wakeup_latency: how long one message sent to an idle worker takes to reach
-//! its handler, polling only and with LISTEN/NOTIFY (polling as fallback),
-//! both at `--wakeup-poll-ms` (500 ms by default), `--wakeup-samples` each
-//! (at least 20).
-//!
-//! One sample: wait a pseudo-random delay (so that sends fall at every phase
-//! of the poll timer; with NOTIFY, always longer than the queue's notify
-//! throttle, so that every sample gets a notification of its own), take the time, send one message with the SDK, and take
-//! the time again when the handler starts on it (the first thing the handler
-//! does). The sample is the difference, on the monotonic clock: it includes
-//! the send's round trip and commit, the notification or the poll, the read,
-//! and the hand-over to the handler. An unmeasured message first lets the
-//! worker finish starting (its LISTEN, its first read).
+//! its handler, polling only and with LISTEN/NOTIFY. What one sample
+//! includes and how the sends are spread over the poll timer are described
+//! once, in docs/benchmark-streams.md ("wakeup_latency").
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +15,7 @@ use tokio::sync::mpsc;
 use crate::document::{Percentiles, Runs, SectionRuns, WorkerCounters};
 use crate::error::{Error, Result};
 use crate::kit::body::InBody;
-use crate::kit::worker::{builder, counters, ms};
+use crate::kit::worker::{builder, counters};
 use crate::kit::Ctx;
 use crate::stats::percentiles_of;
 use std::fmt::Write as _;
@@ -70,7 +61,7 @@ pub struct WakeupRun {
 pub(crate) const MIN_WAKEUP_SAMPLES: u32 = 20;
 
 /// The wakeup_latency options.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, Serialize, Deserialize, schemars::JsonSchema)]
 #[non_exhaustive]
 pub struct WakeupOptions {
     /// wakeup_latency samples per mode (at least 20).
@@ -82,42 +73,18 @@ pub struct WakeupOptions {
     pub wakeup_poll_ms: u64,
 }
 
-/// The wakeup_latency settings, checked.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct WakeupConfig {
-    /// Samples per mode.
-    pub samples: u32,
+impl WakeupOptions {
     /// The poll interval (and the NOTIFY mode's fallback).
-    pub poll: Duration,
-}
-
-/// What the document's workload records of them.
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-#[non_exhaustive]
-pub struct WakeupWorkload {
-    /// wakeup_latency samples per mode.
-    pub wakeup_samples: u32,
-    /// wakeup_latency poll interval (and NOTIFY fallback), milliseconds.
-    pub wakeup_poll_ms: u64,
+    pub fn poll(&self) -> Duration {
+        Duration::from_millis(self.wakeup_poll_ms)
+    }
 }
 
 impl Options for WakeupOptions {
-    type Config = WakeupConfig;
-    type Workload = WakeupWorkload;
-
-    fn config(&self) -> Result<WakeupConfig> {
-        Ok(WakeupConfig {
-            samples: at_least(self.wakeup_samples, MIN_WAKEUP_SAMPLES, "--wakeup-samples")?,
-            poll: Duration::from_millis(at_least(self.wakeup_poll_ms, 1, "--wakeup-poll-ms")?),
-        })
-    }
-
-    fn workload(c: &WakeupConfig) -> WakeupWorkload {
-        WakeupWorkload {
-            wakeup_samples: c.samples,
-            wakeup_poll_ms: c.poll.as_millis() as u64,
-        }
+    fn check(&self) -> Result<()> {
+        at_least(self.wakeup_samples, MIN_WAKEUP_SAMPLES, "--wakeup-samples")?;
+        at_least(self.wakeup_poll_ms, 1, "--wakeup-poll-ms")?;
+        Ok(())
     }
 }
 
@@ -177,7 +144,7 @@ const SETTLE_ID: u64 = u64::MAX >> 1;
 /// One run of one mode.
 pub async fn run(ctx: &Ctx, mode: Mode, round: u32, warmup: bool) -> Result<WakeupRun> {
     let q = ctx.guard.fresh(&format!("wakeup_{}", mode.name())).await?;
-    let poll = ctx.cfg.options.wakeup.poll;
+    let poll = ctx.cfg.options.wakeup.poll();
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
     let w = build_worker(ctx, &q, mode, tx)?;
     ctx.meter.begin();
@@ -228,7 +195,7 @@ fn build_worker(
     tx: mpsc::UnboundedSender<(u64, Instant)>,
 ) -> Result<Worker<InBody>> {
     let mut spec = ctx.worker_spec(q, 1);
-    spec.settings.poll_interval_ms = Some(ms(ctx.cfg.options.wakeup.poll));
+    spec.settings.poll_interval_ms = Some(ctx.cfg.options.wakeup.wakeup_poll_ms);
     spec.settings.wake_up = Some(match mode {
         Mode::Poll => WakeUpSpec::Poll,
         Mode::Notify => WakeUpSpec::Notify,
@@ -307,8 +274,8 @@ async fn take_samples(
     let mut phases = Phases(
         0x9E37_79B9_7F4A_7C15 ^ (u64::from(p.round) + 1).wrapping_mul(0x2545_F491_4F6C_DD1D),
     );
-    let mut samples = Vec::with_capacity(ctx.cfg.options.wakeup.samples as usize);
-    for id in 0..u64::from(ctx.cfg.options.wakeup.samples) {
+    let mut samples = Vec::with_capacity(ctx.cfg.options.wakeup.wakeup_samples as usize);
+    for id in 0..u64::from(ctx.cfg.options.wakeup.wakeup_samples) {
         // Then a random phase: of the poll timer when polling; NOTIFY does
         // not wait for the timer.
         let spread = match p.mode {
@@ -345,8 +312,8 @@ impl Section for WakeupLatency {
         // interval, then about half an interval's wait; NOTIFY: the
         // throttle's gap and a few milliseconds.
         let o = &cfg.options.wakeup;
-        let samples = f64::from(o.samples);
-        Plan::fixed(samples * (0.1 + o.poll.as_secs_f64()) + samples * 0.35)
+        let samples = f64::from(o.wakeup_samples);
+        Plan::fixed(samples * (0.1 + o.poll().as_secs_f64()) + samples * 0.35)
             + Plan::work(2.0 * plan::SETUP)
     }
 
@@ -377,7 +344,7 @@ impl Section for WakeupLatency {
         {
             return;
         }
-        let Ok(w) = d.metadata.workload.options_of::<WakeupWorkload>() else {
+        let Ok(w) = d.metadata.workload.options_of::<WakeupOptions>() else {
             return;
         };
         let _ = writeln!(
