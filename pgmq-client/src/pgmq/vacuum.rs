@@ -73,12 +73,16 @@ impl<E: Executor> Pgmq<E> {
         }
     }
 
-    /// Vacuums `queue`'s table (and its partitions), skipping it when
-    /// another vacuum holds it, and leaving its tail to autovacuum; see the
-    /// [module](self) for why. Refused with [`Error::NotTableOwner`] when
-    /// the connected role does not own the table. `VACUUM` cannot run in a
-    /// transaction: call it on a [`Client`](crate::Client) or a
-    /// connection, not a [`Transaction`](crate::Transaction).
+    /// Vacuums `queue`'s table (and its partitions) with
+    /// `VACUUM (SKIP_LOCKED, TRUNCATE false)`: a table another vacuum holds
+    /// (autovacuum, another worker) is skipped at once rather than waited
+    /// for, and the table's empty tail is left to autovacuum, because
+    /// truncating it takes a lock every read and send of the queue would
+    /// wait for. Refused with [`Error::NotTableOwner`] when the connected
+    /// role does not own the table (`VACUUM` itself would only warn and do
+    /// nothing). `VACUUM` cannot run in a transaction: call it on a
+    /// [`Client`](crate::Client) or a connection, not a
+    /// [`Transaction`](crate::Transaction).
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
