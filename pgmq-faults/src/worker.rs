@@ -185,10 +185,9 @@ pub enum Sabotage {
     /// The campaign's workers under a limit per key claim without it
     /// (plain reads): more runs of a key at once than its limit.
     KeyLimitIgnored,
-    /// The workers of the campaign's ranged-drain cell take the claim
-    /// cursor for a fence: once they took a range, their reads from the
-    /// start take one instead, and a retry below the cursor is never
-    /// claimed (needs the `fault-injection` feature).
+    /// The workers take the claim cursor for a fence: their reads from
+    /// the start take a range instead, and a retry below the cursor is
+    /// never claimed (needs the `fault-injection` feature).
     CursorFence,
 }
 

@@ -720,11 +720,10 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
         self
     }
 
-    /// Test hook (feature `fault-injection`): once the claim loops have
-    /// taken a range from the queue's claim cursor, their reads from the
-    /// start take a range instead, as if the cursor were a fence, so that
-    /// a message made visible again below it is never claimed; to prove
-    /// that a fault campaign sees it.
+    /// Test hook (feature `fault-injection`): the claim loops' reads from
+    /// the start take a range of the queue's claim cursor instead, as if
+    /// the cursor were a fence, so that a message made visible again below
+    /// it is never claimed; to prove that a fault campaign sees it.
     #[cfg(feature = "fault-injection")]
     #[doc(hidden)]
     pub fn claim_cursor_fence(mut self) -> Self {

@@ -343,9 +343,6 @@ pub(crate) struct Cursor {
     /// Ranged reads may be made: false once the `pgmq_sdk` schema was
     /// found missing (or not to be trusted) for them.
     ranges: AtomicBool,
-    /// A ranged read was planned (for the `cursor_fence` test hook).
-    #[cfg(feature = "fault-injection")]
-    took_range: AtomicBool,
 }
 
 impl Cursor {
@@ -360,8 +357,6 @@ impl Cursor {
             fleet: AtomicU64::new(1),
             backlog: AtomicBool::new(false),
             ranges: AtomicBool::new(true),
-            #[cfg(feature = "fault-injection")]
-            took_range: AtomicBool::new(false),
         }
     }
 
@@ -391,8 +386,6 @@ impl Cursor {
         if self.ranged() {
             // Other workers read this backlog too: a range of its own from
             // the queue's claim cursor, past their reads in flight.
-            #[cfg(feature = "fault-injection")]
-            self.took_range.store(true, Relaxed);
             return Plan::Table(ReadFrom::Ranged(after));
         }
         Plan::Table(ReadFrom::AfterFrontier(after))
@@ -788,12 +781,12 @@ impl ClaimLoop {
         let cursor = &claims.cursor;
         let plan = cursor.plan(now_us, micros(self.part.settings.poll_interval));
         // (The test hook reads a range where a read from the start was
-        // planned, and counts it as one: a short one parks the loop.)
+        // planned, from the first read on, and counts it as one: a short
+        // one parks the loop. Whatever falls below the bound is then never
+        // claimed, whether or not the fleet was seen yet.)
         #[cfg(feature = "fault-injection")]
         let read_plan = match plan {
-            Plan::Table(ReadFrom::Start)
-                if self.part.settings.cursor_fence && cursor.took_range.load(Relaxed) =>
-            {
+            Plan::Table(ReadFrom::Start) if self.part.settings.cursor_fence => {
                 Plan::Table(ReadFrom::Ranged(cursor.after.load(Relaxed)))
             }
             plan => plan,
