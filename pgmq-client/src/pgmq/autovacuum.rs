@@ -61,6 +61,21 @@ pub struct TableAutovacuum {
     pub settings: Vec<String>,
 }
 
+impl TableAutovacuum {
+    /// The table, when the connected role may change it (vacuum it, set
+    /// its parameters); [`Error::NotTableOwner`] otherwise.
+    pub(crate) fn owned(self) -> Result<TableAutovacuum, Error> {
+        if self.caller_owns {
+            Ok(self)
+        } else {
+            Err(Error::NotTableOwner {
+                table: self.table,
+                owner: self.owner,
+            })
+        }
+    }
+}
+
 /// `ALTER TABLE <table> SET (<QUEUE_TABLE_AUTOVACUUM>)`.
 fn alter_sql(queue: &QueueName) -> String {
     let settings: Vec<String> = QUEUE_TABLE_AUTOVACUUM
@@ -135,12 +150,7 @@ impl<E: Executor> Pgmq<E> {
                 t.table
             )));
         }
-        if !t.caller_owns {
-            return Err(Error::NotTableOwner {
-                table: t.table,
-                owner: t.owner,
-            });
-        }
+        t.owned()?;
         self.run_text(&alter_sql(queue), queue.as_str(), &[])
             .await?;
         self.queue_table_autovacuum(queue).await

@@ -94,13 +94,7 @@ impl<E: Executor> Pgmq<E> {
     /// ```
     #[tracing::instrument(name = "pgmq.vacuum_queue", skip_all, fields(queue = %queue))]
     pub async fn vacuum_queue(&self, queue: &QueueName) -> Result<(), Error> {
-        let t = self.queue_table_autovacuum(queue).await?;
-        if !t.caller_owns {
-            return Err(Error::NotTableOwner {
-                table: t.table,
-                owner: t.owner,
-            });
-        }
+        self.queue_table_autovacuum(queue).await?.owned()?;
         self.run_text(&vacuum_sql(queue), queue.as_str(), &[])
             .await
             .map(drop)
