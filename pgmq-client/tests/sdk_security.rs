@@ -738,8 +738,9 @@ async fn schedules_follow_the_rights_of_their_queue() {
 }
 
 /// The workers' presence rows follow the rights on their queue: a tenant
-/// reads and writes only the rows of queues it may consume from, cannot
-/// take over another tenant's row by its worker id, and cannot delete it.
+/// reads and writes only the rows of queues it may consume from, and
+/// cannot take over, block or delete another tenant's row by its worker
+/// id (rows are keyed by queue and worker id).
 #[tokio::test]
 async fn presence_rows_follow_the_rights_of_their_queue() {
     use pgmq_client::WorkerPresence;
@@ -760,19 +761,34 @@ async fn presence_rows_follow_the_rights_of_their_queue() {
     grant_queue(&admin, &qa, &ra.name).await;
     grant_queue(&admin, &qb, &rb.name).await;
     let (a, b) = (ra.client().await, rb.client().await);
+    // A writes a row of its own queue under the id a worker of B's queue is
+    // about to report with: B's report still succeeds, A's row stays A's.
+    let early = WorkerPresence::new("host-b:7:presence_b:0", "presence_a", "host-a", 1);
+    a.report_presence(&early, false).await.unwrap();
     let wb = WorkerPresence::new("host-b:7:presence_b:0", "presence_b", "host-b", 7);
     b.report_presence(&wb, false).await.unwrap();
     assert_eq!(b.fleet(10).await.unwrap().len(), 1);
-    assert!(a.fleet(10).await.unwrap().is_empty(), "A read B's presence");
+    let seen_by_a = a.fleet(10).await.unwrap();
+    assert!(
+        seen_by_a.iter().all(|w| w.queue_name == "presence_a"),
+        "A read B's presence"
+    );
     // A cannot write a row for B's queue, nor take B's row over by its id.
     let forged = WorkerPresence::new("host-a:1:presence_b:0", "presence_b", "host-a", 1);
     assert!(a.report_presence(&forged, false).await.is_err());
+    // A's report under that id updates A's own row, never B's.
     let squat = WorkerPresence::new("host-b:7:presence_b:0", "presence_a", "host-a", 1);
-    assert!(a.report_presence(&squat, true).await.is_err());
+    a.report_presence(&squat, true).await.unwrap();
+    let mine = a.fleet(10).await.unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].queue_name, "presence_a");
     let deleted = ra
         .raw()
         .await
-        .execute("DELETE FROM pgmq_sdk.workers", &[])
+        .execute(
+            "DELETE FROM pgmq_sdk.workers WHERE queue_name = 'presence_b'",
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(deleted, 0);

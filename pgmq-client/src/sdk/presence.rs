@@ -106,7 +106,7 @@ const REPORT: &str = "WITH gone AS (DELETE FROM pgmq_sdk.workers \
      VALUES ($1, pgmq_sdk.queue_table($2), pg_catalog.lower($2), $3, $4, $5, $6, $7, $8, $9, \
        $10, $11, $12, $13, pg_catalog.clock_timestamp(), \
        CASE WHEN $14 THEN pg_catalog.clock_timestamp() END) \
-     ON CONFLICT (worker_id) DO UPDATE SET concurrency = EXCLUDED.concurrency, \
+     ON CONFLICT (queue_relid, worker_id) DO UPDATE SET concurrency = EXCLUDED.concurrency, \
        claimed = EXCLUDED.claimed, acked = EXCLUDED.acked, failed = EXCLUDED.failed, \
        claims_per_sec = EXCLUDED.claims_per_sec, acks_per_sec = EXCLUDED.acks_per_sec, \
        paused = EXCLUDED.paused, limited = EXCLUDED.limited, seen_at = EXCLUDED.seen_at, \
