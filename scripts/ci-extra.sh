@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Keeps the examples and the Docker files from rotting. Called by .ci/run after
-# clippy, before the fault suite and the tests; runs on its own too (it starts the throwaway cluster if needed):
+# the test binaries build, before the tests; runs on its own too (it starts the
+# throwaway cluster if needed):
 #
 #   bash scripts/ci-extra.sh
 #
@@ -46,8 +47,12 @@ queues() {
 examples="$(awk '/^\[\[example\]\]/{e=1; next} e && /^name *=/{gsub(/[" ]/,""); sub(/^name=/,""); print; e=0}' examples/Cargo.toml)"
 [ -n "$examples" ] || fail "no [[example]] in examples/Cargo.toml"
 
+# Every example of the workspace, with the workspace's features all on: the
+# features the test build (`cargo nextest run --workspace --all-features`)
+# compiles the libraries with, so that after that build this one reuses
+# them and little is left to compile.
 log "building the examples"
-cargo build --quiet -p pgmq-examples --examples
+cargo build --quiet --workspace --all-features --examples
 target_dir="${CARGO_TARGET_DIR:-target}"
 limit="${PGMQ_EXAMPLE_TIMEOUT:-120}"
 logdir="$(mktemp -d)"
@@ -102,8 +107,6 @@ for name in $examples; do
 done
 # pgmq-client's statement_modes: prepared against unnamed statements, here
 # only to show both modes work (20 calls, 1 round), not to measure them.
-log "building pgmq-client's statement_modes example"
-cargo build --quiet -p pgmq-client --example statement_modes
 PGMQ_TEST_DSN="$DATABASE_URL" run_example statement_modes \
   "$target_dir/debug/examples/statement_modes" 20 1
 [ "$failed" = 0 ] || fail "some examples failed"
