@@ -99,6 +99,7 @@ registry! {
     pinned => [PinnedHorizon] with PinnedOptions,
     fleet_limit => [FleetLimit] with FleetLimitOptions,
     key_limits => [KeyLimits] with KeyLimitsOptions,
+    fifo => [FifoGroups] with FifoOptions,
     priorities => [Priorities] with PrioritiesOptions,
 }
 
