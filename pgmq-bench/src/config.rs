@@ -4,12 +4,11 @@
 //! `--long`.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{ClaimReadsArg, HandlerKind, RunArgs};
 use crate::error::{Error, Result};
-use crate::sections::{Section, SectionArgs, REGISTRY};
+use crate::sections::{Section, REGISTRY};
 
 /// `pick!(p, args.field, default, value)`: [`Apply::set`] on `args.field`,
 /// whose option id is the field's name (clap's id of a derived option).
@@ -20,7 +19,9 @@ macro_rules! pick {
 }
 pub(crate) use pick;
 
-/// The run's settings, checked.
+/// The run's settings, checked: the command line's options with the
+/// profile applied, read through `Deref` as [`RunArgs`], and the
+/// derived values as methods.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Config {
@@ -28,66 +29,19 @@ pub struct Config {
     pub profile: Profile,
     /// Sections, in round order, without repeats.
     pub(crate) sections: Vec<&'static dyn Section>,
-    /// Messages per consume run.
-    pub messages: u64,
-    /// Messages per batch-send run.
-    pub batch_messages: u64,
-    /// Messages per single-send run.
-    pub single_messages: u64,
-    /// Batch size of sends and claims.
-    pub batch_size: u32,
-    /// Visibility timeout.
-    pub vt: Duration,
-    /// JSON body size, bytes.
-    pub payload_bytes: u32,
-    /// consume_scaling handler counts.
-    pub workers: Vec<u32>,
-    /// Simulated handler work.
-    pub handler_work: Duration,
-    /// Measured rounds.
-    pub repeat: u32,
-    /// Discarded rounds.
-    pub warmup: u32,
-    /// SDK pool size.
-    pub pool_size: u32,
-    /// The settings the sections declare (each in its own file).
-    pub(crate) options: SectionArgs,
-    /// sustained producer window.
-    pub duration: Duration,
-    /// sustained start left out of the fit.
-    pub sustained_warmup: Duration,
-    /// sustained target rate (None: unpaced).
-    pub rate: Option<f64>,
-    /// sustained producer tasks.
-    pub producers: u32,
-    /// sustained handler concurrency.
-    pub sustained_workers: u32,
-    /// Unlogged queues.
-    pub unlogged: bool,
-    /// Drop leftovers first.
-    pub clean: bool,
-    /// No-progress limit.
-    pub stall_timeout: Duration,
-    /// Output path.
-    pub output: PathBuf,
-    /// backlog_scaling sizes, ascending.
-    pub backlog_sizes: Vec<u64>,
-    /// Handlers per worker in backlog_scaling and worker_processes.
-    pub backlog_workers: u32,
-    /// worker_processes counts.
-    pub processes: Vec<u32>,
-    /// Messages per worker_processes run.
-    pub processes_messages: u64,
-    /// What handlers do.
-    pub handler: HandlerKind,
-    /// How the workers read the queue (None: the worker's default).
-    pub claim_reads: Option<ClaimReadsArg>,
-    /// sustained rate search.
-    pub rate_search: bool,
-    /// Factor between rate-search steps.
-    pub rate_step: f64,
-    /// Most rate-search steps.
-    pub rate_steps_max: u32,
+    /// The options, checked and completed: `workers` without repeats in a
+    /// row, `processes` ascending and each once, `backlog_sizes` resolved
+    /// ([`Config::backlog_sizes`]) and `pool_size` raised for
+    /// `--handler db-write-tx` ([`pool_size`]).
+    args: RunArgs,
+}
+
+impl std::ops::Deref for Config {
+    type Target = RunArgs;
+
+    fn deref(&self) -> &RunArgs {
+        &self.args
+    }
 }
 
 /// The backlog sizes of the full profile.
@@ -108,8 +62,6 @@ impl Config {
         let a = &with_profile(a, profile);
         check_scalars(a)?;
         let sections = ordered_sections(a);
-        let mut workers = a.workers.clone();
-        workers.dedup();
         let backlog_sizes = backlog_sizes(a)?;
         if !(1..=1024).contains(&a.backlog_workers) {
             return Err(bad("--backlog-workers must be between 1 and 1024"));
@@ -117,40 +69,36 @@ impl Config {
         let processes = process_counts(a)?;
         check_rate_search(a)?;
         a.options.check()?;
+        let mut args = a.clone();
+        args.workers.dedup();
+        args.backlog_sizes = Some(backlog_sizes);
+        args.processes = processes;
+        args.pool_size = pool_size(a);
         Ok(Config {
             profile,
             sections,
-            messages: a.messages,
-            batch_messages: a.batch_messages,
-            single_messages: a.single_messages,
-            batch_size: a.batch_size,
-            vt: Duration::from_secs(u64::from(a.visibility_timeout)),
-            payload_bytes: a.payload_bytes,
-            workers,
-            handler_work: Duration::from_millis(a.handler_work_ms),
-            repeat: a.repeat,
-            warmup: a.warmup,
-            pool_size: pool_size(a),
-            options: a.options.clone(),
-            duration: a.duration,
-            sustained_warmup: a.sustained_warmup,
-            rate: (a.rate > 0.0).then_some(a.rate),
-            producers: a.producers,
-            sustained_workers: a.sustained_workers,
-            unlogged: a.unlogged,
-            clean: a.clean,
-            stall_timeout: a.stall_timeout,
-            output: a.output.clone(),
-            backlog_sizes,
-            backlog_workers: a.backlog_workers,
-            processes,
-            processes_messages: a.processes_messages,
-            handler: a.handler,
-            claim_reads: a.claim_reads,
-            rate_search: a.rate_search,
-            rate_step: a.rate_step,
-            rate_steps_max: a.rate_steps_max,
+            args,
         })
+    }
+
+    /// Visibility timeout (`--vt`).
+    pub fn vt(&self) -> Duration {
+        Duration::from_secs(u64::from(self.visibility_timeout))
+    }
+
+    /// Simulated handler work (`--handler-work-ms`).
+    pub fn handler_work(&self) -> Duration {
+        Duration::from_millis(self.handler_work_ms)
+    }
+
+    /// sustained target rate (`--rate`; None: 0, unpaced).
+    pub fn sustained_rate(&self) -> Option<f64> {
+        (self.rate > 0.0).then_some(self.rate)
+    }
+
+    /// backlog_scaling sizes, ascending.
+    pub fn backlog_sizes(&self) -> &[u64] {
+        self.args.backlog_sizes.as_deref().unwrap_or_default()
     }
 
     /// The name of the claim-read path the workers use: `--claim-reads`,
@@ -438,7 +386,7 @@ mod tests {
         let c =
             Config::from_args(&args(&["--sections", "sustained,send_single,send_single"])).unwrap();
         assert_eq!(c.section_names(), vec!["send_single", "sustained"]);
-        assert_eq!(c.rate, Some(5000.0));
+        assert_eq!(c.sustained_rate(), Some(5000.0));
         assert!(Config::from_args(&args(&[])).is_ok());
     }
 
@@ -446,16 +394,16 @@ mod tests {
     fn quick_profile_replaces_defaults_only() {
         let c = Config::from_args(&args(&["--quick", "--messages", "5000"])).unwrap();
         assert_eq!((c.repeat, c.warmup, c.messages), (1, 0, 5000));
-        assert_eq!(c.backlog_sizes, SMALL_BACKLOG_SIZES.to_vec());
+        assert_eq!(c.backlog_sizes(), SMALL_BACKLOG_SIZES.to_vec());
         assert_eq!(c.processes, vec![1, 2]);
         let c = Config::from_args(&args(&["--backlog-sizes", "300,100", "--backlog-10m"])).unwrap();
-        assert_eq!(c.backlog_sizes, vec![100, 300, 10_000_000]);
-        assert_eq!(c.backlog_sizes.len(), 3);
+        assert_eq!(c.backlog_sizes(), vec![100, 300, 10_000_000]);
+        assert_eq!(c.backlog_sizes().len(), 3);
         let c = Config::from_args(&args(&["--long"])).unwrap();
         assert_eq!(c.profile.name(), "long");
         assert!(c.duration >= Duration::from_secs(300));
         assert_eq!((c.repeat, c.messages), (5, 300_000));
-        assert_eq!(c.backlog_sizes, BACKLOG_SIZES.to_vec());
+        assert_eq!(c.backlog_sizes(), BACKLOG_SIZES.to_vec());
     }
 
     #[test]
@@ -463,7 +411,7 @@ mod tests {
         let c = Config::from_args(&args(&[])).unwrap();
         assert_eq!(c.profile, Profile::Default);
         assert_eq!((c.repeat, c.warmup, c.messages), (2, 0, 20_000));
-        assert_eq!(c.backlog_sizes, SMALL_BACKLOG_SIZES.to_vec());
+        assert_eq!(c.backlog_sizes(), SMALL_BACKLOG_SIZES.to_vec());
         assert_eq!(c.section_names().len(), REGISTRY.len(), "every section");
         // An option given with the full profile's value keeps it.
         let c = Config::from_args(&args(&["--repeat", "3", "--warmup=1"])).unwrap();
@@ -478,7 +426,7 @@ mod tests {
         let full = Config::from_args(&args(&["--full"])).unwrap();
         assert_eq!(full.profile, Profile::Full);
         assert_eq!((full.repeat, full.warmup, full.messages), (3, 1, 150_000));
-        assert_eq!(full.backlog_sizes, BACKLOG_SIZES.to_vec());
+        assert_eq!(full.backlog_sizes(), BACKLOG_SIZES.to_vec());
     }
 
     #[test]
@@ -512,7 +460,7 @@ mod tests {
         assert!(quick.repeat < standard.repeat && standard.repeat < full.repeat);
         let bh = |c: &Config| c.options.batch_handler.batch_handler_messages;
         assert!(bh(&quick) < bh(&standard) && bh(&standard) < bh(&full));
-        assert_eq!(standard.backlog_sizes, STANDARD_BACKLOG_SIZES.to_vec());
+        assert_eq!(standard.backlog_sizes(), STANDARD_BACKLOG_SIZES.to_vec());
         // One profile at a time.
         let both = crate::cli::Cli::try_parse_from(["pgmq-bench", "--quick", "--standard"]);
         assert!(both.is_err());
@@ -561,7 +509,9 @@ mod tests {
             assert!(Config::from_args(&args(bad_args)).is_err(), "{bad_args:?}");
         }
         assert_eq!(
-            Config::from_args(&args(&["--rate", "0"])).unwrap().rate,
+            Config::from_args(&args(&["--rate", "0"]))
+                .unwrap()
+                .sustained_rate(),
             None
         );
     }

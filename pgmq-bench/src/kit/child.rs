@@ -72,7 +72,7 @@ impl Ctx {
         ChildSpec {
             worker,
             handler: cfg.handler,
-            handler_work_ms: ms(cfg.handler_work),
+            handler_work_ms: cfg.handler_work_ms,
             stall_timeout_s: cfg.stall_timeout.as_secs_f64(),
             ids_out: PathBuf::new(),
         }

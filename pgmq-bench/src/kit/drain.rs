@@ -62,7 +62,7 @@ pub(crate) async fn drain(
     warmup: bool,
 ) -> Result<ConsumeRun> {
     let (q, preload_s, vacuum_s) = ctx.fresh_loaded(suffix, n).await?;
-    let tally = Tally::new(n, ctx.cfg.handler_work);
+    let tally = Tally::new(n, ctx.cfg.handler_work());
     let w = ctx.worker(&ctx.worker_spec(&q, workers), &tally)?;
     let d = timed(ctx, w, &tally).await?;
     let stats = &d.report.stats;
@@ -72,7 +72,7 @@ pub(crate) async fn drain(
         warmup,
         workers,
         rate: Rate::new(tally.distinct(), d.elapsed_s),
-        handler_work_ms: ctx.cfg.handler_work.as_millis() as u64,
+        handler_work_ms: ctx.cfg.handler_work_ms,
         handler_ms: percentiles_us_to_ms(&stats.handler_latency),
         queue_wait_db_ms: percentiles_us_to_ms(&stats.queue_wait_db),
         queue_wait_local_ms: percentiles_us_to_ms(&stats.queue_wait_local),

@@ -200,7 +200,7 @@ async fn read_delete(
     let delete = pg
         .prepare("SELECT * FROM pgmq.delete($1::text, $2::bigint[])")
         .await?;
-    let vt = i32::try_from(ctx.cfg.vt.as_secs()).unwrap_or(i32::MAX);
+    let vt = i32::try_from(ctx.cfg.visibility_timeout).unwrap_or(i32::MAX);
     let qty = batch as i32;
     let ledger = Ledger::new();
     let mut ids: Vec<i64> = Vec::with_capacity(batch as usize);
@@ -230,7 +230,7 @@ async fn read_delete(
 /// the seconds from the first read to the last delete's reply.
 async fn equal_layout(ctx: &Ctx, q: &pgmq_client::QueueName, n: u64) -> Result<(Arc<Ledger>, f64)> {
     let ledger = Arc::new(Ledger::new());
-    let vt = i32::try_from(ctx.cfg.vt.as_secs()).unwrap_or(i32::MAX);
+    let vt = i32::try_from(ctx.cfg.visibility_timeout).unwrap_or(i32::MAX);
     let qty = ctx.cfg.batch_size as i32;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<i64>>();
     let mut claimers = Vec::new();

@@ -52,7 +52,7 @@ impl Ctx {
             settings: WorkerSettings {
                 concurrency: Some(concurrency as usize),
                 batch_size: Some(cfg.batch_size as usize),
-                visibility_timeout_ms: Some(ms(cfg.vt)),
+                visibility_timeout_ms: Some(ms(cfg.vt())),
                 claim_reads: cfg.claim_reads.map(claim_reads),
                 ..WorkerSettings::default()
             },

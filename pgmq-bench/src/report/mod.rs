@@ -207,19 +207,10 @@ pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
 /// Handler counts present in the document, ascending.
 pub fn worker_counts(d: &Document) -> Vec<u32> {
-    let mut v: Vec<u32> = d
-        .figures
-        .iter()
-        .filter_map(|f| {
-            f.id.strip_prefix("consume_scaling.w")?
-                .strip_suffix(".throughput")?
-                .parse()
-                .ok()
-        })
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
+    figure_keys(d, "consume_scaling.w", ".throughput")
+        .into_iter()
+        .map(|n| n as u32)
+        .collect()
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ impl Section for BacklogScaling {
     }
 
     fn planned(&self, cfg: &Config) -> Plan {
-        let sizes = &cfg.backlog_sizes;
+        let sizes = cfg.backlog_sizes();
         let reference = if sizes.len() > 1 { REFERENCE_DRAINS as f64 - 1.0 } else { 0.0 };
         let first = sizes.first().map_or(0.0, |n| reference * plan::drain(*n, plan::DRAIN));
         Plan::work(first + sizes.iter().map(|n| plan::drain(*n, plan::DRAIN)).sum::<f64>())
@@ -180,7 +180,7 @@ impl Rounds for BacklogScaling {
     /// (the reference) [`REFERENCE_DRAINS`] times when there are larger ones.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         let tag = at.tag;
-        let sizes = &ctx.cfg.backlog_sizes;
+        let sizes = ctx.cfg.backlog_sizes();
         for (i, n) in sizes.iter().enumerate() {
             let drains = if i == 0 && sizes.len() > 1 {
                 REFERENCE_DRAINS

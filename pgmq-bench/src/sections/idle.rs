@@ -95,7 +95,7 @@ impl Options for IdleOptions {
 /// One idle run.
 pub async fn run(ctx: &Ctx, round: u32, warmup: bool) -> Result<IdleRun> {
     let q = ctx.guard.fresh("idle").await?;
-    let tally = Tally::new(u64::MAX, ctx.cfg.handler_work);
+    let tally = Tally::new(u64::MAX, ctx.cfg.handler_work());
     let poll = ctx.cfg.options.idle.poll();
     let mut spec = ctx.worker_spec(&q, 1);
     spec.settings.poll_interval_ms = Some(ms(poll));

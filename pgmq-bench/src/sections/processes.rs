@@ -123,7 +123,7 @@ pub async fn run(ctx: &Arc<Ctx>, n_proc: u32, round: u32) -> Result<ProcessesRun
         processes: n_proc,
         workers_per_process: cfg.backlog_workers,
         handler: cfg.handler.name().to_owned(),
-        handler_work_ms: cfg.handler_work.as_millis() as u64,
+        handler_work_ms: cfg.handler_work_ms,
         rate: Rate::new(ledger.distinct, elapsed),
         per_process: reports
             .iter()

@@ -211,7 +211,7 @@ async fn produce(
 
 /// One sustained run at `--rate`.
 pub async fn run(ctx: &Arc<Ctx>, round: u32, warmup: bool) -> Result<SustainedRun> {
-    run_at(ctx, ctx.cfg.rate, round, warmup).await
+    run_at(ctx, ctx.cfg.sustained_rate(), round, warmup).await
 }
 
 /// The database's own counters at one moment.
@@ -297,7 +297,7 @@ pub async fn run_at(
     let cfg = &ctx.cfg;
     let q = ctx.guard.fresh("sustained").await?;
     let before = db_snapshot(ctx).await?;
-    let tally = clocked_tally(ctx, cfg.handler_work).await?;
+    let tally = clocked_tally(ctx, cfg.handler_work()).await?;
     let w = ctx.worker(&ctx.worker_spec(&q, cfg.sustained_workers), &tally)?;
     let produced = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
@@ -734,7 +734,7 @@ async fn sustained_rate_search(ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) 
     let tag = at.tag;
     let cfg = &ctx.cfg;
     // Step the rate up until the slope verdict fails.
-    let base = cfg.rate.unwrap_or(1.0);
+    let base = cfg.sustained_rate().unwrap_or(1.0);
     for k in 0..cfg.rate_steps_max {
         let rate = base * cfg.rate_step.powi(k as i32);
         let mut r = run_at(ctx, Some(rate), at.index, at.warm).await?;
