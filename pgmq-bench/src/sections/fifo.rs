@@ -144,7 +144,7 @@ async fn run(ctx: &Ctx, mode: &str, round: u32, warmup: bool) -> Result<FifoRun>
     let n = o.fifo_messages;
     let groups = if mode == "grouped" { o.fifo_groups } else { 0 };
     let (q, load_s) = load(ctx, mode, n, groups).await?;
-    let tally = Tally::new(n, ctx.cfg.handler_work);
+    let tally = Tally::new(n, ctx.cfg.handler_work());
     let mut spec = ctx.worker_spec(&q, o.fifo_workers);
     if groups > 0 {
         spec.settings.claim_reads = Some(ClaimReadsSpec::FifoGroups);
