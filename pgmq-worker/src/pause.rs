@@ -22,8 +22,19 @@
 //! Without the `pgmq_sdk` schema a queue cannot be paused: the watch then
 //! asks the catalog whether the schema exists (a query that cannot fail,
 //! so the server's log gets no error per poll) and reads the flag once it
-//! does. A watch that cannot reach the database (or gets any other error
-//! that is not about rights) keeps the last state it read.
+//! does. A read that fails for any reason other than rights keeps the
+//! last state read, for as long as that read is recent (below).
+//!
+//! **A flag the worker has not read lately fails closed.** Each claim read
+//! starts only while the last read of the flag that succeeded started at
+//! most one `poll_interval` plus [`STALE_GRACE`] ago; past that (the
+//! database slow or away, the watch's connection waiting for the pool, the
+//! machine overloaded), the claim loops hold their reads, the worker says
+//! so once, and they go on when a read of the flag succeeds again. A read
+//! of the flag that started after the pause committed sees it, so no claim
+//! read starts later than one `poll_interval` plus [`STALE_GRACE`] after
+//! the pause committed, however long the reads of the flag take. A worker
+//! whose first read of the flag failed holds its claims until one succeeds.
 //!
 //! **A flag the worker may not read fails closed.** A worker that could
 //! not read the flag would claim while the queue is paused, so a refusal
@@ -37,9 +48,9 @@
 //! it starts (and a line when it ends); the worker claims again once a
 //! read of the flag succeeds.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pgmq_client::{Pgmq, QueueName};
 use tokio::sync::watch;
@@ -69,26 +80,82 @@ fn denied(e: &pgmq_client::Error) -> bool {
     e.sqlstate() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
 }
 
+/// How long past one `poll_interval` a successful read of the pause flag
+/// keeps the claims going: room for that read and the next one to take
+/// their time on a loaded machine before the claims are held.
+pub(crate) const STALE_GRACE: Duration = Duration::from_secs(1);
+
 /// Whether claims are held, as the watch last made it out (the queue is
-/// paused, or its flag may not be read); the claim loops look at it before
-/// each read.
+/// paused, or its flag may not be read), or because the watch has not read
+/// the flag lately; the claim loops look at it before each read.
 #[derive(Debug)]
 pub(crate) struct Paused {
     tx: watch::Sender<bool>,
-}
-
-impl Default for Paused {
-    fn default() -> Self {
-        Paused {
-            tx: watch::channel(false).0,
-        }
-    }
+    /// The clock the read times below count from.
+    epoch: Instant,
+    /// When the last read of the flag that succeeded started, in
+    /// nanoseconds after `epoch` plus one (0: none yet).
+    fresh_ns: AtomicU64,
+    /// How long such a read keeps the claims going.
+    good_for: Duration,
+    /// The hold for want of a recent read was said (once per episode).
+    stale_said: AtomicBool,
 }
 
 impl Paused {
-    /// Whether claims are paused now.
+    /// Nothing held yet; a read of the flag keeps the claims going for
+    /// `poll_interval` plus [`STALE_GRACE`] after it started.
+    pub(crate) fn new(poll_interval: Duration) -> Self {
+        Paused {
+            tx: watch::channel(false).0,
+            epoch: Instant::now(),
+            fresh_ns: AtomicU64::new(0),
+            good_for: poll_interval + STALE_GRACE,
+            stale_said: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether claims are held now: the queue is paused, its flag may not
+    /// be read, or no read of it that started within `good_for` has
+    /// succeeded. The last one is seen here, by the claim loop about to
+    /// read, and held in the channel like the others, so that
+    /// [`wait_resumed`](Self::wait_resumed) waits for the next good read.
     pub(crate) fn is_paused(&self) -> bool {
-        *self.tx.borrow()
+        if *self.tx.borrow() {
+            return true;
+        }
+        if !self.stale() {
+            return false;
+        }
+        // Looked at again under the channel's lock, where the watch records
+        // its reads: a read that landed meanwhile keeps the claims going.
+        let mut held = false;
+        self.tx.send_if_modified(|p| {
+            held = *p || self.stale();
+            let changed = !*p && held;
+            *p = held;
+            changed
+        });
+        held
+    }
+
+    /// Whether no read of the flag that started within `good_for` has
+    /// succeeded.
+    fn stale(&self) -> bool {
+        let started = match self.fresh_ns.load(Relaxed) {
+            0 => return true,
+            n => self.epoch + Duration::from_nanos(n - 1),
+        };
+        started.elapsed() > self.good_for
+    }
+
+    /// Records that a read of the flag that started at `started`
+    /// succeeded; true when the claims had been held for want of one.
+    fn fresh(&self, started: Instant) -> bool {
+        let n = started.saturating_duration_since(self.epoch).as_nanos();
+        let n = u64::try_from(n).unwrap_or(u64::MAX - 1) + 1;
+        self.fresh_ns.fetch_max(n, Relaxed);
+        self.stale_said.swap(false, Relaxed)
     }
 
     /// Waits until the queue is resumed; true when `stop` fired first.
@@ -156,6 +223,7 @@ impl PauseWatch {
     /// [`check`](Self::check), except that a refusal for want of a right
     /// fails the start.
     pub(crate) async fn first_check(&self, limit: Duration) -> Result<(), Error> {
+        let started = Instant::now();
         match self.read(limit).await {
             Err(e) if denied(&e) => Err(Error::PauseFlagUnreadable {
                 queue: self.settings.queue.to_string(),
@@ -163,7 +231,7 @@ impl PauseWatch {
                 source: e,
             }),
             res => {
-                self.take(res);
+                self.take(res, started);
                 Ok(())
             }
         }
@@ -173,17 +241,38 @@ impl PauseWatch {
     /// docs): a refusal for want of a right holds the claims, any other
     /// failure changes nothing.
     pub(crate) async fn check(&self, limit: Duration) {
+        let started = Instant::now();
         let res = self.read(limit).await;
-        self.take(res);
+        self.take(res, started);
     }
 
-    fn take(&self, res: Result<bool, pgmq_client::Error>) {
+    /// Records the result of a read of the flag that started at `started`.
+    fn take(&self, res: Result<bool, pgmq_client::Error>, started: Instant) {
         match res {
-            Ok(paused) => self.record(Ok(paused)),
+            Ok(paused) => {
+                if self.paused.fresh(started) {
+                    tracing::info!(queue = %self.settings.queue, "the pause flag was read again");
+                }
+                self.record(Ok(paused));
+            }
             Err(e) if denied(&e) => self.record(Err(&e)),
             Err(e) => {
                 tracing::debug!(error = %e, queue = %self.settings.queue, "could not read whether the queue is paused");
+                self.say_stale();
             }
+        }
+    }
+
+    /// Says once per episode that the claims are held for want of a
+    /// recent read of the flag.
+    fn say_stale(&self) {
+        let p = &self.paused;
+        if p.stale() && !p.stale_said.swap(true, Relaxed) {
+            tracing::warn!(
+                queue = %self.settings.queue,
+                "the pause flag could not be read for {:?}: no new claims until it is",
+                p.good_for
+            );
         }
     }
 
@@ -244,7 +333,8 @@ impl PauseWatch {
 
 /// The bound on the read before the claim loops start: a database that is
 /// away at start delays the start by this at most (the claim loops then
-/// start unpaused, and the watch reads again one poll interval later).
+/// start held, and claim once a read of the flag succeeds; the watch reads
+/// again one poll interval later).
 pub(crate) const FIRST_CHECK_LIMIT: Duration = Duration::from_secs(2);
 
 /// Starts the supervised watch; it runs until `stop`.
@@ -267,6 +357,7 @@ async fn run(part: Arc<PauseWatch>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = beat.tick() => {}
         }
+        part.say_stale();
         part.check(part.settings.db_timeout).await;
     }
 }

@@ -299,7 +299,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         // The pause flag is read once before any task starts: a worker
         // started while its queue is paused starts paused, and one whose
         // role may not read the flag does not start.
-        let paused = Arc::new(crate::pause::Paused::default());
+        let paused = Arc::new(crate::pause::Paused::new(plan.pause.poll_interval));
         let watch = Arc::new(crate::pause::PauseWatch::new(
             plan.pause,
             shared.source.clone(),

@@ -438,3 +438,43 @@ async fn a_worker_that_loses_the_right_to_read_the_pause_flag_stops_claiming() {
     let report = handle.shutdown().await.unwrap();
     assert_eq!(report.handled, N);
 }
+
+/// Reads of the pause flag that hang (its table locked) hold the claims:
+/// no claim read starts later than one poll interval and the grace after
+/// the last read of the flag that succeeded, so none later than that after
+/// the lock was taken; the claims go on once the lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_reads_of_the_pause_flag_hang_stops_claiming() {
+    const N: u64 = 1_000;
+    /// What the worker allows past a poll interval after its last good
+    /// read of the flag (pgmq-worker's grace).
+    const GRACE: Duration = Duration::from_secs(1);
+    let db = OwnDatabase::create("wpz_hang").await;
+    let client = db.client(8).await;
+    let q = QueueName::new("pz_hang").unwrap();
+    client.create(&q).await.unwrap();
+    fill(&client, &q, N).await;
+    let rec = Arc::new(Record::default());
+    let handle = recording(&client, &q, 20, &rec).spawn();
+    wait_for(Duration::from_secs(30), "some messages handled", || async {
+        rec.handled() >= 20
+    })
+    .await;
+    let locker = client.connection().await.unwrap();
+    locker
+        .batch_execute("BEGIN; LOCK TABLE pgmq_sdk.paused IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let locked_at = db_now(&client).await;
+    tokio::time::sleep(POLL + GRACE + Duration::from_millis(2_000)).await;
+    let since = locked_at + GRACE.as_micros() as i64;
+    assert_no_claim_after(&client, &q, &rec, since, "the lock (plus the grace)").await;
+    assert!(queue_len(&client, &q).await > 0, "drained before the lock");
+    locker.batch_execute("COMMIT").await.unwrap();
+    wait_for(Duration::from_secs(60), "the queue drained", || async {
+        rec.handled() == N
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert_eq!(report.handled, N);
+}
