@@ -264,6 +264,18 @@ impl Policy {
         me.pass = me.pass.saturating_add(stride.saturating_mul(n as u64));
     }
 
+    /// Worker `i`'s share of `budget` messages: all of it when strict (one
+    /// rank claims at a time), else in proportion to its weight among all
+    /// the workers' weights.
+    pub(crate) fn share(&self, i: usize, budget: usize) -> usize {
+        if self.strict {
+            return budget;
+        }
+        let total: u64 = self.members.iter().map(|s| u64::from(s.level)).sum();
+        let mine = u64::from(self.members[i].level);
+        usize::try_from((budget as u64).saturating_mul(mine) / total.max(1)).unwrap_or(budget)
+    }
+
     /// Worker `i` claims nothing for now (its queue is paused): it has no
     /// messages ready until one of its loops next waits for a grant, so it
     /// holds no capacity for itself meanwhile.
@@ -513,10 +525,17 @@ impl Share {
         got
     }
 
-    /// Under the lock: grants up to `want` when this worker is next and
-    /// enough capacity is free.
+    /// Under the lock: grants up to `want` (at most this worker's share of
+    /// the budget, or the least grant when that is more) when this worker
+    /// is next and enough capacity is free.
     fn grant(&self, st: &mut State, want: usize) -> Option<usize> {
-        let want = want.max(1);
+        // At most this worker's share of the budget (weighted), so that a
+        // large budget does not make the grants coarser than the weights.
+        let most = st
+            .policy
+            .share(self.index, self.gate.budget(st))
+            .max(self.gate.at_least(st));
+        let want = want.clamp(1, most);
         let free = self.gate.free(st);
         if st.policy.next() != Some(self.index) || free < want.min(self.gate.at_least(st)) {
             return None;
@@ -803,6 +822,18 @@ mod tests {
         // Worker 0 is back: its turn.
         p.enter(0);
         assert_eq!(p.next(), Some(0));
+    }
+
+    #[test]
+    fn a_weighted_share_of_the_budget_follows_the_weight() {
+        let p = Policy::new(false, &[4, 2, 1], 8);
+        assert_eq!(
+            (0..3).map(|i| p.share(i, 700)).collect::<Vec<_>>(),
+            [400, 200, 100]
+        );
+        // Strict: one rank claims at a time, so all of it.
+        let p = Policy::new(true, &[4, 2, 1], 8);
+        assert_eq!(p.share(2, 700), 700);
     }
 
     #[test]
