@@ -592,7 +592,12 @@ async fn run(part: Arc<Claimer>, index: usize, stop: CancellationToken) {
                     plan,
                     Plan::Table(ReadFrom::Start) | Plan::Function | Plan::Grouped
                 );
-            share.read(qty, res.as_ref().map_or(0, Vec::len), tail);
+            share.read(
+                qty,
+                res.as_ref().map_or(0, Vec::len),
+                tail,
+                res.is_ok().then(|| sent_at.elapsed()),
+            );
         }
         let msgs = match res {
             Ok(msgs) => msgs,

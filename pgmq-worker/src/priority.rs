@@ -30,9 +30,12 @@
 //! handlers start within a quarter of the shortest visibility timeout
 //! among the workers (Little's law on the group's moving average of run
 //! time, as a worker's own claim limit does; at most 3 × `concurrency`,
-//! none until the first run ended, [`claim_budget`]): with short handlers
-//! a read takes about as long as a run, and without claims ahead the
-//! handlers would idle while the next ones are read.
+//! or what the handlers start during two reads when runs are shorter than
+//! a read, at most 64 × `concurrency`; none until the first run ended,
+//! [`claim_budget`]): with short handlers a read takes about as long as a
+//! run or longer, and without claims ahead the handlers would idle while
+//! the next ones are read. What is claimed ahead runs within the longer of
+//! three runs and two reads.
 //!
 //! **Backlog, as the claim loops see it.** A worker counts as having
 //! messages ready while one of its claim loops waits at the gate, or while
@@ -132,11 +135,12 @@ impl Priority {
     /// The group's concurrency: the most handlers running at once across
     /// all its queues (0 counts as 1); the claims run ahead of it by what
     /// the handlers start within a quarter of the shortest visibility
-    /// timeout, at most 3 × this many. Default: the smallest `concurrency`
-    /// among the group's workers, so that any one of them can use all of
-    /// it when the others have nothing ready. A worker never runs more
-    /// handlers than its own `concurrency`: give each at least the
-    /// group's.
+    /// timeout, at most 3 × this many (or, with handlers shorter than a
+    /// read, what they start during two reads, at most 64 × this many).
+    /// Default: the smallest `concurrency` among the group's workers, so
+    /// that any one of them can use all of it when the others have nothing
+    /// ready. A worker never runs more handlers than its own
+    /// `concurrency`: give each at least the group's.
     ///
     /// ```
     /// use pgmq_worker::Priority;
@@ -260,6 +264,18 @@ impl Policy {
         me.pass = me.pass.saturating_add(stride.saturating_mul(n as u64));
     }
 
+    /// Worker `i`'s share of `budget` messages: all of it when strict (one
+    /// rank claims at a time), else in proportion to its weight among all
+    /// the workers' weights.
+    pub(crate) fn share(&self, i: usize, budget: usize) -> usize {
+        if self.strict {
+            return budget;
+        }
+        let total: u64 = self.members.iter().map(|s| u64::from(s.level)).sum();
+        let mine = u64::from(self.members[i].level);
+        usize::try_from((budget as u64).saturating_mul(mine) / total.max(1)).unwrap_or(budget)
+    }
+
     /// Worker `i` claims nothing for now (its queue is paused): it has no
     /// messages ready until one of its loops next waits for a grant, so it
     /// holds no capacity for itself meanwhile.
@@ -336,24 +352,45 @@ struct State {
     /// The moving average of a run's time per message, in µs (0 until the
     /// first run ends).
     avg_run_us: u64,
+    /// The moving average of a read's time (from its start to its rows),
+    /// in µs (0 until the first read returns).
+    avg_read_us: u64,
     policy: Policy,
 }
 
 /// How many messages a group keeps in flight (claimed, queued or running):
-/// its `concurrency`, plus what its handlers start within `ahead_us` at
-/// the average run time `avg_run_us` (Little's law, as the claimers' own
-/// claim limit), at most `CLAIM_AHEAD - 1` times `concurrency`, and
-/// nothing ahead until the first run ended. The messages beyond the
+/// its `concurrency`, plus the claims ahead of the runs, and nothing ahead
+/// until the first run ended. The claims ahead are what the handlers start
+/// within `ahead_us` at the average run time `avg_run_us` (Little's law, as
+/// the claimers' own claim limit), at most `CLAIM_AHEAD - 1` times
+/// `concurrency`, or, when runs are shorter than a read, what they start
+/// during [`READS_AHEAD`] reads of the average read time `avg_read_us`, at
+/// most [`SHORT_AHEAD`] times `concurrency`. The messages beyond the
 /// running ones wait, already claimed, for a run, so that the handlers do
-/// not idle while the next claims are read.
-pub(crate) fn claim_budget(concurrency: usize, ahead_us: u64, avg_run_us: u64) -> usize {
-    let most = concurrency * (CLAIM_AHEAD - 1);
+/// not idle while the next claims are read; a message of a higher queue
+/// waits behind them for at most the longer of `CLAIM_AHEAD - 1` runs and
+/// `READS_AHEAD` reads.
+pub(crate) fn claim_budget(
+    concurrency: usize,
+    ahead_us: u64,
+    avg_run_us: u64,
+    avg_read_us: u64,
+) -> usize {
+    let c = concurrency as u64;
     // Nothing ahead while the run time is not known (0).
-    let ahead = (concurrency as u64)
-        .saturating_mul(ahead_us)
+    let Some(within) = c.saturating_mul(ahead_us).checked_div(avg_run_us) else {
+        return concurrency;
+    };
+    let during_reads = c
+        .saturating_mul(READS_AHEAD)
+        .saturating_mul(avg_read_us)
         .checked_div(avg_run_us)
-        .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX).min(most));
-    concurrency + ahead
+        .unwrap_or(0);
+    let most = during_reads.clamp(
+        c * (CLAIM_AHEAD as u64 - 1),
+        c * (SHORT_AHEAD as u64).max(CLAIM_AHEAD as u64 - 1),
+    );
+    concurrency + usize::try_from(within.min(most)).unwrap_or(usize::MAX)
 }
 
 impl Gate {
@@ -371,6 +408,7 @@ impl Gate {
             state: Mutex::new(State {
                 in_flight: 0,
                 avg_run_us: 0,
+                avg_read_us: 0,
                 policy: Policy::new(policy.strict, levels, concurrency * GRANT),
             }),
             running: Arc::new(Semaphore::new(concurrency)),
@@ -380,16 +418,26 @@ impl Gate {
         })
     }
 
+    /// The most in flight now ([`claim_budget`]).
+    fn budget(&self, st: &State) -> usize {
+        claim_budget(
+            self.concurrency,
+            self.ahead_us,
+            st.avg_run_us,
+            st.avg_read_us,
+        )
+    }
+
     /// What may be granted now.
     fn free(&self, st: &State) -> usize {
-        claim_budget(self.concurrency, self.ahead_us, st.avg_run_us).saturating_sub(st.in_flight)
+        self.budget(st).saturating_sub(st.in_flight)
     }
 
     /// The least a grant gives (unless the loop asked for less), so that a
     /// claim is not one read per message: half the budget, at most
     /// [`GRANT`] × `concurrency`.
     fn at_least(&self, st: &State) -> usize {
-        let half = claim_budget(self.concurrency, self.ahead_us, st.avg_run_us) / 2;
+        let half = self.budget(st) / 2;
         half.min(GRANT * self.concurrency).max(1)
     }
 
@@ -434,6 +482,17 @@ impl Gate {
 /// processes' reach.
 const CLAIM_AHEAD: usize = 4;
 
+/// The reads whose time the claims ahead may cover when runs are shorter
+/// than a read ([`claim_budget`]): with empty handlers the group is bounded
+/// by its reads, and claims ahead of one read's worth leave the handlers
+/// idle between two reads.
+const READS_AHEAD: u64 = 2;
+
+/// The most the claims ahead reach when runs are shorter than a read, in
+/// multiples of the group's `concurrency` ([`claim_budget`]); what they
+/// hold is run within [`READS_AHEAD`] reads.
+const SHORT_AHEAD: usize = 64;
+
 /// The most a grant waits for, in multiples of the group's `concurrency`
 /// ([`Gate::at_least`]): enough for a read to claim a batch's worth, few
 /// enough that the weights are followed grant by grant.
@@ -466,10 +525,17 @@ impl Share {
         got
     }
 
-    /// Under the lock: grants up to `want` when this worker is next and
-    /// enough capacity is free.
+    /// Under the lock: grants up to `want` (at most this worker's share of
+    /// the budget, or the least grant when that is more) when this worker
+    /// is next and enough capacity is free.
     fn grant(&self, st: &mut State, want: usize) -> Option<usize> {
-        let want = want.max(1);
+        // At most this worker's share of the budget (weighted), so that a
+        // large budget does not make the grants coarser than the weights.
+        let most = st
+            .policy
+            .share(self.index, self.gate.budget(st))
+            .max(self.gate.at_least(st));
+        let want = want.clamp(1, most);
         let free = self.gate.free(st);
         if st.policy.next() != Some(self.index) || free < want.min(self.gate.at_least(st)) {
             return None;
@@ -514,10 +580,22 @@ impl Share {
     /// A read granted `asked` messages and returned `got`: the rest go back,
     /// and a short read means this worker has nothing more ready for now,
     /// unless it read only the `tail` of the queue (after the claim loops'
-    /// bound: a read from the start follows at once).
-    pub(crate) fn read(&self, asked: usize, got: usize, tail: bool) {
+    /// bound: a read from the start follows at once). `took` is the read's
+    /// round trip when it succeeded, folded into the group's average read
+    /// time (weight 1/8) that sizes the claims ahead of short runs.
+    pub(crate) fn read(&self, asked: usize, got: usize, tail: bool, took: Option<Duration>) {
         let got = got.min(asked);
-        self.gate.lock().policy.read(self.index, asked, got, tail);
+        {
+            let mut st = self.gate.lock();
+            st.policy.read(self.index, asked, got, tail);
+            if let Some(took) = took {
+                let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+                st.avg_read_us = match st.avg_read_us {
+                    0 => us,
+                    old => (old * 7 + us) / 8,
+                };
+            }
+        }
         self.gate.give_back(asked - got, None);
         // A worker that just ran out may have been the one in turn.
         if got < asked {
@@ -538,7 +616,7 @@ impl Share {
     /// its queue paused after the grant): it goes back, and this worker
     /// counts as having nothing ready.
     pub(crate) fn forgo(&self, granted: usize) {
-        self.read(granted, 0, false);
+        self.read(granted, 0, false, None);
     }
 
     /// `n` messages a handler loop took, once the group lets them run
@@ -747,16 +825,37 @@ mod tests {
     }
 
     #[test]
+    fn a_weighted_share_of_the_budget_follows_the_weight() {
+        let p = Policy::new(false, &[4, 2, 1], 8);
+        assert_eq!(
+            (0..3).map(|i| p.share(i, 700)).collect::<Vec<_>>(),
+            [400, 200, 100]
+        );
+        // Strict: one rank claims at a time, so all of it.
+        let p = Policy::new(true, &[4, 2, 1], 8);
+        assert_eq!(p.share(2, 700), 700);
+    }
+
+    #[test]
     fn the_claims_ahead_follow_the_run_time() {
         // Not known yet: only the runs themselves.
-        assert_eq!(claim_budget(8, 7_500_000, 0), 8);
+        assert_eq!(claim_budget(8, 7_500_000, 0, 0), 8);
         // Short runs: three times the concurrency ahead at most.
-        assert_eq!(claim_budget(8, 7_500_000, 1_500), 32);
+        assert_eq!(claim_budget(8, 7_500_000, 1_500, 2_000), 32);
         // 10 s runs, a 30 s visibility timeout: what starts within 7.5 s.
-        assert_eq!(claim_budget(8, 7_500_000, 10_000_000), 14);
+        assert_eq!(claim_budget(8, 7_500_000, 10_000_000, 2_000), 14);
         // 60 s runs: one ahead; 80 s runs: nothing.
-        assert_eq!(claim_budget(8, 7_500_000, 60_000_000), 9);
-        assert_eq!(claim_budget(8, 7_500_000, 80_000_000), 8);
+        assert_eq!(claim_budget(8, 7_500_000, 60_000_000, 2_000), 9);
+        assert_eq!(claim_budget(8, 7_500_000, 80_000_000, 2_000), 8);
+        // Runs shorter than a read: what starts during two reads, at most
+        // 64 times the concurrency ahead.
+        assert_eq!(claim_budget(8, 7_500_000, 250, 2_000), 8 + 128);
+        assert_eq!(claim_budget(8, 7_500_000, 1_000, 2_000), 8 + 32);
+        assert_eq!(claim_budget(8, 7_500_000, 1, 2_000), 8 + 512);
+        // ...and never beyond the visibility bound: 8 runs of 1 s within
+        // 7.5 s.
+        assert_eq!(claim_budget(8, 7_500_000, 1_000_000, 600_000), 8 + 24);
+        assert_eq!(claim_budget(8, 10_000, 1_000, 50_000), 8 + 80);
     }
 
     #[tokio::test]
@@ -765,10 +864,10 @@ mod tests {
         let gate = Gate::new(&Priority::weighted(), &[1], 4, Duration::from_secs(30));
         let share = Share::new(&gate, 0);
         assert_eq!(share.try_claim(5), Some(4));
-        share.read(4, 1, false);
+        share.read(4, 1, false, None);
         // Three went back.
         assert_eq!(share.try_claim(100), Some(3));
-        share.read(3, 3, false);
+        share.read(3, 3, false, None);
         // Nothing free: waits until a run ends.
         assert_eq!(share.try_claim(1), None);
         // Runs: four at once; a fifth waits for one to end.
@@ -784,7 +883,7 @@ mod tests {
         // Four runs of about 20 ms ended: their claims went back, and the
         // budget now holds what starts within 7.5 s ahead (at most 3 x 4).
         assert_eq!(share.try_claim(100), Some(16));
-        share.read(16, 16, false);
+        share.read(16, 16, false, None);
         let stop = CancellationToken::new();
         let waiter = {
             let share = share.clone();
