@@ -240,9 +240,7 @@ async fn batches_racing_on_shared_keys_store_each_key_once() {
     let q = qs.fresh(&client, "ky_batch_race").await;
     const KEYS: usize = 20;
     for round in 0..4 {
-        let keys: Vec<String> = (0..KEYS)
-            .map(|i| key(&format!("r{round}-{i}")))
-            .collect();
+        let keys: Vec<String> = (0..KEYS).map(|i| key(&format!("r{round}-{i}"))).collect();
         let start = Arc::new(tokio::sync::Barrier::new(8));
         let tasks: Vec<_> = (0..8)
             .map(|t| {
@@ -274,8 +272,15 @@ async fn batches_racing_on_shared_keys_store_each_key_once() {
         }
         assert_eq!(by_key.len(), KEYS);
         for (k, sent) in &by_key {
-            assert_eq!(sent.iter().filter(|s| !s.duplicate).count(), 1, "{k}: {sent:?}");
-            assert!(sent.iter().all(|s| s.msg_id == sent[0].msg_id), "{k}: {sent:?}");
+            assert_eq!(
+                sent.iter().filter(|s| !s.duplicate).count(),
+                1,
+                "{k}: {sent:?}"
+            );
+            assert!(
+                sent.iter().all(|s| s.msg_id == sent[0].msg_id),
+                "{k}: {sent:?}"
+            );
         }
     }
     assert_eq!(count(&q).await, 4 * KEYS as i64);
@@ -288,7 +293,13 @@ async fn batches_racing_on_shared_keys_store_each_key_once() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     let keys = [key("n1"), old.clone(), key("n2")];
     let sent = client
-        .send_batch_keyed(&q, &keys, HOUR, &[json!(1), json!(2), json!(3)], &SendOptions::new())
+        .send_batch_keyed(
+            &q,
+            &keys,
+            HOUR,
+            &[json!(1), json!(2), json!(3)],
+            &SendOptions::new(),
+        )
         .await
         .unwrap();
     assert!(sent.iter().all(|s| !s.duplicate), "{sent:?}");
