@@ -1,4 +1,4 @@
--- The pgmq_sdk schema, version 10: a narrower row per deduplication key.
+-- The pgmq_sdk schema, version 11: a narrower row per deduplication key.
 --
 -- A key row holds what a keyed send reads back: the queue's table, the
 -- key, its message's id and when it expires. The time of its first send
