@@ -161,10 +161,10 @@ BEGIN
     relid := pgmq_sdk.queue_table(queue_name);
     PERFORM pgmq_sdk.require(relid, 'INSERT', 'an idempotent send');
     id := nextval(pg_get_serial_sequence(relid::regclass::text, 'msg_id')::regclass);
-    INSERT INTO pgmq_sdk.queue_keys AS s (queue_relid, key, msg_id, sent_at, expires_at)
-    VALUES (relid, send_keyed.key, id, clock_timestamp(), clock_timestamp() + key_window)
+    INSERT INTO pgmq_sdk.queue_keys AS s (msg_id, expires_at, queue_relid, key)
+    VALUES (id, clock_timestamp() + key_window, relid, send_keyed.key)
     ON CONFLICT ON CONSTRAINT queue_keys_pkey DO UPDATE
-        SET msg_id = excluded.msg_id, sent_at = excluded.sent_at, expires_at = excluded.expires_at
+        SET msg_id = excluded.msg_id, expires_at = excluded.expires_at
         WHERE s.expires_at <= clock_timestamp()
     RETURNING s.msg_id INTO taken;
     IF taken IS NULL THEN
@@ -194,9 +194,21 @@ $fn$;
 -- Each key row is written once, already holding its message's id: the
 -- ids are drawn from the queue's own sequence (the identity of its
 -- msg_id, in the order of `msgs`) before the keys are taken, and the
--- messages of the keys taken are inserted into the queue's table with
--- those ids, the same columns pgmq.send_batch writes. An id drawn for a
--- key that was taken already is never used (a gap in the sequence, as a
+-- messages are inserted into the queue's table with those ids, the same
+-- columns pgmq.send_batch writes.
+--
+-- Two paths. The first expects every key to be new, the common case: one
+-- statement draws the ids, inserts the keys with a plain INSERT and the
+-- messages, so that each key costs one descent of the key table's primary
+-- key (its insert, with the unique check) and no speculative insertion. A
+-- key already in the table, or twice in the batch, fails that statement
+-- with a unique violation; a key another transaction is inserting makes
+-- it wait for that transaction first, like any unique check. The
+-- statement runs in a subtransaction of its own (the EXCEPTION block), so
+-- that failure undoes all of it, and the second path then runs: each
+-- distinct key inserted with ON CONFLICT, an expired key taken over in
+-- place, and the messages of the keys taken inserted. An id drawn for a
+-- message that was not sent is never used (a gap in the sequence, as a
 -- rolled-back send leaves). Only the keys that were not taken by this
 -- call are looked up afterwards, in a statement of their own, so that a
 -- key a concurrent sender committed while this one waited is seen.
@@ -236,6 +248,29 @@ BEGIN
     PERFORM pgmq_sdk.require(relid, 'INSERT', 'an idempotent send');
     ids_seq := pg_get_serial_sequence(relid::regclass::text, 'msg_id')::regclass;
 
+    -- Every key new: keys and messages in one statement.
+    BEGIN
+        EXECUTE pg_catalog.format(
+            'WITH drawn AS ('
+            '  SELECT u.k, u.m, u.h, u.i, pg_catalog.nextval($1) AS id'
+            '  FROM unnest($2, $3, $4) WITH ORDINALITY AS u(k, m, h, i)'
+            '), keyed AS ('
+            '  INSERT INTO pgmq_sdk.queue_keys (msg_id, expires_at, queue_relid, key)'
+            '  SELECT d.id, pg_catalog.clock_timestamp() + $5, $6, d.k'
+            '  FROM drawn d ORDER BY d.k COLLATE "C"'
+            '), sent AS ('
+            '  INSERT INTO %s (msg_id, vt, message, headers) OVERRIDING SYSTEM VALUE'
+            '  SELECT d.id, $7, d.m, d.h FROM drawn d ORDER BY d.i'
+            ') SELECT pg_catalog.array_agg(d.id ORDER BY d.i) FROM drawn d', relid::regclass)
+        INTO sent
+        USING ids_seq, keys, msgs, headers, key_window, relid, delay;
+        RETURN QUERY SELECT u.id, false FROM unnest(sent) AS u(id);
+        RETURN;
+    EXCEPTION WHEN unique_violation THEN
+        NULL;
+    END;
+
+    -- Some key taken (or given twice): each distinct key, in key order.
     WITH firsts AS (
         SELECT DISTINCT ON (u.k COLLATE "C") u.k, u.i
         FROM unnest(keys) WITH ORDINALITY AS u(k, i)
@@ -244,12 +279,12 @@ BEGIN
         SELECT f.k, f.i, nextval(ids_seq) AS id
         FROM (SELECT f.k, f.i FROM firsts f ORDER BY f.i) f
     ), taken AS (
-        INSERT INTO pgmq_sdk.queue_keys AS s (queue_relid, key, msg_id, sent_at, expires_at)
-        SELECT relid, d.k, d.id, clock_timestamp(), clock_timestamp() + key_window
+        INSERT INTO pgmq_sdk.queue_keys AS s (msg_id, expires_at, queue_relid, key)
+        SELECT d.id, clock_timestamp() + key_window, relid, d.k
         FROM drawn d
         ORDER BY d.k COLLATE "C"
         ON CONFLICT ON CONSTRAINT queue_keys_pkey DO UPDATE
-            SET msg_id = excluded.msg_id, sent_at = excluded.sent_at, expires_at = excluded.expires_at
+            SET msg_id = excluded.msg_id, expires_at = excluded.expires_at
             WHERE s.expires_at <= clock_timestamp()
         RETURNING s.key, s.msg_id
     )
@@ -261,10 +296,10 @@ BEGIN
     IF n_sent > 0 THEN
         EXECUTE pg_catalog.format(
             'INSERT INTO %s (msg_id, vt, message, headers) OVERRIDING SYSTEM VALUE '
-            'SELECT o.id, $1, $2[o.i], $3[o.i] '
-            'FROM pg_catalog.unnest($4) WITH ORDINALITY AS o(id, i) '
-            'WHERE o.id IS NOT NULL ORDER BY o.i', relid::regclass)
-        USING delay, msgs, headers, sent;
+            'SELECT u.id, $1, u.m, u.h '
+            'FROM unnest($2, $3, $4) WITH ORDINALITY AS u(id, m, h, i) '
+            'WHERE u.id IS NOT NULL ORDER BY u.i', relid::regclass)
+        USING delay, sent, msgs, headers;
     END IF;
 
     RETURN QUERY

@@ -229,6 +229,90 @@ async fn producers_racing_on_one_key_store_one_message() {
 }
 
 #[tokio::test]
+async fn batches_racing_on_shared_keys_store_each_key_once() {
+    let client = pgmq_client::ClientBuilder::new(&common::dsn())
+        .max_size(8)
+        .connect()
+        .await
+        .unwrap();
+    client.install_sdk_schema().await.unwrap();
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_batch_race").await;
+    const KEYS: usize = 20;
+    for round in 0..4 {
+        let keys: Vec<String> = (0..KEYS).map(|i| key(&format!("r{round}-{i}"))).collect();
+        let start = Arc::new(tokio::sync::Barrier::new(8));
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let (client, q, start) = (client.clone(), q.clone(), start.clone());
+                // Half the senders list the keys backwards: the keys are
+                // taken in one order all the same, so no deadlock.
+                let mut keys = keys.clone();
+                if t % 2 == 1 {
+                    keys.reverse();
+                }
+                tokio::spawn(async move {
+                    let conn = client.connection_owned().await.unwrap();
+                    let bodies: Vec<_> = keys.iter().map(|k| json!({"k": k, "t": t})).collect();
+                    start.wait().await;
+                    let sent = Pgmq::on(&*conn)
+                        .send_batch_keyed(&q, &keys, HOUR, &bodies, &SendOptions::new())
+                        .await
+                        .unwrap();
+                    keys.into_iter().zip(sent).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut by_key: std::collections::HashMap<String, Vec<pgmq_client::Sent>> =
+            std::collections::HashMap::new();
+        for t in tasks {
+            for (k, s) in t.await.unwrap() {
+                by_key.entry(k).or_default().push(s);
+            }
+        }
+        assert_eq!(by_key.len(), KEYS);
+        for (k, sent) in &by_key {
+            assert_eq!(
+                sent.iter().filter(|s| !s.duplicate).count(),
+                1,
+                "{k}: {sent:?}"
+            );
+            assert!(
+                sent.iter().all(|s| s.msg_id == sent[0].msg_id),
+                "{k}: {sent:?}"
+            );
+        }
+    }
+    assert_eq!(count(&q).await, 4 * KEYS as i64);
+
+    // A batch of new keys and one expired key: each sent, the expired
+    // key taken over with the new message's id.
+    let old = key("expired");
+    let short = DedupKey::new(old.clone(), Duration::from_millis(200));
+    let first = client.send_keyed(&q, &short, &json!("old")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let keys = [key("n1"), old.clone(), key("n2")];
+    let sent = client
+        .send_batch_keyed(
+            &q,
+            &keys,
+            HOUR,
+            &[json!(1), json!(2), json!(3)],
+            &SendOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(sent.iter().all(|s| !s.duplicate), "{sent:?}");
+    assert!(sent[1].msg_id > first.msg_id);
+    assert!(sent[0].msg_id < sent[1].msg_id && sent[1].msg_id < sent[2].msg_id);
+    let again = client
+        .send_keyed(&q, &DedupKey::new(old, HOUR), &json!("again"))
+        .await
+        .unwrap();
+    assert_eq!((again.msg_id, again.duplicate), (sent[1].msg_id, true));
+}
+
+#[tokio::test]
 async fn a_topic_send_under_a_key_routes_once() {
     let client = client().await;
     let qs = Queues::new();

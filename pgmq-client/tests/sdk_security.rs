@@ -248,8 +248,8 @@ async fn a_tenant_touches_only_its_own_queues() {
     // A cannot plant a key for B's queue, directly or through the functions.
     let planted = a_raw
         .batch_execute(
-            "INSERT INTO pgmq_sdk.queue_keys (queue_relid, key, msg_id, sent_at, expires_at) \
-             VALUES ('pgmq.q_tenant_b'::regclass, 'order-42', 1, now(), now() + interval '1 hour')",
+            "INSERT INTO pgmq_sdk.queue_keys (queue_relid, key, msg_id, expires_at) \
+             VALUES ('pgmq.q_tenant_b'::regclass, 'order-42', 1, now() + interval '1 hour')",
         )
         .await
         .unwrap_err();

@@ -51,7 +51,7 @@ use crate::conn::sdk_trust::{check as check_trust, find};
 pub const SCHEMA: &str = "pgmq_sdk";
 
 /// The schema version this crate installs and needs.
-pub const VERSION: i32 = 10;
+pub const VERSION: i32 = 11;
 
 /// Each version's table changes, in order: version `i + 1` is
 /// `MIGRATIONS[i]`.
@@ -66,6 +66,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../../sql/pgmq_sdk_v8.sql"),
     include_str!("../../sql/pgmq_sdk_v9.sql"),
     include_str!("../../sql/pgmq_sdk_v10.sql"),
+    include_str!("../../sql/pgmq_sdk_v11.sql"),
 ];
 
 /// The functions, policies and grants of [`VERSION`], applied on every
