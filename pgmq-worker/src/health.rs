@@ -196,7 +196,10 @@ impl HealthState {
 pub struct Health {
     /// Started and not yet stopped, and no internal task failed.
     pub running: bool,
-    /// Reads succeed (fewer than 3 failures in a row).
+    /// Reads succeed (fewer than 3 failures in a row): claim reads, and
+    /// the pause watch's reads of the pause flag, whose failures count
+    /// too (a worker that cannot read the flag holds its claims, so its
+    /// claim loops read nothing that could fail).
     pub claiming: bool,
     /// Acknowledgement writes succeed (fewer than 3 failures in a row).
     pub acknowledging: bool,

@@ -258,6 +258,11 @@ impl PauseWatch {
             Err(e) if denied(&e) => self.record(Err(&e)),
             Err(e) => {
                 tracing::debug!(error = %e, queue = %self.settings.queue, "could not read whether the queue is paused");
+                // A failed read of the flag is a failed read in the
+                // worker's health: while the hold below keeps the claim
+                // loops from reading, it is what tells the database is
+                // away. Only a claim read that succeeds clears the count.
+                self.health.read_failed();
                 self.say_stale();
             }
         }
