@@ -255,13 +255,13 @@ impl Rounds for FifoGroups {
     /// order swapped every other round so that neither always runs second.
     async fn run_round(&self, ctx: &Arc<Ctx>, at: Round<'_>, s: &mut Sections) -> Result<()> {
         let first = at.index as usize % MODES.len();
-        for mode in MODES.iter().cycle().skip(first).take(MODES.len()) {
+        for k in 0..MODES.len() {
+            let mode = MODES[(first + k) % MODES.len()];
             let r = run(ctx, mode, at.index, at.warm).await?;
-            ctx.progress.say(format!(
-                "{} {NAME} {mode}: {:.0} msg/s",
-                at.tag, r.rate.rate_per_s
-            ));
+            let rate = r.rate.rate_per_s;
             RUNS.record(s, &r)?;
+            let tag = at.tag;
+            ctx.progress.say(format!("{tag} {NAME} {mode}: {rate:.0} msg/s"));
         }
         Ok(())
     }
