@@ -24,7 +24,8 @@ use crate::figures::{check, measured, median_of, paired_ratios, Figures, RunKey}
 use crate::ledger::Ledger;
 use crate::report::workload_if;
 use crate::report::{cell, definitions};
-use crate::kit::child::{limited as limited_spec, Fleet};
+use crate::kit::child::{limited as limited_spec, ChildReport, Fleet};
+use crate::kit::snapshot::{DbSnapshot, ProcessesServer};
 use crate::kit::Ctx;
 use crate::sections::{at_least, within, Options, Round, Rounds, Section};
 use crate::config::Config;
@@ -127,6 +128,68 @@ pub struct FleetLimitRun {
     pub ledger: LedgerReport,
     /// Messages left in the queue after the run.
     pub remaining_after: i64,
+    /// Where a place's time went, per message (limited runs only; None in
+    /// older documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<PlaceCycle>,
+}
+
+/// Where a place of a limited run spent its time, per message: a place is
+/// taken from a message's claim until its acknowledgement commits, so what
+/// is not a handler's run is the claim path's.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[non_exhaustive]
+pub struct PlaceCycle {
+    /// Places × the run's time ÷ messages, milliseconds: how long each
+    /// message kept a place, on average.
+    pub place_ms: f64,
+    /// The handlers' own run, milliseconds, the mean over every process
+    /// (the simulated I/O and the timer's rounding of it).
+    pub handler_ms: f64,
+    /// The rest, milliseconds: from a handler's end to the next start on
+    /// its place (the acknowledgement written and committed, the place
+    /// seen free, the next claim read and its reply), with the run's ramp
+    /// and tail.
+    pub between_ms: f64,
+    /// Claim reads per message, every process's (a read that found no
+    /// free place counts too).
+    pub reads_per_msg: f64,
+    /// The database's transactions over the run per message, less the
+    /// sampler's own (None: not readable): each message's claim and
+    /// acknowledgement commit on their own, and so does every read.
+    pub transactions_per_msg: Option<f64>,
+}
+
+impl PlaceCycle {
+    /// The cycle of a run of `places` over `elapsed_s` that handled
+    /// `distinct` messages, as the processes' `reports` measured it, with
+    /// the database's transactions (`server`) less the sampler's
+    /// `sampled` queries.
+    fn of(
+        places: u32,
+        elapsed_s: f64,
+        distinct: u64,
+        reports: &[ChildReport],
+        server: Option<ProcessesServer>,
+        sampled: u64,
+    ) -> PlaceCycle {
+        let n = distinct.max(1) as f64;
+        let handled: u64 = reports.iter().map(|r| r.handled).sum();
+        let handler_ms = reports
+            .iter()
+            .map(|r| r.handler_ms.mean * r.handled as f64)
+            .sum::<f64>()
+            / handled.max(1) as f64;
+        let place_ms = f64::from(places) * elapsed_s * 1000.0 / n;
+        PlaceCycle {
+            place_ms,
+            handler_ms,
+            between_ms: place_ms - handler_ms,
+            reads_per_msg: reports.iter().map(|r| r.worker.reads).sum::<u64>() as f64 / n,
+            transactions_per_msg: server
+                .map(|s| (s.transactions_per_msg - sampled as f64 / n).max(0.0)),
+        }
+    }
 }
 
 /// One run of `mode` on a fresh queue.
@@ -149,6 +212,7 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Fle
     let mut fleet = Fleet::start(ctx, "fleet-limit", &tag, specs).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let most = Arc::new(AtomicI64::new(0));
+    let before = DbSnapshot::read(ctx, &q).await;
     let sampler = limited.then(|| {
         tokio::spawn(sample_running(
             Arc::clone(ctx),
@@ -162,10 +226,13 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Fle
     let reports = fleet.collect(&ledger).await?;
     let elapsed = reports.iter().map(|r| r.elapsed_s).fold(0.0f64, f64::max);
     stop.store(true, Ordering::Relaxed);
-    if let Some(s) = sampler {
-        s.await
-            .map_err(|e| Error::Config(format!("the sampler failed: {e}")))??;
-    }
+    let sampled = match sampler {
+        Some(s) => s
+            .await
+            .map_err(|e| Error::Config(format!("the sampler failed: {e}")))??,
+        None => 0,
+    };
+    let server = before.processes(&DbSnapshot::read(ctx, &q).await, messages);
     let remaining_after = ctx.finish_queue(&q).await?;
     let ledger = ledger.report(messages);
     let work_s = work.as_secs_f64();
@@ -182,19 +249,24 @@ async fn run(ctx: &Arc<Ctx>, mode: &str, round: u32, warmup: bool) -> Result<Fle
         used: ledger.distinct as f64 * work_s
             / (f64::from(o.fleet_limit_places) * elapsed.max(1e-9)),
         most_running_seen: limited.then(|| most.load(Ordering::Relaxed)),
+        cycle: (mode == "limited").then(|| {
+            PlaceCycle::of(o.fleet_limit_places, elapsed, ledger.distinct, &reports, server, sampled)
+        }),
         ledger,
         remaining_after,
     })
 }
 
 /// Every 10 ms until `stop`, the messages of `q` claimed and not yet
-/// acknowledged; keeps the most seen in `most`.
+/// acknowledged; keeps the most seen in `most`, and returns how many
+/// samples it took (each a transaction of its own).
 async fn sample_running(
     ctx: Arc<Ctx>,
     q: QueueName,
     stop: Arc<AtomicBool>,
     most: Arc<AtomicI64>,
-) -> Result<()> {
+) -> Result<u64> {
+    let mut samples = 0;
     let sql = format!(
         "SELECT count(*) FROM {} WHERE last_read_at IS NOT NULL AND vt > pg_catalog.clock_timestamp()",
         q.table()
@@ -202,9 +274,10 @@ async fn sample_running(
     while !stop.load(Ordering::Relaxed) {
         let n: i64 = ctx.admin.query_one(&sql, &[]).await?.get(0);
         most.fetch_max(n, Ordering::Relaxed);
+        samples += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Ok(())
+    Ok(samples)
 }
 
 /// The fleet_limit section.
@@ -257,7 +330,9 @@ impl Section for FleetLimit {
             "## Fleet limit\n\n{} worker processes, {} places, {} messages per run, {} ms of simulated I/O per call.\n\n\
              | | Places used | msg/s | Most running seen |\n| --- | --- | --- | --- |\n\
              | under one limit | {} | {} | {} |\n| split statically | {} | {} | |\n\
-             | split statically, under a limit above its demand | {} | {} (÷ static: {}) | |\n",
+             | split statically, under a limit above its demand | {} | {} (÷ static: {}) | |\n\n\
+             Under the limit, a place per message: {} ms = handler run {} + between runs {} \
+             ({} claim reads and {} transactions per message).\n",
             w.fleet_limit_processes,
             w.fleet_limit_places,
             w.fleet_limit_messages,
@@ -270,6 +345,11 @@ impl Section for FleetLimit {
             cell(d, "fleet_limit.above.used"),
             cell(d, "fleet_limit.above.throughput"),
             cell(d, ABOVE_RATIO),
+            cell(d, "fleet_limit.limited.place_ms"),
+            cell(d, "fleet_limit.limited.handler_ms"),
+            cell(d, "fleet_limit.limited.between_ms"),
+            cell(d, "fleet_limit.limited.reads_per_msg"),
+            cell(d, "fleet_limit.limited.transactions_per_msg"),
         );
         definitions(
             out,
@@ -279,6 +359,7 @@ impl Section for FleetLimit {
                 "fleet_limit.limited.throughput".into(),
                 "fleet_limit.limited.most_running_seen".into(),
                 ABOVE_RATIO.into(),
+                "fleet_limit.limited.between_ms".into(),
             ],
         );
     }
@@ -319,8 +400,19 @@ impl Rounds for FleetLimit {
             let seen = r
                 .most_running_seen
                 .map_or(String::new(), |m| format!(", at most {m} running seen"));
+            let cycle = r.cycle.as_ref().map_or(String::new(), |c| {
+                format!(
+                    "; a place per message {:.1} ms: handler {:.1}, between runs {:.1}, \
+                     {:.2} reads and {} transactions per message",
+                    c.place_ms,
+                    c.handler_ms,
+                    c.between_ms,
+                    c.reads_per_msg,
+                    c.transactions_per_msg.map_or("?".into(), |t| format!("{t:.2}"))
+                )
+            });
             ctx.progress.say(format!(
-                "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}",
+                "{} {NAME} {mode}: {:.0} msg/s, {:.3} of {} places used{seen}{cycle}",
                 at.tag, r.rate.rate_per_s, r.used, r.places
             ));
             RUNS.record(s, &r)?;
@@ -334,6 +426,22 @@ const DEF_USED: &str = "Messages handled times the simulated I/O of one call, ov
     places kept busy, ramp and tail included.";
 
 const DEF_RATE: &str = "Distinct messages handled over the run's time.";
+
+const DEF_PLACE_MS: &str = "The limited run's places times its time over the messages handled: \
+    how long each message kept a place, on average, from its claim to its acknowledgement's commit.";
+
+const DEF_HANDLER_MS: &str = "The limited run's handler calls, the mean over every process: the \
+    simulated I/O and the timer's rounding of it.";
+
+const DEF_BETWEEN: &str = "A place per message less the handler run: from a handler's end to \
+    the next start on its place (the acknowledgement written and committed, the place seen free, \
+    the next claim read and its reply), with the run's ramp and tail.";
+
+const DEF_READS: &str = "The limited run's claim reads, every process's, over the messages \
+    handled (reads that found no free place included).";
+
+const DEF_XACTS: &str = "The database's transactions over the limited run, less the sampler's \
+    own, over the messages handled: claims, acknowledgements and empty reads each commit.";
 
 const DEF_MOST: &str = "The most messages of the queue claimed and not yet acknowledged at once, \
     as the queue table showed them to a sample every 10 ms during the limited run.";
@@ -378,6 +486,26 @@ fn add_figures(f: &mut Figures, runs: &[FleetLimitRun]) {
             .filter_map(|r| r.most_running_seen.map(|m| Sample::value(r.round, m as f64)))
             .collect(),
     );
+    let cycle = [
+        ("place_ms", "A place per message", "ms", DEF_PLACE_MS, (|c| Some(c.place_ms)) as fn(&PlaceCycle) -> Option<f64>),
+        ("handler_ms", "Handler run", "ms", DEF_HANDLER_MS, |c| Some(c.handler_ms)),
+        ("between_ms", "Between handler runs on a place", "ms", DEF_BETWEEN, |c| Some(c.between_ms)),
+        ("reads_per_msg", "Claim reads per message", "x", DEF_READS, |c| Some(c.reads_per_msg)),
+        ("transactions_per_msg", "Transactions per message", "x", DEF_XACTS, |c| c.transactions_per_msg),
+    ];
+    for (name, title, unit, def, get) in cycle {
+        f.add(
+            format!("{NAME}.limited.{name}"),
+            NAME,
+            format!("{title}, limited"),
+            unit,
+            Better::Lower,
+            def,
+            limited()
+                .filter_map(|r| r.cycle.as_ref().and_then(get).map(|v| Sample::value(r.round, v)))
+                .collect(),
+        );
+    }
     let key: RunKey<FleetLimitRun> = |r| (r.round, r.warmup, r.mode.as_str(), r.rate.rate_per_s);
     f.add(
         ABOVE_RATIO.into(),
