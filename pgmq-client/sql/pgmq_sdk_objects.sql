@@ -631,6 +631,63 @@ BEGIN
 END
 $fn$;
 
+-- A worker's acknowledgements and its next claims under a fleet-wide limit
+-- of places, in one transaction: deletes the messages these deliveries
+-- still hold (`ack_ids` with their `ack_read_ats`, fenced as the worker's
+-- own deletes are: a row whose delivery has changed is left alone), then
+-- reads as pgmq_sdk.read_limited does, in a statement of its own that sees
+-- the places the deletes freed. Rows with `acked` true are the ids
+-- deleted (their other columns NULL); the rest are the messages claimed.
+-- A worker pays one round trip and one commit for both, where a delete
+-- and a claim each cost one: what a place waits for between two runs.
+-- Needs DELETE on the queue's table besides what read_limited needs.
+CREATE OR REPLACE FUNCTION pgmq_sdk.ack_read_limited(
+    queue_name text,
+    ack_ids bigint[],
+    ack_read_ats timestamptz[],
+    vt_seconds integer,
+    qty integer,
+    max_running integer,
+    per_second double precision,
+    burst double precision
+) RETURNS TABLE (
+    msg_id bigint,
+    read_ct integer,
+    enqueued_at timestamptz,
+    last_read_at timestamptz,
+    vt timestamptz,
+    message jsonb,
+    headers jsonb,
+    acked boolean
+)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_column
+DECLARE
+    relid oid := pgmq_sdk.queue_table(queue_name);
+    deleted bigint[];
+BEGIN
+    IF cardinality(ack_ids) IS DISTINCT FROM cardinality(ack_read_ats) THEN
+        RAISE EXCEPTION 'ack_read_limited: % ids for % read times',
+            cardinality(ack_ids), cardinality(ack_read_ats) USING ERRCODE = '22023';
+    END IF;
+    EXECUTE pg_catalog.format(
+        'WITH d AS (DELETE FROM %s AS m '
+        'USING ROWS FROM (pg_catalog.unnest($1::bigint[]), pg_catalog.unnest($2::timestamptz[])) AS r(id, read_at) '
+        'WHERE m.msg_id = r.id AND m.last_read_at = r.read_at AND m.msg_id = ANY($1::bigint[]) '
+        'RETURNING m.msg_id) SELECT pg_catalog.array_agg(d.msg_id) FROM d',
+        relid::regclass)
+    INTO deleted USING ack_ids, ack_read_ats;
+    RETURN QUERY
+        SELECT u.id, NULL::integer, NULL::timestamptz, NULL::timestamptz, NULL::timestamptz,
+               NULL::jsonb, NULL::jsonb, true
+        FROM pg_catalog.unnest(deleted) AS u(id);
+    RETURN QUERY
+        SELECT r.msg_id, r.read_ct, r.enqueued_at, r.last_read_at, r.vt, r.message, r.headers, false
+        FROM pgmq_sdk.read_limited(ack_read_limited.queue_name, vt_seconds, qty, max_running,
+                                   per_second, burst) r;
+END
+$fn$;
+
 -- Limits per key -----------------------------------------------------------
 --
 -- A claim of up to `qty` messages of a queue under a limit per key: each
@@ -887,6 +944,7 @@ GRANT EXECUTE ON FUNCTION
     pgmq_sdk.resume_queue(text),
     pgmq_sdk.queue_paused(text),
     pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision),
+    pgmq_sdk.ack_read_limited(text, bigint[], timestamptz[], integer, integer, integer, double precision, double precision),
     pgmq_sdk.read_key_limited(text, integer, integer, boolean, text[], integer, double precision, double precision)
     TO PUBLIC;
 

@@ -294,3 +294,37 @@ async fn limited_reads_in_flight_take_different_places_without_waiting() {
     tx.rollback().await.unwrap();
     assert_eq!(claims(&client, &q2, &one, &opts).await.len(), 1);
 }
+
+#[tokio::test]
+async fn an_acknowledgement_and_the_next_claims_share_one_statement() {
+    let (_db, client, q) = jobs_queue("sdk_ackread").await;
+    let opts = ReadOptions::new(Duration::from_secs(30)).qty(10);
+    let limit = FleetLimit::max_running(3);
+    let first = client.read_limited_raw(&q, &limit, &opts).await.unwrap();
+    assert_eq!(first.len(), 3);
+    // Two deliveries acknowledged, and a stale receipt of the third (its
+    // delivery is not the one it names): the fence leaves that one.
+    let mut acks: Vec<_> = first[..2].iter().map(|m| m.receipt().unwrap()).collect();
+    let mut stale = first[2].receipt().unwrap();
+    stale.read_at -= chrono::Duration::seconds(1);
+    acks.push(stale);
+    let (deleted, next) = client
+        .ack_read_limited_raw(&q, &acks, &limit, &opts)
+        .await
+        .unwrap();
+    let mut deleted = deleted;
+    deleted.sort_unstable();
+    assert_eq!(deleted, [first[0].msg_id, first[1].msg_id]);
+    assert_eq!(next.len(), 2, "the places the deletes freed, no more");
+    assert!(client
+        .read_limited_raw(&q, &limit, &opts)
+        .await
+        .unwrap()
+        .is_empty());
+    let none: [pgmq_client::Receipt; 0] = [];
+    let (deleted, next) = client
+        .ack_read_limited_raw(&q, &none, &limit, &opts)
+        .await
+        .unwrap();
+    assert!(deleted.is_empty() && next.is_empty(), "every place is held");
+}

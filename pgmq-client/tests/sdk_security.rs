@@ -358,13 +358,26 @@ async fn each_feature_works_with_the_rights_its_pgmq_operation_needs() {
     assert!(is_denied(&producer.pause(&q, None).await.unwrap_err()));
     assert!(!producer.is_paused(&q).await.unwrap());
 
+    producer.send(&q, &json!(3)).await.unwrap();
     assert!(!consumer.is_paused(&q).await.unwrap());
     let opts = ReadOptions::new(Duration::from_secs(30)).qty(5);
-    let got = consumer
-        .read_limited_raw(&q, &FleetLimit::max_running(1), &opts)
+    let one = FleetLimit::max_running(1);
+    let got = consumer.read_limited_raw(&q, &one, &opts).await.unwrap();
+    assert_eq!(got.len(), 1);
+    // Acknowledging and claiming in one statement needs DELETE besides.
+    let done = [got[0].receipt().unwrap()];
+    let (deleted, next) = consumer
+        .ack_read_limited_raw(&q, &done, &one, &opts)
         .await
         .unwrap();
-    assert_eq!(got.len(), 1);
+    assert_eq!(deleted, [got[0].msg_id]);
+    assert_eq!(next.len(), 1, "the place the delete freed");
+    assert!(is_denied(
+        &producer
+            .ack_read_limited_raw(&q, &[], &one, &opts)
+            .await
+            .unwrap_err()
+    ));
     assert!(is_denied(
         &consumer.send_keyed(&q, &key, &json!(2)).await.unwrap_err()
     ));

@@ -93,6 +93,7 @@ statements! {
     RewindClaimCursor = "UPDATE pgmq_sdk.claim_cursors SET next_id = $2::bigint WHERE queue_relid = pgmq_sdk.queue_table($1::text) AND next_id > $2::bigint";
     // limits.rs, in the pgmq_sdk schema.
     ReadLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_limited($1::text, $2::integer, $3::integer, $4::integer, $5::float8, $6::float8)");
+    AckReadLimited = concat!("SELECT ", msg_cols!(), ", acked FROM pgmq_sdk.ack_read_limited($1::text, $2::bigint[], $3::timestamptz[], $4::integer, $5::integer, $6::integer, $7::float8, $8::float8)");
     // key_limits.rs, in the pgmq_sdk schema.
     ReadKeyLimited = concat!("SELECT ", msg_cols!(), " FROM pgmq_sdk.read_key_limited($1::text, $2::integer, $3::integer, $4::boolean, $5::text[], $6::integer, $7::float8, $8::float8)");
     // read.rs
@@ -202,6 +203,7 @@ impl Stmt {
                 | Stmt::QueuePaused
                 | Stmt::ListPaused
                 | Stmt::ReadLimited
+                | Stmt::AckReadLimited
                 | Stmt::PutSchedule
                 | Stmt::PauseSchedule
                 | Stmt::ResumeSchedule

@@ -24,8 +24,9 @@ use std::time::Duration;
 use crate::conn::args::{qty, secs};
 use crate::conn::error::Error;
 use crate::conn::executor::Executor;
-use crate::conn::rows::first_col;
+use crate::conn::rows::{col, first_col};
 use crate::conn::statements::Stmt;
+use crate::pgmq::fenced::Receipt;
 use crate::pgmq::message::{raw_from_row, Message, RawJson};
 use crate::pgmq::queue_name::QueueName;
 use crate::pgmq::read::ReadOptions;
@@ -174,16 +175,8 @@ impl<E: Executor> Pgmq<E> {
         limit: &FleetLimit,
         opts: &ReadOptions,
     ) -> Result<Vec<Message<RawJson>>, Error> {
-        limit.check()?;
-        if opts.filter.is_some() || opts.max_poll.is_some() {
-            return Err(Error::InvalidArgument(
-                "a limited read takes no filter and no max_poll".into(),
-            ));
-        }
         let q = queue.as_str();
-        let vt = secs(opts.vt, "visibility timeout")?;
-        let n = qty(opts.qty)?;
-        let max_running = limit.max_running.map(|m| m as i32);
+        let (vt, n, max_running) = limited_args(limit, opts)?;
         let rows = self
             .run(
                 Stmt::ReadLimited,
@@ -193,6 +186,66 @@ impl<E: Executor> Pgmq<E> {
             .await
             .map_err(|e| e.in_sdk(FEATURE))?;
         rows.iter().map(raw_from_row).collect()
+    }
+
+    /// Deletes the messages these deliveries still hold (fenced as
+    /// [`delete_fenced`](Self::delete_fenced) is), then reads as
+    /// [`read_limited_raw`](Self::read_limited_raw) does, in one
+    /// transaction: the read sees the places the deletes freed. Returns
+    /// the ids deleted and the messages claimed. One round trip and one
+    /// commit where a delete and a limited read take one each: a worker
+    /// under a limit of places uses it to start the next runs sooner.
+    ///
+    /// ```no_run
+    /// # async fn f(client: pgmq_client::Client, done: Vec<pgmq_client::Receipt>) -> Result<(), pgmq_client::Error> {
+    /// use pgmq_client::{FleetLimit, QueueName, ReadOptions};
+    /// use std::time::Duration;
+    /// let q = QueueName::new("emails")?;
+    /// let opts = ReadOptions::new(Duration::from_secs(30)).qty(10);
+    /// let (deleted, next) = client
+    ///     .ack_read_limited_raw(&q, &done, &FleetLimit::max_running(4), &opts)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(name = "pgmq_sdk.ack_read_limited", skip_all, fields(queue = %queue, acks = acks.len(), qty = opts.qty))]
+    pub async fn ack_read_limited_raw(
+        &self,
+        queue: &QueueName,
+        acks: &[Receipt],
+        limit: &FleetLimit,
+        opts: &ReadOptions,
+    ) -> Result<(Vec<i64>, Vec<Message<RawJson>>), Error> {
+        let q = queue.as_str();
+        let (vt, n, max_running) = limited_args(limit, opts)?;
+        let ids: Vec<i64> = acks.iter().map(|r| r.msg_id).collect();
+        let reads: Vec<chrono::DateTime<chrono::Utc>> = acks.iter().map(|r| r.read_at).collect();
+        let rows = self
+            .run(
+                Stmt::AckReadLimited,
+                Some(q),
+                &[
+                    &q,
+                    &ids,
+                    &reads,
+                    &vt,
+                    &n,
+                    &max_running,
+                    &limit.per_second,
+                    &limit.burst(),
+                ],
+            )
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))?;
+        let mut deleted = Vec::new();
+        let mut claimed = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if col::<bool>(row, 7)? {
+                deleted.push(col::<i64>(row, 0)?);
+            } else {
+                claimed.push(raw_from_row(row)?);
+            }
+        }
+        Ok((deleted, claimed))
     }
 
     /// Whether the `pgmq_sdk` schema's limited read
@@ -218,6 +271,20 @@ impl<E: Executor> Pgmq<E> {
         let rows = self.run(Stmt::SdkPresent, None, &[&signature]).await?;
         first_col::<bool>(&rows, 0, false)
     }
+}
+
+/// A limited read's checked arguments: the visibility timeout in seconds,
+/// the quantity, and the places (None: no limit of places).
+fn limited_args(limit: &FleetLimit, opts: &ReadOptions) -> Result<(i32, i32, Option<i32>), Error> {
+    limit.check()?;
+    if opts.filter.is_some() || opts.max_poll.is_some() {
+        return Err(Error::InvalidArgument(
+            "a limited read takes no filter and no max_poll".into(),
+        ));
+    }
+    let vt = secs(opts.vt, "visibility timeout")?;
+    let n = qty(opts.qty)?;
+    Ok((vt, n, limit.max_running.map(|m| m as i32)))
 }
 
 /// The signature of `pgmq_sdk.read_limited`, as `to_regprocedure` takes it.

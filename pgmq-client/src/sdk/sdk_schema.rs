@@ -87,6 +87,7 @@ const FUNCTIONS: &[&str] = &[
     "pgmq_sdk.resume_queue(text)",
     "pgmq_sdk.queue_paused(text)",
     "pgmq_sdk.read_limited(text, integer, integer, integer, double precision, double precision)",
+    "pgmq_sdk.ack_read_limited(text, bigint[], timestamptz[], integer, integer, integer, double precision, double precision)",
     "pgmq_sdk.put_schedule(text, text, text, text, interval, jsonb, jsonb, integer)",
     "pgmq_sdk.pause_schedule(text, boolean)",
     "pgmq_sdk.remove_schedule(text)",
