@@ -189,6 +189,10 @@ pub enum Sabotage {
     /// the start take a range instead, and a retry below the cursor is
     /// never claimed (needs the `fault-injection` feature).
     CursorFence,
+    /// The fleet-limited workers' claim reads that carry acknowledgements
+    /// claim with a plain `pgmq.read`, taking no place: more runs at once
+    /// than the limit (needs the `fault-injection` feature).
+    HandoffUnplaced,
 }
 
 impl Sabotage {
@@ -644,11 +648,14 @@ fn injected(builder: WorkerBuilder<Job>, args: &FaultSpec) -> Result<WorkerBuild
             Sabotage::FifoBlockingOverlap => builder.fifo_blocking_wait_off(),
             #[cfg(feature = "fault-injection")]
             Sabotage::CursorFence => builder.claim_cursor_fence(),
+            #[cfg(feature = "fault-injection")]
+            Sabotage::HandoffUnplaced => builder.claim_handoff_unplaced(),
             #[cfg(not(feature = "fault-injection"))]
             Sabotage::PanicUncaught
             | Sabotage::FenceOff
             | Sabotage::FifoBlockingOverlap
-            | Sabotage::CursorFence => {
+            | Sabotage::CursorFence
+            | Sabotage::HandoffUnplaced => {
                 return Err(format!(
                     "--sabotage {} needs pgmq-faults built with --features fault-injection",
                     s.as_arg()

@@ -164,17 +164,24 @@ fn without_a_sabotage_the_campaign_passes() {
     assert!(cell_verdict(&doc, "ranged drain"), "{doc}");
 }
 
-/// Two bugs planted in pgmq-worker itself (feature `fault-injection`): a
-/// handler's panic escapes its loop; the claim cursor is taken for a
+/// Three bugs planted in pgmq-worker itself (feature `fault-injection`):
+/// a handler's panic escapes its loop; the claim cursor is taken for a
 /// fence (the ranged-drain cell's workers never read from the start once
-/// they took a range).
+/// they took a range); the fleet-limited workers' reads that carry
+/// acknowledgements claim without places. Eight processes, so that the
+/// two fleet-limited ones run.
 #[cfg(feature = "fault-injection")]
 #[test]
-fn an_uncaught_panic_and_a_fenced_cursor_fail_their_invariants() {
-    let (code, stderr, doc) = campaign("panic-uncaught,cursor-fence", 55444);
+fn an_uncaught_panic_a_fenced_cursor_and_unplaced_claims_fail_their_invariants() {
+    let (code, stderr, doc) = campaign_of("panic-uncaught,cursor-fence,handoff-unplaced", 55444, 8);
     assert_failed(code, &stderr, &doc);
     // A panic that ends its handler loop leaves its message held.
     assert!(!verdict(&doc, "no stall"), "{doc}");
+    // Claims that took no place run beside those that did.
+    assert!(
+        !verdict(&doc, "never more runs than the fleet limit"),
+        "{doc}"
+    );
     // The retries below the cursor are never claimed: the drain falls
     // short (it ran, and handled the rest).
     assert!(

@@ -14,6 +14,7 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("fence_off", "fault-injection switch"),
     ("fifo_blocking_wait_off", "fault-injection switch"),
     ("claim_cursor_fence", "fault-injection switch"),
+    ("claim_handoff_unplaced", "fault-injection switch"),
     ("build", "not a setting"),
 ];
 

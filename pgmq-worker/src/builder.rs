@@ -86,6 +86,9 @@ pub(crate) struct Config {
     /// Test hook: the claim cursor is taken for a fence.
     #[cfg(feature = "fault-injection")]
     pub cursor_fence: bool,
+    /// Test hook: reads that carry acknowledgements claim without places.
+    #[cfg(feature = "fault-injection")]
+    pub handoff_unplaced: bool,
     pub claim_reads: ClaimReads,
     /// A limit shared by every process on the queue (None: none).
     pub fleet_limit: Option<pgmq_client::FleetLimit>,
@@ -181,6 +184,8 @@ impl Plan {
                 key_limit: c.key_limit.clone(),
                 #[cfg(feature = "fault-injection")]
                 cursor_fence: c.cursor_fence,
+                #[cfg(feature = "fault-injection")]
+                handoff_unplaced: c.handoff_unplaced,
             },
             pause: pause::Settings {
                 queue: c.queue.clone(),
@@ -386,6 +391,8 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 fifo_blocking_wait_off: false,
                 #[cfg(feature = "fault-injection")]
                 cursor_fence: false,
+                #[cfg(feature = "fault-injection")]
+                handoff_unplaced: false,
                 claim_reads: ClaimReads::Bounded,
                 fleet_limit: None,
                 scheduler: None,
@@ -728,6 +735,18 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     #[doc(hidden)]
     pub fn claim_cursor_fence(mut self) -> Self {
         self.config.cursor_fence = true;
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): under a fleet-wide limit of
+    /// places, a claim read that carries acknowledgements (handoff.rs)
+    /// deletes them, then claims with a plain `pgmq.read` that takes no
+    /// place, so that the fleet runs more than its limit; to prove that a
+    /// fault campaign sees it.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn claim_handoff_unplaced(mut self) -> Self {
+        self.config.handoff_unplaced = true;
         self
     }
 

@@ -179,6 +179,9 @@ pub(crate) struct Settings {
     /// Test hook: reads from the start take a range once one was taken.
     #[cfg(feature = "fault-injection")]
     pub cursor_fence: bool,
+    /// Test hook: reads that carry acknowledgements claim without places.
+    #[cfg(feature = "fault-injection")]
+    pub handoff_unplaced: bool,
 }
 
 /// The claim loops: their settings, their shared cursor, and the handles
@@ -196,6 +199,9 @@ pub(crate) struct Claimer {
     pub paused: Arc<Paused>,
     /// In a prioritized group: the policy's say on how much to claim.
     pub share: Option<crate::priority::Share>,
+    /// Under a fleet-wide limit of places: deletes the completer offers
+    /// to carry with the next limited read ([`crate::handoff`]).
+    pub handoff: Option<Arc<crate::handoff::Handoff>>,
 }
 
 /// Starts the `claimers` supervised claim loops; they run until `stop`.
@@ -798,6 +804,11 @@ impl ClaimLoop {
         };
         #[cfg(not(feature = "fault-injection"))]
         let read_plan = plan;
+        if read_plan == Plan::Limited {
+            if let Some(taken) = self.part.handoff.as_ref().and_then(|h| h.take()) {
+                return (plan, self.ack_and_read(taken, qty).await);
+            }
+        }
         let res = read(&self.part.settings, &self.kept, qty, read_plan).await;
         match (plan, res) {
             (
@@ -819,6 +830,63 @@ impl ClaimLoop {
 
     /// Counts and logs a failed read and backs off; true when `stop` fired
     /// meanwhile.
+    /// A limited read that carries the completer's deletes `taken`
+    /// ([`crate::handoff`]): tells the completer what became of them. When
+    /// the database cannot run it (its `pgmq_sdk` schema lacks the
+    /// function, say), the handoff is turned off and the plain limited
+    /// read follows.
+    async fn ack_and_read(
+        &mut self,
+        taken: crate::handoff::Taken,
+        qty: usize,
+    ) -> Result<Vec<Message<RawJson>>, pgmq_client::Error> {
+        use crate::handoff::Outcome;
+        let cfg = &self.part.settings;
+        self.kept.busy();
+        let opts = ReadOptions::new(cfg.visibility_timeout).qty(qty);
+        let limit = cfg.fleet_limit.unwrap_or_default();
+        #[cfg(feature = "fault-injection")]
+        if cfg.handoff_unplaced {
+            let pg = Pgmq::on(&self.kept);
+            let deleted = pg.delete_fenced(&cfg.queue, &taken.acks).await;
+            let res = match deleted {
+                Ok(d) => pg.read_with_raw(&cfg.queue, &opts).await.map(|m| (d, m)),
+                Err(e) => Err(e),
+            };
+            return match res {
+                Ok((deleted, msgs)) => {
+                    taken.reply(Outcome::Written(deleted));
+                    Ok(msgs)
+                }
+                Err(e) => {
+                    taken.reply(Outcome::Failed { unknown: true });
+                    Err(e)
+                }
+            };
+        }
+        let res = Pgmq::on(&self.kept)
+            .ack_read_limited_raw(&cfg.queue, &taken.acks, &limit, &opts)
+            .await;
+        match res {
+            Ok((deleted, msgs)) => {
+                taken.reply(Outcome::Written(deleted));
+                Ok(msgs)
+            }
+            Err(e) => {
+                let unknown = e.outcome() == pgmq_client::CommitOutcome::Unknown;
+                taken.reply(Outcome::Failed { unknown });
+                if e.is_transient() || unknown {
+                    return Err(e);
+                }
+                tracing::warn!(error = %e, queue = %cfg.queue, "acknowledgements and claims in one statement unavailable: each written on its own");
+                if let Some(h) = &self.part.handoff {
+                    h.turn_off();
+                }
+                read(cfg, &self.kept, qty, Plan::Limited).await
+            }
+        }
+    }
+
     async fn read_failed(&mut self, e: pgmq_client::Error, stop: &CancellationToken) -> bool {
         // The failed read's connection is already dropped.
         self.kept.idle();

@@ -67,6 +67,7 @@ use tokio::task::JoinHandle;
 
 use crate::backoff::ErrorBackoff;
 use crate::db::{Kept, Source};
+use crate::handoff::{self, Handoff};
 use crate::health::HealthState;
 use crate::heartbeat::HeartbeatSignals;
 use crate::lease::Leases;
@@ -123,6 +124,9 @@ pub(crate) struct Completer {
     pub health: Arc<HealthState>,
     pub wake: Wake,
     pub panic_once: Arc<PanicOnce>,
+    /// Under a fleet-wide limit of places: the claim loops' offer to carry
+    /// the deletes with their next claim ([`crate::handoff`]).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 /// The ack channel, of `ack_capacity`.
@@ -386,8 +390,27 @@ impl Writer {
         }
         deletes.sort_unstable_by_key(|r| r.msg_id);
         let deletes = &*deletes;
+        let mut unknown = false;
+        if let Some(h) = &self.part.handoff {
+            match h.offer(deletes, &self.part.wake).await {
+                Some(handoff::Outcome::Written(ids)) => {
+                    self.part.health.ack_ok();
+                    let written = Some(Written {
+                        ids,
+                        ambiguous: false,
+                    });
+                    self.note(written, deletes, &self.part.stats.c.deleted, lost)
+                        .await;
+                    return;
+                }
+                // Written here instead; after an unknown outcome, what the
+                // write no longer matches is looked up.
+                Some(handoff::Outcome::Failed { unknown: u }) => unknown = u,
+                None => {}
+            }
+        }
         let pg = Pgmq::on(&self.kept);
-        let written = self
+        let mut written = self
             .write("delete", deletes.len(), || {
                 acknowledge(
                     &pg,
@@ -398,6 +421,9 @@ impl Writer {
                 )
             })
             .await;
+        if let Some(w) = &mut written {
+            w.ambiguous |= unknown;
+        }
         self.note(written, deletes, &self.part.stats.c.deleted, lost)
             .await;
     }

@@ -219,6 +219,7 @@ mod group;
 mod handle;
 mod handler;
 mod handler_loop;
+mod handoff;
 mod health;
 mod heartbeat;
 mod hooks;

@@ -317,7 +317,19 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         let completer_close = Arc::new(completer::Close::new(root.child_token()));
 
         let (ack_tx, ack_rx) = completer::channel(&plan.completer);
+        // Under a limit of places, the claim loops carry the deletes with
+        // their next read (handoff.rs): not in a prioritized group (its
+        // gate decides when a loop reads), nor under the fence sabotage.
+        let handoff = (path == crate::claimer::ReadPath::Limited
+            && plan
+                .claimer
+                .fleet_limit
+                .is_some_and(|l| l.max_running.is_some())
+            && self.share.is_none()
+            && !plan.completer.fence_off.unfenced())
+        .then(|| Arc::new(crate::handoff::Handoff::default()));
         let part = Completer {
+            handoff: handoff.clone(),
             settings: plan.completer,
             source: shared.source.clone(),
             stats: Arc::clone(&shared.stats),
@@ -370,6 +382,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
             health: Arc::clone(&shared.health),
             panic_once: Arc::clone(&shared.panic_once),
             share: self.share,
+            handoff,
         };
         let claimers = claimer::spawn(part, &shared.supervisor, &stop);
 

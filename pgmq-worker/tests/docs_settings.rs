@@ -20,6 +20,7 @@ const NOT_SETTINGS: &[&str] = &[
     "fence_off",
     "fifo_blocking_wait_off",
     "claim_cursor_fence",
+    "claim_handoff_unplaced",
 ];
 
 /// The settings table, relative to this package's root.
