@@ -988,8 +988,9 @@ fn park_interval(cfg: &Settings) -> Duration {
     }
 }
 
-/// Parks an idle loop until a wake-up or its poll timer of `interval` (see
-/// the module docs); true when `stop` fired instead.
+/// Parks an idle loop until a wake-up, a batch of acknowledgements offered
+/// to carry ([`crate::handoff`]; one loop per offer) or its poll timer of
+/// `interval` (see the module docs); true when `stop` fired instead.
 async fn park(
     part: &Claimer,
     wake: &mut tokio::sync::watch::Receiver<u64>,
@@ -998,11 +999,19 @@ async fn park(
 ) -> bool {
     let interval_us = micros(interval);
     let mut sleep_for = interval;
+    let offered = async {
+        match &part.handoff {
+            Some(h) => h.offered().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(offered);
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return true,
             _ = wake.changed() => return false,
+            () = &mut offered => return false,
             _ = tokio::time::sleep(sleep_for) => {}
         }
         // Another loop read recently: its read covered this interval.

@@ -374,25 +374,30 @@ async fn flush(w: Arc<Writer>, acks: Vec<Ack>) {
         part.heartbeat.after_write().await;
     }
     let mut lost = Vec::new();
-    w.delete(&mut batch.deletes, &mut lost).await;
+    let carried = w.delete(&mut batch.deletes, &mut lost).await;
     w.archive(&batch.archives, &mut lost).await;
     w.requeue(&batch.requeues, &mut lost).await;
     w.dead_letter(&batch.dead, &mut lost).await;
-    w.finish(all, lost);
+    // Deletes a claim read carried freed no place that read did not take.
+    let freed = !carried
+        || !batch.archives.is_empty()
+        || !batch.requeues.is_empty()
+        || !batch.dead.is_empty();
+    w.finish(all, lost, freed);
 }
 
 impl Writer {
     /// The fenced delete, in ascending ids (the deletes walk the primary
-    /// key in order).
-    async fn delete(&self, deletes: &mut [Receipt], lost: &mut Vec<i64>) {
+    /// key in order); true when a claim read carried it ([`crate::handoff`]).
+    async fn delete(&self, deletes: &mut [Receipt], lost: &mut Vec<i64>) -> bool {
         if deletes.is_empty() {
-            return;
+            return false;
         }
         deletes.sort_unstable_by_key(|r| r.msg_id);
         let deletes = &*deletes;
         let mut unknown = false;
         if let Some(h) = &self.part.handoff {
-            match h.offer(deletes, &self.part.wake).await {
+            match h.offer(deletes).await {
                 Some(handoff::Outcome::Written(ids)) => {
                     self.part.health.ack_ok();
                     let written = Some(Written {
@@ -401,7 +406,7 @@ impl Writer {
                     });
                     self.note(written, deletes, &self.part.stats.c.deleted, lost)
                         .await;
-                    return;
+                    return true;
                 }
                 // Written here instead; after an unknown outcome, what the
                 // write no longer matches is looked up.
@@ -426,6 +431,7 @@ impl Writer {
         }
         self.note(written, deletes, &self.part.stats.c.deleted, lost)
             .await;
+        false
     }
 
     /// The fenced archive.
@@ -533,8 +539,9 @@ impl Writer {
 
     /// The batch is written: drops its leases, counts its lost claims (not
     /// those the heartbeat already reported), and with group-ordered claims
-    /// wakes the claimers.
-    fn finish(&self, all: Vec<Receipt>, mut lost: Vec<i64>) {
+    /// or under a limit wakes the claimers, when `freed` says the batch
+    /// freed something no claim took yet.
+    fn finish(&self, all: Vec<Receipt>, mut lost: Vec<i64>, freed: bool) {
         let part = &self.part;
         let n = all.len() as u64;
         let already = part.leases.finish(all);
@@ -546,8 +553,8 @@ impl Writer {
             }
         }
         bump(&part.stats.acks_resolved, n);
-        if part.settings.wake_claimers {
-            // The groups' next messages are claimable now.
+        if part.settings.wake_claimers && freed {
+            // The groups' next messages (the places) are claimable now.
             part.wake.wake();
         }
     }

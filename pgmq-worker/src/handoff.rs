@@ -6,10 +6,12 @@
 //! commits, so each place waits, between two runs, for the delete's round
 //! trip and commit and then for the next claim's. The handoff lets one
 //! statement do both: the completer offers a batch of deletes here and
-//! wakes the claim loops; the first loop about to read takes the batch and
-//! reads with `pgmq_sdk.ack_read_limited`, which deletes (fenced, as the
-//! completer's own delete) and claims in one transaction; the loop then
-//! tells the completer which ids were deleted.
+//! wakes one parked claim loop (or the next to park); the first loop about
+//! to read takes the batch and reads with `pgmq_sdk.ack_read_limited`,
+//! which deletes (fenced, as the completer's own delete) and claims in one
+//! transaction; the loop then tells the completer which ids were deleted.
+//! That read took every place the deletes freed, so the completer wakes no
+//! other loop for them.
 //!
 //! A loop takes a batch only right before a read it was going to make
 //! anyway, after every check a read passes (not paused, not stopping, room
@@ -27,9 +29,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use pgmq_client::Receipt;
-use tokio::sync::oneshot;
-
-use crate::wake::Wake;
+use tokio::sync::{oneshot, Notify};
 
 /// How long an offered batch waits for a claim loop before the completer
 /// takes it back: about one limited read, so that a loop finishing a read
@@ -74,14 +74,16 @@ pub(crate) struct Handoff {
     slot: Mutex<Option<Pending>>,
     next_id: AtomicU64,
     off: AtomicBool,
+    /// Wakes one parked claim loop when a batch is offered.
+    offered: Notify,
 }
 
 impl Handoff {
-    /// Offers `acks` to the claim loops and wakes them. None when no loop
+    /// Offers `acks` to the claim loops and wakes one. None when no loop
     /// took them (the completer writes them); otherwise what the loop's
     /// statement did. A loop that took them and ended without saying counts
     /// as a failure of unknown outcome.
-    pub(crate) async fn offer(&self, acks: &[Receipt], wake: &Wake) -> Option<Outcome> {
+    pub(crate) async fn offer(&self, acks: &[Receipt]) -> Option<Outcome> {
         if self.off.load(Ordering::Relaxed) || acks.is_empty() {
             return None;
         }
@@ -99,7 +101,7 @@ impl Handoff {
                 reply: tx,
             });
         }
-        wake.wake();
+        self.offered.notify_one();
         tokio::select! {
             r = &mut rx => return Some(r.unwrap_or(Outcome::Failed { unknown: true })),
             () = tokio::time::sleep(TAKE_WITHIN) => {}
@@ -113,6 +115,12 @@ impl Handoff {
         }
         // Taken meanwhile: its statement is on its way.
         Some(rx.await.unwrap_or(Outcome::Failed { unknown: true }))
+    }
+
+    /// Resolves when a batch is offered: a parked claim loop's wake-up (one
+    /// loop per offer; an offer while none is parked wakes the next).
+    pub(crate) async fn offered(&self) {
+        self.offered.notified().await;
     }
 
     /// The batch waiting, for a claim loop about to read.
@@ -150,7 +158,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_no_loop_takes_comes_back() {
         let h = Handoff::default();
-        assert!(h.offer(&receipts(3), &Wake::default()).await.is_none());
+        assert!(h.offer(&receipts(3)).await.is_none());
         assert!(h.take().is_none(), "taken back: nothing left in the slot");
     }
 
@@ -169,7 +177,7 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         });
-        match h.offer(&receipts(2), &Wake::default()).await {
+        match h.offer(&receipts(2)).await {
             Some(Outcome::Written(ids)) => assert_eq!(ids, [0]),
             other => panic!("{other:?}"),
         }
@@ -190,7 +198,7 @@ mod tests {
             }
         });
         assert!(matches!(
-            h.offer(&receipts(1), &Wake::default()).await,
+            h.offer(&receipts(1)).await,
             Some(Outcome::Failed { unknown: true })
         ));
     }
@@ -199,7 +207,7 @@ mod tests {
     async fn turned_off_it_offers_nothing() {
         let h = Handoff::default();
         h.turn_off();
-        assert!(h.offer(&receipts(1), &Wake::default()).await.is_none());
+        assert!(h.offer(&receipts(1)).await.is_none());
         assert!(h.take().is_none());
     }
 }
