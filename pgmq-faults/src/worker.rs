@@ -99,6 +99,10 @@ pub(crate) struct PrioSpec {
     pub(crate) scenario: String,
     pub(crate) weight: u32,
     pub(crate) other_weight: u32,
+    /// The group's concurrency (`Priority::concurrency`); None for the
+    /// default, the smaller of the two workers'.
+    #[serde(default)]
+    pub(crate) concurrency: Option<usize>,
 }
 
 /// A deliberate bug in the fault worker's handler (`--sabotage`).
@@ -193,6 +197,14 @@ pub enum Sabotage {
     /// claim with a plain `pgmq.read`, taking no place: more runs at once
     /// than the limit (needs the `fault-injection` feature).
     HandoffUnplaced,
+    /// The workers trust the last state of the pause flag they read however
+    /// old it is: while their reads of the flag hang they go on claiming
+    /// (needs the `fault-injection` feature).
+    PauseStaleTrusted,
+    /// The short-handler priority cell's group claims ahead of its runs
+    /// without the bound of a quarter of its visibility timeout: claims
+    /// wait locally past it (needs the `fault-injection` feature).
+    PrioAheadPastVt,
 }
 
 impl Sabotage {
@@ -575,6 +587,10 @@ pub async fn worker_main(spec: &str) -> Result<i32, BoxError> {
         } else {
             Priority::weighted()
         };
+        let policy = match p.concurrency {
+            Some(n) => policy.concurrency(n),
+            None => policy,
+        };
         let monitors = vec![worker.monitor(), other.monitor()];
         let group = WorkerGroup::new(client)
             .priority(policy)
@@ -650,12 +666,18 @@ fn injected(builder: WorkerBuilder<Job>, args: &FaultSpec) -> Result<WorkerBuild
             Sabotage::CursorFence => builder.claim_cursor_fence(),
             #[cfg(feature = "fault-injection")]
             Sabotage::HandoffUnplaced => builder.claim_handoff_unplaced(),
+            #[cfg(feature = "fault-injection")]
+            Sabotage::PauseStaleTrusted => builder.trust_stale_pause_flag(),
+            #[cfg(feature = "fault-injection")]
+            Sabotage::PrioAheadPastVt => builder.claims_ahead_past_vt(),
             #[cfg(not(feature = "fault-injection"))]
             Sabotage::PanicUncaught
             | Sabotage::FenceOff
             | Sabotage::FifoBlockingOverlap
             | Sabotage::CursorFence
-            | Sabotage::HandoffUnplaced => {
+            | Sabotage::HandoffUnplaced
+            | Sabotage::PauseStaleTrusted
+            | Sabotage::PrioAheadPastVt => {
                 return Err(format!(
                     "--sabotage {} needs pgmq-faults built with --features fault-injection",
                     s.as_arg()

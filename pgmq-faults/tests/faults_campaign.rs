@@ -162,6 +162,7 @@ fn without_a_sabotage_the_campaign_passes() {
     assert!(cell_verdict(&doc, "move cell"), "{doc}");
     assert!(cell_verdict(&doc, "key limits"), "{doc}");
     assert!(cell_verdict(&doc, "ranged drain"), "{doc}");
+    assert!(cell_verdict(&doc, "short-handler priorities"), "{doc}");
 }
 
 /// Three bugs planted in pgmq-worker itself (feature `fault-injection`):
@@ -202,13 +203,44 @@ fn an_uncaught_panic_a_fenced_cursor_and_unplaced_claims_fail_their_invariants()
     assert!(detail.contains("handled within"), "{detail}");
 }
 
-/// A bug planted in pgmq-worker itself (feature `fault-injection`): the
-/// acknowledgements are not fenced on their delivery.
+/// Three bugs planted in pgmq-worker itself (feature `fault-injection`):
+/// the acknowledgements are not fenced on their delivery; the claim loops
+/// trust the last state of the pause flag read however old it is; a
+/// prioritized group's claims ahead are not bounded by its visibility
+/// timeout (the short-handler priority cell). The seed's faults are locks
+/// of the pause flag's table (`pause-flag-locked`), under which every read
+/// of the flag hangs.
 #[cfg(feature = "fault-injection")]
 #[test]
-fn unfenced_acks_fail_current_delivery() {
-    let (code, stderr, doc) = campaign("fence-off", 55446);
+fn unfenced_acks_a_trusted_stale_flag_and_claims_past_vt_fail_their_invariants() {
+    let (code, stderr, doc) = campaign_with(
+        "fence-off,pause-stale-trusted,prio-ahead-past-vt",
+        55446,
+        3,
+        "pause-flag-locked",
+        11,
+    );
     assert_failed(code, &stderr, &doc);
+    // The workers claimed on through each lock.
+    assert!(
+        !verdict(&doc, "no claim while the reads of the pause flag hang"),
+        "{doc}"
+    );
+    assert!(
+        doc["campaign"][0]["faults_by_kind"]["pause-flag-locked"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{doc}"
+    );
+    // Claims waited locally until the worker gave them back unrun.
+    assert!(
+        !cell_check(
+            &doc,
+            "short-handler priorities",
+            "every claim of a short-handler group runs"
+        ),
+        "{doc}"
+    );
     // Claims that expire under their running handler (every 40th
     // transactional message): without the fence, the stale first
     // delivery's transaction commits after the second delivery started.

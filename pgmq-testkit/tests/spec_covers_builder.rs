@@ -15,6 +15,8 @@ const NOT_SETTINGS: &[(&str, &str)] = &[
     ("fifo_blocking_wait_off", "fault-injection switch"),
     ("claim_cursor_fence", "fault-injection switch"),
     ("claim_handoff_unplaced", "fault-injection switch"),
+    ("trust_stale_pause_flag", "fault-injection switch"),
+    ("claims_ahead_past_vt", "fault-injection switch"),
     ("build", "not a setting"),
 ];
 

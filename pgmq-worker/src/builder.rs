@@ -89,6 +89,13 @@ pub(crate) struct Config {
     /// Test hook: reads that carry acknowledgements claim without places.
     #[cfg(feature = "fault-injection")]
     pub handoff_unplaced: bool,
+    /// Test hook: a pause flag not read lately does not hold the claims.
+    #[cfg(feature = "fault-injection")]
+    pub stale_flag_trusted: bool,
+    /// Test hook: a prioritized group's claims ahead are not bounded by
+    /// this worker's visibility timeout.
+    #[cfg(feature = "fault-injection")]
+    pub ahead_past_vt: bool,
     pub claim_reads: ClaimReads,
     /// A limit shared by every process on the queue (None: none).
     pub fleet_limit: Option<pgmq_client::FleetLimit>,
@@ -126,6 +133,10 @@ pub(crate) struct Plan {
     pub supervision: supervise::Settings,
     /// None without a scheduler.
     pub scheduler: Option<crate::scheduler::SchedulerConfig>,
+    /// Test hook: a prioritized group's claims ahead are not bounded by
+    /// this worker's visibility timeout.
+    #[cfg(feature = "fault-injection")]
+    pub ahead_past_vt: bool,
 }
 
 impl Plan {
@@ -191,6 +202,8 @@ impl Plan {
                 queue: c.queue.clone(),
                 poll_interval: c.poll_interval,
                 db_timeout: c.db_timeout,
+                #[cfg(feature = "fault-injection")]
+                stale_flag_trusted: c.stale_flag_trusted,
             },
             scheduler: c.scheduler.clone(),
             handler_loop: handler_loop::Settings {
@@ -273,6 +286,8 @@ impl Plan {
                 resume_panics: c.resume_panics,
             },
             wake_up: c.wake_up,
+            #[cfg(feature = "fault-injection")]
+            ahead_past_vt: c.ahead_past_vt,
             queue: c.queue,
         }
     }
@@ -393,6 +408,10 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
                 cursor_fence: false,
                 #[cfg(feature = "fault-injection")]
                 handoff_unplaced: false,
+                #[cfg(feature = "fault-injection")]
+                stale_flag_trusted: false,
+                #[cfg(feature = "fault-injection")]
+                ahead_past_vt: false,
                 claim_reads: ClaimReads::Bounded,
                 fleet_limit: None,
                 scheduler: None,
@@ -747,6 +766,31 @@ impl<T: DeserializeOwned + Send + 'static> WorkerBuilder<T> {
     #[doc(hidden)]
     pub fn claim_handoff_unplaced(mut self) -> Self {
         self.config.handoff_unplaced = true;
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): the claim loops go on
+    /// claiming while no read of the pause flag has succeeded lately (the
+    /// last state read is trusted however old), so that a worker whose
+    /// reads of the flag hang claims from a queue that may have been paused
+    /// meanwhile; to prove that a fault campaign sees it.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn trust_stale_pause_flag(mut self) -> Self {
+        self.config.stale_flag_trusted = true;
+        self
+    }
+
+    /// Test hook (feature `fault-injection`): in a prioritized group, this
+    /// worker's visibility timeout does not bound the claims ahead of the
+    /// runs (as if it were endless), so that with handlers shorter than a
+    /// read the group claims ahead what they start during two reads however
+    /// long that is, and claims wait locally past their visibility timeout;
+    /// to prove that a fault campaign sees it.
+    #[cfg(feature = "fault-injection")]
+    #[doc(hidden)]
+    pub fn claims_ahead_past_vt(mut self) -> Self {
+        self.config.ahead_past_vt = true;
         self
     }
 

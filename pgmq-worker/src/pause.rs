@@ -69,6 +69,9 @@ pub(crate) struct Settings {
     pub queue: QueueName,
     pub poll_interval: Duration,
     pub db_timeout: Duration,
+    /// Test hook: a flag not read lately does not hold the claims.
+    #[cfg(feature = "fault-injection")]
+    pub stale_flag_trusted: bool,
 }
 
 /// The grants a worker's role needs to read the pause flag, as an
@@ -104,13 +107,23 @@ pub(crate) struct Paused {
 
 impl Paused {
     /// Nothing held yet; a read of the flag keeps the claims going for
-    /// `poll_interval` plus [`STALE_GRACE`] after it started.
-    pub(crate) fn new(poll_interval: Duration) -> Self {
+    /// `poll_interval` plus [`STALE_GRACE`] after it started (with the
+    /// `fault-injection` test hook `stale_flag_trusted`, for ever, and no
+    /// read needed at all).
+    pub(crate) fn new(settings: &Settings) -> Self {
+        let good_for = settings.poll_interval + STALE_GRACE;
+        #[cfg(feature = "fault-injection")]
+        let (good_for, fresh) = match settings.stale_flag_trusted {
+            true => (Duration::from_secs(u64::from(u32::MAX)), 1),
+            false => (good_for, 0),
+        };
+        #[cfg(not(feature = "fault-injection"))]
+        let fresh = 0;
         Paused {
             tx: watch::channel(false).0,
             epoch: Instant::now(),
-            fresh_ns: AtomicU64::new(0),
-            good_for: poll_interval + STALE_GRACE,
+            fresh_ns: AtomicU64::new(fresh),
+            good_for,
             stale_said: AtomicBool::new(false),
         }
     }

@@ -124,8 +124,14 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         self.plan.handler_loop.concurrency
     }
 
-    /// Its visibility timeout, for a prioritized group's claims ahead.
+    /// Its visibility timeout, for a prioritized group's claims ahead (with
+    /// the `fault-injection` test hook `ahead_past_vt`, endless: the claims
+    /// ahead are then bounded by the runs' and the reads' time only).
     pub(crate) fn visibility_timeout(&self) -> std::time::Duration {
+        #[cfg(feature = "fault-injection")]
+        if self.plan.ahead_past_vt {
+            return std::time::Duration::MAX;
+        }
         self.plan.claimer.visibility_timeout
     }
 
@@ -299,7 +305,7 @@ impl<T: DeserializeOwned + Send + 'static> Worker<T> {
         // The pause flag is read once before any task starts: a worker
         // started while its queue is paused starts paused, and one whose
         // role may not read the flag does not start.
-        let paused = Arc::new(crate::pause::Paused::new(plan.pause.poll_interval));
+        let paused = Arc::new(crate::pause::Paused::new(&plan.pause));
         let watch = Arc::new(crate::pause::PauseWatch::new(
             plan.pause,
             shared.source.clone(),

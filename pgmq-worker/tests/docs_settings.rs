@@ -21,6 +21,8 @@ const NOT_SETTINGS: &[&str] = &[
     "fifo_blocking_wait_off",
     "claim_cursor_fence",
     "claim_handoff_unplaced",
+    "trust_stale_pause_flag",
+    "claims_ahead_past_vt",
 ];
 
 /// The settings table, relative to this package's root.

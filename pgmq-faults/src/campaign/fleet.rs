@@ -16,9 +16,10 @@
 //! - **Prioritized group**: one process whose `WorkerGroup` runs a high and a
 //!   low queue under `Priority::weighted()`; the producer keeps a backlog on
 //!   the high queue in pressure windows, and sends to the low one steadily.
-//! - **Claim windows** ([`ClaimWindow`]): the `pause` and `revoke-grants`
-//!   faults record when they took effect by the database's clock and watch
-//!   the queue tables for claims made after that.
+//! - **Claim windows** ([`ClaimWindow`]): the `pause`, `revoke-grants` and
+//!   `pause-flag-locked` faults record when they took effect by the
+//!   database's clock and watch the queue tables for claims made after
+//!   that.
 //! - **Extension cell** ([`extension_cell`]): after the last seed, `DROP
 //!   EXTENSION pgmq CASCADE`, `CREATE EXTENSION pgmq` and
 //!   `Client::install_sdk_schema`, then a fleet-limited worker must work
@@ -34,7 +35,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::RwLock;
 
-use super::model::{Role, CLAIM_BOUND, PLACES_BOUND, ROLES, VT_SECS};
+use super::model::{claim_bound, Role, PLACES_BOUND, ROLES, VT_SECS};
 use super::workload::send_recorded;
 use crate::ctx::{poll_until, sample_running, session, Ctx, FleetSamples};
 use crate::job::{key_headers, Act, Job};
@@ -77,10 +78,11 @@ fn sleeping_job(key: i64, ms: u64) -> Job {
     Job::with(key, Act::sleep_ms(ms))
 }
 
-/// When a `pause` or `revoke-grants` fault took effect (database clock,
-/// read in the transaction that did it, before its commit), until when
-/// (read before the clearing), which queues it stops, and the claims the
-/// fault's watcher saw later than [`CLAIM_BOUND`] after it took effect.
+/// When a `pause`, `revoke-grants` or `pause-flag-locked` fault took
+/// effect (database clock, read in the transaction that did it, before its
+/// commit, or once its lock was granted), until when (read before the
+/// clearing), which queues it stops, and the claims the fault's watcher
+/// saw later than its kind's [`claim_bound`] after it took effect.
 #[derive(Debug, Clone)]
 pub(crate) struct ClaimWindow {
     pub kind: &'static str,
@@ -120,13 +122,14 @@ pub(crate) struct PlacesBack {
     pub last_held: Option<DateTime<Utc>>,
 }
 
-/// A pause or revocation as the nemesis holds it: its window's index, and
-/// the watcher.
+/// A pause, revocation or lock of the pause flag as the nemesis holds it:
+/// its window's index, the watcher, and the session holding the lock.
 pub(crate) struct Watching {
     index: usize,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
     queue: Option<QueueName>,
+    lock: Option<tokio_postgres::Client>,
 }
 
 impl FleetState {
@@ -179,11 +182,47 @@ impl FleetState {
         Ok(self.watch(dsn, "revoke-grants", roles, from, None))
     }
 
-    /// Ends a pause (resume) or a revocation (grant), recording when; the
-    /// server may be busy, so a few tries.
+    /// `pause-flag-locked`: a session of the flag's owner takes `ACCESS
+    /// EXCLUSIVE` on `pgmq_sdk.paused` and holds it, so that every read of
+    /// the pause flag waits (until the reader's `db_timeout`), and watches
+    /// every queue consumed: a worker that has not read the flag lately
+    /// must hold its claims.
+    pub(crate) async fn lock_flag(&self, dsn: &str) -> Result<Watching, BoxError> {
+        let c = session(dsn, "pgmq-campaign-nemesis").await?;
+        c.batch_execute(
+            "set lock_timeout = '5s'; begin; \
+             lock table pgmq_sdk.paused in access exclusive mode",
+        )
+        .await?;
+        let from: DateTime<Utc> = c.query_one("select clock_timestamp()", &[]).await?.get(0);
+        let roles = Role::ALL
+            .into_iter()
+            .filter(|r| self.consumed[r.index()])
+            .collect();
+        let mut w = self.watch(dsn, "pause-flag-locked", roles, from, None);
+        w.lock = Some(c);
+        Ok(w)
+    }
+
+    /// Ends a pause (resume), a revocation (grant) or a lock of the flag
+    /// (its transaction rolls back), recording when; the server may be
+    /// busy, so a few tries.
     pub(crate) async fn unwatch(&self, dsn: &str, w: Watching) -> Result<(), BoxError> {
         let _ = w.stop.send(());
         let _ = w.task.await;
+        if let Some(c) = w.lock {
+            // The lock's own session, still inside its transaction, reads
+            // the clock; without an answer, this process's clock stands in.
+            let until = match c.query_one("select clock_timestamp()", &[]).await {
+                Ok(r) => r.get(0),
+                Err(_) => Utc::now(),
+            };
+            if let Ok(mut ws) = self.windows.lock() {
+                ws[w.index].until = Some(until);
+            }
+            // Dropping the session ends the transaction too.
+            return c.batch_execute("rollback").await.map_err(Into::into);
+        }
         let mut last = None;
         for _ in 0..20 {
             match self.end_window(dsn, w.index, w.queue.as_ref()).await {
@@ -219,7 +258,7 @@ impl FleetState {
     }
 
     /// Records the window and starts its watcher: every 100 ms, the claims
-    /// of its queues later than [`CLAIM_BOUND`] after `from`.
+    /// of its queues later than the kind's [`claim_bound`] after `from`.
     fn watch(
         &self,
         dsn: &str,
@@ -239,7 +278,7 @@ impl FleetState {
             });
             ws.len() - 1
         };
-        let late = from + chrono::Duration::from_std(CLAIM_BOUND).unwrap_or_default();
+        let late = from + chrono::Duration::from_std(claim_bound(kind)).unwrap_or_default();
         let tables: Vec<(Role, String)> = roles
             .iter()
             .map(|r| (*r, self.queues[r.index()].quoted_table()))
@@ -280,6 +319,7 @@ impl FleetState {
             stop,
             task,
             queue,
+            lock: None,
         }
     }
 }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::fleet::{ClaimWindow, KeyedLog, PlacesBack};
 use super::model::{
-    expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, CLAIM_BOUND, DB_TIMEOUT,
+    claim_bound, expires_once, FaultEvent, Plan, ProcExit, ProcKind, Role, Sample, DB_TIMEOUT,
     FIFO_SPAN, FLEET_PLACES, PLACES_BOUND, REQUEUE_BOUND, ROLES, STARVE_BOUND, VT_SECS,
 };
 use super::nemesis;
@@ -63,7 +63,7 @@ pub(crate) struct FleetEvidence {
     pub samples: FleetSamples,
     /// Every recorded run of the keyed queue (start, end).
     pub runs: Vec<Window>,
-    /// The `pause` and `revoke-grants` faults' windows.
+    /// The `pause`, `revoke-grants` and `pause-flag-locked` faults' windows.
     pub windows: Vec<ClaimWindow>,
     /// The claims held at each kill of a fleet-limited process.
     pub places: Vec<PlacesBack>,
@@ -78,7 +78,7 @@ pub(crate) const PROGRESS_BOUND: Duration = Duration::from_secs(25);
 const CONN_SETTLE: Duration = Duration::from_secs(6);
 
 /// The invariants' names, in the order judged.
-pub(crate) const NAMES: [&str; 21] = [
+pub(crate) const NAMES: [&str; 22] = [
     "nothing lost",
     "transactional rows exactly once",
     "only the current delivery commits",
@@ -100,6 +100,7 @@ pub(crate) const NAMES: [&str; 21] = [
     "no claim after a pause took effect",
     "no claim while the pause flag cannot be read",
     "no queue of the weighted group starved",
+    "no claim while the reads of the pause flag hang",
 ];
 
 /// Every invariant, judged.
@@ -126,6 +127,7 @@ pub(crate) fn check_all(e: &Evidence) -> Vec<Check> {
     out.push(places_back(e));
     out.push(claim_windows(e, "pause", NAMES[18]));
     out.push(claim_windows(e, "revoke-grants", NAMES[19]));
+    out.push(claim_windows(e, "pause-flag-locked", NAMES[21]));
     out.push(starvation(e));
     let errors: Vec<&String> = e.events.iter().filter_map(|x| x.error.as_ref()).collect();
     out.push(Check::new(
@@ -1031,12 +1033,14 @@ fn faulted_between(
 
 /// No claim of a queue stopped by a fault of `kind` (a `pause` of one
 /// queue; a `revoke-grants`, after which no worker can read the pause flag
-/// and every queue must stop) later than [`CLAIM_BOUND`] after the fault
-/// took effect and before it was cleared: by the database's timestamps of
-/// each delivery (`last_read_at`), from the ledger and from the fault's
-/// watcher, which saw the queue tables every 100 ms.
+/// and every queue must stop; a `pause-flag-locked`, under which no read of
+/// the flag answers and every queue must stop once the last good read is
+/// too old) later than the kind's [`claim_bound`] after the fault took
+/// effect and before it was cleared: by the database's timestamps of each
+/// delivery (`last_read_at`), from the ledger and from the fault's watcher,
+/// which saw the queue tables every 100 ms.
 fn claim_windows(e: &Evidence, kind: &str, name: &str) -> Check {
-    let bound = chrono::Duration::from_std(CLAIM_BOUND).unwrap_or_default();
+    let bound = chrono::Duration::from_std(claim_bound(kind)).unwrap_or_default();
     let mut late: Vec<String> = Vec::new();
     let mut n = 0;
     for w in e.fleet.windows.iter().filter(|w| w.kind == kind) {
@@ -1064,7 +1068,7 @@ fn claim_windows(e: &Evidence, kind: &str, name: &str) -> Check {
         format!(
             "{n} {kind} faults; {} claims later than {} ms after one took effect",
             late.len(),
-            CLAIM_BOUND.as_millis()
+            claim_bound(kind).as_millis()
         ),
     )
 }

@@ -35,9 +35,10 @@
 //! priorities; and the kill and extension cells with what the cells
 //! share), [`key_limits`], [`schedules`], [`retention`], [`moves`] and
 //! [`ranged`] (the key, periodic-sends, retention, move and ranged-drain
-//! cells), [`slots`] (the worker
-//! processes), [`nemesis`] (the fault kinds, one table, and their
-//! injection), [`watch`] (the sampler), [`invariants`] (the verdicts).
+//! cells), [`prio_short`] (the short-handler priority cell), [`slots`]
+//! (the worker processes), [`nemesis`] (the fault kinds, one table, and
+//! their injection), [`watch`] (the sampler), [`invariants`] (the
+//! verdicts).
 //! This module runs a seed through its phases, then the cells.
 
 mod fleet;
@@ -47,6 +48,7 @@ pub(crate) mod model;
 mod moves;
 mod nemesis;
 pub(crate) mod plan;
+mod prio_short;
 mod ranged;
 mod retention;
 mod schedules;
@@ -177,6 +179,18 @@ pub(crate) async fn run(ctx: &Ctx, opts: &Options) -> Result<(Vec<SeedRun>, Vec<
             "ranged drain",
             "three worker processes draining one backlog with ranges of the claim cursor, \
              every tenth message failing its first attempt",
+            checks,
+            t,
+        ));
+    }
+    if runs_cell(opts, &[Sabotage::PrioAheadPastVt]) {
+        let t = Instant::now();
+        eprintln!("campaign: short-handler priority cell (a weighted group, reads far longer than its runs) ...");
+        let checks = prio_short::prio_short_cell(ctx, &opts.sabotage).await;
+        cells.push(cell_row(
+            "short-handler priorities",
+            "a weighted group of two queues with a backlog each, its handlers far shorter than \
+             its reads (each made to wait 1 s), under a visibility timeout of 1 s",
             checks,
             t,
         ));

@@ -61,6 +61,20 @@ pub(crate) const POLL: Duration = Duration::from_millis(100);
 /// itself, which take milliseconds while no other fault is active (faults
 /// come one at a time), on a loaded machine.
 pub(crate) const CLAIM_BOUND: Duration = Duration::from_millis(POLL.as_millis() as u64 + 1_000);
+/// How long after the pause flag's table was locked (every read of the
+/// flag hanging) a claim may still be made: one poll interval and
+/// pgmq-worker's `STALE_GRACE` of 1 s (the last read of the flag that
+/// succeeded may have started right before the lock, and keeps the claims
+/// going that long), and 1 s for a claim read started then.
+pub(crate) const FLAG_HANG_BOUND: Duration = Duration::from_millis(POLL.as_millis() as u64 + 2_000);
+/// The bound of a claim window of the fault `kind`: [`FLAG_HANG_BOUND`]
+/// for `pause-flag-locked`, [`CLAIM_BOUND`] for a pause or a revocation.
+pub(crate) fn claim_bound(kind: &str) -> Duration {
+    match kind {
+        "pause-flag-locked" => FLAG_HANG_BOUND,
+        _ => CLAIM_BOUND,
+    }
+}
 /// A queue of the prioritized group with messages ready must have one
 /// claimed within this long.
 pub(crate) const STARVE_BOUND: Duration = Duration::from_secs(3);

@@ -234,6 +234,13 @@ pub(crate) const KINDS: &[Kind] = &[
         5_000..=8_000,
     )
     .disturbs(),
+    Kind::new(
+        "pause-flag-locked",
+        "ACCESS EXCLUSIVE lock on pgmq_sdk.paused, held: every read of the pause flag hangs",
+        "the locking transaction rolls back",
+        4_000..=7_000,
+    )
+    .disturbs(),
 ];
 
 /// The kind named `name`.
@@ -276,7 +283,8 @@ pub(crate) enum Held {
     ),
     /// Idle sessions filling the server.
     Sessions(Vec<tokio_postgres::Client>),
-    /// A pause or a revocation, and the watcher of its queues.
+    /// A pause, a revocation or a lock of the pause flag, and the watcher
+    /// of its queues.
     Watching(Watching),
 }
 
@@ -499,6 +507,9 @@ impl Nemesis<'_> {
                 Held::Nothing
             }
             "revoke-grants" => Held::Watching(self.fleet.revoke(&self.ctx.cluster.dsn()).await?),
+            "pause-flag-locked" => {
+                Held::Watching(self.fleet.lock_flag(&self.ctx.cluster.dsn()).await?)
+            }
             other => return Err(format!("fault kind {other} has no injection").into()),
         })
     }

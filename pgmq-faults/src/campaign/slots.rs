@@ -316,6 +316,7 @@ fn slot_args(
             scenario: scenario_of(scenario, Role::Low),
             weight: HIGH_WEIGHT,
             other_weight: LOW_WEIGHT,
+            concurrency: None,
         });
     }
     a
