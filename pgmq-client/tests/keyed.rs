@@ -171,6 +171,88 @@ async fn a_rolled_back_send_leaves_its_key_free() {
     assert_eq!(count(&q).await, 1);
 }
 
+/// Inside a caller's transaction a taken key answers "duplicate" and the
+/// transaction goes on: the send never runs a statement that fails on a
+/// taken key there (a failed statement would abort the caller's work).
+#[tokio::test]
+async fn a_taken_key_inside_a_transaction_leaves_it_usable() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_txdup").await;
+    let (a, b) = (key("a"), key("b"));
+    let first = client
+        .send_keyed(&q, &DedupKey::new(a.clone(), HOUR), &json!("a0"))
+        .await
+        .unwrap();
+    let mut conn = client.connection().await.unwrap();
+    let tx = conn.transaction().await.unwrap();
+    let pg = Pgmq::on(&tx);
+    let again = pg
+        .send_keyed(&q, &DedupKey::new(a.clone(), HOUR), &json!("a1"))
+        .await
+        .unwrap();
+    assert_eq!((again.msg_id, again.duplicate), (first.msg_id, true));
+    let sent = pg
+        .send_batch_keyed(
+            &q,
+            &[&a, &b],
+            HOUR,
+            &[json!("a2"), json!("b1")],
+            &SendOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((sent[0].msg_id, sent[0].duplicate), (first.msg_id, true));
+    assert!(!sent[1].duplicate);
+    pg.send(&q, &json!("plain")).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(count(&q).await, 3);
+}
+
+/// Keyed sends keep their delay, given in seconds or as a time, on the
+/// first try of fresh keys and after a taken one.
+#[tokio::test]
+async fn keyed_sends_keep_their_delay() {
+    let client = client().await;
+    let qs = Queues::new();
+    let q = qs.fresh(&client, "ky_delay").await;
+    let taken = key("taken");
+    client
+        .send_keyed(&q, &DedupKey::new(taken.clone(), HOUR), &json!(0))
+        .await
+        .unwrap();
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    for opts in [
+        SendOptions::new().delay(HOUR),
+        SendOptions::new().delay(later),
+    ] {
+        let one = client
+            .send_keyed_with(&q, &DedupKey::new(key("one"), HOUR), &json!(1), &opts)
+            .await
+            .unwrap();
+        assert!(!one.duplicate);
+        let fresh = [key("b1"), key("b2")];
+        let sent = client
+            .send_batch_keyed(&q, &fresh, HOUR, &[json!(2), json!(3)], &opts)
+            .await
+            .unwrap();
+        assert!(sent.iter().all(|s| !s.duplicate));
+        let mixed = [key("m1"), taken.clone()];
+        let sent = client
+            .send_batch_keyed(&q, &mixed, HOUR, &[json!(4), json!(5)], &opts)
+            .await
+            .unwrap();
+        assert_eq!(
+            sent.iter().map(|s| s.duplicate).collect::<Vec<_>>(),
+            [false, true]
+        );
+    }
+    // The first message (no delay) is visible; the eight delayed are not.
+    assert_eq!(count(&q).await, 9);
+    let visible = client.read_raw(&q, HOUR, 20).await.unwrap();
+    assert_eq!(visible.len(), 1);
+}
+
 #[tokio::test]
 async fn producers_racing_on_one_key_store_one_message() {
     let client = pgmq_client::ClientBuilder::new(&common::dsn())

@@ -123,13 +123,8 @@ async fn cached<C: GenericClient + Sync>(
     params: Params<'_>,
     retry: bool,
 ) -> Result<Vec<Row>, Error> {
-    if stmt.is_sdk() && !cache.sdk_trusted.load(std::sync::atomic::Ordering::Relaxed) {
-        crate::conn::sdk_trust::check(client)
-            .await
-            .map_err(|e| mark_lost(lost, e))?;
-        cache
-            .sdk_trusted
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+    if stmt.is_sdk() {
+        trust_sdk(client, cache, lost).await?;
     }
     let once = || async {
         if cache.unnamed {
@@ -148,9 +143,36 @@ async fn cached<C: GenericClient + Sync>(
         .map_err(|e| mark_lost(lost, e))
 }
 
+/// Checks, once per connection, that the `pgmq_sdk` schema may be run
+/// ([`crate::conn::sdk_trust::check`]) before the connection first runs a
+/// statement that names it.
+async fn trust_sdk<C: GenericClient + Sync>(
+    client: &C,
+    cache: &StatementCache,
+    lost: &AtomicBool,
+) -> Result<(), Error> {
+    if !cache.sdk_trusted.load(std::sync::atomic::Ordering::Relaxed) {
+        crate::conn::sdk_trust::check(client)
+            .await
+            .map_err(|e| mark_lost(lost, e))?;
+        cache
+            .sdk_trusted
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Whether SQL text names an object of the `pgmq_sdk` schema (the keyed
+/// sends' statements do): such text runs only where the schema is trusted,
+/// as the schema's functions do.
+pub(crate) fn names_sdk(sql: &str) -> bool {
+    sql.contains("pgmq_sdk.")
+}
+
 /// Runs SQL text on a connection of this crate: prepared once per
 /// connection (cached by its text), then one round trip per call; a stale
-/// plan as in [`cached`].
+/// plan as in [`cached`]. Text naming the `pgmq_sdk` schema ([`names_sdk`])
+/// first checks that the schema may be run.
 async fn cached_text<C: GenericClient + Sync>(
     client: &C,
     cache: &StatementCache,
@@ -159,6 +181,9 @@ async fn cached_text<C: GenericClient + Sync>(
     params: TypedParams<'_>,
     retry: bool,
 ) -> Result<Vec<Row>, Error> {
+    if names_sdk(sql) {
+        trust_sdk(client, cache, lost).await?;
+    }
     if cache.unnamed {
         return unnamed(client, sql, params)
             .await
@@ -371,6 +396,9 @@ pub(crate) async fn deadpool_text(
     sql: &str,
     params: TypedParams<'_>,
 ) -> Result<Vec<Row>, Error> {
+    if names_sdk(sql) {
+        crate::conn::sdk_trust::check(&***conn).await?;
+    }
     let (types, values) = split(params);
     deadpool(conn, sql, Some(&types), &values).await
 }

@@ -41,19 +41,25 @@
 //! `pgmq_sdk.queue_keys` per message, written once, already holding the
 //! message's id, in the send's transaction (see docs/fleet-keyed-sends.md
 //! in the repository, "What a key costs", and docs/results for the
-//! measured cost against a plain batch send).
+//! measured cost against a plain batch send). On a pool, where each call
+//! is a transaction of its own, a send first runs its statement for fresh
+//! keys as SQL text prepared per connection (`fresh_keys_sql`), and
+//! calls the schema's function only when a key was taken.
 
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Row;
 
 use crate::conn::error::Error;
 use crate::conn::executor::Executor;
 use crate::conn::rows::col;
 use crate::conn::statements::Stmt;
-use crate::pgmq::message::SendOptions;
+use crate::pgmq::message::{DelayArg, SendOptions};
 use crate::pgmq::queue_name::QueueName;
-use crate::pgmq::send::to_json;
+use crate::pgmq::send::{to_json, JsonBatch};
 use crate::Pgmq;
 
 /// The longest key accepted, in bytes (it is stored in a B-tree index).
@@ -155,6 +161,82 @@ fn window_ms(window: Duration) -> Result<i64, Error> {
     Ok(ms)
 }
 
+/// The statement a keyed send runs first on a pool, where each call is a
+/// transaction of its own: every key expected new, as in the fast path of
+/// `pgmq_sdk.send_batch_keyed`, but sent as the statement itself, prepared
+/// once per connection, so that the server neither plans it on every call
+/// nor opens a subtransaction for it. `one`: a single message (`$1` a key,
+/// `$2` a body, `$3` headers), else a batch (`$1` keys, `$2` bodies, `$3`
+/// headers, as arrays); `$4` the delay, `$5` the window in milliseconds,
+/// `$6` the queue's table. Rows: `(msg_id, false)` per message, in order.
+///
+/// It draws the ids from the queue's own sequence, inserts the keys in
+/// key order with a plain `INSERT` (one descent of the key table's primary
+/// key each, and its unique check) and the messages with those ids. A key
+/// already in the table, or twice in the batch, fails it with a unique
+/// violation, and nothing of it stays: the statement is the whole
+/// transaction. The send then runs the function, which sorts out taken,
+/// expired and repeated keys.
+///
+/// Names are qualified with their schemas (`pg_catalog` for functions and
+/// the collation), the table's name is a parameter where it is read as
+/// text, and its identifier is quoted by [`QueueName::quoted_table`]. It
+/// runs as the caller, like the functions: row-level security on the key
+/// table and the queue table's own privileges apply.
+fn fresh_keys_sql(queue: &QueueName, delay: &DelayArg, one: bool) -> String {
+    let vt = match delay {
+        DelayArg::Secs(..) => {
+            "pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $4::integer)"
+        }
+        DelayArg::At(..) => "$4::timestamptz",
+    };
+    let drawn = if one {
+        "SELECT $1::text AS k, $2::jsonb AS m, $3::jsonb AS h, 1::bigint AS i, \
+         pg_catalog.nextval((SELECT pg_catalog.pg_get_serial_sequence($6::text, 'msg_id')::pg_catalog.regclass)) AS id"
+    } else {
+        "SELECT u.k, u.m, u.h, u.i, \
+         pg_catalog.nextval((SELECT pg_catalog.pg_get_serial_sequence($6::text, 'msg_id')::pg_catalog.regclass)) AS id \
+         FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::jsonb[]), \
+         pg_catalog.unnest($3::jsonb[])) WITH ORDINALITY AS u(k, m, h, i)"
+    };
+    format!(
+        "WITH drawn AS ({drawn}), \
+         keyed AS (INSERT INTO pgmq_sdk.queue_keys (msg_id, expires_at, queue_relid, key) \
+           SELECT d.id, pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5::bigint / 1000.0), \
+             (SELECT pg_catalog.to_regclass($6::text)::pg_catalog.oid), d.k \
+           FROM drawn d ORDER BY d.k COLLATE pg_catalog.\"C\"), \
+         sent AS (INSERT INTO {t} (msg_id, vt, message, headers) OVERRIDING SYSTEM VALUE \
+           SELECT d.id, {vt}, d.m, d.h FROM drawn d ORDER BY d.i) \
+         SELECT d.id, false FROM drawn d ORDER BY d.i",
+        t = queue.quoted_table(),
+    )
+}
+
+/// The types of [`fresh_keys_sql`]'s parameters but the last (the table).
+fn fresh_keys_types(delay: &DelayArg, one: bool) -> [Type; 5] {
+    let d = match delay {
+        DelayArg::Secs(..) => Type::INT4,
+        DelayArg::At(..) => Type::TIMESTAMPTZ,
+    };
+    if one {
+        [Type::TEXT, Type::JSONB, Type::JSONB, d, Type::INT8]
+    } else {
+        [
+            Type::TEXT_ARRAY,
+            Type::JSONB_ARRAY,
+            Type::JSONB_ARRAY,
+            d,
+            Type::INT8,
+        ]
+    }
+}
+
+/// Whether `e` is a unique violation: a key of a fresh-keys statement was
+/// taken (or given twice), and the statement undone.
+fn key_taken(e: &Error) -> bool {
+    e.sqlstate() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
 impl<E: Executor> Pgmq<E> {
     /// Deletes expired keys when the executor's housekeeping is due (at
     /// most once a second per client), in a transaction of its own; a
@@ -165,6 +247,42 @@ impl<E: Executor> Pgmq<E> {
                 tracing::debug!(error = %e, "could not delete expired deduplication keys");
             }
         }
+    }
+
+    /// A keyed send's rows, `(msg_id, duplicate)` per message: `params`
+    /// are the key(s), body(s), headers, delay and window in milliseconds
+    /// (`one`: a single message). When each call on the executor is a
+    /// transaction of its own ([`Executor::autocommit`]), [`fresh_keys_sql`]
+    /// first, and the function (`delay`'s statement) only when a key was
+    /// taken (that statement undone); elsewhere the function alone, since a
+    /// failed statement would abort the caller's transaction.
+    async fn keyed_rows(
+        &self,
+        queue: &QueueName,
+        delay: &DelayArg,
+        one: bool,
+        params: [&(dyn ToSql + Sync); 5],
+    ) -> Result<Vec<Row>, Error> {
+        let q = queue.as_str();
+        if self.executor().autocommit() {
+            let sql = fresh_keys_sql(queue, delay, one);
+            let table = queue.quoted_table();
+            let mut typed: Vec<(&(dyn ToSql + Sync), Type)> = params
+                .iter()
+                .copied()
+                .zip(fresh_keys_types(delay, one))
+                .collect();
+            typed.push((&table, Type::TEXT));
+            match self.run_text(&sql, q, &typed).await {
+                Err(e) if key_taken(&e) => {}
+                res => return res.map_err(|e| e.in_sdk(FEATURE)),
+            }
+        }
+        let mut args: Vec<&(dyn ToSql + Sync)> = vec![&q];
+        args.extend(params);
+        self.run(delay.stmt(), Some(q), &args)
+            .await
+            .map_err(|e| e.in_sdk(FEATURE))
     }
 }
 
@@ -218,19 +336,18 @@ impl<E: Executor> Pgmq<E> {
         let window = window_ms(key.window)?;
         let body = to_json(body, "body")?;
         let headers = self.headers_json(opts)?;
-        let q = queue.as_str();
         let k = key.key.as_str();
         let delay = opts
             .delay
             .arg("delay", Stmt::SendKeyedOne, Stmt::SendKeyedOneAt)?;
         let rows = self
-            .run(
-                delay.stmt(),
-                Some(q),
-                &[&q, &k, &body, &headers, delay.value(), &window],
+            .keyed_rows(
+                queue,
+                &delay,
+                true,
+                [&k, &body, &headers, delay.value(), &window],
             )
-            .await
-            .map_err(|e| e.in_sdk(FEATURE))?;
+            .await?;
         self.expire_keys_when_due().await;
         let r = rows
             .first()
@@ -244,7 +361,10 @@ impl<E: Executor> Pgmq<E> {
     /// Sends a batch, each message under its own key (`keys[i]` for
     /// `bodies[i]`), all keys with one window; returns one [`Sent`] per
     /// message, in order. A key taken before, or by an earlier message of
-    /// the same batch, sends nothing for its message. One statement.
+    /// the same batch, sends nothing for its message. All or nothing: on a
+    /// pool one statement for fresh keys, followed by the function
+    /// `pgmq_sdk.send_batch_keyed` only when a key was taken (each in a
+    /// transaction of its own); elsewhere the function alone.
     ///
     /// ```no_run
     /// # async fn f(client: pgmq_client::Client) -> Result<(), pgmq_client::Error> {
@@ -280,12 +400,22 @@ impl<E: Executor> Pgmq<E> {
             check_key(k)?;
         }
         let window = window_ms(window)?;
-        let q = queue.as_str();
-        let send = (Stmt::SendKeyed, Stmt::SendKeyedAt);
+        let Some((bodies, headers)) =
+            JsonBatch::bodies_and_headers(bodies, opts, &self.trace_headers())?
+        else {
+            return Ok(Vec::new());
+        };
+        let delay = opts
+            .delay
+            .arg("delay", Stmt::SendKeyed, Stmt::SendKeyedAt)?;
         let rows = self
-            .run_batch_send(send, Some(q), &[&q, &keys], bodies, opts, &[&window])
-            .await
-            .map_err(|e| e.in_sdk(FEATURE))?;
+            .keyed_rows(
+                queue,
+                &delay,
+                false,
+                [&keys, &bodies, &headers, delay.value(), &window],
+            )
+            .await?;
         self.expire_keys_when_due().await;
         rows.iter()
             .map(|r| {
