@@ -44,7 +44,8 @@
 //! measured cost against a plain batch send). On a pool, where each call
 //! is a transaction of its own, a send first runs its statement for fresh
 //! keys as SQL text prepared per connection (`fresh_keys_sql`), and
-//! calls the schema's function only when a key was taken.
+//! calls the schema's function only when a key was taken (or the key
+//! table is an older schema version's, until `install-sdk` runs).
 
 use std::time::Duration;
 
@@ -231,10 +232,18 @@ fn fresh_keys_types(delay: &DelayArg, one: bool) -> [Type; 5] {
     }
 }
 
-/// Whether `e` is a unique violation: a key of a fresh-keys statement was
-/// taken (or given twice), and the statement undone.
-fn key_taken(e: &Error) -> bool {
-    e.sqlstate() == Some(&SqlState::UNIQUE_VIOLATION)
+/// Whether the function should answer after a fresh-keys statement
+/// failed with `e` (nothing of it stays): a unique violation (a key was
+/// taken, or given twice), or a key table of an older schema version (a
+/// column it requires or lacks), whose installed function still fits it
+/// until `install-sdk` runs.
+fn ask_the_function(e: &Error) -> bool {
+    matches!(
+        e.sqlstate(),
+        Some(s) if *s == SqlState::UNIQUE_VIOLATION
+            || *s == SqlState::NOT_NULL_VIOLATION
+            || *s == SqlState::UNDEFINED_COLUMN
+    )
 }
 
 impl<E: Executor> Pgmq<E> {
@@ -274,7 +283,7 @@ impl<E: Executor> Pgmq<E> {
                 .collect();
             typed.push((&table, Type::TEXT));
             match self.run_text(&sql, q, &typed).await {
-                Err(e) if key_taken(&e) => {}
+                Err(e) if ask_the_function(&e) => {}
                 res => return res.map_err(|e| e.in_sdk(FEATURE)),
             }
         }
