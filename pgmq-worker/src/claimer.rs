@@ -845,26 +845,20 @@ impl ClaimLoop {
         self.kept.busy();
         let opts = ReadOptions::new(cfg.visibility_timeout).qty(qty);
         let limit = cfg.fleet_limit.unwrap_or_default();
+        let pg = Pgmq::on(&self.kept);
         #[cfg(feature = "fault-injection")]
-        if cfg.handoff_unplaced {
-            let pg = Pgmq::on(&self.kept);
-            let deleted = pg.delete_fenced(&cfg.queue, &taken.acks).await;
-            let res = match deleted {
+        let res = if cfg.handoff_unplaced {
+            // The test hook: a fenced delete, then a read that takes no place.
+            match pg.delete_fenced(&cfg.queue, &taken.acks).await {
                 Ok(d) => pg.read_with_raw(&cfg.queue, &opts).await.map(|m| (d, m)),
                 Err(e) => Err(e),
-            };
-            return match res {
-                Ok((deleted, msgs)) => {
-                    taken.reply(Outcome::Written(deleted));
-                    Ok(msgs)
-                }
-                Err(e) => {
-                    taken.reply(Outcome::Failed { unknown: true });
-                    Err(e)
-                }
-            };
-        }
-        let res = Pgmq::on(&self.kept)
+            }
+        } else {
+            pg.ack_read_limited_raw(&cfg.queue, &taken.acks, &limit, &opts)
+                .await
+        };
+        #[cfg(not(feature = "fault-injection"))]
+        let res = pg
             .ack_read_limited_raw(&cfg.queue, &taken.acks, &limit, &opts)
             .await;
         match res {
