@@ -202,7 +202,7 @@ async fn drain_and_stop(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weighted_shares_follow_the_weights() {
-    const N: u64 = 4_000;
+    const N: u64 = 8_000;
     let client = pooled(3).await;
     let qs = [unique("prio_w4"), unique("prio_w2"), unique("prio_w1")];
     let _g = Queues::new(&client, &[&qs[0], &qs[1], &qs[2]]).await;
@@ -217,8 +217,11 @@ async fn weighted_shares_follow_the_weights() {
         group = group.with_worker_priority(wk, w as u32);
     }
     // Measured past the start, while every queue still has a backlog (the
-    // heaviest has handled about 57 % of 4,000 by the end of the window).
-    measure_and_drain(&client, &qs, group, &counts, &weights, (500, 4_000), N).await;
+    // heaviest has handled about 57 % of 8,000 by the end of the window).
+    // The gate shares the messages claimed; the handled shares follow
+    // them up to what is claimed ahead and not yet run, so the window is
+    // long enough for that to stay well inside the tolerance.
+    measure_and_drain(&client, &qs, group, &counts, &weights, (500, 8_000), N).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,7 +362,7 @@ async fn combined_at_least(children: &[Child], n: u64) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_share_the_queues_by_weight() {
-    const N: u64 = 3_000;
+    const N: u64 = 6_000;
     let client = client().await;
     let qs = [unique("prio_p3"), unique("prio_p2"), unique("prio_p1")];
     let _g = Queues::new(&client, &[&qs[0], &qs[1], &qs[2]]).await;
@@ -389,8 +392,12 @@ async fn two_processes_share_the_queues_by_weight() {
     for c in &mut children {
         c.go().await.unwrap();
     }
+    // A window of 8,400 handled: each process's claims ahead (what the
+    // gate granted and no handler ran yet) shift the handled shares from
+    // the claimed ones by a few dozen messages, well inside the tolerance
+    // at this length. The heaviest queue handles about 4,500 by its end.
     let from = combined_at_least(&children, 600).await;
-    let to = combined_at_least(&children, 4_200).await;
+    let to = combined_at_least(&children, 9_000).await;
     assert!(
         to[0] < N,
         "the heaviest queue drained inside the window: {to:?}"
