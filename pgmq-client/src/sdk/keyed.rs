@@ -295,6 +295,14 @@ impl<E: Executor> Pgmq<E> {
     }
 }
 
+/// A keyed send's row: the message's id and whether its key was taken.
+fn sent(r: &Row) -> Result<Sent, Error> {
+    Ok(Sent {
+        msg_id: col::<i64>(r, 0)?,
+        duplicate: col::<bool>(r, 1)?,
+    })
+}
+
 impl<E: Executor> Pgmq<E> {
     /// Sends one message under a deduplication key: when the key was taken
     /// within its window, enqueues nothing and returns the first message's
@@ -361,10 +369,7 @@ impl<E: Executor> Pgmq<E> {
         let r = rows
             .first()
             .ok_or_else(|| Error::InvalidArgument("send_keyed returned no row".into()))?;
-        Ok(Sent {
-            msg_id: col::<i64>(r, 0)?,
-            duplicate: col::<bool>(r, 1)?,
-        })
+        sent(r)
     }
 
     /// Sends a batch, each message under its own key (`keys[i]` for
@@ -426,14 +431,7 @@ impl<E: Executor> Pgmq<E> {
             )
             .await?;
         self.expire_keys_when_due().await;
-        rows.iter()
-            .map(|r| {
-                Ok(Sent {
-                    msg_id: col::<i64>(r, 0)?,
-                    duplicate: col::<bool>(r, 1)?,
-                })
-            })
-            .collect()
+        rows.iter().map(sent).collect()
     }
 
     /// [`send_topic_with`](Self::send_topic_with) under a deduplication key
