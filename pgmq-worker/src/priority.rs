@@ -11,7 +11,8 @@
 //!   higher one has nothing ready (its last read came back short).
 //! - [`Priority::weighted`]: each worker with messages ready gets a share
 //!   in proportion to its weight (stride scheduling on the messages
-//!   granted); a worker with nothing ready gives its share to the others.
+//!   claimed: what a read was granted and did not return is not charged);
+//!   a worker with nothing ready gives its share to the others.
 //!
 //! **Claims, not only handler starts.** The capacity is counted in
 //! messages in flight (being read, queued in a claim queue, or running):
@@ -255,13 +256,32 @@ impl Policy {
 
     /// Worker `i` was granted `n` messages.
     pub(crate) fn granted(&mut self, i: usize, n: usize) {
+        let cost = self.cost(i, n);
         let me = &mut self.members[i];
+        me.pass = me.pass.saturating_add(cost);
+    }
+
+    /// What `n` messages move worker `i`'s pass: `SCALE / weight` each
+    /// (weighted), `SCALE` each (strict).
+    fn cost(&self, i: usize, n: usize) -> u64 {
         let stride = if self.strict {
             SCALE
         } else {
-            SCALE / u64::from(me.level)
+            SCALE / u64::from(self.members[i].level)
         };
-        me.pass = me.pass.saturating_add(stride.saturating_mul(n as u64));
+        stride.saturating_mul(n as u64)
+    }
+
+    /// Worker `i` gave back `n` of the messages it was granted (its read
+    /// came back short, failed, or was not made): they are not charged, so
+    /// that the pass counts the messages claimed. A worker whose reads come
+    /// back short (a queue with a trickle of messages) would otherwise run
+    /// ahead of its weight on messages it never had, and then wait behind
+    /// lower weights when its messages come.
+    pub(crate) fn returned(&mut self, i: usize, n: usize) {
+        let cost = self.cost(i, n);
+        let me = &mut self.members[i];
+        me.pass = me.pass.saturating_sub(cost);
     }
 
     /// Worker `i`'s share of `budget` messages: all of it when strict (one
@@ -588,6 +608,7 @@ impl Share {
         {
             let mut st = self.gate.lock();
             st.policy.read(self.index, asked, got, tail);
+            st.policy.returned(self.index, asked - got);
             if let Some(took) = took {
                 let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
                 st.avg_read_us = match st.avg_read_us {
@@ -689,6 +710,35 @@ mod tests {
             got[i] += 1;
         }
         got
+    }
+
+    #[test]
+    fn a_short_read_is_charged_only_what_it_claimed() {
+        // Weights 4 and 1, both with messages ready.
+        let mut p = Policy::new(false, &[4, 1], 8);
+        // The heavier worker is granted 100 and its read returns 5 (a
+        // trickle); the lighter one claims 10 meanwhile.
+        p.enter(0);
+        p.granted(0, 100);
+        p.leave(0);
+        p.read(0, 100, 5, false);
+        p.returned(0, 95);
+        p.enter(1);
+        p.granted(1, 10);
+        p.leave(1);
+        // Both wait again: the heavier one has claimed 5 at weight 4, the
+        // lighter 10 at weight 1, so the heavier one is due first.
+        p.enter(0);
+        p.enter(1);
+        assert_eq!(p.next(), Some(0));
+        // Given back in full, a grant costs nothing.
+        let mut q = Policy::new(false, &[1, 1], 8);
+        q.granted(0, 50);
+        q.returned(0, 50);
+        q.granted(1, 1);
+        q.enter(0);
+        q.enter(1);
+        assert_eq!(q.next(), Some(0));
     }
 
     #[test]
