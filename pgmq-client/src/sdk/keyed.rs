@@ -173,11 +173,14 @@ fn window_ms(window: Duration) -> Result<i64, Error> {
 ///
 /// It draws the ids from the queue's own sequence, inserts the keys in
 /// key order with a plain `INSERT` (one descent of the key table's primary
-/// key each, and its unique check) and the messages with those ids. A key
-/// already in the table, or twice in the batch, fails it with a unique
-/// violation, and nothing of it stays: the statement is the whole
-/// transaction. The send then runs the function, which sorts out taken,
-/// expired and repeated keys.
+/// key each, and its unique check) and the messages with those ids. In a
+/// batch, a key already in the table, or twice in the batch, fails it with
+/// a unique violation, and nothing of it stays: the statement is the whole
+/// transaction. A single message's key is inserted `ON CONFLICT DO
+/// NOTHING`, and its message only when the key went in: a taken key sends
+/// nothing and returns no row, without an error (a duplicate single send
+/// leaves no line in the server's log). Either way the send then runs the
+/// function, which sorts out taken, expired and repeated keys.
 ///
 /// Names are qualified with their schemas (`pg_catalog` for functions and
 /// the collation), the table's name is a parameter where it is read as
@@ -200,15 +203,24 @@ fn fresh_keys_sql(queue: &QueueName, delay: &DelayArg, one: bool) -> String {
          FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::jsonb[]), \
          pg_catalog.unnest($3::jsonb[])) WITH ORDINALITY AS u(k, m, h, i)"
     };
+    // One key: skipped when taken, and the message sent only with it.
+    let (on_conflict, if_keyed) = if one {
+        (
+            " ON CONFLICT DO NOTHING RETURNING 1",
+            " WHERE EXISTS (SELECT 1 FROM keyed)",
+        )
+    } else {
+        ("", "")
+    };
     format!(
         "WITH drawn AS ({drawn}), \
          keyed AS (INSERT INTO pgmq_sdk.queue_keys (msg_id, expires_at, queue_relid, key) \
            SELECT d.id, pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $5::bigint / 1000.0), \
              (SELECT pg_catalog.to_regclass($6::text)::pg_catalog.oid), d.k \
-           FROM drawn d ORDER BY d.k COLLATE pg_catalog.\"C\"), \
+           FROM drawn d ORDER BY d.k COLLATE pg_catalog.\"C\"{on_conflict}), \
          sent AS (INSERT INTO {t} (msg_id, vt, message, headers) OVERRIDING SYSTEM VALUE \
-           SELECT d.id, {vt}, d.m, d.h FROM drawn d ORDER BY d.i) \
-         SELECT d.id, false FROM drawn d ORDER BY d.i",
+           SELECT d.id, {vt}, d.m, d.h FROM drawn d{if_keyed} ORDER BY d.i) \
+         SELECT d.id, false FROM drawn d{if_keyed} ORDER BY d.i",
         t = queue.quoted_table(),
     )
 }
@@ -263,7 +275,8 @@ impl<E: Executor> Pgmq<E> {
     /// (`one`: a single message). When each call on the executor is a
     /// transaction of its own ([`Executor::autocommit`]), [`fresh_keys_sql`]
     /// first, and the function (`delay`'s statement) only when a key was
-    /// taken (that statement undone); elsewhere the function alone, since a
+    /// taken (that statement undone, or for one message, skipped); elsewhere
+    /// the function alone, since a
     /// failed statement would abort the caller's transaction.
     async fn keyed_rows(
         &self,
@@ -284,6 +297,8 @@ impl<E: Executor> Pgmq<E> {
             typed.push((&table, Type::TEXT));
             match self.run_text(&sql, q, &typed).await {
                 Err(e) if ask_the_function(&e) => {}
+                // A single message's key was taken: nothing was sent.
+                Ok(rows) if one && rows.is_empty() => {}
                 res => return res.map_err(|e| e.in_sdk(FEATURE)),
             }
         }

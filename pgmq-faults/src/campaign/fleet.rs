@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use pgmq_client::{Client, Pgmq, QueueName, SendOptions, Sent};
+use pgmq_client::{Client, DedupKey, Pgmq, QueueName, SendOptions, Sent};
 use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::RwLock;
@@ -605,11 +605,13 @@ impl FleetProducer {
         }
     }
 
-    /// Sends `items` (fault key, deduplication key) in one keyed batch
-    /// through the proxy, retried ([`keyed::send_retrying`]) with the same
-    /// keys (but with `keyed-fresh-keys`); stopped when the queue is
-    /// re-created between two tries (the call's key may belong to the
-    /// dropped queue). On failure, the outcome to record.
+    /// Sends `items` (fault key, deduplication key) through the proxy, one
+    /// item with `send_keyed_with` (the resends: a single send meeting its
+    /// taken key), more in one keyed batch, retried
+    /// ([`keyed::send_retrying`]) with the same keys (but with
+    /// `keyed-fresh-keys`); stopped when the queue is re-created between
+    /// two tries (the call's key may belong to the dropped queue). On
+    /// failure, the outcome to record.
     async fn send_keyed(
         &mut self,
         items: &[(i64, String)],
@@ -638,7 +640,23 @@ impl FleetProducer {
                     _ => d.clone(),
                 })
                 .collect();
-            let call = client.send_batch_keyed(q, &dedup, KEY_WINDOW, jobs, opts);
+            let call = async {
+                match (&dedup[..], &jobs[..]) {
+                    ([key], [job]) => {
+                        let one = SendOptions::new().headers(key_headers(items[0].0));
+                        let key = DedupKey::new(key.clone(), KEY_WINDOW);
+                        client
+                            .send_keyed_with(q, &key, job, &one)
+                            .await
+                            .map(|s| vec![s])
+                    }
+                    _ => {
+                        client
+                            .send_batch_keyed(q, &dedup, KEY_WINDOW, jobs, opts)
+                            .await
+                    }
+                }
+            };
             match tokio::time::timeout(TRY_TIMEOUT, call).await {
                 Ok(res) => Try::Answered(res),
                 Err(_) => Try::TimedOut,
