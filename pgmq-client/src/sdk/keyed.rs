@@ -275,9 +275,9 @@ impl<E: Executor> Pgmq<E> {
     /// (`one`: a single message). When each call on the executor is a
     /// transaction of its own ([`Executor::autocommit`]), [`fresh_keys_sql`]
     /// first, and the function (`delay`'s statement) only when a key was
-    /// taken (that statement undone, or for one message, skipped); elsewhere
-    /// the function alone, since a
-    /// failed statement would abort the caller's transaction.
+    /// taken (that statement undone, or for one message, skipped);
+    /// elsewhere the function alone, since a failed statement would abort
+    /// the caller's transaction.
     async fn keyed_rows(
         &self,
         queue: &QueueName,
