@@ -51,7 +51,7 @@ psql_ -c "VACUUM ANALYZE pgmq.q_scale_big_dlq"
 
 cargo build -q --release -p pgmq-console
 DATABASE_URL="$DSN" "${CARGO_TARGET_DIR:-target}/release/pgmq-console" --listen "127.0.0.1:$port" \
-  --bench-doc docs/results/dev-machine-e15c8c3.json >/dev/null 2>&1 &
+  --bench-doc docs/results/dev-machine-6773cc8.json >/dev/null 2>&1 &
 console=$!
 trap 'kill "$console" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/fleet" >/dev/null && break; sleep 0.1; done

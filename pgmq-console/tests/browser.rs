@@ -132,12 +132,12 @@ async fn screenshots() {
     client.report_presence(&w, false).await.unwrap();
     let doc = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../docs/results/dev-machine-e15c8c3.json"
+        "/../docs/results/dev-machine-6773cc8.json"
     ))
     .unwrap();
     let opts = ConsoleOptions::new()
         .refresh(std::time::Duration::ZERO)
-        .bench_document("dev-machine-e15c8c3.json", &doc)
+        .bench_document("dev-machine-6773cc8.json", &doc)
         .unwrap();
     let nightly = pgmq_client::Schedule::new(
         "shop-nightly-report",
