@@ -269,12 +269,20 @@ mod tests {
         assert_eq!(server_version(90624), "9.6.24");
     }
 
+    /// The Markdown summary of the document `text`, checked to fit in
+    /// [`MAX_LINES`].
+    fn summary_of(text: &str, name: &str) -> String {
+        let md = markdown(&Document::from_json(text, name).unwrap());
+        assert!(md.lines().count() <= MAX_LINES, "{md}");
+        md
+    }
+
     #[test]
     fn a_committed_full_run_fits_in_25_lines_with_every_headline_row() {
-        let text = include_str!("../../../docs/results/dev-machine-6773cc8.json");
-        let d = Document::from_json(text, "committed").unwrap();
-        let md = markdown(&d);
-        assert!(md.lines().count() <= MAX_LINES, "{md}");
+        let md = summary_of(
+            include_str!("../../../docs/results/dev-machine-6773cc8.json"),
+            "committed",
+        );
         for (_, label) in HEADLINE {
             assert!(md.contains(&format!("| {label} |")), "{label}: {md}");
         }
@@ -287,10 +295,10 @@ mod tests {
         // Kept as test data; it predates the recorded profile (its
         // flagless run was the full one) and several sections, whose rows
         // are left out.
-        let text = include_str!("../../tests/data/dev-machine-fbd4125.json");
-        let d = Document::from_json(text, "older").unwrap();
-        let md = markdown(&d);
-        assert!(md.lines().count() <= MAX_LINES, "{md}");
+        let md = summary_of(
+            include_str!("../../tests/data/dev-machine-fbd4125.json"),
+            "older",
+        );
         assert!(md.contains("| Single send | 1,572 msg/s | "), "{md}");
         assert!(!md.contains("| Keyed ÷ plain batch send |"), "{md}");
         assert!(md.starts_with("### pgmq-bench: SDK 0.1.0 (fbd412580473), full profile: ok\n"));
